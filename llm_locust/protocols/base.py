@@ -1,0 +1,110 @@
+"""What every protocol adapter provides. Adapters know nothing of Locust or of sockets.
+
+The per-chunk hot path is: decoder.feed(bytes) -> payloads; adapter.feed(payload, state) -> kind.
+No per-token objects: an adapter updates one mutable `StreamState` per request and returns
+an int saying whether the event carried output tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
+
+# Return values of Adapter.feed
+NO_TOKEN = 0  # role-only, empty text, usage-only, keep-alive, end marker, error
+CONTENT = 1  # carries visible output text
+REASONING = 2  # carries reasoning text only
+
+
+class ProtocolError(ValueError):
+    """A payload that is not what the protocol allows (e.g. invalid JSON)."""
+
+
+class UnknownAPI(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """What to ask for, independent of the wire format."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+    force_length: bool = False  # ask the server to emit exactly max_tokens (ignore_eos/min_tokens)
+    continuous_usage: bool = False  # vLLM stream_options.continuous_usage_stats
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged last into the request body
+
+
+class StreamState:
+    """Everything an adapter learned from one response stream."""
+
+    __slots__ = (
+        "collect_text",
+        "text",
+        "reasoning",
+        "usage_in",
+        "usage_out",
+        "cont_out",
+        "cont_tokens",
+        "finish_reason",
+        "error",
+        "done",
+        "extra",
+    )
+
+    def __init__(self, collect_text: bool = False) -> None:
+        self.collect_text = collect_text
+        self.text: list[str] = []  # visible output pieces (only when collect_text)
+        self.reasoning: list[str] = []  # reasoning pieces (only when collect_text)
+        self.usage_in: int | None = None  # server's prompt token count
+        self.usage_out: int | None = None  # server's final completion token count
+        self.cont_out: int | None = None  # last running completion count (continuous usage)
+        # n_k per token-bearing chunk, from continuous usage deltas; only filled when every
+        # token-bearing chunk so far carried a running count.
+        self.cont_tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self.error: str | None = None  # error text from inside a 200 stream
+        self.done = False  # the protocol's end marker (or final event) was seen
+        self.extra: dict[str, Any] = {}  # e.g. llama.cpp "timings", TGI "details"
+
+
+class Adapter(Protocol):
+    name: str  # e.g. "openai-chat"
+    framing: str  # "sse" or "ndjson"
+    # True when the protocol has an explicit end ([DONE], a final event): a body that ends
+    # before it is a truncated stream. False: a cleanly ended body is a complete stream.
+    end_marker: bool
+
+    def request(self, spec: RequestSpec) -> tuple[str, bytes]:
+        """The path (with leading '/') and the JSON body for a streaming request."""
+        ...
+
+    def feed(self, payload: bytes, state: StreamState) -> int:
+        """Read one event payload; return NO_TOKEN, CONTENT or REASONING. Raise ProtocolError."""
+        ...
+
+
+def resolve_tokens(state: StreamState, n_chunks: int) -> tuple[int, str, list[int]]:
+    """Output token count, its source, and n_k for each of the n_chunks token-bearing chunks.
+
+    Metrics spec order of trust: server usage, then continuous usage, then one per chunk.
+    """
+    if len(state.cont_tokens) == n_chunks and n_chunks:
+        per_chunk = list(state.cont_tokens)
+        total = state.usage_out if state.usage_out is not None else sum(per_chunk)
+        return total, (SOURCE_USAGE if state.usage_out is not None else SOURCE_CONTINUOUS), per_chunk
+    if state.usage_out is not None:
+        total = state.usage_out
+        if n_chunks == 0:
+            return total, SOURCE_USAGE, []
+        surplus = total - n_chunks
+        if surplus <= 0:
+            return total, SOURCE_USAGE, [1] * n_chunks
+        base, rem = divmod(surplus, n_chunks)
+        # spread the surplus evenly; the remainder goes to the first chunks
+        return total, SOURCE_USAGE, [1 + base + (1 if i < rem else 0) for i in range(n_chunks)]
+    return n_chunks, SOURCE_CHUNKS, [1] * n_chunks

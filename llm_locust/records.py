@@ -1,0 +1,89 @@
+"""The plain data types every stage speaks in.
+
+A request is described by one `RequestRecord`: the moments of the metrics spec (all
+`time.perf_counter()` seconds on the worker that sent it), the arrival times of its
+token-bearing chunks, its token counts with their sources, and exactly one outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    STREAM_ERROR = "stream_error"
+    TRUNCATED = "truncated"
+    TIMEOUT = "timeout"
+    CONNECT_ERROR = "connect_error"
+    CANCELLED = "cancelled"
+
+
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+FAILURE_KINDS: tuple[str, ...] = tuple(o.value for o in Outcome if o is not Outcome.OK)
+
+# Where a token count came from, most trusted first (metrics spec, "Output tokens").
+SOURCE_USAGE = "usage"
+SOURCE_CONTINUOUS = "continuous_usage"
+SOURCE_CHUNKS = "chunks"  # estimate: one token per token-bearing chunk
+SOURCE_PROMPT = "prompt"  # input count the prompt was built with
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Times are perf_counter seconds; None = never happened."""
+
+    request_id: str
+    api: str
+    t_sched: float
+    t_sent: float
+    wall_sent: float  # time.time() at t_sent: places the request on the run's timeline
+    t_headers: float | None = None
+    t_first: float | None = None
+    t_first_content: float | None = None
+    t_end: float | None = None
+    # Arrival time of each token-bearing chunk, and its token count n_k (resolved per spec).
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    n_out: int = 0
+    n_out_source: str = SOURCE_CHUNKS
+    n_in: int | None = None
+    n_in_source: str | None = None
+    requested_out: int | None = None
+    outcome: Outcome = Outcome.OK
+    status: int | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+    step: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+    @property
+    def t_last(self) -> float | None:
+        return self.chunk_times[-1] if self.chunk_times else None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.t_first is None else self.t_first - self.t_sent
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.t_end is None else self.t_end - self.t_sent
+
+    @property
+    def schedule_lag(self) -> float:
+        return self.t_sent - self.t_sched
+
+    @property
+    def tpot(self) -> float | None:
+        if self.n_out < 2 or self.t_first is None or not self.chunk_times:
+            return None
+        return (self.chunk_times[-1] - self.t_first) / (self.n_out - 1)
+
+    @property
+    def length_mismatch(self) -> bool:
+        return self.requested_out is not None and self.ok and self.n_out != self.requested_out
