@@ -57,6 +57,8 @@ class RequestRecord:
     error: str | None = None
     finish_reason: str | None = None
     step: int = 0
+    extra: dict | None = None  # what the server said about itself (llama.cpp timings, TGI details)
+    text: str | None = None  # the output text, only when asked for (tests, debugging)
 
     @property
     def ok(self) -> bool:

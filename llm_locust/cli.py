@@ -1,0 +1,100 @@
+"""`llm-locust run | sim`: a thin layer over Locust.
+
+`run` starts the simulated server when no --host is given, then hands the command line to
+Locust's own main (headless unless --web), so every Locust option passes through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+
+DEFAULTS = {"users": 8, "spawn_rate": 8.0, "run_time": "15s"}
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llm-locust run",
+        description="Load-test an LLM server (default: the built-in simulator). "
+        "Unknown options are passed to Locust (e.g. --api, --model, --trace, --results, --csv).",
+    )
+    p.add_argument("--host", default="", help="server base URL; default: start the simulated server")
+    p.add_argument("-f", "--locustfile", default="", help="locustfile; default: closed-loop streaming users")
+    p.add_argument("-u", "--users", type=int, default=DEFAULTS["users"])
+    p.add_argument("-r", "--spawn-rate", type=float, default=DEFAULTS["spawn_rate"])
+    p.add_argument("-t", "--run-time", default=DEFAULTS["run_time"])
+    p.add_argument("--workers", type=int, default=0, help="run N local worker processes under a master")
+    p.add_argument("--web", action="store_true", help="start Locust's web UI instead of running headless")
+    p.add_argument("--sim-slots", type=int, default=8, help="simulator batch slots")
+    p.add_argument("--sim-fast", action="store_true", help="simulator without pacing (client throughput tests)")
+    return p
+
+
+def run(argv: list[str]) -> int:
+    args, passthrough = _run_parser().parse_known_args(argv)
+    locustfile = args.locustfile or str(resources.files("llm_locust") / "locustfile.py")
+    sim = None
+    host = args.host
+    if not host:
+        from .sim.process import SimProcess
+
+        sim = SimProcess(slots=args.sim_slots, fast=args.sim_fast)
+        sim.start()
+        host = sim.url
+        print(f"no --host given: started the simulated server at {host}", flush=True)
+        if not any(a.startswith("--api") and not a.startswith("--api-key") for a in passthrough):
+            passthrough += ["--api", "openai-chat"]
+    locust_argv = [
+        "locust",
+        "-f",
+        locustfile,
+        "--host",
+        host,
+        "-u",
+        str(args.users),
+        "-r",
+        str(args.spawn_rate),
+        "-t",
+        args.run_time,
+        "--only-summary",
+    ]
+    if args.web:
+        locust_argv += ["--autostart", "--autoquit", "10"]
+    else:
+        locust_argv.append("--headless")
+    if args.workers:
+        locust_argv += ["--processes", str(args.workers)]
+    locust_argv += passthrough
+    from locust.main import main as locust_main
+
+    sys.argv = locust_argv
+    try:
+        locust_main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        if sim is not None:
+            sim.stop()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: llm-locust {run,sim} ...\n\n  run   load-test a server (default: the simulator)\n  sim   start the simulated server")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        return run(rest)
+    if cmd == "sim":
+        from .sim.cli import main as sim_main
+
+        return sim_main(rest)
+    print(f"llm-locust: unknown command {cmd!r} (expected run or sim)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

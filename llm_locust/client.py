@@ -1,0 +1,267 @@
+"""One streaming request over HTTP/1.1, timed per the metrics spec. Knows nothing of Locust.
+
+Sockets come from a geventhttpclient connection pool (the one a Locust FastHttpUser owns), but
+the request is written and the body read here, so that:
+  - t_sent is taken after the connection is ready, just before the request bytes are written;
+  - every socket read is stamped once with perf_counter() as it returns, and every event
+    decoded from that read gets that stamp (events that arrive together are timed together);
+  - a connection closed before the body's end is a truncated stream, never a success;
+  - a half-read connection is closed, never returned to the pool.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+from gevent import GreenletExit
+from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
+
+from .protocols import error_text, make_decoder
+from .protocols.base import CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
+from .records import SOURCE_USAGE, Outcome, RequestRecord
+
+READ_SIZE = 65536
+ERROR_BODY_LIMIT = 4096
+
+
+@dataclass(slots=True)
+class Timeouts:
+    connect: float = 10.0  # TCP (and TLS) connect
+    no_progress: float = 60.0  # no byte received for this long
+    total: float = 600.0  # whole request, headers to end of body
+
+
+class _Ended(Exception):
+    """Internal: the stream ended abnormally with this outcome and text."""
+
+    def __init__(self, outcome: Outcome, text: str) -> None:
+        super().__init__(text)
+        self.outcome = outcome
+        self.text = text
+
+
+class StreamClient:
+    """Sends streaming requests of one API flavour to one server and times them."""
+
+    def __init__(
+        self,
+        http_client,  # geventhttpclient.HTTPClient for the target host
+        base_url: str,
+        adapter: Adapter,
+        timeouts: Timeouts | None = None,
+        headers: dict[str, str] | None = None,
+        collect_text: bool = False,
+    ) -> None:
+        self.pool = http_client._connection_pool
+        self.adapter = adapter
+        self.timeouts = timeouts or Timeouts()
+        self.collect_text = collect_text
+        parts = urlsplit(base_url)
+        self.prefix = parts.path.rstrip("/")
+        head = {
+            "Host": parts.netloc,
+            "User-Agent": "llm-locust",
+            "Content-Type": "application/json",
+            "Accept": "application/x-ndjson" if adapter.framing == "ndjson" else "text/event-stream",
+            "Accept-Encoding": "identity",
+        }
+        head.update(headers or {})
+        self._head_lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+
+    def _request_bytes(self, path: str, body: bytes, request_id: str) -> bytes:
+        return (
+            f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
+            f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode("latin-1") + body
+
+    def send(
+        self,
+        spec: RequestSpec,
+        request_id: str,
+        t_sched: float | None = None,
+        on_cancel: Callable[[RequestRecord], None] | None = None,
+        step: int = 0,
+    ) -> RequestRecord:
+        """Send one request, read its stream to the end, and return what happened.
+
+        Never raises for server or network trouble: that becomes the record's outcome. When the
+        greenlet is killed (test stopped), the record is handed to `on_cancel` as cancelled and
+        GreenletExit propagates.
+        """
+        path, body = self.adapter.request(spec)
+        data = self._request_bytes(path, body, request_id)
+        now = time.perf_counter()
+        rec = RequestRecord(
+            request_id=request_id,
+            api=self.adapter.name,
+            t_sched=now if t_sched is None else t_sched,
+            t_sent=now,
+            wall_sent=time.time(),
+            requested_out=spec.max_tokens if spec.force_length else None,
+            step=step,
+        )
+        state = StreamState(self.collect_text)
+        timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
+        timer.start()
+        try:
+            self._exchange(data, rec, state)
+        except _Ended as e:
+            rec.outcome, rec.error = e.outcome, e.text
+        except GreenletExit:
+            rec.outcome, rec.error = Outcome.CANCELLED, "test stopped while in flight"
+            rec.t_end = time.perf_counter()
+            self._finish(rec, state)
+            if on_cancel is not None:
+                on_cancel(rec)
+            raise
+        finally:
+            timer.close()
+        if rec.t_end is None:
+            rec.t_end = time.perf_counter()
+        self._finish(rec, state)
+        return rec
+
+    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:
+        pool = self.pool
+        try:
+            sock = pool.get_socket()
+        except OSError as e:
+            raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
+        resp = None
+        try:
+            sock.settimeout(self.timeouts.no_progress)
+            rec.t_sent = time.perf_counter()
+            rec.wall_sent = time.time()
+            sock.sendall(data)
+            resp = HTTPSocketPoolResponse(sock, pool, block_size=READ_SIZE, method="POST")
+            rec.t_headers = time.perf_counter()
+            rec.status = status = resp.status_code
+            if status < 200 or status >= 300:
+                body = _read_limited(resp, ERROR_BODY_LIMIT)
+                rec.t_end = time.perf_counter()
+                raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {error_text(body)}")
+            self._read_stream(resp, sock, rec, state)
+        except _Ended:
+            _discard(resp, sock, pool)
+            raise
+        except socket.timeout:
+            _discard(resp, sock, pool)
+            raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
+        except HTTPConnectionClosed as e:
+            _discard(resp, sock, pool)
+            kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
+            raise _Ended(kind, f"connection closed: {e}") from None
+        except (OSError, ValueError) as e:  # resets, refused, HTTP parse errors
+            _discard(resp, sock, pool)
+            kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
+            raise _Ended(kind, f"{type(e).__name__}: {e}") from None
+        except BaseException:  # GreenletExit (stop), total timeout: never reuse a half-read socket
+            _discard(resp, sock, pool)
+            raise
+
+    def _read_stream(self, resp: HTTPSocketPoolResponse, sock, rec: RequestRecord, state: StreamState) -> None:
+        adapter_feed = self.adapter.feed
+        decoder = make_decoder(self.adapter)
+        decode = decoder.feed
+        times = rec.chunk_times
+        append = times.append
+        perf_counter = time.perf_counter
+        buf = resp._body_buffer
+        recv = sock.recv
+        head = b""  # first bytes of the body, for the error text when nothing decodes
+        payloads = 0
+        now = rec.t_headers
+        try:
+            while True:
+                if buf:
+                    data = bytes(buf)
+                    del buf[:]
+                elif resp.message_complete:
+                    break
+                else:
+                    chunk = recv(READ_SIZE)
+                    now = perf_counter()
+                    if not chunk:
+                        if _close_delimited(resp):
+                            break
+                        rec.t_end = now
+                        raise _Ended(Outcome.TRUNCATED, "connection closed before the end of the body")
+                    resp.feed(chunk)
+                    continue
+                if not head:
+                    head = data[:300]
+                for payload in decode(data):
+                    payloads += 1
+                    kind = adapter_feed(payload, state)
+                    if kind:
+                        append(now)
+                        if rec.t_first is None:
+                            rec.t_first = now
+                        if kind == CONTENT and rec.t_first_content is None:
+                            rec.t_first_content = now
+            for payload in decoder.close():
+                payloads += 1
+                kind = adapter_feed(payload, state)
+                if kind:
+                    append(now)
+                    if rec.t_first is None:
+                        rec.t_first = now
+                    if kind == CONTENT and rec.t_first_content is None:
+                        rec.t_first_content = now
+        except ProtocolError as e:
+            rec.t_end = now
+            raise _Ended(Outcome.STREAM_ERROR, str(e)) from None
+        rec.t_end = now
+        if state.error is not None:
+            raise _Ended(Outcome.STREAM_ERROR, state.error)
+        if self.adapter.end_marker and not state.done:
+            if not payloads:
+                ctype = resp.get("content-type") or "none"
+                text = head.decode("utf-8", "replace").strip()
+                raise _Ended(Outcome.STREAM_ERROR, f"no stream events in reply (content-type {ctype}): {text[:200]}")
+            raise _Ended(Outcome.TRUNCATED, "stream ended without its end marker")
+
+    def _finish(self, rec: RequestRecord, state: StreamState) -> None:
+        n_chunks = len(rec.chunk_times)
+        rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, n_chunks)
+        rec.finish_reason = state.finish_reason
+        if state.usage_in is not None:
+            rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+        if state.extra:
+            rec.extra = state.extra
+        if self.collect_text:
+            rec.text = "".join(state.text)
+
+
+def _close_delimited(resp: HTTPSocketPoolResponse) -> bool:
+    """A body with neither Content-Length nor chunked encoding ends when the server closes."""
+    te = (resp.get("transfer-encoding") or "").lower()
+    return resp.content_length is None and "chunked" not in te
+
+
+def _read_limited(resp: HTTPSocketPoolResponse, limit: int) -> bytes:
+    out = bytearray()
+    try:
+        while len(out) < limit:
+            piece = resp.read(min(READ_SIZE, limit - len(out)))
+            if not piece:
+                break
+            out += piece
+    except (OSError, HTTPConnectionClosed, ValueError):
+        pass
+    return bytes(out)
+
+
+def _discard(resp, sock, pool) -> None:
+    """Close a connection whose response was not read to its end."""
+    if resp is not None:
+        if resp._sock is None:  # already released (message complete)
+            return
+        resp._sock = None
+        resp._pool = None
+    pool.release_socket(sock)

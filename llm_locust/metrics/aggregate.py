@@ -1,0 +1,342 @@
+"""Request records -> mergeable figures. Knows nothing of HTTP or Locust.
+
+An `Aggregate` is what one worker saw (or, merged, what the cluster saw) over some window:
+latency histograms, counters by outcome, token counts and per-second series. Every part of it
+merges exactly: histograms add bucket counts, counters add, series add per second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
+from .histogram import Histogram
+
+# Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
+LATENCIES = (
+    "ttft",  # t_first - t_sent
+    "ttft_content",  # t_first_content - t_sent (differs from ttft for reasoning models)
+    "ttft_queue",  # t_first - t_sched
+    "schedule_lag",  # t_sent - t_sched
+    "itl",  # per token: gap_k / n_k, n_k samples
+    "inter_chunk",  # per chunk: gap_k
+    "tpot",  # per request: (t_last - t_first) / (N_out - 1)
+    "e2e",  # t_end - t_sent
+    "e2e_queue",  # t_end - t_sched
+)
+CLIENT_LATENCIES = ("loop_lag",)  # client validity: how late the worker's event loop wakes
+SLO_METRICS = ("ttft", "ttft_queue", "tpot", "e2e", "e2e_queue", "itl_max")
+MAX_ERROR_TEXTS = 10  # distinct error texts kept per failure kind
+
+
+class Aggregate:
+    def __init__(self) -> None:
+        self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES}
+        self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        self.errors: dict[str, dict[str, int]] = {}
+        self.sent = 0
+        self.tokens_in = 0
+        self.tokens_out = 0  # output tokens of requests that ended ok
+        self.tokens_out_failed = 0  # partial output of failed requests
+        self.n_out_sources: dict[str, int] = {}
+        self.n_in_sources: dict[str, int] = {}
+        self.length_checked = 0
+        self.length_mismatch = 0
+        self.goodput_requests = 0
+        self.goodput_tokens = 0
+        self.sum_e2e = 0.0
+        self.first_sent: float | None = None  # wall clock, over finished requests
+        self.last_end: float | None = None
+        # wall second -> [tokens arrived, requests ok, requests failed]
+        self.series: dict[int, list[int]] = {}
+        self.cpu_samples = 0
+        self.cpu_high = 0  # samples at or above the validity threshold
+        self.cpu_max = 0.0
+
+    # ---- recording (worker side) ----
+
+    def add_sent(self, n: int = 1) -> None:
+        self.sent += n
+
+    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None) -> None:
+        """Fold one finished request in. Failed requests count, but stay out of latencies."""
+        outcome = rec.outcome.value
+        self.outcomes[outcome] += 1
+        t_end = rec.t_end if rec.t_end is not None else rec.t_sent
+        offset = rec.wall_sent - rec.t_sent  # perf_counter -> wall clock for this request
+        wall_end = t_end + offset
+        if self.first_sent is None or rec.wall_sent < self.first_sent:
+            self.first_sent = rec.wall_sent
+        if self.last_end is None or wall_end > self.last_end:
+            self.last_end = wall_end
+        self.sum_e2e += t_end - rec.t_sent
+        series = self.series
+        end_bucket = series.get(int(wall_end))
+        if end_bucket is None:
+            end_bucket = series[int(wall_end)] = [0, 0, 0]
+        end_bucket[1 if rec.ok else 2] += 1
+
+        times, ntoks = rec.chunk_times, rec.chunk_tokens
+        # Tokens by arrival second (run-length over equal seconds: chunks come in bursts).
+        sec, acc = -1, 0
+        for t, n in zip(times, ntoks):
+            s = int(t + offset)
+            if s != sec:
+                if acc:
+                    _bucket(series, sec)[0] += acc
+                sec, acc = s, 0
+            acc += n
+        if acc:
+            _bucket(series, sec)[0] += acc
+
+        if not rec.ok:
+            self.tokens_out_failed += sum(ntoks)
+            texts = self.errors.setdefault(outcome, {})
+            text = rec.error or outcome
+            if text in texts or len(texts) < MAX_ERROR_TEXTS:
+                texts[text] = texts.get(text, 0) + 1
+            return
+
+        self.tokens_out += rec.n_out
+        if rec.n_in is not None:
+            self.tokens_in += rec.n_in
+        self.n_out_sources[rec.n_out_source] = self.n_out_sources.get(rec.n_out_source, 0) + 1
+        if rec.n_in_source:
+            self.n_in_sources[rec.n_in_source] = self.n_in_sources.get(rec.n_in_source, 0) + 1
+        if rec.requested_out is not None:
+            self.length_checked += 1
+            if rec.n_out != rec.requested_out:
+                self.length_mismatch += 1
+
+        h = self.hist
+        h["e2e"].record(t_end - rec.t_sent)
+        h["e2e_queue"].record(t_end - rec.t_sched)
+        h["schedule_lag"].record(rec.t_sent - rec.t_sched)
+        itl_max = 0.0
+        if rec.t_first is not None:
+            h["ttft"].record(rec.t_first - rec.t_sent)
+            h["ttft_queue"].record(rec.t_first - rec.t_sched)
+            if rec.t_first_content is not None:
+                h["ttft_content"].record(rec.t_first_content - rec.t_sent)
+            if rec.n_out >= 2:
+                h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
+            itl_max = _record_gaps(times, ntoks, h["itl"], h["inter_chunk"])
+
+        if slos and _meets(rec, slos, itl_max):
+            self.goodput_requests += 1
+            self.goodput_tokens += rec.n_out
+
+    def add_cpu_sample(self, percent: float, threshold: float = 90.0) -> None:
+        self.cpu_samples += 1
+        self.cpu_max = max(self.cpu_max, percent)
+        if percent >= threshold:
+            self.cpu_high += 1
+
+    # ---- merging (master side) ----
+
+    def merge(self, other: "Aggregate") -> None:
+        self.merge_wire(other.to_wire())
+
+    def to_wire(self) -> dict[str, Any]:
+        """A msgpack-friendly dict (bytes, ints, floats, lists, str keys)."""
+        return {
+            "hist": {k: h.encode() for k, h in self.hist.items() if h.count},
+            "outcomes": {k: v for k, v in self.outcomes.items() if v},
+            "errors": self.errors,
+            "counters": [
+                self.sent,
+                self.tokens_in,
+                self.tokens_out,
+                self.tokens_out_failed,
+                self.length_checked,
+                self.length_mismatch,
+                self.goodput_requests,
+                self.goodput_tokens,
+                self.cpu_samples,
+                self.cpu_high,
+            ],
+            "n_out_sources": self.n_out_sources,
+            "n_in_sources": self.n_in_sources,
+            "sum_e2e": self.sum_e2e,
+            "first_sent": self.first_sent,
+            "last_end": self.last_end,
+            "cpu_max": self.cpu_max,
+            "series": [[s, *v] for s, v in self.series.items()],
+        }
+
+    def merge_wire(self, d: dict[str, Any]) -> None:
+        for k, data in d["hist"].items():
+            if k in self.hist:
+                self.hist[k].merge_encoded(data)
+        for k, v in d["outcomes"].items():
+            self.outcomes[k] = self.outcomes.get(k, 0) + v
+        for kind, texts in d["errors"].items():
+            mine = self.errors.setdefault(kind, {})
+            for text, n in texts.items():
+                if text in mine or len(mine) < MAX_ERROR_TEXTS:
+                    mine[text] = mine.get(text, 0) + n
+        (
+            sent,
+            tokens_in,
+            tokens_out,
+            tokens_out_failed,
+            length_checked,
+            length_mismatch,
+            goodput_requests,
+            goodput_tokens,
+            cpu_samples,
+            cpu_high,
+        ) = d["counters"]
+        self.sent += sent
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.tokens_out_failed += tokens_out_failed
+        self.length_checked += length_checked
+        self.length_mismatch += length_mismatch
+        self.goodput_requests += goodput_requests
+        self.goodput_tokens += goodput_tokens
+        self.cpu_samples += cpu_samples
+        self.cpu_high += cpu_high
+        for src, n in d["n_out_sources"].items():
+            self.n_out_sources[src] = self.n_out_sources.get(src, 0) + n
+        for src, n in d["n_in_sources"].items():
+            self.n_in_sources[src] = self.n_in_sources.get(src, 0) + n
+        self.sum_e2e += d["sum_e2e"]
+        if d["first_sent"] is not None and (self.first_sent is None or d["first_sent"] < self.first_sent):
+            self.first_sent = d["first_sent"]
+        if d["last_end"] is not None and (self.last_end is None or d["last_end"] > self.last_end):
+            self.last_end = d["last_end"]
+        self.cpu_max = max(self.cpu_max, d["cpu_max"])
+        for s, tokens, ok, failed in d["series"]:
+            b = _bucket(self.series, s)
+            b[0] += tokens
+            b[1] += ok
+            b[2] += failed
+
+    # ---- reading ----
+
+    @property
+    def finished(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def failed(self) -> int:
+        """Requests that failed; cancelled ones (in flight when the test stopped) are not failures."""
+        return sum(self.outcomes[k] for k in FAILURE_KINDS if k != Outcome.CANCELLED.value)
+
+    @property
+    def cancelled(self) -> int:
+        return self.outcomes[Outcome.CANCELLED.value]
+
+    @property
+    def empty(self) -> bool:
+        return self.sent == 0 and self.finished == 0
+
+
+def _bucket(series: dict[int, list[int]], sec: int) -> list[int]:
+    b = series.get(sec)
+    if b is None:
+        b = series[sec] = [0, 0, 0]
+    return b
+
+
+def _record_gaps(times: list[float], ntoks: list[int], itl: Histogram, inter_chunk: Histogram) -> float:
+    """ITL and inter-chunk samples for chunks 2..K; returns the largest per-token gap (s).
+
+    Equal consecutive samples (chunks that arrived in one read) are recorded once with a count.
+    """
+    itl_max_us = 0.0
+    prev = times[0] if times else 0.0
+    run_gap = run_n = -1
+    run_len = 0
+    for i in range(1, len(times)):
+        t = times[i]
+        gap_us = round((t - prev) * 1e6)
+        prev = t
+        n = ntoks[i]
+        if gap_us == run_gap and n == run_n:
+            run_len += 1
+            continue
+        if run_len:
+            itl_max_us = max(itl_max_us, _flush(run_gap, run_n, run_len, itl, inter_chunk))
+        run_gap, run_n, run_len = gap_us, n, 1
+    if run_len:
+        itl_max_us = max(itl_max_us, _flush(run_gap, run_n, run_len, itl, inter_chunk))
+    return itl_max_us / 1e6
+
+
+def _flush(gap_us: int, n: int, run_len: int, itl: Histogram, inter_chunk: Histogram) -> float:
+    if gap_us < 0:
+        gap_us = 0
+    inter_chunk.record_us(gap_us, run_len)
+    per_token = gap_us / n
+    itl.record_us(round(per_token), run_len * n)
+    return per_token
+
+
+def _meets(rec: RequestRecord, slos: dict[str, float], itl_max: float) -> bool:
+    for metric, limit in slos.items():
+        if metric == "itl_max":
+            value = itl_max
+        elif metric == "ttft":
+            value = rec.ttft
+        elif metric == "ttft_queue":
+            value = None if rec.t_first is None else rec.t_first - rec.t_sched
+        elif metric == "tpot":
+            value = rec.tpot
+        elif metric == "e2e":
+            value = rec.e2e
+        elif metric == "e2e_queue":
+            value = None if rec.t_end is None else rec.t_end - rec.t_sched
+        else:
+            raise ValueError(f"unknown SLO metric {metric!r}; known: {', '.join(SLO_METRICS)}")
+        if value is not None and value > limit:
+            return False
+    return True
+
+
+def figures(agg: Aggregate) -> dict[str, Any]:
+    """The whole-window figures of the metrics spec, in seconds and per-second units."""
+    span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
+    finished = agg.finished
+    ok = agg.outcomes.get(Outcome.OK.value, 0)
+    out: dict[str, Any] = {
+        "sent": agg.sent,
+        "finished": finished,
+        "ok": ok,
+        "failed": agg.failed,
+        "cancelled": agg.cancelled,
+        "outcomes": dict(agg.outcomes),
+        "errors": agg.errors,
+        "error_rate": (agg.failed / (finished - agg.cancelled)) if finished > agg.cancelled else 0.0,
+        "duration_s": span,
+        "tokens_in": agg.tokens_in,
+        "tokens_out": agg.tokens_out,
+        "tokens_out_failed": agg.tokens_out_failed,
+        "output_tokens_per_s": agg.tokens_out / span if span > 0 else 0.0,
+        "requests_per_s": ok / span if span > 0 else 0.0,
+        "goodput_requests_per_s": agg.goodput_requests / span if span > 0 else 0.0,
+        "goodput_tokens_per_s": agg.goodput_tokens / span if span > 0 else 0.0,
+        "concurrency": agg.sum_e2e / span if span > 0 else 0.0,
+        "n_out_sources": agg.n_out_sources,
+        "n_in_sources": agg.n_in_sources,
+        "length_checked": agg.length_checked,
+        "length_mismatch": agg.length_mismatch,
+        "latency": {k: agg.hist[k].summary() for k in LATENCIES},
+        "client": {
+            "loop_lag": agg.hist["loop_lag"].summary(),
+            "cpu_max_percent": agg.cpu_max,
+            "cpu_samples": agg.cpu_samples,
+            "cpu_high_samples": agg.cpu_high,
+        },
+    }
+    out["client"]["valid"] = client_valid(agg)
+    return out
+
+
+def client_valid(agg: Aggregate, lag_p99_limit: float = 0.005, cpu_high_share: float = 0.5) -> bool:
+    """False when the client itself may have distorted the figures (metrics spec)."""
+    lag = agg.hist["loop_lag"].percentile(99)
+    if lag is not None and lag > lag_p99_limit:
+        return False
+    return not (agg.cpu_samples and agg.cpu_high / agg.cpu_samples >= cpu_high_share)

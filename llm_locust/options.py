@@ -1,0 +1,117 @@
+"""The project's command-line options, added to Locust's parser, and the settings read from them.
+
+Locust passes custom options to workers only with the spawn message, so users read them at
+`on_start` (test start), never at import.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+
+from .client import Timeouts
+from .metrics.aggregate import SLO_METRICS
+from .protocols import API_NAMES
+
+DEFAULT_API = "openai-chat"
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def sample_trace_path() -> str:
+    return str(resources.files("llm_locust") / "data" / "sample_trace.jsonl")
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("llm-locust", "LLM inference server options")
+    g.add_argument("--api", default=DEFAULT_API, choices=API_NAMES, help="wire format of the server's streaming API")
+    g.add_argument("--model", default="", help="model name; default: the first one /v1/models lists")
+    g.add_argument(
+        "--api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        help="name of the environment variable holding the API key (sent as a Bearer token, never logged)",
+    )
+    g.add_argument("--trace", default="", help="workload trace file (JSONL or Azure CSV); default: bundled sample")
+    g.add_argument("--max-tokens", type=int, default=0, help="output tokens per request; default: the trace's")
+    g.add_argument("--max-tokens-cap", type=int, default=0, help="upper bound on the trace's output lengths")
+    g.add_argument(
+        "--no-force-length",
+        action="store_true",
+        default=False,
+        help="do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)",
+    )
+    g.add_argument("--continuous-usage", action="store_true", default=False, help="ask vLLM for usage on every chunk")
+    g.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to open a connection")
+    g.add_argument("--no-progress-timeout", type=float, default=60.0, help="seconds without a byte before giving up")
+    g.add_argument("--request-timeout", type=float, default=600.0, help="seconds for a whole request")
+    g.add_argument("--slo", default="", help=f"goodput SLOs in seconds, e.g. ttft=0.5,tpot=0.05 ({', '.join(SLO_METRICS)})")
+    g.add_argument("--results", default="", help="write the results JSON to this path")
+    g.add_argument("--seed", type=int, default=0, help="seed for prompt synthesis")
+
+
+def parse_slos(text: str) -> dict[str, float]:
+    slos: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or name not in SLO_METRICS:
+            raise ValueError(f"bad SLO {part!r}: expected METRIC=SECONDS with METRIC one of {', '.join(SLO_METRICS)}")
+        slos[name] = float(value)
+    return slos
+
+
+@dataclass(slots=True)
+class Settings:
+    api: str = DEFAULT_API
+    model: str = ""
+    api_key: str | None = field(default=None, repr=False)  # never printed
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    trace: str = ""
+    max_tokens: int = 0
+    max_tokens_cap: int = 0
+    force_length: bool = True
+    continuous_usage: bool = False
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    slos: dict[str, float] = field(default_factory=dict)
+    results: str = ""
+    seed: int = 0
+
+    @classmethod
+    def from_options(cls, opts) -> "Settings":
+        get = lambda name, default: getattr(opts, name, default) if opts is not None else default  # noqa: E731
+        key_env = get("api_key_env", DEFAULT_API_KEY_ENV)
+        return cls(
+            api=get("api", DEFAULT_API),
+            model=get("model", ""),
+            api_key=os.environ.get(key_env) or None,
+            api_key_env=key_env,
+            trace=get("trace", "") or sample_trace_path(),
+            max_tokens=get("max_tokens", 0),
+            max_tokens_cap=get("max_tokens_cap", 0),
+            force_length=not get("no_force_length", False),
+            continuous_usage=get("continuous_usage", False),
+            timeouts=Timeouts(
+                connect=get("connect_timeout", 10.0),
+                no_progress=get("no_progress_timeout", 60.0),
+                total=get("request_timeout", 600.0),
+            ),
+            slos=parse_slos(get("slo", "")),
+            results=get("results", ""),
+            seed=get("seed", 0),
+        )
+
+    def public(self) -> dict:
+        """Settings safe to store in results: the key's variable name, never the key."""
+        return {
+            "api": self.api,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "api_key_set": self.api_key is not None,
+            "trace": self.trace,
+            "max_tokens": self.max_tokens,
+            "max_tokens_cap": self.max_tokens_cap,
+            "force_length": self.force_length,
+            "continuous_usage": self.continuous_usage,
+            "timeouts": {"connect": self.timeouts.connect, "no_progress": self.timeouts.no_progress, "total": self.timeouts.total},
+            "slos": self.slos,
+            "seed": self.seed,
+        }

@@ -1,0 +1,67 @@
+"""Hooks llm-locust into Locust's events: options, metrics hub, end-of-run summary and results.
+
+Imported by `llm_locust.users`, so any locustfile that uses our users gets all of this, whether
+started by `llm-locust run` or by plain `locust -f`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from . import options
+from .metrics.aggregate import figures
+from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
+from .report.results import build_results, write_results
+from .report.summary import format_summary
+
+log = logging.getLogger(__name__)
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser, **_kw: Any) -> None:
+    options.add_arguments(parser)
+
+
+@events.init.add_listener
+def _on_init(environment, **_kw: Any) -> None:
+    h = install(environment)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        return
+    # validate options where they are given, before any load is sent
+    settings = options.Settings.from_options(environment.parsed_options)
+    h.slos = settings.slos
+
+    def on_quitting(**_kw: Any) -> None:
+        if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
+            log.warning("some workers did not report an idle state before shutdown; their last figures are used")
+
+    def on_quit(**_kw: Any) -> None:
+        if h.total.empty:
+            return
+        print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
+        if settings.results:
+            run = {
+                "host": environment.host,
+                "settings": settings.public(),
+                "started_at": h.started_at,
+                "ended_at": time.time(),
+                "runner": type(runner).__name__,
+                "server": h.info,
+            }
+            workers = [
+                {"id": w.client_id, "index": w.index, "reports": w.reports, "sent": w.sent,
+                 "finished": w.finished, "lost_at": w.lost_at}
+                for w in h.workers.values()
+            ]
+            write_results(settings.results, build_results(h.total, h.steps, run, workers))
+            print(f"results written to {settings.results}", flush=True)
+
+    environment.events.quitting.add_listener(on_quitting)
+    environment.events.quit.add_listener(on_quit)

@@ -1,0 +1,64 @@
+"""The end-of-run summary table, from `figures()` output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS = (
+    ("TTFT", "ttft"),
+    ("TTFT incl. queue", "ttft_queue"),
+    ("ITL", "itl"),
+    ("Inter-chunk", "inter_chunk"),
+    ("TPOT", "tpot"),
+    ("E2E", "e2e"),
+    ("Schedule lag", "schedule_lag"),
+)
+COLS = ("p50", "p90", "p99", "p99.9", "mean", "max")
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v * 1000:.1f}"
+
+
+def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> str:
+    lines = [title, ""]
+    head = f"{'latency (ms)':<18}{'count':>8}" + "".join(f"{c:>10}" for c in COLS)
+    lines += [head, "-" * len(head)]
+    for label, key in ROWS:
+        s = fig["latency"].get(key, {})
+        lines.append(f"{label:<18}{s.get('count', 0):>8}" + "".join(f"{_ms(s.get(c)):>10}" for c in COLS))
+    lines.append("")
+    lines.append(
+        f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']}"
+        f" (error rate {fig['error_rate'] * 100:.1f}%), cancelled at stop {fig['cancelled']},"
+        f" over {fig['duration_s']:.1f} s"
+    )
+    lines.append(
+        f"throughput: {fig['output_tokens_per_s']:.1f} output tokens/s, {fig['requests_per_s']:.2f} requests/s,"
+        f" concurrency (Little) {fig['concurrency']:.1f}"
+    )
+    lines.append(
+        f"tokens: in {fig['tokens_in']}, out {fig['tokens_out']} (sources {_kv(fig['n_out_sources'])});"
+        f" length mismatches {fig['length_mismatch']}/{fig['length_checked']}"
+    )
+    if fig.get("goodput_requests_per_s"):
+        lines.append(
+            f"goodput: {fig['goodput_requests_per_s']:.2f} requests/s, {fig['goodput_tokens_per_s']:.1f} tokens/s"
+        )
+    failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", "cancelled") and v}
+    if failures:
+        lines.append("failures by kind:")
+        for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):
+            first = next(iter(fig["errors"].get(kind, {})), "")
+            lines.append(f"  {kind:<14}{n:>7}  {first[:100]}")
+    client = fig["client"]
+    lag = client["loop_lag"].get("p99")
+    lines.append(
+        f"client: {'valid' if client['valid'] else 'SUSPECT (client saturated: figures may be distorted)'};"
+        f" loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%"
+    )
+    return "\n".join(lines)
+
+
+def _kv(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"

@@ -1,0 +1,178 @@
+"""Metrics core: histogram precision, per-request figures, exact merging across workers."""
+
+import random
+
+import msgpack
+import pytest
+
+from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.metrics.histogram import Histogram
+from llm_locust.records import Outcome, RequestRecord
+
+
+def exact_percentile(values, p):
+    """The HDR definition: the smallest recorded value with at least p% of samples at or below."""
+    s = sorted(values)
+    rank = max(1, int(p * len(s) / 100 + 0.5))  # nearest rank, rounded as HdrHistogram does
+    return s[rank - 1]
+
+
+def hdr(x):
+    """A value as the histogram reports it: within 3 significant digits."""
+    return pytest.approx(x, rel=1e-3, abs=1e-6)
+
+
+def close(a, b, rel=1e-3, abs_us=1.0):
+    return abs(a - b) <= max(abs(b) * rel, abs_us * 1e-6)
+
+
+def test_histogram_percentiles_within_three_significant_digits():
+    rng = random.Random(1)
+    values = [rng.lognormvariate(-3, 1.2) for _ in range(20000)]  # ~50 ms median, long tail
+    h = Histogram()
+    for v in values:
+        h.record(v)
+    s = h.summary()
+    assert s["count"] == len(values)
+    for p in (50, 90, 99, 99.9):
+        assert close(s[f"p{p:g}"], exact_percentile(values, p)), p
+    assert close(s["max"], max(values)) and close(s["min"], min(values))
+    assert s["mean"] == pytest.approx(sum(values) / len(values), rel=1e-3)
+
+
+def test_histogram_resolves_microseconds():
+    h = Histogram()
+    h.record(0.000_250)
+    h.record(0.000_251)
+    assert h.percentile(50) == pytest.approx(0.000_250, abs=1e-7)
+    assert h.percentile(100) == pytest.approx(0.000_251, abs=1e-7)
+
+
+def test_histogram_merge_via_encoding_is_exact():
+    rng = random.Random(2)
+    a, b, both = Histogram(), Histogram(), Histogram()
+    for i in range(5000):
+        v = rng.expovariate(20)
+        (a if i % 2 else b).record(v)
+        both.record(v)
+    merged = Histogram.decode(a.encode())
+    merged.merge_encoded(b.encode())
+    assert merged.summary() == both.summary()
+
+
+def make_record(t0=100.0, ttft=0.2, gaps=(0.04, 0.01, 0.01), ntoks=(1, 4, 1, 1), n_out=None, outcome=Outcome.OK, sched_lag=0.0):
+    times = [t0 + ttft]
+    for g in gaps:
+        times.append(times[-1] + g)
+    return RequestRecord(
+        request_id="r",
+        api="openai-chat",
+        t_sched=t0 - sched_lag,
+        t_sent=t0,
+        wall_sent=1_700_000_000.0 + t0,
+        t_headers=t0 + 0.01,
+        t_first=times[0],
+        t_first_content=times[0],
+        t_end=times[-1] + 0.001,
+        chunk_times=times,
+        chunk_tokens=list(ntoks),
+        n_out=sum(ntoks) if n_out is None else n_out,
+        n_in=10,
+        n_in_source="usage",
+        outcome=outcome,
+        error=None if outcome is Outcome.OK else "boom",
+    )
+
+
+def test_request_figures_follow_the_spec():
+    agg = Aggregate()
+    rec = make_record()
+    agg.add(rec)
+    h = agg.hist
+    assert h["ttft"].percentile(50) == hdr(0.2)
+    # ITL: chunk 2 (4 tokens after 40 ms) -> four 10 ms samples; chunks 3 and 4 -> 10 ms each
+    assert h["itl"].count == 6
+    assert h["itl"].percentile(100) == hdr(0.010)
+    # inter-chunk: one sample per chunk gap
+    assert h["inter_chunk"].count == 3
+    assert h["inter_chunk"].percentile(100) == hdr(0.040)
+    # TPOT = (t_last - t_first) / (N_out - 1) = 0.06 / 6
+    assert h["tpot"].percentile(50) == hdr(0.01)
+    assert h["e2e"].percentile(50) == hdr(0.261)
+    assert agg.tokens_out == 7 and agg.tokens_in == 10
+
+
+def test_failed_requests_count_but_stay_out_of_latencies():
+    agg = Aggregate()
+    agg.add(make_record())
+    agg.add(make_record(outcome=Outcome.TRUNCATED))
+    agg.add(make_record(outcome=Outcome.HTTP_ERROR, gaps=(), ntoks=()))
+    f = figures(agg)
+    assert f["ok"] == 1 and f["failed"] == 2
+    assert f["outcomes"]["truncated"] == 1 and f["outcomes"]["http_error"] == 1
+    assert f["latency"]["ttft"]["count"] == 1
+    assert f["errors"]["truncated"] == {"boom": 1}
+    assert f["tokens_out"] == 7 and f["tokens_out_failed"] == 7
+    assert f["error_rate"] == pytest.approx(2 / 3)
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    agg = Aggregate()
+    slos = {"ttft": 0.3, "tpot": 0.02}
+    agg.add(make_record(ttft=0.2), slos)  # meets both
+    agg.add(make_record(ttft=0.5), slos)  # TTFT too slow
+    agg.add(make_record(ttft=0.2, gaps=(0.2, 0.2, 0.2)), slos)  # TPOT too slow
+    assert agg.goodput_requests == 1 and agg.goodput_tokens == 7
+    with pytest.raises(ValueError, match="unknown SLO metric"):
+        agg.add(make_record(), {"latency": 1.0})
+
+
+def test_itl_max_slo_uses_the_largest_per_token_gap():
+    agg = Aggregate()
+    agg.add(make_record(gaps=(0.04, 0.01, 0.01)), {"itl_max": 0.011})  # 40 ms over 4 tokens = 10 ms
+    agg.add(make_record(gaps=(0.01, 0.03, 0.01)), {"itl_max": 0.011})  # 30 ms over 1 token
+    assert agg.goodput_requests == 1
+
+
+def test_throughput_and_littles_law_over_the_window():
+    agg = Aggregate()
+    for i in range(10):
+        agg.add(make_record(t0=100.0 + i * 0.1))
+    f = figures(agg)
+    span = (0.9 + 0.261)  # first send to last end
+    assert f["duration_s"] == pytest.approx(span, abs=1e-6)
+    assert f["output_tokens_per_s"] == pytest.approx(70 / span, rel=1e-6)
+    assert f["concurrency"] == pytest.approx(10 * 0.261 / span, rel=1e-6)
+    assert sum(b[0] for b in agg.series.values()) == 70  # every token lands in a second bucket
+
+
+def test_merge_of_worker_deltas_equals_one_aggregate():
+    rng = random.Random(3)
+    records = [
+        make_record(
+            t0=100 + i * 0.05,
+            ttft=rng.uniform(0.05, 0.5),
+            gaps=tuple(rng.uniform(0.005, 0.05) for _ in range(rng.randint(0, 30))),
+            ntoks=None or (1,),
+            outcome=Outcome.OK if rng.random() > 0.1 else Outcome.TIMEOUT,
+        )
+        for i in range(300)
+    ]
+    for r in records:  # one token per chunk
+        r.chunk_tokens = [1] * len(r.chunk_times)
+        r.n_out = len(r.chunk_times)
+    single = Aggregate()
+    workers = [Aggregate() for _ in range(3)]
+    for i, r in enumerate(records):
+        single.add_sent()
+        single.add(r, {"ttft": 0.3})
+        workers[i % 3].add_sent()
+        workers[i % 3].add(r, {"ttft": 0.3})
+    master = Aggregate()
+    for w in workers:
+        master.merge_wire(msgpack.unpackb(msgpack.packb(w.to_wire()), raw=False))
+    fm, fs = figures(master), figures(single)
+    # float sums differ only in summation order
+    assert fm.pop("concurrency") == pytest.approx(fs.pop("concurrency"), rel=1e-12)
+    assert fm == fs
+    assert master.series == single.series
