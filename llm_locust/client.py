@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import gevent
 from gevent import GreenletExit
-from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
 from .protocols import error_text, make_decoder
 from .protocols.base import CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
@@ -138,7 +138,7 @@ class StreamClient:
             rec.t_sent = time.perf_counter()
             rec.wall_sent = time.time()
             sock.sendall(data)
-            resp = HTTPSocketPoolResponse(sock, pool, block_size=READ_SIZE, method="POST")
+            resp = _Response(sock, block_size=READ_SIZE, method="POST")
             rec.t_headers = time.perf_counter()
             rec.status = status = resp.status_code
             if status < 200 or status >= 300:
@@ -147,24 +147,28 @@ class StreamClient:
                 raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {error_text(body)}")
             self._read_stream(resp, sock, rec, state)
         except _Ended:
-            _discard(resp, sock, pool)
             raise
         except socket.timeout:
-            _discard(resp, sock, pool)
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
         except HTTPConnectionClosed as e:
-            _discard(resp, sock, pool)
             kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
             raise _Ended(kind, f"connection closed: {e}") from None
+        except HTTPParseError as e:
+            if rec.t_headers is None:
+                raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: {e}") from None
+            raise _Ended(Outcome.STREAM_ERROR, f"invalid HTTP framing: {e}") from None
         except (OSError, ValueError) as e:  # resets, refused, HTTP parse errors
-            _discard(resp, sock, pool)
             kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
             raise _Ended(kind, f"{type(e).__name__}: {e}") from None
-        except BaseException:  # GreenletExit (stop), total timeout: never reuse a half-read socket
-            _discard(resp, sock, pool)
-            raise
+        finally:
+            # Exactly one of: back to the pool (body read to its end on a keep-alive
+            # connection), or closed (anything else, including a kill or the total timeout).
+            if resp is not None and resp.message_complete and not resp.should_close():
+                pool.return_socket(sock)
+            else:
+                pool.release_socket(sock)
 
-    def _read_stream(self, resp: HTTPSocketPoolResponse, sock, rec: RequestRecord, state: StreamState) -> None:
+    def _read_stream(self, resp: HTTPSocketResponse, sock, rec: RequestRecord, state: StreamState) -> None:
         adapter_feed = self.adapter.feed
         decoder = make_decoder(self.adapter)
         decode = decoder.feed
@@ -238,13 +242,13 @@ class StreamClient:
             rec.text = "".join(state.text)
 
 
-def _close_delimited(resp: HTTPSocketPoolResponse) -> bool:
+def _close_delimited(resp: HTTPSocketResponse) -> bool:
     """A body with neither Content-Length nor chunked encoding ends when the server closes."""
     te = (resp.get("transfer-encoding") or "").lower()
     return resp.content_length is None and "chunked" not in te
 
 
-def _read_limited(resp: HTTPSocketPoolResponse, limit: int) -> bytes:
+def _read_limited(resp: HTTPSocketResponse, limit: int) -> bytes:
     out = bytearray()
     try:
         while len(out) < limit:
@@ -257,11 +261,12 @@ def _read_limited(resp: HTTPSocketPoolResponse, limit: int) -> bytes:
     return bytes(out)
 
 
-def _discard(resp, sock, pool) -> None:
-    """Close a connection whose response was not read to its end."""
-    if resp is not None:
-        if resp._sock is None:  # already released (message complete)
-            return
-        resp._sock = None
-        resp._pool = None
-    pool.release_socket(sock)
+class _Response(HTTPSocketResponse):
+    """geventhttpclient's response parser, minus its socket handling: the client decides
+    whether a connection goes back to the pool or is closed (see StreamClient._exchange)."""
+
+    def release(self) -> None:
+        self._sock = None
+
+    def __del__(self) -> None:
+        pass

@@ -46,6 +46,11 @@ def add_arguments(parser) -> None:
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds for a whole request")
     g.add_argument("--slo", default="", help=f"goodput SLOs in seconds, e.g. ttft=0.5,tpot=0.05 ({', '.join(SLO_METRICS)})")
     g.add_argument("--results", default="", help="write the results JSON to this path")
+    g.add_argument(
+        "--record-log",
+        default="",
+        help="append one JSON line per finished request to this file (workers add .workerN)",
+    )
     g.add_argument("--seed", type=int, default=0, help="seed for prompt synthesis")
 
 

@@ -18,6 +18,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from ..records import RequestRecord
 from .aggregate import Aggregate
+from .recordlog import RecordLog
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class MetricsHub:
         self._monitors: list[gevent.Greenlet] = []
         self.started_at: float | None = None
         self.info: dict[str, Any] = {}  # facts learned while running (e.g. the model name)
+        self.record_log: RecordLog | None = None
 
     # ---- recording, on the process that sends requests ----
 
@@ -88,6 +90,8 @@ class MetricsHub:
 
     def on_done(self, rec: RequestRecord) -> None:
         self.in_flight -= 1
+        if self.record_log is not None:
+            self.record_log.write(rec)
         for agg in self._sink(rec.step):
             agg.add(rec, self.slos)
 
@@ -203,9 +207,17 @@ def install(environment: Environment) -> MetricsHub:
         def on_start(**_kw: Any) -> None:
             h.started_at = time.time()
             h.start_monitors()
+            path = getattr(environment.parsed_options, "record_log", "")
+            if path and h.record_log is None:
+                if isinstance(runner, WorkerRunner):
+                    path = f"{path}.worker{runner.worker_index}"
+                h.record_log = RecordLog(path)
 
         def on_stop(**_kw: Any) -> None:
             h.stop_monitors()
+            if h.record_log is not None:
+                h.record_log.close()
+                h.record_log = None
 
         events.test_start.add_listener(on_start)
         events.test_stop.add_listener(on_stop)

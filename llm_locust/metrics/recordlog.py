@@ -1,0 +1,48 @@
+"""Optional raw log: one JSON line per finished request, for audits and ground-truth checks."""
+
+from __future__ import annotations
+
+import orjson
+
+from ..records import RequestRecord
+
+
+def record_dict(rec: RequestRecord) -> dict:
+    t0 = rec.t_sent
+    rel = lambda t: None if t is None else t - t0  # noqa: E731
+    return {
+        "id": rec.request_id,
+        "api": rec.api,
+        "step": rec.step,
+        "outcome": rec.outcome.value,
+        "status": rec.status,
+        "error": rec.error,
+        "wall_sent": rec.wall_sent,
+        "t_sent": t0,  # perf_counter seconds on the sending worker; the others are relative to it
+        "sched": rel(rec.t_sched),
+        "headers": rel(rec.t_headers),
+        "first": rel(rec.t_first),
+        "first_content": rel(rec.t_first_content),
+        "end": rel(rec.t_end),
+        "chunks": [t - t0 for t in rec.chunk_times],
+        "chunk_tokens": rec.chunk_tokens,
+        "n_out": rec.n_out,
+        "n_out_source": rec.n_out_source,
+        "n_in": rec.n_in,
+        "n_in_source": rec.n_in_source,
+        "requested_out": rec.requested_out,
+        "finish_reason": rec.finish_reason,
+    }
+
+
+class RecordLog:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._f = open(path, "ab", buffering=1 << 16)
+
+    def write(self, rec: RequestRecord) -> None:
+        self._f.write(orjson.dumps(record_dict(rec)) + b"\n")
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()

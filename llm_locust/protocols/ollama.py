@@ -1,0 +1,78 @@
+"""Ollama native streaming, newline-delimited JSON: POST /api/generate and /api/chat.
+
+The final object has `done: true` with eval_count (output tokens), prompt_eval_count and
+done_reason; it may still carry the last piece of text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
+from .openai import error_message, load_object, spec_messages, spec_prompt
+
+
+class OllamaAdapter:
+    framing = "ndjson"
+    end_marker = True
+
+    def __init__(self, name: str, path: str, chat: bool) -> None:
+        self.name = name
+        self.path = path
+        self.chat = chat
+
+    def __repr__(self) -> str:
+        return f"OllamaAdapter({self.name!r})"
+
+    def request(self, spec: RequestSpec) -> tuple[str, bytes]:
+        # Ollama has no ignore_eos/min_tokens option: force_length cannot be honoured here.
+        body: dict[str, Any] = {}
+        if spec.model is not None:
+            body["model"] = spec.model
+        if self.chat:
+            body["messages"] = spec_messages(spec)
+        else:
+            body["prompt"] = spec_prompt(spec)
+        body["stream"] = True
+        if spec.max_tokens is not None:
+            body["options"] = {"num_predict": spec.max_tokens}
+        body.update(spec.extra_body)
+        return self.path, orjson.dumps(body)
+
+    def feed(self, payload: bytes, state: StreamState) -> int:
+        obj = load_object(payload)
+        if obj is None:
+            return NO_TOKEN
+        if self.chat:
+            message = obj.get("message") or {}
+            text = message.get("content")
+            thinking = message.get("thinking")
+        else:
+            text = obj.get("response")
+            thinking = obj.get("thinking")
+        kind = NO_TOKEN
+        if text:
+            kind = CONTENT
+            if state.collect_text:
+                state.text.append(text)
+        if thinking:
+            kind = kind or REASONING
+            if state.collect_text:
+                state.reasoning.append(thinking)
+        if obj.get("done"):
+            state.done = True
+            state.finish_reason = obj.get("done_reason") or state.finish_reason
+            if obj.get("eval_count") is not None:
+                state.usage_out = obj["eval_count"]
+            if obj.get("prompt_eval_count") is not None:
+                state.usage_in = obj["prompt_eval_count"]
+        err = obj.get("error")
+        if err is not None:
+            state.error = error_message(err)
+        return kind
+
+
+GENERATE = OllamaAdapter("ollama-generate", "/api/generate", chat=False)
+CHAT = OllamaAdapter("ollama-chat", "/api/chat", chat=True)

@@ -1,0 +1,7 @@
+"""Simulated inference server: a continuous-batching model behind an OpenAI-compatible HTTP API.
+
+Self-contained: imports nothing from the rest of llm_locust (nor locust/gevent).
+"""
+from .model import Engine, Seq, SimConfig, capacity, decode_rate, iteration_time, simulate
+
+__all__ = ["Engine", "Seq", "SimConfig", "capacity", "decode_rate", "iteration_time", "simulate"]

@@ -1,0 +1,62 @@
+"""`llm-locust sim` / `python -m llm_locust.sim`: run the simulated inference server."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from .model import SimConfig
+from .server import Options, parse_fault, serve
+
+
+def fault_arg(text: str):
+    spec, sep, rate = text.rpartition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected SPEC=RATE, e.g. http500=0.01")
+    try:
+        fault, r = parse_fault(spec), float(rate)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 <= r <= 1:
+        raise argparse.ArgumentTypeError("rate must be within [0, 1]")
+    return fault, r
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llm-locust sim", description=(
+        "Simulated OpenAI-compatible LLM server over a continuous-batching model. "
+        "Prints 'llm-locust sim listening on http://HOST:PORT' as its first stdout line."))
+    d = SimConfig()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    p.add_argument("--model", default="llm-locust-sim", help="served model name")
+    p.add_argument("--slots", type=int, default=d.slots, help="batch slots (default %(default)s)")
+    p.add_argument("--kv-tokens", type=int, default=d.kv_tokens, help="KV-cache budget in tokens (default %(default)s)")
+    p.add_argument("--iter-base", type=float, default=d.iter_base, metavar="A", help="seconds per iteration (default %(default)s)")
+    p.add_argument("--iter-per-seq", type=float, default=d.iter_per_seq, metavar="B", help="seconds per running sequence (default %(default)s)")
+    p.add_argument("--iter-per-prefill-token", type=float, default=d.iter_per_prefill_token, metavar="C",
+                   help="seconds per prompt token prefilled in the iteration (default %(default)s)")
+    p.add_argument("--eos-mean", type=float, default=None, metavar="N",
+                   help="stop early at a random EOS, geometric with mean N tokens (default: off, always max_tokens)")
+    p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request has none (default 16)")
+    p.add_argument("--fast", action="store_true", help="no pacing: write every token as fast as possible")
+    p.add_argument("--token-log", metavar="PATH", help="append one JSON line per finished request")
+    p.add_argument("--fault", type=fault_arg, action="append", default=[], metavar="SPEC=RATE",
+                   help="random fault for RATE of requests: http500, http429, stream_error@K, truncate@K, "
+                        "stall@K:SECONDS, slow_headers:SECONDS (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed for EOS and fault draws")
+    p.add_argument("--uvloop", action="store_true", help="use uvloop (must be installed)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token)
+    if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
+        build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
+    opts = Options(sim=cfg, host=a.host, port=a.port, model=a.model, fast=a.fast, eos_mean=a.eos_mean,
+                   default_max_tokens=a.default_max_tokens, token_log=a.token_log, faults=a.fault, seed=a.seed)
+    if a.uvloop:
+        import uvloop
+        uvloop.install()
+    asyncio.run(serve(opts))
+    return 0

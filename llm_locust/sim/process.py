@@ -1,0 +1,85 @@
+"""Run the simulator as a subprocess (for tests, benchmarks and the CLI)."""
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+
+
+def to_args(options: dict) -> list[str]:
+    """slots=4 -> --slots 4; fast=True -> --fast; False/None dropped; lists repeat the flag;
+    fault={"http500": 0.1} -> --fault http500=0.1."""
+    args = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, dict):
+            args += [x for k, v in value.items() for x in (flag, f"{k}={v}")]
+        elif isinstance(value, (list, tuple)):
+            args += [x for v in value for x in (flag, str(v))]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+class SimProcess:
+    """`with SimProcess(slots=4, iter_base=0.01) as sim: ... sim.url ...`
+
+    Starts `python -m llm_locust.sim --port 0 ...`, waits for the URL line it prints first, and
+    stops it (SIGTERM, then SIGKILL) on exit. Keyword options are CLI flags (see to_args).
+    """
+
+    def __init__(self, *, startup_timeout: float = 30.0, python: str | None = None,
+                 stderr=None, **options):
+        options.setdefault("port", 0)
+        self.options = options
+        self.cmd = [python or sys.executable, "-m", "llm_locust.sim", *to_args(options)]
+        self.startup_timeout = startup_timeout
+        self.stderr = stderr
+        self.proc: subprocess.Popen | None = None
+        self.url = self.host = ""
+        self.port = 0
+
+    def start(self) -> "SimProcess":
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        with selectors.DefaultSelector() as sel:  # wait for the first line, with a deadline
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(self.startup_timeout)
+        line = self.proc.stdout.readline().decode().strip() if ready else ""
+        if "http://" not in line:
+            self.stop()
+            raise RuntimeError(f"simulator did not start ({self.cmd}): {line!r}")
+        self.url = line[line.index("http://"):]
+        hostport = self.url[len("http://"):]
+        self.host, _, port = hostport.rpartition(":")
+        self.port = int(port)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def __enter__(self) -> "SimProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,635 @@
+"""OpenAI-compatible streaming server over the batching model, on a raw asyncio.Protocol.
+
+HTTP/1.1 with keep-alive (and pipelining), chunked transfer encoding for streams. Responses
+imitate vLLM's bytes. All chunks a stream gets in one engine iteration leave in one write.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import math
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from time import perf_counter
+
+import orjson
+
+from .model import Engine, Seq, SimConfig
+
+FINGERPRINT = "llm-locust-sim"
+VOCAB = (
+    " the of and to in is was for on that with as by at from it an be this are or which but not"
+    " have had one all were they their new more has been would first other its time also after"
+    " two into only over most some when can could these may made such years world city state"
+    " between during under part like through"
+).split(" ")[1:]
+VOCAB = [" " + w for w in VOCAB][:64]
+VMASK = len(VOCAB) - 1  # 64 words: index with & VMASK
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+           500: "Internal Server Error"}
+MAX_HEAD, MAX_BODY, FAST_BATCH = 65536, 64 << 20, 64
+END = b"0\r\n\r\n"  # the last chunk of a chunked body
+
+
+def frame(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+DONE = frame(b"data: [DONE]\n\n")
+# what follows the token text inside a token chunk, keyed by chat?; vLLM's final chat chunk gains stop_reason
+TAIL = {False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+        True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]'}
+TAIL_END = {False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+            True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]'}
+# the common case, pre-rendered per vocabulary word: word + tail of a non-final chunk without usage
+MIDS = {chat: [w.encode() + TAIL[chat] + b"}\n\n" for w in VOCAB] for chat in (False, True)}
+
+
+@dataclass
+class Fault:
+    kind: str  # http500 | http429 | stream_error | truncate | stall | slow_headers
+    k: int = 0
+    seconds: float = 0.0
+    spec: str = ""
+
+
+def parse_fault(spec: str) -> Fault:
+    s = spec.strip()
+    if s in ("http500", "http429"):
+        return Fault(s, spec=s)
+    kind, sep, arg = s.partition("@") if "@" in s else s.partition(":")
+    if not sep:
+        raise ValueError(f"bad fault spec {spec!r}")
+    if kind == "slow_headers":
+        return Fault(kind, seconds=float(arg), spec=s)
+    if kind == "stall":
+        k, _, sec = arg.partition(":")
+        return Fault(kind, int(k), float(sec), s)
+    if kind in ("stream_error", "truncate"):
+        return Fault(kind, int(arg), spec=s)
+    raise ValueError(f"bad fault spec {spec!r}")
+
+
+@dataclass
+class Options:
+    sim: SimConfig = field(default_factory=SimConfig)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "llm-locust-sim"
+    fast: bool = False
+    eos_mean: float | None = None
+    default_max_tokens: int = 16
+    token_log: str | None = None
+    faults: list = field(default_factory=list)  # [(Fault, rate)]
+    seed: int = 0
+
+
+class BadRequest(Exception):
+    pass
+
+
+def error_json(msg: str, typ: str, code: int) -> bytes:
+    return orjson.dumps({"error": {"message": msg, "type": typ, "param": None, "code": code}})
+
+
+def count_words(x) -> int:
+    if isinstance(x, str):
+        return len(x.split())
+    if isinstance(x, list):
+        if x and all(isinstance(t, int) for t in x):
+            return len(x)  # token ids
+        return sum(count_words(t) for t in x)
+    if isinstance(x, dict):  # a content part
+        return count_words(x.get("text", ""))
+    return 0
+
+
+def count_prompt(req: dict, chat: bool) -> int:
+    if chat:
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            raise BadRequest("'messages' must be a non-empty list of objects")
+        n = sum(count_words(m.get("content") or "") for m in msgs)
+    else:
+        if "prompt" not in req:
+            raise BadRequest("'prompt' is required")
+        n = count_words(req["prompt"])
+    return max(1, n)
+
+
+def int_field(req: dict, name: str, default: int, lo: int) -> int:
+    v = req.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise BadRequest(f"'{name}' must be an integer >= {lo}")
+    return v
+
+
+class Conn(asyncio.Protocol):
+    """One client connection: parses requests, one at a time, and owns the transport."""
+
+    def __init__(self, app: "App"):
+        self.app = app
+        self.buf = bytearray()
+        self.transport = None
+        self.busy = False  # a response is in progress
+        self.closed = False
+        self.keep_alive = True
+        self.stream: Stream | None = None
+        self.paused = False  # transport buffer above its high-water mark
+        self._looping = False
+        self.continued = False  # sent "100 Continue" for the request being read
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.buf += data
+        if not self.busy:
+            self.next_request()
+
+    def connection_lost(self, exc):
+        self.closed = True
+        if self.stream is not None:
+            self.stream.abort("cancelled")
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        if self.stream is not None and self.stream.wait_write:
+            self.stream.wait_write = False
+            self.stream.pump()
+
+    def write(self, data: bytes):
+        if not self.closed:
+            self.transport.write(data)
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def next_request(self):
+        if self._looping:  # a response finished synchronously inside the loop below
+            return
+        self._looping = True
+        try:
+            while not self.busy and not self.closed and self.buf:
+                req = self._parse()
+                if req is None:
+                    return
+                self.busy = True
+                try:
+                    self.app.handle(self, *req)
+                except Exception as e:  # never let one request take the server down
+                    print(f"llm-locust sim: internal error: {e!r}", file=sys.stderr)
+                    if self.busy and self.stream is None:
+                        self.respond(500, error_json("internal error", "InternalServerError", 500))
+                    elif self.busy:
+                        self.close()
+        finally:
+            self._looping = False
+
+    def _parse(self):
+        buf = self.buf
+        i = buf.find(b"\r\n\r\n")
+        if i < 0:
+            if len(buf) > MAX_HEAD:
+                self._fatal(431, "request head too large")
+            return None
+        try:
+            lines = bytes(buf[:i]).decode("latin-1").split("\r\n")
+            method, target, version = lines[0].split(" ")
+            headers = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            n = int(headers.get("content-length", "0"))
+            if n < 0 or "transfer-encoding" in headers:
+                raise ValueError("only Content-Length request bodies are supported")
+        except ValueError as e:
+            self._fatal(400, f"malformed request: {e}")
+            return None
+        if n > MAX_BODY:
+            self._fatal(413, "body too large")
+            return None
+        if len(buf) < i + 4 + n:
+            if headers.get("expect", "").lower() == "100-continue" and not self.continued:
+                self.continued = True
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return None
+        self.continued = False
+        body = bytes(buf[i + 4:i + 4 + n])
+        del buf[:i + 4 + n]
+        conn_hdr = headers.get("connection", "").lower()
+        self.keep_alive = conn_hdr != "close" and (version == "HTTP/1.1" or conn_hdr == "keep-alive")
+        return method, target.split("?", 1)[0], headers, body, perf_counter()
+
+    def _fatal(self, status, msg):
+        self.keep_alive = False
+        self.busy = True
+        self.respond(status, error_json(msg, "BadRequestError", status))
+
+    def head(self, status: int, ctype: bytes, length: int | None, extra: bytes = b"") -> bytes:
+        return b"HTTP/1.1 %d %s\r\nserver: llm-locust-sim\r\ncontent-type: %s\r\n%s%s%s\r\n" % (
+            status, REASONS.get(status, "Error").encode(), ctype,
+            b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length,
+            b"" if self.keep_alive else b"connection: close\r\n", extra)
+
+    def respond(self, status: int, body: bytes, ctype=b"application/json", extra=b""):
+        self.write(self.head(status, ctype, len(body), extra) + body)
+        self.done()
+
+    def done(self):
+        """The current response is complete: close, or serve the next pipelined request."""
+        self.stream = None
+        self.busy = False
+        if not self.keep_alive:
+            self.close()
+        elif self.buf:
+            self.next_request()
+
+
+class Stream:
+    """One generation request: renders its chunks and tracks its timeline."""
+
+    def __init__(self, app, conn, rid, chat, stream, n_in, max_tokens, target, fault, usage, cont, t_recv):
+        self.app, self.conn, self.rid, self.chat, self.stream = app, conn, rid, chat, stream
+        self.n_in, self.max_tokens, self.target, self.fault = n_in, max_tokens, target, fault
+        self.usage, self.cont, self.t_recv = usage, cont, t_recv
+        self.n_out = 0
+        self.t_tokens: list[float] = []
+        self.ended = False
+        self.wait_write = False
+        self.seq: Seq | None = None
+        self.counted = False  # fast mode: counted in app.active
+        self.w0 = app.n_requests & VMASK
+        self.reason = "length" if target == max_tokens else "stop"
+        self.head_json = b'{"id":"%s-%016x","object":"%s","created":%d,"model":"%s"' % (
+            b"chatcmpl" if chat else b"cmpl", app.n_requests,
+            b"chat.completion.chunk" if stream and chat else b"chat.completion" if chat else b"text_completion",
+            int(time.time()), app.model_b)
+        self.prefix = b"data: " + self.head_json + (
+            b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
+
+    # -- lifecycle --
+    def start(self):
+        """Headers out (stream), then into the engine (or straight to pumping in fast mode)."""
+        if self.conn.closed:
+            return self.abort("cancelled")
+        if self.stream:
+            self.conn.write(self.conn.head(200, b"text/event-stream; charset=utf-8", None, self.app.rid_header(self)))
+        f = self.fault
+        if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
+            parts = []
+            self._cut(parts)
+            return self._flush(parts)
+        if f and f.k == 0 and f.kind == "stall":
+            self.app.loop.call_later(f.seconds, self._submit)
+        else:
+            self._submit()
+
+    def _submit(self):
+        if self.ended:
+            return
+        if self.app.opts.fast:
+            self.app.active += 1
+            self.counted = True
+            self.pump()
+        else:
+            self.seq = Seq(self.n_in, self.target, self.n_in + self.max_tokens, owner=self)
+            self.app.engine.submit(self.seq)
+            self.app.kick()
+
+    def pump(self):
+        """Fast mode: emit up to FAST_BATCH tokens in one write, then yield to the loop."""
+        if self.ended:
+            return
+        parts: list[bytes] = []
+        for _ in range(FAST_BATCH):
+            self.n_out += 1
+            after = self._token(parts)
+            if after:
+                break
+        self._flush(parts, after)
+        if self.ended or after == "stall":
+            return
+        if self.conn.paused:
+            self.wait_write = True
+        else:
+            self.app.loop.call_soon(self.pump)
+
+    def on_engine_token(self):
+        self.n_out += 1
+        parts: list[bytes] = []
+        self._flush(parts, self._token(parts))
+
+    def _token(self, parts: list) -> str | None:
+        """Render token n_out into parts; returns what must happen after the write, if anything."""
+        n = self.n_out
+        app = self.app
+        self.t_tokens.append(perf_counter())
+        app.gen_tokens += 1
+        if n == 1:
+            app.first_token(self)
+        f = self.fault
+        cut = f is not None and f.k == n and f.kind in ("stream_error", "truncate")
+        last = n >= self.target and not cut
+        if self.stream:
+            if n == 1 and self.chat:
+                parts.append(frame(b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+                                   + self._usage_field(0) + b',"prompt_token_ids":null,"prompt_text":null}\n\n'))
+            word = (self.w0 + n) & VMASK
+            if last or self.cont:
+                tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
+                parts.append(frame(self.prefix + VOCAB[word].encode() + tail + self._usage_field(n) + b"}\n\n"))
+            else:
+                mid = MIDS[self.chat][word]
+                parts.append(b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid))
+        if cut:
+            return self._cut(parts)
+        if last:
+            self._finish(parts)
+            return "end"
+        if f is not None and f.kind == "stall" and f.k == n:
+            if self.seq is not None:
+                self.seq.paused = True
+            app.loop.call_later(f.seconds, self._resume)
+            return "stall"
+        return None
+
+    def _usage_field(self, n: int) -> bytes:
+        if not self.cont:
+            return b""
+        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (self.n_in, self.n_in + n, n)
+
+    def _finish(self, parts):
+        n = self.n_out
+        app = self.app
+        app.success[self.reason] = app.success.get(self.reason, 0) + 1
+        usage = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
+        if self.stream:
+            if self.usage:
+                parts.append(frame(b"data: " + self.head_json + b',"choices":[],"usage":' + orjson.dumps(usage)
+                                   + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n'))
+            parts.append(DONE + END)
+        else:
+            text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.chat else {"index": 0, "text": text}
+            choice.update(logprobs=None, finish_reason=self.reason, stop_reason=None)
+            body = self.head_json + b',"choices":[' + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage) + b"}"
+            parts.append(self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body)
+        self._log("ok", 200)
+
+    def _cut(self, parts) -> str:
+        if self.fault.kind == "truncate":
+            self._log("truncated", 200)
+            return "close"
+        msg = f"simulated stream error after {self.n_out} tokens"
+        if self.stream:
+            err = json.dumps({"error": {"message": msg, "type": "InternalServerError", "param": None, "code": 500}})
+            parts.append(frame(b"data: %s\n\n" % err.encode()) + DONE + END)
+            self._log("stream_error", 200)
+        else:
+            body = error_json(msg, "InternalServerError", 500)
+            parts.append(self.conn.head(500, b"application/json", len(body)) + body)
+            self._log("http_error", 500)
+        return "end"
+
+    def _flush(self, parts, after=None):
+        if parts:
+            self.conn.write(b"".join(parts))
+        if after in ("end", "close"):
+            self._release()
+            if after == "close":
+                self.conn.close()
+            else:
+                self.conn.done()
+
+    def _resume(self):
+        if self.ended:
+            return
+        if self.seq is not None:
+            self.seq.paused = False
+            self.app.kick()
+        else:
+            self.pump()
+
+    def abort(self, outcome: str):
+        if self.ended:
+            return
+        self._release()
+        self._log(outcome, 200)
+
+    def _release(self):
+        self.ended = True
+        if self.seq is not None:
+            self.app.engine.cancel(self.seq)  # a no-op when it finished normally
+            self.app.kick()  # a freed slot may let a waiting request in while the engine idles
+        if self.counted:
+            self.counted = False
+            self.app.active -= 1
+
+    def _log(self, outcome: str, status: int):
+        self.ended = True
+        self.app.log(self, outcome, status)
+
+
+class App:
+    def __init__(self, opts: Options, loop):
+        self.opts, self.loop = opts, loop
+        self.model_b = opts.model.encode()
+        self.engine = Engine(opts.sim)
+        self.timer = None
+        self.end_at = 0.0
+        self.rng_eos = random.Random(opts.seed)
+        self.rng_fault = random.Random(opts.seed + 1)
+        self.n_requests = 0
+        self.active = 0  # fast mode's running streams
+        self.gen_tokens = self.prompt_tokens = 0
+        self.success: dict[str, int] = {}
+        self.ttft = [0] * (len(TTFT_BUCKETS) + 1)
+        self.ttft_sum = 0.0
+        self.logf = open(opts.token_log, "ab", buffering=0) if opts.token_log else None
+
+    # -- the engine loop: iteration ends are planned from the previous planned end, never from now --
+    def kick(self):
+        if self.timer is None:
+            self._begin(perf_counter())
+
+    def _begin(self, start: float):
+        dur = self.engine.begin()
+        if dur is None:
+            self.timer = None  # idle until a request arrives or a stall ends
+            return
+        self.end_at = start + dur
+        self.timer = self.loop.call_at(self.loop.time() + (self.end_at - perf_counter()), self._on_end)
+
+    def _on_end(self):
+        for seq in self.engine.end():
+            seq.owner.on_engine_token()
+        self._begin(self.end_at)
+
+    # -- requests --
+    def handle(self, conn: Conn, method: str, path: str, headers: dict, body: bytes, t_recv: float):
+        gen = path in ("/v1/completions", "/v1/chat/completions")
+        allowed = "POST" if gen else "GET"
+        known = gen or path in ("/v1/models", "/health", "/metrics")
+        if not known:
+            return conn.respond(404, b'{"detail":"Not Found"}')
+        if method != allowed:
+            return conn.respond(405, b'{"detail":"Method Not Allowed"}')
+        if path == "/health":
+            return conn.respond(200, b"")
+        if path == "/metrics":
+            return conn.respond(200, self.metrics().encode(), b"text/plain; version=0.0.4; charset=utf-8")
+        if path == "/v1/models":
+            return conn.respond(200, orjson.dumps({"object": "list", "data": [{
+                "id": self.opts.model, "object": "model", "created": int(time.time()), "owned_by": FINGERPRINT,
+                "root": self.opts.model, "parent": None, "max_model_len": self.opts.sim.kv_tokens}]}))
+        try:
+            st = self._new_stream(conn, path.endswith("chat/completions"), headers, body, t_recv)
+        except BadRequest as e:
+            return conn.respond(400, error_json(str(e), "BadRequestError", 400))
+        conn.stream = st
+        f = st.fault
+        if f and f.kind in ("http500", "http429"):
+            code = 500 if f.kind == "http500" else 429
+            st._log("http_error", code)
+            conn.stream = None
+            typ = "InternalServerError" if code == 500 else "TooManyRequests"
+            return conn.respond(code, error_json(f"simulated {f.kind}", typ, code),
+                                extra=b"retry-after: 1\r\n" if code == 429 else b"")
+        if f and f.kind == "slow_headers":
+            self.loop.call_later(f.seconds, st.start)
+        else:
+            st.start()
+
+    def _new_stream(self, conn, chat, headers, body, t_recv) -> Stream:
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise BadRequest(f"malformed JSON body: {e}") from None
+        if not isinstance(req, dict):
+            raise BadRequest("body must be a JSON object")
+        n_in = count_prompt(req, chat)
+        mt_name = "max_completion_tokens" if chat and req.get("max_tokens") is None else "max_tokens"
+        max_tokens = int_field(req, mt_name, self.opts.default_max_tokens, 1)
+        min_tokens = int_field(req, "min_tokens", 0, 0)
+        if min_tokens > max_tokens:
+            raise BadRequest("'min_tokens' must be <= 'max_tokens'")
+        if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
+            raise BadRequest(f"prompt ({n_in}) + max_tokens ({max_tokens}) exceeds the KV cache "
+                             f"({self.opts.sim.kv_tokens} tokens)")
+        so = req.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise BadRequest("'stream_options' must be an object")
+        if "x-sim-fault" in headers:
+            try:
+                fault = parse_fault(headers["x-sim-fault"])
+            except ValueError as e:
+                raise BadRequest(str(e)) from None
+        else:
+            fault = self._draw_fault()
+        self.n_requests += 1
+        rid = headers.get("x-request-id") or f"sim-{self.n_requests}"
+        target = self._draw_length(max_tokens, min_tokens, bool(req.get("ignore_eos")))
+        return Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
+                      bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv)
+
+    def _draw_length(self, max_tokens, min_tokens, ignore_eos) -> int:
+        m = self.opts.eos_mean
+        if ignore_eos or not m:
+            return max_tokens
+        # geometric: every token is EOS with probability 1/m, so the mean length is m (before clamping)
+        u = self.rng_eos.random()
+        n = 1 if m <= 1 else 1 + int(math.log(1.0 - u) / math.log(1.0 - 1.0 / m))
+        return min(max_tokens, max(n, min_tokens, 1))
+
+    def _draw_fault(self) -> Fault | None:
+        if not self.opts.faults:
+            return None
+        u = self.rng_fault.random()
+        for fault, rate in self.opts.faults:
+            if u < rate:
+                return fault
+            u -= rate
+        return None
+
+    def rid_header(self, st: Stream) -> bytes:
+        return b"x-request-id: %s\r\n" % st.rid.encode("latin-1", "replace")
+
+    def first_token(self, st: Stream):
+        ttft = st.t_tokens[0] - st.t_recv
+        self.ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+        self.ttft_sum += ttft
+        self.prompt_tokens += st.n_in
+
+    def log(self, st: Stream, outcome: str, status: int):
+        if self.logf is not None:
+            self.logf.write(orjson.dumps({
+                "id": st.rid, "t_recv": st.t_recv, "t_tokens": st.t_tokens, "n_in": st.n_in, "n_out": st.n_out,
+                "outcome": outcome, "status": status, "fault": st.fault.spec if st.fault else None,
+                "finish_reason": st.reason if outcome == "ok" else None}) + b"\n")
+
+    def metrics(self) -> str:
+        e = self.engine
+        running = self.active if self.opts.fast else len(e.running)
+        lab = f'model_name="{self.opts.model}"'
+        out = []
+
+        def one(name, typ, help_, samples):
+            out.append(f"# HELP {name} {help_}\n# TYPE {name} {typ}\n")
+            out.extend(f"{name}{{{labels}}} {float(v)}\n" for labels, v in samples)
+
+        one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [(lab, running)])
+        one("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lab, len(e.waiting))])
+        one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(lab, e.kv_usage)])
+        one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
+        one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [(lab, self.gen_tokens)])
+        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, 0)])
+        one("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+            [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")])
+        name = "vllm:time_to_first_token_seconds"
+        out.append(f"# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram\n")
+        acc = 0
+        for le, c in zip([*map(str, TTFT_BUCKETS), "+Inf"], self.ttft):
+            acc += c
+            out.append(f'{name}_bucket{{le="{le}",{lab}}} {float(acc)}\n')
+        out.append(f"{name}_count{{{lab}}} {float(acc)}\n{name}_sum{{{lab}}} {self.ttft_sum}\n")
+        return "".join(out)
+
+    def close(self):
+        if self.logf is not None:
+            self.logf.close()
+
+
+async def serve(opts: Options, ready=None) -> None:
+    """Serve until SIGTERM/SIGINT. Prints the URL as the first stdout line."""
+    loop = asyncio.get_running_loop()
+    app = App(opts, loop)
+    server = await loop.create_server(lambda: Conn(app), opts.host, opts.port, backlog=4096, reuse_address=True)
+    host, port = server.sockets[0].getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    print(f"llm-locust sim listening on http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        app.close()

@@ -1,0 +1,172 @@
+"""StreamClient against real HTTP servers: the simulator (with faults) and raw canned replies."""
+
+import itertools
+import json
+import socket
+
+import gevent
+import pytest
+from gevent.server import StreamServer
+from geventhttpclient import HTTPClient
+
+from llm_locust.client import StreamClient, Timeouts
+from llm_locust.protocols import get_adapter
+from llm_locust.protocols.base import RequestSpec
+from llm_locust.records import Outcome
+from llm_locust.sim.process import SimProcess
+
+ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    log = tmp_path_factory.mktemp("sim") / "tokens.jsonl"
+    with SimProcess(slots=8, iter_base=0.002, iter_per_seq=0.0002, token_log=str(log)) as s:
+        s.token_log = log
+        yield s
+
+
+def client_for(url, api="openai-chat", headers=None, timeouts=None, collect_text=True):
+    http = HTTPClient.from_url(url, concurrency=20, connection_timeout=2.0, network_timeout=5.0)
+    return StreamClient(http, url, get_adapter(api), timeouts or Timeouts(2.0, 5.0, 10.0), headers, collect_text)
+
+
+def spec(n=12, **kw):
+    return RequestSpec(model="sim", prompt="one two three four five", max_tokens=n, force_length=True, **kw)
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-completions"])
+def test_ok_stream_is_timed_token_by_token(sim, api):
+    rec = client_for(sim.url, api).send(spec(12), f"ok-{next(ids)}")
+    assert rec.outcome is Outcome.OK, rec.error
+    assert rec.status == 200
+    assert rec.n_out == 12 and rec.n_out_source == "usage"
+    assert rec.n_in == 5 and rec.n_in_source == "usage"
+    assert len(rec.chunk_times) == 12 and rec.chunk_tokens == [1] * 12
+    assert rec.t_sent < rec.t_headers <= rec.t_first == rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.t_end
+    assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
+    assert rec.finish_reason == "length" and rec.text and not rec.length_mismatch
+
+
+def test_continuous_usage_gives_exact_tokens_per_chunk(sim):
+    rec = client_for(sim.url).send(spec(9, continuous_usage=True), f"cu-{next(ids)}")
+    assert rec.ok and rec.n_out == 9 and sum(rec.chunk_tokens) == 9
+
+
+def test_sequential_requests_reuse_one_connection(sim):
+    c = client_for(sim.url)
+    for _ in range(3):
+        assert c.send(spec(3), f"ka-{next(ids)}").ok
+    assert c.pool._socket_queue.qsize() == 1  # the same keep-alive connection went back each time
+
+
+@pytest.mark.parametrize(
+    "fault, outcome, text, tokens",
+    [
+        ("http500", Outcome.HTTP_ERROR, "HTTP 500", 0),
+        ("http429", Outcome.HTTP_ERROR, "HTTP 429", 0),
+        ("stream_error@3", Outcome.STREAM_ERROR, "", 3),
+        ("truncate@5", Outcome.TRUNCATED, "", 5),
+    ],
+)
+def test_faults_become_classified_failures(sim, fault, outcome, text, tokens):
+    c = client_for(sim.url, headers={"x-sim-fault": fault})
+    rec = c.send(spec(12), f"f-{next(ids)}")
+    assert rec.outcome is outcome, rec.error
+    assert text in (rec.error or "")
+    assert len(rec.chunk_times) == tokens
+    assert rec.t_end is not None
+    # a reply read to its end leaves a reusable connection; a cut one is closed, never reused
+    assert c.pool._socket_queue.qsize() == (0 if outcome is Outcome.TRUNCATED else 1)
+    # and the client still works afterwards
+    assert client_for(sim.url).send(spec(2), f"after-{next(ids)}").ok
+
+
+def test_stall_hits_the_no_progress_timeout(sim):
+    c = client_for(sim.url, headers={"x-sim-fault": "stall@2:5"}, timeouts=Timeouts(2.0, 0.3, 10.0))
+    rec = c.send(spec(8), f"stall-{next(ids)}")
+    assert rec.outcome is Outcome.TIMEOUT and "no data for 0.3s" in rec.error
+    assert len(rec.chunk_times) == 2
+    assert 0.3 <= rec.t_end - rec.chunk_times[-1] < 3
+
+
+def test_slow_headers_hit_the_total_timeout(sim):
+    c = client_for(sim.url, headers={"x-sim-fault": "slow_headers:5"}, timeouts=Timeouts(2.0, 10.0, 0.4))
+    rec = c.send(spec(4), f"slow-{next(ids)}")
+    assert rec.outcome is Outcome.TIMEOUT and "total timeout" in rec.error
+    assert rec.t_headers is None
+
+
+def test_unreachable_host_is_a_connect_error():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    rec = client_for(f"http://127.0.0.1:{port}").send(spec(), "refused")
+    assert rec.outcome is Outcome.CONNECT_ERROR and "connect" in rec.error
+
+
+def test_wrong_api_flavour_is_an_http_error(sim):
+    rec = client_for(sim.url, api="tgi").send(spec(), f"tgi-{next(ids)}")
+    assert rec.outcome is Outcome.HTTP_ERROR and rec.status == 404
+
+
+def test_client_timestamps_match_the_servers_send_times(sim):
+    c = client_for(sim.url)
+    recs = {}
+    for _ in range(5):
+        rid = f"gt-{next(ids)}"
+        recs[rid] = c.send(spec(20), rid)
+    truth = {}
+    with open(sim.token_log) as f:
+        for line in f:
+            d = json.loads(line)
+            truth[d["id"]] = d
+    errors = []
+    for rid, rec in recs.items():
+        t = truth[rid]["t_tokens"]
+        assert len(t) == len(rec.chunk_times) == 20
+        errors += [c - s for c, s in zip(rec.chunk_times, t)]
+    errors.sort()
+    assert errors[0] >= 0  # a token is never seen before the server wrote it
+    # median arrival delay well under one token interval (lower bound of what a batching read would cost)
+    assert errors[len(errors) // 2] < 0.005
+
+
+# ---- replies no well-behaved server sends -------------------------------------------------
+
+
+def canned_server(reply: bytes):
+    def handle(sock, _addr):
+        sock.recv(65536)
+        sock.sendall(reply)
+        sock.close()
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    return server
+
+
+def http_reply(body: bytes, ctype=b"text/event-stream") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+@pytest.mark.parametrize(
+    "reply, outcome, text",
+    [
+        (http_reply(b"<html>hello</html>", b"text/html"), Outcome.STREAM_ERROR, "no stream events in reply (content-type text/html)"),
+        (http_reply(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n'), Outcome.STREAM_ERROR, "invalid JSON"),
+        (http_reply(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'), Outcome.TRUNCATED, "end marker"),
+        (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\ndata: {}", Outcome.TRUNCATED, "closed"),
+        (b"garbage\r\n\r\n", Outcome.HTTP_ERROR, "invalid HTTP reply"),
+        (b"", Outcome.CONNECT_ERROR, "connection closed"),
+    ],
+)
+def test_malformed_replies_are_classified(reply, outcome, text):
+    server = canned_server(reply)
+    try:
+        rec = client_for(f"http://127.0.0.1:{server.server_port}").send(spec(), "bad")
+    finally:
+        server.stop()
+    assert rec.outcome is outcome, rec.error
+    assert text in rec.error

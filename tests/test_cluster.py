@@ -1,0 +1,94 @@
+"""A real Locust master with 2 real worker processes (ZMQ) against the simulator.
+
+The master's merged percentiles must equal those computed from every raw sample the workers
+took (within histogram precision), and every request sent must be accounted for exactly once.
+"""
+
+import glob
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llm_locust.sim.process import SimProcess
+
+
+def exact_percentile(values, p):
+    s = sorted(values)
+    return s[max(1, int(p * len(s) / 100 + 0.5)) - 1]
+
+
+def within_hdr(got, want):
+    return abs(got - want) <= max(abs(want) * 2e-3, 2e-6)
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cluster")
+    results = tmp / "results.json"
+    log = tmp / "records.jsonl"
+    with SimProcess(slots=6, iter_base=0.003, iter_per_seq=0.0005) as sim:
+        cmd = [
+            sys.executable, "-m", "llm_locust.cli", "run",
+            "--host", sim.url, "--workers", "2", "-u", "8", "-r", "8", "-t", "6s",
+            "--max-tokens-cap", "40", "--results", str(results), "--record-log", str(log),
+            "--slo", "ttft=0.05",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    raw = []
+    files = sorted(glob.glob(f"{log}.worker*"))
+    for path in files:
+        with open(path) as f:
+            raw += [json.loads(line) for line in f]
+    return json.loads(results.read_text()), raw, files, proc.stdout
+
+
+def test_two_workers_each_sent_requests(cluster_run):
+    results, raw, files, _ = cluster_run
+    assert len(files) == 2
+    assert len(results["workers"]) == 2
+    assert all(w["sent"] > 0 for w in results["workers"])
+
+
+def test_every_request_is_counted_once(cluster_run):
+    results, raw, _, _ = cluster_run
+    s = results["summary"]
+    assert s["sent"] == len(raw) == s["finished"]  # nothing in flight after stop
+    assert s["ok"] == sum(1 for r in raw if r["outcome"] == "ok") > 20
+    assert s["cancelled"] == sum(1 for r in raw if r["outcome"] == "cancelled")
+    assert s["tokens_out"] == sum(r["n_out"] for r in raw if r["outcome"] == "ok")
+    assert sum(w["sent"] for w in results["workers"]) == s["sent"]
+
+
+def test_merged_percentiles_equal_raw_percentiles(cluster_run):
+    results, raw, _, _ = cluster_run
+    ok = [r for r in raw if r["outcome"] == "ok"]
+    samples = {"ttft": [], "e2e": [], "tpot": [], "itl": [], "inter_chunk": []}
+    for r in ok:
+        samples["ttft"].append(r["first"])
+        samples["e2e"].append(r["end"])
+        if r["n_out"] >= 2:
+            samples["tpot"].append((r["chunks"][-1] - r["first"]) / (r["n_out"] - 1))
+        for k in range(1, len(r["chunks"])):
+            gap = r["chunks"][k] - r["chunks"][k - 1]
+            samples["inter_chunk"].append(gap)
+            samples["itl"] += [gap / r["chunk_tokens"][k]] * r["chunk_tokens"][k]
+    lat = results["summary"]["latency"]
+    for name, values in samples.items():
+        assert lat[name]["count"] == len(values), name
+        for p in (50, 90, 99):
+            got, want = lat[name][f"p{p}"], exact_percentile(values, p)
+            assert within_hdr(got, want), (name, p, got, want)
+        assert within_hdr(lat[name]["max"], max(values)), name
+
+
+def test_goodput_and_summary_are_reported(cluster_run):
+    results, raw, _, stdout = cluster_run
+    ok = [r for r in raw if r["outcome"] == "ok"]
+    meeting = [r for r in ok if r["first"] <= 0.05]
+    s = results["summary"]
+    assert s["goodput_requests_per_s"] * s["duration_s"] == pytest.approx(len(meeting), abs=0.01)
+    assert "llm-locust summary" in stdout and "TTFT" in stdout
+    assert results["run"]["server"]["model"]  # discovered from /v1/models
