@@ -17,6 +17,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from . import options
 from .metrics.aggregate import figures
 from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
+from .workload import load_trace
 from .report.results import build_results, write_results
 from .report.summary import format_summary
 
@@ -34,8 +35,13 @@ def _on_init(environment, **_kw: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         return
-    # validate options where they are given, before any load is sent
-    settings = options.Settings.from_options(environment.parsed_options)
+    # validate options and the workload where they are given, before any load is sent
+    try:
+        settings = options.Settings.from_options(environment.parsed_options)
+        load_trace(settings.trace)
+    except (ValueError, OSError) as e:  # TraceError is a ValueError, as are bad SLOs
+        print(f"llm-locust: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.slos
 
     def on_quitting(**_kw: Any) -> None:

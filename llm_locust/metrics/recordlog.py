@@ -32,6 +32,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "n_in_source": rec.n_in_source,
         "requested_out": rec.requested_out,
         "finish_reason": rec.finish_reason,
+        "server": rec.extra,  # what the server reported about the request (llama.cpp timings...)
     }
 
 

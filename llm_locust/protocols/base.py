@@ -50,6 +50,7 @@ class StreamState:
         "usage_out",
         "cont_out",
         "cont_tokens",
+        "cont_broken",
         "finish_reason",
         "error",
         "done",
@@ -66,6 +67,8 @@ class StreamState:
         # n_k per token-bearing chunk, from continuous usage deltas; only filled when every
         # token-bearing chunk so far carried a running count.
         self.cont_tokens: list[int] = []
+        # set (by the adapter) once a token-bearing chunk came without a usable running count
+        self.cont_broken = False
         self.finish_reason: str | None = None
         self.error: str | None = None  # error text from inside a 200 stream
         self.done = False  # the protocol's end marker (or final event) was seen

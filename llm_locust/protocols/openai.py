@@ -17,9 +17,6 @@ from .base import CONTENT, NO_TOKEN, REASONING, ProtocolError, RequestSpec, Stre
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _DONE = b"[DONE]"
-# state.extra key: a token-bearing chunk came without a usable running count, so the
-# continuous-usage n_k list can no longer cover every chunk.
-CONT_BROKEN = "cont_broken"
 
 
 def load_object(payload: bytes) -> dict[str, Any] | None:
@@ -163,7 +160,7 @@ class OpenAIAdapter:
         timings = obj.get("timings")
         if timings:
             state.extra["timings"] = timings
-        if kind and CONT_BROKEN not in state.extra:
+        if kind and not state.cont_broken:
             _count_chunk(state, count)
         return kind
 
@@ -176,7 +173,7 @@ def _count_chunk(state: StreamState, count: int | None) -> None:
     prev = state.cont_out or 0
     if count is None or count <= prev:
         state.cont_tokens.clear()
-        state.extra[CONT_BROKEN] = True
+        state.cont_broken = True
         return
     state.cont_tokens.append(count - prev)
     state.cont_out = count

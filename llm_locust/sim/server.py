@@ -292,8 +292,7 @@ class Stream:
         f = self.fault
         if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
             parts = []
-            self._cut(parts)
-            return self._flush(parts)
+            return self._flush(parts, self._cut(parts))
         if f and f.k == 0 and f.kind == "stall":
             self.app.loop.call_later(f.seconds, self._submit)
         else:

@@ -30,7 +30,9 @@ def load_trace(path: str | Path) -> list[TraceRecord]:
         with _open_text(path) as f:
             first = f.readline()
             f.seek(0)
-            if first.lstrip().startswith("{"):
+            if not first.strip():
+                records = []
+            elif first.lstrip().startswith("{"):
                 records = _jsonl(f, path)
             elif first.upper().startswith("TIMESTAMP,"):
                 records = _azure_csv(f, path)

@@ -1,0 +1,85 @@
+"""End to end against a real llama.cpp llama-server with the real SmolLM2 model, 2 worker processes.
+
+Per request our figures must agree with the server's own `timings`:
+  - our output token count equals its `predicted_n`;
+  - our TTFT is at least its `prompt_ms` (the server cannot send a token before the prompt is done);
+  - our decode span agrees with its `predicted_ms`.
+
+Decode span: llama.cpp's predicted_ms runs from the end of prompt processing to the last token,
+so it covers all N tokens' generation, while our span t_last - t_first covers N - 1 gaps. We
+compare predicted_ms * (N - 1) / N with our span, within DECODE_TOLERANCE (relative) plus
+DECODE_SLACK_S (absolute: scheduling and transport of the last token on a loaded 2-core box).
+"""
+
+import glob
+import json
+import subprocess
+import sys
+
+import pytest
+from realservers import LlamaServer
+
+pytestmark = pytest.mark.real_server
+
+N_OUT = 24
+DECODE_TOLERANCE = 0.10
+DECODE_SLACK_S = 0.030
+
+
+@pytest.fixture(scope="module")
+def real_run(llama_server_bin, smollm2_model, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("real")
+    trace = tmp / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"input_tokens": 40 + 8 * i, "output_tokens": N_OUT}) + "\n" for i in range(8)))
+    results, log = tmp / "results.json", tmp / "records.jsonl"
+    with LlamaServer(smollm2_model, slots=4, ctx=4096, alias="smollm2") as srv:
+        cmd = [
+            sys.executable, "-m", "llm_locust.cli", "run",
+            "--host", srv.url, "--api", "openai-completions", "--workers", "2",
+            "-u", "4", "-r", "4", "-t", "12s", "--trace", str(trace),
+            "--results", str(results), "--record-log", str(log),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    raw = []
+    for path in sorted(glob.glob(f"{log}.worker*")):
+        with open(path) as f:
+            raw += [json.loads(line) for line in f]
+    return json.loads(results.read_text()), raw
+
+
+def test_requests_succeed_and_model_is_discovered(real_run):
+    results, raw = real_run
+    ok = [r for r in raw if r["outcome"] == "ok"]
+    assert len(ok) >= 8, [r["error"] for r in raw if r["outcome"] != "ok"]
+    assert results["summary"]["failed"] == 0
+    assert results["run"]["server"]["model"] == "smollm2"
+    assert len({r["id"].split("-")[1] for r in ok}) == 2  # both workers sent
+
+
+def test_token_counts_equal_the_servers(real_run):
+    _, raw = real_run
+    for r in (r for r in raw if r["outcome"] == "ok"):
+        t = r["server"]["timings"]
+        assert r["n_out"] == t["predicted_n"] == N_OUT, r["id"]
+        assert r["n_out_source"] == "usage"
+        assert r["n_in"] == t["prompt_n"] + t.get("cache_n", 0)
+
+
+def test_ttft_is_at_least_the_servers_prompt_time(real_run):
+    _, raw = real_run
+    for r in (r for r in raw if r["outcome"] == "ok"):
+        assert r["first"] >= r["server"]["timings"]["prompt_ms"] / 1000, r["id"]
+
+
+def test_decode_span_agrees_with_the_servers(real_run):
+    _, raw = real_run
+    worst = 0.0
+    for r in (r for r in raw if r["outcome"] == "ok"):
+        t = r["server"]["timings"]
+        ours = r["chunks"][-1] - r["first"]
+        theirs = t["predicted_ms"] / 1000 * (t["predicted_n"] - 1) / t["predicted_n"]
+        err = abs(ours - theirs)
+        worst = max(worst, err / theirs)
+        assert err <= theirs * DECODE_TOLERANCE + DECODE_SLACK_S, (r["id"], ours, theirs)
+    print(f"worst relative decode-span difference: {worst:.3%}")
