@@ -58,7 +58,7 @@ class OllamaAdapter:
             if state.collect_text:
                 state.text.append(text)
         if thinking:
-            kind = REASONING
+            kind = kind or REASONING
             if state.collect_text:
                 state.reasoning.append(thinking)
         if obj.get("done"):
