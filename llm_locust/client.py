@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -45,6 +46,13 @@ class _Ended(Exception):
         self.text = text
 
 
+class _StaleConnection(Exception):
+    """A kept-alive connection the server had closed before our request reached it."""
+
+
+MAX_STALE_RETRIES = 3
+
+
 class StreamClient:
     """Sends streaming requests of one API flavour to one server and times them."""
 
@@ -58,6 +66,7 @@ class StreamClient:
         collect_text: bool = False,
     ) -> None:
         self.pool = http_client._connection_pool
+        self._kept_alive: weakref.WeakSet = weakref.WeakSet()  # sockets we returned to the pool
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
         self.collect_text = collect_text
@@ -109,7 +118,12 @@ class StreamClient:
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
         try:
-            self._exchange(data, rec, state)
+            for attempt in range(MAX_STALE_RETRIES + 1):
+                try:
+                    self._exchange(data, rec, state, may_retry=attempt < MAX_STALE_RETRIES)
+                    break
+                except _StaleConnection:
+                    continue  # the server closed an idle connection as we reused it: send again
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except GreenletExit:
@@ -126,12 +140,13 @@ class StreamClient:
         self._finish(rec, state)
         return rec
 
-    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:
+    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState, may_retry: bool) -> None:
         pool = self.pool
         try:
             sock = pool.get_socket()
         except OSError as e:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
+        reused = sock in self._kept_alive
         resp = None
         try:
             sock.settimeout(self.timeouts.no_progress)
@@ -150,7 +165,9 @@ class StreamClient:
             raise
         except socket.timeout:
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
-        except HTTPConnectionClosed as e:
+        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
+            if rec.t_headers is None and reused and may_retry:
+                raise _StaleConnection() from None
             kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
             raise _Ended(kind, f"connection closed: {e}") from None
         except HTTPParseError as e:
@@ -164,6 +181,7 @@ class StreamClient:
             # Exactly one of: back to the pool (body read to its end on a keep-alive
             # connection), or closed (anything else, including a kill or the total timeout).
             if resp is not None and resp.message_complete and not resp.should_close():
+                self._kept_alive.add(sock)
                 pool.return_socket(sock)
             else:
                 pool.release_socket(sock)

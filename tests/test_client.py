@@ -170,3 +170,29 @@ def test_malformed_replies_are_classified(reply, outcome, text):
         server.stop()
     assert rec.outcome is outcome, rec.error
     assert text in rec.error
+
+
+def test_a_kept_alive_connection_closed_by_the_server_is_retried_on_a_new_one():
+    """The server answers one request per connection, then closes it when the next one arrives
+    (as servers do at their keep-alive limit): the second request must go out again, not fail."""
+    body = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    connections = []
+
+    def handle(sock, _addr):
+        connections.append(sock)
+        sock.recv(65536)
+        sock.sendall(reply)
+        sock.recv(65536)  # the next request on this connection: close without answering
+        sock.close()
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    try:
+        c = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions")
+        first = c.send(spec(2), "ka-1")
+        second = c.send(spec(2), "ka-2")
+    finally:
+        server.stop()
+    assert first.outcome is Outcome.OK and second.outcome is Outcome.OK, second.error
+    assert second.n_out == 2 and len(connections) == 2

@@ -5,10 +5,10 @@ Per request our figures must agree with the server's own `timings`:
   - our TTFT is at least its `prompt_ms` (the server cannot send a token before the prompt is done);
   - our decode span agrees with its `predicted_ms`.
 
-Decode span: llama.cpp's predicted_ms runs from the end of prompt processing to the last token,
-so it covers all N tokens' generation, while our span t_last - t_first covers N - 1 gaps. We
-compare predicted_ms * (N - 1) / N with our span, within DECODE_TOLERANCE (relative) plus
-DECODE_SLACK_S (absolute: scheduling and transport of the last token on a loaded 2-core box).
+Decode span: llama.cpp counts the first token in prompt_ms, and predicted_ms runs from the
+first token to the last, so it corresponds to our t_last - t_first. We require agreement within
+DECODE_TOLERANCE (relative) plus DECODE_SLACK_S (absolute: scheduling of the client and server
+processes on a 2-core box). Seen here: median difference 0.06%.
 """
 
 import glob
@@ -22,8 +22,8 @@ from realservers import LlamaServer
 pytestmark = pytest.mark.real_server
 
 N_OUT = 16
-DECODE_TOLERANCE = 0.10
-DECODE_SLACK_S = 0.030
+DECODE_TOLERANCE = 0.02
+DECODE_SLACK_S = 0.015
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_decode_span_agrees_with_the_servers(real_run):
     for r in (r for r in raw if r["outcome"] == "ok"):
         t = r["server"]["timings"]
         ours = r["chunks"][-1] - r["first"]
-        theirs = t["predicted_ms"] / 1000 * (t["predicted_n"] - 1) / t["predicted_n"]
+        theirs = t["predicted_ms"] / 1000
         err = abs(ours - theirs)
         worst = max(worst, err / theirs)
         assert err <= theirs * DECODE_TOLERANCE + DECODE_SLACK_S, (r["id"], ours, theirs)
