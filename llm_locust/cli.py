@@ -80,10 +80,39 @@ def run(argv: list[str]) -> int:
     return code
 
 
+USAGE = """usage: llm-locust COMMAND ...
+
+  run                load-test a server (default: the built-in simulator)
+  sim                start the simulated server
+  trace record       record production traffic as a trace (streaming-transparent proxy)
+  trace anonymize    turn a trace with text into a length-and-hash-only one
+  trace synth        write a synthetic workload as a trace file
+"""
+
+
+def trace(argv: list[str]) -> int:
+    # asyncio tools: never import locust (gevent monkey-patching) on these paths
+    sub, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if sub == "record":
+        from .workload.record_proxy import main as record_main
+
+        return record_main(rest)
+    if sub == "anonymize":
+        from .workload.anonymize import main as anonymize_main
+
+        return anonymize_main(rest)
+    if sub == "synth":
+        from .workload.synth import main as synth_main
+
+        return synth_main(rest)
+    print(f"llm-locust trace: expected record, anonymize or synth, got {sub!r}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: llm-locust {run,sim} ...\n\n  run   load-test a server (default: the simulator)\n  sim   start the simulated server")
+        print(USAGE)
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
@@ -92,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         from .sim.cli import main as sim_main
 
         return sim_main(rest)
-    print(f"llm-locust: unknown command {cmd!r} (expected run or sim)", file=sys.stderr)
+    if cmd == "trace":
+        return trace(rest)
+    print(f"llm-locust: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,758 @@
+"""`llm-locust trace record`: a streaming-transparent HTTP/1.1 reverse proxy that records a trace.
+
+Put it in front of an OpenAI-compatible server; every request (any method and path) is
+forwarded with its headers (Authorization included) and the reply is relayed as it arrives:
+a chunked upstream body goes to the client with its own chunk framing, byte for byte; other
+bodies are passed through (re-framed as chunks only when the upstream ends its body by closing).
+A copy of each generation reply (POST /v1/completions, /v1/chat/completions) is parsed on the
+side for its usage, and one JSON line per request is appended to the trace when the reply ends:
+
+    timestamp, input_tokens[, input_tokens_estimated], output_tokens[, output_tokens_estimated],
+    [conversation_id, turn], hash_ids, block_size, model, api, status[, error][, prompt | messages]
+
+Prompt text is stored only with --store-text; header values never (conversation ids taken from
+headers or the body's `user` are stored as pseudonyms conv-1, conv-2...). Lines are written in the
+order replies END (each flushed at once), so timestamps (request arrival) are not sorted.
+
+Stdlib asyncio streams only; one upstream connection per client connection, kept alive on both
+sides. See docs/recording.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import ssl
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import orjson
+
+from ..protocols.sse import SSEDecoder
+from .prefix_hash import (
+    CHAT,
+    COMPLETIONS,
+    DEFAULT_BLOCK_SIZE,
+    CHARS_PER_TOKEN,
+    PrefixHasher,
+    Pseudonyms,
+    TokenizerError,
+    load_tokenizer,
+    request_text,
+)
+
+PROG = "llm-locust trace record"
+MAX_HEAD = 64 * 1024  # request/response head limit
+MAX_BODY = 256 << 20  # request body limit
+TEE_JSON_LIMIT = 64 << 20  # non-streaming reply bodies parsed up to this size
+READ_SIZE = 64 * 1024
+GEN_PATHS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT}
+# hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself
+REQ_DROP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+            "transfer-encoding", "upgrade", "host", "content-length", "expect"}
+RESP_DROP = {"connection", "keep-alive", "proxy-connection", "upgrade"}
+CONV_HEADERS = ("x-conversation-id", "x-session-id")
+
+
+class ProtocolError(Exception):
+    """Malformed HTTP from the client or the upstream."""
+
+
+class ClientGone(Exception):
+    pass
+
+
+class UpstreamFailed(Exception):
+    """The upstream connection failed; `sent` tells whether the client already got bytes."""
+
+    def __init__(self, msg: str, sent: bool):
+        super().__init__(msg)
+        self.sent = sent
+
+
+# -- HTTP pieces ----------------------------------------------------------------------------
+
+def parse_head(raw: bytes) -> tuple[str, list[tuple[str, str]], dict[str, str]]:
+    """(start line, [(name, value)] as sent, {lower name: value, repeats joined by ', '})."""
+    lines = raw.decode("latin-1").split("\r\n")
+    start = lines[0]
+    headers: list[tuple[str, str]] = []
+    low: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        if line[0] in " \t":
+            raise ProtocolError("obsolete header line folding")
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise ProtocolError(f"malformed header line {line[:40]!r}")
+        value = value.strip()
+        headers.append((name, value))
+        k = name.lower()
+        low[k] = f"{low[k]}, {value}" if k in low else value
+    return start, headers, low
+
+
+def tokens(value: str | None) -> list[str]:
+    return [t.strip().lower() for t in (value or "").split(",") if t.strip()]
+
+
+class ChunkedDecoder:
+    """Incremental `Transfer-Encoding: chunked` parser that finds the end of the body and its data.
+
+    feed(piece) -> (bytes of `piece` that belong to this body, [data pieces]). The raw bytes are
+    what the proxy forwards (the framing unchanged); the data pieces go to the tee.
+    """
+
+    __slots__ = ("state", "line", "remaining", "done")
+    SIZE, DATA, DATA_END, TRAILER = range(4)
+
+    def __init__(self) -> None:
+        self.state = self.SIZE
+        self.line = b""
+        self.remaining = 0
+        self.done = False
+
+    def feed(self, data: bytes) -> tuple[int, list[bytes]]:
+        i, n, out = 0, len(data), []
+        while i < n and not self.done:
+            if self.state == self.DATA:
+                take = min(self.remaining, n - i)
+                out.append(data[i:i + take])
+                i += take
+                self.remaining -= take
+                if not self.remaining:
+                    self.state = self.DATA_END
+                continue
+            j = data.find(b"\n", i)
+            if j < 0:
+                self.line += data[i:]
+                if len(self.line) > MAX_HEAD:
+                    raise ProtocolError("chunk size or trailer line too long")
+                return n, out
+            line = (self.line + data[i:j]).rstrip(b"\r") if self.line else data[i:j].rstrip(b"\r")
+            self.line = b""
+            i = j + 1
+            if self.state == self.SIZE:
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
+                if size < 0:
+                    raise ProtocolError("negative chunk size")
+                if size:
+                    self.remaining, self.state = size, self.DATA
+                else:
+                    self.state = self.TRAILER
+            elif self.state == self.DATA_END:
+                if line:
+                    raise ProtocolError("chunk data longer than its size")
+                self.state = self.SIZE
+            elif not line:  # TRAILER: the blank line ends the body
+                self.done = True
+        return i, out
+
+
+async def read_request_body(reader: asyncio.StreamReader, low: dict[str, str]) -> bytes:
+    if "chunked" in tokens(low.get("transfer-encoding")):
+        parts, size = [], 0
+        while True:
+            line = (await reader.readuntil(b"\n")).rstrip(b"\r\n")
+            try:
+                n = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
+            if n < 0:
+                raise ProtocolError("negative chunk size")
+            if n == 0:
+                while (await reader.readuntil(b"\n")).strip():  # trailer fields, up to the blank line
+                    pass
+                return b"".join(parts)
+            size += n
+            if size > MAX_BODY:
+                raise ProtocolError("request body too large")
+            parts.append(await reader.readexactly(n))
+            if (await reader.readuntil(b"\n")).strip():
+                raise ProtocolError("chunk data longer than its size")
+    n = low.get("content-length")
+    if n is None:
+        return b""
+    try:
+        size = int(n)
+    except ValueError:
+        raise ProtocolError("bad Content-Length") from None
+    if size < 0 or size > MAX_BODY:
+        raise ProtocolError("bad or too large Content-Length")
+    return await reader.readexactly(size) if size else b""
+
+
+# -- the trace side -------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+    base: str  # path prefix, no trailing slash
+    host_header: str
+    ssl: ssl.SSLContext | None
+
+    @classmethod
+    def parse(cls, url: str) -> "Upstream":
+        u = urlsplit(url if "://" in url else "http://" + url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"bad upstream URL {url!r} (expected http://HOST:PORT[/PATH])")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        ctx = ssl.create_default_context() if u.scheme == "https" else None
+        return cls(u.scheme, u.hostname, port, u.path.rstrip("/"), u.netloc.rpartition("@")[2], ctx)
+
+
+class ResponseTee:
+    """Parses a copy of a generation reply: usage, token-bearing chunks, error events."""
+
+    __slots__ = ("sse", "decoder", "buf", "size", "usage", "chunks", "error", "text_chars", "overflow", "inflate")
+
+    def __init__(self, content_type: str, content_encoding: str = ""):
+        self.sse: bool | None = True if "event-stream" in content_type else None
+        enc = content_encoding.strip().lower()
+        # a compressed reply is relayed as it is; the copy is inflated for parsing
+        self.inflate = zlib.decompressobj(47) if enc in ("gzip", "x-gzip", "deflate") else None
+        self.decoder = SSEDecoder()
+        self.buf: list[bytes] = []
+        self.size = 0
+        self.usage: dict | None = None
+        self.chunks = 0
+        self.error = False
+        self.text_chars = 0
+        self.overflow = False
+
+    def feed(self, data: bytes) -> None:
+        if self.inflate is not None:
+            try:
+                data = self.inflate.decompress(data)
+            except zlib.error:
+                self.inflate, self.overflow, self.sse, self.buf = None, True, False, []  # give up parsing this reply
+                return
+        if not data:
+            return
+        if self.sse is None:  # no event-stream content type: sniff the first bytes
+            self.sse = data.lstrip()[:5] == b"data:"
+        if self.sse:
+            for payload in self.decoder.feed(data):
+                self._event(payload)
+        elif not self.overflow:
+            self.size += len(data)
+            if self.size > TEE_JSON_LIMIT:
+                self.overflow, self.buf = True, []
+            else:
+                self.buf.append(data)
+
+    def finish(self) -> None:
+        if self.sse:
+            for payload in self.decoder.close():
+                self._event(payload)
+        elif self.buf:
+            try:
+                obj = orjson.loads(b"".join(self.buf))
+            except orjson.JSONDecodeError:
+                return
+            self.buf = []
+            if not isinstance(obj, dict):
+                return
+            self._usage(obj)
+            if "error" in obj:
+                self.error = True
+            for c in obj.get("choices") or ():
+                if isinstance(c, dict):
+                    m = c.get("message")
+                    t = m.get("content") if isinstance(m, dict) else c.get("text")
+                    if isinstance(t, str):
+                        self.text_chars += len(t)
+
+    def _usage(self, obj: dict) -> None:
+        u = obj.get("usage")
+        if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+            self.usage = u  # the last one wins (continuous usage stats repeat it on every chunk)
+
+    def _event(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            return
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if "usage" in obj:
+            self._usage(obj)
+        if "error" in obj:
+            self.error = True
+        for c in obj.get("choices") or ():
+            if isinstance(c, dict) and _token_bearing(c):
+                self.chunks += 1
+
+
+def _token_bearing(choice: dict) -> bool:
+    d = choice.get("delta")
+    if isinstance(d, dict):
+        return bool(d.get("content") or d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"))
+    return bool(choice.get("text"))
+
+
+class Recorder:
+    """The trace file and the per-recording state (block ids, conversation pseudonyms and turns)."""
+
+    def __init__(self, path: str, hasher: PrefixHasher, store_text: bool, force: bool = False):
+        if not force and os.path.exists(path) and os.path.getsize(path) > 0:
+            raise FileExistsError(f"{path} exists and is not empty (use --force to overwrite)")
+        self.f = open(path, "wb", buffering=0)  # one write() per line: a crash loses no finished line
+        self.path = path
+        self.hasher = hasher
+        self.store_text = store_text
+        self.t0 = time.monotonic()
+        self.convs = Pseudonyms()
+        self.turns: dict[str, int] = {}
+        self.lines = 0
+
+    def conversation(self, raw: str) -> tuple[str, int]:
+        cid = self.convs.get(raw)
+        self.turns[cid] = turn = self.turns.get(cid, 0) + 1
+        return cid, turn
+
+    def write(self, entry: dict, digests: list[bytes]) -> None:
+        entry["hash_ids"] = self.hasher.intern(digests)
+        entry["block_size"] = self.hasher.block_size
+        self.f.write(orjson.dumps(entry) + b"\n")
+        self.lines += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class Exchange:
+    """What is known about one generation request, turned into a trace line at its end."""
+
+    def __init__(self, rec: Recorder, api: str, t_arrival: float, body: bytes, low: dict[str, str]):
+        self.rec, self.api, self.t = rec, api, t_arrival
+        self.status = 0
+        self.error: str | None = None
+        self.tee: ResponseTee | None = None
+        self.text = None
+        self.req: dict | None = None
+        self.conv = None
+        try:
+            req = orjson.loads(body)
+            self.req = req if isinstance(req, dict) else None
+        except orjson.JSONDecodeError:
+            pass
+        raw = next((low[h] for h in CONV_HEADERS if low.get(h)), None)
+        if raw is None and self.req is not None and isinstance(self.req.get("user"), str) and self.req["user"]:
+            raw = self.req["user"]
+        if raw is not None:
+            self.conv = rec.conversation(raw)  # counted at arrival, so turns follow request order
+        self.digests: list[bytes] = []
+        self.n_in = 0
+        self.analysed = False
+
+    def analyse(self) -> None:
+        """Render and hash the prompt (may run in a worker thread with a tokenizer)."""
+        self.analysed = True
+        if self.req is None:
+            return
+        self.text = request_text(self.api, self.req.get("prompt"), self.req.get("messages"))
+        if self.text is not None:
+            self.digests, self.n_in, _ = self.rec.hasher.digests(self.text)
+
+    def finish(self) -> None:
+        tee, rec = self.tee, self.rec
+        if tee is not None:
+            tee.finish()
+        usage = tee.usage if tee is not None else None
+        e: dict = {"timestamp": round(self.t, 6)}
+        if usage is not None and isinstance(usage.get("prompt_tokens"), int):
+            e["input_tokens"] = usage["prompt_tokens"]
+        else:
+            e["input_tokens"], e["input_tokens_estimated"] = self.n_in, True
+        if usage is not None:
+            e["output_tokens"] = usage["completion_tokens"]
+        else:
+            n = tee.chunks if tee is not None else 0
+            if tee is not None and not tee.sse and tee.text_chars:
+                n = max(1, -(-tee.text_chars // CHARS_PER_TOKEN))
+            e["output_tokens"], e["output_tokens_estimated"] = n, True
+        if self.conv is not None:
+            e["conversation_id"], e["turn"] = self.conv
+        req = self.req or {}
+        if isinstance(req.get("model"), str):
+            e["model"] = req["model"]
+        e["api"] = self.api
+        e["status"] = self.status
+        err = self.error or ("error event in the stream" if tee is not None and tee.error else None)
+        if err:
+            e["error"] = err
+        if rec.store_text:
+            key = "messages" if self.api == CHAT else "prompt"
+            if key in req:
+                e[key] = req[key]
+        rec.write(e, self.digests)
+
+
+# -- the proxy ------------------------------------------------------------------------------
+
+class Proxy:
+    def __init__(self, upstream: Upstream, recorder: Recorder, connect_timeout: float = 10.0):
+        self.up = upstream
+        self.rec = recorder
+        self.connect_timeout = connect_timeout
+        self.tasks: set[asyncio.Task] = set()
+        self.use_thread = recorder.hasher.tokenizer is not None
+
+    async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self.tasks.add(task)
+        conn = _UpConn()
+        try:
+            while await self._one(reader, writer, conn):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, ClientGone):
+            pass
+        except Exception as e:  # noqa: BLE001 (one connection's bug must not take the proxy down)
+            print(f"{PROG}: internal error on a connection: {e!r}", file=sys.stderr, flush=True)
+        finally:
+            conn.close()
+            writer.close()
+            self.tasks.discard(task)
+
+    async def _one(self, reader, writer, conn: "_UpConn") -> bool:
+        """Serves one request; False when the client connection must close."""
+        try:
+            raw = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            if e.partial.strip():
+                await self._error(writer, 400, "incomplete request head")
+            return False
+        except asyncio.LimitOverrunError:
+            await self._error(writer, 431, "request head too large")
+            return False
+        t_arrival = time.monotonic() - self.rec.t0
+        try:
+            start, headers, low = parse_head(raw[:-4].lstrip(b"\r\n"))
+            method, target, version = start.split(" ")
+            if not version.startswith("HTTP/1."):
+                raise ProtocolError(f"unsupported version {version!r}")
+            if low.get("expect", "").lower() == "100-continue" and (
+                    low.get("content-length", "0") != "0" or "transfer-encoding" in low):
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            body = await read_request_body(reader, low)
+        except (ProtocolError, ValueError, asyncio.LimitOverrunError) as e:
+            await self._error(writer, 400, f"malformed request: {e}")
+            return False
+        ctoks = tokens(low.get("connection"))
+        keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
+        http10 = version == "HTTP/1.0"
+
+        path = target.split("?", 1)[0]
+        api = GEN_PATHS.get(path) if method == "POST" else None
+        ex = Exchange(self.rec, api, t_arrival, body, low) if api else None
+
+        # the request as forwarded: hop-by-hop headers dropped, Host and Content-Length set
+        drop = REQ_DROP | set(ctoks)
+        out = [f"{method} {self.up.base}{target} HTTP/1.1", f"Host: {self.up.host_header}"]
+        out += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
+        if body or method in ("POST", "PUT", "PATCH"):
+            out.append(f"Content-Length: {len(body)}")
+        req_bytes = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+
+        try:
+            try:
+                return await self._exchange(reader, writer, conn, method, req_bytes, ex, keep, http10)
+            except UpstreamFailed as e:
+                conn.close()
+                if ex is not None:
+                    ex.error = str(e)
+                    if not ex.status:
+                        ex.status = 502
+                if not e.sent:
+                    await self._error(writer, 502, f"upstream: {e}", keep)
+                    return keep
+                return False  # mid-body: the client sees a cut reply
+            except ClientGone:
+                conn.close()  # stops the generation upstream
+                if ex is not None:
+                    ex.error = "client disconnected"
+                raise
+            except asyncio.CancelledError:
+                if ex is not None:
+                    ex.error = ex.error or "recorder stopped"
+                raise
+        finally:
+            if ex is not None:
+                try:
+                    if not ex.analysed:
+                        ex.analyse()
+                    ex.finish()
+                except Exception as e:  # noqa: BLE001 (a trace write error must not kill the proxy)
+                    print(f"{PROG}: cannot record a request: {e!r}", file=sys.stderr, flush=True)
+
+    async def _exchange(self, reader, writer, conn, method, req_bytes, ex, keep, http10) -> bool:
+        up = self.up
+        for attempt in (0, 1):
+            reused = conn.alive()
+            if not reused:
+                conn.close()
+                try:
+                    conn.r, conn.w = await asyncio.wait_for(
+                        asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD),
+                        self.connect_timeout)
+                except asyncio.TimeoutError:
+                    raise UpstreamFailed(f"connect to {up.host}:{up.port} timed out", False) from None
+                except OSError as e:
+                    raise UpstreamFailed(f"cannot connect to {up.host}:{up.port}: {e.strerror or e}", False) from None
+            try:
+                conn.w.write(req_bytes)
+                await conn.w.drain()
+                if ex is not None and not ex.analysed:
+                    # the prompt is hashed while the upstream works on the request
+                    if self.use_thread:
+                        await asyncio.get_running_loop().run_in_executor(None, ex.analyse)
+                    else:
+                        ex.analyse()
+                raw = await conn.r.readuntil(b"\r\n\r\n")
+                while raw[9:10] == b"1" and raw[9:12] != b"101":  # 1xx interim responses
+                    raw = await conn.r.readuntil(b"\r\n\r\n")
+                break
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                conn.close()
+                if reused and attempt == 0:  # a kept-alive connection the server had closed: once more
+                    continue
+                raise UpstreamFailed(f"connection lost before the reply: {type(e).__name__}", False) from None
+            except asyncio.LimitOverrunError:
+                raise UpstreamFailed("reply head too large", False) from None
+        try:
+            start, headers, low = parse_head(raw[:-4])
+            version, _, rest = start.partition(" ")
+            status = int(rest[:3])
+        except (ProtocolError, ValueError) as e:
+            raise UpstreamFailed(f"malformed reply head: {e}", False) from None
+        if ex is not None:
+            ex.status = status
+            ex.tee = ResponseTee(low.get("content-type", ""), low.get("content-encoding", ""))
+        ctoks = tokens(low.get("connection"))
+        up_keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
+
+        # how the body is framed
+        te = tokens(low.get("transfer-encoding"))
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            mode, length = "none", 0
+        elif te and te[-1] == "chunked":
+            mode, length = "chunked", 0
+        elif "content-length" in low:
+            try:
+                length = int(low["content-length"].split(",")[0])
+            except ValueError:
+                raise UpstreamFailed("bad Content-Length in the reply", False) from None
+            mode = "length"
+        else:
+            mode, length, up_keep = "close", 0, False
+        if status == 101:  # protocol switches are not relayed: end both connections after the head
+            up_keep, keep = False, False
+        # chunked to an HTTP/1.0 client is decoded; a close-delimited body to HTTP/1.1 becomes chunked
+        dechunk = mode == "chunked" and http10
+        rechunk = mode == "close" and not http10
+        client_keep = keep and not dechunk and not (mode == "close" and http10)
+
+        drop = RESP_DROP | set(ctoks)
+        if dechunk:
+            drop = drop | {"transfer-encoding", "trailer"}
+        lines = [("HTTP/1.1 " + rest) if not http10 else ("HTTP/1.0 " + rest)]
+        lines += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
+        if rechunk:
+            lines.append("Transfer-Encoding: chunked")
+        if not client_keep:
+            lines.append("Connection: close")
+        elif http10:
+            lines.append("Connection: keep-alive")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        await _send(writer, head)
+
+        tee = ex.tee if ex is not None else None
+        r = conn.r
+        try:
+            if mode == "chunked":
+                dec = ChunkedDecoder()
+                while not dec.done:
+                    piece = await r.read(READ_SIZE)
+                    if not piece:
+                        raise UpstreamFailed("upstream closed in the middle of the reply", True)
+                    used, data = dec.feed(piece)
+                    if used < len(piece):
+                        up_keep = False  # bytes after the end of the body: do not trust this connection
+                        piece = piece[:used]
+                    if dechunk:
+                        piece = b"".join(data)
+                    if tee is not None:
+                        for d in data:
+                            tee.feed(d)
+                    await _send(writer, piece)
+            elif mode == "length":
+                left = length
+                while left > 0:
+                    piece = await r.read(min(left, READ_SIZE))
+                    if not piece:
+                        raise UpstreamFailed("upstream closed in the middle of the reply", True)
+                    left -= len(piece)
+                    if tee is not None:
+                        tee.feed(piece)
+                    await _send(writer, piece)
+            elif mode == "close":
+                while True:
+                    piece = await r.read(READ_SIZE)
+                    if not piece:
+                        break
+                    if tee is not None:
+                        tee.feed(piece)
+                    await _send(writer, b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
+                if rechunk:
+                    await _send(writer, b"0\r\n\r\n")
+        except ProtocolError as e:
+            raise UpstreamFailed(f"malformed chunked reply: {e}", True) from None
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            if isinstance(e, ClientGone):
+                raise
+            raise UpstreamFailed(f"upstream connection lost mid-reply: {type(e).__name__}", True) from None
+        if not up_keep:
+            conn.close()
+        return client_keep
+
+    async def _error(self, writer, status: int, msg: str, keep: bool = False) -> None:
+        body = orjson.dumps({"error": {"message": msg, "type": "proxy_error", "code": status}})
+        reason = {400: "Bad Request", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}.get(status, "Error")
+        close = "" if keep else "Connection: close\r\n"
+        head = (f"HTTP/1.1 {status} {reason}\r\nServer: {PROG}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n{close}\r\n")
+        try:
+            await _send(writer, head.encode() + body)
+        except ClientGone:
+            pass
+
+
+class ClientWriteError(ClientGone, ConnectionError):
+    pass
+
+
+async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    if writer.transport.is_closing():
+        raise ClientWriteError("client connection closed")
+    writer.write(data)
+    try:
+        await writer.drain()
+    except ConnectionError:
+        raise ClientWriteError("client connection lost") from None
+
+
+class _UpConn:
+    __slots__ = ("r", "w")
+
+    def __init__(self) -> None:
+        self.r: asyncio.StreamReader | None = None
+        self.w: asyncio.StreamWriter | None = None
+
+    def alive(self) -> bool:
+        return self.w is not None and not self.w.transport.is_closing() and not self.r.at_eof() \
+            and not self.r._buffer  # noqa: SLF001 (unread bytes on an idle connection: not reusable)
+
+    def close(self) -> None:
+        if self.w is not None and not self.w.transport.is_closing():
+            self.w.transport.abort()  # abort, not close: a cut stream must stop the generation now
+        self.r = self.w = None
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=(
+        "Streaming-transparent HTTP proxy in front of an OpenAI-compatible server that writes a "
+        "llm-locust JSONL trace: one line per POST /v1/completions or /v1/chat/completions (arrival "
+        "time, token counts from the reply's usage, prefix-block hashes, pseudonymous conversation "
+        "ids). No prompt text unless --store-text. Prints 'llm-locust trace record listening on "
+        "http://HOST:PORT' as its first stdout line."))
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="address to listen on (default %(default)s; port 0 picks a free port)")
+    p.add_argument("--upstream", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--out", required=True, metavar="FILE", help="trace file to write (JSONL)")
+    p.add_argument("--force", action="store_true", help="overwrite --out when it exists and is not empty")
+    p.add_argument("--store-text", action="store_true",
+                   help="also store each request's prompt / messages (default: lengths and hashes only)")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
+                   help="prefix block size in tokens (default %(default)s; without --tokenizer a block is "
+                        f"TOKENS*{CHARS_PER_TOKEN} characters)")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="tokenizer.json (or a directory with one) for token blocks and prompt counts; "
+                        "needs the 'tokenizers' package")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="upstream connect timeout (default %(default)s)")
+    return p
+
+
+def _listen_addr(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bad --listen {text!r} (expected HOST:PORT)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
+    upstream = Upstream.parse(opts.upstream)
+    host, port = _listen_addr(opts.listen)
+    rec = Recorder(opts.out, hasher, opts.store_text, opts.force)
+    proxy = Proxy(upstream, rec, opts.connect_timeout)
+    server = await asyncio.start_server(proxy.client, host, port, limit=MAX_HEAD, backlog=1024,
+                                        reuse_address=True)
+    h, p = server.sockets[0].getsockname()[:2]
+    shown = f"[{h}]" if ":" in h else ("127.0.0.1" if h == "0.0.0.0" else h)
+    print(f"{PROG} listening on http://{shown}:{p}", flush=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - (time.monotonic() - rec.t0)))
+    print(f"{PROG}: forwarding to {upstream.scheme}://{upstream.host_header}{upstream.base}, writing {opts.out}"
+          f"{' (with prompt text)' if opts.store_text else ''}; timestamp 0 = {started}", file=sys.stderr, flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        tasks = list(proxy.tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        rec.close()
+        print(f"{PROG}: wrote {rec.lines} trace lines to {opts.out}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    opts = p.parse_args(argv)
+    if opts.block_size < 1:
+        p.error("--block-size must be >= 1")
+    try:
+        _listen_addr(opts.listen)
+        Upstream.parse(opts.upstream)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        tok = load_tokenizer(opts.tokenizer) if opts.tokenizer else None
+        asyncio.run(serve(opts, PrefixHasher(opts.block_size, tok)))
+    except (TokenizerError, FileExistsError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
