@@ -1,0 +1,142 @@
+"""Synthetic workloads, written out as a trace so the exact workload can be replayed again.
+
+Lengths come from a distribution:
+  `128`                     fixed
+  `uniform:LO:HI`           integers LO..HI inclusive
+  `normal:MEAN:STD`         rounded, at least 1
+  `lognormal:MEAN:STD`      of the values themselves (not of their log), rounded, at least 1
+  `empirical:TRACE`         drawn from the input (or output) lengths of a trace file
+Arrivals: all at 0 (for closed-loop use), or `--rate R` per second, constant or Poisson.
+An optional shared prefix of P tokens (a common system prompt) is expressed as prefix blocks:
+block size P, block 0 shared by every request, the rest of each prompt in blocks of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+Sampler = Callable[[random.Random], int]
+
+
+def parse_dist(text: str, column: str = "input_tokens") -> Sampler:
+    """A sampler from a distribution spec (see the module doc). ValueError names what is wrong."""
+    kind, _, rest = text.partition(":")
+    try:
+        if not rest:
+            value = int(kind)
+            if value < 1:
+                raise ValueError
+            return lambda rng: value
+        args = rest.split(":")
+        if kind == "uniform":
+            lo, hi = int(args[0]), int(args[1])
+            if not 1 <= lo <= hi:
+                raise ValueError
+            return lambda rng: rng.randint(lo, hi)
+        if kind == "normal":
+            mean, std = float(args[0]), float(args[1])
+            return lambda rng: max(1, round(rng.gauss(mean, std)))
+        if kind == "lognormal":
+            mean, std = float(args[0]), float(args[1])
+            if mean <= 0 or std < 0:
+                raise ValueError
+            sigma2 = math.log(1 + (std / mean) ** 2)
+            mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
+            return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
+        if kind == "empirical":
+            from .load import load_trace
+
+            trace = load_trace(rest)
+            values = [v for v in (getattr(trace[i], column) for i in range(len(trace))) if v]
+            if not values:
+                raise ValueError(f"{rest}: no {column} values to draw from")
+            return lambda rng: rng.choice(values)
+    except (IndexError, ValueError) as e:
+        detail = f": {e}" if str(e) else ""
+        raise ValueError(f"bad distribution {text!r}{detail} (see `llm-locust trace synth --help`)") from None
+    raise ValueError(f"unknown distribution {kind!r} in {text!r}: fixed N, uniform, normal, lognormal, empirical")
+
+
+@dataclass(frozen=True, slots=True)
+class SynthSpec:
+    requests: int = 100
+    input: str = "512"
+    output: str = "128"
+    rate: float = 0.0  # requests per second; 0 = every arrival at 0
+    arrivals: str = "poisson"  # or "constant"
+    prefix_tokens: int = 0
+    seed: int = 0
+
+
+def generate(spec: SynthSpec) -> list[dict]:
+    if spec.requests < 1:
+        raise ValueError("requests must be >= 1")
+    if spec.arrivals not in ("poisson", "constant"):
+        raise ValueError(f"arrivals must be poisson or constant, got {spec.arrivals!r}")
+    rng = random.Random(spec.seed)
+    draw_in = parse_dist(spec.input, "input_tokens")
+    draw_out = parse_dist(spec.output, "output_tokens")
+    t, next_block = 0.0, 1
+    rows = []
+    for i in range(spec.requests):
+        if spec.rate > 0 and i:
+            t += rng.expovariate(spec.rate) if spec.arrivals == "poisson" else 1.0 / spec.rate
+        row = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
+        if spec.prefix_tokens:
+            n_blocks = math.ceil(row["input_tokens"] / spec.prefix_tokens)
+            row["hash_ids"] = [0] + list(range(next_block, next_block + n_blocks - 1))
+            row["block_size"] = spec.prefix_tokens
+            next_block += n_blocks - 1
+        rows.append(row)
+    return rows
+
+
+def write(rows: list[dict], path: str | Path, spec: SynthSpec | None = None) -> None:
+    with open(path, "wb") as f:
+        for row in rows:
+            f.write(orjson.dumps(row) + b"\n")
+    if spec is not None:  # the recipe beside the trace, so it can be made again
+        Path(f"{path}.spec.json").write_bytes(orjson.dumps(asdict(spec), option=orjson.OPT_INDENT_2))
+
+
+def parse_spec_text(text: str) -> SynthSpec:
+    """`requests=200,input=uniform:100:500,output=128,rate=5` (the run command's --synthetic)."""
+    fields = {}
+    types = {"requests": int, "rate": float, "prefix_tokens": int, "seed": int}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in SynthSpec.__dataclass_fields__:
+            raise ValueError(f"bad synthetic workload item {part!r}; keys: {', '.join(SynthSpec.__dataclass_fields__)}")
+        fields[key] = types.get(key, str)(value)
+    return SynthSpec(**fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llm-locust trace synth", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--input", default="512", help="input length distribution")
+    p.add_argument("--output", default="128", help="output length distribution")
+    p.add_argument("--rate", type=float, default=0.0, help="arrivals per second (0: all at 0)")
+    p.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson")
+    p.add_argument("--prefix-tokens", type=int, default=0, help="shared prefix (system prompt) length")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="trace file to write (our JSONL)")
+    a = p.parse_args(argv)
+    spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed)
+    try:
+        rows = generate(spec)
+    except (ValueError, OSError) as e:
+        print(f"llm-locust trace synth: {e}", file=sys.stderr)
+        return 2
+    write(rows, a.out, spec)
+    print(f"wrote {len(rows)} requests to {a.out} (recipe in {a.out}.spec.json)")
+    return 0
