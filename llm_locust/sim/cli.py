@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
 from .model import SimConfig
 from .server import Options, parse_fault, serve
@@ -53,10 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token)
     if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
         build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
+    if sum(rate for _, rate in a.fault) > 1:
+        build_parser().error("--fault rates must sum to at most 1")
     opts = Options(sim=cfg, host=a.host, port=a.port, model=a.model, fast=a.fast, eos_mean=a.eos_mean,
                    default_max_tokens=a.default_max_tokens, token_log=a.token_log, faults=a.fault, seed=a.seed)
     if a.uvloop:
         import uvloop
         uvloop.install()
-    asyncio.run(serve(opts))
+    try:
+        asyncio.run(serve(opts))
+    except OSError as e:  # e.g. the port is taken
+        print(f"llm-locust sim: {e}", file=sys.stderr)
+        return 1
     return 0
