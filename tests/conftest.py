@@ -35,3 +35,9 @@ def smollm2_model():
 def tiny_model():
     """Path to tiny-random-llama.gguf (skip locally / fail in CI when missing)."""
     return _require_real(realservers.tiny_gguf(), "tiny random llama GGUF")
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """Path to the SmolLM2 HF tokenizer directory (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.smollm2_tokenizer_dir(), "SmolLM2 tokenizer directory")

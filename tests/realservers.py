@@ -22,7 +22,7 @@ from typing import Sequence
 LLAMA_CPP_PY_VERSION = "0.3.36"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_FILE = "tiny-random-llama.gguf"
-PROVISION_HINT = "run `scripts/real-servers.sh llama` (builds llama-server, fetches the models)"
+PROVISION_HINT = "run `scripts/real-servers.sh llama` (builds llama-server, fetches the models, rebuilds the tokenizer)"
 
 # urllib honours http_proxy & co; never send loopback traffic to a proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -55,6 +55,14 @@ def smollm2_gguf() -> Path | None:
 def tiny_gguf() -> Path | None:
     """Tiny random-weight llama GGUF with SmolLM2's tokenizer, or None if absent."""
     return _existing(cache_dir() / "models" / TINY_FILE)
+
+
+def smollm2_tokenizer_dir() -> Path | None:
+    """HuggingFace tokenizer directory for SmolLM2, rebuilt from the GGUF's metadata by
+    ``scripts/real-servers.sh tokenizer`` (tokenizer.json, tokenizer_config.json,
+    chat_template.jinja), or None if absent."""
+    d = cache_dir() / "tokenizers" / "smollm2"
+    return d if _existing(d / "tokenizer.json") is not None else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
