@@ -1,113 +1,83 @@
-"""Trace loaders. Issue-2 scope: our JSONL and the Azure 2023 CSV (the bundled sample's source)."""
+"""Trace loading: detect the format, stream the file (gzip too), build a compact `Trace`.
+
+    load_trace(path, fmt=None, *, share=None, model=None, keep_failed=False) -> Trace
+
+Formats live in `formats/` (one module each, see `FORMATS`); docs/traces.md describes them, the
+column mapping and the rules below.
+
+- Arrival times are seconds from the trace start. Formats whose times are already offsets from a
+  trace origin (our JSONL, Mooncake, Bailian, AIPerf, Splitwise) keep them; wall-clock or offset
+  formats that need not start at 0 (Azure, BurstGPT) are rebased so the first kept row (after the
+  model / failed-row filters, before sharing) is at 0.0.
+- Rows out of time order are sorted, stably, by arrival; `Trace.reordered` counts the rows that
+  were earlier than the row before them. If such a row is earlier than the first row of a rebased
+  format, it becomes the origin. Negative or unparseable times are refused.
+- ``share=(i, k)`` keeps worker i's share of k: a record belongs to share ``key % k`` where key is
+  ``zlib.crc32(conversation_id)`` for a record in a conversation, else its 0-based index among the
+  rows kept before sharing (file order). The k shares are disjoint, cover the trace, and keep each
+  conversation whole; every worker parses the whole file (so all agree on the origin and order).
+- Every problem raises `TraceError` (a ValueError) naming the file and the line, before anything
+  is returned, so before any load is sent.
+"""
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-from datetime import datetime
 from pathlib import Path
 
-import orjson
+from .formats import FORMATS, detect, get
+from .formats.base import Context, Source, TraceError
+from .trace import Trace, TraceBuilder
 
-from .records import TraceRecord
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read; the message names the file and line."""
+__all__ = ["FORMATS", "Trace", "TraceError", "load_trace"]
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
-
-
-def load_trace(path: str | Path) -> list[TraceRecord]:
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+def _check_share(share) -> tuple[int, int] | None:
+    if share is None:
+        return None
     try:
-        with _open_text(path) as f:
-            first = f.readline()
-            f.seek(0)
-            if not first.strip():
-                records = []
-            elif first.lstrip().startswith("{"):
-                records = _jsonl(f, path)
-            elif first.upper().startswith("TIMESTAMP,"):
-                records = _azure_csv(f, path)
-            else:
-                raise TraceError(f"{path}:1: unknown trace format (expected JSONL or an Azure CSV header)")
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except (EOFError, gzip.BadGzipFile, OSError) as e:
-        raise TraceError(f"{path}: cannot read: {e}") from None
-    if not records:
-        raise TraceError(f"{path}: empty trace")
-    return records
+        i, k = (int(x) for x in share)
+    except (TypeError, ValueError):
+        raise TraceError(f"share must be (index, count), got {share!r}") from None
+    if k < 1 or not 0 <= i < k:
+        raise TraceError(f"share index must be in 0..count-1 with count >= 1, got {share!r}")
+    return i, k
 
 
-def _jsonl(f, path: Path) -> list[TraceRecord]:
-    out = []
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise TraceError(f"{where}: invalid JSON: {e}") from None
-        if not isinstance(obj, dict):
-            raise TraceError(f"{where}: expected a JSON object")
-        try:
-            rec = TraceRecord(
-                arrival=float(obj.get("timestamp", 0.0)),
-                input_tokens=_opt_int(obj.get("input_tokens")),
-                output_tokens=_opt_int(obj.get("output_tokens")),
-                prompt=obj.get("prompt"),
-                messages=obj.get("messages"),
-                conversation_id=obj.get("conversation_id"),
-                turn=_opt_int(obj.get("turn")),
-                source=where,
-            )
-        except (TypeError, ValueError) as e:
-            raise TraceError(f"{where}: {e}") from None
-        if rec.prompt is None and rec.messages is None and rec.input_tokens is None:
-            raise TraceError(f"{where}: needs one of prompt, messages, input_tokens")
-        out.append(rec)
-    return out
-
-
-def _azure_csv(f, path: Path) -> list[TraceRecord]:
-    reader = csv.DictReader(f)
-    need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
-    missing = need - set(reader.fieldnames or ())
-    if missing:
-        raise TraceError(f"{path}:1: missing column(s) {', '.join(sorted(missing))}")
-    out, t0 = [], None
-    for row in reader:
-        where = f"{path}:{reader.line_num}"
-        try:
-            t = _azure_time(row["TIMESTAMP"])
-            rec = TraceRecord(
-                arrival=0.0,
-                input_tokens=int(row["ContextTokens"]),
-                output_tokens=int(row["GeneratedTokens"]),
-                source=where,
-            )
-        except (TypeError, ValueError) as e:
-            raise TraceError(f"{where}: {e}") from None
-        t0 = t if t0 is None else t0
-        rec.arrival = (t - t0).total_seconds()
-        out.append(rec)
-    return out
-
-
-def _azure_time(text: str) -> datetime:
-    # 7 fractional digits (100 ns ticks) do not fit %f: keep microseconds
-    head, dot, frac = text.strip().partition(".")
-    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if dot else head)
-
-
-def _opt_int(v) -> int | None:
-    return None if v is None else int(v)
+def load_trace(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    share: tuple[int, int] | None = None,
+    model: str | None = None,
+    keep_failed: bool = False,
+) -> Trace:
+    """Read a trace file (any of `FORMATS`, detected from content unless `fmt` is given; ``.gz``
+    read transparently) into a `Trace`, optionally only this worker's `share`."""
+    name = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{name}: no such trace file")
+    share = _check_share(share)
+    spec = get(fmt) if fmt else None
+    src = Source(p, name)
+    try:
+        if spec is None:
+            spec = detect(src.head(), name)
+        if model is not None and "model" not in spec.columns:
+            raise TraceError(f"{name}: a model filter ({model!r}) was given, but {spec.name} traces have no model column")
+        ctx = Context(name=name, model=model, keep_failed=keep_failed)
+        builder = TraceBuilder(spec, ctx, share)
+        for block in spec.read(src, ctx):
+            builder.add(block)
+        src.finish()
+    finally:
+        src.close()
+    if builder.seen == 0:
+        if model is not None and ctx.skipped.get("model"):
+            seen = ", ".join(sorted(ctx.models_seen)) or "(none)"
+            raise TraceError(f"{name}: no rows of model {model!r}; models in the file: {seen}")
+        if ctx.skipped:
+            what = ", ".join(f"{n} {why}" for why, n in ctx.skipped.items())
+            raise TraceError(f"{name}: no rows left to replay ({what} skipped)")
+        raise TraceError(f"{name}: empty trace (no data rows)")
+    return builder.finish(path=name, sha256=src.sha.hexdigest())
