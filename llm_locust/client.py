@@ -11,6 +11,7 @@ the request is written and the body read here, so that:
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 import weakref
@@ -25,6 +26,8 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTP
 from .protocols import error_text, make_decoder
 from .protocols.base import CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
 from .records import SOURCE_USAGE, Outcome, RequestRecord
+
+log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 ERROR_BODY_LIMIT = 4096
@@ -95,6 +98,7 @@ class StreamClient:
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
+        collect_text: bool | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened.
 
@@ -114,7 +118,8 @@ class StreamClient:
             requested_out=spec.max_tokens if spec.force_length else None,
             step=step,
         )
-        state = StreamState(self.collect_text)
+        collect = self.collect_text if collect_text is None else collect_text
+        state = StreamState(collect)
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
         try:
@@ -256,8 +261,30 @@ class StreamClient:
             rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
         if state.extra:
             rec.extra = state.extra
-        if self.collect_text:
+        if state.collect_text:
             rec.text = "".join(state.text)
+
+
+def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts) -> list[str]:
+    """Model ids the server lists at /v1/models; [] (with a warning) when it lists none."""
+    from geventhttpclient import HTTPClient
+
+    from .protocols.openai import parse_models
+
+    try:
+        http = HTTPClient.from_url(base_url, connection_timeout=timeouts.connect, network_timeout=10.0, insecure=True)
+        try:
+            r = http.get(urlsplit(base_url).path.rstrip("/") + "/v1/models", headers=headers)
+            body = r.read()
+        finally:
+            http.close()
+        models = parse_models(body) if r.status_code == 200 else []
+        if not models:
+            log.warning("%s/v1/models lists no model (HTTP %s); sending requests without one", base_url, r.status_code)
+        return models
+    except Exception as e:  # noqa: BLE001 - any failure here only costs the model name
+        log.warning("could not list models at %s/v1/models: %s", base_url, e)
+        return []
 
 
 def _close_delimited(resp: HTTPSocketResponse) -> bool:

@@ -31,7 +31,15 @@ def add_arguments(parser) -> None:
         default=DEFAULT_API_KEY_ENV,
         help="name of the environment variable holding the API key (sent as a Bearer token, never logged)",
     )
-    g.add_argument("--trace", default="", help="workload trace file (JSONL or Azure CSV); default: bundled sample")
+    g.add_argument("--trace", default="", help="workload trace file (see docs/traces.md); default: bundled sample")
+    g.add_argument("--trace-format", default="", help="force the trace format instead of detecting it")
+    g.add_argument("--tokenizer", default="", help="tokenizer.json or HF directory: prompts of exact token length")
+    g.add_argument("--speed", type=float, default=1.0, help="replay: trace time runs this many times faster")
+    g.add_argument("--start-offset", type=float, default=0.0, help="replay: skip this many trace seconds")
+    g.add_argument("--duration", type=float, default=0.0, help="replay: trace seconds to replay (0: to the end)")
+    g.add_argument("--loops", type=int, default=1, help="replay: passes over the trace window")
+    g.add_argument("--max-in-flight", type=int, default=0, help="replay: cap on requests in flight per worker (0: none)")
+    g.add_argument("--think-time", type=float, default=0.0, help="seconds between a reply and the next request of a user or conversation")
     g.add_argument("--max-tokens", type=int, default=0, help="output tokens per request; default: the trace's")
     g.add_argument("--max-tokens-cap", type=int, default=0, help="upper bound on the trace's output lengths")
     g.add_argument(
@@ -54,6 +62,9 @@ def add_arguments(parser) -> None:
     g.add_argument("--seed", type=int, default=0, help="seed for prompt synthesis")
 
 
+_TOKENIZERS: dict[str, object] = {}
+
+
 def parse_slos(text: str) -> dict[str, float]:
     slos: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -71,6 +82,14 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)  # never printed
     api_key_env: str = DEFAULT_API_KEY_ENV
     trace: str = ""
+    trace_format: str = ""
+    tokenizer: str = ""
+    speed: float = 1.0
+    start_offset: float = 0.0
+    duration: float = 0.0
+    loops: int = 1
+    max_in_flight: int = 0
+    think_time: float = 0.0
     max_tokens: int = 0
     max_tokens_cap: int = 0
     force_length: bool = True
@@ -90,6 +109,14 @@ class Settings:
             api_key=os.environ.get(key_env) or None,
             api_key_env=key_env,
             trace=get("trace", "") or sample_trace_path(),
+            trace_format=get("trace_format", ""),
+            tokenizer=get("tokenizer", ""),
+            speed=get("speed", 1.0),
+            start_offset=get("start_offset", 0.0),
+            duration=get("duration", 0.0),
+            loops=get("loops", 1),
+            max_in_flight=get("max_in_flight", 0),
+            think_time=get("think_time", 0.0),
             max_tokens=get("max_tokens", 0),
             max_tokens_cap=get("max_tokens_cap", 0),
             force_length=not get("no_force_length", False),
@@ -104,6 +131,17 @@ class Settings:
             seed=get("seed", 0),
         )
 
+    def tokenizer_obj(self):
+        """The tokenizer named by --tokenizer, loaded once per process; None without one."""
+        if not self.tokenizer:
+            return None
+        from .workload.tokenizer import load_tokenizer
+
+        cached = _TOKENIZERS.get(self.tokenizer)
+        if cached is None:
+            cached = _TOKENIZERS[self.tokenizer] = load_tokenizer(self.tokenizer)
+        return cached
+
     def public(self) -> dict:
         """Settings safe to store in results: the key's variable name, never the key."""
         return {
@@ -112,6 +150,16 @@ class Settings:
             "api_key_env": self.api_key_env,
             "api_key_set": self.api_key is not None,
             "trace": self.trace,
+            "trace_format": self.trace_format,
+            "tokenizer": self.tokenizer,
+            "replay": {
+                "speed": self.speed,
+                "start_offset": self.start_offset,
+                "duration": self.duration,
+                "loops": self.loops,
+                "max_in_flight": self.max_in_flight,
+            },
+            "think_time": self.think_time,
             "max_tokens": self.max_tokens,
             "max_tokens_cap": self.max_tokens_cap,
             "force_length": self.force_length,

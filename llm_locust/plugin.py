@@ -32,6 +32,9 @@ def _add_options(parser, **_kw: Any) -> None:
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
     h = install(environment)
+    from . import replay  # imports this module: load it late
+
+    replay.install(environment)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         return

@@ -58,7 +58,8 @@ class RequestRecord:
     finish_reason: str | None = None
     step: int = 0
     extra: dict | None = None  # what the server said about itself (llama.cpp timings, TGI details)
-    text: str | None = None  # the output text, only when asked for (tests, debugging)
+    text: str | None = None  # the output text, only when asked for (conversations, tests)
+    source: str | None = None  # the trace record it replays ("file:line")
 
     @property
     def ok(self) -> bool:

@@ -12,24 +12,24 @@ import itertools
 import logging
 import os
 
+import gevent
 import gevent.lock
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from . import plugin  # noqa: F401  (registers options and listeners)
-from .client import StreamClient
+from .client import StreamClient, fetch_models
 from .metrics.cluster import hub
 from .options import Settings
-from .protocols import get_adapter
+from .protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from .protocols.base import RequestSpec
-from .protocols.openai import parse_models
 from .records import Outcome, RequestRecord
-from .workload import PromptSynth, TraceRecord, load_trace
+from .workload import load_trace
+from .workload.prompts import PromptBuilder
+from .workload.specs import SpecBuilder
 
 log = logging.getLogger(__name__)
 
-OPENAI_APIS = ("openai-chat", "openai-completions")
-DEFAULT_MAX_TOKENS = 128
 
 
 class LLMFailure(Exception):
@@ -39,40 +39,27 @@ class LLMFailure(Exception):
 class Workload:
     """The records this process sends, in order, looping; shared by the process's users."""
 
-    def __init__(self, records: list[TraceRecord], settings: Settings, offset: int = 0) -> None:
-        self.records = records
-        self.settings = settings
-        self.synth = PromptSynth(settings.seed)
+    def __init__(self, trace, builder: SpecBuilder, offset: int = 0) -> None:
+        self.trace = trace
+        self.builder = builder
         self._next = itertools.count(offset)
 
-    def next_spec(self, model: str | None) -> RequestSpec:
-        rec = self.records[next(self._next) % len(self.records)]
-        s = self.settings
-        max_tokens = s.max_tokens or rec.output_tokens or DEFAULT_MAX_TOKENS
-        if s.max_tokens_cap:
-            max_tokens = min(max_tokens, s.max_tokens_cap)
-        prompt = rec.prompt
-        if prompt is None and rec.messages is None:
-            prompt = self.synth.prompt(rec.input_tokens or 1)
-        return RequestSpec(
-            model=model or None,
-            prompt=prompt,
-            messages=rec.messages,
-            max_tokens=max_tokens,
-            force_length=s.force_length,
-            continuous_usage=s.continuous_usage,
-        )
+    def next_spec(self, model: str | None) -> tuple[RequestSpec, str]:
+        rec = self.trace[next(self._next) % len(self.trace)]
+        return self.builder.spec(rec, model), rec.source
 
 
 class _ProcessContext:
     """Per-process state set up once at test start: settings, workload, model name."""
 
     def __init__(self, env: Environment) -> None:
-        self.settings = Settings.from_options(env.parsed_options)
-        records = load_trace(self.settings.trace)
+        s = self.settings = Settings.from_options(env.parsed_options)
+        trace = load_trace(s.trace, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
+        chat = s.api in CHAT_APIS
+        builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)
         # spread workers over the trace so they do not all send the same records first
-        self.workload = Workload(records, self.settings, offset=(index * 7919) % len(records))
+        self.workload = Workload(trace, builder, offset=(index * 7919) % len(trace))
         self.model: str | None = self.settings.model or None
         self.model_checked = bool(self.model) or self.settings.api not in OPENAI_APIS
         self.lock = gevent.lock.Semaphore()
@@ -103,8 +90,7 @@ class LLMUser(FastHttpUser):
         self.adapter = get_adapter(s.api)
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=headers)
+        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=self.stream_headers())
         self._discover_model()
 
     def _discover_model(self) -> None:
@@ -114,18 +100,11 @@ class LLMUser(FastHttpUser):
         with ctx.lock:
             if ctx.model_checked:
                 return
-            try:
-                r = self.client.get("/v1/models", name="/v1/models", headers=self.stream_headers())
-                models = parse_models(r.content or b"") if r.status_code == 200 else []
-            except Exception as e:  # noqa: BLE001 - any failure here only costs the model name
-                log.warning("could not list models at %s/v1/models: %s", self.host, e)
-                models = []
+            models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts)
             if models:
                 ctx.model = models[0]
                 self.metrics.info["model"] = ctx.model
                 log.info("model from /v1/models: %s", ctx.model)
-            else:
-                log.warning("no model name given and none listed by the server; sending requests without one")
             ctx.model_checked = True
 
     def stream_headers(self) -> dict[str, str]:
@@ -134,30 +113,42 @@ class LLMUser(FastHttpUser):
 
     @task
     def next_request(self) -> None:
-        self.send(self.ctx.workload.next_spec(self.ctx.model))
+        spec, source = self.ctx.workload.next_spec(self.ctx.model)
+        self.send(spec, source=source)
+        if self.ctx.settings.think_time:
+            gevent.sleep(self.ctx.settings.think_time)
 
-    def send(self, spec: RequestSpec, t_sched: float | None = None) -> RequestRecord:
+    def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None) -> RequestRecord:
         """Send one request and account for it; returns its record."""
         ctx = self.ctx
         step = self.metrics.on_sent()
         rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
-        rec = self.stream.send(spec, rid, t_sched, on_cancel=self._done, step=step)
-        self._done(rec)
+
+        def done(rec: RequestRecord) -> None:
+            rec.source = source
+            self._done(rec)
+
+        rec = self.stream.send(spec, rid, t_sched, on_cancel=done, step=step)
+        done(rec)
         return rec
 
     def _done(self, rec: RequestRecord) -> None:
-        self.metrics.on_done(rec)
-        if rec.outcome is Outcome.CANCELLED:
-            return  # not a failure of the server: counted in our figures, kept out of Locust's table
-        e2e = rec.e2e or 0.0
-        self.environment.events.request.fire(
-            request_type="POST",
-            name=rec.api,
-            response_time=e2e * 1000.0,
-            response_length=rec.n_out,
-            response=None,
-            context={},
-            exception=None if rec.ok else LLMFailure(f"{rec.outcome.value}: {rec.error}"),
-            start_time=rec.wall_sent,
-            url=self.host,
-        )
+        account(self.environment, rec)
+
+
+def account(env: Environment, rec: RequestRecord) -> None:
+    """Fold a finished request into the process's metrics and into Locust's own table."""
+    hub(env).on_done(rec)
+    if rec.outcome is Outcome.CANCELLED:
+        return  # not a failure of the server: counted in our figures, kept out of Locust's table
+    env.events.request.fire(
+        request_type="POST",
+        name=rec.api,
+        response_time=(rec.e2e or 0.0) * 1000.0,
+        response_length=rec.n_out,
+        response=None,
+        context={},
+        exception=None if rec.ok else LLMFailure(f"{rec.outcome.value}: {rec.error}"),
+        start_time=rec.wall_sent,
+        url=None,
+    )

@@ -9,6 +9,7 @@ report: records fold straight into the totals.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -63,6 +64,7 @@ class MetricsHub:
         self.started_at: float | None = None
         self.info: dict[str, Any] = {}  # facts learned while running (e.g. the model name)
         self.record_log: RecordLog | None = None
+        self.id_prefix = f"{os.getpid():x}"
 
     # ---- recording, on the process that sends requests ----
 

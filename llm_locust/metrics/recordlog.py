@@ -14,6 +14,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "id": rec.request_id,
         "api": rec.api,
         "step": rec.step,
+        "source": rec.source,
         "outcome": rec.outcome.value,
         "status": rec.status,
         "error": rec.error,
@@ -37,13 +38,18 @@ def record_dict(rec: RequestRecord) -> dict:
 
 
 class RecordLog:
+    """Opened at the first record, so a process that sent nothing leaves no file."""
+
     def __init__(self, path: str) -> None:
         self.path = path
-        self._f = open(path, "ab", buffering=1 << 16)
+        self._f = None
 
     def write(self, rec: RequestRecord) -> None:
+        if self._f is None:
+            self._f = open(self.path, "ab", buffering=1 << 16)
         self._f.write(orjson.dumps(record_dict(rec)) + b"\n")
 
     def close(self) -> None:
-        if not self._f.closed:
+        if self._f is not None:
             self._f.close()
+            self._f = None

@@ -36,6 +36,8 @@ _ADAPTERS: dict[str, Adapter] = {
     )
 }
 API_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
+CHAT_APIS = ("openai-chat", "ollama-chat")  # take messages rather than a prompt
+OPENAI_APIS = ("openai-chat", "openai-completions")  # list their models at /v1/models
 
 
 def get_adapter(name: str) -> Adapter:

@@ -1,0 +1,335 @@
+"""Open-loop, timestamp-faithful trace replay across a Locust cluster.
+
+Each request goes out at t0 + (trace time - offset) / speed, whatever the responses do; its
+latency is kept both from the scheduled time (t_sched) and from the actual send (t_sent).
+Records of one conversation go out in turn order, each only after the previous reply (and at
+its own trace time, if later), carrying the conversation's history when the trace has text.
+
+Across workers the cluster replays the trace exactly once:
+  1. master -> each worker: "llm_locust_plan" {share: [i, K], options, host}
+  2. each worker loads its share (records whose key % K == i; a conversation stays whole on one
+     worker) in a native thread, so heartbeats go on, then answers "llm_locust_ready";
+  3. master, once all are ready: "llm_locust_go" {t0: wall-clock start}, the same for everyone;
+  4. each worker dispatches its share on its own clock and answers "llm_locust_done".
+In a LocalRunner the same happens in-process with the share (0, 1).
+
+The dispatcher is one greenlet per process, whatever the number of ReplayUsers there: Locust's
+users only keep the runner alive while it works. It stops the test when every share is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import gevent
+from gevent.event import Event
+from geventhttpclient import HTTPClient
+from locust import User, task
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from . import plugin  # noqa: F401  (options and listeners)
+from .client import StreamClient, fetch_models
+from .metrics.cluster import hub
+from .options import Settings
+from .protocols import CHAT_APIS, OPENAI_APIS, get_adapter
+from .records import RequestRecord
+from .users import account
+from .workload import load_trace
+from .workload.prompts import PromptBuilder
+from .workload.schedule import ReplayWindow, due_times
+from .workload.specs import SpecBuilder
+
+log = logging.getLogger(__name__)
+
+PLAN, READY, GO, DONE = "llm_locust_plan", "llm_locust_ready", "llm_locust_go", "llm_locust_done"
+START_LEAD = 0.5  # seconds between "go" and t0, so every worker has the message before t0
+READY_TIMEOUT = 600.0
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep to a perf_counter deadline. gevent timers run on a cached loop clock and can fire
+    a few ms early, so re-check the real clock and finish the last millisecond with yields."""
+    perf = time.perf_counter
+    while True:
+        dt = deadline - perf()
+        if dt <= 0:
+            return
+        gevent.sleep(dt - 0.001 if dt > 0.002 else 0)
+
+
+class Dispatcher:
+    """Sends one process's share of the trace on schedule."""
+
+    def __init__(self, env: Environment, settings: Settings, host: str, share: tuple[int, int]) -> None:
+        self.env = env
+        self.settings = settings
+        self.host = host
+        self.share = share
+        self.trace = None
+        self.ready = Event()
+        self.finished = Event()
+        self.error: str | None = None
+        self.sent = 0
+        self.held_back = 0
+        self._in_flight = 0
+        self._unblocked_at = float("-inf")
+        self._slot_free = Event()
+
+    # ---- set-up ----
+
+    def load(self) -> None:
+        """Load this process's share in a native thread (parsing must not stall heartbeats)."""
+        s = self.settings
+        try:
+            self.trace = gevent.get_hub().threadpool.apply(
+                load_trace, (s.trace,), {"fmt": s.trace_format or None, "share": self.share}
+            )
+        except Exception as e:  # noqa: BLE001 - reported to the master, the test stops
+            self.error = f"{type(e).__name__}: {e}"
+        self.ready.set()
+
+    def _client(self) -> StreamClient:
+        s = self.settings
+        cap = s.max_in_flight or 10_000
+        http = HTTPClient.from_url(
+            self.host,
+            concurrency=cap,
+            connection_timeout=s.timeouts.connect,
+            network_timeout=s.timeouts.no_progress,
+            insecure=True,
+        )
+        return StreamClient(http, self.host, get_adapter(s.api), s.timeouts, headers=self._headers())
+
+    def _model(self) -> str | None:
+        s = self.settings
+        if s.model or s.api not in OPENAI_APIS:
+            return s.model or None
+        models = fetch_models(self.host, self._headers(), s.timeouts)
+        if models:
+            hub(self.env).info["model"] = models[0]
+        return models[0] if models else None
+
+    def _headers(self) -> dict[str, str]:
+        key = self.settings.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    # ---- the replay ----
+
+    def run(self, t0_wall: float) -> None:
+        try:
+            self._run(t0_wall)
+        finally:
+            self.finished.set()
+
+    def _run(self, t0_wall: float) -> None:
+        s = self.settings
+        trace = self.trace
+        client = self._client()
+        model = self._model()
+        chat = s.api in CHAT_APIS
+        builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
+        window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
+        due = due_times(trace.arrivals, window)
+        # conversations: only their first turn is scheduled here; the rest follow its replies
+        conv_of = {}
+        convs = trace.conversations() if hasattr(trace, "conversations") else {}
+        for cid, indices in convs.items():
+            for turn, i in enumerate(indices):
+                conv_of[i] = (cid, turn)
+        t0 = time.perf_counter() + (t0_wall - time.time())
+        metrics = hub(self.env)
+        greenlets = []
+        for offset, i in due:
+            conv = conv_of.get(i)
+            if conv is not None and conv[1] > 0:
+                continue
+            t_due = t0 + offset
+            sleep_until(t_due)
+            if conv is not None:
+                turns = [(t0 + (trace.arrivals[j] - trace.arrivals[i]) / s.speed + offset, j) for j in convs[conv[0]]]
+                greenlets.append(gevent.spawn(self._conversation, client, builder, model, turns, metrics))
+            else:
+                self._acquire_slot(t_due)
+                greenlets.append(gevent.spawn(self._send, client, builder.spec(trace[i], model), t_due, metrics, trace[i].source))
+        gevent.joinall(greenlets)
+
+    def _acquire_slot(self, t_due: float) -> None:
+        """Take an in-flight slot, waiting at the cap. A request is held back when it waited
+        itself, or fell due while the dispatcher was waiting for a slot for an earlier one."""
+        cap = self.settings.max_in_flight
+        if cap and self._in_flight >= cap:
+            self.held_back += 1
+            while self._in_flight >= cap:
+                self._slot_free.clear()
+                self._slot_free.wait()
+            self._unblocked_at = time.perf_counter()
+        elif t_due < self._unblocked_at:
+            self.held_back += 1
+        self._in_flight += 1
+
+    def _send(self, client: StreamClient, spec, t_sched: float, metrics, source: str, collect_text: bool = False) -> RequestRecord:
+        """Send with a slot already taken (`_acquire_slot`); gives it back at the end."""
+        self.sent += 1
+        step = metrics.on_sent()
+        rid = f"{metrics.id_prefix}-{self.sent}"
+        try:
+            rec = client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step, collect_text=collect_text)
+            self._account(rec, source)
+            return rec
+        finally:
+            self._in_flight -= 1
+            self._slot_free.set()
+
+    def _account(self, rec: RequestRecord, source: str) -> None:
+        rec.source = source
+        account(self.env, rec)
+
+    def _conversation(self, client, builder: SpecBuilder, model, turns: list[tuple[float, int]], metrics) -> None:
+        """Turns in order; each after the previous reply, and not before its own trace time."""
+        history: list[dict[str, Any]] = []
+        think = self.settings.think_time
+        ready_at = 0.0
+        for t_due, j in turns:
+            rec = self.trace[j]
+            t_sched = max(t_due, ready_at)
+            sleep_until(t_sched)
+            self._acquire_slot(t_sched)
+            spec = builder.spec(rec, model, history if rec.messages is not None or rec.prompt is not None else None)
+            keep = rec.messages is not None or rec.prompt is not None
+            result = self._send(client, spec, t_sched, metrics, rec.source, collect_text=keep)
+            if not result.ok:
+                return  # a conversation cannot go on without its reply
+            if keep:
+                history = list(spec.messages or [{"role": "user", "content": spec.prompt or ""}])
+                history.append({"role": "assistant", "content": result.text or ""})
+            ready_at = time.perf_counter() + think
+
+
+# ---- process wiring -------------------------------------------------------------------
+
+
+def _state(env: Environment) -> SimpleNamespace:
+    st = getattr(env, "llm_replay", None)
+    if st is None:
+        st = env.llm_replay = SimpleNamespace(dispatcher=None, ready={}, done={}, planned=[], go_sent=False)  # type: ignore[attr-defined]
+    return st
+
+
+def _options_dict(env: Environment) -> dict[str, Any]:
+    return {k: v for k, v in vars(env.parsed_options).items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def _stop_test(env: Environment) -> None:
+    runner = env.runner
+    headless = getattr(env.parsed_options, "headless", False)
+    gevent.spawn(runner.quit if headless else runner.stop)
+
+
+def _start_local(env: Environment) -> None:
+    """LocalRunner: plan, load and go in-process."""
+    st = _state(env)
+    if st.dispatcher is not None:
+        return
+    settings = Settings.from_options(env.parsed_options)
+    d = st.dispatcher = Dispatcher(env, settings, env.host, (0, 1))
+
+    def go() -> None:
+        d.load()
+        if d.error:
+            log.error("replay cannot start: %s", d.error)
+            _stop_test(env)
+            return
+        d.run(time.time() + START_LEAD)
+        info = hub(env).info
+        info["replay_sent"], info["replay_held_back"] = d.sent, d.held_back
+        log.info("replay finished: %d requests sent, %d held back by the in-flight cap", d.sent, d.held_back)
+        _stop_test(env)
+
+    gevent.spawn(go)
+
+
+def install(env: Environment) -> None:
+    """Register the replay messages. Called at init on every process."""
+    runner = env.runner
+    if isinstance(runner, MasterRunner):
+
+        def on_start(**_kw: Any) -> None:
+            if not any(issubclass(u, ReplayUser) for u in env.user_classes):
+                return
+            st = _state(env)
+            workers = sorted((c for c in runner.clients.values() if c.state != "missing"), key=lambda c: runner.get_worker_index(c.id))
+            st.planned = [c.id for c in workers]
+            st.ready, st.done, st.go_sent = {}, {}, False
+            options = _options_dict(env)
+            for i, c in enumerate(workers):
+                runner.send_message(PLAN, {"share": [i, len(workers)], "options": options, "host": env.host}, c.id)
+            log.info("replay planned over %d workers", len(workers))
+
+        def on_ready(environment, msg, **_kw) -> None:
+            st = _state(env)
+            st.ready[msg.node_id] = msg.data
+            if msg.data.get("error"):
+                log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
+            if set(st.ready) >= set(st.planned) and not st.go_sent:
+                st.go_sent = True
+                if any(d.get("error") for d in st.ready.values()):
+                    _stop_test(env)
+                    return
+                t0 = time.time() + START_LEAD
+                for cid in st.planned:
+                    runner.send_message(GO, {"t0": t0}, cid)
+                hub(env).info["replay_t0"] = t0
+
+        def on_done(environment, msg, **_kw) -> None:
+            st = _state(env)
+            st.done[msg.node_id] = msg.data
+            if set(st.done) >= set(st.planned):
+                info = hub(env).info
+                info["replay_sent"] = sum(d["sent"] for d in st.done.values())
+                info["replay_held_back"] = sum(d["held_back"] for d in st.done.values())
+                _stop_test(env)
+
+        env.events.test_start.add_listener(on_start)
+        runner.register_message(READY, on_ready)
+        runner.register_message(DONE, on_done)
+
+    elif isinstance(runner, WorkerRunner):
+
+        def on_plan(environment, msg, **_kw) -> None:
+            st = _state(env)
+            settings = Settings.from_options(SimpleNamespace(**msg.data["options"]))
+            d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
+            d.load()
+            runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
+
+        def on_go(environment, msg, **_kw) -> None:
+            d = _state(env).dispatcher
+            if d is None or d.error:
+                return
+            d.run(msg.data["t0"])
+            runner.send_message(DONE, {"sent": d.sent, "held_back": d.held_back})
+
+        runner.register_message(PLAN, on_plan, concurrent=True)
+        runner.register_message(GO, on_go, concurrent=True)
+
+
+class ReplayUser(User):
+    """Placeholder user for open-loop replay: the process's dispatcher does the sending.
+
+    Run with one user per worker (more are harmless: they idle). The test ends by itself when
+    the whole trace window has been replayed.
+    """
+
+    abstract = True
+
+    def on_start(self) -> None:
+        if not isinstance(self.environment.runner, WorkerRunner):
+            _start_local(self.environment)
+
+    @task
+    def wait(self) -> None:
+        gevent.sleep(1.0)
