@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import gevent
 from gevent import GreenletExit
+from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
 from .protocols import error_text, make_decoder
@@ -69,6 +70,8 @@ class StreamClient:
         collect_text: bool = False,
     ) -> None:
         self.pool = http_client._connection_pool
+        if not isinstance(self.pool, SSLConnectionPool):
+            self.pool._is_socket_alive = _socket_alive
         self._kept_alive: weakref.WeakSet = weakref.WeakSet()  # sockets we returned to the pool
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
@@ -153,9 +156,12 @@ class StreamClient:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
         reused = sock in self._kept_alive
         resp = None
+        # No per-read socket timeout (gevent arms a timer for every read that waits): the
+        # process's watchdog closes the socket of a request that received nothing for too long.
+        sock.settimeout(None)
+        watch = _WATCHDOG.watch(sock, self.timeouts.no_progress)
         try:
-            sock.settimeout(self.timeouts.no_progress)
-            rec.t_sent = time.perf_counter()
+            rec.t_sent = watch.last = time.perf_counter()
             rec.wall_sent = time.time()
             sock.sendall(data)
             resp = _Response(sock, block_size=READ_SIZE, method="POST")
@@ -165,10 +171,10 @@ class StreamClient:
                 body = _read_limited(resp, ERROR_BODY_LIMIT)
                 rec.t_end = time.perf_counter()
                 raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {error_text(body)}")
-            self._read_stream(resp, sock, rec, state)
+            self._read_stream(resp, sock, rec, state, watch)
         except _Ended:
             raise
-        except socket.timeout:
+        except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) if watch.fired else ():
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
             if rec.t_headers is None and reused and may_retry:
@@ -183,6 +189,7 @@ class StreamClient:
             kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
             raise _Ended(kind, f"{type(e).__name__}: {e}") from None
         finally:
+            _WATCHDOG.unwatch(watch)
             # Exactly one of: back to the pool (body read to its end on a keep-alive
             # connection), or closed (anything else, including a kill or the total timeout).
             if resp is not None and resp.message_complete and not resp.should_close():
@@ -191,7 +198,7 @@ class StreamClient:
             else:
                 pool.release_socket(sock)
 
-    def _read_stream(self, resp: HTTPSocketResponse, sock, rec: RequestRecord, state: StreamState) -> None:
+    def _read_stream(self, resp: HTTPSocketResponse, sock, rec: RequestRecord, state: StreamState, watch: "_Watch") -> None:
         adapter_feed = self.adapter.feed
         decoder = make_decoder(self.adapter)
         decode = decoder.feed
@@ -212,7 +219,7 @@ class StreamClient:
                     break
                 else:
                     chunk = recv(READ_SIZE)
-                    now = perf_counter()
+                    now = watch.last = perf_counter()
                     if not chunk:
                         if _close_delimited(resp):
                             break
@@ -263,6 +270,64 @@ class StreamClient:
             rec.extra = state.extra
         if state.collect_text:
             rec.text = "".join(state.text)
+
+
+class _Watch:
+    __slots__ = ("sock", "limit", "last", "fired")
+
+    def __init__(self, sock, limit: float) -> None:
+        self.sock = sock
+        self.limit = limit
+        self.last = time.perf_counter()
+        self.fired = False
+
+
+class _Watchdog:
+    """One greenlet per process ends requests that received nothing for their no-progress
+    timeout, by closing their socket: the blocked read raises, and the request sees `fired`.
+    Closing (rather than throwing into the greenlet) cannot reach a later request by mistake."""
+
+    def __init__(self) -> None:
+        self.active: set[_Watch] = set()
+        self._greenlet = None
+
+    def watch(self, sock, limit: float) -> _Watch:
+        w = _Watch(sock, limit)
+        self.active.add(w)
+        if self._greenlet is None or self._greenlet.dead:
+            self._greenlet = gevent.spawn(self._run)
+        return w
+
+    def unwatch(self, w: _Watch) -> None:
+        self.active.discard(w)
+
+    def _run(self) -> None:
+        while self.active:
+            period = min(0.25, min(w.limit for w in self.active) / 4)
+            gevent.sleep(max(period, 0.005))
+            now = time.perf_counter()
+            for w in [w for w in self.active if now - w.last > w.limit]:
+                w.fired = True
+                self.active.discard(w)
+                w.sock.close()
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _socket_alive(sock) -> bool:
+    """Pool check for an idle kept-alive socket, without yielding to other greenlets (the
+    pool's own check goes through gevent's select, which does, and so delays every send)."""
+    try:
+        raw = sock._sock
+        if raw.fileno() < 0:
+            return False
+        raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return False  # readable while idle: closed by the server, or stray bytes
+    except BlockingIOError:
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts) -> list[str]:

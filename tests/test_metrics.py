@@ -55,9 +55,25 @@ def test_histogram_merge_via_encoding_is_exact():
         v = rng.expovariate(20)
         (a if i % 2 else b).record(v)
         both.record(v)
-    merged = Histogram.decode(a.encode())
-    merged.merge_encoded(b.encode())
+    merged = Histogram.decode(a.encode(), a.sum_us)
+    merged.merge_encoded(b.encode(), b.sum_us)
     assert merged.summary() == both.summary()
+
+
+def test_histogram_mean_is_exact_and_buckets_match_plain_hdr():
+    from hdrh.histogram import HdrHistogram
+
+    rng = random.Random(5)
+    values = [rng.randrange(0, 50_000_000) for _ in range(5000)]  # 0 .. 50 s in us
+    h, plain = Histogram(), HdrHistogram(1, 3_600_000_000, 3)
+    for v in values:
+        h.record_us(v)
+        plain.record_value(v)
+    s = h.summary()
+    assert s["mean"] == pytest.approx(sum(values) / len(values) / 1e6, rel=1e-12)
+    for p in (50, 90, 99, 99.9, 100):
+        assert h.percentile(p) == plain.get_value_at_percentile(p) / 1e6
+    assert s["min"] == plain.get_min_value() / 1e6 and s["max"] == plain.get_max_value() / 1e6
 
 
 def make_record(t0=100.0, ttft=0.2, gaps=(0.04, 0.01, 0.01), ntoks=(1, 4, 1, 1), n_out=None, outcome=Outcome.OK, sched_lag=0.0):

@@ -77,17 +77,22 @@ class Aggregate:
         end_bucket[1 if rec.ok else 2] += 1
 
         times, ntoks = rec.chunk_times, rec.chunk_tokens
-        # Tokens by arrival second (run-length over equal seconds: chunks come in bursts).
-        sec, acc = -1, 0
-        for t, n in zip(times, ntoks):
-            s = int(t + offset)
-            if s != sec:
+        # Tokens by arrival second: most requests fall within one second; else run-length.
+        if times:
+            first_sec = int(times[0] + offset)
+            if first_sec == int(times[-1] + offset):
+                _bucket(series, first_sec)[0] += sum(ntoks)
+            else:
+                sec, acc = -1, 0
+                for t, n in zip(times, ntoks):
+                    s = int(t + offset)
+                    if s != sec:
+                        if acc:
+                            _bucket(series, sec)[0] += acc
+                        sec, acc = s, 0
+                    acc += n
                 if acc:
                     _bucket(series, sec)[0] += acc
-                sec, acc = s, 0
-            acc += n
-        if acc:
-            _bucket(series, sec)[0] += acc
 
         if not rec.ok:
             self.tokens_out_failed += sum(ntoks)
@@ -140,7 +145,7 @@ class Aggregate:
     def to_wire(self) -> dict[str, Any]:
         """A msgpack-friendly dict (bytes, ints, floats, lists, str keys)."""
         return {
-            "hist": {k: h.encode() for k, h in self.hist.items() if h.count},
+            "hist": {k: [h.encode(), h.sum_us] for k, h in self.hist.items() if h.count},
             "outcomes": {k: v for k, v in self.outcomes.items() if v},
             "errors": self.errors,
             "counters": [
@@ -165,9 +170,9 @@ class Aggregate:
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
-        for k, data in d["hist"].items():
+        for k, (data, sum_us) in d["hist"].items():
             if k in self.hist:
-                self.hist[k].merge_encoded(data)
+                self.hist[k].merge_encoded(data, sum_us)
         for k, v in d["outcomes"].items():
             self.outcomes[k] = self.outcomes.get(k, 0) + v
         for kind, texts in d["errors"].items():

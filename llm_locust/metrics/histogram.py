@@ -14,48 +14,90 @@ SIGNIFICANT_DIGITS = 3
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
-class Histogram:
-    """Latencies recorded in seconds, stored as microseconds."""
+# HdrHistogram with lowest value 1 and 3 significant digits keeps 2048 sub-buckets: values
+# below 2048 us are exact, above that a value shares its bucket with the values that agree in
+# their top 11 bits. Recording to a dict keyed by that bucket's lowest value first costs a
+# fraction of hdrh's pure-Python record_value and loses nothing the histogram would keep.
+_EXACT_BELOW = 2048
 
-    __slots__ = ("_h",)
+
+class Histogram:
+    """Latencies recorded in seconds, stored as microseconds. The mean is exact (a running sum)."""
+
+    __slots__ = ("_h", "_pending", "_sum_us", "_sum_exact")
 
     def __init__(self) -> None:
         self._h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+        self._pending: dict[int, int] = {}
+        self._sum_us = 0
+        self._sum_exact = True
 
     def record(self, seconds: float, count: int = 1) -> None:
         us = round(seconds * 1e6)
-        if us < 0:
-            us = 0  # clock granularity can make a gap of one tick negative after rounding: clamp
-        elif us > HIGHEST_US:
-            us = HIGHEST_US
-        self._h.record_value(us, count)
+        # clock granularity can make a gap of one tick negative after rounding: clamp
+        self.record_us(us if us > 0 else 0, count)
 
     def record_us(self, us: int, count: int = 1) -> None:
-        """Hot-path variant: the caller already has a non-negative integer of microseconds."""
-        self._h.record_value(us if us <= HIGHEST_US else HIGHEST_US, count)
+        """Hot path: the caller has a non-negative integer of microseconds."""
+        if us > HIGHEST_US:
+            us = HIGHEST_US
+        self._sum_us += us * count
+        if us >= _EXACT_BELOW:
+            shift = us.bit_length() - 11
+            us = (us >> shift) << shift
+        pending = self._pending
+        pending[us] = pending.get(us, 0) + count
+
+    def _flush(self) -> None:
+        if self._pending:
+            record = self._h.record_value
+            for us, count in self._pending.items():
+                record(us, count)
+            self._pending.clear()
 
     @property
     def count(self) -> int:
+        self._flush()
         return self._h.get_total_count()
 
+    @property
+    def sum_us(self) -> int | None:
+        """Exact sum of the recorded microseconds; None once merged with data that had none."""
+        return self._sum_us if self._sum_exact else None
+
     def merge(self, other: "Histogram") -> None:
+        other._flush()
+        self._flush()
         self._h.add(other._h)
+        self._add_sum(other.sum_us)
 
     def encode(self) -> bytes:
+        self._flush()
         return self._h.encode()
 
-    def merge_encoded(self, data: bytes) -> None:
+    def merge_encoded(self, data: bytes, sum_us: int | None = None) -> None:
         if data:
+            self._flush()
             self._h.decode_and_add(data)
+            self._add_sum(sum_us)
+
+    def _add_sum(self, sum_us: int | None) -> None:
+        if sum_us is None:
+            self._sum_exact = False
+        else:
+            self._sum_us += sum_us
 
     @classmethod
-    def decode(cls, data: bytes) -> "Histogram":
+    def decode(cls, data: bytes, sum_us: int | None = None) -> "Histogram":
         h = cls()
-        h.merge_encoded(data)
+        h.merge_encoded(data, sum_us)
         return h
 
     def reset(self) -> None:
         self._h.reset()
+        self._pending.clear()
+        self._sum_us = 0
+        self._sum_exact = True
 
     def percentile(self, p: float) -> float | None:
         if not self.count:
@@ -68,9 +110,10 @@ class Histogram:
         if not n:
             return {"count": 0}
         values = self._h.get_percentile_to_value_dict(list(PERCENTILES))
+        mean_us = self._sum_us / n if self._sum_exact else self._h.get_mean_value()
         out: dict[str, float | int | None] = {
             "count": n,
-            "mean": self._h.get_mean_value() / 1e6,
+            "mean": mean_us / 1e6,
             "min": self._h.get_min_value() / 1e6,
             "max": self._h.get_max_value() / 1e6,
         }
