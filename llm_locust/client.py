@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
+import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
+import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
@@ -163,15 +166,17 @@ class StreamClient:
         try:
             rec.t_sent = watch.last = time.perf_counter()
             rec.wall_sent = time.time()
+            read = _reader(sock, rec.t_sent, watch)
             sock.sendall(data)
-            resp = _Response(sock, block_size=READ_SIZE, method="POST")
-            rec.t_headers = time.perf_counter()
+            head, t_head = _read_head(read)
+            resp = _Response(sock, block_size=READ_SIZE, method="POST", pre_buffered=head)
+            rec.t_headers = t_head
             rec.status = status = resp.status_code
             if status < 200 or status >= 300:
                 body = _read_limited(resp, ERROR_BODY_LIMIT)
                 rec.t_end = time.perf_counter()
                 raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {error_text(body)}")
-            self._read_stream(resp, sock, rec, state, watch)
+            self._read_stream(resp, read, rec, state)
         except _Ended:
             raise
         except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) if watch.fired else ():
@@ -198,15 +203,13 @@ class StreamClient:
             else:
                 pool.release_socket(sock)
 
-    def _read_stream(self, resp: HTTPSocketResponse, sock, rec: RequestRecord, state: StreamState, watch: "_Watch") -> None:
+    def _read_stream(self, resp: HTTPSocketResponse, read, rec: RequestRecord, state: StreamState) -> None:
         adapter_feed = self.adapter.feed
         decoder = make_decoder(self.adapter)
         decode = decoder.feed
         times = rec.chunk_times
         append = times.append
-        perf_counter = time.perf_counter
         buf = resp._body_buffer
-        recv = sock.recv
         head = b""  # first bytes of the body, for the error text when nothing decodes
         payloads = 0
         now = rec.t_headers
@@ -218,8 +221,7 @@ class StreamClient:
                 elif resp.message_complete:
                     break
                 else:
-                    chunk = recv(READ_SIZE)
-                    now = watch.last = perf_counter()
+                    chunk, now = read()
                     if not chunk:
                         if _close_delimited(resp):
                             break
@@ -270,6 +272,73 @@ class StreamClient:
             rec.extra = state.extra
         if state.collect_text:
             rec.text = "".join(state.text)
+
+
+# Kernel receive timestamps: the time a read's data reached the socket, not the time this
+# process got round to reading it. Under load (a thousand streams whose tokens land together)
+# the difference is tens of milliseconds; see docs/metrics.md.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python does not export it
+_TIMESPEC = struct.Struct("qq")
+_CMSG_SPACE = 64
+
+
+def _reader(sock, t_sent: float, watch: "_Watch"):
+    """A function returning (bytes read, arrival time as perf_counter seconds) per call.
+
+    With kernel timestamps (plain TCP on Linux) the arrival time is when the data reached the
+    socket, kept within [t_sent, now]; otherwise (TLS, other systems) the time the read returned.
+    """
+    perf_counter = time.perf_counter
+    raw = getattr(sock, "_sock", None)
+    if raw is not None and hasattr(sock, "recvmsg") and not isinstance(sock, (ssl.SSLSocket, gevent.ssl.SSLSocket)):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            raw = None
+    else:
+        raw = None
+    if raw is None:
+        recv = sock.recv
+
+        def read_plain() -> tuple[bytes, float]:
+            data = recv(READ_SIZE)
+            watch.last = now = perf_counter()
+            return data, now
+
+        return read_plain
+
+    recvmsg = sock.recvmsg
+    unpack = _TIMESPEC.unpack
+    off_ns = time.time_ns() - time.perf_counter_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
+
+    def read_stamped() -> tuple[bytes, float]:
+        data, anc, _flags, _addr = recvmsg(READ_SIZE, _CMSG_SPACE)
+        watch.last = now = perf_counter()
+        if anc:
+            level, kind, payload = anc[0]
+            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
+                sec, nsec = unpack(payload)
+                t = (sec * 1_000_000_000 + nsec - off_ns) / 1e9
+                if t_sent <= t < now:
+                    return data, t
+        return data, now
+
+    return read_stamped
+
+
+def _read_head(read) -> tuple[bytes, float]:
+    """Bytes up to the end of the response headers (and whatever came with them), and when
+    the read that completed them arrived."""
+    buf = b""
+    while True:
+        data, t = read()
+        if not data:
+            if buf:
+                raise HTTPParseError("connection closed before the end of the headers")
+            raise HTTPConnectionClosed("connection closed.")
+        buf += data
+        if b"\r\n\r\n" in buf or b"\n\n" in buf:
+            return buf, t
 
 
 class _Watch:

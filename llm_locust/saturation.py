@@ -1,0 +1,374 @@
+"""Saturation analysis of a load ladder: where throughput stops growing, and the highest load
+that still met every SLO. Pure: reads `StepResult`s, knows nothing of Locust.
+
+    analyse(steps, slos, *, sensitivity=1.0, ...) -> Verdict
+    early_stop(steps, slos, *, max_error_rate, flat_steps=2, flat_tolerance=0.05) -> str | None
+
+The method (docs/load-shapes.md has the long form):
+
+1. **Kneedle** (Satopaa, Albrecht, Irwin, Raghavan 2011, "Finding a 'Kneedle' in a Haystack:
+   Detecting Knee Points in System Behavior", through the `kneed` library: `KneeLocator`,
+   concave, increasing, sensitivity S) on steady-state output tokens/s against offered load. The
+   curve given to it is the running maximum of the throughputs (a server that thrashes past its
+   knee, or a noisy dip, does not bend the curve back), and the load axis is log2 of the offered
+   load when the ladder is geometric (a constant ratio between levels), linear otherwise, so every
+   step weighs the same.
+2. **Plateau rules** correct the candidate on noisy data. A later step j is a *significant gain*
+   over step i when its throughput exceeds the best up to i by at least `flat_tolerance` (5%)
+   AND by at least `min_elasticity` (0.1) times the relative load added (a doubling of the load
+   must bring 10% more throughput). The knee moves back while the knee step was no significant
+   gain over the step before (the plateau began earlier), then forward while some later step is a
+   significant gain over it (the curve had not levelled off). A knee pushed to the last step means
+   "no knee found (still rising)". When Kneedle finds no knee (fewer bends than its sensitivity
+   needs) the same forward rule is run from the first step.
+3. **Latency criterion**: the step before the first one whose latency p50 (TTFT; E2E when no step
+   has TTFT samples) is more than `1 + latency_rise` times (default 3x) the lowest-load step's AND
+   grew at least as fast as the offered load over the previous step: queueing, which batching
+   alone does not cause (batching makes latency grow slower than the load).
+4. The **saturation point** is the lower of the throughput knee and the latency knee; `Verdict`
+   says which rule set it. Fewer than 3 steps: no knee (too few points); a throughput flat within
+   `flat_tolerance` over the whole ladder: saturated at (or below) the first step.
+
+`max_slo_load` is the highest offered load whose step met every SLO (see `steps` for the SLO
+vocabulary: `ttft` is judged on the step's p99, `ttft_p50` on its p50, ...). A step with no ok
+request meets nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .steps import LATENCY_COLUMNS, OFFERED_UNITS, StepResult, broken_slos, check_slo_names
+
+FLAT_TOLERANCE = 0.05
+MIN_ELASTICITY = 0.1
+LATENCY_RISE = 2.0
+MIN_STEPS = 3
+
+
+@dataclass
+class Verdict:
+    saturation: dict[str, Any] | None  # the step at the knee: offered load, throughput, latencies
+    max_slo_load: float | None  # highest offered load whose step met every SLO
+    max_slo_step: int | None
+    reasons: list[str] = field(default_factory=list)
+    method: str = ""
+    knee_by: str | None = None  # throughput | latency | flat | None
+    candidates: dict[str, float | None] = field(default_factory=dict)  # offered load per rule
+    offered_kind: str = ""
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reason"] = self.reason
+        return d
+
+    def format(self) -> str:
+        unit = OFFERED_UNITS.get(self.offered_kind, "")
+        lines = []
+        s = self.saturation
+        if s is None:
+            lines.append("saturation: not found")
+        else:
+            lat = s.get("latency", {})
+            lines.append(
+                f"saturation: {_load(s['offered'], unit)} (step {s['step']}, by {self.knee_by}): "
+                f"{s['output_tokens_per_s']:,.0f} tok/s, {s['requests_per_s']:.3g} req/s, "
+                f"TTFT p50/p99 {_ms(lat.get('ttft_p50'))}/{_ms(lat.get('ttft_p99'))} ms, "
+                f"ITL p50 {_ms(lat.get('itl_p50'))} ms, E2E p50/p99 {_ms(lat.get('e2e_p50'))}/{_ms(lat.get('e2e_p99'))} ms"
+            )
+        if self.max_slo_load is not None:
+            lines.append(f"highest load meeting every SLO: {_load(self.max_slo_load, unit)} (step {self.max_slo_step})")
+        lines += [f"  - {r}" for r in self.reasons]
+        lines.append(f"  method: {self.method}")
+        return "\n".join(lines)
+
+
+def _load(v: float, unit: str) -> str:
+    return f"{v:g} {unit}".rstrip()
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.3g}"
+
+
+def _throughput(s: StepResult) -> float:
+    """Steady-state tokens/s; the aggregate figure when the step had no steady window."""
+    if s.steady_seconds[1] - s.steady_seconds[0] <= 0:
+        return s.aggregate_output_tokens_per_s
+    return s.output_tokens_per_s
+
+
+def _geometric(x: list[float]) -> bool:
+    if len(x) < 3 or min(x) <= 0:
+        return False
+    ratios = [b / a for a, b in zip(x, x[1:])]
+    lo, hi = min(ratios), max(ratios)
+    return lo > 1.2 and hi / lo < 1.15
+
+
+def point(s: StepResult) -> dict[str, Any]:
+    """A step's headline figures (the saturation point of a verdict)."""
+    lat = {}
+    for m in LATENCY_COLUMNS:
+        for stat in ("p50", "p90", "p99"):
+            lat[f"{m}_{stat}"] = s.stat(m, stat)
+    return {
+        "step": s.step,
+        "offered": s.offered,
+        "offered_kind": s.offered_kind,
+        "output_tokens_per_s": _throughput(s),
+        "requests_per_s": s.requests_per_s,
+        "error_rate": s.error_rate,
+        "concurrency": s.concurrency,
+        "latency": lat,
+        "flags": list(s.flags),
+    }
+
+
+def significant(
+    x: list[float], env: list[float], y: list[float], i: int, j: int, *, tol: float, elasticity: float, sustained: bool = False
+) -> bool:
+    """Step j > i gained significantly over the best throughput up to step i. sustained: the
+    median of steps j.. too, so a lone noisy high followed by lower steps does not count."""
+    if sustained and not significant(x, env, y, i, j, tol=tol, elasticity=elasticity):
+        return False
+    base = env[i]
+    top = statistics.median(y[j:]) if sustained else y[j]
+    if base <= 0:
+        return top > 0
+    gain = top / base - 1
+    load = x[j] / x[i] - 1 if x[i] > 0 else math.inf
+    return gain >= tol and gain >= elasticity * load
+
+
+def _kneedle(xs: list[float], env: list[float], sensitivity: float) -> int | None:
+    from kneed import KneeLocator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # kneed warns when it finds no knee; we say so ourselves
+        kl = KneeLocator(xs, env, S=sensitivity, curve="concave", direction="increasing", interp_method="interp1d", online=False)
+    if kl.knee is None:
+        return None
+    for i, v in enumerate(xs):
+        if v == kl.knee:
+            return i
+    return None
+
+
+def throughput_knee(
+    steps: list[StepResult],
+    *,
+    sensitivity: float = 1.0,
+    flat_tolerance: float = FLAT_TOLERANCE,
+    min_elasticity: float = MIN_ELASTICITY,
+) -> tuple[int | None, str, list[str], dict[str, Any]]:
+    """(index of the knee step or None, how, reasons, details) for steps sorted by offered load."""
+    x = [s.offered for s in steps]
+    y = [_throughput(s) for s in steps]
+    reasons: list[str] = []
+    details: dict[str, Any] = {"kneedle": None, "axis": None}
+    n = len(steps)
+    if n == 0:
+        return None, "none", ["no step"], details
+    if max(y) <= 0:
+        return None, "none", ["no output tokens in any step: nothing to analyse"], details
+    if n < MIN_STEPS:
+        return None, "none", [f"too few steps for a knee: {n} (need at least {MIN_STEPS})"], details
+    if max(y) - min(y) <= flat_tolerance * max(y):
+        return 0, "flat", [f"throughput flat (within {flat_tolerance:.0%}) across the whole ladder: saturated at or below the first step"], details
+    env = []
+    best = 0.0
+    for v in y:
+        best = max(best, v)
+        env.append(best)
+    geometric = _geometric(x)
+    xs = [math.log2(v) for v in x] if geometric else list(x)
+    details["axis"] = "log2" if geometric else "linear"
+    k = _kneedle(xs, env, sensitivity)
+    unit = OFFERED_UNITS.get(steps[0].offered_kind, "")
+    def sig(i: int, j: int, sustained: bool = False) -> bool:
+        return significant(x, env, y, i, j, tol=flat_tolerance, elasticity=min_elasticity, sustained=sustained)
+
+    if k is not None:
+        details["kneedle"] = x[k]
+        how = "kneedle"
+        start = k
+        while k > 0 and not sig(k - 1, k):
+            k -= 1
+        if k != start:
+            reasons.append(
+                f"Kneedle knee at {_load(x[start], unit)} moved back to {_load(x[k], unit)}: no significant gain after it"
+            )
+    else:
+        how = "plateau"
+        reasons.append("Kneedle found no knee; plateau rule from the first step")
+        k = 0
+    moved_from = k
+    while True:
+        # the first later step that gained significantly, its gain held by the median of the
+        # steps from it on, and supported by at least as many steps as the flat ones skipped
+        nxt = next((j for j in range(k + 1, n) if sig(k, j)), None)
+        if nxt is None or not sig(k, nxt, sustained=True) or nxt - k - 1 >= n - nxt:
+            break
+        k = nxt
+    if k == n - 1:
+        gain = y[-1] / env[-2] - 1 if env[-2] > 0 else math.inf
+        reasons.append(
+            f"no knee found (still rising): the top step ({_load(x[-1], unit)}) gained {gain:.0%} over the best before it"
+        )
+        return None, how, reasons, details
+    if k != moved_from and how == "kneedle":
+        reasons.append(f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: throughput still grew after it")
+    return k, how, reasons, details
+
+
+def latency_knee(steps: list[StepResult], *, latency_rise: float = LATENCY_RISE) -> tuple[int | None, str, list[str]]:
+    """(index of the last step before latency blew up, the latency used, reasons)."""
+    metric = "ttft" if all(s.stat("ttft", "p50") is not None for s in steps if s.ok) else "e2e"
+    pts = [(i, s.stat(metric, "p50")) for i, s in enumerate(steps)]
+    pts = [(i, v) for i, v in pts if v is not None]
+    if len(pts) < 2:
+        return None, metric, []
+    base = pts[0][1]
+    for (i0, v0), (i1, v1) in zip(pts, pts[1:]):
+        load_ratio = steps[i1].offered / steps[i0].offered if steps[i0].offered > 0 else math.inf
+        if v1 > (1 + latency_rise) * base and v0 > 0 and v1 / v0 >= load_ratio:
+            unit = OFFERED_UNITS.get(steps[i1].offered_kind, "")
+            return i0, metric, [
+                f"{metric} p50 at {_load(steps[i1].offered, unit)} is {v1 / base:.1f}x the lowest load's "
+                f"({_ms(v1)} vs {_ms(base)} ms) and grew {v1 / v0:.1f}x for {load_ratio:.2g}x the load: queueing"
+            ]
+    return None, metric, []
+
+
+def analyse(
+    steps: list[StepResult],
+    slos: dict[str, float],
+    *,
+    sensitivity: float = 1.0,
+    flat_tolerance: float = FLAT_TOLERANCE,
+    min_elasticity: float = MIN_ELASTICITY,
+    latency_rise: float = LATENCY_RISE,
+) -> Verdict:
+    """The saturation verdict of a ladder (see the module doc for the rules)."""
+    check_slo_names(slos)
+    steps = sorted(steps, key=lambda s: s.offered)
+    kind = steps[0].offered_kind if steps else ""
+    unit = OFFERED_UNITS.get(kind, "")
+    verdict = Verdict(saturation=None, max_slo_load=None, max_slo_step=None, offered_kind=kind)
+    method = f"kneedle(S={sensitivity:g}) on steady-state tokens/s + plateau rules (tolerance {flat_tolerance:.0%}, elasticity {min_elasticity:g})"
+
+    tk, how, reasons, details = throughput_knee(
+        steps, sensitivity=sensitivity, flat_tolerance=flat_tolerance, min_elasticity=min_elasticity
+    )
+    if details.get("axis"):
+        method += f", {details['axis']} load axis"
+    verdict.reasons += reasons
+    lk, metric, lreasons = (None, "ttft", []) if len(steps) < 2 else latency_knee(steps, latency_rise=latency_rise)
+    method += f" + latency rule ({metric} p50 > {1 + latency_rise:g}x lowest load and growing faster than the load)"
+    verdict.method = method
+    verdict.candidates = {
+        "kneedle": details.get("kneedle"),
+        "throughput": steps[tk].offered if tk is not None else None,
+        "latency": steps[lk].offered if lk is not None else None,
+    }
+    chosen, by = None, None
+    if tk is not None and (lk is None or tk <= lk):
+        chosen, by = tk, ("flat" if how == "flat" else "throughput")
+        if lk is not None and lk == tk:
+            by = "throughput+latency"
+    elif lk is not None:
+        chosen, by = lk, "latency"
+        verdict.reasons += lreasons
+        if tk is not None:
+            verdict.reasons.append(
+                f"latency blew up before throughput levelled off (throughput knee at {_load(steps[tk].offered, unit)})"
+            )
+    if chosen is not None:
+        verdict.saturation = point(steps[chosen])
+        verdict.knee_by = by
+        if by != "latency":
+            verdict.reasons += lreasons
+        bad = steps[chosen].flags
+        if bad:
+            verdict.reasons.append(f"the saturation step is flagged: {', '.join(bad)}")
+    suspect = [s.step for s in steps if "client_saturated" in s.flags]
+    if suspect:
+        verdict.reasons.append(f"client saturated in step(s) {', '.join(map(str, suspect))}: their figures are suspect")
+
+    # the highest load that met every SLO
+    if not slos:
+        verdict.reasons.append("no SLO given: no SLO-limited load")
+        return verdict
+    met = [(s, broken_slos(s, slos)) for s in steps]
+    ok_steps = [s for s, broken in met if not broken]
+    if not ok_steps:
+        first, broken = met[0] if met else (None, [])
+        if first is not None:
+            verdict.reasons.append(f"no step met every SLO; the lowest ({_load(first.offered, unit)}) broke: {', '.join(broken)}")
+        return verdict
+    top = ok_steps[-1]
+    verdict.max_slo_load, verdict.max_slo_step = top.offered, top.step
+    below = [(s, b) for s, b in met if b and s.offered < top.offered]
+    if below:
+        s, b = below[0]
+        verdict.reasons.append(
+            f"step {s.step} ({_load(s.offered, unit)}) broke an SLO ({', '.join(b)}) although a higher load met them all: noisy?"
+        )
+    if top is steps[-1]:
+        verdict.reasons.append("the top of the ladder still met every SLO: the SLO limit lies higher")
+    else:
+        nxt = next(((s, b) for s, b in met if s.offered > top.offered and b), None)
+        if nxt is not None:
+            verdict.reasons.append(f"{_load(nxt[0].offered, unit)} broke: {', '.join(nxt[1])}")
+    return verdict
+
+
+def early_stop(
+    steps: list[StepResult],
+    slos: dict[str, float],
+    *,
+    max_error_rate: float | None = 0.05,
+    flat_steps: int = 2,
+    flat_tolerance: float = FLAT_TOLERANCE,
+) -> str | None:
+    """Why the ladder should stop after its last step, or None to go on.
+
+    In order: the last step got no successful response; its error rate exceeded max_error_rate
+    (None: never); it broke an SLO (empty slos: never); throughput has been flat for flat_steps
+    steps: each of the last flat_steps steps gained less than flat_tolerance over the best
+    throughput before it (0: never).
+    """
+    if not steps:
+        return None
+    last = steps[-1]
+    unit = OFFERED_UNITS.get(last.offered_kind, "")
+    where = f"step {last.step} ({_load(last.offered, unit)})"
+    if not last.ok:
+        first = next((f"{kind}: {text}" for kind, texts in last.errors.items() for text in texts), None)
+        if last.sent == 0 and not last.failed:
+            return f"{where}: no request was sent"
+        return f"{where}: no request succeeded ({last.failed} failed{'; ' + first if first else ''})"
+    if max_error_rate is not None and last.error_rate > max_error_rate:
+        return f"{where}: error rate {last.error_rate:.1%} above {max_error_rate:.1%}"
+    if slos:
+        broken = broken_slos(last, slos)
+        if broken:
+            return f"{where} broke an SLO: {', '.join(broken)}"
+    if flat_steps > 0 and len(steps) > flat_steps:
+        y = [_throughput(s) for s in steps]
+        flat = all(y[i] < (1 + flat_tolerance) * max(y[:i]) for i in range(len(y) - flat_steps, len(y)))
+        if flat and max(y) > 0:
+            return (
+                f"throughput flat for {flat_steps} steps: {', '.join(f'{v:,.0f}' for v in y[-flat_steps - 1:])} tok/s "
+                f"(less than {flat_tolerance:.0%} gain)"
+            )
+    return None
