@@ -11,19 +11,23 @@ import sys
 from importlib import resources
 
 DEFAULTS = {"users": 8, "spawn_rate": 8.0, "run_time": "15s"}
+LOCUSTFILES = {"closed": "locustfile.py", "replay": "locustfile_replay.py", "ladder": "locustfile_ladder.py"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llm-locust run",
+        usage="llm-locust run [PLAN.yaml] [options]",
         description="Load-test an LLM server (default: the built-in simulator). "
-        "Unknown options are passed to Locust (e.g. --api, --model, --trace, --results, --csv).",
+        "Unknown options are passed to Locust and to llm-locust's own options "
+        "(e.g. --api, --model, --trace, --ladder, --slo, --results, --csv).",
     )
     p.add_argument("--host", default="", help="server base URL; default: start the simulated server")
-    p.add_argument("-f", "--locustfile", default="", help="locustfile; default: closed-loop streaming users")
-    p.add_argument("-u", "--users", type=int, default=DEFAULTS["users"])
-    p.add_argument("-r", "--spawn-rate", type=float, default=DEFAULTS["spawn_rate"])
-    p.add_argument("-t", "--run-time", default=DEFAULTS["run_time"])
+    p.add_argument("-f", "--locustfile", default="", help="locustfile; default: by mode (closed loop, --replay, --ladder)")
+    p.add_argument("-u", "--users", type=int, default=None, help=f"closed loop: users (default {DEFAULTS['users']})")
+    p.add_argument("-r", "--spawn-rate", type=float, default=None)
+    p.add_argument("-t", "--run-time", default=None, help=f"closed loop default {DEFAULTS['run_time']}; replays and ladders end by themselves")
+    p.add_argument("--replay", action="store_true", help="open-loop replay of the trace at its timestamps (see --speed)")
     p.add_argument("--workers", type=int, default=0, help="run N local worker processes under a master")
     p.add_argument("--web", action="store_true", help="start Locust's web UI instead of running headless")
     p.add_argument("--sim-slots", type=int, default=8, help="simulator batch slots")
@@ -31,9 +35,28 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _has(passthrough: list[str], option: str) -> bool:
+    return any(a == option or a.startswith(option + "=") for a in passthrough)
+
+
 def run(argv: list[str]) -> int:
+    plan_path = ""
+    if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml")):
+        plan_path, argv = argv[0], argv[1:]  # `llm-locust run PLAN.yaml [options]`
     args, passthrough = _run_parser().parse_known_args(argv)
-    locustfile = args.locustfile or str(resources.files("llm_locust") / "locustfile.py")
+    if plan_path:
+        from .plan import PlanError, load_plan, plan_argv
+
+        try:
+            plan = load_plan(plan_path)
+        except (PlanError, OSError) as e:
+            print(f"llm-locust: {e}", file=sys.stderr)
+            return 2
+        plan_args, plan_host = plan_argv(plan)
+        passthrough = plan_args + passthrough  # later options win: the command line overrides the plan
+        args.host = args.host or plan_host
+    mode = "ladder" if _has(passthrough, "--ladder") else "replay" if args.replay else "closed"
+    locustfile = args.locustfile or str(resources.files("llm_locust") / LOCUSTFILES[mode])
     sim = None
     host = args.host
     if not host:
@@ -43,22 +66,21 @@ def run(argv: list[str]) -> int:
         sim.start()
         host = sim.url
         print(f"no --host given: started the simulated server at {host}", flush=True)
-        if not any(a.startswith("--api") and not a.startswith("--api-key") for a in passthrough):
+        if not _has(passthrough, "--api"):
             passthrough += ["--api", "openai-chat"]
-    locust_argv = [
-        "locust",
-        "-f",
-        locustfile,
-        "--host",
-        host,
-        "-u",
-        str(args.users),
-        "-r",
-        str(args.spawn_rate),
-        "-t",
-        args.run_time,
-        "--only-summary",
-    ]
+    locust_argv = ["locust", "-f", locustfile, "--host", host, "--only-summary"]
+    if mode == "closed":
+        locust_argv += [
+            "-u", str(args.users or DEFAULTS["users"]),
+            "-r", str(args.spawn_rate or args.users or DEFAULTS["spawn_rate"]),
+            "-t", args.run_time or DEFAULTS["run_time"],
+        ]
+    else:
+        # one open-loop dispatcher per process; the replay or the ladder ends the test itself
+        n = max(args.workers, 1)
+        locust_argv += ["-u", str(args.users or n), "-r", str(args.spawn_rate or max(args.users or n, 1))]
+        if args.run_time:
+            locust_argv += ["-t", args.run_time]
     if args.web:
         locust_argv += ["--autostart", "--autoquit", "10"]
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from .client import Timeouts
-from .metrics.aggregate import SLO_METRICS
+from .plan import DEFAULT_DURATION, DEFAULT_WARMUP
 from .protocols import API_NAMES
 
 DEFAULT_API = "openai-chat"
@@ -52,7 +52,21 @@ def add_arguments(parser) -> None:
     g.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to open a connection")
     g.add_argument("--no-progress-timeout", type=float, default=60.0, help="seconds without a byte before giving up")
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds for a whole request")
-    g.add_argument("--slo", default="", help=f"goodput SLOs in seconds, e.g. ttft=0.5,tpot=0.05 ({', '.join(SLO_METRICS)})")
+    g.add_argument(
+        "--slo",
+        default="",
+        help="SLOs in seconds, e.g. ttft=0.5,tpot=0.05,ttft_p50=0.2,error_rate=0.01 (see docs/load-shapes.md)",
+    )
+    g.add_argument("--ladder", default="", help="stepped load, e.g. concurrency:1..64, rate:1..16:+1, speed:0.5,1,2")
+    g.add_argument("--warmup", type=float, default=DEFAULT_WARMUP, help="ladder: seconds discarded at the start of each step")
+    g.add_argument("--step-duration", type=float, default=DEFAULT_DURATION, help="ladder: seconds per step, warm-up included")
+    g.add_argument("--step-requests", type=int, default=0, help="ladder: end a step's measurement after this many requests")
+    g.add_argument("--stable-window", type=float, default=0.0, help="ladder: extend a step until throughput over windows of this many seconds is stable")
+    g.add_argument("--stable-tolerance", type=float, default=0.05, help="ladder: stability tolerance (fraction of the mean)")
+    g.add_argument("--stable-max-extend", type=float, default=0.0, help="ladder: at most this many seconds of extension per step")
+    g.add_argument("--arrivals", default="poisson", choices=("poisson", "constant"), help="rate ladder: inter-arrival times")
+    g.add_argument("--max-error-rate", type=float, default=0.05, help="ladder: stop early above this error rate")
+    g.add_argument("--no-early-stop", action="store_true", default=False, help="ladder: always run every step")
     g.add_argument("--results", default="", help="write the results JSON to this path")
     g.add_argument(
         "--record-log",
@@ -66,12 +80,18 @@ _TOKENIZERS: dict[str, object] = {}
 
 
 def parse_slos(text: str) -> dict[str, float]:
+    from .steps import check_slo_names, slo_vocabulary
+
     slos: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
-        if not sep or name not in SLO_METRICS:
-            raise ValueError(f"bad SLO {part!r}: expected METRIC=SECONDS with METRIC one of {', '.join(SLO_METRICS)}")
-        slos[name] = float(value)
+        try:
+            slos[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"bad SLO {part!r}: expected NAME=SECONDS with NAME {slo_vocabulary()}") from None
+        if not sep:
+            raise ValueError(f"bad SLO {part!r}: expected NAME=SECONDS")
+    check_slo_names(slos)
     return slos
 
 
@@ -96,6 +116,16 @@ class Settings:
     continuous_usage: bool = False
     timeouts: Timeouts = field(default_factory=Timeouts)
     slos: dict[str, float] = field(default_factory=dict)
+    ladder: str = ""
+    warmup: float = DEFAULT_WARMUP
+    step_duration: float = DEFAULT_DURATION
+    step_requests: int = 0
+    stable_window: float = 0.0
+    stable_tolerance: float = 0.05
+    stable_max_extend: float = 0.0
+    arrivals: str = "poisson"
+    max_error_rate: float = 0.05
+    no_early_stop: bool = False
     results: str = ""
     seed: int = 0
 
@@ -127,9 +157,26 @@ class Settings:
                 total=get("request_timeout", 600.0),
             ),
             slos=parse_slos(get("slo", "")),
+            ladder=get("ladder", ""),
+            warmup=get("warmup", DEFAULT_WARMUP),
+            step_duration=get("step_duration", DEFAULT_DURATION),
+            step_requests=get("step_requests", 0),
+            stable_window=get("stable_window", 0.0),
+            stable_tolerance=get("stable_tolerance", 0.05),
+            stable_max_extend=get("stable_max_extend", 0.0),
+            arrivals=get("arrivals", "poisson"),
+            max_error_rate=get("max_error_rate", 0.05),
+            no_early_stop=get("no_early_stop", False),
             results=get("results", ""),
             seed=get("seed", 0),
         )
+
+    @property
+    def request_slos(self) -> dict[str, float]:
+        """The SLOs a single request can be judged by (goodput)."""
+        from .steps import request_slos
+
+        return request_slos(self.slos)
 
     def tokenizer_obj(self):
         """The tokenizer named by --tokenizer, loaded once per process; None without one."""
@@ -166,5 +213,15 @@ class Settings:
             "continuous_usage": self.continuous_usage,
             "timeouts": {"connect": self.timeouts.connect, "no_progress": self.timeouts.no_progress, "total": self.timeouts.total},
             "slos": self.slos,
+            "ladder": {
+                "spec": self.ladder,
+                "warmup": self.warmup,
+                "step_duration": self.step_duration,
+                "step_requests": self.step_requests,
+                "stable": {"window": self.stable_window, "tolerance": self.stable_tolerance, "max_extend": self.stable_max_extend},
+                "arrivals": self.arrivals,
+                "max_error_rate": self.max_error_rate,
+                "early_stop": not self.no_early_stop,
+            },
             "seed": self.seed,
         }

@@ -14,7 +14,7 @@ from typing import Any
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import options
+from . import options, shapes
 from .metrics.aggregate import figures
 from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
 from .workload import load_trace
@@ -37,15 +37,18 @@ def _on_init(environment, **_kw: Any) -> None:
     replay.install(environment)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
+        shapes.install(environment, None)
         return
     # validate options and the workload where they are given, before any load is sent
     try:
         settings = options.Settings.from_options(environment.parsed_options)
-        load_trace(settings.trace)
-    except (ValueError, OSError) as e:  # TraceError is a ValueError, as are bad SLOs
+        # reads and checks the whole file, keeps almost none of it (the senders load their shares)
+        load_trace(settings.trace, settings.trace_format or None, share=(0, 2**31))
+        shapes.install(environment, settings)  # a bad ladder is refused here
+    except (ValueError, OSError) as e:  # TraceError, PlanError and bad SLOs are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
-    h.slos = settings.slos
+    h.slos = settings.request_slos
 
     def on_quitting(**_kw: Any) -> None:
         if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
@@ -55,6 +58,10 @@ def _on_init(environment, **_kw: Any) -> None:
         if h.total.empty:
             return
         print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
+        ctl = shapes.controller(environment)
+        ladder = ctl.report() if ctl is not None else None
+        if ladder and ladder["table"]:
+            print("\n" + ladder["table"], file=sys.stdout, flush=True)
         if settings.results:
             run = {
                 "host": environment.host,
@@ -69,7 +76,10 @@ def _on_init(environment, **_kw: Any) -> None:
                  "finished": w.finished, "lost_at": w.lost_at}
                 for w in h.workers.values()
             ]
-            write_results(settings.results, build_results(h.total, h.steps, run, workers))
+            results = build_results(h.total, h.steps, run, workers)
+            if ladder is not None:
+                results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
+            write_results(settings.results, results)
             print(f"results written to {settings.results}", flush=True)
 
     environment.events.quitting.add_listener(on_quitting)

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import gevent
+import gevent.pool
 from gevent.event import Event
 from geventhttpclient import HTTPClient
 from locust import User, task
@@ -77,6 +78,7 @@ class Dispatcher:
         self.held_back = 0
         self._in_flight = 0
         self._unblocked_at = float("-inf")
+        self.pass_greenlet = None  # the schedule being walked (replaced at each ladder step)
         self._slot_free = Event()
 
     # ---- set-up ----
@@ -119,20 +121,33 @@ class Dispatcher:
 
     # ---- the replay ----
 
+    def _prepare(self) -> None:
+        """Client, model and spec builder: once per process, before the first send."""
+        if getattr(self, "client", None) is not None:
+            return
+        s = self.settings
+        self.client = self._client()
+        self.model = self._model()
+        chat = s.api in CHAT_APIS
+        self.builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
+        self.metrics = hub(self.env)
+        self.greenlets = gevent.pool.Group()
+
     def run(self, t0_wall: float) -> None:
+        """The whole replay (trace window and loops of the settings), then wait for the replies."""
         try:
-            self._run(t0_wall)
+            self._prepare()
+            s = self.settings
+            window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
+            self.pass_greenlet = gevent.spawn(self.replay_pass, time.perf_counter() + (t0_wall - time.time()), window)
+            self.pass_greenlet.join()
+            self.greenlets.join()
         finally:
             self.finished.set()
 
-    def _run(self, t0_wall: float) -> None:
-        s = self.settings
+    def replay_pass(self, t0: float, window: ReplayWindow) -> None:
+        """Send the records of one window on schedule from perf_counter time t0."""
         trace = self.trace
-        client = self._client()
-        model = self._model()
-        chat = s.api in CHAT_APIS
-        builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
-        window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
         due = due_times(trace.arrivals, window)
         # conversations: only their first turn is scheduled here; the rest follow its replies
         conv_of = {}
@@ -140,9 +155,6 @@ class Dispatcher:
         for cid, indices in convs.items():
             for turn, i in enumerate(indices):
                 conv_of[i] = (cid, turn)
-        t0 = time.perf_counter() + (t0_wall - time.time())
-        metrics = hub(self.env)
-        greenlets = []
         for offset, i in due:
             conv = conv_of.get(i)
             if conv is not None and conv[1] > 0:
@@ -150,12 +162,28 @@ class Dispatcher:
             t_due = t0 + offset
             sleep_until(t_due)
             if conv is not None:
-                turns = [(t0 + (trace.arrivals[j] - trace.arrivals[i]) / s.speed + offset, j) for j in convs[conv[0]]]
-                greenlets.append(gevent.spawn(self._conversation, client, builder, model, turns, metrics))
+                turns = [(t_due + (trace.arrivals[j] - trace.arrivals[i]) / window.speed, j) for j in convs[conv[0]]]
+                self.greenlets.spawn(self._conversation, turns)
             else:
                 self._acquire_slot(t_due)
-                greenlets.append(gevent.spawn(self._send, client, builder.spec(trace[i], model), t_due, metrics, trace[i].source))
-        gevent.joinall(greenlets)
+                self.greenlets.spawn(self._send, self.builder.spec(trace[i], self.model), t_due, trace[i].source)
+
+    def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
+        """Open loop at `rate` requests/s (Poisson or constant), records of the share in turn,
+        until killed (the next load step replaces it)."""
+        import random
+
+        trace = self.trace
+        rng = random.Random(self.settings.seed * 1_000_003 + self.share[0])
+        t = time.perf_counter()
+        k = 0
+        while True:
+            t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
+            sleep_until(t)
+            rec = trace[k % len(trace)]
+            k += 1
+            self._acquire_slot(t)
+            self.greenlets.spawn(self._send, self.builder.spec(rec, self.model), t, rec.source)
 
     def _acquire_slot(self, t_due: float) -> None:
         """Take an in-flight slot, waiting at the cap. A request is held back when it waited
@@ -171,13 +199,14 @@ class Dispatcher:
             self.held_back += 1
         self._in_flight += 1
 
-    def _send(self, client: StreamClient, spec, t_sched: float, metrics, source: str, collect_text: bool = False) -> RequestRecord:
+    def _send(self, spec, t_sched: float, source: str, collect_text: bool = False) -> RequestRecord:
         """Send with a slot already taken (`_acquire_slot`); gives it back at the end."""
         self.sent += 1
+        metrics = self.metrics
         step = metrics.on_sent()
         rid = f"{metrics.id_prefix}-{self.sent}"
         try:
-            rec = client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step, collect_text=collect_text)
+            rec = self.client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step, collect_text=collect_text)
             self._account(rec, source)
             return rec
         finally:
@@ -188,7 +217,7 @@ class Dispatcher:
         rec.source = source
         account(self.env, rec)
 
-    def _conversation(self, client, builder: SpecBuilder, model, turns: list[tuple[float, int]], metrics) -> None:
+    def _conversation(self, turns: list[tuple[float, int]]) -> None:
         """Turns in order; each after the previous reply, and not before its own trace time."""
         history: list[dict[str, Any]] = []
         think = self.settings.think_time
@@ -198,9 +227,9 @@ class Dispatcher:
             t_sched = max(t_due, ready_at)
             sleep_until(t_sched)
             self._acquire_slot(t_sched)
-            spec = builder.spec(rec, model, history if rec.messages is not None or rec.prompt is not None else None)
             keep = rec.messages is not None or rec.prompt is not None
-            result = self._send(client, spec, t_sched, metrics, rec.source, collect_text=keep)
+            spec = self.builder.spec(rec, self.model, history if keep else None)
+            result = self._send(spec, t_sched, rec.source, collect_text=keep)
             if not result.ok:
                 return  # a conversation cannot go on without its reply
             if keep:
@@ -217,6 +246,54 @@ def _state(env: Environment) -> SimpleNamespace:
     if st is None:
         st = env.llm_replay = SimpleNamespace(dispatcher=None, ready={}, done={}, planned=[], go_sent=False)  # type: ignore[attr-defined]
     return st
+
+
+def _ladder_driven(settings: Settings) -> bool:
+    """Rate and speed ladders drive the dispatchers step by step instead of one replay."""
+    return bool(settings.ladder) and settings.ladder.split(":", 1)[0] in ("rate", "speed")
+
+
+def dispatchers_ready(env: Environment) -> bool:
+    """Every process that sends has loaded its share (master: all planned workers answered)."""
+    st = _state(env)
+    if isinstance(env.runner, MasterRunner):
+        return bool(st.planned) and set(st.ready) >= set(st.planned) and not any(d.get("error") for d in st.ready.values())
+    d = st.dispatcher
+    return d is not None and d.ready.is_set() and not d.error
+
+
+def steer(env: Environment, payload: dict[str, Any]) -> None:
+    """A new ladder step: replace this process's open-loop pass with one at the new rate / speed."""
+    d = _state(env).dispatcher
+    if d is None or d.trace is None:
+        log.error("ladder step %s: no loaded dispatcher in this process", payload.get("step"))
+        return
+    if d.pass_greenlet is not None:
+        d.pass_greenlet.kill(block=False)
+
+    def start() -> None:
+        d._prepare()
+        if payload["kind"] == "rate":
+            if payload["share_rate"] > 0:
+                d.rate_pass(payload["share_rate"], payload.get("arrivals", "poisson"))
+        else:
+            s = d.settings
+            window = ReplayWindow(payload["level"], s.start_offset, s.duration or None, s.loops)
+            d.replay_pass(time.perf_counter(), window)
+
+    d.pass_greenlet = gevent.spawn(start)
+
+
+def stop_passes(env: Environment) -> None:
+    """Test stopped: no new sends; requests in flight end as cancelled (and are counted)."""
+    d = _state(env).dispatcher
+    if d is None:
+        return
+    if d.pass_greenlet is not None:
+        d.pass_greenlet.kill(block=True, timeout=5)
+    group = getattr(d, "greenlets", None)
+    if group is not None:
+        group.kill(block=True, timeout=5)
 
 
 def _options_dict(env: Environment) -> dict[str, Any]:
@@ -243,6 +320,8 @@ def _start_local(env: Environment) -> None:
             log.error("replay cannot start: %s", d.error)
             _stop_test(env)
             return
+        if _ladder_driven(settings):
+            return  # the ladder's steps start and steer the passes (steer)
         d.run(time.time() + START_LEAD)
         info = hub(env).info
         info["replay_sent"], info["replay_held_back"] = d.sent, d.held_back
@@ -274,7 +353,7 @@ def install(env: Environment) -> None:
             st.ready[msg.node_id] = msg.data
             if msg.data.get("error"):
                 log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
-            if set(st.ready) >= set(st.planned) and not st.go_sent:
+            if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(Settings.from_options(env.parsed_options)):
                 st.go_sent = True
                 if any(d.get("error") for d in st.ready.values()):
                     _stop_test(env)
@@ -315,6 +394,8 @@ def install(env: Environment) -> None:
 
         runner.register_message(PLAN, on_plan, concurrent=True)
         runner.register_message(GO, on_go, concurrent=True)
+    if not isinstance(runner, MasterRunner):
+        env.events.test_stop.add_listener(lambda **_kw: stop_passes(env))
 
 
 class ReplayUser(User):

@@ -96,7 +96,10 @@ def _load(v: float, unit: str) -> str:
 
 
 def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.3g}"
+    if v is None:
+        return "-"
+    ms = v * 1000
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def _throughput(s: StepResult) -> float:

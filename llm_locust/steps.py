@@ -62,7 +62,7 @@ ERROR_RATE = "error_rate"
 def slo_vocabulary() -> str:
     """One line naming every accepted SLO name (for error messages)."""
     return (
-        f"per request ({', '.join(SLO_METRICS)}: the step's p99, itl_max: its largest ITL), "
+        f"per request ({', '.join(m for m in SLO_METRICS if m != 'itl_max')}: the step's p99; itl_max: its largest ITL), "
         f"METRIC_STAT with METRIC one of {', '.join(STEP_LATENCIES)} and STAT one of "
         f"{', '.join(SLO_STATS)} (e.g. ttft_p50, itl_p99), a bare METRIC (its p99), or {ERROR_RATE}"
     )
@@ -209,6 +209,18 @@ def steady_counts(series: dict[int, list[int]], start: float, end: float) -> tup
     return tokens, ok, failed, max(0.0, end - start), start, end
 
 
+def window_rates(series: dict[int, list[int]], start: float, end: float, window: float) -> list[float]:
+    """Output tokens/s of consecutive windows of `window` seconds from start (whole windows only
+    that end by `end`), each read like the steady-state rate: the stability rule's input."""
+    out = []
+    t = start
+    while t + window <= end + 1e-9:
+        tokens, _ok, _failed, seconds, _s0, _s1 = steady_counts(series, t, t + window)
+        out.append(tokens / seconds if seconds > 0 else 0.0)
+        t += window
+    return out
+
+
 def step_result(
     agg: Aggregate,
     *,
@@ -322,7 +334,7 @@ def broken_slos(step: StepResult, slos: dict[str, float]) -> list[str]:
 
 
 def _secs(v: float) -> str:
-    return f"{v * 1000:.4g} ms" if v < 1 else f"{v:.4g} s"
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
 
 
 # ---- the table ----

@@ -86,7 +86,7 @@ class LLMUser(FastHttpUser):
         self.ctx = _context(env)
         s = self.ctx.settings
         self.metrics = hub(env)
-        self.metrics.slos = s.slos
+        self.metrics.slos = s.request_slos
         self.adapter = get_adapter(s.api)
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect

@@ -15,7 +15,7 @@ from llm_locust.workload import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CONV = ROOT.parent / "shared" / "traces" / "azure2023_conv.csv"
-REPLAY = str(ROOT / "locustfiles" / "replay.py")
+REPLAY = str(ROOT / "locustfiles" / "replay.py")  # the same as `run --replay`
 
 
 def replay(tmp, host, trace, *args, workers=0, timeout=240):

@@ -1,0 +1,18 @@
+"""Stepped load: `--ladder concurrency:1..64` (closed loop), `--ladder rate:1..16:+1` (open loop,
+Poisson or constant arrivals) or `--ladder speed:0.5,1,2,4` (trace replay at each speed).
+
+The shape runs the ladder and picks the user class: streaming users for concurrency ladders,
+one open-loop dispatcher per worker process for rate and speed ladders.
+"""
+
+from llm_locust.locustfile import StreamingUser  # noqa: F401
+from llm_locust.replay import ReplayUser
+from llm_locust.shapes import LadderShape
+
+
+class OpenLoop(ReplayUser):
+    pass
+
+
+class Ladder(LadderShape):
+    pass

@@ -1,0 +1,280 @@
+"""Stepped load: a ladder of concurrency, request rate or trace speed, driven from the master.
+
+`LadderShape` is a Locust LoadTestShape; its tick (about once a second, on the master or the
+local runner) runs the `LadderController`, which walks the ladder:
+
+  step k: warm-up (requests tagged -k, left out of the step's figures), then the measurement
+  window (requests tagged k), ended on time, or on a request count, or extended by the
+  stability rule; then the early-stop check, then step k+1.
+
+Every process learns the current step from a "llm_locust_step" message (the master's own hub is
+set directly); for rate and speed ladders the open-loop dispatcher of each worker (llm_locust.
+replay) changes its rate (the cluster's rate split evenly across workers) or restarts its trace
+pass at the new speed. Concurrency ladders are closed loop: the shape sets the user count.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+from locust import LoadTestShape
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from .metrics.aggregate import Aggregate
+from .metrics.cluster import hub
+from .plan import EarlyStop, Ladder, Stable, parse_ladder
+from .saturation import analyse
+from .steps import StepResult, format_steps, step_result
+
+log = logging.getLogger(__name__)
+
+STEP = "llm_locust_step"
+REPORT_LAG = 3.5  # distributed: the master's figures trail the workers' by up to one report interval
+
+
+@dataclass
+class StepWindow:
+    index: int  # 1-based; requests of the warm-up carry -index, of the measurement +index
+    level: float
+    started: float  # wall clock
+    measured_from: float | None = None
+    ended: float | None = None
+    extended: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.index,
+            "level": self.level,
+            "started": self.started,
+            "measured_from": self.measured_from,
+            "ended": self.ended,
+            "extended": self.extended,
+        }
+
+
+def ladder_from_settings(s) -> Ladder | None:
+    if not s.ladder:
+        return None
+    stable = None
+    if s.stable_window:
+        stable = Stable(window=s.stable_window, tolerance=s.stable_tolerance, max_extend=s.stable_max_extend)
+    return parse_ladder(
+        s.ladder, warmup=s.warmup, duration=s.step_duration, requests=s.step_requests, stable=stable, arrivals=s.arrivals
+    )
+
+
+class LadderController:
+    """Walks the ladder on the master (or local runner) and keeps each step's window."""
+
+    def __init__(self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop) -> None:
+        self.env = env
+        self.ladder = ladder
+        self.slos = slos
+        self.early = early
+        self.windows: list[StepWindow] = []
+        self.stop_reason: str | None = None
+        self.done = False
+
+    # ---- the walk ----
+
+    def tick(self) -> tuple[int, float] | None:
+        if self.done:
+            return None
+        now = time.time()
+        if not self.windows:
+            if not self._dispatchers_ready():
+                return self._users(None)
+            self._start_step(0, now)
+            return self._users(self.windows[-1].level)
+        cur = self.windows[-1]
+        if cur.measured_from is None:
+            if now >= cur.started + self.ladder.warmup:
+                cur.measured_from = now
+                self._broadcast(cur.index, cur.level)
+            return self._users(cur.level)
+        if not self._step_over(cur, now):
+            return self._users(cur.level)
+        cur.ended = now
+        i = len(self.windows)
+        reason = self.early.check(self.results(), self.slos)
+        if reason or i >= len(self.ladder.levels):
+            self.stop_reason = reason or "ladder complete"
+            self.done = True
+            log.info("ladder stops after step %d: %s", i, self.stop_reason)
+            return None
+        self._start_step(i, now)
+        return self._users(self.windows[-1].level)
+
+    def _step_over(self, cur: StepWindow, now: float) -> bool:
+        ld = self.ladder
+        planned_end = cur.started + ld.duration + cur.extended
+        if ld.requests and self._finished(cur.index) >= ld.requests:
+            return True
+        if now < planned_end:
+            return False
+        st = ld.stable
+        if st and cur.extended + st.window <= st.max_extend and not st.settled(self._window_rates(cur, now, st)):
+            cur.extended += st.window
+            log.info("step %d extended by %gs: throughput not yet stable", cur.index, st.window)
+            return False
+        return True
+
+    def _start_step(self, i: int, now: float) -> None:
+        level = self.ladder.levels[i]
+        w = StepWindow(index=i + 1, level=level, started=now)
+        self.windows.append(w)
+        log.info("ladder step %d/%d: %s %g", w.index, len(self.ladder.levels), self.ladder.kind, level)
+        if self.ladder.warmup <= 0:
+            w.measured_from = now
+            self._broadcast(w.index, level)
+        else:
+            self._broadcast(-w.index, level)
+
+    # ---- what the processes do ----
+
+    def _users(self, level: float | None) -> tuple:
+        from .locustfile import StreamingUser
+        from .replay import ReplayUser
+
+        if self.ladder.kind == "concurrency":
+            users = int(level or 0)
+            return users, max(users, 1), [StreamingUser]
+        n = _worker_count(self.env)
+        return n, n, [_replay_user_class()]
+
+    def _broadcast(self, step: int, level: float) -> None:
+        runner = self.env.runner
+        payload = {"step": step, "kind": self.ladder.kind, "level": level, "arrivals": self.ladder.arrivals}
+        if isinstance(runner, MasterRunner):
+            n = max(_worker_count(self.env), 1)
+            payload["share_rate"] = level / n
+            for client in list(runner.clients.values()):
+                runner.send_message(STEP, payload, client.id)
+            hub(self.env).step = step
+        else:
+            payload["share_rate"] = level
+            apply_step(self.env, payload)
+
+    def _dispatchers_ready(self) -> bool:
+        if self.ladder.kind == "concurrency":
+            return True
+        from .replay import dispatchers_ready
+
+        return dispatchers_ready(self.env)
+
+    # ---- figures ----
+
+    def _finished(self, step: int) -> int:
+        agg = hub(self.env).steps.get(step)
+        return agg.finished if agg is not None else 0
+
+    def _window_rates(self, cur: StepWindow, now: float, st: Stable) -> list[float]:
+        """Output tokens/s in consecutive windows of the measurement so far (whole seconds)."""
+        series = hub(self.env).total.series
+        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 1.0
+        end = int(now - lag)
+        start = int(cur.measured_from or cur.started) + 1
+        width = max(1, int(st.window))
+        rates = []
+        for a in range(start, end - width + 1, width):
+            rates.append(sum(series.get(sec, (0,))[0] for sec in range(a, a + width)) / width)
+        return rates
+
+    def results(self) -> list[StepResult]:
+        h = hub(self.env)
+        out = []
+        for w in self.windows:
+            if w.measured_from is None:
+                continue
+            end = w.ended if w.ended is not None else time.time()
+            agg = h.steps.get(w.index) or Aggregate()
+            out.append(
+                step_result(
+                    agg,
+                    step=w.index,
+                    offered=w.level,
+                    offered_kind=self.ladder.kind,
+                    window=(w.measured_from, end),
+                    warmup=self.ladder.warmup,
+                    slos=self.slos,
+                    series=h.total.series,
+                )
+            )
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """What the results JSON keeps: the ladder, each step's window and figures, the verdict."""
+        steps = self.results()
+        verdict = analyse(steps, self.slos) if steps else None
+        return {
+            "ladder": self.ladder.to_dict(),
+            "windows": [w.to_dict() for w in self.windows],
+            "steps": [s.to_dict() for s in steps],
+            "saturation": verdict.to_dict() if verdict else None,
+            "stop_reason": self.stop_reason,
+            "table": format_steps(steps, verdict) if steps else "",
+        }
+
+
+def apply_step(env: Environment, payload: dict[str, Any]) -> None:
+    """On every sending process: tag new requests with the step; steer the open-loop dispatcher."""
+    hub(env).step = payload["step"]
+    if payload["kind"] in ("rate", "speed"):
+        from .replay import steer
+
+        steer(env, payload)
+
+
+def _worker_count(env: Environment) -> int:
+    runner = env.runner
+    if isinstance(runner, MasterRunner):
+        return len([c for c in runner.clients.values() if c.state != "missing"])
+    return 1
+
+
+def _replay_user_class():
+    from .replay import ReplayUser
+
+    for u in ReplayUser.__subclasses__():
+        return u
+    raise RuntimeError("no ReplayUser subclass is loaded: use locustfiles/ladder.py")
+
+
+def controller(env: Environment) -> LadderController | None:
+    return getattr(env, "llm_ladder", None)
+
+
+def install(env: Environment, settings) -> None:
+    """Set up the controller on the master / local runner, the step handler on workers."""
+    runner = env.runner
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(STEP, lambda environment, msg, **_kw: apply_step(env, msg.data))
+        return
+    ladder = ladder_from_settings(settings)
+    if ladder is None:
+        return
+    early = EarlyStop(enabled=not settings.no_early_stop, max_error_rate=settings.max_error_rate)
+    env.llm_ladder = LadderController(env, ladder, settings.slos, early)  # type: ignore[attr-defined]
+
+
+class LadderShape(LoadTestShape):
+    """Runs the --ladder (see llm_locust.plan.parse_ladder for its syntax)."""
+
+    def tick(self):
+        ctl = controller(self.runner.environment)
+        if ctl is None:
+            log.error("LadderShape needs --ladder (e.g. --ladder concurrency:1..32)")
+            return None
+        return ctl.tick()
+
+
+def stop_dispatchers_on(env: Environment) -> None:
+    """Kill open-loop passes when the test stops (in-flight requests end as cancelled)."""
+    from .replay import stop_passes
+
+    env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))

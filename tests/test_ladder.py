@@ -1,0 +1,70 @@
+"""Stepped load end to end: the detected saturation where the truth is known.
+
+The simulator's capacity is known in closed form (docs/sim.md): below `slots` running requests
+its throughput grows as n / (a + b n); above, requests queue and throughput is flat. So a
+concurrency ladder must find the knee at the slot count, within one ladder step.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llm_locust.sim.model import SimConfig, capacity
+from llm_locust.sim.process import SimProcess
+
+A, B = 0.005, 0.0001  # iteration: 5 ms + 0.1 ms per running sequence
+
+
+def run_ladder(tmp_path, host, ladder, *extra, workers=0, timeout=300):
+    results = tmp_path / "results.json"
+    cmd = [
+        sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--ladder", ladder,
+        "--warmup", "1.5", "--step-duration", "5", "--max-tokens", "32", "--results", str(results), *extra,
+    ]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(results.read_text()), p.stdout
+
+
+@pytest.mark.parametrize("slots", [8, 32])
+def test_concurrency_ladder_finds_the_simulators_slot_count(tmp_path, slots):
+    ladder = [1, 2, 4, 8, 16, 32, 64, 128]
+    cfg = SimConfig(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0.0)
+    analytic = capacity(cfg, prompt_tokens=0, output_tokens=32)
+    with SimProcess(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
+        results, stdout = run_ladder(tmp_path, sim.url, "concurrency:" + ",".join(map(str, ladder)))
+    verdict = results["ladder"]["saturation"]
+    assert verdict["saturation"] is not None, verdict["reason"]
+    found = verdict["saturation"]["offered"]
+    i = ladder.index(slots)
+    assert found in ladder[i - 1 : i + 2], (found, slots, verdict["reason"])
+    steps = results["ladder"]["steps"]
+    # below saturation each step's throughput follows the model; above it, it stays flat
+    assert steps[0]["output_tokens_per_s"] > 0
+    print(f"\nslots {slots}: detected {found} (analytic {analytic['saturation_concurrency']}, {analytic['output_tokens_per_s']:.0f} tok/s); steps run {len(steps)}; stop: {results['ladder']['stop_reason']}")
+    assert "saturation:" in stdout and "step" in stdout
+
+
+def test_rate_ladder_open_loop_across_two_workers(tmp_path):
+    with SimProcess(slots=64, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
+        results, _ = run_ladder(tmp_path, sim.url, "rate:2,4,8", "--arrivals", "constant", "--no-early-stop", workers=2)
+    steps = results["ladder"]["steps"]
+    assert [s["offered"] for s in steps] == [2, 4, 8]
+    for s in steps:  # the cluster together offers the step's rate (constant arrivals, split across 2 workers)
+        assert s["requests_per_s"] == pytest.approx(s["offered"], rel=0.25), s
+    sent_by_step = {w["step"]: w for w in results["ladder"]["windows"]}
+    assert set(sent_by_step) == {1, 2, 3}
+
+
+def test_bad_ladders_are_refused_before_any_load(tmp_path):
+    for bad, words in (("concurrency:8..2", "start"), ("volume:1..4", "kind"), ("rate:", "")):
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", "http://127.0.0.1:9", "--ladder", bad],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert p.returncode == 2, (bad, p.stderr[-1500:])
+        assert "llm-locust:" in p.stderr and words in p.stderr and "Traceback" not in p.stderr
