@@ -68,3 +68,30 @@ def test_bad_ladders_are_refused_before_any_load(tmp_path):
         )
         assert p.returncode == 2, (bad, p.stderr[-1500:])
         assert "llm-locust:" in p.stderr and words in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.real_server
+def test_real_llama_server_knee_follows_its_slot_count(tmp_path, llama_server_bin, tiny_model):
+    """llama-server queues requests beyond its -np slots: TTFT blows up right after the slot count.
+
+    On this 2-core machine its throughput is CPU-bound and flattens near 4 concurrent streams
+    whatever -np is, so the verdict's saturation is at or below the slot count, and the
+    latency (queueing) knee is what moves with -np."""
+    from realservers import LlamaServer
+
+    trace = tmp_path / "small.jsonl"
+    trace.write_text("".join(json.dumps({"input_tokens": 32 + i % 16, "output_tokens": 48}) + "\n" for i in range(50)))
+    ladder = [1, 2, 4, 8, 16]
+    found = {}
+    for slots in (4, 8):
+        with LlamaServer(tiny_model, slots=slots, ctx=8192, alias="tiny", threads=1) as srv:
+            results, _ = run_ladder(
+                tmp_path, srv.url, "concurrency:1,2,4,8,16", "--api", "openai-completions", "--trace", str(trace),
+                "--max-tokens", "48", "--step-duration", "6", "--no-early-stop",
+            )
+        v = results["ladder"]["saturation"]
+        found[slots] = v["candidates"]["latency"]
+        assert v["saturation"] is not None and v["saturation"]["offered"] <= slots, v["reason"]
+        print(f"\n-np {slots}: latency knee {found[slots]}, saturation {v['saturation']['offered']} ({v['knee_by']})")
+    assert found[4] in ladder[1:4] and found[8] in ladder[2:5]
+    assert found[8] > found[4]
