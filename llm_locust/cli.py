@@ -28,6 +28,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--spawn-rate", type=float, default=None)
     p.add_argument("-t", "--run-time", default=None, help=f"closed loop default {DEFAULTS['run_time']}; replays and ladders end by themselves")
     p.add_argument("--replay", action="store_true", help="open-loop replay of the trace at its timestamps (see --speed)")
+    p.add_argument("--synthetic", default="", help="synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results as a trace)")
     p.add_argument("--workers", type=int, default=0, help="run N local worker processes under a master")
     p.add_argument("--web", action="store_true", help="start Locust's web UI instead of running headless")
     p.add_argument("--sim-slots", type=int, default=8, help="simulator batch slots")
@@ -37,6 +38,24 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _has(passthrough: list[str], option: str) -> bool:
     return any(a == option or a.startswith(option + "=") for a in passthrough)
+
+
+def _write_synthetic(text: str, passthrough: list[str]) -> str:
+    """Generate the workload and write it as a trace beside the results (or in a temp dir)."""
+    import os
+    import tempfile
+
+    from .workload.synth import generate, parse_spec_text, write
+
+    spec = parse_spec_text(text)
+    results = next((passthrough[i + 1] for i, a in enumerate(passthrough[:-1]) if a == "--results"), "")
+    if results:
+        path = f"{os.path.splitext(results)[0]}.workload.jsonl"
+    else:
+        path = os.path.join(tempfile.mkdtemp(prefix="llm-locust-"), "workload.jsonl")
+    write(generate(spec), path, spec)
+    print(f"synthetic workload written to {path}", flush=True)
+    return path
 
 
 def run(argv: list[str]) -> int:
@@ -55,6 +74,12 @@ def run(argv: list[str]) -> int:
         plan_args, plan_host = plan_argv(plan)
         passthrough = plan_args + passthrough  # later options win: the command line overrides the plan
         args.host = args.host or plan_host
+    if args.synthetic:
+        try:
+            passthrough += ["--trace", _write_synthetic(args.synthetic, passthrough)]
+        except (ValueError, OSError) as e:
+            print(f"llm-locust: {e}", file=sys.stderr)
+            return 2
     mode = "ladder" if _has(passthrough, "--ladder") else "replay" if args.replay else "closed"
     locustfile = args.locustfile or str(resources.files("llm_locust") / LOCUSTFILES[mode])
     sim = None
