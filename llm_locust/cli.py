@@ -40,6 +40,14 @@ def _has(passthrough: list[str], option: str) -> bool:
     return any(a == option or a.startswith(option + "=") for a in passthrough)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _write_synthetic(text: str, passthrough: list[str]) -> str:
     """Generate the workload and write it as a trace beside the results (or in a temp dir)."""
     import os
@@ -59,21 +67,36 @@ def _write_synthetic(text: str, passthrough: list[str]) -> str:
 
 
 def run(argv: list[str]) -> int:
+    import json
+    import os
+
+    os.environ["LLM_LOCUST_COMMAND"] = json.dumps(["llm-locust", "run", *argv])  # kept in the results
     plan_path = ""
-    if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml")):
-        plan_path, argv = argv[0], argv[1:]  # `llm-locust run PLAN.yaml [options]`
+    if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml", ".json")):
+        plan_path, argv = argv[0], argv[1:]  # `llm-locust run PLAN.yaml|RESULTS.json [options]`
     args, passthrough = _run_parser().parse_known_args(argv)
     if plan_path:
-        from .plan import PlanError, load_plan, plan_argv
+        from .plan import PlanError, load_plan, plan_argv, plan_from_dict
 
         try:
-            plan = load_plan(plan_path)
-        except (PlanError, OSError) as e:
+            if plan_path.endswith(".json"):  # a results file: run its effective plan again
+                with open(plan_path, "rb") as f:
+                    data = json.load(f).get("plan")
+                if not isinstance(data, dict):
+                    raise PlanError(f"{plan_path}: no effective plan in these results")
+                plan = plan_from_dict(data, source=plan_path)
+            else:
+                plan = load_plan(plan_path)
+        except (PlanError, OSError, ValueError) as e:
             print(f"llm-locust: {e}", file=sys.stderr)
             return 2
         plan_args, plan_host = plan_argv(plan)
         passthrough = plan_args + passthrough  # later options win: the command line overrides the plan
         args.host = args.host or plan_host
+        if "--workers" not in argv:
+            args.workers = plan.workers
+        if "--sim-slots" not in argv:
+            args.sim_slots = plan.sim.slots
     if args.synthetic:
         try:
             passthrough += ["--trace", _write_synthetic(args.synthetic, passthrough)]
@@ -89,6 +112,7 @@ def run(argv: list[str]) -> int:
 
         sim = SimProcess(slots=args.sim_slots, fast=args.sim_fast)
         sim.start()
+        os.environ["LLM_LOCUST_SIM_SLOTS"] = str(args.sim_slots)
         host = sim.url
         print(f"no --host given: started the simulated server at {host}", flush=True)
         if not _has(passthrough, "--api"):
@@ -112,6 +136,9 @@ def run(argv: list[str]) -> int:
         locust_argv.append("--headless")
     if args.workers:
         locust_argv += ["--processes", str(args.workers)]
+        if not _has(passthrough, "--master-bind-port"):
+            port = str(_free_port())  # not Locust's fixed 5557: runs side by side must not collide
+            locust_argv += ["--master-bind-port", port, "--master-port", port]
     locust_argv += passthrough
     from locust.main import main as locust_main
 

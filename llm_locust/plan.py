@@ -18,7 +18,7 @@ import difflib
 import math
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +134,6 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
         if self.synthetic is not None:
-            from dataclasses import asdict
-
             d["synthetic"] = asdict(self.synthetic)
         else:
             d["trace"] = self.trace
@@ -250,8 +248,6 @@ class Plan:
         """The plan as values of llm-locust's command-line options (argparse dest names of
         options.add_argument), for the run command to apply. The API key is never here: only
         the name of its variable."""
-        from .workload.synth import SynthSpec  # noqa: F401  (the synthetic spec's type)
-
         w = self.workload
         return {
             "api": self.api,
@@ -283,8 +279,6 @@ def dump_plan(plan: Plan) -> str:
 
 def synth_text(spec) -> str:
     """A SynthSpec in the `key=value,...` form of workload.synth.parse_spec_text."""
-    from dataclasses import asdict
-
     return ",".join(f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in asdict(spec).items())
 
 
@@ -407,7 +401,7 @@ def _range_problems(start: float, stop: float, factor: float | None, step: float
     """(key, what) for an inconsistent start/stop/factor/step range."""
     out = []
     if start <= 0:
-        out.append(("start", f"must be > 0, got {_fmt(start)}"))
+        out.append(("start", f"start must be > 0, got {_fmt(start)}"))
     if start > stop:
         out.append(("start", f"start {_fmt(start)} > stop {_fmt(stop)}"))
     if factor is not None and factor <= 1:
@@ -1040,6 +1034,94 @@ def load_plan(path: str | Path) -> Plan:
     return plan_from_dict(data, source=source, base_dir=p.resolve().parent, lines=lines)
 
 
+# ---- the plan as command-line options ----
+
+
+def synthetic_trace(spec, directory: str | Path | None = None) -> str:
+    """Write a synthetic workload as a trace file (with its recipe beside it) and return its path.
+
+    The file is named by the spec's content, so the same spec gives the same file (the workload
+    is seeded): written once, reused after."""
+    import hashlib
+    import tempfile
+
+    from .workload.synth import generate, write
+
+    key = hashlib.sha256(synth_text(spec).encode()).hexdigest()[:16]
+    folder = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    path = folder / f"llm-locust-synth-{key}.jsonl"
+    if not path.is_file():
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        write(generate(spec), tmp, spec)
+        os.replace(tmp, path)
+        os.replace(f"{tmp}.spec.json", f"{path}.spec.json")
+    return str(path)
+
+
+def plan_argv(plan: Plan, *, synth_dir: str | Path | None = None) -> tuple[list[str], str]:
+    """(llm-locust options, host) that run the plan: for `llm-locust run PLAN.yaml`, which puts
+    the command line's own options after these, so they win.
+
+    A synthetic workload is written as a trace file first (`synthetic_trace`). Not expressible
+    as options, so not carried: `early_stop.flat_steps`, `flat_tolerance` and `on_slo` (the run
+    uses their defaults), `stable.windows` (3), `workers` and `sim` (options of `llm-locust run`
+    itself, not of the locustfile), `name` and `description`.
+    """
+    w = plan.workload
+    args: list[str] = ["--api", plan.api, "--api-key-env", plan.api_key_env]
+    if plan.model:
+        args += ["--model", plan.model]
+    trace = synthetic_trace(w.synthetic, synth_dir) if w.synthetic is not None else w.trace
+    if trace:
+        args += ["--trace", trace]
+    if w.format and w.synthetic is None:
+        args += ["--trace-format", w.format]
+    if w.tokenizer:
+        args += ["--tokenizer", w.tokenizer]
+    if w.think_time:
+        args += ["--think-time", _fmt(float(w.think_time))]
+    if w.max_in_flight:
+        args += ["--max-in-flight", str(w.max_in_flight)]
+    if plan.max_tokens:
+        args += ["--max-tokens", str(plan.max_tokens)]
+    if plan.max_tokens_cap:
+        args += ["--max-tokens-cap", str(plan.max_tokens_cap)]
+    if not plan.force_length:
+        args.append("--no-force-length")
+    if plan.continuous_usage:
+        args.append("--continuous-usage")
+    t = plan.timeouts
+    args += [
+        "--connect-timeout", _fmt(float(t.connect)),
+        "--no-progress-timeout", _fmt(float(t.no_progress)),
+        "--request-timeout", _fmt(float(t.request)),
+    ]  # fmt: skip
+    if plan.slos:
+        args += ["--slo", ",".join(f"{k}={_fmt(float(v))}" for k, v in plan.slos.items())]
+    ld = plan.ladder
+    if ld is not None:
+        args += ["--ladder", ld.spec(), "--warmup", _fmt(float(ld.warmup)), "--step-duration", _fmt(float(ld.duration))]
+        if ld.requests:
+            args += ["--step-requests", str(ld.requests)]
+        if ld.stable is not None:
+            st = ld.stable
+            args += [
+                "--stable-window", _fmt(float(st.window)),
+                "--stable-tolerance", _fmt(float(st.tolerance)),
+                "--stable-max-extend", _fmt(float(st.max_extend)),
+            ]  # fmt: skip
+        if ld.kind == "rate":
+            args += ["--arrivals", ld.arrivals]
+    es = plan.early_stop
+    if not es.enabled:
+        args.append("--no-early-stop")
+    args += ["--max-error-rate", _fmt(float(es.max_error_rate))]
+    if plan.results:
+        args += ["--results", plan.results]
+    args += ["--seed", str(plan.seed)]
+    return args, plan.host
+
+
 # ---- command-line overrides ----
 
 OVERRIDE_KEYS = (
@@ -1213,3 +1295,49 @@ def merge_cli(plan: Plan, overrides: dict[str, Any]) -> Plan:
     except PlanError as e:
         raise PlanError(["after command-line overrides: " + p for p in e.problems], plan.source) from None
 
+
+
+def plan_from_settings(settings, *, host: str, workers: int = 0, sim_slots: int | None = None) -> Plan:
+    """The effective plan of a run, from the options it ran with (kept in its results).
+
+    `host` "" with `sim_slots`: the run used the built-in simulator with that many slots.
+    """
+    d: dict[str, Any] = {
+        "host": host,
+        "api": settings.api,
+        "model": settings.model,
+        "api_key_env": settings.api_key_env,
+        "workload": {
+            "trace": settings.trace,
+            "format": settings.trace_format,
+            "tokenizer": settings.tokenizer,
+            "think_time": settings.think_time,
+            "max_in_flight": settings.max_in_flight,
+        },
+        "max_tokens": settings.max_tokens,
+        "max_tokens_cap": settings.max_tokens_cap,
+        "force_length": settings.force_length,
+        "continuous_usage": settings.continuous_usage,
+        "slos": dict(settings.slos),
+        "timeouts": {
+            "connect": settings.timeouts.connect,
+            "no_progress": settings.timeouts.no_progress,
+            "request": settings.timeouts.total,
+        },
+        "early_stop": {"enabled": not settings.no_early_stop, "max_error_rate": settings.max_error_rate},
+        "seed": settings.seed,
+        "results": settings.results,
+        "workers": workers,
+    }
+    if sim_slots:
+        d["sim"] = {"slots": sim_slots}
+    if settings.ladder:
+        d["ladder"] = parse_ladder(
+            settings.ladder,
+            warmup=settings.warmup,
+            duration=settings.step_duration,
+            requests=settings.step_requests,
+            stable=Stable(settings.stable_window, settings.stable_tolerance, settings.stable_max_extend) if settings.stable_window else None,
+            arrivals=settings.arrivals,
+        ).to_dict()
+    return plan_from_dict(d, source="effective options")

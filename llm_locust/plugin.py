@@ -6,7 +6,9 @@ started by `llm-locust run` or by plain `locust -f`.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -22,6 +24,18 @@ from .report.results import build_results, write_results
 from .report.summary import format_summary
 
 log = logging.getLogger(__name__)
+
+
+def _effective_plan(settings, environment, n_workers: int) -> dict | str:
+    """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`)."""
+    from .plan import PlanError, plan_from_settings
+
+    sim_slots = int(os.environ.get("LLM_LOCUST_SIM_SLOTS", "0") or 0)
+    try:
+        plan = plan_from_settings(settings, host="" if sim_slots else environment.host, workers=n_workers, sim_slots=sim_slots)
+    except (PlanError, ValueError) as e:
+        return f"not expressible as a plan: {e}"
+    return plan.to_dict()
 
 
 @events.init_command_line_parser.add_listener
@@ -76,7 +90,9 @@ def _on_init(environment, **_kw: Any) -> None:
                  "finished": w.finished, "lost_at": w.lost_at}
                 for w in h.workers.values()
             ]
+            run["command"] = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
             results = build_results(h.total, h.steps, run, workers)
+            results["plan"] = _effective_plan(settings, environment, len(workers))
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
             write_results(settings.results, results)

@@ -17,14 +17,17 @@ The method (docs/load-shapes.md has the long form):
    over step i when its throughput exceeds the best up to i by at least `flat_tolerance` (5%)
    AND by at least `min_elasticity` (0.1) times the relative load added (a doubling of the load
    must bring 10% more throughput). The knee moves back while the knee step was no significant
-   gain over the step before (the plateau began earlier), then forward while some later step is a
-   significant gain over it (the curve had not levelled off). A knee pushed to the last step means
-   "no knee found (still rising)". When Kneedle finds no knee (fewer bends than its sensitivity
-   needs) the same forward rule is run from the first step.
+   gain over the step before (the plateau began earlier), then forward to the first later step
+   that is a significant gain, if the median of the steps from there on is one too and it is
+   backed by at least as many steps as the flat ones it skips (a lone noisy high does not move
+   it). A knee pushed to the last step means "no knee found (still rising)". When Kneedle finds
+   no knee the same forward rule is run from the first step.
 3. **Latency criterion**: the step before the first one whose latency p50 (TTFT; E2E when no step
    has TTFT samples) is more than `1 + latency_rise` times (default 3x) the lowest-load step's AND
-   grew at least as fast as the offered load over the previous step: queueing, which batching
-   alone does not cause (batching makes latency grow slower than the load).
+   grew more than `latency_growth` (1.5) times as fast as the offered load over the previous step
+   (more than 3x for a doubling): queueing. Batching or CPU contention alone make latency grow at
+   most about as fast as the load. (Past saturation a closed loop's E2E grows only as fast as the
+   load, so without TTFT the throughput knee decides there.)
 4. The **saturation point** is the lower of the throughput knee and the latency knee; `Verdict`
    says which rule set it. Fewer than 3 steps: no knee (too few points); a throughput flat within
    `flat_tolerance` over the whole ladder: saturated at (or below) the first step.
@@ -36,6 +39,7 @@ request meets nothing.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
 import warnings
@@ -47,6 +51,7 @@ from .steps import LATENCY_COLUMNS, OFFERED_UNITS, StepResult, broken_slos, chec
 FLAT_TOLERANCE = 0.05
 MIN_ELASTICITY = 0.1
 LATENCY_RISE = 2.0
+LATENCY_GROWTH = 1.5
 MIN_STEPS = 3
 
 
@@ -152,6 +157,11 @@ def significant(
     return gain >= tol and gain >= elasticity * load
 
 
+def _kneed_available() -> bool:
+    """kneed is a dependency; without it the plateau rule still answers at the end of a run."""
+    return importlib.util.find_spec("kneed") is not None
+
+
 def _kneedle(xs: list[float], env: list[float], sensitivity: float) -> int | None:
     from kneed import KneeLocator
 
@@ -195,8 +205,10 @@ def throughput_knee(
     geometric = _geometric(x)
     xs = [math.log2(v) for v in x] if geometric else list(x)
     details["axis"] = "log2" if geometric else "linear"
-    k = _kneedle(xs, env, sensitivity)
+    have_kneed = _kneed_available()
+    k = _kneedle(xs, env, sensitivity) if have_kneed else None
     unit = OFFERED_UNITS.get(steps[0].offered_kind, "")
+
     def sig(i: int, j: int, sustained: bool = False) -> bool:
         return significant(x, env, y, i, j, tol=flat_tolerance, elasticity=min_elasticity, sustained=sustained)
 
@@ -208,11 +220,16 @@ def throughput_knee(
             k -= 1
         if k != start:
             reasons.append(
-                f"Kneedle knee at {_load(x[start], unit)} moved back to {_load(x[k], unit)}: no significant gain after it"
+                f"Kneedle knee at {_load(x[start], unit)} moved back to {_load(x[k], unit)}: "
+                f"no significant throughput gain from there to it"
             )
     else:
         how = "plateau"
-        reasons.append("Kneedle found no knee; plateau rule from the first step")
+        reasons.append(
+            "Kneedle found no knee; plateau rule from the first step"
+            if have_kneed
+            else "the kneed library is not installed: Kneedle skipped, plateau rule from the first step"
+        )
         k = 0
     moved_from = k
     while True:
@@ -228,12 +245,19 @@ def throughput_knee(
             f"no knee found (still rising): the top step ({_load(x[-1], unit)}) gained {gain:.0%} over the best before it"
         )
         return None, how, reasons, details
+    if sig(k, n - 1):
+        reasons.append(
+            f"the top step ({_load(x[-1], unit)}) gained {y[-1] / env[k] - 1:.0%} over the knee after flat steps: "
+            "one step is not taken as a trend; extend the ladder to check"
+        )
     if k != moved_from and how == "kneedle":
         reasons.append(f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: throughput still grew after it")
     return k, how, reasons, details
 
 
-def latency_knee(steps: list[StepResult], *, latency_rise: float = LATENCY_RISE) -> tuple[int | None, str, list[str]]:
+def latency_knee(
+    steps: list[StepResult], *, latency_rise: float = LATENCY_RISE, latency_growth: float = LATENCY_GROWTH
+) -> tuple[int | None, str, list[str]]:
     """(index of the last step before latency blew up, the latency used, reasons)."""
     metric = "ttft" if all(s.stat("ttft", "p50") is not None for s in steps if s.ok) else "e2e"
     pts = [(i, s.stat(metric, "p50")) for i, s in enumerate(steps)]
@@ -243,7 +267,7 @@ def latency_knee(steps: list[StepResult], *, latency_rise: float = LATENCY_RISE)
     base = pts[0][1]
     for (i0, v0), (i1, v1) in zip(pts, pts[1:]):
         load_ratio = steps[i1].offered / steps[i0].offered if steps[i0].offered > 0 else math.inf
-        if v1 > (1 + latency_rise) * base and v0 > 0 and v1 / v0 >= load_ratio:
+        if v1 > (1 + latency_rise) * base and v0 > 0 and v1 / v0 > latency_growth * load_ratio:
             unit = OFFERED_UNITS.get(steps[i1].offered_kind, "")
             return i0, metric, [
                 f"{metric} p50 at {_load(steps[i1].offered, unit)} is {v1 / base:.1f}x the lowest load's "
@@ -260,6 +284,7 @@ def analyse(
     flat_tolerance: float = FLAT_TOLERANCE,
     min_elasticity: float = MIN_ELASTICITY,
     latency_rise: float = LATENCY_RISE,
+    latency_growth: float = LATENCY_GROWTH,
 ) -> Verdict:
     """The saturation verdict of a ladder (see the module doc for the rules)."""
     check_slo_names(slos)
@@ -275,8 +300,13 @@ def analyse(
     if details.get("axis"):
         method += f", {details['axis']} load axis"
     verdict.reasons += reasons
-    lk, metric, lreasons = (None, "ttft", []) if len(steps) < 2 else latency_knee(steps, latency_rise=latency_rise)
-    method += f" + latency rule ({metric} p50 > {1 + latency_rise:g}x lowest load and growing faster than the load)"
+    lk, metric, lreasons = (None, "ttft", []) if len(steps) < 2 else latency_knee(
+        steps, latency_rise=latency_rise, latency_growth=latency_growth
+    )
+    method += (
+        f" + latency rule ({metric} p50 > {1 + latency_rise:g}x lowest load and growing"
+        f" > {latency_growth:g}x as fast as the load)"
+    )
     verdict.method = method
     verdict.candidates = {
         "kneedle": details.get("kneedle"),

@@ -6,12 +6,13 @@
 Window definitions follow the metrics spec (docs/metrics.md, docs/load-shapes.md):
 
 - **Steady-state output tokens/s**: tokens whose chunk arrived inside the measurement window
-  (after warm-up), read from the per-second series, / the seconds counted. The series is kept by
-  whole wall-clock second, so only the whole seconds inside the window are counted (exact
-  membership, no assumption about how tokens spread within a second); a window holding no whole
-  second falls back to pro-rating the seconds it overlaps. `steady_seconds` says which span was
-  used.
-- **Achieved requests/s**: ok requests that ended inside the same whole seconds / their number.
+  (after warm-up), read from the per-second series, / the window's length. The series is kept by
+  whole wall-clock second: the seconds wholly inside the window count fully, the two partial
+  seconds at its edges by the fraction of them inside it (pro-rated: tokens are taken as evenly
+  spread within one second). The error this can make is at most a quarter of the difference
+  between two adjacent steps' rates over one second, while counting only whole seconds would
+  drop up to two seconds of data, a large share of a short window.
+- **Achieved requests/s**: ok requests that ended inside the window (same pro-rating) / its length.
 - **Aggregate output tokens/s**: the spec's definition: N_out of the ok requests in `agg` /
   (last t_end - first t_sent), ramp-up and drain included.
 - **Error rate**: failed / (finished - cancelled).
@@ -182,21 +183,9 @@ class StepResult:
 def steady_counts(series: dict[int, list[int]], start: float, end: float) -> tuple[float, float, float, float, float, float]:
     """(tokens, ok, failed, seconds, span start, span end) of a series inside [start, end].
 
-    Counts the whole seconds [s, s + 1) lying inside the window; with none, pro-rates every
-    second the window overlaps by the overlapped fraction.
+    Each second [s, s + 1) counts by the fraction of it inside the window: whole seconds fully,
+    the two edge seconds pro-rated.
     """
-    first = math.ceil(start)
-    last = math.floor(end)  # exclusive: seconds first .. last - 1
-    if last - first >= 1:
-        tokens = ok = failed = 0
-        for s in range(first, last):
-            b = series.get(s)
-            if b:
-                tokens += b[0]
-                ok += b[1]
-                failed += b[2]
-        return float(tokens), float(ok), float(failed), float(last - first), float(first), float(last)
-    # pro-rate
     tokens = ok = failed = 0.0
     for s in range(math.floor(start), math.ceil(end)):
         b = series.get(s)

@@ -6,6 +6,7 @@ concurrency ladder must find the knee at the slot count, within one ladder step.
 """
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -95,3 +96,22 @@ def test_real_llama_server_knee_follows_its_slot_count(tmp_path, llama_server_bi
         print(f"\n-np {slots}: latency knee {found[slots]}, saturation {v['saturation']['offered']} ({v['knee_by']})")
     assert found[4] in ladder[1:4] and found[8] in ladder[2:5]
     assert found[8] > found[4]
+
+
+def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_path):
+    plan = Path(__file__).resolve().parents[1] / "plans" / "seed-concurrency-ladder.yaml"
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    quick = ["--ladder", "concurrency:1,2", "--step-duration", "3", "--warmup", "1"]
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(plan), *quick, "--results", str(first)],
+                       capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r1 = json.loads(first.read_text())
+    assert r1["plan"]["ladder"]["steps"] == [1, 2]  # the command line overrode the plan's ladder
+    assert r1["plan"]["slos"] == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}  # the plan's own SLOs
+    assert r1["plan"]["sim"]["slots"] == 8 and r1["run"]["command"][2] == str(plan)
+    assert [s["offered"] for s in r1["ladder"]["steps"]] == [1, 2]
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(first), "--results", str(second)],
+                       capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r2 = json.loads(second.read_text())
+    assert {k: v for k, v in r2["plan"].items() if k != "results"} == {k: v for k, v in r1["plan"].items() if k != "results"}
