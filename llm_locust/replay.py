@@ -176,6 +176,8 @@ class Dispatcher:
         trace = self.trace
         rng = random.Random(self.settings.seed * 1_000_003 + self.share[0])
         t = time.perf_counter()
+        if arrivals != "poisson":  # stagger the workers, so the cluster's arrivals are evenly spaced
+            t += self.share[0] / self.share[1] / rate
         k = 0
         while True:
             t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate

@@ -8,7 +8,10 @@ Per request our figures must agree with the server's own `timings`:
 Decode span: llama.cpp counts the first token in prompt_ms, and predicted_ms runs from the
 first token to the last, so it corresponds to our t_last - t_first. We require agreement within
 DECODE_TOLERANCE (relative) plus DECODE_SLACK_S (absolute: scheduling of the client and server
-processes on a 2-core box). Seen here: median difference 0.06%.
+processes on a 2-core box). Seen here: median difference under 0.1 ms. A client that was
+descheduled reads several chunks at once and times them all at the last one's arrival
+(docs/metrics.md): that can shorten one request's span, so the bound is on 95% of requests,
+and the median must agree to a millisecond.
 """
 
 import glob
@@ -32,7 +35,7 @@ def real_run(llama_server_bin, smollm2_model, tmp_path_factory):
     trace = tmp / "trace.jsonl"
     trace.write_text("".join(json.dumps({"input_tokens": 40 + 8 * i, "output_tokens": N_OUT}) + "\n" for i in range(8)))
     results, log = tmp / "results.json", tmp / "records.jsonl"
-    with LlamaServer(smollm2_model, slots=4, ctx=4096, alias="smollm2") as srv:
+    with LlamaServer(smollm2_model, slots=4, ctx=4096, alias="smollm2", threads=1) as srv:  # a core for the client
         cmd = [
             sys.executable, "-m", "llm_locust.cli", "run",
             "--host", srv.url, "--api", "openai-completions", "--workers", "2",
@@ -74,12 +77,14 @@ def test_ttft_is_at_least_the_servers_prompt_time(real_run):
 
 def test_decode_span_agrees_with_the_servers(real_run):
     _, raw = real_run
-    worst = 0.0
+    diffs, within = [], 0
     for r in (r for r in raw if r["outcome"] == "ok"):
-        t = r["server"]["timings"]
         ours = r["chunks"][-1] - r["first"]
-        theirs = t["predicted_ms"] / 1000
-        err = abs(ours - theirs)
-        worst = max(worst, err / theirs)
-        assert err <= theirs * DECODE_TOLERANCE + DECODE_SLACK_S, (r["id"], ours, theirs)
-    print(f"worst relative decode-span difference: {worst:.3%}")
+        theirs = r["server"]["timings"]["predicted_ms"] / 1000
+        diffs.append(ours - theirs)
+        within += abs(ours - theirs) <= theirs * DECODE_TOLERANCE + DECODE_SLACK_S
+    diffs.sort()
+    median = diffs[len(diffs) // 2]
+    print(f"decode span, ours - server's: median {median * 1000:.3f} ms, min {diffs[0] * 1000:.1f}, max {diffs[-1] * 1000:.1f} ms")
+    assert abs(median) < 0.001
+    assert within >= 0.95 * len(diffs)
