@@ -214,24 +214,28 @@ class StreamClient:
         payloads = 0
         now = rec.t_headers
         try:
-            while True:
+            ended = closed = False  # closed: a close-delimited body ended with the connection
+            while not ended:
                 if buf:
                     data = bytes(buf)
                     del buf[:]
-                elif resp.message_complete:
-                    break
+                    if not head:
+                        head = data[:300]
+                    events = decode(data)
+                elif closed or resp.message_complete:
+                    ended = True
+                    events = decoder.close()  # an event the body's end completed
                 else:
                     chunk, now = read()
                     if not chunk:
                         if _close_delimited(resp):
-                            break
+                            closed = True
+                            continue
                         rec.t_end = now
                         raise _Ended(Outcome.TRUNCATED, "connection closed before the end of the body")
                     resp.feed(chunk)
                     continue
-                if not head:
-                    head = data[:300]
-                for payload in decode(data):
+                for payload in events:
                     payloads += 1
                     kind = adapter_feed(payload, state)
                     if kind:
@@ -240,15 +244,6 @@ class StreamClient:
                             rec.t_first = now
                         if kind == CONTENT and rec.t_first_content is None:
                             rec.t_first_content = now
-            for payload in decoder.close():
-                payloads += 1
-                kind = adapter_feed(payload, state)
-                if kind:
-                    append(now)
-                    if rec.t_first is None:
-                        rec.t_first = now
-                    if kind == CONTENT and rec.t_first_content is None:
-                        rec.t_first_content = now
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None

@@ -196,3 +196,14 @@ def test_a_kept_alive_connection_closed_by_the_server_is_retried_on_a_new_one():
         server.stop()
     assert first.outcome is Outcome.OK and second.outcome is Outcome.OK, second.error
     assert second.n_out == 2 and len(connections) == 2
+
+
+def test_a_body_ended_by_closing_the_connection_is_complete():
+    body = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    server = canned_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body)
+    try:
+        rec = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(spec(2), "close-delimited")
+    finally:
+        server.stop()
+    assert rec.outcome is Outcome.OK, rec.error
+    assert rec.n_out == 2 and rec.finish_reason == "length"
