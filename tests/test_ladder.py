@@ -136,3 +136,21 @@ def test_server_down_stops_the_ladder_at_its_first_step_and_keeps_the_results(tm
     lad = results["ladder"]
     assert len(lad["steps"]) == 1 and "no request succeeded" in lad["stop_reason"]
     assert results["summary"]["outcomes"]["connect_error"] > 0
+
+
+def test_steps_end_on_a_request_count_or_extend_until_stable(tmp_path):
+    with SimProcess(slots=64, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
+        counted, _ = run_ladder(
+            tmp_path, sim.url, "concurrency:2,4", "--step-requests", "10", "--step-duration", "60", "--warmup", "1", "--no-early-stop"
+        )
+        (tmp_path / "results.json").unlink()
+        stable, _ = run_ladder(
+            tmp_path, sim.url, "concurrency:2", "--step-duration", "3", "--warmup", "1",
+            "--stable-window", "1", "--stable-tolerance", "0.0001", "--stable-max-extend", "3",
+        )
+    for w in counted["ladder"]["windows"]:  # far shorter than the 60 s cap: ended by the count
+        assert w["ended"] - w["measured_from"] < 20
+    for s in counted["ladder"]["steps"]:
+        assert s["ok"] + s["failed"] + s["cancelled"] >= 10
+    # a tolerance this tight is not met: the step is extended to its limit, one window at a time
+    assert stable["ladder"]["windows"][0]["extended"] == 3
