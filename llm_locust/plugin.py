@@ -16,7 +16,7 @@ from typing import Any
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import options, shapes
+from . import exporter, options, shapes
 from .metrics.aggregate import figures
 from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
 from .workload import load_trace
@@ -59,6 +59,8 @@ def _on_init(environment, **_kw: Any) -> None:
         # reads and checks the whole file, keeps almost none of it (the senders load their shares)
         load_trace(settings.trace, settings.trace_format or None, share=(0, 2**31))
         shapes.install(environment, settings)  # a bad ladder is refused here
+        opts = environment.parsed_options
+        exporter.install(environment, getattr(opts, "prometheus_port", 0), getattr(opts, "prometheus_host", "127.0.0.1"))
     except (ValueError, OSError) as e:  # TraceError, PlanError and bad SLOs are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard

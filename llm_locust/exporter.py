@@ -1,0 +1,184 @@
+"""Prometheus exposition of the master's (or local runner's) figures.
+
+A prometheus_client Collector reads the merged aggregates at scrape time: nothing is copied per
+request. Served on the web UI's Flask app at /metrics, and on its own port with
+`--prometheus-port` (headless runs). Names:
+
+  llm_locust_<latency>_seconds        histograms (documented buckets below), exact _sum
+  llm_locust_requests_total{outcome}  counter; llm_locust_{input,output}_tokens_total
+  llm_locust_users, _in_flight, _step, _offered_load, _test_running, _workers{state},
+  llm_locust_worker_cpu_percent{worker}, llm_locust_worker_report_age_seconds{worker}
+  locust_*                            the familiar locust_exporter names, for existing dashboards
+
+Histogram buckets are counted from the HDR histogram: a sample within 0.1% of a bucket bound
+may fall on either side of it (the HDR precision), which no dashboard can see.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from .metrics.cluster import hub
+from .metrics.histogram import Histogram
+
+log = logging.getLogger(__name__)
+
+_SLOW = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)
+_FAST = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
+_LAG = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+HISTOGRAMS = {  # exported name -> (aggregate histogram, bucket bounds in seconds, help)
+    "llm_locust_ttft_seconds": ("ttft", _SLOW, "Time to first token: first token-bearing chunk - request sent."),
+    "llm_locust_ttft_queue_seconds": ("ttft_queue", _SLOW, "Time to first token from the scheduled send time."),
+    "llm_locust_itl_seconds": ("itl", _FAST, "Inter-token latency, one sample per token (gap / tokens in the chunk)."),
+    "llm_locust_tpot_seconds": ("tpot", _FAST, "Time per output token per request, first token excluded."),
+    "llm_locust_e2e_seconds": ("e2e", _SLOW, "End-to-end request latency."),
+    "llm_locust_schedule_lag_seconds": ("schedule_lag", _LAG, "Send time - scheduled time (client-side delay)."),
+}
+
+
+def cumulative_buckets(h: Histogram, bounds: tuple[float, ...]) -> list[tuple[str, int]]:
+    """Prometheus `le` buckets from an HDR histogram (values recorded in microseconds)."""
+    counts = [0] * len(bounds)
+    total = h.count
+    hdr = h._h
+    limits = [round(b * 1e6) for b in bounds]
+    for item in hdr.get_recorded_iterator():
+        value = hdr.get_lowest_equivalent_value(item.value_iterated_to)
+        n = item.count_added_in_this_iter_step
+        for i, limit in enumerate(limits):
+            if value <= limit:
+                counts[i] += n
+                break
+    out, acc = [], 0
+    for bound, c in zip(bounds, counts):
+        acc += c
+        out.append((f"{bound:g}", acc))
+    out.append(("+Inf", total))
+    return out
+
+
+class LLMCollector:
+    def __init__(self, environment) -> None:
+        self.env = environment
+
+    def describe(self):
+        return []  # collected on demand only: no registration-time scrape
+
+    def collect(self):
+        h = hub(self.env)
+        total = h.total
+        for name, (key, bounds, doc) in HISTOGRAMS.items():
+            hist = total.hist[key]
+            fam = HistogramMetricFamily(name, doc)
+            sum_us = hist.sum_us
+            fam.add_metric([], buckets=cumulative_buckets(hist, bounds), sum_value=(sum_us or 0) / 1e6)
+            yield fam
+        c = CounterMetricFamily("llm_locust_requests", "Finished requests by outcome.", labels=["outcome"])
+        for outcome, n in total.outcomes.items():
+            c.add_metric([outcome], n)
+        yield c
+        yield CounterMetricFamily("llm_locust_sent_requests", "Requests sent.", value=total.sent)
+        yield CounterMetricFamily("llm_locust_input_tokens", "Input tokens of ok requests.", value=total.tokens_in)
+        yield CounterMetricFamily("llm_locust_output_tokens", "Output tokens of ok requests.", value=total.tokens_out)
+        yield from self._gauges(h)
+        yield from self._locust_compatible()
+
+    def _gauges(self, h) -> Any:
+        runner = self.env.runner
+        state = getattr(runner, "state", "")
+        yield GaugeMetricFamily("llm_locust_test_running", "1 while a test runs; figures of a stopped test are not current.", value=1 if state in ("running", "spawning") else 0)
+        yield GaugeMetricFamily("llm_locust_users", "Users (closed loop) or dispatchers (open loop).", value=getattr(runner, "user_count", 0))
+        workers = list(getattr(runner, "clients", {}).values()) if hasattr(runner, "clients") else []
+        in_flight = sum(w.in_flight for w in h.workers.values()) if workers else h.in_flight
+        yield GaugeMetricFamily("llm_locust_in_flight", "Requests in flight (workers: as of their last report).", value=in_flight)
+        yield GaugeMetricFamily("llm_locust_step", "Current ladder step (negative: its warm-up; 0: no ladder).", value=h.step)
+        from .shapes import controller
+
+        ctl = controller(self.env)
+        if ctl is not None and ctl.windows:
+            yield GaugeMetricFamily("llm_locust_offered_load", f"Offered load of the current step ({ctl.ladder.kind}).", value=ctl.windows[-1].level)
+        if workers:
+            by_state = GaugeMetricFamily("llm_locust_workers", "Workers by state.", labels=["state"])
+            states: dict[str, int] = {}
+            for w in workers:
+                states[w.state] = states.get(w.state, 0) + 1
+            for s, n in states.items():
+                by_state.add_metric([s], n)
+            yield by_state
+            cpu = GaugeMetricFamily("llm_locust_worker_cpu_percent", "Worker CPU use (Locust heartbeat).", labels=["worker"])
+            age = GaugeMetricFamily("llm_locust_worker_report_age_seconds", "Seconds since the worker's last metrics report.", labels=["worker"])
+            now = time.time()
+            for w in workers:
+                cpu.add_metric([w.id], w.cpu_usage)
+                ws = h.workers.get(w.id)
+                if ws is not None and ws.last_report:
+                    age.add_metric([w.id], now - ws.last_report)
+            yield cpu
+            yield age
+
+    def _locust_compatible(self) -> Any:
+        """The names ContainerSolutions/locust_exporter served, so existing Locust dashboards work."""
+        runner = self.env.runner
+        stats = self.env.stats
+        yield GaugeMetricFamily("locust_users", "Users.", value=getattr(runner, "user_count", 0))
+        running = GaugeMetricFamily("locust_running", "Runner state: 0 stopped, 1 spawning/hatching, 2 running.")
+        state = getattr(runner, "state", "")
+        running.add_metric([], 2 if state == "running" else 1 if state == "spawning" else 0)
+        yield running
+        if hasattr(runner, "clients"):
+            yield GaugeMetricFamily("locust_workers_count", "Workers connected.", value=len(runner.clients))
+            yield GaugeMetricFamily("locust_workers_running_count", "Workers running.", value=len(runner.clients.running))
+            yield GaugeMetricFamily("locust_workers_missing_count", "Workers missing.", value=len(runner.clients.missing))
+        if stats is None:
+            return
+        yield GaugeMetricFamily("locust_fail_ratio", "Failed / all requests.", value=stats.total.fail_ratio)
+        per = {
+            "locust_requests_num_requests": ("Requests.", lambda e: e.num_requests),
+            "locust_requests_num_failures": ("Failures.", lambda e: e.num_failures),
+            "locust_requests_current_rps": ("Requests per second, recent.", lambda e: e.current_rps or 0.0),
+            "locust_requests_current_fail_per_sec": ("Failures per second, recent.", lambda e: e.current_fail_per_sec or 0.0),
+            "locust_requests_avg_response_time": ("Mean response time (ms).", lambda e: e.avg_response_time),
+            "locust_requests_median_response_time": ("Median response time (ms).", lambda e: e.median_response_time),
+            "locust_requests_max_response_time": ("Max response time (ms).", lambda e: e.max_response_time),
+            "locust_requests_min_response_time": ("Min response time (ms).", lambda e: e.min_response_time or 0),
+            "locust_requests_current_response_time_percentile_50": ("Recent p50 (ms).", lambda e: e.get_current_response_time_percentile(0.5) or 0),
+            "locust_requests_current_response_time_percentile_95": ("Recent p95 (ms).", lambda e: e.get_current_response_time_percentile(0.95) or 0),
+        }
+        entries = list(stats.entries.values()) + [stats.total]
+        for name, (doc, get) in per.items():
+            g = GaugeMetricFamily(name, doc, labels=["method", "name"])
+            for e in entries:
+                g.add_metric([e.method or "", e.name], float(get(e)))
+            yield g
+
+
+def registry_for(environment) -> CollectorRegistry:
+    reg = getattr(environment, "llm_prometheus", None)
+    if reg is None:
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(LLMCollector(environment))
+        environment.llm_prometheus = reg  # type: ignore[attr-defined]
+    return reg
+
+
+def install(environment, port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics on the web UI (when there is one) and on `port` (when given)."""
+    reg = registry_for(environment)
+    web_ui = environment.web_ui  # created before Locust's init event, where this is called
+    if web_ui is not None:
+
+        @web_ui.app.route("/metrics")
+        def metrics():  # noqa: ANN202 - Flask view
+            return generate_latest(reg), 200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+
+    if port:
+        try:
+            start_http_server(port, addr=host, registry=reg)
+        except OSError as e:
+            raise OSError(f"cannot serve Prometheus metrics on {host}:{port}: {e.strerror or e}") from None
+        log.info("Prometheus metrics at http://%s:%d/metrics", host, port)
