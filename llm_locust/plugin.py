@@ -89,7 +89,8 @@ def _on_init(environment, **_kw: Any) -> None:
             }
             workers = [
                 {"id": w.client_id, "index": w.index, "reports": w.reports, "sent": w.sent,
-                 "finished": w.finished, "lost_at": w.lost_at}
+                 "finished": w.finished, "in_flight_at_last_report": w.in_flight,
+                 "lost_at": w.lost_at, "rejoined_at": w.rejoined_at}
                 for w in h.workers.values()
             ]
             run["command"] = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv

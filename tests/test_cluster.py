@@ -92,3 +92,61 @@ def test_goodput_and_summary_are_reported(cluster_run):
     assert s["goodput_requests_per_s"] * s["duration_s"] == pytest.approx(len(meeting), abs=0.01)
     assert "llm-locust summary" in stdout and "TTFT" in stdout
     assert results["run"]["server"]["model"]  # discovered from /v1/models
+
+
+def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_path):
+    """Separate master and worker processes (as on several hosts); one worker is SIGKILLed once
+    it has reported. The master goes on with the other, and the results say who was lost when."""
+    import socket
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return str(s.getsockname()[1])
+
+    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
+    mport, pport, results = free_port(), free_port(), tmp_path / "r.json"
+    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "2",
+             "-u", "4", "-r", "4", "-t", "16s", "--host", sim.url, "--master-bind-port", mport, "--only-summary",
+             "--prometheus-port", pport, "--results", str(results), "--max-tokens-cap", "16"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        workers = [
+            subprocess.Popen([sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(2)
+        ]
+        try:
+            deadline = time.monotonic() + 40
+            text = ""
+            while time.monotonic() < deadline:  # until both workers have sent a metrics report
+                try:
+                    text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
+                except OSError:
+                    text = ""
+                if text.count("llm_locust_worker_report_age_seconds{") == 2 and "llm_locust_requests_total{outcome=\"ok\"} 0.0" not in text:
+                    break
+                time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
+            else:
+                raise AssertionError(f"workers never reported:\n{text[-1500:]}")
+            workers[0].kill()
+            out, _ = master.communicate(timeout=90)
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait(timeout=30)
+    assert master.returncode in (0, 1), out[-3000:]
+    r = json.loads(results.read_text())
+    lost = [w for w in r["workers"] if w["lost_at"]]
+    kept = [w for w in r["workers"] if not w["lost_at"]]
+    assert len(lost) == 1 and len(kept) == 1, r["workers"]
+    assert lost[0]["sent"] > 0 and lost[0]["finished"] > 0  # what it reported before dying is kept
+    assert kept[0]["finished"] > lost[0]["finished"]  # the survivor went on
+    s = r["summary"]
+    assert s["finished"] == lost[0]["finished"] + kept[0]["finished"]
+    assert "lost" in out

@@ -32,7 +32,7 @@ CPU_PERIOD = 1.0
 class WorkerState:
     """What the master knows of one worker."""
 
-    __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at")
+    __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at", "rejoined_at")
 
     def __init__(self, client_id: str, index: int | None) -> None:
         self.client_id = client_id
@@ -44,6 +44,7 @@ class WorkerState:
         self.sent = 0
         self.finished = 0
         self.lost_at: float | None = None
+        self.rejoined_at: float | None = None
 
 
 class MetricsHub:
@@ -177,6 +178,22 @@ class MetricsHub:
                     agg.add_cpu_sample(percent)
 
 
+def _watch_workers(h: MetricsHub, runner: MasterRunner) -> None:
+    """Master: note when a worker goes missing or leaves mid-run (and if it comes back).
+    Its figures reported so far stay in the totals; the results list it with the time."""
+    while True:
+        gevent.sleep(1.0)
+        for cid, w in h.workers.items():
+            client = runner.clients.get(cid)
+            gone = client is None or client.state == "missing"
+            if gone and w.lost_at is None and runner.state in ("running", "spawning"):
+                w.lost_at = time.time()
+                log.warning("worker %s (index %s) lost at %.0f: its %d reported requests are kept", cid, w.index, w.lost_at, w.finished)
+            elif not gone and w.lost_at is not None:
+                w.rejoined_at = time.time()
+                log.info("worker %s is back", cid)
+
+
 def hub(environment: Environment) -> MetricsHub:
     """The environment's MetricsHub, created on first use."""
     h = getattr(environment, "llm_metrics", None)
@@ -196,14 +213,7 @@ def install(environment: Environment) -> MetricsHub:
     if isinstance(runner, MasterRunner):
         events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
 
-        def on_missing(**_kw: Any) -> None:
-            for client in runner.clients.values():
-                w = h.workers.get(client.id)
-                if client.state == "missing" and w is not None and w.lost_at is None:
-                    w.lost_at = time.time()
-                    log.warning("worker %s lost; its reported figures are kept", client.id)
-
-        events.heartbeat_sent.add_listener(lambda client_id, timestamp: on_missing())
+        gevent.spawn(_watch_workers, h, runner)
     if not isinstance(runner, MasterRunner):
 
         def on_start(**_kw: Any) -> None:
