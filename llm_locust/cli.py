@@ -161,6 +161,7 @@ USAGE = """usage: llm-locust COMMAND ...
   trace record       record production traffic as a trace (streaming-transparent proxy)
   trace anonymize    turn a trace with text into a length-and-hash-only one
   trace synth        write a synthetic workload as a trace file
+  gpu-sidecar        export NVML GPU figures to Prometheus (--fake N without a GPU)
 """
 
 
@@ -197,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(rest)
     if cmd == "trace":
         return trace(rest)
+    if cmd == "gpu-sidecar":
+        from .gpu.sidecar import main as sidecar_main
+
+        return sidecar_main(rest)
     print(f"llm-locust: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
     return 2
 

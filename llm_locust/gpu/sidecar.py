@@ -342,10 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler(backend, interval=args.interval, process_interval=args.process_interval)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(sampler, dcgm=not args.no_dcgm_names))
+    sampler.start()  # before serving, so the first scrape already has figures (or up 0)
     server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
     host, port = server.server_address[:2]
     print(f"llm-locust gpu-sidecar listening on http://{args.host if args.host else host}:{port}", flush=True)
-    sampler.start()
     done = threading.Event()
 
     def _stop(*_):
