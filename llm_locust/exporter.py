@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .metrics.cluster import hub
@@ -162,6 +162,7 @@ def registry_for(environment) -> CollectorRegistry:
     if reg is None:
         reg = CollectorRegistry(auto_describe=False)
         reg.register(LLMCollector(environment))
+        ProcessCollector(registry=reg)  # process_resident_memory_bytes etc.: the soak dashboard
         environment.llm_prometheus = reg  # type: ignore[attr-defined]
     return reg
 
