@@ -150,3 +150,50 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
     s = r["summary"]
     assert s["finished"] == lost[0]["finished"] + kept[0]["finished"]
     assert "lost" in out
+
+
+def test_a_worker_joining_late_takes_its_share(tmp_path):
+    """Master with one worker; a second joins mid-run and (with Locust's --enable-rebalancing)
+    gets half the users: its requests are merged like the first one's."""
+    import socket
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return str(s.getsockname()[1])
+
+    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
+    mport, pport, results = free_port(), free_port(), tmp_path / "r.json"
+    worker_cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport]
+    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "1",
+             "--enable-rebalancing", "-u", "4", "-r", "4", "-t", "16s", "--host", sim.url, "--master-bind-port", mport,
+             "--only-summary", "--prometheus-port", pport, "--results", str(results), "--max-tokens-cap", "16"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        first = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        late = None
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:  # until the first worker has reported requests
+                try:
+                    text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
+                except OSError:
+                    text = ""
+                if "llm_locust_worker_report_age_seconds{" in text and 'outcome="ok"} 0.0' not in text:
+                    break
+                time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
+            late = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            out, _ = master.communicate(timeout=90)
+        finally:
+            for w in (first, late):
+                if w is not None:
+                    w.wait(timeout=30)
+    assert master.returncode == 0, out[-3000:]
+    r = json.loads(results.read_text())
+    assert len(r["workers"]) == 2 and all(w["finished"] > 0 for w in r["workers"]), r["workers"]
+    assert r["summary"]["finished"] == sum(w["finished"] for w in r["workers"])

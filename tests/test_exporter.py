@@ -133,3 +133,31 @@ def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run
     finally:
         prom.terminate()
         prom.wait(timeout=20)
+
+
+def test_web_ui_serves_metrics_too(tmp_path):
+    port = free_port()
+    with SimProcess(slots=8) as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--web", "--web-port", str(port),
+             "--web-host", "127.0.0.1", "-u", "2", "-t", "8s", "--max-tokens-cap", "8"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            text = scrape_when(port, lambda t: "llm_locust_requests_total" in t and 'outcome="ok"} 0.0' not in t)
+        finally:
+            proc.wait(timeout=60)
+    assert "llm_locust_ttft_seconds_bucket" in text and "locust_users" in text and "process_resident_memory_bytes" in text
+
+
+def test_a_taken_port_is_a_clear_error_before_any_load():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", "http://127.0.0.1:9", "-t", "2s", "--prometheus-port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert p.returncode == 2
+    assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr
