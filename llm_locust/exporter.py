@@ -45,11 +45,8 @@ def cumulative_buckets(h: Histogram, bounds: tuple[float, ...]) -> list[tuple[st
     """Prometheus `le` buckets from an HDR histogram (values recorded in microseconds)."""
     counts = [0] * len(bounds)
     total = h.count
-    hdr = h._h
     limits = [round(b * 1e6) for b in bounds]
-    for item in hdr.get_recorded_iterator():
-        value = hdr.get_lowest_equivalent_value(item.value_iterated_to)
-        n = item.count_added_in_this_iter_step
+    for value, n in h.buckets_us():
         for i, limit in enumerate(limits):
             if value <= limit:
                 counts[i] += n

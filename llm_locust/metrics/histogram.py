@@ -99,6 +99,19 @@ class Histogram:
         self._sum_us = 0
         self._sum_exact = True
 
+    def buckets_us(self) -> list[tuple[int, int]]:
+        """(lowest value of the bucket in us, count) of every non-empty bucket, in order.
+
+        Reads hdrh's counts array through numpy: hdrh's own iterator walks every one of its
+        ~23,000 buckets in Python (tens of ms per histogram, at every Prometheus scrape)."""
+        import numpy as np
+
+        self._flush()
+        hdr = self._h
+        counts = np.ctypeslib.as_array(hdr.counts)
+        value_at = hdr.get_value_from_index
+        return [(value_at(int(i)), int(counts[i])) for i in np.flatnonzero(counts)]
+
     def percentile(self, p: float) -> float | None:
         if not self.count:
             return None
