@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -24,6 +25,23 @@ from .report.results import build_results, write_results
 from .report.summary import format_summary
 
 log = logging.getLogger(__name__)
+_connected = False  # a worker process got its init event: it reached the master
+
+
+def _warn_while_master_silent(delay: float) -> None:
+    """Locust's worker waits for its master silently for the first 30 s: say so sooner."""
+    argv = sys.argv
+    host = argv[argv.index("--master-host") + 1] if "--master-host" in argv[:-1] else "127.0.0.1"
+    port = argv[argv.index("--master-port") + 1] if "--master-port" in argv[:-1] else "5557"
+    gevent.sleep(delay)
+    while not _connected:
+        print(f"llm-locust: no answer yet from the master at {host}:{port}; is it running and reachable? "
+              "(Locust keeps trying for 5 minutes)", file=sys.stderr, flush=True)
+        gevent.sleep(max(delay, 10.0))
+
+
+if "--worker" in sys.argv:
+    gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
 
 
 def _effective_plan(settings, environment, n_workers: int) -> dict | str:
@@ -51,6 +69,8 @@ def _on_init(environment, **_kw: Any) -> None:
     replay.install(environment)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
+        global _connected
+        _connected = True
         shapes.install(environment, None)
         return
     # validate options and the workload where they are given, before any load is sent

@@ -197,3 +197,23 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
     r = json.loads(results.read_text())
     assert len(r["workers"]) == 2 and all(w["finished"] > 0 for w in r["workers"]), r["workers"]
     assert r["summary"]["finished"] == sum(w["finished"] for w in r["workers"])
+
+
+def test_a_worker_without_its_master_says_so():
+    from pathlib import Path
+
+    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**__import__("os").environ, "LLM_LOCUST_MASTER_WARN_AFTER": "0.5"},
+    )
+    try:
+        line = ""
+        for line in worker.stdout:  # read until the warning (or the process ends)
+            if "no answer yet from the master" in line:
+                break
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    assert "no answer yet from the master at 127.0.0.1:1" in line
