@@ -86,16 +86,21 @@ def _labels(d: DeviceInfo) -> list[str]:
     return [d.gpu, d.uuid, d.device, d.name, d.pci_bus_id, d.gpu_instance_id]
 
 
-def native_thread_class():
-    """threading.Thread, or the original one when gevent has monkey-patched threading."""
+def _native(name: str):
+    """threading.<name>, or the original one when gevent has monkey-patched threading: the
+    sampler's thread, its lock and its stop event must all be real OS-thread primitives."""
     try:
         from gevent import monkey
 
         if monkey.is_module_patched("threading"):
-            return monkey.get_original("threading", "Thread")
+            return monkey.get_original("threading", name)
     except ImportError:
         pass
-    return threading.Thread
+    return getattr(threading, name)
+
+
+def native_thread_class():
+    return _native("Thread")
 
 
 class _Stat:
@@ -128,8 +133,8 @@ class Sampler:
         self.stats: dict[str, dict[str, _Stat]] = {}
         self.procs: dict[str, list[ProcessInfo]] = {}
         self.samples = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._lock = _native("Lock")()
+        self._stop = _native("Event")()
         self._thread = None
         self._next_proc = 0.0
         self._retry_at: dict[str, float] = {}
