@@ -86,21 +86,69 @@ def _labels(d: DeviceInfo) -> list[str]:
     return [d.gpu, d.uuid, d.device, d.name, d.pci_bus_id, d.gpu_instance_id]
 
 
-def _native(name: str):
-    """threading.<name>, or the original one when gevent has monkey-patched threading: the
-    sampler's thread, its lock and its stop event must all be real OS-thread primitives."""
+def _original(module: str, name: str):
+    """The unpatched `module.name` when gevent has monkey-patched it, else the module's own."""
+    import importlib
+
     try:
         from gevent import monkey
-
-        if monkey.is_module_patched("threading"):
-            return monkey.get_original("threading", name)
     except ImportError:
-        pass
-    return getattr(threading, name)
+        return getattr(importlib.import_module(module), name)
+    return monkey.get_original(module, name)  # the saved original if patched, else the current one
+
+
+class _Flag:
+    """A stop flag between OS threads built on a raw lock: under gevent patching, threading's
+    Event (and its Condition) would be gevent objects that an OS thread cannot wait on."""
+
+    def __init__(self) -> None:
+        self._lock = _original("_thread", "allocate_lock")()
+        self._lock.acquire()  # held: not set
+
+    def set(self) -> None:
+        if not self.is_set():
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        if self._lock.acquire(False):
+            self._lock.release()
+            return True
+        return False
+
+    def wait(self, timeout: float) -> bool:
+        if self._lock.acquire(True, max(timeout, 0.0)):
+            self._lock.release()
+            return True
+        return False
+
+
+class _NativeThread:
+    """An OS thread that stays one under gevent monkey-patching (the sampler must never block
+    a Locust process's event loop, and must never become a greenlet)."""
+
+    def __init__(self, target, name: str = "", daemon: bool = True) -> None:
+        self._target = target
+        self.name = name
+        self._done = _Flag()
+
+    def start(self) -> None:
+        def run() -> None:
+            try:
+                self._target()
+            finally:
+                self._done.set()
+
+        _original("_thread", "start_new_thread")(run, ())
+
+    def join(self, timeout: float | None = None) -> None:
+        self._done.wait(3600.0 if timeout is None else timeout)
+
+    def is_alive(self) -> bool:
+        return not self._done.is_set()
 
 
 def native_thread_class():
-    return _native("Thread")
+    return _NativeThread
 
 
 class _Stat:
@@ -133,8 +181,8 @@ class Sampler:
         self.stats: dict[str, dict[str, _Stat]] = {}
         self.procs: dict[str, list[ProcessInfo]] = {}
         self.samples = 0
-        self._lock = _native("Lock")()
-        self._stop = _native("Event")()
+        self._lock = _original("_thread", "allocate_lock")()
+        self._stop = _Flag()
         self._thread = None
         self._next_proc = 0.0
         self._retry_at: dict[str, float] = {}
