@@ -44,6 +44,43 @@ if "--worker" in sys.argv:
     gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
 
 
+def _server_scraper(environment):
+    """Read the inference server's /metrics while the test runs (master / local runner)."""
+    from .server_metrics import Scraper
+
+    url = getattr(environment.parsed_options, "server_metrics", "") or ""
+    if url == "off" or not (url or environment.host):
+        return None
+    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics")
+    environment.events.test_start.add_listener(lambda **_kw: scraper.start())
+    environment.events.test_stop.add_listener(lambda **_kw: (scraper.scrape_once(), scraper.stop()))
+    return scraper
+
+
+def _server_windows(scraper, h, ctl) -> dict:
+    series = scraper.series
+    out = {"source": series.to_dict(), "run": series.window(h.started_at or 0, time.time())}
+    if ctl is not None:
+        out["steps"] = [
+            {"step": w.index, "level": w.level, **series.window(w.measured_from or w.started, w.ended or time.time())}
+            for w in ctl.windows
+        ]
+    return out
+
+
+def _server_line(scraper, h) -> str:
+    w = scraper.series.window(h.started_at or 0, time.time())
+    parts = []
+    for q, label in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "KV cache")):
+        if q in w:
+            scale = 100 if q == "kv_cache_usage" else 1
+            unit = "%" if q == "kv_cache_usage" else ""
+            parts.append(f"{label} mean {w[q]['mean'] * scale:.1f}{unit} max {w[q]['max'] * scale:.1f}{unit}")
+    if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
+        parts.append(f"generated {w['generation_tokens_total']['per_s']:.0f} tok/s")
+    return f"server ({scraper.series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
+
+
 def _effective_plan(settings, environment, n_workers: int) -> dict | str:
     """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`)."""
     from .plan import PlanError, plan_from_settings
@@ -85,6 +122,7 @@ def _on_init(environment, **_kw: Any) -> None:
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.request_slos
+    scraper = _server_scraper(environment)
 
     def on_quitting(**_kw: Any) -> None:
         if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
@@ -96,6 +134,8 @@ def _on_init(environment, **_kw: Any) -> None:
         print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
         ctl = shapes.controller(environment)
         ladder = ctl.report() if ctl is not None else None
+        if scraper is not None and scraper.series.samples:
+            print(_server_line(scraper, h), file=sys.stdout, flush=True)
         if ladder and ladder["table"]:
             print("\n" + ladder["table"], file=sys.stdout, flush=True)
         if settings.results:
@@ -115,6 +155,8 @@ def _on_init(environment, **_kw: Any) -> None:
             ]
             run["command"] = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
             results = build_results(h.total, h.steps, run, workers)
+            if scraper is not None:
+                results["server_metrics"] = _server_windows(scraper, h, ctl)
             results["plan"] = _effective_plan(settings, environment, len(workers))
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}

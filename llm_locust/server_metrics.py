@@ -1,0 +1,184 @@
+"""The inference server's own /metrics, read during a test and set beside each load step.
+
+Names drift between servers and releases, so each quantity is looked up in a table of
+alternatives (the first present wins); which server it is, is detected from the names.
+Pure parsing and windowing here; `Scraper` is the small gevent loop the master runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger(__name__)
+
+# quantity -> alternatives: (metric name, required labels). Gauges unless the name says _total.
+TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
+    "running": (
+        ("vllm:num_requests_running", {}), ("sglang:num_running_reqs", {}), ("tgi_batch_current_size", {}),
+        ("trtllm_num_requests_running", {}), ("llamacpp:requests_processing", {}),
+        ("nv_trt_llm_request_metrics", {"request_type": "active"}),
+    ),
+    "waiting": (
+        ("vllm:num_requests_waiting", {}), ("sglang:num_queue_reqs", {}), ("tgi_queue_size", {}),
+        ("trtllm_num_requests_waiting", {}), ("llamacpp:requests_deferred", {}),
+        ("nv_trt_llm_request_metrics", {"request_type": "waiting"}),
+    ),
+    "kv_cache_usage": (
+        ("vllm:kv_cache_usage_perc", {}), ("vllm:gpu_cache_usage_perc", {}), ("sglang:token_usage", {}),
+        ("trtllm_kv_cache_utilization", {}), ("nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "fraction"}),
+    ),
+    "generation_tokens_total": (
+        ("vllm:generation_tokens_total", {}), ("sglang:generation_tokens_total", {}),
+        ("trtllm_generation_tokens_total", {}), ("llamacpp:tokens_predicted_total", {}),
+    ),
+    "preemptions_total": (("vllm:num_preemptions_total", {}), ("sglang:num_retracted_reqs", {})),
+    "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total", {}),),
+    "prefix_cache_queries_total": (("vllm:prefix_cache_queries_total", {}),),
+    "prefix_cache_hit_rate": (("sglang:cache_hit_rate", {}), ("trtllm_kv_cache_hit_rate", {})),
+    "ttft_seconds_sum": (
+        ("vllm:time_to_first_token_seconds_sum", {}), ("sglang:time_to_first_token_seconds_sum", {}),
+        ("trtllm_time_to_first_token_seconds_sum", {}),
+    ),
+    "ttft_seconds_count": (
+        ("vllm:time_to_first_token_seconds_count", {}), ("sglang:time_to_first_token_seconds_count", {}),
+        ("trtllm_time_to_first_token_seconds_count", {}),
+    ),
+}
+COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "ttft_seconds_sum", "ttft_seconds_count")
+SERVERS = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("trtllm_", "trtllm"), ("nv_trt_llm", "triton-trtllm"), ("llamacpp:", "llama.cpp"))
+
+
+def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of an exposition by name: {name: [(labels, value), ...]}."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def detect(names) -> str | None:
+    for prefix, server in SERVERS:
+        if any(n.startswith(prefix) for n in names):
+            return server
+    return None
+
+
+def read(text: str) -> tuple[str | None, dict[str, float]]:
+    """(server kind, {quantity: value}) from one /metrics body; values summed over label sets."""
+    by_name = samples(text)
+    figures: dict[str, float] = {}
+    for quantity, alternatives in TABLE.items():
+        for name, labels in alternatives:
+            rows = by_name.get(name)
+            if rows is None and name.endswith("_total"):
+                rows = by_name.get(name[: -len("_total")])  # some parsers keep the bare counter name
+            if not rows:
+                continue
+            picked = [v for lab, v in rows if all(lab.get(k) == want for k, want in labels.items())]
+            if picked:
+                figures[quantity] = sum(picked)
+                break
+    return detect(by_name), figures
+
+
+@dataclass
+class Sample:
+    t: float  # wall clock
+    figures: dict[str, float]
+
+
+@dataclass
+class ServerSeries:
+    url: str
+    server: str | None = None
+    samples: list[Sample] = field(default_factory=list)
+    error: str | None = None
+
+    def window(self, start: float, end: float) -> dict[str, Any]:
+        """Gauges: mean and max over the window; counters: increase and rate over it."""
+        inside = [s for s in self.samples if start <= s.t <= end]
+        out: dict[str, Any] = {"samples": len(inside)}
+        if not inside:
+            return out
+        for q in TABLE:
+            values = [s.figures[q] for s in inside if q in s.figures]
+            if not values:
+                continue
+            if q in COUNTERS:
+                first = next(s for s in inside if q in s.figures)
+                last = next(s for s in reversed(inside) if q in s.figures)
+                span = last.t - first.t
+                inc = last.figures[q] - first.figures[q]
+                out[q] = {"increase": inc, "per_s": inc / span if span > 0 else None}
+            else:
+                out[q] = {"mean": sum(values) / len(values), "max": max(values)}
+        ttft_n = out.get("ttft_seconds_count", {}).get("increase")
+        if ttft_n:
+            out["server_ttft_mean_s"] = out["ttft_seconds_sum"]["increase"] / ttft_n
+        hits, queries = out.get("prefix_cache_hits_total"), out.get("prefix_cache_queries_total")
+        if hits and queries and queries["increase"]:
+            out["prefix_cache_hit_ratio"] = hits["increase"] / queries["increase"]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "server": self.server, "error": self.error, "samples": len(self.samples)}
+
+
+class Scraper:
+    """Polls one /metrics URL every `interval` seconds while a test runs (master / local)."""
+
+    def __init__(self, url: str, interval: float = 2.0, timeout: float = 2.0) -> None:
+        self.series = ServerSeries(url)
+        self.interval = interval
+        self.timeout = timeout
+        self._greenlet = None
+
+    def start(self) -> None:
+        import gevent
+
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def scrape_once(self) -> bool:
+        from geventhttpclient import HTTPClient
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.series.url)
+        try:
+            http = HTTPClient.from_url(self.series.url, connection_timeout=self.timeout, network_timeout=self.timeout)
+            try:
+                r = http.get(parts.path or "/metrics")
+                body = r.read()
+            finally:
+                http.close()
+            if r.status_code != 200:
+                raise ValueError(f"HTTP {r.status_code}")
+            server, figures = read(body.decode("utf-8", "replace"))
+        except Exception as e:  # noqa: BLE001 - a missing endpoint must not stop the test
+            self.series.error = f"{type(e).__name__}: {e}"
+            return False
+        self.series.server = self.series.server or server
+        self.series.samples.append(Sample(time.time(), figures))
+        return True
+
+    def _run(self) -> None:
+        import gevent
+
+        if not self.scrape_once():
+            log.warning("no server metrics at %s (%s): the test goes on without them", self.series.url, self.series.error)
+            return
+        log.info("reading %s server metrics from %s", self.series.server or "unknown", self.series.url)
+        while True:
+            gevent.sleep(self.interval)
+            self.scrape_once()

@@ -1,0 +1,109 @@
+"""Server metrics: name tables, detection, per-window figures, and reading real servers' /metrics
+(the simulator's vLLM names; llama.cpp's own `llamacpp:*`)."""
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from llm_locust.server_metrics import Sample, ServerSeries, read
+from llm_locust.sim.process import SimProcess
+
+TRITON = """# TYPE nv_trt_llm_request_metrics gauge
+nv_trt_llm_request_metrics{model="ensemble",request_type="active",version="1"} 3
+nv_trt_llm_request_metrics{model="ensemble",request_type="waiting",version="1"} 5
+# TYPE nv_trt_llm_kv_cache_block_metrics gauge
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="ensemble",version="1"} 0.25
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="ensemble",version="1"} 1000
+"""
+SGLANG = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m"} 7
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} 2
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m"} 0.5
+"""
+OLD_VLLM = """# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="a"} 0.1
+vllm:gpu_cache_usage_perc{model_name="b"} 0.2
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="a"} 1
+vllm:num_requests_running{model_name="b"} 2
+"""
+
+
+def test_each_server_is_detected_and_read_by_its_own_names():
+    assert read(TRITON) == ("triton-trtllm", {"running": 3, "waiting": 5, "kv_cache_usage": 0.25})
+    assert read(SGLANG) == ("sglang", {"running": 7, "waiting": 2, "kv_cache_usage": 0.5})
+    server, figures = read(OLD_VLLM)  # the old KV name, summed over two models
+    assert server == "vllm" and figures["kv_cache_usage"] == pytest.approx(0.3) and figures["running"] == 3
+    assert read("# TYPE x gauge\nx 1\n") == (None, {})
+
+
+def test_window_means_gauges_and_rates_counters():
+    s = ServerSeries("u", "vllm", [
+        Sample(10.0, {"running": 2, "generation_tokens_total": 100, "ttft_seconds_sum": 1.0, "ttft_seconds_count": 10}),
+        Sample(11.0, {"running": 4, "generation_tokens_total": 300, "ttft_seconds_sum": 2.0, "ttft_seconds_count": 20}),
+        Sample(12.0, {"running": 6, "generation_tokens_total": 500, "ttft_seconds_sum": 4.0, "ttft_seconds_count": 30}),
+        Sample(20.0, {"running": 100, "generation_tokens_total": 9999}),
+    ])
+    w = s.window(10, 12)
+    assert w["samples"] == 3 and w["running"] == {"mean": 4, "max": 6}
+    assert w["generation_tokens_total"] == {"increase": 400, "per_s": 200}
+    assert w["server_ttft_mean_s"] == pytest.approx(0.15)  # 3 s over 20 first tokens
+
+
+def test_the_simulators_metrics_are_read_beside_each_ladder_step(tmp_path):
+    results = tmp_path / "r.json"
+    with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005) as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,8",
+             "--warmup", "1", "--step-duration", "5", "--max-tokens", "32", "--no-early-stop", "--results", str(results)],
+            capture_output=True, text=True, timeout=120,
+        )
+        body = urllib.request.urlopen(sim.url + "/metrics").read().decode()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "server (vllm" in p.stdout
+    sm = json.loads(results.read_text())["server_metrics"]
+    assert sm["source"]["server"] == "vllm" and sm["source"]["error"] is None
+    low, high = sm["steps"]
+    assert low["running"]["max"] <= 1 and low["waiting"]["max"] == 0
+    assert high["running"]["max"] == 4 and high["waiting"]["max"] >= 1  # 8 users on 4 slots queue
+    assert high["generation_tokens_total"]["per_s"] > low["generation_tokens_total"]["per_s"]
+    assert read(body)[1]["generation_tokens_total"] > 0
+
+
+def test_a_server_without_metrics_is_one_warning_and_the_test_goes_on(tmp_path):
+    results = tmp_path / "r.json"
+    with SimProcess(slots=4) as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "-t", "3s", "-u", "2",
+             "--server-metrics", sim.url + "/nothing-here", "--results", str(results)],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.count("no server metrics at") == 1
+    r = json.loads(results.read_text())
+    assert r["summary"]["ok"] > 0 and "HTTP 404" in r["server_metrics"]["source"]["error"]
+
+
+@pytest.mark.real_server
+def test_llama_server_metrics_are_read(tmp_path, llama_server_bin, tiny_model):
+    from realservers import LlamaServer
+
+    results, trace = tmp_path / "r.json", tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"input_tokens": 40, "output_tokens": 32}) + "\n" for _ in range(10)))
+    with LlamaServer(tiny_model, slots=2, ctx=4096, alias="tiny", threads=1) as srv:
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", srv.url, "--api", "openai-completions", "-u", "4",
+             "-t", "6s", "--trace", str(trace), "--results", str(results)],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert p.returncode == 0, p.stderr[-2000:]
+    sm = json.loads(results.read_text())["server_metrics"]
+    assert sm["source"]["server"] == "llama.cpp"
+    run = sm["run"]
+    assert run["running"]["max"] == 2 and run["waiting"]["max"] >= 1  # 4 users on 2 slots
+    assert run["generation_tokens_total"]["increase"] > 0
