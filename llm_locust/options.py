@@ -78,6 +78,7 @@ def add_arguments(parser) -> None:
         default="",
         help="the inference server's Prometheus URL, read beside each step (default: HOST/metrics; 'off': none)",
     )
+    g.add_argument("--gpu-metrics", default="", help="the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step")
     g.add_argument("--prometheus-port", type=int, default=0, help="serve Prometheus metrics on this port (master / local; the web UI always has /metrics)")
     g.add_argument("--prometheus-host", default="127.0.0.1", help="address for --prometheus-port")
     g.add_argument("--seed", type=int, default=0, help="seed for prompt synthesis")

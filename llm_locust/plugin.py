@@ -44,11 +44,12 @@ if "--worker" in sys.argv:
     gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
 
 
-def _server_scraper(environment):
-    """Read the inference server's /metrics while the test runs (master / local runner)."""
+def _server_scraper(environment, url: str | None = None):
+    """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
     from .server_metrics import Scraper
 
-    url = getattr(environment.parsed_options, "server_metrics", "") or ""
+    if url is None:
+        url = getattr(environment.parsed_options, "server_metrics", "") or ""
     if url == "off" or not (url or environment.host):
         return None
     scraper = Scraper(url or environment.host.rstrip("/") + "/metrics")
@@ -123,6 +124,7 @@ def _on_init(environment, **_kw: Any) -> None:
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.request_slos
     scraper = _server_scraper(environment)
+    gpu_scraper = _server_scraper(environment, getattr(environment.parsed_options, "gpu_metrics", "") or "off")
 
     def on_quitting(**_kw: Any) -> None:
         if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
@@ -157,6 +159,18 @@ def _on_init(environment, **_kw: Any) -> None:
             results = build_results(h.total, h.steps, run, workers)
             if scraper is not None:
                 results["server_metrics"] = _server_windows(scraper, h, ctl)
+            if gpu_scraper is not None:
+                results["gpu_metrics"] = _server_windows(gpu_scraper, h, ctl)
+            if ladder is not None and (scraper is not None or gpu_scraper is not None):
+                from .server_metrics import efficiency
+
+                first = gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
+                results["efficiency"] = efficiency(
+                    ladder["steps"],
+                    results.get("server_metrics", {}).get("steps"),
+                    results.get("gpu_metrics", {}).get("steps"),
+                    first.get("gpu_memory_used_bytes"),
+                )
             results["plan"] = _effective_plan(settings, environment, len(workers))
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}

@@ -48,7 +48,12 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
         ("vllm:time_to_first_token_seconds_count", {}), ("sglang:time_to_first_token_seconds_count", {}),
         ("trtllm_time_to_first_token_seconds_count", {}),
     ),
+    # from llm-locust's GPU sidecar (its base-unit names), summed over GPUs except utilisation
+    "gpu_memory_used_bytes": (("llm_locust_gpu_memory_used_bytes", {}),),
+    "gpu_memory_total_bytes": (("llm_locust_gpu_memory_total_bytes", {}),),
+    "gpu_utilization": (("llm_locust_gpu_utilization_ratio", {}),),
 }
+MEANS = ("gpu_utilization",)  # averaged over label sets (GPUs), not summed
 COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "ttft_seconds_sum", "ttft_seconds_count")
 SERVERS = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("trtllm_", "trtllm"), ("nv_trt_llm", "triton-trtllm"), ("llamacpp:", "llama.cpp"))
 
@@ -63,6 +68,8 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def detect(names) -> str | None:
+    if any(n.startswith("llm_locust_gpu_") for n in names):
+        return "llm-locust-gpu-sidecar"
     for prefix, server in SERVERS:
         if any(n.startswith(prefix) for n in names):
             return server
@@ -82,7 +89,7 @@ def read(text: str) -> tuple[str | None, dict[str, float]]:
                 continue
             picked = [v for lab, v in rows if all(lab.get(k) == want for k, want in labels.items())]
             if picked:
-                figures[quantity] = sum(picked)
+                figures[quantity] = sum(picked) / len(picked) if quantity in MEANS else sum(picked)
                 break
     return detect(by_name), figures
 
@@ -128,6 +135,44 @@ class ServerSeries:
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "server": self.server, "error": self.error, "samples": len(self.samples)}
+
+
+def efficiency(steps: list[dict], server: list[dict] | None, gpu: list[dict] | None, baseline_bytes: float | None) -> dict[str, Any]:
+    """Memory efficiency per step (issue: memory beyond the weights and what throughput it buys).
+
+    steps: the ladder's StepResult dicts; server / gpu: the per-step windows of each series (same
+    order); baseline_bytes: GPU memory in use before the load (the first sidecar sample)."""
+    out_steps, sustained = [], None
+    for i, st in enumerate(steps):
+        row: dict[str, Any] = {"step": st["step"], "offered": st["offered"], "output_tokens_per_s": st["output_tokens_per_s"]}
+        g = gpu[i] if gpu and i < len(gpu) else {}
+        sv = server[i] if server and i < len(server) else {}
+        used = g.get("gpu_memory_used_bytes", {}).get("mean")
+        if used:
+            gib = used / 2**30
+            row["gpu_memory_used_gib"] = gib
+            row["output_tokens_per_s_per_gib"] = st["output_tokens_per_s"] / gib
+            if baseline_bytes is not None:
+                row["gpu_memory_beyond_baseline_gib"] = (used - baseline_bytes) / 2**30
+        if "gpu_utilization" in g:
+            row["gpu_utilization_mean"] = g["gpu_utilization"]["mean"]
+        kv = sv.get("kv_cache_usage", {}).get("max")
+        pre = sv.get("preemptions_total", {}).get("increase")
+        if kv is not None:
+            row["kv_cache_usage_max"] = kv
+        if pre is not None:
+            row["preemptions"] = pre
+        saturated = (kv is not None and kv >= 0.99) or bool(pre)
+        row["kv_saturated"] = saturated
+        out_steps.append(row)
+    # the highest load sustained before the KV cache filled up or requests were preempted
+    for row in out_steps:
+        if row["kv_saturated"]:
+            break
+        if "kv_cache_usage_max" in row or "preemptions" in row:
+            sustained = row["offered"]
+    return {"baseline_gpu_memory_gib": None if baseline_bytes is None else baseline_bytes / 2**30,
+            "steps": out_steps, "max_load_before_kv_saturation": sustained}
 
 
 class Scraper:

@@ -107,3 +107,43 @@ def test_llama_server_metrics_are_read(tmp_path, llama_server_bin, tiny_model):
     run = sm["run"]
     assert run["running"]["max"] == 2 and run["waiting"]["max"] >= 1  # 4 users on 2 slots
     assert run["generation_tokens_total"]["increase"] > 0
+
+
+def test_efficiency_finds_the_load_before_kv_saturation_or_preemption():
+    from llm_locust.server_metrics import efficiency
+
+    steps = [{"step": i + 1, "offered": n, "output_tokens_per_s": 100.0 * n} for i, n in enumerate((1, 2, 4, 8))]
+    server = [{"kv_cache_usage": {"max": k}, "preemptions_total": {"increase": p}} for k, p in ((0.1, 0), (0.5, 0), (0.9, 3), (1.0, 9))]
+    gpu = [{"gpu_memory_used_bytes": {"mean": (80 + n) * 2**30}} for n in (1, 2, 4, 8)]
+    e = efficiency(steps, server, gpu, 80 * 2**30)
+    assert e["max_load_before_kv_saturation"] == 2  # step 3 preempted requests
+    assert e["steps"][1]["gpu_memory_beyond_baseline_gib"] == pytest.approx(2)
+    assert e["steps"][1]["output_tokens_per_s_per_gib"] == pytest.approx(200 / 82)
+
+
+def test_gpu_sidecar_figures_are_read_beside_each_step(tmp_path):
+    results = tmp_path / "r.json"
+    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "2", "--port", "0"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        line = sidecar.stdout.readline()
+        url = line[line.index("http://"):].strip()
+        with SimProcess(slots=4) as sim:
+            p = subprocess.run(
+                [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,4",
+                 "--warmup", "1", "--step-duration", "4", "--max-tokens", "16", "--no-early-stop",
+                 "--gpu-metrics", url + "/metrics", "--results", str(results)],
+                capture_output=True, text=True, timeout=120,
+            )
+    finally:
+        sidecar.terminate()
+        sidecar.wait(timeout=20)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(results.read_text())
+    assert r["gpu_metrics"]["source"]["server"] == "llm-locust-gpu-sidecar"
+    eff = r["efficiency"]
+    assert eff["baseline_gpu_memory_gib"] > 0 and len(eff["steps"]) == 2
+    for row in eff["steps"]:
+        assert row["gpu_memory_used_gib"] > 0 and row["output_tokens_per_s_per_gib"] > 0
+        assert 0 <= row["gpu_utilization_mean"] <= 1
+    assert eff["max_load_before_kv_saturation"] == 4  # the simulator's KV cache never filled up
