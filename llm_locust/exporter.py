@@ -109,14 +109,17 @@ class LLMCollector:
             yield by_state
             cpu = GaugeMetricFamily("llm_locust_worker_cpu_percent", "Worker CPU use (Locust heartbeat).", labels=["worker"])
             age = GaugeMetricFamily("llm_locust_worker_report_age_seconds", "Seconds since the worker's last metrics report.", labels=["worker"])
+            done = GaugeMetricFamily("llm_locust_worker_finished_requests", "Requests the worker reported finished.", labels=["worker"])
             now = time.time()
             for w in workers:
                 cpu.add_metric([w.id], w.cpu_usage)
                 ws = h.workers.get(w.id)
                 if ws is not None and ws.last_report:
                     age.add_metric([w.id], now - ws.last_report)
+                    done.add_metric([w.id], ws.finished)
             yield cpu
             yield age
+            yield done
 
     def _locust_compatible(self) -> Any:
         """The names ContainerSolutions/locust_exporter served, so existing Locust dashboards work."""

@@ -97,6 +97,7 @@ def test_goodput_and_summary_are_reported(cluster_run):
 def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_path):
     """Separate master and worker processes (as on several hosts); one worker is SIGKILLed once
     it has reported. The master goes on with the other, and the results say who was lost when."""
+    import re
     import socket
     import time
     import urllib.request
@@ -129,7 +130,8 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
                     text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
                 except OSError:
                     text = ""
-                if text.count("llm_locust_worker_report_age_seconds{") == 2 and "llm_locust_requests_total{outcome=\"ok\"} 0.0" not in text:
+                done = [float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)]
+                if len(done) == 2 and min(done) > 0:  # both have reported finished requests
                     break
                 time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
             else:
