@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from realservers import free_port
 
 from llm_locust.sim.process import SimProcess
 
@@ -98,18 +99,12 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
     """Separate master and worker processes (as on several hosts); one worker is SIGKILLed once
     it has reported. The master goes on with the other, and the results say who was lost when."""
     import re
-    import socket
     import time
     import urllib.request
     from pathlib import Path
 
-    def free_port():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return str(s.getsockname()[1])
-
     locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
-    mport, pport, results = free_port(), free_port(), tmp_path / "r.json"
+    mport, pport, results = str(free_port()), str(free_port()), tmp_path / "r.json"
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
         master = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "2",
@@ -157,18 +152,12 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
 def test_a_worker_joining_late_takes_its_share(tmp_path):
     """Master with one worker; a second joins mid-run and (with Locust's --enable-rebalancing)
     gets half the users: its requests are merged like the first one's."""
-    import socket
     import time
     import urllib.request
     from pathlib import Path
 
-    def free_port():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return str(s.getsockname()[1])
-
     locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
-    mport, pport, results = free_port(), free_port(), tmp_path / "r.json"
+    mport, pport, results = str(free_port()), str(free_port()), tmp_path / "r.json"
     worker_cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport]
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
         master = subprocess.Popen(

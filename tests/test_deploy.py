@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from realservers import free_port
 import yaml
 
 from llm_locust.sim.process import SimProcess
@@ -92,10 +92,6 @@ def queries(dash: dict) -> list[tuple[str, str]]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str, timeout: float = 5.0) -> dict:

@@ -13,6 +13,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from realservers import free_port
 
 from llm_locust.exporter import cumulative_buckets
 from llm_locust.metrics.histogram import Histogram
@@ -30,10 +31,6 @@ def need(binary: str) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:
