@@ -21,6 +21,7 @@ from . import exporter, options, shapes
 from .metrics.aggregate import figures
 from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
 from .workload import load_trace
+from .report.provenance import gpu_facts, redact_argv, trace_facts
 from .report.results import build_results, write_results
 from .report.summary import format_summary
 
@@ -56,6 +57,12 @@ def _server_scraper(environment, url: str | None = None):
     environment.events.test_start.add_listener(lambda **_kw: scraper.start())
     environment.events.test_stop.add_listener(lambda **_kw: (scraper.scrape_once(), scraper.stop()))
     return scraper
+
+
+def _utc(t: float | None) -> str | None:
+    import datetime
+
+    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _server_windows(scraper, h, ctl) -> dict:
@@ -125,6 +132,16 @@ def _on_init(environment, **_kw: Any) -> None:
     h.slos = settings.request_slos
     scraper = _server_scraper(environment)
     gpu_scraper = _server_scraper(environment, getattr(environment.parsed_options, "gpu_metrics", "") or "off")
+    server_facts: dict[str, Any] = {}
+
+    def probe(**_kw: Any) -> None:
+        from .report.provenance import probe_server
+
+        if environment.host and not server_facts:
+            headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+            gevent.spawn(lambda: server_facts.update(probe_server(environment.host, headers)))
+
+    environment.events.test_start.add_listener(probe)
 
     def on_quitting(**_kw: Any) -> None:
         if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
@@ -140,6 +157,18 @@ def _on_init(environment, **_kw: Any) -> None:
             print(_server_line(scraper, h), file=sys.stdout, flush=True)
         if ladder and ladder["table"]:
             print("\n" + ladder["table"], file=sys.stdout, flush=True)
+        server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
+        gpu_windows = _server_windows(gpu_scraper, h, ctl) if gpu_scraper is not None else None
+        eff = None
+        if ladder is not None and (server_windows or gpu_windows):
+            from .server_metrics import efficiency, efficiency_table
+
+            first = gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
+            eff = efficiency(ladder["steps"], (server_windows or {}).get("steps"), (gpu_windows or {}).get("steps"),
+                             first.get("gpu_memory_used_bytes"))
+            table = efficiency_table(eff)
+            if table:
+                print("\n" + table, file=sys.stdout, flush=True)
         if settings.results:
             run = {
                 "host": environment.host,
@@ -155,26 +184,25 @@ def _on_init(environment, **_kw: Any) -> None:
                  "lost_at": w.lost_at, "rejoined_at": w.rejoined_at}
                 for w in h.workers.values()
             ]
-            run["command"] = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
-            results = build_results(h.total, h.steps, run, workers)
-            if scraper is not None:
-                results["server_metrics"] = _server_windows(scraper, h, ctl)
-            if gpu_scraper is not None:
-                results["gpu_metrics"] = _server_windows(gpu_scraper, h, ctl)
-            if ladder is not None and (scraper is not None or gpu_scraper is not None):
-                from .server_metrics import efficiency
-
-                first = gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
-                results["efficiency"] = efficiency(
-                    ladder["steps"],
-                    results.get("server_metrics", {}).get("steps"),
-                    results.get("gpu_metrics", {}).get("steps"),
-                    first.get("gpu_memory_used_bytes"),
-                )
+            run["command"] = redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv)
+            run["seed"] = settings.seed
+            run["started_at_utc"] = _utc(h.started_at)
+            results = build_results(h.total, h.steps, run, workers, settings.max_error_rate)
+            env = results["environment"]
+            env["server"] = {"url": environment.host, "kind": scraper.series.server if scraper is not None else None,
+                             "model": h.info.get("model") or settings.model or None, **server_facts}
+            env["gpus"] = gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else []
+            env["trace"] = trace_facts(settings.trace, settings.trace_format)
+            if server_windows is not None:
+                results["server_metrics"] = server_windows
+            if gpu_windows is not None:
+                results["gpu_metrics"] = gpu_windows
+            if eff is not None:
+                results["efficiency"] = eff
             results["plan"] = _effective_plan(settings, environment, len(workers))
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
-            write_results(settings.results, results)
+            write_results(settings.results, results, secrets=(settings.api_key or "",))
             print(f"results written to {settings.results}", flush=True)
 
     environment.events.quitting.add_listener(on_quitting)

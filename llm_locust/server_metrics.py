@@ -78,7 +78,21 @@ def detect(names) -> str | None:
 
 def read(text: str) -> tuple[str | None, dict[str, float]]:
     """(server kind, {quantity: value}) from one /metrics body; values summed over label sets."""
-    by_name = samples(text)
+    return _figures(samples(text))
+
+
+def info_series(by_name: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, list[dict[str, str]]]:
+    """Label sets of the static series: `*_info` ones (GPU name, driver, server config) and
+    dcgm-exporter's, which carry the GPU model on every series."""
+    out = {n: [lab for lab, _v in rows] for n, rows in by_name.items() if n.endswith("_info")}
+    for n, rows in by_name.items():
+        if n.startswith("DCGM_FI_") and rows and "modelName" in rows[0][0]:
+            out[n] = [lab for lab, _v in rows]
+            break
+    return out
+
+
+def _figures(by_name) -> tuple[str | None, dict[str, float]]:
     figures: dict[str, float] = {}
     for quantity, alternatives in TABLE.items():
         for name, labels in alternatives:
@@ -106,6 +120,7 @@ class ServerSeries:
     server: str | None = None
     samples: list[Sample] = field(default_factory=list)
     error: str | None = None
+    info: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # from the first scrape
 
     def window(self, start: float, end: float) -> dict[str, Any]:
         """Gauges: mean and max over the window; counters: increase and rate over it."""
@@ -134,7 +149,8 @@ class ServerSeries:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "server": self.server, "error": self.error, "samples": len(self.samples)}
+        return {"url": self.url, "server": self.server, "error": self.error, "samples": len(self.samples),
+                "info": self.info}
 
 
 def efficiency(steps: list[dict], server: list[dict] | None, gpu: list[dict] | None, baseline_bytes: float | None) -> dict[str, Any]:
@@ -175,6 +191,29 @@ def efficiency(steps: list[dict], server: list[dict] | None, gpu: list[dict] | N
             "steps": out_steps, "max_load_before_kv_saturation": sustained}
 
 
+def efficiency_table(eff: dict[str, Any]) -> str:
+    """The memory-efficiency figures per step as a text table ("" when no step has any)."""
+    cols = (("GPU mem GiB", "gpu_memory_used_gib", 1, "{:.1f}"), ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1, "{:.1f}"),
+            ("tok/s per GiB", "output_tokens_per_s_per_gib", 1, "{:.1f}"), ("GPU util %", "gpu_utilization_mean", 1, "{:.0f}"),
+            ("KV max %", "kv_cache_usage_max", 100, "{:.1f}"), ("preempted", "preemptions", 1, "{:.0f}"))
+    present = [c for c in cols if any(c[1] in r for r in eff["steps"])]
+    if not present:
+        return ""
+    head = f"{'step':>4}  {'offered':>8}  {'tok/s':>7}" + "".join(f"  {c[0]:>{max(len(c[0]), 8)}}" for c in present)
+    lines = ["memory efficiency", head, "-" * len(head)]
+    for r in eff["steps"]:
+        line = f"{r['step']:>4}  {r['offered']:>8g}  {r['output_tokens_per_s']:>7.0f}"
+        for label, key, scale, fmt in present:
+            v = r.get(key)
+            line += f"  {('-' if v is None else fmt.format(v * scale)):>{max(len(label), 8)}}"
+        lines.append(line + ("  KV saturated" if r["kv_saturated"] else ""))
+    if eff.get("baseline_gpu_memory_gib") is not None:
+        lines.append(f"idle GPU memory before the load: {eff['baseline_gpu_memory_gib']:.1f} GiB")
+    most = eff.get("max_load_before_kv_saturation")
+    lines.append(f"highest load before KV-cache saturation or preemption: {'-' if most is None else f'{most:g}'}")
+    return "\n".join(lines)
+
+
 class Scraper:
     """Polls one /metrics URL every `interval` seconds while a test runs (master / local)."""
 
@@ -209,7 +248,10 @@ class Scraper:
                 http.close()
             if r.status_code != 200:
                 raise ValueError(f"HTTP {r.status_code}")
-            server, figures = read(body.decode("utf-8", "replace"))
+            by_name = samples(body.decode("utf-8", "replace"))
+            server, figures = _figures(by_name)
+            if not self.series.info:
+                self.series.info = info_series(by_name)
         except Exception as e:  # noqa: BLE001 - a missing endpoint must not stop the test
             self.series.error = f"{type(e).__name__}: {e}"
             return False

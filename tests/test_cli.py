@@ -29,7 +29,7 @@ def test_main_job_without_host_runs_against_the_simulator(tmp_path):
     assert "started the simulated server" in p.stdout
     assert "llm-locust summary" in p.stdout and "output tokens/s" in p.stdout
     r = json.loads(results.read_text())
-    assert r["schema"] == "llm-locust/results" and r["version"] == 1
+    assert r["schema"] == "llm-locust/results" and r["version"] == 2
     s = r["summary"]
     assert s["ok"] > 0 and s["failed"] == 0
     assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"]

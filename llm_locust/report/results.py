@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
@@ -16,7 +17,16 @@ import orjson
 from ..metrics.aggregate import Aggregate, figures
 
 SCHEMA = "llm-locust/results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # what load_results accepts; 1 lacks distributions, validity, provenance
+REQUIRED = ("run", "summary", "steps", "series")
+DISTRIBUTIONS = ("ttft", "itl", "tpot", "e2e")
+BINS_PER_DECADE = 10
+MAX_ERROR_RATE = 0.05  # above it a run (or step) is marked "errors" (the ladder's default)
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used: says which file and why."""
 
 
 def _version(dist: str) -> str | None:
@@ -37,30 +47,109 @@ def environment_info() -> dict[str, Any]:
     }
 
 
+def validity(fig: dict[str, Any], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
+    """The marks that make figures suspect, with the ladder steps' names: client_saturated (the
+    client may have distorted them), errors (error rate above the limit), length_mismatch
+    (outputs not of the length asked for), no_data (nothing succeeded)."""
+    flags = []
+    if not fig["client"]["valid"]:
+        flags.append("client_saturated")
+    if fig["error_rate"] > max_error_rate:
+        flags.append("errors")
+    if fig["length_mismatch"]:
+        flags.append("length_mismatch")
+    if not fig["ok"]:
+        flags.append("no_data")
+    return flags
+
+
+def distributions(total: Aggregate) -> dict[str, Any]:
+    """Latency histograms re-binned on a log scale (BINS_PER_DECADE per decade), in seconds:
+    {metric: [[low, high, count], ...]}, non-empty bins only."""
+    out: dict[str, Any] = {}
+    for name in DISTRIBUTIONS:
+        bins: dict[int, int] = {}
+        for low_us, n in total.hist[name].buckets_us():
+            b = math.floor(math.log10(max(low_us, 1)) * BINS_PER_DECADE)
+            bins[b] = bins.get(b, 0) + n
+        out[name] = [[10 ** (b / BINS_PER_DECADE) / 1e6, 10 ** ((b + 1) / BINS_PER_DECADE) / 1e6, n]
+                     for b, n in sorted(bins.items())]
+    return out
+
+
 def build_results(
     total: Aggregate,
     steps: dict[int, Aggregate],
     run: dict[str, Any],
     workers: list[dict[str, Any]] | None = None,
+    max_error_rate: float = MAX_ERROR_RATE,
 ) -> dict[str, Any]:
+    summary = figures(total)
+    step_rows = []
+    for s, agg in sorted(steps.items()):
+        f = figures(agg)
+        step_rows.append({"step": s, **f, "flags": validity(f, max_error_rate)})
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
         "created": time.time(),
         "environment": environment_info(),
         "run": run,
-        "summary": figures(total),
-        "steps": [{"step": s, **figures(agg)} for s, agg in sorted(steps.items())],
+        "summary": summary,
+        "validity": {"flags": validity(summary, max_error_rate), "max_error_rate": max_error_rate},
+        "distributions": distributions(total),
+        "steps": step_rows,
         "series": [[s, *v] for s, v in sorted(total.series.items())],
         "workers": workers or [],
     }
 
 
-def write_results(path: str | Path, results: dict[str, Any]) -> None:
-    """Write atomically: a reader never sees half a file."""
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read and check a results file; ResultsError (naming the file) when it cannot be used."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not data.strip():
+        raise ResultsError(f"{path}: empty file, not an llm-locust results file")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        # orjson reports where it stopped: at the very end means the file was cut short
+        msg = str(e)
+        cut = e.pos >= len(data.rstrip())
+        raise ResultsError(f"{path}: {'truncated' if cut else 'not valid'} JSON ({msg})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ResultsError(f"{path}: not an llm-locust results file (schema {found!r}, expected {SCHEMA!r})")
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
+        by = (doc.get("environment") or {}).get("llm_locust")
+        hint = "a newer llm-locust wrote it: upgrade" if isinstance(version, int) and version > SCHEMA_VERSION else ""
+        raise ResultsError(
+            f"{path}: results schema version {version!r} (written by llm-locust {by or 'unknown'});"
+            f" this llm-locust reads versions {', '.join(map(str, READABLE_VERSIONS))}{'; ' + hint if hint else ''}"
+        )
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise ResultsError(f"{path}: incomplete results file, missing {', '.join(missing)}")
+    doc.setdefault("validity", {"flags": validity(doc["summary"]), "max_error_rate": MAX_ERROR_RATE})
+    for row in doc["steps"]:
+        row.setdefault("flags", validity(row))
+    doc["_path"] = str(path)
+    return doc
+
+
+def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
+    """Write atomically: a reader never sees half a file. Any of `secrets` (e.g. the API key)
+    that found its way into the figures (an error text quoting a header) is masked."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            data = data.replace(orjson.dumps(secret)[1:-1], b"***")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
