@@ -356,3 +356,44 @@ def test_promtool_check_metrics(sidecar_proc):
         re.fullmatch(r"DCGM_FI_DEV_\w+ label names should be written in 'snake_case' not 'camelCase'", ln)
         for ln in problems
     ), problems
+
+
+def test_mig_instances_are_devices_of_their_own(nv, monkeypatch):
+    """GPU 0 in MIG mode with instances in slots 0 and 2 of 7: each exported with its GPU
+    instance id; NVML answers NotSupported for utilisation on a MIG handle, so that series is
+    left out for the instances and kept for whole GPUs."""
+    mig = {0: 2, 2: 3}  # MIG slot -> fake device index (handles 2 and 3)
+    for slot, h in mig.items():
+        g = FakeGPU(h)
+        g.used = (2 + slot) * GiB
+        g.fail["utilization"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+        nv.gpus.append(g)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 2)
+
+    def mig_mode(h):
+        if h != 0:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE]
+
+    def mig_handle(h, j):
+        if j not in mig:
+            raise err(pynvml.NVML_ERROR_NOT_FOUND)
+        return mig[j]
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", mig_mode)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 7)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceId", lambda h: {2: 1, 3: 5}[h])
+    s = make()
+    assert [d.key for d in s.devices] == ["0", "0/mig0", "0/mig2", "1"]
+    s.sample_once(now=0.0)
+    _, m = scrape(s)
+    assert value(m, "llm_locust_gpu_memory_used_bytes", gpu="0", gpu_instance_id="1") == 2 * GiB
+    assert value(m, "llm_locust_gpu_memory_used_bytes", gpu="0", gpu_instance_id="5") == 4 * GiB
+    assert value(m, "llm_locust_gpu_memory_used_bytes", gpu="0", gpu_instance_id="") == 10 * GiB
+    assert value(m, "llm_locust_gpu_health", gpu="0", gpu_instance_id="5") == 1
+    util = sorted((lab["gpu"], lab["gpu_instance_id"]) for lab, _ in m["llm_locust_gpu_utilization_ratio"])
+    assert util == [("0", ""), ("1", "")]
+    assert value(m, "DCGM_FI_DEV_FB_USED", gpu="0", GPU_I_ID="5") == 4 * 1024  # dcgm-exporter's MIG label
+    # the instances' own UUIDs (MIG-...) tell them apart in the info series
+    assert len({lab["uuid"] for lab, _ in m["llm_locust_gpu_info"]}) == 4
