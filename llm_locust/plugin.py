@@ -65,6 +65,17 @@ def _utc(t: float | None) -> str | None:
     return None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _load(environment, settings) -> dict[str, Any]:
+    """How the load was offered: the mode and the Locust figures that shape it."""
+    opts = environment.parsed_options
+    from .replay import ReplayUser
+
+    replay = any(issubclass(u, ReplayUser) for u in environment.user_classes)
+    mode = "ladder" if settings.ladder else "replay" if replay else "closed"
+    return {"mode": mode, "users": getattr(opts, "num_users", None), "spawn_rate": getattr(opts, "spawn_rate", None),
+            "run_time": getattr(opts, "run_time", None), "shape": type(environment.shape_class).__name__ if environment.shape_class else None}
+
+
 def _server_windows(scraper, h, ctl) -> dict:
     series = scraper.series
     out = {"source": series.to_dict(), "run": series.window(h.started_at or 0, time.time())}
@@ -187,7 +198,8 @@ def _on_init(environment, **_kw: Any) -> None:
             run["command"] = redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv)
             run["seed"] = settings.seed
             run["started_at_utc"] = _utc(h.started_at)
-            results = build_results(h.total, h.steps, run, workers, settings.max_error_rate)
+            run["load"] = _load(environment, settings)
+            results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
             env = results["environment"]
             env["server"] = {"url": environment.host, "kind": scraper.series.server if scraper is not None else None,
                              "model": h.info.get("model") or settings.model or None, **server_facts}

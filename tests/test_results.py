@@ -213,3 +213,5 @@ def test_a_real_run_records_how_to_reproduce_it(tmp_path):
     assert run["command"][:2] == ["llm-locust", "run"] or "llm_locust" in " ".join(run["command"])
     assert sum(n for *_b, n in doc["distributions"]["ttft"]) == doc["summary"]["latency"]["ttft"]["count"]
     assert doc["validity"]["flags"] == validity(doc["summary"])
+    assert run["load"]["mode"] == "closed" and run["load"]["users"] == 2
+    assert doc["summary"]["goodput_requests_per_s"] is None  # no per-request SLO: no goodput figure

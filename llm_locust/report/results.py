@@ -83,11 +83,13 @@ def build_results(
     run: dict[str, Any],
     workers: list[dict[str, Any]] | None = None,
     max_error_rate: float = MAX_ERROR_RATE,
+    goodput: bool = True,
 ) -> dict[str, Any]:
-    summary = figures(total)
+    """goodput=False: the run had no per-request SLO, so its goodput is not a figure (None)."""
+    summary = _goodput(figures(total), goodput)
     step_rows = []
     for s, agg in sorted(steps.items()):
-        f = figures(agg)
+        f = _goodput(figures(agg), goodput)
         step_rows.append({"step": s, **f, "flags": validity(f, max_error_rate)})
     return {
         "schema": SCHEMA,
@@ -102,6 +104,12 @@ def build_results(
         "series": [[s, *v] for s, v in sorted(total.series.items())],
         "workers": workers or [],
     }
+
+
+def _goodput(fig: dict[str, Any], measured: bool) -> dict[str, Any]:
+    if not measured:
+        fig["goodput_requests_per_s"] = fig["goodput_tokens_per_s"] = None
+    return fig
 
 
 def load_results(path: str | Path) -> dict[str, Any]:

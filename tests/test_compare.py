@@ -1,0 +1,335 @@
+"""`llm-locust compare`: real short ladder runs against the simulator, then hand-edited copies."""
+
+import html
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_locust.report import compare as cmp
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = ROOT / "plans" / "seed-concurrency-ladder.yaml"
+SLOTS = (4, 16)  # a "slow" and a "fast" server: 16 batch slots keep rising at 16 users, 4 saturate at 4
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two real runs of the seed ladder, shortened (3 steps x 4 s, 32-token replies): ~15 s each."""
+    d = tmp_path_factory.mktemp("compare")
+    out = {}
+    for slots in SLOTS:
+        path = d / f"slots{slots}.json"
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", str(PLAN), "--ladder", "concurrency:1,4,16",
+             "--step-duration", "4", "--warmup", "1", "--max-tokens", "32", "--sim-slots", str(slots),
+             "--results", str(path)],
+            capture_output=True, text=True, timeout=180, cwd=d,
+        )
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        out[slots] = path
+    return out
+
+
+def _doc(path):
+    return json.loads(Path(path).read_text())
+
+
+def _edited(src, dst, edit):
+    doc = _doc(src)
+    edit(doc)
+    Path(dst).write_text(json.dumps(doc))
+    return str(dst)
+
+
+def _main(capsys, *argv):
+    rc = cmp.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _weights(tmp_path, text, name="w.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _md_table(markdown, title):
+    """The rows of the Markdown table under `## title...`, cells unescaped."""
+    lines = markdown.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("## " + title))
+    rows = []
+    for ln in lines[start + 1:]:
+        if ln.startswith("## "):
+            break
+        if ln.startswith("|"):
+            cells = [c.strip() for c in ln.strip().strip("|").split(" | ")]
+            rows.append([html.unescape(c.replace("\\|", "|").replace("\\*", "*")) for c in cells])
+    header, sep, *body = rows
+    assert all(set(c) <= set("-:") for c in sep)
+    return header, body
+
+
+# ---- the real runs ----
+
+
+def test_more_slots_wins_throughput_and_the_weighted_total(runs, tmp_path, capsys):
+    slow, fast = _doc(runs[4]), _doc(runs[16])
+    t_slow, t_fast = slow["summary"]["output_tokens_per_s"], fast["summary"]["output_tokens_per_s"]
+    assert t_fast > t_slow * 1.1, (t_slow, t_fast)
+    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n    weight: 3\n"
+                           "  - metric: saturation_load\n    weight: 1\n")
+    c = cmp.compare([str(runs[4]), str(runs[16])], ["slow", "fast"], str(w))
+    assert c.comparable, [i.text() for i in c.issues]
+    m = c.matrix
+    # the figures are the files' own, and the score follows the documented formula
+    assert m.cells[0][0].value == pytest.approx(t_slow) and m.cells[0][1].value == pytest.approx(t_fast)
+    assert m.cells[0][1].score == 1.0 and m.cells[0][0].score == pytest.approx(t_slow / t_fast)
+    # 4 slots: knee at 4 users; 16 slots: still rising at 16 users (a lower bound)
+    assert m.cells[1][0].value == 4 and m.cells[1][1].value == 16 and m.cells[1][1].bound == ">="
+    assert m.totals[0] == pytest.approx((3 * t_slow / t_fast + 1 * 4 / 16) / 4)
+    assert m.totals[1] == pytest.approx(1.0)
+    assert m.ranks == [2, 1]
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "--label", "slow", "--label", "fast")
+    assert rc == 0, err
+    assert "best weighted total: fast" in out
+    ranking = out[out.index("\nRanking"):]
+    assert ranking.index("fast") < ranking.index("slow")
+
+
+def test_pass_lines_follow_thresholds_between_the_runs(runs, tmp_path, capsys):
+    slow, fast = _doc(runs[4]), _doc(runs[16])
+    tps = sorted([slow["summary"]["output_tokens_per_s"], fast["summary"]["output_tokens_per_s"]])
+    ttft = sorted([slow["summary"]["latency"]["ttft"]["p99"], fast["summary"]["latency"]["ttft"]["p99"]])
+    assert tps[0] < tps[1] and ttft[0] < ttft[1]
+    tps_line = (tps[0] + tps[1]) / 2
+    ttft_line_ms = (ttft[0] + ttft[1]) / 2 * 1000
+    w = _weights(tmp_path, f"""
+criteria:
+  - metric: ttft_p99
+    weight: 2
+    pass: "<= {ttft_line_ms:.3f}ms"
+  - metric: output_tokens_per_s
+    weight: 2
+    pass: ">= {tps_line:.3f}"
+  - metric: error_rate
+    pass: "<= 1%"
+""")
+    c = cmp.compare([str(runs[4]), str(runs[16])], [], str(w))
+    m = c.matrix
+    slow_fast_ttft = [slow["summary"]["latency"]["ttft"]["p99"], fast["summary"]["latency"]["ttft"]["p99"]]
+    assert [cell.passed for cell in m.cells[0]] == [v <= ttft_line_ms / 1000 for v in slow_fast_ttft]
+    assert [cell.passed for cell in m.cells[1]] == [slow["summary"]["output_tokens_per_s"] >= tps_line,
+                                                     fast["summary"]["output_tokens_per_s"] >= tps_line]
+    assert [cell.passed for cell in m.cells[2]] == [True, True]  # the simulator makes no errors
+    # the slow server fails the throughput line; it is ranked, and marked
+    assert m.cells[1][0].passed is False and m.cells[1][1].passed is True
+    assert any(f.startswith("output_tokens_per_s") for f in m.fails[0])
+    rc, out, _ = _main(capsys, runs[4], runs[16], "--weights", w)
+    assert rc == 0
+    assert "fails: " in out and "needs >= " in out
+
+
+def test_markdown_table_parses_into_rows_and_columns(runs, tmp_path, capsys):
+    out_md = tmp_path / "cmp.md"
+    w = _weights(tmp_path, "criteria:\n  - metric: ttft_p99\n    weight: 3\n    pass: '<= 1ms'\n"
+                           "  - metric: at_knee.output_tokens_per_s\n    weight: 2\n")
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "-o", out_md)  # .md: Markdown
+    assert rc == 0 and out == "" and "wrote" in err
+    text = out_md.read_text()
+    header, rows = _md_table(text, "Decision matrix")
+    assert header == ["criterion", "better", "weight", "pass line", "slots4", "slots16"]
+    assert [r[0] for r in rows] == ["ttft_p99", "at_knee.output_tokens_per_s", "weighted total", "rank"]
+    assert all(len(r) == 6 for r in rows)
+    assert rows[0][1:4] == ["lower", "3", "<= 1 ms"]
+    assert rows[0][4].endswith("FAIL") and rows[0][5].endswith("FAIL")  # nobody makes 1 ms
+    c = cmp.compare([str(runs[4]), str(runs[16])], [], str(w))
+    assert rows[2][4:] == [f"{t:.3f}" for t in c.matrix.totals]
+    assert rows[3][4:] == [str(k) for k in c.matrix.ranks]
+    # at the knee: the 4-slot run's knee step (the simulator's knee: 4 users)
+    sat = _doc(runs[4])["ladder"]["saturation"]["saturation"]
+    assert sat["offered"] == 4
+    knee = next(s for s in _doc(runs[4])["ladder"]["steps"] if s["step"] == sat["step"])
+    assert c.matrix.cells[1][0].value == pytest.approx(knee["output_tokens_per_s"])
+    header, rows = _md_table(text, "Runs")
+    assert header == ["", "slots4", "slots16"]
+    fields = {r[0]: r[1:] for r in rows}
+    assert fields["load"] == ["ladder concurrency:1,4,16"] * 2
+    sha = _doc(runs[4])["environment"]["trace"]["sha256"][:12]
+    assert all(v.startswith(sha) for v in fields["trace sha256"])
+    header, rows = _md_table(text, "Ranking")
+    assert header == ["rank", "run", "total", "pass lines", "validity"] and len(rows) == 2
+
+
+def test_html_is_self_contained_and_escapes_labels(runs, tmp_path, capsys):
+    out_html = tmp_path / "cmp.html"
+    evil = "<script>alert(1)</script>"
+    rc, _, err = _main(capsys, runs[4], runs[16], "--label", evil, "--format", "html", "-o", out_html)
+    assert rc == 0, err
+    page = out_html.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page.lower()
+    assert html.escape(evil) in page
+    for ref in ("http://", "https://", "src=", "href=", "url(", "@import", "<link", "<iframe", "<img"):
+        assert ref not in page.lower(), ref
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+def test_text_output_shows_runs_side_by_side(runs, capsys):
+    rc, out, _ = _main(capsys, runs[4], runs[16])
+    assert rc == 0
+    for row in ("server", "model", "GPU", "trace sha256", "load", "TTFT p50", "TTFT p99", "ITL p99",
+                "TPOT p50", "E2E p99", "output tokens/s", "requests/s", "goodput", "error rate",
+                "saturation point", "max SLO load"):
+        assert f"\n{row} " in out, row
+    assert "4 users (step 2" in out  # the 4-slot server's knee
+    assert ">= 16 users (still rising)" in out
+    assert "comparable: no difference" in out and "Decision matrix (default criteria)" in out
+
+
+# ---- comparability ----
+
+
+def test_different_trace_warns_and_strict_refuses(runs, tmp_path, capsys):
+    other = _edited(runs[16], tmp_path / "other.json",
+                    lambda d: d["environment"]["trace"].update(sha256="0" * 64))
+    rc, out, _ = _main(capsys, runs[4], other)
+    assert rc == 0
+    assert "NOT comparable" in out and "different trace (sha256)" in out and "000000000000" in out
+    dst = tmp_path / "strict.txt"
+    rc, out, err = _main(capsys, runs[4], other, "--strict", "-o", dst)
+    assert rc == 2 and out == ""
+    assert "not comparable" in err and "trace" in err
+    assert not dst.exists()
+    rc, _, err = _main(capsys, runs[4], runs[16], "--strict")  # the same plan and trace: fine
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("edit, phrase", [
+    (lambda d: d["plan"]["ladder"].update(steps=[1, 4, 8]), "different load plan"),
+    (lambda d: d["run"]["settings"].update(max_tokens=64), "different max_tokens"),
+    (lambda d: d["run"]["settings"].update(force_length=False), "different force_length"),
+    (lambda d: d["run"]["settings"].update(api="openai-completions"), "different api"),
+    (lambda d: d["environment"]["server"].update(model="other-model"), "different model"),
+])
+def test_each_difference_is_named(runs, tmp_path, edit, phrase):
+    other = _edited(runs[16], tmp_path / "edited.json", edit)
+    c = cmp.compare([str(runs[4]), other])
+    assert not c.comparable
+    assert [i.what for i in c.issues if i.blocking] == [phrase]
+
+
+def test_validity_flags_are_marked(runs, tmp_path):
+    def flag(d):
+        d["validity"]["flags"] = ["client_saturated"]
+        knee_step = d["ladder"]["saturation"]["saturation"]["step"]
+        for s in d["ladder"]["steps"]:
+            if s["step"] == knee_step:
+                s["flags"] = ["errors"]
+
+    flagged = _edited(runs[4], tmp_path / "flagged.json", flag)
+    w = _weights(tmp_path, "criteria:\n  - metric: ttft_p99\n  - metric: output_tokens_per_s\n    at: knee\n")
+    c = cmp.compare([flagged, str(runs[16])], ["flagged", "fast"], str(w))
+    marks = c.matrix.marks[0]
+    assert "run: client_saturated" in marks
+    knee = _doc(runs[4])["ladder"]["saturation"]["saturation"]
+    assert any(m.startswith(f"step {knee['step']} (4 users): errors") and "at_knee.output_tokens_per_s" in m for m in marks)
+    assert c.matrix.cells[1][0].flags == ["errors"]
+    text = cmp.render_text(c)
+    ranking = text[text.index("\nRanking"):]
+    assert "run: client_saturated" in ranking and "errors" in ranking
+
+
+# ---- bad input: one message, exit 2, nothing written ----
+
+
+def test_unknown_metric_names_it_and_lists_the_known_ones(runs, tmp_path, capsys):
+    w = _weights(tmp_path, "criteria:\n  - metric: ttft_p99\n  - metric: tokens_per_second\n    weight: 2\n")
+    dst = tmp_path / "out.txt"
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "-o", dst)
+    assert rc == 2 and out == ""
+    assert "tokens_per_second" in err and str(w) in err and "criteria[1]" in err and "w.yaml:3:" in err
+    for known in ("ttft_p99", "itl_p50", "output_tokens_per_s", "goodput_tokens_per_s", "error_rate",
+                  "saturation_load", "max_slo_load"):
+        assert known in err
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("criterion, words", [
+    ("  - metric: ttft_p99\n    pass: 'about 500ms'\n", ["criteria[0].pass", "about 500ms", "OPERATOR"]),
+    ("  - metric: output_tokens_per_s\n    pass: '>= fast'\n", ["criteria[0].pass", ">= fast"]),
+    ("  - metric: ttft_p99\n    weight: 0\n", ["criteria[0].weight", "positive"]),
+    ("  - metric: ttft_p99\n    weight: -2\n", ["criteria[0].weight", "positive"]),
+    ("  - metric: ttft_p99\n    weight: heavy\n", ["criteria[0].weight", "positive"]),
+    ("  - metric: saturation_load\n    at: knee\n", ["criteria[0].at"]),
+    ("  - metric: ttft_p99\n    at: elbow\n", ["criteria[0].at", "elbow"]),
+    ("  - metric: ttft_p99\n    wieght: 2\n", ["criteria[0].wieght", "did you mean 'weight'"]),
+])
+def test_bad_weights_exit_2_and_write_nothing(runs, tmp_path, capsys, criterion, words):
+    w = _weights(tmp_path, "criteria:\n" + criterion)
+    dst = tmp_path / "out.md"
+    dst.write_text("previous report")
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "-o", dst)
+    assert rc == 2 and out == ""
+    assert err.count("\n") >= 1 and "error" in err and str(w) in err
+    for word in words:
+        assert word in err, (word, err)
+    assert dst.read_text() == "previous report"
+
+
+def test_other_version_and_truncated_files(runs, tmp_path, capsys):
+    v99 = _edited(runs[16], tmp_path / "v99.json", lambda d: d.update(version=99))
+    rc, out, err = _main(capsys, runs[4], v99)
+    assert rc == 2 and out == "" and "v99.json" in err and "version 99" in err
+    cut = tmp_path / "cut.json"
+    cut.write_text(Path(runs[16]).read_text()[:3000])
+    rc, out, err = _main(capsys, runs[4], cut)
+    assert rc == 2 and out == "" and "cut.json" in err and "truncated" in err
+    rc, _, err = _main(capsys, runs[4], tmp_path / "missing.json")
+    assert rc == 2 and "missing.json" in err
+
+
+def test_example_weights_file_loads_and_scores(runs, capsys):
+    crits = cmp.load_weights(ROOT / "plans" / "weights-example.yaml")
+    assert [c.name for c in crits][:3] == ["ttft_p99", "tpot_p50", "output_tokens_per_s"]
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", ROOT / "plans" / "weights-example.yaml")
+    assert rc == 0, err
+    assert "at_knee.itl_p99" in out
+
+
+# ---- pure parts ----
+
+
+def test_normalise_formula():
+    assert cmp.normalise([100.0, 50.0, None], True) == [1.0, 0.5, 0.0]
+    assert cmp.normalise([0.2, 0.4], False) == [1.0, 0.5]
+    assert cmp.normalise([0.0, 0.01], False) == [1.0, 0.0]  # no errors beats any
+    assert cmp.normalise([0.0, 0.0], True) == [1.0, 1.0]
+    assert cmp.normalise([None, None], True) == [0.0, 0.0]
+
+
+def test_metric_names_and_pass_lines():
+    assert cmp.resolve_metric("ttft")[0].name == "ttft_p99"  # as in the SLO vocabulary
+    assert cmp.resolve_metric("e2e_p999")[0].name == "e2e_p99.9"
+    m, scope = cmp.resolve_metric("at_knee.output_tokens_per_s")
+    assert (m.name, scope, m.higher_is_better) == ("output_tokens_per_s", "knee", True)
+    with pytest.raises(ValueError, match="did you mean 'ttft_p90'"):
+        cmp.resolve_metric("ttft_p9")
+    lat = cmp.METRICS["ttft_p99"]
+    assert cmp.parse_pass(lat, "<= 500ms") == cmp.PassLine("<=", 0.5, "<= 500ms")
+    assert cmp.parse_pass(lat, 0.2).op == "<="  # a bare value: the metric's direction
+    assert cmp.parse_pass(cmp.METRICS["error_rate"], "< 1%").threshold == pytest.approx(0.01)
+    assert cmp.parse_pass(cmp.METRICS["output_tokens_per_s"], "800") == cmp.PassLine(">=", 800.0, "800")
+    for bad in ("<= fast", "=", "!= 3", "<= -1", True):
+        with pytest.raises(ValueError, match="bad pass line"):
+            cmp.parse_pass(lat, bad)
+
+
+def test_labels_must_match_the_files():
+    with pytest.raises(cmp.CompareError, match="3 --label"):
+        cmp._unique_labels(["a.json", "b.json"], ["x", "y", "z"])
+    assert cmp._unique_labels(["x/r.json", "y/r.json"], []) == ["x/r", "y/r"]
+    assert os.path.basename(cmp._unique_labels(["a.json", "a.json"], [])[1]).endswith("#2")
