@@ -80,8 +80,9 @@ def run(argv: list[str]) -> int:
 
         try:
             if plan_path.endswith(".json"):  # a results file: run its effective plan again
-                with open(plan_path, "rb") as f:
-                    data = json.load(f).get("plan")
+                from .report.results import load_results
+
+                data = load_results(plan_path).get("plan")
                 if not isinstance(data, dict):
                     raise PlanError(f"{plan_path}: no effective plan in these results")
                 plan = plan_from_dict(data, source=plan_path)
@@ -162,6 +163,8 @@ USAGE = """usage: llm-locust COMMAND ...
   trace anonymize    turn a trace with text into a length-and-hash-only one
   trace synth        write a synthetic workload as a trace file
   gpu-sidecar        export NVML GPU figures to Prometheus (--fake N without a GPU)
+  report RESULTS     write a self-contained HTML report of one run
+  compare A B ...    runs side by side and a weighted decision matrix (--weights W.yaml)
 """
 
 
@@ -198,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(rest)
     if cmd == "trace":
         return trace(rest)
+    if cmd == "report":
+        from .report.html import main as report_main
+
+        return report_main(rest)
+    if cmd == "compare":
+        from .report.compare import main as compare_main
+
+        return compare_main(rest)
     if cmd == "gpu-sidecar":
         from .gpu.sidecar import main as sidecar_main
 

@@ -161,4 +161,7 @@ def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str,
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a results file is meant to be shared
     os.replace(tmp, path)

@@ -1,0 +1,684 @@
+"""`llm-locust report RESULTS.json [-o OUT.html]`: one self-contained HTML page from a results file.
+
+The page needs no network: the CSS is inline, the plots are inline SVG (plots.py), no script, no
+font, no image is fetched, and a Content-Security-Policy says so to the browser. Every text from
+the results is HTML-escaped. `render(results)` is pure and deterministic (same results, same
+bytes); `main(argv)` reads, renders, then writes atomically, so a bad input leaves no file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import html
+import math
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from ..steps import OFFERED_UNITS, parse_slo_name
+from .results import ResultsError, load_results
+from .summary import ROWS as LATENCY_ROWS
+
+FLAG_TEXT = {
+    "client_saturated": "the load generator itself was overloaded (event-loop lag p99 above 5 ms, or CPU at 90% "
+                        "or more in half its samples): its latencies may include client delay",
+    "errors": "error rate above the limit ({limit}): the server failed requests",
+    "length_mismatch": "some replies did not have the number of output tokens asked for: per-token figures are "
+                       "not comparable",
+    "no_data": "no request succeeded in the step's measurement window: no latency figures",
+}
+GIB = 2**-30  # bytes -> GiB
+MAX_POINTS = 7200  # per time-series line: longer runs are averaged over buckets of whole seconds
+PCTS = ("count", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max")
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px;background:#fff}
+h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;border-bottom:1px solid #dee2e6;padding-bottom:4px;margin-top:32px}
+h3{font-size:15px;margin:20px 0 6px}.sub{color:#495057}nav a{margin-right:12px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
+th,td{border:1px solid #dee2e6;padding:3px 8px;text-align:right;vertical-align:top}
+th{background:#f1f3f5}td.l,th.l,#steps-table td:nth-last-child(-n+2),#steps-table th:nth-last-child(-n+2){text-align:left}
+tr.knee td{background:#fff4e6;font-weight:600}tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
+.flag,.mark{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:11px;font-weight:600;white-space:nowrap}
+.flag{background:#c92a2a;color:#fff}.mark-knee{background:#d9480f;color:#fff}.mark-slo{background:#fab005;color:#000}
+.mark-ok{background:#2b8a3e;color:#fff}.warn{background:#fff5f5;border-left:4px solid #c92a2a;padding:6px 10px}
+.verdict{background:#fff4e6;border-left:4px solid #d9480f;padding:8px 12px}
+figure{margin:8px 0 16px}figure svg{width:100%;height:auto;display:block}figcaption{color:#495057;font-size:12px}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}pre{background:#f1f3f5;padding:8px;overflow-x:auto;font-size:12px}
+pre{white-space:pre-wrap;word-break:break-all}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+dl.legend dt{float:left;clear:left;margin-right:8px}dl.legend dd{margin:0 0 4px 0}
+"""
+
+
+class H(str):
+    """Text that is already HTML (never escaped again)."""
+
+
+def esc(v: Any) -> str:
+    return v if isinstance(v, H) else html.escape("-" if v is None else str(v), quote=True)
+
+
+def num(v: Any, digits: int = 3) -> str:
+    """A figure for a table: 3 significant digits, thousands separated, '-' when missing."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-" if v is None or not isinstance(v, (int, float)) else str(v)
+    if isinstance(v, int) or abs(v) >= 10 ** digits:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def ms(v: float | None) -> str:
+    return "-" if v is None else num(v * 1000)
+
+
+def pct(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v * 100:.{digits}f}"
+
+
+def table(head: Sequence[Any] | None, rows: Iterable[Sequence[Any]], *, left: int = 1, id: str = "",
+          row_attrs: Sequence[dict[str, str]] | None = None) -> H:
+    """A table; the first `left` columns left-aligned; cells escaped unless H; no header row when head is None."""
+    id_attr = f' id="{esc(id)}"' if id else ""
+    out = [f"<table{id_attr}>"]
+    if head is not None:
+        out += ["<thead><tr>", *(f'<th{" class=l" if i < left else ""}>{esc(h)}</th>' for i, h in enumerate(head)), "</tr></thead>"]
+    out.append("<tbody>")
+    for n, row in enumerate(rows):
+        attrs = "".join(f' {k}="{esc(v)}"' for k, v in (row_attrs[n] if row_attrs else {}).items())
+        out.append(f"<tr{attrs}>" + "".join(f'<td{" class=l" if i < left else ""}>{esc(c)}</td>' for i, c in enumerate(row)) + "</tr>")
+    out.append("</tbody></table>")
+    return H("".join(out))
+
+
+def kv_table(pairs: Iterable[tuple[str, Any]], id: str = "") -> H:
+    return table(None, [(k, v) for k, v in pairs], left=2, id=id)
+
+
+def figure(svg: str, id: str, caption: str = "") -> H:
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    return H(f'<figure id="{esc(id)}">{svg}{cap}</figure>')
+
+
+def badge(cls: str, text: str, title: str = "") -> H:
+    title_attr = f' title="{esc(title)}"' if title else ""
+    return H(f'<span class="{esc(cls)}"{title_attr}>{esc(text)}</span>')
+
+
+# ---- the sections ----
+
+
+def _flag_text(flag: str, limit: float | None) -> str:
+    return FLAG_TEXT.get(flag, flag).format(limit="-" if limit is None else f"{limit:.0%}")
+
+
+def _slos(r: dict[str, Any]) -> dict[str, float]:
+    settings = r.get("run", {}).get("settings") or {}
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    steps = (r.get("ladder") or {}).get("steps") or [{}]
+    return settings.get("slos") or plan.get("slos") or steps[0].get("slos") or {}
+
+
+def _lat(step: dict[str, Any], metric: str, stat: str) -> float | None:
+    return ((step.get("latency") or {}).get(metric) or {}).get(stat)
+
+
+def _knee(ladder: dict[str, Any]) -> dict[str, Any] | None:
+    return (ladder.get("saturation") or {}).get("saturation")
+
+
+def section_header(r: dict[str, Any]) -> H:
+    run, env = r.get("run", {}), r.get("environment", {})
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    title = plan.get("name") or "llm-locust report"
+    server = env.get("server") or {}
+    model = server.get("model") or (run.get("server") or {}).get("model")
+    ladder = ((r.get("run") or {}).get("settings") or {}).get("ladder") or {}
+    facts = [f"started {_started(run)}", f"{num(_duration(r))} s"]
+    facts += [f"target {run.get('host') or '-'}", f"model {model or '-'}"]
+    if ladder.get("spec"):
+        facts.append(f"ladder {ladder['spec']}")
+    out = [f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(" · ".join(facts))}</p>']
+    if plan.get("description"):
+        out.append(f"<p>{esc(plan['description'])}</p>")
+    flags = (r.get("validity") or {}).get("flags") or []
+    if flags:
+        limit = (r.get("validity") or {}).get("max_error_rate")
+        items = "".join(f"<li>{badge('flag', f)} {esc(_flag_text(f, limit))}</li>" for f in flags)
+        out.append(f'<div class="warn" id="run-validity"><b>The run\'s figures are suspect:</b><ul>{items}</ul></div>')
+    return H("".join(out))
+
+
+def _started(run: dict[str, Any]) -> str:
+    if run.get("started_at_utc"):
+        return run["started_at_utc"]
+    if isinstance(run.get("started_at"), (int, float)):
+        return dt.datetime.fromtimestamp(run["started_at"], dt.timezone.utc).isoformat(timespec="seconds")
+    return "-"
+
+
+def _duration(r: dict[str, Any]) -> float | None:
+    run = r.get("run", {})
+    if isinstance(run.get("started_at"), (int, float)) and isinstance(run.get("ended_at"), (int, float)):
+        return run["ended_at"] - run["started_at"]
+    return (r.get("summary") or {}).get("duration_s")
+
+
+def _load_axis(steps: list[dict[str, Any]]) -> tuple[list[float], str, bool]:
+    """Offered loads, the axis label, and whether to draw it on a log scale (a wide, growing ladder)."""
+    kind = steps[0].get("offered_kind", "") if steps else ""
+    x = [float(s["offered"]) for s in steps]
+    log_x = len(x) >= 3 and x[0] > 0 and x[-1] / x[0] >= 8
+    return x, f"offered load ({OFFERED_UNITS.get(kind) or kind or 'level'})", log_x
+
+
+def _throughput_panels(steps: list[dict[str, Any]]) -> list:
+    from .plots import Line, Panel
+
+    panels = []
+    for key, title, unit, field, good_field in (
+        ("tokens", "output tokens/s", "tokens/s", "output_tokens_per_s", "goodput_tokens_per_s"),
+        ("requests", "requests/s", "requests/s", "requests_per_s", "goodput_requests_per_s"),
+    ):
+        lines = [Line("output" if key == "tokens" else "requests", title, [s.get(field) for s in steps])]
+        good = [s.get(good_field) for s in steps]
+        if any(v is not None for v in good):  # goodput exists only with a per-request SLO
+            lines.append(Line("goodput", f"goodput {unit}", good, dashed=True))
+        panels.append(Panel(key, f"{title} (steady state)", unit, lines))
+    return panels
+
+
+def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tuple[list, list[str]]:
+    """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn."""
+    from .plots import Line, Panel
+
+    wanted = {"ttft": [("ttft", "p50"), ("ttft", "p99")], "itl": [("itl", "p50"), ("itl", "p99"), ("tpot", "p50")],
+              "e2e": [("e2e", "p50"), ("e2e", "p99")]}
+    home = {"ttft": "ttft", "itl": "itl", "tpot": "itl", "e2e": "e2e"}
+    limits: dict[str, list[tuple[str, str, float]]] = {k: [] for k in wanted}
+    undrawn = []
+    for name, limit in slos.items():
+        try:
+            metric, stat = parse_slo_name(name)
+        except ValueError:
+            metric, stat = name, None
+        if metric not in home or stat is None or not isinstance(limit, (int, float)):
+            undrawn.append(f"{name} {limit:g}" if isinstance(limit, (int, float)) else name)
+            continue
+        if (metric, stat) not in wanted[home[metric]]:
+            wanted[home[metric]].append((metric, stat))  # an SLO on a stat not plotted: plot it
+        limits[home[metric]].append((name.replace(".", "_"), f"SLO {name} {limit * 1000:g} ms", limit * 1000))
+    panels = []
+    for key, title in (("ttft", "TTFT"), ("itl", "ITL and TPOT"), ("e2e", "E2E")):
+        lines = []
+        for metric, stat in wanted[key]:
+            vals = [_lat(s, metric, stat) for s in steps]
+            lines.append(Line(f"{metric}-{stat.replace('.', '_')}", f"{metric.upper()} {stat}",
+                              [None if v is None else v * 1000 for v in vals], dashed=stat != "p50"))
+        ys = [v for line in lines for v in line.values if v] + [y for *_, y in limits[key] if y]
+        panels.append(Panel(key, title, "ms", lines, limits[key], log_y=bool(ys) and max(ys) / min(ys) > 50))
+    return panels, undrawn
+
+
+def section_ladder(r: dict[str, Any]) -> H:
+    from . import plots
+
+    ladder = r.get("ladder") or {}
+    steps = ladder.get("steps") or []
+    if not steps:
+        return H("")
+    x, xlabel, log_x = _load_axis(steps)
+    unit = OFFERED_UNITS.get(steps[0].get("offered_kind", ""), "")
+    knee = _knee(ladder)
+    ki = next((i for i, s in enumerate(steps) if knee and s.get("step") == knee.get("step")), None)
+    kw = dict(xlabel=xlabel, knee=ki, flagged=[i for i, s in enumerate(steps) if s.get("flags")], log_x=log_x)
+    slos = _slos(r)
+    tput = plots.vs_load("load-throughput", x, _throughput_panels(steps), **kw)
+    panels, undrawn = _latency_panels(steps, slos)
+    lat = plots.vs_load("load-latency", x, panels, width=12.0, **kw)
+
+    knee_txt = (f"The saturation point (knee) is step {knee['step']}, {knee['offered']:g} {unit}: marked ◆ and by "
+                "the dashed line." if knee else "No saturation point was found: no knee is marked.")
+    lat_txt = "Latency percentiles per step (ms)."
+    lat_txt += " SLO limits are the grey dashed and dotted lines." if slos else " No SLO was set."
+    if undrawn:
+        lat_txt += f" SLOs not drawn: {', '.join(undrawn)}."
+    return H("".join([
+        "<h2 id='load'>Throughput and latency against offered load</h2>",
+        figure(tput, "plot-throughput", "Steady-state rates of each step's measurement window (warm-up excluded). "
+               f"{knee_txt} Ringed points are flagged steps (see the table)."),
+        figure(lat, "plot-latency", lat_txt),
+        section_verdict(ladder, unit),
+        section_steps(r, steps, unit, knee),
+    ]))
+
+
+def section_verdict(ladder: dict[str, Any], unit: str) -> H:
+    v = ladder.get("saturation")
+    out = ["<h3 id='verdict'>Saturation verdict</h3><div class='verdict'>"]
+    if not v:
+        out.append("<p>No verdict (no step was measured).</p>")
+    else:
+        s = v.get("saturation")
+        if s:
+            lat = s.get("latency") or {}
+            load = f"{s['offered']:g} {unit}".strip()
+            out.append(f"<p><b>Saturation at {esc(load)}</b> (step {esc(s['step'])},"
+                       f" by {esc(v.get('knee_by'))}): {esc(num(s.get('output_tokens_per_s')))} tok/s,"
+                       f" {esc(num(s.get('requests_per_s')))} req/s, TTFT p50/p99 {esc(ms(lat.get('ttft_p50')))}/"
+                       f"{esc(ms(lat.get('ttft_p99')))} ms, E2E p99 {esc(ms(lat.get('e2e_p99')))} ms.</p>")
+        else:
+            out.append("<p><b>No saturation point found.</b></p>")
+        if v.get("max_slo_load") is not None:
+            load = f"{v['max_slo_load']:g} {unit}".strip()
+            out.append(f"<p>Highest load meeting every SLO: <b>{esc(load)}</b>"
+                       f" (step {esc(v.get('max_slo_step'))}).</p>")
+        if v.get("reasons"):
+            out.append("<ul>" + "".join(f"<li>{esc(t)}</li>" for t in v["reasons"]) + "</ul>")
+        cands = v.get("candidates") or {}
+        if cands:
+            out.append("<p class='sub'>Candidates: " + esc(", ".join(f"{k} {'-' if c is None else f'{c:g}'}" for k, c in cands.items()))
+                       + f"<br>Method: {esc(v.get('method'))}</p>")
+    if ladder.get("stop_reason"):
+        out.append(f"<p>Ladder stopped early: {esc(ladder['stop_reason'])}</p>")
+    out.append("</div>")
+    return H("".join(out))
+
+
+def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
+    limit = ((r.get("run", {}).get("settings") or {}).get("ladder") or {}).get("max_error_rate")
+    limit = limit if limit is not None else (r.get("validity") or {}).get("max_error_rate")
+    head = ("step", f"offered ({unit})", "req/s", "tok/s", "goodput req/s", "TTFT p50 / p99 ms", "ITL p50 / p99 ms",
+            "TPOT p50 ms", "E2E p99 ms", "err %", "SLOs", "marks")
+    rows, attrs = [], []
+    for s in steps:
+        flags = s.get("flags") or []
+        is_knee = bool(knee) and s.get("step") == knee.get("step")
+        marks = [badge(f"flag flag-{f}", f, _flag_text(f, limit)) for f in flags]
+        if is_knee:
+            marks.insert(0, badge("mark mark-knee", "knee", "the saturation point"))
+        broken = s.get("slo_broken") or []
+        slo = (badge("mark mark-slo", "broken", "; ".join(broken)) + H(" " + esc("; ".join(broken))) if broken
+               else badge("mark mark-ok", "met") if s.get("slos_met") else "-")
+        rows.append((s.get("step"), num(s.get("offered")), num(s.get("requests_per_s")), num(s.get("output_tokens_per_s")),
+                     num(s.get("goodput_requests_per_s")), f"{ms(_lat(s, 'ttft', 'p50'))} / {ms(_lat(s, 'ttft', 'p99'))}",
+                     f"{ms(_lat(s, 'itl', 'p50'))} / {ms(_lat(s, 'itl', 'p99'))}", ms(_lat(s, "tpot", "p50")),
+                     ms(_lat(s, "e2e", "p99")), pct(s.get("error_rate")), H(slo), H("".join(marks) or "-")))
+        attrs.append({"data-step": str(s.get("step")), "data-flags": " ".join(flags),
+                      "class": " ".join(c for c in ("knee" if is_knee else "", "flagged" if flags else "") if c)})
+    legend = "".join(f"<dt>{badge(f'flag flag-{f}', f)}</dt><dd>{esc(_flag_text(f, limit))}</dd>" for f in FLAG_TEXT)
+    legend += (f"<dt>{badge('mark mark-knee', 'knee')}</dt><dd>the saturation point of the verdict (highlighted row)</dd>"
+               f"<dt>{badge('mark mark-slo', 'broken')}</dt><dd>the step broke an SLO (which, and by how much, beside it)</dd>")
+    return H("<h3 id='steps'>Per step</h3>" + table(head, rows, id="steps-table", row_attrs=attrs)
+             + f"<dl class='legend' id='flags-legend'>{legend}</dl>"
+             "<p class='sub'>Rates are steady state over each step's measurement window; latencies are of the requests"
+             " sent in it. A flagged step's figures are suspect: read them with its mark in mind.</p>")
+
+
+def section_timeseries(r: dict[str, Any]) -> H:
+    from . import plots
+
+    series = sorted((row for row in r.get("series") or [] if len(row) >= 4), key=lambda row: row[0])
+    if not series:
+        return H("")
+    first, last = int(series[0][0]), int(series[-1][0])
+    by_sec = {int(row[0]): row for row in series}
+    secs = list(range(first, last + 1))  # seconds with nothing in them are zeros, not gaps
+    t0 = r.get("run", {}).get("started_at")
+    t0 = float(t0) if isinstance(t0, (int, float)) and t0 <= first + 1 else float(first)
+    fill = [by_sec.get(s, (s, 0, 0, 0)) for s in secs]
+    width = math.ceil(len(secs) / MAX_POINTS)  # a day-long soak: averaged over buckets of `width` seconds
+    if width > 1:
+        secs = [sum(secs[i:i + width]) / len(secs[i:i + width]) for i in range(0, len(secs), width)]
+        fill = [[None, *(sum(f[k] for f in fill[i:i + width]) / len(fill[i:i + width]) for k in (1, 2, 3))]
+                for i in range(0, len(fill), width)]
+    steps = {s.get("step"): s for s in (r.get("ladder") or {}).get("steps") or []}
+    windows = []
+    for w in (r.get("ladder") or {}).get("windows") or []:
+        if w.get("started") is None:
+            continue
+        end = w.get("ended") or r.get("run", {}).get("ended_at") or last + 1
+        windows.append(plots.Window(f"{w.get('step')}", w["started"] - t0, (w.get("measured_from") or w["started"]) - t0,
+                                    end - t0, (steps.get(w.get("step")) or {}).get("output_tokens_per_s")))
+    minutes = (last - first) > 1200
+    svg = plots.timeseries("timeseries", [s - t0 + 0.5 for s in secs], [f[1] for f in fill], [f[2] for f in fill],
+                           [f[3] for f in fill], windows, minutes=minutes)
+    cap = ("Per wall-clock second: output tokens by the second their chunk arrived, requests by the second they ended"
+           " (requests still in flight when the test stopped end as cancelled, with the failed).")
+    if width > 1:
+        cap += f" Each point is the mean of {width} seconds."
+    if windows:
+        cap += (" Vertical lines start each ladder step (numbered); shaded: its warm-up (discarded); orange: the step's"
+                " steady-state tokens/s over its measurement window.")
+    return H("<h2 id='timeline'>Over the run</h2>" + figure(svg, "plot-timeseries", cap))
+
+
+def section_distributions(r: dict[str, Any]) -> H:
+    from . import plots
+
+    dist = r.get("distributions") or {}
+    lat = (r.get("summary") or {}).get("latency") or {}
+    figs = []
+    for key, title in (("ttft", "TTFT"), ("itl", "ITL (per token)")):
+        bins = dist.get(key) or []
+        if not bins:
+            continue
+        marks = [(p, (lat.get(key) or {}).get(p)) for p in ("p50", "p99")]
+        svg = plots.histogram(f"hist-{key}", bins, title=f"{title}: {sum(b[2] for b in bins):,} samples", marks=marks)
+        note = " The first bin also holds gaps of 0 (tokens that arrived in the same read)." if key == "itl" and bins[0][0] <= 1e-6 else ""
+        figs.append(figure(svg, f"plot-hist-{key}", f"{title} of ok requests, {len(bins)} log-spaced bins (10 per decade).{note}"))
+    if not figs:
+        return H("")
+    return H("<h2 id='distributions'>Latency distributions</h2><div class='grid'>" + "".join(figs) + "</div>")
+
+
+def section_summary(r: dict[str, Any]) -> H:
+    s = r.get("summary") or {}
+    lat = s.get("latency") or {}
+    rows = []
+    for label, key in (*LATENCY_ROWS[:1], ("TTFT (content)", "ttft_content"), *LATENCY_ROWS[1:], ("E2E incl. queue", "e2e_queue")):
+        if key in lat:
+            st = lat[key]
+            rows.append((label, num(st.get("count")), *(ms(st.get(c)) for c in PCTS[1:])))
+    out = ["<h2 id='summary'>Whole run</h2><h3>Latency (ms)</h3>", table(("latency",) + PCTS, rows, id="latency-table")]
+    client = s.get("client") or {}
+    good = s.get("goodput_requests_per_s")
+    facts = [
+        ("requests sent / ok / failed / cancelled at stop",
+         f"{num(s.get('sent'))} / {num(s.get('ok'))} / {num(s.get('failed'))} / {num(s.get('cancelled'))}"),
+        ("error rate", f"{pct(s.get('error_rate'), 2)} %"),
+        ("duration", f"{num(s.get('duration_s'))} s"),
+        ("output tokens/s, requests/s", f"{num(s.get('output_tokens_per_s'))}, {num(s.get('requests_per_s'))}"),
+        ("goodput requests/s, tokens/s", "-" if good is None else f"{num(good)}, {num(s.get('goodput_tokens_per_s'))}"),
+        ("concurrency (Little's law)", num(s.get("concurrency"))),
+        ("tokens in / out", f"{num(s.get('tokens_in'))} / {num(s.get('tokens_out'))}"),
+        ("output token counts from", ", ".join(f"{k} {v}" for k, v in sorted((s.get("n_out_sources") or {}).items())) or "-"),
+        ("length mismatches / checked", f"{num(s.get('length_mismatch'))} / {num(s.get('length_checked'))}"),
+        ("client", ("valid" if client.get("valid") else "SUSPECT (client saturated)") +
+         f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %"),
+    ]
+    out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
+    out.append(section_failures(s))
+    return H("".join(out))
+
+
+def section_failures(s: dict[str, Any]) -> H:
+    failures = {k: v for k, v in (s.get("outcomes") or {}).items() if k not in ("ok", "cancelled") and v}
+    if not failures:
+        return H("<h3 id='failures'>Failures</h3><p>None.</p>")
+    rows = []
+    for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):
+        texts = sorted(((s.get("errors") or {}).get(kind) or {}).items(), key=lambda kv: -kv[1])
+        samples = "".join(f"<li><code>{esc(t[:500])}</code> × {n_}</li>" for t, n_ in texts)
+        rows.append((kind, num(n), H(f"<ul>{samples}</ul>" if samples else "-")))
+    return H("<h3 id='failures'>Failures by kind</h3>" + table(("kind", "requests", "sample error texts (count)"), rows,
+                                                                 id="failures-table", left=1))
+
+
+def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> list:
+    """Per-step panels of what the GPU sidecar and the server's /metrics gave (none without data)."""
+    from .plots import Line, Panel
+
+    def q(src: dict, name: str, stat: str, scale: float = 1.0) -> list[float | None]:
+        vals = [((src.get(n) or {}).get(name) or {}).get(stat) for n in order]
+        return [None if v is None else v * scale for v in vals]
+
+    def pair(src: dict, name: str, scale: float) -> list:
+        return [Line("mean", "mean", q(src, name, "mean", scale)), Line("max", "max", q(src, name, "max", scale), True)]
+
+    def has(*vals: list) -> bool:
+        return any(v is not None for vs in vals for v in vs)
+
+    panels = []
+    if has(q(gp, "gpu_memory_used_bytes", "mean")):
+        limits = []
+        total = [v for v in q(gp, "gpu_memory_total_bytes", "max", GIB) if v]
+        if total:
+            limits.append(("total", f"total {max(total):.0f} GiB", max(total)))
+        idle = eff.get("baseline_gpu_memory_gib")
+        if idle is not None:
+            limits.append(("idle", f"idle before load {idle:.1f} GiB", idle))
+        panels.append(Panel("gpumem", "GPU memory used", "GiB", pair(gp, "gpu_memory_used_bytes", GIB), limits))
+    if has(q(gp, "gpu_utilization", "mean")):
+        panels.append(Panel("gpuutil", "GPU utilisation", "%", pair(gp, "gpu_utilization", 100)))
+    if has(q(sv, "kv_cache_usage", "max")):
+        panels.append(Panel("kv", "server KV cache use", "%", pair(sv, "kv_cache_usage", 100)))
+    if has(q(sv, "running", "mean"), q(sv, "waiting", "mean")):
+        panels.append(Panel("queue", "server requests", "requests", [Line("running", "running (mean)", q(sv, "running", "mean")),
+                                                                    Line("waiting", "waiting (mean)", q(sv, "waiting", "mean"))]))
+    return panels
+
+
+def _efficiency_table(eff: dict[str, Any]) -> H:
+    cols = (("GPU mem GiB", "gpu_memory_used_gib", 1), ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1),
+            ("tok/s per GiB", "output_tokens_per_s_per_gib", 1), ("GPU util %", "gpu_utilization_mean", 100),
+            ("KV max %", "kv_cache_usage_max", 100), ("preempted", "preemptions", 1))
+    present = [c for c in cols if any(c[1] in row for row in eff["steps"])]
+    rows = [(e.get("step"), num(e.get("offered")), num(e.get("output_tokens_per_s")),
+             *(num(None if e.get(k) is None else e[k] * scale) for _, k, scale in present),
+             "KV saturated" if e.get("kv_saturated") else "") for e in eff["steps"]]
+    most = eff.get("max_load_before_kv_saturation")
+    return H("<h3>Memory efficiency per step</h3>"
+             + table(("step", "offered", "tok/s", *(c[0] for c in present), ""), rows, id="efficiency-table")
+             + f"<p>Highest load before KV-cache saturation or preemption: <b>{esc('-' if most is None else f'{most:g}')}</b></p>")
+
+
+def _window_rows(w: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A scrape window (ServerSeries.window): gauges as mean / max, counters as increase / rate."""
+    rows = []
+    for k, v in w.items():
+        if isinstance(v, dict) and "mean" in v:
+            scale, unit = ((100, " %") if k in ("kv_cache_usage", "gpu_utilization")
+                           else (GIB, " GiB") if k.endswith("_bytes") else (1, ""))
+            rows.append((k, f"mean {num(None if v['mean'] is None else v['mean'] * scale)}{unit}",
+                         f"max {num(None if v.get('max') is None else v['max'] * scale)}{unit}"))
+        elif isinstance(v, dict) and "increase" in v:
+            rows.append((k, f"increase {num(v['increase'])}", f"per s {num(v.get('per_s'))}"))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            rows.append((k, num(v), ""))
+    return rows
+
+
+def section_resources(r: dict[str, Any]) -> H:
+    from . import plots
+
+    server, gpu, eff = r.get("server_metrics") or {}, r.get("gpu_metrics") or {}, r.get("efficiency") or {}
+    if not (server or gpu or eff):
+        return H("")
+    out = ["<h2 id='resources'>Server and GPU</h2>"]
+    ladder = r.get("ladder") or {}
+    lsteps = ladder.get("steps") or []
+    sv = {w.get("step"): w for w in server.get("steps") or []}
+    gp = {w.get("step"): w for w in gpu.get("steps") or []}
+    if lsteps and (sv or gp):
+        order = [s.get("step") for s in lsteps]
+        panels = _resource_panels(order, sv, gp, eff)
+        if panels:
+            x, xlabel, log_x = _load_axis(lsteps)
+            knee = _knee(ladder)
+            ki = next((i for i, n in enumerate(order) if knee and n == knee.get("step")), None)
+            svg = plots.vs_load("resources", x, panels, xlabel=xlabel, knee=ki, log_x=log_x, width=min(4.0 * len(panels), 13.0))
+            out.append(figure(svg, "plot-resources", "Per ladder step, over its measurement window: the GPU sidecar's "
+                              "memory and utilisation (all GPUs), and the server's own KV-cache use and request queue."))
+    if eff.get("steps"):
+        out.append(_efficiency_table(eff))
+    for label, src in (("server", server), ("GPU", gpu)):
+        source = src.get("source") or {}
+        if src.get("run"):
+            head = (f"{label} over the whole run ({source.get('server') or 'unknown'}, "
+                    f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})")
+            out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), _window_rows(src["run"])))
+        if source.get("error"):
+            out.append(f"<p class='warn'>{esc(label)} metrics: {esc(source['error'])}</p>")
+    return H("".join(out))
+
+
+def section_workers(r: dict[str, Any]) -> H:
+    workers = r.get("workers") or []
+    if not workers:
+        return H("")
+    rows = [(w.get("index"), w.get("id"), num(w.get("reports")), num(w.get("sent")), num(w.get("finished")),
+             "lost" if w.get("lost_at") else "", "rejoined" if w.get("rejoined_at") else "") for w in workers]
+    return H("<h3 id='workers'>Workers</h3>" + table(("index", "id", "reports", "sent", "finished", "", ""), rows, left=2))
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", orjson.dumps(v).decode() if isinstance(v, (list, dict)) else v))
+    return out
+
+
+def section_environment(r: dict[str, Any]) -> H:
+    env, run = r.get("environment") or {}, r.get("run") or {}
+    server = env.get("server") or {}
+    out = ["<h2 id='reproduce'>Reproduce this run</h2>"]
+    cmd = run.get("command")
+    if cmd:
+        text = shlex.join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)
+        out.append(f"<h3>Command</h3><pre id='command'>{esc(text)}</pre>")
+    name = Path(r.get("_path") or "RESULTS.json").name
+    if isinstance(r.get("plan"), dict):
+        out.append(f"<p>The effective plan below runs again with <code>llm-locust run {esc(shlex.quote(name))}</code>"
+                   " (or saved as a YAML file: <code>llm-locust run plan.yaml</code>).</p>")
+    seed = run.get("seed", (run.get("settings") or {}).get("seed"))
+    facts = [("started (UTC)", _started(run)), ("duration", f"{num(_duration(r))} s"), ("random seed", seed),
+             ("llm-locust", env.get("llm_locust")), ("Locust", env.get("locust")), ("Python", env.get("python")),
+             ("platform", env.get("platform")), ("load generator host", env.get("hostname")), ("CPUs", env.get("cpu_count")),
+             ("runner", run.get("runner")), ("workers", len(r.get("workers") or []) or "-"),
+             ("target", server.get("url") or run.get("host")), ("server metrics dialect", server.get("kind")),
+             ("server version", ", ".join(f"{k} {v}" for k, v in (server.get("version") or {}).items()) or "-"),
+             ("server version from", server.get("version_endpoint")),
+             ("model", server.get("model") or (run.get("server") or {}).get("model"))]
+    trace = env.get("trace") or {}
+    if trace:
+        facts += [("trace file", trace.get("path")), ("trace format", trace.get("format") or "detected"),
+                  ("trace bytes", num(trace.get("bytes"))),
+                  ("trace sha256", H(f"<span class='mono' id='trace-sha256'>{esc(trace.get('sha256'))}</span>"))]
+        if trace.get("error"):
+            facts.append(("trace error", trace["error"]))
+    elif (run.get("settings") or {}).get("trace"):
+        facts.append(("trace file", run["settings"]["trace"]))
+    out.append(kv_table(facts, id="environment"))
+    models = server.get("models") or []
+    if models:
+        first = ("id", "owned_by", "root", "max_model_len", "created")
+        keys = sorted({k for m in models for k in m}, key=lambda k: (first.index(k) if k in first else 99, k))
+        out.append("<h3>Models (/v1/models)</h3>" + table(keys, [[m.get(k) for k in keys] for m in models], id="models"))
+    gpus = env.get("gpus") or []
+    if gpus:
+        keys = ("gpu", "model_name", "uuid", "pci_bus_id", "gpu_instance_id", "driver_version", "cuda_version")
+        keys = [k for k in keys if any(g.get(k) for g in gpus)]
+        out.append("<h3>GPUs</h3>" + table(keys, [[g.get(k) for k in keys] for g in gpus], id="gpus"))
+    settings = run.get("settings") or {}
+    if settings:
+        out.append("<h3>Options (run.settings)</h3>"
+                   + table(("option", "value"), _flatten(settings), left=2, id="settings"))
+    plan = r.get("plan")
+    if plan is not None:
+        text = yaml.safe_dump(plan, sort_keys=False, allow_unicode=True) if isinstance(plan, dict) else str(plan)
+        out.append("<h3>Effective plan</h3><pre id='plan'>" + esc(text) + "</pre>")
+    out.append(f"<p class='sub'>Results file {esc(name)}: schema {esc(r.get('schema'))}"
+               f" version {esc(r.get('version'))}.</p>")
+    return H("".join(out))
+
+
+def _version() -> str:
+    try:
+        return metadata.version("llm-locust")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def render(results: dict[str, Any]) -> str:
+    """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
+    body = [section_header(results), section_ladder(results), section_timeseries(results),
+            section_distributions(results), section_summary(results), section_resources(results),
+            section_workers(results), section_environment(results)]
+    toc = [("load", "load"), ("steps", "steps"), ("timeline", "timeline"), ("distributions", "distributions"),
+           ("summary", "whole run"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
+    text = "".join(body)
+    nav = " ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc if f"id='{a}'" in text)
+    title = (results.get("plan") or {}).get("name") if isinstance(results.get("plan"), dict) else None
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<meta name='generator' content='llm-locust {esc(_version())}'>"
+            f"<title>{esc(title or 'llm-locust report')}</title><style>{CSS}</style></head>"
+            f"<body><main><nav>{nav}</nav>{text}</main></body></html>\n")
+
+
+def _mask(text: str, results: dict[str, Any]) -> str:
+    """Belt and braces: the API key of this shell (the variable the run read) never goes in the page."""
+    var = ((results.get("run") or {}).get("settings") or {}).get("api_key_env") or "OPENAI_API_KEY"
+    for name in {var, "OPENAI_API_KEY"}:
+        secret = os.environ.get(name, "")
+        if len(secret) >= 8:
+            text = text.replace(secret, "***").replace(html.escape(secret, quote=True), "***")
+    return text
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # a page to share: the usual file mode, not mkstemp's 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llm-locust report",
+                                description="One self-contained HTML report from a results JSON file.")
+    p.add_argument("results", help="the results JSON written by `llm-locust run --results`")
+    p.add_argument("-o", "--output", default="", help="the HTML file to write (default: RESULTS with .html)")
+    args = p.parse_args(argv)
+    src = Path(args.results)
+    out = Path(args.output) if args.output else src.with_suffix(".html")
+    if out.resolve() == src.resolve():
+        print(f"llm-locust report: {src}: the output would overwrite the results file; give -o", file=sys.stderr)
+        return 2
+    try:
+        results = load_results(src)
+    except ResultsError as e:
+        print(f"llm-locust report: {e}", file=sys.stderr)
+        return 2
+    try:
+        page = render(results)
+    except ImportError as e:
+        print(f"llm-locust report: {e.name or e} is needed to draw the plots (pip install matplotlib)", file=sys.stderr)
+        return 1
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        print(f"llm-locust report: {src}: malformed results file ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    try:
+        write_atomic(out, _mask(page, results))
+    except OSError as e:
+        print(f"llm-locust report: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"report written to {out} ({len(page.encode()) / 1024:,.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

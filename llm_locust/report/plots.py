@@ -1,0 +1,235 @@
+"""The report's figures: plain data in, SVG text out (matplotlib, no pyplot, no global state).
+
+Every function returns one `<svg>` element ready to inline in HTML: the XML prolog and the RDF
+metadata are dropped, every id is prefixed with the figure's name (so several figures share one
+page without clashing ids), and the output is deterministic (fixed hash salt, no date). Artists
+the tests look for carry ids (`gid`): a line's points are the `<use>` marks in `<g id=NAME-KEY>`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullLocator
+
+RC = {
+    "svg.fonttype": "none",  # text as <text>, in the reader's fonts: small, and nothing to fetch
+    "svg.hashsalt": "llm-locust",  # deterministic clip-path and marker ids
+    "path.simplify": False,  # every data point is drawn: point counts are checkable
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e3e6ea",
+    "grid.linewidth": 0.6,
+    "legend.fontsize": 8,
+    "legend.frameon": True,
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "none",
+    "lines.linewidth": 1.6,
+    "lines.markersize": 5,
+}
+METADATA = {"Date": None, "Creator": None}  # no timestamp: the same results give the same bytes
+KNEE = "#d9480f"
+FLAGGED = "#c92a2a"
+SLO = "#868e96"
+COLORS = ("#1c7ed6", "#2b8a3e", "#7048e8", "#e67700", "#0b7285", "#c2255c")
+
+
+class Line(NamedTuple):
+    key: str  # the id of its group: NAME-KEY
+    label: str
+    values: Sequence[float | None]
+    dashed: bool = False
+
+
+class Panel(NamedTuple):
+    key: str
+    title: str
+    ylabel: str
+    lines: list[Line]
+    limits: Sequence[tuple[str, str, float]] = ()  # (key, label, y): horizontal lines (SLOs, capacity)
+    log_y: bool = False
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _new(width: float, height: float, ncols: int = 1, nrows: int = 1, sharex: bool = False):
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)  # the Agg canvas; savefig(format="svg") hands it to the SVG writer
+    axes = fig.subplots(nrows, ncols, sharex=sharex, squeeze=False).ravel().tolist()
+    return fig, axes
+
+
+def to_svg(fig: Figure, name: str) -> str:
+    """The figure as an inline <svg>: no prolog, no metadata, ids prefixed with `name`."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata=METADATA)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
+    svg = re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", svg, count=1)  # scales with the page
+    svg = re.sub(r'\bid="', f'id="{name}-', svg)
+    svg = svg.replace("url(#", f"url(#{name}-").replace('xlink:href="#', f'xlink:href="#{name}-')
+    return svg.strip()
+
+
+def _load_axis(ax, x: Sequence[float], xlabel: str, log_x: bool) -> None:
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(list(x), [f"{v:g}" for v in x], rotation=45 if len(x) > 10 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(xlabel)
+
+
+def vs_load(
+    name: str,
+    x: Sequence[float],
+    panels: list[Panel],
+    *,
+    xlabel: str,
+    knee: int | None = None,
+    flagged: Sequence[int] = (),
+    log_x: bool = False,
+    width: float = 11.0,
+    height: float = 3.3,
+) -> str:
+    """Panels side by side, each with lines against the offered load (x). knee: index of the
+    saturation step, marked by a vertical line in each panel and a point on each panel's first
+    line (`NAME-knee-PANEL`); flagged: indices of suspect steps, ringed on the first line."""
+    with matplotlib.rc_context(RC):
+        fig, axes = _new(width, height, ncols=len(panels))
+        for ax, panel in zip(axes, panels):
+            for i, line in enumerate(panel.lines):
+                ys = [_nan(v) for v in line.values]
+                ax.plot(x, ys, marker="o", linestyle="--" if line.dashed else "-", color=COLORS[i % len(COLORS)],
+                        label=line.label, gid=f"{panel.key}-{line.key}")
+            for j, (key, label, y) in enumerate(panel.limits):
+                ax.axhline(y, color=SLO, linestyle=(0, (4, 3)) if j % 2 == 0 else (0, (1, 2)), linewidth=1.1,
+                           label=label, gid=f"{panel.key}-limit-{key}")
+            first = [_nan(v) for v in panel.lines[0].values] if panel.lines else []
+            marked = [i for i in flagged if i < len(first) and not math.isnan(first[i])]
+            if marked:
+                ax.plot([x[i] for i in marked], [first[i] for i in marked], linestyle="none", marker="o", markersize=11,
+                        markerfacecolor="none", markeredgecolor=FLAGGED, markeredgewidth=1.4,
+                        label="flagged step", gid=f"{panel.key}-flagged")
+            if knee is not None:
+                ax.axvline(x[knee], color=KNEE, linestyle="--", linewidth=1.2, gid=f"{panel.key}-knee-line")
+                if first and not math.isnan(first[knee]):
+                    ax.plot([x[knee]], [first[knee]], linestyle="none", marker="D", markersize=8, color=KNEE,
+                            label="saturation (knee)", gid=f"{panel.key}-knee")
+            if panel.log_y:
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(bottom=0)
+            _load_axis(ax, x, xlabel, log_x)
+            ax.set_title(panel.title, loc="left")
+            ax.set_ylabel(panel.ylabel)
+            ax.legend(loc="best")
+        return to_svg(fig, name)
+
+
+def _ms_label(v: float, _pos: int = 0) -> str:
+    return f"{v:g}"
+
+
+def _ms_text(v: float) -> str:
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
+
+
+def histogram(
+    name: str,
+    bins: Sequence[Sequence[float]],
+    *,
+    title: str,
+    marks: Sequence[tuple[str, float]] = (),
+    width: float = 5.4,
+    height: float = 3.0,
+) -> str:
+    """Log-binned latency histogram: bins [[low_s, high_s, count], ...] as bars on a log axis in
+    ms (`NAME-bin-I`, one per bin), with vertical lines at `marks` (label, seconds)."""
+    with matplotlib.rc_context(RC):
+        fig, (ax,) = _new(width, height)
+        lows = [b[0] * 1e3 for b in bins]
+        widths = [(b[1] - b[0]) * 1e3 for b in bins]
+        bars = ax.bar(lows, [b[2] for b in bins], width=widths, align="edge", color=COLORS[0], alpha=0.85,
+                      edgecolor="white", linewidth=0.4)
+        for i, patch in enumerate(bars.patches):
+            patch.set_gid(f"bin-{i}")
+        for j, (label, v) in enumerate(marks):
+            if v is not None and v > 0:
+                ax.axvline(v * 1e3, color=("#343a40", FLAGGED, SLO)[j % 3], linestyle="--", linewidth=1.1,
+                           label=f"{label} {_ms_text(v * 1e3)} ms", gid=f"mark-{j}")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))
+        ax.set_xlabel("ms (log scale)")
+        ax.set_ylabel("samples")
+        ax.set_title(title, loc="left")
+        if marks:
+            ax.legend(loc="best")
+        return to_svg(fig, name)
+
+
+class Window(NamedTuple):
+    label: str
+    start: float  # seconds on the series' axis
+    measured_from: float
+    end: float
+    steady: float | None = None  # the step's steady-state output tokens/s (drawn across its window)
+
+
+def timeseries(
+    name: str,
+    t: Sequence[float],
+    tokens: Sequence[float],
+    ok: Sequence[float],
+    failed: Sequence[float],
+    windows: Sequence[Window] = (),
+    *,
+    minutes: bool = False,
+    width: float = 11.0,
+    height: float = 4.8,
+) -> str:
+    """Output tokens/s (top) and requests ok / failed per second (bottom) over the run, one point
+    per second (`NAME-tokens`, `NAME-ok`, `NAME-failed`); each ladder step's start is a vertical
+    line (`NAME-boundary-I`), its warm-up shaded (`NAME-warmup-I`), its steady rate a segment."""
+    scale = 60.0 if minutes else 1.0
+    xs = [v / scale for v in t]
+    with matplotlib.rc_context(RC):
+        fig, (top, bottom) = _new(width, height, nrows=2, sharex=True)
+        top.plot(xs, tokens, color=COLORS[0], linewidth=1.0, label="output tokens/s", gid="tokens")
+        bottom.plot(xs, ok, color=COLORS[1], linewidth=1.0, label="ok", gid="ok")
+        bottom.plot(xs, failed, color=FLAGGED, linewidth=1.0, label="failed or cancelled", gid="failed")
+        for i, w in enumerate(windows):
+            for ax, part in ((top, "t"), (bottom, "b")):
+                ax.axvspan(w.start / scale, w.measured_from / scale, color="#f1f3f5", linewidth=0,
+                           gid=f"warmup-{i}{part}" if part == "b" else f"warmup-{i}")
+                ax.axvline(w.start / scale, color="#495057", linewidth=0.8,
+                           gid=f"boundary-{i}" if part == "t" else f"boundary-{i}b")
+            if w.steady is not None:
+                top.plot([w.measured_from / scale, w.end / scale], [w.steady, w.steady], color=KNEE, linewidth=2.0,
+                         label="step steady-state tokens/s" if i == 0 else None, gid=f"steady-{i}")
+            top.annotate(f"step {w.label}", (w.start / scale, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -2),
+                         textcoords="offset points", va="top", fontsize=8, color="#495057")
+        if windows:
+            top.axvline(windows[-1].end / scale, color="#495057", linewidth=0.8, gid="boundary-end")
+        top.set_ylabel("tokens/s")
+        top.set_ylim(bottom=0)
+        top.set_title("output tokens per second", loc="left")
+        bottom.set_ylabel("requests/s")
+        bottom.set_ylim(bottom=0)
+        bottom.set_title("requests ended per second", loc="left")
+        bottom.set_xlabel("minutes since start" if minutes else "seconds since start")
+        top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return to_svg(fig, name)

@@ -1,0 +1,368 @@
+"""The HTML report (`llm-locust report`) from the results of real short runs against the simulator:
+a 3-step concurrency ladder read beside a fake GPU sidecar, and a closed loop without a ladder.
+The page is parsed (html.parser) and its inline SVG read for the points the plots carry."""
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from html.parser import HTMLParser
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from llm_locust.report.html import main, render
+from llm_locust.report.results import load_results
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "sk-test-report-0123456789abcdef-NEVER-SHOWN"
+FLAGS = ("client_saturated", "errors", "length_mismatch", "no_data")
+
+
+# ---- a small DOM from html.parser ----
+
+
+class Node:
+    def __init__(self, tag, attrs, parent=None):
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, dict(attrs), parent, [], []
+
+    def iter(self):
+        yield self
+        for c in self.children:
+            yield from c.iter()
+
+    def find_all(self, tag=None, **attrs):
+        return [n for n in self.iter() if (tag is None or n.tag == tag) and all(n.attrs.get(k) == v for k, v in attrs.items())]
+
+    def by_id(self, id_):
+        found = self.find_all(id=id_)
+        assert len(found) == 1, f"{len(found)} elements with id {id_!r}"
+        return found[0]
+
+    def has_id(self, id_):
+        return bool(self.find_all(id=id_))
+
+    def all_text(self):
+        return "".join(t for n in self.iter() for t in n.text)
+
+    def classes(self):
+        return set((self.attrs.get("class") or "").split())
+
+
+class DOM(HTMLParser):
+    VOID = {"meta", "br", "link", "img", "input", "hr", "col", "source", "wbr"}
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.root = self.cur = Node("#root", {})
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, attrs, self.cur)
+        self.cur.children.append(node)
+        if tag not in self.VOID:
+            self.cur = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.cur.children.append(Node(tag, attrs, self.cur))
+
+    def handle_endtag(self, tag):
+        n = self.cur
+        while n is not self.root and n.tag != tag:
+            n = n.parent
+        if n is not self.root:
+            self.cur = n.parent
+
+    def handle_data(self, data):
+        self.cur.text.append(data)
+
+
+def dom(text):
+    return DOM(text).root
+
+
+def uses(root, gid):
+    """The marker positions (x, y) of the line drawn in <g id=gid>."""
+    return [(float(u.attrs["x"]), float(u.attrs["y"])) for u in root.by_id(gid).find_all("use")]
+
+
+def vertices(root, gid):
+    """Number of vertices of the (first) path in <g id=gid>."""
+    d = root.by_id(gid).find_all("path")[0].attrs["d"]
+    return len(re.findall(r"[ML]\s", d))
+
+
+def path_x(root, gid):
+    d = root.by_id(gid).find_all("path")[0].attrs["d"]
+    return float(re.match(r"M\s*([-\d.]+)", d.strip()).group(1))
+
+
+def kv(root, table_id):
+    """A two-column table as {first cell: second cell}."""
+    rows = [[td.all_text() for td in tr.find_all("td")] for tr in root.by_id(table_id).find_all("tr")]
+    return {row[0]: row[1] for row in rows if len(row) == 2}
+
+
+# ---- real runs (module scope: one ladder with the sidecar, one closed loop) ----
+
+
+def _run(args, env, timeout=180):
+    return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **env})
+
+
+@pytest.fixture(scope="module")
+def ladder_run(tmp_path_factory):
+    """3 steps of 4 s (1 s warm-up) on the simulator, SLOs of the seed plan, a fake 2-GPU sidecar,
+    an API key in the environment."""
+    d = tmp_path_factory.mktemp("ladder")
+    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "2", "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = sidecar.stdout.readline()
+        url = re.search(r"(http://\S+)", line).group(1) + "/metrics"
+        results = d / "ladder.json"
+        p = _run(["plans/seed-concurrency-ladder.yaml", "--ladder", "concurrency:2,8,32", "--step-duration", "4",
+                  "--warmup", "1", "--gpu-metrics", url, "--results", str(results)], {"OPENAI_API_KEY": SECRET})
+    finally:
+        sidecar.terminate()
+        sidecar.wait(10)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = d / "ladder.html"
+    assert main([str(results), "-o", str(out)]) == 0
+    return {"path": results, "results": load_results(results), "html": out.read_text(), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def closed_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("closed")
+    results = d / "closed.json"
+    p = _run(["-t", "3s", "-u", "2", "--results", str(results)], {})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {"path": results, "results": load_results(results)}
+
+
+# ---- the ladder report ----
+
+
+def test_knee_is_marked_at_the_step_the_results_name(ladder_run):
+    r, root = ladder_run["results"], dom(ladder_run["html"])
+    steps = r["ladder"]["steps"]
+    knee = r["ladder"]["saturation"]["saturation"]
+    rows = root.by_id("steps-table").find_all("tr")[1:]
+    knee_rows = [row for row in rows if "knee" in row.classes()]
+    if knee is None:  # the verdict found none: nothing may be marked
+        assert not knee_rows and not root.find_all(id="load-throughput-tokens-knee")
+        return
+    i = next(i for i, s in enumerate(steps) if s["step"] == knee["step"])
+    points = uses(root, "load-throughput-tokens-output")
+    assert len(points) == len(steps)
+    (kx, ky), = uses(root, "load-throughput-tokens-knee")
+    assert (kx, ky) == pytest.approx(points[i])
+    # in every panel of both figures: the dashed line stands at the knee point's x
+    for fig, panels in (("load-throughput", ("tokens", "requests")), ("load-latency", ("ttft", "itl", "e2e"))):
+        for panel in panels:
+            (px, _), = uses(root, f"{fig}-{panel}-knee")
+            assert path_x(root, f"{fig}-{panel}-knee-line") == pytest.approx(px, abs=0.01)
+    assert uses(root, "load-throughput-requests-knee")[0] == pytest.approx(uses(root, "load-throughput-requests-requests")[i])
+    assert [row.attrs["data-step"] for row in knee_rows] == [str(knee["step"])]
+    assert "knee" in {s.all_text() for s in knee_rows[0].find_all("span")}
+
+
+def test_plots_carry_every_point(ladder_run):
+    r, root = ladder_run["results"], dom(ladder_run["html"])
+    steps = r["ladder"]["steps"]
+    n = len(steps)
+    assert n == 3
+    for fig in ("plot-throughput", "plot-latency", "plot-timeseries", "plot-hist-ttft", "plot-hist-itl", "plot-resources"):
+        assert root.by_id(fig).find_all("svg"), fig
+    assert len(uses(root, "load-throughput-requests-requests")) == n
+    # latency lines: one point per step that has the figure (a step with no ok request has none)
+    for metric in ("ttft", "itl", "e2e"):
+        have = [s for s in steps if (s["latency"].get(metric) or {}).get("p99") is not None]
+        panel = "itl" if metric == "itl" else metric
+        assert len(uses(root, f"load-latency-{panel}-{metric}-p99")) == len(have)
+    # SLO lines where the plan set SLOs: ttft (p99) 500 ms and ttft_p50 200 ms on the TTFT panel
+    slos = r["run"]["settings"]["slos"]
+    assert slos == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}
+    for name, panel in (("ttft", "ttft"), ("ttft_p50", "ttft"), ("tpot_p50", "itl")):
+        assert root.has_id(f"load-latency-{panel}-limit-{name}")
+    assert not root.find_all(id="load-latency-e2e-limit-ttft")
+    # time series: one vertex per second from the first to the last, a boundary per ladder window
+    secs = [row[0] for row in r["series"]]
+    assert vertices(root, "timeseries-tokens") == max(secs) - min(secs) + 1
+    assert vertices(root, "timeseries-failed") == max(secs) - min(secs) + 1
+    windows = r["ladder"]["windows"]
+    boundaries = [g for g in root.find_all("g") if re.fullmatch(r"timeseries-boundary-\d+", g.attrs.get("id", ""))]
+    assert len(boundaries) == len(windows) == n
+    # histograms: one bar per bin of the results' distributions
+    for key in ("ttft", "itl"):
+        bars = [g for g in root.find_all("g") if re.fullmatch(rf"hist-{key}-bin-\d+", g.attrs.get("id", ""))]
+        assert len(bars) == len(r["distributions"][key]) > 0
+    # GPU memory / utilisation and the server's KV cache and queue, one point per step
+    for gid in ("resources-gpumem-mean", "resources-gpuutil-mean", "resources-kv-max", "resources-queue-waiting"):
+        assert len(uses(root, gid)) == n, gid
+
+
+def test_every_flagged_step_is_marked(ladder_run):
+    r = ladder_run["results"]
+
+    def check(results):
+        root = dom(render(results))
+        rows = {row.attrs["data-step"]: row for row in root.by_id("steps-table").find_all("tr") if "data-step" in row.attrs}
+        for s in results["ladder"]["steps"]:
+            row = rows[str(s["step"])]
+            shown = {c.removeprefix("flag-") for span in row.find_all("span") for c in span.classes() if c.startswith("flag-")}
+            assert shown == set(s["flags"]), (s["step"], shown, s["flags"])
+            assert ("flagged" in row.classes()) == bool(s["flags"])
+        legend = root.by_id("flags-legend").all_text()
+        for flag in FLAGS:
+            assert flag in legend
+        return root
+
+    check(r)  # as the run came out
+    r2 = copy.deepcopy(r)  # every kind of flag, and the knee moved to the first step
+    marks = [["client_saturated", "length_mismatch"], ["errors"], ["no_data"]]
+    for s, f in zip(r2["ladder"]["steps"], marks):
+        s["flags"] = f
+    first = r2["ladder"]["steps"][0]
+    r2["ladder"]["saturation"]["saturation"] = {**(r2["ladder"]["saturation"]["saturation"] or {}),
+                                                "step": first["step"], "offered": first["offered"]}
+    root = check(r2)
+    rings = uses(root, "load-throughput-tokens-flagged")
+    assert len(rings) == 3
+    assert uses(root, "load-throughput-tokens-knee") == pytest.approx([uses(root, "load-throughput-tokens-output")[0]])
+    knee_rows = [row.attrs["data-step"] for row in root.find_all("tr") if "knee" in row.classes()]
+    assert knee_rows == [str(first["step"])]
+
+
+def test_reproducibility_fields(ladder_run):
+    r, root = ladder_run["results"], dom(ladder_run["html"])
+    env = r["environment"]
+    trace = Path(env["trace"]["path"])
+    assert root.by_id("trace-sha256").all_text() == hashlib.sha256(trace.read_bytes()).hexdigest()
+    facts = kv(root, "environment")
+    assert facts["llm-locust"] == env["llm_locust"] and facts["Locust"] == metadata.version("locust")
+    assert facts["started (UTC)"] == r["run"]["started_at_utc"] and facts["random seed"] == str(r["run"]["seed"])
+    assert facts["trace file"] == str(trace) and facts["server metrics dialect"] == "vllm"
+    assert facts["model"] == "llm-locust-sim"
+    assert root.by_id("models").all_text().count("llm-locust-sim") >= 1
+    gpus = root.by_id("gpus").all_text()
+    assert "NVIDIA H200 (fake)" in gpus and env["gpus"][0]["driver_version"] in gpus and env["gpus"][0]["cuda_version"] in gpus
+    assert root.by_id("command").all_text() == shlex.join(r["run"]["command"])
+    settings = root.by_id("settings").all_text()
+    assert "ladder.spec" in settings and "concurrency:2,8,32" in settings and "slos.ttft_p50" in settings
+    plan = root.by_id("plan").all_text()
+    assert "kind: concurrency" in plan and "seed: 0" in plan
+
+
+def test_self_contained_and_no_secret(ladder_run):
+    assert load_results(ladder_run["path"])["run"]["settings"]["api_key_set"] is True  # the key was in use
+    html, root = ladder_run["html"], dom(ladder_run["html"])
+    assert SECRET not in ladder_run["path"].read_text()
+    assert SECRET not in html
+    assert not root.find_all("script") and not root.find_all("link") and not root.find_all("img") and not root.find_all("iframe")
+    for node in root.iter():
+        for k, v in node.attrs.items():
+            if k.startswith("xmlns") or v is None:
+                continue
+            if k in ("src", "href", "xlink:href", "action", "data", "poster") or k.endswith(":href"):
+                assert not re.match(r"\s*(https?:)?//", v), (node.tag, k, v)
+            assert not re.search(r"url\(\s*['\"]?(https?:)?//", v), (node.tag, k, v)
+    for style in root.find_all("style"):
+        text = style.all_text()
+        assert "@import" not in text and not re.search(r"url\(\s*['\"]?(https?:)?//", text)
+    csp = [m for m in root.find_all("meta") if m.attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0].attrs["content"]
+
+
+def test_error_texts_are_escaped_and_output_is_deterministic(ladder_run):
+    r = copy.deepcopy(ladder_run["results"])
+    r["summary"]["outcomes"]["http_error"] = 3
+    r["summary"]["errors"]["http_error"] = {'HTTP 500: <script>alert("x")</script> & more': 3}
+    page = render(r)
+    root = dom(page)
+    assert not root.find_all("script")
+    cells = root.by_id("failures-table").all_text()
+    assert '<script>alert("x")</script> & more' in cells and "http_error" in cells
+    assert render(r) == page
+
+
+def test_non_ladder_run(closed_run, tmp_path):
+    out = tmp_path / "c.html"
+    assert main([str(closed_run["path"]), "-o", str(out)]) == 0
+    r, root = closed_run["results"], dom(out.read_text())
+    assert "ladder" not in r
+    assert not root.find_all(id="plot-throughput") and not root.find_all(id="steps-table")
+    secs = [row[0] for row in r["series"]]
+    assert vertices(root, "timeseries-tokens") == max(secs) - min(secs) + 1
+    assert not [g for g in root.find_all("g") if g.attrs.get("id", "").startswith("timeseries-boundary")]
+    assert root.has_id("plot-hist-ttft") and root.has_id("latency-table")
+    assert root.by_id("trace-sha256").all_text() == hashlib.sha256(Path(r["environment"]["trace"]["path"]).read_bytes()).hexdigest()
+
+
+def test_v1_results_file(ladder_run, tmp_path):
+    """A v1 file (no distributions, validity, step flags or provenance): those parts are left out."""
+    v1 = json.loads(ladder_run["path"].read_text())
+    v1["version"] = 1
+    for k in ("validity", "distributions"):
+        v1.pop(k)
+    for k in ("server", "gpus", "trace"):
+        v1["environment"].pop(k)
+    for k in ("seed", "started_at_utc"):
+        v1["run"].pop(k)
+    for s in v1["steps"]:
+        s.pop("flags")
+    src, out = tmp_path / "v1.json", tmp_path / "v1.html"
+    src.write_text(json.dumps(v1))
+    assert main([str(src), "-o", str(out)]) == 0
+    root = dom(out.read_text())
+    assert root.has_id("plot-throughput") and root.has_id("steps-table") and root.has_id("plot-timeseries")
+    assert not root.find_all(id="plot-hist-ttft") and not root.find_all(id="trace-sha256") and not root.find_all(id="gpus")
+
+
+# ---- bad input: one message naming the file, exit 2, nothing written ----
+
+
+def _bad_inputs(good: Path, d: Path):
+    text = good.read_text()
+    cases = {
+        "truncated.json": (text[: len(text) // 2], "truncated JSON"),
+        "v99.json": (json.dumps({**json.loads(text), "version": 99}), "schema version 99"),
+        "other.json": (json.dumps({"hello": "world"}), "not an llm-locust results file"),
+        "list.json": ("[1, 2, 3]", "not an llm-locust results file"),
+        "empty.json": ("", "empty file"),
+    }
+    for name, (content, _) in cases.items():
+        (d / name).write_text(content)
+    return {name: msg for name, (_, msg) in cases.items()} | {"missing.json": "cannot read"}
+
+
+def test_bad_input_exits_2_and_writes_nothing(ladder_run, tmp_path, capsys):
+    for name, message in _bad_inputs(ladder_run["path"], tmp_path).items():
+        out = tmp_path / f"{name}.html"
+        assert main([str(tmp_path / name), "-o", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert message in err and str(tmp_path / name) in err, (name, err)
+        assert err.count("\n") == 1, err
+        assert not out.exists()
+    sentinel = tmp_path / "kept.html"  # an earlier report at the output path is left as it was
+    sentinel.write_text("earlier")
+    assert main([str(tmp_path / "truncated.json"), "-o", str(sentinel)]) == 2
+    assert sentinel.read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".html", ".tmp")) == ["kept.html"]
+
+
+def test_bad_input_as_a_command(tmp_path):
+    (tmp_path / "x.json").write_text('{"schema": "llm-locust/results", "version": 2, "run": {')
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "report", str(tmp_path / "x.json")], capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 2
+    assert str(tmp_path / "x.json") in p.stderr and "truncated JSON" in p.stderr and "Traceback" not in p.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "x.json"]
