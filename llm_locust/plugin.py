@@ -143,6 +143,8 @@ def _on_init(environment, **_kw: Any) -> None:
     h.slos = settings.request_slos
     scraper = _server_scraper(environment)
     gpu_scraper = _server_scraper(environment, getattr(environment.parsed_options, "gpu_metrics", "") or "off")
+    from .webui import install as install_webui  # the "LLM" view on the web UI, when there is one
+    install_webui(environment, scraper, gpu_scraper)
     server_facts: dict[str, Any] = {}
 
     def probe(**_kw: Any) -> None:

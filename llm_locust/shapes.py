@@ -262,8 +262,27 @@ def install(env: Environment, settings) -> None:
     env.llm_ladder = LadderController(env, ladder, settings.slos, early)  # type: ignore[attr-defined]
 
 
+def renew(env: Environment) -> None:
+    """A new test on a runner whose ladder already ran (started again from the web UI): a fresh
+    controller from the first step, and the hub's figures of the last test cleared."""
+    from .metrics.cluster import hub
+
+    ctl = controller(env)
+    if ctl is None or not ctl.windows:
+        return
+    env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early)  # type: ignore[attr-defined]
+    hub(env).new_run()
+    log.info("new ladder run from step 1")
+
+
 class LadderShape(LoadTestShape):
     """Runs the --ladder (see llm_locust.plan.parse_ladder for its syntax)."""
+
+    def reset_time(self) -> None:
+        # Locust calls this as a shape test starts, before the first tick
+        super().reset_time()
+        if self.runner is not None:
+            renew(self.runner.environment)
 
     def tick(self):
         ctl = controller(self.runner.environment)

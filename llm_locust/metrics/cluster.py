@@ -66,6 +66,19 @@ class MetricsHub:
         self.info: dict[str, Any] = {}  # facts learned while running (e.g. the model name)
         self.record_log: RecordLog | None = None
         self.id_prefix = f"{os.getpid():x}"
+        self.run_number = 1  # a new test started from the web UI after one ended: see new_run
+
+    def new_run(self) -> None:
+        """Master / local: forget the previous test's figures (Locust clears its stats the same
+        way when a test is started again from the web UI). Requests of the old test still in
+        flight on a worker arrive in the new one's figures as cancelled."""
+        self.steps = {}
+        self.total = Aggregate()
+        self.step = 0
+        self.started_at = None
+        for w in self.workers.values():
+            w.sent = w.finished = 0
+        self.run_number += 1
 
     # ---- recording, on the process that sends requests ----
 

@@ -1,0 +1,170 @@
+"""The "LLM" view on Locust's web UI: live token-level figures, charts, load steps and validity.
+
+`install(environment, scraper, gpu_scraper)` (called from the plugin's init listener on the
+master or local runner, when the web UI is on) adds to the web UI's Flask app:
+
+  GET /llm              the page (static HTML + JS; charts by the vendored uPlot, no network)
+  GET /llm/data?since=T compact JSON from the hub's aggregates (llm_locust.webui.data)
+  GET /llm/static/NAME  the page's scripts and styles
+
+under Locust's --web-base-path and behind its --web-login when those are set, and to Locust's
+own UI an "LLM" tab (a summary table, through Locust's `extended_tabs` / `extended_tables` /
+`extended_stats`) and a link to /llm under Reports (`extended_csv_files`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib import resources
+from typing import Any
+
+import orjson
+
+from .data import Inputs, LadderInputs, LiveView, summary_rows
+
+log = logging.getLogger(__name__)
+
+TAB_KEY = "llm"
+STATIC = resources.files(__name__) / "static"
+REPORT_LAG = 3.5  # master: the per-second series trails the workers by one report interval
+
+
+def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
+    from locust.runners import MasterRunner
+
+    from .. import shapes
+
+    runner = environment.runner
+    workers = None
+    if isinstance(runner, MasterRunner):
+        now = time.time()
+        workers = []
+        for c in list(runner.clients.values()):
+            ws = h.workers.get(c.id)
+            workers.append({
+                "id": c.id,
+                "index": ws.index if ws else None,
+                "state": c.state,
+                "cpu": round(c.cpu_usage or 0, 1),
+                "report_age": round(now - ws.last_report, 1) if ws and ws.last_report else None,
+                "in_flight": ws.in_flight if ws else 0,
+                "finished": ws.finished if ws else 0,
+            })
+        workers.sort(key=lambda w: (w["index"] is None, w["index"] or 0, w["id"]))
+        in_flight = sum(w.in_flight for w in h.workers.values())
+    else:
+        in_flight = h.in_flight
+    ladder = None
+    ctl = shapes.controller(environment)
+    if ctl is not None:
+        ld = ctl.ladder
+        ladder = LadderInputs(
+            kind=ld.kind, levels=list(ld.levels), warmup=ld.warmup, duration=ld.duration, requests=ld.requests,
+            windows=[w.to_dict() for w in ctl.windows], done=ctl.done, stop_reason=ctl.stop_reason, slos=dict(ctl.slos),
+        )
+    opts = environment.parsed_options
+    control = {
+        "shape": environment.shape_class is not None,
+        "users": getattr(opts, "num_users", None),
+        "spawn_rate": getattr(opts, "spawn_rate", None),
+        "host": environment.host or "",
+    }
+    return Inputs(
+        now=time.time(),
+        state=getattr(runner, "state", "") or "",
+        users=getattr(runner, "user_count", 0) or 0,
+        in_flight=in_flight,
+        total=h.total,
+        steps=h.steps,
+        current_step=h.step,
+        started_at=h.started_at,
+        lag=lag,
+        ladder=ladder,
+        workers=workers,
+        server=scraper.series if scraper is not None else None,
+        gpu=gpu_scraper.series if gpu_scraper is not None else None,
+        control=control,
+        slos=dict(h.slos),
+    )
+
+
+def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
+    """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI)."""
+    from flask import Blueprint, Response, request, send_from_directory
+    from locust.runners import MasterRunner, WorkerRunner
+
+    from ..metrics.cluster import hub
+
+    web_ui = getattr(environment, "web_ui", None)
+    if web_ui is None or isinstance(environment.runner, WorkerRunner):
+        return None
+    h = hub(environment)
+    lag = REPORT_LAG if isinstance(environment.runner, MasterRunner) else 1.0
+    view = LiveView()
+    environment.llm_webui = view  # type: ignore[attr-defined]
+    shown_run = [h.run_number]
+
+    def get_inputs() -> Inputs:
+        return _inputs(environment, h, scraper, gpu_scraper, lag)
+
+    def current_view() -> LiveView:
+        nonlocal view
+        if shown_run[0] != h.run_number:  # a new test: start the charts and caches afresh
+            shown_run[0] = h.run_number
+            view = environment.llm_webui = LiveView()  # type: ignore[attr-defined]
+        return view
+
+    prefix = (getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
+    bp = Blueprint("llm_locust_webui", __name__, url_prefix=prefix or None)
+    auth = web_ui.auth_required_if_enabled
+    page = (STATIC / "llm.html").read_bytes()
+
+    @bp.route("/llm")
+    @auth
+    def llm_page():  # noqa: ANN202 - Flask view
+        return Response(page, mimetype="text/html", headers={"Cache-Control": "no-cache"})
+
+    @bp.route("/llm/data")
+    @auth
+    def llm_data():  # noqa: ANN202
+        try:
+            since = float(request.args.get("since", "0") or 0)
+        except ValueError:
+            since = 0.0
+        body = orjson.dumps(current_view().payload(get_inputs, since))
+        return Response(body, mimetype="application/json", headers={"Cache-Control": "no-store"})
+
+    @bp.route("/llm/static/<path:name>")
+    @auth
+    def llm_static(name: str):  # noqa: ANN202
+        return send_from_directory(str(STATIC), name, max_age=3600)
+
+    web_ui.app.register_blueprint(bp)
+
+    # Locust's own UI: an "LLM" tab (a two-column table) and a link to /llm under Reports
+    ta = web_ui.template_args
+    ta["extended_tabs"] = [*ta.get("extended_tabs", []), {"title": "LLM", "key": TAB_KEY}]
+    ta["extended_tables"] = [*ta.get("extended_tables", []), {
+        "key": TAB_KEY, "structure": [{"key": "metric", "title": "LLM metric"}, {"key": "value", "title": "Value"}],
+    }]
+    ta["extended_csv_files"] = [*ta.get("extended_csv_files", []), {
+        "href": "./llm", "title": "LLM live view: charts, load steps, validity (/llm)",
+    }]
+    stats_path = f"{prefix}/stats/requests"
+
+    @web_ui.app.after_request
+    def llm_tab_rows(response):  # noqa: ANN202 - rows of the "LLM" tab ride on Locust's own poll
+        if request.path != stats_path or response.status_code != 200 or response.mimetype != "application/json":
+            return response
+        try:
+            data: dict[str, Any] = orjson.loads(response.get_data())
+            rows = summary_rows(current_view().refresh(get_inputs))
+            data["extended_stats"] = [*(data.get("extended_stats") or []), {"key": TAB_KEY, "data": rows}]
+            response.set_data(orjson.dumps(data))
+        except Exception:  # noqa: BLE001 - never break Locust's own page
+            log.exception("LLM tab rows failed")
+        return response
+
+    log.info("LLM live view at %s/llm on the web UI", prefix)
+    return view

@@ -1,0 +1,632 @@
+"""The LLM view's data: compact JSON built from the hub's existing aggregates. No Flask, no Locust.
+
+`LiveView.payload(get_inputs, since)` is what GET /llm/data returns. It is cheap for the master,
+and short enough never to stall a local runner's event loop (the load runs in that same loop):
+
+- the snapshot is computed at most once per `SAMPLE_S` (1 s), whoever polls; polls in between
+  get the cached snapshot, sliced by `since`;
+- percentiles are read from the HDR histograms' counts arrays with numpy (about 0.05 ms each,
+  against about 1 ms for hdrh's pure-Python walk), with hdrh's own arithmetic: the same values;
+  "recent" percentiles (the last `WINDOW_S` seconds) from the difference between the counts now
+  and a sparse snapshot of them taken about `WINDOW_S` seconds ago;
+- a ladder step's figures come from `fast_step_result`, field for field `steps.step_result` (the
+  final report's figures, flags and SLO verdicts) at about a tenth of its cost; a finished step
+  is recomputed only when its aggregate changes (late worker reports); the saturation verdict
+  (`saturation.analyse`) only when the set of finished steps changes;
+- series are sent incrementally: points newer than `since` (the `now` of the client's previous
+  payload), plus a re-sent tail of the per-second series, which keeps changing for about one
+  E2E after each second (a request's tokens are folded in by arrival second when it ends).
+
+Nothing runs while nobody polls: the latency-over-time history starts when a page is first
+opened (the hub keeps no per-second histograms); the per-second token and request series cover
+the whole run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..metrics.aggregate import LATENCIES, Aggregate
+from ..metrics.histogram import PERCENTILES, Histogram
+from ..records import FAILURE_KINDS, Outcome
+from ..steps import OFFERED_KINDS, OFFERED_UNITS, StepResult, broken_slos, check_slo_names, request_slos, steady_counts
+
+VERSION = 1
+LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
+PCTS = (50.0, 90.0, 99.0)
+WINDOW_S = 10.0  # "recent": rates and percentiles over the last 10 s
+SAMPLE_S = 1.0  # the snapshot is recomputed at most this often
+HISTORY = 7200  # latency / load samples kept (2 h at one a second while watched)
+TAIL_MIN_S, TAIL_MAX_S = 10, 300  # per-second series re-sent each poll: lag + E2E p99, within these
+LOOP_LAG_LIMIT = 0.005  # the validity rule of docs/metrics.md
+CPU_HIGH_SHARE = 0.5
+MAX_ERROR_TEXTS = 3  # per failure kind, in the payload
+
+
+# ---- percentiles from HDR counts (numpy) ----
+
+
+def _hdr(h: Histogram):
+    h._flush()  # noqa: SLF001 - the hub's own histogram type: fold pending records first
+    return h._h  # noqa: SLF001
+
+
+def counts(h: Histogram) -> np.ndarray:
+    """The histogram's bucket counts (a live view, not a copy)."""
+    return np.ctypeslib.as_array(_hdr(h).counts)
+
+
+def percentiles_from_counts(h: Histogram, c: np.ndarray, pcts=PCTS) -> dict[str, float] | None:
+    """hdrh's `get_value_at_percentile` (highest equivalent value), for counts `c` of `h`'s layout."""
+    cs = np.cumsum(c, dtype=np.int64)
+    n = int(cs[-1]) if len(cs) else 0
+    if n <= 0:
+        return None
+    hdr = _hdr(h)
+    out: dict[str, float] = {}
+    for p in pcts:
+        target = max(int(p * n / 100 + 0.5), 1)  # hdrh's get_target_count_at_percentile, same arithmetic
+        i = int(np.searchsorted(cs, target, side="left"))
+        out[f"p{p:g}"] = hdr.get_highest_equivalent_value(hdr.get_value_from_index(i)) / 1e6
+    return out
+
+
+def summary(h: Histogram) -> dict[str, Any]:
+    """Exactly `Histogram.summary()` (count, mean, min, max, p50 .. p99.9, seconds), about 10x faster."""
+    hdr = _hdr(h)
+    n = hdr.get_total_count()
+    if not n:
+        return {"count": 0}
+    sum_us = h.sum_us
+    out: dict[str, Any] = {
+        "count": n,
+        "mean": (sum_us / n if sum_us is not None else hdr.get_mean_value()) / 1e6,
+        "min": hdr.get_min_value() / 1e6,
+        "max": hdr.get_max_value() / 1e6,
+    }
+    out.update(percentiles_from_counts(h, counts(h), PERCENTILES) or {})
+    return out
+
+
+def client_valid_fast(agg: Aggregate, lag_p99_limit: float = LOOP_LAG_LIMIT, cpu_high_share: float = CPU_HIGH_SHARE) -> bool:
+    """Exactly `metrics.aggregate.client_valid`, with the numpy percentile."""
+    lag = (percentiles_from_counts(agg.hist["loop_lag"], counts(agg.hist["loop_lag"]), (99.0,)) or {}).get("p99")
+    if lag is not None and lag > lag_p99_limit:
+        return False
+    return not (agg.cpu_samples and agg.cpu_high / agg.cpu_samples >= cpu_high_share)
+
+
+def fast_step_result(agg: Aggregate, *, step: int, offered: float, offered_kind: str, window: tuple[float, float],
+                     warmup: float, slos: dict[str, float], series: dict[int, list[int]] | None = None,
+                     max_error_rate: float = 0.01) -> StepResult:
+    """Exactly `steps.step_result` (same fields, flags and SLO verdicts; tests/test_webui.py compares
+    them), with the histograms read through numpy: ~1.5 ms instead of 15-30 ms a step, so a
+    refresh never stalls a local runner's event loop (which would show as client loop lag)."""
+    if offered_kind not in OFFERED_KINDS:
+        raise ValueError(f"offered_kind must be one of {', '.join(OFFERED_KINDS)}, got {offered_kind!r}")
+    start, end = float(window[0]), float(window[1])
+    if end < start:
+        raise ValueError(f"window ends before it starts: {window!r}")
+    check_slo_names(slos)
+    span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
+    finished, cancelled, failed = agg.finished, agg.cancelled, agg.failed
+    error_rate = (failed / (finished - cancelled)) if finished > cancelled else 0.0
+    tokens, ok_n, _failed_n, seconds, s0, s1 = steady_counts(agg.series if series is None else series, start, end)
+    tps = tokens / seconds if seconds > 0 else 0.0
+    rps = ok_n / seconds if seconds > 0 else 0.0
+    ok = agg.outcomes.get(Outcome.OK.value, 0)
+    per_request = request_slos(slos)
+    if per_request and ok:
+        attainment = agg.goodput_requests / ok
+        token_share = agg.goodput_tokens / agg.tokens_out if agg.tokens_out else attainment
+        good_rps, good_tps = rps * attainment, tps * token_share
+    elif per_request:
+        attainment, good_rps, good_tps = 0.0, 0.0, 0.0
+    else:
+        attainment = good_rps = good_tps = None
+    latency = {k: summary(agg.hist[k]) for k in LATENCIES}
+    valid = client_valid_fast(agg)
+    flags = []
+    if not valid:
+        flags.append("client_saturated")
+    if error_rate > max_error_rate:
+        flags.append("errors")
+    if agg.length_mismatch:
+        flags.append("length_mismatch")
+    if not ok:
+        flags.append("no_data")
+    res = StepResult(
+        step=step, offered=float(offered), offered_kind=offered_kind, window_start=start, window_end=end,
+        warmup=float(warmup), steady_seconds=(s0, s1), sent=agg.sent, ok=ok, failed=failed, cancelled=cancelled,
+        error_rate=error_rate, requests_per_s=rps, output_tokens_per_s=tps,
+        aggregate_output_tokens_per_s=agg.tokens_out / span if span > 0 else 0.0,
+        aggregate_requests_per_s=ok / span if span > 0 else 0.0,
+        latency=latency, goodput_requests_per_s=good_rps, goodput_tokens_per_s=good_tps, slo_attainment=attainment,
+        concurrency=agg.sum_e2e / span if span > 0 else 0.0, client_valid=valid, length_checked=agg.length_checked,
+        length_mismatch=agg.length_mismatch, tokens_out=agg.tokens_out, slos=dict(slos), errors=agg.errors, flags=flags,
+    )
+    res.slo_broken = broken_slos(res, slos)
+    return res
+
+
+class CountsRing:
+    """Sparse snapshots of histogram counts, to read percentiles over a recent window."""
+
+    def __init__(self, names: tuple[str, ...], window: float = WINDOW_S) -> None:
+        self.names = names
+        self.window = window
+        self.snaps: list[tuple[float, dict[str, tuple[np.ndarray, np.ndarray]]]] = []
+
+    def add(self, t: float, hists: dict[str, Histogram]) -> None:
+        snap = {}
+        for name in self.names:
+            c = counts(hists[name])
+            idx = np.flatnonzero(c)
+            snap[name] = (idx, c[idx].astype(np.int64))
+        self.snaps.append((t, snap))
+        # keep the newest snapshot at or before t - window, and everything after it
+        while len(self.snaps) > 1 and self.snaps[1][0] <= t - self.window:
+            self.snaps.pop(0)
+
+    def base(self, t: float) -> tuple[float, dict] | None:
+        """The snapshot the recent window starts from (the oldest kept, at most `window` old)."""
+        return self.snaps[0] if self.snaps and self.snaps[0][0] < t else None
+
+    def recent(self, t: float, hists: dict[str, Histogram], pcts=PCTS) -> tuple[float | None, dict[str, dict | None]]:
+        """(window start, {name: percentiles of the samples recorded since then})."""
+        base = self.base(t)
+        out: dict[str, dict | None] = {}
+        for name in self.names:
+            c = counts(hists[name]).astype(np.int64)
+            if base is not None:
+                idx, vals = base[1][name]
+                c[idx] -= vals
+                if (c < 0).any():  # the histogram was reset: count from zero
+                    c = counts(hists[name]).astype(np.int64)
+            out[name] = percentiles_from_counts(hists[name], c, pcts)
+        return (base[0] if base else None), out
+
+
+# ---- inputs ----
+
+
+@dataclass
+class LadderInputs:
+    kind: str
+    levels: list[float]
+    warmup: float
+    duration: float
+    requests: int
+    windows: list[dict[str, Any]]  # StepWindow.to_dict(): step, level, started, measured_from, ended, extended
+    done: bool
+    stop_reason: str | None
+    slos: dict[str, float]
+
+
+@dataclass
+class Inputs:
+    """Everything the view reads, as plain values (the Flask glue collects them)."""
+
+    now: float
+    state: str
+    users: int
+    in_flight: int
+    total: Aggregate
+    steps: dict[int, Aggregate]
+    current_step: int = 0
+    started_at: float | None = None
+    lag: float = 1.0  # seconds until a second of the series is complete (master: one report interval)
+    ladder: LadderInputs | None = None
+    workers: list[dict[str, Any]] | None = None  # master only
+    server: Any = None  # server_metrics.ServerSeries
+    gpu: Any = None
+    control: dict[str, Any] = field(default_factory=dict)  # shape, users, spawn_rate, host
+    slos: dict[str, float] = field(default_factory=dict)  # per-request SLOs (goodput)
+
+
+# ---- the view ----
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    if x is None or isinstance(x, bool):
+        return x
+    if not math.isfinite(x):
+        return None
+    return round(x, nd)
+
+
+def _lat(d: dict | None, keys=("p50", "p90", "p99")) -> dict | None:
+    if not d:
+        return None
+    return {k: _r(d[k], 6) for k in keys if d.get(k) is not None}
+
+
+class LiveView:
+    def __init__(self, *, sample_s: float = SAMPLE_S, window: float = WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sample_s = sample_s
+        self.window = window
+        self.clock = clock
+        self._at = -math.inf  # monotonic time of the cached snapshot
+        self._snap: dict[str, Any] | None = None
+        self.ring = CountsRing(LATENCY_VIEW + ("loop_lag",), window)
+        # samples while watched: columns
+        self.samples: dict[str, list] = {k: [] for k in (
+            "t", "users", "in_flight", "step",
+            *(f"{m}_{p}" for m in LATENCY_VIEW for p in ("p50", "p99")),
+        )}
+        self._step_cache: dict[int, tuple[Any, dict, StepResult]] = {}  # finished steps: index -> (key, row, result)
+        self._verdict_key: Any = None
+        self._verdict: dict | None = None
+        self.computations = 0  # snapshots computed (for tests and benchmarks)
+        self._refs: tuple = ({}, None, None)  # the total's per-second series, server and GPU series
+
+    # -- the cached part --
+
+    def snapshot(self, inp: Inputs) -> dict[str, Any]:
+        """Compute the snapshot now (use `refresh` for the cached one)."""
+        self._at = self.clock()
+        self.computations += 1
+        self._snap = self._compute(inp)
+        return self._snap
+
+    def _compute(self, inp: Inputs) -> dict[str, Any]:
+        now = inp.now
+        total = inp.total
+        hists = total.hist
+        self.ring.add(now, hists)
+        since_t, recent_lat = self.ring.recent(now, hists)
+        run_lat = {m: summary(hists[m]) for m in LATENCY_VIEW}
+        finished = total.finished
+        cancelled = total.cancelled
+        ok = total.outcomes.get(Outcome.OK.value, 0)
+        span = (total.last_end - total.first_sent) if total.first_sent is not None and total.last_end is not None else 0.0
+
+        # recent rates from the per-second series, over whole seconds that are complete
+        end_sec = int(now - inp.lag)
+        start_sec = end_sec - int(self.window)
+        tok = okn = fail = 0
+        for s in range(start_sec, end_sec):
+            b = total.series.get(s)
+            if b:
+                tok += b[0]
+                okn += b[1]
+                fail += b[2]
+        w = float(end_sec - start_sec)
+
+        # client validity, run so far and now
+        lag_all = summary(hists["loop_lag"])
+        lag_recent = recent_lat.get("loop_lag")
+        valid = client_valid_fast(total)
+        reasons = []
+        if lag_all.get("p99") is not None and lag_all["p99"] > LOOP_LAG_LIMIT:
+            reasons.append(f"event-loop lag p99 {lag_all['p99'] * 1000:.1f} ms > {LOOP_LAG_LIMIT * 1000:g} ms")
+        if total.cpu_samples and total.cpu_high / total.cpu_samples >= CPU_HIGH_SHARE:
+            reasons.append(f"CPU >= 90% in {total.cpu_high / total.cpu_samples:.0%} of samples")
+        if inp.workers:
+            busy = [w_ for w_ in inp.workers if (w_.get("cpu") or 0) >= 90]
+            if busy:
+                reasons.append(f"{len(busy)} worker(s) at >= 90% CPU now")
+        valid_now = lag_recent is None or (lag_recent.get("p99") or 0) <= LOOP_LAG_LIMIT
+
+        # samples (history while watched)
+        s = self.samples
+        s["t"].append(_r(now, 2))
+        s["users"].append(inp.users)
+        s["in_flight"].append(inp.in_flight)
+        s["step"].append(inp.current_step)
+        for m in LATENCY_VIEW:
+            d = recent_lat.get(m) or {}
+            s[f"{m}_p50"].append(_r(d.get("p50"), 6))
+            s[f"{m}_p99"].append(_r(d.get("p99"), 6))
+        if len(s["t"]) > 2 * HISTORY:
+            for k in s:
+                del s[k][: len(s[k]) - HISTORY]
+
+        failures = {}
+        for kind in FAILURE_KINDS:
+            n = total.outcomes.get(kind, 0)
+            if n:
+                texts = sorted((total.errors.get(kind) or {}).items(), key=lambda kv: -kv[1])[:MAX_ERROR_TEXTS]
+                failures[kind] = {"n": n, "texts": [[t[:200], c] for t, c in texts]}
+
+        e2e_p99 = run_lat["e2e"].get("p99") or 0.0
+        tail = int(min(TAIL_MAX_S, max(TAIL_MIN_S, inp.lag + e2e_p99 + 2)))
+        snap: dict[str, Any] = {
+            "v": VERSION,
+            "now": _r(now, 3),
+            "state": inp.state,
+            "users": inp.users,
+            "in_flight": inp.in_flight,
+            "started_at": _r(inp.started_at, 3),
+            "control": inp.control,
+            "totals": {
+                "sent": total.sent,
+                "finished": finished,
+                "ok": ok,
+                "failed": total.failed,
+                "cancelled": cancelled,
+                "error_rate": _r(total.failed / (finished - cancelled), 5) if finished > cancelled else 0.0,
+                "tokens_in": total.tokens_in,
+                "tokens_out": total.tokens_out,
+                "duration_s": _r(span, 2),
+                "output_tokens_per_s": _r(total.tokens_out / span if span > 0 else 0.0, 2),
+                "requests_per_s": _r(ok / span if span > 0 else 0.0, 3),
+                "length_checked": total.length_checked,
+                "length_mismatch": total.length_mismatch,
+                "goodput_requests": total.goodput_requests if inp.slos else None,
+            },
+            "recent": {
+                "window_s": w,
+                "from": _r(since_t, 2),
+                "output_tokens_per_s": _r(tok / w, 2),
+                "requests_per_s": _r(okn / w, 3),
+                "failures_per_s": _r(fail / w, 3),
+                "latency": {m: _lat(recent_lat.get(m), ("p50", "p99")) for m in LATENCY_VIEW},
+            },
+            "latency": {m: ({"count": d["count"], **{k: _r(d[k], 6) for k in ("mean", "max", "p50", "p90", "p99")}}
+                            if d["count"] else None) for m, d in run_lat.items()},
+            "failures": failures,
+            "client": {
+                "valid": valid,
+                "valid_now": valid_now,
+                "reasons": reasons,
+                "loop_lag_p99": _r(lag_all.get("p99"), 6),
+                "loop_lag_p99_recent": _r((lag_recent or {}).get("p99"), 6),
+                "cpu_max": _r(total.cpu_max, 1),
+                "cpu_high_share": _r(total.cpu_high / total.cpu_samples, 3) if total.cpu_samples else None,
+            },
+            "workers": inp.workers,
+            "series_tail": tail,
+            "series_end": end_sec,  # seconds before this one are complete (up to late requests)
+        }
+        snap["step"], snap["ladder"] = self._ladder(inp)
+        snap["_series_first"] = min(total.series) if total.series else None
+        return snap
+
+    def _ladder(self, inp: Inputs) -> tuple[dict | None, dict | None]:
+        ld = inp.ladder
+        if ld is None:
+            return None, None
+        now = inp.now
+        rows, finished = [], []
+        for w in ld.windows:
+            if w["measured_from"] is None:
+                rows.append({"step": w["step"], "offered": w["level"], "started": _r(w["started"], 2),
+                             "measured_from": None, "ended": None, "phase": "warmup", "changed": _r(now, 3)})
+                continue
+            row, res = self._step(inp, w)
+            rows.append(row)
+            if w["ended"] is not None:
+                finished.append(res)
+        cur = ld.windows[-1] if ld.windows else None
+        step = None
+        if cur is not None:
+            if cur["ended"] is not None:
+                phase = "done"
+            elif cur["measured_from"] is None:
+                phase = "warmup"
+            else:
+                phase = "measuring"
+            step = {
+                "index": cur["step"], "of": len(ld.levels), "level": cur["level"], "kind": ld.kind,
+                "unit": OFFERED_UNITS.get(ld.kind, ""), "phase": phase,
+                "elapsed": _r(now - cur["started"], 1), "planned": _r(ld.duration + (cur.get("extended") or 0.0), 1),
+                "warmup": ld.warmup,
+            }
+        verdict = self._verdict_for(finished, ld, now)
+        ladder = {
+            "kind": ld.kind, "unit": OFFERED_UNITS.get(ld.kind, ""), "levels": ld.levels,
+            "warmup": ld.warmup, "duration": ld.duration, "requests": ld.requests,
+            "done": ld.done, "stop_reason": ld.stop_reason, "slos": ld.slos,
+            "steps": rows, "verdict": verdict,
+        }
+        return step, ladder
+
+    def _step(self, inp: Inputs, w: dict[str, Any]) -> tuple[dict[str, Any], StepResult]:
+        """(table row, StepResult) of a measured step; a finished one is cached until its aggregate changes."""
+        idx = w["step"]
+        agg = inp.steps.get(idx) or Aggregate()
+        key = (w["ended"], agg.sent, agg.finished, agg.cpu_samples, agg.hist["loop_lag"].count)
+        cached = self._step_cache.get(idx)
+        if cached is not None and cached[0] == key and w["ended"] is not None:
+            return cached[1], cached[2]
+        ld = inp.ladder
+        end = w["ended"] if w["ended"] is not None else inp.now
+        # as LadderController.results() calls step_result: the final report's figures and flags
+        res = fast_step_result(agg, step=idx, offered=w["level"], offered_kind=ld.kind, window=(w["measured_from"], end),
+                               warmup=ld.warmup, slos=ld.slos, series=inp.total.series)
+        row = {"step": idx, "offered": w["level"], "started": _r(w["started"], 2), "measured_from": _r(w["measured_from"], 2),
+               "ended": _r(w["ended"], 2), "phase": "done" if w["ended"] is not None else "measuring",
+               **_step_row(res), "changed": _r(inp.now, 3)}
+        self._step_cache[idx] = (key, row, res)
+        return row, res
+
+    def _verdict_for(self, finished: list[StepResult], ld: LadderInputs, now: float) -> dict | None:
+        if not finished:
+            return None
+        key = (tuple((r.step, r.sent, r.ok, r.failed) for r in finished), ld.done)
+        if key == self._verdict_key:
+            return self._verdict
+        from ..saturation import MIN_STEPS, analyse
+
+        v = analyse(finished, ld.slos)
+        sat = v.saturation
+        self._verdict_key = key
+        self._verdict = {
+            "final": ld.done,
+            "steps_used": len(finished),
+            "min_steps": MIN_STEPS,
+            "found": sat is not None,
+            "offered": sat["offered"] if sat else None,
+            "step": sat["step"] if sat else None,
+            "output_tokens_per_s": _r(sat["output_tokens_per_s"], 1) if sat else None,
+            "knee_by": v.knee_by,
+            "max_slo_load": v.max_slo_load,
+            "max_slo_step": v.max_slo_step,
+            "reason": v.reason,
+            "text": v.format(),
+            "changed": _r(now, 3),
+        }
+        return self._verdict
+
+    # -- per request --
+
+    def refresh(self, get_inputs: Callable[[], Inputs]) -> dict[str, Any]:
+        """The cached snapshot, recomputed first when older than `sample_s`."""
+        if self._snap is None or self.clock() - self._at >= self.sample_s:
+            inp = get_inputs()
+            self.snapshot(inp)
+            self._refs = (inp.total.series, inp.server, inp.gpu)
+        return self._snap
+
+    def payload(self, get_inputs: Callable[[], Inputs], since: float = 0.0) -> dict[str, Any]:
+        """The JSON for one poll: the cached snapshot plus what is newer than `since`; the ladder's
+        step rows (by "step") and its verdict only where they changed after `since` (no "verdict"
+        key: unchanged).
+
+        `get_inputs` is called only when the snapshot is recomputed."""
+        snap = self.refresh(get_inputs)
+        series, server, gpu = self._refs
+        out = {k: v for k, v in snap.items() if not k.startswith("_")}
+        ladder = snap["ladder"]
+        if ladder is not None and since:  # rows and verdict only where they changed since the last poll
+            out["ladder"] = ld = {k: v for k, v in ladder.items() if k not in ("steps", "verdict")}
+            ld["steps"] = [r for r in ladder["steps"] if r["changed"] > since]
+            if ladder["verdict"] is None or ladder["verdict"]["changed"] > since:
+                ld["verdict"] = ladder["verdict"]
+        out["samples"] = _slice_columns(self.samples, since)
+        out["series"] = self.series(series, since, snap)
+        out["server"] = server_columns(server, since, "server") if server is not None else None
+        out["gpu"] = server_columns(gpu, since, "gpu") if gpu is not None else None
+        return out
+
+    @staticmethod
+    def series(series: dict[int, list[int]], since: float, snap: dict[str, Any]) -> dict[str, Any]:
+        """Per-second columns: seconds from max(first, since - tail) up to the last complete one."""
+        first = snap.get("_series_first")
+        end = snap["series_end"]
+        if first is None or not series:
+            return {"sec": [], "tokens": [], "ok": [], "failed": []}
+        start = first if not since else max(first, int(since) - snap["series_tail"])
+        sec, tokens, ok, failed = [], [], [], []
+        for s in range(start, end):
+            b = series.get(s)
+            sec.append(s)
+            if b:
+                tokens.append(b[0])
+                ok.append(b[1])
+                failed.append(b[2])
+            else:
+                tokens.append(0)
+                ok.append(0)
+                failed.append(0)
+        return {"sec": sec, "tokens": tokens, "ok": ok, "failed": failed}
+
+
+def _slice_columns(cols: dict[str, list], since: float) -> dict[str, list]:
+    t = cols["t"]
+    i = bisect_right(t, since) if since else 0
+    return {k: v[i:] for k, v in cols.items()}
+
+
+def server_columns(series, since: float, which: str) -> dict[str, Any]:
+    """Columns of a ServerSeries newer than `since` (server: KV cache, running, waiting, generated
+    tokens/s; gpu: memory GiB, utilisation %), with its kind, URL and last error."""
+    samples = series.samples
+    i = bisect_right(samples, since, key=lambda s: s.t) if since else 0
+    out: dict[str, Any] = {"kind": series.server, "url": series.url, "error": series.error, "t": []}
+    if which == "server":
+        keys = {"kv": [], "running": [], "waiting": [], "gen_tps": [], "preempt": []}
+    else:
+        keys = {"mem_gib": [], "mem_total_gib": [], "util": []}
+    out.update(keys)
+    prev = samples[i - 1] if i > 0 else None
+    for s in samples[i:]:
+        f = s.figures
+        out["t"].append(_r(s.t, 2))
+        if which == "server":
+            kv = f.get("kv_cache_usage")
+            out["kv"].append(_r(kv * 100, 2) if kv is not None else None)
+            out["running"].append(f.get("running"))
+            out["waiting"].append(f.get("waiting"))
+            out["gen_tps"].append(_rate(prev, s, "generation_tokens_total"))
+            out["preempt"].append(_rate(prev, s, "preemptions_total", per_s=False))
+        else:
+            used, tot, util = f.get("gpu_memory_used_bytes"), f.get("gpu_memory_total_bytes"), f.get("gpu_utilization")
+            out["mem_gib"].append(_r(used / 2**30, 3) if used is not None else None)
+            out["mem_total_gib"].append(_r(tot / 2**30, 3) if tot is not None else None)
+            out["util"].append(_r(util * 100, 1) if util is not None else None)
+        prev = s
+    return out
+
+
+def _rate(prev, cur, q: str, per_s: bool = True) -> float | None:
+    if prev is None or q not in prev.figures or q not in cur.figures:
+        return None
+    inc = cur.figures[q] - prev.figures[q]
+    if inc < 0:  # the server restarted
+        return None
+    if not per_s:
+        return inc
+    dt = cur.t - prev.t
+    return _r(inc / dt, 2) if dt > 0 else None
+
+
+def _step_row(r: StepResult) -> dict[str, Any]:
+    lat = r.latency
+    flags = list(r.flags)
+    return {
+        "requests_per_s": _r(r.requests_per_s, 3),
+        "output_tokens_per_s": _r(r.output_tokens_per_s, 1),
+        "ttft_p50": _r(lat["ttft"].get("p50"), 6), "ttft_p99": _r(lat["ttft"].get("p99"), 6),
+        "itl_p50": _r(lat["itl"].get("p50"), 6), "itl_p99": _r(lat["itl"].get("p99"), 6),
+        "tpot_p50": _r(lat["tpot"].get("p50"), 6), "e2e_p99": _r(lat["e2e"].get("p99"), 6),
+        "error_rate": _r(r.error_rate, 5),
+        "ok": r.ok, "failed": r.failed, "sent": r.sent,
+        "goodput_requests_per_s": _r(r.goodput_requests_per_s, 3),
+        "client_valid": r.client_valid,
+        "length_checked": r.length_checked, "length_mismatch": r.length_mismatch,
+        "flags": flags,
+        "slo_broken": r.slo_broken,
+    }
+
+
+def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
+    """A few rows for the "LLM" tab inside Locust's own UI (a plain two-column table)."""
+
+    def ms(d: dict | None, k: str) -> str:
+        v = (d or {}).get(k)
+        return "-" if v is None else f"{v * 1000:.1f}"
+
+    rec = snap["recent"]
+    lat = rec["latency"]
+    rows = [{"metric": "Live charts, steps and validity", "value": "open /llm (also linked under Reports)"}]
+    st = snap.get("step")
+    if st:
+        rows.append({"metric": "Load step", "value": f"{st['index']}/{st['of']}: {st['level']:g} {st['unit']} ({st['phase']})"})
+    v = (snap.get("ladder") or {}).get("verdict")
+    if v:
+        what = f"{v['offered']:g} (step {v['step']}, by {v['knee_by']})" if v["found"] else "not found yet"
+        rows.append({"metric": "Saturation" + ("" if v["final"] else " (so far)"), "value": what})
+    rows += [
+        {"metric": f"Output tokens/s (last {rec['window_s']:g} s)", "value": f"{rec['output_tokens_per_s']:,.0f}"},
+        {"metric": f"Requests/s (last {rec['window_s']:g} s)", "value": f"{rec['requests_per_s']:.3g}"},
+        {"metric": "In flight", "value": str(snap["in_flight"])},
+        {"metric": "TTFT p50 / p99 ms (recent)", "value": f"{ms(lat['ttft'], 'p50')} / {ms(lat['ttft'], 'p99')}"},
+        {"metric": "ITL p50 / p99 ms (recent)", "value": f"{ms(lat['itl'], 'p50')} / {ms(lat['itl'], 'p99')}"},
+        {"metric": "TPOT p50 / p99 ms (recent)", "value": f"{ms(lat['tpot'], 'p50')} / {ms(lat['tpot'], 'p99')}"},
+        {"metric": "E2E p50 / p99 ms (recent)", "value": f"{ms(lat['e2e'], 'p50')} / {ms(lat['e2e'], 'p99')}"},
+        {"metric": "Requests ok / failed", "value": f"{snap['totals']['ok']} / {snap['totals']['failed']}"},
+        {"metric": "Failures by kind", "value": ", ".join(f"{k} {d['n']}" for k, d in snap["failures"].items()) or "none"},
+        {"metric": "Client", "value": "valid" if snap["client"]["valid"] else "SATURATED: " + "; ".join(snap["client"]["reasons"])},
+    ]
+    t = snap["totals"]
+    if t["length_mismatch"]:
+        rows.append({"metric": "Output length mismatches", "value": f"{t['length_mismatch']} of {t['length_checked']}"})
+    return rows

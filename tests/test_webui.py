@@ -1,0 +1,518 @@
+"""The LLM view on Locust's web UI: the data builder (plain inputs) and, in a real headless
+Chromium, a real Locust with its web UI driving a ladder against the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.metrics.histogram import Histogram
+from llm_locust.records import Outcome, RequestRecord
+from llm_locust.server_metrics import Sample, ServerSeries
+from llm_locust.steps import request_slos, step_result
+from llm_locust.webui import data as D
+from llm_locust.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
+
+T0 = 1_700_000_000.0
+
+
+def rec(t, *, ttft=0.05, n=8, gap=0.01, outcome=Outcome.OK, requested=None, error=None) -> RequestRecord:
+    """A request sent at wall time t (perf clock = wall clock here)."""
+    ok = outcome is Outcome.OK
+    times = [t + ttft + i * gap for i in range(n)] if ok else []
+    return RequestRecord(
+        request_id="r", api="openai-chat", t_sched=t, t_sent=t, wall_sent=t,
+        t_first=times[0] if times else None, t_first_content=times[0] if times else None,
+        t_end=(times[-1] + 0.001) if times else t + 0.01, chunk_times=times, chunk_tokens=[1] * len(times),
+        n_out=len(times), n_in=10, n_in_source="usage", requested_out=requested, outcome=outcome,
+        error=None if ok else (error or "boom"),
+    )
+
+
+def fold(aggs, r, slos=None):
+    for a in aggs:
+        a.add_sent()
+        a.add(r, slos)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def inputs(total, now, **kw) -> Inputs:
+    kw.setdefault("state", "running")
+    kw.setdefault("users", 4)
+    kw.setdefault("in_flight", 2)
+    kw.setdefault("steps", {0: total})
+    return Inputs(now=now, total=total, **kw)
+
+
+# ---- percentiles ----
+
+
+def test_numpy_percentiles_match_hdrh_exactly():
+    rng = random.Random(7)
+    for n in (1, 2, 3, 7, 100, 20000):
+        h = Histogram()
+        for _ in range(n):
+            h.record(rng.lognormvariate(-3, 1.2))
+        got = D.percentiles_from_counts(h, D.counts(h), (50.0, 90.0, 99.0, 99.9))
+        for p in (50.0, 90.0, 99.0, 99.9):
+            assert got[f"p{p:g}"] == h.percentile(p)
+        assert D.summary(h) == h.summary()
+    merged = Histogram()
+    merged.merge_encoded(h.encode(), None)  # a mean without an exact sum
+    assert D.summary(merged) == merged.summary()
+    assert D.summary(Histogram()) == Histogram().summary() == {"count": 0}
+    assert D.percentiles_from_counts(h, D.counts(h) * 0) is None
+
+
+def step_cases():
+    """(name, aggregate, slos): one per flag and SLO rule of steps.step_result."""
+    slos = {"ttft": 0.5, "e2e_p50": 0.2}
+
+    def base(n=40, ttft=0.05, **kw):
+        a = Aggregate()
+        for k in range(n):
+            fold([a], rec(T0 + 1 + k * 0.2, ttft=ttft, requested=8), request_slos(kw.get("slos") or {}))
+        return a
+
+    clean = base()
+    errors = base()
+    for k in range(3):
+        fold([errors], rec(T0 + 2 + k, outcome=Outcome.HTTP_ERROR, error="HTTP 503"))
+    fold([errors], rec(T0 + 3, outcome=Outcome.CANCELLED))
+    mismatch = base()
+    fold([mismatch], rec(T0 + 2, requested=12))
+    lag = base()
+    for _ in range(30):
+        lag.hist["loop_lag"].record(0.03)
+    cpu = base()
+    for _ in range(4):
+        cpu.add_cpu_sample(97.0)
+    cpu.add_cpu_sample(20.0)
+    none_ok = Aggregate()
+    fold([none_ok], rec(T0 + 1, outcome=Outcome.TIMEOUT))
+    slow = base(ttft=0.8, slos=slos)
+    yield from [("clean", clean, {}), ("errors", errors, {}), ("mismatch", mismatch, {}), ("lag", lag, {}),
+                ("cpu", cpu, {}), ("no ok", none_ok, {}), ("slo broken + goodput", slow, slos),
+                ("slo met", base(slos=slos), slos), ("error_rate slo", errors, {"error_rate": 0.01}),
+                ("empty", Aggregate(), {"ttft_p99": 1.0})]
+
+
+@pytest.mark.parametrize("name,agg,slos", list(step_cases()), ids=[c[0] for c in step_cases()])
+def test_fast_step_result_is_step_result(name, agg, slos):
+    kw = dict(step=3, offered=4.0, offered_kind="concurrency", window=(T0 + 1.5, T0 + 8.2), warmup=1.0, slos=slos)
+    fast, exact = D.fast_step_result(agg, **kw), step_result(agg, **kw)
+    assert fast.to_dict() == exact.to_dict()
+    assert fast.flags == exact.flags and fast.slo_broken == exact.slo_broken
+
+
+def test_the_step_cases_cover_every_flag_and_slo_rule():
+    kw = dict(step=1, offered=1.0, offered_kind="concurrency", window=(T0 + 1.5, T0 + 8.2), warmup=1.0)
+    results = [D.fast_step_result(agg, slos=slos, **kw) for _name, agg, slos in step_cases()]
+    assert {f for r in results for f in r.flags} == {"client_saturated", "errors", "length_mismatch", "no_data"}
+    assert any(r.slo_broken for r in results) and any(r.slos and not r.slo_broken for r in results)
+    assert any(r.goodput_requests_per_s for r in results) and any(r.goodput_requests_per_s == 0 for r in results)
+
+
+def test_recent_percentiles_see_only_the_last_window():
+    h = {"ttft": Histogram()}
+    ring = D.CountsRing(("ttft",), window=10.0)
+    for _ in range(1000):
+        h["ttft"].record(1.0)  # slow, long ago
+    ring.add(T0, h)
+    start, first = ring.recent(T0, h)
+    assert start is None and first["ttft"]["p50"] == pytest.approx(1.0, rel=1e-3)  # nothing older: all so far
+    for i in range(1, 12):
+        ring.add(T0 + i, h)
+    for _ in range(100):
+        h["ttft"].record(0.010)  # fast, just now
+    start, recent = ring.recent(T0 + 12, h)
+    assert start == pytest.approx(T0 + 2)  # the newest snapshot at least 10 s old
+    assert recent["ttft"]["p99"] == pytest.approx(0.010, rel=1e-3)  # the slow ones are out of the window
+    assert h["ttft"].percentile(50) == pytest.approx(1.0, rel=1e-3)  # while the run's median is still slow
+    assert len(ring.snaps) <= 12
+
+
+# ---- the payload ----
+
+
+def populated(n_per_s=20, seconds=30, start=T0):
+    total = Aggregate()
+    for s in range(seconds):
+        for k in range(n_per_s):
+            t = start + s + k / n_per_s
+            fold([total], rec(t, ttft=0.05 + 0.001 * k, requested=8))
+    return total
+
+
+def test_payload_figures_series_and_incremental_polls():
+    total = populated()
+    fold([total], rec(T0 + 5, outcome=Outcome.HTTP_ERROR, error="HTTP 500: overloaded"))
+    fold([total], rec(T0 + 6, outcome=Outcome.HTTP_ERROR, error="HTTP 500: overloaded"))
+    fold([total], rec(T0 + 7, outcome=Outcome.TIMEOUT, error="no progress for 30 s"))
+    now = T0 + 31.5
+    clock = Clock()
+    view = LiveView(clock=clock)
+    p = view.payload(lambda: inputs(total, now), since=0)
+    orjson.dumps(p)  # plain JSON types only
+    t = p["totals"]
+    assert t["ok"] == 600 and t["failed"] == 3 and t["sent"] == 603
+    assert t["tokens_out"] == 600 * 8 and t["length_checked"] == 600 and t["length_mismatch"] == 0
+    assert p["failures"]["http_error"] == {"n": 2, "texts": [["HTTP 500: overloaded", 2]]}
+    assert p["failures"]["timeout"]["n"] == 1
+    # last 10 complete seconds (lag 1 s): 20 req/s, 160 tok/s
+    assert p["recent"]["requests_per_s"] == pytest.approx(20, rel=0.1)
+    assert p["recent"]["output_tokens_per_s"] == pytest.approx(160, rel=0.1)
+    lat = p["latency"]["ttft"]
+    assert lat["count"] == 600 and 0.05 <= lat["p50"] <= 0.07 and lat["p99"] <= 0.0701
+    assert p["latency"]["itl"]["p50"] == pytest.approx(0.010, rel=2e-3)
+    # the per-second series, whole run on the first poll, up to the last complete second
+    sec = p["series"]["sec"]
+    assert sec[0] == int(T0) and sec[-1] == int(now - 1) - 1
+    assert sum(p["series"]["ok"]) == sum(b[1] for s, b in total.series.items() if s <= sec[-1]) == 598  # 2 end in second 30
+    assert sum(p["series"]["tokens"]) == sum(b[0] for s, b in total.series.items() if s <= sec[-1])
+    assert p["samples"]["t"] == [round(now, 2)] and p["samples"]["ttft_p50"][0] is not None
+    assert p["step"] is None and p["ladder"] is None and p["workers"] is None
+    assert p["client"]["valid"] is True
+
+    # a poll within the same second gets the cached snapshot, and nothing older than `since`
+    before = view.computations
+    clock.t += 0.4
+    q = view.payload(lambda: pytest.fail("inputs read again within a second"), since=p["now"])
+    assert view.computations == before and q["samples"]["t"] == []
+    assert q["series"]["sec"][0] == int(p["now"]) - p["series_tail"]  # the re-sent tail only
+    assert len(q["series"]["sec"]) < len(sec)
+    # a second later it is recomputed, and the new sample comes alone
+    clock.t += 1.0
+    r = view.payload(lambda: inputs(total, now + 1), since=p["now"])
+    assert view.computations == before + 1 and r["samples"]["t"] == [round(now + 1, 2)]
+    assert len(orjson.dumps(r)) < 4000  # compact: a poll carries only what is new
+
+
+def test_client_validity_and_length_mismatch_are_reported():
+    total = populated(seconds=5)
+    fold([total], rec(T0 + 1, requested=16))  # 8 tokens arrived, 16 asked for
+    for _ in range(50):
+        total.hist["loop_lag"].record(0.020)  # the client's event loop was 20 ms late
+    p = LiveView().payload(lambda: inputs(total, T0 + 6), 0)
+    assert p["totals"]["length_mismatch"] == 1 and p["totals"]["length_checked"] == 101
+    c = p["client"]
+    assert c["valid"] is False and c["valid_now"] is False
+    assert any("event-loop lag" in r for r in c["reasons"])
+    rows = {r["metric"]: r["value"] for r in summary_rows(p)}
+    assert rows["Client"].startswith("SATURATED") and rows["Output length mismatches"] == "1 of 101"
+
+
+def test_workers_at_full_cpu_make_the_client_suspect():
+    total = populated(seconds=3)
+    workers = [{"id": "a", "index": 0, "state": "running", "cpu": 97.0, "report_age": 1.0, "in_flight": 3, "finished": 10}]
+    p = LiveView().payload(lambda: inputs(total, T0 + 4, workers=workers, lag=3.5), 0)
+    assert p["workers"] == workers and any("worker(s) at >= 90% CPU" in r for r in p["client"]["reasons"])
+    assert p["series_end"] == int(T0 + 4 - 3.5)  # the master waits one report interval for a second to be complete
+
+
+# ---- the ladder: the same figures and flags as the final report ----
+
+
+def ladder_case():
+    """Steps of 10 s (warm-up 1 s) at 1, 2, 4 users; step 2 has errors, step 3 a length mismatch
+    and a lagging client; step 4 is in its warm-up."""
+    total, steps = Aggregate(), {}
+    windows = []
+    for i, rate in enumerate((5, 10, 10), start=1):
+        start = T0 + 10 * (i - 1)
+        steps[i] = Aggregate()
+        windows.append({"step": i, "level": 2.0 ** (i - 1), "started": start, "measured_from": start + 1, "ended": start + 10, "extended": 0.0})
+        for s in range(1, 10):
+            for k in range(rate):
+                fold([steps[i], total], rec(start + s + k / rate, ttft=0.02 * i, requested=8))
+        if i == 2:
+            for k in range(5):
+                fold([steps[i], total], rec(start + 2 + k, outcome=Outcome.HTTP_ERROR, error="HTTP 503"))
+        if i == 3:
+            fold([steps[i], total], rec(start + 3, requested=9))
+            for _ in range(20):
+                steps[i].hist["loop_lag"].record(0.05)
+                total.hist["loop_lag"].record(0.05)
+    windows.append({"step": 4, "level": 8.0, "started": T0 + 30, "measured_from": None, "ended": None, "extended": 0.0})
+    ld = LadderInputs(kind="concurrency", levels=[1.0, 2.0, 4.0, 8.0], warmup=1.0, duration=10.0, requests=0,
+                      windows=windows, done=False, stop_reason=None, slos={})
+    return total, steps, ld
+
+
+def test_ladder_rows_carry_the_reports_flags_and_a_provisional_verdict():
+    total, steps, ld = ladder_case()
+    p = LiveView().payload(lambda: inputs(total, T0 + 30.5, steps=steps, ladder=ld, current_step=-4), 0)
+    rows = p["ladder"]["steps"]
+    assert [r["phase"] for r in rows] == ["done", "done", "done", "warmup"]
+    for r, w in zip(rows[:3], ld.windows):
+        expected = step_result(steps[w["step"]], step=w["step"], offered=w["level"], offered_kind="concurrency",
+                               window=(w["measured_from"], w["ended"]), warmup=1.0, slos={}, series=total.series)
+        assert r["flags"] == expected.flags
+        assert r["output_tokens_per_s"] == pytest.approx(expected.output_tokens_per_s, abs=0.1)
+    assert rows[0]["flags"] == []
+    assert "errors" in rows[1]["flags"]
+    assert "length_mismatch" in rows[2]["flags"] and "client_saturated" in rows[2]["flags"]
+    st = p["step"]
+    assert st["index"] == 4 and st["of"] == 4 and st["phase"] == "warmup" and st["unit"] == "users"
+    v = p["ladder"]["verdict"]
+    assert v is not None and v["final"] is False and v["steps_used"] == 3 and "saturation" in v["text"]
+    rows_tab = {r["metric"]: r["value"] for r in summary_rows(p)}
+    assert rows_tab["Load step"] == "4/4: 8 users (warmup)" and "Saturation (so far)" in rows_tab
+
+
+def test_polls_carry_only_the_step_rows_and_verdict_that_changed():
+    total, steps, ld = ladder_case()
+    ld.windows[-1].update(measured_from=T0 + 31)  # step 4 measuring
+    clock = Clock()
+    view = LiveView(clock=clock)
+    get = lambda: inputs(total, T0 + 33 + clock.t, steps=steps, ladder=ld)  # noqa: E731
+    first = view.payload(get, 0)
+    assert [r["step"] for r in first["ladder"]["steps"]] == [1, 2, 3, 4] and first["ladder"]["verdict"]["steps_used"] == 3
+    clock.t += 1.0
+    second = view.payload(get, first["now"])
+    assert [r["step"] for r in second["ladder"]["steps"]] == [4] and "verdict" not in second["ladder"]
+    clock.t += 1.0
+    fold([steps[2], total], rec(T0 + 19.5, requested=8))  # a late report changes step 2: its row comes again
+    third = view.payload(get, second["now"])
+    assert [r["step"] for r in third["ladder"]["steps"]] == [2, 4] and third["ladder"]["verdict"]["steps_used"] == 3
+    assert len(orjson.dumps(second)) < len(orjson.dumps(first)) / 2
+    assert view.payload(get, 0)["ladder"]["steps"][0]["step"] == 1  # a new page still gets every row
+
+
+def test_step_figures_are_cached(monkeypatch):
+    total, steps, ld = ladder_case()
+    ld.windows[-1].update(measured_from=T0 + 31)  # step 4 measuring
+    calls = []
+    real = D.fast_step_result
+    monkeypatch.setattr(D, "fast_step_result", lambda agg, **kw: calls.append(kw["step"]) or real(agg, **kw))
+    clock = Clock()
+    view = LiveView(clock=clock)
+    get = lambda: inputs(total, T0 + 33 + clock.t, steps=steps, ladder=ld)  # noqa: E731
+    view.payload(get, 0)
+    assert sorted(calls) == [1, 2, 3, 4]
+    calls.clear()
+    clock.t += 1.5  # next snapshot: finished steps unchanged, only the running one is read again
+    view.payload(get, 0)
+    assert calls == [4]
+    calls.clear()
+    clock.t += 1.5
+    fold([steps[2], total], rec(T0 + 19.5, requested=8))  # a late worker report for step 2
+    view.payload(get, 0)
+    assert sorted(calls) == [2, 4]
+
+
+# ---- server and GPU series ----
+
+
+def test_server_and_gpu_columns():
+    srv = ServerSeries("http://x/metrics", server="vllm")
+    for i in range(4):
+        srv.samples.append(Sample(T0 + 2 * i, {"kv_cache_usage": 0.1 * i, "running": i, "waiting": 0,
+                                               "generation_tokens_total": 1000.0 * i}))
+    cols = server_columns(srv, 0, "server")
+    assert cols["kind"] == "vllm" and cols["kv"] == [0.0, 10.0, 20.0, 30.0]
+    assert cols["gen_tps"] == [None, 500.0, 500.0, 500.0] and cols["running"] == [0, 1, 2, 3]
+    later = server_columns(srv, T0 + 2, "server")
+    assert later["t"] == [T0 + 4, T0 + 6] and later["gen_tps"] == [500.0, 500.0]  # the rate still uses the sample before
+    gpu = ServerSeries("http://g/metrics", server="llm-locust-gpu-sidecar")
+    gpu.samples.append(Sample(T0, {"gpu_memory_used_bytes": 3 * 2**30, "gpu_memory_total_bytes": 141 * 2**30, "gpu_utilization": 0.42}))
+    g = server_columns(gpu, 0, "gpu")
+    assert g["mem_gib"] == [3.0] and g["mem_total_gib"] == [141.0] and g["util"] == [42.0]
+    total = populated(seconds=2)
+    p = LiveView().payload(lambda: inputs(total, T0 + 3, server=srv, gpu=gpu), 0)
+    assert p["server"]["kv"][-1] == 30.0 and p["gpu"]["util"] == [42.0]
+
+
+# ---- end to end in a real headless Chromium ----
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT_COPY = Path("/tmp/llm-locust-webui.png")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through the playwright package (skip locally / fail in CI when missing)."""
+    missing = []
+    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        missing.append("chromium (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing.append("playwright (pip install playwright; no `playwright install` needed)")
+    if missing:
+        msg = "browser test needs " + " and ".join(missing)
+        if _in_ci():
+            pytest.fail(f"CI is set, so the browser test must run, but {msg}", pytrace=False)
+        pytest.skip(msg)
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
+                               args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, fn, timeout=30.0, every=0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except OSError as e:
+            last = e
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)
+
+
+def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_path):
+    from llm_locust.sim.process import SimProcess
+
+    web = free_port()
+    gpu_port = free_port()
+    base = f"http://127.0.0.1:{web}"
+    log = open(tmp_path / "locust.log", "w")
+    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--port", str(gpu_port)],
+                               stdout=subprocess.DEVNULL, stderr=log)
+    sim = SimProcess(slots=4, fault={"http500": 0.15}).start()
+    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", sim.url, "--web-host", "127.0.0.1",
+         "--web-port", str(web), "--ladder", "concurrency:1,2,4,6,8,12,16,24", "--warmup", "1", "--step-duration", "3",
+         "--no-early-stop", "--max-tokens", "24", "--gpu-metrics", f"http://127.0.0.1:{gpu_port}/metrics"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+
+        # Locust's own page: its Start button runs the ladder shape
+        page.goto(base + "/")
+        page.get_by_role("button", name="Start").click()
+        wait_for("the test to run", lambda: get_json(f"{base}/llm/data")["state"] in ("running", "spawning"))
+        # its "LLM" tab shows our rows, the load step among them
+        page.get_by_role("tab", name="LLM").click()
+        page.get_by_text(re.compile(r"^\d+/8: \d+ users")).wait_for(timeout=15_000)
+        # and the link under Reports ("Download data") opens the LLM view
+        page.get_by_role("tab", name="Download Data").click()
+        page.get_by_role("link", name=re.compile("LLM live view")).click()
+        page.wait_for_url(base + "/llm")
+
+        page.wait_for_function("window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'")
+
+        def figures():
+            return page.evaluate("""() => ({
+                finished: Number(document.getElementById('llm-finished').textContent.replace(/,/g, '')),
+                tps: Number(document.getElementById('llm-tps').textContent.replace(/,/g, '')),
+                step: document.getElementById('llm-step').textContent,
+                points: window.llmView.charts['chart-throughput'].data[0].length,
+                samples: window.llmView.charts['chart-ttft'].data[0].length,
+                polls: window.llmView.polls,
+            })""")
+
+        first = wait_for("requests shown", lambda: (f := figures())["finished"] > 0 and f)
+        second = wait_for("the figures to move", lambda: (f := figures())["finished"] > first["finished"]
+                          and f["polls"] > first["polls"] and f["tps"] > 0 and f["points"] > 0 and f["samples"] >= 2 and f)
+        assert re.fullmatch(r"\d/8: \d+ users", second["step"]), second["step"]
+        assert page.locator("#llm-steps tbody tr").count() >= 1
+
+        # a provisional verdict once three steps are done; every flagged step is marked in the table
+        page.wait_for_function("window.llmView.verdict && window.llmView.verdict.steps_used >= 3", timeout=30_000)
+        page.wait_for_function("window.llmView.charts['chart-server'] && window.llmView.charts['chart-server'].data[0].length > 0")
+        page.wait_for_function("window.llmView.charts['chart-gpu'] && window.llmView.charts['chart-gpu'].data[0].length > 0")
+        p = page.evaluate("window.llmView.last")
+        step_rows = page.evaluate("window.llmView.steps")
+        assert p["state"] == "running" and p["failures"]["http_error"]["n"] > 0
+        assert page.locator("#llm-failures").inner_text().count("http_error") == 1
+        rows = page.locator("#llm-steps tbody tr")
+        flagged = 0
+        assert [r["step"] for r in step_rows] == list(range(1, len(step_rows) + 1))
+        for i, r in enumerate(step_rows):
+            cls = rows.nth(i).get_attribute("class") or ""
+            cells = rows.nth(i).inner_text()
+            if r.get("flags"):  # marked: final on a finished step, "so far" on the running one
+                flagged += r["phase"] == "done"
+                assert ("flagged" if r["phase"] == "done" else "flagged-so-far") in cls.split(), (r, cls)
+                for f in r["flags"]:
+                    assert f in cells
+            else:
+                assert "flagged" not in cls
+        assert flagged >= 1  # 15% HTTP 500s: a finished step with an error rate over 1%
+        assert page.locator("#tile-verdict .big").inner_text() not in ("-", "pending")
+        assert page.locator("#chart-throughput canvas").count() >= 1
+
+        shot = tmp_path / "llm-webui.png"
+        page.screenshot(path=str(shot), full_page=True)
+        shutil.copyfile(shot, SCREENSHOT_COPY)
+
+        # Stop from the view's own button: the runner stops
+        page.locator("#llm-stop").click()
+        page.wait_for_function("document.getElementById('llm-state').textContent === 'stopped'", timeout=20_000)
+        assert get_json(f"{base}/llm/data")["state"] == "stopped"
+        assert get_json(f"{base}/stats/requests")["state"] == "stopped"
+        assert page.locator("#llm-start").is_enabled() and not page.locator("#llm-stop").is_enabled()
+        page.screenshot(path=str(tmp_path / "llm-webui-stopped.png"), full_page=True)
+        before = get_json(f"{base}/llm/data")
+
+        # Start again from the view: a new test, the ladder from its first step, figures afresh
+        page.locator("#llm-start").click()
+        again = wait_for("a new run at step 1", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
+                         and (d.get("step") or {}).get("index") == 1 and d)
+        assert again["totals"]["finished"] < before["totals"]["finished"], (again["totals"], before["totals"])
+        assert [r["step"] for r in again["ladder"]["steps"]] == [1]
+        page.wait_for_function("window.llmView.last && window.llmView.last.state === 'running'"
+                               " && /^1\\/8: /.test(document.getElementById('llm-step').textContent)", timeout=20_000)
+        page.locator("#llm-stop").click()
+        wait_for("the second stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
+        assert errors == []
+    finally:
+        page.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        sim.stop()
+        sidecar.terminate()
+        sidecar.wait(timeout=10)
+        log.close()
