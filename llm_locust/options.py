@@ -68,6 +68,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--max-error-rate", type=float, default=0.05, help="ladder: stop early above this error rate")
     g.add_argument("--no-early-stop", action="store_true", default=False, help="ladder: always run every step")
     g.add_argument("--results", default="", help="write the results JSON to this path")
+    g.add_argument("--report", default="", help="write the HTML report of the run to this path (see `llm-locust report`)")
     g.add_argument(
         "--record-log",
         default="",

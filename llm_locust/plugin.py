@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -74,6 +75,29 @@ def _load(environment, settings) -> dict[str, Any]:
     mode = "ladder" if settings.ladder else "replay" if replay else "closed"
     return {"mode": mode, "users": getattr(opts, "num_users", None), "spawn_rate": getattr(opts, "spawn_rate", None),
             "run_time": getattr(opts, "run_time", None), "shape": type(environment.shape_class).__name__ if environment.shape_class else None}
+
+
+def _write_report(path: str, results: dict, secret: str, results_path: str = "") -> None:
+    """The HTML report, as `llm-locust report` would write it from the results file."""
+    import orjson
+
+    from .report.html import render, write_atomic
+    from .report.results import validity
+
+    try:
+        data = orjson.dumps(results, option=orjson.OPT_NON_STR_KEYS)
+        if len(secret) >= 4:
+            data = data.replace(orjson.dumps(secret)[1:-1], b"***")
+        doc = orjson.loads(data)  # the same plain JSON a reader of the file gets
+        for row in doc["steps"]:
+            row.setdefault("flags", validity(row))
+        if results_path:
+            doc["_path"] = results_path  # as load_results() gives it: the page names the file
+        write_atomic(Path(path), render(doc))
+    except Exception as e:  # noqa: BLE001 - the run's figures are printed and saved already
+        log.error("could not write the HTML report to %s: %s: %s", path, type(e).__name__, e)
+        return
+    print(f"report written to {path}", flush=True)
 
 
 def _server_windows(scraper, h, ctl) -> dict:
@@ -182,7 +206,8 @@ def _on_init(environment, **_kw: Any) -> None:
             table = efficiency_table(eff)
             if table:
                 print("\n" + table, file=sys.stdout, flush=True)
-        if settings.results:
+        report_path = getattr(environment.parsed_options, "report", "") or ""
+        if settings.results or report_path:
             run = {
                 "host": environment.host,
                 "settings": settings.public(),
@@ -216,8 +241,11 @@ def _on_init(environment, **_kw: Any) -> None:
             results["plan"] = _effective_plan(settings, environment, len(workers))
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
-            write_results(settings.results, results, secrets=(settings.api_key or "",))
-            print(f"results written to {settings.results}", flush=True)
+            if settings.results:
+                write_results(settings.results, results, secrets=(settings.api_key or "",))
+                print(f"results written to {settings.results}", flush=True)
+            if report_path:
+                _write_report(report_path, results, settings.api_key or "", settings.results)
 
     environment.events.quitting.add_listener(on_quitting)
     environment.events.quit.add_listener(on_quit)

@@ -367,3 +367,19 @@ def test_bad_input_as_a_command(tmp_path):
     assert p.returncode == 2
     assert str(tmp_path / "x.json") in p.stderr and "truncated JSON" in p.stderr and "Traceback" not in p.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "x.json"]
+
+
+def test_run_writes_the_same_report_itself_with_report(tmp_path):
+    """`llm-locust run --report` gives the page `llm-locust report RESULTS.json` gives, key masked."""
+    secret = "sk-report-0123456789abcdef"
+    env = {**os.environ, "OPENAI_API_KEY": secret}
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "-t", "3s", "-u", "2", "--results", "r.json",
+                        "--report", "live.html"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "report written to live.html" in p.stdout
+    q = subprocess.run([sys.executable, "-m", "llm_locust.cli", "report", "r.json", "-o", "after.html"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    assert q.returncode == 0, q.stderr
+    live = (tmp_path / "live.html").read_text()
+    assert live == (tmp_path / "after.html").read_text()
+    assert secret not in live and "<svg" in live
