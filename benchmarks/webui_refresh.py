@@ -6,7 +6,7 @@
     finished but the last. Then `llm_locust.webui.data.LiveView` on it, with a fake clock:
       - cold: the first snapshot (every step's `step_result`, the saturation verdict);
       - warm: a snapshot one second later (finished steps cached, the running step read again);
-      - one step's figures: `steps.step_result` against the view's `fast_step_result`;
+      - one step's figures: `steps.step_result` (histogram percentiles read through numpy);
       - cached poll: a poll within the same second (`since` = the last `now`): slicing + orjson;
       - first poll of a page (since=0, the whole per-second series), its size;
       - an incremental poll's size.
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
 from llm_locust.records import RequestRecord  # noqa: E402
 from llm_locust.steps import step_result  # noqa: E402
-from llm_locust.webui.data import Inputs, LadderInputs, LiveView, fast_step_result  # noqa: E402
+from llm_locust.webui.data import Inputs, LadderInputs, LiveView  # noqa: E402
 
 T0 = 1_700_000_000.0
 
@@ -153,9 +153,8 @@ def part_compute(a) -> None:
     kw = dict(step=1, offered=w["level"], offered_kind="concurrency", window=(w["measured_from"], w["ended"]),
               warmup=5.0, slos={}, series=total.series)
     exact_ms = timed(lambda: step_result(steps[1], **kw))
-    fast_ms = timed(lambda: fast_step_result(steps[1], **kw))
     med = lambda xs: statistics.median(xs) * 1000  # noqa: E731
-    print(f"one step's figures: steps.step_result {exact_ms:.2f} ms, webui fast_step_result {fast_ms:.2f} ms (same result)")
+    print(f"one step's figures: steps.step_result {exact_ms:.2f} ms")
     print(f"cold snapshot (all {a.steps} steps' figures + verdict):  {cold_ms:8.2f} ms")
     print(f"snapshot one second later (running step re-read):     {med(warm):8.2f} ms")
     print(f"cached poll (same second, since=last) incl. orjson:   {med(cached):8.3f} ms, {len(body):,} bytes")

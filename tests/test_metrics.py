@@ -100,6 +100,31 @@ def make_record(t0=100.0, ttft=0.2, gaps=(0.04, 0.01, 0.01), ntoks=(1, 4, 1, 1),
     )
 
 
+def test_percentiles_read_through_numpy_equal_hdrhs_own_walk():
+    """summary() and percentile() read the counts with numpy; hdrh's pure-Python walk is the reference."""
+    from llm_locust.metrics.histogram import PERCENTILES
+
+    rng = random.Random(7)
+    for n in (1, 2, 3, 7, 100, 20000):
+        h = Histogram()
+        for _ in range(n):
+            h.record(rng.lognormvariate(-3, 1.2))
+        s = h.summary()  # folds pending records into the HDR histogram
+        ref = h._h.get_percentile_to_value_dict(list(PERCENTILES))
+        for p in PERCENTILES:
+            assert s[f"p{p:g}"] == ref[p] / 1e6
+        for p in (0.1, 33.3, 99.99, 100.0):
+            assert h.percentile(p) == h._h.get_value_at_percentile(p) / 1e6
+    # a window: the difference of two snapshots of the counts
+    before = h.counts().copy()
+    for _ in range(50):
+        h.record(5.0)
+    recent = h.percentiles_of(h.counts() - before, (50.0, 99.0))
+    assert recent["p50"] == pytest.approx(5.0, rel=1e-3) and recent["p99"] == pytest.approx(5.0, rel=1e-3)
+    assert h.percentiles_of(h.counts() * 0) is None
+    assert Histogram().summary() == {"count": 0} and Histogram().percentile(50) is None
+
+
 def test_request_figures_follow_the_spec():
     agg = Aggregate()
     rec = make_record()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import socket
@@ -22,7 +21,7 @@ from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.records import Outcome, RequestRecord
 from llm_locust.server_metrics import Sample, ServerSeries
-from llm_locust.steps import request_slos, step_result
+from llm_locust.steps import step_result
 from llm_locust.webui import data as D
 from llm_locust.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
 
@@ -62,75 +61,6 @@ def inputs(total, now, **kw) -> Inputs:
     kw.setdefault("in_flight", 2)
     kw.setdefault("steps", {0: total})
     return Inputs(now=now, total=total, **kw)
-
-
-# ---- percentiles ----
-
-
-def test_numpy_percentiles_match_hdrh_exactly():
-    rng = random.Random(7)
-    for n in (1, 2, 3, 7, 100, 20000):
-        h = Histogram()
-        for _ in range(n):
-            h.record(rng.lognormvariate(-3, 1.2))
-        got = D.percentiles_from_counts(h, D.counts(h), (50.0, 90.0, 99.0, 99.9))
-        for p in (50.0, 90.0, 99.0, 99.9):
-            assert got[f"p{p:g}"] == h.percentile(p)
-        assert D.summary(h) == h.summary()
-    merged = Histogram()
-    merged.merge_encoded(h.encode(), None)  # a mean without an exact sum
-    assert D.summary(merged) == merged.summary()
-    assert D.summary(Histogram()) == Histogram().summary() == {"count": 0}
-    assert D.percentiles_from_counts(h, D.counts(h) * 0) is None
-
-
-def step_cases():
-    """(name, aggregate, slos): one per flag and SLO rule of steps.step_result."""
-    slos = {"ttft": 0.5, "e2e_p50": 0.2}
-
-    def base(n=40, ttft=0.05, **kw):
-        a = Aggregate()
-        for k in range(n):
-            fold([a], rec(T0 + 1 + k * 0.2, ttft=ttft, requested=8), request_slos(kw.get("slos") or {}))
-        return a
-
-    clean = base()
-    errors = base()
-    for k in range(3):
-        fold([errors], rec(T0 + 2 + k, outcome=Outcome.HTTP_ERROR, error="HTTP 503"))
-    fold([errors], rec(T0 + 3, outcome=Outcome.CANCELLED))
-    mismatch = base()
-    fold([mismatch], rec(T0 + 2, requested=12))
-    lag = base()
-    for _ in range(30):
-        lag.hist["loop_lag"].record(0.03)
-    cpu = base()
-    for _ in range(4):
-        cpu.add_cpu_sample(97.0)
-    cpu.add_cpu_sample(20.0)
-    none_ok = Aggregate()
-    fold([none_ok], rec(T0 + 1, outcome=Outcome.TIMEOUT))
-    slow = base(ttft=0.8, slos=slos)
-    yield from [("clean", clean, {}), ("errors", errors, {}), ("mismatch", mismatch, {}), ("lag", lag, {}),
-                ("cpu", cpu, {}), ("no ok", none_ok, {}), ("slo broken + goodput", slow, slos),
-                ("slo met", base(slos=slos), slos), ("error_rate slo", errors, {"error_rate": 0.01}),
-                ("empty", Aggregate(), {"ttft_p99": 1.0})]
-
-
-@pytest.mark.parametrize("name,agg,slos", list(step_cases()), ids=[c[0] for c in step_cases()])
-def test_fast_step_result_is_step_result(name, agg, slos):
-    kw = dict(step=3, offered=4.0, offered_kind="concurrency", window=(T0 + 1.5, T0 + 8.2), warmup=1.0, slos=slos)
-    fast, exact = D.fast_step_result(agg, **kw), step_result(agg, **kw)
-    assert fast.to_dict() == exact.to_dict()
-    assert fast.flags == exact.flags and fast.slo_broken == exact.slo_broken
-
-
-def test_the_step_cases_cover_every_flag_and_slo_rule():
-    kw = dict(step=1, offered=1.0, offered_kind="concurrency", window=(T0 + 1.5, T0 + 8.2), warmup=1.0)
-    results = [D.fast_step_result(agg, slos=slos, **kw) for _name, agg, slos in step_cases()]
-    assert {f for r in results for f in r.flags} == {"client_saturated", "errors", "length_mismatch", "no_data"}
-    assert any(r.slo_broken for r in results) and any(r.slos and not r.slo_broken for r in results)
-    assert any(r.goodput_requests_per_s for r in results) and any(r.goodput_requests_per_s == 0 for r in results)
 
 
 def test_recent_percentiles_see_only_the_last_window():
@@ -303,8 +233,8 @@ def test_step_figures_are_cached(monkeypatch):
     total, steps, ld = ladder_case()
     ld.windows[-1].update(measured_from=T0 + 31)  # step 4 measuring
     calls = []
-    real = D.fast_step_result
-    monkeypatch.setattr(D, "fast_step_result", lambda agg, **kw: calls.append(kw["step"]) or real(agg, **kw))
+    real = D.step_result
+    monkeypatch.setattr(D, "step_result", lambda agg, **kw: calls.append(kw["step"]) or real(agg, **kw))
     clock = Clock()
     view = LiveView(clock=clock)
     get = lambda: inputs(total, T0 + 33 + clock.t, steps=steps, ladder=ld)  # noqa: E731

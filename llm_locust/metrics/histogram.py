@@ -112,17 +112,44 @@ class Histogram:
         value_at = hdr.get_value_from_index
         return [(value_at(int(i)), int(counts[i])) for i in np.flatnonzero(counts)]
 
+    def counts(self):
+        """The bucket counts as a numpy array (a live view of hdrh's array, not a copy)."""
+        import numpy as np
+
+        self._flush()
+        return np.ctypeslib.as_array(self._h.counts)
+
+    def percentiles_of(self, counts, pcts=PERCENTILES) -> dict[str, float] | None:
+        """{"p50": seconds, ...} of bucket counts laid out like this histogram's (e.g. the
+        difference of two snapshots of `counts()`); None when they hold no sample.
+
+        hdrh's get_value_at_percentile (the highest equivalent value of the bucket reaching the
+        target count), with its arithmetic, through a numpy cumulative sum: about 0.05 ms where
+        hdrh's own walk over its ~23,000 buckets in Python takes about 1 ms."""
+        import numpy as np
+
+        cs = np.cumsum(counts, dtype=np.int64)
+        n = int(cs[-1]) if len(cs) else 0
+        if n <= 0:
+            return None
+        hdr = self._h
+        out: dict[str, float] = {}
+        for p in pcts:
+            target = max(int(p * n / 100 + 0.5), 1)  # hdrh's get_target_count_at_percentile
+            i = int(np.searchsorted(cs, target, side="left"))
+            out[f"p{p:g}"] = hdr.get_highest_equivalent_value(hdr.get_value_from_index(i)) / 1e6
+        return out
+
     def percentile(self, p: float) -> float | None:
         if not self.count:
             return None
-        return self._h.get_value_at_percentile(p) / 1e6
+        return (self.percentiles_of(self.counts(), (p,)) or {}).get(f"p{p:g}")
 
     def summary(self) -> dict[str, float | int | None]:
         """count, mean, min, max and the standard percentiles, all in seconds."""
         n = self.count
         if not n:
             return {"count": 0}
-        values = self._h.get_percentile_to_value_dict(list(PERCENTILES))
         mean_us = self._sum_us / n if self._sum_exact else self._h.get_mean_value()
         out: dict[str, float | int | None] = {
             "count": n,
@@ -130,6 +157,5 @@ class Histogram:
             "min": self._h.get_min_value() / 1e6,
             "max": self._h.get_max_value() / 1e6,
         }
-        for p in PERCENTILES:
-            out[f"p{p:g}"] = values[p] / 1e6
+        out.update(self.percentiles_of(self.counts()) or {})
         return out

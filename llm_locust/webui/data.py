@@ -5,14 +5,13 @@ and short enough never to stall a local runner's event loop (the load runs in th
 
 - the snapshot is computed at most once per `SAMPLE_S` (1 s), whoever polls; polls in between
   get the cached snapshot, sliced by `since`;
-- percentiles are read from the HDR histograms' counts arrays with numpy (about 0.05 ms each,
-  against about 1 ms for hdrh's pure-Python walk), with hdrh's own arithmetic: the same values;
-  "recent" percentiles (the last `WINDOW_S` seconds) from the difference between the counts now
-  and a sparse snapshot of them taken about `WINDOW_S` seconds ago;
-- a ladder step's figures come from `fast_step_result`, field for field `steps.step_result` (the
-  final report's figures, flags and SLO verdicts) at about a tenth of its cost; a finished step
-  is recomputed only when its aggregate changes (late worker reports); the saturation verdict
-  (`saturation.analyse`) only when the set of finished steps changes;
+- "recent" percentiles (the last `WINDOW_S` seconds) come from the difference between the HDR
+  counts now and a sparse snapshot of them taken about `WINDOW_S` seconds ago
+  (`Histogram.percentiles_of`, numpy over the counts array);
+- a ladder step's figures come from `steps.step_result`, as in the final report (figures, flags,
+  SLO verdicts); a finished step is recomputed only when its aggregate changes (late worker
+  reports); the saturation verdict (`saturation.analyse`) only when the set of finished steps
+  changes;
 - series are sent incrementally: points newer than `since` (the `now` of the client's previous
   payload), plus a re-sent tail of the per-second series, which keeps changing for about one
   E2E after each second (a request's tokens are folded in by arrival second when it ends).
@@ -32,10 +31,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..metrics.aggregate import LATENCIES, Aggregate
-from ..metrics.histogram import PERCENTILES, Histogram
+from ..metrics.aggregate import Aggregate, client_valid
+from ..metrics.histogram import Histogram
 from ..records import FAILURE_KINDS, Outcome
-from ..steps import OFFERED_KINDS, OFFERED_UNITS, StepResult, broken_slos, check_slo_names, request_slos, steady_counts
+from ..steps import OFFERED_UNITS, StepResult, step_result
 
 VERSION = 1
 LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
@@ -49,110 +48,7 @@ CPU_HIGH_SHARE = 0.5
 MAX_ERROR_TEXTS = 3  # per failure kind, in the payload
 
 
-# ---- percentiles from HDR counts (numpy) ----
-
-
-def _hdr(h: Histogram):
-    h._flush()  # noqa: SLF001 - the hub's own histogram type: fold pending records first
-    return h._h  # noqa: SLF001
-
-
-def counts(h: Histogram) -> np.ndarray:
-    """The histogram's bucket counts (a live view, not a copy)."""
-    return np.ctypeslib.as_array(_hdr(h).counts)
-
-
-def percentiles_from_counts(h: Histogram, c: np.ndarray, pcts=PCTS) -> dict[str, float] | None:
-    """hdrh's `get_value_at_percentile` (highest equivalent value), for counts `c` of `h`'s layout."""
-    cs = np.cumsum(c, dtype=np.int64)
-    n = int(cs[-1]) if len(cs) else 0
-    if n <= 0:
-        return None
-    hdr = _hdr(h)
-    out: dict[str, float] = {}
-    for p in pcts:
-        target = max(int(p * n / 100 + 0.5), 1)  # hdrh's get_target_count_at_percentile, same arithmetic
-        i = int(np.searchsorted(cs, target, side="left"))
-        out[f"p{p:g}"] = hdr.get_highest_equivalent_value(hdr.get_value_from_index(i)) / 1e6
-    return out
-
-
-def summary(h: Histogram) -> dict[str, Any]:
-    """Exactly `Histogram.summary()` (count, mean, min, max, p50 .. p99.9, seconds), about 10x faster."""
-    hdr = _hdr(h)
-    n = hdr.get_total_count()
-    if not n:
-        return {"count": 0}
-    sum_us = h.sum_us
-    out: dict[str, Any] = {
-        "count": n,
-        "mean": (sum_us / n if sum_us is not None else hdr.get_mean_value()) / 1e6,
-        "min": hdr.get_min_value() / 1e6,
-        "max": hdr.get_max_value() / 1e6,
-    }
-    out.update(percentiles_from_counts(h, counts(h), PERCENTILES) or {})
-    return out
-
-
-def client_valid_fast(agg: Aggregate, lag_p99_limit: float = LOOP_LAG_LIMIT, cpu_high_share: float = CPU_HIGH_SHARE) -> bool:
-    """Exactly `metrics.aggregate.client_valid`, with the numpy percentile."""
-    lag = (percentiles_from_counts(agg.hist["loop_lag"], counts(agg.hist["loop_lag"]), (99.0,)) or {}).get("p99")
-    if lag is not None and lag > lag_p99_limit:
-        return False
-    return not (agg.cpu_samples and agg.cpu_high / agg.cpu_samples >= cpu_high_share)
-
-
-def fast_step_result(agg: Aggregate, *, step: int, offered: float, offered_kind: str, window: tuple[float, float],
-                     warmup: float, slos: dict[str, float], series: dict[int, list[int]] | None = None,
-                     max_error_rate: float = 0.01) -> StepResult:
-    """Exactly `steps.step_result` (same fields, flags and SLO verdicts; tests/test_webui.py compares
-    them), with the histograms read through numpy: ~1.5 ms instead of 15-30 ms a step, so a
-    refresh never stalls a local runner's event loop (which would show as client loop lag)."""
-    if offered_kind not in OFFERED_KINDS:
-        raise ValueError(f"offered_kind must be one of {', '.join(OFFERED_KINDS)}, got {offered_kind!r}")
-    start, end = float(window[0]), float(window[1])
-    if end < start:
-        raise ValueError(f"window ends before it starts: {window!r}")
-    check_slo_names(slos)
-    span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
-    finished, cancelled, failed = agg.finished, agg.cancelled, agg.failed
-    error_rate = (failed / (finished - cancelled)) if finished > cancelled else 0.0
-    tokens, ok_n, _failed_n, seconds, s0, s1 = steady_counts(agg.series if series is None else series, start, end)
-    tps = tokens / seconds if seconds > 0 else 0.0
-    rps = ok_n / seconds if seconds > 0 else 0.0
-    ok = agg.outcomes.get(Outcome.OK.value, 0)
-    per_request = request_slos(slos)
-    if per_request and ok:
-        attainment = agg.goodput_requests / ok
-        token_share = agg.goodput_tokens / agg.tokens_out if agg.tokens_out else attainment
-        good_rps, good_tps = rps * attainment, tps * token_share
-    elif per_request:
-        attainment, good_rps, good_tps = 0.0, 0.0, 0.0
-    else:
-        attainment = good_rps = good_tps = None
-    latency = {k: summary(agg.hist[k]) for k in LATENCIES}
-    valid = client_valid_fast(agg)
-    flags = []
-    if not valid:
-        flags.append("client_saturated")
-    if error_rate > max_error_rate:
-        flags.append("errors")
-    if agg.length_mismatch:
-        flags.append("length_mismatch")
-    if not ok:
-        flags.append("no_data")
-    res = StepResult(
-        step=step, offered=float(offered), offered_kind=offered_kind, window_start=start, window_end=end,
-        warmup=float(warmup), steady_seconds=(s0, s1), sent=agg.sent, ok=ok, failed=failed, cancelled=cancelled,
-        error_rate=error_rate, requests_per_s=rps, output_tokens_per_s=tps,
-        aggregate_output_tokens_per_s=agg.tokens_out / span if span > 0 else 0.0,
-        aggregate_requests_per_s=ok / span if span > 0 else 0.0,
-        latency=latency, goodput_requests_per_s=good_rps, goodput_tokens_per_s=good_tps, slo_attainment=attainment,
-        concurrency=agg.sum_e2e / span if span > 0 else 0.0, client_valid=valid, length_checked=agg.length_checked,
-        length_mismatch=agg.length_mismatch, tokens_out=agg.tokens_out, slos=dict(slos), errors=agg.errors, flags=flags,
-    )
-    res.slo_broken = broken_slos(res, slos)
-    return res
+# ---- percentiles over a recent window ----
 
 
 class CountsRing:
@@ -166,7 +62,7 @@ class CountsRing:
     def add(self, t: float, hists: dict[str, Histogram]) -> None:
         snap = {}
         for name in self.names:
-            c = counts(hists[name])
+            c = hists[name].counts()
             idx = np.flatnonzero(c)
             snap[name] = (idx, c[idx].astype(np.int64))
         self.snaps.append((t, snap))
@@ -183,13 +79,13 @@ class CountsRing:
         base = self.base(t)
         out: dict[str, dict | None] = {}
         for name in self.names:
-            c = counts(hists[name]).astype(np.int64)
+            c = hists[name].counts().astype(np.int64)
             if base is not None:
                 idx, vals = base[1][name]
                 c[idx] -= vals
                 if (c < 0).any():  # the histogram was reset: count from zero
-                    c = counts(hists[name]).astype(np.int64)
-            out[name] = percentiles_from_counts(hists[name], c, pcts)
+                    c = hists[name].counts().astype(np.int64)
+            out[name] = hists[name].percentiles_of(c, pcts)
         return (base[0] if base else None), out
 
 
@@ -281,7 +177,7 @@ class LiveView:
         hists = total.hist
         self.ring.add(now, hists)
         since_t, recent_lat = self.ring.recent(now, hists)
-        run_lat = {m: summary(hists[m]) for m in LATENCY_VIEW}
+        run_lat = {m: hists[m].summary() for m in LATENCY_VIEW}
         finished = total.finished
         cancelled = total.cancelled
         ok = total.outcomes.get(Outcome.OK.value, 0)
@@ -300,9 +196,9 @@ class LiveView:
         w = float(end_sec - start_sec)
 
         # client validity, run so far and now
-        lag_all = summary(hists["loop_lag"])
+        lag_all = hists["loop_lag"].summary()
         lag_recent = recent_lat.get("loop_lag")
-        valid = client_valid_fast(total)
+        valid = client_valid(total)
         reasons = []
         if lag_all.get("p99") is not None and lag_all["p99"] > LOOP_LAG_LIMIT:
             reasons.append(f"event-loop lag p99 {lag_all['p99'] * 1000:.1f} ms > {LOOP_LAG_LIMIT * 1000:g} ms")
@@ -439,8 +335,8 @@ class LiveView:
         ld = inp.ladder
         end = w["ended"] if w["ended"] is not None else inp.now
         # as LadderController.results() calls step_result: the final report's figures and flags
-        res = fast_step_result(agg, step=idx, offered=w["level"], offered_kind=ld.kind, window=(w["measured_from"], end),
-                               warmup=ld.warmup, slos=ld.slos, series=inp.total.series)
+        res = step_result(agg, step=idx, offered=w["level"], offered_kind=ld.kind, window=(w["measured_from"], end),
+                          warmup=ld.warmup, slos=ld.slos, series=inp.total.series)
         row = {"step": idx, "offered": w["level"], "started": _r(w["started"], 2), "measured_from": _r(w["measured_from"], 2),
                "ended": _r(w["ended"], 2), "phase": "done" if w["ended"] is not None else "measuring",
                **_step_row(res), "changed": _r(inp.now, 3)}
