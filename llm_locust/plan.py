@@ -1005,20 +1005,20 @@ def _line_map(node, path: tuple, lines: dict[tuple, int], problems: list[str], s
             _line_map(item, path + (i,), lines, problems, source)
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read, check and resolve a YAML plan. PlanError lists every problem with its line."""
-    p = Path(path)
+def read_yaml(path: str | Path, what: str = "plan") -> tuple[Any, dict[tuple, int]]:
+    """(data, the line of each key path) of one YAML file; PlanError with file:line for a file
+    that cannot be read, is not YAML or repeats a key. Plans and compare's weights files use it."""
     source = str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise PlanError([f"{source}: cannot read the plan: {e.strerror or e}"], source) from None
+        raise PlanError([f"{source}: cannot read the {what}: {e.strerror or e}"], source) from None
+    lines: dict[tuple, int] = {}
+    dup: list[str] = []
     try:
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
-            lines: dict[tuple, int] = {}
-            dup: list[str] = []
             if node is not None:
                 _line_map(node, (), lines, dup, source)
             data = loader.construct_document(node) if node is not None else None
@@ -1031,7 +1031,13 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError([f"{where}: not valid YAML: {problem}"], source) from None
     if dup:
         raise PlanError(dup, source)
-    return plan_from_dict(data, source=source, base_dir=p.resolve().parent, lines=lines)
+    return data, lines
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read, check and resolve a YAML plan. PlanError lists every problem with its line."""
+    data, lines = read_yaml(path, "plan")
+    return plan_from_dict(data, source=str(path), base_dir=Path(path).resolve().parent, lines=lines)
 
 
 # ---- the plan as command-line options ----

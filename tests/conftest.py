@@ -1,12 +1,6 @@
-import os
-
 import pytest
 
 import realservers  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _require_real(path, what: str):
@@ -14,7 +8,7 @@ def _require_real(path, what: str):
     if path is not None:
         return path
     msg = f"{what} not found under {realservers.cache_dir()}; {realservers.PROVISION_HINT}"
-    if _in_ci():
+    if realservers.in_ci():
         pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
     pytest.skip(msg)
 
@@ -48,7 +42,7 @@ def _require_vllm(path, what: str):
     if path is not None:
         return path
     msg = f"{what} not found under {realservers.cache_dir()}; {realservers.VLLM_PROVISION_HINT}"
-    if _in_ci():
+    if realservers.in_ci():
         pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
     pytest.skip(msg)
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from llm_locust.server_metrics import Sample, ServerSeries
 from llm_locust.steps import step_result
 from llm_locust.webui import data as D
 from llm_locust.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
+from realservers import free_port, in_ci
 
 T0 = 1_700_000_000.0
 
@@ -281,10 +281,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 SCREENSHOT_COPY = Path("/tmp/llm-locust-webui.png")
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @pytest.fixture(scope="module")
 def browser():
     """Debian's chromium through the playwright package (skip locally / fail in CI when missing)."""
@@ -297,7 +293,7 @@ def browser():
         missing.append("playwright (pip install playwright; no `playwright install` needed)")
     if missing:
         msg = "browser test needs " + " and ".join(missing)
-        if _in_ci():
+        if in_ci():
             pytest.fail(f"CI is set, so the browser test must run, but {msg}", pytrace=False)
         pytest.skip(msg)
     with sync_playwright() as pw:
@@ -305,12 +301,6 @@ def browser():
                                args=CHROMIUM_ARGS)
         yield b
         b.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what, fn, timeout=30.0, every=0.2):

@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from ..plan import _line_map, _suggest, parse_seconds
+from ..plan import PlanError, _suggest, parse_seconds, read_yaml
 from ..steps import OFFERED_UNITS, SLO_STATS, parse_slo_name
 from .results import ResultsError, load_results
 
@@ -313,29 +311,11 @@ def parse_criteria(data: Any, *, source: str = "weights", lines: dict[tuple, int
 
 def load_weights(path: str | Path) -> list[Criterion]:
     """Read and check a weights YAML file (WeightsError naming the file, line and criterion)."""
-    source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise WeightsError([f"{source}: cannot read the weights file: {e.strerror or e}"], source) from None
-    lines: dict[tuple, int] = {}
-    dup: list[str] = []
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None:
-                _line_map(node, (), lines, dup, source)
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise WeightsError([f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}"], source) from None
-    if dup:
-        raise WeightsError(dup, source)
-    return parse_criteria(data, source=source, lines=lines)
+        data, lines = read_yaml(path, "weights file")
+    except PlanError as e:
+        raise WeightsError(e.problems, str(path)) from None
+    return parse_criteria(data, source=str(path), lines=lines)
 
 
 def default_criteria(runs: list[Run]) -> list[Criterion]:
