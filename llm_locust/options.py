@@ -136,6 +136,7 @@ class Settings:
     max_error_rate: float = 0.05
     no_early_stop: bool = False
     results: str = ""
+    report: str = ""
     seed: int = 0
 
     @classmethod
@@ -177,6 +178,7 @@ class Settings:
             max_error_rate=get("max_error_rate", 0.05),
             no_early_stop=get("no_early_stop", False),
             results=get("results", ""),
+            report=get("report", ""),
             seed=get("seed", 0),
         )
 

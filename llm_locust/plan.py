@@ -214,6 +214,7 @@ class Plan:
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     seed: int = 0
     results: str = ""
+    report: str = ""
     workers: int = 0
     sim: SimOptions = field(default_factory=SimOptions)
     name: str = ""
@@ -240,6 +241,7 @@ class Plan:
             "early_stop": self.early_stop.to_dict(),
             "seed": self.seed,
             "results": self.results,
+            "report": self.report,
             "workers": self.workers,
             "sim": self.sim.to_dict(),
         }
@@ -268,6 +270,7 @@ class Plan:
             "request_timeout": self.timeouts.request,
             "slo": ",".join(f"{k}={_fmt(v)}" for k, v in self.slos.items()),
             "results": self.results,
+            "report": self.report,
             "seed": self.seed,
         }
 
@@ -529,6 +532,7 @@ TOP_KEYS = (
     "early_stop",
     "seed",
     "results",
+    "report",
     "workers",
     "sim",
 )
@@ -949,6 +953,7 @@ def plan_from_dict(data: Any, *, source: str = "", base_dir: str | Path | None =
         early_stop=early,
         seed=ck.number(top, (), "seed", 0, integer=True),
         results=ck.string(top, (), "results", ""),
+        report=ck.string(top, (), "report", ""),
         workers=ck.number(top, (), "workers", 0, integer=True, minimum=0),
         sim=sim,
         name=_str_or_num(ck, top, "name"),
@@ -1124,6 +1129,8 @@ def plan_argv(plan: Plan, *, synth_dir: str | Path | None = None) -> tuple[list[
     args += ["--max-error-rate", _fmt(float(es.max_error_rate))]
     if plan.results:
         args += ["--results", plan.results]
+    if plan.report:
+        args += ["--report", plan.report]
     args += ["--seed", str(plan.seed)]
     return args, plan.host
 
@@ -1151,6 +1158,7 @@ OVERRIDE_KEYS = (
     "request_timeout",
     "slo",
     "results",
+    "report",
     "seed",
     "workers",
     "sim_slots",
@@ -1196,6 +1204,7 @@ def merge_cli(plan: Plan, overrides: dict[str, Any]) -> Plan:
         "max_tokens_cap": ("max_tokens_cap",),
         "continuous_usage": ("continuous_usage",),
         "results": ("results",),
+        "report": ("report",),
         "seed": ("seed",),
         "workers": ("workers",),
         "name": ("name",),
@@ -1333,6 +1342,7 @@ def plan_from_settings(settings, *, host: str, workers: int = 0, sim_slots: int 
         "early_stop": {"enabled": not settings.no_early_stop, "max_error_rate": settings.max_error_rate},
         "seed": settings.seed,
         "results": settings.results,
+        "report": settings.report,
         "workers": workers,
     }
     if sim_slots:

@@ -210,7 +210,7 @@ def test_unknown_keys_are_named_with_their_line(tmp_path):
     p = problems(tmp_path, "host: http://h:1\nladdr: concurrency:1..4\nworkload:\n  trace_file: x.csv\n")
     assert p[0].endswith("plan.yaml:2: laddr: unknown key 'laddr' (did you mean 'ladder'?); known: " + ", ".join(
         ("name", "description", "host", "api", "model", "api_key_env", "workload", "ladder", "max_tokens", "max_tokens_cap",
-         "force_length", "continuous_usage", "slos", "timeouts", "early_stop", "seed", "results", "workers", "sim")))
+         "force_length", "continuous_usage", "slos", "timeouts", "early_stop", "seed", "results", "report", "workers", "sim")))
     assert ":4: workload.trace_file: unknown key 'trace_file'" in p[1]
     p = problems(tmp_path, "ladder:\n  kind: concurrency\n  stpes: [1, 2]\n")
     assert any(":3: ladder.stpes: unknown key 'stpes' (did you mean 'steps'?)" in x for x in p)
@@ -452,6 +452,19 @@ def test_plan_argv_gives_the_run_command_the_plan(tmp_path):
     assert trace.parent == tmp_path and trace.is_file() and Path(f"{trace}.spec.json").is_file()
     assert len(trace.read_text().splitlines()) == 5000
     assert plan_argv(plan, synth_dir=tmp_path)[0] == argv  # same spec, same file
+
+
+def test_plan_report_key_becomes_the_report_option(tmp_path):
+    from llm_locust.plan import plan_argv, plan_from_dict, plan_from_settings
+
+    (tmp_path / "t.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n')
+    plan = load_plan(write(tmp_path, "workload: {trace: t.jsonl}\nresults: r.json\nreport: out/r.html\n"))
+    assert plan.report == "out/r.html" and plan.to_dict()["report"] == "out/r.html"
+    argv, _host = plan_argv(plan)
+    s = _settings_of(argv)
+    assert (s.results, s.report) == ("r.json", "out/r.html")
+    assert plan_from_dict(plan.to_dict()).report == "out/r.html"
+    assert plan_from_settings(s, host="http://127.0.0.1:1").report == "out/r.html"  # the effective plan a results file keeps
 
     replay = load_plan(PLANS / "trace-replay-1x-2x.yaml")
     argv, _ = plan_argv(replay)
