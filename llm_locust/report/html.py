@@ -289,8 +289,10 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
         if cands:
             out.append("<p class='sub'>Candidates: " + esc(", ".join(f"{k} {'-' if c is None else f'{c:g}'}" for k, c in cands.items()))
                        + f"<br>Method: {esc(v.get('method'))}</p>")
-    if ladder.get("stop_reason"):
-        out.append(f"<p>Ladder stopped early: {esc(ladder['stop_reason'])}</p>")
+    reason = ladder.get("stop_reason")
+    if reason:
+        early = reason != "ladder complete"
+        out.append(f"<p>{'Ladder stopped early' if early else 'Ladder ended'}: {esc(reason)}</p>")
     out.append("</div>")
     return H("".join(out))
 
