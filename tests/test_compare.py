@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_locust.report import compare as cmp
+from llm_locust.report.compare.format import _ms
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "plans" / "seed-concurrency-ladder.yaml"
@@ -298,6 +299,21 @@ def test_example_weights_file_loads_and_scores(runs, capsys):
     rc, out, err = _main(capsys, runs[4], runs[16], "--weights", ROOT / "plans" / "weights-example.yaml")
     assert rc == 0, err
     assert "at_knee.itl_p99" in out
+
+
+def test_every_latency_metric_reads_its_figure(runs, tmp_path, capsys):
+    """Each latency metric, p99.9 included, at the run's summary and at the knee."""
+    names = [n for n, m in cmp.METRICS.items() if m.unit == "s"]
+    crit = "".join(f"  - metric: {n}\n  - metric: at_knee.{n}\n" for n in names)
+    w = _weights(tmp_path, "criteria:\n" + crit)
+    rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "--format", "markdown")
+    assert rc == 0, err
+    doc = _doc(runs[4])
+    for n in names:
+        metric, stat = n.rsplit("_", 1)
+        want = doc["summary"]["latency"][metric][stat]
+        row = next(line for line in out.splitlines() if line.startswith(f"| {n} "))
+        assert row.split("|")[5].strip().startswith(f"{_ms(want)} · "), (n, want, row)  # run 1's cell
 
 
 # ---- pure parts ----

@@ -1,0 +1,104 @@
+"""The command: `llm-locust compare A.json B.json ... [--weights W.yaml] [--format] [-o OUT]`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from ..results import ResultsError
+from .comparison import Comparison, compare
+from .errors import CompareError
+from .render_html import render_html
+from .render_markdown import render_markdown
+from .render_text import render_text
+
+FORMATS = ("text", "markdown", "html")
+
+RENDERERS: dict[str, Callable[[Comparison], str]] = {"text": render_text, "markdown": render_markdown, "html": render_html}
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """The whole file or nothing: a temporary file beside it, then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # a report to share: the usual permissions, not mkstemp's 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llm-locust compare",
+        description="Line up results files side by side and write a weighted decision matrix "
+        "(docs/compare.md). Exit status 0: written; 2: bad input, or runs not comparable with --strict.",
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of `llm-locust run --results`")
+    p.add_argument("--weights", metavar="W.yaml", help="criteria: metric, weight, pass line, scope (default: a built-in set)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="text (default), markdown or html; with -o, taken from its extension when not given")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here (atomically) instead of standard output")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="a name per results file, in order (default: the file name)")
+    p.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
+    return p
+
+
+def _format_for(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    ext = Path(args.output).suffix.lower() if args.output else ""
+    return {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}.get(ext, "text")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`llm-locust compare`: 0 when the comparison was written, 2 on bad input (one message on
+    stderr, nothing written) or, with --strict, when the runs are not comparable."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else 2
+    prog = "llm-locust compare"
+    try:
+        cmp = compare(args.results, args.label, args.weights)
+    except (ResultsError, CompareError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    blocking = [i for i in cmp.issues if i.blocking]
+    if blocking and args.strict:
+        print(f"{prog}: error: the runs are not comparable (--strict):", file=sys.stderr)
+        for i in blocking:
+            print(f"  - {i.text()}", file=sys.stderr)
+        return 2
+    fmt = _format_for(args)
+    text = RENDERERS[fmt](cmp)
+    if args.output:
+        try:
+            write_atomic(args.output, text)
+        except OSError as e:
+            print(f"{prog}: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        for i in blocking:
+            print(f"{prog}: warning: {i.text()}", file=sys.stderr)
+        print(f"{prog}: wrote {args.output} ({fmt})", file=sys.stderr)
+    else:
+        if blocking and fmt != "text":
+            for i in blocking:
+                print(f"{prog}: warning: {i.text()}", file=sys.stderr)
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,91 @@
+"""Whether runs measure the same thing: check_comparable lists the differences that make them
+not comparable (trace, load plan, model, api, output lengths, SLOs) and the ones only worth a note."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .runs import Run, _get
+
+
+@dataclass(frozen=True)
+class Issue:
+    what: str  # short: "different trace (sha256)", "different load plan", ...
+    detail: str  # the values, by run
+    severity: str = "incomparable"  # incomparable: the figures measure different things | note
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "incomparable"
+
+    def text(self) -> str:
+        return f"{'not comparable' if self.blocking else 'note'}: {self.what}: {self.detail}"
+
+
+def _groups(runs: list[Run], key: Callable[[Run], Any], show: Callable[[Run], str] | None = None) -> str | None:
+    """None when every run has the same key; else "A, B: value; C: other value"."""
+    by: dict[Any, list[Run]] = {}
+    for r in runs:
+        by.setdefault(_hashable(key(r)), []).append(r)
+    if len(by) < 2:
+        return None
+    show = show or (lambda r: str(key(r)))
+    return "; ".join(f"{', '.join(r.label for r in rs)}: {show(rs[0])}" for rs in by.values())
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    return v
+
+
+def check_comparable(runs: list[Run]) -> list[Issue]:
+    """Why these runs' figures do not measure the same thing (incomparable), and differences
+    worth knowing that do not change what was measured (notes). Server, GPU and their versions
+    are what a comparison compares: never an issue."""
+    if len(runs) < 2:
+        return []
+    issues: list[Issue] = []
+
+    def add(what: str, key, show=None, severity="incomparable") -> None:
+        d = _groups(runs, key, show)
+        if d:
+            issues.append(Issue(f"different {what}", d, severity))
+
+    with_sha = [r for r in runs if r.trace_sha]
+    if len({r.trace_sha for r in with_sha}) > 1:
+        issues.append(Issue("different trace (sha256)", _groups(with_sha, lambda r: r.trace_sha, lambda r: r.trace) or ""))
+    without = [r for r in runs if not r.trace_sha]
+    if without:
+        unverified = ", ".join(r.label for r in without)
+        path = lambda r: os.path.abspath(r.trace_path) if r.trace_path else ""  # noqa: E731
+        sha_paths = {path(r) for r in with_sha}
+        d = _groups(runs, path, lambda r: r.trace_path or "?")
+        # only what the sha256 check has not said already: an unverified run's file differs
+        if d and (not issues or any(path(r) not in sha_paths for r in without)):
+            issues.append(Issue(f"different trace (file; no sha256 recorded for {unverified})", d))
+        else:
+            issues.append(Issue("trace not verified", f"{unverified}: no sha256 recorded (an older results file, or the"
+                                " trace could not be read): the same trace file, its content not verified", "note"))
+    known_load = [r for r in runs if "?" not in r.load]
+    d = _groups(known_load, lambda r: r.load)
+    if d:
+        issues.append(Issue("different load plan", d))
+    if len(known_load) < len(runs):
+        issues.append(Issue("load not checked", f"{', '.join(r.label for r in runs if r not in known_load)}:"
+                            " the results do not say how many users ran", "note"))
+    add("model", lambda r: r.model)
+    add("api", lambda r: r.api)
+    add("max_tokens", lambda r: r.output_length)
+    add("force_length", lambda r: r.force_length)
+    add("SLOs (goodput and max_slo_load are judged against them)", lambda r: r.slos, lambda r: r.slo_text)
+    add("step timing / run time", lambda r: r.timing, severity="note")
+    add("seed", lambda r: r.settings.get("seed", _get(r.doc, "run", "seed")), severity="note")
+    add("llm-locust version", lambda r: _get(r.doc, "environment", "llm_locust"), severity="note")
+    add("client machine", lambda r: _get(r.doc, "environment", "hostname"), severity="note")
+    add("worker processes", lambda r: len(r.doc.get("workers") or []), severity="note")
+    return issues

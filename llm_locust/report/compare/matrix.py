@@ -1,0 +1,149 @@
+"""Values and scores: each criterion's figure per run (read_value), normalised so that the best
+run scores 1.0 (normalise), weighted into totals and ranks with pass lines and validity marks (score)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .format import _fmt_pass, _fmt_value
+from .metrics import Metric
+from .runs import Run, _get
+from .weights import Criterion
+
+
+@dataclass
+class Cell:
+    value: float | None
+    score: float = 0.0
+    passed: bool | None = None  # None: no pass line
+    bound: str = ""  # ">=": the value is a lower bound (a ladder that had not saturated at its top)
+    note: str = ""  # why there is no value, or where it was read
+    flags: list[str] = field(default_factory=list)  # validity marks of the figures used
+    step: int | None = None  # the ladder step it was read from (None: the whole run)
+
+
+def _at_step(value: float | None, st: dict[str, Any], **kw: Any) -> Cell:
+    return Cell(value, flags=list(st.get("flags") or []), step=st.get("step"), **kw)
+
+
+def read_value(run: Run, crit: Criterion) -> Cell:
+    """The criterion's figure of one run, with the validity marks of where it was read."""
+    m = crit.metric
+    if m.name == "saturation_load":
+        if not run.ladder:
+            return Cell(None, note="no ladder")
+        sat = run.verdict.get("saturation")
+        if isinstance(sat, dict):
+            return _at_step(_float(sat.get("offered")), run.step(sat.get("step")) or sat)
+        if run.still_rising():
+            top = run.ladder_steps[-1]
+            return _at_step(_float(top.get("offered")), top, bound=">=", note="still rising at the top step")
+        return Cell(None, note="no knee found")
+    if m.name == "max_slo_load":
+        if not run.ladder:
+            return Cell(None, note="no ladder")
+        if not run.slos:
+            return Cell(None, note="no SLOs")
+        v = run.verdict.get("max_slo_load")
+        if v is None:
+            return Cell(0.0, note="no step met every SLO")
+        st = run.step(run.verdict.get("max_slo_step")) or {}
+        top = run.ladder_steps[-1]
+        at_top = bool(st) and st.get("step") == top.get("step")
+        return _at_step(_float(v), st, bound=">=" if at_top else "", note="the top step met them all" if at_top else "")
+    if crit.scope == "summary":
+        flags = list(_get(run.doc, "validity", "flags", default=[]) or [])
+        if m.name.startswith("goodput") and not run.slos:
+            return Cell(None, note="no SLOs", flags=flags)
+        return Cell(_figure(run.summary, m), flags=flags)
+    if not run.ladder:
+        return Cell(None, note="no ladder")
+    if crit.scope == "knee":
+        st, note = run.knee()
+        if st is None:
+            return Cell(None, note=note)
+    else:  # max_slo
+        st, note = run.step(run.verdict.get("max_slo_step")), ""
+        if st is None:
+            return Cell(None, note="no SLOs" if not run.slos else "no step met every SLO")
+    v = _figure(st, m)
+    return _at_step(v, st, note=note if v is not None else (note or "no value"))
+
+
+def _figure(src: dict[str, Any], m: Metric) -> float | None:
+    if m.unit == "s":
+        _latency, metric, stat = m.field.split(".", 2)  # "latency.e2e.p99.9": the stat keeps its dot
+        return _float(_get(src, "latency", metric, stat))
+    return _float(src.get(m.field))
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def normalise(values: list[float | None], higher_is_better: bool) -> list[float]:
+    """Per criterion: the best run 1.0, the others in proportion; no value 0.
+    Higher is better: v / max. Lower is better: min / v, and when the best is 0 (no errors),
+    1.0 for the runs at 0 and 0.0 for the others. All runs equal (all 0 included): 1.0 each."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return [0.0 for _ in values]
+    out = []
+    if higher_is_better:
+        best = max(have)
+        for v in values:
+            out.append(0.0 if v is None else (1.0 if best <= 0 else max(v, 0.0) / best))
+    else:
+        best = min(have)
+        for v in values:
+            if v is None:
+                out.append(0.0)
+            elif best > 0:
+                out.append(best / v)
+            else:
+                out.append(1.0 if v <= best else 0.0)
+    return out
+
+
+@dataclass
+class Matrix:
+    criteria: list[Criterion]
+    cells: list[list[Cell]]  # [criterion][run]
+    totals: list[float]  # per run: sum(weight x score) / sum(weight), 0..1
+    ranks: list[int]  # per run: 1 = best (equal totals share a rank)
+    fails: list[list[str]]  # per run: the pass lines it missed, as text
+    marks: list[list[str]]  # per run: validity marks of the run, its steps, and the figures scored
+
+
+def score(runs: list[Run], criteria: list[Criterion]) -> Matrix:
+    cells: list[list[Cell]] = []
+    for crit in criteria:
+        row = [read_value(r, crit) for r in runs]
+        for c, s in zip(row, normalise([c.value for c in row], crit.metric.higher_is_better)):
+            c.score = s
+            if crit.pass_line is not None:
+                c.passed = c.value is not None and crit.pass_line.ok(c.value)
+        cells.append(row)
+    wsum = sum(c.weight for c in criteria) or 1.0
+    totals = [sum(crit.weight * cells[i][j].score for i, crit in enumerate(criteria)) / wsum for j in range(len(runs))]
+    rounded = [round(t, 9) for t in totals]
+    ranks = [1 + sum(1 for u in rounded if u > t) for t in rounded]
+    fails: list[list[str]] = [[] for _ in runs]
+    for i, crit in enumerate(criteria):
+        for j, c in enumerate(cells[i]):
+            if c.passed is False:
+                got = ("no value" + (f" ({c.note})" if c.note else "")) if c.value is None else _fmt_value(runs[j], crit.metric, c.value, c.bound)
+                fails[j].append(f"{crit.name} {got}, needs {_fmt_pass(crit.metric, crit.pass_line, runs[j])}")
+    marks: list[list[str]] = []
+    for j, r in enumerate(runs):
+        out = []
+        for step, text in r.flag_items():
+            used = [crit.name for i, crit in enumerate(criteria)
+                    if cells[i][j].flags and (cells[i][j].step == step if step is not None else crit.scope == "summary")]
+            out.append(text + (f" (scored: {', '.join(used)})" if used and step is not None else ""))
+        marks.append(out)
+    return Matrix(criteria, cells, totals, ranks, fails, marks)

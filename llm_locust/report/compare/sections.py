@@ -1,0 +1,217 @@
+"""The sections every format renders, as tables of texts: the runs, the key figures, the ladder
+steps, the decision matrix and the ranking; and the comparability and verdict lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...steps import OFFERED_UNITS
+from .comparison import Comparison
+from .format import _fmt_pass, _fmt_value, _load, _ms, _num, _num_plain, _pct
+from .matrix import Cell, _float, read_value
+from .metrics import METRICS
+from .runs import Run, _get
+from .weights import Criterion
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    numeric_from: int = 1  # columns from this one are right-aligned in text
+
+
+def _runs_table(c: Comparison) -> Table:
+    runs = c.runs
+    rows = [
+        ["file", *[r.path for r in runs]],
+        ["server", *[r.server for r in runs]],
+        ["model", *[r.model for r in runs]],
+        ["GPU", *[r.gpu for r in runs]],
+        ["trace sha256", *[r.trace for r in runs]],
+        ["api", *[r.api for r in runs]],
+        ["output length", *[f"{r.output_length}, {r.force_length}" for r in runs]],
+        ["load", *[r.load for r in runs]],
+        ["timing", *[r.timing for r in runs]],
+        ["SLOs", *[r.slo_text for r in runs]],
+        ["seed", *[str(r.settings.get("seed", _get(r.doc, "run", "seed", default="?"))) for r in runs]],
+        ["started (UTC)", *[str(_get(r.doc, "run", "started_at_utc", default="?")) for r in runs]],
+        ["llm-locust", *[str(_get(r.doc, "environment", "llm_locust", default="?")) for r in runs]],
+        ["validity", *["; ".join(r.flags()) or "ok" for r in runs]],
+    ]
+    return Table("Runs", ["", *[r.label for r in runs]], rows, numeric_from=99)
+
+
+def _figures_table(c: Comparison) -> Table:
+    runs = c.runs
+
+    def lat(m: str, s: str) -> list[str]:
+        return [_ms(_float(_get(r.summary, "latency", m, s))) for r in runs]
+
+    def rate(key: str, unit: str) -> list[str]:
+        return [f"{_num(_float(r.summary.get(key)))} {unit}" if _float(r.summary.get(key)) is not None else "-" for r in runs]
+
+    rows = [
+        ["TTFT p50", *lat("ttft", "p50")],
+        ["TTFT p99", *lat("ttft", "p99")],
+        ["ITL p50", *lat("itl", "p50")],
+        ["ITL p99", *lat("itl", "p99")],
+        ["TPOT p50", *lat("tpot", "p50")],
+        ["E2E p99", *lat("e2e", "p99")],
+        ["output tokens/s", *rate("output_tokens_per_s", "tok/s")],
+        ["requests/s", *rate("requests_per_s", "req/s")],
+        ["goodput", *[
+            f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, {_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
+            if r.slos else "- (no SLOs)" for r in runs]],
+        ["error rate", *[_pct(_float(r.summary.get("error_rate"))) for r in runs]],
+        ["requests ok / sent", *[f"{r.summary.get('ok', '?')} / {r.summary.get('sent', '?')}" for r in runs]],
+    ]
+    if any(r.ladder for r in runs):
+        rows += [
+            ["saturation point", *[_saturation_text(r) for r in runs]],
+            ["tok/s at the knee", *[_knee_tps(r) for r in runs]],
+            ["max SLO load", *[_max_slo_text(r) for r in runs]],
+        ]
+    return Table("Key figures (whole run; ladders: the knee and the SLO-limited load)", ["", *[r.label for r in runs]], rows)
+
+
+def _saturation_text(r: Run) -> str:
+    if not r.ladder:
+        return "- (no ladder)"
+    unit = OFFERED_UNITS.get(r.offered_kind, "")
+    sat = r.verdict.get("saturation")
+    if isinstance(sat, dict):
+        by = f", by {r.verdict['knee_by']}" if r.verdict.get("knee_by") else ""
+        return f"{_load(sat.get('offered'), unit)} (step {sat.get('step')}{by})"
+    if r.still_rising():
+        return f">= {_load(_get(r.ladder_steps, -1, 'offered'), unit)} (still rising)"
+    return "none found"
+
+
+def _knee_tps(r: Run) -> str:
+    st, note = r.knee()
+    if st is None:
+        return "-"
+    v = _float(st.get("output_tokens_per_s"))
+    return f"{_num(v)} tok/s" + (" (top step)" if note else "")
+
+
+def _max_slo_text(r: Run) -> str:
+    if not r.ladder:
+        return "- (no ladder)"
+    if not r.slos:
+        return "- (no SLOs)"
+    cell = read_value(r, Criterion(METRICS["max_slo_load"], "run", 1.0))
+    if cell.value == 0 and cell.note:
+        return "none (no step met every SLO)"
+    return _fmt_value(r, METRICS["max_slo_load"], cell.value, cell.bound)
+
+
+def _steps_table(c: Comparison) -> Table | None:
+    ladders = [r for r in c.runs if r.ladder]
+    if not ladders:
+        return None
+    kinds = {r.offered_kind for r in ladders}
+    unit = OFFERED_UNITS.get(next(iter(kinds)), "") if len(kinds) == 1 else ""
+    levels = sorted({float(s["offered"]) for r in ladders for s in r.ladder_steps if _float(s.get("offered")) is not None})
+    rows = []
+    for lv in levels:
+        row = [_load(lv, unit) if unit else _num_plain(lv)]
+        for r in c.runs:
+            st = next((s for s in r.ladder_steps if _float(s.get("offered")) == lv), None)
+            if st is None:
+                row.append("-")
+                continue
+            cell = f"{_num(_float(st.get('output_tokens_per_s')))} / {_ms(_float(_get(st, 'latency', 'ttft', 'p99')))}"
+            knee, _ = r.knee()
+            if knee is not None and knee.get("step") == st.get("step"):
+                cell += " [knee]"
+            if st.get("flags"):
+                cell += f" ({', '.join(st['flags'])})"
+            if st.get("slo_broken"):
+                cell += " [SLO broken]"
+            row.append(cell)
+        rows.append(row)
+    return Table("Ladder steps: output tok/s / TTFT p99", ["load", *[r.label for r in c.runs]], rows)
+
+
+def _cell_text(run: Run, crit: Criterion, cell: Cell) -> str:
+    val = _fmt_value(run, crit.metric, cell.value, cell.bound) if cell.value is not None else f"n/a ({cell.note})"
+    if cell.value is not None and crit.scope == "knee" and cell.note:
+        val += " (top step)"
+    out = f"{val} · {cell.score:.2f}"
+    if cell.passed is not None:
+        out += " · " + ("pass" if cell.passed else "FAIL")
+    if cell.flags and crit.scope != "summary":
+        out += " *"
+    return out
+
+
+def _matrix_table(c: Comparison) -> Table:
+    m = c.matrix
+    rows = []
+    for i, crit in enumerate(m.criteria):
+        ref = next((r for r in c.runs if r.ladder), c.runs[0])
+        rows.append([
+            crit.name,
+            "higher" if crit.metric.higher_is_better else "lower",
+            _num_plain(crit.weight),
+            _fmt_pass(crit.metric, crit.pass_line, ref),
+            *[_cell_text(r, crit, m.cells[i][j]) for j, r in enumerate(c.runs)],
+        ])
+    rows.append(["weighted total", "", _num_plain(sum(x.weight for x in m.criteria)), "",
+                 *[f"{t:.3f}" for t in m.totals]])
+    rows.append(["rank", "", "", "", *[str(k) for k in m.ranks]])
+    note = ("each cell: value · score · pass line; score: best run 1.0, others value/best (higher is better) or "
+            "best/value (lower is better), no value 0; total = sum(weight x score) / sum(weight); "
+            "* the figure comes from a ladder step with validity flags")
+    return Table(f"Decision matrix ({c.weights_source})", ["criterion", "better", "weight", "pass line",
+                                                            *[r.label for r in c.runs]], rows, note=note, numeric_from=2)
+
+
+def _ranking_table(c: Comparison) -> Table:
+    m = c.matrix
+    order = sorted(range(len(c.runs)), key=lambda j: (m.ranks[j], j))
+    rows = []
+    for j in order:
+        r = c.runs[j]
+        result = "passes all" if not m.fails[j] else "fails: " + "; ".join(m.fails[j])
+        if not any(cr.pass_line for cr in m.criteria):
+            result = "no pass lines"
+        rows.append([str(m.ranks[j]), r.label, f"{m.totals[j]:.3f}", result, "; ".join(m.marks[j]) or "ok"])
+    return Table("Ranking", ["rank", "run", "total", "pass lines", "validity"], rows, numeric_from=99)
+
+
+def sections(c: Comparison) -> list[Table]:
+    out = [_runs_table(c), _figures_table(c)]
+    st = _steps_table(c)
+    if st is not None:
+        out.append(st)
+    out += [_matrix_table(c), _ranking_table(c)]
+    return out
+
+
+def _verdict_line(c: Comparison) -> str:
+    m = c.matrix
+    best = [c.runs[j].label for j in range(len(c.runs)) if m.ranks[j] == 1]
+    line = f"best weighted total: {', '.join(best)}"
+    j0 = m.ranks.index(1)
+    if m.fails[j0]:
+        line += f" (but it fails {len(m.fails[j0])} pass line{'s' if len(m.fails[j0]) > 1 else ''})"
+    passing = [c.runs[j].label for j in sorted(range(len(c.runs)), key=lambda j: m.ranks[j]) if not m.fails[j]]
+    if any(cr.pass_line for cr in m.criteria):
+        line += f"; passing every pass line: {', '.join(passing) if passing else 'none'}"
+    if not c.comparable:
+        line += "; WARNING: the runs are not comparable (see above)"
+    return line
+
+
+def _comparability_lines(c: Comparison) -> tuple[str, list[str]]:
+    if len(c.runs) < 2:
+        return "one run: nothing to compare it with", []
+    blocking = [i for i in c.issues if i.blocking]
+    head = ("WARNING: these runs are NOT comparable; their figures measure different things" if blocking
+            else "comparable: no difference in trace, load plan, model, api, output lengths or SLOs")
+    return head, [i.text() for i in blocking] + [i.text() for i in c.issues if not i.blocking]
