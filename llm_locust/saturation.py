@@ -162,6 +162,13 @@ def _kneed_available() -> bool:
     return importlib.util.find_spec("kneed") is not None
 
 
+def preload() -> None:
+    """Import kneed now (about 1 s: it imports matplotlib's pyplot when matplotlib is there), so a
+    verdict computed while the load runs (the web UI's live view) does not stall the event loop."""
+    if _kneed_available():
+        import kneed  # noqa: F401
+
+
 def _kneedle(xs: list[float], env: list[float], sensitivity: float) -> int | None:
     from kneed import KneeLocator
 

@@ -94,6 +94,7 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     from flask import Blueprint, Response, request, send_from_directory
     from locust.runners import MasterRunner, WorkerRunner
 
+    from .. import saturation, shapes
     from ..metrics.cluster import hub
 
     web_ui = getattr(environment, "web_ui", None)
@@ -101,6 +102,8 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
         return None
     h = hub(environment)
     lag = REPORT_LAG if isinstance(environment.runner, MasterRunner) else 1.0
+    if shapes.controller(environment) is not None:
+        saturation.preload()  # the view computes verdicts while the ladder runs: import kneed now
     view = LiveView()
     environment.llm_webui = view  # type: ignore[attr-defined]
     shown_run = [h.run_number]
