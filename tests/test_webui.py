@@ -436,3 +436,45 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
         sidecar.terminate()
         sidecar.wait(timeout=10)
         log.close()
+
+
+def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
+    """Nobody watches for the first steps; the page opened later still has a sample a second from
+    the test's start (the view samples while a test runs)."""
+    from llm_locust.sim.process import SimProcess
+
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    log = open(tmp_path / "locust.log", "w")
+    sim = SimProcess(slots=4).start()
+    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", sim.url, "--web-host", "127.0.0.1",
+         "--web-port", str(web), "--autostart", "--ladder", "concurrency:1,2,4", "--warmup", "1", "--step-duration", "3",
+         "--no-early-stop", "--max-tokens", "16"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        # /metrics (the exporter) does not touch the view: wait there for step 3 (6 s in)
+        def step() -> int:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            line = next((x for x in text.splitlines() if x.startswith("llm_locust_step ")), "llm_locust_step 0")
+            return int(float(line.split()[1]))
+
+        wait_for("step 3", lambda: abs(step()) == 3)
+        d = get_json(f"{base}/llm/data?since=0")
+        t = d["samples"]["t"]
+        assert d["started_at"] is not None and len(t) >= 5, t
+        assert t[0] - d["started_at"] < 2.5, (t[0], d["started_at"])
+        assert all(b > a for a, b in zip(t, t[1:]))
+        assert max(b - a for a, b in zip(t, t[1:])) < 2.5  # about one a second, no gap
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        sim.stop()
+        log.close()

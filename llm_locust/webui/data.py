@@ -16,9 +16,8 @@ and short enough never to stall a local runner's event loop (the load runs in th
   payload), plus a re-sent tail of the per-second series, which keeps changing for about one
   E2E after each second (a request's tokens are folded in by arrival second when it ends).
 
-Nothing runs while nobody polls: the latency-over-time history starts when a page is first
-opened (the hub keeps no per-second histograms); the per-second token and request series cover
-the whole run.
+While a test runs, `webui.install` takes one snapshot a second whether or not a page polls, so
+the latency-over-time history (the hub keeps no per-second histograms) covers the whole test.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
 PCTS = (50.0, 90.0, 99.0)
 WINDOW_S = 10.0  # "recent": rates and percentiles over the last 10 s
 SAMPLE_S = 1.0  # the snapshot is recomputed at most this often
-HISTORY = 7200  # latency / load samples kept (2 h at one a second while watched)
+HISTORY = 7200  # latency / load samples kept (2 h at one a second)
 TAIL_MIN_S, TAIL_MAX_S = 10, 300  # per-second series re-sent each poll: lag + E2E p99, within these
 LOOP_LAG_LIMIT = 0.005  # the validity rule of docs/metrics.md
 CPU_HIGH_SHARE = 0.5
@@ -210,7 +209,7 @@ class LiveView:
                 reasons.append(f"{len(busy)} worker(s) at >= 90% CPU now")
         valid_now = lag_recent is None or (lag_recent.get("p99") or 0) <= LOOP_LAG_LIMIT
 
-        # samples (history while watched)
+        # samples (the history, one a second while a test runs)
         s = self.samples
         s["t"].append(_r(now, 2))
         s["users"].append(inp.users)
