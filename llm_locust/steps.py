@@ -43,7 +43,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, client_valid, figures
+from .metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
 from .records import Outcome
 
 if TYPE_CHECKING:
@@ -250,17 +250,9 @@ def step_result(
         attainment, good_rps, good_tps = 0.0, 0.0, 0.0
     else:
         attainment = good_rps = good_tps = None
-    latency = {k: agg.hist[k].summary() for k in LATENCIES}
-    valid = client_valid(agg)
-    flags = []
-    if not valid:
-        flags.append("client_saturated")
-    if f["error_rate"] > max_error_rate:
-        flags.append("errors")
-    if agg.length_mismatch:
-        flags.append("length_mismatch")
-    if not ok:
-        flags.append("no_data")
+    latency = f["latency"]
+    valid = f["client"]["valid"]
+    flags = validity(f, max_error_rate)
     res = StepResult(
         step=step,
         offered=float(offered),

@@ -339,6 +339,22 @@ def figures(agg: Aggregate) -> dict[str, Any]:
     return out
 
 
+def validity(fig: dict[str, Any], max_error_rate: float) -> list[str]:
+    """The marks that make `figures()` suspect: client_saturated (the client may have distorted
+    them), errors (error rate above the limit), length_mismatch (outputs not of the length asked
+    for), no_data (nothing succeeded). Runs, aggregate steps and ladder steps use these."""
+    flags = []
+    if not fig["client"]["valid"]:
+        flags.append("client_saturated")
+    if fig["error_rate"] > max_error_rate:
+        flags.append("errors")
+    if fig["length_mismatch"]:
+        flags.append("length_mismatch")
+    if not fig["ok"]:
+        flags.append("no_data")
+    return flags
+
+
 def client_valid(agg: Aggregate, lag_p99_limit: float = 0.005, cpu_high_share: float = 0.5) -> bool:
     """False when the client itself may have distorted the figures (metrics spec)."""
     lag = agg.hist["loop_lag"].percentile(99)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ..metrics.aggregate import Aggregate, figures
+from ..metrics.aggregate import validity as aggregate_validity
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
@@ -48,19 +49,8 @@ def environment_info() -> dict[str, Any]:
 
 
 def validity(fig: dict[str, Any], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
-    """The marks that make figures suspect, with the ladder steps' names: client_saturated (the
-    client may have distorted them), errors (error rate above the limit), length_mismatch
-    (outputs not of the length asked for), no_data (nothing succeeded)."""
-    flags = []
-    if not fig["client"]["valid"]:
-        flags.append("client_saturated")
-    if fig["error_rate"] > max_error_rate:
-        flags.append("errors")
-    if fig["length_mismatch"]:
-        flags.append("length_mismatch")
-    if not fig["ok"]:
-        flags.append("no_data")
-    return flags
+    """`metrics.aggregate.validity` with the results' default limit."""
+    return aggregate_validity(fig, max_error_rate)
 
 
 def distributions(total: Aggregate) -> dict[str, Any]:
