@@ -81,16 +81,12 @@ def _write_report(path: str, results: dict, secret: str, results_path: str = "")
     """The HTML report, as `llm-locust report` would write it from the results file."""
     import orjson
 
-    from .report.html import render, write_atomic
-    from .report.results import validity
+    from .report.files import write_atomic
+    from .report.html import render
+    from .report.results import results_json
 
     try:
-        data = orjson.dumps(results, option=orjson.OPT_NON_STR_KEYS)
-        if len(secret) >= 4:
-            data = data.replace(orjson.dumps(secret)[1:-1], b"***")
-        doc = orjson.loads(data)  # the same plain JSON a reader of the file gets
-        for row in doc["steps"]:
-            row.setdefault("flags", validity(row))
+        doc = orjson.loads(results_json(results, (secret,), indent=False))  # what a reader of the file gets
         if results_path:
             doc["_path"] = results_path  # as load_results() gives it: the page names the file
         write_atomic(Path(path), render(doc))

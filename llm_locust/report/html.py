@@ -9,14 +9,12 @@ bytes); `main(argv)` reads, renders, then writes atomically, so a bad input leav
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import html
 import math
 import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +24,7 @@ import orjson
 import yaml
 
 from ..steps import OFFERED_UNITS, parse_slo_name
+from .files import write_atomic
 from .results import ResultsError, load_results
 from .summary import ROWS as LATENCY_ROWS
 
@@ -633,20 +632,6 @@ def _mask(text: str, results: dict[str, Any]) -> str:
     return text
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # a page to share: the usual file mode, not mkstemp's 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

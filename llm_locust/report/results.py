@@ -6,7 +6,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -16,6 +15,7 @@ import orjson
 
 from ..metrics.aggregate import Aggregate, figures
 from ..metrics.aggregate import validity as aggregate_validity
+from .files import write_atomic
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
@@ -139,19 +139,16 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
-    """Write atomically: a reader never sees half a file. Any of `secrets` (e.g. the API key)
-    that found its way into the figures (an error text quoting a header) is masked."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+def results_json(results: dict[str, Any], secrets: tuple[str, ...] = (), indent: bool = True) -> bytes:
+    """The results as JSON. Any of `secrets` (e.g. the API key) that found its way into the
+    figures (an error text quoting a header) is masked."""
+    data = orjson.dumps(results, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_NON_STR_KEYS)
     for secret in secrets:
         if secret and len(secret) >= 4:
             data = data.replace(orjson.dumps(secret)[1:-1], b"***")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a results file is meant to be shared
-    os.replace(tmp, path)
+    return data
+
+
+def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
+    """Write atomically (a reader never sees half a file), secrets masked."""
+    write_atomic(path, results_json(results, secrets))

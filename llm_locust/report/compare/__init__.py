@@ -28,10 +28,10 @@ The modules, each importing only those above it (format.py names Run for type ch
     comparison.py      Comparison, compare
     sections.py        Table, sections: what every format renders
     render_text.py / render_markdown.py / render_html.py
-    cli.py             main(argv), write_atomic
+    cli.py             main(argv)
 """
 
-from .cli import FORMATS, RENDERERS, main, write_atomic
+from .cli import FORMATS, RENDERERS, main
 from .comparability import Issue, check_comparable
 from .comparison import Comparison, compare
 from .errors import CompareError
@@ -108,5 +108,4 @@ __all__ = [
     "resolve_metric",
     "score",
     "sections",
-    "write_atomic",
 ]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..files import write_atomic
 from ..results import ResultsError
 from .comparison import Comparison, compare
 from .errors import CompareError
@@ -21,24 +20,6 @@ FORMATS = ("text", "markdown", "html")
 RENDERERS: dict[str, Callable[[Comparison], str]] = {"text": render_text, "markdown": render_markdown, "html": render_html}
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """The whole file or nothing: a temporary file beside it, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # a report to share: the usual permissions, not mkstemp's 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _parser() -> argparse.ArgumentParser:

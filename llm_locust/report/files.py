@@ -1,0 +1,30 @@
+"""Writing the files a run hands around (results, reports, comparisons): whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> None:
+    """A temporary file beside `path`, then os.replace: a reader never sees half a file, and a
+    failed write leaves an earlier file at `path` as it was. The mode is the usual one (umask),
+    not mkstemp's private 0600: these files are meant to be shared."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
