@@ -10,6 +10,7 @@ urllib and time, which gevent patches cooperatively.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,6 +70,19 @@ def smollm2_tokenizer_dir() -> Path | None:
 def in_ci() -> bool:
     """CI is set: a test that needs a real part must fail, not skip, when the part is missing."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def need_binary(binary: str, install: str = "apt-get install -y prometheus") -> str:
+    """The path of a program a test needs: skip locally when it is missing, fail in CI."""
+    import pytest
+
+    path = shutil.which(binary)
+    if path is None:
+        msg = f"{binary} not found ({install})"
+        if in_ci():
+            pytest.fail(f"CI is set, so this test must run, but {msg}", pytrace=False)
+        pytest.skip(msg)
+    return path
 
 
 def log_tail(path: Path | None, lines: int, max_bytes: int = 32768) -> str:

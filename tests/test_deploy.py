@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from realservers import free_port
+from realservers import free_port, in_ci, need_binary
 import yaml
 
 from llm_locust.sim.process import SimProcess
@@ -27,7 +27,6 @@ from llm_locust.sim.process import SimProcess
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 # What Grafana substitutes before a query reaches Prometheus (test values: 1 s scrapes).
 GRAFANA_VARS = {
@@ -42,18 +41,9 @@ GRAFANA_VARS = {
 }
 
 
-def need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if IN_CI:
-            pytest.fail(f"{binary} is required in CI (Debian package prometheus)")
-        pytest.skip(f"{binary} not installed (apt-get install prometheus)")
-    return path
-
-
 def need_module(name: str, pip: str):
     if importlib.util.find_spec(name) is None:
-        if IN_CI:
+        if in_ci():
             pytest.fail(f"{pip} is required in CI (pip install -e .[test])")
         pytest.skip(f"{pip} not installed (pip install {pip})")
     return __import__(name)
@@ -103,7 +93,7 @@ def get_json(url: str, timeout: float = 5.0) -> dict:
 
 
 def test_promtool_checks_config_and_rules():
-    promtool = need("promtool")
+    promtool = need_binary("promtool")
     for args in (["check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                  ["check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")]):
         r = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
@@ -141,7 +131,7 @@ def compose_schema() -> dict:
         if c and Path(c).is_file():
             return json.loads(Path(c).read_text())
     msg = "compose_spec.json not found (see compose_schema's docstring)"
-    if IN_CI:
+    if in_ci():
         pytest.fail(msg)
     pytest.skip(msg)
 
@@ -292,7 +282,7 @@ def test_load_test_dashboard_has_the_asked_panels():
 def prometheus_on_live_run(tmp_path_factory):
     """Master + 2 workers against the simulator, the GPU sidecar in fake mode, and Debian's Prometheus
     scraping all three every second with deploy/prometheus/prometheus.yml's jobs and rules."""
-    prometheus = need("prometheus")
+    prometheus = need_binary("prometheus")
     tmp = tmp_path_factory.mktemp("deploy")
     master_port, sidecar_port, prom_port = free_port(), free_port(), free_port()
     procs: list[subprocess.Popen] = []

@@ -2,9 +2,7 @@
 Prometheus scraping a real master + 2 workers run."""
 
 import json
-import os
 import random
-import shutil
 import socket
 import subprocess
 import sys
@@ -13,22 +11,12 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from realservers import free_port
+from realservers import free_port, need_binary
 
 from llm_locust.exporter import cumulative_buckets
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.sim.process import SimProcess
 
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if IN_CI:
-            pytest.fail(f"{binary} is required in CI (Debian package prometheus)")
-        pytest.skip(f"{binary} not installed (apt-get install prometheus)")
-    return path
 
 
 
@@ -84,7 +72,7 @@ def scrape_when(port: int, predicate, deadline: float = 30.0) -> str:
 
 
 def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run, tmp_path):
-    promtool, prometheus = need("promtool"), need("prometheus")
+    promtool, prometheus = need_binary("promtool"), need_binary("prometheus")
     proc, port, _ = live_run
     text = scrape_when(port, lambda t: "llm_locust_output_tokens_total" in t and "llm_locust_output_tokens_total 0.0" not in t)
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)

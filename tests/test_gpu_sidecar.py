@@ -1,9 +1,7 @@
 """GPU sidecar: faked pynvml functions (no GPU here), names/labels/units, a real subprocess."""
 
 import logging
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llm_locust.gpu.nvml import MiB, FakeBackend, NvmlBackend
 from llm_locust.gpu.sidecar import GpuCollector, Sampler
+from realservers import need_binary
 
 GiB = 1024 * MiB
 
@@ -330,18 +329,8 @@ def test_subprocess_fake_2_scrape(sidecar_proc):
     assert len(m["llm_locust_gpu_process_memory_used_bytes"]) == 2
 
 
-def _promtool():
-    path = shutil.which("promtool")
-    if path:
-        return path
-    msg = "promtool not found (apt-get install -y prometheus provides it)"
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"CI is set, so the promtool check must run, but {msg}", pytrace=False)
-    pytest.skip(msg)
-
-
 def test_promtool_check_metrics(sidecar_proc):
-    promtool = _promtool()
+    promtool = need_binary("promtool")
     # Our own names alone: a clean pass.
     own = fetch(sidecar_proc("--no-dcgm-names"))
     r = subprocess.run([promtool, "check", "metrics"], input=own, capture_output=True, text=True)
