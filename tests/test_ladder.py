@@ -105,15 +105,16 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     quick = ["--ladder", "concurrency:1,2", "--step-duration", "3", "--warmup", "1"]
     p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(plan), *quick, "--results", str(first)],
-                       capture_output=True, text=True, timeout=200)
+                       capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "results-seed-concurrency-ladder.html").is_file()  # the plan's report:, relative to cwd
     r1 = json.loads(first.read_text())
     assert r1["plan"]["ladder"]["steps"] == [1, 2]  # the command line overrode the plan's ladder
     assert r1["plan"]["slos"] == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}  # the plan's own SLOs
     assert r1["plan"]["sim"]["slots"] == 8 and r1["run"]["command"][2] == str(plan)
     assert [s["offered"] for s in r1["ladder"]["steps"]] == [1, 2]
     p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(first), "--results", str(second)],
-                       capture_output=True, text=True, timeout=200)
+                       capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     r2 = json.loads(second.read_text())
     assert {k: v for k, v in r2["plan"].items() if k != "results"} == {k: v for k, v in r1["plan"].items() if k != "results"}

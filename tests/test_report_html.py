@@ -112,9 +112,9 @@ def kv(root, table_id):
 # ---- real runs (module scope: one ladder with the sidecar, one closed loop) ----
 
 
-def _run(args, env, timeout=180):
+def _run(args, env, cwd, timeout=180):
     return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ, **env})
+                          timeout=timeout, cwd=cwd, env={**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,8 @@ def ladder_run(tmp_path_factory):
         line = sidecar.stdout.readline()
         url = re.search(r"(http://\S+)", line).group(1) + "/metrics"
         results = d / "ladder.json"
-        p = _run(["plans/seed-concurrency-ladder.yaml", "--ladder", "concurrency:2,8,32", "--step-duration", "4",
-                  "--warmup", "1", "--gpu-metrics", url, "--results", str(results)], {"OPENAI_API_KEY": SECRET})
+        p = _run([str(REPO / "plans" / "seed-concurrency-ladder.yaml"), "--ladder", "concurrency:2,8,32", "--step-duration", "4",
+                  "--warmup", "1", "--gpu-metrics", url, "--results", str(results)], {"OPENAI_API_KEY": SECRET}, d)
     finally:
         sidecar.terminate()
         sidecar.wait(10)
@@ -143,7 +143,7 @@ def ladder_run(tmp_path_factory):
 def closed_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("closed")
     results = d / "closed.json"
-    p = _run(["-t", "3s", "-u", "2", "--results", str(results)], {})
+    p = _run(["-t", "3s", "-u", "2", "--results", str(results)], {}, d)
     assert p.returncode == 0, p.stderr[-3000:]
     return {"path": results, "results": load_results(results)}
 
