@@ -3,6 +3,7 @@ Chromium, a real Locust with its web UI driving a ladder against the simulator."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -322,116 +323,127 @@ def get_json(url):
         return json.load(r)
 
 
+@contextlib.contextmanager
+def locust_web_ui(tmp_path, host: str, *options: str):
+    """A real Locust (the ladder locustfile) with its web UI on a free 127.0.0.1 port: yields
+    its base URL; terminated (killed after 20 s) on exit. Output goes to tmp_path/locust.log."""
+    web = free_port()
+    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
+    with open(tmp_path / "locust.log", "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", host, "--web-host", "127.0.0.1",
+             "--web-port", str(web), *options],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            yield f"http://127.0.0.1:{web}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_path):
     from llm_locust.sim.process import SimProcess
 
-    web = free_port()
     gpu_port = free_port()
-    base = f"http://127.0.0.1:{web}"
-    log = open(tmp_path / "locust.log", "w")
+    log = open(tmp_path / "sidecar.log", "w")
     sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--port", str(gpu_port)],
                                stdout=subprocess.DEVNULL, stderr=log)
     sim = SimProcess(slots=4, fault={"http500": 0.15}).start()
-    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", sim.url, "--web-host", "127.0.0.1",
-         "--web-port", str(web), "--ladder", "concurrency:1,2,4,6,8,12,16,24", "--warmup", "1", "--step-duration", "3",
-         "--no-early-stop", "--max-tokens", "24", "--gpu-metrics", f"http://127.0.0.1:{gpu_port}/metrics"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    options = ("--ladder", "concurrency:1,2,4,6,8,12,16,24", "--warmup", "1", "--step-duration", "3", "--no-early-stop",
+               "--max-tokens", "24", "--gpu-metrics", f"http://127.0.0.1:{gpu_port}/metrics")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+        with locust_web_ui(tmp_path, sim.url, *options) as base:
+            wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
 
-        # Locust's own page: its Start button runs the ladder shape
-        page.goto(base + "/")
-        page.get_by_role("button", name="Start").click()
-        wait_for("the test to run", lambda: get_json(f"{base}/llm/data")["state"] in ("running", "spawning"))
-        # its "LLM" tab shows our rows, the load step among them
-        page.get_by_role("tab", name="LLM").click()
-        page.get_by_text(re.compile(r"^\d+/8: \d+ users")).wait_for(timeout=15_000)
-        # and the link under Reports ("Download data") opens the LLM view
-        page.get_by_role("tab", name="Download Data").click()
-        page.get_by_role("link", name=re.compile("LLM live view")).click()
-        page.wait_for_url(base + "/llm")
+            # Locust's own page: its Start button runs the ladder shape
+            page.goto(base + "/")
+            page.get_by_role("button", name="Start").click()
+            wait_for("the test to run", lambda: get_json(f"{base}/llm/data")["state"] in ("running", "spawning"))
+            # its "LLM" tab shows our rows, the load step among them
+            page.get_by_role("tab", name="LLM").click()
+            page.get_by_text(re.compile(r"^\d+/8: \d+ users")).wait_for(timeout=15_000)
+            # and the link under Reports ("Download data") opens the LLM view
+            page.get_by_role("tab", name="Download Data").click()
+            page.get_by_role("link", name=re.compile("LLM live view")).click()
+            page.wait_for_url(base + "/llm")
 
-        page.wait_for_function("window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'")
+            page.wait_for_function("window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'")
 
-        def figures():
-            return page.evaluate("""() => ({
-                finished: Number(document.getElementById('llm-finished').textContent.replace(/,/g, '')),
-                tps: Number(document.getElementById('llm-tps').textContent.replace(/,/g, '')),
-                step: document.getElementById('llm-step').textContent,
-                points: window.llmView.charts['chart-throughput'].data[0].length,
-                samples: window.llmView.charts['chart-ttft'].data[0].length,
-                polls: window.llmView.polls,
-            })""")
+            def figures():
+                return page.evaluate("""() => ({
+                    finished: Number(document.getElementById('llm-finished').textContent.replace(/,/g, '')),
+                    tps: Number(document.getElementById('llm-tps').textContent.replace(/,/g, '')),
+                    step: document.getElementById('llm-step').textContent,
+                    points: window.llmView.charts['chart-throughput'].data[0].length,
+                    samples: window.llmView.charts['chart-ttft'].data[0].length,
+                    polls: window.llmView.polls,
+                })""")
 
-        first = wait_for("requests shown", lambda: (f := figures())["finished"] > 0 and f)
-        second = wait_for("the figures to move", lambda: (f := figures())["finished"] > first["finished"]
-                          and f["polls"] > first["polls"] and f["tps"] > 0 and f["points"] > 0 and f["samples"] >= 2 and f)
-        assert re.fullmatch(r"\d/8: \d+ users", second["step"]), second["step"]
-        assert page.locator("#llm-steps tbody tr").count() >= 1
+            first = wait_for("requests shown", lambda: (f := figures())["finished"] > 0 and f)
+            second = wait_for("the figures to move", lambda: (f := figures())["finished"] > first["finished"]
+                              and f["polls"] > first["polls"] and f["tps"] > 0 and f["points"] > 0 and f["samples"] >= 2 and f)
+            assert re.fullmatch(r"\d/8: \d+ users", second["step"]), second["step"]
+            assert page.locator("#llm-steps tbody tr").count() >= 1
 
-        # a provisional verdict once three steps are done; every flagged step is marked in the table
-        page.wait_for_function("window.llmView.verdict && window.llmView.verdict.steps_used >= 3", timeout=30_000)
-        page.wait_for_function("window.llmView.charts['chart-server'] && window.llmView.charts['chart-server'].data[0].length > 0")
-        page.wait_for_function("window.llmView.charts['chart-gpu'] && window.llmView.charts['chart-gpu'].data[0].length > 0")
-        p = page.evaluate("window.llmView.last")
-        step_rows = page.evaluate("window.llmView.steps")
-        assert p["state"] == "running" and p["failures"]["http_error"]["n"] > 0
-        assert page.locator("#llm-failures").inner_text().count("http_error") == 1
-        rows = page.locator("#llm-steps tbody tr")
-        flagged = 0
-        assert [r["step"] for r in step_rows] == list(range(1, len(step_rows) + 1))
-        for i, r in enumerate(step_rows):
-            cls = rows.nth(i).get_attribute("class") or ""
-            cells = rows.nth(i).inner_text()
-            if r.get("flags"):  # marked: final on a finished step, "so far" on the running one
-                flagged += r["phase"] == "done"
-                assert ("flagged" if r["phase"] == "done" else "flagged-so-far") in cls.split(), (r, cls)
-                for f in r["flags"]:
-                    assert f in cells
-            else:
-                assert "flagged" not in cls
-        assert flagged >= 1  # 15% HTTP 500s: a finished step with an error rate over 1%
-        assert page.locator("#tile-verdict .big").inner_text() not in ("-", "pending")
-        assert page.locator("#chart-throughput canvas").count() >= 1
+            # a provisional verdict once three steps are done; every flagged step is marked in the table
+            page.wait_for_function("window.llmView.verdict && window.llmView.verdict.steps_used >= 3", timeout=30_000)
+            page.wait_for_function("window.llmView.charts['chart-server'] && window.llmView.charts['chart-server'].data[0].length > 0")
+            page.wait_for_function("window.llmView.charts['chart-gpu'] && window.llmView.charts['chart-gpu'].data[0].length > 0")
+            p = page.evaluate("window.llmView.last")
+            step_rows = page.evaluate("window.llmView.steps")
+            assert p["state"] == "running" and p["failures"]["http_error"]["n"] > 0
+            assert page.locator("#llm-failures").inner_text().count("http_error") == 1
+            rows = page.locator("#llm-steps tbody tr")
+            flagged = 0
+            assert [r["step"] for r in step_rows] == list(range(1, len(step_rows) + 1))
+            for i, r in enumerate(step_rows):
+                cls = rows.nth(i).get_attribute("class") or ""
+                cells = rows.nth(i).inner_text()
+                if r.get("flags"):  # marked: final on a finished step, "so far" on the running one
+                    flagged += r["phase"] == "done"
+                    assert ("flagged" if r["phase"] == "done" else "flagged-so-far") in cls.split(), (r, cls)
+                    for f in r["flags"]:
+                        assert f in cells
+                else:
+                    assert "flagged" not in cls
+            assert flagged >= 1  # 15% HTTP 500s: a finished step with an error rate over 1%
+            assert page.locator("#tile-verdict .big").inner_text() not in ("-", "pending")
+            assert page.locator("#chart-throughput canvas").count() >= 1
 
-        shot = tmp_path / "llm-webui.png"
-        page.screenshot(path=str(shot), full_page=True)
-        shutil.copyfile(shot, SCREENSHOT_COPY)
+            shot = tmp_path / "llm-webui.png"
+            page.screenshot(path=str(shot), full_page=True)
+            shutil.copyfile(shot, SCREENSHOT_COPY)
 
-        # Stop from the view's own button: the runner stops
-        page.locator("#llm-stop").click()
-        page.wait_for_function("document.getElementById('llm-state').textContent === 'stopped'", timeout=20_000)
-        assert get_json(f"{base}/llm/data")["state"] == "stopped"
-        assert get_json(f"{base}/stats/requests")["state"] == "stopped"
-        assert page.locator("#llm-start").is_enabled() and not page.locator("#llm-stop").is_enabled()
-        page.screenshot(path=str(tmp_path / "llm-webui-stopped.png"), full_page=True)
-        before = get_json(f"{base}/llm/data")
+            # Stop from the view's own button: the runner stops
+            page.locator("#llm-stop").click()
+            page.wait_for_function("document.getElementById('llm-state').textContent === 'stopped'", timeout=20_000)
+            assert get_json(f"{base}/llm/data")["state"] == "stopped"
+            assert get_json(f"{base}/stats/requests")["state"] == "stopped"
+            assert page.locator("#llm-start").is_enabled() and not page.locator("#llm-stop").is_enabled()
+            page.screenshot(path=str(tmp_path / "llm-webui-stopped.png"), full_page=True)
+            before = get_json(f"{base}/llm/data")
 
-        # Start again from the view: a new test, the ladder from its first step, figures afresh
-        page.locator("#llm-start").click()
-        again = wait_for("a new run at step 1", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
-                         and (d.get("step") or {}).get("index") == 1 and d)
-        assert again["totals"]["finished"] < before["totals"]["finished"], (again["totals"], before["totals"])
-        assert [r["step"] for r in again["ladder"]["steps"]] == [1]
-        page.wait_for_function("window.llmView.last && window.llmView.last.state === 'running'"
-                               " && /^1\\/8: /.test(document.getElementById('llm-step').textContent)", timeout=20_000)
-        page.locator("#llm-stop").click()
-        wait_for("the second stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
-        assert errors == []
+            # Start again from the view: a new test, the ladder from its first step, figures afresh
+            page.locator("#llm-start").click()
+            again = wait_for("a new run at step 1", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
+                             and (d.get("step") or {}).get("index") == 1 and d)
+            assert again["totals"]["finished"] < before["totals"]["finished"], (again["totals"], before["totals"])
+            assert [r["step"] for r in again["ladder"]["steps"]] == [1]
+            page.wait_for_function("window.llmView.last && window.llmView.last.state === 'running'"
+                                   " && /^1\\/8: /.test(document.getElementById('llm-step').textContent)", timeout=20_000)
+            page.locator("#llm-stop").click()
+            wait_for("the second stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
+            assert errors == []
     finally:
         page.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         sim.stop()
         sidecar.terminate()
         sidecar.wait(timeout=10)
@@ -443,18 +455,9 @@ def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
     the test's start (the view samples while a test runs)."""
     from llm_locust.sim.process import SimProcess
 
-    web = free_port()
-    base = f"http://127.0.0.1:{web}"
-    log = open(tmp_path / "locust.log", "w")
-    sim = SimProcess(slots=4).start()
-    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", sim.url, "--web-host", "127.0.0.1",
-         "--web-port", str(web), "--autostart", "--ladder", "concurrency:1,2,4", "--warmup", "1", "--step-duration", "3",
-         "--no-early-stop", "--max-tokens", "16"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
+    with SimProcess(slots=4) as sim, locust_web_ui(tmp_path, sim.url, "--autostart", "--ladder", "concurrency:1,2,4",
+                                                   "--warmup", "1", "--step-duration", "3", "--no-early-stop",
+                                                   "--max-tokens", "16") as base:
         # /metrics (the exporter) does not touch the view: wait there for step 3 (6 s in)
         def step() -> int:
             with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
@@ -469,12 +472,3 @@ def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
         assert t[0] - d["started_at"] < 2.5, (t[0], d["started_at"])
         assert all(b > a for a, b in zip(t, t[1:]))
         assert max(b - a for a, b in zip(t, t[1:])) < 2.5  # about one a second, no gap
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        sim.stop()
-        log.close()
