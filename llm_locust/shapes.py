@@ -264,14 +264,11 @@ def install(env: Environment, settings) -> None:
 
 def renew(env: Environment) -> None:
     """A new test on a runner whose ladder already ran (started again from the web UI): a fresh
-    controller from the first step, and the hub's figures of the last test cleared."""
-    from .metrics.cluster import hub
-
+    controller from the first step (the hub clears the last test's figures at test_start)."""
     ctl = controller(env)
     if ctl is None or not ctl.windows:
         return
     env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early)  # type: ignore[attr-defined]
-    hub(env).new_run()
     log.info("new ladder run from step 1")
 
 

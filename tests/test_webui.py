@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -324,11 +325,11 @@ def get_json(url):
 
 
 @contextlib.contextmanager
-def locust_web_ui(tmp_path, host: str, *options: str):
-    """A real Locust (the ladder locustfile) with its web UI on a free 127.0.0.1 port: yields
-    its base URL; terminated (killed after 20 s) on exit. Output goes to tmp_path/locust.log."""
+def locust_web_ui(tmp_path, host: str, *options: str, locustfile: str = "locustfile_ladder.py"):
+    """A real Locust (one of llm_locust's locustfiles) with its web UI on a free 127.0.0.1 port:
+    yields its base URL; terminated (killed after 20 s) on exit. Output: tmp_path/locust.log."""
     web = free_port()
-    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfile_ladder.py"
+    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / locustfile
     with open(tmp_path / "locust.log", "a") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", host, "--web-host", "127.0.0.1",
@@ -472,3 +473,26 @@ def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
         assert t[0] - d["started_at"] < 2.5, (t[0], d["started_at"])
         assert all(b > a for a, b in zip(t, t[1:]))
         assert max(b - a for a, b in zip(t, t[1:])) < 2.5  # about one a second, no gap
+
+
+def test_a_closed_loop_test_started_again_from_the_ui_starts_its_figures_afresh(tmp_path):
+    """As Locust clears its stats when a test is started again, the hub forgets the last test."""
+    from llm_locust.sim.process import SimProcess
+
+    def swarm(base: str) -> None:  # what Locust's Start form posts
+        body = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2, "host": sim.url}).encode()
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/swarm", data=body), timeout=5) as r:
+            assert r.status == 200
+
+    with SimProcess(slots=4) as sim, locust_web_ui(tmp_path, sim.url, "--max-tokens", "16",
+                                                   locustfile="locustfile.py") as base:
+        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+        swarm(base)
+        first = wait_for("30 requests", lambda: (d := get_json(f"{base}/llm/data"))["totals"]["finished"] >= 30 and d)
+        urllib.request.urlopen(urllib.request.Request(f"{base}/stop", data=b""), timeout=5).read()  # POST, as the UI
+        wait_for("the stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
+        swarm(base)
+        again = wait_for("a new test", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
+                         and d["started_at"] > first["started_at"] and d)
+        assert again["totals"]["sent"] < first["totals"]["sent"], (again["totals"], first["totals"])
+        assert again["totals"]["finished"] < first["totals"]["finished"]

@@ -69,12 +69,12 @@ class MetricsHub:
         self.run_number = 1  # a new test started from the web UI after one ended: see new_run
 
     def new_run(self) -> None:
-        """Master / local: forget the previous test's figures (Locust clears its stats the same
-        way when a test is started again from the web UI). Requests of the old test still in
-        flight on a worker arrive in the new one's figures as cancelled."""
+        """Master / local, as a test starts after an earlier one in this process (started again
+        from the web UI): forget the earlier test's figures, where Locust clears its stats.
+        Requests of the old test still in flight on a worker arrive in the new one's figures as
+        cancelled. The step is the ladder's to set (shapes.renew gives it a fresh controller)."""
         self.steps = {}
         self.total = Aggregate()
-        self.step = 0
         self.started_at = None
         for w in self.workers.values():
             w.sent = w.finished = 0
@@ -230,6 +230,8 @@ def install(environment: Environment) -> MetricsHub:
     if not isinstance(runner, MasterRunner):
 
         def on_start(**_kw: Any) -> None:
+            if h.started_at is not None and not isinstance(runner, WorkerRunner):
+                h.new_run()
             h.started_at = time.time()
             h.start_monitors()
             path = getattr(environment.parsed_options, "record_log", "")
@@ -247,5 +249,10 @@ def install(environment: Environment) -> MetricsHub:
         events.test_start.add_listener(on_start)
         events.test_stop.add_listener(on_stop)
     else:
-        events.test_start.add_listener(lambda **_kw: setattr(h, "started_at", time.time()))
+        def on_master_start(**_kw: Any) -> None:
+            if h.started_at is not None:
+                h.new_run()
+            h.started_at = time.time()
+
+        events.test_start.add_listener(on_master_start)
     return h
