@@ -80,6 +80,12 @@ def add_arguments(parser) -> None:
         help="the inference server's Prometheus URL, read beside each step (default: HOST/metrics; 'off': none)",
     )
     g.add_argument("--gpu-metrics", default="", help="the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step")
+    g.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=2.0,
+        help="mean seconds between reads of --server-metrics and --gpu-metrics (each wait 0.5-1.5x this; default 2)",
+    )
     g.add_argument("--prometheus-port", type=int, default=0, help="serve Prometheus metrics on this port (master / local; the web UI always has /metrics)")
     g.add_argument("--prometheus-host", default="127.0.0.1", help="address for --prometheus-port")
     g.add_argument("--seed", type=int, default=0, help="seed for prompt synthesis")

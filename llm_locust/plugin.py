@@ -54,7 +54,8 @@ def _server_scraper(environment, url: str | None = None):
         url = getattr(environment.parsed_options, "server_metrics", "") or ""
     if url == "off" or not (url or environment.host):
         return None
-    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics")
+    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics",
+                      interval=getattr(environment.parsed_options, "metrics_interval", 2.0))
     environment.events.test_start.add_listener(lambda **_kw: scraper.start())
     environment.events.test_stop.add_listener(lambda **_kw: (scraper.scrape_once(), scraper.stop()))
     return scraper
@@ -157,12 +158,12 @@ def _on_init(environment, **_kw: Any) -> None:
         shapes.install(environment, settings)  # a bad ladder is refused here
         opts = environment.parsed_options
         exporter.install(environment, getattr(opts, "prometheus_port", 0), getattr(opts, "prometheus_host", "127.0.0.1"))
-    except (ValueError, OSError) as e:  # TraceError, PlanError and bad SLOs are ValueErrors
+        scraper = _server_scraper(environment)
+        gpu_scraper = _server_scraper(environment, getattr(opts, "gpu_metrics", "") or "off")
+    except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.request_slos
-    scraper = _server_scraper(environment)
-    gpu_scraper = _server_scraper(environment, getattr(environment.parsed_options, "gpu_metrics", "") or "off")
     from .webui import install as install_webui  # the "LLM" view on the web UI, when there is one
     install_webui(environment, scraper, gpu_scraper)
     server_facts: dict[str, Any] = {}

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from llm_locust.server_metrics import Sample, ServerSeries, read
+from llm_locust.server_metrics import Sample, Scraper, ServerSeries, read
 from llm_locust.sim.process import SimProcess
 
 TRITON = """# TYPE nv_trt_llm_request_metrics gauge
@@ -53,6 +53,46 @@ def test_window_means_gauges_and_rates_counters():
     assert w["samples"] == 3 and w["running"] == {"mean": 4, "max": 6}
     assert w["generation_tokens_total"] == {"increase": 400, "per_s": 200}
     assert w["server_ttft_mean_s"] == pytest.approx(0.15)  # 3 s over 20 first tokens
+
+
+def read_times(waits, n: int, start: float = 0.3) -> list[float]:
+    t, out = start, []
+    for _ in range(n):
+        out.append(t)
+        t += next(waits)
+    return out
+
+
+def test_scrape_waits_are_jittered_so_a_periodic_load_is_not_read_at_one_phase():
+    # A closed loop of 1 s requests whose gauge reads 0 for the first 0.15 s of each (between one
+    # request's end and the next one's first engine step): what a real vLLM showed.
+    def running(t: float) -> int:
+        return 0 if t % 1.0 < 0.15 else 1
+
+    fixed = read_times(iter(lambda: 2.0, None), 40)
+    assert {running(t) for t in fixed[:5]} == {1}  # a fixed 2 s period reads one phase for ever...
+    assert {running(t) for t in read_times(iter(lambda: 2.0, None), 40, start=0.1)} == {0}  # ...0 here
+
+    scraper = Scraper("http://127.0.0.1:1/metrics", interval=2.0, seed=7)
+    waits = [scraper.next_wait() for _ in range(2000)]
+    assert all(1.0 <= w <= 3.0 for w in waits) and sum(waits) / len(waits) == pytest.approx(2.0, rel=0.03)
+    for start in (0.1, 0.3):  # jittered: the zero phase is read about as often as it lasts
+        seen = [running(t) for t in read_times(iter(scraper.next_wait, None), 400, start)]
+        assert 0.08 < seen.count(0) / len(seen) < 0.22
+    a, b = (Scraper("http://127.0.0.1:1/metrics", interval=2.0, seed=7) for _ in range(2))
+    assert [a.next_wait() for _ in range(5)] == [b.next_wait() for _ in range(5)]  # a seed repeats a run
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_a_bad_metrics_interval_is_refused_before_any_load(tmp_path, bad):
+    with SimProcess(slots=2, token_log=str(tmp_path / "t.jsonl")) as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "-t", "2s", "--metrics-interval", bad],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert p.returncode == 2, p.stderr[-1500:]
+    assert "metrics interval must be > 0" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "t.jsonl").exists() or (tmp_path / "t.jsonl").read_text() == ""  # nothing was sent
 
 
 def test_the_simulators_metrics_are_read_beside_each_ladder_step(tmp_path):
