@@ -61,6 +61,18 @@ def _server_scraper(environment, url: str | None = None):
     return scraper
 
 
+def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
+    """Per-step server and GPU figures need a few reads inside each step's window."""
+    interval = max((s.interval for s in scrapers if s is not None), default=0.0)
+    if ladder_controller is None or not interval:
+        return
+    window = ladder_controller.ladder.window
+    if window < 3 * interval:
+        log.warning("a step's %gs window gets about %d read(s) of the server / GPU metrics every %gs: "
+                    "give --metrics-interval %g or longer steps for per-step figures to rely on",
+                    window, max(1, int(window / interval)), interval, window / 4)
+
+
 def _utc(t: float | None) -> str | None:
     import datetime
 
@@ -164,6 +176,7 @@ def _on_init(environment, **_kw: Any) -> None:
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.request_slos
+    _warn_if_steps_outpace_reads(shapes.controller(environment), scraper, gpu_scraper)
     from .webui import install as install_webui  # the "LLM" view on the web UI, when there is one
     install_webui(environment, scraper, gpu_scraper)
     server_facts: dict[str, Any] = {}

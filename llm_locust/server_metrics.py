@@ -216,11 +216,13 @@ def efficiency_table(eff: dict[str, Any]) -> str:
 
 
 class Scraper:
-    """Polls one /metrics URL every `interval` seconds on average while a test runs (master /
-    local). Each wait is drawn from 0.5-1.5 x `interval`: gauges are read at single instants, and
-    at a fixed period a closed-loop load whose requests take a divisor of it is read at the same
-    point of every request (seen on a real vLLM: 1 s requests, 2 s scrapes, every sample in the
-    0.1 s gap between one request's end and the next one's first step, running read as 0)."""
+    """Polls one /metrics URL every `interval` seconds while a test runs (master / local).
+
+    Read k is due at k x `interval` +- a quarter interval, drawn at random: gauges are read at
+    single instants, and at a fixed period a closed-loop load whose requests last a divisor of it
+    is read at the same point of every request (seen on a real vLLM: 1 s requests, 2 s scrapes,
+    every read in the 0.1 s between one request's end and the next one's first step, running 0 for
+    a whole step). On the grid, a step still gets as many reads as its length allows."""
 
     def __init__(self, url: str, interval: float = 2.0, timeout: float = 2.0, seed: int | None = None) -> None:
         if not interval > 0:
@@ -231,8 +233,9 @@ class Scraper:
         self._random = random.Random(seed)
         self._greenlet = None
 
-    def next_wait(self) -> float:
-        return self.interval * self._random.uniform(0.5, 1.5)
+    def due(self, k: int) -> float:
+        """When read k is due, in seconds after the first (call in order of k: one draw each)."""
+        return self.interval * (k + self._random.uniform(-0.25, 0.25))
 
     def start(self) -> None:
         import gevent
@@ -277,6 +280,10 @@ class Scraper:
             log.warning("no server metrics at %s (%s): the test goes on without them", self.series.url, self.series.error)
             return
         log.info("reading %s server metrics from %s", self.series.server or "unknown", self.series.url)
+        start, k = time.monotonic(), 0
         while True:
-            gevent.sleep(self.next_wait())
-            self.scrape_once()
+            k += 1
+            delay = start + self.due(k) - time.monotonic()
+            if delay >= 0:  # else a slow read overran this one's time: on to the next
+                gevent.sleep(delay)
+                self.scrape_once()

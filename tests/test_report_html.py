@@ -129,7 +129,8 @@ def ladder_run(tmp_path_factory):
         url = re.search(r"(http://\S+)", line).group(1) + "/metrics"
         results = d / "ladder.json"
         p = _run([str(REPO / "plans" / "seed-concurrency-ladder.yaml"), "--ladder", "concurrency:2,8,32", "--step-duration", "4",
-                  "--warmup", "1", "--gpu-metrics", url, "--results", str(results)], {"OPENAI_API_KEY": SECRET}, d)
+                  "--warmup", "1", "--gpu-metrics", url, "--metrics-interval", "0.5", "--results", str(results)],
+                 {"OPENAI_API_KEY": SECRET}, d)
     finally:
         sidecar.terminate()
         sidecar.wait(10)

@@ -55,32 +55,36 @@ def test_window_means_gauges_and_rates_counters():
     assert w["server_ttft_mean_s"] == pytest.approx(0.15)  # 3 s over 20 first tokens
 
 
-def read_times(waits, n: int, start: float = 0.3) -> list[float]:
-    t, out = start, []
-    for _ in range(n):
-        out.append(t)
-        t += next(waits)
-    return out
-
-
-def test_scrape_waits_are_jittered_so_a_periodic_load_is_not_read_at_one_phase():
+def test_reads_are_jittered_on_their_grid_so_a_periodic_load_is_not_read_at_one_phase():
     # A closed loop of 1 s requests whose gauge reads 0 for the first 0.15 s of each (between one
     # request's end and the next one's first engine step): what a real vLLM showed.
     def running(t: float) -> int:
         return 0 if t % 1.0 < 0.15 else 1
 
-    fixed = read_times(iter(lambda: 2.0, None), 40)
-    assert {running(t) for t in fixed[:5]} == {1}  # a fixed 2 s period reads one phase for ever...
-    assert {running(t) for t in read_times(iter(lambda: 2.0, None), 40, start=0.1)} == {0}  # ...0 here
+    for start in (0.05, 0.5):  # a fixed 2 s period reads one phase for ever: all 0 or all 1
+        assert len({running(start + 2.0 * k) for k in range(40)}) == 1
 
     scraper = Scraper("http://127.0.0.1:1/metrics", interval=2.0, seed=7)
-    waits = [scraper.next_wait() for _ in range(2000)]
-    assert all(1.0 <= w <= 3.0 for w in waits) and sum(waits) / len(waits) == pytest.approx(2.0, rel=0.03)
-    for start in (0.1, 0.3):  # jittered: the zero phase is read about as often as it lasts
-        seen = [running(t) for t in read_times(iter(scraper.next_wait, None), 400, start)]
+    times = [scraper.due(k) for k in range(1, 2001)]
+    assert all(abs(t - 2.0 * k) <= 0.5 for k, t in enumerate(times, 1))  # on the grid: ~L/2 reads in L s
+    assert all(1.0 <= b - a <= 3.0 for a, b in zip(times, times[1:]))
+    for start in (0.05, 0.5):  # jittered: the zero phase is read about as often as it lasts
+        seen = [running(start + t) for t in times[:400]]
         assert 0.08 < seen.count(0) / len(seen) < 0.22
     a, b = (Scraper("http://127.0.0.1:1/metrics", interval=2.0, seed=7) for _ in range(2))
-    assert [a.next_wait() for _ in range(5)] == [b.next_wait() for _ in range(5)]  # a seed repeats a run
+    assert [a.due(k) for k in range(5)] == [b.due(k) for k in range(5)]  # a seed repeats a run
+
+
+@pytest.mark.parametrize("interval, warned", [("2", True), ("0.5", False)])
+def test_a_ladder_whose_steps_are_short_for_the_reads_is_warned(tmp_path, interval, warned):
+    with SimProcess(slots=2) as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1",
+             "--warmup", "1", "--step-duration", "3", "--max-tokens", "8", "--metrics-interval", interval],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert p.returncode == 0, p.stderr[-1500:]
+    assert ("2s window gets about 1 read(s)" in p.stderr and "give --metrics-interval 0.5" in p.stderr) == warned, p.stderr[-1500:]
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan"])
@@ -100,7 +104,8 @@ def test_the_simulators_metrics_are_read_beside_each_ladder_step(tmp_path):
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005) as sim:
         p = subprocess.run(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,8",
-             "--warmup", "1", "--step-duration", "5", "--max-tokens", "32", "--no-early-stop", "--results", str(results)],
+             "--warmup", "1", "--step-duration", "5", "--max-tokens", "32", "--no-early-stop", "--results", str(results),
+             "--metrics-interval", "0.5"],  # ~8 reads in each 4 s window
             capture_output=True, text=True, timeout=120,
         )
         body = urllib.request.urlopen(sim.url + "/metrics").read().decode()
@@ -172,7 +177,7 @@ def test_gpu_sidecar_figures_are_read_beside_each_step(tmp_path):
             p = subprocess.run(
                 [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,4",
                  "--warmup", "1", "--step-duration", "4", "--max-tokens", "16", "--no-early-stop",
-                 "--gpu-metrics", url + "/metrics", "--results", str(results)],
+                 "--gpu-metrics", url + "/metrics", "--metrics-interval", "0.5", "--results", str(results)],
                 capture_output=True, text=True, timeout=120,
             )
     finally:
