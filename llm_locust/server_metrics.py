@@ -120,7 +120,8 @@ class ServerSeries:
     url: str
     server: str | None = None
     samples: list[Sample] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # the last failed read's
+    failed: int = 0  # reads that failed (a slow answer mid-run is one; samples go on)
     info: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # from the first scrape
 
     def window(self, start: float, end: float) -> dict[str, Any]:
@@ -150,7 +151,7 @@ class ServerSeries:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "server": self.server, "error": self.error, "samples": len(self.samples),
+        return {"url": self.url, "server": self.server, "error": self.error, "failed": self.failed, "samples": len(self.samples),
                 "info": self.info}
 
 
@@ -268,6 +269,7 @@ class Scraper:
                 self.series.info = info_series(by_name)
         except Exception as e:  # noqa: BLE001 - a missing endpoint must not stop the test
             self.series.error = f"{type(e).__name__}: {e}"
+            self.series.failed += 1
             return False
         self.series.server = self.series.server or server
         self.series.samples.append(Sample(time.time(), figures))

@@ -520,7 +520,9 @@ def section_resources(r: dict[str, Any]) -> H:
                     f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})")
             out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), _window_rows(src["run"])))
         if source.get("error"):
-            out.append(f"<p class='warn'>{esc(label)} metrics: {esc(source['error'])}</p>")
+            failed = source.get("failed")  # absent in results from before it was counted
+            what = f"{failed} read(s) failed, the last with " if failed else ""
+            out.append(f"<p class='warn'>{esc(label)} metrics: {esc(what)}{esc(source['error'])}</p>")
     return H("".join(out))
 
 
