@@ -131,7 +131,38 @@ def test_a_server_without_metrics_is_one_warning_and_the_test_goes_on(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stderr.count("no server metrics at") == 1
     r = json.loads(results.read_text())
-    assert r["summary"]["ok"] > 0 and "HTTP 404" in r["server_metrics"]["source"]["error"]
+    src = r["server_metrics"]["source"]
+    assert r["summary"]["ok"] > 0 and "HTTP 404" in src["error"] and src["failed"] >= 1 and src["samples"] == 0
+
+
+def test_a_read_that_fails_mid_run_is_counted_and_the_reads_go_on():
+    import http.server
+    import threading
+
+    answers = iter([200, 503, 200])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code = next(answers)
+            body = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n" if code == 200 else b"busy"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scraper = Scraper(f"http://127.0.0.1:{server.server_port}/metrics")
+        assert [scraper.scrape_once() for _ in range(3)] == [True, False, True]
+    finally:
+        server.shutdown()
+    series = scraper.series
+    assert len(series.samples) == 2 and series.failed == 1 and "HTTP 503" in series.error
+    assert series.to_dict()["failed"] == 1 and [s.figures["running"] for s in series.samples] == [3, 3]
 
 
 @pytest.mark.real_server
@@ -143,7 +174,7 @@ def test_llama_server_metrics_are_read(tmp_path, llama_server_bin, tiny_model):
     with LlamaServer(tiny_model, slots=2, ctx=4096, alias="tiny", threads=1) as srv:
         p = subprocess.run(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", srv.url, "--api", "openai-completions", "-u", "4",
-             "-t", "6s", "--trace", str(trace), "--results", str(results)],
+             "-t", "6s", "--trace", str(trace), "--results", str(results), "--metrics-interval", "0.5"],
             capture_output=True, text=True, timeout=120,
         )
     assert p.returncode == 0, p.stderr[-2000:]
