@@ -162,7 +162,7 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
         master = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "1",
-             "--enable-rebalancing", "-u", "4", "-r", "4", "-t", "16s", "--host", sim.url, "--master-bind-port", mport,
+             "--enable-rebalancing", "-u", "4", "-r", "4", "-t", "24s", "--host", sim.url, "--master-bind-port", mport,
              "--only-summary", "--prometheus-port", pport, "--results", str(results), "--max-tokens-cap", "16"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )

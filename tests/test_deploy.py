@@ -298,7 +298,7 @@ def prometheus_on_live_run(tmp_path_factory):
     with SimProcess(slots=16) as sim:
         try:
             run = start([sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "6",
-                         "-t", "25s", "--max-tokens-cap", "32", "--prometheus-port", str(master_port),
+                         "-t", "45s", "--max-tokens-cap", "32", "--prometheus-port", str(master_port),
                          "--results", str(tmp / "r.json")], "run")
             start([sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "1", "--port", str(sidecar_port)], "sidecar")
             cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())

@@ -48,7 +48,7 @@ def live_run(tmp_path_factory):
     with SimProcess(slots=16) as sim:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "6",
-             "-t", "20s", "--max-tokens-cap", "32", "--prometheus-port", str(port), "--results", str(tmp / "r.json")],
+             "-t", "30s", "--max-tokens-cap", "32", "--prometheus-port", str(port), "--results", str(tmp / "r.json")],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         try:

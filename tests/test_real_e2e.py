@@ -26,7 +26,7 @@ pytestmark = pytest.mark.real_server
 
 N_OUT = 16
 DECODE_TOLERANCE = 0.02
-DECODE_SLACK_S = 0.015
+DECODE_SLACK_S = 0.03  # a process descheduled for a moment on 2 loaded cores
 
 
 @pytest.fixture(scope="module")

@@ -382,7 +382,7 @@ def test_token_log_and_inter_token_gaps(timed):
     # no drift: timer lateness (~1 ms, epoll's resolution) must not accumulate. The Theil-Sen
     # slope of token time over index shrugs off a few tokens made late by a busy machine.
     slope = statistics.median((ts[j] - ts[i]) / (j - i) for i in range(60) for j in range(i + 1, 60))
-    assert slope == pytest.approx(it, abs=0.0001)
+    assert slope == pytest.approx(it, abs=0.0003)  # the bug drifted by ~1 ms a token
     assert it + 0.0001 - 0.0005 <= ts[0] - e["t_recv"] <= it + 0.0001 + 0.03  # TTFT = a + b + c * 1
 
 
