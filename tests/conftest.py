@@ -3,11 +3,11 @@ import pytest
 import realservers  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
 
 
-def _require_real(path, what: str):
+def _require_real(path, what: str, hint: str = realservers.PROVISION_HINT):
     """Skip when a real-server artifact is missing locally; fail in CI, where it must exist."""
     if path is not None:
         return path
-    msg = f"{what} not found under {realservers.cache_dir()}; {realservers.PROVISION_HINT}"
+    msg = f"{what} not found under {realservers.cache_dir()}; {hint}"
     if realservers.in_ci():
         pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
     pytest.skip(msg)
@@ -37,26 +37,16 @@ def smollm2_tokenizer():
     return _require_real(realservers.smollm2_tokenizer_dir(), "SmolLM2 tokenizer directory")
 
 
-def _require_vllm(path, what: str):
-    """As _require_real, for the vLLM artifacts (their own provisioning hint)."""
-    if path is not None:
-        return path
-    msg = f"{what} not found under {realservers.cache_dir()}; {realservers.VLLM_PROVISION_HINT}"
-    if realservers.in_ci():
-        pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
-    pytest.skip(msg)
-
-
 @pytest.fixture(scope="session")
 def vllm_python():
     """Python of the cached vLLM CPU venv (skip locally / fail in CI when missing)."""
-    return _require_vllm(realservers.vllm_python(), "vLLM CPU venv")
+    return _require_real(realservers.vllm_python(), "vLLM CPU venv", realservers.VLLM_PROVISION_HINT)
 
 
 @pytest.fixture(scope="session")
 def vllm_model_dir():
     """SmolLM2 as an HF model dir for vLLM (skip locally / fail in CI when missing)."""
-    return _require_vllm(realservers.vllm_model_dir(), "SmolLM2 HF model dir for vLLM")
+    return _require_real(realservers.vllm_model_dir(), "SmolLM2 HF model dir for vLLM", realservers.VLLM_PROVISION_HINT)
 
 
 @pytest.fixture(scope="module")
