@@ -3,7 +3,7 @@
 (a) in-process, `--part compute`: a populated hub without Locust: a total `Aggregate` of
     `--requests` requests (`--tokens` output tokens each, one chunk per token, spread over
     `--seconds` seconds, lognormal TTFT/ITL) and a ladder of `--steps` step aggregates, all steps
-    finished but the last. Then `llm_locust.webui.data.LiveView` on it, with a fake clock:
+    finished but the last. Then `llm_locust.runtime.webui.data.LiveView` on it, with a fake clock:
       - cold: the first snapshot (every step's `step_result`, the saturation verdict);
       - warm: a snapshot one second later (finished steps cached, the running step read again);
       - one step's figures: `steps.step_result` (histogram percentiles read through numpy);
@@ -12,7 +12,7 @@
       - an incremental poll's size.
     Times are the median of `--repeat` runs of each (time.perf_counter).
 (b) real processes, `--part cpu`: the simulator (`SimProcess(slots=16)`) and
-    `python -m locust -f llm_locust/locustfile_ladder.py --processes 1 --autostart` (a master and
+    `python -m locust -f llm_locust/locustfiles/ladder.py --processes 1 --autostart` (a master and
     one worker process) with the web UI on 127.0.0.1, in the first step of `--ladder concurrency:24,32
     --step-duration 600` (no step ends while measured: a step end costs the master the
     controller's own `results()` of every step, tens of ms, which would swamp the figures). The
@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
-from llm_locust.records import RequestRecord  # noqa: E402
-from llm_locust.steps import step_result  # noqa: E402
-from llm_locust.webui.data import Inputs, LadderInputs, LiveView  # noqa: E402
+from llm_locust.metrics.records import RequestRecord  # noqa: E402
+from llm_locust.analysis.steps import step_result  # noqa: E402
+from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView  # noqa: E402
 
 T0 = 1_700_000_000.0
 
@@ -179,7 +179,7 @@ def part_cpu(a) -> None:
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     with SimProcess(slots=16) as sim:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "llm_locust" / "locustfile_ladder.py"), "--host", sim.url,
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "llm_locust" / "locustfiles" / "ladder.py"), "--host", sim.url,
                "--web-host", "127.0.0.1", "--web-port", str(port), "--processes", "1", "--autostart",
                "--ladder", "concurrency:24,32", "--warmup", "2", "--step-duration", "600", "--no-early-stop",
                "--max-tokens", "64"]

@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 
 DEFAULTS = {"users": 8, "spawn_rate": 8.0, "run_time": "15s"}
-LOCUSTFILES = {"closed": "locustfile.py", "replay": "locustfile_replay.py", "ladder": "locustfile_ladder.py"}
+LOCUSTFILES = {"closed": "closed.py", "replay": "replay.py", "ladder": "ladder.py"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -53,7 +53,7 @@ def _write_synthetic(text: str, passthrough: list[str]) -> str:
     import os
     import tempfile
 
-    from .workload.synth import generate, parse_spec_text, write
+    from llm_locust.workload.synth import generate, parse_spec_text, write
 
     spec = parse_spec_text(text)
     results = next((passthrough[i + 1] for i, a in enumerate(passthrough[:-1]) if a == "--results"), "")
@@ -76,11 +76,11 @@ def run(argv: list[str]) -> int:
         plan_path, argv = argv[0], argv[1:]  # `llm-locust run PLAN.yaml|RESULTS.json [options]`
     args, passthrough = _run_parser().parse_known_args(argv)
     if plan_path:
-        from .plan import PlanError, load_plan, plan_argv, plan_from_dict
+        from llm_locust.settings.plan import PlanError, load_plan, plan_argv, plan_from_dict
 
         try:
             if plan_path.endswith(".json"):  # a results file: run its effective plan again
-                from .report.results import load_results
+                from llm_locust.report.results import load_results
 
                 data = load_results(plan_path).get("plan")
                 if not isinstance(data, dict):
@@ -105,11 +105,11 @@ def run(argv: list[str]) -> int:
             print(f"llm-locust: {e}", file=sys.stderr)
             return 2
     mode = "ladder" if _has(passthrough, "--ladder") else "replay" if args.replay else "closed"
-    locustfile = args.locustfile or str(resources.files("llm_locust") / LOCUSTFILES[mode])
+    locustfile = args.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
     sim = None
     host = args.host
     if not host:
-        from .sim.process import SimProcess
+        from llm_locust.sim.process import SimProcess
 
         sim = SimProcess(slots=args.sim_slots, fast=args.sim_fast)
         sim.start()
@@ -172,15 +172,15 @@ def trace(argv: list[str]) -> int:
     # asyncio tools: never import locust (gevent monkey-patching) on these paths
     sub, rest = (argv[0], argv[1:]) if argv else ("", [])
     if sub == "record":
-        from .workload.record_proxy import main as record_main
+        from llm_locust.workload.record_proxy import main as record_main
 
         return record_main(rest)
     if sub == "anonymize":
-        from .workload.anonymize import main as anonymize_main
+        from llm_locust.workload.anonymize import main as anonymize_main
 
         return anonymize_main(rest)
     if sub == "synth":
-        from .workload.synth import main as synth_main
+        from llm_locust.workload.synth import main as synth_main
 
         return synth_main(rest)
     print(f"llm-locust trace: expected record, anonymize or synth, got {sub!r}", file=sys.stderr)
@@ -196,21 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "run":
         return run(rest)
     if cmd == "sim":
-        from .sim.cli import main as sim_main
+        from llm_locust.sim.cli import main as sim_main
 
         return sim_main(rest)
     if cmd == "trace":
         return trace(rest)
     if cmd == "report":
-        from .report.html import main as report_main
+        from llm_locust.report.html import main as report_main
 
         return report_main(rest)
     if cmd == "compare":
-        from .report.compare import main as compare_main
+        from llm_locust.report.compare import main as compare_main
 
         return compare_main(rest)
     if cmd == "gpu-sidecar":
-        from .gpu.sidecar import main as sidecar_main
+        from llm_locust.gpu.sidecar import main as sidecar_main
 
         return sidecar_main(rest)
     print(f"llm-locust: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)

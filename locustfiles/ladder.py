@@ -7,4 +7,4 @@
 The per-step table and the saturation verdict are printed at the end and kept in --results.
 """
 
-from llm_locust.locustfile_ladder import Ladder, OpenLoop, StreamingUser  # noqa: F401
+from llm_locust.locustfiles.ladder import Ladder, OpenLoop, StreamingUser  # noqa: F401

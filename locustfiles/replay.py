@@ -7,4 +7,4 @@ One user per worker process is enough: each process's dispatcher sends its share
 and the test stops by itself when the whole window has been replayed.
 """
 
-from llm_locust.locustfile_replay import TraceReplay  # noqa: F401
+from llm_locust.locustfiles.replay import TraceReplay  # noqa: F401

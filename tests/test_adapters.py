@@ -27,7 +27,7 @@ from llm_locust.protocols import (
     resolve_tokens,
 )
 from llm_locust.protocols.openai import parse_models
-from llm_locust.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
+from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = FIXTURES / "captures"

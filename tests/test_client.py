@@ -9,10 +9,10 @@ import pytest
 from gevent.server import StreamServer
 from geventhttpclient import HTTPClient
 
-from llm_locust.client import StreamClient, Timeouts
+from llm_locust.runtime.client import StreamClient, Timeouts
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.records import Outcome
+from llm_locust.metrics.records import Outcome
 from llm_locust.sim.process import SimProcess
 
 ids = itertools.count()

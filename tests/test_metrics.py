@@ -7,7 +7,7 @@ import pytest
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.histogram import Histogram
-from llm_locust.records import Outcome, RequestRecord
+from llm_locust.metrics.records import Outcome, RequestRecord
 
 
 def exact_percentile(values, p):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm_locust.plan import (
+from llm_locust.settings.plan import (
     EarlyStop,
     Ladder,
     Plan,
@@ -428,7 +428,7 @@ def test_plan_source_is_not_part_of_equality(tmp_path):
 def _settings_of(argv):
     import argparse
 
-    from llm_locust.options import Settings, add_arguments
+    from llm_locust.settings.options import Settings, add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -436,7 +436,7 @@ def _settings_of(argv):
 
 
 def test_plan_argv_gives_the_run_command_the_plan(tmp_path):
-    from llm_locust.plan import plan_argv
+    from llm_locust.settings.plan import plan_argv
 
     plan = load_plan(PLANS / "qps-ladder.yaml")
     argv, host = plan_argv(plan, synth_dir=tmp_path)
@@ -455,7 +455,7 @@ def test_plan_argv_gives_the_run_command_the_plan(tmp_path):
 
 
 def test_plan_report_key_becomes_the_report_option(tmp_path):
-    from llm_locust.plan import plan_argv, plan_from_dict, plan_from_settings
+    from llm_locust.settings.plan import plan_argv, plan_from_dict, plan_from_settings
 
     (tmp_path / "t.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n')
     plan = load_plan(write(tmp_path, "workload: {trace: t.jsonl}\nresults: r.json\nreport: out/r.html\n"))

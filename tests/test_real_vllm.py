@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from llm_locust import server_metrics
+from llm_locust.analysis import server_metrics
 from realservers import http_get
 
 pytestmark = pytest.mark.real_server

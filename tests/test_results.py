@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from llm_locust.gpu.nvml import FakeBackend
 from llm_locust.gpu.sidecar import GpuCollector, Sampler
 from llm_locust.metrics.aggregate import Aggregate, figures
-from llm_locust.report.provenance import gpu_facts, probe_server, redact_argv, trace_facts
+from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
+from llm_locust.runtime.probe import probe_server
 from llm_locust.report.results import (
     SCHEMA_VERSION,
     ResultsError,
@@ -23,7 +24,7 @@ from llm_locust.report.results import (
     validity,
     write_results,
 )
-from llm_locust.server_metrics import efficiency_table, info_series, samples
+from llm_locust.analysis.server_metrics import efficiency_table, info_series, samples
 from realservers import free_port
 
 

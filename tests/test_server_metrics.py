@@ -8,7 +8,8 @@ import urllib.request
 
 import pytest
 
-from llm_locust.server_metrics import Sample, Scraper, ServerSeries, read
+from llm_locust.analysis.server_metrics import Sample, ServerSeries, read
+from llm_locust.runtime.scraper import Scraper
 from llm_locust.sim.process import SimProcess
 
 TRITON = """# TYPE nv_trt_llm_request_metrics gauge
@@ -186,7 +187,7 @@ def test_llama_server_metrics_are_read(tmp_path, llama_server_bin, tiny_model):
 
 
 def test_efficiency_finds_the_load_before_kv_saturation_or_preemption():
-    from llm_locust.server_metrics import efficiency
+    from llm_locust.analysis.server_metrics import efficiency
 
     steps = [{"step": i + 1, "offered": n, "output_tokens_per_s": 100.0 * n} for i, n in enumerate((1, 2, 4, 8))]
     server = [{"kv_cache_usage": {"max": k}, "preemptions_total": {"increase": p}} for k, p in ((0.1, 0), (0.5, 0), (0.9, 3), (1.0, 9))]

@@ -5,12 +5,13 @@ import json
 
 import pytest
 
+from llm_locust.analysis.saturation import format_steps
+
 from llm_locust.metrics.aggregate import SLO_METRICS, Aggregate
-from llm_locust.records import Outcome, RequestRecord
-from llm_locust.steps import (
+from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.analysis.steps import (
     StepResult,
     broken_slos,
-    format_steps,
     parse_slo_name,
     request_slos,
     steady_counts,

@@ -641,7 +641,7 @@ def test_shipped_slices_load(path):
 
 
 def test_bundled_sample_still_loads():
-    from llm_locust.options import sample_trace_path
+    from llm_locust.settings.options import sample_trace_path
 
     t = load_trace(sample_trace_path())
     assert t.format == "jsonl" and len(t) == 400 and t[1].arrival == 4.314579

@@ -20,11 +20,11 @@ import pytest
 
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.histogram import Histogram
-from llm_locust.records import Outcome, RequestRecord
-from llm_locust.server_metrics import Sample, ServerSeries
-from llm_locust.steps import step_result
-from llm_locust.webui import data as D
-from llm_locust.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
+from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.analysis.server_metrics import Sample, ServerSeries
+from llm_locust.analysis.steps import step_result
+from llm_locust.runtime.webui import data as D
+from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
 from realservers import free_port, in_ci
 
 T0 = 1_700_000_000.0
@@ -325,11 +325,11 @@ def get_json(url):
 
 
 @contextlib.contextmanager
-def locust_web_ui(tmp_path, host: str, *options: str, locustfile: str = "locustfile_ladder.py"):
+def locust_web_ui(tmp_path, host: str, *options: str, locustfile: str = "ladder.py"):
     """A real Locust (one of llm_locust's locustfiles) with its web UI on a free 127.0.0.1 port:
     yields its base URL; terminated (killed after 20 s) on exit. Output: tmp_path/locust.log."""
     web = free_port()
-    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / locustfile
+    locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfiles" / locustfile
     with open(tmp_path / "locust.log", "a") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", host, "--web-host", "127.0.0.1",
@@ -486,7 +486,7 @@ def test_a_closed_loop_test_started_again_from_the_ui_starts_its_figures_afresh(
             assert r.status == 200
 
     with SimProcess(slots=4) as sim, locust_web_ui(tmp_path, sim.url, "--max-tokens", "16",
-                                                   locustfile="locustfile.py") as base:
+                                                   locustfile="closed.py") as base:
         wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
         swarm(base)
         first = wait_for("30 requests", lambda: (d := get_json(f"{base}/llm/data"))["totals"]["finished"] >= 30 and d)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
-from .histogram import Histogram
+from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
+from llm_locust.metrics.histogram import Histogram
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from ..records import RequestRecord
+from llm_locust.metrics.records import RequestRecord
 
 
 def record_dict(rec: RequestRecord) -> dict:

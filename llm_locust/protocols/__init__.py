@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from . import ollama, openai
-from .base import (
+from llm_locust.protocols import ollama, openai
+from llm_locust.protocols.base import (
     CONTENT,
     NO_TOKEN,
     REASONING,
@@ -18,10 +18,10 @@ from .base import (
     UnknownAPI,
     resolve_tokens,
 )
-from .llamacpp import LlamaCppAdapter
-from .sse import NDJSONDecoder, SSEDecoder
-from .tgi import TGIAdapter
-from .triton import TritonAdapter
+from llm_locust.protocols.llamacpp import LlamaCppAdapter
+from llm_locust.protocols.sse import NDJSONDecoder, SSEDecoder
+from llm_locust.protocols.tgi import TGIAdapter
+from llm_locust.protocols.triton import TritonAdapter
 
 _ADAPTERS: dict[str, Adapter] = {
     a.name: a

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
+from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
 
 # Return values of Adapter.feed
 NO_TOKEN = 0  # role-only, empty text, usage-only, keep-alive, end marker, error
@@ -24,6 +24,15 @@ class ProtocolError(ValueError):
 
 class UnknownAPI(ValueError):
     pass
+
+
+@dataclass(slots=True)
+class Timeouts:
+    """A request's time limits in seconds (the client enforces them)."""
+
+    connect: float = 10.0  # TCP (and TLS) connect
+    no_progress: float = 60.0  # no byte received for this long
+    total: float = 600.0  # whole request, headers to end of body
 
 
 @dataclass(slots=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from .base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
-from .openai import error_message, load_object, spec_messages, spec_prompt
+from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
+from llm_locust.protocols.openai import error_message, load_object, spec_messages, spec_prompt
 
 
 class OllamaAdapter:

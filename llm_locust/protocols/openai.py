@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .base import CONTENT, NO_TOKEN, REASONING, ProtocolError, RequestSpec, StreamState
+from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, ProtocolError, RequestSpec, StreamState
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError

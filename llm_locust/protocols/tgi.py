@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from .base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from .openai import error_message, load_object, spec_prompt
+from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
+from llm_locust.protocols.openai import error_message, load_object, spec_prompt
 
 
 class TGIAdapter:

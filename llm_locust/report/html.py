@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 import yaml
 
-from ..steps import OFFERED_UNITS, parse_slo_name
-from .files import write_atomic
-from .results import ResultsError, load_results
-from .summary import ROWS as LATENCY_ROWS
+from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
+from llm_locust.report.files import write_atomic
+from llm_locust.report.results import ResultsError, load_results
+from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
     "client_saturated": "the load generator itself was overloaded (event-loop lag p99 above 5 ms, or CPU at 90% "
@@ -182,7 +182,7 @@ def _load_axis(steps: list[dict[str, Any]]) -> tuple[list[float], str, bool]:
 
 
 def _throughput_panels(steps: list[dict[str, Any]]) -> list:
-    from .plots import Line, Panel
+    from llm_locust.report.plots import Line, Panel
 
     panels = []
     for key, title, unit, field, good_field in (
@@ -199,7 +199,7 @@ def _throughput_panels(steps: list[dict[str, Any]]) -> list:
 
 def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tuple[list, list[str]]:
     """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn."""
-    from .plots import Line, Panel
+    from llm_locust.report.plots import Line, Panel
 
     wanted = {"ttft": [("ttft", "p50"), ("ttft", "p99")], "itl": [("itl", "p50"), ("itl", "p99"), ("tpot", "p50")],
               "e2e": [("e2e", "p50"), ("e2e", "p99")]}
@@ -230,7 +230,7 @@ def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tupl
 
 
 def section_ladder(r: dict[str, Any]) -> H:
-    from . import plots
+    from llm_locust.report import plots
 
     ladder = r.get("ladder") or {}
     steps = ladder.get("steps") or []
@@ -327,7 +327,7 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
 
 
 def section_timeseries(r: dict[str, Any]) -> H:
-    from . import plots
+    from llm_locust.report import plots
 
     series = sorted((row for row in r.get("series") or [] if len(row) >= 4), key=lambda row: row[0])
     if not series:
@@ -365,7 +365,7 @@ def section_timeseries(r: dict[str, Any]) -> H:
 
 
 def section_distributions(r: dict[str, Any]) -> H:
-    from . import plots
+    from llm_locust.report import plots
 
     dist = r.get("distributions") or {}
     lat = (r.get("summary") or {}).get("latency") or {}
@@ -428,7 +428,7 @@ def section_failures(s: dict[str, Any]) -> H:
 
 def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> list:
     """Per-step panels of what the GPU sidecar and the server's /metrics gave (none without data)."""
-    from .plots import Line, Panel
+    from llm_locust.report.plots import Line, Panel
 
     def q(src: dict, name: str, stat: str, scale: float = 1.0) -> list[float | None]:
         vals = [((src.get(n) or {}).get(name) or {}).get(stat) for n in order]
@@ -491,7 +491,7 @@ def _window_rows(w: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def section_resources(r: dict[str, Any]) -> H:
-    from . import plots
+    from llm_locust.report import plots
 
     server, gpu, eff = r.get("server_metrics") or {}, r.get("gpu_metrics") or {}, r.get("efficiency") or {}
     if not (server or gpu or eff):

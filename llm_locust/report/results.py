@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from ..metrics.aggregate import Aggregate, figures
-from ..metrics.aggregate import validity as aggregate_validity
-from .files import write_atomic
+from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.metrics.aggregate import validity as aggregate_validity
+from llm_locust.report.files import write_atomic
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2

@@ -2,7 +2,7 @@
 
 Self-contained: imports nothing from the rest of llm_locust (nor locust/gevent).
 """
-from .model import Engine, Seq, SimConfig, capacity, decode_rate, iteration_time, simulate
-from .process import SimProcess
+from llm_locust.sim.model import Engine, Seq, SimConfig, capacity, decode_rate, iteration_time, simulate
+from llm_locust.sim.process import SimProcess
 
 __all__ = ["Engine", "Seq", "SimConfig", "SimProcess", "capacity", "decode_rate", "iteration_time", "simulate"]

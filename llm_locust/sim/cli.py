@@ -5,8 +5,8 @@ import argparse
 import asyncio
 import sys
 
-from .model import SimConfig
-from .server import Options, parse_fault, serve
+from llm_locust.sim.model import SimConfig
+from llm_locust.sim.server import Options, parse_fault, serve
 
 
 def fault_arg(text: str):

@@ -18,7 +18,7 @@ from time import perf_counter
 
 import orjson
 
-from .model import Engine, Seq, SimConfig
+from llm_locust.sim.model import Engine, Seq, SimConfig
 
 FINGERPRINT = "llm-locust-sim"
 VOCAB = (

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .prefix_hash import (
+from llm_locust.workload.prefix_hash import (
     CHAT,
     CHARS_PER_TOKEN,
     COMPLETIONS,

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .formats import FORMATS, detect, get
-from .formats.base import Context, Source, TraceError
-from .trace import Trace, TraceBuilder
+from llm_locust.workload.formats import FORMATS, detect, get
+from llm_locust.workload.formats.base import Context, Source, TraceError
+from llm_locust.workload.trace import Trace, TraceBuilder
 
 __all__ = ["FORMATS", "Trace", "TraceError", "load_trace"]
 

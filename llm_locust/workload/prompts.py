@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .records import TraceRecord
-    from .tokenizer import Tokenizer
+    from llm_locust.workload.records import TraceRecord
+    from llm_locust.workload.tokenizer import Tokenizer
 
 __all__ = ["Prompt", "PromptBuilder", "PromptSynth", "WORDS", "DEFAULT_CALIBRATION", "DEFAULT_CHAT_OVERHEAD"]
 

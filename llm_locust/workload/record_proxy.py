@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ..protocols.sse import SSEDecoder
-from .prefix_hash import (
+from llm_locust.protocols.sse import SSEDecoder
+from llm_locust.workload.prefix_hash import (
     CHAT,
     COMPLETIONS,
     DEFAULT_BLOCK_SIZE,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocols.base import RequestSpec
-from .records import TraceRecord
+from llm_locust.protocols.base import RequestSpec
+from llm_locust.workload.records import TraceRecord
 
 DEFAULT_MAX_TOKENS = 128
 

@@ -52,7 +52,7 @@ def parse_dist(text: str, column: str = "input_tokens") -> Sampler:
             mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
             return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
         if kind == "empirical":
-            from .load import load_trace
+            from llm_locust.workload.load import load_trace
 
             trace = load_trace(rest)
             values = [v for v in (getattr(trace[i], column) for i in range(len(trace))) if v]

@@ -19,8 +19,8 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, compress, count, islice, repeat
 from typing import Any, Iterator, Sequence
 
-from .formats.base import Context, Format
-from .records import TraceRecord
+from llm_locust.workload.formats.base import Context, Format
+from llm_locust.workload.records import TraceRecord
 
 
 class Trace:

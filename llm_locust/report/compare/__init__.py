@@ -31,12 +31,12 @@ The modules, each importing only those above it (format.py names Run for type ch
     cli.py             main(argv)
 """
 
-from .cli import FORMATS, RENDERERS, main
-from .comparability import Issue, check_comparable
-from .comparison import Comparison, compare
-from .errors import CompareError
-from .matrix import Cell, Matrix, normalise, read_value, score
-from .metrics import (
+from llm_locust.report.compare.cli import FORMATS, RENDERERS, main
+from llm_locust.report.compare.comparability import Issue, check_comparable
+from llm_locust.report.compare.comparison import Comparison, compare
+from llm_locust.report.compare.errors import CompareError
+from llm_locust.report.compare.matrix import Cell, Matrix, normalise, read_value, score
+from llm_locust.report.compare.metrics import (
     LATENCY_METRICS,
     METRICS,
     OPERATORS,
@@ -48,12 +48,10 @@ from .metrics import (
     parse_pass,
     resolve_metric,
 )
-from .render_html import render_html
-from .render_markdown import render_markdown
-from .render_text import render_text
-from .runs import DEFAULT_RUN_TIME, DEFAULT_USERS, Run, _unique_labels, load_runs
-from .sections import Table, sections
-from .weights import (
+from llm_locust.report.compare.render import render_html, render_markdown, render_text
+from llm_locust.report.compare.runs import DEFAULT_RUN_TIME, DEFAULT_USERS, Run, _unique_labels, load_runs
+from llm_locust.report.compare.sections import Table, sections
+from llm_locust.report.compare.weights import (
     CRITERION_KEYS,
     DEFAULT_CRITERIA,
     SCOPES,

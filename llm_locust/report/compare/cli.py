@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..files import write_atomic
-from ..results import ResultsError
-from .comparison import Comparison, compare
-from .errors import CompareError
-from .render_html import render_html
-from .render_markdown import render_markdown
-from .render_text import render_text
+from llm_locust.report.files import write_atomic
+from llm_locust.report.results import ResultsError
+from llm_locust.report.compare.comparison import Comparison, compare
+from llm_locust.report.compare.errors import CompareError
+from llm_locust.report.compare.render import render_html, render_markdown, render_text
 
 FORMATS = ("text", "markdown", "html")
 

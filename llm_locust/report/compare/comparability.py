@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .runs import Run, _get
+from llm_locust.report.compare.runs import Run, _get
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .comparability import Issue, check_comparable
-from .matrix import Matrix, score
-from .runs import Run, load_runs
-from .weights import default_criteria, load_weights
+from llm_locust.report.compare.comparability import Issue, check_comparable
+from llm_locust.report.compare.matrix import Matrix, score
+from llm_locust.report.compare.runs import Run, load_runs
+from llm_locust.report.compare.weights import default_criteria, load_weights
 
 
 @dataclass

@@ -1,15 +1,13 @@
 """How figures are written: numbers, milliseconds, percentages, loads, and a metric's value or
-pass line in its unit. Shared by the runs' facts, the matrix's fail texts and the sections."""
+pass line in its unit. Shared by the runs' facts, the matrix's fail texts and the sections. `run` arguments are
+runs.Run objects (read for their offered kind only; typed Any so this module need not import runs)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...steps import OFFERED_UNITS
-from .metrics import Metric, PassLine
-
-if TYPE_CHECKING:
-    from .runs import Run
+from llm_locust.analysis.steps import OFFERED_UNITS
+from llm_locust.report.compare.metrics import Metric, PassLine
 
 
 def _num(v: float | None) -> str:
@@ -48,7 +46,7 @@ def _fmt_slo(name: str, v: float) -> str:
     return _pct(v) if name == "error_rate" else _ms(v)
 
 
-def _fmt_value(run: Run | None, metric: Metric, v: float | None, bound: str = "") -> str:
+def _fmt_value(run: Any, metric: Metric, v: float | None, bound: str = "") -> str:
     if v is None:
         return "-"
     pre = f"{bound} " if bound else ""
@@ -61,7 +59,7 @@ def _fmt_value(run: Run | None, metric: Metric, v: float | None, bound: str = ""
     return f"{pre}{_num(v)} {metric.unit}"
 
 
-def _fmt_pass(metric: Metric, pl: PassLine | None, run: Run | None = None) -> str:
+def _fmt_pass(metric: Metric, pl: PassLine | None, run: Any = None) -> str:
     if pl is None:
         return "-"
     if metric.unit == "load":

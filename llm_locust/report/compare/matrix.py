@@ -7,10 +7,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .format import _fmt_pass, _fmt_value
-from .metrics import Metric
-from .runs import Run, _get
-from .weights import Criterion
+from llm_locust.report.compare.format import _fmt_pass, _fmt_value
+from llm_locust.report.compare.metrics import Metric
+from llm_locust.report.compare.runs import Run, _get
+from llm_locust.report.compare.weights import Criterion
 
 
 @dataclass

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...steps import OFFERED_UNITS
-from ..results import load_results
-from .errors import CompareError
-from .format import _fmt_slo, _load, _num_plain
+from llm_locust.analysis.steps import OFFERED_UNITS
+from llm_locust.report.results import load_results
+from llm_locust.report.compare.errors import CompareError
+from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
 
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
 DEFAULT_RUN_TIME = "15s"

@@ -6,8 +6,8 @@ import csv
 
 import orjson
 
-from . import aiperf, azure, bailian, burstgpt, guidellm, jsonl, mooncake, sharegpt, splitwise, vllm
-from .base import Context, Format, Source, TraceError
+from llm_locust.workload.formats import aiperf, azure, bailian, burstgpt, guidellm, jsonl, mooncake, sharegpt, splitwise, vllm
+from llm_locust.workload.formats.base import Context, Format, Source, TraceError
 
 _ALL: tuple[Format, ...] = (
     jsonl.FORMAT,

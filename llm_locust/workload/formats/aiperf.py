@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .base import (
+from llm_locust.workload.formats.base import (
     Context,
     Format,
     Source,

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from itertools import repeat
 from typing import Iterator
 
-from .base import Context, Format, Source, columns_index, split_csv_line, text_count
+from llm_locust.workload.formats.base import Context, Format, Source, columns_index, split_csv_line, text_count
 
 _iso = datetime.fromisoformat
 _secs = timedelta.total_seconds

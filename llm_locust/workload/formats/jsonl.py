@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import (
+from llm_locust.workload.formats.base import (
     Context,
     Format,
     Source,

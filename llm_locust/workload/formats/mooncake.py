@@ -16,7 +16,7 @@ from typing import Iterator
 
 import orjson
 
-from .base import (
+from llm_locust.workload.formats.base import (
     Context,
     Format,
     Source,

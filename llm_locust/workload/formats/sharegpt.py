@@ -21,7 +21,7 @@ import json
 import re
 from typing import Iterator
 
-from .base import Context, Format, Source, blocks_from_rows, json_id
+from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_id
 
 _WS = re.compile(r"[ \t\n\r]*")
 _MAX_RECORD = 64 << 20  # an element still undecodable after this many characters is an error

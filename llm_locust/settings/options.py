@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from importlib import resources
 
-from .client import Timeouts
-from .plan import DEFAULT_DURATION, DEFAULT_WARMUP
-from .protocols import API_NAMES
+from llm_locust.protocols.base import Timeouts
+from llm_locust.settings.plan import DEFAULT_DURATION, DEFAULT_WARMUP
+from llm_locust.protocols import API_NAMES
 
 DEFAULT_API = "openai-chat"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -95,7 +95,7 @@ _TOKENIZERS: dict[str, object] = {}
 
 
 def parse_slos(text: str) -> dict[str, float]:
-    from .steps import check_slo_names, slo_vocabulary
+    from llm_locust.analysis.steps import check_slo_names, slo_vocabulary
 
     slos: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -191,7 +191,7 @@ class Settings:
     @property
     def request_slos(self) -> dict[str, float]:
         """The SLOs a single request can be judged by (goodput)."""
-        from .steps import request_slos
+        from llm_locust.analysis.steps import request_slos
 
         return request_slos(self.slos)
 
@@ -199,7 +199,7 @@ class Settings:
         """The tokenizer named by --tokenizer, loaded once per process; None without one."""
         if not self.tokenizer:
             return None
-        from .workload.tokenizer import load_tokenizer
+        from llm_locust.workload.tokenizer import load_tokenizer
 
         cached = _TOKENIZERS.get(self.tokenizer)
         if cached is None:

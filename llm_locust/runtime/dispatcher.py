@@ -32,17 +32,16 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import plugin  # noqa: F401  (options and listeners)
-from .client import StreamClient, fetch_models
-from .metrics.cluster import hub
-from .options import Settings
-from .protocols import CHAT_APIS, OPENAI_APIS, get_adapter
-from .records import RequestRecord
-from .users import account
-from .workload import load_trace
-from .workload.prompts import PromptBuilder
-from .workload.schedule import ReplayWindow, due_times
-from .workload.specs import SpecBuilder
+from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.hub import hub
+from llm_locust.settings.options import Settings
+from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
+from llm_locust.metrics.records import RequestRecord
+from llm_locust.runtime.users import account
+from llm_locust.workload import load_trace
+from llm_locust.workload.prompts import PromptBuilder
+from llm_locust.workload.schedule import ReplayWindow, due_times
+from llm_locust.workload.specs import SpecBuilder
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..metrics.aggregate import Aggregate, client_valid
-from ..metrics.histogram import Histogram
-from ..records import FAILURE_KINDS, Outcome
-from ..steps import OFFERED_UNITS, StepResult, step_result
+from llm_locust.metrics.aggregate import Aggregate, client_valid
+from llm_locust.metrics.histogram import Histogram
+from llm_locust.metrics.records import FAILURE_KINDS, Outcome
+from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
 
 VERSION = 1
 LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
@@ -348,7 +348,7 @@ class LiveView:
         key = (tuple((r.step, r.sent, r.ok, r.failed) for r in finished), ld.done)
         if key == self._verdict_key:
             return self._verdict
-        from ..saturation import MIN_STEPS, analyse
+        from llm_locust.analysis.saturation import MIN_STEPS, analyse
 
         v = analyse(finished, ld.slos)
         sat = v.saturation

@@ -1,7 +1,6 @@
 """Per-step results of a load ladder: pure arithmetic on an `Aggregate`, no Locust.
 
     step_result(agg, *, step, offered, offered_kind, window, warmup, slos) -> StepResult
-    format_steps(results, verdict=None) -> str        # the table printed at the end of a run
 
 Window definitions follow the metrics spec (docs/metrics.md, docs/load-shapes.md):
 
@@ -41,13 +40,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
-from .records import Outcome
-
-if TYPE_CHECKING:
-    from .saturation import Verdict
+from llm_locust.metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
+from llm_locust.metrics.records import Outcome
 
 OFFERED_KINDS = ("concurrency", "rate", "speed")
 OFFERED_UNITS = {"concurrency": "users", "rate": "req/s", "speed": "x"}
@@ -336,63 +332,3 @@ def _ms(v: float | None) -> str:
         return "-"
     ms = v * 1000
     return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
-
-
-def format_steps(results: list[StepResult], verdict: "Verdict | None" = None) -> str:
-    """The per-step table (aligned columns) and the saturation verdict below it.
-
-    Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs.
-    """
-    if not results:
-        return "no load step completed"
-    kind = results[0].offered_kind
-    head = [
-        "step",
-        f"offered ({OFFERED_UNITS.get(kind, kind)})",
-        "req/s",
-        "tok/s",
-        "TTFT p50/p99 ms",
-        "ITL p50/p99 ms",
-        "TPOT p50 ms",
-        "E2E p99 ms",
-        "err%",
-        "goodput req/s",
-        "flags",
-    ]
-    rows = []
-    for r in results:
-        flags = list(r.flags)
-        if r.slo_broken:
-            flags.append("slo")
-        rows.append(
-            [
-                str(r.step),
-                _num(r.offered, 4),
-                _num(r.requests_per_s),
-                _num(r.output_tokens_per_s),
-                f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
-                f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
-                _ms(r.stat("tpot", "p50")),
-                _ms(r.stat("e2e", "p99")),
-                f"{r.error_rate * 100:.1f}",
-                _num(r.goodput_requests_per_s),
-                ",".join(flags) or "-",
-            ]
-        )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-
-    def line(cells: list[str]) -> str:
-        out = []
-        for i, (c, w) in enumerate(zip(cells, widths)):
-            out.append(c.ljust(w) if i in (len(cells) - 1,) else c.rjust(w))
-        return "  ".join(out).rstrip()
-
-    lines = [line(head), line(["-" * w for w in widths])]
-    lines += [line(row) for row in rows]
-    if verdict is None:
-        from .saturation import analyse
-
-        verdict = analyse(results, results[0].slos)
-    lines.append("")
-    lines.append(verdict.format())
-    return "\n".join(lines)

@@ -4,7 +4,7 @@
 master or local runner, when the web UI is on) adds to the web UI's Flask app:
 
   GET /llm              the page (static HTML + JS; charts by the vendored uPlot, no network)
-  GET /llm/data?since=T compact JSON from the hub's aggregates (llm_locust.webui.data)
+  GET /llm/data?since=T compact JSON from the hub's aggregates (llm_locust.runtime.webui.data)
   GET /llm/static/NAME  the page's scripts and styles
 
 under Locust's --web-base-path and behind its --web-login when those are set, and to Locust's
@@ -22,7 +22,7 @@ from typing import Any
 import gevent
 import orjson
 
-from .data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
+from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ REPORT_LAG = 3.5  # master: the per-second series trails the workers by one repo
 def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
     from locust.runners import MasterRunner
 
-    from .. import shapes
+    from llm_locust.runtime import shapes
 
     runner = environment.runner
     workers = None
@@ -95,8 +95,9 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     from flask import Blueprint, Response, request, send_from_directory
     from locust.runners import MasterRunner, WorkerRunner
 
-    from .. import saturation, shapes
-    from ..metrics.cluster import hub
+    from llm_locust.analysis import saturation
+    from llm_locust.runtime import shapes
+    from llm_locust.runtime.hub import hub
 
     web_ui = getattr(environment, "web_ui", None)
     if web_ui is None or isinstance(environment.runner, WorkerRunner):

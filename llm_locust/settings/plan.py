@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .steps import check_slo_names, slo_vocabulary
+from llm_locust.analysis.steps import check_slo_names, slo_vocabulary
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
 ARRIVALS = ("poisson", "constant")
@@ -166,7 +166,7 @@ class EarlyStop:
         """The reason to stop after the last of `steps` (StepResults), or None."""
         if not self.enabled:
             return None
-        from .saturation import early_stop
+        from llm_locust.analysis.saturation import early_stop
 
         return early_stop(
             steps,
@@ -692,14 +692,14 @@ def _read_slos(ck: _Check, value: Any) -> dict[str, float]:
 
 
 def _slo_examples() -> list[str]:
-    from .metrics.aggregate import SLO_METRICS
-    from .steps import SLO_STATS, STEP_LATENCIES
+    from llm_locust.metrics.aggregate import SLO_METRICS
+    from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES
 
     return list(SLO_METRICS) + ["error_rate"] + [f"{m}_{s}" for m in STEP_LATENCIES for s in SLO_STATS]
 
 
 def _read_synthetic(ck: _Check, value: Any, base_dir: Path | None):
-    from .workload.synth import SynthSpec, parse_dist, parse_spec_text
+    from llm_locust.workload.synth import SynthSpec, parse_dist, parse_spec_text
 
     path = ("workload", "synthetic")
     if isinstance(value, str):
@@ -864,7 +864,7 @@ def plan_from_dict(data: Any, *, source: str = "", base_dir: str | Path | None =
         ck.err(("api_key",), f"never put the key in a plan: set an environment variable and name it with api_key_env (default {DEFAULT_API_KEY_ENV})")
     top = ck.mapping((), {k: v for k, v in data.items() if k != "api_key"}, TOP_KEYS)
 
-    from .protocols import API_NAMES
+    from llm_locust.protocols import API_NAMES
 
     host = ck.string(top, (), "host", "")
     if host and not re.match(r"^https?://[^/\s]+", host):
@@ -888,7 +888,7 @@ def plan_from_dict(data: Any, *, source: str = "", base_dir: str | Path | None =
         if not Path(trace).is_file():
             ck.err(wpath + ("trace",), f"no such trace file {trace} (relative paths are read from the plan's folder)")
     if fmt:
-        from .workload.formats import FORMATS
+        from llm_locust.workload.formats import FORMATS
 
         if fmt not in FORMATS:
             ck.err(wpath + ("format",), f"unknown trace format {fmt!r}{_suggest(fmt, FORMATS)}; one of {', '.join(FORMATS)}")
@@ -1056,7 +1056,7 @@ def synthetic_trace(spec, directory: str | Path | None = None) -> str:
     import hashlib
     import tempfile
 
-    from .workload.synth import generate, write
+    from llm_locust.workload.synth import generate, write
 
     key = hashlib.sha256(synth_text(spec).encode()).hexdigest()[:16]
     folder = Path(directory) if directory is not None else Path(tempfile.gettempdir())

@@ -1,12 +1,73 @@
-"""The comparison as one self-contained HTML page."""
+"""The comparison written out: aligned plain text (the default), Markdown (GitHub tables, every
+text escaped) and one self-contained HTML page."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from .comparison import Comparison
-from .sections import Table, _comparability_lines, _verdict_line, sections
+from llm_locust.report.compare.comparison import Comparison
+from llm_locust.report.compare.sections import Table, _comparability_lines, _verdict_line, sections
+
+
+def _text_table(t: Table) -> str:
+    cols = len(t.header)
+    widths = [max(len(t.header[k]), *(len(r[k]) for r in t.rows)) if t.rows else len(t.header[k]) for k in range(cols)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            (s.rjust(widths[k]) if k >= t.numeric_from else s.ljust(widths[k])) for k, s in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(t.header), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in t.rows]
+    return "\n".join(out)
+
+
+def render_text(c: Comparison) -> str:
+    out = [f"llm-locust compare: {len(c.runs)} run{'s' if len(c.runs) != 1 else ''}", ""]
+    head, lines = _comparability_lines(c)
+    out.append(head)
+    out += [f"  ! {x}" if x.startswith("not comparable") else f"  - {x}" for x in lines]
+    for t in sections(c):
+        out += ["", t.title, "", _text_table(t)]
+        if t.note:
+            out.append(t.note)
+    out += ["", _verdict_line(c)]
+    return "\n".join(out) + "\n"
+
+
+def _md(s: str) -> str:
+    return (
+        s.replace("&", "&amp;").replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+        .replace("\r", " ").replace("\n", " ").replace("*", "\\*").replace("`", "\\`")
+    )
+
+
+def _md_table(t: Table) -> str:
+    align = ["---:" if k >= t.numeric_from else "---" for k in range(len(t.header))]
+    out = ["| " + " | ".join(_md(h) for h in t.header) + " |", "| " + " | ".join(align) + " |"]
+    out += ["| " + " | ".join(_md(x) for x in r) + " |" for r in t.rows]
+    return "\n".join(out)
+
+
+def render_markdown(c: Comparison) -> str:
+    out = [f"# llm-locust compare: {_md(', '.join(r.label for r in c.runs))}", ""]
+    head, lines = _comparability_lines(c)
+    if any(i.blocking for i in c.issues):
+        out.append(f"> **{_md(head)}**")
+        out.append(">")
+        out += [f"> - {_md(x)}" for x in lines]
+    else:
+        out.append(f"_{_md(head)}_")
+        out += [""] + [f"- {_md(x)}" for x in lines] if lines else []
+    for t in sections(c):
+        out += ["", f"## {_md(t.title)}", "", _md_table(t)]
+        if t.note:
+            out += ["", _md(t.note)]
+    out += ["", f"**{_md(_verdict_line(c))}**"]
+    return "\n".join(out) + "\n"
 
 
 _CSS = """

@@ -4,7 +4,7 @@ One user per worker process is enough: each process's dispatcher sends its share
 and the test stops by itself when the whole window has been replayed.
 """
 
-from llm_locust.replay import ReplayUser
+from llm_locust.users import ReplayUser
 
 
 class TraceReplay(ReplayUser):

@@ -25,11 +25,11 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from .metrics.aggregate import Aggregate
-from .metrics.cluster import hub
-from .plan import EarlyStop, Ladder, Stable, parse_ladder
-from .saturation import analyse
-from .steps import StepResult, format_steps, step_result
+from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.runtime.hub import hub
+from llm_locust.settings.plan import EarlyStop, Ladder, Stable, parse_ladder
+from llm_locust.analysis.saturation import analyse, format_steps
+from llm_locust.analysis.steps import StepResult, step_result
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,8 @@ class LadderController:
     # ---- what the processes do ----
 
     def _users(self, level: float | None) -> tuple:
-        from .locustfile import StreamingUser
-        from .replay import ReplayUser
+        from llm_locust.runtime.users import StreamingUser
+        from llm_locust.runtime.dispatcher import ReplayUser
 
         if self.ladder.kind == "concurrency":
             users = int(level or 0)
@@ -163,7 +163,7 @@ class LadderController:
     def _dispatchers_ready(self) -> bool:
         if self.ladder.kind == "concurrency":
             return True
-        from .replay import dispatchers_ready
+        from llm_locust.runtime.dispatcher import dispatchers_ready
 
         return dispatchers_ready(self.env)
 
@@ -225,7 +225,7 @@ def apply_step(env: Environment, payload: dict[str, Any]) -> None:
     """On every sending process: tag new requests with the step; steer the open-loop dispatcher."""
     hub(env).step = payload["step"]
     if payload["kind"] in ("rate", "speed"):
-        from .replay import steer
+        from llm_locust.runtime.dispatcher import steer
 
         steer(env, payload)
 
@@ -238,7 +238,7 @@ def _worker_count(env: Environment) -> int:
 
 
 def _replay_user_class():
-    from .replay import ReplayUser
+    from llm_locust.runtime.dispatcher import ReplayUser
 
     for u in ReplayUser.__subclasses__():
         return u
@@ -273,7 +273,7 @@ def renew(env: Environment) -> None:
 
 
 class LadderShape(LoadTestShape):
-    """Runs the --ladder (see llm_locust.plan.parse_ladder for its syntax)."""
+    """Runs the --ladder (see llm_locust.settings.plan.parse_ladder for its syntax)."""
 
     def reset_time(self) -> None:
         # Locust calls this as a shape test starts, before the first tick
@@ -291,6 +291,6 @@ class LadderShape(LoadTestShape):
 
 def stop_dispatchers_on(env: Environment) -> None:
     """Kill open-loop passes when the test stops (in-flight requests end as cancelled)."""
-    from .replay import stop_passes
+    from llm_locust.runtime.dispatcher import stop_passes
 
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))

@@ -5,9 +5,7 @@ The shape runs the ladder and picks the user class: streaming users for concurre
 one open-loop dispatcher per worker process for rate and speed ladders.
 """
 
-from llm_locust.locustfile import StreamingUser  # noqa: F401
-from llm_locust.replay import ReplayUser
-from llm_locust.shapes import LadderShape
+from llm_locust.users import LadderShape, ReplayUser, StreamingUser  # noqa: F401
 
 
 class OpenLoop(ReplayUser):

@@ -27,21 +27,14 @@ from gevent import GreenletExit
 from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
-from .protocols import error_text, make_decoder
-from .protocols.base import CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
-from .records import SOURCE_USAGE, Outcome, RequestRecord
+from llm_locust.protocols import error_text, make_decoder
+from llm_locust.protocols.base import Timeouts, CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
+from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 ERROR_BODY_LIMIT = 4096
-
-
-@dataclass(slots=True)
-class Timeouts:
-    connect: float = 10.0  # TCP (and TLS) connect
-    no_progress: float = 60.0  # no byte received for this long
-    total: float = 600.0  # whole request, headers to end of body
 
 
 class _Ended(Exception):
@@ -398,7 +391,7 @@ def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts) -> 
     """Model ids the server lists at /v1/models; [] (with a warning) when it lists none."""
     from geventhttpclient import HTTPClient
 
-    from .protocols.openai import parse_models
+    from llm_locust.protocols.openai import parse_models
 
     try:
         http = HTTPClient.from_url(base_url, connection_timeout=timeouts.connect, network_timeout=10.0, insecure=True)

@@ -46,7 +46,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .steps import LATENCY_COLUMNS, OFFERED_UNITS, StepResult, broken_slos, check_slo_names
+from llm_locust.analysis.steps import LATENCY_COLUMNS, OFFERED_UNITS, StepResult, _ms, _num, broken_slos, check_slo_names
 
 FLAT_TOLERANCE = 0.05
 MIN_ELASTICITY = 0.1
@@ -98,13 +98,6 @@ class Verdict:
 
 def _load(v: float, unit: str) -> str:
     return f"{v:g} {unit}".rstrip()
-
-
-def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    ms = v * 1000
-    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def _throughput(s: StepResult) -> float:
@@ -412,3 +405,61 @@ def early_stop(
                 f"(less than {flat_tolerance:.0%} gain)"
             )
     return None
+
+
+def format_steps(results: list[StepResult], verdict: Verdict | None = None) -> str:
+    """The per-step table (aligned columns) and the saturation verdict below it.
+
+    Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs.
+    """
+    if not results:
+        return "no load step completed"
+    kind = results[0].offered_kind
+    head = [
+        "step",
+        f"offered ({OFFERED_UNITS.get(kind, kind)})",
+        "req/s",
+        "tok/s",
+        "TTFT p50/p99 ms",
+        "ITL p50/p99 ms",
+        "TPOT p50 ms",
+        "E2E p99 ms",
+        "err%",
+        "goodput req/s",
+        "flags",
+    ]
+    rows = []
+    for r in results:
+        flags = list(r.flags)
+        if r.slo_broken:
+            flags.append("slo")
+        rows.append(
+            [
+                str(r.step),
+                _num(r.offered, 4),
+                _num(r.requests_per_s),
+                _num(r.output_tokens_per_s),
+                f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
+                f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
+                _ms(r.stat("tpot", "p50")),
+                _ms(r.stat("e2e", "p99")),
+                f"{r.error_rate * 100:.1f}",
+                _num(r.goodput_requests_per_s),
+                ",".join(flags) or "-",
+            ]
+        )
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, (c, w) in enumerate(zip(cells, widths)):
+            out.append(c.ljust(w) if i in (len(cells) - 1,) else c.rjust(w))
+        return "  ".join(out).rstrip()
+
+    lines = [line(head), line(["-" * w for w in widths])]
+    lines += [line(row) for row in rows]
+    if verdict is None:
+        verdict = analyse(results, results[0].slos)
+    lines.append("")
+    lines.append(verdict.format())
+    return "\n".join(lines)

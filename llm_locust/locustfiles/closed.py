@@ -3,8 +3,4 @@
 `llm-locust run` uses it when no -f is given; `locust -f locustfiles/streaming.py` is the same.
 """
 
-from llm_locust.users import LLMUser
-
-
-class StreamingUser(LLMUser):
-    pass
+from llm_locust.users import StreamingUser  # noqa: F401

@@ -1,6 +1,6 @@
 """Hooks llm-locust into Locust's events: options, metrics hub, end-of-run summary and results.
 
-Imported by `llm_locust.users`, so any locustfile that uses our users gets all of this, whether
+Imported by `llm_locust.runtime.users`, so any locustfile that uses our users gets all of this, whether
 started by `llm-locust run` or by plain `locust -f`.
 """
 
@@ -18,13 +18,14 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import exporter, options, shapes
-from .metrics.aggregate import figures
-from .metrics.cluster import WORKER_REPORT_INTERVAL_GRACE, install
-from .workload import load_trace
-from .report.provenance import gpu_facts, redact_argv, trace_facts
-from .report.results import build_results, write_results
-from .report.summary import format_summary
+from llm_locust.runtime import exporter, shapes
+from llm_locust.settings import options
+from llm_locust.metrics.aggregate import figures
+from llm_locust.runtime.hub import WORKER_REPORT_INTERVAL_GRACE, install
+from llm_locust.workload import load_trace
+from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
+from llm_locust.report.results import build_results, write_results
+from llm_locust.report.summary import format_summary
 
 log = logging.getLogger(__name__)
 _connected = False  # a worker process got its init event: it reached the master
@@ -48,7 +49,7 @@ if "--worker" in sys.argv:
 
 def _server_scraper(environment, url: str | None = None):
     """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
-    from .server_metrics import Scraper
+    from llm_locust.runtime.scraper import Scraper
 
     if url is None:
         url = getattr(environment.parsed_options, "server_metrics", "") or ""
@@ -82,7 +83,7 @@ def _utc(t: float | None) -> str | None:
 def _load(environment, settings) -> dict[str, Any]:
     """How the load was offered: the mode and the Locust figures that shape it."""
     opts = environment.parsed_options
-    from .replay import ReplayUser
+    from llm_locust.runtime.dispatcher import ReplayUser
 
     replay = any(issubclass(u, ReplayUser) for u in environment.user_classes)
     mode = "ladder" if settings.ladder else "replay" if replay else "closed"
@@ -94,9 +95,9 @@ def _write_report(path: str, results: dict, secret: str, results_path: str = "")
     """The HTML report, as `llm-locust report` would write it from the results file."""
     import orjson
 
-    from .report.files import write_atomic
-    from .report.html import render
-    from .report.results import results_json
+    from llm_locust.report.files import write_atomic
+    from llm_locust.report.html import render
+    from llm_locust.report.results import results_json
 
     try:
         doc = orjson.loads(results_json(results, (secret,), indent=False))  # what a reader of the file gets
@@ -135,7 +136,7 @@ def _server_line(scraper, h) -> str:
 
 def _effective_plan(settings, environment, n_workers: int) -> dict | str:
     """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`)."""
-    from .plan import PlanError, plan_from_settings
+    from llm_locust.settings.plan import PlanError, plan_from_settings
 
     sim_slots = int(os.environ.get("LLM_LOCUST_SIM_SLOTS", "0") or 0)
     try:
@@ -153,9 +154,9 @@ def _add_options(parser, **_kw: Any) -> None:
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
     h = install(environment)
-    from . import replay  # imports this module: load it late
+    from llm_locust.runtime import dispatcher
 
-    replay.install(environment)
+    dispatcher.install(environment)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         global _connected
@@ -177,12 +178,12 @@ def _on_init(environment, **_kw: Any) -> None:
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), scraper, gpu_scraper)
-    from .webui import install as install_webui  # the "LLM" view on the web UI, when there is one
+    from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
     install_webui(environment, scraper, gpu_scraper)
     server_facts: dict[str, Any] = {}
 
     def probe(**_kw: Any) -> None:
-        from .report.provenance import probe_server
+        from llm_locust.runtime.probe import probe_server
 
         if environment.host and not server_facts:
             headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
@@ -208,7 +209,7 @@ def _on_init(environment, **_kw: Any) -> None:
         gpu_windows = _server_windows(gpu_scraper, h, ctl) if gpu_scraper is not None else None
         eff = None
         if ladder is not None and (server_windows or gpu_windows):
-            from .server_metrics import efficiency, efficiency_table
+            from llm_locust.analysis.server_metrics import efficiency, efficiency_table
 
             first = gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
             eff = efficiency(ladder["steps"], (server_windows or {}).get("steps"), (gpu_windows or {}).get("steps"),

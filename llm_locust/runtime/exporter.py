@@ -23,8 +23,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from .metrics.cluster import hub
-from .metrics.histogram import Histogram
+from llm_locust.runtime.hub import hub
+from llm_locust.metrics.histogram import Histogram
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class LLMCollector:
         in_flight = sum(w.in_flight for w in h.workers.values()) if workers else h.in_flight
         yield GaugeMetricFamily("llm_locust_in_flight", "Requests in flight (workers: as of their last report).", value=in_flight)
         yield GaugeMetricFamily("llm_locust_step", "Current ladder step (negative: its warm-up; 0: no ladder).", value=h.step)
-        from .shapes import controller
+        from llm_locust.runtime.shapes import controller
 
         ctl = controller(self.env)
         if ctl is not None and ctl.windows:

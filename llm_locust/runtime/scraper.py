@@ -1,0 +1,85 @@
+"""The master's reads of a /metrics URL (the inference server's or the GPU sidecar's) during a test.
+
+The parsing and windowing of what it reads are pure and live in analysis.server_metrics."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from urllib.parse import urlsplit
+
+import gevent
+from geventhttpclient import HTTPClient
+
+from llm_locust.analysis.server_metrics import Sample, ServerSeries, _figures, info_series, samples
+
+log = logging.getLogger(__name__)
+
+
+class Scraper:
+    """Polls one /metrics URL every `interval` seconds while a test runs (master / local).
+
+    Read k is due at k x `interval` +- a quarter interval, drawn at random: gauges are read at
+    single instants, and at a fixed period a closed-loop load whose requests last a divisor of it
+    is read at the same point of every request (seen on a real vLLM: 1 s requests, 2 s scrapes,
+    every read in the 0.1 s between one request's end and the next one's first step, running 0 for
+    a whole step). On the grid, a step still gets as many reads as its length allows."""
+
+    def __init__(self, url: str, interval: float = 2.0, timeout: float = 2.0, seed: int | None = None) -> None:
+        if not interval > 0:
+            raise ValueError(f"the metrics interval must be > 0 seconds, got {interval!r}")
+        self.series = ServerSeries(url)
+        self.interval = interval
+        self.timeout = timeout
+        self._random = random.Random(seed)
+        self._greenlet = None
+
+    def due(self, k: int) -> float:
+        """When read k is due, in seconds after the first (call in order of k: one draw each)."""
+        return self.interval * (k + self._random.uniform(-0.25, 0.25))
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def scrape_once(self) -> bool:
+        parts = urlsplit(self.series.url)
+        try:
+            http = HTTPClient.from_url(self.series.url, connection_timeout=self.timeout, network_timeout=self.timeout)
+            try:
+                r = http.get(parts.path or "/metrics")
+                body = r.read()
+            finally:
+                http.close()
+            if r.status_code != 200:
+                raise ValueError(f"HTTP {r.status_code}")
+            by_name = samples(body.decode("utf-8", "replace"))
+            server, figures = _figures(by_name)
+            if not self.series.info:
+                self.series.info = info_series(by_name)
+        except Exception as e:  # noqa: BLE001 - a missing endpoint must not stop the test
+            self.series.error = f"{type(e).__name__}: {e}"
+            self.series.failed += 1
+            return False
+        self.series.server = self.series.server or server
+        self.series.samples.append(Sample(time.time(), figures))
+        return True
+
+    def _run(self) -> None:
+        if not self.scrape_once():
+            log.warning("no server metrics at %s (%s): the test goes on without them", self.series.url, self.series.error)
+            return
+        log.info("reading %s server metrics from %s", self.series.server or "unknown", self.series.url)
+        start, k = time.monotonic(), 0
+        while True:
+            k += 1
+            delay = start + self.due(k) - time.monotonic()
+            if delay >= 0:  # else a slow read overran this one's time: on to the next
+                gevent.sleep(delay)
+                self.scrape_once()

@@ -1,0 +1,157 @@
+"""Locust users that stream from an LLM server and time every token.
+
+`LLMUser` is a FastHttpUser: Locust's host, connection pool and settings apply. Each request
+goes through `StreamClient` (llm_locust.runtime.client), becomes one RequestRecord, folds into the
+process's MetricsHub, and fires Locust's own request event with E2E as response_time and
+output tokens as response_length, so Locust's table means something.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+
+import gevent
+import gevent.lock
+from locust import FastHttpUser, constant, task
+from locust.env import Environment
+
+from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.hub import hub
+from llm_locust.settings.options import Settings
+from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols.base import RequestSpec
+from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.workload import load_trace
+from llm_locust.workload.prompts import PromptBuilder
+from llm_locust.workload.specs import SpecBuilder
+
+log = logging.getLogger(__name__)
+
+
+
+class LLMFailure(Exception):
+    """Shown in Locust's failure table: '<outcome>: <first error text>'."""
+
+
+class Workload:
+    """The records this process sends, in order, looping; shared by the process's users."""
+
+    def __init__(self, trace, builder: SpecBuilder, offset: int = 0) -> None:
+        self.trace = trace
+        self.builder = builder
+        self._next = itertools.count(offset)
+
+    def next_spec(self, model: str | None) -> tuple[RequestSpec, str]:
+        rec = self.trace[next(self._next) % len(self.trace)]
+        return self.builder.spec(rec, model), rec.source
+
+
+class _ProcessContext:
+    """Per-process state set up once at test start: settings, workload, model name."""
+
+    def __init__(self, env: Environment) -> None:
+        s = self.settings = Settings.from_options(env.parsed_options)
+        trace = load_trace(s.trace, s.trace_format or None)
+        index = getattr(env.runner, "worker_index", 0) or 0
+        chat = s.api in CHAT_APIS
+        builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)
+        # spread workers over the trace so they do not all send the same records first
+        self.workload = Workload(trace, builder, offset=(index * 7919) % len(trace))
+        self.model: str | None = self.settings.model or None
+        self.model_checked = bool(self.model) or self.settings.api not in OPENAI_APIS
+        self.lock = gevent.lock.Semaphore()
+        self.ids = itertools.count()
+        self.id_prefix = f"{os.getpid():x}-{index}"
+
+
+def _context(env: Environment) -> _ProcessContext:
+    ctx = getattr(env, "llm_context", None)
+    if ctx is None:
+        ctx = env.llm_context = _ProcessContext(env)  # type: ignore[attr-defined]
+    return ctx
+
+
+class LLMUser(FastHttpUser):
+    """Closed loop: each user sends the workload's next request as soon as its last one ended."""
+
+    abstract = True
+    wait_time = constant(0)
+    concurrency = 256  # one-greenlet-per-request replay shares this pool
+
+    def on_start(self) -> None:
+        env = self.environment
+        self.ctx = _context(env)
+        s = self.ctx.settings
+        self.metrics = hub(env)
+        self.metrics.slos = s.request_slos
+        self.adapter = get_adapter(s.api)
+        http_client = self.client.client.clientpool.get_client(self.host)
+        http_client._connection_pool.connection_timeout = s.timeouts.connect
+        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=self.stream_headers())
+        self._discover_model()
+
+    def _discover_model(self) -> None:
+        ctx = self.ctx
+        if ctx.model_checked:
+            return
+        with ctx.lock:
+            if ctx.model_checked:
+                return
+            models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts)
+            if models:
+                ctx.model = models[0]
+                self.metrics.info["model"] = ctx.model
+                log.info("model from /v1/models: %s", ctx.model)
+            ctx.model_checked = True
+
+    def stream_headers(self) -> dict[str, str]:
+        key = self.ctx.settings.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    @task
+    def next_request(self) -> None:
+        spec, source = self.ctx.workload.next_spec(self.ctx.model)
+        self.send(spec, source=source)
+        if self.ctx.settings.think_time:
+            gevent.sleep(self.ctx.settings.think_time)
+
+    def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None) -> RequestRecord:
+        """Send one request and account for it; returns its record."""
+        ctx = self.ctx
+        step = self.metrics.on_sent()
+        rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
+
+        def done(rec: RequestRecord) -> None:
+            rec.source = source
+            self._done(rec)
+
+        rec = self.stream.send(spec, rid, t_sched, on_cancel=done, step=step)
+        done(rec)
+        return rec
+
+    def _done(self, rec: RequestRecord) -> None:
+        account(self.environment, rec)
+
+
+def account(env: Environment, rec: RequestRecord) -> None:
+    """Fold a finished request into the process's metrics and into Locust's own table."""
+    hub(env).on_done(rec)
+    if rec.outcome is Outcome.CANCELLED:
+        return  # not a failure of the server: counted in our figures, kept out of Locust's table
+    env.events.request.fire(
+        request_type="POST",
+        name=rec.api,
+        response_time=(rec.e2e or 0.0) * 1000.0,
+        response_length=rec.n_out,
+        response=None,
+        context={},
+        exception=None if rec.ok else LLMFailure(f"{rec.outcome.value}: {rec.error}"),
+        start_time=rec.wall_sent,
+        url=None,
+    )
+
+
+class StreamingUser(LLMUser):
+    """The closed-loop user of the bundled locustfiles and of concurrency ladders."""
