@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
-from llm_locust.settings.plan import plan_from_dict  # noqa: E402
+from llm_locust.settings import derive  # noqa: E402
 from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
 from llm_locust.report.results import build_results, load_results, write_results  # noqa: E402
 from llm_locust.analysis.saturation import analyse  # noqa: E402
@@ -154,10 +154,10 @@ def synthesize(seed: int = 1) -> dict:
                 "steps": [{"step": w.index, "level": w.level, **server.window(w.measured_from, w.ended)} for w in windows]}
     gpu_w = {"source": gpu.to_dict(), "run": gpu.window(W, W + end_all),
              "steps": [{"step": w.index, "level": w.level, **gpu.window(w.measured_from, w.ended)} for w in windows]}
-    plan = plan_from_dict({"name": "1-hour concurrency ladder (synthetic)", "host": "http://10.0.0.5:8000",
+    plan = derive.to_plan(derive.resolve(derive.plan_values({"name": "1-hour concurrency ladder (synthetic)", "host": "http://10.0.0.5:8000",
                            "workload": {"synthetic": {"requests": 100000, "input": "uniform:128:2048", "output": "uniform:64:512", "seed": 1}},
                            "ladder": {"kind": "concurrency", "steps": LEVELS, "duration": STEP_S, "warmup": WARMUP_S},
-                           "slos": SLOS, "results": "hour.json"}).to_dict()
+                           "slos": SLOS, "results": "hour.json"})))
     run = {"host": "http://10.0.0.5:8000", "started_at": W, "ended_at": W + end_all, "runner": "MasterRunner",
            "server": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "seed": 0, "started_at_utc": "2026-09-21T12:53:20+00:00",
            "command": ["llm-locust", "run", "hour.yaml", "--workers", "4", "--results", "hour.json"],

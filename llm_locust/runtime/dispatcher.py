@@ -34,7 +34,8 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime.client import StreamClient, fetch_models
 from llm_locust.runtime.hub import hub
-from llm_locust.settings.options import Settings
+from llm_locust.settings.derive import from_options
+from llm_locust.settings.model import Settings
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.runtime.users import account
@@ -87,7 +88,7 @@ class Dispatcher:
         s = self.settings
         try:
             self.trace = gevent.get_hub().threadpool.apply(
-                load_trace, (s.trace,), {"fmt": s.trace_format or None, "share": self.share}
+                load_trace, (s.trace_path,), {"fmt": s.trace_format or None, "share": self.share}
             )
         except Exception as e:  # noqa: BLE001 - reported to the master, the test stops
             self.error = f"{type(e).__name__}: {e}"
@@ -312,7 +313,7 @@ def _start_local(env: Environment) -> None:
     st = _state(env)
     if st.dispatcher is not None:
         return
-    settings = Settings.from_options(env.parsed_options)
+    settings = from_options(env.parsed_options)
     d = st.dispatcher = Dispatcher(env, settings, env.host, (0, 1))
 
     def go() -> None:
@@ -354,7 +355,7 @@ def install(env: Environment) -> None:
             st.ready[msg.node_id] = msg.data
             if msg.data.get("error"):
                 log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
-            if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(Settings.from_options(env.parsed_options)):
+            if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(from_options(env.parsed_options)):
                 st.go_sent = True
                 if any(d.get("error") for d in st.ready.values()):
                     _stop_test(env)
@@ -381,7 +382,7 @@ def install(env: Environment) -> None:
 
         def on_plan(environment, msg, **_kw) -> None:
             st = _state(env)
-            settings = Settings.from_options(SimpleNamespace(**msg.data["options"]))
+            settings = from_options(SimpleNamespace(**msg.data["options"]))
             d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
             d.load()
             runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})

@@ -19,7 +19,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime import exporter, shapes
-from llm_locust.settings import options
+from llm_locust.settings import derive
 from llm_locust.metrics.aggregate import figures
 from llm_locust.runtime.hub import WORKER_REPORT_INTERVAL_GRACE, install
 from llm_locust.workload import load_trace
@@ -47,16 +47,13 @@ if "--worker" in sys.argv:
     gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
 
 
-def _server_scraper(environment, url: str | None = None):
+def _server_scraper(environment, settings, url: str):
     """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
     from llm_locust.runtime.scraper import Scraper
 
-    if url is None:
-        url = getattr(environment.parsed_options, "server_metrics", "") or ""
     if url == "off" or not (url or environment.host):
         return None
-    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics",
-                      interval=getattr(environment.parsed_options, "metrics_interval", 2.0))
+    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics", interval=settings.metrics_interval)
     environment.events.test_start.add_listener(lambda **_kw: scraper.start())
     environment.events.test_stop.add_listener(lambda **_kw: (scraper.scrape_once(), scraper.stop()))
     return scraper
@@ -134,21 +131,19 @@ def _server_line(scraper, h) -> str:
     return f"server ({scraper.series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
 
 
-def _effective_plan(settings, environment, n_workers: int) -> dict | str:
-    """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`)."""
-    from llm_locust.settings.plan import PlanError, plan_from_settings
-
-    sim_slots = int(os.environ.get("LLM_LOCUST_SIM_SLOTS", "0") or 0)
-    try:
-        plan = plan_from_settings(settings, host="" if sim_slots else environment.host, workers=n_workers, sim_slots=sim_slots)
-    except (PlanError, ValueError) as e:
-        return f"not expressible as a plan: {e}"
-    return plan.to_dict()
+def _effective_plan(settings, n_workers: int, mode: str) -> dict:
+    """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`): the settings,
+    and what `llm-locust run` used itself (workers, the simulator, the locustfile)."""
+    run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
+    values = {"workers": n_workers, "replay": mode == "replay", **run_only}
+    if values.pop("sim_started", False):
+        values["host"] = ""  # the built-in simulator: a re-run starts one again
+    return derive.to_plan(settings.model_copy(update=values))
 
 
 @events.init_command_line_parser.add_listener
 def _add_options(parser, **_kw: Any) -> None:
-    options.add_arguments(parser)
+    derive.add_locust_arguments(parser)
 
 
 @events.init.add_listener
@@ -165,14 +160,13 @@ def _on_init(environment, **_kw: Any) -> None:
         return
     # validate options and the workload where they are given, before any load is sent
     try:
-        settings = options.Settings.from_options(environment.parsed_options)
+        settings = derive.from_options(environment.parsed_options)
         # reads and checks the whole file, keeps almost none of it (the senders load their shares)
-        load_trace(settings.trace, settings.trace_format or None, share=(0, 2**31))
+        load_trace(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         shapes.install(environment, settings)  # a bad ladder is refused here
-        opts = environment.parsed_options
-        exporter.install(environment, getattr(opts, "prometheus_port", 0), getattr(opts, "prometheus_host", "127.0.0.1"))
-        scraper = _server_scraper(environment)
-        gpu_scraper = _server_scraper(environment, getattr(opts, "gpu_metrics", "") or "off")
+        exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
+        scraper = _server_scraper(environment, settings, settings.server_metrics)
+        gpu_scraper = _server_scraper(environment, settings, settings.gpu_metrics or "off")
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
@@ -217,7 +211,7 @@ def _on_init(environment, **_kw: Any) -> None:
             table = efficiency_table(eff)
             if table:
                 print("\n" + table, file=sys.stdout, flush=True)
-        report_path = getattr(environment.parsed_options, "report", "") or ""
+        report_path = settings.report
         if settings.results or report_path:
             run = {
                 "host": environment.host,
@@ -237,19 +231,20 @@ def _on_init(environment, **_kw: Any) -> None:
             run["seed"] = settings.seed
             run["started_at_utc"] = _utc(h.started_at)
             run["load"] = _load(environment, settings)
+            run["name"] = settings.name
             results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
             env = results["environment"]
             env["server"] = {"url": environment.host, "kind": scraper.series.server if scraper is not None else None,
                              "model": h.info.get("model") or settings.model or None, **server_facts}
             env["gpus"] = gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else []
-            env["trace"] = trace_facts(settings.trace, settings.trace_format)
+            env["trace"] = trace_facts(settings.trace_path, settings.trace_format)
             if server_windows is not None:
                 results["server_metrics"] = server_windows
             if gpu_windows is not None:
                 results["gpu_metrics"] = gpu_windows
             if eff is not None:
                 results["efficiency"] = eff
-            results["plan"] = _effective_plan(settings, environment, len(workers))
+            results["plan"] = _effective_plan(settings, len(workers), run["load"]["mode"])
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
             if settings.results:

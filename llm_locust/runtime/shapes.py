@@ -27,7 +27,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.runtime.hub import hub
-from llm_locust.settings.plan import EarlyStop, Ladder, Stable, parse_ladder
+from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, step_result
 
@@ -62,7 +62,8 @@ def ladder_from_settings(s) -> Ladder | None:
         return None
     stable = None
     if s.stable_window:
-        stable = Stable(window=s.stable_window, tolerance=s.stable_tolerance, max_extend=s.stable_max_extend)
+        stable = Stable(window=s.stable_window, tolerance=s.stable_tolerance, max_extend=s.stable_max_extend,
+                        windows=s.stable_windows)
     return parse_ladder(
         s.ladder, warmup=s.warmup, duration=s.step_duration, requests=s.step_requests, stable=stable, arrivals=s.arrivals
     )
@@ -258,8 +259,7 @@ def install(env: Environment, settings) -> None:
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return
-    early = EarlyStop(enabled=not settings.no_early_stop, max_error_rate=settings.max_error_rate)
-    env.llm_ladder = LadderController(env, ladder, settings.slos, early)  # type: ignore[attr-defined]
+    env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule())  # type: ignore[attr-defined]
 
 
 def renew(env: Environment) -> None:
@@ -273,7 +273,7 @@ def renew(env: Environment) -> None:
 
 
 class LadderShape(LoadTestShape):
-    """Runs the --ladder (see llm_locust.settings.plan.parse_ladder for its syntax)."""
+    """Runs the --ladder (see llm_locust.settings.ladder.parse_ladder for its syntax)."""
 
     def reset_time(self) -> None:
         # Locust calls this as a shape test starts, before the first tick

@@ -19,7 +19,7 @@ from locust.env import Environment
 
 from llm_locust.runtime.client import StreamClient, fetch_models
 from llm_locust.runtime.hub import hub
-from llm_locust.settings.options import Settings
+from llm_locust.settings.derive import from_options
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.metrics.records import Outcome, RequestRecord
@@ -52,8 +52,8 @@ class _ProcessContext:
     """Per-process state set up once at test start: settings, workload, model name."""
 
     def __init__(self, env: Environment) -> None:
-        s = self.settings = Settings.from_options(env.parsed_options)
-        trace = load_trace(s.trace, s.trace_format or None)
+        s = self.settings = from_options(env.parsed_options)
+        trace = load_trace(s.trace_path, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
         chat = s.api in CHAT_APIS
         builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llm_locust.settings.plan import _suggest, parse_seconds
+from llm_locust.settings.units import _suggest, parse_seconds
 from llm_locust.analysis.steps import SLO_STATS, parse_slo_name
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")

@@ -1,0 +1,402 @@
+"""Everything derived from the one declaration of the settings (settings.model):
+
+    add_locust_arguments(parser)            # Locust's parser: locust -f, locust.conf, LOCUST_* variables
+    run_parser() -> argparse.ArgumentParser # `llm-locust run` and its grouped --help
+    from_options(namespace) -> Settings     # what Locust parsed (master, workers, plain locust -f)
+    load_plan(path) -> Given                # a YAML plan, every problem with file:line
+    plan_values(data, ...) -> Given         # a plan as plain data (a results file's effective plan)
+    resolve(plan, cli) -> Settings          # the command line wins over the plan; one validation
+    to_plan(settings) -> dict               # the effective plan, every value explicit
+    to_locust_argv(settings) -> list[str]   # the options that give Locust's run these settings
+
+Errors are SettingsError (a PlanError, a ValueError): one line per problem, naming the flag the
+user typed or the plan's file:line and key, with did-you-mean for unknown keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from llm_locust.settings.model import GROUPS, Opt, Settings, options
+from llm_locust.settings.units import PlanError, _suggest, _typename, read_yaml
+
+SettingsError = PlanError
+RUN_ONLY_ENV = "LLM_LOCUST_RUN_ONLY"  # what `llm-locust run` used itself, as JSON, for the effective plan
+
+
+@dataclass
+class Given:
+    """Values for some fields and where each came from ("--flag" or "FILE:LINE: plan.path")."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    problems: list[tuple[int, str]] = field(default_factory=list)  # (line, message): keys that are not settings
+
+
+# ---- where a value came from, for messages ----
+
+
+def flag_names(name: str, opt: Opt) -> str:
+    return f"{opt.short}/{opt.flag_for(name)}" if opt.short else opt.flag_for(name)
+
+
+def _validate(given: Given, *, defaults_where: str = "") -> Settings:
+    """One validation of every given value; SettingsError lists each problem where it was given."""
+    opts = options()
+    problems = list(given.problems)
+    try:
+        s = Settings.model_validate(given.values)
+    except ValidationError as e:
+        for err in e.errors():
+            name = str(err["loc"][0]) if err["loc"] else ""
+            msg = err["msg"]
+            got = err.get("input")
+            if msg.startswith("Value error, "):
+                msg = msg.removeprefix("Value error, ")
+            elif not isinstance(got, (dict, list)):
+                msg += f", got {got!r}"
+            problems.append((_line(given.where.get(name, "")), f"{_where(name, given, opts, defaults_where)}: {msg}"))
+    else:
+        problems += [(_line(given.where.get(n, "")), f"{_where(n, given, opts, defaults_where)}: {m}") for n, m in s.cross_problems()]
+    if problems:
+        raise SettingsError([p for _, p in sorted(problems, key=lambda t: t[0])], given.source)
+    return s
+
+
+def _line(where: str) -> int:
+    """The line number in "FILE:LINE: key" (0 without one): problems are listed in file order."""
+    head = where.split(": ", 1)[0]
+    tail = head.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _where(name: str, given: Given, opts, defaults_where: str) -> str:
+    if name in given.where:
+        return given.where[name]
+    if name in opts:
+        _, opt = opts[name]
+        return flag_names(name, opt) if not defaults_where else f"{defaults_where}: {opt.plan or name}"
+    return defaults_where or "settings"
+
+
+# ---- argparse: Locust's parser and `llm-locust run` ----
+
+
+def _help(name: str, default: Any, opt: Opt) -> str:
+    text = opt.help
+    if opt.unit == "s":
+        text += " (a duration: 500ms, 30s, 2m; a bare number is seconds)"
+    if opt.negate:
+        return text
+    if isinstance(default, bool):
+        return text
+    if default not in ("", None, {}):
+        text += f" [default: {default:g}{opt.unit}]" if isinstance(default, float) else f" [default: {default}]"
+    if opt.plan:
+        text += f" [plan: {opt.plan}]"
+    return text
+
+
+def _add(group, name: str, default: Any, opt: Opt, *, locust: bool) -> None:
+    flags = [opt.flag_for(name)] + ([opt.short] if opt.short else [])
+    kw: dict[str, Any] = {"dest": name, "help": _help(name, default, opt).replace("%", "%%")}
+    if isinstance(default, bool):
+        kw["action"] = "store_const"
+        kw["const"] = not opt.negate
+    else:
+        kw["metavar"] = "SECONDS" if opt.unit == "s" else name.upper()
+    if locust:
+        # Locust's parser: defaults as values (its web UI shows them), its config file and env vars
+        kw["default"] = default if not isinstance(default, dict) else ""
+        kw["env_var"] = "LOCUST_" + name.upper()
+    else:
+        kw["default"] = argparse.SUPPRESS  # only what the user typed: it overrides the plan
+    action = group.add_argument(*flags, **kw)
+    if locust:  # what Locust's own add_argument sets: its web UI's form shows load figures only
+        action.include_in_web_ui = opt.web
+        action.is_secret = action.is_required = action.is_multiple = False
+
+
+def add_locust_arguments(parser) -> None:
+    """Our options on Locust's parser, grouped as in `llm-locust run --help`."""
+    groups: dict[str, Any] = {}
+    for name, (default, opt) in options().items():
+        if opt.locust or opt.run_only:
+            continue  # Locust's own option, or one `llm-locust run` uses itself
+        if opt.group not in groups:
+            groups[opt.group] = parser.add_argument_group("llm-locust " + GROUPS[opt.group])
+        _add(groups[opt.group], name, default, opt, locust=True)
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llm-locust run",
+        usage="llm-locust run [PLAN.yaml | RESULTS.json] [options] [Locust options]",
+        description="Load-test an LLM inference server (default: the built-in simulator). A plan file "
+        "(YAML) or an earlier run's results file gives the settings; options typed here win over it.",
+        epilog="Every other option goes to Locust as it is (--csv, --loglevel, --expect-workers, "
+        "--web-host, --autostart ...: see `locust --help`). Plan keys are named [plan: KEY] above.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    groups: dict[str, Any] = {}
+    for name, (default, opt) in options().items():
+        if opt.group not in groups:
+            groups[opt.group] = p.add_argument_group(GROUPS[opt.group])
+        _add(groups[opt.group], name, default, opt, locust=False)
+    return p
+
+
+def cli_values(namespace: argparse.Namespace) -> Given:
+    """What `run_parser` read: only the options the user typed."""
+    opts = options()
+    g = Given(source="command line")
+    for name, v in vars(namespace).items():
+        if name in opts:
+            g.values[name] = v
+            g.where[name] = flag_names(name, opts[name][1])
+    return g
+
+
+def from_options(namespace: Any) -> Settings:
+    """The settings of a running Locust: our options from its parsed namespace, and the Locust
+    options that are ours too (host, users, spawn rate, run time) under their Locust names."""
+    given = Given(source="options")
+    opts = options()
+    for name, (default, opt) in opts.items():
+        if opt.run_only:
+            continue
+        dest = opt.locust or name
+        if namespace is None or not hasattr(namespace, dest):
+            continue
+        v = getattr(namespace, dest)
+        if v is None or (opt.locust and name == "host" and not v):
+            continue
+        if isinstance(v, list):
+            v = v[0] if v else None  # Locust's -f may be a list
+            if v is None:
+                continue
+        given.values[name] = v
+        given.where[name] = flag_names(name, opt)
+    return _validate(given)
+
+
+# ---- plans ----
+
+
+def _plan_paths() -> dict[str, str]:
+    return {opt.plan: name for name, (_, opt) in options().items() if opt.plan}
+
+
+def plan_keys() -> dict[str, list[str]]:
+    """For each mapping in a plan (by dotted path, "" the top), the keys it may hold."""
+    out: dict[str, list[str]] = {}
+    for path in _plan_paths():
+        parts = path.split(".")
+        for i in range(len(parts)):
+            parent = ".".join(parts[:i])
+            out.setdefault(parent, [])
+            if parts[i] not in out[parent]:
+                out[parent].append(parts[i])
+    out.setdefault("ladder", []).extend(k for k in ("kind", "steps", "start", "stop", "factor", "step") if k not in out["ladder"])
+    return out
+
+
+LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step")
+
+
+def plan_values(data: Any, *, source: str = "", base_dir: str | Path | None = None,
+                lines: dict[tuple, int] | None = None) -> Given:
+    """The fields a plan sets (a parsed YAML document, or an effective plan from a results file).
+
+    Unknown keys, mappings where values belong and keys given twice are reported with their line;
+    relative input paths are read from base_dir (the plan's folder)."""
+    lines = lines or {}
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    given = Given(source=source)
+    problems: list[tuple[int, str]] = []
+    by_path = _plan_paths()
+    keys = plan_keys()
+    opts = options()
+
+    def where(path: tuple) -> str:
+        line, p = None, path
+        while p and line is None:
+            line = lines.get(p)
+            p = p[:-1]
+        dotted = ".".join(str(x) for x in path) or "plan"
+        loc = f"{source}:{line}" if line is not None else source
+        return f"{loc}: {dotted}" if loc else dotted
+
+    def err(path: tuple, msg: str) -> None:
+        line, p = None, path
+        while p and line is None:
+            line = lines.get(p)
+            p = p[:-1]
+        problems.append((line or 0, f"{where(path)}: {msg}"))
+
+    def put(name: str, path: tuple, value: Any) -> None:
+        _, opt = opts[name]
+        if opt.path == "in" and isinstance(value, str) and value:
+            p = Path(os.path.expanduser(value))
+            value = os.path.abspath(p if p.is_absolute() else base / p)
+        if name == "synthetic" and isinstance(value, dict):
+            value = _resolve_empirical(value, base)
+        given.values[name] = value
+        given.where[name] = where(path)
+
+    def walk(d: Any, path: tuple) -> None:
+        dotted = ".".join(path)
+        if not isinstance(d, dict):
+            err(path, f"expected a mapping of {', '.join(keys.get(dotted, []))}, got {_typename(d)}")
+            return
+        if dotted == "ladder":
+            levels = {k: d[k] for k in LADDER_LEVEL_KEYS if k in d}
+            if levels:
+                put("ladder", path, levels)
+        for k, v in d.items():
+            sub = path + (k,)
+            full = ".".join(sub)
+            if dotted == "ladder" and k in LADDER_LEVEL_KEYS:
+                continue
+            if k == "api_key" and not path:
+                err(sub, "never put the key in a plan: set an environment variable and name it with api_key_env")
+                continue
+            if full in by_path:
+                name = by_path[full]
+                if isinstance(v, dict) and full in keys and name != "slo":
+                    walk(v, sub)  # e.g. ladder: {...}, workload.synthetic is a value
+                elif v is not None:
+                    put(name, sub, v)
+            elif full in keys:
+                if v is not None:
+                    if full == "early_stop" and isinstance(v, bool):
+                        put("early_stop", sub, v)
+                    else:
+                        walk(v, sub)
+            else:
+                known = keys.get(dotted, [])
+                err(sub, f"unknown key {k!r}{_suggest(str(k), known)}; known: {', '.join(known)}")
+
+    if data is None:
+        data = {}
+    walk(data, ())
+    given.problems = problems
+    return given
+
+
+def _resolve_empirical(spec: dict, base: Path) -> dict:
+    out = dict(spec)
+    for key in ("input", "output"):
+        v = out.get(key)
+        if isinstance(v, str) and v.startswith("empirical:"):
+            p = Path(os.path.expanduser(v.partition(":")[2]))
+            out[key] = "empirical:" + os.path.abspath(p if p.is_absolute() else base / p)
+    return out
+
+
+def load_plan(path: str | Path) -> Given:
+    """A YAML plan's values (not yet validated: `resolve` does that with the command line)."""
+    data, lines = read_yaml(path, "plan")
+    return plan_values(data, source=str(path), base_dir=Path(path).resolve().parent, lines=lines)
+
+
+def resolve(plan: Given | None = None, cli: Given | None = None) -> Settings:
+    """The command line over the plan, validated once; each problem where its value was given."""
+    merged = Given(source=(plan.source if plan else "") or "command line")
+    for g in (plan, cli):
+        if g is not None:
+            merged.values.update(g.values)
+            merged.where.update(g.where)
+            merged.problems += g.problems
+    return _validate(merged)
+
+
+# ---- the effective plan, and back to Locust's command line ----
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def to_plan(s: Settings) -> dict[str, Any]:
+    """The effective plan: every plan key with its value; `plan_values` of it gives `s` back."""
+    out: dict[str, Any] = {}
+    for name, (_, opt) in options().items():
+        if not opt.plan:
+            continue
+        v = getattr(s, name)
+        if name == "ladder":
+            if not v:
+                continue
+            from llm_locust.settings.ladder import parse_ladder
+
+            ld = parse_ladder(v)
+            target = out.setdefault("ladder", {})
+            target["kind"] = ld.kind
+            target["steps"] = [_plain(x) for x in ld.levels]
+            continue
+        if name.startswith(("warmup", "step_", "stable_", "arrivals")) and not s.ladder:
+            continue
+        if name.startswith("stable_") and not s.stable_window:
+            continue
+        if name == "synthetic" and v:
+            from dataclasses import asdict
+
+            from llm_locust.workload.synth import parse_spec_text
+
+            v = asdict(parse_spec_text(v))
+        if name in ("trace", "trace_format") and s.synthetic:
+            continue
+        if name in ("users", "spawn_rate") and s.mode != "closed" or v is None:
+            continue  # ladders and replays set their own users
+        if name == "slo":
+            v = _slo_plan(v)
+        if name == "synthetic" and not v:
+            continue
+        parts = opt.plan.split(".")
+        target = out
+        for p in parts[:-1]:
+            target = target.setdefault(p, {})
+        target[parts[-1]] = dict(v) if isinstance(v, dict) else _plain(v)
+    return out
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v) if not 1e-4 <= abs(v) < 1e15 and v else f"{v:.12g}"
+    if isinstance(v, dict):  # SLOs: latency limits with their unit, so any value reads back the same
+        return ",".join(f"{k}={_text(x)}" if k == "error_rate" else f"{k}={_text(x)}s" for k, x in v.items())
+    return str(v)
+
+
+def _slo_plan(slos: dict[str, float]) -> dict[str, Any]:
+    from llm_locust.settings.model import BARE_SLO_LIMIT
+
+    return {k: (_plain(x) if k == "error_rate" or x < BARE_SLO_LIMIT else f"{_text(x)}s") for k, x in slos.items()}
+
+
+def to_locust_argv(s: Settings) -> list[str]:
+    """Our options that differ from their defaults, as Locust's command line takes them (Locust's
+    own options, such as host and users, are the caller's: their defaults depend on the mode)."""
+    argv: list[str] = []
+    for name, (default, opt) in options().items():
+        if opt.locust or opt.run_only:
+            continue
+        v = getattr(s, name)
+        if v == default:
+            continue
+        flag = opt.flag_for(name)
+        if isinstance(default, bool):
+            argv.append(flag)
+        else:
+            argv += [flag, _text(v)]
+    return argv

@@ -1,0 +1,327 @@
+"""Load ladders: the steps of a stepped test, their timing, the stability rule and the early stop.
+
+    parse_ladder("concurrency:1..64", ...) -> Ladder     # PlanError (a ValueError) says why not
+
+The settings model (settings.model) reads a ladder's spec and timing from the command line or a
+plan; the runtime's LadderShape walks it. Pure: no Locust.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llm_locust.settings.units import PlanError, _suggest
+
+LADDER_KINDS = ("concurrency", "rate", "speed")
+ARRIVALS = ("poisson", "constant")
+DEFAULT_DURATION = 40.0  # seconds per step, warm-up included
+DEFAULT_WARMUP = 10.0  # seconds discarded at the start of each step
+DEFAULT_FACTOR = 2.0
+MAX_LEVELS = 200
+
+
+@dataclass(frozen=True)
+class Stable:
+    """Stability rule: a step's measurement is extended (by `window`, up to `max_extend` seconds)
+    until the output throughput of its last `windows` windows of `window` seconds agree within
+    `tolerance` (max - min <= tolerance * mean)."""
+
+    window: float
+    tolerance: float = 0.05
+    max_extend: float = 0.0
+    windows: int = 3
+
+    def settled(self, rates: list[float]) -> bool:
+        """Whether per-window throughputs (oldest first) meet the rule."""
+        if len(rates) < self.windows:
+            return False
+        last = rates[-self.windows :]
+        mean = sum(last) / len(last)
+        if mean <= 0:
+            return max(last) <= 0
+        return (max(last) - min(last)) <= self.tolerance * mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window": self.window, "tolerance": self.tolerance, "max_extend": self.max_extend, "windows": self.windows}
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The load steps: `levels` of `kind` (users, requests/s, or trace speed factor)."""
+
+    kind: str
+    levels: tuple[float, ...]
+    warmup: float = DEFAULT_WARMUP
+    duration: float = DEFAULT_DURATION  # per step, warm-up included
+    requests: int = 0  # > 0: the measurement ends once this many requests finished (duration caps it)
+    stable: Stable | None = None
+    arrivals: str = "poisson"  # rate ladders: poisson or constant inter-arrival times
+
+    @property
+    def window(self) -> float:
+        """The measurement window of a step (seconds after warm-up)."""
+        return self.duration - self.warmup
+
+    def planned_time(self) -> tuple[float, float]:
+        """(seconds without stability extensions, at most with them) for the whole ladder."""
+        base = len(self.levels) * self.duration
+        extra = len(self.levels) * self.stable.max_extend if self.stable else 0.0
+        return base, base + extra
+
+    def spec(self) -> str:
+        """The levels in the short syntax (explicit list)."""
+        return f"{self.kind}:{','.join(_fmt(v) for v in self.levels)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "steps": [_plain(v) for v in self.levels],
+            "duration": self.duration,
+            "warmup": self.warmup,
+            "requests": self.requests,
+            "stable": self.stable.to_dict() if self.stable else None,
+        }
+        if self.kind == "rate":
+            d["arrivals"] = self.arrivals
+        return d
+
+    def problems(self) -> list[str]:
+        """What is inconsistent, as "ladder.KEY: what" (empty: fine)."""
+        return [f"ladder.{'.'.join(key)}: {msg}" for key, msg in _ladder_problems(self)]
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """When to stop the ladder before its top step (see saturation.early_stop)."""
+
+    enabled: bool = True
+    max_error_rate: float = 0.05
+    flat_steps: int = 2  # 0: never on flat throughput
+    flat_tolerance: float = 0.05
+    on_slo: bool = False  # stop at the first step that breaks an SLO
+
+    def check(self, steps: list, slos: dict[str, float]) -> str | None:
+        """The reason to stop after the last of `steps` (StepResults), or None."""
+        if not self.enabled:
+            return None
+        from llm_locust.analysis.saturation import early_stop
+
+        return early_stop(
+            steps,
+            slos if self.on_slo else {},
+            max_error_rate=self.max_error_rate,
+            flat_steps=self.flat_steps,
+            flat_tolerance=self.flat_tolerance,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "max_error_rate": self.max_error_rate,
+            "flat_steps": self.flat_steps,
+            "flat_tolerance": self.flat_tolerance,
+            "on_slo": self.on_slo,
+        }
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _plain(v: float) -> int | float:
+    return int(v) if float(v).is_integer() else float(v)
+
+
+# ---- the short ladder syntax ----
+
+_LADDER_RE = re.compile(r"^\s*(?P<kind>[A-Za-z_-]+)\s*:\s*(?P<spec>.*?)\s*$")
+
+
+def levels_geometric(start: float, stop: float, factor: float) -> list[float]:
+    """start, start*factor, ... up to stop; stop itself is the last level."""
+    out: list[float] = []
+    v = start
+    while v <= stop * (1 + 1e-9) and len(out) <= MAX_LEVELS:
+        out.append(float(f"{v:.6g}"))
+        v *= factor
+    if out[-1] < stop * (1 - 1e-9):
+        out.append(float(stop))
+    return out
+
+
+def levels_linear(start: float, stop: float, step: float) -> list[float]:
+    """start, start+step, ... up to stop; stop itself is the last level."""
+    n = math.floor((stop - start) / step + 1e-9)
+    out = [float(f"{start + i * step:.6g}") for i in range(min(n, MAX_LEVELS) + 1)]
+    if out[-1] < stop * (1 - 1e-9):
+        out.append(float(stop))
+    return out
+
+
+def _parse_level(text: str, what: str, problems: list[str]) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        problems.append(f"{what}: {text!r} is not a number")
+        return None
+    if not math.isfinite(v):
+        problems.append(f"{what}: {text!r} is not a finite number")
+        return None
+    return v
+
+
+def parse_ladder(
+    text: str,
+    *,
+    warmup: float = DEFAULT_WARMUP,
+    duration: float = DEFAULT_DURATION,
+    requests: int = 0,
+    stable: Stable | None = None,
+    arrivals: str = "poisson",
+) -> Ladder:
+    """`KIND:LEVELS` -> Ladder. LEVELS: `A..B` (geometric, x2), `A..B:xF` (geometric, factor F),
+    `A..B:+S` (linear, step S), or `A,B,C` (explicit). The ladder ends at B exactly. KIND:
+    concurrency (whole users), rate (requests/s), speed (trace speed factor). PlanError says why not."""
+    problems: list[str] = []
+    m = _LADDER_RE.match(text or "")
+    if not m:
+        raise PlanError([f"ladder {text!r}: expected KIND:LEVELS, e.g. concurrency:1..64, rate:1..10:+1, speed:0.5,1,2"])
+    kind, spec = m["kind"].lower(), m["spec"]
+    where = f"ladder {text.strip()!r}"
+    if kind not in LADDER_KINDS:
+        raise PlanError([f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"])
+    levels: list[float] = []
+    generated = ".." in spec
+    if generated:
+        rng, _, mod = spec.partition(":")
+        a, _, b = rng.partition("..")
+        start = _parse_level(a.strip(), f"{where}: start", problems)
+        stop = _parse_level(b.strip(), f"{where}: stop", problems)
+        mod = mod.strip()
+        factor = step = None
+        if not mod:
+            factor = DEFAULT_FACTOR
+        elif mod[0] in "x*":
+            factor = _parse_level(mod[1:].strip(), f"{where}: factor", problems)
+        elif mod[0] == "+":
+            step = _parse_level(mod[1:].strip(), f"{where}: step", problems)
+        else:
+            problems.append(f"{where}: after A..B write :xF (geometric factor) or :+S (linear step), got {mod!r}")
+        if not problems:
+            problems += [f"{where}: {msg}" for _key, msg in _range_problems(start, stop, factor, step)]
+        if not problems:
+            levels = levels_geometric(start, stop, factor) if factor is not None else levels_linear(start, stop, step)
+    else:
+        parts = [p.strip() for p in spec.split(",")]
+        if not spec.strip():
+            problems.append(f"{where}: no levels given")
+        elif any(not p for p in parts):
+            problems.append(f"{where}: empty item in the list")
+        else:
+            for p in parts:
+                v = _parse_level(p, where, problems)
+                if v is not None:
+                    levels.append(v)
+    if problems:
+        raise PlanError(problems)
+    ladder = Ladder(
+        kind=kind,
+        levels=_normalize_levels(kind, levels) if generated else tuple(levels),
+        warmup=float(warmup),
+        duration=float(duration),
+        requests=int(requests),
+        stable=stable,
+        arrivals=arrivals,
+    )
+    problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder)]
+    if problems:
+        raise PlanError(problems)
+    return ladder
+
+
+def _range_problems(start: float, stop: float, factor: float | None, step: float | None) -> list[tuple[str, str]]:
+    """(key, what) for an inconsistent start/stop/factor/step range."""
+    out = []
+    if start <= 0:
+        out.append(("start", f"start must be > 0, got {_fmt(start)}"))
+    if start > stop:
+        out.append(("start", f"start {_fmt(start)} > stop {_fmt(stop)}"))
+    if factor is not None and factor <= 1:
+        out.append(("factor", f"a geometric factor must be > 1, got {_fmt(factor)}"))
+    if step is not None and step <= 0:
+        out.append(("step", f"a linear step must be > 0, got {_fmt(step)}"))
+    if not out:
+        if factor is not None and math.log(stop / start) / math.log(factor) > MAX_LEVELS:
+            out.append(("factor", f"more than {MAX_LEVELS} levels"))
+        if step is not None and (stop - start) / step > MAX_LEVELS:
+            out.append(("step", f"more than {MAX_LEVELS} levels"))
+    return out
+
+
+def _normalize_levels(kind: str, levels: list[float]) -> tuple[float, ...]:
+    if kind == "concurrency":
+        out: list[float] = []
+        for v in levels:
+            r = float(round(v)) if v >= 1 else v  # geometric factors like 1.5 give fractions: whole users
+            if not out or r != out[-1]:
+                out.append(r)
+        return tuple(out)
+    return tuple(float(v) for v in levels)
+
+
+def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
+    """(key path under ladder, what) for each inconsistency."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    if ld.kind not in LADDER_KINDS:
+        out.append((("kind",), f"unknown kind {ld.kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(ld.kind, LADDER_KINDS)}"))
+    if not ld.levels:
+        out.append((("steps",), "no levels (empty list)"))
+    if len(ld.levels) > MAX_LEVELS:
+        out.append((("steps",), f"{len(ld.levels)} levels, more than {MAX_LEVELS}"))
+    for i, v in enumerate(ld.levels):
+        if v <= 0:
+            out.append((("steps",), f"every level must be > 0, got {_fmt(v)}"))
+            break
+        if ld.kind == "concurrency" and not float(v).is_integer():
+            out.append((("steps",), f"concurrency levels are whole users, got {_fmt(v)}"))
+            break
+        if i and v <= ld.levels[i - 1]:
+            out.append((("steps",), f"levels must increase, got {_fmt(v)} after {_fmt(ld.levels[i - 1])}"))
+            break
+    if ld.duration <= 0:
+        out.append((("duration",), f"must be > 0 seconds, got {_fmt(ld.duration)}"))
+    if ld.warmup < 0:
+        out.append((("warmup",), f"must be >= 0 seconds, got {_fmt(ld.warmup)}"))
+    elif ld.duration > 0 and ld.warmup >= ld.duration:
+        out.append(
+            (
+                ("warmup",),
+                f"{_fmt(ld.warmup)} s is not shorter than the step duration ({_fmt(ld.duration)} s, warm-up included): "
+                "nothing would be measured",
+            )
+        )
+    if ld.requests < 0:
+        out.append((("requests",), f"must be >= 0 (0: steps end on time only), got {ld.requests}"))
+    if ld.arrivals not in ARRIVALS:
+        out.append((("arrivals",), f"must be one of {', '.join(ARRIVALS)}, got {ld.arrivals!r}"))
+    st = ld.stable
+    if st is not None:
+        if st.window <= 0:
+            out.append((("stable", "window"), f"must be > 0 seconds, got {_fmt(st.window)}"))
+        elif ld.window > 0 and st.window > ld.window:
+            out.append(
+                (
+                    ("stable", "window"),
+                    f"{_fmt(st.window)} s is longer than the measurement window (duration - warmup = {_fmt(ld.window)} s)",
+                )
+            )
+        if not 0 < st.tolerance < 1:
+            out.append((("stable", "tolerance"), f"must be a fraction between 0 and 1 (0.05 = 5%), got {_fmt(st.tolerance)}"))
+        if st.max_extend < 0:
+            out.append((("stable", "max_extend"), f"must be >= 0 seconds, got {_fmt(st.max_extend)}"))
+        if st.windows < 2:
+            out.append((("stable", "windows"), f"must be >= 2, got {st.windows}"))
+    return out

@@ -1,0 +1,425 @@
+"""Every setting of a run, declared once.
+
+Each field of `Settings` carries its type, default and constraints (pydantic) and an `Opt`: its
+group, help text, command-line flag, path in a YAML plan, and whether the web UI's start form may
+set it. Everything else is derived from that one declaration (settings.derive):
+
+- the options Locust's parser gets (so `locust -f`, `locust.conf` and `LOCUST_*` variables take
+  them) and `llm-locust run`'s own parser and `--help`;
+- the YAML plan schema: which keys exist, their validation, file:line in every message;
+- the effective plan kept in the results, which `llm-locust run RESULTS.json` runs again.
+
+A new option is one field here. Values may be given as text (command line, environment) or as
+YAML values; durations take units everywhere (`500ms`, `1.5s`, `2m`; a bare number is seconds).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from llm_locust.protocols import API_NAMES
+from llm_locust.protocols.base import Timeouts
+from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
+from llm_locust.settings.units import _suggest, parse_seconds
+
+GROUPS = {
+    "target": "target: the server and how to talk to it",
+    "workload": "workload: what is sent",
+    "load": "load shape: how much, when, for how long",
+    "slo": "SLOs",
+    "outputs": "outputs",
+    "observe": "observability: the server's and the GPU's own figures",
+    "sim": "simulator (used when no --host is given)",
+}
+
+
+@dataclass(frozen=True)
+class Opt:
+    """How one setting is given and shown (the type, default and limits are the field's own)."""
+
+    group: str
+    help: str
+    plan: str | None = None  # dotted path in a YAML plan; None: command line only
+    flag: str | None = None  # default: --NAME with dashes
+    short: str | None = None
+    locust: str | None = None  # a Locust option of its own (--host, -u ...): its parsed dest
+    web: bool = False  # the web UI's start form may set it (load figures only, never paths or names)
+    negate: bool = False  # a boolean whose flag turns it off (--no-force-length)
+    path: str = ""  # "in": an input path, relative to the plan's folder; "out": relative to cwd
+    unit: str = ""  # shown in --help: "s" for durations
+    run_only: bool = False  # an option of `llm-locust run` itself, not given to Locust
+
+    def flag_for(self, name: str) -> str:
+        return self.flag or "--" + name.replace("_", "-")
+
+
+# ---- value types: each reads text (command line) and YAML values alike ----
+
+
+def _seconds(v: Any) -> Any:
+    return parse_seconds(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) else v
+
+
+def _finite(v: float) -> float:
+    if not math.isfinite(v):
+        raise ValueError(f"expected a finite number, got {v!r}")
+    return v
+
+
+def _text(v: Any) -> Any:
+    return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), AfterValidator(_finite)]
+Number = Annotated[float, AfterValidator(_finite)]
+Text = Annotated[str, BeforeValidator(_text)]
+
+
+# SLOs: latency limits in seconds (a unit may be written: 500ms); error_rate a fraction or "1%".
+# A bare latency number of 10 or more is refused: it is almost surely milliseconds meant.
+BARE_SLO_LIMIT = 10.0
+
+
+def parse_slos(value: Any) -> dict[str, float]:
+    from llm_locust.analysis.steps import check_slo_names, slo_vocabulary
+
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        items: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            name, sep, v = part.partition("=")
+            if not sep:
+                raise ValueError(f"bad SLO {part!r}: expected METRIC=LIMIT, e.g. ttft=500ms")
+            items[name.strip()] = v.strip()
+        value = items
+    if not isinstance(value, dict):
+        raise ValueError("expected METRIC=LIMIT,... or a mapping of METRIC: LIMIT")
+    out: dict[str, float] = {}
+    for name, limit in value.items():
+        name = str(name)
+        try:
+            check_slo_names({name: 0.0})
+        except ValueError:
+            raise ValueError(f"unknown SLO metric {name!r}{_suggest(name, _slo_examples())}; known: {slo_vocabulary()}") from None
+        if name == "error_rate":
+            if isinstance(limit, str) and limit.strip().endswith("%"):
+                limit = float(limit.strip()[:-1]) / 100
+            elif isinstance(limit, str):
+                limit = float(limit)
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise ValueError(f"{name}: expected a fraction (0.01) or a percentage ('1%'), got {limit!r}")
+            limit = float(limit)
+        else:
+            bare = isinstance(limit, (int, float)) or (isinstance(limit, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", limit))
+            limit = parse_seconds(limit)
+            if bare and limit >= BARE_SLO_LIMIT:
+                raise ValueError(f"{name}={limit:g} would be {limit:g} seconds: write the unit ({limit:g}ms or {limit:g}s)")
+        if not limit >= 0 or not math.isfinite(limit):
+            raise ValueError(f"{name}: a limit must be a finite number >= 0, got {limit!r}")
+        out[name] = limit
+    return out
+
+
+def _slo_examples() -> list[str]:
+    from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES
+    from llm_locust.metrics.aggregate import SLO_METRICS
+
+    return list(SLO_METRICS) + ["error_rate"] + [f"{m}_{s}" for m in STEP_LATENCIES for s in SLO_STATS]
+
+
+def _synthetic(v: Any) -> Any:
+    """A synthetic workload as `key=value,...` text, every key written (a YAML mapping too), so the
+    same workload always reads the same."""
+    from dataclasses import asdict
+
+    from llm_locust.workload.synth import parse_spec_text
+
+    if isinstance(v, dict):
+        v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in v.items() if x is not None)
+    if isinstance(v, str) and v:
+        spec = parse_spec_text(v)  # ValueError says what is wrong
+        v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in asdict(spec).items())
+    return v
+
+
+def _ladder_spec(v: Any) -> Any:
+    """The ladder's levels as the short syntax; a YAML mapping's kind and levels are folded into it."""
+    if isinstance(v, dict):
+        kind = v.get("kind")
+        if not kind:
+            raise ValueError("missing kind: one of concurrency, rate, speed")
+        if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
+            raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
+        if "steps" in v:
+            steps = v["steps"]
+            if not isinstance(steps, list) or not steps:
+                raise ValueError("steps: expected a non-empty list of levels")
+            for x in steps:
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise ValueError(f"steps: expected numbers, got {x!r}")
+            return f"{kind}:{','.join(f'{float(x):g}' for x in steps)}"
+        if "start" in v or "stop" in v:
+            if "start" not in v or "stop" not in v:
+                raise ValueError("a range needs both start and stop")
+            if "factor" in v and "step" in v:
+                raise ValueError("give factor (geometric) or step (linear), not both")
+            mod = f":+{v['step']}" if "step" in v else f":x{v['factor']}" if "factor" in v else ""
+            return f"{kind}:{v['start']}..{v['stop']}{mod}"
+        raise ValueError("no levels: give steps: [..] or start/stop (with factor or step)")
+    return v
+
+
+def _check_ladder(v: str) -> str:
+    """The ladder with its levels written out (concurrency:1..8 -> concurrency:1,2,4,8)."""
+    if v:
+        try:
+            return parse_ladder(v).spec()
+        except PlanError as e:
+            raise ValueError("; ".join(e.problems)) from None
+    return v
+
+
+def _check_api(v: str) -> str:
+    if v not in API_NAMES:
+        raise ValueError(f"unknown API {v!r}{_suggest(v, API_NAMES)}; one of {', '.join(API_NAMES)}")
+    return v
+
+
+def _check_format(v: str) -> str:
+    from llm_locust.workload.formats import FORMATS
+
+    if v and v not in FORMATS:
+        raise ValueError(f"unknown trace format {v!r}{_suggest(v, FORMATS)}; one of {', '.join(FORMATS)}")
+    return v
+
+
+def _check_host(v: str) -> str:
+    if v and not re.match(r"^https?://[^/\s]+", v):
+        raise ValueError(f"expected a URL like http://127.0.0.1:8000, got {v!r}")
+    return v
+
+
+def _run_time_text(v: Any) -> Any:
+    """Locust parses -t into whole seconds: read them back as a duration text."""
+    return f"{v}s" if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def _check_run_time(v: str | None) -> str | None:
+    if v is not None and not re.fullmatch(r"\s*(\d+h)?\s*(\d+m)?\s*(\d+s?)?\s*", v) or v == "":
+        raise ValueError(f"expected a run time like 30s, 5m, 1h30m, got {v!r}")
+    return v
+
+
+def _input_file(v: str) -> str:
+    if v and not Path(v).exists():
+        raise ValueError(f"no such file or folder {v}")
+    return v
+
+
+Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
+
+
+class Settings(BaseModel):
+    """The settings of one run. Read it with `from_options` (Locust's parsed options), `from_plan`
+    (a YAML file) or `resolve` (plan + command line); write it with `to_plan`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+
+    # ---- target ----
+    host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", short="-H", locust="host", web=True)] = ""
+    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)}", plan="api")] = "openai-chat"
+    model: Annotated[Text, Opt("target", "model name; default: the first one /v1/models lists", plan="model")] = ""
+    api_key_env: Annotated[Text, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), Opt("target", "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)", plan="api_key_env")] = "OPENAI_API_KEY"
+    connect_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")] = 10.0
+    no_progress_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s")] = 60.0
+    request_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time for a whole request", plan="timeouts.request", unit="s")] = 600.0
+
+    # ---- workload ----
+    trace: Annotated[Text, AfterValidator(_input_file), Opt("workload", "workload trace file (docs/traces.md); default: the bundled sample", plan="workload.trace", path="in")] = ""
+    trace_format: Annotated[Text, AfterValidator(_check_format), Opt("workload", "force the trace format instead of detecting it", plan="workload.format")] = ""
+    synthetic: Annotated[Text, BeforeValidator(_synthetic), Opt("workload", "synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results as a trace)", plan="workload.synthetic")] = ""
+    tokenizer: Annotated[Text, AfterValidator(_input_file), Opt("workload", "tokenizer.json or HF folder: prompts of exact token length", plan="workload.tokenizer", path="in")] = ""
+    think_time: Annotated[Seconds, Field(ge=0), Opt("workload", "time between a reply and the next request of a user or conversation", plan="workload.think_time", unit="s")] = 0.0
+    max_in_flight: Annotated[int, Field(ge=0), Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight")] = 0
+    max_tokens: Annotated[int, Field(ge=0), Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens")] = 0
+    max_tokens_cap: Annotated[int, Field(ge=0), Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap")] = 0
+    force_length: Annotated[bool, Opt("workload", "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)", plan="force_length", flag="--no-force-length", negate=True)] = True
+    continuous_usage: Annotated[bool, Opt("workload", "ask vLLM for usage on every chunk", plan="continuous_usage")] = False
+    seed: Annotated[int, Opt("workload", "seed for prompt synthesis", plan="seed")] = 0
+
+    # ---- load shape ----
+    users: Annotated[int | None, Field(ge=1), Opt("load", "closed loop: concurrent users (default 8 under llm-locust run)", plan="load.users", short="-u", locust="num_users", web=True)] = None
+    spawn_rate: Annotated[Number | None, Field(gt=0), Opt("load", "closed loop: users started per second (default: all at once)", plan="load.spawn_rate", short="-r", locust="spawn_rate", web=True)] = None
+    run_time: Annotated[Text | None, BeforeValidator(_run_time_text), AfterValidator(_check_run_time), Opt("load", "stop after this long, e.g. 30s, 5m (closed loop default 15s; replays and ladders end by themselves)", plan="load.run_time", short="-t", locust="run_time", web=True)] = None
+    replay: Annotated[bool, Opt("load", "open loop: send each trace record at its timestamp, whatever the replies do", plan="replay.enabled")] = False
+    speed: Annotated[Number, Field(gt=0), Opt("load", "replay: trace time runs this many times faster", plan="replay.speed")] = 1.0
+    start_offset: Annotated[Seconds, Field(ge=0), Opt("load", "replay: skip this much trace time", plan="replay.start_offset", unit="s")] = 0.0
+    duration: Annotated[Seconds, Field(ge=0), Opt("load", "replay: trace time to replay (0: to the end)", plan="replay.duration", unit="s")] = 0.0
+    loops: Annotated[int, Field(ge=1), Opt("load", "replay: passes over the trace window", plan="replay.loops")] = 1
+    ladder: Annotated[Text, BeforeValidator(_ladder_spec), AfterValidator(_check_ladder), Opt("load", "stepped load, e.g. concurrency:1..64, rate:1..16:+1, speed:0.5,1,2 (docs/load-shapes.md)", plan="ladder")] = ""
+    warmup: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: discarded at the start of each step", plan="ladder.warmup", unit="s")] = DEFAULT_WARMUP
+    step_duration: Annotated[Seconds, Field(gt=0), Opt("load", "ladder: length of a step, warm-up included", plan="ladder.duration", unit="s")] = DEFAULT_DURATION
+    step_requests: Annotated[int, Field(ge=0), Opt("load", "ladder: end a step's measurement after this many requests (0: on time only)", plan="ladder.requests")] = 0
+    stable_window: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: extend a step until throughput over windows of this length is stable (0: off)", plan="ladder.stable.window", unit="s")] = 0.0
+    stable_tolerance: Annotated[float, Field(gt=0, lt=1), Opt("load", "ladder: stability tolerance, a fraction of the mean", plan="ladder.stable.tolerance")] = 0.05
+    stable_max_extend: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: at most this much extension per step", plan="ladder.stable.max_extend", unit="s")] = 0.0
+    stable_windows: Annotated[int, Field(ge=2), Opt("load", "ladder: how many windows must agree", plan="ladder.stable.windows")] = 3
+    arrivals: Annotated[Literal[ARRIVALS], Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")] = "poisson"
+    early_stop: Annotated[bool, Opt("load", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True)] = True
+    max_error_rate: Annotated[Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")] = 0.05
+    flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
+    flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
+    stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
+    workers: Annotated[int, Field(ge=0), Opt("load", "run N local worker processes under a master (0: one process)", plan="workers", run_only=True)] = 0
+    locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
+    web: Annotated[bool, Opt("load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True)] = False
+
+    # ---- SLOs ----
+    slo: Annotated[dict[str, float], BeforeValidator(parse_slos), Opt("slo", "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number is seconds and must be below 10 (docs/load-shapes.md)", plan="slos")] = {}
+
+    # ---- outputs ----
+    name: Annotated[Text, Opt("outputs", "the run's name, shown in the results and the report", plan="name")] = ""
+    description: Annotated[Text, Opt("outputs", "a line on what the run is for, shown in the report", plan="description")] = ""
+    results: Annotated[Text, Opt("outputs", "write the results JSON to this path", plan="results", path="out")] = ""
+    report: Annotated[Text, Opt("outputs", "write the HTML report of the run to this path", plan="report", path="out")] = ""
+    record_log: Annotated[Text, Opt("outputs", "append one JSON line per finished request to this file (workers add .workerN)", plan="record_log", path="out")] = ""
+
+    # ---- observability ----
+    server_metrics: Annotated[Text, Opt("observe", "the inference server's Prometheus URL (default: HOST/metrics; 'off': none)", plan="observe.server_metrics")] = ""
+    gpu_metrics: Annotated[Text, Opt("observe", "the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step", plan="observe.gpu_metrics")] = ""
+    metrics_interval: Annotated[Seconds, Field(gt=0), Opt("observe", "mean time between reads of the server and GPU metrics (each read moved by up to a quarter of it)", plan="observe.interval", unit="s")] = 2.0
+    prometheus_port: Annotated[int, Field(ge=0, le=65535), Opt("observe", "serve the run's Prometheus metrics on this port (master / local; 0: off)", plan="observe.prometheus_port")] = 0
+    prometheus_host: Annotated[Text, Opt("observe", "address for --prometheus-port", plan="observe.prometheus_host")] = "127.0.0.1"
+
+    # ---- simulator ----
+    sim_slots: Annotated[int, Field(ge=1), Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True)] = 8
+    sim_fast: Annotated[bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)] = False
+
+    def cross_problems(self) -> list[tuple[str, str]]:
+        """(field, what) for each rule between fields that this combination breaks."""
+        problems = []
+        if self.trace and self.synthetic:
+            problems.append(("trace", "give a trace or a synthetic workload, not both"))
+        if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
+            problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
+        if self.ladder:
+            ld = parse_ladder(self.ladder)
+            window = self.step_duration - self.warmup
+            if self.warmup >= self.step_duration:
+                problems.append(("warmup", f"{self.warmup:g} s is not shorter than the step duration "
+                                           f"({self.step_duration:g} s, warm-up included): nothing would be measured"))
+            elif self.stable_window and self.stable_window > window:
+                problems.append(("stable_window", f"{self.stable_window:g} s is longer than the measurement window "
+                                                  f"(duration - warmup = {window:g} s)"))
+            if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):
+                problems.append(("ladder", "a speed ladder replays arrival times: the synthetic workload needs rate > 0 (or use a trace)"))
+        return problems
+
+    # ---- views the runtime reads ----
+
+    @property
+    def api_key(self) -> str | None:
+        """The key, read from the named variable when asked; never stored in the settings."""
+        return os.environ.get(self.api_key_env) or None
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return Timeouts(connect=self.connect_timeout, no_progress=self.no_progress_timeout, total=self.request_timeout)
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return self.slo
+
+    @property
+    def request_slos(self) -> dict[str, float]:
+        """The SLOs a single request can be judged by (goodput)."""
+        from llm_locust.analysis.steps import request_slos
+
+        return request_slos(self.slo)
+
+    @property
+    def no_early_stop(self) -> bool:
+        return not self.early_stop
+
+    @property
+    def trace_path(self) -> str:
+        """The trace to load: the given one, or the bundled sample."""
+        if self.trace:
+            return self.trace
+        from importlib import resources
+
+        return str(resources.files("llm_locust") / "data" / "sample_trace.jsonl")
+
+    @property
+    def mode(self) -> str:
+        return "ladder" if self.ladder else "replay" if self.replay else "closed"
+
+    def early_stop_rule(self):
+        from llm_locust.settings.ladder import EarlyStop
+
+        return EarlyStop(enabled=self.early_stop, max_error_rate=self.max_error_rate, flat_steps=self.flat_steps,
+                         flat_tolerance=self.flat_tolerance, on_slo=self.stop_on_slo)
+
+    def tokenizer_obj(self):
+        """The tokenizer named by --tokenizer, loaded once per process; None without one."""
+        if not self.tokenizer:
+            return None
+        from llm_locust.workload.tokenizer import load_tokenizer
+
+        cached = _TOKENIZERS.get(self.tokenizer)
+        if cached is None:
+            cached = _TOKENIZERS[self.tokenizer] = load_tokenizer(self.tokenizer)
+        return cached
+
+    def public(self) -> dict:
+        """The settings as kept in the results' run.settings: the key's variable name, never the key."""
+        return {
+            "api": self.api,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "api_key_set": self.api_key is not None,
+            "trace": self.trace_path,
+            "trace_format": self.trace_format,
+            "tokenizer": self.tokenizer,
+            "replay": {"speed": self.speed, "start_offset": self.start_offset, "duration": self.duration,
+                       "loops": self.loops, "max_in_flight": self.max_in_flight},
+            "think_time": self.think_time,
+            "max_tokens": self.max_tokens,
+            "max_tokens_cap": self.max_tokens_cap,
+            "force_length": self.force_length,
+            "continuous_usage": self.continuous_usage,
+            "timeouts": {"connect": self.connect_timeout, "no_progress": self.no_progress_timeout, "total": self.request_timeout},
+            "slos": dict(self.slo),
+            "ladder": {
+                "spec": self.ladder,
+                "warmup": self.warmup,
+                "step_duration": self.step_duration,
+                "step_requests": self.step_requests,
+                "stable": {"window": self.stable_window, "tolerance": self.stable_tolerance,
+                           "max_extend": self.stable_max_extend, "windows": self.stable_windows},
+                "arrivals": self.arrivals,
+                "max_error_rate": self.max_error_rate,
+                "early_stop": self.early_stop,
+            },
+            "seed": self.seed,
+        }
+
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def options() -> dict[str, tuple[Any, Opt]]:
+    """{field name: (default, Opt)} in declaration order."""
+    out = {}
+    for name, f in Settings.model_fields.items():
+        opt = next(m for m in f.metadata if isinstance(m, Opt))
+        out[name] = (f.default, opt)
+    return out

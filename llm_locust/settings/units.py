@@ -1,0 +1,107 @@
+"""Reading values people write: durations with units, did-you-mean, YAML with the line of every key.
+
+Shared by the settings model, the ladder syntax and compare's weights files. Pure: no Locust."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class PlanError(ValueError):
+    """A plan or ladder that cannot run; `problems` lists each one ("file:line: where: what")."""
+
+    def __init__(self, problems: list[str], source: str = "") -> None:
+        self.problems = list(problems)
+        self.source = source
+        if source in ("command line", "options"):
+            head = f"invalid {source}"
+        else:
+            head = f"invalid test plan {source}" if source else "invalid test plan"
+        if len(self.problems) == 1 and not source:
+            super().__init__(self.problems[0])
+        else:
+            super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+def _suggest(word: str, known) -> str:
+    word = str(word)
+    close = [k for k in known if word and k.startswith(word)] or difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
+
+
+def parse_seconds(value: Any) -> float:
+    """A number of seconds, or a string like "500ms", "30s", "2m", "1h". ValueError if not."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected seconds, got {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number of seconds, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            return float(m[1]) * _UNITS[m[2]]
+    raise ValueError(f"expected seconds (a number, or e.g. 500ms, 30s, 2m), got {value!r}")
+
+
+def _typename(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _line_map(node, path: tuple, lines: dict[tuple, int], problems: list[str], source: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                dotted = ".".join(str(x) for x in path + (key,))
+                problems.append(f"{source}:{line}: {dotted}: duplicate key (first at line {seen[key]})")
+            seen[key] = line
+            lines[path + (key,)] = line
+            _line_map(value_node, path + (key,), lines, problems, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[path + (i,)] = item.start_mark.line + 1
+            _line_map(item, path + (i,), lines, problems, source)
+
+
+def read_yaml(path: str | Path, what: str = "plan") -> tuple[Any, dict[tuple, int]]:
+    """(data, the line of each key path) of one YAML file; PlanError with file:line for a file
+    that cannot be read, is not YAML or repeats a key. Plans and compare's weights files use it."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise PlanError([f"{source}: cannot read the {what}: {e.strerror or e}"], source) from None
+    lines: dict[tuple, int] = {}
+    dup: list[str] = []
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _line_map(node, (), lines, dup, source)
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e)
+        raise PlanError([f"{where}: not valid YAML: {problem}"], source) from None
+    if dup:
+        raise PlanError(dup, source)
+    return data, lines

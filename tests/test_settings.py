@@ -1,0 +1,379 @@
+"""The settings model: every option declared once, and each way in or out of it derived from that.
+
+A plan's every key reaches the run and its results and comes back from them; the command line wins
+over the plan; bad values are refused naming the flag typed or the plan's file:line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llm_locust.settings import derive
+from llm_locust.settings.model import Settings, options
+from llm_locust.settings.units import PlanError
+
+REPO = Path(__file__).resolve().parent.parent
+PLANS = REPO / "plans"
+TRACE = REPO / "traces" / "azure2023_conv_head200.csv"
+
+
+def write(tmp_path, text, name="plan.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def load(tmp_path, text) -> Settings:
+    return derive.resolve(derive.load_plan(write(tmp_path, text)))
+
+
+def problems(tmp_path, text) -> list[str]:
+    with pytest.raises(PlanError) as e:
+        load(tmp_path, text)
+    return e.value.problems
+
+
+def cli(*argv: str) -> derive.Given:
+    ns, rest = derive.run_parser().parse_known_args(list(argv))
+    assert rest == []
+    return derive.cli_values(ns)
+
+
+def nested(path: str, value) -> dict:
+    out: dict = {}
+    target = out
+    parts = path.split(".")
+    for p in parts[:-1]:
+        target = target.setdefault(p, {})
+    target[parts[-1]] = value
+    return out
+
+
+def merge(a: dict, b: dict) -> dict:
+    for k, v in b.items():
+        a[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+    return a
+
+
+# A value other than the default for every setting a plan can hold, with what it needs beside it.
+# A new setting without a row here fails test_every_setting_has_a_sample: the walks cover it.
+def samples(tmp_path) -> dict[str, tuple[object, dict]]:
+    tok = tmp_path / "tok"
+    tok.mkdir(exist_ok=True)
+    lf = write(tmp_path, "from llm_locust.users import StreamingUser  # noqa\n", "mine.py")
+    ladder = {"ladder": "concurrency:1,2"}
+    stable = {"ladder": "rate:1,2", "stable_window": 5.0}
+    return {
+        "host": ("http://127.0.0.1:9", {}),
+        "api": ("tgi", {}),
+        "model": ("m1", {}),
+        "api_key_env": ("MY_KEY", {}),
+        "connect_timeout": (2.5, {}),
+        "no_progress_timeout": (7.0, {}),
+        "request_timeout": (90.0, {}),
+        "trace": (str(TRACE), {}),
+        "trace_format": ("azure2023", {"trace": str(TRACE)}),
+        "synthetic": ("requests=10,input=uniform:10:20,output=8,rate=2,arrivals=constant,prefix_tokens=4,seed=3", {}),
+        "tokenizer": (str(tok), {}),
+        "think_time": (0.25, {}),
+        "max_in_flight": (5, {}),
+        "max_tokens": (64, {}),
+        "max_tokens_cap": (512, {}),
+        "force_length": (False, {}),
+        "continuous_usage": (True, {}),
+        "seed": (11, {}),
+        "users": (3, {}),
+        "spawn_rate": (1.5, {}),
+        "run_time": ("90s", {}),
+        "replay": (True, {}),
+        "speed": (2.5, {}),
+        "start_offset": (30.0, {}),
+        "duration": (120.0, {}),
+        "loops": (2, {}),
+        "ladder": ("rate:1,2,4", {}),
+        "warmup": (3.0, ladder),
+        "step_duration": (25.0, ladder),
+        "step_requests": (100, ladder),
+        "stable_window": (5.0, {"ladder": "rate:1,2"}),
+        "stable_tolerance": (0.1, stable),
+        "stable_max_extend": (20.0, stable),
+        "stable_windows": (4, stable),
+        "arrivals": ("constant", {"ladder": "rate:1,2"}),
+        "early_stop": (False, {}),
+        "max_error_rate": (0.2, {}),
+        "flat_steps": (3, {}),
+        "flat_tolerance": (0.1, {}),
+        "stop_on_slo": (True, {}),
+        "workers": (2, {}),
+        "locustfile": (str(lf), {}),
+        "slo": ({"ttft": 0.5, "e2e_p99": 30.0, "error_rate": 0.01}, {}),
+        "name": ("nightly", {}),
+        "description": ("what it is for", {}),
+        "results": ("out/r.json", {}),
+        "report": ("out/r.html", {}),
+        "record_log": ("out/log.jsonl", {}),
+        "server_metrics": ("http://127.0.0.1:9/metrics", {}),
+        "gpu_metrics": ("http://127.0.0.1:9401/metrics", {}),
+        "metrics_interval": (0.5, {}),
+        "prometheus_port": (9646, {}),
+        "prometheus_host": ("0.0.0.0", {}),
+        "sim_slots": (32, {}),
+        "sim_fast": (True, {}),
+    }
+
+
+def test_every_setting_has_a_sample(tmp_path):
+    planned = {n for n, (_, o) in options().items() if o.plan}
+    assert planned == set(samples(tmp_path))
+    assert {n for n, (_, o) in options().items() if not o.plan} == {"web"}  # how to run, not what
+
+
+def _yaml_of(values: dict) -> str:
+    from llm_locust.settings.ladder import parse_ladder
+
+    doc: dict = {}
+    for name, v in values.items():
+        if name == "ladder":  # the mapping form, beside the step timing
+            ld = parse_ladder(v)
+            v = {"kind": ld.kind, "steps": list(ld.levels)}
+        if name == "slo":  # latency limits with their unit, as a person writes them
+            v = {k: x if k == "error_rate" else f"{x}s" for k, x in v.items()}
+        merge(doc, nested(options()[name][1].plan, v))
+    return yaml.safe_dump(doc)
+
+
+def _through_locust(s: Settings) -> Settings:
+    """What a Locust process makes of the settings `llm-locust run` forwards: Locust's real parser
+    with our options on it, then from_options."""
+    import locust
+    from locust.argument_parser import get_parser
+
+    argv = ["-f", "x.py"] + derive.to_locust_argv(s)
+    if s.host:
+        argv += ["--host", s.host]
+    for name, flag in (("users", "-u"), ("spawn_rate", "-r"), ("run_time", "-t")):
+        if getattr(s, name) is not None:
+            argv += [flag, str(getattr(s, name))]
+    locust.events.init_command_line_parser.add_listener(_add)
+    try:
+        ns = get_parser().parse_args(argv)
+    finally:
+        locust.events.init_command_line_parser.remove_listener(_add)
+    return derive.from_options(ns)
+
+
+def _add(parser, **_kw):
+    derive.add_locust_arguments(parser)
+
+
+def test_every_plan_key_reaches_the_run_the_results_and_the_rerun(tmp_path):
+    """YAML -> the run's settings (through Locust's parser) -> the results file's effective plan ->
+    `llm-locust run RESULTS.json` -> the same value, for each setting alone."""
+    run_only = {n for n, (_, o) in options().items() if o.run_only}
+    for name, (value, beside) in samples(tmp_path).items():
+        s1 = load(tmp_path, _yaml_of({**beside, name: value}))
+        assert getattr(s1, name) == value, name
+        if name in run_only:
+            s2 = s1  # `llm-locust run` uses it itself and hands it to the plugin for the plan
+        else:
+            s2 = _through_locust(s1)
+            assert getattr(s2, name) == value, name
+        plan = derive.to_plan(s2.model_copy(update={n: getattr(s1, n) for n in run_only}))
+        results = tmp_path / "results.json"
+        results.write_text(json.dumps({"plan": plan}))
+        s3 = derive.resolve(derive.plan_values(json.loads(results.read_text())["plan"], source=str(results)))
+        assert getattr(s3, name) == value, name
+        assert s3 == s1, name
+
+
+def test_the_command_line_wins_over_the_plan(tmp_path):
+    rows = samples(tmp_path)
+    for name, (value, beside) in rows.items():
+        _, opt = options()[name]
+        default = options()[name][0]
+        plan_value = {"api": "ollama-chat", "ladder": "rate:1,2"}.get(name, default)
+        plan = derive.load_plan(write(tmp_path, _yaml_of({**beside, name: plan_value}) if plan_value not in ("", None, {}) else _yaml_of(beside) or "{}\n"))
+        flag = opt.flag_for(name)
+        if isinstance(default, bool):
+            argv = [flag]
+        elif isinstance(value, dict):
+            argv = [flag, ",".join(f"{k}={v}" if k == "error_rate" else f"{k}={v}s" for k, v in value.items())]
+        else:
+            argv = [flag, str(value)]
+        s = derive.resolve(plan, cli(*argv))
+        assert getattr(s, name) == value, name
+
+
+def test_sample_plans_load():
+    seed = derive.resolve(derive.load_plan(PLANS / "seed-concurrency-ladder.yaml"))
+    assert seed.ladder == "concurrency:1,4,8,16,32" and seed.api == "openai-chat" and seed.host == ""
+    assert seed.slo == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05} and seed.sim_slots == 8
+    assert (seed.step_duration, seed.warmup, seed.name) == (40, 10, "seed concurrency ladder")
+    assert seed.synthetic.startswith("requests=1000,input=512,output=128,") and seed.synthetic.endswith("seed=1")
+    qps = derive.resolve(derive.load_plan(PLANS / "qps-ladder.yaml"))
+    assert qps.ladder.startswith("rate:") and (qps.stable_window, qps.stable_max_extend) == (10, 60)
+    assert qps.slo["error_rate"] == 0.01 and qps.request_timeout == 300
+    replay = derive.resolve(derive.load_plan(PLANS / "trace-replay-1x-2x.yaml"))
+    assert replay.trace == str(TRACE) and replay.trace_format == "azure2023" and replay.early_stop is False
+
+
+@pytest.mark.parametrize("name", ["seed-concurrency-ladder", "qps-ladder", "trace-replay-1x-2x"])
+def test_effective_plan_round_trips_as_yaml(name, tmp_path):
+    s = derive.resolve(derive.load_plan(PLANS / f"{name}.yaml"))
+    again = load(tmp_path, yaml.safe_dump(derive.to_plan(s)))
+    assert again == s
+
+
+def test_results_of_the_last_round_still_run(tmp_path):
+    """An effective plan as results v1/v2 kept it (Plan.to_dict of the first round)."""
+    old = {"name": "x", "description": "", "host": "", "api": "openai-chat", "model": "", "api_key_env": "OPENAI_API_KEY",
+           "workload": {"trace": str(TRACE), "format": "", "tokenizer": "", "think_time": 0.0, "max_in_flight": 0},
+           "ladder": {"kind": "concurrency", "steps": [1, 2], "duration": 20.0, "warmup": 5.0, "requests": 0, "stable": None},
+           "max_tokens": 0, "max_tokens_cap": 0, "force_length": True, "continuous_usage": False, "slos": {"ttft": 0.5},
+           "timeouts": {"connect": 10.0, "no_progress": 60.0, "request": 600.0},
+           "early_stop": {"enabled": True, "max_error_rate": 0.05, "flat_steps": 2, "flat_tolerance": 0.05, "on_slo": False},
+           "seed": 0, "results": "", "report": "", "workers": 0, "sim": {"slots": 8, "fast": False}}
+    s = derive.resolve(derive.plan_values(old, source="old.json"))
+    assert (s.ladder, s.step_duration, s.warmup, s.slo, s.name) == ("concurrency:1,2", 20, 5, {"ttft": 0.5}, "x")
+
+
+def test_durations_take_units_everywhere(tmp_path):
+    s = derive.resolve(None, cli("--request-timeout", "2m", "--warmup", "500ms", "--think-time", "1.5s", "--metrics-interval", "250ms"))
+    assert (s.request_timeout, s.warmup, s.think_time, s.metrics_interval) == (120, 0.5, 1.5, 0.25)
+    s = load(tmp_path, "timeouts: {request: 2m}\nladder: {kind: rate, steps: [1], duration: 1m, warmup: 500ms}\n")
+    assert (s.request_timeout, s.step_duration, s.warmup) == (120, 60, 0.5)
+
+
+def test_a_bare_slo_number_is_seconds_and_a_large_one_is_refused(tmp_path):
+    assert derive.resolve(None, cli("--slo", "ttft=0.5,tpot=50ms,error_rate=1%")).slo == {"ttft": 0.5, "tpot": 0.05, "error_rate": 0.01}
+    assert derive.resolve(None, cli("--slo", "ttft=500ms")).slo == {"ttft": 0.5}  # refused in the first round
+    with pytest.raises(PlanError, match=r"--slo: ttft=500 would be 500 seconds: write the unit \(500ms or 500s\)"):
+        derive.resolve(None, cli("--slo", "ttft=500"))
+    assert "slos: ttft=500 would be 500 seconds" in problems(tmp_path, "slos: {ttft: 500}\n")[0]
+    assert load(tmp_path, "slos: {e2e: 30s}\n").slo == {"e2e": 30.0}
+    assert "a bare number is seconds and must be below 10" in " ".join(derive.run_parser().format_help().split())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-u", "0"], "-u/--users: Input should be greater than or equal to 1, got '0'"),
+    (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1, got '-3'"),
+    (["--speed", "0"], "--speed: Input should be greater than 0, got '0'"),
+    (["--api", "openai-cht"], "--api: unknown API 'openai-cht' (did you mean 'openai-chat'?)"),
+    (["--request-timeout", "soon"], "--request-timeout: expected seconds (a number, or e.g. 500ms, 30s, 2m), got 'soon'"),
+    (["-t", "forever"], "-t/--run-time: expected a run time like 30s, 5m, 1h30m, got 'forever'"),
+    (["--max-error-rate", "5"], "--max-error-rate: Input should be less than or equal to 1"),
+    (["--ladder", "users:1..4"], "--ladder: ladder 'users:1..4': unknown kind 'users'"),
+    (["--ladder", "concurrency:1..4", "--warmup", "50"], "--warmup: 50 s is not shorter than the step duration"),
+    (["--trace", "/nonexistent.csv"], "--trace: no such file or folder /nonexistent.csv"),
+    (["--trace", str(TRACE), "--synthetic", "requests=5"], "--trace: give a trace or a synthetic workload, not both"),
+    (["--api-key-env", "not a name"], "--api-key-env: String should match pattern"),
+])
+def test_bad_values_name_the_option_typed(argv, message):
+    with pytest.raises(PlanError) as e:
+        derive.resolve(None, cli(*argv))
+    assert any(p.startswith(message) for p in e.value.problems), e.value.problems
+
+
+def test_unknown_keys_are_named_with_their_line_and_the_valid_ones(tmp_path):
+    p = problems(tmp_path, "host: http://h:1\nladdr: concurrency:1..4\nworkload:\n  trace_file: x.csv\n")
+    assert p[0].startswith(f"{tmp_path / 'plan.yaml'}:2: laddr: unknown key 'laddr' (did you mean 'ladder'?); known: host, api,")
+    assert ":4: workload.trace_file: unknown key 'trace_file' (did you mean 'tracefile'?)" in p[1] or ":4: workload.trace_file: unknown key 'trace_file'" in p[1]
+    assert "known: trace, format, synthetic, tokenizer, think_time, max_in_flight" in p[1]
+    p = problems(tmp_path, "ladder:\n  kind: concurrency\n  stpes: [1, 2]\n")
+    assert any(":3: ladder.stpes: unknown key 'stpes' (did you mean 'steps'?)" in x for x in p)
+    p = problems(tmp_path, "ladder: {kind: rate, steps: [1], stable: {window: 5, tolerence: 0.1}}\n")
+    assert any("ladder.stable.tolerence: unknown key 'tolerence' (did you mean 'tolerance'?)" in x for x in p)
+    assert "api_key: never put the key in a plan" in problems(tmp_path, "api_key: sk-123\n")[0]
+
+
+def test_wrong_types_and_every_problem_at_once_in_file_order(tmp_path):
+    p = problems(tmp_path, "max_tokens: many\nseed: 1.5\nforce_length: yes please\nworkload: [a]\n"
+                           "timeouts: {connect: -1}\nbogus: 1\n")
+    assert [x.split(":")[1] for x in p] == ["1", "2", "3", "4", "5", "6"]
+    text = "\n".join(p)
+    assert ":1: max_tokens: Input should be a valid integer" in text
+    assert ":2: seed: Input should be a valid integer, got a number with a fractional part" in text
+    assert ":3: force_length: Input should be a valid boolean" in text
+    assert ":4: workload: expected a mapping of trace, format, synthetic" in text
+    assert ":5: timeouts.connect: Input should be greater than 0, got -1" in text
+    assert ":6: bogus: unknown key 'bogus'" in text
+
+
+def test_bad_ladders_slos_and_workloads_in_a_plan(tmp_path):
+    cases = {
+        "ladder: {kind: users, steps: [1]}": "ladder: ladder 'users:1': unknown kind 'users'",
+        "ladder: {steps: [1]}": "ladder: missing kind: one of concurrency, rate, speed",
+        "ladder: {kind: rate}": "ladder: no levels: give steps: [..] or start/stop (with factor or step)",
+        "ladder: {kind: rate, steps: [1], start: 1, stop: 2}": "give either steps: [..] or start/stop",
+        "ladder: {kind: rate, start: 8, stop: 2}": "start 8 > stop 2",
+        "ladder: {kind: rate, steps: [4, 2]}": "levels must increase, got 2 after 4",
+        "ladder: {kind: rate, steps: [1], warmup: 60, duration: 60}": "ladder.warmup: 60 s is not shorter than the step duration",
+        "ladder: {kind: rate, steps: [1], stable: {window: 40}}": "ladder.stable.window: 40 s is longer than the measurement window",
+        "ladder: {kind: rate, steps: [1], arrivals: bursty}": "ladder.arrivals: Input should be 'poisson' or 'constant'",
+        "ladder: {kind: speed, steps: [1, 2]}\nworkload: {synthetic: 'requests=10'}": "a speed ladder replays arrival times",
+        "slos: {latency_p99: 1}": "slos: unknown SLO metric 'latency_p99'",
+        "slos: {ttfd: 1}": "(did you mean 'ttft'?)",
+        "host: localhost:8000": "host: expected a URL like http://127.0.0.1:8000, got 'localhost:8000'",
+        "api: openai": "api: unknown API 'openai' (did you mean 'openai-completions'?)",
+        "workload: {trace: missing.csv}": f"workload.trace: no such file or folder {tmp_path / 'missing.csv'}",
+        "workload: {format: azure}": "workload.format: unknown trace format 'azure' (did you mean 'azure2023'?)",
+        "workload: {synthetic: 'requests=5,colour=red'}": "bad synthetic workload item 'colour=red'",
+        "max_tokens: 100\nmax_tokens_cap: 50": "max_tokens: 100 is above max_tokens_cap 50",
+        "sim: {slots: 0}": "sim.slots: Input should be greater than or equal to 1",
+        "workers: -2": "workers: Input should be greater than or equal to 0",
+    }
+    for body, message in cases.items():
+        p = problems(tmp_path, body + "\n")
+        assert any(message in x for x in p), (body, p)
+        assert all(x.startswith(str(tmp_path / "plan.yaml")) for x in p), p
+
+
+def test_yaml_syntax_errors_duplicates_and_relative_paths(tmp_path):
+    with pytest.raises(PlanError, match="not valid YAML"):
+        derive.load_plan(write(tmp_path, "ladder:\n  kind: rate\n  steps: [1, 2\n"))
+    with pytest.raises(PlanError, match=r":3: seed: duplicate key \(first at line 1\)"):
+        derive.load_plan(write(tmp_path, "seed: 1\nhost: http://a:1\nseed: 2\n"))
+    sub = tmp_path / "plans"
+    sub.mkdir()
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_tokens": 5, "output_tokens": 3}\n')
+    assert load(sub, "workload: {trace: ../t.jsonl}\n").trace == str(tmp_path / "t.jsonl")
+    s = load(sub, "workload:\n  synthetic: {output: 'empirical:../t.jsonl'}\n")
+    assert f"output=empirical:{tmp_path / 't.jsonl'}" in s.synthetic
+    assert load(sub, "results: r.json\n").results == "r.json"  # outputs: relative to where the run starts
+
+
+def test_help_lists_every_option_grouped():
+    text = derive.run_parser().format_help()
+    for name, (_, opt) in options().items():
+        assert opt.flag_for(name) in text, name
+    for head in ("target:", "workload:", "load shape:", "SLOs:", "outputs:", "observability:", "simulator"):
+        assert head in text
+
+
+def test_locust_reads_our_options_from_its_parser_config_file_and_environment(tmp_path, monkeypatch):
+    import locust
+    from locust.argument_parser import get_parser, ui_extra_args_dict
+
+    locust.events.init_command_line_parser.add_listener(_add)
+    try:
+        monkeypatch.setenv("LOCUST_API", "tgi")
+        conf = write(tmp_path, "request-timeout = 2m\n", "locust.conf")
+        ns = get_parser().parse_args(["-f", "x.py", "--config", str(conf), "--slo", "ttft=500ms"])
+        s = derive.from_options(ns)
+        assert (s.api, s.request_timeout, s.slo) == ("tgi", 120, {"ttft": 0.5})
+        # the web UI's start form: none of our options (paths, variable names, URLs are never set there)
+        assert not set(ui_extra_args_dict(["-f", "x.py"])) & set(options())
+    finally:
+        locust.events.init_command_line_parser.remove_listener(_add)
+
+
+def test_api_key_is_read_from_its_variable_and_never_in_the_plan(monkeypatch):
+    monkeypatch.setenv("MY_KEY", "sk-secret")
+    s = derive.resolve(None, cli("--api-key-env", "MY_KEY"))
+    assert s.api_key == "sk-secret"
+    assert "sk-secret" not in json.dumps(derive.to_plan(s)) and "sk-secret" not in json.dumps(s.public())
+    assert "sk-secret" not in repr(s) and os.environ["MY_KEY"] == "sk-secret"
