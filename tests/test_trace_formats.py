@@ -641,7 +641,98 @@ def test_shipped_slices_load(path):
 
 
 def test_bundled_sample_still_loads():
-    from llm_locust.settings.options import sample_trace_path
+    from importlib import resources
 
-    t = load_trace(sample_trace_path())
+    t = load_trace(str(resources.files("llm_locust") / "data" / "sample_trace.jsonl"))
     assert t.format == "jsonl" and len(t) == 400 and t[1].arrival == 4.314579
+
+
+# -- issue 12: any input gives a TraceError naming the file and line, never another exception -----
+
+CSV_SAMPLES = {
+    "azure2023": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                 "2023-11-16 18:15:50.9951690,396,109\n",
+    "azure2025": "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n2024-10-15T12:00:00.269Z,1,10,5\n"
+                 "2024-10-15T12:00:01.269Z,0,11,6\n",
+    "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,10,20,30,x\n"
+                "6,GPT-4,11,21,32,x\n",
+    "splitwise": "request_id,arrival_timestamp,prompt_size,token_size\n0,0.5,10,20\n1,1.5,11,21\n",
+    "guidellm": "prompt,output_tokens_count\nhello,5\nworld,6\n",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CSV_SAMPLES))
+@pytest.mark.parametrize("eol", ["\r", "\r\n"], ids=["CR", "CRLF"])
+def test_cr_and_crlf_line_endings_load_like_lf(tmp_path, fmt, eol):
+    """A CR-only CSV raised _csv.Error ("new-line character seen in unquoted field")."""
+    text = CSV_SAMPLES[fmt]
+    want = load_trace(write(tmp_path, "lf.csv", text))
+    got = load_trace(write(tmp_path, "other.csv", text.replace("\n", eol)))
+    assert got.format == want.format == fmt
+    assert [(r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in got] == \
+        [(r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in want]
+
+
+def test_cr_only_jsonl_and_gzip_and_errors_name_the_line(tmp_path):
+    rows = '{"timestamp": 0, "input_tokens": 1}\r{"timestamp": 1, "input_tokens": 2}\r'
+    assert [r.input_tokens for r in load_trace(write(tmp_path, "a.jsonl", rows))] == [1, 2]
+    assert len(load_trace(write(tmp_path, "a.gz", gzip.compress(rows.encode())))) == 2
+    bad = rows + '{"timestamp": -1, "input_tokens": 2}\r'
+    p = write(tmp_path, "b.jsonl", bad)
+    assert err(p) == f"{p}:3: negative 'timestamp': -1"
+    p = write(tmp_path, "c.csv", CSV_SAMPLES["azure2023"].replace("\n", "\r") + "2023-11-16 18:15:5x,1,2\r")
+    assert err(p) == f"{p}:4: unparseable TIMESTAMP '2023-11-16 18:15:5x'"
+
+
+@pytest.mark.parametrize("fmt,line", [
+    ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [1, %s]}'),
+    ("jsonl", '{"input_tokens": 5, "hash_ids": [%s], "block_size": 16}'),
+    ("bailian", '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, "output_length": 3, '
+                '"hash_ids": [%s]}'),
+    ("aiperf-mooncake", '{"input_length": 5, "hash_ids": [%s]}'),
+])
+@pytest.mark.parametrize("value", ["9223372036854775808", "18446744073709551615", "-1"])
+def test_hash_ids_out_of_range_are_refused(tmp_path, fmt, line, value):
+    """2^63 raised OverflowError (building the id column); negative ids were accepted."""
+    ok = line % "7"
+    p = write(tmp_path, "t.jsonl", ok + "\n" + line % value + "\n")
+    assert err(p, fmt) == f"{p}:2: 'hash_ids': {value} is not a block id (0 to 2^63-1)"
+    t = load_trace(write(tmp_path, "ok.jsonl", ok + "\n" + line % "9223372036854775807" + "\n"), fmt)
+    assert t[1].hash_ids[-1] == 2**63 - 1  # the largest id still fits
+
+
+@pytest.mark.parametrize("content,where,what", [
+    # CSV
+    ("request_id,arrival_timestamp,prompt_size,token_size\n0,nan,1,2\n", 2, "unparseable arrival_timestamp: 'nan'"),
+    ("request_id,arrival_timestamp,prompt_size,token_size\n0,inf,1,2\n", 2, "unparseable arrival_timestamp: 'inf'"),
+    ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,1e400,2\n", 2, "prompt_size is not an integer"),
+    ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,99999999999999999999,2\n", 2, "too large"),
+    ('request_id,arrival_timestamp,prompt_size,token_size\n0,1,"2' + "x" * 140000 + '",2\n', 2, "bad CSV line"),
+    ('"TIMESTAMP,ContextTokens\n', 1, "unknown trace format"),
+    # JSON
+    ('{"timestamp": 1e19, "input_length": 5, "output_length": 3}\n', 1, "not a usable time"),
+    ('{"timestamp": 1e300, "input_tokens": 5}\n', 1, "not a usable time"),
+    ('{"timestamp": 18446744073709551616, "input_tokens": 5}\n', 1, "not a usable time"),
+    ('{"chat_id": "--5", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n', 1,
+     "'chat_id' must be an integer id"),
+    ('{"chat_id": "\u00b2", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n', 1,
+     "'chat_id' must be an integer id"),
+    ('[{"id": 1, "conversations": ' + "[" * 100000 + "]}]\n", 1, "nested too deeply"),
+    ('[{"conversations": [], "id": ' + "9" * 5000 + '}]\n', 1, "invalid JSON"),
+], ids=lambda v: v[:40] if isinstance(v, str) else str(v))
+def test_hostile_values_give_trace_errors(tmp_path, content, where, what):
+    p = write(tmp_path, "t.txt", content)
+    msg = err(p)
+    assert msg.startswith(f"{p}:{where}: ") and what in msg, msg
+
+
+@pytest.mark.parametrize("data", [
+    b"\x00\x01\x02garbage\xff\xfe", b"\xff\xfe{\x00}", b"\x1f\x8b\x08\x00garbage", b"\x1f\x8b", b"\r\r\r",
+    b"\xef\xbb\xbf", b'{"timestamp": 0, "input_tokens": 1}\n\xc3\x28\n',
+    b'TIMESTAMP,ContextTokens,GeneratedTokens\r2023-11-16 18:15:46,\xe9,3\r',
+])
+@pytest.mark.parametrize("fmt", [None, *FORMATS])
+def test_binary_garbage_gives_a_trace_error(tmp_path, data, fmt):
+    p = write(tmp_path, "g.bin", data)
+    msg = err(p, fmt)
+    assert msg.startswith(f"{p}:") and "unexpected content" not in msg, msg

@@ -30,6 +30,8 @@ from llm_locust.workload.trace import Trace, TraceBuilder
 
 __all__ = ["FORMATS", "Trace", "TraceError", "load_trace"]
 
+UNEXPECTED = "cannot read this trace: unexpected content near this line"
+
 
 def _check_share(share) -> tuple[int, int] | None:
     if share is None:
@@ -70,6 +72,15 @@ def load_trace(
         for block in spec.read(src, ctx):
             builder.add(block)
         src.finish()
+    except TraceError:
+        raise
+    except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
+            ArithmeticError, LookupError, AttributeError, OSError, EOFError) as e:
+        # a reader missed a case: still a clear error naming the file and where reading stopped,
+        # never a traceback (tests/test_fuzz_traces.py looks for this wording: it is a bug to fix)
+        raise TraceError(
+            f"{name}:{src.line or 1}: {UNEXPECTED} ({type(e).__name__}: {str(e)[:200]})"
+        ) from e
     finally:
         src.close()
     if builder.seen == 0:

@@ -81,7 +81,10 @@ def detect(head: str, name: str) -> Format:
         if not isinstance(obj, dict):
             raise TraceError(f"{name}:{lineno}: expected a JSON object")
         return _detect_json(set(obj), name, lineno)
-    header = [h.strip() for h in next(csv.reader([first]))]
+    try:
+        header = [h.strip() for h in next(csv.reader([first]), [])]
+    except csv.Error as e:
+        raise TraceError(f"{name}:{lineno}: unknown trace format; the first line is not a CSV header ({e}): {first[:80]!r}") from None
     return _detect_csv(header, text, name, lineno)
 
 

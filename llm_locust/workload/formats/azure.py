@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from itertools import repeat
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, columns_index, split_csv_line, text_count
+from llm_locust.workload.formats.base import Context, Format, Source, columns_index, csv_fields, text_count
 
 _iso = datetime.fromisoformat
 _secs = timedelta.total_seconds
@@ -76,7 +76,7 @@ def _slow(lines, first, ncols, header, it, ic, ig, ii, state, ctx):
     for lineno, line in enumerate(lines, first):
         if not line or line.isspace():
             continue
-        f = split_csv_line(line)
+        f = csv_fields(line, ctx, lineno)
         if len(f) != ncols:
             raise ctx.error(lineno, f"expected {ncols} fields ({','.join(header)}), found {len(f)}: {line[:80]!r}")
         ts = f[it].strip()

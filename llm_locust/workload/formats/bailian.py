@@ -23,11 +23,14 @@ def _int_id(obj: dict, key: str, ctx: Context, lineno: int, default: int | None 
     v = obj.get(key, default)
     if type(v) is int:
         return v
-    if type(v) is str and v.lstrip("-").isdigit():
-        return int(v)
+    if type(v) is str and len(v) < 100:
+        try:
+            return int(v)
+        except ValueError:
+            pass
     if v is None:
         raise ctx.error(lineno, f"missing {key!r}; found keys: {', '.join(obj) or '(none)'}")
-    raise ctx.error(lineno, f"{key!r} must be an integer id, found {type(v).__name__} {v!r}")
+    raise ctx.error(lineno, f"{key!r} must be an integer id, found {type(v).__name__} {str(v)[:60]!r}")
 
 
 def _rows(src: Source, ctx: Context) -> Iterator[tuple]:

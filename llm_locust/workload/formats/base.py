@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import math
 import re
+import struct
 import zlib
 from dataclasses import dataclass, field
 from itertools import islice
@@ -119,6 +120,9 @@ class Source:
         self.line = 0  # lines handed out so far
         self._started = False
         self._eof = False
+        # line endings: None until the first one is seen; "cr" for old-Mac files (CR only), whose
+        # CRs are then read as LFs (a CR is never part of a UTF-8 multi-byte character)
+        self._eol: str | None = None
 
     # -- bytes ---------------------------------------------------------------------------------
     def _read(self) -> bytes:
@@ -136,11 +140,16 @@ class Source:
             raise TraceError(
                 f"{self.name}:{n + 1}: truncated gzip file: the compressed data ends after line {n}"
             ) from None
-        except (gzip.BadGzipFile, zlib.error, OSError) as e:
+        except (gzip.BadGzipFile, zlib.error, OSError, ValueError, struct.error) as e:
             n = self.line + self._rest.count(b"\n") + sum(q.count(b"\n") for q in self._queued)
             raise TraceError(f"{self.name}:{n + 1}: corrupt gzip data after line {n}: {e}") from None
         if not b:
             self._eof = True
+            return b
+        if self._eol is None:
+            self._eol = _line_endings(b)
+        if self._eol == "cr":
+            b = b.replace(b"\r", b"\n")
         return b
 
     def head(self, n: int = HEAD) -> str:
@@ -237,7 +246,7 @@ class Source:
         for first, lines in it:
             for j, ln in enumerate(lines):
                 if ln.strip():
-                    header = [h.strip() for h in next(csv.reader([ln]))]
+                    header = csv_header(ln, ctx, first + j)
                     rest = lines[j + 1 :]
 
                     def after(rest=rest, start=first + j + 1):
@@ -250,6 +259,32 @@ class Source:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _line_endings(b: bytes) -> str | None:
+    """"cr" when the first line ending in `b` is a lone CR, "lf" for LF or CRLF, None if none yet."""
+    cr, lf = b.find(b"\r"), b.find(b"\n")
+    if cr < 0:
+        return "lf" if lf >= 0 else None
+    if 0 <= lf < cr:
+        return "lf"
+    if cr + 1 < len(b):
+        return "lf" if b[cr + 1] == 0x0A else "cr"
+    return None  # a CR at the very end of the piece: decided by the next one
+
+
+def csv_header(line: str, ctx: Context, lineno: int) -> list[str]:
+    return [h.strip() for h in csv_fields(line, ctx, lineno)]
+
+
+def csv_fields(line: str, ctx: Context, lineno: int) -> list[str]:
+    """The fields of one CSV line (quotes allowed); a malformed line is a TraceError."""
+    if '"' not in line:
+        return line.split(",")
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as e:
+        raise ctx.error(lineno, f"bad CSV line: {e}: {line[:80]!r}") from None
 
 
 def blocks_from_rows(rows: Iterable[tuple], n: int = 8192) -> Iterator[Block]:
@@ -275,10 +310,6 @@ def columns_index(header: Sequence[str], required: Sequence[str], optional: Sequ
             f"found: {', '.join(header) or '(none)'}",
         )
     return {c: pos[c] for c in (*required, *optional) if c in pos}
-
-
-def split_csv_line(line: str) -> list[str]:
-    return line.split(",") if '"' not in line else next(csv.reader([line]))
 
 
 def json_object(line: str, ctx: Context, lineno: int) -> dict:
@@ -312,6 +343,13 @@ def jsonl_objects_in(lines: list[str], first: int, ctx: Context) -> Iterator[tup
 
 
 _INT_MAX = 2**31 - 1
+_ID_MAX = 2**63 - 1  # hash ids are stored as signed 64-bit integers
+_TIME_MAX = 1e15  # seconds (~31 million years): larger is not a trace time
+
+
+def _short(v: Any) -> str:
+    r = repr(v) if not isinstance(v, int) or v.bit_length() < 1000 else f"<a {v.bit_length()}-bit integer>"
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def json_count(obj: dict, key: str, ctx: Context, lineno: int, required: bool = False) -> int | None:
@@ -359,17 +397,24 @@ def text_count(s: str, key: str, ctx: Context, lineno: int) -> int:
 
 def json_seconds(obj: dict, key: str, ctx: Context, lineno: int, scale: float = 1.0,
                  default: float | None = None) -> float:
-    """A time from a JSON object, times `scale` (1/1000 for milliseconds); refuses negatives."""
+    """A time from a JSON object, times `scale` (1/1000 for milliseconds); refuses negatives,
+    NaN and infinities."""
     v = obj.get(key)
     if v is None:
         if default is not None:
             return default
         raise ctx.error(lineno, f"missing {key!r}; found keys: {', '.join(obj) or '(none)'}")
     if type(v) is bool or not isinstance(v, (int, float)):
-        raise ctx.error(lineno, f"{key!r} must be a number, found {type(v).__name__} {v!r}")
+        raise ctx.error(lineno, f"{key!r} must be a number, found {type(v).__name__} {_short(v)}")
     if v < 0:
-        raise ctx.error(lineno, f"negative {key!r}: {v}")
-    return v * scale if scale != 1.0 else float(v)
+        raise ctx.error(lineno, f"negative {key!r}: {_short(v)}")
+    try:
+        t = v * scale if scale != 1.0 else float(v)
+    except OverflowError:
+        t = math.inf
+    if not math.isfinite(t) or t > _TIME_MAX:
+        raise ctx.error(lineno, f"{key!r} is not a usable time: {_short(v)}")
+    return t
 
 
 def text_seconds(s: str, key: str, ctx: Context, lineno: int) -> float:
@@ -390,6 +435,9 @@ def json_hash_ids(obj: dict, key: str, ctx: Context, lineno: int) -> list[int] |
         return None
     if type(v) is not list or not all(type(x) is int for x in v):
         raise ctx.error(lineno, f"{key!r} must be a list of integers")
+    if v and (min(v) < 0 or max(v) > _ID_MAX):
+        bad = next(x for x in v if x < 0 or x > _ID_MAX)
+        raise ctx.error(lineno, f"{key!r}: {_short(bad)} is not a block id (0 to 2^63-1)")
     return v
 
 

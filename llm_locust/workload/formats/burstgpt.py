@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, split_csv_line, text_count, text_seconds
+from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, csv_fields, text_count, text_seconds
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens")
 OPTIONAL = ("Session ID", "Elapsed time", "Total tokens", "Log Type")
@@ -30,7 +30,7 @@ def _rows(src: Source, ctx: Context) -> Iterator[tuple]:
         for lineno, line in enumerate(lines, first):
             if not line or line.isspace():
                 continue
-            f = split_csv_line(line)
+            f = csv_fields(line, ctx, lineno)
             if len(f) != ncols:
                 raise ctx.error(lineno, f"expected {ncols} fields ({','.join(header)}), found {len(f)}: {line[:80]!r}")
             t = text_seconds(f[its], "Timestamp", ctx, lineno)

@@ -28,6 +28,8 @@ from llm_locust.workload.formats.base import (
 
 REQUIRED = ("timestamp", "input_length", "output_length")
 _INT_MAX = 2**31 - 1
+_ID_MAX = 2**63 - 1
+_TIME_MAX_MS = 1e15  # beyond this json_seconds refuses the time (base._TIME_MAX, in ms)
 
 
 def _fast(lines: list[str], first: int):
@@ -49,7 +51,12 @@ def _fast(lines: list[str], first: int):
         return None
     if min(ts) < 0 or min(ins) < 0 or min(outs) < 0 or max(ins) > _INT_MAX or max(outs) > _INT_MAX:
         return None
-    if set(map(type, hs)) - {list, type(None)} or set(map(type, chain.from_iterable(filter(None, hs)))) - {int}:
+    if set(map(type, hs)) - {list, type(None)}:
+        return None
+    ids = list(chain.from_iterable(filter(None, hs)))
+    if ids and (set(map(type, ids)) - {int} or min(ids) < 0 or max(ids) > _ID_MAX):
+        return None  # the slow path names the line
+    if max(ts) > _TIME_MAX_MS:
         return None
     times = list(map(operator.truediv, ts, repeat(1000.0)))
     return range(first, first + n), times, ins, outs, (hs,)

@@ -92,7 +92,11 @@ def _elements(src: Source, ctx: Context) -> Iterator[tuple[int, object]]:
                 continue
             try:
                 value, end = decode(buf, pos)
-            except json.JSONDecodeError as e:
+            except RecursionError:
+                raise ctx.error(line_of(pos), "invalid JSON: nested too deeply") from None
+            except ValueError as e:  # JSONDecodeError, or an integer too long to convert
+                if not isinstance(e, json.JSONDecodeError):
+                    raise ctx.error(line_of(pos), f"invalid JSON: {e}") from None
                 if len(buf) - pos < _MAX_RECORD and more():
                     continue  # the element may just be incomplete: read on and retry
                 if e.pos >= len(buf.rstrip()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, split_csv_line, text_count, text_seconds
+from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, csv_fields, text_count, text_seconds
 
 REQUIRED = ("arrival_timestamp", "prompt_size", "token_size")
 OPTIONAL = ("request_id", "request_type", "application_id", "batch_size")
@@ -24,7 +24,7 @@ def _rows(src: Source, ctx: Context) -> Iterator[tuple]:
         for lineno, line in enumerate(lines, first):
             if not line or line.isspace():
                 continue
-            f = split_csv_line(line)
+            f = csv_fields(line, ctx, lineno)
             if len(f) != ncols:
                 raise ctx.error(lineno, f"expected {ncols} fields ({','.join(header)}), found {len(f)}: {line[:80]!r}")
             yield (
