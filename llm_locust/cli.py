@@ -99,13 +99,10 @@ def run(argv: list[str]) -> int:
         users = settings.users or DEFAULTS["users"]
         locust_argv += ["-u", str(users), "-r", f"{settings.spawn_rate or users:g}",
                         "-t", settings.run_time or DEFAULTS["run_time"]]
-    else:
-        if mode == "replay":
-            # one open-loop dispatcher per process: the replay ends the test itself
-            n = max(settings.workers, 1)
-            locust_argv += ["-u", str(n), "-r", str(n)]
-        if settings.run_time:
-            locust_argv += ["-t", settings.run_time]
+    else:  # a replay's dispatchers and a ladder's shape set their own load and end the test themselves
+        for flag, value in (("-u", settings.users), ("-r", settings.spawn_rate), ("-t", settings.run_time)):
+            if value is not None:
+                locust_argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if settings.web:
         if not _has(passthrough, "--web-host"):
             locust_argv += ["--web-host", "127.0.0.1"]

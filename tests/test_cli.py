@@ -56,14 +56,70 @@ def test_api_key_is_sent_but_never_logged_or_stored(tmp_path):
 
 def test_unknown_api_flavour_is_refused_with_the_choices():
     p = run_cli("--api", "nope", "-t", "2s")
-    assert p.returncode != 0
-    assert "invalid choice: 'nope'" in p.stderr and "openai-chat" in p.stderr
+    assert p.returncode == 2
+    assert "--api: unknown API 'nope'" in p.stderr and "openai-chat" in p.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-u", "0"], "-u/--users: Input should be greater than or equal to 1"),
+    (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1"),
+    (["--replay", "--speed", "0"], "--speed: Input should be greater than 0"),
+    (["--ladder", "concurrency:1..4", "--warmup", "1m"], "--warmup: 60 s is not shorter than the step duration"),
+    (["--slo", "ttft=500"], "--slo: ttft=500 would be 500 seconds"),
+])
+def test_bad_values_are_refused_before_anything_starts(argv, message):
+    """Exit 2, the option the user typed named, and neither the simulator nor Locust started."""
+    p = run_cli(*argv, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in p.stderr
+    assert "started the simulated server" not in p.stdout and "Traceback" not in p.stderr
+    assert "Starting Locust" not in p.stderr
+
+
+def test_help_shows_every_llm_locust_option_grouped():
+    from llm_locust.settings.model import options
+
+    p = run_cli("--help", timeout=60)
+    assert p.returncode == 0
+    for name, (_, opt) in options().items():
+        assert opt.flag_for(name) in p.stdout, name
+    assert "load shape: how much, when, for how long:" in p.stdout and "[plan: ladder.warmup]" in p.stdout
+
+
+def test_a_plan_runs_with_its_name_and_a_results_file_runs_it_again(tmp_path):
+    """Plan keys the first round dropped reach the run; `run RESULTS.json` repeats the same plan;
+    a ladder run is not told that options it never gave will be ignored."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "name: tiny ladder\ndescription: two short steps\n"
+        "workload: {synthetic: {requests: 50, input: 32, output: 8, seed: 2}}\n"
+        "ladder: {kind: concurrency, steps: [1, 2], duration: 3s, warmup: 1s, stable: {window: 1s, windows: 2}}\n"
+        "early_stop: {flat_steps: 0, on_slo: true}\nsim: {slots: 4}\nresults: r.json\nreport: r.html\n")
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(plan)], capture_output=True, text=True,
+                       timeout=180, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "will be ignored" not in p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["run"]["name"] == "tiny ladder" and r["plan"]["name"] == "tiny ladder"
+    assert r["plan"]["early_stop"]["flat_steps"] == 0 and r["plan"]["early_stop"]["on_slo"] is True
+    assert r["plan"]["ladder"]["stable"]["windows"] == 2 and r["plan"]["sim"]["slots"] == 4
+    assert "tiny ladder" in (tmp_path / "r.html").read_text()
+    # again from the results file, written elsewhere: the same effective plan
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "r.json", "--results", "again.json",
+                        "--report", "again.html"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = json.loads((tmp_path / "again.json").read_text())["plan"]
+    first = r["plan"]
+    for key in ("results", "report"):
+        first.pop(key), again.pop(key)
+    first["workload"].pop("trace", None), again["workload"].pop("trace", None)
+    assert again == first
 
 
 @pytest.mark.parametrize(
     "content, message",
     [
-        (None, "no such trace file"),
+        (None, "--trace: no such file or folder"),
         ('{"input_tokens": 5, "output_tokens": 3}\n{"input_tokens": oops}\n', "bad.jsonl:2: invalid JSON"),
         ("", "empty trace"),
     ],
