@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -674,10 +675,148 @@ def test_cli_errors(tmp_path, capsys):
     out.write_text("{}\n")
     assert record_proxy.main(["--upstream", "http://127.0.0.1:1", "--out", str(out), "--listen", "127.0.0.1:0"]) == 1
     assert "exists" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        record_proxy.main(["--upstream", "ftp://x", "--out", str(out)])
-    with pytest.raises(SystemExit):
-        record_proxy.main(["--upstream", "http://x:1", "--out", str(out), "--listen", "nope"])
+    # usage errors: exit status 2 with argparse's message, returned (not raised)
+    assert record_proxy.main(["--upstream", "ftp://x", "--out", str(out)]) == 2
+    assert "bad upstream URL" in capsys.readouterr().err
+    assert record_proxy.main(["--upstream", "http://x:1", "--out", str(out), "--listen", "nope"]) == 2
+    assert record_proxy.main(["--upstream", "http://x:1", "--out", str(out), "--max-event-bytes", "10"]) == 2
+    assert record_proxy.main(["--help"]) == 0
+    assert "--max-event-bytes" in capsys.readouterr().out
+
+
+# -- hostile upstreams: everything relayed unchanged, the trace says what could not be parsed ------
+
+BAD_EVENTS = (b'data: {"choices":5}\n\n' + b'data: {"choices":[{"text":"a"}]}\n\n' + b"data: [1,2]\n\n"
+              + b'data: {"choices":[{"text":"b"}],"usage":{"completion_tokens":true}}\n\n' + b"data: not json\n\n"
+              + b"data: [DONE]\n\n")
+BOMB_MB = 256  # a gzip reply of ~1.1 MB that inflates to 256 MB of 'x' without a newline
+_bomb: list[bytes] = []
+
+
+def gzip_bomb() -> bytes:
+    if not _bomb:
+        c = zlib.compressobj(1, zlib.DEFLATED, 31)
+        block = b"x" * (1 << 20)
+        _bomb.append(b"".join([c.compress(block) for _ in range(BOMB_MB)] + [c.flush()]))
+    return _bomb[0]
+
+
+def hostile(method, path, hdrs, body):
+    sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    if path == "/bad-events/v1/completions":
+        return [sse + b"Transfer-Encoding: chunked\r\n\r\n", _chunk(BAD_EVENTS[:30]), _chunk(BAD_EVENTS[30:]),
+                b"0\r\n\r\n"], False
+    if path == "/bad-json/v1/chat/completions":
+        b = b'{"choices": 5, "usage": {"completion_tokens": -3}}'
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(b), b)], False
+    if path == "/bomb/v1/completions":
+        gz = gzip_bomb()
+        return [sse + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(gz), gz], False
+    if path == "/long-event/v1/completions":
+        b = b"data: " + b"y" * (3 << 20) + b'\n\ndata: {"choices":[{"text":"z"}]}\n\ndata: [DONE]\n\n'
+        return [sse + b"Content-Length: %d\r\n\r\n" % len(b), b], False
+    if path == "/bad-chunks/v1/completions":
+        return [sse + b"Transfer-Encoding: chunked\r\n\r\n" + BAD_CHUNKS], True
+    if path == "/huge-head/v1/completions":
+        return [b"HTTP/1.1 200 OK\r\nX-Big: " + b"h" * (70 << 10) + b"\r\nContent-Length: 0\r\n\r\n"], True
+    return [b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"], False
+
+
+BAD_CHUNKS = _chunk(b'data: {"choices":[{"text":"a"}]}\n\n') + b"ZZ not a chunk size\r\nthe rest, as it came \x00\xff"
+
+
+@pytest.fixture
+def hostile_upstream():
+    u = ScriptedUpstream(hostile)
+    yield u
+    u.close()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_unparseable_events_relayed_and_recorded(hostile_upstream, out):
+    """`{"choices":5}` used to raise in the tee: the client got the head and no body, the trace said 200."""
+    with ProxyProcess(hostile_upstream.url + "/bad-events", out) as px:
+        c = RawClient(px.port)
+        r = c.request("POST", "/v1/completions", {"model": "m", "prompt": "p", "stream": True})
+        assert r.complete and r.status == 200 and r.body == BAD_EVENTS
+        r = c.request("POST", "/v1/completions", {"model": "m", "prompt": "p", "stream": True})  # still alive
+        assert r.complete and r.body == BAD_EVENTS
+        c.close()
+        lines = px.wait_lines(2)
+    for line in lines:
+        assert line["status"] == 200 and "'choices' is not a list" in line["parse_error"]
+        # the events it could read are counted (the bad usage is not taken)
+        assert line["output_tokens"] == 2 and line["output_tokens_estimated"] is True
+
+
+def test_unparseable_json_reply_still_gets_a_trace_line(hostile_upstream, out):
+    with ProxyProcess(hostile_upstream.url + "/bad-json", out) as px:
+        c = RawClient(px.port)
+        r = c.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status == 200 and r.body == b'{"choices": 5, "usage": {"completion_tokens": -3}}'
+        c.close()
+        (line,) = px.wait_lines(1)
+    assert line["status"] == 200 and line["output_tokens_estimated"] is True and line["output_tokens"] == 0
+    assert "usage" in line["parse_error"]
+
+
+def test_gzip_bomb_without_newlines_relayed_in_bounded_memory(hostile_upstream, out):
+    """A ~1 MB gzip reply inflating to 256 MB with no newline: relayed byte for byte; the copy's
+    parsing stops at the 16 MiB event cap, so the proxy's peak memory stays small (it grew by GBs)."""
+    gz = gzip_bomb()
+    with ProxyProcess(hostile_upstream.url + "/bomb", out) as px:
+        base = peak_rss_mb(px.proc.pid)
+        c = RawClient(px.port, timeout=120)
+        r = c.request("POST", "/v1/completions", {"model": "m", "prompt": "p", "stream": True})
+        assert r.complete and r.body == gz
+        c.close()
+        (line,) = px.wait_lines(1)
+        grew = peak_rss_mb(px.proc.pid) - base
+    assert line["status"] == 200 and f"an event over {16 << 20} bytes" in line["parse_error"]
+    assert grew < 80, f"proxy peak memory grew by {grew:.0f} MB for one reply"
+
+
+def test_event_over_the_cap_is_relayed_not_parsed(hostile_upstream, out):
+    with ProxyProcess(hostile_upstream.url + "/long-event", out, "--max-event-bytes", str(1 << 20)) as px:
+        c = RawClient(px.port)
+        r = c.request("POST", "/v1/completions", {"model": "m", "prompt": "p", "stream": True})
+        assert r.complete and len(r.body) > 3 << 20 and r.body.endswith(b"data: [DONE]\n\n")
+        c.close()
+        (line,) = px.wait_lines(1)
+    assert line["parse_error"] == f"an event over {1 << 20} bytes: not parsed"
+    assert line["output_tokens_estimated"] is True
+
+
+def test_malformed_chunk_framing_relayed_as_it_came(hostile_upstream, out):
+    """The body's end cannot be found: the rest is relayed unchanged until the upstream closes
+    (it used to be cut at the bad chunk line)."""
+    with ProxyProcess(hostile_upstream.url + "/bad-chunks", out) as px:
+        c = RawClient(px.port)
+        c.sock.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
+        got = b""
+        while chunk := c.sock.recv(65536):
+            got += chunk
+        c.close()
+        (line,) = px.wait_lines(1)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and body == BAD_CHUNKS
+    assert line["status"] == 200 and line["error"].startswith("malformed chunked reply")
+
+
+def test_reply_head_over_64k_is_a_502(hostile_upstream, out):
+    with ProxyProcess(hostile_upstream.url + "/huge-head", out) as px:
+        c = RawClient(px.port)
+        r = c.request("POST", "/v1/completions", {"model": "m", "prompt": "p"})
+        assert r.status == 502 and b"reply head too large" in r.body
+        c.close()
+        (line,) = px.wait_lines(1)
+    assert line["status"] == 502 and line["error"] == "reply head too large"
 
 
 # -- cost ------------------------------------------------------------------------------------

@@ -49,7 +49,9 @@ from llm_locust.workload.prefix_hash import (
 PROG = "llm-locust trace record"
 MAX_HEAD = 64 * 1024  # request/response head limit
 MAX_BODY = 256 << 20  # request body limit
-TEE_JSON_LIMIT = 64 << 20  # non-streaming reply bodies parsed up to this size
+MAX_EVENT = 16 << 20  # one SSE event, or a non-streamed reply body, is parsed up to this size
+INFLATE_STEP = 256 << 10  # a compressed reply's copy is inflated this much at a time
+SSE_FLUSH = 1 << 20  # SSE bytes held back at most this long without a blank line
 READ_SIZE = 64 * 1024
 GEN_PATHS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT}
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself
@@ -213,11 +215,18 @@ class Upstream:
 
 
 class ResponseTee:
-    """Parses a copy of a generation reply: usage, token-bearing chunks, error events."""
+    """Parses a copy of a generation reply: usage, token-bearing chunks, error events.
 
-    __slots__ = ("sse", "decoder", "buf", "size", "usage", "chunks", "error", "text_chars", "overflow", "inflate")
+    Never raises and holds a bounded amount of memory, whatever the upstream sends: one event (or
+    a non-streamed JSON body) is parsed up to `max_event` bytes, a compressed reply is inflated a
+    step at a time. What it cannot understand (an event that is not JSON, `choices` that is not a
+    list, a bad `usage`) is skipped and the first such problem kept in `parse_error` for the trace
+    line; a size cap or an inflate error stops the parsing of that reply. The relay is never affected."""
 
-    def __init__(self, content_type: str, content_encoding: str = ""):
+    __slots__ = ("sse", "decoder", "buf", "size", "usage", "chunks", "error", "text_chars", "inflate",
+                 "max_event", "parse_error", "stopped", "_pending", "_pending_size", "_held", "_tail")
+
+    def __init__(self, content_type: str, content_encoding: str = "", max_event: int = MAX_EVENT):
         self.sse: bool | None = True if "event-stream" in content_type else None
         enc = content_encoding.strip().lower()
         # a compressed reply is relayed as it is; the copy is inflated for parsing
@@ -229,72 +238,157 @@ class ResponseTee:
         self.chunks = 0
         self.error = False
         self.text_chars = 0
-        self.overflow = False
+        self.max_event = max_event
+        self.parse_error: str | None = None
+        self.stopped = False  # parsing given up (a cap, an inflate error)
+        self._pending: list[bytes] = []  # SSE bytes not yet given to the decoder (no blank line in them)
+        self._pending_size = 0
+        self._held = 0  # bytes since the last blank line (held by the decoder or pending)
+        self._tail = b""  # the last 2 bytes seen (a blank line may straddle two pieces)
+
+    def _give_up(self, why: str) -> None:
+        if self.parse_error is None:
+            self.parse_error = why
+        self.stopped = True
+        self.inflate = None
+        self.sse = False
+        self.buf, self._pending, self.decoder = [], [], SSEDecoder()
 
     def feed(self, data: bytes) -> None:
-        if self.inflate is not None:
-            try:
-                data = self.inflate.decompress(data)
-            except zlib.error:
-                self.inflate, self.overflow, self.sse, self.buf = None, True, False, []  # give up parsing this reply
-                return
-        if not data:
+        if self.stopped or not data:
             return
+        try:
+            if self.inflate is None:
+                self._feed(data)
+                return
+            d = self.inflate
+            while data and not self.stopped:
+                out = d.decompress(data, INFLATE_STEP)  # bounded output: a small gzip can inflate to GBs
+                data = d.unconsumed_tail
+                if out:
+                    self._feed(out)
+        except zlib.error as e:
+            self._give_up(f"cannot inflate the compressed reply: {e}")
+        except Exception as e:  # noqa: BLE001 (whatever the upstream sends, the relay goes on)
+            self._give_up(f"cannot parse the reply: {type(e).__name__}: {e}"[:300])
+
+    def _feed(self, data: bytes) -> None:
         if self.sse is None:  # no event-stream content type: sniff the first bytes
             self.sse = data.lstrip()[:5] == b"data:"
         if self.sse:
-            for payload in self.decoder.feed(data):
-                self._event(payload)
-        elif not self.overflow:
-            self.size += len(data)
-            if self.size > TEE_JSON_LIMIT:
-                self.overflow, self.buf = True, []
-            else:
-                self.buf.append(data)
+            self._feed_sse(data)
+            return
+        self.size += len(data)
+        if self.size > self.max_event:
+            self._give_up(f"reply body over {self.max_event} bytes: not parsed")
+        else:
+            self.buf.append(data)
+
+    def _feed_sse(self, data: bytes) -> None:
+        # The decoder copies what it holds on every feed: pieces are held back until a blank line
+        # may have ended an event (or 1 MiB piled up), so a long event costs a few copies, not one
+        # per piece, and an event over max_event is refused before it is all in memory.
+        look = self._tail + data
+        self._tail = look[-2:]
+        ends = max(look.rfind(b"\n\n"), look.rfind(b"\r\r"), look.rfind(b"\n\r"))
+        if ends < 0:
+            self._held += len(data)
+        else:
+            self._held = len(look) - ends - 2
+        if self._held > self.max_event:
+            self._give_up(f"an event over {self.max_event} bytes: not parsed")
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if ends < 0 and self._pending_size < SSE_FLUSH:
+            return
+        piece = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_size = [], 0
+        for payload in self.decoder.feed(piece):
+            self._event(payload)
 
     def finish(self) -> None:
+        if self.stopped:
+            return
+        try:
+            self._finish()
+        except Exception as e:  # noqa: BLE001
+            self._give_up(f"cannot parse the reply: {type(e).__name__}: {e}"[:300])
+
+    def _finish(self) -> None:
         if self.sse:
+            if self._pending:
+                for payload in self.decoder.feed(b"".join(self._pending)):
+                    self._event(payload)
+                self._pending = []
             for payload in self.decoder.close():
                 self._event(payload)
         elif self.buf:
-            try:
-                obj = orjson.loads(b"".join(self.buf))
-            except orjson.JSONDecodeError:
-                return
+            body = b"".join(self.buf)
             self.buf = []
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError as e:
+                if body.strip():
+                    self.parse_error = f"reply is not JSON: {e}"[:300]
+                return
             if not isinstance(obj, dict):
+                self.parse_error = f"reply is JSON {type(obj).__name__}, not an object"
                 return
             self._usage(obj)
             if "error" in obj:
                 self.error = True
-            for c in obj.get("choices") or ():
-                if isinstance(c, dict):
-                    m = c.get("message")
-                    t = m.get("content") if isinstance(m, dict) else c.get("text")
-                    if isinstance(t, str):
-                        self.text_chars += len(t)
+            for c in self._choices(obj):
+                m = c.get("message")
+                t = m.get("content") if isinstance(m, dict) else c.get("text")
+                if isinstance(t, str):
+                    self.text_chars += len(t)
+
+    def _choices(self, obj: dict) -> list:
+        c = obj.get("choices")
+        if c is None:
+            return []
+        if type(c) is not list or not all(type(x) is dict for x in c):
+            if self.parse_error is None:
+                self.parse_error = f"'choices' is not a list of objects: {orjson.dumps(c)[:60].decode(errors='replace')}"
+            return []
+        return c
 
     def _usage(self, obj: dict) -> None:
         u = obj.get("usage")
-        if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+        if u is None:
+            return
+        ok = isinstance(u, dict) and _count(u.get("completion_tokens")) and (
+            u.get("prompt_tokens") is None or _count(u.get("prompt_tokens")))
+        if ok:
             self.usage = u  # the last one wins (continuous usage stats repeat it on every chunk)
+        elif self.parse_error is None:
+            self.parse_error = f"unusable 'usage': {orjson.dumps(u)[:80].decode(errors='replace')}"
 
     def _event(self, payload: bytes) -> None:
         if payload == b"[DONE]":
             return
         try:
             obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
+        except orjson.JSONDecodeError as e:
+            if self.parse_error is None and payload.strip():
+                self.parse_error = f"an event is not JSON: {e}"[:300]
             return
         if not isinstance(obj, dict):
+            if self.parse_error is None:
+                self.parse_error = f"an event is JSON {type(obj).__name__}, not an object"
             return
         if "usage" in obj:
             self._usage(obj)
         if "error" in obj:
             self.error = True
-        for c in obj.get("choices") or ():
-            if isinstance(c, dict) and _token_bearing(c):
+        for c in self._choices(obj):
+            if _token_bearing(c):
                 self.chunks += 1
+
+
+def _count(v) -> bool:
+    return type(v) is int and 0 <= v <= 2**31 - 1
 
 
 def _token_bearing(choice: dict) -> bool:
@@ -395,6 +489,9 @@ class Exchange:
         err = self.error or ("error event in the stream" if tee is not None and tee.error else None)
         if err:
             e["error"] = err
+        if tee is not None and tee.parse_error:
+            e["parse_error"] = tee.parse_error  # relayed as it came, but not understood: counts are estimates
+            e["output_tokens_estimated"] = True
         if rec.store_text:
             key = "messages" if self.api == CHAT else "prompt"
             if key in req:
@@ -405,10 +502,12 @@ class Exchange:
 # -- the proxy ------------------------------------------------------------------------------
 
 class Proxy:
-    def __init__(self, upstream: Upstream, recorder: Recorder, connect_timeout: float = 10.0):
+    def __init__(self, upstream: Upstream, recorder: Recorder, connect_timeout: float = 10.0,
+                 max_event: int = MAX_EVENT):
         self.up = upstream
         self.rec = recorder
         self.connect_timeout = connect_timeout
+        self.max_event = max_event
         self.tasks: set[asyncio.Task] = set()
         self.use_thread = recorder.hasher.tokenizer is not None
 
@@ -541,7 +640,7 @@ class Proxy:
             raise UpstreamFailed(f"malformed reply head: {e}", False) from None
         if ex is not None:
             ex.status = status
-            ex.tee = ResponseTee(low.get("content-type", ""), low.get("content-encoding", ""))
+            ex.tee = ResponseTee(low.get("content-type", ""), low.get("content-encoding", ""), self.max_event)
         ctoks = tokens(low.get("connection"))
         up_keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
 
@@ -620,7 +719,19 @@ class Proxy:
                 if rechunk:
                     await _send(writer, b"0\r\n\r\n")
         except ProtocolError as e:
-            raise UpstreamFailed(f"malformed chunked reply: {e}", True) from None
+            # the body's end cannot be found: relay the rest as it comes until the upstream closes,
+            # then close the client connection too (it gets exactly the upstream's bytes)
+            if ex is not None:
+                ex.error = f"malformed chunked reply: {e}"
+            try:
+                await _send(writer, piece)
+                while piece := await r.read(READ_SIZE):
+                    await _send(writer, piece)
+            except (ConnectionError, asyncio.IncompleteReadError) as e2:
+                if isinstance(e2, ClientGone):
+                    raise
+            conn.close()
+            return False
         except (ConnectionError, asyncio.IncompleteReadError) as e:
             if isinstance(e, ClientGone):
                 raise
@@ -696,6 +807,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs the 'tokenizers' package")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="upstream connect timeout (default %(default)s)")
+    p.add_argument("--max-event-bytes", type=int, default=MAX_EVENT, metavar="BYTES",
+                   help="the copy of a reply is parsed one SSE event (or one JSON body) up to this size; a "
+                        "larger one is still relayed, and its trace line says it was not parsed "
+                        "(default %(default)s = 16 MiB)")
     return p
 
 
@@ -710,7 +825,7 @@ async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
     upstream = Upstream.parse(opts.upstream)
     host, port = _listen_addr(opts.listen)
     rec = Recorder(opts.out, hasher, opts.store_text, opts.force)
-    proxy = Proxy(upstream, rec, opts.connect_timeout)
+    proxy = Proxy(upstream, rec, opts.connect_timeout, opts.max_event_bytes)
     server = await asyncio.start_server(proxy.client, host, port, limit=MAX_HEAD, backlog=1024,
                                         reuse_address=True)
     h, p = server.sockets[0].getsockname()[:2]
@@ -735,16 +850,27 @@ async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
         print(f"{PROG}: wrote {rec.lines} trace lines to {opts.out}", file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = build_parser()
+def _parse_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     opts = p.parse_args(argv)
     if opts.block_size < 1:
         p.error("--block-size must be >= 1")
+    if opts.max_event_bytes < 1024:
+        p.error("--max-event-bytes must be >= 1024")
     try:
         _listen_addr(opts.listen)
         Upstream.parse(opts.upstream)
     except ValueError as e:
         p.error(str(e))
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0, 1 (a run-time error), 2 (bad arguments); --help prints the help and returns 0."""
+    p = build_parser()
+    try:
+        opts = _parse_args(p, argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     try:
         tok = load_tokenizer(opts.tokenizer) if opts.tokenizer else None
         asyncio.run(serve(opts, PrefixHasher(opts.block_size, tok)))
