@@ -96,3 +96,39 @@ def test_spec_text_and_cli(tmp_path):
     assert p.returncode == 0 and len(out.read_text().splitlines()) == 12
     p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--input", "nope:1", "--out", str(out)], capture_output=True, text=True)
     assert p.returncode == 2 and "unknown distribution" in p.stderr
+
+
+def test_existing_out_is_refused_without_force(tmp_path, capsys):
+    """`trace synth --out existing.jsonl` overwrote silently while `trace record` needs --force."""
+    from llm_locust.workload.synth import main
+
+    out = tmp_path / "keep.jsonl"
+    out.write_text('{"timestamp": 0, "input_tokens": 1}\n')
+    assert main(["--requests", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"llm-locust trace synth: error: {out} exists and is not empty (use --force to overwrite)\n"
+    assert out.read_text() == '{"timestamp": 0, "input_tokens": 1}\n' and not Path(f"{out}.spec.json").exists()
+    assert main(["--requests", "3", "--out", str(out), "--force"]) == 0
+    assert len(out.read_text().splitlines()) == 3
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    assert main(["--requests", "2", "--out", str(empty)]) == 0  # an empty file is not a trace to keep
+    # through the command line, as the issue reports it
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--out", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "use --force" in p.stderr and len(out.read_text().splitlines()) == 3
+    assert main(["--out", str(tmp_path / "no-such-dir" / "x.jsonl")]) == 1
+    assert "cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool", ["synth", "anonymize", "record_proxy"])
+def test_sub_tool_help_and_usage_errors_are_returned(tool, capsys):
+    """Each sub-tool's main(argv) returns 0 after --help and 2 on a usage error (no SystemExit)."""
+    import importlib
+
+    main = importlib.import_module(f"llm_locust.workload.{tool}").main
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: llm-locust trace ") and "--help" in out
+    assert main(["--no-such-option"]) == 2
+    assert f"llm-locust trace {tool.replace('_proxy', '')}: error: " in capsys.readouterr().err

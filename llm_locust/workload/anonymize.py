@@ -174,10 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0, 2 (bad arguments or input); --help prints the help and returns 0."""
     p = build_parser()
-    a = p.parse_args(argv)
-    if a.block_size < 1:
-        p.error("--block-size must be >= 1")
+    try:
+        a = p.parse_args(argv)
+        if a.block_size < 1:
+            p.error("--block-size must be >= 1")
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     try:
         tok = load_tokenizer(a.tokenizer) if a.tokenizer else None
         anon = Anonymizer(PrefixHasher(a.block_size, tok), recount=a.recount)

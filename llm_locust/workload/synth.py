@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import orjson
 
+PROG = "llm-locust trace synth"
 Sampler = Callable[[random.Random], int]
 
 
@@ -121,7 +123,9 @@ def parse_spec_text(text: str) -> SynthSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llm-locust trace synth", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Exit status: 0, 1 (cannot write), 2 (bad arguments, or --out exists without --force);
+    --help prints the help and returns 0."""
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")
@@ -130,13 +134,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix-tokens", type=int, default=0, help="shared prefix (system prompt) length")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="trace file to write (our JSONL)")
-    a = p.parse_args(argv)
+    p.add_argument("--force", action="store_true", help="overwrite --out when it exists and is not empty")
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed)
     try:
         rows = generate(spec)
     except (ValueError, OSError) as e:
-        print(f"llm-locust trace synth: {e}", file=sys.stderr)
+        print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    write(rows, a.out, spec)
+    if not a.force and os.path.exists(a.out) and (os.path.isdir(a.out) or os.path.getsize(a.out) > 0):
+        print(f"{PROG}: error: {a.out} exists and is not empty (use --force to overwrite)", file=sys.stderr)
+        return 2
+    try:
+        write(rows, a.out, spec)
+    except OSError as e:
+        print(f"{PROG}: error: cannot write {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(f"wrote {len(rows)} requests to {a.out} (recipe in {a.out}.spec.json)")
     return 0
