@@ -15,9 +15,11 @@ runs the same properties longer, with counts per loader.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import math
 import re
+import shutil
 import signal
 import tempfile
 from contextlib import contextmanager
@@ -193,6 +195,7 @@ def run_case(fmt: str, seeds: list[bytes], case, workdir: Path) -> tuple[str, st
 
 
 _WORKDIR = Path(tempfile.mkdtemp(prefix="fuzz-traces-"))
+atexit.register(shutil.rmtree, _WORKDIR, True)
 
 
 @pytest.mark.parametrize("fmt", sorted(SEEDS))
