@@ -143,9 +143,22 @@ USAGE = """usage: llm-locust COMMAND ...
 """
 
 
+TRACE_USAGE = """usage: llm-locust trace {record,anonymize,synth} ...
+
+  record      a streaming-transparent proxy that writes production traffic as a trace
+  anonymize   a trace with text -> lengths and prefix hashes only
+  synth       a seeded synthetic workload written as a trace
+
+`llm-locust trace SUBCOMMAND --help` for each one's options.
+"""
+
+
 def trace(argv: list[str]) -> int:
     # asyncio tools: never import locust (gevent monkey-patching) on these paths
     sub, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if sub in ("-h", "--help"):
+        print(TRACE_USAGE)
+        return 0
     if sub == "record":
         from llm_locust.workload.record_proxy import main as record_main
 
@@ -158,7 +171,7 @@ def trace(argv: list[str]) -> int:
         from llm_locust.workload.synth import main as synth_main
 
         return synth_main(rest)
-    print(f"llm-locust trace: expected record, anonymize or synth, got {sub!r}", file=sys.stderr)
+    print(f"llm-locust trace: expected record, anonymize or synth, got {sub!r}\n{TRACE_USAGE}", file=sys.stderr)
     return 2
 
 
@@ -166,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from importlib.metadata import version
+
+        print(f"llm-locust {version('llm-locust')} (locust {version('locust')})")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":

@@ -143,3 +143,33 @@ def test_server_down_gives_counted_connect_errors(tmp_path):
     s = json.loads(results.read_text())["summary"]
     assert s["ok"] == 0 and s["outcomes"]["connect_error"] == s["failed"] > 0
     assert "connect_error" in p.stdout
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_load(tmp_path):
+    """The first round ran the whole test, then lost the results with a traceback and exit 0."""
+    with SimProcess(slots=2, token_log=str(tmp_path / "t.jsonl")) as sim:
+        p = run_cli("--host", sim.url, "-t", "30s", "--results", "/proc/nope/x.json", timeout=60)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "cannot write /proc/nope/x.json" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "t.jsonl").exists() or (tmp_path / "t.jsonl").read_text() == ""  # nothing was sent
+
+
+def test_version_and_trace_help():
+    main = [sys.executable, "-m", "llm_locust.cli"]
+    p = subprocess.run(main + ["--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("llm-locust ") and "locust" in p.stdout
+    p = subprocess.run(main + ["trace", "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "record" in p.stdout and "synth" in p.stdout and "expected" not in p.stderr
+
+
+def test_gpu_sidecar_on_a_busy_port_says_so_in_one_line():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--host", "127.0.0.1",
+                            "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr

@@ -377,3 +377,24 @@ def test_api_key_is_read_from_its_variable_and_never_in_the_plan(monkeypatch):
     assert s.api_key == "sk-secret"
     assert "sk-secret" not in json.dumps(derive.to_plan(s)) and "sk-secret" not in json.dumps(s.public())
     assert "sk-secret" not in repr(s) and os.environ["MY_KEY"] == "sk-secret"
+
+
+def test_a_trace_on_the_command_line_replaces_the_plans_synthetic_workload(tmp_path, monkeypatch):
+    plan = derive.load_plan(PLANS / "seed-concurrency-ladder.yaml")
+    monkeypatch.chdir(REPO)
+    s = derive.resolve(plan, cli("--trace", "traces/azure2023_conv_head200.csv"))
+    assert s.trace == str(TRACE) and s.synthetic == ""  # relative to where it was typed, kept absolute
+    s = derive.resolve(derive.load_plan(PLANS / "trace-replay-1x-2x.yaml"), cli("--synthetic", "requests=5,rate=1"))
+    assert s.trace == "" and s.trace_format == "" and s.synthetic.startswith("requests=5,")
+
+
+def test_a_ladder_refuses_users_it_would_ignore():
+    with pytest.raises(PlanError, match="-u/--users: a ladder sets the users of each step itself"):
+        derive.resolve(None, cli("--ladder", "concurrency:1,2", "-u", "4"))
+
+
+def test_every_option_names_its_plan_key_in_help():
+    text = " ".join(derive.run_parser().format_help().split())
+    for name, (_, opt) in options().items():
+        if opt.plan:
+            assert f"[plan: {opt.plan}]" in text, name

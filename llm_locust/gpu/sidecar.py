@@ -396,7 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(sampler, dcgm=not args.no_dcgm_names))
     sampler.start()  # before serving, so the first scrape already has figures (or up 0)
-    server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    try:
+        server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    except OSError as e:
+        print(f"llm-locust gpu-sidecar: cannot listen on {args.host or '0.0.0.0'}:{args.port}: {e.strerror or e}",
+              file=sys.stderr, flush=True)
+        return 2
     host, port = server.server_address[:2]
     print(f"llm-locust gpu-sidecar listening on http://{args.host if args.host else host}:{port}", flush=True)
     done = threading.Event()

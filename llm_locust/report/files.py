@@ -7,6 +7,21 @@ import tempfile
 from pathlib import Path
 
 
+def check_writable(path: str | Path) -> None:
+    """Raise OSError (with the path) unless a file can be written at `path`: a run checks its
+    output paths before it sends any load, so a run is never lost for want of a folder."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".check")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+    if path.is_dir():
+        raise OSError(f"cannot write {path}: it is a folder")
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
     """A temporary file beside `path`, then os.replace: a reader never sees half a file, and a
     failed write leaves an earlier file at `path` as it was. The mode is the usual one (umask),

@@ -1,6 +1,6 @@
 """Hooks llm-locust into Locust's events: options, metrics hub, end-of-run summary and results.
 
-Imported by `llm_locust.runtime.users`, so any locustfile that uses our users gets all of this, whether
+Imported by `llm_locust.users` (the public module locustfiles import), so any locustfile that uses our users gets all of this, whether
 started by `llm-locust run` or by plain `locust -f`.
 """
 
@@ -161,6 +161,11 @@ def _on_init(environment, **_kw: Any) -> None:
     # validate options and the workload where they are given, before any load is sent
     try:
         settings = derive.from_options(environment.parsed_options)
+        from llm_locust.report.files import check_writable
+
+        for out in (settings.results, settings.report, settings.record_log):
+            if out:
+                check_writable(out)  # before any load: a full run must not end with its figures lost
         # reads and checks the whole file, keeps almost none of it (the senders load their shares)
         load_trace(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         shapes.install(environment, settings)  # a bad ladder is refused here

@@ -204,6 +204,7 @@ class LadderController:
                     warmup=self.ladder.warmup,
                     slos=self.slos,
                     series=h.total.series,
+                    max_error_rate=self.early.max_error_rate,  # the run's limit, as its summary uses
                 )
             )
         return out

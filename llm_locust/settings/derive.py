@@ -93,11 +93,7 @@ def _help(name: str, default: Any, opt: Opt) -> str:
     text = opt.help
     if opt.unit == "s":
         text += " (a duration: 500ms, 30s, 2m; a bare number is seconds)"
-    if opt.negate:
-        return text
-    if isinstance(default, bool):
-        return text
-    if default not in ("", None, {}):
+    if default not in ("", None, {}) and not isinstance(default, bool):
         text += f" [default: {default:g}{opt.unit}]" if isinstance(default, float) else f" [default: {default}]"
     if opt.plan:
         text += f" [plan: {opt.plan}]"
@@ -154,11 +150,14 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def cli_values(namespace: argparse.Namespace) -> Given:
-    """What `run_parser` read: only the options the user typed."""
+    """What `run_parser` read: only the options the user typed. Input paths are made absolute,
+    so the effective plan finds them from anywhere."""
     opts = options()
     g = Given(source="command line")
     for name, v in vars(namespace).items():
         if name in opts:
+            if opts[name][1].path == "in" and isinstance(v, str) and v:
+                v = os.path.abspath(os.path.expanduser(v))
             g.values[name] = v
             g.where[name] = flag_names(name, opts[name][1])
     return g
@@ -310,6 +309,12 @@ def load_plan(path: str | Path) -> Given:
 def resolve(plan: Given | None = None, cli: Given | None = None) -> Settings:
     """The command line over the plan, validated once; each problem where its value was given."""
     merged = Given(source=(plan.source if plan else "") or "command line")
+    if plan is not None and cli is not None:
+        # one workload: a trace typed on the command line replaces the plan's synthetic one, and back
+        for given, other in (("trace", ("synthetic",)), ("synthetic", ("trace", "trace_format"))):
+            if given in cli.values and given not in plan.values:
+                plan = Given({k: v for k, v in plan.values.items() if k not in other},
+                             {k: v for k, v in plan.where.items() if k not in other}, plan.source, plan.problems)
     for g in (plan, cli):
         if g is not None:
             merged.values.update(g.values)

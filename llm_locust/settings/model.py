@@ -228,13 +228,13 @@ Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
 
 
 class Settings(BaseModel):
-    """The settings of one run. Read it with `from_options` (Locust's parsed options), `from_plan`
-    (a YAML file) or `resolve` (plan + command line); write it with `to_plan`."""
+    """The settings of one run. settings.derive reads them (`from_options`: Locust's parsed options;
+    `load_plan` + `resolve`: a YAML plan and the command line) and writes them (`to_plan`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
 
     # ---- target ----
-    host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", short="-H", locust="host", web=True)] = ""
+    host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", locust="host", web=True)] = ""
     api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)}", plan="api")] = "openai-chat"
     model: Annotated[Text, Opt("target", "model name; default: the first one /v1/models lists", plan="model")] = ""
     api_key_env: Annotated[Text, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), Opt("target", "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)", plan="api_key_env")] = "OPENAI_API_KEY"
@@ -319,6 +319,8 @@ class Settings(BaseModel):
             elif self.stable_window and self.stable_window > window:
                 problems.append(("stable_window", f"{self.stable_window:g} s is longer than the measurement window "
                                                   f"(duration - warmup = {window:g} s)"))
+            if self.users is not None or self.spawn_rate is not None:
+                problems.append(("users", "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)"))
             if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):
                 problems.append(("ladder", "a speed ladder replays arrival times: the synthetic workload needs rate > 0 (or use a trace)"))
         return problems
