@@ -174,6 +174,7 @@ def install(environment, port: int, host: str = "127.0.0.1") -> None:
     if web_ui is not None:
 
         @web_ui.app.route("/metrics")
+        @web_ui.auth_required_if_enabled
         def metrics():  # noqa: ANN202 - Flask view
             return generate_latest(reg), 200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
 

@@ -144,6 +144,9 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
 @events.init_command_line_parser.add_listener
 def _add_options(parser, **_kw: Any) -> None:
     derive.add_locust_arguments(parser)
+    # Safe by default: the web UI and the master's worker port listen on this machine only;
+    # --web-host / --master-bind-host open them (docs/security.md).
+    parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
 
 
 @events.init.add_listener
@@ -178,6 +181,10 @@ def _on_init(environment, **_kw: Any) -> None:
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), scraper, gpu_scraper)
     from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
+    from llm_locust.runtime.webui import guard
+
+    if environment.web_ui is not None:
+        guard.install(environment.web_ui)  # before any route: the start form's fields and the login
     install_webui(environment, scraper, gpu_scraper)
     server_facts: dict[str, Any] = {}
 
