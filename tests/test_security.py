@@ -129,3 +129,84 @@ def test_web_login_guards_every_route_with_the_bundled_locustfiles(tmp_path, sim
         assert ok.get(base + "/metrics", timeout=5, allow_redirects=False).status_code == 200
     finally:
         stop(proc)
+
+
+SECRET = "sk-echo-0123456789abcdef-NEVER-SHOWN"
+
+
+@pytest.fixture()
+def echo_server():
+    """A server that echoes the Authorization header in its error replies (a 401 body)."""
+    import http.server
+    import json as _json
+    import threading
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, code, body):
+            raw = _json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self):  # noqa: N802
+            self._send(200, {"data": [{"id": "m"}]})
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(401, {"error": {"message": f"invalid key: {self.headers.get('Authorization')}"}})
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+
+
+def test_a_key_the_server_echoes_is_masked_in_every_output(tmp_path, echo_server):
+    out = tmp_path
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", echo_server, "-t", "3s", "-u", "2",
+         "--api-key-env", "MY_KEY", "--results", str(out / "r.json"), "--report", str(out / "r.html"),
+         "--record-log", str(out / "log.jsonl"), "--csv", str(out / "c"), "--html", str(out / "l.html"),
+         "--loglevel", "DEBUG"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "MY_KEY": SECRET})
+    texts = {"stdout": p.stdout, "stderr": p.stderr}
+    for f in out.iterdir():
+        if f.is_file():
+            texts[f.name] = f.read_text(errors="replace")
+    assert "log.jsonl" in texts and "c_failures.csv" in texts and "l.html" in texts and "r.html" in texts
+    assert "invalid key: Bearer ***" in texts["log.jsonl"]  # the echo happened, and was masked
+    assert "Bearer ***" in texts["c_failures.csv"]
+    leaks = [name for name, text in texts.items() if SECRET in text]
+    assert leaks == []
+
+
+def test_credentials_in_the_host_url_are_refused_without_echoing_them():
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://user:{SECRET}@127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "credentials in the URL" in p.stderr
+    assert SECRET not in p.stdout + p.stderr
+
+
+def test_web_routes_mask_an_echoed_key(tmp_path, echo_server):
+    web = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", echo_server, "--web-port", str(web),
+         "--autostart", "-u", "1", "-r", "1", "--api-key-env", "MY_KEY"],
+        stdout=open(tmp_path / "locust.log", "w"), stderr=subprocess.STDOUT, env={**os.environ, "MY_KEY": SECRET})
+    base = f"http://127.0.0.1:{web}"
+    try:
+        wait_for("a failure row", lambda: "***" in requests.get(base + "/stats/failures/csv", timeout=5).text)
+        for route in ("/stats/requests", "/stats/failures/csv", "/llm/data", "/exceptions", "/logs", "/metrics"):
+            text = requests.get(base + route, timeout=5).text
+            assert SECRET not in text, route
+    finally:
+        stop(proc)
+    assert SECRET not in (tmp_path / "locust.log").read_text()

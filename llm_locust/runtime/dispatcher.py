@@ -34,6 +34,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime.client import StreamClient, fetch_models
 from llm_locust.runtime.hub import hub
+from llm_locust.report.masking import protect
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
@@ -314,6 +315,7 @@ def _start_local(env: Environment) -> None:
     if st.dispatcher is not None:
         return
     settings = from_options(env.parsed_options)
+    protect(settings.api_key)
     d = st.dispatcher = Dispatcher(env, settings, env.host, (0, 1))
 
     def go() -> None:
@@ -383,6 +385,7 @@ def install(env: Environment) -> None:
         def on_plan(environment, msg, **_kw) -> None:
             st = _state(env)
             settings = from_options(SimpleNamespace(**msg.data["options"]))
+            protect(settings.api_key)
             d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
             d.load()
             runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})

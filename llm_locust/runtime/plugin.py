@@ -21,7 +21,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from llm_locust.runtime import exporter, shapes
 from llm_locust.settings import derive
 from llm_locust.metrics.aggregate import figures
-from llm_locust.runtime.hub import WORKER_REPORT_INTERVAL_GRACE, install
+from llm_locust.runtime.hub import install
 from llm_locust.workload import load_trace
 from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
 from llm_locust.report.results import build_results, write_results
@@ -88,7 +88,7 @@ def _load(environment, settings) -> dict[str, Any]:
             "run_time": getattr(opts, "run_time", None), "shape": type(environment.shape_class).__name__ if environment.shape_class else None}
 
 
-def _write_report(path: str, results: dict, secret: str, results_path: str = "") -> None:
+def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> None:
     """The HTML report, as `llm-locust report` would write it from the results file."""
     import orjson
 
@@ -97,7 +97,7 @@ def _write_report(path: str, results: dict, secret: str, results_path: str = "")
     from llm_locust.report.results import results_json
 
     try:
-        doc = orjson.loads(results_json(results, (secret,), indent=False))  # what a reader of the file gets
+        doc = orjson.loads(results_json(results, secrets, indent=False))  # what a reader of the file gets
         if results_path:
             doc["_path"] = results_path  # as load_results() gives it: the page names the file
         write_atomic(Path(path), render(doc))
@@ -164,6 +164,9 @@ def _on_init(environment, **_kw: Any) -> None:
     # validate options and the workload where they are given, before any load is sent
     try:
         settings = derive.from_options(environment.parsed_options)
+        from llm_locust.report import masking
+
+        masking.protect(settings.api_key)
         from llm_locust.report.files import check_writable
 
         for out in (settings.results, settings.report, settings.record_log):
@@ -198,10 +201,15 @@ def _on_init(environment, **_kw: Any) -> None:
     environment.events.test_start.add_listener(probe)
 
     def on_quitting(**_kw: Any) -> None:
-        if isinstance(runner, MasterRunner) and not h.wait_for_idle_workers(WORKER_REPORT_INTERVAL_GRACE):
-            log.warning("some workers did not report an idle state before shutdown; their last figures are used")
+        # A run ended by the time limit or the shape has collected its workers' final reports at
+        # test_stop (hub.install); one ended by SIGTERM / Ctrl-C on the master gets here first,
+        # while Locust still receives: collect them now, before its quit stops listening.
+        if isinstance(runner, MasterRunner) and not h.finals_collected and h.started_at is not None:
+            h.collect_final_reports()
 
     def on_quit(**_kw: Any) -> None:
+        if isinstance(runner, MasterRunner):
+            h.account_lost()  # what lost workers had in flight: counted as lost, not dropped
         if h.total.empty:
             return
         print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
@@ -235,8 +243,9 @@ def _on_init(environment, **_kw: Any) -> None:
             }
             workers = [
                 {"id": w.client_id, "index": w.index, "reports": w.reports, "sent": w.sent,
-                 "finished": w.finished, "in_flight_at_last_report": w.in_flight,
-                 "lost_at": w.lost_at, "rejoined_at": w.rejoined_at}
+                 "finished": w.finished, "in_flight_at_last_report": w.in_flight, "lost": w.lost,
+                 "final_report": w.final == -1 or (w.final > 0 and w.final >= h.final_token),
+                 "lost_at": w.lost_at, "rejoined_at": w.rejoined_at, "left_at": w.left_at}
                 for w in h.workers.values()
             ]
             run["command"] = redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv)
@@ -260,10 +269,10 @@ def _on_init(environment, **_kw: Any) -> None:
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
             if settings.results:
-                write_results(settings.results, results, secrets=(settings.api_key or "",))
+                write_results(settings.results, results, secrets=masking.SECRETS.all())
                 print(f"results written to {settings.results}", flush=True)
             if report_path:
-                _write_report(report_path, results, settings.api_key or "", settings.results)
+                _write_report(report_path, results, masking.SECRETS.all(), settings.results)
 
     environment.events.quitting.add_listener(on_quitting)
     environment.events.quit.add_listener(on_quit)

@@ -22,6 +22,7 @@ from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec
+from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.workload import load_trace
 from llm_locust.workload.prompts import PromptBuilder
@@ -53,6 +54,7 @@ class _ProcessContext:
 
     def __init__(self, env: Environment) -> None:
         s = self.settings = from_options(env.parsed_options)
+        protect(s.api_key)
         trace = load_trace(s.trace_path, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
         chat = s.api in CHAT_APIS
@@ -137,6 +139,8 @@ class LLMUser(FastHttpUser):
 
 def account(env: Environment, rec: RequestRecord) -> None:
     """Fold a finished request into the process's metrics and into Locust's own table."""
+    if rec.error:
+        rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
     hub(env).on_done(rec)
     if rec.outcome is Outcome.CANCELLED:
         return  # not a failure of the server: counted in our figures, kept out of Locust's table

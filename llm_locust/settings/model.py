@@ -204,6 +204,10 @@ def _check_format(v: str) -> str:
 def _check_host(v: str) -> str:
     if v and not re.match(r"^https?://[^/\s]+", v):
         raise ValueError(f"expected a URL like http://127.0.0.1:8000, got {v!r}")
+    if "@" in v.partition("://")[2].partition("/")[0]:
+        # refused, never echoed: user:key@ would be sent in the Host header and shown in every output
+        raise ValueError("credentials in the URL (user:password@) are refused: they would be shown in outputs; "
+                         "put the key in an environment variable and name it with --api-key-env")
     return v
 
 

@@ -1,0 +1,79 @@
+"""One mask for every output: the secrets a run holds never leave it, whatever a server echoes.
+
+The process registers its secrets once (`SECRETS.add`: the API key at init); every way out of the
+process passes through `mask`: each finished request's error text before it reaches Locust's
+tables, the metrics, the record log and the web view (runtime.users.account), every log line
+(`LogFilter` on the root handlers: Locust's stderr too), and the results and report files.
+A secret shorter than 4 characters is not masked (it would mask ordinary text).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+
+MASK = "***"
+MIN_LEN = 4
+
+
+class Secrets:
+    def __init__(self) -> None:
+        self._forms: list[str] = []  # each secret as written, JSON-escaped and HTML-escaped
+
+    def add(self, secret: str | None) -> None:
+        if not secret or len(secret) < MIN_LEN:
+            return
+        for form in (secret, json.dumps(secret)[1:-1], html.escape(secret, quote=True)):
+            if form not in self._forms:
+                self._forms.append(form)
+        self._forms.sort(key=len, reverse=True)  # a longer form first: no half-masked secret
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def mask(self, text: str) -> str:
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
+
+    def all(self) -> tuple[str, ...]:
+        return tuple(self._forms)
+
+
+SECRETS = Secrets()
+
+
+def mask(text: str) -> str:
+    return SECRETS.mask(text) if SECRETS and text else text
+
+
+class LogFilter(logging.Filter):
+    """Masks the secrets in a log record's final message (its arguments included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if SECRETS:
+            msg = record.getMessage()
+            masked = SECRETS.mask(msg)
+            if masked != msg:
+                record.msg, record.args = masked, None
+            if record.exc_info and not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            if record.exc_text:
+                record.exc_text = SECRETS.mask(record.exc_text)
+        return True
+
+
+def protect(secret: str | None) -> None:
+    """Register a secret of this process and mask the log lines (each process does, workers too)."""
+    SECRETS.add(secret)
+    install_log_filter()
+
+
+def install_log_filter() -> None:
+    """On every handler of the root logger (the filters of a logger do not see its children's records)."""
+    f = LogFilter()
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(x, LogFilter) for x in handler.filters):
+            handler.addFilter(f)
