@@ -9,9 +9,11 @@ import orjson
 from llm_locust.protocols import ollama, openai
 from llm_locust.protocols.base import (
     CONTENT,
+    MAX_EVENT_BYTES,
     NO_TOKEN,
     REASONING,
     Adapter,
+    Limits,
     ProtocolError,
     RequestSpec,
     StreamState,
@@ -19,6 +21,7 @@ from llm_locust.protocols.base import (
     resolve_tokens,
 )
 from llm_locust.protocols.llamacpp import LlamaCppAdapter
+from llm_locust.protocols.openai import brief
 from llm_locust.protocols.sse import NDJSONDecoder, SSEDecoder
 from llm_locust.protocols.tgi import TGIAdapter
 from llm_locust.protocols.triton import TritonAdapter
@@ -48,17 +51,20 @@ def get_adapter(name: str) -> Adapter:
         raise UnknownAPI(f"unknown API {name!r}; valid: {', '.join(API_NAMES)}") from None
 
 
-def make_decoder(adapter: Adapter) -> SSEDecoder | NDJSONDecoder:
-    """A fresh decoder (one per response) for the adapter's framing."""
+def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES) -> SSEDecoder | NDJSONDecoder:
+    """A fresh decoder (one per response) for the adapter's framing; an event (or NDJSON line)
+    longer than max_event_bytes is a ProtocolError."""
     if adapter.framing == "ndjson":
-        return NDJSONDecoder()
+        return NDJSONDecoder(max_event_bytes)
     if adapter.framing == "sse":
-        return SSEDecoder()
+        return SSEDecoder(max_event_bytes)
     raise ValueError(f"unknown framing {adapter.framing!r} of adapter {adapter.name!r}")
 
 
 def error_text(body: bytes, limit: int = 300) -> str:
-    """A readable message from an HTTP error body: the JSON message if any, else the text."""
+    """A readable message from an HTTP error body: the JSON message if any, else the text.
+
+    Never raises, whatever the body (binary, invalid UTF-8, deeply nested JSON)."""
     msg: Any = None
     try:
         obj = orjson.loads(body)
@@ -75,12 +81,26 @@ def error_text(body: bytes, limit: int = 300) -> str:
     elif isinstance(obj, str):
         msg = obj
     if msg is None:
-        text = body.decode("utf-8", "replace").strip()
+        text = printable(body[: limit * 4])
     elif isinstance(msg, str):
         text = msg.strip()
     else:  # e.g. FastAPI's validation `detail` list
-        text = orjson.dumps(msg).decode()
+        text = brief(msg, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable(data: bytes) -> str:
+    """Bytes from a server as text fit for an error message: control characters escaped, and
+    binary data (e.g. a compressed body) named as such rather than quoted."""
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    odd = sum(1 for c in text if c == "\ufffd" or (c < " " and c not in "\t\r\n"))
+    if odd * 4 > len(text):  # mostly not text: e.g. a compressed body
+        return f"<{len(data)} bytes of binary data>"
+    if not odd:
+        return text
+    return "".join(c if c >= " " or c in "\t\r\n" else repr(c)[1:-1] for c in text)
 
 
 __all__ = [
@@ -89,6 +109,8 @@ __all__ = [
     "NO_TOKEN",
     "REASONING",
     "Adapter",
+    "Limits",
+    "MAX_EVENT_BYTES",
     "NDJSONDecoder",
     "ProtocolError",
     "RequestSpec",
@@ -98,5 +120,6 @@ __all__ = [
     "error_text",
     "get_adapter",
     "make_decoder",
+    "printable",
     "resolve_tokens",
 ]

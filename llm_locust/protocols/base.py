@@ -19,7 +19,8 @@ REASONING = 2  # carries reasoning text only
 
 
 class ProtocolError(ValueError):
-    """A payload that is not what the protocol allows (e.g. invalid JSON)."""
+    """A payload that is not what the protocol allows (e.g. invalid JSON, a field of the wrong
+    JSON type, a negative token count, an event over the size limit)."""
 
 
 class UnknownAPI(ValueError):
@@ -33,6 +34,24 @@ class Timeouts:
     connect: float = 10.0  # TCP (and TLS) connect
     no_progress: float = 60.0  # no byte received for this long
     total: float = 600.0  # whole request, headers to end of body
+
+
+# What the client accepts from a server before it calls the reply broken (memory stays bounded
+# whatever a server sends). Module constants so the settings layer can offer them as options.
+MAX_HEAD_BYTES = 64 * 1024  # the response's status line and headers (interim 1xx ones included)
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event or one NDJSON line
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a whole non-streaming reply (e.g. /v1/models)
+# A token count a server reports (usage) above this is not believed: a protocol error.
+MAX_TOKEN_COUNT = 1_000_000_000
+
+
+@dataclass(slots=True)
+class Limits:
+    """Sizes in bytes the client accepts from a server; past them a reply is a classified failure."""
+
+    head_bytes: int = MAX_HEAD_BYTES
+    event_bytes: int = MAX_EVENT_BYTES
+    body_bytes: int = MAX_BODY_BYTES
 
 
 @dataclass(slots=True)
@@ -96,7 +115,11 @@ class Adapter(Protocol):
         ...
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        """Read one event payload; return NO_TOKEN, CONTENT or REASONING. Raise ProtocolError."""
+        """Read one event payload; return NO_TOKEN, CONTENT or REASONING.
+
+        Raises ProtocolError, and nothing else, for any payload a server may send: invalid
+        JSON or UTF-8, a field of the wrong JSON type, a token count that is not a plausible
+        non-negative integer."""
         ...
 
 

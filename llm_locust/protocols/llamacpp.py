@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from llm_locust.protocols.openai import error_message, load_object, spec_prompt
+from llm_locust.protocols.openai import load_object, set_error, spec_prompt, token_count, wrong_type
 
 
 class LlamaCppAdapter:
@@ -36,19 +36,28 @@ class LlamaCppAdapter:
         kind = NO_TOKEN
         text = obj.get("content")
         if text:
+            if type(text) is not str:
+                raise wrong_type("content", text, "a string")
             kind = CONTENT
             if state.collect_text:
                 state.text.append(text)
         if obj.get("stop"):
             state.done = True
-            state.finish_reason = obj.get("stop_type") or state.finish_reason
+            reason = obj.get("stop_type")
+            if reason:
+                if type(reason) is not str:
+                    raise wrong_type("stop_type", reason, "a string")
+                state.finish_reason = reason
             if obj.get("tokens_predicted") is not None:
-                state.usage_out = obj["tokens_predicted"]
+                state.usage_out = token_count(obj["tokens_predicted"], "tokens_predicted")
             if obj.get("tokens_evaluated") is not None:
-                state.usage_in = obj["tokens_evaluated"]
-            if obj.get("timings"):
-                state.extra["timings"] = obj["timings"]
+                state.usage_in = token_count(obj["tokens_evaluated"], "tokens_evaluated")
+            timings = obj.get("timings")
+            if timings:
+                if type(timings) is not dict:
+                    raise wrong_type("timings", timings, "an object")
+                state.extra["timings"] = timings
         err = obj.get("error")
         if err is not None:
-            state.error = error_message(err)
+            set_error(state, err)
         return kind

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
-from llm_locust.protocols.openai import error_message, load_object, spec_messages, spec_prompt
+from llm_locust.protocols.openai import load_object, set_error, spec_messages, spec_prompt, token_count, wrong_type
 
 
 class OllamaAdapter:
@@ -46,31 +46,44 @@ class OllamaAdapter:
         if obj is None:
             return NO_TOKEN
         if self.chat:
-            message = obj.get("message") or {}
-            text = message.get("content")
-            thinking = message.get("thinking")
+            message = obj.get("message")
+            if message:
+                if type(message) is not dict:
+                    raise wrong_type("message", message, "an object")
+                text = message.get("content")
+                thinking = message.get("thinking")
+            else:
+                text = thinking = None
         else:
             text = obj.get("response")
             thinking = obj.get("thinking")
         kind = NO_TOKEN
         if text:
+            if type(text) is not str:
+                raise wrong_type("content" if self.chat else "response", text, "a string")
             kind = CONTENT
             if state.collect_text:
                 state.text.append(text)
         if thinking:
+            if type(thinking) is not str:
+                raise wrong_type("thinking", thinking, "a string")
             kind = kind or REASONING
             if state.collect_text:
                 state.reasoning.append(thinking)
         if obj.get("done"):
             state.done = True
-            state.finish_reason = obj.get("done_reason") or state.finish_reason
+            reason = obj.get("done_reason")
+            if reason:
+                if type(reason) is not str:
+                    raise wrong_type("done_reason", reason, "a string")
+                state.finish_reason = reason
             if obj.get("eval_count") is not None:
-                state.usage_out = obj["eval_count"]
+                state.usage_out = token_count(obj["eval_count"], "eval_count")
             if obj.get("prompt_eval_count") is not None:
-                state.usage_in = obj["prompt_eval_count"]
+                state.usage_in = token_count(obj["prompt_eval_count"], "prompt_eval_count")
         err = obj.get("error")
         if err is not None:
-            state.error = error_message(err)
+            set_error(state, err)
         return kind
 
 

@@ -12,11 +12,20 @@ from typing import Any
 
 import orjson
 
-from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, ProtocolError, RequestSpec, StreamState
+from llm_locust.protocols.base import (
+    CONTENT,
+    MAX_TOKEN_COUNT,
+    NO_TOKEN,
+    REASONING,
+    ProtocolError,
+    RequestSpec,
+    StreamState,
+)
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _DONE = b"[DONE]"
+ERROR_TEXT_LIMIT = 500  # characters of an error message kept
 
 
 def load_object(payload: bytes) -> dict[str, Any] | None:
@@ -35,14 +44,60 @@ def load_object(payload: bytes) -> dict[str, Any] | None:
     return obj
 
 
+def brief(value: Any, limit: int = 60) -> str:
+    """A short printable form of a JSON value, for error texts (never raises)."""
+    if type(value) is str:
+        text = repr(value[: limit + 1])
+    else:
+        try:
+            text = orjson.dumps(value).decode()
+        except (TypeError, ValueError):  # e.g. nested deeper than orjson writes
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "a boolean", type(None): "null"}
+
+
+def wrong_type(field: str, value: Any, expected: str) -> ProtocolError:
+    """The error for a field of the wrong JSON type."""
+    got = _JSON_TYPE.get(type(value), type(value).__name__)
+    return ProtocolError(f"{field} is {got} ({brief(value)}), not {expected}")
+
+
+def token_count(value: Any, field: str) -> int:
+    """A token count the server reported: a non-negative integer (not a boolean), believable."""
+    if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    if type(value) is int:
+        raise ProtocolError(f"{field} is {value}, not a token count (0..{MAX_TOKEN_COUNT})")
+    raise wrong_type(field, value, "a non-negative integer")
+
+
+def text_field(value: Any, field: str) -> str:
+    """A text field that is set (truthy): it must be a string."""
+    if type(value) is str:
+        return value
+    raise wrong_type(field, value, "a string")
+
+
 def error_message(err: Any) -> str:
-    """The message text of an `error` value: a string, or an object with `message`."""
+    """The message text of an `error` value: a string, or an object with `message`; bounded."""
     if isinstance(err, dict):
         msg = err.get("message")
-        if msg:
-            return str(msg)
-        return orjson.dumps(err).decode()
-    return str(err)
+        text = (msg if type(msg) is str else brief(msg, ERROR_TEXT_LIMIT)) if msg else brief(err, ERROR_TEXT_LIMIT)
+    elif type(err) is str:
+        text = err
+    else:
+        text = brief(err, ERROR_TEXT_LIMIT)
+    return text if len(text) <= ERROR_TEXT_LIMIT else text[: ERROR_TEXT_LIMIT - 3] + "..."
+
+
+def set_error(state: StreamState, err: Any) -> None:
+    """Record an error the server reported inside the stream; the first one is kept."""
+    if state.error is None:
+        state.error = error_message(err)
 
 
 def messages_to_prompt(messages: list[dict[str, Any]]) -> str:
@@ -115,50 +170,73 @@ class OpenAIAdapter:
             load_object(payload)  # raises ProtocolError unless the payload is empty
             return NO_TOKEN
 
+        # Every field read is type-checked where it is used (a cheap `type(x) is` test):
+        # a server's wrong JSON type is a ProtocolError, never a TypeError out of here.
         kind = NO_TOKEN
         finished = False
         choices = obj.get("choices")
         if choices:
+            if type(choices) is not list:
+                raise wrong_type("choices", choices, "an array")
             for choice in choices:
+                if type(choice) is not dict:
+                    raise wrong_type("choices[]", choice, "an object")
                 delta = choice.get("delta")
                 if delta is None:
                     text = choice.get("text")
                     reasoning = None
                 else:
+                    if type(delta) is not dict:
+                        raise wrong_type("delta", delta, "an object")
                     text = delta.get("content")
                     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
                     if not text and delta.get("tool_calls"):
                         kind = CONTENT  # generated tool-call tokens; no visible text
                 if text:
+                    if type(text) is not str:
+                        raise wrong_type("content" if delta is not None else "text", text, "a string")
                     kind = CONTENT
                     if state.collect_text:
                         state.text.append(text)
                 if reasoning:
+                    if type(reasoning) is not str:
+                        raise wrong_type("reasoning", reasoning, "a string")
                     if not kind:
                         kind = REASONING
                     if state.collect_text:
                         state.reasoning.append(reasoning)
-                if choice.get("finish_reason"):
-                    state.finish_reason = choice["finish_reason"]
+                reason = choice.get("finish_reason")
+                if reason:
+                    if type(reason) is not str:
+                        raise wrong_type("finish_reason", reason, "a string")
+                    state.finish_reason = reason
                     finished = True
         else:
             err = obj.get("error")
             if err is not None:
-                state.error = error_message(err)
+                set_error(state, err)
             elif obj.get("object") == "error":  # older vLLM: a bare ErrorResponse
-                state.error = str(obj.get("message") or "error")
+                set_error(state, obj.get("message") or "error")
 
         count = None
         usage = obj.get("usage")
         if usage:
-            if usage.get("prompt_tokens") is not None:
-                state.usage_in = usage["prompt_tokens"]
+            if type(usage) is not dict:
+                raise wrong_type("usage", usage, "an object")
+            prompt = usage.get("prompt_tokens")
+            if prompt is not None:
+                state.usage_in = token_count(prompt, "usage.prompt_tokens")
             count = usage.get("completion_tokens")
-            # a usage-only chunk or usage on the finish chunk is final; else a running count
-            if count is not None and (finished or not choices):
-                state.usage_out = count
+            if count is not None:
+                if type(count) is not int or count < 0 or count > MAX_TOKEN_COUNT:
+                    token_count(count, "usage.completion_tokens")  # raises
+                # a usage-only chunk or usage on the finish chunk is final; else a running count
+                if finished or not choices:
+                    state.usage_out = count
         timings = obj.get("timings")
         if timings:
+            if type(timings) is not dict:
+                raise wrong_type("timings", timings, "an object")
             state.extra["timings"] = timings
         if kind and not state.cont_broken:
             _count_chunk(state, count)
@@ -180,13 +258,20 @@ def _count_chunk(state: StreamState, count: int | None) -> None:
 
 
 def parse_models(body: bytes) -> list[str]:
-    """Model ids from a `/v1/models` reply (`data[].id`; llama-server's `models[]` too)."""
+    """Model ids from a `/v1/models` reply (`data[].id`; llama-server's `models[]` too).
+
+    Entries of the wrong JSON type are skipped; a body that is not a JSON object raises
+    ProtocolError."""
     obj = load_object(body) or {}
-    ids = [m["id"] for m in obj.get("data") or [] if isinstance(m, dict) and m.get("id")]
-    if not ids:
-        for m in obj.get("models") or []:
-            if isinstance(m, dict) and (m.get("model") or m.get("name")):
-                ids.append(m.get("model") or m.get("name"))
+    data = obj.get("data")
+    ids = [m["id"] for m in data if isinstance(m, dict) and m.get("id") and type(m["id"]) is str] if type(data) is list else []
+    models = obj.get("models")
+    if not ids and type(models) is list:
+        for m in models:
+            if isinstance(m, dict):
+                name = m.get("model") or m.get("name")
+                if name and type(name) is str:
+                    ids.append(name)
     return ids
 
 

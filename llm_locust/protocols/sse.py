@@ -5,9 +5,15 @@ events each piece completed. They are on the per-chunk hot path, so the common c
 (`data: {...}\\n\\n` events with LF endings) is handled by splitting on the blank line with
 no per-line Python work; anything else (CR/CRLF, comments, other fields, multi-line data)
 takes the general path of the WHATWG event-stream rules.
+
+Memory is bounded: an event (SSE) or a line (NDJSON) longer than `max_event_bytes` raises
+ProtocolError, as soon as its pending part passes the limit. A piece with no line ending at all
+is set aside without copying what came before it, so a long line costs linear time.
 """
 
 from __future__ import annotations
+
+from llm_locust.protocols.base import MAX_EVENT_BYTES, ProtocolError
 
 
 def _event_data(lines: list[bytes]) -> bytes | None:
@@ -41,14 +47,21 @@ def _single_line_events(block: bytes) -> list[bytes] | None:
     return parts if rest.find(b"\n") < 0 else None
 
 
+def _too_long(limit: int, what: str) -> ProtocolError:
+    return ProtocolError(f"{what} longer than {limit} bytes (the limit for one stream event)")
+
+
 class SSEDecoder:
     """Splits a text/event-stream body into event data payloads (`[DONE]` included)."""
 
-    __slots__ = ("_buf", "_cr")
+    __slots__ = ("_buf", "_cr", "_more", "_more_len", "max_event")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""  # bytes after the last blank line, line endings normalised to LF
         self._cr = False  # the previous piece ended in CR: a leading LF belongs to it
+        self._more: list[bytes] = []  # pieces without LF that follow _buf, not joined yet
+        self._more_len = 0
+        self.max_event = max_event_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
         if not data:
@@ -57,11 +70,21 @@ class SSEDecoder:
             data = self._normalise(data)
         buf = self._buf
         if buf:
+            if data.find(b"\n") < 0:  # ends no line, so no event: set it aside
+                self._more.append(data)
+                self._more_len += len(data)
+                if len(buf) + self._more_len > self.max_event + 1:  # + the LF of its last line
+                    raise _too_long(self.max_event, "an SSE event")
+                return []
+            if self._more:
+                buf = b"".join([buf, *self._more])
+                self._more.clear()
+                self._more_len = 0
             start = len(buf) - 1  # a new blank line can only begin at the junction or later
             buf += data
         else:
             # fast path: the piece is exactly one one-line event, as servers flush them
-            if data.find(b"\n") == len(data) - 2 and data.endswith(b"\n\n"):
+            if data.find(b"\n") == len(data) - 2 and data.endswith(b"\n\n") and len(data) <= self.max_event:
                 if data.startswith(b"data: "):
                     return [data[6:-2]]
                 if data.startswith(b"data:"):
@@ -71,9 +94,13 @@ class SSEDecoder:
         end = buf.rfind(b"\n\n", start)
         if end < 0:
             self._buf = buf
+            if len(buf) > self.max_event + 1:
+                raise _too_long(self.max_event, "an SSE event")
             return []
-        self._buf = buf[end + 2 :]
+        rest = self._buf = buf[end + 2 :]
         block = buf[:end]
+        if len(rest) > self.max_event + 1 or (len(block) > self.max_event and self._any_too_long(block)):
+            raise _too_long(self.max_event, "an SSE event")
         out = _single_line_events(block)
         if out is not None:
             return out
@@ -84,13 +111,20 @@ class SSEDecoder:
                 out.append(payload)
         return out
 
+    def _any_too_long(self, block: bytes) -> bool:
+        limit = self.max_event
+        return any(len(event) > limit for event in block.split(b"\n\n"))
+
     def close(self) -> list[bytes]:
         """End of body: an event whose lines ended but no blank line followed still counts.
 
         A last line without its line ending is incomplete and dropped, as the SSE rules say.
         """
-        lines = self._buf.split(b"\n")
+        buf = b"".join([self._buf, *self._more]) if self._more else self._buf
+        lines = buf.split(b"\n")
         self._buf = b""
+        self._more.clear()
+        self._more_len = 0
         self._cr = False
         payload = _event_data(lines[:-1])
         return [] if payload is None else [payload]
@@ -105,21 +139,44 @@ class SSEDecoder:
 class NDJSONDecoder:
     """Splits a newline-delimited JSON body (Ollama) into one payload per non-empty line."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_more", "_more_len", "max_event")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
+        self._more: list[bytes] = []  # pieces without LF that follow _buf, not joined yet
+        self._more_len = 0
+        self.max_event = max_event_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf + data if self._buf else data
         if data.find(b"\n") < 0:
-            self._buf = buf
+            if self._buf:
+                self._more.append(data)
+                self._more_len += len(data)
+            else:
+                self._buf = data
+            if len(self._buf) + self._more_len > self.max_event:
+                raise _too_long(self.max_event, "an NDJSON line")
             return []
+        buf = self._buf
+        if self._more:
+            buf = b"".join([buf, *self._more, data])
+            self._more.clear()
+            self._more_len = 0
+        elif buf:
+            buf += data
+        else:
+            buf = data
         lines = buf.split(b"\n")
-        self._buf = lines.pop()
+        rest = self._buf = lines.pop()
+        limit = self.max_event
+        if len(buf) > limit and (len(rest) > limit or any(len(line) > limit for line in lines)):
+            raise _too_long(limit, "an NDJSON line")
         return [s for s in (line.strip() for line in lines) if s]
 
     def close(self) -> list[bytes]:
-        last = self._buf.strip()
+        buf = b"".join([self._buf, *self._more]) if self._more else self._buf
+        last = buf.strip()
         self._buf = b""
+        self._more.clear()
+        self._more_len = 0
         return [last] if last else []

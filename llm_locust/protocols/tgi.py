@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from llm_locust.protocols.openai import error_message, load_object, spec_prompt
+from llm_locust.protocols.openai import load_object, set_error, spec_prompt, token_count, wrong_type
 
 
 class TGIAdapter:
@@ -37,24 +37,36 @@ class TGIAdapter:
         kind = NO_TOKEN
         token = obj.get("token")
         if token:
+            if type(token) is not dict:
+                raise wrong_type("token", token, "an object")
             text = token.get("text")
             special = token.get("special")
             # every event is one generated token; a special one (EOS) counts even if empty
             if text or special:
+                if text and type(text) is not str:
+                    raise wrong_type("token.text", text, "a string")
                 kind = CONTENT
                 if text and not special and state.collect_text:
                     state.text.append(text)
-        if obj.get("generated_text") is not None:
+        generated = obj.get("generated_text")
+        if generated is not None:
+            if type(generated) is not str:
+                raise wrong_type("generated_text", generated, "a string")
             state.done = True
             details = obj.get("details")
             if details:
+                if type(details) is not dict:
+                    raise wrong_type("details", details, "an object")
                 state.extra["details"] = details
-                state.finish_reason = details.get("finish_reason")
+                reason = details.get("finish_reason")
+                if reason is not None and type(reason) is not str:
+                    raise wrong_type("details.finish_reason", reason, "a string")
+                state.finish_reason = reason
                 if details.get("generated_tokens") is not None:
-                    state.usage_out = details["generated_tokens"]
+                    state.usage_out = token_count(details["generated_tokens"], "details.generated_tokens")
                 if details.get("input_length") is not None:
-                    state.usage_in = details["input_length"]
+                    state.usage_in = token_count(details["input_length"], "details.input_length")
         err = obj.get("error")
         if err is not None:
-            state.error = error_message(err)
+            set_error(state, err)
         return kind

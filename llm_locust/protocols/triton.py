@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from llm_locust.protocols.openai import error_message, load_object, spec_prompt
+from llm_locust.protocols.openai import load_object, set_error, spec_prompt, wrong_type
 
 
 class TritonAdapter:
@@ -35,11 +35,13 @@ class TritonAdapter:
             return NO_TOKEN
         err = obj.get("error")
         if err is not None:
-            state.error = error_message(err)
+            set_error(state, err)
             return NO_TOKEN
         text = obj.get("text_output")
         if not text:
             return NO_TOKEN
+        if type(text) is not str:
+            raise wrong_type("text_output", text, "a string")
         if state.collect_text:
             state.text.append(text)
         return CONTENT

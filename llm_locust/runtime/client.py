@@ -6,7 +6,12 @@ the request is written and the body read here, so that:
   - every socket read is stamped once with perf_counter() as it returns, and every event
     decoded from that read gets that stamp (events that arrive together are timed together);
   - a connection closed before the body's end is a truncated stream, never a success;
-  - a half-read connection is closed, never returned to the pool.
+  - a half-read connection is closed, never returned to the pool;
+  - whatever the server sends, send() returns a record with a classified outcome: reads are
+    bounded (Limits: header block, one event, framing without body bytes), every read loop lets
+    other greenlets run at least every YIELD_AFTER seconds of back-to-back reads (so the total
+    timeout and the no-progress watchdog fire on time even under a flood of bytes), and any
+    exception while decoding a reply becomes a stream_error, never an exception out of send().
 """
 
 from __future__ import annotations
@@ -27,14 +32,32 @@ from gevent import GreenletExit
 from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
-from llm_locust.protocols import error_text, make_decoder
-from llm_locust.protocols.base import Timeouts, CONTENT, Adapter, ProtocolError, RequestSpec, StreamState, resolve_tokens
+from llm_locust.protocols import error_text, make_decoder, printable
+from llm_locust.protocols.base import (
+    CONTENT,
+    Adapter,
+    Limits,
+    ProtocolError,
+    RequestSpec,
+    StreamState,
+    Timeouts,
+    resolve_tokens,
+)
 from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 ERROR_BODY_LIMIT = 4096
+# A read loop that has found data waiting (never had to wait in the hub) for this long yields
+# to the other greenlets: timers (the total timeout), the watchdog and other requests run.
+YIELD_AFTER = 0.005
+# How it yields: a timer of this length, not sleep(0). gevent's sleep(0) only runs the hub's
+# callbacks, not a loop iteration, so timers (the total timeout, other greenlets' sleeps) and
+# IO of other sockets could still wait for hundreds of milliseconds.
+_YIELD_SLEEP = 1e-6
+# A TLS read that took longer than this is taken to have waited in the hub (yielded).
+_WAITED = 0.0005
 
 
 class _Ended(Exception):
@@ -64,6 +87,7 @@ class StreamClient:
         timeouts: Timeouts | None = None,
         headers: dict[str, str] | None = None,
         collect_text: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self.pool = http_client._connection_pool
         if not isinstance(self.pool, SSLConnectionPool):
@@ -71,6 +95,7 @@ class StreamClient:
         self._kept_alive: weakref.WeakSet = weakref.WeakSet()  # sockets we returned to the pool
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
+        self.limits = limits or Limits()  # sizes accepted from the server (header block, one event)
         self.collect_text = collect_text
         parts = urlsplit(base_url)
         self.prefix = parts.path.rstrip("/")
@@ -101,9 +126,9 @@ class StreamClient:
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened.
 
-        Never raises for server or network trouble: that becomes the record's outcome. When the
-        greenlet is killed (test stopped), the record is handed to `on_cancel` as cancelled and
-        GreenletExit propagates.
+        Never raises for server or network trouble, whatever bytes the server sends: that
+        becomes the record's outcome. When the greenlet is killed (test stopped), the record is
+        handed to `on_cancel` as cancelled and GreenletExit propagates.
         """
         path, body = self.adapter.request(spec)
         data = self._request_bytes(path, body, request_id)
@@ -130,6 +155,9 @@ class StreamClient:
                     continue  # the server closed an idle connection as we reused it: send again
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
+        except Exception as e:  # noqa: BLE001 - the last line of defence: a reply we could not read
+            _log_unexpected(e)
+            rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         except GreenletExit:
             rec.outcome, rec.error = Outcome.CANCELLED, "test stopped while in flight"
             rec.t_end = time.perf_counter()
@@ -141,7 +169,11 @@ class StreamClient:
             timer.close()
         if rec.t_end is None:
             rec.t_end = time.perf_counter()
-        self._finish(rec, state)
+        try:
+            self._finish(rec, state)
+        except Exception as e:  # noqa: BLE001 - adapters validate what they store; never raise here
+            _log_unexpected(e)
+            rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         return rec
 
     def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState, may_retry: bool) -> None:
@@ -161,14 +193,24 @@ class StreamClient:
             rec.wall_sent = time.time()
             read = _reader(sock, rec.t_sent, watch)
             sock.sendall(data)
-            head, t_head = _read_head(read)
-            resp = _Response(sock, block_size=READ_SIZE, method="POST", pre_buffered=head)
-            rec.t_headers = t_head
+            resp = _Response(sock, block_size=READ_SIZE, method="POST")
+            rec.t_headers = _read_head(resp, read, rec, self.limits.head_bytes)
             rec.status = status = resp.status_code
+            encoding = _content_encoding(resp)
             if status < 200 or status >= 300:
-                body = _read_limited(resp, ERROR_BODY_LIMIT)
+                if encoding:
+                    text = f"({encoding}-encoded body)"
+                else:
+                    text = error_text(_read_body(resp, read, ERROR_BODY_LIMIT, self.limits.head_bytes))
                 rec.t_end = time.perf_counter()
-                raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {error_text(body)}")
+                raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: {text}")
+            if encoding:
+                rec.t_end = time.perf_counter()
+                raise _Ended(
+                    Outcome.STREAM_ERROR,
+                    f"the reply is {encoding}-encoded (Content-Encoding: {encoding}) though the request "
+                    "asked for identity; llm-locust reads streams uncompressed",
+                )
             self._read_stream(resp, read, rec, state)
         except _Ended:
             raise
@@ -181,8 +223,8 @@ class StreamClient:
             raise _Ended(kind, f"connection closed: {e}") from None
         except HTTPParseError as e:
             if rec.t_headers is None:
-                raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: {e}") from None
-            raise _Ended(Outcome.STREAM_ERROR, f"invalid HTTP framing: {e}") from None
+                raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: {_parse_error_text(e)}") from None
+            raise _Ended(Outcome.STREAM_ERROR, f"invalid HTTP body framing: {_parse_error_text(e)}") from None
         except (OSError, ValueError) as e:  # resets, refused, HTTP parse errors
             kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
             raise _Ended(kind, f"{type(e).__name__}: {e}") from None
@@ -198,7 +240,7 @@ class StreamClient:
 
     def _read_stream(self, resp: HTTPSocketResponse, read, rec: RequestRecord, state: StreamState) -> None:
         adapter_feed = self.adapter.feed
-        decoder = make_decoder(self.adapter)
+        decoder = make_decoder(self.adapter, self.limits.event_bytes)
         decode = decoder.feed
         times = rec.chunk_times
         append = times.append
@@ -206,6 +248,10 @@ class StreamClient:
         head = b""  # first bytes of the body, for the error text when nothing decodes
         payloads = 0
         now = rec.t_headers
+        # bytes read since the last body byte (chunk sizes, extensions, trailers): bounded, so
+        # that framing without data cannot go on for ever
+        framing = 0
+        framing_limit = self.limits.head_bytes
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
             while not ended:
@@ -215,6 +261,9 @@ class StreamClient:
                     if not head:
                         head = data[:300]
                     events = decode(data)
+                elif resp.broken is not None:
+                    rec.t_end = now
+                    raise _Ended(Outcome.STREAM_ERROR, resp.broken)
                 elif closed or resp.message_complete:
                     ended = True
                     events = decoder.close()  # an event the body's end completed
@@ -226,7 +275,21 @@ class StreamClient:
                             continue
                         rec.t_end = now
                         raise _Ended(Outcome.TRUNCATED, "connection closed before the end of the body")
-                    resp.feed(chunk)
+                    try:
+                        resp.feed(chunk)
+                    except HTTPParseError as e:  # decode the body bytes before the fault first
+                        resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
+                        continue
+                    if buf:
+                        framing = 0
+                    else:
+                        framing += len(chunk)
+                        if framing > framing_limit:
+                            rec.t_end = now
+                            raise _Ended(
+                                Outcome.STREAM_ERROR,
+                                f"invalid HTTP body framing: over {framing_limit} bytes without body data",
+                            )
                     continue
                 for payload in events:
                     payloads += 1
@@ -240,13 +303,19 @@ class StreamClient:
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None
+        except (_Ended, OSError, HTTPParseError):
+            raise  # classified by the caller (timeouts, resets, HTTP framing)
+        except Exception as e:  # noqa: BLE001 - a reply the adapter could not read is a stream error
+            _log_unexpected(e)
+            rec.t_end = now
+            raise _Ended(Outcome.STREAM_ERROR, f"unreadable stream event: {_exception_text(e)}") from None
         rec.t_end = now
         if state.error is not None:
             raise _Ended(Outcome.STREAM_ERROR, state.error)
         if self.adapter.end_marker and not state.done:
             if not payloads:
                 ctype = resp.get("content-type") or "none"
-                text = head.decode("utf-8", "replace").strip()
+                text = printable(head)
                 raise _Ended(Outcome.STREAM_ERROR, f"no stream events in reply (content-type {ctype}): {text[:200]}")
             raise _Ended(Outcome.TRUNCATED, "stream ended without its end marker")
 
@@ -275,10 +344,23 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
 
     With kernel timestamps (plain TCP on Linux) the arrival time is when the data reached the
     socket, kept within [t_sent, now]; otherwise (TLS, other systems) the time the read returned.
+
+    A gevent socket read that finds data waiting returns without yielding to the hub, so a
+    server that sends faster than we parse would starve every other greenlet (and the timers
+    that end requests). Each read therefore yields when the reads since the last wait in the
+    hub took more than YIELD_AFTER seconds.
     """
     perf_counter = time.perf_counter
+    sleep = gevent.sleep
+    busy_from = t_sent  # when this request's reads last waited in the hub (or yielded)
     raw = getattr(sock, "_sock", None)
-    if raw is not None and hasattr(sock, "recvmsg") and not isinstance(sock, (ssl.SSLSocket, gevent.ssl.SSLSocket)):
+    if (
+        raw is not None
+        and hasattr(sock, "recvmsg")
+        and hasattr(raw, "recvmsg")
+        and not isinstance(sock, (ssl.SSLSocket, gevent.ssl.SSLSocket))
+        and raw.gettimeout() == 0.0  # non-blocking: a read with nothing there cannot block the process
+    ):
         try:
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         except OSError:
@@ -289,19 +371,36 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
         recv = sock.recv
 
         def read_plain() -> tuple[bytes, float]:
+            nonlocal busy_from
+            t0 = perf_counter()
             data = recv(READ_SIZE)
             watch.last = now = perf_counter()
+            if now - t0 > _WAITED:
+                busy_from = now  # the read waited: the hub ran
+            elif now - busy_from > YIELD_AFTER:
+                sleep(_YIELD_SLEEP)
+                busy_from = perf_counter()
             return data, now
 
         return read_plain
 
-    recvmsg = sock.recvmsg
+    raw_recvmsg = raw.recvmsg  # never waits: raises BlockingIOError when nothing is there
+    recvmsg = sock.recvmsg  # gevent's: waits in the hub until data comes
     unpack = _TIMESPEC.unpack
     off_ns = time.time_ns() - time.perf_counter_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
 
     def read_stamped() -> tuple[bytes, float]:
-        data, anc, _flags, _addr = recvmsg(READ_SIZE, _CMSG_SPACE)
-        watch.last = now = perf_counter()
+        nonlocal busy_from
+        try:
+            data, anc, _flags, _addr = raw_recvmsg(READ_SIZE, _CMSG_SPACE)
+        except BlockingIOError:
+            data, anc, _flags, _addr = recvmsg(READ_SIZE, _CMSG_SPACE)
+            watch.last = now = busy_from = perf_counter()
+        else:
+            watch.last = now = perf_counter()
+            if now - busy_from > YIELD_AFTER:
+                sleep(_YIELD_SLEEP)
+                busy_from = perf_counter()
         if anc:
             level, kind, payload = anc[0]
             if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
@@ -314,19 +413,96 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
     return read_stamped
 
 
-def _read_head(read) -> tuple[bytes, float]:
-    """Bytes up to the end of the response headers (and whatever came with them), and when
-    the read that completed them arrived."""
-    buf = b""
+def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float:
+    """Feed the parser until a final (non-1xx) response's headers are complete; return when
+    the read that completed them arrived. The parser is incremental: each read's bytes are
+    scanned once. A header block (interim responses included) over `limit` bytes is an error.
+
+    A body whose framing is broken right after good headers (a bad chunk size) is a stream
+    error of a request that got its headers, not an invalid reply: `resp.broken` says so."""
+    fed = 0
     while True:
         data, t = read()
         if not data:
-            if buf:
+            if fed:
                 raise HTTPParseError("connection closed before the end of the headers")
             raise HTTPConnectionClosed("connection closed.")
-        buf += data
-        if b"\r\n\r\n" in buf or b"\n\n" in buf:
-            return buf, t
+        fed += len(data)
+        try:
+            resp.feed(data)
+        except HTTPParseError as e:
+            if not resp.headers_complete or resp.get_code() < 200:
+                raise
+            status = resp.get_code()
+            if not 200 <= status < 300:
+                rec.t_headers = rec.t_end = t
+                rec.status = status
+                raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: invalid body framing ({_parse_error_text(e)})") from None
+            # the stream reads the body bytes that came before the fault, then ends with it
+            resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
+            return t
+        if resp.headers_complete and resp.get_code() >= 200:
+            return t
+        if fed > limit:
+            raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: header block over {limit} bytes")
+
+
+def _read_body(resp: "_Response", read, limit: int, framing_limit: int) -> bytes:
+    """Up to `limit` bytes of the body (an error reply's), read like the stream: deadlines apply
+    and other greenlets run. Stops quietly at the body's end, a close, or a reset."""
+    buf = resp._body_buffer
+    framing = 0
+    try:
+        while len(buf) < limit and not resp.message_complete:
+            chunk, _t = read()
+            if not chunk:
+                break
+            before = len(buf)
+            resp.feed(chunk)
+            if len(buf) > before:
+                framing = 0
+            else:
+                framing += len(chunk)
+                if framing > framing_limit:
+                    break
+    except (OSError, HTTPParseError):
+        pass
+    return bytes(buf[:limit])
+
+
+def _parse_error_text(e: HTTPParseError) -> str:
+    """llhttp's message without its error code: HTTPParseError('Invalid character in chunk size', 12)."""
+    return str(e.args[0]) if e.args and isinstance(e.args[0], str) else str(e) or type(e).__name__
+
+
+def _content_encoding(resp: HTTPSocketResponse) -> str | None:
+    """The reply's content coding when it is not identity (we ask for identity), else None."""
+    value = resp.get("content-encoding")
+    if not value:
+        return None
+    if isinstance(value, list):
+        value = ", ".join(value)
+    value = value.strip()
+    return None if value.lower() in ("", "identity") else printable(value.encode("latin-1", "replace"))[:40]
+
+
+def _exception_text(e: BaseException) -> str:
+    text = str(e)
+    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+_logged_unexpected: set[type] = set()
+
+
+def _log_unexpected(e: BaseException) -> None:
+    """A reply that raised something other than a classified error: log its traceback once per
+    exception type (it is a gap in an adapter's checks), then only at debug level."""
+    if type(e) not in _logged_unexpected:
+        _logged_unexpected.add(type(e))
+        log.warning("unexpected %s while reading a reply (counted as stream_error)", type(e).__name__, exc_info=e)
+    else:
+        log.debug("unexpected %s while reading a reply", type(e).__name__, exc_info=e)
 
 
 class _Watch:
@@ -360,7 +536,9 @@ class _Watchdog:
 
     def _run(self) -> None:
         while self.active:
-            period = min(0.25, min(w.limit for w in self.active) / 4)
+            # checked every tenth of the shortest limit, at most every 100 ms: a timeout fires
+            # within 10% (or 100 ms) of its value
+            period = min(0.1, min(w.limit for w in self.active) / 10)
             gevent.sleep(max(period, 0.005))
             now = time.perf_counter()
             for w in [w for w in self.active if now - w.last > w.limit]:
@@ -387,26 +565,43 @@ def _socket_alive(sock) -> bool:
         return False
 
 
-def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts) -> list[str]:
-    """Model ids the server lists at /v1/models; [] (with a warning) when it lists none."""
+def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, limits: Limits | None = None) -> list[str]:
+    """Model ids the server lists at /v1/models; [] (with a warning) when it lists none.
+
+    Bounded: a reply over limits.body_bytes, or not complete within min(total timeout, 60 s),
+    is a failure like any other (a warning and [])."""
     from geventhttpclient import HTTPClient
 
     from llm_locust.protocols.openai import parse_models
 
+    limit = (limits or Limits()).body_bytes
+    deadline = min(timeouts.total, 60.0)
+    timer = gevent.Timeout(deadline, TimeoutError(f"no complete reply within {deadline:g}s"))
     try:
+        timer.start()
         http = HTTPClient.from_url(base_url, connection_timeout=timeouts.connect, network_timeout=10.0, insecure=True)
         try:
             r = http.get(urlsplit(base_url).path.rstrip("/") + "/v1/models", headers=headers)
-            body = r.read()
+            body = bytearray()
+            while True:
+                piece = r.read(READ_SIZE)
+                if not piece:
+                    break
+                body += piece
+                if len(body) > limit:
+                    raise ValueError(f"reply over {limit} bytes")
+                gevent.sleep(_YIELD_SLEEP)  # a server flooding us must not starve the other greenlets
         finally:
             http.close()
-        models = parse_models(body) if r.status_code == 200 else []
+        models = parse_models(bytes(body)) if r.status_code == 200 else []
         if not models:
             log.warning("%s/v1/models lists no model (HTTP %s); sending requests without one", base_url, r.status_code)
         return models
     except Exception as e:  # noqa: BLE001 - any failure here only costs the model name
         log.warning("could not list models at %s/v1/models: %s", base_url, e)
         return []
+    finally:
+        timer.close()
 
 
 def _close_delimited(resp: HTTPSocketResponse) -> bool:
@@ -415,22 +610,14 @@ def _close_delimited(resp: HTTPSocketResponse) -> bool:
     return resp.content_length is None and "chunked" not in te
 
 
-def _read_limited(resp: HTTPSocketResponse, limit: int) -> bytes:
-    out = bytearray()
-    try:
-        while len(out) < limit:
-            piece = resp.read(min(READ_SIZE, limit - len(out)))
-            if not piece:
-                break
-            out += piece
-    except (OSError, HTTPConnectionClosed, ValueError):
-        pass
-    return bytes(out)
-
-
 class _Response(HTTPSocketResponse):
     """geventhttpclient's response parser, minus its socket handling: the client decides
     whether a connection goes back to the pool or is closed (see StreamClient._exchange)."""
+
+    broken: str | None = None  # the body's framing broke here (after the bytes in the buffer)
+
+    def _read_headers(self, pre_buffered: bytes = b"") -> None:
+        pass  # the client reads the head itself (_read_head): bounded, timed, yielding
 
     def release(self) -> None:
         self._sock = None
