@@ -138,11 +138,59 @@ def test_bad_trace_is_refused_before_any_load(tmp_path, content, message):
 
 def test_server_down_gives_counted_connect_errors(tmp_path):
     results = tmp_path / "r.json"
-    p = run_cli("--host", "http://127.0.0.1:9", "-t", "2s", "-u", "2", "--model", "m", "--results", str(results))
-    assert p.returncode == 1  # Locust's exit code when requests failed
+    p = run_cli("--host", "http://127.0.0.1:9", "-t", "2s", "-u", "2", "--model", "m", "--results", str(results),
+                "--no-preflight", "--no-fail-fast")
+    assert p.returncode == 1  # the error rate is above --max-error-rate
     s = json.loads(results.read_text())["summary"]
     assert s["ok"] == 0 and s["outcomes"]["connect_error"] == s["failed"] > 0
     assert "connect_error" in p.stdout
+
+
+def test_a_dead_host_is_refused_before_any_load_in_one_line(tmp_path):
+    """The first round sent 24,466 connection attempts in 5 s at 100% CPU."""
+    results = tmp_path / "r.json"
+    p = run_cli("--host", "http://127.0.0.1:9", "-t", "30s", "--results", str(results), timeout=60)
+    assert p.returncode == 3
+    assert "cannot reach http://127.0.0.1:9/v1/models" in p.stderr and "Traceback" not in p.stderr
+    assert not results.exists()
+
+
+@pytest.fixture()
+def not_an_llm_server():
+    import http.server
+    import threading
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    srv.RequestHandlerClass.log_message = lambda *a: None
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+
+
+def test_a_non_llm_server_and_a_host_ending_in_v1_get_a_hint(not_an_llm_server):
+    p = run_cli("--host", not_an_llm_server, "-t", "30s", timeout=60)
+    assert p.returncode == 3 and "answered with an HTML page (HTTP 404)" in p.stderr
+    p = run_cli("--host", not_an_llm_server + "/v1", "-t", "30s", timeout=60)
+    assert p.returncode == 2 and "drop /v1 from --host" in p.stderr
+
+
+def test_fail_fast_stops_a_run_whose_every_request_fails(tmp_path, not_an_llm_server):
+    results = tmp_path / "r.json"
+    p = run_cli("--host", not_an_llm_server, "--no-preflight", "-t", "60s", "--results", str(results),
+                "--fail-fast-after", "10", timeout=90)
+    assert p.returncode == 3
+    assert "stopping early: the first" in p.stderr and "requests all failed (http_error" in p.stderr
+    s = json.loads(results.read_text())["summary"]
+    assert s["ok"] == 0 and s["failed"] >= 10
+    assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s.get("lost", 0)
+
+
+def test_a_few_errors_under_the_limit_exit_0_and_above_it_exit_1(tmp_path):
+    with SimProcess(slots=4, fault={"http500": 0.5}) as sim:
+        p = run_cli("--host", sim.url, "-t", "3s", "-u", "2", "--no-fail-fast", "--max-error-rate", "0.9")
+        assert p.returncode == 0, p.stderr[-2000:]
+        p = run_cli("--host", sim.url, "-t", "3s", "-u", "2", "--no-fail-fast", "--max-error-rate", "0.1")
+        assert p.returncode == 1 and "is above --max-error-rate" in p.stderr
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_any_load(tmp_path):
@@ -173,3 +221,45 @@ def test_gpu_sidecar_on_a_busy_port_says_so_in_one_line():
                             "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.fixture()
+def big_event_server():
+    """One 4 KiB chat event per reply."""
+    import http.server
+    import threading
+
+    event = json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 4096}}]})
+    body = f"data: {event}\n\ndata: [DONE]\n\n".encode()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+
+
+def test_the_event_size_limit_reaches_the_client(tmp_path, big_event_server):
+    def outcomes(*extra):
+        results = tmp_path / "r.json"
+        p = run_cli("--host", big_event_server, "--model", "m", "--no-preflight", "--no-fail-fast", "-t", "2s", "-u", "1",
+                    "--max-tokens", "1", "--results", str(results), *extra)
+        assert p.returncode in (0, 1), p.stderr[-2000:]
+        return json.loads(results.read_text())["summary"]["outcomes"]
+
+    assert outcomes()["stream_error"] == 0
+    limited = outcomes("--max-event-bytes", "2048")
+    assert limited["ok"] == 0 and limited["stream_error"] > 0

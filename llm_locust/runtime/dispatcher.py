@@ -105,13 +105,13 @@ class Dispatcher:
             network_timeout=s.timeouts.no_progress,
             insecure=True,
         )
-        return StreamClient(http, self.host, get_adapter(s.api), s.timeouts, headers=self._headers())
+        return StreamClient(http, self.host, get_adapter(s.api), s.timeouts, headers=self._headers(), limits=s.limits)
 
     def _model(self) -> str | None:
         s = self.settings
         if s.model or s.api not in OPENAI_APIS:
             return s.model or None
-        models = fetch_models(self.host, self._headers(), s.timeouts)
+        models = fetch_models(self.host, self._headers(), s.timeouts, s.limits)
         if models:
             hub(self.env).info["model"] = models[0]
         return models[0] if models else None

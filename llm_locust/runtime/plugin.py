@@ -181,6 +181,17 @@ def _on_init(environment, **_kw: Any) -> None:
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
+    if settings.preflight and environment.host:
+        from llm_locust.runtime import preflight
+
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout)
+        if problem is not None:
+            print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
+            sys.exit(problem.code)
+    from llm_locust.runtime import failfast
+
+    failfast.install(environment, settings)
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), scraper, gpu_scraper)
     from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one

@@ -91,7 +91,8 @@ class LLMUser(FastHttpUser):
         self.adapter = get_adapter(s.api)
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
-        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=self.stream_headers())
+        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=self.stream_headers(),
+                                   limits=s.limits)
         self._discover_model()
 
     def _discover_model(self) -> None:
@@ -101,7 +102,7 @@ class LLMUser(FastHttpUser):
         with ctx.lock:
             if ctx.model_checked:
                 return
-            models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts)
+            models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts, ctx.settings.limits)
             if models:
                 ctx.model = models[0]
                 self.metrics.info["model"] = ctx.model

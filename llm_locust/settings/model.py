@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from llm_locust.protocols import API_NAMES
-from llm_locust.protocols.base import Timeouts
+from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, parse_seconds
 
@@ -245,6 +245,12 @@ class Settings(BaseModel):
     connect_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")] = 10.0
     no_progress_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s")] = 60.0
     request_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time for a whole request", plan="timeouts.request", unit="s")] = 600.0
+    max_head_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest reply header block accepted (bytes); past it the request is an http_error", plan="limits.head_bytes")] = MAX_HEAD_BYTES
+    max_event_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest single stream event or line accepted (bytes); past it the request is a stream_error", plan="limits.event_bytes")] = MAX_EVENT_BYTES
+    max_body_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest reply body without events accepted (bytes: error bodies, /v1/models)", plan="limits.body_bytes")] = MAX_BODY_BYTES
+    preflight: Annotated[bool, Opt("target", "skip the check that the target answers the API before any load (exit 3 when it does not)", plan="checks.preflight", flag="--no-preflight", negate=True)] = True
+    fail_fast: Annotated[bool, Opt("target", "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after requests all failed one way, or as many connections failed in a row", plan="checks.fail_fast", flag="--no-fail-fast", negate=True)] = True
+    fail_fast_after: Annotated[int, Field(ge=1), Opt("target", "how many failed requests make a fail-fast stop", plan="checks.fail_fast_after")] = 20
 
     # ---- workload ----
     trace: Annotated[Text, AfterValidator(_input_file), Opt("workload", "workload trace file (docs/traces.md); default: the bundled sample", plan="workload.trace", path="in")] = ""
@@ -339,6 +345,10 @@ class Settings(BaseModel):
     @property
     def timeouts(self) -> Timeouts:
         return Timeouts(connect=self.connect_timeout, no_progress=self.no_progress_timeout, total=self.request_timeout)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(head_bytes=self.max_head_bytes, event_bytes=self.max_event_bytes, body_bytes=self.max_body_bytes)
 
     @property
     def slos(self) -> dict[str, float]:

@@ -1,0 +1,103 @@
+"""Stop a run that cannot succeed, and the process's exit code.
+
+Watched on the master (or the local runner) once a second from the merged figures:
+- the first `fail_fast_after` finished requests all failed, in one way: the target is not
+  serving this API (a dead port, a 404 on every path, a non-LLM server): stop, exit 3;
+- `fail_fast_after` connection failures since the last check and no request succeeded: the
+  server went away mid-run: stop, exit 3.
+The line printed says why, with the first error text. `--no-fail-fast` turns both off.
+
+Exit codes (docs/security.md): 0 the run ended with its error rate at or under --max-error-rate;
+1 above it; 2 a usage error (bad options, plan, trace or output path); 3 the target unreachable or
+not serving the API (preflight or fail fast). Locust's own rule (1 on any failed request) is
+replaced, so a run with a few expected errors can pass a CI step.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import gevent
+
+from llm_locust.runtime.hub import hub
+
+log = logging.getLogger(__name__)
+CHECK_S = 1.0
+EXIT_OK, EXIT_ERRORS, EXIT_UNREACHABLE = 0, 1, 3
+CONNECT = "connect_error"
+
+
+def _failed_by_kind(agg) -> dict[str, int]:
+    return {k: n for k, n in agg.outcomes.items() if n and k not in ("ok", "cancelled")}
+
+
+def _first_text(agg, kind: str) -> str:
+    texts = agg.errors.get(kind) or {}
+    return next(iter(texts), "") if texts else ""
+
+
+def verdict(agg, after: int, last: dict[str, int] | None) -> str | None:
+    """Why to stop now, or None. `last`: the outcome counts at the previous check."""
+    ok = agg.outcomes.get("ok", 0)
+    failed = _failed_by_kind(agg)
+    total_failed = sum(failed.values())
+    if ok == 0 and total_failed >= after and len(failed) == 1:
+        kind = next(iter(failed))
+        text = _first_text(agg, kind)
+        return f"the first {total_failed} requests all failed ({kind}{': ' + text if text else ''})"
+    if last is not None:
+        new_ok = ok - last.get("ok", 0)
+        new_connect = agg.outcomes.get(CONNECT, 0) - last.get(CONNECT, 0)
+        if new_ok == 0 and new_connect >= after:
+            text = _first_text(agg, CONNECT)
+            return f"{new_connect} connection failures in a row and no reply{': ' + text if text else ''}"
+    return None
+
+
+def install(environment, settings) -> None:
+    """On the master or the local runner (workers only send)."""
+    h = hub(environment)
+    state: dict[str, Any] = {"greenlet": None, "reason": None}
+
+    def watch() -> None:
+        last = None
+        while True:
+            gevent.sleep(CHECK_S)
+            reason = verdict(h.total, settings.fail_fast_after, last)
+            last = dict(h.total.outcomes)
+            if reason:
+                state["reason"] = reason
+                print(f"llm-locust: stopping early: {reason} (--no-fail-fast to run on)", file=sys.stderr, flush=True)
+                runner = environment.runner
+                headless = getattr(environment.parsed_options, "headless", False) or environment.web_ui is None
+                gevent.spawn(runner.quit if headless else runner.stop)
+                return
+
+    def start(**_kw: Any) -> None:
+        state["reason"] = None
+        if settings.fail_fast and state["greenlet"] is None:
+            state["greenlet"] = gevent.spawn(watch)
+
+    def stop(**_kw: Any) -> None:
+        g, state["greenlet"] = state["greenlet"], None
+        if g is not None and g is not gevent.getcurrent():
+            g.kill(block=False)
+
+    def exit_code(**_kw: Any) -> None:
+        if state["reason"]:
+            environment.process_exit_code = EXIT_UNREACHABLE
+            return
+        agg = h.total
+        finished = sum(n for k, n in agg.outcomes.items() if k != "cancelled")
+        failed = sum(_failed_by_kind(agg).values())
+        rate = failed / finished if finished else 0.0
+        environment.process_exit_code = EXIT_ERRORS if rate > settings.max_error_rate else EXIT_OK
+        if rate > settings.max_error_rate:
+            print(f"llm-locust: error rate {rate:.1%} is above --max-error-rate {settings.max_error_rate:.1%} (exit 1)",
+                  file=sys.stderr, flush=True)
+
+    environment.events.test_start.add_listener(start)
+    environment.events.test_stop.add_listener(stop)
+    environment.events.quitting.add_listener(exit_code)

@@ -1,0 +1,62 @@
+"""Before any load: does the target answer, and is it the kind of server the API expects?
+
+One bounded GET of the API's own probe endpoint. A refused connection, a timeout or an HTML page
+stops the run with one line (exit 3); a host ending in /v1 for an OpenAI-style API stops it with
+the fix (exit 2: the paths already start with /v1, every request would go to /v1/v1/...). A 404
+or 405 on the probe is only a warning: some servers serve the API without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+from geventhttpclient import HTTPClient
+
+from llm_locust.protocols import OPENAI_APIS
+
+log = logging.getLogger(__name__)
+
+PROBES = {"tgi": "/info", "triton": "/v2/health/ready", "llamacpp": "/health",
+          "ollama-generate": "/api/tags", "ollama-chat": "/api/tags"}  # the rest: /v1/models
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+MAX_BODY = 65536
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: int
+    message: str
+
+
+def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float = 10.0) -> Problem | None:
+    """None when the target looks right; else why not and the exit code."""
+    base = urlsplit(host).path.rstrip("/")
+    if api in OPENAI_APIS and base.endswith("/v1"):
+        return Problem(EXIT_USAGE, f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
+                                   f"would go to {base}/v1/...; drop /v1 from --host")
+    path = PROBES.get(api, "/v1/models")
+    url = f"{host.rstrip('/')}{path}"
+    try:
+        with gevent.Timeout(total, TimeoutError(f"no complete reply within {total:g}s")):
+            http = HTTPClient.from_url(host, connection_timeout=connect_timeout, network_timeout=total, insecure=True)
+            try:
+                r = http.get(base + path, headers=headers)
+                body = r.read(MAX_BODY)
+            finally:
+                http.close()
+    except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        return Problem(EXIT_UNREACHABLE, f"cannot reach {url}: {reason} (is the server up, and is --host right?)")
+    ctype = (r.get("content-type") or "").lower()
+    if "html" in ctype or body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
+        return Problem(EXIT_UNREACHABLE, f"{url} answered with an HTML page (HTTP {r.status_code}), not the {api} API: "
+                                         "is --host an LLM inference server, and is --api right?")
+    if r.status_code in (404, 405):
+        log.warning("%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api)
+    elif r.status_code in (401, 403):
+        log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
+    return None
