@@ -21,9 +21,7 @@ import socket
 import ssl
 import struct
 import time
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
@@ -69,13 +67,6 @@ class _Ended(Exception):
         self.text = text
 
 
-class _StaleConnection(Exception):
-    """A kept-alive connection the server had closed before our request reached it."""
-
-
-MAX_STALE_RETRIES = 3
-
-
 class StreamClient:
     """Sends streaming requests of one API flavour to one server and times them."""
 
@@ -92,7 +83,6 @@ class StreamClient:
         self.pool = http_client._connection_pool
         if not isinstance(self.pool, SSLConnectionPool):
             self.pool._is_socket_alive = _socket_alive
-        self._kept_alive: weakref.WeakSet = weakref.WeakSet()  # sockets we returned to the pool
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()  # sizes accepted from the server (header block, one event)
@@ -147,12 +137,7 @@ class StreamClient:
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
         try:
-            for attempt in range(MAX_STALE_RETRIES + 1):
-                try:
-                    self._exchange(data, rec, state, may_retry=attempt < MAX_STALE_RETRIES)
-                    break
-                except _StaleConnection:
-                    continue  # the server closed an idle connection as we reused it: send again
+            self._exchange(data, rec, state)
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except Exception as e:  # noqa: BLE001 - the last line of defence: a reply we could not read
@@ -176,13 +161,15 @@ class StreamClient:
             rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         return rec
 
-    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState, may_retry: bool) -> None:
+    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:
+        """One request on one connection, never sent twice: the pool drops a kept-alive connection
+        the server closed while it sat idle before a byte is written (`_socket_alive`); once the
+        request is written, the server may have read it, so a close before the reply is a failure."""
         pool = self.pool
         try:
             sock = pool.get_socket()
         except OSError as e:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
-        reused = sock in self._kept_alive
         resp = None
         # No per-read socket timeout (gevent arms a timer for every read that waits): the
         # process's watchdog closes the socket of a request that received nothing for too long.
@@ -217,10 +204,9 @@ class StreamClient:
         except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) if watch.fired else ():
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
-            if rec.t_headers is None and reused and may_retry:
-                raise _StaleConnection() from None
-            kind = Outcome.CONNECT_ERROR if rec.t_headers is None else Outcome.TRUNCATED
-            raise _Ended(kind, f"connection closed: {e}") from None
+            if rec.t_headers is None:  # not sent again: the server may have read it
+                raise _Ended(Outcome.CONNECT_ERROR, f"connection closed before the reply: {e}") from None
+            raise _Ended(Outcome.TRUNCATED, f"connection closed: {e}") from None
         except HTTPParseError as e:
             if rec.t_headers is None:
                 raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: {_parse_error_text(e)}") from None
@@ -233,7 +219,6 @@ class StreamClient:
             # Exactly one of: back to the pool (body read to its end on a keep-alive
             # connection), or closed (anything else, including a kill or the total timeout).
             if resp is not None and resp.message_complete and not resp.should_close():
-                self._kept_alive.add(sock)
                 pool.return_socket(sock)
             else:
                 pool.release_socket(sock)
