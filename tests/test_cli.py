@@ -4,10 +4,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from llm_locust.sim.process import SimProcess
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 SECRET = "sk-test-0123456789abcdef-DO-NOT-LOG"
 
@@ -104,6 +113,7 @@ def test_a_plan_runs_with_its_name_and_a_results_file_runs_it_again(tmp_path):
     assert r["plan"]["early_stop"]["flat_steps"] == 0 and r["plan"]["early_stop"]["on_slo"] is True
     assert r["plan"]["ladder"]["stable"]["windows"] == 2 and r["plan"]["sim"]["slots"] == 4
     assert "tiny ladder" in (tmp_path / "r.html").read_text()
+    assert (tmp_path / "r.workload.jsonl").is_file()  # a plan's synthetic workload lies beside its results
     # again from the results file, written elsewhere: the same effective plan
     p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "r.json", "--results", "again.json",
                         "--report", "again.html"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
@@ -263,3 +273,31 @@ def test_the_event_size_limit_reaches_the_client(tmp_path, big_event_server):
     assert outcomes()["stream_error"] == 0
     limited = outcomes("--max-event-bytes", "2048")
     assert limited["ok"] == 0 and limited["stream_error"] > 0
+
+
+def test_web_waits_for_start_on_loopback(tmp_path):
+    """The first round bound 0.0.0.0 and started the test at once."""
+    import psutil
+    import requests
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-port", str(port)],
+                            stdout=open(tmp_path / "out.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        state = None
+        while time.monotonic() < deadline and state is None:
+            try:
+                state = requests.get(f"http://127.0.0.1:{port}/llm/data", timeout=5).json()["state"]
+            except (requests.RequestException, ValueError):
+                time.sleep(0.2)  # polling until the web UI answers, bounded by the deadline
+        assert state == "ready"
+        addresses = {c.laddr.ip for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                     for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        assert addresses == {"127.0.0.1"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -183,6 +183,9 @@ def from_options(namespace: Any) -> Settings:
                 continue
         given.values[name] = v
         given.where[name] = flag_names(name, opt)
+    if given.values.get("ladder"):  # the ladder's shape sets Locust's users and spawn rate itself
+        for name in ("users", "spawn_rate"):
+            given.values.pop(name, None)
     return _validate(given)
 
 
