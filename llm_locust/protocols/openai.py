@@ -158,7 +158,7 @@ class OpenAIAdapter:
         body.update(spec.extra_body)
         return self.path, orjson.dumps(body)
 
-    def feed(self, payload: bytes, state: StreamState) -> int:
+    def feed(self, payload: bytes, state: StreamState) -> int:  # noqa: C901 - one pass over one event
         try:
             obj = _loads(payload)
         except _JSONDecodeError:
@@ -190,8 +190,11 @@ class OpenAIAdapter:
                         raise wrong_type("delta", delta, "an object")
                     text = delta.get("content")
                     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                    if not text and delta.get("tool_calls"):
+                    calls = delta.get("tool_calls")
+                    if not text and calls:
                         kind = CONTENT  # generated tool-call tokens; no visible text
+                        if state.collect_text:
+                            _collect_tool_calls(calls, state)
                 if text:
                     if type(text) is not str:
                         raise wrong_type("content" if delta is not None else "text", text, "a string")
@@ -277,3 +280,32 @@ def parse_models(body: bytes) -> list[str]:
 
 COMPLETIONS = OpenAIAdapter("openai-completions", "/v1/completions", chat=False)
 CHAT = OpenAIAdapter("openai-chat", "/v1/chat/completions", chat=True)
+
+
+def _collect_tool_calls(calls: Any, state: StreamState) -> None:
+    """Assemble streamed tool calls (kept only with the text): each delta names its call by
+    `index` and carries pieces of the function's name and arguments."""
+    if type(calls) is not list:
+        raise wrong_type("tool_calls", calls, "an array")
+    kept = state.extra.setdefault("tool_calls", [])
+    for call in calls:
+        if type(call) is not dict:
+            raise wrong_type("tool_calls[]", call, "an object")
+        index = call.get("index", len(kept))
+        if type(index) is not int or not 0 <= index < 1024:
+            raise wrong_type("tool_calls[].index", index, "a small whole number")
+        while len(kept) <= index:
+            kept.append({"id": None, "name": "", "arguments": ""})
+        target = kept[index]
+        if type(call.get("id")) is str:
+            target["id"] = call["id"]
+        fn = call.get("function")
+        if fn is not None:
+            if type(fn) is not dict:
+                raise wrong_type("tool_calls[].function", fn, "an object")
+            for key in ("name", "arguments"):
+                piece = fn.get(key)
+                if piece is not None:
+                    if type(piece) is not str:
+                        raise wrong_type(f"tool_calls[].function.{key}", piece, "a string")
+                    target[key] += piece

@@ -18,6 +18,7 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
@@ -76,7 +77,9 @@ def _context(env: Environment) -> _ProcessContext:
 
 
 class LLMUser(FastHttpUser):
-    """Closed loop: each user sends the workload's next request as soon as its last one ended."""
+    """The base of every llm-locust user: the run's settings, host, key and metrics, and `self.llm`
+    (runtime.scenario.LLMClient) for scenarios written in Python. It has no task of its own:
+    StreamingUser replays the workload; a scenario defines its own @task methods."""
 
     abstract = True
     wait_time = constant(0)
@@ -91,9 +94,15 @@ class LLMUser(FastHttpUser):
         self.adapter = get_adapter(s.api)
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
-        self.stream = StreamClient(http_client, self.host, self.adapter, s.timeouts, headers=self.stream_headers(),
-                                   limits=s.limits)
+        self._http = http_client
+        self.stream = self.stream_client(self.adapter)
+        self.llm = LLMClient(self)
         self._discover_model()
+
+    def stream_client(self, adapter) -> StreamClient:
+        """A client for one API on this user's connections to the host."""
+        s = self.ctx.settings
+        return StreamClient(self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits)
 
     def _discover_model(self) -> None:
         ctx = self.ctx
@@ -113,32 +122,23 @@ class LLMUser(FastHttpUser):
         key = self.ctx.settings.api_key
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    @task
-    def next_request(self) -> None:
-        spec, source = self.ctx.workload.next_spec(self.ctx.model)
-        self.send(spec, source=source)
-        if self.ctx.settings.think_time:
-            gevent.sleep(self.ctx.settings.think_time)
-
-    def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None) -> RequestRecord:
-        """Send one request and account for it; returns its record."""
+    def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None, *,
+             name: str | None = None, collect_text: bool | None = None, stream: StreamClient | None = None) -> RequestRecord:
+        """Send one request and account for it (under `name` in Locust's table); returns its record."""
         ctx = self.ctx
         step = self.metrics.on_sent()
         rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
 
         def done(rec: RequestRecord) -> None:
             rec.source = source
-            self._done(rec)
+            account(self.environment, rec, name)
 
-        rec = self.stream.send(spec, rid, t_sched, on_cancel=done, step=step)
+        rec = (stream or self.stream).send(spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text)
         done(rec)
         return rec
 
-    def _done(self, rec: RequestRecord) -> None:
-        account(self.environment, rec)
 
-
-def account(env: Environment, rec: RequestRecord) -> None:
+def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
     """Fold a finished request into the process's metrics and into Locust's own table."""
     if rec.error:
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
@@ -147,7 +147,7 @@ def account(env: Environment, rec: RequestRecord) -> None:
         return  # not a failure of the server: counted in our figures, kept out of Locust's table
     env.events.request.fire(
         request_type="POST",
-        name=rec.api,
+        name=name or rec.api,
         response_time=(rec.e2e or 0.0) * 1000.0,
         response_length=rec.n_out,
         response=None,
@@ -159,4 +159,12 @@ def account(env: Environment, rec: RequestRecord) -> None:
 
 
 class StreamingUser(LLMUser):
-    """The closed-loop user of the bundled locustfiles and of concurrency ladders."""
+    """Closed loop over the workload: each user sends the next record as soon as its last request
+    ended (the bundled locustfiles' user, and concurrency ladders')."""
+
+    @task
+    def next_request(self) -> None:
+        spec, source = self.ctx.workload.next_spec(self.ctx.model)
+        self.send(spec, source=source)
+        if self.ctx.settings.think_time:
+            gevent.sleep(self.ctx.settings.think_time)

@@ -1,0 +1,129 @@
+"""Scenarios written in Python: `self.llm` on every LLMUser.
+
+    class RagUser(LLMUser):
+        @task
+        def ask(self):
+            r = self.llm.chat([{"role": "user", "content": "hi"}], max_tokens=64, keep_text=True, name="ask")
+            if r.ok:
+                self.llm.chat([... r.text ...], name="follow-up")
+
+Each call is one request, timed and accounted like any other (Locust's table under `name`, the
+metrics hub, the exporter, the ladder's steps, the record log), and returns an `LLMResult`. The
+reply's text is kept only when asked (`keep_text=True`): the hot path stays as fast as the trace
+replay's. Every call goes to the run's host, with the run's key, timeouts and limits; `api`
+defaults per method (chat: openai-chat, complete: openai-completions, ...).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_locust.metrics.records import RequestRecord
+from llm_locust.protocols import API_NAMES, get_adapter
+from llm_locust.protocols.base import RequestSpec
+
+
+@dataclass
+class LLMResult:
+    """What one call got: the reply (text and tool calls when kept), its usage and its timings."""
+
+    ok: bool
+    outcome: str
+    error: str | None
+    text: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int = 0
+    ttft: float | None = None  # seconds to the first output token (tool-call tokens included)
+    e2e: float | None = None
+    finish_reason: str | None = None
+    record: RequestRecord | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, rec: RequestRecord) -> "LLMResult":
+        return cls(ok=rec.ok, outcome=rec.outcome.value, error=rec.error, text=rec.text,
+                   tool_calls=list((rec.extra or {}).get("tool_calls") or []), input_tokens=rec.n_in,
+                   output_tokens=rec.n_out, ttft=rec.ttft, e2e=rec.e2e, finish_reason=rec.finish_reason, record=rec)
+
+
+class LLMClient:
+    """The calls a scenario makes; one per user (`self.llm`)."""
+
+    def __init__(self, user) -> None:
+        self.user = user
+        self._clients: dict[str, Any] = {}
+        self._ids = itertools.count()
+
+    def _stream(self, api: str):
+        client = self._clients.get(api)
+        if client is None:
+            if api not in API_NAMES:
+                raise ValueError(f"unknown API {api!r}; one of {', '.join(API_NAMES)}")
+            client = self._clients[api] = self.user.stream_client(get_adapter(api))
+        return client
+
+    def send(self, api: str, spec: RequestSpec, *, name: str | None = None, keep_text: bool = False) -> LLMResult:
+        """One request of any API, accounted under `name` (default: the API's name)."""
+        user = self.user
+        if spec.model is None:
+            spec.model = user.ctx.model
+        rec = user.send(spec, name=name, collect_text=keep_text, stream=self._stream(api))
+        return LLMResult.of(rec)
+
+    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None, model: str | None = None,
+             name: str | None = None, keep_text: bool = False, exact: bool = False, tools: list | None = None,
+             tool_choice: Any = None, response_format: dict | None = None, api: str = "openai-chat",
+             **params: Any) -> LLMResult:
+        """A streamed chat completion. `tools` / `tool_choice` / `response_format` go to the server as
+        the OpenAI API takes them; the model's tool calls come back in `result.tool_calls` (with
+        keep_text). `exact=True` asks for exactly max_tokens (ignore_eos / min_tokens)."""
+        extra = dict(params)
+        for key, value in (("tools", tools), ("tool_choice", tool_choice), ("response_format", response_format)):
+            if value is not None:
+                extra[key] = value
+        spec = RequestSpec(model=model, messages=messages, max_tokens=max_tokens, force_length=exact, extra_body=extra)
+        return self.send(api, spec, name=name, keep_text=keep_text)
+
+    def complete(self, prompt: str, *, max_tokens: int | None = None, model: str | None = None,
+                 name: str | None = None, keep_text: bool = False, exact: bool = False,
+                 api: str = "openai-completions", **params: Any) -> LLMResult:
+        """A streamed text completion."""
+        spec = RequestSpec(model=model, prompt=prompt, max_tokens=max_tokens, force_length=exact, extra_body=dict(params))
+        return self.send(api, spec, name=name, keep_text=keep_text)
+
+    def responses(self, input: str | list, *, max_tokens: int | None = None, model: str | None = None,
+                  name: str | None = None, keep_text: bool = False, **params: Any) -> LLMResult:
+        """The OpenAI Responses API, streamed (`input`: text or a list of messages)."""
+        spec = RequestSpec(model=model, max_tokens=max_tokens, extra_body=dict(params))
+        if isinstance(input, str):
+            spec.prompt = input
+        else:
+            spec.messages = input
+        return self.send("openai-responses", spec, name=name, keep_text=keep_text)
+
+    def messages(self, messages: list[dict[str, Any]], *, max_tokens: int = 256, model: str | None = None,
+                 name: str | None = None, keep_text: bool = False, **params: Any) -> LLMResult:
+        """Anthropic's Messages API, streamed (`max_tokens` is required by that API)."""
+        spec = RequestSpec(model=model, messages=messages, max_tokens=max_tokens, extra_body=dict(params))
+        return self.send("anthropic-messages", spec, name=name, keep_text=keep_text)
+
+
+def scenario_failed(user_instance, exception, tb=None, **_kw) -> None:
+    """A scenario's task raised: a counted failure row in Locust's table (the traceback is in
+    Locust's exceptions already), and the user goes on with its next task. Locust names the
+    task set as `user_instance`; its `user` is the user."""
+    user = getattr(user_instance, "user", user_instance)
+    if not isinstance(user, _llm_user_class()):
+        return
+    user.environment.events.request.fire(
+        request_type="SCENARIO", name=f"scenario error: {type(user).__name__}", response_time=0.0,
+        response_length=0, response=None, context={}, exception=exception, url=None)
+
+
+def _llm_user_class():
+    from llm_locust.runtime.users import LLMUser
+
+    return LLMUser
+
