@@ -133,7 +133,8 @@ def test_speed_ladder_replays_the_trace_at_each_speed(tmp_path):
 
 
 def test_server_down_stops_the_ladder_at_its_first_step_and_keeps_the_results(tmp_path):
-    results, _ = run_ladder(tmp_path, "http://127.0.0.1:9", "concurrency:1,2,4", "--model", "m", "--step-duration", "3", "--warmup", "1", expect_rc=1)
+    results, _ = run_ladder(tmp_path, "http://127.0.0.1:9", "concurrency:1,2,4", "--model", "m", "--step-duration", "3", "--warmup", "1",
+                            "--no-preflight", "--no-fail-fast", expect_rc=1)  # the ladder's own stop, not the preflight's
     lad = results["ladder"]
     assert len(lad["steps"]) == 1 and "no request succeeded" in lad["stop_reason"]
     assert results["summary"]["outcomes"]["connect_error"] > 0
