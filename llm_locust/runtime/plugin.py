@@ -156,7 +156,7 @@ def _on_init(environment, **_kw: Any) -> None:
 
     dispatcher.install(environment)
     runner = environment.runner
-    from llm_locust.runtime.scenario import scenario_failed
+    from llm_locust.runtime.users import scenario_failed
 
     environment.events.user_error.add_listener(scenario_failed)  # a scenario that raises: a counted failure
     if isinstance(runner, WorkerRunner):

@@ -108,22 +108,3 @@ class LLMClient:
         """Anthropic's Messages API, streamed (`max_tokens` is required by that API)."""
         spec = RequestSpec(model=model, messages=messages, max_tokens=max_tokens, extra_body=dict(params))
         return self.send("anthropic-messages", spec, name=name, keep_text=keep_text)
-
-
-def scenario_failed(user_instance, exception, tb=None, **_kw) -> None:
-    """A scenario's task raised: a counted failure row in Locust's table (the traceback is in
-    Locust's exceptions already), and the user goes on with its next task. Locust names the
-    task set as `user_instance`; its `user` is the user."""
-    user = getattr(user_instance, "user", user_instance)
-    if not isinstance(user, _llm_user_class()):
-        return
-    user.environment.events.request.fire(
-        request_type="SCENARIO", name=f"scenario error: {type(user).__name__}", response_time=0.0,
-        response_length=0, response=None, context={}, exception=exception, url=None)
-
-
-def _llm_user_class():
-    from llm_locust.runtime.users import LLMUser
-
-    return LLMUser
-

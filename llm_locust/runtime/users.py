@@ -168,3 +168,15 @@ class StreamingUser(LLMUser):
         self.send(spec, source=source)
         if self.ctx.settings.think_time:
             gevent.sleep(self.ctx.settings.think_time)
+
+
+def scenario_failed(user_instance, exception, tb=None, **_kw) -> None:
+    """A scenario's task raised: a counted failure row in Locust's table (the traceback is in
+    Locust's exceptions already), and the user goes on with its next task. Locust names the
+    task set as `user_instance`; its `user` is the user."""
+    user = getattr(user_instance, "user", user_instance)
+    if not isinstance(user, LLMUser):
+        return
+    user.environment.events.request.fire(
+        request_type="SCENARIO", name=f"scenario error: {type(user).__name__}", response_time=0.0,
+        response_length=0, response=None, context={}, exception=exception, url=None)
