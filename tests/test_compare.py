@@ -349,3 +349,46 @@ def test_labels_must_match_the_files():
         cmp._unique_labels(["a.json", "b.json"], ["x", "y", "z"])
     assert cmp._unique_labels(["x/r.json", "y/r.json"], []) == ["x/r", "y/r"]
     assert os.path.basename(cmp._unique_labels(["a.json", "a.json"], [])[1]).endswith("#2")
+
+
+# ---- CI gates ----
+
+
+def test_gates_fail_on_a_missed_pass_line_and_write_junit(runs, tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n    pass: '>= 1'\n"
+                           "  - metric: ttft_p99\n    pass: '<= 1ms'\n")
+    a, b = runs[SLOTS[0]], runs[SLOTS[1]]
+    rc, _out, err = _main(capsys, a, b, "--weights", w)
+    assert rc == 0  # no gate asked for: the matrix is written, the exit is 0
+    junit = tmp_path / "gates.xml"
+    rc, _out, err = _main(capsys, a, b, "--weights", w, "--fail-on", "pass-lines", "--junit", junit)
+    assert rc == 1
+    assert err.count("FAIL") == 2 and "ttft_p99" in err and "needs <= 1 ms" in err
+    root = ET.parse(junit).getroot()
+    assert root.get("tests") == "4" and root.get("failures") == "2"
+    cases = {(s.get("name"), c.get("name")): c.find("failure") is not None for s in root for c in s}
+    assert all(failed for (_, name), failed in cases.items() if "ttft_p99" in name)
+    assert not any(failed for (_, name), failed in cases.items() if "output_tokens_per_s" in name)
+
+
+def test_regression_gate_against_a_baseline(runs, tmp_path, capsys):
+    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n")
+    few, many = runs[SLOTS[0]], runs[SLOTS[1]]  # fewer slots: less throughput
+    rc, _out, err = _main(capsys, many, few, "--weights", w, "--fail-on", "regression")
+    assert rc == 1 and "against the baseline's" in err and "allowed -5.0%" in err
+    assert _main(capsys, few, many, "--weights", w, "--fail-on", "regression")[0] == 0
+    same = _edited(many, tmp_path / "same.json", lambda d: d["summary"].update(
+        output_tokens_per_s=d["summary"]["output_tokens_per_s"] * 0.97))
+    assert _main(capsys, many, same, "--weights", w, "--fail-on", "regression", "--tolerance", "5%")[0] == 0
+    assert _main(capsys, many, same, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fail-on", "speed"], "--fail-on: unknown gate 'speed'; one of pass-lines, regression"),
+    (["--fail-on", "regression", "--tolerance", "lots"], "--tolerance: expected a fraction or a percentage"),
+])
+def test_bad_gate_options_are_refused(runs, capsys, argv, message):
+    rc, _out, err = _main(capsys, runs[SLOTS[0]], runs[SLOTS[1]], *argv)
+    assert rc == 2 and message in err

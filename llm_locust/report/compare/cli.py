@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llm-locust compare",
         description="Line up results files side by side and write a weighted decision matrix "
-        "(docs/compare.md). Exit status 0: written; 2: bad input, or runs not comparable with --strict.",
+        "(docs/compare.md). Exit status 0: written (and every gate passed); 1: a gate of --fail-on failed; "
+        "2: bad input, or runs not comparable with --strict.",
     )
     p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of `llm-locust run --results`")
     p.add_argument("--weights", metavar="W.yaml", help="criteria: metric, weight, pass line, scope (default: a built-in set)")
@@ -34,7 +35,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="a name per results file, in order (default: the file name)")
     p.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
+    p.add_argument("--fail-on", action="append", default=[], metavar="GATE",
+                   help="exit 1 when a gate fails: pass-lines (a run misses a pass line of the weights), "
+                   "regression (a later run is worse than the first, the baseline, beyond --tolerance); "
+                   "repeat or comma-separate")
+    p.add_argument("--tolerance", default="5%", metavar="PCT",
+                   help="regression: how much worse than the baseline a figure may be (default 5%%)")
+    p.add_argument("--junit", metavar="FILE", help="write the gates' test cases as JUnit XML")
     return p
+
+
+def _gates(args: argparse.Namespace) -> tuple[list[str], float]:
+    from llm_locust.report.compare.gates import GATES
+
+    gates = [g.strip() for a in args.fail_on for g in a.split(",") if g.strip()]
+    for g in gates:
+        if g not in GATES:
+            raise CompareError(f"--fail-on: unknown gate {g!r}; one of {', '.join(GATES)}")
+    text = str(args.tolerance).strip()
+    try:
+        tol = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise CompareError(f"--tolerance: expected a fraction or a percentage (5%), got {text!r}") from None
+    if not 0 <= tol < 1:
+        raise CompareError(f"--tolerance: must be between 0 and 100%, got {text!r}")
+    if "regression" in gates and len(args.results) < 2:
+        raise CompareError("--fail-on regression needs a baseline and at least one run to compare with it")
+    return gates, tol
 
 
 def _format_for(args: argparse.Namespace) -> str:
@@ -54,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     prog = "llm-locust compare"
     try:
+        gates, tolerance = _gates(args)
         cmp = compare(args.results, args.label, args.weights)
     except (ResultsError, CompareError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -80,4 +108,22 @@ def main(argv: list[str] | None = None) -> int:
             for i in blocking:
                 print(f"{prog}: warning: {i.text()}", file=sys.stderr)
         sys.stdout.write(text)
+    return _run_gates(prog, cmp, gates, tolerance, args.junit)
+
+
+def _run_gates(prog: str, cmp: Comparison, gates: list[str], tolerance: float, junit: str | None) -> int:
+    from llm_locust.report.compare.gates import cases_for, junit_xml
+
+    cases = cases_for(cmp, gates or ["pass-lines"], tolerance) if (gates or junit) else []
+    if junit:
+        try:
+            write_atomic(junit, junit_xml(cases))
+        except OSError as e:
+            print(f"{prog}: error: cannot write {junit}: {e.strerror or e}", file=sys.stderr)
+            return 2
+    failed = [k for k in cases if not k.passed]
+    if gates and failed:
+        for k in failed:
+            print(f"{prog}: FAIL {k.suite}: {k.message}", file=sys.stderr)
+        return 1
     return 0

@@ -1,0 +1,96 @@
+"""CI gates over a comparison: each criterion of each run as a test case that passes or fails.
+
+- pass lines (`--fail-on pass-lines`): a run fails a criterion whose pass line it misses;
+- regression (`--fail-on regression`): the first results file is the baseline; a later run fails
+  a criterion whose figure is worse than the baseline's by more than the tolerance (a fraction
+  of the baseline's value, in the criterion's direction; `--tolerance 5%`), or has none.
+
+`junit_xml` writes the cases as JUnit XML (a test suite per run, a test case per criterion), the
+format CI systems show test by test.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from llm_locust.report.compare.comparison import Comparison
+from llm_locust.report.compare.format import _fmt_pass, _fmt_value
+
+GATES = ("pass-lines", "regression")
+
+
+@dataclass(frozen=True)
+class Case:
+    suite: str  # the run's label
+    name: str  # "pass line: ttft_p99" / "regression: ttft_p99"
+    passed: bool
+    message: str
+
+
+def pass_line_cases(c: Comparison) -> list[Case]:
+    out = []
+    for i, crit in enumerate(c.matrix.criteria):
+        if crit.pass_line is None:
+            continue
+        for j, run in enumerate(c.runs):
+            cell = c.matrix.cells[i][j]
+            need = _fmt_pass(crit.metric, crit.pass_line, run)
+            got = "no value" if cell.value is None else _fmt_value(run, crit.metric, cell.value, cell.bound)
+            out.append(Case(run.label, f"pass line: {crit.name}", bool(cell.passed), f"{crit.name} {got}, needs {need}"))
+    return out
+
+
+def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
+    """Every run after the first against the first, criterion by criterion."""
+    out = []
+    if len(c.runs) < 2:
+        return out
+    base_run = c.runs[0]
+    for i, crit in enumerate(c.matrix.criteria):
+        base = c.matrix.cells[i][0].value
+        if base is None:
+            continue  # nothing to regress from
+        higher = crit.metric.higher_is_better
+        limit = base * (1 - tolerance) if higher else base * (1 + tolerance)
+        for j in range(1, len(c.runs)):
+            run = c.runs[j]
+            v = c.matrix.cells[i][j].value
+            shown_base = _fmt_value(base_run, crit.metric, base)
+            if v is None:
+                out.append(Case(run.label, f"regression: {crit.name}", False, f"{crit.name}: no value (baseline {shown_base})"))
+                continue
+            ok = v >= limit if higher else v <= limit
+            change = (v - base) / base if base else 0.0
+            out.append(Case(run.label, f"regression: {crit.name}", ok,
+                            f"{crit.name} {_fmt_value(run, crit.metric, v)} against the baseline's {shown_base} "
+                            f"({change:+.1%}; allowed {'-' if higher else '+'}{tolerance:.1%})"))
+    return out
+
+
+def cases_for(c: Comparison, gates: list[str], tolerance: float) -> list[Case]:
+    out: list[Case] = []
+    if "pass-lines" in gates:
+        out += pass_line_cases(c)
+    if "regression" in gates:
+        out += regression_cases(c, tolerance)
+    return out
+
+
+def junit_xml(cases: list[Case]) -> str:
+    root = ET.Element("testsuites", name="llm-locust compare", tests=str(len(cases)),
+                      failures=str(sum(not k.passed for k in cases)))
+    suites: dict[str, ET.Element] = {}
+    for k in cases:
+        suite = suites.get(k.suite)
+        if suite is None:
+            suite = suites[k.suite] = ET.SubElement(root, "testsuite", name=k.suite, tests="0", failures="0")
+        suite.set("tests", str(int(suite.get("tests")) + 1))
+        case = ET.SubElement(suite, "testcase", classname=k.suite, name=k.name)
+        if k.passed:
+            ET.SubElement(case, "system-out").text = k.message
+        else:
+            suite.set("failures", str(int(suite.get("failures")) + 1))
+            ET.SubElement(case, "failure", message=k.message).text = k.message
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
