@@ -80,9 +80,15 @@ def run(argv: list[str]) -> int:
         print(f"llm-locust: {e}", file=sys.stderr)
         return 2
     mode = settings.mode
+    from llm_locust.settings.workers import choose
+
+    n_workers, workers_why = choose(settings)
+    if settings.workers == "auto":
+        print(f"workers: {workers_why}", flush=True)
+    settings = settings.model_copy(update={"workers": n_workers})
     locustfile = settings.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
     run_only = {"workers": settings.workers, "sim_slots": settings.sim_slots, "sim_fast": settings.sim_fast,
-                "locustfile": settings.locustfile}
+                "locustfile": settings.locustfile, "workers_why": workers_why}
     sim = None
     host = settings.host
     if not host:

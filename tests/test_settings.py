@@ -330,7 +330,7 @@ def test_bad_ladders_slos_and_workloads_in_a_plan(tmp_path):
         "workload: {synthetic: 'requests=5,colour=red'}": "bad synthetic workload item 'colour=red'",
         "max_tokens: 100\nmax_tokens_cap: 50": "max_tokens: 100 is above max_tokens_cap 50",
         "sim: {slots: 0}": "sim.slots: Input should be greater than or equal to 1",
-        "workers: -2": "workers: Input should be greater than or equal to 0",
+        "workers: -2": "workers: expected a number of workers >= 0 or auto, got -2",
     }
     for body, message in cases.items():
         p = problems(tmp_path, body + "\n")
@@ -404,3 +404,29 @@ def test_every_option_names_its_plan_key_in_help():
     for name, (_, opt) in options().items():
         if opt.plan:
             assert f"[plan: {opt.plan}]" in text, name
+
+
+@pytest.mark.parametrize("argv, cores, workers", [
+    (["-u", "2000"], 16, 4),               # 2000 streams, ~500 a process
+    (["-u", "100"], 16, 0),                # one process is plenty
+    (["-u", "5000"], 4, 3),                # at most the cores less one
+    (["-u", "2000"], 2, 0),                # two cores: a master and one worker gain nothing
+    (["--ladder", "concurrency:1..1024"], 8, 3),
+    (["--ladder", "rate:10..100", "--max-tokens", "500"], 8, 2),  # 100 req/s x 10 s each
+    (["--replay", "--max-in-flight", "1600"], 8, 4),
+    (["-u", "2000", "--workers", "1"], 16, 1),  # given: kept
+])
+def test_workers_auto_follows_the_planned_load(argv, cores, workers):
+    from llm_locust.settings.workers import choose
+
+    n, why = choose(derive.resolve(None, cli(*argv)), cores=cores)
+    assert n == workers, why
+    assert why == "given" if "--workers" in argv else why.startswith("auto:")
+
+
+def test_workers_takes_a_number_or_auto():
+    assert derive.resolve(None, cli("--workers", "auto")).workers == "auto"
+    assert derive.resolve(None, cli("--workers", "3")).workers == 3
+    for bad in ("-1", "many"):
+        with pytest.raises(PlanError, match="--workers"):
+            derive.resolve(None, cli("--workers", bad))

@@ -136,6 +136,7 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     and what `llm-locust run` used itself (workers, the simulator, the locustfile)."""
     run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
     values = {"workers": n_workers, "replay": mode == "replay", **run_only}
+    values.pop("workers_why", None)
     if values.pop("sim_started", False):
         values["host"] = ""  # the built-in simulator: a re-run starts one again
     return derive.to_plan(settings.model_copy(update=values))
@@ -227,6 +228,9 @@ def _on_init(environment, **_kw: Any) -> None:
         if h.total.empty:
             return
         print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
+        why = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
+        if why:
+            print(f"workers: {why}", file=sys.stdout, flush=True)
         ctl = shapes.controller(environment)
         ladder = ctl.report() if ctl is not None else None
         if scraper is not None and scraper.series.samples:
@@ -267,6 +271,7 @@ def _on_init(environment, **_kw: Any) -> None:
             run["started_at_utc"] = _utc(h.started_at)
             run["load"] = _load(environment, settings)
             run["name"] = settings.name
+            run["workers_why"] = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
             results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
             env = results["environment"]
             env["server"] = {"url": environment.host, "kind": scraper.series.server if scraper is not None else None,

@@ -231,6 +231,16 @@ def _input_file(v: str) -> str:
 Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
 
 
+def _workers(v: Any) -> Any:
+    if isinstance(v, str) and v.strip().lower() == "auto":
+        return "auto"
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+        raise ValueError(f"expected a number of workers >= 0 or auto, got {v}")
+    return v
+
+
 class Settings(BaseModel):
     """The settings of one run. settings.derive reads them (`from_options`: Locust's parsed options;
     `load_plan` + `resolve`: a YAML plan and the command line) and writes them (`to_plan`)."""
@@ -288,7 +298,7 @@ class Settings(BaseModel):
     flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
     flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
     stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
-    workers: Annotated[int, Field(ge=0), Opt("load", "run N local worker processes under a master (0: one process)", plan="workers", run_only=True)] = 0
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
     locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
     web: Annotated[bool, Opt("load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True)] = False
 

@@ -1,0 +1,54 @@
+"""How many local worker processes a run needs: `--workers auto`.
+
+One client process takes about 55,000 output tokens per CPU-second with every metric on (the
+paced benchmark in benchmarks/README.md: ~18 us of CPU a token). A stream paced at a typical
+50 tokens/s then costs ~0.1% of a core: one process saturates near 1,100 concurrent streams.
+`auto` keeps each process at half of that (STREAMS_PER_PROCESS), so its event loop stays on
+time, and never runs more workers than the machine has cores less one (the master's).
+
+The planned concurrency: a closed loop's users; a concurrency ladder's top step; a rate
+ladder's top rate times a request's expected length (max tokens at 50 tokens/s, or 10 s);
+a replay's --max-in-flight when set (else one process: a trace's own peak is not known yet).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+STREAMS_PER_PROCESS = 500
+TOKENS_PER_S_PER_STREAM = 50.0
+DEFAULT_REQUEST_S = 10.0
+
+
+def planned_concurrency(settings) -> int:
+    if settings.ladder:
+        from llm_locust.settings.ladder import parse_ladder
+
+        ld = parse_ladder(settings.ladder)
+        top = max(ld.levels)
+        if ld.kind == "concurrency":
+            return int(top)
+        if ld.kind == "rate":
+            seconds = settings.max_tokens / TOKENS_PER_S_PER_STREAM if settings.max_tokens else DEFAULT_REQUEST_S
+            return int(math.ceil(top * seconds))
+        return settings.max_in_flight or 0
+    if settings.replay:
+        return settings.max_in_flight or 0
+    return settings.users or 8
+
+
+def choose(settings, cores: int | None = None) -> tuple[int, str]:
+    """(workers, why) for `settings.workers`; a number given by the user is kept as it is."""
+    if settings.workers != "auto":
+        return int(settings.workers), "given"
+    cores = cores or os.cpu_count() or 1
+    streams = planned_concurrency(settings)
+    need = math.ceil(streams / STREAMS_PER_PROCESS) if streams else 1
+    most = max(cores - 1, 1)
+    if need <= 1 or most < 2:
+        why = (f"auto: one process ({streams} planned concurrent streams; one process takes ~{STREAMS_PER_PROCESS})"
+               if need <= 1 else f"auto: one process ({streams} planned streams would want {need}, but {cores} cores leave one)")
+        return 0, why
+    n = min(need, most)
+    return n, f"auto: {n} workers ({streams} planned concurrent streams, ~{STREAMS_PER_PROCESS} a process, {cores} cores)"
