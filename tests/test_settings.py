@@ -127,6 +127,11 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "metrics_interval": (0.5, {}),
         "prometheus_port": (9646, {}),
         "prometheus_host": ("0.0.0.0", {}),
+        "gpus": (8, {}),
+        "prefill_gpus": (2, {"decode_gpus": 6}),
+        "decode_gpus": (6, {"prefill_gpus": 2}),
+        "gpu_hour_price": (3.5, {}),
+        "gpu_prices": ({"H200": 3.5, "NVIDIA A100-SXM4-80GB": 1.8}, {}),
         "sim_slots": (32, {}),
         "sim_fast": (True, {}),
     }
@@ -206,8 +211,10 @@ def test_the_command_line_wins_over_the_plan(tmp_path):
         flag = opt.flag_for(name)
         if isinstance(default, bool):
             argv = [flag]
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and name == "slo":
             argv = [flag, ",".join(f"{k}={v}" if k == "error_rate" else f"{k}={v}s" for k, v in value.items())]
+        elif isinstance(value, dict):
+            argv = [flag, ",".join(f"{k}={v}" for k, v in value.items())]
         else:
             argv = [flag, str(value)]
         s = derive.resolve(plan, cli(*argv))

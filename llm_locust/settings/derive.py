@@ -378,11 +378,13 @@ def to_plan(s: Settings) -> dict[str, Any]:
     return out
 
 
-def _text(v: Any) -> str:
+def _text(v: Any, name: str = "") -> str:
     if isinstance(v, float):
         return repr(v) if not 1e-4 <= abs(v) < 1e15 and v else f"{v:.12g}"
-    if isinstance(v, dict):  # SLOs: latency limits with their unit, so any value reads back the same
+    if isinstance(v, dict) and name == "slo":  # latency limits with their unit, so any value reads back the same
         return ",".join(f"{k}={_text(x)}" if k == "error_rate" else f"{k}={_text(x)}s" for k, x in v.items())
+    if isinstance(v, dict):
+        return ",".join(f"{k}={_text(x)}" for k, x in v.items())
     return str(v)
 
 
@@ -406,5 +408,5 @@ def to_locust_argv(s: Settings) -> list[str]:
         if isinstance(default, bool):
             argv.append(flag)
         else:
-            argv += [flag, _text(v)]
+            argv += [flag, _text(v, name)]
     return argv

@@ -231,6 +231,32 @@ def _input_file(v: str) -> str:
 Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
 
 
+def _prices(v: Any) -> Any:
+    """GPU type -> price of one GPU-hour, from `TYPE=PRICE,...` or a mapping; each >= 0."""
+    if v is None or v == "":
+        return {}
+    if isinstance(v, str):
+        items = {}
+        for part in filter(None, (p.strip() for p in v.split(","))):
+            name, sep, price = part.rpartition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"bad price {part!r}: expected GPU_TYPE=PRICE, e.g. H200=3.5")
+            items[name.strip()] = price.strip()
+        v = items
+    if not isinstance(v, dict):
+        raise ValueError("expected GPU_TYPE=PRICE,... or a mapping of GPU type: price")
+    out = {}
+    for name, price in v.items():
+        try:
+            p = float(price)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected a price, got {price!r}") from None
+        if not (p >= 0 and math.isfinite(p)):
+            raise ValueError(f"{name}: a price must be >= 0, got {price!r}")
+        out[str(name)] = p
+    return out
+
+
 def _workers(v: Any) -> Any:
     if isinstance(v, str) and v.strip().lower() == "auto":
         return "auto"
@@ -319,6 +345,13 @@ class Settings(BaseModel):
     prometheus_port: Annotated[int, Field(ge=0, le=65535), Opt("observe", "serve the run's Prometheus metrics on this port (master / local; 0: off)", plan="observe.prometheus_port")] = 0
     prometheus_host: Annotated[Text, Opt("observe", "address for --prometheus-port", plan="observe.prometheus_host")] = "127.0.0.1"
 
+    # ---- efficiency and cost ----
+    gpus: Annotated[int | None, Field(ge=1), Opt("observe", "GPUs serving the model: output tokens/s per GPU and the Pareto frontier per step", plan="cost.gpus")] = None
+    prefill_gpus: Annotated[int | None, Field(ge=1), Opt("observe", "disaggregated serving: GPUs doing prefill (input tokens/s are divided by these)", plan="cost.prefill_gpus")] = None
+    decode_gpus: Annotated[int | None, Field(ge=1), Opt("observe", "disaggregated serving: GPUs doing decode (output tokens/s are divided by these)", plan="cost.decode_gpus")] = None
+    gpu_hour_price: Annotated[Number | None, Field(ge=0), Opt("observe", "price of one GPU-hour: $ per million output (and total) tokens per step and at the knee", plan="cost.gpu_hour_price")] = None
+    gpu_prices: Annotated[dict[str, float], BeforeValidator(_prices), Opt("observe", "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before --gpu-hour-price)", plan="cost.gpu_prices")] = {}
+
     # ---- simulator ----
     sim_slots: Annotated[int, Field(ge=1), Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True)] = 8
     sim_fast: Annotated[bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)] = False
@@ -328,6 +361,8 @@ class Settings(BaseModel):
         problems = []
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
+        if (self.prefill_gpus is None) != (self.decode_gpus is None):
+            problems.append(("prefill_gpus", "disaggregated serving needs both --prefill-gpus and --decode-gpus"))
         if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
             problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
         if self.ladder:
