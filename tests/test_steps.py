@@ -136,7 +136,9 @@ def test_no_slos_means_no_goodput_and_no_verdict_on_slos():
 
 def test_flags_client_saturation_length_mismatch_and_no_data():
     agg = agg_of([rec(1.0, [1.1, 1.2], requested_out=5), rec(1.5, [1.6, 1.7], requested_out=2)])
-    agg.hist["loop_lag"].record(0.050)  # a 50 ms late event loop: the client distorted the figures
+    for _ in range(20):
+        agg.hist["loop_lag"].record(0.001)
+    agg.hist["loop_lag"].record(0.050, 10)  # a third of the samples 50 ms late: sustained, the client distorted them
     s = step_result(agg, step=1, offered=8, offered_kind="concurrency", window=(W, W + 3), warmup=0, slos={})
     assert s.client_valid is False
     assert s.length_checked == 2 and s.length_mismatch == 1

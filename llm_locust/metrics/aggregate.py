@@ -52,6 +52,10 @@ class Aggregate:
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above the validity threshold
         self.cpu_max = 0.0
+        # requests a lost worker had in flight at its last report (or a worker that never sent its
+        # final report): sent, but their outcome never reached the master. Master side only.
+        self.lost = 0
+        self.workers_lost = 0
 
     # ---- recording (worker side) ----
 
@@ -74,7 +78,10 @@ class Aggregate:
         end_bucket = series.get(int(wall_end))
         if end_bucket is None:
             end_bucket = series[int(wall_end)] = [0, 0, 0]
-        end_bucket[1 if rec.ok else 2] += 1
+        if rec.ok:
+            end_bucket[1] += 1
+        elif rec.outcome is not Outcome.CANCELLED:  # cancelled at stop: not a failure of the server
+            end_bucket[2] += 1
 
         times, ntoks = rec.chunk_times, rec.chunk_tokens
         # Tokens by arrival second: most requests fall within one second; else run-length.
@@ -131,7 +138,9 @@ class Aggregate:
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
 
-    def add_cpu_sample(self, percent: float, threshold: float = 90.0) -> None:
+    def add_cpu_sample(self, percent: float, threshold: float | None = None) -> None:
+        if threshold is None:
+            threshold = CPU_LIMIT
         self.cpu_samples += 1
         self.cpu_max = max(self.cpu_max, percent)
         if percent >= threshold:
@@ -167,6 +176,7 @@ class Aggregate:
             "last_end": self.last_end,
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
+            "lost": [self.lost, self.workers_lost],
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
@@ -212,6 +222,9 @@ class Aggregate:
         if d["last_end"] is not None and (self.last_end is None or d["last_end"] > self.last_end):
             self.last_end = d["last_end"]
         self.cpu_max = max(self.cpu_max, d["cpu_max"])
+        lost, workers_lost = d.get("lost") or (0, 0)
+        self.lost += lost
+        self.workers_lost += workers_lost
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens
@@ -236,6 +249,12 @@ class Aggregate:
     @property
     def empty(self) -> bool:
         return self.sent == 0 and self.finished == 0
+
+    @property
+    def unaccounted(self) -> int:
+        """Sent requests with neither an outcome nor a place in `lost`: 0 once a run has ended
+        (sent == ok + failed by kind + cancelled + lost)."""
+        return self.sent - self.finished - self.lost
 
 
 def _bucket(series: dict[int, list[int]], sec: int) -> list[int]:
@@ -307,7 +326,7 @@ def figures(agg: Aggregate) -> dict[str, Any]:
     ok = agg.outcomes.get(Outcome.OK.value, 0)
     out: dict[str, Any] = {
         "sent": agg.sent,
-        "finished": finished,
+        "finished": finished,  # sent == ok + failed (by kind) + cancelled + lost, once a run has ended
         "ok": ok,
         "failed": agg.failed,
         "cancelled": agg.cancelled,
@@ -328,21 +347,19 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         "length_checked": agg.length_checked,
         "length_mismatch": agg.length_mismatch,
         "latency": {k: agg.hist[k].summary() for k in LATENCIES},
-        "client": {
-            "loop_lag": agg.hist["loop_lag"].summary(),
-            "cpu_max_percent": agg.cpu_max,
-            "cpu_samples": agg.cpu_samples,
-            "cpu_high_samples": agg.cpu_high,
-        },
+        "lost": agg.lost,
+        "workers_lost": agg.workers_lost,
+        "client": client_figures(agg),
     }
-    out["client"]["valid"] = client_valid(agg)
     return out
 
 
 def validity(fig: dict[str, Any], max_error_rate: float) -> list[str]:
     """The marks that make `figures()` suspect: client_saturated (the client may have distorted
-    them), errors (error rate above the limit), length_mismatch (outputs not of the length asked
-    for), no_data (nothing succeeded). Runs, aggregate steps and ladder steps use these."""
+    them: `fig["client"]["reasons"]` says which check tripped), errors (error rate above the
+    limit), length_mismatch (outputs not of the length asked for), no_data (nothing succeeded),
+    workers_lost (a worker was lost: the requests it had in flight, `lost`, have no outcome and
+    what it sent after its last report is missing). Runs, aggregate steps and ladder steps use these."""
     flags = []
     if not fig["client"]["valid"]:
         flags.append("client_saturated")
@@ -352,12 +369,69 @@ def validity(fig: dict[str, Any], max_error_rate: float) -> list[str]:
         flags.append("length_mismatch")
     if not fig["ok"]:
         flags.append("no_data")
+    if fig.get("lost") or fig.get("workers_lost"):
+        flags.append("workers_lost")
     return flags
 
 
-def client_valid(agg: Aggregate, lag_p99_limit: float = 0.005, cpu_high_share: float = 0.5) -> bool:
-    """False when the client itself may have distorted the figures (metrics spec)."""
-    lag = agg.hist["loop_lag"].percentile(99)
-    if lag is not None and lag > lag_p99_limit:
-        return False
-    return not (agg.cpu_samples and agg.cpu_high / agg.cpu_samples >= cpu_high_share)
+# Client validity (docs/metrics.md). The client is judged on what distorts its figures, over the
+# measurement only (the hub samples the loop and the CPU after spawning and before stopping, and
+# in a ladder only inside a step's measurement window), and on sustained trouble, not one stall:
+LAG_LIMIT = 0.010  # s: a loop-lag sample above this delays sends and reads by as much
+LAG_SHARE = 0.05  # ... in more than this share of the samples (0.1 s apart)
+LAG_MIN_SAMPLES = 5  # ... and in at least this many of them (half a second of stalls)
+SEND_DELAY_LIMIT = 0.050  # s: p99 of the send delay (t_sent - t_sched: late against the schedule)
+SEND_DELAY_MIN_REQUESTS = 20  # fewer requests than this: too few for a p99
+CPU_LIMIT = 90.0  # %: a CPU sample (one a second) at or above this is "high"
+CPU_SHARE = 0.5  # ... in at least this share of the samples
+CPU_MIN_SAMPLES = 3
+
+
+def client_checks(agg: Aggregate) -> list[dict[str, Any]]:
+    """Every client check with its threshold and measured value; `tripped` marks the failing ones."""
+    checks = []
+    lag = agg.hist["loop_lag"]
+    n = lag.count
+    limit_us = LAG_LIMIT * 1e6
+    over = sum(c for low_us, c in lag.buckets_us() if low_us > limit_us) if n else 0
+    share = over / n if n else 0.0
+    checks.append({
+        "check": "loop_lag", "tripped": n > 0 and over >= LAG_MIN_SAMPLES and share > LAG_SHARE,
+        "value": share, "threshold": LAG_SHARE, "samples": n,
+        "text": f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples (limit {LAG_SHARE:.0%})",
+    })
+    sd = agg.hist["schedule_lag"]
+    p99 = sd.percentile(99) if sd.count >= SEND_DELAY_MIN_REQUESTS else None
+    checks.append({
+        "check": "send_delay", "tripped": p99 is not None and p99 > SEND_DELAY_LIMIT,
+        "value": p99, "threshold": SEND_DELAY_LIMIT, "samples": sd.count,
+        "text": f"send delay against the schedule p99 {'-' if p99 is None else f'{p99 * 1000:.1f}'} ms"
+                f" (limit {SEND_DELAY_LIMIT * 1000:g} ms)",
+    })
+    cs = agg.cpu_samples
+    high = agg.cpu_high / cs if cs else 0.0
+    checks.append({
+        "check": "cpu", "tripped": cs >= CPU_MIN_SAMPLES and high >= CPU_SHARE,
+        "value": high, "threshold": CPU_SHARE, "samples": cs,
+        "text": f"CPU at or above {CPU_LIMIT:g}% in {high:.0%} of {cs} samples (limit {CPU_SHARE:.0%})",
+    })
+    return checks
+
+
+def client_figures(agg: Aggregate) -> dict[str, Any]:
+    checks = client_checks(agg)
+    tripped = [c for c in checks if c["tripped"]]
+    return {
+        "loop_lag": agg.hist["loop_lag"].summary(),
+        "cpu_max_percent": agg.cpu_max,
+        "cpu_samples": agg.cpu_samples,
+        "cpu_high_samples": agg.cpu_high,
+        "checks": checks,
+        "reasons": [c["text"] for c in tripped],
+        "valid": not tripped,
+    }
+
+
+def client_valid(agg: Aggregate) -> bool:
+    """False when the client itself may have distorted the figures: a check of `client_checks` tripped."""
+    return not any(c["tripped"] for c in client_checks(agg))

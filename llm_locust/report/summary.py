@@ -31,8 +31,14 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     lines.append(
         f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']}"
         f" (error rate {fig['error_rate'] * 100:.1f}%), cancelled at stop {fig['cancelled']},"
-        f" over {fig['duration_s']:.1f} s"
+        + (f" lost {fig.get('lost', 0)}," if fig.get("lost") or fig.get("workers_lost") else "")
+        + f" over {fig['duration_s']:.1f} s"
     )
+    if fig.get("lost") or fig.get("workers_lost"):
+        lines.append(
+            f"workers lost: {fig.get('workers_lost', 0)}; the {fig.get('lost', 0)} request(s) they had in flight at their"
+            " last report have no outcome, and what they sent after it is missing from these figures"
+        )
     lines.append(
         f"throughput: {fig['output_tokens_per_s']:.1f} output tokens/s, {fig['requests_per_s']:.2f} requests/s,"
         f" concurrency (Little) {fig['concurrency']:.1f}"
@@ -53,10 +59,9 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
             lines.append(f"  {kind:<14}{n:>7}  {first[:100]}")
     client = fig["client"]
     lag = client["loop_lag"].get("p99")
-    lines.append(
-        f"client: {'valid' if client['valid'] else 'SUSPECT (client saturated: figures may be distorted)'};"
-        f" loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%"
-    )
+    reasons = client.get("reasons") or []
+    verdict = "valid" if client["valid"] else "SUSPECT (figures may be distorted: " + "; ".join(reasons or ["client saturated"]) + ")"
+    lines.append(f"client: {verdict}; loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%")
     return "\n".join(lines)
 
 

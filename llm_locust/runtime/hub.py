@@ -24,7 +24,11 @@ from llm_locust.metrics.recordlog import RecordLog
 log = logging.getLogger(__name__)
 
 REPORT_KEY = "llm_locust"
-WORKER_REPORT_INTERVAL_GRACE = 8.0  # master waits this long at shutdown for workers' last deltas
+FINAL = "llm_locust_final"  # master -> workers at test stop: stop, then send a final report
+FINAL_REPORT_GRACE = 10.0  # s the master waits for final reports at stop (plus Locust's --stop-timeout)
+DRAIN_GRACE = 5.0  # s a worker waits, once stopped, for its cancelled requests to be counted
+QUIT_TOKEN = -1  # the "final" of a report a worker sends as it quits on its own (SIGTERM, Ctrl-C)
+WORKER_REPORT_INTERVAL_GRACE = FINAL_REPORT_GRACE  # older name
 LOOP_LAG_PERIOD = 0.1  # seconds between event-loop lag probes
 CPU_PERIOD = 1.0
 
@@ -32,7 +36,8 @@ CPU_PERIOD = 1.0
 class WorkerState:
     """What the master knows of one worker."""
 
-    __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at", "rejoined_at")
+    __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at",
+                 "rejoined_at", "open", "step", "final", "left_at", "lost")
 
     def __init__(self, client_id: str, index: int | None) -> None:
         self.client_id = client_id
@@ -45,6 +50,15 @@ class WorkerState:
         self.finished = 0
         self.lost_at: float | None = None
         self.rejoined_at: float | None = None
+        self.open: dict[int, int] = {}  # step -> requests sent, not yet finished, as reported
+        self.step: int | None = None  # the step the worker was in when it made its last report
+        self.final = 0  # token of the last final report received (QUIT_TOKEN: it quit on its own)
+        self.left_at: float | None = None  # quit on its own, after its final report
+        self.lost = 0  # requests it had in flight that never got an outcome (set at the end)
+
+    @property
+    def in_flight_reported(self) -> int:
+        return sum(n for n in self.open.values() if n > 0)
 
 
 class MetricsHub:
@@ -67,6 +81,13 @@ class MetricsHub:
         self.record_log: RecordLog | None = None
         self.id_prefix = f"{os.getpid():x}"
         self.run_number = 1  # a new test started from the web UI after one ended: see new_run
+        self.final_token = 0  # master: the last final-report request; worker: the last one answered
+        self.finals_collected = False  # master: this test's final reports are in (or timed out)
+        self.lost_accounted = False
+        # when the client monitors sample (the measurement only: not spawn, not shutdown)
+        self.spawned = False
+        self.stopping = False
+        self.ladder = False  # a ladder sets steps: sample inside measurement windows (step > 0) only
 
     def new_run(self) -> None:
         """Master / local, as a test starts after an earlier one in this process (started again
@@ -77,8 +98,21 @@ class MetricsHub:
         self.total = Aggregate()
         self.started_at = None
         for w in self.workers.values():
-            w.sent = w.finished = 0
+            w.sent = w.finished = w.lost = 0
+            w.open = {}
+        self.finals_collected = self.lost_accounted = False
         self.run_number += 1
+
+    @property
+    def measuring(self) -> bool:
+        """Whether the client monitors count now: between spawn complete and stop, and in a ladder
+        only inside a step's measurement window (warm-up, the ramp to the level and the drain after
+        the last step are left out). The client is judged where the figures are measured."""
+        if self.stopping:
+            return False
+        if self.ladder:
+            return self.step > 0
+        return self.spawned
 
     # ---- recording, on the process that sends requests ----
 
@@ -123,7 +157,22 @@ class MetricsHub:
             "idle": self.in_flight == 0 and (runner is None or runner.user_count == 0),
             "index": getattr(runner, "worker_index", None),
             "info": self.info,
+            "step": self.step,
+            "final": self.final_token,
         }
+
+    def send_final_report(self, token: int) -> None:
+        """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
+        everything not yet reported, marked with the master's token (QUIT_TOKEN: quitting)."""
+        runner = self.env.runner
+        runner.stop()  # users killed: their requests end as cancelled; open-loop passes stop on test_stop
+        deadline = time.monotonic() + DRAIN_GRACE
+        while self.in_flight > 0 and time.monotonic() < deadline:
+            gevent.sleep(0.02)  # bounded: cancelled requests are counted as their greenlets unwind
+        if self.in_flight > 0:
+            log.warning("%d request(s) still in flight at the final report: the master counts them lost", self.in_flight)
+        self.final_token = token
+        runner._send_stats()  # noqa: SLF001 - Locust's own report message, with our deltas in it
 
     def merge_report(self, client_id: str, data: dict[str, Any]) -> None:
         """Master: merge one worker's deltas."""
@@ -137,6 +186,7 @@ class MetricsHub:
         w.last_report = time.time()
         w.in_flight = payload["in_flight"]
         w.idle = payload["idle"]
+        w.step = payload.get("step")
         self.info.update(payload.get("info") or {})
         for step_key, wire in payload["steps"].items():
             step = int(step_key)
@@ -145,8 +195,90 @@ class MetricsHub:
                 agg = self.steps[step] = Aggregate()
             agg.merge_wire(wire)
             self.total.merge_wire(wire)
-            w.sent += wire["counters"][0]
-            w.finished += sum(wire["outcomes"].values())
+            sent, done = wire["counters"][0], sum(wire["outcomes"].values())
+            w.sent += sent
+            w.finished += done
+            w.open[step] = w.open.get(step, 0) + sent - done
+        final = payload.get("final") or 0
+        if final == QUIT_TOKEN or w.final == QUIT_TOKEN:
+            w.final = QUIT_TOKEN  # it is quitting on its own, everything reported: it leaves, it is not lost
+        elif final > w.final:
+            w.final = final
+
+    # ---- the master at stop: every live worker's final report, before Locust's quit ----
+
+    def _live_clients(self) -> list[str]:
+        runner = self.env.runner
+        return [c.id for c in list(runner.clients.values()) if c.state != "missing"]
+
+    def collect_final_reports(self, timeout: float | None = None) -> bool:
+        """Master: ask every live worker to stop and send a final report, and wait (bounded) until
+        each has, or has gone. Locust's own quit gives workers 0.5 s and then stops receiving, which
+        lost a busy worker's last report: this runs first (test_stop, quitting)."""
+        runner = self.env.runner
+        if timeout is None:
+            timeout = FINAL_REPORT_GRACE + float(getattr(self.env, "stop_timeout", 0) or 0)
+        self.final_token += 1
+        token = self.final_token
+        asked = self._live_clients()
+        for cid in asked:
+            try:
+                runner.send_message(FINAL, {"token": token}, cid)
+            except Exception as e:  # noqa: BLE001 - a broken connection: that worker is waited for in vain
+                log.warning("could not ask worker %s for its final report: %s", cid, e)
+        deadline = time.monotonic() + timeout
+        while True:
+            live = set(self._live_clients())
+            waiting = [cid for cid in asked if cid in live and (self.workers.get(cid) is None or self.workers[cid].final < token)]
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                log.warning("no final report within %.0f s from worker(s) %s: what they had in flight at their last "
+                            "report is counted lost", timeout, ", ".join(waiting))
+                break
+            gevent.sleep(0.05)  # bounded by the deadline: reports arrive on Locust's listener greenlet
+        self.finals_collected = True
+        return not waiting
+
+    def account_lost(self) -> int:
+        """Master, once at the end: the requests each worker had in flight at its last report that
+        never got an outcome (the worker was lost, or sent no final report) become `lost`, per step
+        and in the total, so that sent == ok + failed + cancelled + lost across the cluster."""
+        if self.lost_accounted:
+            return self.total.lost
+        self.lost_accounted = True
+        for w in self.workers.values():
+            gone = w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at)
+            unanswered = w.final != QUIT_TOKEN and w.final < self.final_token
+            w.lost = w.in_flight_reported if (gone or unanswered) else 0
+            if not (gone or unanswered or w.lost):
+                continue
+            self.total.workers_lost += 1
+            for step, n in w.open.items():
+                if n > 0:
+                    agg = self.steps.get(step)
+                    if agg is None:
+                        agg = self.steps[step] = Aggregate()
+                    agg.lost += n
+                    agg.workers_lost = 1
+                    self.total.lost += n
+            if w.lost:
+                log.warning("worker %s (index %s): %d request(s) in flight at its last report have no outcome: counted lost",
+                            w.client_id, w.index, w.lost)
+        return self.total.lost
+
+    def step_drained(self, step: int) -> bool:
+        """Whether every request tagged `step` has finished, as far as this process knows: on the
+        master, every live worker's last report was made after it left the step, with none of the
+        step's requests open."""
+        if not isinstance(self.env.runner, MasterRunner):
+            agg = self.steps.get(step)
+            return agg is None or agg.finished >= agg.sent
+        for cid in self._live_clients():
+            w = self.workers.get(cid)
+            if w is None or w.step == step or w.open.get(step, 0) > 0:
+                return False
+        return True
 
     def wait_for_idle_workers(self, timeout: float) -> bool:
         """Master at shutdown: wait (bounded) until every live worker reported with nothing in flight."""
@@ -174,10 +306,12 @@ class MetricsHub:
         while True:
             loop.update_now()  # timers count from the loop's cached clock: refresh it first
             t0 = perf()
+            measuring = self.measuring
             gevent.sleep(LOOP_LAG_PERIOD)
             lag = perf() - t0 - LOOP_LAG_PERIOD
-            for agg in self._sink(self.step):
-                agg.hist["loop_lag"].record(lag if lag > 0 else 0.0)
+            if measuring and self.measuring:  # the whole sample inside the measurement
+                for agg in self._sink(self.step):
+                    agg.hist["loop_lag"].record(lag if lag > 0 else 0.0)
 
     def _cpu_probe(self) -> None:
         last_cpu, last_wall = time.process_time(), time.perf_counter()
@@ -186,7 +320,8 @@ class MetricsHub:
             cpu, wall = time.process_time(), time.perf_counter()
             percent = 100.0 * (cpu - last_cpu) / (wall - last_wall)
             last_cpu, last_wall = cpu, wall
-            if self.in_flight or (self.env.runner is not None and self.env.runner.user_count):
+            busy = self.in_flight or (self.env.runner is not None and self.env.runner.user_count)
+            if busy and self.measuring:
                 for agg in self._sink(self.step):
                     agg.add_cpu_sample(percent)
 
@@ -196,15 +331,30 @@ def _watch_workers(h: MetricsHub, runner: MasterRunner) -> None:
     Its figures reported so far stay in the totals; the results list it with the time."""
     while True:
         gevent.sleep(1.0)
-        for cid, w in h.workers.items():
+        for cid, w in list(h.workers.items()):
             client = runner.clients.get(cid)
             gone = client is None or client.state == "missing"
-            if gone and w.lost_at is None and runner.state in ("running", "spawning"):
+            if gone and w.final == QUIT_TOKEN:  # quit on its own after a final report: it left, nothing lost
+                if w.left_at is None:
+                    w.left_at = time.time()
+                    log.info("worker %s (index %s) quit; its final report is in (%d requests)", cid, w.index, w.finished)
+            elif gone and w.lost_at is None and runner.state in ("running", "spawning"):
                 w.lost_at = time.time()
-                log.warning("worker %s (index %s) lost at %.0f: its %d reported requests are kept", cid, w.index, w.lost_at, w.finished)
-            elif not gone and w.lost_at is not None:
+                log.warning("worker %s (index %s) lost at %.0f: its %d reported requests are kept, the %d it had in "
+                            "flight at its last report will count as lost", cid, w.index, w.lost_at, w.finished,
+                            w.in_flight_reported)
+            elif not gone and w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at):
                 w.rejoined_at = time.time()
                 log.info("worker %s is back", cid)
+
+
+def _close_record_log(h: MetricsHub, wait: float = DRAIN_GRACE) -> None:
+    deadline = time.monotonic() + wait
+    while h.in_flight > 0 and time.monotonic() < deadline:
+        gevent.sleep(0.02)
+    if h.record_log is not None:
+        h.record_log.close()
+        h.record_log = None
 
 
 def hub(environment: Environment) -> MetricsHub:
@@ -221,11 +371,32 @@ def install(environment: Environment) -> MetricsHub:
     h = hub(environment)
     events = environment.events
     runner = environment.runner
+    if not isinstance(runner, MasterRunner):
+        # quitting listeners run in reverse: registered first, this closes the record log last
+        events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
     if isinstance(runner, WorkerRunner):
         events.report_to_master.add_listener(lambda client_id, data: h.report(data))
+        runner.register_message(FINAL, lambda environment, msg, **_kw: h.send_final_report(msg.data["token"]), concurrent=True)
+
+        def on_worker_quitting(**_kw: Any) -> None:
+            # Quitting on its own (SIGTERM, Ctrl-C): Locust's worker tells the master it quits and
+            # then stops its users without reporting again. Listeners run in reverse here, so this
+            # comes first: stop, report everything (marked as quitting), then Locust says quit.
+            if runner.state not in ("stopped",) or h._delta or h.in_flight:
+                try:
+                    h.send_final_report(QUIT_TOKEN)
+                except Exception as e:  # noqa: BLE001 - no master to send to: nothing more to do
+                    log.warning("could not send the final report while quitting: %s", e)
+
+        events.quitting.add_listener(on_worker_quitting)
     if isinstance(runner, MasterRunner):
         events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
 
+        def on_master_stop(**_kw: Any) -> None:
+            if not h.finals_collected:
+                h.collect_final_reports()
+
+        events.test_stop.add_listener(on_master_stop)
         gevent.spawn(_watch_workers, h, runner)
     if not isinstance(runner, MasterRunner):
 
@@ -233,6 +404,7 @@ def install(environment: Environment) -> MetricsHub:
             if h.started_at is not None and not isinstance(runner, WorkerRunner):
                 h.new_run()
             h.started_at = time.time()
+            h.spawned = h.stopping = False
             h.start_monitors()
             path = getattr(environment.parsed_options, "record_log", "")
             if path and h.record_log is None:
@@ -243,16 +415,26 @@ def install(environment: Environment) -> MetricsHub:
         def on_stop(**_kw: Any) -> None:
             h.stop_monitors()
             if h.record_log is not None:
-                h.record_log.close()
-                h.record_log = None
+                # closed once the requests still in flight (open-loop passes stop after this
+                # listener) have ended as cancelled and been written: bounded
+                gevent.spawn(_close_record_log, h)
+
+        def on_spawned(**_kw: Any) -> None:
+            h.spawned = True
+
+        def on_stopping(**_kw: Any) -> None:
+            h.stopping = True
 
         events.test_start.add_listener(on_start)
         events.test_stop.add_listener(on_stop)
+        events.spawning_complete.add_listener(on_spawned)
+        events.test_stopping.add_listener(on_stopping)
     else:
         def on_master_start(**_kw: Any) -> None:
             if h.started_at is not None:
                 h.new_run()
             h.started_at = time.time()
+            h.finals_collected = False
 
         events.test_start.add_listener(on_master_start)
     return h

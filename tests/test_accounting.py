@@ -1,0 +1,169 @@
+"""Every request sent is accounted for once, in one process and across a cluster:
+
+    sent == ok + failed (by kind) + cancelled + lost
+
+Real Locust masters and workers over real ZMQ on 127.0.0.1, against the built-in simulator. The
+ground truth is each worker's own record log (one line per finished request, written by the
+worker as the request ends), compared with what the master printed and wrote.
+"""
+
+import glob
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from realservers import free_port
+
+from llm_locust.sim.process import SimProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A worker whose stop keeps its event loop busy for 1.5 s (as a worker with a thousand users in
+# flight does while it unwinds them): Locust's master stops receiving 0.5 s after it sends quit.
+SLOW_STOP_LOCUSTFILE = '''
+import time
+from locust import events
+from locust.runners import WorkerRunner
+from llm_locust.locustfiles.closed import StreamingUser  # noqa: F401
+
+@events.test_stop.add_listener
+def _busy_while_stopping(environment, **_kw):
+    if isinstance(environment.runner, WorkerRunner):
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # the loop blocked: no report can leave before this ends
+            pass
+'''
+
+
+def _raw(log: Path) -> list[dict]:
+    raw = []
+    for path in sorted(glob.glob(f"{log}.worker*")):
+        with open(path) as f:
+            raw += [json.loads(line) for line in f]
+    return raw
+
+
+def _balanced(s: dict) -> None:
+    failed_by_kind = sum(n for k, n in s["outcomes"].items() if k not in ("ok", "cancelled"))
+    assert s["sent"] == s["ok"] + failed_by_kind + s["cancelled"] + s["lost"], s
+
+
+def test_a_busy_workers_last_report_reaches_the_master(tmp_path):
+    """M1: the workers' stop takes longer than Locust's 0.5 s; their last report (requests
+    finished since the previous report and the ones cancelled at stop) must still be merged."""
+    lf = tmp_path / "slow_stop.py"
+    lf.write_text(SLOW_STOP_LOCUSTFILE)
+    results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
+    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0003) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "12", "-r", "12",
+             "-t", "4s", "--max-tokens-cap", "40", "--results", str(results), "--record-log", str(log),
+             "--locustfile", str(lf)],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(results.read_text())
+    raw = _raw(log)
+    s = r["summary"]
+    assert len(raw) > 20
+    # every request a worker finished (its own log) is in the master's figures, exactly once
+    assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw))
+    assert s["ok"] == sum(1 for x in raw if x["outcome"] == "ok")
+    assert s["cancelled"] == sum(1 for x in raw if x["outcome"] == "cancelled")
+    assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"]
+    _balanced(s)
+    assert all(w["final_report"] for w in r["workers"]), r["workers"]
+
+
+def _start_cluster(tmp_path, sim, n_workers=2, run_time="20s", users=4, extra=()):
+    locustfile = str(ROOT / "locustfiles" / "streaming.py")
+    mport, pport = str(free_port()), str(free_port())
+    results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", str(n_workers),
+         "-u", str(users), "-r", str(users), "-t", run_time, "--host", sim.url, "--master-bind-port", mport,
+         "--only-summary", "--prometheus-port", pport, "--results", str(results), "--record-log", str(log),
+         "--max-tokens-cap", "24", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    workers = [
+        subprocess.Popen([sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(n_workers)
+    ]
+    return master, workers, pport, results, log
+
+
+def _wait_until_all_reported(pport: str, n: int) -> None:
+    deadline = time.monotonic() + 40
+    text = ""
+    while time.monotonic() < deadline:  # until every worker has reported finished requests
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
+        except OSError:
+            text = ""
+        done = [float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)]
+        if len(done) == n and min(done) > 0:
+            return
+        time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
+    raise AssertionError(f"workers never reported:\n{text[-1500:]}")
+
+
+def test_a_worker_quitting_under_load_reports_everything_before_it_goes(tmp_path):
+    """A worker stopped with SIGTERM mid-run (as Ctrl-C or an orchestrator does): Locust's worker
+    tells the master it quits and then stops its users without reporting again, so its last
+    report and its requests in flight vanished. It now stops, reports, and only then quits."""
+    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
+        master, workers, pport, results, log = _start_cluster(tmp_path, sim, users=8, run_time="14s")
+        try:
+            _wait_until_all_reported(pport, 2)
+            workers[0].send_signal(signal.SIGTERM)
+            workers[0].wait(timeout=30)
+            out, _ = master.communicate(timeout=90)
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait(timeout=30)
+    assert master.returncode in (0, 1), out[-3000:]
+    r = json.loads(results.read_text())
+    raw = _raw(log)
+    s = r["summary"]
+    assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw))
+    assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"], r["workers"]
+    left = [w for w in r["workers"] if w["left_at"]]
+    assert len(left) == 1 and left[0]["final_report"] and not left[0]["lost_at"], r["workers"]
+    per_worker = {int(p.rsplit("worker", 1)[1]): sum(1 for _ in open(p)) for p in glob.glob(f"{log}.worker*")}
+    assert per_worker == {w["index"]: w["sent"] for w in r["workers"]}  # the one that quit included
+    _balanced(s)
+
+
+def test_a_sigkilled_workers_requests_in_flight_are_counted_lost(tmp_path):
+    """M2: a worker SIGKILLed mid-run: what it had in flight at its last report never gets an
+    outcome. The figures say so: `lost` in the summary (printed and written), on the worker's row,
+    and the `workers_lost` validity flag; sent == ok + failed + cancelled + lost."""
+    with SimProcess(slots=16, iter_base=0.004, iter_per_seq=0.0002) as sim:
+        master, workers, pport, results, log = _start_cluster(tmp_path, sim, users=8, run_time="12s")
+        try:
+            _wait_until_all_reported(pport, 2)
+            workers[0].kill()
+            out, _ = master.communicate(timeout=90)
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait(timeout=30)
+    assert master.returncode in (0, 1), out[-3000:]
+    r = json.loads(results.read_text())
+    s = r["summary"]
+    lost = [w for w in r["workers"] if w["lost_at"]]
+    assert len(lost) == 1, r["workers"]
+    assert lost[0]["lost"] > 0 and s["lost"] == lost[0]["lost"]  # 4 users, each with a request in flight
+    assert s["workers_lost"] == 1 and "workers_lost" in r["validity"]["flags"]
+    assert s["sent"] == s["finished"] + s["lost"]
+    _balanced(s)
+    assert re.search(rf"lost {s['lost']},", out) and "workers lost: 1" in out, out[-3000:]
