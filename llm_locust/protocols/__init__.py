@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols import ollama, openai
+from llm_locust.protocols.anthropic import ANTHROPIC
 from llm_locust.protocols.base import (
     CONTENT,
     MAX_EVENT_BYTES,
@@ -18,10 +19,13 @@ from llm_locust.protocols.base import (
     RequestSpec,
     StreamState,
     UnknownAPI,
+    request_headers,
     resolve_tokens,
 )
 from llm_locust.protocols.llamacpp import LlamaCppAdapter
 from llm_locust.protocols.openai import brief
+from llm_locust.protocols.responses import RESPONSES
+from llm_locust.protocols.sglang import SGLANG
 from llm_locust.protocols.sse import NDJSONDecoder, SSEDecoder
 from llm_locust.protocols.tgi import TGIAdapter
 from llm_locust.protocols.triton import TritonAdapter
@@ -36,11 +40,16 @@ _ADAPTERS: dict[str, Adapter] = {
         LlamaCppAdapter(),
         ollama.GENERATE,
         ollama.CHAT,
+        RESPONSES,
+        ANTHROPIC,
+        SGLANG,
     )
 }
 API_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
-CHAT_APIS = ("openai-chat", "ollama-chat")  # take messages rather than a prompt
-OPENAI_APIS = ("openai-chat", "openai-completions")  # list their models at /v1/models
+# take messages rather than a prompt (the server applies a chat template)
+CHAT_APIS = ("openai-chat", "ollama-chat", "openai-responses", "anthropic-messages")
+# list their models at /v1/models, and their paths start with /v1
+OPENAI_APIS = ("openai-chat", "openai-completions", "openai-responses", "anthropic-messages")
 
 
 def get_adapter(name: str) -> Adapter:
@@ -121,5 +130,6 @@ __all__ = [
     "get_adapter",
     "make_decoder",
     "printable",
+    "request_headers",
     "resolve_tokens",
 ]

@@ -83,6 +83,7 @@ class StreamState:
         "error",
         "done",
         "extra",
+        "aux",
     )
 
     def __init__(self, collect_text: bool = False) -> None:
@@ -101,6 +102,9 @@ class StreamState:
         self.error: str | None = None  # error text from inside a 200 stream
         self.done = False  # the protocol's end marker (or final event) was seen
         self.extra: dict[str, Any] = {}  # e.g. llama.cpp "timings", TGI "details"
+        # the adapter's own per-stream working value (e.g. SGLang's cumulative text so far);
+        # nothing outside the adapter reads it
+        self.aux: Any = None
 
 
 class Adapter(Protocol):
@@ -121,6 +125,23 @@ class Adapter(Protocol):
         JSON or UTF-8, a field of the wrong JSON type, a token count that is not a plausible
         non-negative integer."""
         ...
+
+    # Optional (not part of the structural type, so existing adapters need nothing):
+    #   def headers(self, api_key: str | None) -> dict[str, str]
+    # the authentication and protocol headers of every request to this API (e.g. Anthropic's
+    # x-api-key and anthropic-version). Callers use request_headers(adapter, api_key), which
+    # falls back to a Bearer token.
+
+
+def request_headers(adapter: Any, api_key: str | None) -> dict[str, str]:
+    """The headers an API's requests carry, for an API key (or None): the adapter's own
+    `headers(api_key)` when it has one, else `Authorization: Bearer KEY` (none without a key).
+    For streaming requests, model listing and probes alike; called once per client, not per
+    request."""
+    hook = getattr(adapter, "headers", None)
+    if hook is not None:
+        return dict(hook(api_key))
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def resolve_tokens(state: StreamState, n_chunks: int) -> tuple[int, str, list[int]]:

@@ -2,6 +2,9 @@
 
 HTTP/1.1 with keep-alive (and pipelining), chunked transfer encoding for streams. Responses
 imitate vLLM's bytes. All chunks a stream gets in one engine iteration leave in one write.
+Besides /v1/completions and /v1/chat/completions it serves the OpenAI Responses API
+(/v1/responses), Anthropic Messages (/v1/messages) and SGLang's native /generate, with the same
+engine, pacing, faults and ground truth (PROTOCOLS).
 """
 from __future__ import annotations
 
@@ -50,6 +53,17 @@ TAIL_END = {False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"
             True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]'}
 # the common case, pre-rendered per vocabulary word: word + tail of a non-final chunk without usage
 MIDS = {chat: [w.encode() + TAIL[chat] + b"}\n\n" for w in VOCAB] for chat in (False, True)}
+
+
+# generation routes -> wire format; the two OpenAI routes take the pre-rendered fast path
+ROUTES = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses",
+          "/v1/messages": "anthropic", "/generate": "sglang"}
+PROTOCOLS = ("responses", "anthropic", "sglang")  # rendered per event by Stream._event
+
+
+def sse_event(name: str, obj: dict) -> bytes:
+    """One typed SSE event (`event:` line, then its JSON), chunk-framed."""
+    return frame(b"event: %s\ndata: %s\n\n" % (name.encode(), orjson.dumps(obj)))
 
 
 @dataclass
@@ -109,6 +123,30 @@ def count_words(x) -> int:
     if isinstance(x, dict):  # a content part
         return count_words(x.get("text", ""))
     return 0
+
+
+def count_messages(msgs) -> int:
+    """Words of every message's content (a string, or content parts' text)."""
+    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+        raise BadRequest("'messages' must be a non-empty list of objects")
+    return sum(count_words(m.get("content") or "") for m in msgs)
+
+
+def count_input(req: dict, proto: str) -> int:
+    """Prompt words of a request to one of PROTOCOLS (system text and instructions included)."""
+    if proto == "responses":
+        if "input" not in req:
+            raise BadRequest("'input' is required")
+        x = req["input"]
+        n = count_words(x) if isinstance(x, str) else count_messages(x)
+        n += count_words(req.get("instructions") or "")
+    elif proto == "anthropic":
+        n = count_messages(req.get("messages")) + count_words(req.get("system") or "")
+    else:
+        if "text" not in req and "input_ids" not in req:
+            raise BadRequest("'text' or 'input_ids' is required")
+        n = count_words(req.get("text") if "text" in req else req["input_ids"])
+    return max(1, n)
 
 
 def count_prompt(req: dict, chat: bool) -> int:
@@ -263,8 +301,10 @@ class Conn(asyncio.Protocol):
 class Stream:
     """One generation request: renders its chunks and tracks its timeline."""
 
-    def __init__(self, app, conn, rid, chat, stream, n_in, max_tokens, target, fault, usage, cont, t_recv):
+    def __init__(self, app, conn, rid, chat, stream, n_in, max_tokens, target, fault, usage, cont, t_recv,
+                 proto=None):
         self.app, self.conn, self.rid, self.chat, self.stream = app, conn, rid, chat, stream
+        self.proto = proto  # None: OpenAI completions/chat; else one of PROTOCOLS
         self.n_in, self.max_tokens, self.target, self.fault = n_in, max_tokens, target, fault
         self.usage, self.cont, self.t_recv = usage, cont, t_recv
         self.n_out = 0
@@ -281,6 +321,10 @@ class Stream:
             int(time.time()), app.model_b)
         self.prefix = b"data: " + self.head_json + (
             b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
+        if proto is not None:
+            self.oid = "%016x" % app.n_requests
+            self.seq_no = 0  # Responses API sequence_number
+            self.text = ""  # the output so far (SGLang's events carry it whole)
 
     # -- lifecycle --
     def start(self):
@@ -288,7 +332,8 @@ class Stream:
         if self.conn.closed:
             return self.abort("cancelled")
         if self.stream:
-            self.conn.write(self.conn.head(200, b"text/event-stream; charset=utf-8", None, self.app.rid_header(self)))
+            head = self.conn.head(200, b"text/event-stream; charset=utf-8", None, self.app.rid_header(self))
+            self.conn.write(head + self._preamble() if self.proto is not None else head)
         f = self.fault
         if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
             parts = []
@@ -349,7 +394,9 @@ class Stream:
                 parts.append(frame(b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
                                    + self._usage_field(0) + b',"prompt_token_ids":null,"prompt_text":null}\n\n'))
             word = (self.w0 + n) & VMASK
-            if last or self.cont:
+            if self.proto is not None:
+                parts.append(self._event(VOCAB[word], last))
+            elif last or self.cont:
                 tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
                 parts.append(frame(self.prefix + VOCAB[word].encode() + tail + self._usage_field(n) + b"}\n\n"))
             else:
@@ -377,7 +424,9 @@ class Stream:
         app = self.app
         app.success[self.reason] = app.success.get(self.reason, 0) + 1
         usage = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
-        if self.stream:
+        if self.proto is not None:
+            parts.append(self._closing() if self.stream else self._whole())
+        elif self.stream:
             if self.usage:
                 parts.append(frame(b"data: " + self.head_json + b',"choices":[],"usage":' + orjson.dumps(usage)
                                    + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n'))
@@ -395,7 +444,10 @@ class Stream:
             self._log("truncated", 200)
             return "close"
         msg = f"simulated stream error after {self.n_out} tokens"
-        if self.stream:
+        if self.stream and self.proto is not None:
+            parts.append(self._error_event(msg))
+            self._log("stream_error", 200)
+        elif self.stream:
             err = json.dumps({"error": {"message": msg, "type": "InternalServerError", "param": None, "code": 500}})
             parts.append(frame(b"data: %s\n\n" % err.encode()) + DONE + END)
             self._log("stream_error", 200)
@@ -404,6 +456,115 @@ class Stream:
             parts.append(self.conn.head(500, b"application/json", len(body)) + body)
             self._log("http_error", 500)
         return "end"
+
+    # -- the other wire formats (PROTOCOLS): one JSON event per token, rendered with orjson --
+    def _resp(self, typ: str, **fields) -> bytes:
+        self.seq_no += 1
+        return sse_event(typ, {"type": typ, "sequence_number": self.seq_no - 1, **fields})
+
+    def _response_obj(self, status: str, output: list, usage: dict | None = None) -> dict:
+        obj = {"id": "resp_" + self.oid, "object": "response", "created_at": int(time.time()), "model": self.app.opts.model,
+               "status": status, "incomplete_details": None, "output": output}
+        if status == "incomplete":
+            obj["incomplete_details"] = {"reason": "max_output_tokens"}
+        if usage is not None:
+            obj["usage"] = usage
+        return obj
+
+    def _preamble(self) -> bytes:
+        """What a stream sends with its headers, before any token."""
+        if self.proto == "responses":
+            item = {"id": "msg_" + self.oid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+            return b"".join((
+                self._resp("response.created", response=self._response_obj("in_progress", [])),
+                self._resp("response.in_progress", response=self._response_obj("in_progress", [])),
+                self._resp("response.output_item.added", output_index=0, item=item),
+                self._resp("response.content_part.added", item_id="msg_" + self.oid, output_index=0, content_index=0,
+                           part={"type": "output_text", "text": "", "annotations": []}),
+            ))
+        if self.proto == "anthropic":
+            message = {"id": "msg_" + self.oid, "type": "message", "role": "assistant", "content": [],
+                       "model": self.app.opts.model, "stop_reason": None, "stop_sequence": None,
+                       "usage": {"input_tokens": self.n_in, "cache_read_input_tokens": 0, "output_tokens": 0}}
+            return (sse_event("message_start", {"type": "message_start", "message": message})
+                    + sse_event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                        "content_block": {"type": "text", "text": ""}}))
+        return b""
+
+    def _sglang_reason(self, n: int):
+        return {"type": "length", "length": n} if self.reason == "length" else {"type": "stop", "matched": 2}
+
+    def _event(self, word: str, last: bool) -> bytes:
+        """The event of one token (word) in this stream's wire format."""
+        self.text += word
+        if self.proto == "responses":
+            return self._resp("response.output_text.delta", item_id="msg_" + self.oid, output_index=0,
+                              content_index=0, delta=word, logprobs=[])
+        if self.proto == "anthropic":
+            return sse_event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                     "delta": {"type": "text_delta", "text": word}})
+        n = self.n_out
+        meta = {"id": self.rid, "finish_reason": self._sglang_reason(n) if last else None, "prompt_tokens": self.n_in,
+                "weight_version": "default", "completion_tokens": n, "cached_tokens": 0}
+        return frame(b"data: %s\n\n" % orjson.dumps({"text": self.text, "meta_info": meta}))
+
+    def _closing(self) -> bytes:
+        """After the last token's event: the closing events and the end of the body."""
+        n = self.n_out
+        if self.proto == "responses":
+            part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+            item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
+                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
+            status = "incomplete" if self.reason == "length" else "completed"
+            return b"".join((
+                self._resp("response.output_text.done", item_id="msg_" + self.oid, output_index=0, content_index=0,
+                           text=self.text, logprobs=[]),
+                self._resp("response.content_part.done", item_id="msg_" + self.oid, output_index=0, content_index=0,
+                           part=part),
+                self._resp("response.output_item.done", output_index=0, item=item),
+                self._resp("response.completed", response=self._response_obj(status, [item], usage)),
+                END,
+            ))
+        if self.proto == "anthropic":
+            stop = "max_tokens" if self.reason == "length" else "end_turn"
+            return b"".join((
+                sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                sse_event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                            "usage": {"input_tokens": self.n_in, "output_tokens": n}}),
+                sse_event("message_stop", {"type": "message_stop"}),
+                END,
+            ))
+        return DONE + END
+
+    def _whole(self) -> bytes:
+        """A non-streaming reply's whole response (head and body)."""
+        n = self.n_out
+        text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
+        if self.proto == "responses":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
+                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
+            obj = self._response_obj("incomplete" if self.reason == "length" else "completed", [item], usage)
+        elif self.proto == "anthropic":
+            obj = {"id": "msg_" + self.oid, "type": "message", "role": "assistant", "model": self.app.opts.model,
+                   "content": [{"type": "text", "text": text}],
+                   "stop_reason": "max_tokens" if self.reason == "length" else "end_turn", "stop_sequence": None,
+                   "usage": {"input_tokens": self.n_in, "output_tokens": n}}
+        else:
+            obj = {"text": text, "meta_info": {"id": self.rid, "finish_reason": self._sglang_reason(n),
+                                               "prompt_tokens": self.n_in, "completion_tokens": n, "cached_tokens": 0}}
+        body = orjson.dumps(obj)
+        return self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body
+
+    def _error_event(self, msg: str) -> bytes:
+        """An error inside the 200 stream, as each server sends it, and the end of the body."""
+        if self.proto == "responses":
+            return self._resp("error", code="internal_error", message=msg, param=None) + END
+        if self.proto == "anthropic":
+            return sse_event("error", {"type": "error", "error": {"type": "api_error", "message": msg}}) + END
+        return frame(b"data: %s\n\n" % orjson.dumps({"error": {"message": msg}})) + DONE + END
 
     def _flush(self, parts, after=None):
         if parts:
@@ -481,7 +642,8 @@ class App:
 
     # -- requests --
     def handle(self, conn: Conn, method: str, path: str, headers: dict, body: bytes, t_recv: float):
-        gen = path in ("/v1/completions", "/v1/chat/completions")
+        proto = ROUTES.get(path)
+        gen = proto is not None
         allowed = "POST" if gen else "GET"
         known = gen or path in ("/v1/models", "/health", "/metrics")
         if not known:
@@ -497,7 +659,7 @@ class App:
                 "id": self.opts.model, "object": "model", "created": int(time.time()), "owned_by": FINGERPRINT,
                 "root": self.opts.model, "parent": None, "max_model_len": self.opts.sim.kv_tokens}]}))
         try:
-            st = self._new_stream(conn, path.endswith("chat/completions"), headers, body, t_recv)
+            st = self._new_stream(conn, proto == "chat", headers, body, t_recv, proto)
         except BadRequest as e:
             return conn.respond(400, error_json(str(e), "BadRequestError", 400))
         conn.stream = st
@@ -514,17 +676,34 @@ class App:
         else:
             st.start()
 
-    def _new_stream(self, conn, chat, headers, body, t_recv) -> Stream:
+    def _new_stream(self, conn, chat, headers, body, t_recv, proto=None) -> Stream:
         try:
             req = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise BadRequest(f"malformed JSON body: {e}") from None
         if not isinstance(req, dict):
             raise BadRequest("body must be a JSON object")
-        n_in = count_prompt(req, chat)
-        mt_name = "max_completion_tokens" if chat and req.get("max_tokens") is None else "max_tokens"
-        max_tokens = int_field(req, mt_name, self.opts.default_max_tokens, 1)
-        min_tokens = int_field(req, "min_tokens", 0, 0)
+        proto = proto if proto in PROTOCOLS else None
+        if proto is None:
+            n_in = count_prompt(req, chat)
+            mt_name = "max_completion_tokens" if chat and req.get("max_tokens") is None else "max_tokens"
+            max_tokens = int_field(req, mt_name, self.opts.default_max_tokens, 1)
+            min_tokens = int_field(req, "min_tokens", 0, 0)
+            ignore_eos = req.get("ignore_eos")
+        else:
+            n_in = count_input(req, proto)
+            params = req
+            if proto == "sglang":
+                params = req.get("sampling_params")
+                params = {} if params is None else params
+                if not isinstance(params, dict):
+                    raise BadRequest("'sampling_params' must be an object")
+            mt_name = {"responses": "max_output_tokens", "anthropic": "max_tokens", "sglang": "max_new_tokens"}[proto]
+            if proto == "anthropic" and req.get("max_tokens") is None:
+                raise BadRequest("max_tokens: Field required")
+            max_tokens = int_field(params, mt_name, self.opts.default_max_tokens, 1)
+            min_tokens = int_field(params, "min_new_tokens" if proto == "sglang" else "min_tokens", 0, 0)
+            ignore_eos = params.get("ignore_eos")
         if min_tokens > max_tokens:
             raise BadRequest("'min_tokens' must be <= 'max_tokens'")
         if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
@@ -542,9 +721,9 @@ class App:
             fault = self._draw_fault()
         self.n_requests += 1
         rid = headers.get("x-request-id") or f"sim-{self.n_requests}"
-        target = self._draw_length(max_tokens, min_tokens, bool(req.get("ignore_eos")))
+        target = self._draw_length(max_tokens, min_tokens, bool(ignore_eos))
         return Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
-                      bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv)
+                      bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
 
     def _draw_length(self, max_tokens, min_tokens, ignore_eos) -> int:
         m = self.opts.eos_mean

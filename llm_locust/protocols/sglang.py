@@ -1,0 +1,132 @@
+"""SGLang's native streaming: POST /generate with `stream: true`.
+
+Request: `{"text": PROMPT, "sampling_params": {"max_new_tokens": N, "ignore_eos": true},
+"stream": true}` (no model field: the server serves one model).
+
+Each event is `data: {"text": ..., "output_ids": [...], "meta_info": {...}}\\n\\n`, then
+`data: [DONE]\\n\\n` (the end marker). `text` is the whole output so far (cumulative), or only
+the new piece when the server runs with `--incremental-streaming-output`: the adapter takes the
+new part either way. `meta_info` carries on every event `prompt_tokens`, `completion_tokens`
+(the running output count) and `cached_tokens`, and `finish_reason`: null until the last
+event, then an object such as `{"type": "length", "length": 16}`, `{"type": "stop", "matched":
+2}` or `{"type": "abort", "message": "..."}` (an abort is the stream's error).
+
+So an event carries tokens when `completion_tokens` grew (an event whose bytes ended inside a
+UTF-8 character has no new text, but its token counts): n_k per event is the difference, exact,
+like vLLM's continuous usage. Without counts, an event with new text is one token chunk.
+An error is `data: {"error": {"message": "..."}}` followed by `[DONE]`. Cached prompt tokens go
+to `state.extra["details"]["cached_tokens"]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
+from llm_locust.protocols.openai import load_object, set_error, spec_prompt, token_count, wrong_type
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+
+class SGLangAdapter:
+    name = "sglang-generate"
+    framing = "sse"
+    end_marker = True
+    path = "/generate"
+
+    def __repr__(self) -> str:
+        return f"SGLangAdapter({self.name!r})"
+
+    def request(self, spec: RequestSpec) -> tuple[str, bytes]:
+        params: dict[str, Any] = {}
+        if spec.max_tokens is not None:
+            params["max_new_tokens"] = spec.max_tokens
+        if spec.force_length:
+            params["ignore_eos"] = True
+        body: dict[str, Any] = {"text": spec_prompt(spec), "sampling_params": params, "stream": True}
+        body.update(spec.extra_body)
+        return self.path, orjson.dumps(body)
+
+    def feed(self, payload: bytes, state: StreamState) -> int:
+        try:
+            obj = _loads(payload)
+        except _JSONDecodeError:
+            if payload.strip() == b"[DONE]":
+                state.done = True
+                return NO_TOKEN
+            obj = None
+        if type(obj) is not dict:
+            load_object(payload)  # raises ProtocolError unless the payload is empty
+            return NO_TOKEN
+        err = obj.get("error")
+        if err is not None:
+            set_error(state, err)
+            return NO_TOKEN
+        meta = obj.get("meta_info")
+        if meta is None:
+            meta = {}
+        elif type(meta) is not dict:
+            raise wrong_type("meta_info", meta, "an object")
+        text = obj.get("text")
+        piece = ""
+        if text:
+            if type(text) is not str:
+                raise wrong_type("text", text, "a string")
+            prev = state.aux  # the whole output so far
+            if not prev:
+                piece = state.aux = text
+            elif text.startswith(prev):  # cumulative text (the default)
+                piece = text[len(prev) :]
+                state.aux = text
+            else:  # incremental streaming output: the new piece only
+                piece = text
+                state.aux = prev + text
+            if piece and state.collect_text:
+                state.text.append(piece)
+        kind = NO_TOKEN
+        count = meta.get("completion_tokens")
+        if count is not None:
+            count = token_count(count, "meta_info.completion_tokens")
+            prev_count = state.cont_out or 0
+            if count > prev_count:
+                kind = CONTENT
+                if not state.cont_broken:
+                    state.cont_tokens.append(count - prev_count)
+                state.cont_out = count
+        elif piece:
+            kind = CONTENT
+            state.cont_tokens.clear()
+            state.cont_broken = True
+        finish = meta.get("finish_reason")
+        if finish is not None:
+            _finish(finish, meta, count, state)
+        return kind
+
+
+def _finish(finish: Any, meta: dict[str, Any], count: int | None, state: StreamState) -> None:
+    if type(finish) is dict:
+        reason = finish.get("type")
+        if reason is not None and type(reason) is not str:
+            raise wrong_type("meta_info.finish_reason.type", reason, "a string")
+        if reason == "abort":
+            message = finish.get("message")
+            set_error(state, message if message else "request aborted by the server")
+    elif type(finish) is str:
+        reason = finish
+    else:
+        raise wrong_type("meta_info.finish_reason", finish, "an object")
+    state.finish_reason = reason
+    if count is not None:
+        state.usage_out = count
+    prompt = meta.get("prompt_tokens")
+    if prompt is not None:
+        state.usage_in = token_count(prompt, "meta_info.prompt_tokens")
+    cached = meta.get("cached_tokens")
+    if cached is not None:
+        state.extra["details"] = {"cached_tokens": token_count(cached, "meta_info.cached_tokens")}
+
+
+SGLANG = SGLangAdapter()
