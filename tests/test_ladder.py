@@ -156,3 +156,26 @@ def test_steps_end_on_a_request_count_or_extend_until_stable(tmp_path):
         assert s["ok"] + s["failed"] + s["cancelled"] >= 10
     # a tolerance this tight is not met: the step is extended to its limit, one window at a time
     assert stable["ladder"]["windows"][0]["extended"] == 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_last_step_is_judged_on_the_requests_its_window_sent(tmp_path, workers):
+    """Requests last longer than a step's window. Every step's requests finish during the next
+    step, but the last step's used to be cancelled at the end: a healthy step read as no_data
+    (or as broken) and the timeline showed them as failures. The ladder now waits for them
+    (bounded by --request-timeout) before its verdict; nothing is cancelled in the last step and
+    no cancelled request counts as failed anywhere."""
+    with SimProcess(slots=16, iter_base=0.03, iter_per_seq=0.0, iter_per_prefill_token=0) as sim:
+        results, out = run_ladder(
+            tmp_path, sim.url, "concurrency:2,4", "--warmup", "0", "--step-duration", "1.5", "--max-tokens", "60",
+            "--no-early-stop", "--request-timeout", "30", workers=workers, timeout=120,
+        )
+    rows = {r["step"]: r for r in results["steps"]}
+    last = rows[2]
+    assert last["ok"] >= 1 and last["cancelled"] == 0 and "no_data" not in last["flags"], last
+    assert last["sent"] == last["ok"] + last["failed"], last
+    ladder_last = results["ladder"]["steps"][-1]
+    assert ladder_last["step"] == 2 and "no_data" not in ladder_last["flags"], ladder_last
+    assert sum(r[3] for r in results["series"]) == results["summary"]["failed"] == 0  # cancelled are not failures
+    s = results["summary"]
+    assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s["lost"]

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 STEP = "llm_locust_step"
 REPORT_LAG = 3.5  # distributed: the master's figures trail the workers' by up to one report interval
+DRAIN_STEP = 0  # requests sent after the last step's window (while it drains) belong to no step
 
 
 @dataclass
@@ -72,14 +73,17 @@ def ladder_from_settings(s) -> Ladder | None:
 class LadderController:
     """Walks the ladder on the master (or local runner) and keeps each step's window."""
 
-    def __init__(self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop) -> None:
+    def __init__(self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop,
+                 request_timeout: float = 600.0) -> None:
         self.env = env
         self.ladder = ladder
         self.slos = slos
         self.early = early
+        self.request_timeout = request_timeout
         self.windows: list[StepWindow] = []
         self.stop_reason: str | None = None
         self.done = False
+        self.drain_until: float | None = None  # the last step's window ended: its requests finish first
 
     # ---- the walk ----
 
@@ -93,6 +97,8 @@ class LadderController:
             self._start_step(0, now)
             return self._users(self.windows[-1].level)
         cur = self.windows[-1]
+        if self.drain_until is not None:
+            return self._drain(cur, now)
         if cur.measured_from is None:
             if now >= cur.started + self.ladder.warmup:
                 cur.measured_from = now
@@ -105,11 +111,27 @@ class LadderController:
         reason = self.early.check(self.results(), self.slos)
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
-            self.done = True
-            log.info("ladder stops after step %d: %s", i, self.stop_reason)
-            return None
+            # The last step is judged on the requests its window sent: stopping now would cancel
+            # the ones in flight (a healthy step read as no_data, or as broken). The load goes on
+            # at the same level, new requests belong to no step, until they have all finished
+            # (bounded by --request-timeout, plus the workers' report interval).
+            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            self.drain_until = now + self.request_timeout + lag
+            self._broadcast(DRAIN_STEP, cur.level, drain=True)
+            log.info("ladder stops after step %d: %s; waiting for its requests in flight", i, self.stop_reason)
+            return self._drain(cur, now)
         self._start_step(i, now)
         return self._users(self.windows[-1].level)
+
+    def _drain(self, cur: StepWindow, now: float) -> tuple | None:
+        drained = hub(self.env).step_drained(cur.index)
+        if not drained and now < (self.drain_until or now):
+            return self._users(cur.level)
+        if not drained:
+            log.warning("step %d: requests still in flight %.0f s after its window: they end as cancelled",
+                        cur.index, now - (cur.ended or now))
+        self.done = True
+        return None
 
     def _step_over(self, cur: StepWindow, now: float) -> bool:
         ld = self.ladder
@@ -148,9 +170,9 @@ class LadderController:
         n = _worker_count(self.env)
         return n, n, [_replay_user_class()]
 
-    def _broadcast(self, step: int, level: float) -> None:
+    def _broadcast(self, step: int, level: float, drain: bool = False) -> None:
         runner = self.env.runner
-        payload = {"step": step, "kind": self.ladder.kind, "level": level, "arrivals": self.ladder.arrivals}
+        payload = {"step": step, "kind": self.ladder.kind, "level": level, "arrivals": self.ladder.arrivals, "drain": drain}
         if isinstance(runner, MasterRunner):
             n = max(_worker_count(self.env), 1)
             payload["share_rate"] = level / n
@@ -224,9 +246,12 @@ class LadderController:
 
 
 def apply_step(env: Environment, payload: dict[str, Any]) -> None:
-    """On every sending process: tag new requests with the step; steer the open-loop dispatcher."""
-    hub(env).step = payload["step"]
-    if payload["kind"] in ("rate", "speed"):
+    """On every sending process: tag new requests with the step; steer the open-loop dispatcher
+    (not for the drain after the last step: the load goes on as it was)."""
+    h = hub(env)
+    h.ladder = True  # the client monitors sample inside measurement windows only
+    h.step = payload["step"]
+    if payload["kind"] in ("rate", "speed") and not payload.get("drain"):
         from llm_locust.runtime.dispatcher import steer
 
         steer(env, payload)
@@ -260,7 +285,8 @@ def install(env: Environment, settings) -> None:
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return
-    env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule())  # type: ignore[attr-defined]
+    env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule(),  # type: ignore[attr-defined]
+                                      request_timeout=settings.request_timeout)
 
 
 def renew(env: Environment) -> None:
@@ -269,7 +295,7 @@ def renew(env: Environment) -> None:
     ctl = controller(env)
     if ctl is None or not ctl.windows:
         return
-    env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early)  # type: ignore[attr-defined]
+    env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)  # type: ignore[attr-defined]
     log.info("new ladder run from step 1")
 
 
