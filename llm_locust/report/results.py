@@ -132,6 +132,9 @@ def load_results(path: str | Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise ResultsError(f"{path}: incomplete results file, missing {', '.join(missing)}")
+    if isinstance(doc["summary"], dict):
+        doc["summary"].setdefault("lost", 0)  # before lost was counted: none was reported
+        doc["summary"].setdefault("workers_lost", 0)
     doc.setdefault("validity", {"flags": validity(doc["summary"]), "max_error_rate": MAX_ERROR_RATE})
     for row in doc["steps"]:
         row.setdefault("flags", validity(row))
