@@ -21,6 +21,7 @@ import socket
 import ssl
 import struct
 import time
+import weakref
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -89,6 +90,8 @@ class StreamClient:
         self.collect_text = collect_text
         parts = urlsplit(base_url)
         self.prefix = parts.path.rstrip("/")
+        self.netloc = parts.netloc
+        self._kept_alive: weakref.WeakSet = weakref.WeakSet()  # connections this client put back in the pool
         head = {
             "Host": parts.netloc,
             "User-Agent": "llm-locust",
@@ -170,6 +173,7 @@ class StreamClient:
             sock = pool.get_socket()
         except OSError as e:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
+        reused = sock in self._kept_alive
         resp = None
         # No per-read socket timeout (gevent arms a timer for every read that waits): the
         # process's watchdog closes the socket of a request that received nothing for too long.
@@ -205,6 +209,10 @@ class StreamClient:
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
             if rec.t_headers is None:  # not sent again: the server may have read it
+                if reused:
+                    _stop_reusing(self.netloc)
+                    raise _Ended(Outcome.CONNECT_ERROR, "the server closed a kept-alive connection without answering "
+                                 f"(not sent again: it may have read the request): {e}") from None
                 raise _Ended(Outcome.CONNECT_ERROR, f"connection closed before the reply: {e}") from None
             raise _Ended(Outcome.TRUNCATED, f"connection closed: {e}") from None
         except HTTPParseError as e:
@@ -218,7 +226,9 @@ class StreamClient:
             _WATCHDOG.unwatch(watch)
             # Exactly one of: back to the pool (body read to its end on a keep-alive
             # connection), or closed (anything else, including a kill or the total timeout).
-            if resp is not None and resp.message_complete and not resp.should_close():
+            if (resp is not None and resp.message_complete and not resp.should_close()
+                    and self.netloc not in NO_REUSE):
+                self._kept_alive.add(sock)
                 pool.return_socket(sock)
             else:
                 pool.release_socket(sock)
@@ -533,6 +543,20 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+# Hosts that closed a kept-alive connection after reading a request and before answering it (a
+# real llama-server does, now and then, after a streamed reply). Such a request is a counted
+# failure and is never sent again (the server may have acted on it); from then on this process
+# opens a fresh connection for every request to that host, so it happens once, not 1 time in 15.
+NO_REUSE: set[str] = set()
+
+
+def _stop_reusing(netloc: str) -> None:
+    if netloc not in NO_REUSE:
+        NO_REUSE.add(netloc)
+        log.warning("%s closed a kept-alive connection without answering a request (counted as a connect_error, "
+                    "not sent again); from now on each request to it opens its own connection", netloc)
 
 
 def _socket_alive(sock) -> bool:
