@@ -4,9 +4,9 @@ Locust's start form (`POST /swarm`) copies any field it is sent into the parsed 
 without this a request could point `api_key_env` at any variable and `host` at its own server
 (the key then goes there), or name a trace, a record log or a results path. Here:
 
-- the start form may carry only load figures and the host (`FORM_FIELDS`); anything else is
-  refused with 403 before Locust reads it: names, paths, URLs and headers come from the command
-  line or the plan;
+- the start form may carry only load figures, the host and the run's label (`FORM_FIELDS`), and
+  a locustfile's own options that it chose to show in the form; anything else is refused with 403
+  before Locust reads it: names, paths, URLs and headers come from the command line or the plan;
 - with `--web-login`, every route (Locust's, ours, /metrics) needs a login. A locustfile may set
   up its own (Locust's documented `login_manager.user_loader`); otherwise one user, named by
   LLM_LOCUST_WEB_USER (default "admin"), with the password in LLM_LOCUST_WEB_PASSWORD or, without
@@ -24,7 +24,9 @@ import sys
 
 log = logging.getLogger(__name__)
 
-FORM_FIELDS = frozenset({"user_count", "spawn_rate", "host", "run_time", "user_classes", "shape_class"})
+# Locust's own start-form fields; a locustfile's own options shown in the form (include_in_web_ui,
+# Locust's "extra_options") are allowed too. llm-locust's options are never shown there.
+FORM_FIELDS = frozenset({"user_count", "spawn_rate", "host", "run_time", "user_classes", "shape_class", "profile"})
 USER_ENV = "LLM_LOCUST_WEB_USER"
 PASSWORD_ENV = "LLM_LOCUST_WEB_PASSWORD"
 
@@ -38,7 +40,8 @@ def install(web_ui) -> None:
     @web_ui.app.before_request
     def only_load_figures_from_the_form():  # noqa: ANN202 - Flask hook
         if request.method == "POST" and request.path == swarm:
-            extra = sorted(set(request.form) - FORM_FIELDS)
+            shown = set((web_ui.template_args or {}).get("extra_options") or {})
+            extra = sorted(set(request.form) - FORM_FIELDS - shown)
             if extra:
                 log.warning("web UI: refused a start request setting %s", ", ".join(extra))
                 return jsonify({"success": False, "message": "the web UI may set only users, spawn rate, run time and "
