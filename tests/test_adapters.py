@@ -556,7 +556,8 @@ def test_ollama_requests():
 
 def test_registry_names_and_framing():
     assert set(API_NAMES) == {"openai-completions", "openai-chat", "tgi", "triton", "llamacpp",
-                              "ollama-generate", "ollama-chat"}
+                              "ollama-generate", "ollama-chat", "openai-responses", "anthropic-messages",
+                              "sglang-generate"}
     for name in API_NAMES:
         adapter = get_adapter(name)
         assert adapter.name == name

@@ -301,3 +301,60 @@ def test_web_waits_for_start_on_loopback(tmp_path):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.mark.parametrize("api", ["openai-responses", "anthropic-messages", "sglang-generate"])
+def test_the_new_apis_run_end_to_end_against_the_simulator(tmp_path, api):
+    results = tmp_path / "r.json"
+    p = run_cli("--api", api, "-t", "3s", "-u", "2", "--max-tokens", "16", "--results", str(results))
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(results.read_text())["summary"]
+    assert s["ok"] > 0 and s["failed"] == 0
+    assert s["length_mismatch"] == 0 and s["length_checked"] == s["ok"]  # 16 tokens each, by the server's count
+
+
+def test_anthropic_requests_carry_the_key_as_that_api_takes_it(tmp_path):
+    import http.server
+    import threading
+
+    seen = []
+    body = (b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
+            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":1}}\n\n'
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802
+            seen.append(dict(self.headers))
+            raw = b'{"data": [{"id": "m"}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(dict(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        p = run_cli("--host", f"http://127.0.0.1:{srv.server_port}", "--api", "anthropic-messages", "-t", "2s", "-u", "1",
+                    "--api-key-env", "MY_KEY", "--max-tokens", "1", env={"MY_KEY": SECRET})
+    finally:
+        srv.shutdown()
+    assert p.returncode == 0, p.stderr[-2000:]
+    posts = [h for h in seen if h.get("Content-Type") == "application/json"]
+    assert posts and all(h.get("x-api-key") == SECRET and h.get("anthropic-version") for h in posts)
+    assert not any("Authorization" in h for h in posts)
+    assert SECRET not in p.stdout + p.stderr

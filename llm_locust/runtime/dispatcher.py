@@ -37,6 +37,7 @@ from llm_locust.runtime.hub import hub
 from llm_locust.report.masking import protect
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
+from llm_locust.protocols.base import request_headers
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.runtime.users import account
@@ -117,8 +118,7 @@ class Dispatcher:
         return models[0] if models else None
 
     def _headers(self) -> dict[str, str]:
-        key = self.settings.api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return request_headers(get_adapter(self.settings.api), self.settings.api_key)
 
     # ---- the replay ----
 

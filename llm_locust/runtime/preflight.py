@@ -19,7 +19,7 @@ from llm_locust.protocols import OPENAI_APIS
 
 log = logging.getLogger(__name__)
 
-PROBES = {"tgi": "/info", "triton": "/v2/health/ready", "llamacpp": "/health",
+PROBES = {"tgi": "/info", "triton": "/v2/health/ready", "llamacpp": "/health", "sglang-generate": "/health",
           "ollama-generate": "/api/tags", "ollama-chat": "/api/tags"}  # the rest: /v1/models
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3

@@ -22,7 +22,7 @@ from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
-from llm_locust.protocols.base import RequestSpec
+from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.workload import load_trace
@@ -102,7 +102,8 @@ class LLMUser(FastHttpUser):
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
         s = self.ctx.settings
-        return StreamClient(self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits)
+        return StreamClient(self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(adapter),
+                            limits=s.limits)
 
     def _discover_model(self) -> None:
         ctx = self.ctx
@@ -118,9 +119,9 @@ class LLMUser(FastHttpUser):
                 log.info("model from /v1/models: %s", ctx.model)
             ctx.model_checked = True
 
-    def stream_headers(self) -> dict[str, str]:
-        key = self.ctx.settings.api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
+    def stream_headers(self, adapter=None) -> dict[str, str]:
+        """The key as the API takes it (a Bearer token; Anthropic: x-api-key and its version)."""
+        return request_headers(adapter or self.adapter, self.ctx.settings.api_key)
 
     def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None, *,
              name: str | None = None, collect_text: bool | None = None, stream: StreamClient | None = None) -> RequestRecord:
