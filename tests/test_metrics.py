@@ -301,3 +301,28 @@ def test_lost_requests_balance_the_books_and_merge():
     assert "workers_lost" in validity(f, 0.5)
     assert "lost 2," in format_summary(f) and "workers lost: 1" in format_summary(f)
     assert "workers_lost" not in validity(figures(Aggregate()), 0.5)
+
+
+def test_a_vectorised_flush_fills_the_same_buckets_as_hdrh():
+    """Histogram._flush folds many pending values at once with numpy; hdrh's own record_value is
+    the reference, edge values (0, bucket borders, powers of two, the top) included."""
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    from llm_locust.metrics.histogram import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, _record_many
+
+    rng = random.Random(7)
+    values: dict[int, int] = {}
+    for _ in range(20000):
+        v = min(int(rng.lognormvariate(9, 2.5)), HIGHEST_US)
+        values[v] = values.get(v, 0) + rng.randint(1, 3)
+    for k in (0, 1, 2047, 2048, 2049, 4095, 4096, 2**31 - 1, 2**31, 2**32 - 1, 2**32, HIGHEST_US):
+        values[k] = values.get(k, 0) + 1
+    ref = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    got = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    for k, c in values.items():
+        ref.record_value(k, c)
+    _record_many(got, values)
+    assert list(got.counts) == list(ref.counts)
+    assert (got.total_count, got.min_value, got.max_value) == (ref.total_count, ref.min_value, ref.max_value)
