@@ -55,7 +55,12 @@ def test_requests_succeed_and_model_is_discovered(real_run):
     results, raw = real_run
     ok = [r for r in raw if r["outcome"] == "ok"]
     assert len(ok) >= 4, [r["error"] for r in raw if r["outcome"] != "ok"]
-    assert results["summary"]["failed"] == 0
+    # llama-server drops a request that arrives on a kept-alive connection right after a streamed
+    # reply (it reads it and closes); the client counts that once per process, never re-sends it,
+    # and opens a fresh connection per request from then on (docs/real-servers.md)
+    failed = [r for r in raw if r["outcome"] not in ("ok", "cancelled")]
+    assert all("closed a kept-alive connection without answering" in r["error"] for r in failed), failed[:2]
+    assert results["summary"]["failed"] == len(failed) <= 2  # one a worker process at most
     assert results["run"]["server"]["model"] == "smollm2"
     assert len({r["id"].split("-")[1] for r in ok}) == 2  # both workers sent
 
