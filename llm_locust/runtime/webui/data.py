@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from llm_locust.metrics.aggregate import Aggregate, client_valid
+from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, Outcome
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
@@ -42,8 +42,6 @@ WINDOW_S = 10.0  # "recent": rates and percentiles over the last 10 s
 SAMPLE_S = 1.0  # the snapshot is recomputed at most this often
 HISTORY = 7200  # latency / load samples kept (2 h at one a second)
 TAIL_MIN_S, TAIL_MAX_S = 10, 300  # per-second series re-sent each poll: lag + E2E p99, within these
-LOOP_LAG_LIMIT = 0.005  # the validity rule of docs/metrics.md
-CPU_HIGH_SHARE = 0.5
 MAX_ERROR_TEXTS = 3  # per failure kind, in the payload
 
 
@@ -197,17 +195,15 @@ class LiveView:
         # client validity, run so far and now
         lag_all = hists["loop_lag"].summary()
         lag_recent = recent_lat.get("loop_lag")
-        valid = client_valid(total)
-        reasons = []
-        if lag_all.get("p99") is not None and lag_all["p99"] > LOOP_LAG_LIMIT:
-            reasons.append(f"event-loop lag p99 {lag_all['p99'] * 1000:.1f} ms > {LOOP_LAG_LIMIT * 1000:g} ms")
-        if total.cpu_samples and total.cpu_high / total.cpu_samples >= CPU_HIGH_SHARE:
-            reasons.append(f"CPU >= 90% in {total.cpu_high / total.cpu_samples:.0%} of samples")
+        client = client_figures(total)  # the same checks, thresholds and words as the summary's
+        valid = client["valid"]
+        reasons = list(client["reasons"])
         if inp.workers:
             busy = [w_ for w_ in inp.workers if (w_.get("cpu") or 0) >= 90]
             if busy:
                 reasons.append(f"{len(busy)} worker(s) at >= 90% CPU now")
-        valid_now = lag_recent is None or (lag_recent.get("p99") or 0) <= LOOP_LAG_LIMIT
+        # now: the last seconds' loop lag, at its p99, within the lag limit of the client checks
+        valid_now = lag_recent is None or (lag_recent.get("p99") or 0) <= LAG_LIMIT
 
         # samples (the history, one a second while a test runs)
         s = self.samples
