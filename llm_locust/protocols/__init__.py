@@ -22,6 +22,7 @@ from llm_locust.protocols.base import (
     request_headers,
     resolve_tokens,
 )
+from llm_locust.protocols.embeddings import JSON_ADAPTERS
 from llm_locust.protocols.llamacpp import LlamaCppAdapter
 from llm_locust.protocols.openai import brief
 from llm_locust.protocols.responses import RESPONSES
@@ -58,6 +59,19 @@ def get_adapter(name: str) -> Adapter:
         return _ADAPTERS[name]
     except KeyError:
         raise UnknownAPI(f"unknown API {name!r}; valid: {', '.join(API_NAMES)}") from None
+
+
+# request kinds whose reply is one JSON document (embeddings, rerank, score): the scenario API's
+# embed() / rerank() / score(), sent by runtime.client.JSONClient; not `--api` choices
+JSON_API_NAMES: tuple[str, ...] = tuple(JSON_ADAPTERS)
+
+
+def get_json_adapter(name: str):
+    """The adapter of a non-streaming request kind (protocols.embeddings)."""
+    try:
+        return JSON_ADAPTERS[name]
+    except KeyError:
+        raise UnknownAPI(f"unknown request kind {name!r}; valid: {', '.join(JSON_API_NAMES)}") from None
 
 
 def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES) -> SSEDecoder | NDJSONDecoder:
@@ -114,6 +128,7 @@ def printable(data: bytes) -> str:
 
 __all__ = [
     "API_NAMES",
+    "JSON_API_NAMES",
     "CONTENT",
     "NO_TOKEN",
     "REASONING",
@@ -128,6 +143,7 @@ __all__ = [
     "UnknownAPI",
     "error_text",
     "get_adapter",
+    "get_json_adapter",
     "make_decoder",
     "printable",
     "request_headers",

@@ -633,3 +633,103 @@ class _Response(HTTPSocketResponse):
 
     def __del__(self) -> None:
         pass
+
+
+class JSONClient(StreamClient):
+    """Sends requests whose reply is one JSON document (embeddings, rerank, score: the adapters
+    of protocols.embeddings) and times them: t_headers, then t_end when the whole body is in
+    (E2E is the latency; no chunks, no TTFT). Connections, timeouts, limits and HTTP errors are
+    the streaming path's (StreamClient._exchange); only the body is read differently: whole, up
+    to limits.body_bytes, then parsed by the adapter. A reply the adapter cannot read (not JSON,
+    the wrong shape, a wrong number of items, a wrong type) is a stream_error with its words.
+
+    The record: n_in = the server's usage when it gives one, n_out = 0, extra["items"] = the
+    embeddings returned or documents scored. What the reply held (scores; embeddings when asked
+    with collect_text) waits in `replies[request_id]` for the caller (runtime.scenario) to take."""
+
+    MAX_KEPT = 64  # replies nobody took: the oldest are dropped past this many
+
+    def __init__(self, http_client, base_url: str, adapter, timeouts: Timeouts | None = None,
+                 headers: dict[str, str] | None = None, collect_text: bool = False,
+                 limits: Limits | None = None) -> None:
+        super().__init__(http_client, base_url, adapter, timeouts, {**(headers or {}), "Accept": "application/json"},
+                         collect_text, limits)
+        self._specs: dict[str, RequestSpec] = {}
+        self.replies: dict[str, object] = {}
+
+    def send(self, spec: RequestSpec, request_id: str, t_sched: float | None = None,
+             on_cancel: Callable[[RequestRecord], None] | None = None, step: int = 0,
+             collect_text: bool | None = None) -> RequestRecord:
+        self._specs[request_id] = spec
+        try:
+            return super().send(spec, request_id, t_sched, on_cancel=on_cancel, step=step, collect_text=collect_text)
+        finally:
+            self._specs.pop(request_id, None)
+
+    def _read_stream(self, resp: HTTPSocketResponse, read, rec: RequestRecord, state: StreamState) -> None:
+        buf = resp._body_buffer
+        limit = self.limits.body_bytes
+        framing_limit = self.limits.head_bytes
+        framing = 0
+        now = rec.t_headers
+        while not resp.message_complete:
+            if resp.broken is not None:
+                rec.t_end = now
+                raise _Ended(Outcome.STREAM_ERROR, resp.broken)
+            if len(buf) > limit:
+                rec.t_end = now
+                raise _Ended(Outcome.STREAM_ERROR, f"reply over {limit} bytes (the body limit)")
+            chunk, now = read()
+            if not chunk:
+                if _close_delimited(resp):
+                    break
+                rec.t_end = now
+                raise _Ended(Outcome.TRUNCATED, "connection closed before the end of the body")
+            before = len(buf)
+            try:
+                resp.feed(chunk)
+            except HTTPParseError as e:
+                resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
+                continue
+            if len(buf) > before:
+                framing = 0
+            else:
+                framing += len(chunk)
+                if framing > framing_limit:
+                    rec.t_end = now
+                    raise _Ended(Outcome.STREAM_ERROR,
+                                 f"invalid HTTP body framing: over {framing_limit} bytes without body data")
+        rec.t_end = now
+        if resp.broken is not None:
+            raise _Ended(Outcome.STREAM_ERROR, resp.broken)
+        if len(buf) > limit:
+            raise _Ended(Outcome.STREAM_ERROR, f"reply over {limit} bytes (the body limit)")
+        body = bytes(buf)
+        del buf[:]
+        spec = self._specs.get(rec.request_id)
+        try:
+            reply = self.adapter.parse(body, spec, keep=state.collect_text)
+        except ProtocolError as e:
+            ctype = resp.get("content-type") or "none"
+            text = str(e) if "json" in ctype.lower() else f"{e} (content-type {ctype})"
+            raise _Ended(Outcome.STREAM_ERROR, text) from None
+        except Exception as e:  # noqa: BLE001 - a reply the adapter could not read is a stream error
+            _log_unexpected(e)
+            raise _Ended(Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}") from None
+        state.aux = reply
+        state.usage_in = reply.usage_in
+        state.done = True
+
+    def _finish(self, rec: RequestRecord, state: StreamState) -> None:
+        rec.n_out, rec.n_out_source = 0, SOURCE_USAGE  # no output tokens: exact, not an estimate
+        reply = state.aux
+        if reply is None:
+            return
+        rec.extra = {"items": reply.items}
+        if state.usage_in is not None:
+            rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+        if rec.ok:
+            replies = self.replies
+            replies[rec.request_id] = reply
+            while len(replies) > self.MAX_KEPT:
+                del replies[next(iter(replies))]

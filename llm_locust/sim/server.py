@@ -4,12 +4,14 @@ HTTP/1.1 with keep-alive (and pipelining), chunked transfer encoding for streams
 imitate vLLM's bytes. All chunks a stream gets in one engine iteration leave in one write.
 Besides /v1/completions and /v1/chat/completions it serves the OpenAI Responses API
 (/v1/responses), Anthropic Messages (/v1/messages) and SGLang's native /generate, with the same
-engine, pacing, faults and ground truth (PROTOCOLS).
+engine, pacing, faults and ground truth (PROTOCOLS). /v1/embeddings, /v1/rerank (and /rerank) and
+vLLM's /v1/score answer one JSON document each, outside the engine (JSON_ROUTES).
 """
 from __future__ import annotations
 
 import asyncio
 import bisect
+import hashlib
 import json
 import math
 import random
@@ -59,6 +61,10 @@ MIDS = {chat: [w.encode() + TAIL[chat] + b"}\n\n" for w in VOCAB] for chat in (F
 ROUTES = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses",
           "/v1/messages": "anthropic", "/generate": "sglang"}
 PROTOCOLS = ("responses", "anthropic", "sglang")  # rendered per event by Stream._event
+# requests answered with one JSON document, outside the batching engine: a latency of
+# iter_base + iter_per_prefill_token * input tokens, deterministic vectors and scores
+JSON_ROUTES = {"/v1/embeddings": "embeddings", "/v1/rerank": "rerank", "/rerank": "rerank", "/v1/score": "score"}
+EMBED_DIMS = 16
 
 
 def sse_event(name: str, obj: dict) -> bytes:
@@ -160,6 +166,74 @@ def count_prompt(req: dict, chat: bool) -> int:
             raise BadRequest("'prompt' is required")
         n = count_words(req["prompt"])
     return max(1, n)
+
+
+def fake_vector(text: str, dims: int = EMBED_DIMS) -> list[float]:
+    """A deterministic unit vector for a text (the same text, the same vector)."""
+    h = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=dims).digest()
+    v = [b / 127.5 - 1.0 for b in h]
+    norm = math.sqrt(sum(x * x for x in v)) or 1.0
+    return [round(x / norm, 6) for x in v]
+
+
+def fake_score(query: str, doc: str) -> float:
+    """A deterministic relevance in [0, 1]: the share of the query's words the document holds."""
+    q = set(query.lower().split())
+    d = set(doc.lower().split())
+    return round(len(q & d) / len(q), 6) if q else 0.0
+
+
+def _texts(x, name: str) -> list[str]:
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, list) and x and all(isinstance(t, str) for t in x):
+        return x
+    raise BadRequest(f"'{name}' must be a string or a non-empty list of strings")
+
+
+def _doc_text(d) -> str:
+    if isinstance(d, str):
+        return d
+    if isinstance(d, dict) and isinstance(d.get("text"), str):
+        return d["text"]
+    raise BadRequest("'documents' must be strings (or objects with a 'text')")
+
+
+def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
+    """The reply to one JSON request kind, and its input token count (words, as everywhere here)."""
+    if kind == "embeddings":
+        texts = _texts(req.get("input"), "input")
+        n_in = sum(max(1, count_words(t)) for t in texts)
+        data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
+        return n_in, orjson.dumps({"object": "list", "data": data, "model": model,
+                                   "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
+    if kind == "rerank":
+        query = req.get("query")
+        if not isinstance(query, str):
+            raise BadRequest("'query' must be a string")
+        docs = req.get("documents")
+        if not isinstance(docs, list) or not docs:
+            raise BadRequest("'documents' must be a non-empty list")
+        texts = [_doc_text(d) for d in docs]
+        top_n = int_field(req, "top_n", len(texts), 1)
+        q = max(1, count_words(query))
+        n_in = sum(q + max(1, count_words(t)) for t in texts)
+        ranked = sorted(range(len(texts)), key=lambda i: (-fake_score(query, texts[i]), i))[:top_n]
+        results = [{"index": i, "relevance_score": fake_score(query, texts[i])} for i in ranked]
+        if req.get("return_documents"):
+            for r in results:
+                r["document"] = {"text": texts[r["index"]]}
+        return n_in, orjson.dumps({"id": "rerank-sim", "model": model, "results": results,
+                                   "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
+    t1 = req.get("text_1")
+    if not isinstance(t1, str):
+        raise BadRequest("'text_1' must be a string")
+    t2 = _texts(req.get("text_2"), "text_2")
+    q = max(1, count_words(t1))
+    n_in = sum(q + max(1, count_words(t)) for t in t2)
+    data = [{"index": i, "object": "score", "score": fake_score(t1, t)} for i, t in enumerate(t2)]
+    return n_in, orjson.dumps({"id": "score-sim", "object": "list", "model": model, "data": data,
+                               "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
 
 
 def int_field(req: dict, name: str, default: int, lo: int) -> int:
@@ -642,6 +716,11 @@ class App:
 
     # -- requests --
     def handle(self, conn: Conn, method: str, path: str, headers: dict, body: bytes, t_recv: float):
+        kind = JSON_ROUTES.get(path)
+        if kind is not None:
+            if method != "POST":
+                return conn.respond(405, b'{"detail":"Method Not Allowed"}')
+            return self._json_request(conn, kind, headers, body)
         proto = ROUTES.get(path)
         gen = proto is not None
         allowed = "POST" if gen else "GET"
@@ -675,6 +754,35 @@ class App:
             self.loop.call_later(f.seconds, st.start)
         else:
             st.start()
+
+    def _json_request(self, conn: Conn, kind: str, headers: dict, body: bytes):
+        """Embeddings, rerank, score: one JSON reply after a latency proportional to the input."""
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            return conn.respond(400, error_json(f"malformed JSON body: {e}", "BadRequestError", 400))
+        try:
+            if not isinstance(req, dict):
+                raise BadRequest("body must be a JSON object")
+            fault = parse_fault(headers["x-sim-fault"]) if "x-sim-fault" in headers else self._draw_fault()
+            n_in, reply = json_reply(kind, req, self.opts.model)
+        except (BadRequest, ValueError) as e:
+            return conn.respond(400, error_json(str(e), "BadRequestError", 400))
+        self.n_requests += 1
+        if fault is not None and fault.kind in ("http500", "http429"):
+            code = 500 if fault.kind == "http500" else 429
+            return conn.respond(code, error_json(f"simulated {fault.kind}", "InternalServerError", code))
+        self.prompt_tokens += n_in
+        cfg = self.opts.sim
+        delay = 0.0 if self.opts.fast else cfg.iter_base + cfg.iter_per_prefill_token * n_in
+        rid = headers.get("x-request-id") or f"sim-{self.n_requests}"
+        extra = b"x-request-id: %s\r\n" % rid.encode("latin-1", "replace")
+
+        def answer():
+            if not conn.closed:
+                conn.respond(200, reply, extra=extra)
+
+        self.loop.call_later(delay, answer)
 
     def _new_stream(self, conn, chat, headers, body, t_recv, proto=None) -> Stream:
         try:
