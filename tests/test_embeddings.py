@@ -292,3 +292,28 @@ def test_the_rag_example_under_llm_locust_run(tmp_path):
     assert reranks and all(r["server"] == {"items": 6} for r in reranks)
     s = json.loads((tmp_path / "r.json").read_text())["summary"]
     assert s["ok"] > 0 and s["failed"] == 0
+
+
+# ---- a real llama-server ---------------------------------------------------------------------
+
+
+@pytest.mark.real_server
+def test_a_real_llama_server_embeds_and_our_token_count_is_its_usage(llama_server_bin, smollm2_model, smollm2_tokenizer):
+    """llama-server --embeddings (mean pooling) through the client: a well-formed reply of one
+    vector per input, and the input tokens it reports are the tokenizer's count of the inputs."""
+    import realservers
+
+    from llm_locust.workload.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(smollm2_tokenizer)
+    texts = ["The warranty covers manufacturing defects.", "How long does the battery last?", "Hello"]
+    with realservers.LlamaServer(smollm2_model, binary=llama_server_bin, slots=2, ctx=2048,
+                                 extra_args=["--embeddings", "--pooling", "mean"]) as srv:
+        c = client_for(srv.url, timeouts=Timeouts(5.0, 30.0, 60.0))
+        rec = c.send(RequestSpec(model="smollm2", extra_body={"input": texts}), "real-emb", collect_text=True)
+    assert rec.ok, rec.error
+    reply = c.replies.pop(rec.request_id)
+    assert rec.extra == {"items": 3} and len(reply.embeddings) == 3
+    assert len({len(v) for v in reply.embeddings}) == 1 and len(reply.embeddings[0]) > 8
+    # per input, the tokenizer's count with its special tokens (SmolLM2 adds none: 14 tokens)
+    assert rec.n_in == sum(tok.count(t, add_special_tokens=True) for t in texts) == 14
