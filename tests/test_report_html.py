@@ -384,3 +384,63 @@ def test_run_writes_the_same_report_itself_with_report(tmp_path):
     live = (tmp_path / "live.html").read_text()
     assert live == (tmp_path / "after.html").read_text()
     assert secret not in live and "<svg" in live
+
+
+# ---- verdicts: per-GPU throughput, the Pareto plot, J/token and $/Mtok (docs/verdicts.md) ----
+
+
+def _with_cost(r, watts=851.0):
+    """The ladder run as if run with --gpus 2 --gpu-prices H200=3.6 and a sidecar whose energy
+    counter rose at `watts` (summed over GPUs) in every step."""
+    r2 = copy.deepcopy(r)
+    r2.setdefault("plan", {})["cost"] = {"gpus": 2, "gpu_prices": {"H200": 3.6}}
+    for w in r2["gpu_metrics"]["steps"]:
+        w["gpu_energy_joules_total"] = {"increase": watts * 4, "per_s": watts}
+        w["samples"] = max(w.get("samples") or 0, 8)
+    r2.pop("verdicts", None)
+    return r2
+
+
+def test_verdicts_section_has_the_pareto_plot_and_the_table(ladder_run):
+    from llm_locust.analysis.efficiency import verdicts_for_results
+    from llm_locust.report.html import num
+
+    r = _with_cost(ladder_run["results"])
+    v = verdicts_for_results(r)
+    root = dom(render(r))
+    assert root.by_id("plot-pareto").find_all("svg")
+    steps = [s for s in v["steps"] if s.get("interactivity")]
+    assert len(uses(root, "pareto-run-steps")) == len(steps)
+    assert len(root.by_id("pareto-run-frontier").find_all("path")) >= 1
+    rows = root.by_id("verdicts-table").find_all("tr")[1:]
+    assert len(rows) == len(r["ladder"]["steps"])
+    head = [th.all_text() for th in root.by_id("verdicts-table").find_all("th")]
+    for e, row in zip(v["steps"], rows):
+        cells = dict(zip(head, [td.all_text() for td in row.find_all("td")]))
+        assert cells["tok/s/GPU"] == num(e["output_tokens_per_s"] / 2)  # the page writes 3 significant digits
+        assert cells["J/out tok"] == num(851.0 / e["output_tokens_per_s"])
+        assert cells["$/M out tok"] == num(2 * 3.6 / 3600 / e["output_tokens_per_s"] * 1e6)
+        assert ("frontier" in cells["marks"]) == e["pareto"]
+    facts = kv(root, "verdicts-facts")
+    assert "gpu_prices[H200]" in facts["price"] and facts["GPUs"] == "2"
+    assert "#verdicts" in {a.attrs.get("href") for a in root.find_all("a")}
+
+
+def test_verdicts_stored_by_the_run_are_shown_as_they_are(ladder_run):
+    from llm_locust.analysis.efficiency import verdicts_for_results
+
+    r = _with_cost(ladder_run["results"])
+    r["verdicts"] = verdicts_for_results(r, settings={"gpus": 4, "gpu_hour_price": 9.0})
+    root = dom(render(r))
+    facts = kv(root, "verdicts-facts")
+    assert facts["GPUs"] == "4" and "$9 per GPU-hour (gpu_hour_price" in facts["price"]
+    assert "computed by the report" not in root.all_text()
+
+
+def test_verdicts_without_gpus_say_why_and_draw_no_plot(ladder_run):
+    r = copy.deepcopy(ladder_run["results"])
+    r.pop("verdicts", None)
+    (r.get("plan") or {}).pop("cost", None)
+    root = dom(render(r))
+    assert not root.has_id("plot-pareto")
+    assert "no GPU count" in root.by_id("verdicts-notes").all_text()

@@ -48,7 +48,7 @@ h3{font-size:15px;margin:20px 0 6px}.sub{color:#495057}nav a{margin-right:12px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border:1px solid #dee2e6;padding:3px 8px;text-align:right;vertical-align:top}
 th{background:#f1f3f5}td.l,th.l,#steps-table td:nth-last-child(-n+2),#steps-table th:nth-last-child(-n+2){text-align:left}
-tr.knee td{background:#fff4e6;font-weight:600}tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
+tr.knee td,tr.v-knee td{background:#fff4e6;font-weight:600}tr.v-flagged td{background:#fff5f5}tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
 .flag,.mark{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:11px;font-weight:600;white-space:nowrap}
 .flag{background:#c92a2a;color:#fff}.mark-knee{background:#d9480f;color:#fff}.mark-slo{background:#fab005;color:#000}
 .mark-ok{background:#2b8a3e;color:#fff}.warn{background:#fff5f5;border-left:4px solid #c92a2a;padding:6px 10px}
@@ -260,6 +260,97 @@ def section_ladder(r: dict[str, Any]) -> H:
         section_verdict(ladder, unit),
         section_steps(r, steps, unit, knee),
     ]))
+
+
+def _verdicts(r: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """(the run's verdicts, computed here): results["verdicts"] as the run wrote them, else
+    computed from the results (older files, or a run that did not write them)."""
+    from llm_locust.analysis.efficiency import verdicts_for_results
+
+    v = r.get("verdicts")
+    if isinstance(v, dict) and isinstance(v.get("steps"), list):
+        return v, False
+    return verdicts_for_results(r), True
+
+
+def section_verdicts(r: dict[str, Any]) -> H:
+    """Per-GPU throughput against interactivity (the Pareto plot), J/token and $/Mtok per step."""
+    from llm_locust.analysis.efficiency import has_figures
+    from llm_locust.report import plots
+
+    v, computed = _verdicts(r)
+    if not v or not (v.get("steps") or has_figures(v)):
+        return H("")
+    rows_v = v.get("steps") or []
+    ladder = r.get("ladder") or {}
+    lsteps = {s.get("step"): s for s in ladder.get("steps") or []}
+    unit = OFFERED_UNITS.get(next(iter(lsteps.values()), {}).get("offered_kind", ""), "")
+    knee = (v.get("knee") or {}).get("step")
+    out = ["<h2 id='verdicts'>Efficiency, energy and cost</h2>"]
+    pts = [(i, e) for i, e in enumerate(rows_v) if e.get("output_tokens_per_s_per_gpu") and e.get("interactivity")]
+    if pts:
+        on = {e["step"]: e for e in rows_v if e.get("pareto")}
+        front = sorted((e["output_tokens_per_s_per_gpu"], e["interactivity"]) for e in on.values())
+        labels = [f"step {e['step']} ({num(e.get('offered'))} {unit})".replace(" )", ")") for _, e in pts]
+        svg = plots.pareto("pareto", [plots.Front(
+            "run", "this run", [(e["output_tokens_per_s_per_gpu"], e["interactivity"]) for _, e in pts], labels, front,
+            next((j for j, (_, e) in enumerate(pts) if e["step"] == knee), None),
+            [j for j, (_, e) in enumerate(pts) if e.get("flags")])])
+        out.append(figure(svg, "plot-pareto", "Each step's output tokens/s per GPU against its tokens/s per user "
+                          "(1 / TPOT p50). The line joins the Pareto frontier: the steps no other step beats in both. "
+                          "◆ the knee; ringed: flagged steps."))
+    cols = (("tok/s/GPU", "output_tokens_per_s_per_gpu"), ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
+            ("tok/s/user", "interactivity"), ("GPU W", "gpu_power_watts"), ("J/out tok", "joules_per_output_token"),
+            ("J/tok (in+out)", "joules_per_total_token"), ("$/M out tok", "usd_per_million_output_tokens"),
+            ("$/M tok (in+out)", "usd_per_million_total_tokens"))
+    present = [c for c in cols if any(e.get(c[1]) is not None for e in rows_v)]
+    trs, attrs = [], []
+    for e in rows_v:
+        marks = []
+        if e.get("pareto"):
+            marks.append(badge("mark mark-ok", "frontier", "on the Pareto frontier: no other step has both more tok/s/GPU and more tok/s/user"))
+        if e.get("step") == knee:
+            marks.append(badge("mark mark-knee", "knee"))
+        for f in e.get("energy_flags") or []:
+            marks.append(badge("flag", f, v.get("energy_rule") or ""))
+        for f in e.get("flags") or []:
+            marks.append(badge("flag", f))
+        trs.append((e.get("step"), num(e.get("offered")), num(e.get("output_tokens_per_s")),
+                    *(num(e.get(k)) for _, k in present), H("".join(marks))))
+        cls = " ".join(c for c, on_ in (("v-knee", e.get("step") == knee), ("v-flagged", bool(e.get("flags")))) if on_)
+        attrs.append({"class": cls} if cls else {})
+    if rows_v:
+        out.append(table(("step", "offered", "out tok/s", *(c[0] for c in present), "marks"), trs, id="verdicts-table",
+                         row_attrs=attrs))
+    facts = []
+    g = v.get("gpus")
+    if g:
+        facts.append(("GPUs", f"{g['gpus']} ({g['prefill_gpus']} prefill, {g['decode_gpus']} decode: output tokens per "
+                      "decode GPU, input tokens per prefill GPU)" if g.get("disaggregated") else g["gpus"]))
+    p = v.get("price")
+    if p:
+        facts.append(("price", f"${p['usd_per_gpu_hour']:g} per GPU-hour ({p['source']}"
+                      + (f", {p['gpu_type']})" if p.get("gpu_type") else ")")))
+    k = v.get("knee")
+    if k:
+        facts.append(("at the knee", f"step {k['step']}: {num(k.get('output_tokens_per_s_per_gpu'))} tok/s/GPU, "
+                      f"{num(k.get('interactivity'))} tok/s/user, {num(k.get('joules_per_output_token'))} J/token, "
+                      f"${num(k.get('usd_per_million_output_tokens'))} per million output tokens"))
+    run = v.get("run") or {}
+    if any(run.get(key) is not None for _, key in cols):
+        facts.append(("whole run", ", ".join(f"{num(run.get(key))} {label}" for label, key in cols if run.get(key) is not None)))
+    if v.get("frontier"):
+        facts.append(("Pareto frontier", "steps " + ", ".join(str(s) for s in v["frontier"])))
+    facts.append(("tok/s per user", v.get("interactivity_from") or "1 / TPOT p50"))
+    facts.append(("energy validity", v.get("energy_rule") or "-"))
+    out.append(kv_table(facts, id="verdicts-facts"))
+    notes = list(v.get("notes") or [])
+    if computed:
+        notes.append("computed by the report from the results file (the run did not store its verdicts)")
+    if notes:
+        out.append("<ul class='sub' id='verdicts-notes'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    out.append("<p class='sub'>Formulas, units and sources: docs/verdicts.md.</p>")
+    return H("".join(out))
 
 
 def section_verdict(ladder: dict[str, Any], unit: str) -> H:
@@ -608,10 +699,10 @@ def _version() -> str:
 
 def render(results: dict[str, Any]) -> str:
     """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
-    body = [section_header(results), section_ladder(results), section_timeseries(results),
+    body = [section_header(results), section_ladder(results), section_verdicts(results), section_timeseries(results),
             section_distributions(results), section_summary(results), section_resources(results),
             section_workers(results), section_environment(results)]
-    toc = [("load", "load"), ("steps", "steps"), ("timeline", "timeline"), ("distributions", "distributions"),
+    toc = [("load", "load"), ("steps", "steps"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
            ("summary", "whole run"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
     text = "".join(body)
     nav = " ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc if f"id='{a}'" in text)

@@ -233,3 +233,59 @@ def timeseries(
         top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return to_svg(fig, name)
+
+
+class Front(NamedTuple):
+    """One run's steps on the throughput/interactivity plane and its Pareto frontier."""
+
+    key: str  # ids: NAME-KEY-steps (every step), NAME-KEY-frontier, NAME-KEY-knee, NAME-KEY-flagged
+    label: str
+    points: Sequence[tuple[float, float]]  # (output tok/s per GPU, tok/s per user), one per step
+    labels: Sequence[str] = ()  # per point, written beside it ("step 3 (16 users)")
+    frontier: Sequence[tuple[float, float]] = ()  # the frontier's points, by x
+    knee: int | None = None  # index in points of the saturation step
+    flagged: Sequence[int] = ()  # indices of suspect steps, ringed
+
+
+def pareto(
+    name: str,
+    fronts: Sequence[Front],
+    *,
+    title: str = "throughput per GPU against interactivity",
+    xlabel: str = "output tokens/s per GPU",
+    ylabel: str = "tokens/s per user (1 / TPOT p50)",
+    width: float = 7.5,
+    height: float = 4.4,
+) -> str:
+    """Steps as points, each run's Pareto frontier as a line through its frontier points (up and to
+    the right is better: more tokens per GPU for more tokens per user). Several runs share the
+    axes (compare); the step labels are written for one run only."""
+    with matplotlib.rc_context(RC):
+        fig, (ax,) = _new(width, height)
+        for i, f in enumerate(fronts):
+            color = COLORS[i % len(COLORS)]
+            if f.points:
+                ax.plot([p[0] for p in f.points], [p[1] for p in f.points], linestyle="none", marker="o", color=color,
+                        alpha=0.55 if len(fronts) > 1 else 0.8, label=f"{f.label}: steps" if len(fronts) > 1 else "steps",
+                        gid=f"{f.key}-steps")
+            if f.frontier:
+                ax.plot([p[0] for p in f.frontier], [p[1] for p in f.frontier], marker="o", color=color, linewidth=2.0,
+                        label=f"{f.label}: Pareto frontier" if len(fronts) > 1 else "Pareto frontier", gid=f"{f.key}-frontier")
+            marked = [j for j in f.flagged if j < len(f.points)]
+            if marked:
+                ax.plot([f.points[j][0] for j in marked], [f.points[j][1] for j in marked], linestyle="none", marker="o",
+                        markersize=11, markerfacecolor="none", markeredgecolor=FLAGGED, markeredgewidth=1.4,
+                        label="flagged step" if i == 0 else None, gid=f"{f.key}-flagged")
+            if f.knee is not None and f.knee < len(f.points):
+                ax.plot([f.points[f.knee][0]], [f.points[f.knee][1]], linestyle="none", marker="D", markersize=8,
+                        color=KNEE, label="saturation (knee)" if i == 0 else None, gid=f"{f.key}-knee")
+            if len(fronts) == 1:
+                for p, text in zip(f.points, f.labels):
+                    ax.annotate(text, p, xytext=(4, 4), textcoords="offset points", fontsize=7.5, color="#495057")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, loc="left")
+        ax.legend(loc="best")
+        return to_svg(fig, name)

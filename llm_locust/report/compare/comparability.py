@@ -88,4 +88,14 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
     add("llm-locust version", lambda r: _get(r.doc, "environment", "llm_locust"), severity="note")
     add("client machine", lambda r: _get(r.doc, "environment", "hostname"), severity="note")
     add("worker processes", lambda r: len(r.doc.get("workers") or []), severity="note")
+    # the verdicts (docs/verdicts.md): $/Mtok compares the prices as well as the servers
+    priced = [r for r in runs if r.price is not None]
+    if len({r.price for r in priced}) > 1 or (priced and len(priced) < len(runs)):
+        issues.append(Issue("GPU-hour price ($/Mtok compares the prices too)", _groups(
+            runs, lambda r: r.price, lambda r: f"${r.price:g}" if r.price is not None else "no price") or "", "note"))
+    counted = [r for r in runs if ((r.verdicts or {}).get("gpus") or {}).get("gpus")]
+    if counted and len(counted) < len(runs):
+        missing = ", ".join(r.label for r in runs if r not in counted)
+        issues.append(Issue("per-GPU figures missing", f"{missing}: no GPU count (--gpus): no tok/s per GPU, frontier "
+                            "or cost", "note"))
     return issues

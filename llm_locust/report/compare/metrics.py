@@ -44,6 +44,16 @@ def _metric_table() -> dict[str, Metric]:
     out["goodput_requests_per_s"] = Metric("goodput_requests_per_s", True, "req/s", "goodput_requests_per_s")
     out["goodput_tokens_per_s"] = Metric("goodput_tokens_per_s", True, "tok/s", "goodput_tokens_per_s")
     out["error_rate"] = Metric("error_rate", False, "fraction", "error_rate")
+    # the verdicts (analysis/efficiency.py, docs/verdicts.md): per GPU, per user, energy, cost
+    for name, (better, unit) in {
+        "output_tokens_per_s_per_gpu": (True, "tok/s/GPU"),
+        "total_tokens_per_s_per_gpu": (True, "tok/s/GPU"),
+        "interactivity": (True, "tok/s/user"),
+        "joules_per_output_token": (False, "J/tok"),
+        "usd_per_million_output_tokens": (False, "$/Mtok"),
+        "usd_per_million_total_tokens": (False, "$/Mtok"),
+    }.items():
+        out[name] = Metric(name, better, unit, name)
     out["saturation_load"] = Metric("saturation_load", True, "load", "ladder.saturation.saturation.offered", scoped=False)
     out["max_slo_load"] = Metric("max_slo_load", True, "load", "ladder.saturation.max_slo_load", scoped=False)
     return out

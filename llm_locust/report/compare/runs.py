@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_for_results
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.results import load_results
 from llm_locust.report.compare.errors import CompareError
@@ -50,7 +52,31 @@ class Run:
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.doc.get("summary") or {}
+        """The whole run's figures, with the verdicts' (tok/s/GPU, J/token, $/Mtok ...) beside them."""
+        base = self.doc.get("summary") or {}
+        extra = {k: v for k, v in ((self.verdicts or {}).get("run") or {}).items() if k in FIGURES and k not in base}
+        return {**base, **extra} if extra else base
+
+    @cached_property
+    def verdicts(self) -> dict[str, Any] | None:
+        """results["verdicts"] as the run wrote them, else computed from the results file
+        (analysis/efficiency.py: the plan's cost.* keys, the GPU windows, the ladder)."""
+        v = self.doc.get("verdicts")
+        if isinstance(v, dict) and isinstance(v.get("steps"), list):
+            return v
+        try:
+            return verdicts_for_results(self.doc)
+        except (TypeError, ValueError, AttributeError, KeyError):  # a hand-edited file: no verdicts, not a crash
+            return None
+
+    @property
+    def frontier(self) -> list[tuple[float, float]]:
+        """The Pareto frontier's (output tok/s per GPU, tok/s per user) points, by tok/s per GPU."""
+        return frontier_points(self.verdicts)
+
+    @property
+    def price(self) -> float | None:
+        return ((self.verdicts or {}).get("price") or {}).get("usd_per_gpu_hour")
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -68,7 +94,16 @@ class Run:
 
     @property
     def ladder_steps(self) -> list[dict[str, Any]]:
-        return list((self.ladder or {}).get("steps") or [])
+        """The ladder's steps, each with its verdict figures (tok/s/GPU, J/token, $/Mtok ...) beside it."""
+        steps = list((self.ladder or {}).get("steps") or [])
+        by = {r.get("step"): r for r in (self.verdicts or {}).get("steps") or [] if isinstance(r, dict)}
+        if not by:
+            return steps
+        out = []
+        for s in steps:
+            extra = {k: v for k, v in (by.get(s.get("step")) or {}).items() if k in FIGURES and k not in s}
+            out.append({**s, **extra} if extra else s)
+        return out
 
     @property
     def verdict(self) -> dict[str, Any]:

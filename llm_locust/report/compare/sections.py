@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llm_locust.analysis.efficiency import frontier_verdict
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value, _load, _ms, _num, _num_plain, _pct
@@ -21,6 +22,7 @@ class Table:
     rows: list[list[str]]
     note: str = ""
     numeric_from: int = 1  # columns from this one are right-aligned in text
+    svg: str = ""  # a plot drawn under the table in HTML (inline SVG from report/plots.py); text and Markdown skip it
 
 
 def _runs_table(c: Comparison) -> Table:
@@ -137,8 +139,122 @@ def _steps_table(c: Comparison) -> Table | None:
     return Table("Ladder steps: output tok/s / TTFT p99", ["load", *[r.label for r in c.runs]], rows)
 
 
+def _front_text(r: Run) -> str:
+    pts = r.frontier
+    if not pts:
+        why = (r.verdicts or {}).get("notes") or []
+        return "- (" + ("no GPU count: give --gpus" if any("no GPU count" in n for n in why) else
+                        "no ladder" if not r.ladder else "no step with tok/s/GPU and TPOT") + ")"
+    return ", ".join(f"{_num(x)} / {_num(y)}" for x, y in pts)
+
+
+def frontier_pairs(c: Comparison) -> list[tuple[Run, Run, str]]:
+    """(a, b, verdict of a's frontier against b's) for each pair of runs, in the order given."""
+    runs = c.runs
+    return [(runs[i], runs[j], frontier_verdict(runs[i].frontier, runs[j].frontier))
+            for i in range(len(runs)) for j in range(i + 1, len(runs))]
+
+
+def _pair_text(a: Run, b: Run, v: str) -> str:
+    if v == "dominates":
+        return f"{a.label} dominates {b.label}: every point of {b.label}'s frontier is matched or beaten by one of {a.label}'s"
+    if v == "dominated":
+        return f"{b.label} dominates {a.label}: every point of {a.label}'s frontier is matched or beaten by one of {b.label}'s"
+    if v == "equal":
+        return "equal frontiers"
+    if v == "crossing":
+        return (f"crossing: neither dominates; which is better depends on the tokens/s per user wanted "
+                f"({_crossing_detail(a, b)})")
+    missing = ", ".join(r.label for r in (a, b) if not r.frontier)
+    return f"n/a: no frontier for {missing}"
+
+
+def _crossing_detail(a: Run, b: Run) -> str:
+    """Where each run is ahead: the interactivity ranges of the frontier points the other does not cover."""
+    from llm_locust.analysis.efficiency import covers
+
+    parts = []
+    for x, y in ((a, b), (b, a)):
+        ys = [p[1] for p in x.frontier if not covers(y.frontier, p)]
+        if ys:
+            parts.append(f"{x.label} ahead at {_num(min(ys))}-{_num(max(ys))} tok/s/user" if len(ys) > 1
+                         else f"{x.label} ahead at {_num(ys[0])} tok/s/user")
+    return "; ".join(parts)
+
+
+def dominance_line(c: Comparison) -> str:
+    """One line: the run whose frontier dominates every other's, or the pairs' verdicts ("" when
+    fewer than two runs have a frontier)."""
+    with_front = [r for r in c.runs if r.frontier]
+    if len(with_front) < 2:
+        return ""
+    pairs = [(a, b, v) for a, b, v in frontier_pairs(c) if v != "n/a"]
+    for r in with_front:
+        if all((v == "dominates" and a is r) or (v == "dominated" and b is r) for a, b, v in pairs if r in (a, b)):
+            return f"Pareto frontier: {r.label} dominates {', '.join(x.label for x in with_front if x is not r)}"
+    return "Pareto frontier: " + "; ".join(
+        f"{a.label} dominates {b.label}" if v == "dominates" else f"{b.label} dominates {a.label}" if v == "dominated"
+        else f"{a.label} and {b.label} {'equal' if v == 'equal' else 'cross'}" for a, b, v in pairs)
+
+
+def frontier_svg(c: Comparison) -> str:
+    """The runs' frontiers on one plot (inline SVG), or "" when no run has one."""
+    if not any(r.frontier for r in c.runs):
+        return ""
+    from llm_locust.report import plots
+
+    fronts = []
+    for i, r in enumerate(c.runs):
+        rows = [s for s in (r.verdicts or {}).get("steps") or []
+                if s.get("output_tokens_per_s_per_gpu") and s.get("interactivity")]
+        pts = [(s["output_tokens_per_s_per_gpu"], s["interactivity"]) for s in rows]
+        knee, _note = r.knee()
+        ki = next((j for j, s in enumerate(rows) if knee is not None and s.get("step") == knee.get("step")), None)
+        fronts.append(plots.Front(f"run{i}", r.label, pts, frontier=r.frontier, knee=ki,
+                                  flagged=[j for j, s in enumerate(rows) if s.get("flags")]))
+    return plots.pareto("frontiers", fronts, title="Pareto frontiers: throughput per GPU against interactivity")
+
+
+def _frontier_tables(c: Comparison) -> list[Table]:
+    """Each run's frontier, GPUs and price side by side; then the dominance verdict of each pair
+    (with the frontiers' plot for HTML)."""
+    if not any(r.verdicts and r.verdicts.get("steps") for r in c.runs):
+        return []
+    rows = [["frontier (tok/s/GPU / tok/s/user)", *[_front_text(r) for r in c.runs]],
+            ["GPUs", *[str(((r.verdicts or {}).get("gpus") or {}).get("gpus") or "-") for r in c.runs]],
+            ["price per GPU-hour", *[f"${r.price:g}" if r.price is not None else "-" for r in c.runs]]]
+    note = ("a frontier point: a ladder step no other step of the run beats in both output tok/s per GPU and tok/s per "
+            "user (1 / TPOT p50), listed by tok/s per GPU (docs/verdicts.md)")
+    out = [Table("Pareto frontiers: output tok/s per GPU / tok/s per user", ["", *[r.label for r in c.runs]], rows,
+                 note=note, numeric_from=99)]
+    if len(c.runs) > 1:
+        pairs = [[f"{a.label} vs {b.label}", _pair_text(a, b, v)] for a, b, v in frontier_pairs(c)]
+        out.append(Table("Frontier dominance", ["runs", "verdict"], pairs, numeric_from=99, svg=frontier_svg(c),
+                         note="run A dominates B when every point of B's frontier is matched or beaten in both "
+                              "figures by a point of A's; crossing: each is ahead somewhere"))
+    else:
+        out[0].svg = frontier_svg(c)
+    return out
+
+
+_VERDICT_WHY = (("joules", ("energy",)), ("usd", ("price", "GPU count")), ("per_gpu", ("GPU count",)),
+                ("total", ("input token",)))
+
+
+def _why_none(run: Run, crit: Criterion, cell: Cell) -> str:
+    """Why a cell has no value: the matrix's note, else for a verdict figure the verdicts' note."""
+    if cell.note:
+        return cell.note
+    for part, words in _VERDICT_WHY:
+        if part in crit.metric.name:
+            for n in (run.verdicts or {}).get("notes") or []:
+                if any(w in n for w in words):
+                    return n.split(":")[0]
+    return "no value"
+
+
 def _cell_text(run: Run, crit: Criterion, cell: Cell) -> str:
-    val = _fmt_value(run, crit.metric, cell.value, cell.bound) if cell.value is not None else f"n/a ({cell.note})"
+    val = _fmt_value(run, crit.metric, cell.value, cell.bound) if cell.value is not None else f"n/a ({_why_none(run, crit, cell)})"
     if cell.value is not None and crit.scope == "knee" and cell.note:
         val += " (top step)"
     out = f"{val} · {cell.score:.2f}"
@@ -189,6 +305,7 @@ def sections(c: Comparison) -> list[Table]:
     st = _steps_table(c)
     if st is not None:
         out.append(st)
+    out += _frontier_tables(c)
     out += [_matrix_table(c), _ranking_table(c)]
     return out
 
@@ -203,6 +320,9 @@ def _verdict_line(c: Comparison) -> str:
     passing = [c.runs[j].label for j in sorted(range(len(c.runs)), key=lambda j: m.ranks[j]) if not m.fails[j]]
     if any(cr.pass_line for cr in m.criteria):
         line += f"; passing every pass line: {', '.join(passing) if passing else 'none'}"
+    front = dominance_line(c)
+    if front:
+        line += f"; {front}"
     if not c.comparable:
         line += "; WARNING: the runs are not comparable (see above)"
     return line
