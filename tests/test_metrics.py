@@ -326,3 +326,33 @@ def test_a_vectorised_flush_fills_the_same_buckets_as_hdrh():
     _record_many(got, values)
     assert list(got.counts) == list(ref.counts)
     assert (got.total_count, got.min_value, got.max_value) == (ref.total_count, ref.min_value, ref.max_value)
+
+
+def test_embeddings_and_rerank_have_figures_of_their_own():
+    """Replies that are one JSON body (embeddings, rerank) keep out of the generation latencies
+    and token counts, and are summed per kind: ok, failed, items, input tokens, latency."""
+    from llm_locust.metrics.aggregate import Aggregate, figures
+    from llm_locust.metrics.records import Outcome, RequestRecord
+
+    def kind_rec(api, latency, items, n_in, outcome=Outcome.OK):
+        r = RequestRecord(request_id="k", api=api, t_sched=10.0, t_sent=10.0, wall_sent=1000.0)
+        r.t_headers, r.t_end, r.n_in, r.extra, r.outcome = 10.0 + latency / 2, 10.0 + latency, n_in, {"items": items}, outcome
+        if outcome is not Outcome.OK:
+            r.error = "HTTP 500: boom"
+        return r
+
+    a, b = Aggregate(), Aggregate()
+    a.add(kind_rec("openai-embeddings", 0.020, 4, 40))
+    a.add(kind_rec("openai-embeddings", 0.040, 4, 44))
+    b.add(kind_rec("rerank", 0.100, 6, 120))
+    b.add(kind_rec("rerank", 0.100, 6, 120, Outcome.HTTP_ERROR))
+    total = Aggregate()
+    total.merge(a)
+    total.merge(b)  # through the worker -> master wire format
+    fig = figures(total)
+    assert fig["latency"]["e2e"]["count"] == 0 and fig["tokens_in"] == 0  # not generation figures
+    emb, rr = fig["kinds"]["openai-embeddings"], fig["kinds"]["rerank"]
+    assert (emb["ok"], emb["failed"], emb["items"], emb["tokens_in"]) == (2, 0, 8, 84)
+    assert (rr["ok"], rr["failed"], rr["items"]) == (1, 1, 6)
+    assert abs(emb["latency"]["p50"] - 0.020) < 0.001 and abs(emb["latency"]["max"] - 0.040) < 0.001
+    assert fig["ok"] == 3 and fig["failed"] == 1 and "HTTP 500: boom" in fig["errors"]["http_error"]

@@ -29,6 +29,22 @@ SLO_METRICS = ("ttft", "ttft_queue", "tpot", "e2e", "e2e_queue", "itl_max")
 MAX_ERROR_TEXTS = 10  # distinct error texts kept per failure kind
 
 
+# Request kinds whose replies are one JSON body, not a token stream (protocols.JSON_API_NAMES):
+# latency is their E2E; they have no TTFT, ITL or TPOT and no output tokens.
+KIND_APIS = frozenset({"openai-embeddings", "rerank", "vllm-score"})
+
+
+class KindFigures:
+    """One non-generation request kind: ok, failed, items (embeddings returned, documents
+    scored), input tokens and latency."""
+
+    __slots__ = ("ok", "failed", "items", "tokens_in", "latency")
+
+    def __init__(self) -> None:
+        self.ok = self.failed = self.items = self.tokens_in = 0
+        self.latency = Histogram()
+
+
 class Aggregate:
     def __init__(self) -> None:
         self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES}
@@ -56,6 +72,9 @@ class Aggregate:
         # final report): sent, but their outcome never reached the master. Master side only.
         self.lost = 0
         self.workers_lost = 0
+        # request kinds that are not token streams (embeddings, rerank, score): their own figures,
+        # kept out of the generation latencies and token counts; by API name
+        self.kinds: dict[str, KindFigures] = {}
 
     # ---- recording (worker side) ----
 
@@ -101,6 +120,10 @@ class Aggregate:
                 if acc:
                     _bucket(series, sec)[0] += acc
 
+        if rec.api in KIND_APIS:
+            self._add_kind(rec, t_end)
+            if rec.ok:
+                return
         if not rec.ok:
             self.tokens_out_failed += sum(ntoks)
             texts = self.errors.setdefault(outcome, {})
@@ -137,6 +160,18 @@ class Aggregate:
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
+
+    def _add_kind(self, rec: RequestRecord, t_end: float) -> None:
+        k = self.kinds.get(rec.api)
+        if k is None:
+            k = self.kinds[rec.api] = KindFigures()
+        if rec.ok:
+            k.ok += 1
+            k.items += int((rec.extra or {}).get("items") or 0)
+            k.tokens_in += rec.n_in or 0
+            k.latency.record(t_end - rec.t_sent)
+        elif rec.outcome is not Outcome.CANCELLED:
+            k.failed += 1
 
     def add_cpu_sample(self, percent: float, threshold: float | None = None) -> None:
         if threshold is None:
@@ -177,6 +212,8 @@ class Aggregate:
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
             "lost": [self.lost, self.workers_lost],
+            "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
+                      for api, k in self.kinds.items()},
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
@@ -225,6 +262,15 @@ class Aggregate:
         lost, workers_lost = d.get("lost") or (0, 0)
         self.lost += lost
         self.workers_lost += workers_lost
+        for api, (ok, failed, items, tokens_in, data, sum_us) in (d.get("kinds") or {}).items():
+            k = self.kinds.get(api)
+            if k is None:
+                k = self.kinds[api] = KindFigures()
+            k.ok += ok
+            k.failed += failed
+            k.items += items
+            k.tokens_in += tokens_in
+            k.latency.merge_encoded(data, sum_us)
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens
@@ -351,6 +397,15 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         "workers_lost": agg.workers_lost,
         "client": client_figures(agg),
     }
+    if agg.kinds:
+        out["kinds"] = {
+            api: {"ok": k.ok, "failed": k.failed, "items": k.items, "tokens_in": k.tokens_in,
+                  "requests_per_s": k.ok / span if span > 0 else 0.0,
+                  "items_per_s": k.items / span if span > 0 else 0.0,
+                  "input_tokens_per_s": k.tokens_in / span if span > 0 else 0.0,
+                  "latency": k.latency.summary()}
+            for api, k in sorted(agg.kinds.items())
+        }
     return out
 
 

@@ -51,6 +51,12 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
         lines.append(
             f"goodput: {fig['goodput_requests_per_s']:.2f} requests/s, {fig['goodput_tokens_per_s']:.1f} tokens/s"
         )
+    for api, k in (fig.get("kinds") or {}).items():
+        lat = k["latency"]
+        lines.append(
+            f"{api}: {k['ok']} ok, {k['failed']} failed; latency p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms;"
+            f" {k['items_per_s']:.1f} items/s, {k['input_tokens_per_s']:.1f} input tokens/s"
+        )
     failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", "cancelled") and v}
     if failures:
         lines.append("failures by kind:")
