@@ -136,3 +136,27 @@ def test_a_scenario_that_raises_is_a_counted_failure_and_the_user_goes_on(tmp_pa
     assert "ValueError: bug in the scenario" in p.stderr
     failures = (tmp_path / "c_failures.csv").read_text()
     assert "bug in the scenario" in failures
+
+
+def test_a_workload_mixes_kinds_with_figures_per_kind(tmp_path):
+    """--mix embeddings:0.2,rerank:0.1: those shares of the requests are embeddings and rerank
+    (within the binomial bound), each with its own figures beside the total."""
+    import math
+
+    results = tmp_path / "r.json"
+    p = run_cli("--sim-fast", "--mix", "embeddings:0.2,rerank:0.1", "-u", "8", "-t", "4s", "--max-tokens-cap", "8",
+                "--results", str(results), "--csv", str(tmp_path / "c"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(results.read_text())
+    s = doc["summary"]
+    n = s["ok"]
+    kinds = s["kinds"]
+    assert n > 200
+    for api, share in (("openai-embeddings", 0.2), ("rerank", 0.1)):
+        got = kinds[api]["ok"]
+        bound = 4 * math.sqrt(n * share * (1 - share))
+        assert abs(got - n * share) <= bound, (api, got, n * share, bound)
+        assert kinds[api]["items"] >= got and kinds[api]["latency"]["count"] == got
+    assert doc["plan"]["workload"]["mix"] == {"embeddings": 0.2, "rerank": 0.1}
+    table = rows(tmp_path / "c")
+    assert {"embeddings", "rerank"} <= set(table)

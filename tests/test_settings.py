@@ -92,6 +92,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "force_length": (False, {}),
         "continuous_usage": (True, {}),
         "seed": (11, {}),
+        "mix": ({"embeddings": 0.2, "rerank": 0.1}, {}),
         "users": (3, {}),
         "spawn_rate": (1.5, {}),
         "run_time": ("90s", {}),
@@ -213,6 +214,8 @@ def test_the_command_line_wins_over_the_plan(tmp_path):
             argv = [flag]
         elif isinstance(value, dict) and name == "slo":
             argv = [flag, ",".join(f"{k}={v}" if k == "error_rate" else f"{k}={v}s" for k, v in value.items())]
+        elif isinstance(value, dict) and name == "mix":
+            argv = [flag, ",".join(f"{k}:{v}" for k, v in value.items())]
         elif isinstance(value, dict):
             argv = [flag, ",".join(f"{k}={v}" for k, v in value.items())]
         else:

@@ -9,6 +9,7 @@ output tokens as response_length, so Locust's table means something.
 from __future__ import annotations
 
 import itertools
+import random
 import logging
 import os
 
@@ -65,8 +66,21 @@ class _ProcessContext:
         self.model: str | None = self.settings.model or None
         self.model_checked = bool(self.model) or self.settings.api not in OPENAI_APIS
         self.lock = gevent.lock.Semaphore()
+        self._mix_rng = random.Random(s.seed * 1_000_003 + index)  # per process, seeded
+        self._mix = list(s.mix.items())
         self.ids = itertools.count()
         self.id_prefix = f"{os.getpid():x}-{index}"
+
+    def pick_kind(self) -> str | None:
+        """The kind of the next request under --mix (None: the --api's own)."""
+        if not self._mix:
+            return None
+        r = self._mix_rng.random()
+        for kind, share in self._mix:
+            if r < share:
+                return kind
+            r -= share
+        return None
 
 
 def _context(env: Environment) -> _ProcessContext:
@@ -166,9 +180,30 @@ class StreamingUser(LLMUser):
     @task
     def next_request(self) -> None:
         spec, source = self.ctx.workload.next_spec(self.ctx.model)
-        self.send(spec, source=source)
+        kind = self.ctx.pick_kind()
+        if kind is None:
+            self.send(spec, source=source)
+        else:
+            self._send_kind(kind, spec)
         if self.ctx.settings.think_time:
             gevent.sleep(self.ctx.settings.think_time)
+
+
+    def _send_kind(self, kind: str, spec: RequestSpec) -> None:
+        """A request of another kind (--mix) made from the record's text: its prompt embedded,
+        its first sentence as a rerank query over the rest cut in four, or scored against it."""
+        text = spec.prompt if spec.prompt is not None else " ".join(
+            m.get("content", "") for m in spec.messages or [] if isinstance(m.get("content"), str))
+        text = text or "empty"
+        if kind == "embeddings":
+            self.llm.embed([text], model=spec.model, name="embeddings")
+            return
+        cut = max(len(text) // 4, 1)
+        docs = [text[i:i + cut] for i in range(0, len(text), cut)][:4] or [text]
+        if kind == "rerank":
+            self.llm.rerank(text[:200], docs, model=spec.model, name="rerank")
+        else:
+            self.llm.score(text[:200], docs[0], model=spec.model, name="score")
 
 
 def scenario_failed(user_instance, exception, tb=None, **_kw) -> None:

@@ -383,6 +383,8 @@ def _text(v: Any, name: str = "") -> str:
         return repr(v) if not 1e-4 <= abs(v) < 1e15 and v else f"{v:.12g}"
     if isinstance(v, dict) and name == "slo":  # latency limits with their unit, so any value reads back the same
         return ",".join(f"{k}={_text(x)}" if k == "error_rate" else f"{k}={_text(x)}s" for k, x in v.items())
+    if isinstance(v, dict) and name == "mix":
+        return ",".join(f"{k}:{_text(x)}" for k, x in v.items())
     if isinstance(v, dict):
         return ",".join(f"{k}={_text(x)}" for k, x in v.items())
     return str(v)

@@ -257,6 +257,42 @@ def _prices(v: Any) -> Any:
     return out
 
 
+MIX_KINDS = ("embeddings", "rerank", "score")
+
+
+def _mix(v: Any) -> Any:
+    """Request kinds by share of the requests, from `KIND:SHARE,...` or a mapping; the shares of
+    embeddings, rerank and score add up to at most 1 (the rest is the --api's own kind)."""
+    if v is None or v == "":
+        return {}
+    if isinstance(v, str):
+        items = {}
+        for part in filter(None, (p.strip() for p in v.split(","))):
+            name, sep, share = part.partition(":")
+            if not sep:
+                raise ValueError(f"bad mix item {part!r}: expected KIND:SHARE, e.g. embeddings:0.2")
+            items[name.strip()] = share.strip().rstrip("%") if share.strip().endswith("%") else share.strip()
+            if share.strip().endswith("%"):
+                items[name.strip()] = float(items[name.strip()]) / 100
+        v = items
+    if not isinstance(v, dict):
+        raise ValueError("expected KIND:SHARE,... or a mapping of kind: share")
+    out = {}
+    for name, share in v.items():
+        if name not in MIX_KINDS:
+            raise ValueError(f"unknown request kind {name!r}{_suggest(str(name), MIX_KINDS)}; one of {', '.join(MIX_KINDS)}")
+        try:
+            f = float(share)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected a share between 0 and 1, got {share!r}") from None
+        if not 0 <= f <= 1:
+            raise ValueError(f"{name}: expected a share between 0 and 1, got {share!r}")
+        out[str(name)] = f
+    if sum(out.values()) > 1 + 1e-9:
+        raise ValueError(f"the shares add up to {sum(out.values()):g}, more than 1")
+    return out
+
+
 def _workers(v: Any) -> Any:
     if isinstance(v, str) and v.strip().lower() == "auto":
         return "auto"
@@ -300,6 +336,7 @@ class Settings(BaseModel):
     force_length: Annotated[bool, Opt("workload", "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)", plan="force_length", flag="--no-force-length", negate=True)] = True
     continuous_usage: Annotated[bool, Opt("workload", "ask vLLM for usage on every chunk", plan="continuous_usage")] = False
     seed: Annotated[int, Opt("workload", "seed for prompt synthesis", plan="seed")] = 0
+    mix: Annotated[dict[str, float], BeforeValidator(_mix), Opt("workload", "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total", plan="workload.mix")] = {}
 
     # ---- load shape ----
     users: Annotated[int | None, Field(ge=1), Opt("load", "closed loop: concurrent users (default 8 under llm-locust run)", plan="load.users", short="-u", locust="num_users", web=True)] = None
