@@ -125,7 +125,7 @@ def test_web_ui_serves_metrics_too(tmp_path):
     with SimProcess(slots=8) as sim:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--web", "--web-port", str(port),
-             "--web-host", "127.0.0.1", "-u", "2", "-t", "8s", "--max-tokens-cap", "8"],
+             "--web-host", "127.0.0.1", "--autostart", "--autoquit", "3", "-u", "2", "-t", "8s", "--max-tokens-cap", "8"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
