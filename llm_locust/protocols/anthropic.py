@@ -35,10 +35,8 @@ from llm_locust.protocols.base import (
     RequestSpec,
     StreamState,
 )
-from llm_locust.protocols.openai import load_object, set_error, spec_messages, token_count, wrong_type
+from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
 
-_loads = orjson.loads
-_JSONDecodeError = orjson.JSONDecodeError
 
 ANTHROPIC_VERSION = "2023-06-01"
 # max_tokens is required by the Messages API; sent when the spec gives none
@@ -93,15 +91,8 @@ class AnthropicAdapter:
         return self.path, orjson.dumps(body)
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        try:
-            obj = _loads(payload)
-        except _JSONDecodeError:
-            if payload.strip() == b"[DONE]":  # not Anthropic's, but some proxies add it
-                state.done = True
-                return NO_TOKEN
-            obj = None
-        if type(obj) is not dict:
-            load_object(payload)  # raises ProtocolError unless the payload is empty
+        obj = event_object(payload, state)
+        if obj is None:
             return NO_TOKEN
         typ = obj.get("type")
         if typ == "content_block_delta":

@@ -44,6 +44,23 @@ def load_object(payload: bytes) -> dict[str, Any] | None:
     return obj
 
 
+def event_object(payload: bytes, state: StreamState) -> dict[str, Any] | None:
+    """One SSE event's JSON object for the adapters whose events are objects (Responses,
+    Anthropic, SGLang); None for `[DONE]` (marks the stream done) and for an empty payload;
+    ProtocolError, quoting the payload, for anything else."""
+    try:
+        obj = _loads(payload)
+    except _JSONDecodeError:
+        if payload.strip() == b"[DONE]":
+            state.done = True
+            return None
+        obj = None
+    if type(obj) is not dict:
+        load_object(payload)  # raises ProtocolError unless the payload is empty
+        return None
+    return obj
+
+
 def brief(value: Any, limit: int = 60) -> str:
     """A short printable form of a JSON value, for error texts (never raises)."""
     if type(value) is str:

@@ -28,10 +28,8 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
-from llm_locust.protocols.openai import load_object, set_error, spec_messages, token_count, wrong_type
+from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
 
-_loads = orjson.loads
-_JSONDecodeError = orjson.JSONDecodeError
 
 # event type -> what its `delta` carries
 _TEXT = ("response.output_text.delta", "response.refusal.delta")
@@ -82,15 +80,8 @@ class ResponsesAdapter:
         return self.path, orjson.dumps(body)
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        try:
-            obj = _loads(payload)
-        except _JSONDecodeError:
-            if payload.strip() == b"[DONE]":
-                state.done = True
-                return NO_TOKEN
-            obj = None
-        if type(obj) is not dict:
-            load_object(payload)  # raises ProtocolError unless the payload is empty
+        obj = event_object(payload, state)
+        if obj is None:
             return NO_TOKEN
         typ = obj.get("type")
         if typ in _TEXT:

@@ -25,10 +25,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from llm_locust.protocols.openai import load_object, set_error, spec_prompt, token_count, wrong_type
-
-_loads = orjson.loads
-_JSONDecodeError = orjson.JSONDecodeError
+from llm_locust.protocols.openai import event_object, set_error, spec_prompt, token_count, wrong_type
 
 
 class SGLangAdapter:
@@ -51,15 +48,8 @@ class SGLangAdapter:
         return self.path, orjson.dumps(body)
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        try:
-            obj = _loads(payload)
-        except _JSONDecodeError:
-            if payload.strip() == b"[DONE]":
-                state.done = True
-                return NO_TOKEN
-            obj = None
-        if type(obj) is not dict:
-            load_object(payload)  # raises ProtocolError unless the payload is empty
+        obj = event_object(payload, state)
+        if obj is None:
             return NO_TOKEN
         err = obj.get("error")
         if err is not None:
