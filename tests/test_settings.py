@@ -65,6 +65,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
     tok = tmp_path / "tok"
     tok.mkdir(exist_ok=True)
     lf = write(tmp_path, "from llm_locust.users import StreamingUser  # noqa\n", "mine.py")
+    schema = write(tmp_path, '{"type": "object", "required": ["a"]}', "schema.json")
     ladder = {"ladder": "concurrency:1,2"}
     stable = {"ladder": "rate:1,2", "stable_window": 5.0}
     return {
@@ -92,6 +93,12 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "force_length": (False, {}),
         "continuous_usage": (True, {}),
         "seed": (11, {}),
+        "images": (2, {}),
+        "image_size": ("64x32", {}),
+        "image_format": ("jpeg", {}),
+        "tools": (3, {}),
+        "tool_choice": ("required", {}),
+        "response_format": (str(schema), {}),
         "mix": ({"embeddings": 0.2, "rerank": 0.1}, {}),
         "users": (3, {}),
         "spawn_rate": (1.5, {}),

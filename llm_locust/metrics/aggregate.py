@@ -75,6 +75,13 @@ class Aggregate:
         # request kinds that are not token streams (embeddings, rerank, score): their own figures,
         # kept out of the generation latencies and token counts; by API name
         self.kinds: dict[str, KindFigures] = {}
+        # workload options (docs/prompts.md): images sent and their bytes (before base64), over
+        # every finished request; structured output checked / parsed as JSON / valid for the schema
+        self.images_sent = 0
+        self.image_bytes = 0
+        self.structured_checked = 0
+        self.structured_parsed = 0
+        self.structured_valid = 0
 
     # ---- recording (worker side) ----
 
@@ -119,6 +126,18 @@ class Aggregate:
                     acc += n
                 if acc:
                     _bucket(series, sec)[0] += acc
+
+        extra = rec.extra
+        if extra:
+            images = extra.get("images")
+            if images:
+                self.images_sent += images
+                self.image_bytes += extra.get("image_bytes") or 0
+            parsed = extra.get("json_parsed")
+            if parsed is not None:
+                self.structured_checked += 1
+                self.structured_parsed += bool(parsed)
+                self.structured_valid += bool(extra.get("json_valid"))
 
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
@@ -214,6 +233,8 @@ class Aggregate:
             "lost": [self.lost, self.workers_lost],
             "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                       for api, k in self.kinds.items()},
+            "workload": [self.images_sent, self.image_bytes, self.structured_checked, self.structured_parsed,
+                         self.structured_valid],
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
@@ -271,6 +292,12 @@ class Aggregate:
             k.items += items
             k.tokens_in += tokens_in
             k.latency.merge_encoded(data, sum_us)
+        images_sent, image_bytes, checked, parsed, valid = d.get("workload") or (0, 0, 0, 0, 0)
+        self.images_sent += images_sent
+        self.image_bytes += image_bytes
+        self.structured_checked += checked
+        self.structured_parsed += parsed
+        self.structured_valid += valid
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens
@@ -406,6 +433,14 @@ def figures(agg: Aggregate) -> dict[str, Any]:
                   "latency": k.latency.summary()}
             for api, k in sorted(agg.kinds.items())
         }
+    if agg.images_sent:
+        out["images"] = {"sent": agg.images_sent, "bytes": agg.image_bytes,
+                         "per_request": agg.images_sent / finished if finished else 0.0,
+                         "bytes_per_s": agg.image_bytes / span if span > 0 else 0.0}
+    if agg.structured_checked:
+        n = agg.structured_checked
+        out["structured_output"] = {"checked": n, "parsed": agg.structured_parsed, "valid": agg.structured_valid,
+                                    "parse_rate": agg.structured_parsed / n, "valid_rate": agg.structured_valid / n}
     return out
 
 

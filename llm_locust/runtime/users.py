@@ -28,7 +28,7 @@ from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.workload import load_trace
 from llm_locust.workload.prompts import PromptBuilder
-from llm_locust.workload.specs import SpecBuilder
+from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, wants_text
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     """Fold a finished request into the process's metrics and into Locust's own table."""
     if rec.error:
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
+    _note_workload(env, rec)
     hub(env).on_done(rec)
     if rec.outcome is Outcome.CANCELLED:
         return  # not a failure of the server: counted in our figures, kept out of Locust's table
@@ -171,6 +172,41 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
         start_time=rec.wall_sent,
         url=None,
     )
+
+
+_NO_CHECK = object()
+
+
+def _structured_check(env: Environment):
+    """The run's structured-output check (--response-format), made once per process; None without one."""
+    check = getattr(env, "llm_structured", _NO_CHECK)
+    if check is _NO_CHECK:
+        check = None
+        try:
+            path = from_options(env.parsed_options).response_format
+        except Exception:  # noqa: BLE001 - no settings (a bare Environment in tests): no check
+            path = ""
+        if path:
+            check = StructuredCheck.from_file(path)
+        env.llm_structured = check  # type: ignore[attr-defined]
+    return check
+
+
+def _note_workload(env: Environment, rec: RequestRecord) -> None:
+    """What the workload options add to a record's extra: the images and image bytes it carried
+    (--images, trace image counts) and, for a reply kept for it, whether its structured output
+    parsed as JSON and validated against --response-format's schema."""
+    media = take_media(rec.source)
+    if media is not None:
+        extra = rec.extra if rec.extra is not None else {}
+        extra["images"], extra["image_bytes"] = media
+        rec.extra = extra
+    if rec.text is not None and rec.ok and rec.api in CHAT_APIS:
+        check = _structured_check(env)
+        if check is not None:
+            extra = rec.extra if rec.extra is not None else {}
+            extra["json_parsed"], extra["json_valid"] = check(rec.text)
+            rec.extra = extra
 
 
 class StreamingUser(LLMUser):

@@ -228,6 +228,21 @@ def _input_file(v: str) -> str:
     return v
 
 
+def _image_size(v: str) -> str:
+    from llm_locust.workload.images import parse_size
+
+    w, h = parse_size(v)  # ValueError says what is wrong
+    return f"{w}x{h}"
+
+
+def _json_schema_file(v: str) -> str:
+    if v:
+        from llm_locust.workload.specs import load_schema
+
+        load_schema(v)  # ValueError naming the file and what is wrong
+    return v
+
+
 Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
 
 
@@ -336,6 +351,12 @@ class Settings(BaseModel):
     force_length: Annotated[bool, Opt("workload", "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)", plan="force_length", flag="--no-force-length", negate=True)] = True
     continuous_usage: Annotated[bool, Opt("workload", "ask vLLM for usage on every chunk", plan="continuous_usage")] = False
     seed: Annotated[int, Opt("workload", "seed for prompt synthesis", plan="seed")] = 0
+    images: Annotated[int, Field(ge=0, le=64), Opt("workload", "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 NumImages)", plan="workload.images.count")] = 0
+    image_size: Annotated[Text, AfterValidator(_image_size), Opt("workload", "size of synthetic images, WIDTHxHEIGHT", plan="workload.images.size")] = "512x512"
+    image_format: Annotated[Literal["png", "jpeg"], Opt("workload", "encoding of synthetic images: png or jpeg", plan="workload.images.format")] = "png"
+    tools: Annotated[int, Field(ge=0, le=128), Opt("workload", "chat: add this many generated tool definitions (JSON-schema functions, seeded) to every request", plan="workload.tools.count")] = 0
+    tool_choice: Annotated[Literal["auto", "required"], Opt("workload", "with --tools: the tool_choice asked for, auto or required", plan="workload.tools.choice")] = "auto"
+    response_format: Annotated[Text, AfterValidator(_json_schema_file), Opt("workload", "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate", plan="workload.response_format", path="in")] = ""
     mix: Annotated[dict[str, float], BeforeValidator(_mix), Opt("workload", "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total", plan="workload.mix")] = {}
 
     # ---- load shape ----

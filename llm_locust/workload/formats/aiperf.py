@@ -8,13 +8,18 @@ optional ``output_length``, ``hash_ids`` (512-token blocks, AIPerf's default blo
 multi_turn, one conversation per line: ``{"session_id": ..., "turns": [{"text"|"texts": ...,
 "timestamp"|"delay": ms, ...}, ...]}``; one record per turn, turn = 1-based position, conversation
 id = ``session_id`` (or ``line-N`` when absent). ``output_length`` / ``max_tokens`` on a turn, when
-present, give its output length; ``image``/``images`` give the image count.
+present, give its output length; ``image``/``images`` give the image count. Image entries that
+are strings (``images: ["a.png", ...]`` or ``[{"name": ..., "contents": [...]}]``) name the images:
+a path is relative to the trace's folder and read when the turn is first sent (a file that cannot be
+read then is a TraceError naming the line); paths and URLs (``http(s)://``, ``data:``) make the turn a chat message with image parts
+(paths as ``file://`` URLs, read and sent as ``data:`` URLs by workload.specs).
 
 A request with neither timestamp nor delay arrives with the one before it (same session if any).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 from llm_locust.workload.formats.base import (
@@ -88,6 +93,39 @@ def _count_media(turn: dict) -> int | None:
     return n or None
 
 
+_URL_PREFIXES = ("http://", "https://", "data:", "file://")
+
+
+def _image_refs(turn: dict, ctx: Context, lineno: int, k: int) -> list[str]:
+    """The image URLs a turn names (paths as absolute file:// URLs)."""
+    names: list[str] = []
+    one = turn.get("image")
+    if type(one) is str and one:
+        names.append(one)
+    imgs: Any = turn.get("images")
+    if type(imgs) is list:
+        for x in imgs:
+            if type(x) is str and x:
+                names.append(x)
+            elif type(x) is dict and type(x.get("contents")) is list:
+                names.extend(c for c in x["contents"] if type(c) is str and c)
+    urls = []
+    base = os.path.dirname(os.path.abspath(ctx.name))
+    for name in names:
+        if name.startswith(_URL_PREFIXES[:3]):
+            urls.append(name)
+            continue
+        if len(name) > 1024:  # inline base64 (AIPerf accepts it bare), not a path
+            urls.append("data:image/png;base64," + name)
+            continue
+        path = name[7:] if name.startswith("file://") else name
+        # an absolute path stays as it is; read when first sent (workload.specs), so a trace whose
+        # image files are elsewhere still loads for its counts; one that cannot be read then is a
+        # TraceError naming this line
+        urls.append("file://" + os.path.join(base, path))
+    return urls
+
+
 def _multi_turn_rows(src: Source, ctx: Context) -> Iterator[tuple]:
     for lineno, obj in jsonl_objects(src, ctx):
         turns = obj.get("turns")
@@ -106,7 +144,13 @@ def _multi_turn_rows(src: Source, ctx: Context) -> Iterator[tuple]:
             out = json_count(turn, "output_length", ctx, lineno)
             if out is None:
                 out = json_count(turn, "max_tokens", ctx, lineno)
-            yield lineno, t, inp, out, text, sess, k, _count_media(turn)
+            messages = None
+            refs = _image_refs(turn, ctx, lineno, k) if text is not None else ()
+            if refs:
+                parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+                parts.extend({"type": "image_url", "image_url": {"url": u}} for u in refs)
+                messages = [{"role": "user", "content": parts}]  # the prompt stays for text-only routes
+            yield lineno, t, inp, out, text, sess, k, _count_media(turn), messages
 
 
 def _read_mooncake(src: Source, ctx: Context):
@@ -129,7 +173,7 @@ MOONCAKE_TRACE = Format(
 MULTI_TURN = Format(
     name="aiperf-multi-turn",
     read=_read_multi_turn,
-    columns=("prompt", "conversation_id", "turn", "images"),
+    columns=("prompt", "conversation_id", "turn", "images", "messages"),
     origin="zero",
     required=("turns",),
     summary="AIPerf multi_turn JSONL: session_id, turns: [{text|texts, timestamp|delay (ms)}]",
