@@ -433,7 +433,6 @@ def test_crossing_frontiers(runs, tmp_path, capsys):
     assert "Pareto frontier: a and b cross" in out.rstrip().splitlines()[-1]
 
 
-@pytest.mark.xfail(strict=True, reason="report/compare/render.py does not draw Table.svg yet (one line to add)")
 def test_html_draws_the_frontiers(runs, tmp_path, capsys):
     a = _costed(runs[4], tmp_path / "a.json", 1)
     b = _costed(runs[16], tmp_path / "b.json", 1)

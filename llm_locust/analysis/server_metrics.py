@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from llm_locust.analysis.efficiency import GPU_COUNTERS, GPU_TABLE
+
 log = logging.getLogger(__name__)
 
 # quantity -> alternatives: (metric name, required labels). Gauges unless the name says _total.
@@ -52,8 +54,9 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "gpu_memory_total_bytes": (("llm_locust_gpu_memory_total_bytes", {}),),
     "gpu_utilization": (("llm_locust_gpu_utilization_ratio", {}),),
 }
+TABLE.update(GPU_TABLE)  # GPU power and energy (analysis/efficiency.py: J/token)
 MEANS = ("gpu_utilization",)  # averaged over label sets (GPUs), not summed
-COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "ttft_seconds_sum", "ttft_seconds_count")
+COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "ttft_seconds_sum", "ttft_seconds_count", *GPU_COUNTERS)
 SERVERS = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("trtllm_", "trtllm"), ("nv_trt_llm", "triton-trtllm"), ("llamacpp:", "llama.cpp"))
 
 

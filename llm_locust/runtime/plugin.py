@@ -251,6 +251,16 @@ def _on_init(environment, **_kw: Any) -> None:
             table = efficiency_table(eff)
             if table:
                 print("\n" + table, file=sys.stdout, flush=True)
+        from llm_locust.analysis.efficiency import verdicts, verdicts_table
+
+        verdict = verdicts((ladder or {}).get("steps") or [], (gpu_windows or {}).get("steps"),
+                           gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else [], settings,
+                           step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in h.steps.items()},
+                           summary=figures(h.total), gpu_run=(gpu_windows or {}).get("run"),
+                           saturation=(ladder or {}).get("saturation"))
+        table = verdicts_table(verdict)
+        if table:
+            print("\n" + table, file=sys.stdout, flush=True)
         report_path = settings.report
         if settings.results or report_path:
             run = {
@@ -286,6 +296,7 @@ def _on_init(environment, **_kw: Any) -> None:
                 results["gpu_metrics"] = gpu_windows
             if eff is not None:
                 results["efficiency"] = eff
+            results["verdicts"] = verdict
             results["plan"] = _effective_plan(settings, len(workers), run["load"]["mode"])
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}

@@ -81,6 +81,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .warn{border:2px solid #c0392b;background:#fdecea;padding:.6em 1em;margin:1em 0}
 .ok{border:1px solid #9bc59d;background:#eef8ee;padding:.6em 1em;margin:1em 0}
 .note{color:#555;font-size:.85em}
+figure.plot{margin:.8em 0;max-width:900px}figure.plot svg{width:100%;height:auto;display:block}
 """
 
 
@@ -128,6 +129,8 @@ def render_html(c: Comparison) -> str:
     for t in sections(c):
         out.append(f"<h2>{_h(t.title)}</h2>")
         out.append(_html_table(t, matrix=t.title.startswith("Decision matrix")))
+        if t.svg:
+            out.append(f'<figure class="plot">{t.svg}</figure>')  # drawn by report/plots.py: no external resource
         if t.note:
             out.append(f'<p class="note">{_h(t.note)}</p>')
     out.append(f"<p><strong>{_h(_verdict_line(c))}</strong></p>")
