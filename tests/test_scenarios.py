@@ -160,3 +160,13 @@ def test_a_workload_mixes_kinds_with_figures_per_kind(tmp_path):
     assert doc["plan"]["workload"]["mix"] == {"embeddings": 0.2, "rerank": 0.1}
     table = rows(tmp_path / "c")
     assert {"embeddings", "rerank"} <= set(table)
+
+
+def test_images_and_tools_in_every_chat_request_are_counted_and_printed(tmp_path):
+    results = tmp_path / "r.json"
+    p = run_cli("--images", "2", "--image-size", "32x32", "--tools", "2", "-u", "2", "-t", "3s", "--results", str(results))
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(results.read_text())["summary"]
+    assert s["images"]["sent"] == 2 * s["sent"] - 2 * s["cancelled"] or s["images"]["per_request"] == 2.0
+    assert s["images"]["bytes"] > 0
+    assert "images: " in p.stdout and "(2.00 a request)" in p.stdout

@@ -57,6 +57,14 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
             f"{api}: {k['ok']} ok, {k['failed']} failed; latency p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms;"
             f" {k['items_per_s']:.1f} items/s, {k['input_tokens_per_s']:.1f} input tokens/s"
         )
+    img = fig.get("images") or {}
+    if img.get("sent"):
+        lines.append(f"images: {img['sent']} sent ({img.get('per_request', 0):.2f} a request), "
+                     f"{img.get('bytes', 0) / 1e6:.1f} MB")
+    so = fig.get("structured_output") or {}
+    if so.get("checked"):
+        lines.append(f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
+                     f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)")
     failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", "cancelled") and v}
     if failures:
         lines.append("failures by kind:")

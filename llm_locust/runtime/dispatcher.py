@@ -44,7 +44,7 @@ from llm_locust.runtime.users import account
 from llm_locust.workload import load_trace
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
-from llm_locust.workload.specs import SpecBuilder
+from llm_locust.workload.specs import SpecBuilder, wants_text
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,8 @@ class Dispatcher:
         step = metrics.on_sent()
         rid = f"{metrics.id_prefix}-{self.sent}"
         try:
-            rec = self.client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step, collect_text=collect_text)
+            rec = self.client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step,
+                                   collect_text=collect_text or wants_text(spec))  # structured output is checked
             self._account(rec, source)
             return rec
         finally:
