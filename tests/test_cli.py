@@ -358,3 +358,42 @@ def test_anthropic_requests_carry_the_key_as_that_api_takes_it(tmp_path):
     assert posts and all(h.get("x-api-key") == SECRET and h.get("anthropic-version") for h in posts)
     assert not any("Authorization" in h for h in posts)
     assert SECRET not in p.stdout + p.stderr
+
+
+def test_an_api_the_server_does_not_serve_is_named_at_preflight(tmp_path):
+    """A server with /v1/models but no /v1/responses (an older vLLM): one line naming the API and
+    the endpoint, exit 3, nothing sent."""
+    import http.server
+    import threading
+
+    posts = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, code, raw):
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self):  # noqa: N802
+            self._send(200, b'{"data": [{"id": "m"}]}')
+
+        def do_POST(self):  # noqa: N802
+            posts.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            self._send(404, b'{"detail": "Not Found"}')
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        p = run_cli("--host", f"http://127.0.0.1:{srv.server_port}", "--api", "openai-responses", "-t", "30s", timeout=60)
+    finally:
+        srv.shutdown()
+    assert p.returncode == 3
+    assert "/v1/responses answered 404: the server does not serve the openai-responses API" in p.stderr
+    assert posts == [b"{}"]  # the probe only: no load

@@ -4,6 +4,11 @@ One bounded GET of the API's own probe endpoint. A refused connection, a timeout
 stops the run with one line (exit 3); a host ending in /v1 for an OpenAI-style API stops it with
 the fix (exit 2: the paths already start with /v1, every request would go to /v1/v1/...). A 404
 or 405 on the probe is only a warning: some servers serve the API without it.
+
+Then the API's own endpoint is asked, with an empty JSON object (a request no server generates
+from: it answers 400 or 422 where the endpoint exists): a 404 there means the server does not
+serve this API (an old vLLM without /v1/responses, a server started without --embeddings):
+stop, exit 3, naming the API and the endpoint.
 """
 
 from __future__ import annotations
@@ -59,4 +64,28 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
         log.warning("%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api)
     elif r.status_code in (401, 403):
         log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
+    return _endpoint(host, api, headers, connect_timeout, total)
+
+
+def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float) -> Problem | None:
+    from llm_locust.protocols import get_adapter
+    from llm_locust.protocols.base import RequestSpec
+
+    path, _body = get_adapter(api).request(RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}],
+                                                        max_tokens=1))
+    base = urlsplit(host).path.rstrip("/")
+    try:
+        with gevent.Timeout(total, TimeoutError(f"no reply within {total:g}s")):
+            http = HTTPClient.from_url(host, connection_timeout=connect_timeout, network_timeout=total, insecure=True)
+            try:
+                r = http.post(base + path, body=b"{}", headers={**headers, "Content-Type": "application/json"})
+                r.read(MAX_BODY)
+            finally:
+                http.close()
+    except Exception as e:  # noqa: BLE001 - the first probe answered: leave the verdict to the run
+        log.warning("%s%s did not answer the preflight (%s): going on", host.rstrip("/"), path, e)
+        return None
+    if r.status_code == 404:
+        return Problem(EXIT_UNREACHABLE, f"{host.rstrip('/')}{path} answered 404: the server does not serve the {api} "
+                                         "API there; is --api right (and the server started with that endpoint on)?")
     return None
