@@ -50,6 +50,7 @@ class Aggregate:
         self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES}
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.errors: dict[str, dict[str, int]] = {}
+        self.causes: dict[str, int] = {}  # failures by cause (protocols.causes), beside failures by kind
         self.sent = 0
         self.tokens_in = 0
         self.tokens_out = 0  # output tokens of requests that ended ok
@@ -145,6 +146,8 @@ class Aggregate:
                 return
         if not rec.ok:
             self.tokens_out_failed += sum(ntoks)
+            if rec.cause and rec.outcome is not Outcome.CANCELLED:
+                self.causes[rec.cause] = self.causes.get(rec.cause, 0) + 1
             texts = self.errors.setdefault(outcome, {})
             text = rec.error or outcome
             if text in texts or len(texts) < MAX_ERROR_TEXTS:
@@ -211,6 +214,7 @@ class Aggregate:
             "hist": {k: [h.encode(), h.sum_us] for k, h in self.hist.items() if h.count},
             "outcomes": {k: v for k, v in self.outcomes.items() if v},
             "errors": self.errors,
+            "causes": self.causes,
             "counters": [
                 self.sent,
                 self.tokens_in,
@@ -248,6 +252,8 @@ class Aggregate:
             for text, n in texts.items():
                 if text in mine or len(mine) < MAX_ERROR_TEXTS:
                     mine[text] = mine.get(text, 0) + n
+        for cause, n in (d.get("causes") or {}).items():  # absent from older wire dicts
+            self.causes[cause] = self.causes.get(cause, 0) + n
         (
             sent,
             tokens_in,
@@ -405,6 +411,7 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         "cancelled": agg.cancelled,
         "outcomes": dict(agg.outcomes),
         "errors": agg.errors,
+        "causes": dict(sorted(agg.causes.items(), key=lambda kv: (-kv[1], kv[0]))),
         "error_rate": (agg.failed / (finished - agg.cancelled)) if finished > agg.cancelled else 0.0,
         "duration_s": span,
         "tokens_in": agg.tokens_in,

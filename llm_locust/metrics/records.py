@@ -60,6 +60,9 @@ class RequestRecord:
     extra: dict | None = None  # what the server said about itself (llama.cpp timings, TGI details)
     text: str | None = None  # the output text, only when asked for (conversations, tests)
     source: str | None = None  # the trace record it replays ("file:line")
+    # why it failed, from the server's own words (protocols.causes: overlong, overloaded, oom);
+    # None when ok or unsaid. `error` keeps the server's exact text.
+    cause: str | None = None
 
     @property
     def ok(self) -> bool:

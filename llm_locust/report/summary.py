@@ -71,6 +71,8 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
         for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):
             first = next(iter(fig["errors"].get(kind, {})), "")
             lines.append(f"  {kind:<14}{n:>7}  {first[:100]}")
+    if fig.get("causes"):
+        lines.append("causes: " + ", ".join(f"{c} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1])))
     client = fig["client"]
     lag = client["loop_lag"].get("p99")
     reasons = client.get("reasons") or []

@@ -154,13 +154,25 @@ class LLMUser(FastHttpUser):
 
 
 def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
-    """Fold a finished request into the process's metrics and into Locust's own table."""
+    """Fold a finished request into the process's metrics and into Locust's own table.
+
+    A failure gets its cause from the server's own words (protocols.causes; the record's error keeps
+    them exactly); Locust's failure row reads '<outcome>: <cause>: <error, numbers as N>', so errors
+    that differ only in numbers (token counts, sizes) share one row."""
+    from llm_locust.protocols.causes import cause_of, normalise
+
     if rec.error:
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
+    if not rec.ok and rec.cause is None and rec.outcome is not Outcome.CANCELLED:
+        rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
     _note_workload(env, rec)
     hub(env).on_done(rec)
     if rec.outcome is Outcome.CANCELLED:
         return  # not a failure of the server: counted in our figures, kept out of Locust's table
+    failure = None
+    if not rec.ok:
+        text = normalise(rec.error)
+        failure = LLMFailure(f"{rec.outcome.value}: {rec.cause}: {text}" if rec.cause else f"{rec.outcome.value}: {text}")
     env.events.request.fire(
         request_type="POST",
         name=name or rec.api,
@@ -168,7 +180,7 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
         response_length=rec.n_out,
         response=None,
         context={},
-        exception=None if rec.ok else LLMFailure(f"{rec.outcome.value}: {rec.error}"),
+        exception=failure,
         start_time=rec.wall_sent,
         url=None,
     )
