@@ -18,6 +18,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "outcome": rec.outcome.value,
         "status": rec.status,
         "error": rec.error,
+        "cause": rec.cause,
         "wall_sent": rec.wall_sent,
         "t_sent": t0,  # perf_counter seconds on the sending worker; the others are relative to it
         "sched": rel(rec.t_sched),
