@@ -32,8 +32,7 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.runtime.client import fetch_models
-from llm_locust.runtime.clients import main_client
+from llm_locust.runtime.client import StreamClient, fetch_models
 from llm_locust.runtime.hub import hub
 from llm_locust.report.masking import protect
 from llm_locust.settings.derive import from_options
@@ -97,7 +96,7 @@ class Dispatcher:
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
 
-    def _client(self):
+    def _client(self) -> StreamClient:
         s = self.settings
         cap = s.max_in_flight or 10_000
         http = HTTPClient.from_url(
@@ -107,7 +106,7 @@ class Dispatcher:
             network_timeout=s.timeouts.no_progress,
             insecure=True,
         )
-        return main_client(s, self.host, http)
+        return StreamClient(http, self.host, get_adapter(s.api), s.timeouts, headers=self._headers(), limits=s.limits)
 
     def _model(self) -> str | None:
         s = self.settings
@@ -119,7 +118,7 @@ class Dispatcher:
         return models[0] if models else None
 
     def _headers(self) -> dict[str, str]:
-        return request_headers(get_adapter(self.settings.api), self.settings.api_key)  # OpenAI APIs only (models)
+        return request_headers(get_adapter(self.settings.api), self.settings.api_key)
 
     # ---- the replay ----
 

@@ -19,7 +19,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime import exporter, shapes
-from llm_locust.protocols import GRPC_APIS, get_adapter
+from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.settings import derive
 from llm_locust.metrics.aggregate import figures
@@ -190,7 +190,7 @@ def _on_init(environment, **_kw: Any) -> None:
     if settings.preflight and environment.host:
         from llm_locust.runtime import preflight
 
-        headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
+        headers = request_headers(get_adapter(settings.api), settings.api_key)
         problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout)
         if problem is not None:
             print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
@@ -212,7 +212,7 @@ def _on_init(environment, **_kw: Any) -> None:
         from llm_locust.runtime.probe import probe_server
 
         if environment.host and not server_facts:
-            headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
+            headers = request_headers(get_adapter(settings.api), settings.api_key)
             gevent.spawn(lambda: server_facts.update(probe_server(environment.host, headers)))
 
     environment.events.test_start.add_listener(probe)

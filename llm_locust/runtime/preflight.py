@@ -20,9 +20,7 @@ from urllib.parse import urlsplit
 import gevent
 from geventhttpclient import HTTPClient
 
-from llm_locust.protocols.base import Timeouts
-
-from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
+from llm_locust.protocols import OPENAI_APIS
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,6 @@ class Problem:
 
 def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float = 10.0) -> Problem | None:
     """None when the target looks right; else why not and the exit code."""
-    if api in GRPC_APIS:
-        return _grpc(host, connect_timeout)
     base = urlsplit(host).path.rstrip("/")
     if api in OPENAI_APIS and base.endswith("/v1"):
         return Problem(EXIT_USAGE, f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
@@ -69,21 +65,6 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
     elif r.status_code in (401, 403):
         log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
     return _endpoint(host, api, headers, connect_timeout, total)
-
-
-def _grpc(host: str, connect_timeout: float) -> Problem | None:
-    """A gRPC server answers GetModelInfo within the connect timeout (and a bit)."""
-    from llm_locust.runtime.grpc_client import GrpcStreamClient
-
-    client = GrpcStreamClient(host, timeouts=Timeouts(connect=connect_timeout, total=connect_timeout + 10))
-    try:
-        client.model_info()
-    except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
-        return Problem(EXIT_UNREACHABLE, f"cannot reach the gRPC server at {host}: {type(e).__name__}: "
-                                         f"{str(e).splitlines()[0][:200] if str(e) else ''} (is it up, and is --host right?)")
-    finally:
-        client.close()
-    return None
 
 
 def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float) -> Problem | None:

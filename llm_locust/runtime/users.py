@@ -19,11 +19,10 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from llm_locust.runtime.client import StreamClient, fetch_models
-from llm_locust.runtime.clients import main_client
 from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
-from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
@@ -106,11 +105,11 @@ class LLMUser(FastHttpUser):
         s = self.ctx.settings
         self.metrics = hub(env)
         self.metrics.slos = s.request_slos
-        self.adapter = get_adapter(s.api) if s.api not in GRPC_APIS else None
+        self.adapter = get_adapter(s.api)
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
-        self.stream = main_client(s, self.host, http_client)
+        self.stream = self.stream_client(self.adapter)
         self.llm = LLMClient(self)
         self._discover_model()
 

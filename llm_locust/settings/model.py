@@ -24,10 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from llm_locust.protocols import API_NAMES as _STREAM_APIS
-from llm_locust.protocols import GRPC_APIS
-
-API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
+from llm_locust.protocols import API_NAMES
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, parse_seconds
@@ -329,7 +326,7 @@ class Settings(BaseModel):
 
     # ---- target ----
     host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", locust="host", web=True)] = ""
-    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)} (vllm-grpc: vLLM's gRPC server, --host http://HOST:PORT)", plan="api")] = "openai-chat"
+    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)}", plan="api")] = "openai-chat"
     model: Annotated[Text, Opt("target", "model name; default: the first one /v1/models lists", plan="model")] = ""
     api_key_env: Annotated[Text, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), Opt("target", "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)", plan="api_key_env")] = "OPENAI_API_KEY"
     connect_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")] = 10.0
