@@ -11,6 +11,13 @@ Every process learns the current step from a "llm_locust_step" message (the mast
 set directly); for rate and speed ladders the open-loop dispatcher of each worker (llm_locust.
 replay) changes its rate (the cluster's rate split evenly across workers) or restarts its trace
 pass at the new speed. Concurrency ladders are closed loop: the shape sets the user count.
+
+An SLA search (`--ladder sla:rate`, `sla:concurrency`; settings.ladder.Search) walks the same
+steps, but each level is chosen after the last step's result (analysis.sla.next_level). Every
+probe is judged on all the requests its window sent: after the window the rate search sends
+nothing (the concurrency search holds its users, their new requests in no step) until they have
+finished, bounded by --request-timeout; so an overloaded probe's backlog neither hides its
+slowest requests nor spills into the next probe.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
 from llm_locust.analysis.saturation import analyse, format_steps
-from llm_locust.analysis.steps import StepResult, step_result
+from llm_locust.analysis.steps import StepResult, broken_slos, step_result
+from llm_locust.analysis import sla as sla_search
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +54,11 @@ class StepWindow:
     measured_from: float | None = None
     ended: float | None = None
     extended: float = 0.0
+    judged: float | None = None  # an SLA probe: when its requests had finished and it was judged
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"judged": self.judged} if self.judged is not None else {}),
             "step": self.index,
             "level": self.level,
             "started": self.started,
@@ -84,6 +94,10 @@ class LadderController:
         self.stop_reason: str | None = None
         self.done = False
         self.drain_until: float | None = None  # the last step's window ended: its requests finish first
+        self.search = ladder.search  # an SLA search: levels chosen one at a time
+        self.judge_until: float | None = None  # an SLA probe's window ended: its requests finish, then it is judged
+        self.probes: list[dict[str, Any]] = []  # the search's probes: step, level, met, broken
+        self.sla: dict[str, Any] | None = None  # the search's conclusion
 
     # ---- the walk ----
 
@@ -94,11 +108,13 @@ class LadderController:
         if not self.windows:
             if not self._dispatchers_ready():
                 return self._users(None)
-            self._start_step(0, now)
+            self._start_step(0, now, self._first_level())
             return self._users(self.windows[-1].level)
         cur = self.windows[-1]
         if self.drain_until is not None:
             return self._drain(cur, now)
+        if self.judge_until is not None:
+            return self._judge(cur, now)
         if cur.measured_from is None:
             if now >= cur.started + self.ladder.warmup:
                 cur.measured_from = now
@@ -108,20 +124,86 @@ class LadderController:
             return self._users(cur.level)
         cur.ended = now
         i = len(self.windows)
+        if self.search is not None:
+            return self._end_probe(cur, now)
         reason = self.early.check(self.results(), self.slos)
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
-            # The last step is judged on the requests its window sent: stopping now would cancel
-            # the ones in flight (a healthy step read as no_data, or as broken). The load goes on
-            # at the same level, new requests belong to no step, until they have all finished
-            # (bounded by --request-timeout, plus the workers' report interval).
-            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
-            self.drain_until = now + self.request_timeout + lag
-            self._broadcast(DRAIN_STEP, cur.level, drain=True)
-            log.info("ladder stops after step %d: %s; waiting for its requests in flight", i, self.stop_reason)
-            return self._drain(cur, now)
+            return self._finish(cur, now)
         self._start_step(i, now)
         return self._users(self.windows[-1].level)
+
+    def _finish(self, cur: StepWindow, now: float) -> tuple | None:
+        # The last step is judged on the requests its window sent: stopping now would cancel
+        # the ones in flight (a healthy step read as no_data, or as broken). The load goes on
+        # at the same level, new requests belong to no step, until they have all finished
+        # (bounded by --request-timeout, plus the workers' report interval).
+        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+        self.drain_until = now + self.request_timeout + lag
+        self._broadcast(DRAIN_STEP, cur.level, drain=True)
+        log.info("ladder stops after step %d: %s; waiting for its requests in flight", cur.index, self.stop_reason)
+        return self._drain(cur, now)
+
+    # ---- the SLA search ----
+
+    def _first_level(self) -> float:
+        if self.search is None:
+            return self.ladder.levels[0]
+        s = self.search
+        return sla_search.next_level([], s.kind, s.lo, s.hi, s.precision)  # type: ignore[return-value]
+
+    def _end_probe(self, cur: StepWindow, now: float) -> tuple | None:
+        """A probe's window ended: stop sending (rate) or hold the users, its requests untagged
+        (concurrency), until its requests have finished; then judge it (_judge)."""
+        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+        self.judge_until = now + self.request_timeout + lag
+        if self.ladder.kind == "rate":
+            self._broadcast(DRAIN_STEP, 0.0)  # share_rate 0: the open-loop pass stops, no new arrivals
+        else:
+            self._broadcast(DRAIN_STEP, cur.level, drain=True)
+        return self._judge(cur, now)
+
+    def _judge(self, cur: StepWindow, now: float) -> tuple | None:
+        drained = hub(self.env).step_drained(cur.index)
+        if not drained and now < (self.judge_until or now):
+            return self._users(cur.level)
+        if not drained:
+            log.warning("SLA probe %d: requests still in flight %.0f s after its window: judged without them",
+                        cur.index, now - (cur.ended or now))
+        self.judge_until = None
+        cur.judged = now
+        step = self.results()[-1]
+        broken = self._broken(step)
+        self.probes.append({"step": cur.index, "level": cur.level, "met": not broken, "broken": broken})
+        s = self.search
+        assert s is not None
+        history = [(p["level"], p["met"]) for p in self.probes]
+        log.info("SLA probe %d: %s %g %s", cur.index, s.kind, cur.level, "met every SLO" if not broken else "broke: " + ", ".join(broken))
+        nxt = sla_search.next_level(history, s.kind, s.lo, s.hi, s.precision)
+        if nxt is None or len(self.windows) >= s.max_probes() + 2:
+            self.sla = sla_search.conclude(history, s.kind, s.lo, s.hi, s.precision)
+            self.sla["probes_detail"] = self.probes
+            self.sla["seconds"] = round(now - self.windows[0].started, 1)
+            self.stop_reason = "SLA search: " + self.sla["reason"]
+            if self.sla["reached"] == "lowest_breaks":
+                self.env.process_exit_code = 1  # asserted again at quitting (install), after the fail-fast's own code
+                first = next((p["broken"] for p in self.probes), [])
+                self.stop_reason += f" ({', '.join(first)})"
+            # its requests have finished already: the drain ends at once
+            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            self.drain_until = now + self.request_timeout + lag
+            log.info("SLA search over after %d probes: %s", len(self.probes), self.sla["reason"])
+            return self._drain(cur, now)
+        self._start_step(len(self.windows), now, nxt)
+        return self._users(self.windows[-1].level)
+
+    def _broken(self, step: StepResult) -> list[str]:
+        """Why a probe fails: the SLOs it broke, and the run's error-rate limit (with early stop on)."""
+        broken = broken_slos(step, self.slos)
+        mer = self.early.max_error_rate if self.early.enabled else None
+        if step.ok and mer is not None and step.error_rate > mer:
+            broken.append(f"error rate {step.error_rate:.1%} above {mer:.1%}")
+        return broken
 
     def _drain(self, cur: StepWindow, now: float) -> tuple | None:
         drained = hub(self.env).step_drained(cur.index)
@@ -147,11 +229,14 @@ class LadderController:
             return False
         return True
 
-    def _start_step(self, i: int, now: float) -> None:
-        level = self.ladder.levels[i]
+    def _start_step(self, i: int, now: float, level: float | None = None) -> None:
+        level = self.ladder.levels[i] if level is None else level
         w = StepWindow(index=i + 1, level=level, started=now)
         self.windows.append(w)
-        log.info("ladder step %d/%d: %s %g", w.index, len(self.ladder.levels), self.ladder.kind, level)
+        if self.search is not None:
+            log.info("SLA probe %d: %s %g", w.index, self.ladder.kind, level)
+        else:
+            log.info("ladder step %d/%d: %s %g", w.index, len(self.ladder.levels), self.ladder.kind, level)
         if self.ladder.warmup <= 0:
             w.measured_from = now
             self._broadcast(w.index, level)
@@ -234,8 +319,9 @@ class LadderController:
     def report(self) -> dict[str, Any]:
         """What the results JSON keeps: the ladder, each step's window and figures, the verdict."""
         steps = self.results()
-        verdict = analyse(steps, self.slos) if steps else None
-        return {
+        # a search's probes go up and down: the knee analysis reads them in load order
+        verdict = analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps else None
+        out = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
             "steps": [s.to_dict() for s in steps],
@@ -243,6 +329,34 @@ class LadderController:
             "stop_reason": self.stop_reason,
             "table": format_steps(steps, verdict) if steps else "",
         }
+        if self.search is not None:
+            out["sla"] = self._sla_report()
+            out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
+        return out
+
+    def _sla_report(self) -> dict[str, Any]:
+        s = self.search
+        assert s is not None
+        if self.sla is not None:
+            return self.sla
+        history = [(p["level"], p["met"]) for p in self.probes]  # stopped before the search ended
+        d = sla_search.conclude(history, s.kind, s.lo, s.hi, s.precision)
+        d["probes_detail"] = self.probes
+        d["seconds"] = round(time.time() - self.windows[0].started, 1) if self.windows else 0.0
+        return d
+
+
+def format_sla(d: dict[str, Any]) -> str:
+    """The search's lines under the step table."""
+    unit = "users" if d["kind"] == "concurrency" else "requests/s"
+    head = (f"SLA search ({d['kind']}, precision {d['precision']:.1%}): "
+            + (f"{d['answer']:g} {unit}" if d["answer"] is not None else "no load meets every SLO")
+            + f" after {d['probes']} probes, {d.get('seconds', 0):g} s")
+    lines = [head, f"  - {d['reason']}"]
+    order = ", ".join(f"{p['level']:g}{'' if p['met'] else ' (broke)'}" for p in d.get("probes_detail", []))
+    if order:
+        lines.append(f"  probes: {order}")
+    return "\n".join(lines)
 
 
 def apply_step(env: Environment, payload: dict[str, Any]) -> None:
@@ -285,8 +399,23 @@ def install(env: Environment, settings) -> None:
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return
+    if ladder.search is not None:
+        if not settings.slos:
+            from llm_locust.settings.units import PlanError
+
+            raise PlanError([f"--ladder {ladder.search.spec()} searches for the highest load meeting every SLO: "
+                             "give at least one --slo, e.g. --slo ttft=500ms or --slo e2e_p99=2s"])
+        # Registered before the fail-fast's own exit code (runtime.plugin installs it later);
+        # quitting listeners run in reverse order, so this one runs after it and keeps the 1.
+        env.events.quitting.add_listener(lambda **_kw: _search_exit_code(env))
     env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule(),  # type: ignore[attr-defined]
                                       request_timeout=settings.request_timeout)
+
+
+def _search_exit_code(env: Environment) -> None:
+    ctl = controller(env)
+    if ctl is not None and ctl.sla is not None and ctl.sla.get("reached") == "lowest_breaks":
+        env.process_exit_code = max(env.process_exit_code or 0, 1)
 
 
 def renew(env: Environment) -> None:

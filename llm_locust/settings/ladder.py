@@ -1,6 +1,7 @@
 """Load ladders: the steps of a stepped test, their timing, the stability rule and the early stop.
 
     parse_ladder("concurrency:1..64", ...) -> Ladder     # PlanError (a ValueError) says why not
+    parse_ladder("sla:rate:1..64:5%", ...) -> Ladder     # a search (Ladder.search): the highest load meeting every SLO
 
 The settings model (settings.model) reads a ladder's spec and timing from the command line or a
 plan; the runtime's LadderShape walks it. Pure: no Locust.
@@ -21,6 +22,32 @@ DEFAULT_DURATION = 40.0  # seconds per step, warm-up included
 DEFAULT_WARMUP = 10.0  # seconds discarded at the start of each step
 DEFAULT_FACTOR = 2.0
 MAX_LEVELS = 200
+SEARCH_KINDS = ("rate", "concurrency")  # sla:KIND
+DEFAULT_SEARCH_RANGE = (1.0, 256.0)
+DEFAULT_PRECISION = 0.05
+
+
+@dataclass(frozen=True)
+class Search:
+    """`sla:KIND:LO..HI:P%`: find the highest load of `kind` in [lo, hi] meeting every SLO, to a
+    relative precision (bracketing by doubling from lo, then bisection; see analysis.sla)."""
+
+    kind: str
+    lo: float
+    hi: float
+    precision: float = DEFAULT_PRECISION
+
+    def spec(self) -> str:
+        return f"sla:{self.kind}:{_fmt(self.lo)}..{_fmt(self.hi)}:{self.precision * 100:g}%"
+
+    def max_probes(self) -> int:
+        """At most this many probes: the doublings from lo to hi, then the halvings of the
+        bracket down to the precision."""
+        doublings = math.ceil(math.log2(self.hi / self.lo)) + 1
+        return doublings + max(1, math.ceil(math.log2(1 / self.precision)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lo": _plain(self.lo), "hi": _plain(self.hi), "precision": self.precision}
 
 
 @dataclass(frozen=True)
@@ -59,6 +86,7 @@ class Ladder:
     requests: int = 0  # > 0: the measurement ends once this many requests finished (duration caps it)
     stable: Stable | None = None
     arrivals: str = "poisson"  # rate ladders: poisson or constant inter-arrival times
+    search: Search | None = None  # sla:...: the levels are chosen one at a time (levels: the doublings)
 
     @property
     def window(self) -> float:
@@ -67,12 +95,17 @@ class Ladder:
 
     def planned_time(self) -> tuple[float, float]:
         """(seconds without stability extensions, at most with them) for the whole ladder."""
-        base = len(self.levels) * self.duration
-        extra = len(self.levels) * self.stable.max_extend if self.stable else 0.0
+        n = self.search.max_probes() if self.search else len(self.levels)
+        base = n * self.duration
+        extra = n * self.stable.max_extend if self.stable else 0.0
         return base, base + extra
 
     def spec(self) -> str:
-        """The levels in the short syntax (explicit list)."""
+        """The levels in the short syntax (explicit list). A search: `KIND:sla:LO..HI:P%`, the kind
+        first as every ladder's (the runtime reads a ladder's kind from the text's first word)."""
+        if self.search is not None:
+            se = self.search
+            return f"{se.kind}:sla:{_fmt(se.lo)}..{_fmt(se.hi)}:{se.precision * 100:g}%"
         return f"{self.kind}:{','.join(_fmt(v) for v in self.levels)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,6 +119,9 @@ class Ladder:
         }
         if self.kind == "rate":
             d["arrivals"] = self.arrivals
+        if self.search is not None:
+            d["search"] = self.search.to_dict()
+            d["spec"] = self.search.spec()
         return d
 
     def problems(self) -> list[str]:
@@ -191,6 +227,24 @@ def parse_ladder(
         raise PlanError([f"ladder {text!r}: expected KIND:LEVELS, e.g. concurrency:1..64, rate:1..10:+1, speed:0.5,1,2"])
     kind, spec = m["kind"].lower(), m["spec"]
     where = f"ladder {text.strip()!r}"
+    if kind in SEARCH_KINDS and spec.split(":", 1)[0].strip().lower() == "sla":  # KIND:sla:..., as Ladder.spec writes it
+        kind, spec = "sla", kind + spec[spec.index(":"):] if ":" in spec else kind
+    if kind == "sla":
+        search = _parse_search(spec, where)
+        ladder = Ladder(
+            kind=search.kind,
+            levels=_normalize_levels(search.kind, levels_geometric(search.lo, search.hi, DEFAULT_FACTOR)),
+            warmup=float(warmup),
+            duration=float(duration),
+            requests=int(requests),
+            stable=stable,
+            arrivals=arrivals,
+            search=search,
+        )
+        problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder) if key != ("steps",)]
+        if problems:
+            raise PlanError(problems)
+        return ladder
     if kind not in LADDER_KINDS:
         raise PlanError([f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"])
     levels: list[float] = []
@@ -240,6 +294,52 @@ def parse_ladder(
     if problems:
         raise PlanError(problems)
     return ladder
+
+
+def _parse_search(spec: str, where: str) -> Search:
+    """`KIND[:LO..HI][:P%]` (after `sla:`) -> Search. P: a percentage (5%) or a fraction (0.05)."""
+    problems: list[str] = []
+    parts = [p.strip() for p in spec.split(":")]
+    kind = parts[0].lower()
+    if kind not in SEARCH_KINDS:
+        hint = " (a speed search is not supported: a trace's speed has no SLO-monotone meaning)" if kind == "speed" else ""
+        raise PlanError([f"{where}: expected sla:KIND[:LO..HI][:P%] with KIND one of {', '.join(SEARCH_KINDS)}, "
+                         f"got {kind!r}{hint}{_suggest(kind, SEARCH_KINDS)}"])
+    lo, hi = DEFAULT_SEARCH_RANGE
+    precision = DEFAULT_PRECISION
+    seen_range = seen_precision = False
+    for part in parts[1:]:
+        if ".." in part and not seen_range:
+            seen_range = True
+            a, _, b = part.partition("..")
+            va = _parse_level(a.strip(), f"{where}: lower bound", problems)
+            vb = _parse_level(b.strip(), f"{where}: upper bound", problems)
+            if va is not None and vb is not None:
+                lo, hi = va, vb
+        elif part and not seen_precision and ".." not in part:
+            seen_precision = True
+            pct = part.endswith("%")
+            v = _parse_level(part[:-1].strip() if pct else part, f"{where}: precision", problems)
+            if v is not None:
+                precision = v / 100 if pct else v
+        else:
+            problems.append(f"{where}: unexpected {part!r}; expected sla:KIND[:LO..HI][:P%], e.g. sla:rate:1..64:5%")
+    if not problems:
+        if lo <= 0:
+            problems.append(f"{where}: the lower bound must be > 0, got {_fmt(lo)}")
+        if hi <= lo:
+            problems.append(f"{where}: the upper bound {_fmt(hi)} must be above the lower bound {_fmt(lo)}")
+        if not 0 < precision < 1:
+            problems.append(f"{where}: the precision must be between 0 and 100% (e.g. 5%), got {precision * 100:g}%")
+        elif precision < 0.001:
+            problems.append(f"{where}: a precision below 0.1% is not measurable; got {precision * 100:g}%")
+        if kind == "concurrency" and not (float(lo).is_integer() and float(hi).is_integer()):
+            problems.append(f"{where}: concurrency bounds are whole users, got {_fmt(lo)}..{_fmt(hi)}")
+        if not problems and math.log2(hi / lo) > MAX_LEVELS:
+            problems.append(f"{where}: the range is too wide")
+    if problems:
+        raise PlanError(problems)
+    return Search(kind=kind, lo=float(lo), hi=float(hi), precision=float(precision))
 
 
 def _range_problems(start: float, stop: float, factor: float | None, step: float | None) -> list[tuple[str, str]]:
