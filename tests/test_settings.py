@@ -447,3 +447,12 @@ def test_workers_takes_a_number_or_auto():
     for bad in ("-1", "many"):
         with pytest.raises(PlanError, match="--workers"):
             derive.resolve(None, cli("--workers", bad))
+
+
+def test_an_sla_search_stays_a_search_in_the_effective_plan(tmp_path):
+    s = derive.resolve(None, cli("--ladder", "sla:rate:1..64:5%", "--slo", "ttft=1s"))
+    plan = derive.to_plan(s)
+    assert plan["ladder"]["kind"] == "rate" and plan["ladder"]["search"] == "1..64:5%" and "steps" not in plan["ladder"]
+    again = load(tmp_path, yaml.safe_dump(plan))
+    assert again == s and again.ladder == "rate:sla:1..64:5%"
+    assert "a search chooses its own levels" in problems(tmp_path, "ladder: {kind: rate, search: '1..8', steps: [1]}\n")[0]

@@ -206,11 +206,11 @@ def plan_keys() -> dict[str, list[str]]:
             out.setdefault(parent, [])
             if parts[i] not in out[parent]:
                 out[parent].append(parts[i])
-    out.setdefault("ladder", []).extend(k for k in ("kind", "steps", "start", "stop", "factor", "step") if k not in out["ladder"])
+    out.setdefault("ladder", []).extend(k for k in LADDER_LEVEL_KEYS if k not in out["ladder"])
     return out
 
 
-LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step")
+LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step", "search")
 
 
 def plan_values(data: Any, *, source: str = "", base_dir: str | Path | None = None,
@@ -350,7 +350,10 @@ def to_plan(s: Settings) -> dict[str, Any]:
             ld = parse_ladder(v)
             target = out.setdefault("ladder", {})
             target["kind"] = ld.kind
-            target["steps"] = [_plain(x) for x in ld.levels]
+            if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs
+                target["search"] = v.split(":sla:", 1)[1]
+            else:
+                target["steps"] = [_plain(x) for x in ld.levels]
             continue
         if name.startswith(("warmup", "step_", "stable_", "arrivals")) and not s.ladder:
             continue

@@ -156,6 +156,10 @@ def _ladder_spec(v: Any) -> Any:
         kind = v.get("kind")
         if not kind:
             raise ValueError("missing kind: one of concurrency, rate, speed")
+        if "search" in v:  # an SLA search: sla:KIND:LO..HI:P% (docs/load-shapes.md)
+            if any(k in v for k in ("steps", "start", "stop", "factor", "step")):
+                raise ValueError("a search chooses its own levels: give search: LO..HI:P% without steps or start/stop")
+            return f"sla:{kind}:{v['search']}"
         if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
             raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
         if "steps" in v:
