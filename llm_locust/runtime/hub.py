@@ -276,7 +276,12 @@ class MetricsHub:
             return agg is None or agg.finished >= agg.sent
         for cid in self._live_clients():
             w = self.workers.get(cid)
-            if w is None or w.step == step or w.open.get(step, 0) > 0:
+            if w is None or w.open.get(step, 0) > 0:
+                return False
+            # its last report must come from after it left the step: in no step (0, the drain
+            # after a step) or a later one. A report made before it entered the step says
+            # nothing of the step's requests (a 1.5 s step can pass between two reports).
+            if not (w.step == 0 or w.step > step):
                 return False
         return True
 
