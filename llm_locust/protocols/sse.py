@@ -89,6 +89,15 @@ class SSEDecoder:
                     return [data[6:-2]]
                 if data.startswith(b"data:"):
                     return [data[5:-2]]
+            # and one named event (`event: X` then one `data:` line), as the Responses and
+            # Anthropic APIs flush them
+            elif data.startswith(b"event:") and data.endswith(b"\n\n") and len(data) <= self.max_event:
+                i = data.find(b"\n") + 1
+                if data.find(b"\n", i) == len(data) - 2:
+                    if data.startswith(b"data: ", i):
+                        return [data[i + 6:-2]]
+                    if data.startswith(b"data:", i):
+                        return [data[i + 5:-2]]
             buf = data
             start = 0
         end = buf.rfind(b"\n\n", start)
