@@ -89,13 +89,12 @@ def _index(item: dict, i: int, n: int, seen: set[int], what: str) -> int:
     return idx
 
 
-class EmbeddingsAdapter:
-    """OpenAI's POST /v1/embeddings (vLLM, llama-server --embeddings, TEI, Ollama's /v1)."""
+class _JSONAdapter:
+    """A request kind whose reply is one JSON body: the request is the model and the call's body."""
 
-    name = "openai-embeddings"
     framing = "json"
     end_marker = False
-    path = "/v1/embeddings"
+    path = ""
 
     def request(self, spec: RequestSpec) -> tuple[str, bytes]:
         body: dict[str, Any] = {}
@@ -103,6 +102,13 @@ class EmbeddingsAdapter:
             body["model"] = spec.model
         body.update(spec.extra_body)
         return self.path, orjson.dumps(body)
+
+
+class EmbeddingsAdapter(_JSONAdapter):
+    """OpenAI's POST /v1/embeddings (vLLM, llama-server --embeddings, TEI, Ollama's /v1)."""
+
+    name = "openai-embeddings"
+    path = "/v1/embeddings"
 
     @staticmethod
     def expected(spec: RequestSpec) -> int:
@@ -141,21 +147,12 @@ class EmbeddingsAdapter:
         return Reply(items=n, usage_in=_usage(obj), embeddings=out if keep else [])
 
 
-class RerankAdapter:
+class RerankAdapter(_JSONAdapter):
     """The Cohere/Jina rerank form vLLM (/v1/rerank, /rerank) and llama-server (--reranking) serve:
     `query`, `documents`, optional `top_n`; reply `results[]` of `index` and `relevance_score`."""
 
     name = "rerank"
-    framing = "json"
-    end_marker = False
     path = "/v1/rerank"
-
-    def request(self, spec: RequestSpec) -> tuple[str, bytes]:
-        body: dict[str, Any] = {}
-        if spec.model:
-            body["model"] = spec.model
-        body.update(spec.extra_body)
-        return self.path, orjson.dumps(body)
 
     def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply:
         obj = _loads(body)
@@ -182,21 +179,12 @@ class RerankAdapter:
         return Reply(items=len(results), usage_in=_usage(obj), scores=scores)
 
 
-class ScoreAdapter:
+class ScoreAdapter(_JSONAdapter):
     """vLLM's POST /v1/score: `text_1` (one text) against `text_2` (a text or a list); reply
     `data[]` of `index` and `score`, one per pair."""
 
     name = "vllm-score"
-    framing = "json"
-    end_marker = False
     path = "/v1/score"
-
-    def request(self, spec: RequestSpec) -> tuple[str, bytes]:
-        body: dict[str, Any] = {}
-        if spec.model:
-            body["model"] = spec.model
-        body.update(spec.extra_body)
-        return self.path, orjson.dumps(body)
 
     def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply:
         obj = _loads(body)
