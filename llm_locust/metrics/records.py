@@ -63,6 +63,15 @@ class RequestRecord:
     # why it failed, from the server's own words (protocols.causes: overlong, overloaded, oom);
     # None when ok or unsaid. `error` keeps the server's exact text.
     cause: str | None = None
+    # prompt-cache reuse: the prompt tokens the server says it served from its cache (usage's
+    # cached_tokens, Anthropic's cache_read_input_tokens, llama.cpp's timings.cache_n; None: unsaid),
+    # and what an unbounded cache could have served, from the session history and the trace's
+    # hash ids (set by the sender; None: not known)
+    n_cached: int | None = None
+    ideal_cached: int | None = None
+    endpoint: str | None = None  # the base URL it went to, when the run has several
+    model: str | None = None  # the model it asked for, when the run splits traffic over several
+    session: str | None = None  # the session (conversation) it belongs to
 
     @property
     def ok(self) -> bool:

@@ -322,6 +322,92 @@ def _workers(v: Any) -> Any:
     return v
 
 
+DEFAULT_SESSION_HEADERS = ("x-session-id", "x-smg-routing-key", "x-dynamo-session-id")
+ROUTES = ("round-robin", "random", "least-in-flight", "affinity")
+
+
+def _endpoints(v: Any) -> Any:
+    """More server URLs: a list (plan), `URL,URL` text, or `@FILE` (one URL a line, # comments)."""
+    if v is None or v == "":
+        return ""
+    if isinstance(v, (list, tuple)):
+        items = [str(x).strip() for x in v]
+    elif isinstance(v, str) and v.strip().startswith("@"):
+        path = v.strip()[1:]
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as e:
+            raise ValueError(f"{path}: cannot read the endpoints file: {e.strerror or e}") from None
+        items = []
+        for n, line in enumerate(lines, 1):
+            line = line.split("#", 1)[0].strip()
+            if line:
+                try:
+                    items.append(_check_host(line))
+                except ValueError as e:
+                    raise ValueError(f"{path}:{n}: {e}") from None
+    elif isinstance(v, str):
+        items = [x.strip() for x in v.split(",")]
+    else:
+        raise ValueError("expected URL,URL,... or a list of URLs")
+    items = [x.rstrip("/") for x in items if x]
+    for x in items:
+        _check_host(x)
+    if len(set(items)) != len(items):
+        raise ValueError("an endpoint is listed twice: " + ", ".join(sorted({x for x in items if items.count(x) > 1})))
+    return ",".join(items)
+
+
+def _model_split(v: str) -> str:
+    """`a:0.7,b:0.3` is a weighted split (weights > 0, read as shares of their sum); a name
+    with a colon whose tail is not a number (`llama3:8b`) is one model."""
+    parse_model_split(v)
+    return v
+
+
+def parse_model_split(v: str) -> list[tuple[str, float]]:
+    """[(model, share)], shares adding up to 1; [] for no model; [(v, 1.0)] for one."""
+    if not v:
+        return []
+    if "," not in v and not _weighted(v):
+        return [(v, 1.0)]
+    out = []
+    for part in filter(None, (p.strip() for p in v.split(","))):
+        name, w = (part.rsplit(":", 1) if _weighted(part) else (part, "1"))
+        w = float(w)
+        if not (w > 0 and math.isfinite(w)):
+            raise ValueError(f"{part!r}: a model's weight must be > 0")
+        out.append((name.strip(), w))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError("a model is listed twice in the split")
+    total = sum(w for _, w in out)
+    return [(n, w / total) for n, w in out]
+
+
+def _weighted(part: str) -> bool:
+    name, sep, w = part.rpartition(":")
+    if not sep or not name:
+        return False
+    try:
+        float(w)
+    except ValueError:
+        return False
+    return True
+
+
+def _session_headers(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        v = ",".join(str(x) for x in v)
+    if isinstance(v, str):
+        names = [x.strip() for x in v.split(",") if x.strip()]
+        for n in names:
+            if n != "default" and not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", n):
+                raise ValueError(f"{n!r} is not an HTTP header name")
+        return ",".join(names)
+    return v
+
+
 class Settings(BaseModel):
     """The settings of one run. settings.derive reads them (`from_options`: Locust's parsed options;
     `load_plan` + `resolve`: a YAML plan and the command line) and writes them (`to_plan`)."""
@@ -331,7 +417,10 @@ class Settings(BaseModel):
     # ---- target ----
     host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", locust="host", web=True)] = ""
     api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)}", plan="api")] = "openai-chat"
-    model: Annotated[Text, Opt("target", "model name; default: the first one /v1/models lists", plan="model")] = ""
+    model: Annotated[Text, AfterValidator(_model_split), Opt("target", "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps its model; figures per model); default: the first one /v1/models lists", plan="model")] = ""
+    endpoints: Annotated[Text, BeforeValidator(_endpoints), Opt("target", "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, figures and /metrics per endpoint", plan="endpoints")] = ""
+    route: Annotated[Literal[ROUTES], Opt("target", "how requests spread over several endpoints: round-robin, random, least-in-flight, or affinity (a session's requests to one endpoint, by a hash of its id)", plan="route")] = "round-robin"
+    session_headers: Annotated[Text, BeforeValidator(_session_headers), Opt("target", "send each request's session id in these headers, for a router's session affinity (comma-separated; 'default': x-session-id, x-smg-routing-key, x-dynamo-session-id)", plan="session_headers")] = ""
     api_key_env: Annotated[Text, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), Opt("target", "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)", plan="api_key_env")] = "OPENAI_API_KEY"
     connect_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")] = 10.0
     no_progress_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s")] = 60.0
@@ -350,6 +439,9 @@ class Settings(BaseModel):
     tokenizer: Annotated[Text, AfterValidator(_input_file), Opt("workload", "tokenizer.json or HF folder: prompts of exact token length", plan="workload.tokenizer", path="in")] = ""
     think_time: Annotated[Seconds, Field(ge=0), Opt("workload", "time between a reply and the next request of a user or conversation", plan="workload.think_time", unit="s")] = 0.0
     max_in_flight: Annotated[int, Field(ge=0), Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight")] = 0
+    max_idle: Annotated[Seconds, Field(ge=0), Opt("workload", "sessions: cap on a trace's tool and think gaps between a reply and the next turn (0: no cap)", plan="workload.sessions.max_idle", unit="s")] = 60.0
+    mid_start: Annotated[bool, Opt("workload", "sessions: start the first sessions at a random turn, their earlier turns sent as history, so a run does not begin with every cache cold", plan="workload.sessions.mid_start")] = False
+    cache_bust: Annotated[bool, Opt("workload", "sessions: do not mark each session's first turn with a marker unique to the run (without it a server may still hold an earlier run's prefixes)", plan="workload.sessions.cache_bust", flag="--no-cache-bust", negate=True)] = True
     max_tokens: Annotated[int, Field(ge=0), Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens")] = 0
     max_tokens_cap: Annotated[int, Field(ge=0), Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap")] = 0
     force_length: Annotated[bool, Opt("workload", "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)", plan="force_length", flag="--no-force-length", negate=True)] = True
@@ -456,6 +548,28 @@ class Settings(BaseModel):
     @property
     def limits(self) -> Limits:
         return Limits(head_bytes=self.max_head_bytes, event_bytes=self.max_event_bytes, body_bytes=self.max_body_bytes)
+
+    @property
+    def endpoint_list(self) -> list[str]:
+        """Every server URL: --host first, then --endpoints (empty when no host was given)."""
+        extra = [x for x in self.endpoints.split(",") if x] if self.endpoints else []
+        host = self.host.rstrip("/")
+        return ([host] if host else []) + [x for x in extra if x != host]
+
+    @property
+    def model_split(self) -> list[tuple[str, float]]:
+        """[(model, share)] from --model: [] for none, one pair for a single model."""
+        return parse_model_split(self.model)
+
+    @property
+    def session_header_names(self) -> list[str]:
+        names = [x for x in self.session_headers.split(",") if x] if self.session_headers else []
+        out: list[str] = []
+        for n in names:
+            for m in (DEFAULT_SESSION_HEADERS if n == "default" else (n,)):
+                if m not in out:
+                    out.append(m)
+        return out
 
     @property
     def slos(self) -> dict[str, float]:
