@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
-from llm_locust.metrics.histogram import Histogram
+from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (
@@ -25,6 +25,16 @@ LATENCIES = (
     "e2e_queue",  # t_end - t_sched
 )
 CLIENT_LATENCIES = ("loop_lag",)  # client validity: how late the worker's event loop wakes
+# TTFT of ok requests whose server reported its cached prompt tokens, split at CACHE_HIT_SHARE:
+# a hit when n_cached >= CACHE_HIT_SHARE * n_in, else a miss (docs/metrics.md, "Prompt cache")
+CACHE_LATENCIES = ("ttft_cache_hit", "ttft_cache_miss")
+CACHE_HIT_SHARE = 0.5
+# figures per endpoint and per model (docs/metrics.md, "Per endpoint and per model"): at most
+# MAX_GROUPS distinct values each, the values past the cap pooled under OTHER_GROUP
+GROUP_DIMENSIONS = ("endpoint", "model")
+MAX_GROUPS = 64
+OTHER_GROUP = "other"
+GROUP_LATENCIES = ("ttft", "tpot", "e2e")
 SLO_METRICS = ("ttft", "ttft_queue", "tpot", "e2e", "e2e_queue", "itl_max")
 MAX_ERROR_TEXTS = 10  # distinct error texts kept per failure kind
 
@@ -45,9 +55,225 @@ class KindFigures:
         self.latency = Histogram()
 
 
+class CacheCounts:
+    """Prompt-cache reuse over ok requests (docs/metrics.md, "Prompt cache"): counters only, so
+    merging adds them. `reported`: requests whose server said how many prompt tokens it served
+    from its cache (`cached` their sum, `prompt` their prompt tokens); `ideal_n`: requests whose
+    ideal is known (`ideal` its sum, `ideal_prompt` their prompt tokens); `both_n`: requests with
+    both (`both_cached`, `both_ideal`: the two sums over them); `hits` / `misses`: reported
+    requests at / below the hit threshold."""
+
+    __slots__ = ("reported", "cached", "prompt", "ideal_n", "ideal", "ideal_prompt", "both_n", "both_cached",
+                 "both_ideal", "hits", "misses")
+
+    def __init__(self) -> None:
+        self.reported = self.cached = self.prompt = 0
+        self.ideal_n = self.ideal = self.ideal_prompt = 0
+        self.both_n = self.both_cached = self.both_ideal = 0
+        self.hits = self.misses = 0
+
+    def add(self, n_cached: int | None, ideal: int | None, n_in: int | None) -> bool | None:
+        """Count one ok request; True for a hit, False for a miss, None when neither is known."""
+        prompt = n_in or 0
+        hit = None
+        if n_cached is not None:
+            self.reported += 1
+            self.cached += n_cached
+            self.prompt += prompt
+            if prompt > 0:
+                hit = n_cached >= CACHE_HIT_SHARE * prompt
+                if hit:
+                    self.hits += 1
+                else:
+                    self.misses += 1
+        if ideal is not None:
+            self.ideal_n += 1
+            self.ideal += ideal
+            self.ideal_prompt += prompt
+            if n_cached is not None:
+                self.both_n += 1
+                self.both_cached += n_cached
+                self.both_ideal += ideal
+        return hit
+
+    @property
+    def any(self) -> bool:
+        return bool(self.reported or self.ideal_n)
+
+    def to_wire(self) -> list[int]:
+        return [getattr(self, k) for k in self.__slots__]
+
+    def merge_wire(self, values: list[int] | None) -> None:
+        for k, v in zip(self.__slots__, values or ()):
+            setattr(self, k, getattr(self, k) + v)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "requests_reported": self.reported,
+            "cached_tokens": self.cached,
+            "prompt_tokens": self.prompt,
+            "hit_ratio": self.cached / self.prompt if self.prompt else None,
+            "ideal_requests": self.ideal_n,
+            "ideal_cached_tokens": self.ideal,
+            "ideal_prompt_tokens": self.ideal_prompt,
+            "ideal_hit_ratio": self.ideal / self.ideal_prompt if self.ideal_prompt else None,
+            "both_requests": self.both_n,
+            "achieved_vs_ideal": self.both_cached / self.both_ideal if self.both_ideal else None,
+            "hit_requests": self.hits,
+            "miss_requests": self.misses,
+        }
+
+
+class SparseHistogram:
+    """A latency histogram kept as {bucket: count}, with the HDR histogram's buckets (3
+    significant digits: values below 2048 us exact, above that the top 11 bits kept) and an
+    exact sum: the per-endpoint and per-model figures use it, since a full HDR histogram's
+    counts array (~190 KB) per group would make the group cap cost too much memory. Merging
+    adds counts; percentiles are the HDR histogram's (highest value of the bucket that reaches
+    the target count)."""
+
+    __slots__ = ("buckets", "sum_us")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.sum_us = 0
+
+    def record(self, seconds: float, count: int = 1) -> None:
+        us = round(seconds * 1e6)
+        if us < 0:
+            us = 0
+        elif us > HIGHEST_US:
+            us = HIGHEST_US
+        self.sum_us += us * count
+        if us >= 2048:
+            shift = us.bit_length() - 11
+            us = (us >> shift) << shift
+        b = self.buckets
+        b[us] = b.get(us, 0) + count
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets.values())
+
+    def to_wire(self) -> list[Any]:
+        """[exact sum in us, [bucket, count, bucket, count, ...]]"""
+        return [self.sum_us, [x for kv in self.buckets.items() for x in kv]]
+
+    def merge_wire(self, wire: list[Any] | None) -> None:
+        if not wire:
+            return
+        sum_us, flat = wire
+        self.sum_us += sum_us
+        b = self.buckets
+        for i in range(0, len(flat), 2):
+            b[flat[i]] = b.get(flat[i], 0) + flat[i + 1]
+
+    def summary(self) -> dict[str, float | int | None]:
+        n = self.count
+        if not n:
+            return {"count": 0}
+        keys = sorted(self.buckets)
+        out: dict[str, float | int | None] = {"count": n, "mean": self.sum_us / n / 1e6, "min": keys[0] / 1e6,
+                                              "max": _highest(keys[-1]) / 1e6}
+        targets = [(f"p{p:g}", max(int(p * n / 100 + 0.5), 1)) for p in PERCENTILES]
+        acc, t = 0, 0
+        for k in keys:
+            acc += self.buckets[k]
+            while t < len(targets) and acc >= targets[t][1]:
+                out[targets[t][0]] = _highest(k) / 1e6
+                t += 1
+        return out
+
+
+def _highest(us: int) -> int:
+    """The highest value of the bucket whose lowest value is `us` (HDR's highest equivalent)."""
+    return us if us < 2048 else us + (1 << (us.bit_length() - 11)) - 1
+
+
+class GroupFigures:
+    """The figures of one endpoint or one model: requests by outcome, tokens, prompt-cache counts
+    and TTFT / TPOT / E2E, over the requests that finished in the window."""
+
+    __slots__ = ("outcomes", "tokens_in", "tokens_out", "cache", "hist")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.tokens_in = self.tokens_out = 0
+        self.cache = CacheCounts()
+        self.hist = {name: SparseHistogram() for name in GROUP_LATENCIES}
+
+    def add(self, rec: RequestRecord, t_end: float) -> None:
+        o = rec.outcome.value
+        self.outcomes[o] = self.outcomes.get(o, 0) + 1
+        if not rec.ok or rec.api in KIND_APIS:
+            return
+        self.tokens_out += rec.n_out
+        if rec.n_in is not None:
+            self.tokens_in += rec.n_in
+        if rec.n_cached is not None or rec.ideal_cached is not None:
+            self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
+        h = self.hist
+        h["e2e"].record(t_end - rec.t_sent)
+        if rec.t_first is not None:
+            h["ttft"].record(rec.t_first - rec.t_sent)
+            if rec.n_out >= 2 and rec.chunk_times:
+                h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
+
+    def to_wire(self) -> list[Any]:
+        return [self.outcomes, self.tokens_in, self.tokens_out, self.cache.to_wire(),
+                {k: h.to_wire() for k, h in self.hist.items() if h.buckets}]
+
+    def merge_wire(self, wire: list[Any]) -> None:
+        outcomes, tokens_in, tokens_out, cache, hists = wire
+        for o, n in outcomes.items():
+            self.outcomes[o] = self.outcomes.get(o, 0) + n
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.cache.merge_wire(cache)
+        for k, w in hists.items():
+            if k in self.hist:
+                self.hist[k].merge_wire(w)
+
+    def figures(self, span: float) -> dict[str, Any]:
+        finished = sum(self.outcomes.values())
+        ok = self.outcomes.get(Outcome.OK.value, 0)
+        cancelled = self.outcomes.get(Outcome.CANCELLED.value, 0)
+        failed = finished - ok - cancelled
+        out: dict[str, Any] = {
+            "finished": finished,
+            "ok": ok,
+            "failed": failed,
+            "cancelled": cancelled,
+            "failures": {k: v for k, v in sorted(self.outcomes.items())
+                         if v and k not in (Outcome.OK.value, Outcome.CANCELLED.value)},
+            "error_rate": failed / (finished - cancelled) if finished > cancelled else 0.0,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "requests_per_s": ok / span if span > 0 else 0.0,
+            "output_tokens_per_s": self.tokens_out / span if span > 0 else 0.0,
+            "latency": {k: h.summary() for k, h in self.hist.items()},
+        }
+        if self.cache.any:
+            out["cache"] = self.cache.figures()
+        return out
+
+
+def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
+    """The group of `key`, or of OTHER_GROUP once MAX_GROUPS distinct values are kept."""
+    g = groups.get(key)
+    if g is None:
+        if len(groups) >= MAX_GROUPS - (OTHER_GROUP not in groups):
+            key = OTHER_GROUP
+            g = groups.get(key)
+        if g is None:
+            g = groups[key] = GroupFigures()
+    return g
+
+
 class Aggregate:
     def __init__(self) -> None:
-        self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES}
+        self.hist: dict[str, Histogram] = {
+            name: Histogram() for name in LATENCIES + CLIENT_LATENCIES + CACHE_LATENCIES}
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.errors: dict[str, dict[str, int]] = {}
         self.causes: dict[str, int] = {}  # failures by cause (protocols.causes), beside failures by kind
@@ -83,6 +309,9 @@ class Aggregate:
         self.structured_checked = 0
         self.structured_parsed = 0
         self.structured_valid = 0
+        # prompt-cache reuse (ok requests) and the figures per endpoint / per model
+        self.cache = CacheCounts()
+        self.groups: dict[str, dict[str, GroupFigures]] = {d: {} for d in GROUP_DIMENSIONS}
 
     # ---- recording (worker side) ----
 
@@ -128,6 +357,11 @@ class Aggregate:
                 if acc:
                     _bucket(series, sec)[0] += acc
 
+        if rec.endpoint is not None:
+            _group(self.groups["endpoint"], rec.endpoint).add(rec, t_end)
+        if rec.model is not None:
+            _group(self.groups["model"], rec.model).add(rec, t_end)
+
         extra = rec.extra
         if extra:
             images = extra.get("images")
@@ -166,6 +400,9 @@ class Aggregate:
                 self.length_mismatch += 1
 
         h = self.hist
+        hit = None
+        if rec.n_cached is not None or rec.ideal_cached is not None:
+            hit = self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
         h["e2e"].record(t_end - rec.t_sent)
         h["e2e_queue"].record(t_end - rec.t_sched)
         h["schedule_lag"].record(rec.t_sent - rec.t_sched)
@@ -173,6 +410,8 @@ class Aggregate:
         if rec.t_first is not None:
             h["ttft"].record(rec.t_first - rec.t_sent)
             h["ttft_queue"].record(rec.t_first - rec.t_sched)
+            if hit is not None:
+                h["ttft_cache_hit" if hit else "ttft_cache_miss"].record(rec.t_first - rec.t_sent)
             if rec.t_first_content is not None:
                 h["ttft_content"].record(rec.t_first_content - rec.t_sent)
             if rec.n_out >= 2:
@@ -239,6 +478,9 @@ class Aggregate:
                       for api, k in self.kinds.items()},
             "workload": [self.images_sent, self.image_bytes, self.structured_checked, self.structured_parsed,
                          self.structured_valid],
+            "cache": self.cache.to_wire(),
+            "groups": {d: {key: g.to_wire() for key, g in groups.items()}
+                       for d, groups in self.groups.items() if groups},
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
@@ -304,6 +546,13 @@ class Aggregate:
         self.structured_checked += checked
         self.structured_parsed += parsed
         self.structured_valid += valid
+        self.cache.merge_wire(d.get("cache"))  # absent from older wire dicts
+        for dim, groups in (d.get("groups") or {}).items():
+            mine = self.groups.get(dim)
+            if mine is None:
+                continue
+            for key, wire in groups.items():
+                _group(mine, key).merge_wire(wire)
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens
@@ -444,6 +693,14 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         out["images"] = {"sent": agg.images_sent, "bytes": agg.image_bytes,
                          "per_request": agg.images_sent / finished if finished else 0.0,
                          "bytes_per_s": agg.image_bytes / span if span > 0 else 0.0}
+    if agg.cache.any:
+        out["cache"] = {**agg.cache.figures(), "hit_threshold": CACHE_HIT_SHARE,
+                        "ttft_hit": agg.hist["ttft_cache_hit"].summary(),
+                        "ttft_miss": agg.hist["ttft_cache_miss"].summary()}
+    for dim in GROUP_DIMENSIONS:
+        groups = agg.groups[dim]
+        if len(groups) > 1:  # one value is the whole window again
+            out[f"by_{dim}"] = {key: g.figures(span) for key, g in sorted(groups.items())}
     if agg.structured_checked:
         n = agg.structured_checked
         out["structured_output"] = {"checked": n, "parsed": agg.structured_parsed, "valid": agg.structured_valid,

@@ -34,6 +34,11 @@ def record_dict(rec: RequestRecord) -> dict:
         "n_in_source": rec.n_in_source,
         "requested_out": rec.requested_out,
         "finish_reason": rec.finish_reason,
+        "n_cached": rec.n_cached,  # prompt tokens the server served from its cache (None: unsaid)
+        "ideal_cached": rec.ideal_cached,  # what an unbounded prefix cache could have served (None: unknown)
+        "endpoint": rec.endpoint,
+        "model": rec.model,
+        "session": rec.session,
         "server": rec.extra,  # what the server reported about the request (llama.cpp timings...)
     }
 

@@ -14,7 +14,8 @@ is what counts):
     the total; vLLM also repeats the input counts here, which then replace message_start's);
   - `message_stop`: the end marker; `ping`: keep-alive;
   - `error` (`{"type": "error", "error": {"type", "message"}}`): an error inside the stream.
-Cache reads go to `state.extra["details"]["cached_tokens"]`.
+Cache reads go to `state.usage_cached` (and `state.extra["details"]["cached_tokens"]`), from
+message_start, or from message_delta when it repeats them (a zero there does not undo a count).
 
 Exact length: llama-server takes `ignore_eos: true` here; vLLM's Messages route drops unknown
 fields (its length check reports requests that stopped early), Anthropic refuses none silently.
@@ -168,14 +169,18 @@ def _usage(usage: Any, state: StreamState, final: bool) -> None:
         raise wrong_type("usage", usage, "an object")
     if final and usage.get("output_tokens") is not None:
         state.usage_out = token_count(usage["output_tokens"], "usage.output_tokens")
-    if usage.get("input_tokens") is None:
-        return
-    total = token_count(usage["input_tokens"], "usage.input_tokens")
     cached = usage.get("cache_read_input_tokens")
     if cached is not None:
         cached = token_count(cached, "usage.cache_read_input_tokens")
+        # a message_delta's zero does not undo message_start's count
+        if not (final and cached == 0 and state.usage_cached):
+            state.extra["details"] = {"cached_tokens": cached}
+            state.usage_cached = cached
+    if usage.get("input_tokens") is None:
+        return
+    total = token_count(usage["input_tokens"], "usage.input_tokens")
+    if cached is not None:
         total += cached
-        state.extra["details"] = {"cached_tokens": cached}
     created = usage.get("cache_creation_input_tokens")
     if created is not None:
         total += token_count(created, "usage.cache_creation_input_tokens")

@@ -76,6 +76,7 @@ class StreamState:
         "reasoning",
         "usage_in",
         "usage_out",
+        "usage_cached",
         "cont_out",
         "cont_tokens",
         "cont_broken",
@@ -92,6 +93,9 @@ class StreamState:
         self.reasoning: list[str] = []  # reasoning pieces (only when collect_text)
         self.usage_in: int | None = None  # server's prompt token count
         self.usage_out: int | None = None  # server's final completion token count
+        # prompt tokens the server says it served from its prefix cache (usage's cached_tokens,
+        # Anthropic's cache_read_input_tokens, llama.cpp's timings.cache_n); None: unsaid
+        self.usage_cached: int | None = None
         self.cont_out: int | None = None  # last running completion count (continuous usage)
         # n_k per token-bearing chunk, from continuous usage deltas; only filled when every
         # token-bearing chunk so far carried a running count.

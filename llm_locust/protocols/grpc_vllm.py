@@ -277,6 +277,7 @@ def _feed_chunk(buf: bytes, start: int, end: int, state: StreamState) -> int:
         state.usage_in = prompt
     if cached is not None:
         state.extra["cached_tokens"] = cached
+        state.usage_cached = cached
     if delta:
         state.usage_out = (state.usage_out or 0) + delta
         if state.usage_out > MAX_TOKEN_COUNT:

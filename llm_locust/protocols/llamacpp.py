@@ -1,7 +1,9 @@
 """llama.cpp llama-server native streaming: POST /completion.
 
 Events `{"content": "...", "stop": false}`; the final event has `"stop": true` with
-tokens_predicted, tokens_evaluated, stop_type and timings.
+tokens_predicted, tokens_evaluated, stop_type and timings (whose `cache_n`, the prompt tokens
+reused from the slot's cache, is the stream's cached count; `tokens_cached` is the slot's whole
+cache, output included, so it is not read).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 import orjson
 
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, RequestSpec, StreamState
-from llm_locust.protocols.openai import load_object, set_error, spec_prompt, token_count, wrong_type
+from llm_locust.protocols.openai import cache_timings, load_object, set_error, spec_prompt, token_count, wrong_type
 
 
 class LlamaCppAdapter:
@@ -57,6 +59,7 @@ class LlamaCppAdapter:
                 if type(timings) is not dict:
                     raise wrong_type("timings", timings, "an object")
                 state.extra["timings"] = timings
+                cache_timings(timings, state)
         err = obj.get("error")
         if err is not None:
             set_error(state, err)

@@ -246,6 +246,13 @@ class OpenAIAdapter:
             prompt = usage.get("prompt_tokens")
             if prompt is not None:
                 state.usage_in = token_count(prompt, "usage.prompt_tokens")
+                details = usage.get("prompt_tokens_details")
+                if details:  # vLLM sends null unless prefix caching stats are on
+                    if type(details) is not dict:
+                        raise wrong_type("usage.prompt_tokens_details", details, "an object")
+                    cached = details.get("cached_tokens")
+                    if cached is not None:
+                        state.usage_cached = token_count(cached, "usage.prompt_tokens_details.cached_tokens")
             count = usage.get("completion_tokens")
             if count is not None:
                 if type(count) is not int or count < 0 or count > MAX_TOKEN_COUNT:
@@ -258,9 +265,19 @@ class OpenAIAdapter:
             if type(timings) is not dict:
                 raise wrong_type("timings", timings, "an object")
             state.extra["timings"] = timings
+            if state.usage_cached is None:
+                cache_timings(timings, state)
         if kind and not state.cont_broken:
             _count_chunk(state, count)
         return kind
+
+
+def cache_timings(timings: dict[str, Any], state: StreamState) -> None:
+    """llama.cpp's `timings.cache_n` (prompt tokens reused from the slot's cache) as the
+    stream's cached prompt tokens."""
+    cached = timings.get("cache_n")
+    if cached is not None:
+        state.usage_cached = token_count(cached, "timings.cache_n")
 
 
 def _count_chunk(state: StreamState, count: int | None) -> None:

@@ -158,6 +158,8 @@ def _final(obj: dict[str, Any], typ: str, state: StreamState) -> None:
                     details[key] = token_count(sub[key], f"usage.{field}.{key}")
         if details:
             state.extra["details"] = details
+            if "cached_tokens" in details:
+                state.usage_cached = details["cached_tokens"]
     timings = obj.get("timings")
     if timings:
         if type(timings) is not dict:

@@ -15,7 +15,7 @@ So an event carries tokens when `completion_tokens` grew (an event whose bytes e
 UTF-8 character has no new text, but its token counts): n_k per event is the difference, exact,
 like vLLM's continuous usage. Without counts, an event with new text is one token chunk.
 An error is `data: {"error": {"message": "..."}}` followed by `[DONE]`. Cached prompt tokens go
-to `state.extra["details"]["cached_tokens"]`.
+to `state.usage_cached` (and `state.extra["details"]["cached_tokens"]`).
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def _finish(finish: Any, meta: dict[str, Any], count: int | None, state: StreamS
         state.usage_in = token_count(prompt, "meta_info.prompt_tokens")
     cached = meta.get("cached_tokens")
     if cached is not None:
-        state.extra["details"] = {"cached_tokens": token_count(cached, "meta_info.cached_tokens")}
+        state.usage_cached = token_count(cached, "meta_info.cached_tokens")
+        state.extra["details"] = {"cached_tokens": state.usage_cached}
 
 
 SGLANG = SGLangAdapter()

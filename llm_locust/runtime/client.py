@@ -320,6 +320,8 @@ class StreamClient:
         rec.finish_reason = state.finish_reason
         if state.usage_in is not None:
             rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+        if state.usage_cached is not None:
+            rec.n_cached = state.usage_cached
         if state.extra:
             rec.extra = state.extra
         if state.collect_text:
