@@ -65,6 +65,7 @@ class RequestSpec:
     force_length: bool = False  # ask the server to emit exactly max_tokens (ignore_eos/min_tokens)
     continuous_usage: bool = False  # vLLM stream_options.continuous_usage_stats
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged last into the request body
+    headers: dict[str, str] | None = None  # extra request headers (a router's session key)
 
 
 class StreamState:

@@ -102,9 +102,10 @@ class StreamClient:
         head.update(headers or {})
         self._head_lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
 
-    def _request_bytes(self, path: str, body: bytes, request_id: str) -> bytes:
+    def _request_bytes(self, path: str, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> bytes:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         return (
-            f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
+            f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}{extra}"
             f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode("latin-1") + body
 
@@ -124,7 +125,7 @@ class StreamClient:
         handed to `on_cancel` as cancelled and GreenletExit propagates.
         """
         path, body = self.adapter.request(spec)
-        data = self._request_bytes(path, body, request_id)
+        data = self._request_bytes(path, body, request_id, spec.headers)
         now = time.perf_counter()
         rec = RequestRecord(
             request_id=request_id,
