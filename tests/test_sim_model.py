@@ -123,3 +123,110 @@ def test_capacity_matches_pure_decode_steady_state():
     times = simulate(cfg, [(0.0, 1, 1000)] * 4)
     span = times[0][-1] - times[0][0]
     assert 4 * 999 / span == pytest.approx(capacity(cfg)["decode_tokens_per_s_saturated"], rel=1e-9)
+
+
+# ---------------------------------------------------------------- prefix cache and speculative decoding
+
+from llm_locust.sim.model import PrefixCache, block_hashes  # noqa: E402
+
+BS = 4
+CCFG = SimConfig(slots=8, kv_tokens=10_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C,
+                 prefix_cache_tokens=1000, cache_block=BS)
+
+
+def _words(n, tag="w"):
+    return [f"{tag}{i}" for i in range(n)]
+
+
+def test_block_hashes_are_chained():
+    a, b = _words(8), _words(4, "x") + _words(8)[4:]
+    ha, hb = block_hashes(a, BS), block_hashes(b, BS)
+    assert len(ha) == 2 and len(block_hashes(a[:7], BS)) == 1
+    assert ha[1] != hb[1]  # the same second block after a different first one is another block
+
+
+def test_second_identical_request_hits_the_full_blocks_of_the_first_prompt_and_output():
+    prompt, out = _words(10), _words(6, "o")
+    eng = Engine(CCFG)
+    t = simulate(CCFG, [(0.0, 10, 6), (1.0, 10, 6)], prompts=[prompt, prompt], outputs=[out, out], engine=eng)
+    # first: nothing cached; second: the cache holds prompt + output (16 tokens, 4 blocks), but a
+    # prompt of 10 can use only the full blocks within its first 9 tokens: 2 blocks, 8 tokens
+    assert eng.cache.queries == 20 and eng.cache.hits == 8
+    assert t[0][0] == pytest.approx(A + B + C * 10)
+    assert t[1][0] - 1.0 == pytest.approx(A + B + C * (10 - 8))  # prefill falls by the cached share
+
+
+def test_multi_turn_history_hits_prompt_and_reply_blocks():
+    p1, out = _words(10), _words(6, "o")
+    p2 = p1 + out + _words(5, "u")  # the history re-sent with the reply, then a new turn: 21 tokens
+    eng = Engine(CCFG)
+    seqs = [Seq(10, 6, 16, prompt=p1, output=out), Seq(21, 3, 24, prompt=p2, output=_words(3, "r"))]
+    eng.submit(seqs[0])
+    while eng.has_work():
+        eng.begin()
+        eng.end()
+    eng.submit(seqs[1])
+    assert eng.begin() == pytest.approx(A + B + C * (21 - 16))  # prompt + reply = 4 full blocks cached
+    assert seqs[1].n_cached == 16 and eng.cache.hits == 16 and eng.cache.queries == 31
+
+
+def test_lru_evicts_the_oldest_blocks():
+    cache = PrefixCache(tokens=2 * BS, block=BS)  # two blocks
+    a, b = _words(9, "a"), _words(9, "b")
+    assert cache.admit(a) == 0 and cache.admit(a) == 8
+    assert cache.admit(b) == 0  # b's two blocks push a's out
+    assert cache.lookup(a) == 0 and cache.lookup(b) == 8
+    assert cache.hits == 16 and cache.queries == 5 * 9
+
+
+def test_without_the_cache_prompts_are_ignored_and_timing_unchanged():
+    prompt = _words(10)
+    eng = Engine(CFG)
+    t = simulate(CFG, [(0.0, 10, 3), (1.0, 10, 3)], prompts=[prompt, prompt], outputs=[prompt, prompt], engine=eng)
+    assert eng.cache is None
+    assert t[1][0] - 1.0 == pytest.approx(A + B + C * 10)
+
+
+SCFG = SimConfig(slots=8, kv_tokens=100_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C,
+                 spec_tokens=3, spec_accept=0.6)
+
+
+def test_speculative_decoding_counts_and_token_groups_add_up():
+    eng = Engine(SCFG, seed=7)
+    n_outs = [1, 2, 17, 40, 100]
+    t = simulate(SCFG, [(0.0, 5, n) for n in n_outs], engine=eng)
+    assert [len(ts) for ts in t] == n_outs  # every token once, groups add up to the output length
+    # tokens after the first come from decode steps: each gives 1 + its accepted drafts
+    iterations = [len(set(ts)) for ts in t]
+    decode_tokens = sum(n - 1 for n in n_outs)
+    assert eng.spec_accepted == decode_tokens - sum(i - 1 for i in iterations)
+    assert eng.spec_drafts <= sum(i - 1 for i in iterations)  # the last step drafts nothing when 1 token is left
+    assert eng.spec_draft_tokens <= 3 * eng.spec_drafts
+    assert eng.spec_accepted_per_pos[0] >= eng.spec_accepted_per_pos[1] >= eng.spec_accepted_per_pos[2]
+    assert sum(eng.spec_accepted_per_pos) == eng.spec_accepted
+    assert max(ts.count(x) for ts in t for x in ts) <= 4  # at most 1 + K per iteration
+    assert all(ts[0] != ts[1] for ts in t if len(ts) > 1)  # the prefill step gives one token
+
+
+def test_speculative_acceptance_rate_converges_and_is_seeded():
+    def run(seed):
+        eng = Engine(SCFG, seed=seed)
+        simulate(SCFG, [(0.0, 1, 2000)] * 4, engine=eng)
+        return eng
+
+    e1, e2 = run(1), run(1)
+    assert (e1.spec_drafts, e1.spec_accepted) == (e2.spec_drafts, e2.spec_accepted)
+    # each position is accepted with p^(i+1): rate = (p + p^2 + p^3) / 3, mean length 1 + p + p^2 + p^3
+    p = 0.6
+    assert e1.spec_accepted / e1.spec_draft_tokens == pytest.approx((p + p**2 + p**3) / 3, rel=0.05)
+    assert 1 + e1.spec_accepted / e1.spec_drafts == pytest.approx(1 + p + p**2 + p**3, rel=0.05)
+
+
+def test_spec_accept_one_gives_k_plus_one_tokens_per_step():
+    cfg = SimConfig(slots=1, kv_tokens=1000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0,
+                    spec_tokens=3, spec_accept=1.0)
+    eng = Engine(cfg)
+    [t] = simulate(cfg, [(0.0, 1, 10)], engine=eng)
+    # 1 (prefill step), then 4, 4, then 1 left: no draft
+    assert [t.count(x) for x in sorted(set(t))] == [1, 4, 4, 1]
+    assert (eng.spec_drafts, eng.spec_draft_tokens, eng.spec_accepted) == (2, 6, 6)

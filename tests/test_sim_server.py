@@ -584,3 +584,207 @@ def test_fast_mode_streams_everything_without_pacing(logdir):
 def test_bad_options_fail_to_start():
     with pytest.raises(RuntimeError):
         SimProcess(fault={"explode": 0.1}, stderr=subprocess.DEVNULL).start()
+
+
+# ---------------------------------------------------------------- prefix cache (--prefix-cache)
+
+BLOCK = 4
+
+
+def sse_objects(body: bytes) -> list:
+    """Every data: payload of an SSE body (named events too), as dicts or "[DONE]"."""
+    out = []
+    for block in body.split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                out.append("[DONE]" if line[6:] == b"[DONE]" else json.loads(line[6:]))
+    return out
+
+
+def cache_metrics(sim) -> tuple[float, float]:
+    m = parse_metrics(call(sim.port, "GET", "/metrics").body.decode())
+    lab = '{model_name="llm-locust-sim"}'
+    return m["vllm:prefix_cache_queries_total" + lab], m["vllm:prefix_cache_hits_total" + lab]
+
+
+@pytest.fixture(scope="module")
+def cached(logdir):
+    with SimProcess(iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0.001, slots=8,
+                    prefix_cache_tokens=100_000, cache_block=BLOCK, token_log=logdir / "cached.jsonl") as sim:
+        sim.log = logdir / "cached.jsonl"
+        yield sim
+
+
+def words_of(tag: str, n: int) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def openai_cached(r: Resp) -> tuple[int, dict]:
+    """(usage.prompt_tokens_details.cached_tokens, the final token chunk's timings) of a stream."""
+    ev = [e for e in r.events() if e != "[DONE]"]
+    usage = [e for e in ev if not e["choices"]][-1]["usage"]
+    final = [e for e in ev if e["choices"] and e["choices"][0]["finish_reason"]][-1]
+    return usage["prompt_tokens_details"]["cached_tokens"], final["timings"]
+
+
+def test_prefix_cache_second_identical_request_hits_prompt_and_output_blocks(cached):
+    q0, h0 = cache_metrics(cached)
+    body = comp(6, prompt=words_of("same", 10), stream_options={"include_usage": True})
+    first = call(cached.port, body=body, headers={"x-request-id": "pc-1"})
+    second = call(cached.port, body=body, headers={"x-request-id": "pc-2"})
+    c1, t1 = openai_cached(first)
+    c2, t2 = openai_cached(second)
+    # the first's 10 prompt + 6 output words are 4 full blocks; a 10-word prompt can use the full
+    # blocks within its first 9 words: 2 blocks
+    assert (c1, c2) == (0, 8)
+    assert t1 == {"cache_n": 0, "prompt_n": 10, "predicted_n": 6} and t2 == {"cache_n": 8, "prompt_n": 2, "predicted_n": 6}
+    q1, h1 = cache_metrics(cached)
+    assert (q1 - q0, h1 - h0) == (20, c1 + c2)
+
+
+def test_prefix_cache_multi_turn_chat_hits_the_reply(cached):
+    user1 = words_of("turn", 14)
+    body = {"model": "m", "messages": [{"role": "user", "content": user1}], "max_tokens": 7, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    first = call(cached.port, path="/v1/chat/completions", body=body)
+    reply = "".join(e["choices"][0]["delta"].get("content", "") for e in first.events()
+                    if e != "[DONE]" and e["choices"])
+    assert len(reply.split()) == 7
+    body["messages"] += [{"role": "assistant", "content": reply}, {"role": "user", "content": "and then what"}]
+    second = call(cached.port, path="/v1/chat/completions", body=body)
+    c2, timings = openai_cached(second)
+    assert c2 == 20  # 14 + 7 = 21 words of history: 5 full blocks; the prompt is 24 words
+    usage_chunks = [e["usage"] for e in second.events() if e != "[DONE]" and e["choices"]]
+    assert all(u["prompt_tokens_details"]["cached_tokens"] == 20 for u in usage_chunks)
+    assert timings["cache_n"] == 20
+
+
+def test_prefix_cache_prefill_falls_by_the_cached_share(cached):
+    body = comp(2, prompt=words_of("long", 400))
+    call(cached.port, body=body, headers={"x-request-id": "pf-1"})
+    call(cached.port, body=body, headers={"x-request-id": "pf-2"})
+    log = read_log(cached.log)
+    ttft = [log[r]["t_tokens"][0] - log[r]["t_recv"] for r in ("pf-1", "pf-2")]
+    # C = 1 ms per prefilled token: 400 ms uncached; 396 of 400 cached leaves 4 ms (+ the iteration)
+    assert ttft[0] >= 0.4 and ttft[1] < 0.1
+
+
+def test_prefix_cache_reported_by_every_api_and_counted_on_metrics(cached):
+    q0, h0 = cache_metrics(cached)
+    reported = []
+    # 10-word prompts, a new one per API and mode: 2 full blocks within the first 9 words
+
+    def twice(path, body):
+        out = []
+        for _ in range(2):
+            r = call(cached.port, path=path, body=body)
+            assert r.status == 200
+            out.append(r)
+        return out
+
+    # Responses: usage.input_tokens_details.cached_tokens, streamed and not
+    for stream in (True, False):
+        rs = twice("/v1/responses", {"input": words_of(f"r{stream}", 10), "max_output_tokens": 3, "stream": stream})
+        for r in rs:
+            obj = [e for e in sse_objects(r.body) if e["type"] == "response.completed"][-1]["response"] if stream else r.json()
+            reported.append(obj["usage"]["input_tokens_details"]["cached_tokens"])
+    assert reported == [0, 8, 0, 8]
+    # Anthropic: input_tokens excludes cache reads, cache_read_input_tokens has them
+    for stream in (True, False):
+        body = {"messages": [{"role": "user", "content": words_of(f"a{stream}", 10)}], "max_tokens": 3, "stream": stream}
+        for r in twice("/v1/messages", body):
+            usage = [e for e in sse_objects(r.body) if e["type"] == "message_delta"][-1]["usage"] if stream else r.json()["usage"]
+            assert usage["input_tokens"] + usage["cache_read_input_tokens"] == 10
+            reported.append(usage["cache_read_input_tokens"])
+    assert reported[4:] == [0, 8, 0, 8]
+    # SGLang native: meta_info.cached_tokens
+    for stream in (True, False):
+        body = {"text": words_of(f"s{stream}", 10), "sampling_params": {"max_new_tokens": 3}, "stream": stream}
+        for r in twice("/generate", body):
+            meta = (sse_objects(r.body)[-2] if stream else r.json())["meta_info"]
+            reported.append(meta["cached_tokens"])
+    assert reported[8:] == [0, 8, 0, 8]
+    # non-streaming OpenAI: usage.prompt_tokens_details
+    for r in twice("/v1/completions", comp(3, prompt=words_of("c", 10), stream=False)):
+        reported.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+    assert reported[12:] == [0, 8]
+    q1, h1 = cache_metrics(cached)
+    assert h1 - h0 == sum(reported)
+    assert q1 - q0 == 14 * 10
+
+
+def test_prefix_cache_in_fast_mode(logdir):
+    with SimProcess(fast=True, prefix_cache=True, cache_block=BLOCK) as sim:
+        body = comp(6, prompt=words_of("fast", 10), stream_options={"include_usage": True})
+        assert [openai_cached(call(sim.port, body=body))[0] for _ in range(2)] == [0, 8]
+        assert cache_metrics(sim) == (20, 8)
+
+
+def test_no_prefix_cache_fields_without_the_flag(paced):
+    r = call(paced.port, body=comp(3, stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    assert b"prompt_tokens_details" not in r.body and b"timings" not in r.body
+    text = call(paced.port, "GET", "/metrics").body
+    assert b"prefix_cache" not in text and b"spec_decode" not in text
+
+
+# ---------------------------------------------------------------- speculative decoding (--spec-tokens)
+
+
+@pytest.fixture(scope="module")
+def spec(logdir):
+    with SimProcess(iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0, slots=8, spec_tokens=3,
+                    spec_accept=0.7, seed=3, token_log=logdir / "spec.jsonl") as sim:
+        sim.log = logdir / "spec.jsonl"
+        yield sim
+
+
+def spec_metrics(sim) -> dict:
+    m = parse_metrics(call(sim.port, "GET", "/metrics").body.decode())
+    lab = '{model_name="llm-locust-sim"}'
+    out = {k: m[f"vllm:spec_decode_num_{k}_total" + lab] for k in ("drafts", "draft_tokens", "accepted_tokens")}
+    out["per_pos"] = [m[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="llm-locust-sim",position="{i}"}}']
+                      for i in range(3)]
+    out["generated"] = m["vllm:generation_tokens_total" + lab]
+    return out
+
+
+def test_spec_decode_chunks_carry_several_tokens_and_add_up(spec):
+    before = spec_metrics(spec)
+    n = 60
+    r = call(spec.port, body=comp(n, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+             headers={"x-request-id": "sd-1"})
+    chunks = [e for e in r.events() if e != "[DONE]" and e["choices"]]
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    per_chunk = [b - a for a, b in zip([0, *counts], counts)]
+    assert [len(c["choices"][0]["text"].split()) for c in chunks] == per_chunk  # each chunk reports its tokens
+    assert sum(per_chunk) == n and max(per_chunk) > 1 and max(per_chunk) <= 4 and per_chunk[0] == 1
+    log = read_log(spec.log)["sd-1"]
+    assert log["n_out"] == n and len(log["t_tokens"]) == n and len(set(log["t_tokens"])) == len(chunks)
+    after = spec_metrics(spec)
+    d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted_tokens", "generated")}
+    assert d["generated"] == n
+    # every chunk after the first is one decode step: 1 token + its accepted drafts
+    assert d["accepted_tokens"] == (n - 1) - (len(chunks) - 1)
+    assert d["drafts"] in (len(chunks) - 1, len(chunks) - 2)  # a last step with 1 token left drafts nothing
+    assert 3 * d["drafts"] - 3 <= d["draft_tokens"] <= 3 * d["drafts"]  # only the last steps draft fewer than K
+    assert sum(after["per_pos"]) - sum(before["per_pos"]) == d["accepted_tokens"]
+
+
+def test_spec_decode_other_apis_count_tokens_per_chunk(spec):
+    r = call(spec.port, path="/generate", body={"text": "a b", "sampling_params": {"max_new_tokens": 40}, "stream": True})
+    metas = [e["meta_info"] for e in sse_objects(r.body) if e != "[DONE]"]
+    texts = [e["text"] for e in sse_objects(r.body) if e != "[DONE]"]
+    assert metas[-1]["completion_tokens"] == 40 and len(texts[-1].split()) == 40
+    assert all(len(t.split()) == m["completion_tokens"] for t, m in zip(texts, metas))
+    assert len(metas) < 40
+    r = call(spec.port, path="/v1/messages", body={"messages": [{"role": "user", "content": "x"}], "max_tokens": 30, "stream": True})
+    deltas = [e["delta"]["text"] for e in sse_objects(r.body) if e["type"] == "content_block_delta"]
+    assert len("".join(deltas).split()) == 30 and len(deltas) < 30
+
+
+def test_spec_decode_cut_fault_lands_on_exactly_k_tokens(spec):
+    r = call(spec.port, body=comp(40, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+             headers={"x-sim-fault": "stream_error@17"})
+    chunks = [e for e in r.events() if e != "[DONE]" and "choices" in e and e["choices"]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 17
+    assert sum(len(c["choices"][0]["text"].split()) for c in chunks) == 17

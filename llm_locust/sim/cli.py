@@ -8,6 +8,8 @@ import sys
 from llm_locust.sim.model import SimConfig
 from llm_locust.sim.server import Options, parse_fault, serve
 
+DEFAULT_PREFIX_CACHE_TOKENS = 1_000_000
+
 
 def fault_arg(text: str):
     spec, sep, rate = text.rpartition("=")
@@ -36,6 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iter-per-seq", type=float, default=d.iter_per_seq, metavar="B", help="seconds per running sequence (default %(default)s)")
     p.add_argument("--iter-per-prefill-token", type=float, default=d.iter_per_prefill_token, metavar="C",
                    help="seconds per prompt token prefilled in the iteration (default %(default)s)")
+    p.add_argument("--prefix-cache", action="store_true",
+                   help="a prefix cache: prompt words hashed in chained blocks, LRU; cached tokens are not prefilled "
+                        "and are reported as each API does (default: off)")
+    p.add_argument("--prefix-cache-tokens", type=int, default=None, metavar="N",
+                   help="prefix cache capacity in tokens (implies --prefix-cache; default 1000000)")
+    p.add_argument("--cache-block", type=int, default=d.cache_block, metavar="WORDS",
+                   help="prefix cache block size in tokens (default %(default)s)")
+    p.add_argument("--spec-tokens", type=int, default=0, metavar="K",
+                   help="speculative decoding: K draft tokens per decode step (default 0: off)")
+    p.add_argument("--spec-accept", type=float, default=0.7, metavar="P",
+                   help="probability that one draft token is accepted (seeded; stops at the first rejection; "
+                        "default %(default)s)")
     p.add_argument("--eos-mean", type=float, default=None, metavar="N",
                    help="stop early at a random EOS, geometric with mean N tokens (default: off, always max_tokens)")
     p.add_argument("--default-max-tokens", type=int, default=16, help="max_tokens when a request has none (default 16)")
@@ -51,9 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token)
+    cache_tokens = 0
+    if a.prefix_cache or a.prefix_cache_tokens is not None:
+        cache_tokens = DEFAULT_PREFIX_CACHE_TOKENS if a.prefix_cache_tokens is None else a.prefix_cache_tokens
+    cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token,
+                    prefix_cache_tokens=cache_tokens, cache_block=a.cache_block,
+                    spec_tokens=a.spec_tokens, spec_accept=a.spec_accept)
     if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
         build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
+    if a.prefix_cache_tokens is not None and a.prefix_cache_tokens < 1 or a.cache_block < 1:
+        build_parser().error("--prefix-cache-tokens and --cache-block must be >= 1")
+    if a.spec_tokens < 0 or not 0 <= a.spec_accept <= 1:
+        build_parser().error("--spec-tokens must be >= 0 and --spec-accept within [0, 1]")
     if sum(rate for _, rate in a.fault) > 1:
         build_parser().error("--fault rates must sum to at most 1")
     opts = Options(sim=cfg, host=a.host, port=a.port, model=a.model, fast=a.fast, eos_mean=a.eos_mean,

@@ -131,6 +131,35 @@ def count_words(x) -> int:
     return 0
 
 
+def words(x) -> list:
+    """The tokens count_words counts, in order (words, or token ids): the prefix cache's items."""
+    if isinstance(x, str):
+        return x.split()
+    if isinstance(x, list):
+        if x and all(isinstance(t, int) for t in x):
+            return list(x)
+        return [w for t in x for w in words(t)]
+    if isinstance(x, dict):
+        return words(x.get("text", ""))
+    return []
+
+
+def prompt_words(req: dict, proto: str | None, chat: bool) -> list:
+    """A prompt's tokens for the prefix cache: system text / instructions first, then the
+    messages' contents (or the prompt) in order. Only computed when the cache is on."""
+    if proto is None:
+        out = [w for m in req["messages"] for w in words(m.get("content") or "")] if chat else words(req["prompt"])
+    elif proto == "responses":
+        x = req["input"]
+        out = words(req.get("instructions") or "") + (
+            words(x) if isinstance(x, str) else [w for m in x for w in words(m.get("content") or "")])
+    elif proto == "anthropic":
+        out = words(req.get("system") or "") + [w for m in req["messages"] for w in words(m.get("content") or "")]
+    else:
+        out = words(req.get("text") if "text" in req else req["input_ids"])
+    return out or [None]
+
+
 def count_messages(msgs) -> int:
     """Words of every message's content (a string, or content parts' text)."""
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
@@ -382,6 +411,8 @@ class Stream:
         self.n_in, self.max_tokens, self.target, self.fault = n_in, max_tokens, target, fault
         self.usage, self.cont, self.t_recv = usage, cont, t_recv
         self.n_out = 0
+        self.items = None  # the prompt's tokens, when the prefix cache is on
+        self.fast_cached = 0  # fast mode: prompt tokens found in the prefix cache
         self.t_tokens: list[float] = []
         self.ended = False
         self.wait_write = False
@@ -423,9 +454,13 @@ class Stream:
         if self.app.opts.fast:
             self.app.active += 1
             self.counted = True
+            if self.items is not None:
+                self.fast_cached = self.app.engine.cache.admit(self.items, self.n_in)
             self.pump()
         else:
             self.seq = Seq(self.n_in, self.target, self.n_in + self.max_tokens, owner=self)
+            if self.items is not None:
+                self.seq.prompt, self.seq.output = self.items, self.output_words(self.target)
             self.app.engine.submit(self.seq)
             self.app.kick()
 
@@ -447,32 +482,52 @@ class Stream:
         else:
             self.app.loop.call_soon(self.pump)
 
-    def on_engine_token(self):
-        self.n_out += 1
-        parts: list[bytes] = []
-        self._flush(parts, self._token(parts))
+    @property
+    def n_cached(self) -> int:
+        """Prompt tokens served from the prefix cache (0 without one)."""
+        return self.seq.n_cached if self.seq is not None else self.fast_cached
 
-    def _token(self, parts: list) -> str | None:
-        """Render token n_out into parts; returns what must happen after the write, if anything."""
+    def output_words(self, n: int) -> list:
+        """The first n output tokens as the prefix cache sees them (the words a client re-sends)."""
+        return [VOCAB[(self.w0 + i) & VMASK][1:] for i in range(1, n + 1)]
+
+    def on_engine_token(self):
+        k = self.seq.got  # 1, or 1 + accepted drafts: one chunk carries them all
+        f = self.fault
+        if k > 1 and f is not None and f.kind in ("stream_error", "truncate") and self.n_out < f.k < self.n_out + k:
+            k = f.k - self.n_out  # the cut comes after exactly K tokens
+        self.n_out += k
+        parts: list[bytes] = []
+        self._flush(parts, self._token(parts, k))
+
+    def _token(self, parts: list, k: int = 1) -> str | None:
+        """Render the chunk of tokens n_out-k+1 .. n_out into parts; returns what must happen after
+        the write, if anything."""
         n = self.n_out
         app = self.app
-        self.t_tokens.append(perf_counter())
-        app.gen_tokens += 1
-        if n == 1:
+        t = perf_counter()
+        if k == 1:
+            self.t_tokens.append(t)
+        else:
+            self.t_tokens.extend([t] * k)
+        app.gen_tokens += k
+        if n == k:
             app.first_token(self)
         f = self.fault
         cut = f is not None and f.k == n and f.kind in ("stream_error", "truncate")
         last = n >= self.target and not cut
         if self.stream:
-            if n == 1 and self.chat:
+            if n == k and self.chat:
                 parts.append(frame(b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
                                    + self._usage_field(0) + b',"prompt_token_ids":null,"prompt_text":null}\n\n'))
             word = (self.w0 + n) & VMASK
+            text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
             if self.proto is not None:
-                parts.append(self._event(VOCAB[word], last))
-            elif last or self.cont:
+                parts.append(self._event(text, last))
+            elif last or self.cont or k > 1:
                 tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
-                parts.append(frame(self.prefix + VOCAB[word].encode() + tail + self._usage_field(n) + b"}\n\n"))
+                parts.append(frame(self.prefix + text.encode() + tail + self._usage_field(n)
+                                   + (self._timings(n) if last else b"") + b"}\n\n"))
             else:
                 mid = MIDS[self.chat][word]
                 parts.append(b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid))
@@ -481,7 +536,7 @@ class Stream:
         if last:
             self._finish(parts)
             return "end"
-        if f is not None and f.kind == "stall" and f.k == n:
+        if f is not None and f.kind == "stall" and n - k < f.k <= n:
             if self.seq is not None:
                 self.seq.paused = True
             app.loop.call_later(f.seconds, self._resume)
@@ -491,13 +546,26 @@ class Stream:
     def _usage_field(self, n: int) -> bytes:
         if not self.cont:
             return b""
-        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (self.n_in, self.n_in + n, n)
+        details = b',"prompt_tokens_details":{"cached_tokens":%d}' % self.n_cached if self.items is not None else b""
+        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
+            self.n_in, self.n_in + n, n, details)
+
+    def _timings(self, n: int) -> bytes:
+        """llama-server's `timings` on the final chunk (only with the prefix cache: cache_n)."""
+        if self.items is None:
+            return b""
+        c = self.n_cached
+        return b',"timings":{"cache_n":%d,"prompt_n":%d,"predicted_n":%d}' % (c, self.n_in - c, n)
 
     def _finish(self, parts):
         n = self.n_out
         app = self.app
         app.success[self.reason] = app.success.get(self.reason, 0) + 1
         usage = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
+        if self.items is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.n_cached}
+            if self.seq is None:  # fast mode: the finished sequence's blocks enter the cache here
+                app.engine.cache.insert(list(self.items) + self.output_words(n))
         if self.proto is not None:
             parts.append(self._closing() if self.stream else self._whole())
         elif self.stream:
@@ -565,6 +633,13 @@ class Stream:
                                                         "content_block": {"type": "text", "text": ""}}))
         return b""
 
+    def _anthropic_usage(self, n: int) -> dict:
+        """Anthropic's input_tokens excludes cache reads (cache_read_input_tokens, prefix cache only)."""
+        if self.items is None:
+            return {"input_tokens": self.n_in, "output_tokens": n}
+        c = self.n_cached
+        return {"input_tokens": self.n_in - c, "cache_read_input_tokens": c, "output_tokens": n}
+
     def _sglang_reason(self, n: int):
         return {"type": "length", "length": n} if self.reason == "length" else {"type": "stop", "matched": 2}
 
@@ -579,7 +654,7 @@ class Stream:
                                                      "delta": {"type": "text_delta", "text": word}})
         n = self.n_out
         meta = {"id": self.rid, "finish_reason": self._sglang_reason(n) if last else None, "prompt_tokens": self.n_in,
-                "weight_version": "default", "completion_tokens": n, "cached_tokens": 0}
+                "weight_version": "default", "completion_tokens": n, "cached_tokens": self.n_cached}
         return frame(b"data: %s\n\n" % orjson.dumps({"text": self.text, "meta_info": meta}))
 
     def _closing(self) -> bytes:
@@ -588,7 +663,7 @@ class Stream:
         if self.proto == "responses":
             part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
             item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
+            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": self.n_cached}, "output_tokens": n,
                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
             status = "incomplete" if self.reason == "length" else "completed"
             return b"".join((
@@ -605,7 +680,7 @@ class Stream:
             return b"".join((
                 sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
                 sse_event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                            "usage": {"input_tokens": self.n_in, "output_tokens": n}}),
+                                            "usage": self._anthropic_usage(n)}),
                 sse_event("message_stop", {"type": "message_stop"}),
                 END,
             ))
@@ -618,17 +693,17 @@ class Stream:
         if self.proto == "responses":
             part = {"type": "output_text", "text": text, "annotations": []}
             item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
+            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": self.n_cached}, "output_tokens": n,
                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
             obj = self._response_obj("incomplete" if self.reason == "length" else "completed", [item], usage)
         elif self.proto == "anthropic":
             obj = {"id": "msg_" + self.oid, "type": "message", "role": "assistant", "model": self.app.opts.model,
                    "content": [{"type": "text", "text": text}],
                    "stop_reason": "max_tokens" if self.reason == "length" else "end_turn", "stop_sequence": None,
-                   "usage": {"input_tokens": self.n_in, "output_tokens": n}}
+                   "usage": self._anthropic_usage(n)}
         else:
             obj = {"text": text, "meta_info": {"id": self.rid, "finish_reason": self._sglang_reason(n),
-                                               "prompt_tokens": self.n_in, "completion_tokens": n, "cached_tokens": 0}}
+                                               "prompt_tokens": self.n_in, "completion_tokens": n, "cached_tokens": self.n_cached}}
         body = orjson.dumps(obj)
         return self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body
 
@@ -683,7 +758,7 @@ class App:
     def __init__(self, opts: Options, loop):
         self.opts, self.loop = opts, loop
         self.model_b = opts.model.encode()
-        self.engine = Engine(opts.sim)
+        self.engine = Engine(opts.sim, seed=opts.seed + 2)
         self.timer = None
         self.end_at = 0.0
         self.rng_eos = random.Random(opts.seed)
@@ -830,8 +905,11 @@ class App:
         self.n_requests += 1
         rid = headers.get("x-request-id") or f"sim-{self.n_requests}"
         target = self._draw_length(max_tokens, min_tokens, bool(ignore_eos))
-        return Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
-                      bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
+        st = Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
+                    bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
+        if self.engine.cache is not None:
+            st.items = prompt_words(req, proto, chat)
+        return st
 
     def _draw_length(self, max_tokens, min_tokens, ignore_eos) -> int:
         m = self.opts.eos_mean
@@ -886,6 +964,17 @@ class App:
         one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, 0)])
         one("vllm:request_success_total", "counter", "Count of successfully processed requests.",
             [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")])
+        if e.cache is not None:
+            one("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+                [(lab, e.cache.queries)])
+            one("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                [(lab, e.cache.hits)])
+        if self.opts.sim.spec_tokens > 0:
+            one("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", [(lab, e.spec_drafts)])
+            one("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", [(lab, e.spec_draft_tokens)])
+            one("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", [(lab, e.spec_accepted)])
+            one("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.",
+                [(f'{lab},position="{i}"', v) for i, v in enumerate(e.spec_accepted_per_pos)])
         name = "vllm:time_to_first_token_seconds"
         out.append(f"# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram\n")
         acc = 0
