@@ -39,9 +39,10 @@ from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.protocols.base import request_headers
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
-from llm_locust.metrics.records import RequestRecord
+from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.runtime.users import account
-from llm_locust.workload import load_trace
+from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce
+from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.specs import SpecBuilder, wants_text
@@ -90,28 +91,30 @@ class Dispatcher:
         s = self.settings
         try:
             self.trace = gevent.get_hub().threadpool.apply(
-                load_trace, (s.trace_path,), {"fmt": s.trace_format or None, "share": self.share}
+                load_workload, (s.trace_path,), {"fmt": s.trace_format or None, "share": self.share}
             )
         except Exception as e:  # noqa: BLE001 - reported to the master, the test stops
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
 
-    def _client(self) -> StreamClient:
+    def _client(self, url: str | None = None) -> StreamClient:
         s = self.settings
+        url = url or self.host
         cap = s.max_in_flight or 10_000
         http = HTTPClient.from_url(
-            self.host,
+            url,
             concurrency=cap,
             connection_timeout=s.timeouts.connect,
             network_timeout=s.timeouts.no_progress,
             insecure=True,
         )
-        return StreamClient(http, self.host, get_adapter(s.api), s.timeouts, headers=self._headers(), limits=s.limits)
+        return StreamClient(http, url, get_adapter(s.api), s.timeouts, headers=self._headers(), limits=s.limits)
 
     def _model(self) -> str | None:
         s = self.settings
-        if s.model or s.api not in OPENAI_APIS:
-            return s.model or None
+        split = s.model_split
+        if split or s.api not in OPENAI_APIS:
+            return split[0][0] if len(split) == 1 else None
         models = fetch_models(self.host, self._headers(), s.timeouts, s.limits)
         if models:
             hub(self.env).info["model"] = models[0]
@@ -133,6 +136,27 @@ class Dispatcher:
         self.builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
         self.metrics = hub(self.env)
         self.greenlets = gevent.pool.Group()
+        seed = s.seed * 1_000_003 + self.share[0]
+        split = s.model_split
+        self.model_split = None
+        if len(split) > 1:
+            from llm_locust.runtime.routing import ModelSplit
+
+            self.model_split = ModelSplit(split, seed=seed)
+        urls = s.endpoint_list or [self.host]
+        self.router = None
+        if len(urls) > 1:
+            from llm_locust.runtime.routing import Router
+
+            self.router = Router(urls, s.route, seed=seed)
+            self.clients = {u: self._client(u) for u in urls}
+        self.runner = None
+        if isinstance(self.trace, SessionTrace):
+            self.runner = SessionRunner(self.trace, self.builder, s, nonce=run_nonce(s.seed), speed=s.speed,
+                                        model_for=lambda sess: self._request_model(sess.id))
+
+    def _request_model(self, session: str | None = None) -> str | None:
+        return self.model_split.pick(session) if self.model_split is not None else self.model
 
     def run(self, t0_wall: float) -> None:
         """The whole replay (trace window and loops of the settings), then wait for the replies."""
@@ -147,31 +171,27 @@ class Dispatcher:
             self.finished.set()
 
     def replay_pass(self, t0: float, window: ReplayWindow) -> None:
-        """Send the records of one window on schedule from perf_counter time t0."""
+        """Send the records of one window on schedule from perf_counter time t0; a session trace's
+        sessions start at their times, their later turns follow their replies (runtime.sessions)."""
         trace = self.trace
         due = due_times(trace.arrivals, window)
-        # conversations: only their first turn is scheduled here; the rest follow its replies
-        conv_of = {}
-        convs = trace.conversations() if hasattr(trace, "conversations") else {}
-        for cid, indices in convs.items():
-            for turn, i in enumerate(indices):
-                conv_of[i] = (cid, turn)
+        if self.runner is not None:
+            for offset, i in due:
+                t_due = t0 + offset
+                sleep_until(t_due)
+                self.greenlets.spawn(self.runner.run, trace.roots[i], self._session_send, t_due)
+            return
         for offset, i in due:
-            conv = conv_of.get(i)
-            if conv is not None and conv[1] > 0:
-                continue
             t_due = t0 + offset
             sleep_until(t_due)
-            if conv is not None:
-                turns = [(t_due + (trace.arrivals[j] - trace.arrivals[i]) / window.speed, j) for j in convs[conv[0]]]
-                self.greenlets.spawn(self._conversation, turns)
-            else:
-                self._acquire_slot(t_due)
-                self.greenlets.spawn(self._send, self.builder.spec(trace[i], self.model), t_due, trace[i].source)
+            self._acquire_slot(t_due)
+            rec = trace[i]
+            self.greenlets.spawn(self._send, self.builder.spec(rec, self._request_model()), t_due, rec.source)
 
     def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
         """Open loop at `rate` requests/s (Poisson or constant), records of the share in turn,
-        until killed (the next load step replaces it)."""
+        until killed (the next load step replaces it). A session trace starts sessions at `rate`
+        per second instead, each running its turns after its replies."""
         import random
 
         trace = self.trace
@@ -183,10 +203,14 @@ class Dispatcher:
         while True:
             t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
             sleep_until(t)
+            if self.runner is not None:
+                self.greenlets.spawn(self.runner.run, trace.roots[k % len(trace.roots)], self._session_send, t)
+                k += 1
+                continue
             rec = trace[k % len(trace)]
             k += 1
             self._acquire_slot(t)
-            self.greenlets.spawn(self._send, self.builder.spec(rec, self.model), t, rec.source)
+            self.greenlets.spawn(self._send, self.builder.spec(rec, self._request_model()), t, rec.source)
 
     def _acquire_slot(self, t_due: float) -> None:
         """Take an in-flight slot, waiting at the cap. A request is held back when it waited
@@ -202,44 +226,47 @@ class Dispatcher:
             self.held_back += 1
         self._in_flight += 1
 
-    def _send(self, spec, t_sched: float, source: str, collect_text: bool = False) -> RequestRecord:
+    def _send(self, spec, t_sched: float, source: str, collect_text: bool = False, session: str | None = None,
+              ideal: int | None = None) -> RequestRecord:
         """Send with a slot already taken (`_acquire_slot`); gives it back at the end."""
         self.sent += 1
         metrics = self.metrics
         step = metrics.on_sent()
         rid = f"{metrics.id_prefix}-{self.sent}"
-        try:
-            rec = self.client.send(spec, rid, t_sched, on_cancel=lambda r: self._account(r, source), step=step,
-                                   collect_text=collect_text or wants_text(spec))  # structured output is checked
+        client, url, router = self.client, None, self.router
+        if router is not None:
+            url = router.pick(session)
+            client = self.clients[url]
+            router.started(url)
+        headers = self.settings.session_header_names
+        if session is not None and headers:
+            from llm_locust.runtime.routing import session_headers
+
+            spec.headers = {**(spec.headers or {}), **session_headers(headers, session)}
+
+        def done(rec: RequestRecord) -> None:
+            rec.session, rec.ideal_cached, rec.model = session, ideal, spec.model
+            if url is not None:
+                rec.endpoint = url
+                router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             self._account(rec, source)
+
+        try:
+            rec = client.send(spec, rid, t_sched, on_cancel=done, step=step,
+                              collect_text=collect_text or wants_text(spec))  # structured output is checked
+            done(rec)
             return rec
         finally:
             self._in_flight -= 1
             self._slot_free.set()
 
+    def _session_send(self, spec, t_sched: float, source: str, session: str, ideal) -> RequestRecord:
+        self._acquire_slot(t_sched)
+        return self._send(spec, t_sched, source, True, session, ideal)
+
     def _account(self, rec: RequestRecord, source: str) -> None:
         rec.source = source
         account(self.env, rec)
-
-    def _conversation(self, turns: list[tuple[float, int]]) -> None:
-        """Turns in order; each after the previous reply, and not before its own trace time."""
-        history: list[dict[str, Any]] = []
-        think = self.settings.think_time
-        ready_at = 0.0
-        for t_due, j in turns:
-            rec = self.trace[j]
-            t_sched = max(t_due, ready_at)
-            sleep_until(t_sched)
-            self._acquire_slot(t_sched)
-            keep = rec.messages is not None or rec.prompt is not None
-            spec = self.builder.spec(rec, self.model, history if keep else None)
-            result = self._send(spec, t_sched, rec.source, collect_text=keep)
-            if not result.ok:
-                return  # a conversation cannot go on without its reply
-            if keep:
-                history = list(spec.messages or [{"role": "user", "content": spec.prompt or ""}])
-                history.append({"role": "assistant", "content": result.text or ""})
-            ready_at = time.perf_counter() + think
 
 
 # ---- process wiring -------------------------------------------------------------------

@@ -26,7 +26,8 @@ from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
-from llm_locust.workload import load_trace
+from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start_turn, run_nonce
+from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, wants_text
 
@@ -57,19 +58,54 @@ class _ProcessContext:
     def __init__(self, env: Environment) -> None:
         s = self.settings = from_options(env.parsed_options)
         protect(s.api_key)
-        trace = load_trace(s.trace_path, s.trace_format or None)
+        work = load_workload(s.trace_path, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
         chat = s.api in CHAT_APIS
         builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)
-        # spread workers over the trace so they do not all send the same records first
-        self.workload = Workload(trace, builder, offset=(index * 7919) % len(trace))
-        self.model: str | None = self.settings.model or None
-        self.model_checked = bool(self.model) or self.settings.api not in OPENAI_APIS
+        split = s.model_split
+        self.model_split = None
+        if len(split) > 1:
+            from llm_locust.runtime.routing import ModelSplit
+
+            self.model_split = ModelSplit(split, seed=s.seed * 1_000_003 + index)
+        self.sessions: SessionTrace | None = work if isinstance(work, SessionTrace) else None
+        self.workload = None
+        if self.sessions is not None:
+            self.runner = SessionRunner(self.sessions, builder, s, nonce=run_nonce(s.seed),
+                                        model_for=self._session_model)
+            self._next_session = itertools.count((index * 7919) % len(self.sessions))
+            self._start_rng = random.Random(s.seed * 1_000_033 + index)
+        else:
+            # spread workers over the trace so they do not all send the same records first
+            self.workload = Workload(work, builder, offset=(index * 7919) % len(work))
+        self.model: str | None = split[0][0] if len(split) == 1 else None
+        self.model_checked = bool(split) or self.settings.api not in OPENAI_APIS
+        urls = s.endpoint_list
+        self.router = None
+        if len(urls) > 1:
+            from llm_locust.runtime.routing import Router
+
+            self.router = Router(urls, s.route, seed=s.seed * 1_000_003 + index)
+        self.session_headers = s.session_header_names
         self.lock = gevent.lock.Semaphore()
         self._mix_rng = random.Random(s.seed * 1_000_003 + index)  # per process, seeded
         self._mix = list(s.mix.items())
         self.ids = itertools.count()
         self.id_prefix = f"{os.getpid():x}-{index}"
+
+    def _session_model(self, session) -> str | None:
+        return self.model_split.pick(session.id) if self.model_split is not None else self.model
+
+    def request_model(self) -> str | None:
+        """The model of the next request outside a session: the split's draw, or the one model."""
+        return self.model_split.pick(None) if self.model_split is not None else self.model
+
+    def next_session(self, first: bool):
+        """(session, start turn): the process's sessions in turn, looping; a user's first one
+        starts mid-trajectory under --mid-start."""
+        sess = self.sessions.roots[next(self._next_session) % len(self.sessions.roots)]
+        start = pick_start_turn(sess, self._start_rng) if first and self.settings.mid_start else 0
+        return sess, start
 
     def pick_kind(self) -> str | None:
         """The kind of the next request under --mix (None: the --api's own)."""
@@ -138,14 +174,32 @@ class LLMUser(FastHttpUser):
         return request_headers(adapter or self.adapter, self.ctx.settings.api_key)
 
     def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None, *,
-             name: str | None = None, collect_text: bool | None = None, stream: StreamClient | None = None) -> RequestRecord:
-        """Send one request and account for it (under `name` in Locust's table); returns its record."""
+             name: str | None = None, collect_text: bool | None = None, stream: StreamClient | None = None,
+             session: str | None = None, ideal: int | None = None) -> RequestRecord:
+        """Send one request and account for it (under `name` in Locust's table); returns its record.
+        `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
+        tokens an unbounded prefix cache could serve (runtime.sessions)."""
         ctx = self.ctx
         step = self.metrics.on_sent()
         rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
+        router, url = ctx.router, None
+        if router is not None and stream is None:
+            url = router.pick(session)
+            stream = self._stream_for(url)
+            router.started(url)
+        if session is not None and ctx.session_headers:
+            from llm_locust.runtime.routing import session_headers
+
+            spec.headers = {**(spec.headers or {}), **session_headers(ctx.session_headers, session)}
 
         def done(rec: RequestRecord) -> None:
             rec.source = source
+            rec.session = session
+            rec.ideal_cached = ideal
+            rec.model = spec.model
+            if url is not None:
+                rec.endpoint = url
+                router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             account(self.environment, rec, name)
 
         if collect_text is None and wants_text(spec):
@@ -153,6 +207,25 @@ class LLMUser(FastHttpUser):
         rec = (stream or self.stream).send(spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text)
         done(rec)
         return rec
+
+    def _stream_for(self, url: str) -> StreamClient:
+        """This user's client for one endpoint of a run with several (its own connections)."""
+        streams = self.__dict__.setdefault("_streams", {})
+        c = streams.get(url)
+        if c is None:
+            http = self.client.client.clientpool.get_client(url)
+            http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
+            s = self.ctx.settings
+            c = streams[url] = StreamClient(http, url, self.adapter, s.timeouts, headers=self.stream_headers(),
+                                            limits=s.limits)
+        return c
+
+    def run_session(self, session, start_turn: int = 0) -> bool:
+        """One whole session (its turns in order, its subagents in parallel), from this user."""
+        return self.ctx.runner.run(session, self._session_send, start_turn=start_turn)
+
+    def _session_send(self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal) -> RequestRecord:
+        return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True)
 
 
 def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
@@ -229,7 +302,14 @@ class StreamingUser(LLMUser):
 
     @task
     def next_request(self) -> None:
-        spec, source = self.ctx.workload.next_spec(self.ctx.model)
+        ctx = self.ctx
+        if ctx.sessions is not None:  # a user runs whole sessions, turn after turn
+            first = not self.__dict__.get("_had_session")
+            self._had_session = True
+            session, start = ctx.next_session(first)
+            self.run_session(session, start)
+            return
+        spec, source = ctx.workload.next_spec(ctx.request_model())
         kind = self.ctx.pick_kind()
         if kind is None:
             self.send(spec, source=source)
