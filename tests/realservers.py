@@ -112,6 +112,20 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
+def http_post_json(url: str, payload: dict, headers: dict[str, str] | None = None,
+                   timeout: float = 30.0) -> tuple[int, bytes]:
+    """POST ``payload`` as JSON without any proxy; returns (status, body) also for HTTP errors."""
+    import json
+
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 class ServerError(RuntimeError):
     """A server did not start (the message carries the tail of its log)."""
 
@@ -457,5 +471,192 @@ class VllmServer(ServerProcess):
         if status == 200:
             status, body = http_get(self.url + "/v1/models", timeout=5.0)
             if status == 200 and self.served_model_name.encode() in body:
+                return True, "ready"
+        return False, f"HTTP {status}: {body[:200]!r}"
+
+
+# ------------------------------------------------------------------ several replicas + a router
+# N llama-server replicas of one model, and the Shepherd Model Gateway router (PyPI smg,
+# provisioned by ``scripts/real-servers.sh smg`` into a cache venv) in front of them.
+SMG_VERSION = "1.13.0"
+SMG_PROVISION_HINT = "run `scripts/real-servers.sh smg` (installs the smg router in a cache venv) or `pip install smg`"
+SMG_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "least_load", "manual",
+                "consistent_hashing", "prefix_hash")
+
+
+def smg_bin() -> Path | None:
+    """The ``smg`` router: the cached venv's (``scripts/real-servers.sh smg``), else one on PATH
+    (the test extra installs it), else None."""
+    cached = _existing(cache_dir() / f"smg-venv-{SMG_VERSION}" / "bin" / "smg", executable=True)
+    if cached is not None:
+        return cached
+    found = shutil.which("smg")
+    return Path(found) if found else None
+
+
+def need_smg() -> Path:
+    """The smg binary for a test: skip locally when it is missing, fail in CI."""
+    import pytest
+
+    path = smg_bin()
+    if path is None:
+        msg = f"the smg router is not installed; {SMG_PROVISION_HINT}"
+        if in_ci():
+            pytest.fail(f"CI is set, so this test must run, but {msg}", pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+def prometheus_values(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """{metric name (with labels, as written): value} of a /metrics page (comments skipped)."""
+    status, body = http_get(url.rstrip("/") + "/metrics", timeout=timeout)
+    if status != 200:
+        raise ServerError(f"GET {url}/metrics: HTTP {status}: {body[:200]!r}")
+    out: dict[str, float] = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name.strip()] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+class LlamaReplicas:
+    """``n`` llama-server replicas of one model on free loopback ports, for a ``with`` block.
+
+    >>> with LlamaReplicas(tiny_gguf(), n=2, alias="tiny", slots=2) as reps:
+    ...     reps.urls  # ['http://127.0.0.1:P1', 'http://127.0.0.1:P2']
+
+    Keyword arguments go to every :class:`LlamaServer` (slots, ctx, alias, threads, binary,
+    extra_args, ...). Prompt caching is on (``--cache-prompt``, llama-server's default, made
+    explicit): a replica that served a session's earlier turn reuses its prefix. ``threads``
+    defaults to 1 per replica (two replicas share two cores). Started one after the other (~2 s
+    each); if one fails to start, those already up are stopped."""
+
+    def __init__(self, model: Path | str, n: int = 2, **llama_kwargs) -> None:
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        llama_kwargs.setdefault("threads", 1)
+        extra = tuple(llama_kwargs.pop("extra_args", ()))
+        self.servers = [LlamaServer(model, extra_args=("--cache-prompt", *extra), **llama_kwargs) for _ in range(n)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def start(self) -> "LlamaReplicas":
+        try:
+            for s in self.servers:
+                s.start()
+        except BaseException:
+            self.stop(remove_log=False)
+            raise
+        return self
+
+    def stop(self, *, remove_log: bool = True) -> None:
+        for s in self.servers:
+            s.stop(remove_log=remove_log)
+
+    def __enter__(self) -> "LlamaReplicas":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for s in self.servers:
+            s.__exit__(exc_type, exc, tb)
+
+
+class SmgRouterError(ServerError):
+    """The smg router did not start (the message carries the tail of its log)."""
+
+
+class SmgRouter(ServerProcess):
+    """The Shepherd Model Gateway in front of ``worker_urls``, on a free loopback port.
+
+    >>> with LlamaReplicas(tiny_gguf(), n=2, alias="tiny") as reps, \\
+    ...         SmgRouter(reps.urls, policy="consistent_hashing", routing_key_headers=["x-session-id"]) as r:
+    ...     ...  # send to r.url: /v1/completions, /v1/chat/completions, /v1/models
+
+    Started as ``smg launch --worker-urls URL... --host 127.0.0.1 --port <free> --policy POLICY
+    --prometheus-host 127.0.0.1 --prometheus-port <free> [--routing-key-headers H...]
+    [extra_args]``; ready when ``/readiness`` answers 200 with every worker healthy (well under a
+    second here). Its own Prometheus page is at ``.metrics_url``.
+
+    What it reads (smg 1.13.0): the routing key from the headers named by
+    ``--routing-key-headers`` (default ``x-smg-routing-key`` only; at most 128 bytes), honoured by
+    the ``consistent_hashing``, ``manual`` and ``prefix_hash`` policies, and by any policy with
+    ``--routing-key-override``. See llm_locust/runtime/routing.py for the sources.
+    """
+
+    name = "smg"
+    error = SmgRouterError
+
+    def __init__(
+        self,
+        worker_urls: Sequence[str],
+        *,
+        policy: str = "round_robin",
+        routing_key_headers: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+        binary: Path | str | None = None,
+        host: str = "127.0.0.1",
+        log_level: str = "warn",
+        startup_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        if policy not in SMG_POLICIES:
+            raise ValueError(f"unknown smg policy {policy!r}: one of {', '.join(SMG_POLICIES)}")
+        if not worker_urls:
+            raise ValueError("smg needs at least one worker URL")
+        self.worker_urls = [str(u).rstrip("/") for u in worker_urls]
+        self.policy = policy
+        self.routing_key_headers = tuple(routing_key_headers)
+        self.extra_args = tuple(str(a) for a in extra_args)
+        self.binary = Path(binary) if binary is not None else None
+        self.log_level = log_level
+        self.prometheus_port: int | None = None
+        super().__init__(host=host, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}/metrics"
+
+    def command(self) -> list[str]:
+        assert self.binary is not None and self.port is not None and self.prometheus_port is not None
+        cmd = [
+            str(self.binary), "launch",
+            "--worker-urls", *self.worker_urls,
+            "--host", self.host,
+            "--port", str(self.port),
+            "--policy", self.policy,
+            "--prometheus-host", self.host,
+            "--prometheus-port", str(self.prometheus_port),
+            "--log-level", self.log_level,
+        ]
+        if self.routing_key_headers:
+            cmd += ["--routing-key-headers", *self.routing_key_headers]
+        return cmd + list(self.extra_args)
+
+    def _spawn(self) -> None:
+        self.prometheus_port = free_port(self.host)  # its default, 29000, would clash between routers
+        super()._spawn()
+
+    def check(self) -> None:
+        if self.binary is None:
+            self.binary = smg_bin()
+            if self.binary is None:
+                raise SmgRouterError(f"the smg router is not installed; {SMG_PROVISION_HINT}")
+
+    def ready(self) -> tuple[bool, str]:
+        import json
+
+        status, body = http_get(self.url + "/readiness", timeout=2.0)
+        if status == 200:
+            try:
+                healthy = json.loads(body).get("healthy_workers")
+            except ValueError:
+                healthy = None
+            if healthy is None or healthy >= len(self.worker_urls):
                 return True, "ready"
         return False, f"HTTP {status}: {body[:200]!r}"

@@ -55,10 +55,27 @@ def _server_scraper(environment, settings, url: str):
 
     if url == "off" or not (url or environment.host):
         return None
-    scraper = Scraper(url or environment.host.rstrip("/") + "/metrics", interval=settings.metrics_interval)
+    return _run_during_test(environment, Scraper(url or environment.host.rstrip("/") + "/metrics",
+                                                 interval=settings.metrics_interval))
+
+
+def _run_during_test(environment, scraper):
     environment.events.test_start.add_listener(lambda **_kw: scraper.start())
     environment.events.test_stop.add_listener(lambda **_kw: (scraper.scrape_once(), scraper.stop()))
     return scraper
+
+
+def _server_scrapers(environment, settings) -> dict:
+    """{endpoint URL: Scraper}: every endpoint's /metrics (--host first, then --endpoints; the
+    first one's URL is --server-metrics when given), or {} with --server-metrics off. The first
+    is what `server_metrics` in the results, the web UI and the efficiency table read."""
+    from llm_locust.runtime.scraper import server_scrapers
+
+    host = (environment.host or "").rstrip("/")
+    extra = settings.endpoint_list[1:] if settings.host else settings.endpoint_list
+    endpoints = ([host] if host else []) + [e for e in extra if e != host]
+    scrapers = server_scrapers(endpoints, settings.server_metrics, settings.metrics_interval)
+    return {url: _run_during_test(environment, s) for url, s in scrapers.items()}
 
 
 def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
@@ -120,7 +137,7 @@ def _server_windows(scraper, h, ctl) -> dict:
     return out
 
 
-def _server_line(scraper, h) -> str:
+def _server_line(scraper, h, endpoint: str | None = None) -> str:
     w = scraper.series.window(h.started_at or 0, time.time())
     parts = []
     for q, label in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "KV cache")):
@@ -130,7 +147,8 @@ def _server_line(scraper, h) -> str:
             parts.append(f"{label} mean {w[q]['mean'] * scale:.1f}{unit} max {w[q]['max'] * scale:.1f}{unit}")
     if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
         parts.append(f"generated {w['generation_tokens_total']['per_s']:.0f} tok/s")
-    return f"server ({scraper.series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
+    name = f"server {endpoint}" if endpoint else "server"
+    return f"{name} ({scraper.series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
 
 
 def _effective_plan(settings, n_workers: int, mode: str) -> dict:
@@ -182,7 +200,8 @@ def _on_init(environment, **_kw: Any) -> None:
         load_trace(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         shapes.install(environment, settings)  # a bad ladder is refused here
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
-        scraper = _server_scraper(environment, settings, settings.server_metrics)
+        scrapers = _server_scrapers(environment, settings)
+        scraper = next(iter(scrapers.values()), None)  # the first endpoint's (the host's)
         gpu_scraper = _server_scraper(environment, settings, settings.gpu_metrics or "off")
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
@@ -199,7 +218,7 @@ def _on_init(environment, **_kw: Any) -> None:
 
     failfast.install(environment, settings)
     h.slos = settings.request_slos
-    _warn_if_steps_outpace_reads(shapes.controller(environment), scraper, gpu_scraper)
+    _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
     from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
     from llm_locust.runtime.webui import guard
 
@@ -235,11 +254,13 @@ def _on_init(environment, **_kw: Any) -> None:
             print(f"workers: {why}", file=sys.stdout, flush=True)
         ctl = shapes.controller(environment)
         ladder = ctl.report() if ctl is not None else None
-        if scraper is not None and scraper.series.samples:
-            print(_server_line(scraper, h), file=sys.stdout, flush=True)
+        for url, s in scrapers.items():  # one line per endpoint (named when there are several)
+            if s.series.samples:
+                print(_server_line(s, h, url if len(scrapers) > 1 else None), file=sys.stdout, flush=True)
         if ladder and ladder["table"]:
             print("\n" + ladder["table"], file=sys.stdout, flush=True)
         server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
+        by_endpoint = {url: _server_windows(s, h, ctl) for url, s in scrapers.items()} if len(scrapers) > 1 else None
         gpu_windows = _server_windows(gpu_scraper, h, ctl) if gpu_scraper is not None else None
         eff = None
         if ladder is not None and (server_windows or gpu_windows):
@@ -291,7 +312,9 @@ def _on_init(environment, **_kw: Any) -> None:
             env["gpus"] = gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else []
             env["trace"] = trace_facts(settings.trace_path, settings.trace_format)
             if server_windows is not None:
-                results["server_metrics"] = server_windows
+                results["server_metrics"] = server_windows  # the first endpoint's (the host's)
+            if by_endpoint is not None:
+                results["server_metrics_by_endpoint"] = by_endpoint  # {endpoint URL: windows}
             if gpu_windows is not None:
                 results["gpu_metrics"] = gpu_windows
             if eff is not None:

@@ -83,3 +83,27 @@ class Scraper:
             if delay >= 0:  # else a slow read overran this one's time: on to the next
                 gevent.sleep(delay)
                 self.scrape_once()
+
+
+def metrics_url(base: str) -> str:
+    """An endpoint's Prometheus URL: its base URL + /metrics."""
+    return base.rstrip("/") + "/metrics"
+
+
+def server_scrapers(endpoints: list[str], server_metrics: str = "", interval: float = 2.0,
+                    timeout: float = 2.0) -> dict[str, Scraper]:
+    """{endpoint URL: Scraper} for the inference servers' /metrics, first endpoint first.
+
+    `server_metrics` is --server-metrics: 'off' gives {}; a URL replaces the first endpoint's
+    (the host's) /metrics URL; empty reads every endpoint's URL/metrics. One endpoint gives one
+    scraper, as before several endpoints existed; none (no host) and no URL gives {}."""
+    if server_metrics == "off":
+        return {}
+    endpoints = [e.rstrip("/") for e in endpoints if e]
+    if not endpoints:
+        return {server_metrics: Scraper(server_metrics, interval=interval, timeout=timeout)} if server_metrics else {}
+    out: dict[str, Scraper] = {}
+    for i, e in enumerate(endpoints):
+        url = server_metrics if (i == 0 and server_metrics) else metrics_url(e)
+        out[e] = Scraper(url, interval=interval, timeout=timeout)
+    return out
