@@ -462,3 +462,25 @@ def test_an_sla_search_stays_a_search_in_the_effective_plan(tmp_path):
     again = load(tmp_path, yaml.safe_dump(plan))
     assert again == s and again.ladder == "rate:sla:1..64:5%"
     assert "a search chooses its own levels" in problems(tmp_path, "ladder: {kind: rate, search: '1..8', steps: [1]}\n")[0]
+
+
+def test_a_repeated_host_adds_endpoints_and_a_weighted_model_splits():
+    ns = derive.run_parser().parse_args(["--host", "http://127.0.0.1:1", "--host", "http://127.0.0.1:2/",
+                                         "--host", "http://127.0.0.1:3", "--model", "base:3,lora-a:1"])
+    s = derive.resolve(None, derive.cli_values(ns))
+    assert s.endpoint_list == ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
+    assert s.model_split == [("base", 0.75), ("lora-a", 0.25)]
+    assert Settings(model="llama3:8b").model_split == [("llama3:8b", 1.0)]  # a tag, not a weight
+    with pytest.raises(Exception, match="listed twice"):
+        Settings(endpoints="http://127.0.0.1:2,http://127.0.0.1:2")
+    with pytest.raises(Exception, match="weight must be > 0"):
+        Settings(model="a:0,b:1")
+
+
+def test_an_endpoints_file_names_its_bad_line(tmp_path):
+    f = tmp_path / "hosts.txt"
+    f.write_text("# replicas\nhttp://127.0.0.1:8001\nhttp://127.0.0.1:8002  # second\n")
+    assert Settings(endpoints=f"@{f}").endpoints == "http://127.0.0.1:8001,http://127.0.0.1:8002"
+    f.write_text("http://127.0.0.1:8001\nnot-a-url\n")
+    with pytest.raises(Exception, match=r"hosts.txt:2: expected a URL"):
+        Settings(endpoints=f"@{f}")

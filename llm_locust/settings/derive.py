@@ -114,10 +114,23 @@ def _add(group, name: str, default: Any, opt: Opt, *, locust: bool) -> None:
         kw["env_var"] = "LOCUST_" + name.upper()
     else:
         kw["default"] = argparse.SUPPRESS  # only what the user typed: it overrides the plan
+        if name == "host":
+            kw["action"] = _RepeatedHost
     action = group.add_argument(*flags, **kw)
     if locust:  # what Locust's own add_argument sets: its web UI's form shows load figures only
         action.include_in_web_ui = opt.web
         action.is_secret = action.is_required = action.is_multiple = False
+
+
+class _RepeatedHost(argparse.Action):
+    """`llm-locust run --host A --host B`: A is the host, B and the rest are --endpoints."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "host", None) in (None, argparse.SUPPRESS):
+            setattr(namespace, "host", values)
+            return
+        more = getattr(namespace, "endpoints", "")
+        setattr(namespace, "endpoints", f"{more},{values}" if more else values)
 
 
 def add_locust_arguments(parser) -> None:
