@@ -154,6 +154,11 @@ class Dispatcher:
         if isinstance(self.trace, SessionTrace):
             self.runner = SessionRunner(self.trace, self.builder, s, nonce=run_nonce(s.seed), speed=s.speed,
                                         model_for=lambda sess: self._request_model(sess.id))
+        status = self.metrics.status_sources
+        if self.router is not None:
+            status["endpoints"] = self.router.status
+        if self.runner is not None:
+            status["sessions"] = self.runner.counts
 
     def _request_model(self, session: str | None = None) -> str | None:
         return self.model_split.pick(session) if self.model_split is not None else self.model

@@ -37,12 +37,13 @@ class WorkerState:
     """What the master knows of one worker."""
 
     __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at",
-                 "rejoined_at", "open", "step", "final", "left_at", "lost")
+                 "rejoined_at", "open", "step", "final", "left_at", "lost", "status")
 
     def __init__(self, client_id: str, index: int | None) -> None:
         self.client_id = client_id
         self.index = index
         self.reports = 0
+        self.status: dict[str, Any] = {}  # its senders' live state at its last report (status_sources)
         self.last_report = 0.0
         self.in_flight = 0
         self.idle = True
@@ -78,6 +79,9 @@ class MetricsHub:
         self._monitors: list[gevent.Greenlet] = []
         self.started_at: float | None = None
         self.info: dict[str, Any] = {}  # facts learned while running (e.g. the model name)
+        # live state of this process's senders, read at each report: "endpoints" (the router's
+        # status per URL), "sessions" (started / done / broken); see `status`
+        self.status_sources: dict[str, Any] = {}
         self.record_log: RecordLog | None = None
         self.id_prefix = f"{os.getpid():x}"
         self.run_number = 1  # a new test started from the web UI after one ended: see new_run
@@ -157,9 +161,44 @@ class MetricsHub:
             "idle": self.in_flight == 0 and (runner is None or runner.user_count == 0),
             "index": getattr(runner, "worker_index", None),
             "info": self.info,
+            "status": self.own_status(),
             "step": self.step,
             "final": self.final_token,
         }
+
+    def own_status(self) -> dict[str, Any]:
+        out = {}
+        for key, read in list(self.status_sources.items()):
+            try:
+                out[key] = read()
+            except Exception:  # noqa: BLE001 - a status is informative; a report must still go
+                log.exception("status %s", key)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """Master / local: the senders' state over the cluster. endpoints: per URL, requests sent
+        and in flight summed, and on how many processes it is down (`down` when on every process
+        that sent to it); sessions: started, done (every turn answered), broken (a turn failed)."""
+        parts = [w.status for w in self.workers.values() if w.status] or [self.own_status()]
+        endpoints: dict[str, dict[str, Any]] = {}
+        sessions = {"started": 0, "done": 0, "broken": 0}
+        for st in parts:
+            for url, e in (st.get("endpoints") or {}).items():
+                c = endpoints.setdefault(url, {"sent": 0, "in_flight": 0, "down_on": 0, "processes": 0})
+                c["sent"] += e.get("sent", 0)
+                c["in_flight"] += e.get("in_flight", 0)
+                c["processes"] += 1
+                c["down_on"] += bool(e.get("down"))
+            for k in sessions:
+                sessions[k] += (st.get("sessions") or {}).get(k, 0)
+        for c in endpoints.values():
+            c["down"] = c["down_on"] > 0 and c["down_on"] == c["processes"]
+        out: dict[str, Any] = {}
+        if endpoints:
+            out["endpoints"] = endpoints
+        if sessions["started"]:
+            out["sessions"] = sessions
+        return out
 
     def send_final_report(self, token: int) -> None:
         """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
@@ -188,6 +227,7 @@ class MetricsHub:
         w.idle = payload["idle"]
         w.step = payload.get("step")
         self.info.update(payload.get("info") or {})
+        w.status = payload.get("status") or w.status
         for step_key, wire in payload["steps"].items():
             step = int(step_key)
             agg = self.steps.get(step)

@@ -24,7 +24,6 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.settings import derive
 from llm_locust.metrics.aggregate import figures
 from llm_locust.runtime.hub import install
-from llm_locust.workload import load_trace
 from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
 from llm_locust.report.results import build_results, write_results
 from llm_locust.report.summary import format_summary
@@ -126,6 +125,28 @@ def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_pa
     print(f"report written to {path}", flush=True)
 
 
+def _workload_facts(work) -> dict[str, Any]:
+    """What the run replays, as kept in run.server (the master's check read the whole file)."""
+    from llm_locust.workload.sessions import SessionTrace
+
+    if isinstance(work, SessionTrace):
+        return {"kind": "sessions", "format": work.format}
+    return {"kind": "requests", "format": getattr(work, "format", None)}
+
+
+def _status_lines(status: dict[str, Any]) -> list[str]:
+    """The senders' state at the end: sessions, and each endpoint (down when every process
+    sending to it had it down)."""
+    lines = []
+    sess = status.get("sessions")
+    if sess:
+        lines.append(f"sessions: {sess['started']} started, {sess['done']} answered in full, {sess['broken']} ended by a failed turn")
+    for url, e in (status.get("endpoints") or {}).items():
+        state = "DOWN" if e["down"] else (f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up")
+        lines.append(f"endpoint {url}: {e['sent']} sent, {state}")
+    return lines
+
+
 def _server_windows(scraper, h, ctl) -> dict:
     series = scraper.series
     out = {"source": series.to_dict(), "run": series.window(h.started_at or 0, time.time())}
@@ -197,7 +218,10 @@ def _on_init(environment, **_kw: Any) -> None:
             if out:
                 check_writable(out)  # before any load: a full run must not end with its figures lost
         # reads and checks the whole file, keeps almost none of it (the senders load their shares)
-        load_trace(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
+        from llm_locust.runtime.sessions import load_workload
+
+        work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
+        h.info["workload"] = _workload_facts(work)
         shapes.install(environment, settings)  # a bad ladder is refused here
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
         scrapers = _server_scrapers(environment, settings)
@@ -257,6 +281,9 @@ def _on_init(environment, **_kw: Any) -> None:
         for url, s in scrapers.items():  # one line per endpoint (named when there are several)
             if s.series.samples:
                 print(_server_line(s, h, url if len(scrapers) > 1 else None), file=sys.stdout, flush=True)
+        status = h.status()
+        for line in _status_lines(status):
+            print(line, file=sys.stdout, flush=True)
         if ladder and ladder["table"]:
             print("\n" + ladder["table"], file=sys.stdout, flush=True)
         server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
@@ -304,6 +331,7 @@ def _on_init(environment, **_kw: Any) -> None:
             run["started_at_utc"] = _utc(h.started_at)
             run["load"] = _load(environment, settings)
             run["name"] = settings.name
+            run.update(status)  # endpoints (sent, down) and sessions (started, done, broken)
             run["workers_why"] = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
             results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
             env = results["environment"]

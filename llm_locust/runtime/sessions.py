@@ -65,6 +65,9 @@ class SessionRunner:
         self.sessions_done = 0  # ended with every turn ok
         self.sessions_broken = 0  # ended early: a turn failed
 
+    def counts(self) -> dict[str, int]:
+        return {"started": self.sessions_started, "done": self.sessions_done, "broken": self.sessions_broken}
+
     # ---- timing ----
 
     def wait_after_reply(self, turn: Turn) -> float:
@@ -76,9 +79,10 @@ class SessionRunner:
     # ---- one session ----
 
     def run(self, session: Session, send: Send, t_start: float | None = None, start_turn: int = 0,
-            model: str | None = None) -> bool:
+            model: str | None = None, timed: bool = True) -> bool:
         """Send `session` from `start_turn` (earlier turns become history: mid-trajectory start);
-        True when every turn got its reply. `t_start`: perf_counter time of its first turn."""
+        True when every turn got its reply. `t_start`: perf_counter time of its first turn;
+        `timed`: keep the trace's turn times (open loop; the closed loop sends after replies and gaps)."""
         self.sessions_started += 1
         t0 = time.perf_counter() if t_start is None else t_start
         model = model or session.model or self.model_for(session)
@@ -93,7 +97,7 @@ class SessionRunner:
             for k in range(start_turn, len(session.turns)):
                 turn = session.turns[k]
                 t_due = ready
-                if turn.at is not None:
+                if timed and turn.at is not None:
                     t_due = max(t_due, t0 + (turn.at - session.start) / self.speed)
                 _sleep_until(t_due)
                 spec, n_prompt_est, new = self._spec(session, k, turn, history, model, first=(k == 0))
@@ -114,7 +118,7 @@ class SessionRunner:
                     child = self.trace.sessions.get(cid)
                     if child is not None:
                         kids.spawn(self.run, child, send, time.perf_counter() + self.wait_after_reply(child.turns[0]),
-                                   0, model)
+                                   0, model, timed)
                 kids.join()  # the next turn needs every subagent's result
                 if k + 1 < len(session.turns):
                     ready = time.perf_counter() + self.wait_after_reply(session.turns[k + 1])

@@ -87,6 +87,11 @@ class _ProcessContext:
 
             self.router = Router(urls, s.route, seed=s.seed * 1_000_003 + index)
         self.session_headers = s.session_header_names
+        status = hub(env).status_sources
+        if self.router is not None:
+            status["endpoints"] = self.router.status
+        if self.sessions is not None:
+            status["sessions"] = self.runner.counts
         self.lock = gevent.lock.Semaphore()
         self._mix_rng = random.Random(s.seed * 1_000_003 + index)  # per process, seeded
         self._mix = list(s.mix.items())
@@ -222,7 +227,7 @@ class LLMUser(FastHttpUser):
 
     def run_session(self, session, start_turn: int = 0) -> bool:
         """One whole session (its turns in order, its subagents in parallel), from this user."""
-        return self.ctx.runner.run(session, self._session_send, start_turn=start_turn)
+        return self.ctx.runner.run(session, self._session_send, start_turn=start_turn, timed=False)
 
     def _session_send(self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal) -> RequestRecord:
         return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True)
