@@ -224,3 +224,145 @@ def test_gpu_sidecar_figures_are_read_beside_each_step(tmp_path):
         assert row["gpu_memory_used_gib"] > 0 and row["output_tokens_per_s_per_gib"] > 0
         assert 0 <= row["gpu_utilization_mean"] <= 1
     assert eff["max_load_before_kv_saturation"] == 4  # the simulator's KV cache never filled up
+
+
+# ---- prefix cache and speculative decoding, per window ----
+
+VLLM_CACHE_SPEC = """# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {q}
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {h}
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {d}
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {dt}
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {a}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {a}
+"""
+
+
+def vllm_sample(t, q, h, d, dt, a):
+    server, figures = read(VLLM_CACHE_SPEC.format(q=q, h=h, d=d, dt=dt, a=a))
+    assert server == "vllm"
+    return Sample(t, figures)
+
+
+def test_vllm_prefix_cache_and_spec_decode_from_counter_deltas_of_the_window():
+    s = ServerSeries("u", "vllm", [
+        vllm_sample(0.0, 1000, 900, 50, 150, 140),  # before the window: must not count
+        vllm_sample(10.0, 2000, 1000, 100, 300, 200),
+        vllm_sample(11.0, 2600, 1300, 180, 540, 330),
+        vllm_sample(12.0, 3000, 1400, 300, 900, 560),
+    ])
+    w = s.window(10, 12)
+    assert w["prefix_cache_queries_total"] == {"increase": 1000, "per_s": 500}
+    assert w["prefix_cache_hit_ratio"] == 400 / 1000 and w["prefix_cache_hit_ratio_source"] == "counters"
+    assert w["spec_decode_accepted_tokens_total"]["increase"] == 360
+    assert w["spec_acceptance_rate"] == 360 / 600  # accepted / draft tokens
+    assert w["spec_mean_accepted_length"] == 1 + 360 / 200  # 1 + accepted / drafts
+    assert w["spec_decode_source"] == "counters"
+    whole = s.window(0, 12)  # a different window, different deltas
+    assert whole["prefix_cache_hit_ratio"] == 500 / 2000 and whole["spec_acceptance_rate"] == 420 / 750
+
+
+def test_sglang_cache_and_spec_gauges_are_averaged_over_the_window():
+    text = """# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{{model_name="m"}} {c}
+# TYPE sglang:spec_accept_rate gauge
+sglang:spec_accept_rate{{model_name="m"}} {r}
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{{model_name="m"}} {n}
+"""
+    samples = []
+    for t, (c, r, n) in enumerate([(0.2, 0.5, 2.5), (0.4, 0.7, 3.1)]):
+        server, fig = read(text.format(c=c, r=r, n=n))
+        assert server == "sglang" and fig == {"prefix_cache_hit_rate": c, "spec_accept_rate": r, "spec_accept_length": n}
+        samples.append(Sample(float(t), fig))
+    w = ServerSeries("u", "sglang", samples).window(0, 1)
+    assert w["prefix_cache_hit_ratio"] == pytest.approx(0.3) and w["prefix_cache_hit_ratio_source"] == "gauge"
+    assert w["spec_acceptance_rate"] == pytest.approx(0.6) and w["spec_mean_accepted_length"] == pytest.approx(2.8)
+    assert w["spec_decode_source"] == "gauge"
+
+
+def test_llama_server_cache_and_spec_counters():
+    text = """# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total {p}
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total {c}
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:spec_decode_num_drafts_total {d}
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total {dt}
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total {a}
+"""
+    samples = [Sample(float(t), read(text.format(p=p, c=c, d=d, dt=dt, a=a))[1])
+               for t, (p, c, d, dt, a) in enumerate([(100, 0, 0, 0, 0), (160, 240, 10, 80, 20)])]
+    w = ServerSeries("u", "llama.cpp", samples).window(0, 1)
+    # llama-server's prompt_tokens_total counts the prompt tokens it processed (not the cached ones)
+    assert w["prefix_cache_hit_ratio"] == 240 / (240 + 60)
+    assert w["spec_acceptance_rate"] == 20 / 80 and w["spec_mean_accepted_length"] == 1 + 20 / 10
+
+
+def test_no_cache_or_spec_figures_without_their_metrics():
+    s = ServerSeries("u", "vllm", [Sample(0.0, {"running": 1}), Sample(1.0, {"running": 2})])
+    w = s.window(0, 1)
+    assert not {"prefix_cache_hit_ratio", "spec_acceptance_rate", "spec_mean_accepted_length"} & set(w)
+    # counters that did not move over the window: no ratio out of 0 / 0
+    flat = ServerSeries("u", "vllm", [vllm_sample(0.0, 10, 5, 1, 3, 2), vllm_sample(1.0, 10, 5, 1, 3, 2)]).window(0, 1)
+    assert "prefix_cache_hit_ratio" not in flat and "spec_acceptance_rate" not in flat
+
+
+def test_the_simulators_cache_and_spec_counters_are_read_exactly():
+    import http.client
+
+    def post(port, body):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/v1/completions", json.dumps(body), {"content-type": "application/json"})
+        obj = json.loads(c.getresponse().read())
+        c.close()
+        return obj
+
+    def scrape(port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            return Sample(0.0, read(r.read().decode())[1])
+
+    with SimProcess(iter_base=0.001, iter_per_seq=0.0001, iter_per_prefill_token=0, prefix_cache=True, cache_block=4,
+                    spec_tokens=4, spec_accept=0.5) as sim:
+        s0 = scrape(sim.port)
+        cached = [post(sim.port, {"prompt": "a b c d e f g h i j", "max_tokens": 30})["usage"]["prompt_tokens_details"]["cached_tokens"]
+                  for _ in range(3)]
+        s1 = scrape(sim.port)
+    s1.t = 1.0
+    w = ServerSeries(sim.url, "vllm", [s0, s1]).window(0, 1)
+    assert cached == [0, 8, 8] and w["prefix_cache_hit_ratio"] == 16 / 30
+    assert w["generation_tokens_total"]["increase"] == 90
+    acc, drafts = w["spec_decode_accepted_tokens_total"]["increase"], w["spec_decode_drafts_total"]["increase"]
+    assert w["spec_mean_accepted_length"] == 1 + acc / drafts and 0 < acc < w["spec_decode_draft_tokens_total"]["increase"]
+
+
+def test_format_steps_shows_cache_hit_and_spec_acceptance_beside_itl():
+    from llm_locust.analysis.saturation import format_steps
+    from llm_locust.analysis.steps import StepResult
+
+    def step(i):
+        return StepResult(step=i, offered=i, offered_kind="concurrency", window_start=0, window_end=10, warmup=0,
+                          steady_seconds=(0, 10), sent=10, ok=10, failed=0, cancelled=0, error_rate=0.0, requests_per_s=1.0,
+                          output_tokens_per_s=10.0 * i, aggregate_output_tokens_per_s=10.0, aggregate_requests_per_s=1.0,
+                          latency={}, goodput_requests_per_s=None, goodput_tokens_per_s=None, slo_attainment=None,
+                          concurrency=1.0, client_valid=True, length_checked=0, length_mismatch=0, tokens_out=100)
+
+    steps = [step(1), step(2), step(3)]
+    plain = format_steps(steps)
+    assert "cache hit" not in plain and "spec acc" not in plain
+    server = [{"prefix_cache_hit_ratio": 0.4, "spec_acceptance_rate": 0.6, "spec_mean_accepted_length": 2.8},
+              {"samples": 0}, {"prefix_cache_hit_ratio": 0.125}]
+    lines = format_steps(steps, server=server).splitlines()
+    head = lines[0]
+    assert head.index("ITL p50/p99 ms") < head.index("cache hit %") < head.index("spec acc %/len") < head.index("TPOT p50 ms")
+    end_hit, end_spec = head.index("cache hit %") + len("cache hit %"), head.index("spec acc %/len") + len("spec acc %/len")
+    cells = [(line[:end_hit].split()[-1], line[:end_spec].split()[-1]) for line in lines[2:5]]
+    assert cells == [("40.0", "60/2.80"), ("-", "-"), ("12.5", "-")]  # right-aligned under their headers
+    assert format_steps(steps, server=[{}, {}, {}]) == plain

@@ -407,14 +407,39 @@ def early_stop(
     return None
 
 
-def format_steps(results: list[StepResult], verdict: Verdict | None = None) -> str:
+def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[list[str]]]:
+    """The server's prefix-cache and speculative-decoding columns, for the steps that have them:
+    (headers, cells per step). `server`: each step's window of the server's /metrics
+    (analysis.server_metrics ServerSeries.window, in step order)."""
+    wins = [(server[i] if server and i < len(server) and server[i] else {}) for i in range(n)]
+    head: list[str] = []
+    cols: list[list[str]] = [[] for _ in range(n)]
+    if any("prefix_cache_hit_ratio" in w for w in wins):
+        head.append("cache hit %")
+        for c, w in zip(cols, wins):
+            v = w.get("prefix_cache_hit_ratio")
+            c.append("-" if v is None else f"{v * 100:.1f}")
+    if any("spec_acceptance_rate" in w or "spec_mean_accepted_length" in w for w in wins):
+        head.append("spec acc %/len")
+        for c, w in zip(cols, wins):
+            rate, length = w.get("spec_acceptance_rate"), w.get("spec_mean_accepted_length")
+            c.append("-" if rate is None and length is None else
+                     f"{'-' if rate is None else f'{rate * 100:.0f}'}/{'-' if length is None else f'{length:.2f}'}")
+    return head, cols
+
+
+def format_steps(results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None) -> str:
     """The per-step table (aligned columns) and the saturation verdict below it.
 
     Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs.
+    `server`: each step's window of the server's /metrics (same order as results); beside ITL,
+    the prefix-cache hit rate ("cache hit %") and the speculative-decoding acceptance rate and
+    mean accepted length ("spec acc %/len") of the steps where the server gave them.
     """
     if not results:
         return "no load step completed"
     kind = results[0].offered_kind
+    extra_head, extra = _server_cells(server, len(results))
     head = [
         "step",
         f"offered ({OFFERED_UNITS.get(kind, kind)})",
@@ -422,6 +447,7 @@ def format_steps(results: list[StepResult], verdict: Verdict | None = None) -> s
         "tok/s",
         "TTFT p50/p99 ms",
         "ITL p50/p99 ms",
+        *extra_head,
         "TPOT p50 ms",
         "E2E p99 ms",
         "err%",
@@ -429,7 +455,7 @@ def format_steps(results: list[StepResult], verdict: Verdict | None = None) -> s
         "flags",
     ]
     rows = []
-    for r in results:
+    for i, r in enumerate(results):
         flags = list(r.flags)
         if r.slo_broken:
             flags.append("slo")
@@ -441,6 +467,7 @@ def format_steps(results: list[StepResult], verdict: Verdict | None = None) -> s
                 _num(r.output_tokens_per_s),
                 f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
                 f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
+                *extra[i],
                 _ms(r.stat("tpot", "p50")),
                 _ms(r.stat("e2e", "p99")),
                 f"{r.error_rate * 100:.1f}",

@@ -38,8 +38,12 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
         ("trtllm_generation_tokens_total", {}), ("llamacpp:tokens_predicted_total", {}),
     ),
     "preemptions_total": (("vllm:num_preemptions_total", {}), ("sglang:num_retracted_reqs", {})),
-    "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total", {}),),
+    # prefix cache: vLLM counts queried and hit prompt tokens; llama-server counts the prompt
+    # tokens it reused and (in prompt_tokens_total) those it processed; SGLang and trtllm-serve
+    # give a hit-rate gauge
+    "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total", {}), ("llamacpp:prompt_tokens_cached_total", {})),
     "prefix_cache_queries_total": (("vllm:prefix_cache_queries_total", {}),),
+    "prefix_cache_misses_total": (("llamacpp:prompt_tokens_total", {}),),
     "prefix_cache_hit_rate": (("sglang:cache_hit_rate", {}), ("trtllm_kv_cache_hit_rate", {})),
     "ttft_seconds_sum": (
         ("vllm:time_to_first_token_seconds_sum", {}), ("sglang:time_to_first_token_seconds_sum", {}),
@@ -55,8 +59,31 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "gpu_utilization": (("llm_locust_gpu_utilization_ratio", {}),),
 }
 TABLE.update(GPU_TABLE)  # GPU power and energy (analysis/efficiency.py: J/token)
+# Quantities a server exports only while the feature is on (so a plain server's scrape lacks
+# them): speculative decoding. vLLM's counters (llama-server uses the same names): drafts (verify
+# steps), draft tokens proposed, draft tokens accepted; SGLang's gauges.
+FEATURE_TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
+    "spec_decode_drafts_total": (("vllm:spec_decode_num_drafts_total", {}), ("llamacpp:spec_decode_num_drafts_total", {})),
+    "spec_decode_draft_tokens_total": (
+        ("vllm:spec_decode_num_draft_tokens_total", {}), ("llamacpp:spec_decode_num_draft_tokens_total", {}),
+    ),
+    "spec_decode_accepted_tokens_total": (
+        ("vllm:spec_decode_num_accepted_tokens_total", {}), ("llamacpp:spec_decode_num_accepted_tokens_total", {}),
+    ),
+    "spec_accept_rate": (("sglang:spec_accept_rate", {}),),
+    "spec_accept_length": (("sglang:spec_accept_length", {}),),
+}
+
+
+def quantities() -> dict[str, tuple[tuple[str, dict[str, str]], ...]]:
+    """Every quantity read: TABLE's, then FEATURE_TABLE's."""
+    return {**TABLE, **FEATURE_TABLE}
 MEANS = ("gpu_utilization",)  # averaged over label sets (GPUs), not summed
-COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "ttft_seconds_sum", "ttft_seconds_count", *GPU_COUNTERS)
+COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total",
+            "prefix_cache_misses_total", "spec_decode_drafts_total", "spec_decode_draft_tokens_total",
+            "spec_decode_accepted_tokens_total", "ttft_seconds_sum", "ttft_seconds_count", *GPU_COUNTERS)
+# what the window derives (see ServerSeries.window), beside each quantity of TABLE
+DERIVED = ("server_ttft_mean_s", "prefix_cache_hit_ratio", "spec_acceptance_rate", "spec_mean_accepted_length")
 SERVERS = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("trtllm_", "trtllm"), ("nv_trt_llm", "triton-trtllm"), ("llamacpp:", "llama.cpp"))
 
 
@@ -96,7 +123,7 @@ def info_series(by_name: dict[str, list[tuple[dict[str, str], float]]]) -> dict[
 
 def _figures(by_name) -> tuple[str | None, dict[str, float]]:
     figures: dict[str, float] = {}
-    for quantity, alternatives in TABLE.items():
+    for quantity, alternatives in quantities().items():
         for name, labels in alternatives:
             rows = by_name.get(name)
             if rows is None and name.endswith("_total"):
@@ -108,6 +135,49 @@ def _figures(by_name) -> tuple[str | None, dict[str, float]]:
                 figures[quantity] = sum(picked) / len(picked) if quantity in MEANS else sum(picked)
                 break
     return detect(by_name), figures
+
+
+def _inc(w: dict[str, Any], q: str) -> float | None:
+    v = w.get(q)
+    return None if v is None else v.get("increase")
+
+
+def derived(w: dict[str, Any]) -> dict[str, Any]:
+    """Ratios of one window's figures (quantity -> {"increase"} / {"mean", "max"}), each present
+    only when its inputs are:
+      - prefix_cache_hit_ratio: hit tokens / queried tokens over the window (vLLM); hits /
+        (hits + processed prompt tokens) (llama-server); else the mean of the hit-rate gauge
+        (SGLang, trtllm-serve);
+      - spec_acceptance_rate: accepted / draft tokens (vLLM, llama-server), else SGLang's
+        spec_accept_rate gauge's mean;
+      - spec_mean_accepted_length: tokens per verify step, 1 + accepted / drafts (vLLM,
+        llama-server), else SGLang's spec_accept_length gauge's mean;
+    and prefix_cache_hit_ratio_source / spec_decode_source: "counters" or "gauge"."""
+    out: dict[str, Any] = {}
+    hits, queries, misses = (_inc(w, q) for q in ("prefix_cache_hits_total", "prefix_cache_queries_total", "prefix_cache_misses_total"))
+    if hits is not None and queries is None and misses is not None:
+        queries = hits + misses  # llama-server: prompt_tokens_total excludes the cached ones
+    if hits is not None and queries:
+        out["prefix_cache_hit_ratio"] = hits / queries
+        out["prefix_cache_hit_ratio_source"] = "counters"
+    elif "prefix_cache_hit_rate" in w:
+        out["prefix_cache_hit_ratio"] = w["prefix_cache_hit_rate"]["mean"]
+        out["prefix_cache_hit_ratio_source"] = "gauge"
+    drafts, draft_tokens, accepted = (
+        _inc(w, q) for q in ("spec_decode_drafts_total", "spec_decode_draft_tokens_total", "spec_decode_accepted_tokens_total"))
+    if accepted is not None and (draft_tokens or drafts):
+        if draft_tokens:
+            out["spec_acceptance_rate"] = accepted / draft_tokens
+        if drafts:
+            out["spec_mean_accepted_length"] = 1 + accepted / drafts
+        out["spec_decode_source"] = "counters"
+    elif "spec_accept_rate" in w or "spec_accept_length" in w:
+        if "spec_accept_rate" in w:
+            out["spec_acceptance_rate"] = w["spec_accept_rate"]["mean"]
+        if "spec_accept_length" in w:
+            out["spec_mean_accepted_length"] = w["spec_accept_length"]["mean"]
+        out["spec_decode_source"] = "gauge"
+    return out
 
 
 @dataclass
@@ -131,7 +201,7 @@ class ServerSeries:
         out: dict[str, Any] = {"samples": len(inside)}
         if not inside:
             return out
-        for q in TABLE:
+        for q in quantities():
             values = [s.figures[q] for s in inside if q in s.figures]
             if not values:
                 continue
@@ -146,9 +216,7 @@ class ServerSeries:
         ttft_n = out.get("ttft_seconds_count", {}).get("increase")
         if ttft_n:
             out["server_ttft_mean_s"] = out["ttft_seconds_sum"]["increase"] / ttft_n
-        hits, queries = out.get("prefix_cache_hits_total"), out.get("prefix_cache_queries_total")
-        if hits and queries and queries["increase"]:
-            out["prefix_cache_hit_ratio"] = hits["increase"] / queries["increase"]
+        out.update(derived(out))
         return out
 
     def to_dict(self) -> dict[str, Any]:
