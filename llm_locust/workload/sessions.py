@@ -17,8 +17,8 @@ or think time between the previous reply and the turn (capped by --max-idle at r
 the trace has it, is the turn's trace time, which the turn is never sent before (open loop).
 
 A `SessionTrace` holds the sessions of a file; `SessionBuilder` is how loaders make one, and it
-refuses a missing parent or child, a cycle of subagent links, negative gaps and turns whose times
-go backwards, naming the file and line.
+refuses a missing parent or child, a cycle of subagent links, negative gaps, turns whose times
+go backwards and subagents that start before the turn spawning them, naming the file and line.
 
 `IdealCache` computes, per request, the prompt tokens an unbounded prefix cache would have held:
 the blocks seen before (block mode) or the session's previous prompt and reply (history mode).
@@ -127,6 +127,7 @@ class SessionBuilder:
         self.name = name  # the path as the user gave it: every message starts with it
         self.sessions: dict[str, Session] = {}
         self._child_refs: list[tuple[str, str]] = []  # (child id, source of the referring turn)
+        self._spawns: list[tuple[str, int, str, str]] = []  # (parent id, 1-based turn, child id, source)
 
     def error(self, source: str, msg: str) -> TraceError:
         return TraceError(f"{source or self.name}: {msg}")
@@ -160,8 +161,24 @@ class SessionBuilder:
             self._child_refs.append((c, turn.source))
         s.turns.append(turn)
 
+    def spawn(self, parent: str, turn: int, child: str, source: str) -> None:
+        """Child session `child` is spawned by turn `turn` (1-based) of `parent`; resolved at `finish`,
+        so the parent's turns may come later in the file."""
+        self._spawns.append((parent, turn, child, source))
+
     def finish(self, *, path: str, format: str, sha256: str, block_size: int | None = None) -> SessionTrace:
         sessions = self.sessions
+        for parent, k, child, src in self._spawns:
+            p = sessions.get(parent)
+            if p is None:
+                raise self.error(src, f"session {child!r} names a parent {parent!r} that is not in the trace")
+            if not 1 <= k <= len(p.turns):
+                raise self.error(src, f"session {child!r} is spawned by turn {k} of {parent!r}, which has "
+                                      f"{len(p.turns)} turn(s)")
+            t = p.turns[k - 1]
+            t.children = t.children + (child,)
+            self._child_refs.append((child, src))
+        self._spawns.clear()
         for sid, s in sessions.items():
             if not s.turns:
                 raise self.error(s.source, f"session {sid!r} has no turns")
@@ -184,6 +201,15 @@ class SessionBuilder:
                 first.children = first.children + (sid,)
                 spawned[sid] = first.source
         _check_acyclic(sessions, self.error)
+        for sid, s in sessions.items():  # a subagent cannot start before the turn that spawns it
+            for t in s.turns:
+                if t.at is None:
+                    continue
+                for c in t.children:
+                    first = sessions[c].turns[0]
+                    if first.at is not None and first.at < t.at:
+                        raise self.error(first.source, f"subagent session {c!r} starts at {first.at:g} s, before the "
+                                                       f"turn of {sid!r} that spawns it ({t.at:g} s, {t.source})")
         if not any(s.parent is None for s in sessions.values()):
             raise TraceError(f"{self.name}: no top-level session (every session is a subagent of another)")
         return SessionTrace(path=path, format=format, sha256=sha256, sessions=sessions, block_size=block_size)

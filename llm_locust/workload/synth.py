@@ -125,7 +125,14 @@ def parse_spec_text(text: str) -> SynthSpec:
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 (cannot write), 2 (bad arguments, or --out exists without --force);
     --help prints the help and returns 0."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    args = sys.argv[1:] if argv is None else argv
+    if any(a == "--agentic" or a.startswith("--agentic=") for a in args):  # sessions: workload/agentic/synth.py
+        from llm_locust.workload.agentic.synth import main as agentic_main
+
+        return agentic_main(args)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="--agentic KEY=VALUE,...: an agentic session workload instead "
+                                       "(`llm-locust trace synth --agentic '' --help` lists its keys)")
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")

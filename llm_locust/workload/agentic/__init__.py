@@ -3,21 +3,171 @@
     SESSION_FORMATS                                   names --trace-format takes for them
     detect_sessions(path) -> str | None              the session format of a file, or None
     load_sessions(path, fmt=None, *, share=None)     -> SessionTrace (TraceError names file:line)
+
+Formats (one module each; docs/agentic.md, section Formats):
+
+    llm-locust-sessions   ours.py        our session JSONL, one turn per line
+    aiperf-dag            aiperf_dag.py  AIPerf's agentic DAG JSONL (session_id, turns with spawns/forks)
+    weka                  weka.py        WEKA / SemiAnalysis agentic coding traces (inference-perf, AIPerf)
+    sglang-agentic        sglang.py      SGLang's agentic trace (conversations of message deltas)
+    mooncake-sessions     mooncake.py    Mooncake conversation trace, sessions by prefix chaining
+    mooncake-toolagent    mooncake.py    the same, later turns as tool results (toolagent_trace)
+
+Detection (`detect_sessions`) reads the head of the file and claims only what no request-level
+format can read correctly:
+
+- first non-blank line a JSON object with ``session`` (and not ``session_id``): llm-locust-sessions;
+- ``id``, ``requests`` and ``block_size``: weka (also a pretty-printed single object, by its head);
+- ``conversations`` holding a list of lists (not ShareGPT's list of objects): sglang-agentic;
+- ``turns`` whose first turn has ``messages``/``spawns``/``forks``, or ``orchestrator``,
+  ``pre_session_spawns``, ``context_mode`` at the top: aiperf-dag. Plain AIPerf multi_turn (turns
+  with ``text``/``texts``) stays the request format ``aiperf-multi-turn``.
+- Mooncake traces are never claimed (their lines are the request format ``mooncake``).
+
+The request-level `formats.detect` would read some of these files as its own (``session`` lines and
+WEKA objects carry keys of our request JSONL, an SGLang trace has ``conversations`` like ShareGPT,
+a DAG line has ``turns`` like multi_turn), wrongly: a caller asks `detect_sessions` first, and the
+session format wins. A file no session format claims loads through `load_trace` and
+`sessions_from_trace` (its conversations as sessions), as does any request format named in `fmt`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Callable
 
-from llm_locust.workload.formats.base import TraceError
-from llm_locust.workload.sessions import SessionTrace
+import orjson
 
-SESSION_FORMATS: tuple[str, ...] = ()
+from llm_locust.workload.agentic import aiperf_dag, mooncake, ours, sglang, weka
+from llm_locust.workload.formats.base import Context, Source, TraceError
+from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
+
+Reader = Callable[[Source, Context, SessionBuilder], "int | None"]
+
+_READERS: dict[str, Reader] = {
+    ours.NAME: ours.read,
+    aiperf_dag.NAME: aiperf_dag.read,
+    weka.NAME: weka.read,
+    sglang.NAME: sglang.read,
+    mooncake.NAME: mooncake.read_as(mooncake.NAME),
+    mooncake.TOOLAGENT: mooncake.read_as(mooncake.TOOLAGENT),
+}
+SESSION_FORMATS: tuple[str, ...] = tuple(_READERS)
+ALIASES = {
+    "sessions": ours.NAME,
+    "llm-locust-session": ours.NAME,
+    "aiperf-dag-jsonl": aiperf_dag.NAME,
+    "dag-jsonl": aiperf_dag.NAME,
+    "weka-trace": weka.NAME,
+    "weka-trace-replay": weka.NAME,
+    "semianalysis-weka": weka.NAME,
+    "sglang-agentic-trace": sglang.NAME,
+    "agentic-trace": sglang.NAME,
+    "mooncake-conversation": mooncake.NAME,
+    "mooncake-tool-agent": mooncake.TOOLAGENT,
+}
+
+_SGLANG_HEAD = re.compile(r'"conversations"\s*:\s*\[\s*\[')
+_WEKA_HEAD = (re.compile(r'"requests"\s*:\s*\['), re.compile(r'"block_size"\s*:'), re.compile(r'"id"\s*:'))
+_DAG_TOP = ("orchestrator", "pre_session_spawns", "context_mode")
 
 
-def detect_sessions(path: str | Path) -> str | None:
+def _name(fmt: str) -> str:
+    key = fmt.strip().lower().replace("_", "-")
+    return ALIASES.get(key, key)
+
+
+def detect_head(head: str) -> str | None:
+    """The session format of a file from its first bytes (`Source.head`), or None."""
+    text = head.lstrip()
+    if not text.startswith("{"):
+        return None
+    first = text.split("\n", 1)[0].strip()
+    try:
+        obj = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        if _SGLANG_HEAD.search(text):
+            return sglang.NAME
+        if all(r.search(text) for r in _WEKA_HEAD):
+            return weka.NAME
+        return None
+    if type(obj) is not dict:
+        return None
+    if "session" in obj and "session_id" not in obj:
+        return ours.NAME
+    if {"id", "requests", "block_size"} <= obj.keys() and type(obj["requests"]) is list:
+        return weka.NAME
+    conv = obj.get("conversations")
+    if type(conv) is list and conv and type(conv[0]) is list:
+        return sglang.NAME
+    turns = obj.get("turns")
+    if type(turns) is list:
+        if any(k in obj for k in _DAG_TOP):
+            return aiperf_dag.NAME
+        t0 = turns[0] if turns else None
+        if type(t0) is dict and ("messages" in t0 or "spawns" in t0 or "forks" in t0) \
+                and "text" not in t0 and "texts" not in t0:
+            return aiperf_dag.NAME
     return None
 
 
+def detect_sessions(path: str | Path) -> str | None:
+    """The session format of a file (by content), or None: a request format, or not a trace."""
+    name = str(path)
+    if not Path(path).is_file():
+        raise TraceError(f"{name}: no such trace file")
+    src = Source(Path(path), name)
+    try:
+        return detect_head(src.head())
+    finally:
+        src.close()
+
+
 def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int, int] | None = None) -> SessionTrace:
-    raise TraceError(f"{path}: not a session trace")
+    """Read a session trace (any of `SESSION_FORMATS`, detected unless `fmt` names one; any request
+    format too, its conversations as sessions) into a `SessionTrace`, optionally only worker i's
+    `share` (i, k) of the top-level sessions, each with its subagents."""
+    from llm_locust.workload.load import _check_share, load_trace
+
+    name = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{name}: no such trace file")
+    share = _check_share(share)
+    key = _name(fmt) if fmt else None
+    if key is not None and key not in _READERS:
+        from llm_locust.workload.formats import get
+
+        try:
+            get(key)
+        except TraceError:
+            raise TraceError(f"unknown trace format {fmt!r}; session formats: {', '.join(SESSION_FORMATS)}; "
+                             "or a request format (its conversations as sessions)") from None
+        return sessions_from_trace(load_trace(path, key)).take_share(share)
+    src = Source(p, name)
+    try:
+        if key is None:
+            key = detect_head(src.head())
+            if key is None:
+                src.close()
+                return sessions_from_trace(load_trace(path)).take_share(share)
+        ctx = Context(name=name)
+        b = SessionBuilder(name)
+        block_size = _READERS[key](src, ctx, b)
+        src.finish()
+        if not b.sessions:
+            raise TraceError(f"{name}: no sessions in this {key} trace")
+        trace = b.finish(path=name, format=key, sha256=src.sha.hexdigest(), block_size=block_size)
+    except TraceError:
+        src.close()
+        raise
+    except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
+            ArithmeticError, LookupError, AttributeError, OSError, EOFError) as e:
+        src.close()
+        raise TraceError(f"{name}:{src.line or 1}: cannot read this {key} trace: unexpected content near this "
+                         f"line ({type(e).__name__}: {e})") from None
+    return trace.take_share(share)
+
+
+__all__ = ["SESSION_FORMATS", "ALIASES", "detect_sessions", "detect_head", "load_sessions"]
