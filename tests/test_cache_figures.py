@@ -302,3 +302,127 @@ def test_record_log_carries_the_new_fields():
     r.session = "s1"
     d = record_dict(r)
     assert (d["n_cached"], d["ideal_cached"], d["endpoint"], d["model"], d["session"]) == (5, 7, "http://a", "m", "s1")
+
+
+# --- outputs ---------------------------------------------------------------------------------
+
+
+def test_prometheus_cache_and_group_series():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from llm_locust.runtime.exporter import cache_families, group_families
+
+    agg = Aggregate()
+    agg.add(rec(0, endpoint="http://a", model="m", n_in=100, n_cached=60, ideal=80, ttft=0.05))
+    agg.add(rec(1, endpoint="http://b", model="m", n_in=100, n_cached=10, ideal=90, ttft=0.3))
+    agg.add(rec(2, endpoint="http://b", model="m", outcome=Outcome.TIMEOUT))
+
+    class C:
+        def describe(self):
+            return []
+
+        def collect(self):
+            yield from cache_families(agg)
+            yield from group_families(agg)
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(C())
+    samples = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert samples[("llm_locust_cached_prompt_tokens_total", ())] == 70
+    assert samples[("llm_locust_ideal_cached_prompt_tokens_total", ())] == 170
+    assert samples[("llm_locust_cache_hit_ratio", ())] == pytest.approx(70 / 200)
+    assert samples[("llm_locust_cache_achieved_vs_ideal_ratio", ())] == pytest.approx(70 / 170)
+    assert samples[("llm_locust_endpoint_requests_total", (("endpoint", "http://b"), ("outcome", "timeout")))] == 1
+    assert samples[("llm_locust_endpoint_cached_prompt_tokens_total", (("endpoint", "http://a"),))] == 60
+    assert samples[("llm_locust_model_requests_total", (("model", "m"), ("outcome", "ok")))] == 2
+    # the hit (0.05 s) is at or below 0.05; the miss (0.3 s) is not
+    assert samples[("llm_locust_endpoint_ttft_seconds_bucket", (("endpoint", "http://a"), ("le", "0.05")))] == 1
+    assert samples[("llm_locust_endpoint_ttft_seconds_bucket", (("endpoint", "http://b"), ("le", "0.2")))] == 0
+    assert samples[("llm_locust_endpoint_ttft_seconds_bucket", (("endpoint", "http://b"), ("le", "+Inf")))] == 1
+
+
+def _ladder_results():
+    """A three-step ladder's results with cache figures and two endpoints, built the way the run
+    builds them (step_result per step, build_results over the run)."""
+    from llm_locust.analysis.steps import step_result
+    from llm_locust.report.results import build_results
+
+    total, steps, rows = Aggregate(), {}, []
+    for s, level in enumerate((1, 4, 16), start=1):
+        agg = Aggregate()
+        for i in range(10):
+            hit = i < 10 - 3 * s  # fewer hits as the load grows
+            r = rec(100 * s + i, n_in=100, n_cached=80 if hit else 10, ideal=90, ttft=0.02 * s if hit else 0.2 * s,
+                    endpoint=f"http://e{i % 2}", model="m")
+            agg.add(r)
+            total.add(r)
+        agg.add_sent(10)
+        total.add_sent(10)
+        steps[s] = agg
+        res = step_result(agg, step=s, offered=level, offered_kind="concurrency",
+                          window=(agg.first_sent, agg.last_end), warmup=0.0, slos={})
+        rows.append(res.to_dict())
+    doc = build_results(total, steps, {"mode": "ladder"})
+    doc["ladder"] = {"steps": rows}
+    return doc
+
+
+def test_results_carry_cache_figures_per_step_and_per_endpoint():
+    from llm_locust.analysis.steps import StepResult
+
+    doc = _ladder_results()
+    assert doc["summary"]["cache"]["requests_reported"] == 30
+    assert set(doc["summary"]["by_endpoint"]) == {"http://e0", "http://e1"}
+    assert "by_model" not in doc["summary"]  # one model: the whole run again
+    assert [row["cache"]["hit_requests"] for row in doc["steps"]] == [7, 4, 1]
+    ladder = doc["ladder"]["steps"]
+    assert [row["cache"]["hit_requests"] for row in ladder] == [7, 4, 1]
+    assert StepResult.from_dict(ladder[0]).cache["cached_tokens"] == 7 * 80 + 3 * 10
+    old = dict(ladder[0])
+    old.pop("cache")
+    assert StepResult.from_dict(old).cache is None  # results written before the field
+
+
+def test_summary_prints_cache_and_group_lines():
+    from llm_locust.report.summary import format_summary
+
+    text = format_summary(_ladder_results()["summary"])
+    assert "prompt cache: " in text and "achieved/ideal" in text
+    assert "by endpoint" in text and "http://e0" in text and "by model" not in text
+
+
+def test_html_report_plots_cache_per_step_and_tables_per_endpoint():
+    from llm_locust.report.html import render
+
+    from test_report_html import dom, uses
+
+    doc = _ladder_results()
+    root = dom(render(doc))
+    assert root.has_id("plot-cache")
+    # one marker a step on each line; their heights follow the figures (hits get rarer)
+    ratio = uses(root, "load-cache-cache-ratio-achieved_vs_ideal")
+    assert len(ratio) == 3
+    ys = [y for _x, y in ratio]
+    assert ys[0] < ys[1] < ys[2]  # SVG y grows downwards: achieved/ideal falls with the load
+    assert len(uses(root, "load-cache-cache-ttft-ttft_hit")) == 3 and len(uses(root, "load-cache-cache-ttft-ttft_miss")) == 3
+    table = root.by_id("by_endpoint-table")
+    assert [tr.find_all("td")[0].all_text() for tr in table.find_all("tr") if tr.find_all("td")] == ["http://e0", "http://e1"]
+    assert root.has_id("cache-facts") and not root.has_id("by_model-table")
+
+
+def test_html_report_without_cache_figures_has_no_cache_parts():
+    from llm_locust.report.html import render
+
+    from test_report_html import dom
+
+    doc = _ladder_results()
+    doc["summary"].pop("cache")
+    doc["summary"].pop("by_endpoint")
+    for row in doc["ladder"]["steps"]:
+        row["cache"] = None
+    root = dom(render(doc))
+    assert not root.has_id("plot-cache") and not root.has_id("cache-facts") and not root.has_id("by_endpoint-table")

@@ -154,6 +154,26 @@ def test_client_validity_and_length_mismatch_are_reported():
     assert rows["Client"].startswith("SATURATED") and rows["Output length mismatches"] == "1 of 101"
 
 
+def test_cache_and_per_endpoint_rows_in_the_payload():
+    total = Aggregate()
+    plain = LiveView().payload(lambda: inputs(total, T0 + 2), 0)
+    assert plain["cache"] is None and plain["groups"] is None  # nothing reported: no panel
+    for i in range(4):
+        r = rec(T0 + i * 0.1, ttft=0.02 if i < 3 else 0.4)
+        r.n_cached, r.ideal_cached = (8 if i < 3 else 1), 9
+        r.endpoint, r.model = f"http://e{i % 2}", "m"
+        fold([total], r)
+    p = LiveView().payload(lambda: inputs(total, T0 + 6), 0)
+    c = p["cache"]
+    assert (c["reported"], c["cached_tokens"], c["prompt_tokens"], c["hits"], c["misses"]) == (4, 25, 40, 3, 1)
+    assert c["hit_ratio"] == pytest.approx(25 / 40) and c["achieved_vs_ideal"] == pytest.approx(25 / 36, abs=1e-4)
+    assert c["ttft_hit_p50"] == pytest.approx(0.02, rel=1e-3) and c["ttft_miss_p50"] == pytest.approx(0.4, rel=1e-3)
+    rows = p["groups"]["endpoint"]
+    assert [(r_["key"], r_["ok"]) for r_ in rows] == [("http://e0", 2), ("http://e1", 2)]
+    assert "model" not in p["groups"]  # one model: no per-model rows
+    json.dumps(p)  # JSON-ready
+
+
 def test_workers_at_full_cpu_make_the_client_suspect():
     total = populated(seconds=3)
     workers = [{"id": "a", "index": 0, "state": "running", "cpu": 97.0, "report_age": 1.0, "in_flight": 3, "finished": 10}]

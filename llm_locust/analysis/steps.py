@@ -144,6 +144,8 @@ class StepResult:
     slo_broken: list[str] = field(default_factory=list)  # "ttft p99 0.812 s > 0.5 s"
     flags: list[str] = field(default_factory=list)  # client_saturated, errors, length_mismatch, no_data
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    # prompt-cache reuse of the step (metrics.aggregate figures()["cache"]); None: nothing reported
+    cache: dict[str, Any] | None = None
 
     @property
     def window(self) -> float:
@@ -278,6 +280,7 @@ def step_result(
         slos=dict(slos),
         errors=agg.errors,
         flags=flags,
+        cache=f.get("cache"),
     )
     res.slo_broken = broken_slos(res, slos)
     return res

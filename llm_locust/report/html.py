@@ -229,6 +229,34 @@ def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tupl
     return panels, undrawn
 
 
+def _cache_panels(steps: list[dict[str, Any]]) -> list:
+    """Hit ratios (%) and TTFT hit vs miss p50 (ms) per step; none when no step reported a cache figure."""
+    from llm_locust.report.plots import Line, Panel
+
+    caches = [s.get("cache") or {} for s in steps]
+    if not any(caches):
+        return []
+
+    def col(key: str, scale: float) -> list[float | None]:
+        return [None if c.get(key) is None else c[key] * scale for c in caches]
+
+    def ttft(key: str) -> list[float | None]:
+        vals = [(c.get(key) or {}).get("p50") for c in caches]
+        return [None if v is None else v * 1000 for v in vals]
+
+    ratios = [Line(k, label, col(k, 100), dashed=dashed) for k, label, dashed in (
+        ("achieved_vs_ideal", "achieved / ideal", False), ("hit_ratio", "cached / prompt", True),
+        ("ideal_hit_ratio", "ideal / prompt", True)) if any(c.get(k) is not None for c in caches)]
+    panels = []
+    if ratios:
+        panels.append(Panel("cache-ratio", "prompt-cache hit ratio", "%", ratios))
+    lines = [Line(k, label, ttft(k), dashed=k == "ttft_miss") for k, label in (("ttft_hit", "TTFT p50, hit"),
+                                                                              ("ttft_miss", "TTFT p50, miss"))]
+    if any(v is not None for line in lines for v in line.values):
+        panels.append(Panel("cache-ttft", "TTFT: cache hit vs miss", "ms", lines))
+    return panels
+
+
 def section_ladder(r: dict[str, Any]) -> H:
     from llm_locust.report import plots
 
@@ -245,6 +273,13 @@ def section_ladder(r: dict[str, Any]) -> H:
     tput = plots.vs_load("load-throughput", x, _throughput_panels(steps), **kw)
     panels, undrawn = _latency_panels(steps, slos)
     lat = plots.vs_load("load-latency", x, panels, width=12.0, **kw)
+    cache_panels = _cache_panels(steps)
+    cache_fig = ""
+    if cache_panels:
+        cache_fig = figure(plots.vs_load("load-cache", x, cache_panels, **kw), "plot-cache",
+                           "Prompt-cache reuse per step: the share of prompt tokens the server served from its cache, "
+                           "what an unbounded prefix cache could have served, and achieved/ideal (left); TTFT p50 of "
+                           "cache hits (at least half the prompt cached) and misses (right). See docs/metrics.md.")
 
     knee_txt = (f"The saturation point (knee) is step {knee['step']}, {knee['offered']:g} {unit}: marked ◆ and by "
                 "the dashed line." if knee else "No saturation point was found: no knee is marked.")
@@ -257,6 +292,7 @@ def section_ladder(r: dict[str, Any]) -> H:
         figure(tput, "plot-throughput", "Steady-state rates of each step's measurement window (warm-up excluded). "
                f"{knee_txt} Ringed points are flagged steps (see the table)."),
         figure(lat, "plot-latency", lat_txt),
+        cache_fig,
         section_verdict(ladder, unit),
         section_steps(r, steps, unit, knee),
     ]))
@@ -500,7 +536,58 @@ def section_summary(r: dict[str, Any]) -> H:
          f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %"),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
+    out.append(section_cache(s))
+    out.append(section_groups(s))
     out.append(section_failures(s))
+    return H("".join(out))
+
+
+def section_cache(s: dict[str, Any]) -> H:
+    """The whole run's prompt-cache figures (docs/metrics.md, "Prompt cache"); nothing without them."""
+    c = s.get("cache")
+    if not c:
+        return H("")
+    hit, miss = c.get("ttft_hit") or {}, c.get("ttft_miss") or {}
+    facts = [
+        ("requests with a cached count reported", num(c.get("requests_reported"))),
+        ("cached / prompt tokens (hit ratio)",
+         f"{num(c.get('cached_tokens'))} / {num(c.get('prompt_tokens'))} ({pct(c.get('hit_ratio'))} %)"),
+        ("ideal cached / prompt tokens (unbounded prefix cache)",
+         f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} ({pct(c.get('ideal_hit_ratio'))} %)"
+         f" over {num(c.get('ideal_requests'))} requests"),
+        ("achieved / ideal", f"{pct(c.get('achieved_vs_ideal'))} % over {num(c.get('both_requests'))} requests"),
+        (f"hits / misses (hit: at least {c.get('hit_threshold', 0.5):.0%} of the prompt cached)",
+         f"{num(c.get('hit_requests'))} / {num(c.get('miss_requests'))}"),
+        ("TTFT p50 / p99, hit", f"{ms(hit.get('p50'))} / {ms(hit.get('p99'))} ms"),
+        ("TTFT p50 / p99, miss", f"{ms(miss.get('p50'))} / {ms(miss.get('p99'))} ms"),
+    ]
+    return H("<h3 id='cache'>Prompt cache</h3>" + kv_table(facts, id="cache-facts"))
+
+
+GROUP_HEAD = ("finished", "ok", "failed", "failures", "tokens in", "tokens out", "output tok/s", "TTFT p50 ms",
+              "TTFT p99 ms", "TPOT p50 ms", "E2E p50 ms", "E2E p99 ms", "cached / prompt", "achieved / ideal")
+
+
+def section_groups(s: dict[str, Any]) -> H:
+    """A table per endpoint and per model (only when the run had more than one of either)."""
+    out = []
+    for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
+        groups = s.get(dim)
+        if not groups:
+            continue
+        rows = []
+        for key, g in groups.items():
+            lat = g.get("latency") or {}
+            cache = g.get("cache") or {}
+            failures = ", ".join(f"{k} {v}" for k, v in (g.get("failures") or {}).items()) or "-"
+            rows.append((key, num(g.get("finished")), num(g.get("ok")), num(g.get("failed")), failures,
+                         num(g.get("tokens_in")), num(g.get("tokens_out")), num(g.get("output_tokens_per_s")),
+                         ms((lat.get("ttft") or {}).get("p50")), ms((lat.get("ttft") or {}).get("p99")),
+                         ms((lat.get("tpot") or {}).get("p50")), ms((lat.get("e2e") or {}).get("p50")),
+                         ms((lat.get("e2e") or {}).get("p99")),
+                         "-" if cache.get("hit_ratio") is None else f"{pct(cache['hit_ratio'])} %",
+                         "-" if cache.get("achieved_vs_ideal") is None else f"{pct(cache['achieved_vs_ideal'])} %"))
+        out.append(f"<h3 id='{dim}'>Per {label}</h3>" + str(table((label,) + GROUP_HEAD, rows, id=f"{dim}-table")))
     return H("".join(out))
 
 
@@ -703,7 +790,8 @@ def render(results: dict[str, Any]) -> str:
             section_distributions(results), section_summary(results), section_resources(results),
             section_workers(results), section_environment(results)]
     toc = [("load", "load"), ("steps", "steps"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
-           ("summary", "whole run"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
+           ("summary", "whole run"), ("cache", "prompt cache"), ("by_endpoint", "per endpoint"),
+           ("by_model", "per model"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
     text = "".join(body)
     nav = " ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc if f"id='{a}'" in text)
     title = (results.get("plan") or {}).get("name") if isinstance(results.get("plan"), dict) else None

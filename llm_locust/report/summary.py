@@ -65,6 +65,10 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     if so.get("checked"):
         lines.append(f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
                      f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)")
+    lines += cache_lines(fig.get("cache"))
+    for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
+        if fig.get(dim):
+            lines += group_lines(fig[dim], label)
     failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", "cancelled") and v}
     if failures:
         lines.append("failures by kind:")
@@ -83,3 +87,57 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
 
 def _kv(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def cache_lines(c: dict[str, Any] | None) -> list[str]:
+    """The prompt-cache lines (docs/metrics.md, "Prompt cache"); none when nothing was reported."""
+    if not c:
+        return []
+    lines = []
+    if c.get("requests_reported"):
+        lines.append(
+            f"prompt cache: {c['cached_tokens']} of {c['prompt_tokens']} prompt tokens served from the server's cache"
+            f" ({_ratio(c.get('hit_ratio'))}) over {c['requests_reported']} requests;"
+            f" hits {c.get('hit_requests', 0)}, misses {c.get('miss_requests', 0)}"
+            f" (hit: at least {c.get('hit_threshold', 0.5):.0%} of the prompt cached)"
+        )
+        hit, miss = c.get("ttft_hit") or {}, c.get("ttft_miss") or {}
+        if hit.get("count") or miss.get("count"):
+            lines.append(f"  TTFT p50 hit {_ms(hit.get('p50'))} ms, miss {_ms(miss.get('p50'))} ms;"
+                         f" p99 hit {_ms(hit.get('p99'))} ms, miss {_ms(miss.get('p99'))} ms")
+    if c.get("ideal_requests"):
+        lines.append(
+            f"  ideal (unbounded prefix cache): {c['ideal_cached_tokens']} of {c['ideal_prompt_tokens']} prompt tokens"
+            f" ({_ratio(c.get('ideal_hit_ratio'))}); achieved/ideal {_ratio(c.get('achieved_vs_ideal'))}"
+            f" over {c.get('both_requests', 0)} requests with both"
+        )
+    return lines
+
+
+GROUP_COLS = ("ok", "failed", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50", "cached")
+
+
+def group_lines(groups: dict[str, dict[str, Any]], label: str) -> list[str]:
+    """A table of the per-endpoint or per-model figures (latencies in ms)."""
+    width = max([len(label) + 4, *(len(k) for k in groups)]) + 2
+    head = f"{'by ' + label:<{width}}" + "".join(f"{c:>10}" for c in GROUP_COLS)
+    lines = [head]
+    for key, g in groups.items():
+        lat = g.get("latency") or {}
+        cache = g.get("cache") or {}
+        cells = (
+            str(g.get("ok", 0)),
+            str(g.get("failed", 0)),
+            f"{g.get('output_tokens_per_s', 0.0):.1f}",
+            _ms((lat.get("ttft") or {}).get("p50")),
+            _ms((lat.get("ttft") or {}).get("p99")),
+            _ms((lat.get("tpot") or {}).get("p50")),
+            _ms((lat.get("e2e") or {}).get("p50")),
+            _ratio(cache.get("hit_ratio")),
+        )
+        lines.append(f"{key:<{width}}" + "".join(f"{c:>10}" for c in cells))
+    return lines

@@ -8,6 +8,16 @@ request. Served on the web UI's Flask app at /metrics, and on its own port with
   llm_locust_requests_total{outcome}  counter; llm_locust_{input,output}_tokens_total
   llm_locust_users, _in_flight, _step, _offered_load, _test_running, _workers{state},
   llm_locust_worker_cpu_percent{worker}, llm_locust_worker_report_age_seconds{worker}
+  llm_locust_ttft_cache_{hit,miss}_seconds  TTFT of cache hits / misses (docs/metrics.md, "Prompt cache")
+  llm_locust_cache_reported_requests_total, llm_locust_cached_prompt_tokens_total,
+  llm_locust_cache_prompt_tokens_total, llm_locust_ideal_cached_prompt_tokens_total,
+  llm_locust_ideal_prompt_tokens_total           prompt-cache counters (ok requests)
+  llm_locust_cache_hit_ratio, llm_locust_cache_ideal_hit_ratio,
+  llm_locust_cache_achieved_vs_ideal_ratio       gauges, present once defined
+  llm_locust_{endpoint,model}_requests_total{endpoint|model, outcome},
+  llm_locust_{endpoint,model}_{input,output,cached_prompt,ideal_cached_prompt}_tokens_total{...},
+  llm_locust_{endpoint,model}_{ttft,tpot,e2e}_seconds{...}   per endpoint / per model, when the
+                                      requests carry one (at most MAX_GROUPS values, then "other")
   locust_*                            the familiar locust_exporter names, for existing dashboards
 
 Histogram buckets are counted from the HDR histogram: a sample within 0.1% of a bucket bound
@@ -24,6 +34,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from llm_locust.runtime.hub import hub
+from llm_locust.metrics.aggregate import Aggregate, SparseHistogram
 from llm_locust.metrics.histogram import Histogram
 
 log = logging.getLogger(__name__)
@@ -38,6 +49,13 @@ HISTOGRAMS = {  # exported name -> (aggregate histogram, bucket bounds in second
     "llm_locust_tpot_seconds": ("tpot", _FAST, "Time per output token per request, first token excluded."),
     "llm_locust_e2e_seconds": ("e2e", _SLOW, "End-to-end request latency."),
     "llm_locust_schedule_lag_seconds": ("schedule_lag", _LAG, "Send time - scheduled time (client-side delay)."),
+    "llm_locust_ttft_cache_hit_seconds": ("ttft_cache_hit", _SLOW, "TTFT of ok requests the server said had at least half their prompt cached."),
+    "llm_locust_ttft_cache_miss_seconds": ("ttft_cache_miss", _SLOW, "TTFT of ok requests the server said had less than half their prompt cached."),
+}
+GROUP_HISTOGRAMS = {  # per endpoint / per model: name suffix -> (group histogram, bounds, help)
+    "ttft_seconds": ("ttft", _SLOW, "Time to first token"),
+    "tpot_seconds": ("tpot", _FAST, "Time per output token"),
+    "e2e_seconds": ("e2e", _SLOW, "End-to-end request latency"),
 }
 
 
@@ -57,6 +75,76 @@ def cumulative_buckets(h: Histogram, bounds: tuple[float, ...]) -> list[tuple[st
         out.append((f"{bound:g}", acc))
     out.append(("+Inf", total))
     return out
+
+
+def sparse_buckets(h: SparseHistogram, bounds: tuple[float, ...]) -> list[tuple[str, int]]:
+    """Prometheus `le` buckets from a per-group histogram (same bucketing as the HDR one)."""
+    limits = [round(b * 1e6) for b in bounds]
+    counts = [0] * len(bounds)
+    total = 0
+    for value, n in h.buckets.items():
+        total += n
+        for i, limit in enumerate(limits):
+            if value <= limit:
+                counts[i] += n
+                break
+    out, acc = [], 0
+    for bound, c in zip(bounds, counts):
+        acc += c
+        out.append((f"{bound:g}", acc))
+    out.append(("+Inf", total))
+    return out
+
+
+def cache_families(total: Aggregate) -> Any:
+    """The prompt-cache counters and ratio gauges (docs/metrics.md, "Prompt cache")."""
+    c = total.cache
+    for name, value, doc in (
+        ("llm_locust_cache_reported_requests", c.reported, "Ok requests whose server reported its cached prompt tokens."),
+        ("llm_locust_cached_prompt_tokens", c.cached, "Prompt tokens the server said it served from its prefix cache."),
+        ("llm_locust_cache_prompt_tokens", c.prompt, "Prompt tokens of the requests with a cached count reported."),
+        ("llm_locust_ideal_cached_prompt_tokens", c.ideal, "Prompt tokens an unbounded prefix cache could have served."),
+        ("llm_locust_ideal_prompt_tokens", c.ideal_prompt, "Prompt tokens of the requests whose ideal is known."),
+    ):
+        yield CounterMetricFamily(name, doc, value=value)
+    for name, num, den, doc in (
+        ("llm_locust_cache_hit_ratio", c.cached, c.prompt, "Cached / prompt tokens, over requests with a cached count."),
+        ("llm_locust_cache_ideal_hit_ratio", c.ideal, c.ideal_prompt, "Ideal cached / prompt tokens (unbounded prefix cache)."),
+        ("llm_locust_cache_achieved_vs_ideal_ratio", c.both_cached, c.both_ideal,
+         "Cached / ideal cached tokens, over requests with both known."),
+    ):
+        if den:
+            yield GaugeMetricFamily(name, doc, value=num / den)
+
+
+def group_families(total: Aggregate) -> Any:
+    """Per-endpoint and per-model series, labelled by the endpoint (base URL) or model."""
+    for dim, groups in total.groups.items():
+        if not groups:
+            continue
+        prefix = f"llm_locust_{dim}"
+        req = CounterMetricFamily(f"{prefix}_requests", f"Finished requests by {dim} and outcome.", labels=[dim, "outcome"])
+        counters = {
+            key: CounterMetricFamily(f"{prefix}_{key}_tokens", f"{doc} by {dim}.", labels=[dim])
+            for key, doc in (("input", "Input tokens of ok requests"), ("output", "Output tokens of ok requests"),
+                             ("cached_prompt", "Prompt tokens the server served from its cache"),
+                             ("ideal_cached_prompt", "Prompt tokens an unbounded prefix cache could have served"))
+        }
+        hists = {suffix: HistogramMetricFamily(f"{prefix}_{suffix}", f"{doc} by {dim}.", labels=[dim])
+                 for suffix, (_k, _b, doc) in GROUP_HISTOGRAMS.items()}
+        for value, g in sorted(groups.items()):
+            for outcome, n in sorted(g.outcomes.items()):
+                req.add_metric([value, outcome], n)
+            counters["input"].add_metric([value], g.tokens_in)
+            counters["output"].add_metric([value], g.tokens_out)
+            counters["cached_prompt"].add_metric([value], g.cache.cached)
+            counters["ideal_cached_prompt"].add_metric([value], g.cache.ideal)
+            for suffix, (key, bounds, _doc) in GROUP_HISTOGRAMS.items():
+                h = g.hist[key]
+                hists[suffix].add_metric([value], buckets=sparse_buckets(h, bounds), sum_value=h.sum_us / 1e6)
+        yield req
+        yield from counters.values()
+        yield from hists.values()
 
 
 class LLMCollector:
@@ -82,6 +170,8 @@ class LLMCollector:
         yield CounterMetricFamily("llm_locust_sent_requests", "Requests sent.", value=total.sent)
         yield CounterMetricFamily("llm_locust_input_tokens", "Input tokens of ok requests.", value=total.tokens_in)
         yield CounterMetricFamily("llm_locust_output_tokens", "Output tokens of ok requests.", value=total.tokens_out)
+        yield from cache_families(total)
+        yield from group_families(total)
         yield from self._gauges(h)
         yield from self._locust_compatible()
 

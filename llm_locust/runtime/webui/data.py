@@ -276,6 +276,8 @@ class LiveView:
             "series_tail": tail,
             "series_end": end_sec,  # seconds before this one are complete (up to late requests)
         }
+        snap["cache"] = _cache_view(total)
+        snap["groups"] = _groups_view(total, span)
         snap["step"], snap["ladder"] = self._ladder(inp)
         snap["_series_first"] = min(total.series) if total.series else None
         return snap
@@ -521,3 +523,40 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
     if t["length_mismatch"]:
         rows.append({"metric": "Output length mismatches", "value": f"{t['length_mismatch']} of {t['length_checked']}"})
     return rows
+
+
+def _cache_view(total: Aggregate) -> dict[str, Any] | None:
+    """The run's prompt-cache figures (docs/metrics.md, "Prompt cache"); None when nothing was reported."""
+    c = total.cache
+    if not c.any:
+        return None
+    f = c.figures()
+    hit, miss = total.hist["ttft_cache_hit"], total.hist["ttft_cache_miss"]
+    return {
+        "reported": c.reported, "cached_tokens": c.cached, "prompt_tokens": c.prompt,
+        "hit_ratio": _r(f["hit_ratio"], 4), "ideal_hit_ratio": _r(f["ideal_hit_ratio"], 4),
+        "achieved_vs_ideal": _r(f["achieved_vs_ideal"], 4), "hits": c.hits, "misses": c.misses,
+        "ttft_hit_p50": _r(hit.percentile(50), 6) if hit.count else None,
+        "ttft_miss_p50": _r(miss.percentile(50), 6) if miss.count else None,
+    }
+
+
+def _groups_view(total: Aggregate, span: float) -> dict[str, list[dict[str, Any]]] | None:
+    """Rows per endpoint and per model (a dimension with more than one value only), or None."""
+    out = {}
+    for dim, groups in total.groups.items():
+        if len(groups) < 2:
+            continue
+        rows = []
+        for key, g in sorted(groups.items()):
+            f = g.figures(span)
+            lat = f["latency"]
+            rows.append({
+                "key": key, "ok": f["ok"], "failed": f["failed"],
+                "output_tokens_per_s": _r(f["output_tokens_per_s"], 2),
+                "ttft_p50": _r(lat["ttft"].get("p50"), 6), "ttft_p99": _r(lat["ttft"].get("p99"), 6),
+                "tpot_p50": _r(lat["tpot"].get("p50"), 6), "e2e_p50": _r(lat["e2e"].get("p50"), 6),
+                "hit_ratio": _r((f.get("cache") or {}).get("hit_ratio"), 4),
+            })
+        out[dim] = rows
+    return out or None

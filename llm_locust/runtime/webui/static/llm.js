@@ -183,6 +183,7 @@
     }));
 
     renderLadder(p);
+    renderCache(p);
 
     // failures
     var kinds = Object.keys(p.failures);
@@ -208,6 +209,31 @@
     }
     if (st.gpu) {
       text("llm-gpu-detail", st.gpu.t.length ? "now: " + fmt(last(st.gpu.mem_gib)) + " of " + fmt(last(st.gpu.mem_total_gib)) + " GiB, utilisation " + fmt(last(st.gpu.util)) + "%" : (st.gpu.error ? "no data: " + st.gpu.error : "no sample yet"));
+    }
+  }
+
+  function pctOf(v) { return v === null || v === undefined ? "-" : fmt(v * 100) + "%"; }
+
+  function renderCache(p) {
+    var c = p.cache;
+    $("panel-cache").hidden = !c;
+    if (c) {
+      text("llm-cache", "served from the server's cache: " + c.cached_tokens.toLocaleString("en-US") + " of " +
+        c.prompt_tokens.toLocaleString("en-US") + " prompt tokens (" + pctOf(c.hit_ratio) + ") over " + c.reported +
+        " requests; ideal " + pctOf(c.ideal_hit_ratio) + ", achieved/ideal " + pctOf(c.achieved_vs_ideal) +
+        "; hits " + c.hits + ", misses " + c.misses + "; TTFT p50 hit " + ms(c.ttft_hit_p50) + " ms, miss " + ms(c.ttft_miss_p50) + " ms");
+    }
+    var g = p.groups;
+    $("panel-groups").hidden = !g;
+    if (g) {
+      var rows = [];
+      ["endpoint", "model"].forEach(function (dim) {
+        (g[dim] || []).forEach(function (r) {
+          rows.push(row([dim + " " + r.key, String(r.ok), String(r.failed), fmt(r.output_tokens_per_s), ms(r.ttft_p50),
+            ms(r.ttft_p99), ms(r.tpot_p50), ms(r.e2e_p50), pctOf(r.hit_ratio)], r.failed ? "flagged" : ""));
+        });
+      });
+      fill($("llm-groups").tBodies[0], rows);
     }
   }
 
