@@ -148,7 +148,7 @@ def test_turns_grow_by_the_reply_and_the_new_tokens_and_carry_the_ideal():
     assert runner(st).run(st.sessions["a"], send) is True
     msgs = [x["spec"].messages for x in send.sent]
     assert [len(m) for m in msgs] == [1, 3, 5]
-    assert msgs[0][0]["content"].startswith("[run N1 session a]\n")  # the cache-bust marker, first turn only
+    assert msgs[0][0]["content"].startswith("[run N1 session a.1]\n")  # the cache-bust marker, first turn only
     assert msgs[1][:1] == msgs[0] and msgs[1][1] == {"role": "assistant", "content": "r1 r1 r1"}
     assert msgs[1][2]["content"].startswith("Tool result:\n")
     assert msgs[2][:3] == msgs[1] and msgs[2][3]["content"] == "r2 r2 r2" and msgs[2][4]["content"] == "thanks"
@@ -239,5 +239,38 @@ def test_mid_start_sends_the_earlier_turns_as_history():
     assert len(send.sent) == 2
     first = send.sent[0]["spec"].messages
     assert len(first) == 7 and [m["role"] for m in first[:6]] == ["user", "assistant"] * 3
-    assert first[0]["content"].startswith("[run N1 session a]\n")
+    assert first[0]["content"].startswith("[run N1 session a.1]\n")
     assert send.sent[0]["ideal"] == 0  # nothing of it was ever sent
+
+
+def test_a_session_sent_again_starts_cold():
+    st = build([("a", None, 0, T(1, text="hello", output_tokens=3))])
+    send = Recorder()
+    r = runner(st)
+    r.run(st.sessions["a"], send)
+    r.run(st.sessions["a"], send)
+    m = [x["spec"].messages[0]["content"] for x in send.sent]
+    assert m[0] != m[1] and m[0].endswith("hello") and m[1].endswith("hello")
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "agentic"
+
+
+def test_session_files_load_as_sessions_and_are_never_read_as_requests():
+    from llm_locust.workload import load_trace
+
+    seen = set()
+    for f in sorted(FIXTURES.glob("*.json*")):
+        from llm_locust.workload.agentic import detect_sessions
+
+        fmt = detect_sessions(f)
+        if fmt is None:
+            continue
+        seen.add(fmt)
+        assert isinstance(load_workload(str(f)), SessionTrace), f
+        with pytest.raises(TraceError, match=r"a session trace \(.+\), not a trace of single requests"):
+            load_trace(f)
+    assert {"llm-locust-sessions", "weka", "sglang-agentic", "aiperf-dag"} <= seen
+    assert Settings(trace_format="weka-trace").trace_format == "weka-trace"  # an alias
+    with pytest.raises(Exception, match="unknown trace format 'wekka'.*did you mean 'weka'"):
+        Settings(trace_format="wekka")

@@ -84,6 +84,7 @@ class SessionRunner:
         True when every turn got its reply. `t_start`: perf_counter time of its first turn;
         `timed`: keep the trace's turn times (open loop; the closed loop sends after replies and gaps)."""
         self.sessions_started += 1
+        instance = f"{session.id}.{self.sessions_started}"  # a session sent again (closed loop, loops) starts cold
         t0 = time.perf_counter() if t_start is None else t_start
         model = model or session.model or self.model_for(session)
         kids = gevent.pool.Group()
@@ -93,14 +94,14 @@ class SessionRunner:
         outcome = None  # True: every turn answered; False: a turn failed; None: stopped
         try:
             if start_turn:
-                history = self._made_up_history(session, start_turn)  # never sent: nothing to reuse
+                history = self._made_up_history(session, instance, start_turn)  # never sent: nothing to reuse
             for k in range(start_turn, len(session.turns)):
                 turn = session.turns[k]
                 t_due = ready
                 if timed and turn.at is not None:
                     t_due = max(t_due, t0 + (turn.at - session.start) / self.speed)
                 _sleep_until(t_due)
-                spec, n_prompt_est, new = self._spec(session, k, turn, history, model, first=(k == 0))
+                spec, n_prompt_est, new = self._spec(session, instance, k, turn, history, model, first=(k == 0))
                 if turn.hash_ids is not None:
                     bs = self.trace.block_size or 1
                     ideal = self.ideal.blocks(turn.hash_ids, bs, turn.input_tokens or len(turn.hash_ids) * bs)
@@ -133,12 +134,12 @@ class SessionRunner:
 
     # ---- what a turn sends ----
 
-    def _marker(self, session: Session) -> str:
+    def _marker(self, session: Session, instance: str) -> str:
         if not self.cache_bust:
             return ""
         if session.block_mode:
             return f"[run {self.nonce}]\n"
-        return f"[run {self.nonce} session {session.id}]\n"
+        return f"[run {self.nonce} session {instance}]\n"
 
     def _new_content(self, session: Session, k: int, turn: Turn) -> str:
         if turn.text is not None:
@@ -150,13 +151,13 @@ class SessionRunner:
             content = "Tool result:\n" + content
         return content
 
-    def _spec(self, session: Session, k: int, turn: Turn, history: list[dict[str, Any]], model,
+    def _spec(self, session: Session, instance: str, k: int, turn: Turn, history: list[dict[str, Any]], model,
               first: bool) -> tuple[RequestSpec, int, list[dict[str, Any]]]:
         """The request of turn k, our estimate of its prompt tokens, and its new messages."""
         b = self.builder
-        marker = self._marker(session) if first else ""
+        marker = self._marker(session, instance) if first else ""
         if turn.hash_ids is not None:
-            marker = self._marker(session)  # every whole prompt starts the same way, so blocks stay shared
+            marker = self._marker(session, instance)  # every whole prompt starts the same way, so blocks stay shared
             rec = TraceRecord(turn.at or 0.0, turn.input_tokens or turn.new_tokens, turn.output_tokens,
                               hash_ids=turn.hash_ids, block_size=self.trace.block_size, source=turn.source)
             spec = b.spec(rec, model)
@@ -181,14 +182,14 @@ class SessionRunner:
             spec = b.spec(TraceRecord(turn.at or 0.0, None, turn.output_tokens, prompt=text, source=turn.source), model)
         return spec, est, new
 
-    def _made_up_history(self, session: Session, upto: int) -> list[dict[str, Any]]:
+    def _made_up_history(self, session: Session, instance: str, upto: int) -> list[dict[str, Any]]:
         """The messages of turns before `upto`, replies synthesised at their trace lengths."""
         history: list[dict[str, Any]] = []
         for k in range(upto):
             t = session.turns[k]
             if t.hash_ids is not None:
                 return []
-            content = (self._marker(session) if k == 0 else "") + self._new_content(session, k, t)
+            content = (self._marker(session, instance) if k == 0 else "") + self._new_content(session, k, t)
             reply_n = max(1, t.output_tokens or 16)
             reply = self.builder.prompts.build(reply_n, key=f"{t.source or session.id}/{k}#reply").content
             history += [{"role": "user", "content": content}, {"role": "assistant", "content": reply}]
@@ -243,10 +244,10 @@ def load_workload(path: str, fmt: str | None = None, share: tuple[int, int] | No
     conversations (a conversation's turns go out in order, each after the previous reply, in the
     closed loop too), else the Trace itself."""
     from llm_locust.workload import load_trace
-    from llm_locust.workload.agentic import SESSION_FORMATS, detect_sessions, load_sessions
+    from llm_locust.workload.agentic import is_session_format, detect_sessions, load_sessions
     from llm_locust.workload.sessions import sessions_from_trace
 
-    if fmt in SESSION_FORMATS or (not fmt and detect_sessions(path)):
+    if fmt and is_session_format(fmt) or (not fmt and detect_sessions(path)):
         return load_sessions(path, fmt or None, share=share)
     trace = load_trace(path, fmt or None, share=share)
     if "conversation_id" in trace.columns and trace.conversations():

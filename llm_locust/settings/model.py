@@ -198,10 +198,12 @@ def _check_api(v: str) -> str:
 
 
 def _check_format(v: str) -> str:
+    from llm_locust.workload.agentic import ALIASES, SESSION_FORMATS, is_session_format
     from llm_locust.workload.formats import FORMATS
 
-    if v and v not in FORMATS:
-        raise ValueError(f"unknown trace format {v!r}{_suggest(v, FORMATS)}; one of {', '.join(FORMATS)}")
+    if v and v not in FORMATS and not is_session_format(v):
+        known = FORMATS + SESSION_FORMATS
+        raise ValueError(f"unknown trace format {v!r}{_suggest(v, known + tuple(ALIASES))}; one of {', '.join(known)}")
     return v
 
 

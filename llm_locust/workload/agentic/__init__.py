@@ -33,11 +33,9 @@ session format wins. A file no session format claims loads through `load_trace` 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
-import orjson
 
 from llm_locust.workload.agentic import aiperf_dag, mooncake, ours, sglang, weka
 from llm_locust.workload.formats.base import Context, Source, TraceError
@@ -68,48 +66,17 @@ ALIASES = {
     "mooncake-tool-agent": mooncake.TOOLAGENT,
 }
 
-_SGLANG_HEAD = re.compile(r'"conversations"\s*:\s*\[\s*\[')
-_WEKA_HEAD = (re.compile(r'"requests"\s*:\s*\['), re.compile(r'"block_size"\s*:'), re.compile(r'"id"\s*:'))
-_DAG_TOP = ("orchestrator", "pre_session_spawns", "context_mode")
-
-
 def _name(fmt: str) -> str:
     key = fmt.strip().lower().replace("_", "-")
     return ALIASES.get(key, key)
 
 
-def detect_head(head: str) -> str | None:
-    """The session format of a file from its first bytes (`Source.head`), or None."""
-    text = head.lstrip()
-    if not text.startswith("{"):
-        return None
-    first = text.split("\n", 1)[0].strip()
-    try:
-        obj = orjson.loads(first)
-    except orjson.JSONDecodeError:
-        if _SGLANG_HEAD.search(text):
-            return sglang.NAME
-        if all(r.search(text) for r in _WEKA_HEAD):
-            return weka.NAME
-        return None
-    if type(obj) is not dict:
-        return None
-    if "session" in obj and "session_id" not in obj:
-        return ours.NAME
-    if {"id", "requests", "block_size"} <= obj.keys() and type(obj["requests"]) is list:
-        return weka.NAME
-    conv = obj.get("conversations")
-    if type(conv) is list and conv and type(conv[0]) is list:
-        return sglang.NAME
-    turns = obj.get("turns")
-    if type(turns) is list:
-        if any(k in obj for k in _DAG_TOP):
-            return aiperf_dag.NAME
-        t0 = turns[0] if turns else None
-        if type(t0) is dict and ("messages" in t0 or "spawns" in t0 or "forks" in t0) \
-                and "text" not in t0 and "texts" not in t0:
-            return aiperf_dag.NAME
-    return None
+from llm_locust.workload.session_detect import detect_head  # noqa: E402 - shared with formats.detect
+
+
+def is_session_format(fmt: str) -> bool:
+    """`fmt` names a session format (or one of its aliases)."""
+    return _name(fmt) in _READERS
 
 
 def detect_sessions(path: str | Path) -> str | None:
@@ -170,4 +137,4 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
     return trace.take_share(share)
 
 
-__all__ = ["SESSION_FORMATS", "ALIASES", "detect_sessions", "detect_head", "load_sessions"]
+__all__ = ["SESSION_FORMATS", "ALIASES", "detect_sessions", "detect_head", "is_session_format", "load_sessions"]

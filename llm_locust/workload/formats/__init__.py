@@ -7,6 +7,7 @@ import csv
 import orjson
 
 from llm_locust.workload.formats import aiperf, azure, bailian, burstgpt, guidellm, jsonl, mooncake, sharegpt, splitwise, vllm
+from llm_locust.workload.session_detect import detect_head
 from llm_locust.workload.formats.base import Context, Format, Source, TraceError
 
 _ALL: tuple[Format, ...] = (
@@ -62,6 +63,10 @@ def detect(head: str, name: str) -> Format:
     text = head.lstrip()
     if not text:
         raise TraceError(f"{name}: empty trace file")
+    session = detect_head(head)
+    if session is not None:  # never misread as requests: a run reads it with load_sessions
+        raise TraceError(f"{name}: a session trace ({session}), not a trace of single requests; "
+                         "llm-locust run replays it as sessions (docs/agentic.md)")
     lineno = head[: len(head) - len(text)].count("\n") + 1
     if text[0] == "[":
         if '"conversations"' in text[:HEAD_SCAN] or text[1:].lstrip().startswith("]"):

@@ -1,0 +1,96 @@
+"""Sessions through the whole chain: `llm-locust run` (real Locust, real simulated servers with
+a prefix cache) over two replicas, routed round-robin and by session affinity; cached tokens per
+request from the servers' replies, the ideal reuse, per-endpoint figures and the endpoints'
+state; an endpoint that dies mid-run."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llm_locust.sim.process import SimProcess
+
+
+def conversations(path, n=16, turns=4, words=60):
+    rows = []
+    for c in range(n):
+        for k in range(turns):
+            text = " ".join(f"w{c}x{k}x{i}" for i in range(words))
+            rows.append({"timestamp": 0.0, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def run(tmp, hosts, trace, *args, timeout=180):
+    results = tmp / "results.json"
+    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--results", str(results),
+           "--record-log", str(tmp / "records.jsonl"), "--api", "openai-chat", "--workers", "0"]
+    for h in hosts:
+        cmd += ["--host", h]
+    p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp / "records.jsonl").read_text().splitlines()]
+    return json.loads(results.read_text()), rows, p.stdout
+
+
+SIM = dict(slots=16, iter_base=0.002, iter_per_seq=0.0001, iter_per_prefill_token=0.0002, prefix_cache=True,
+           cache_block=4)
+
+
+@pytest.fixture
+def replicas():
+    with SimProcess(**SIM) as a, SimProcess(**SIM) as b:
+        yield [a.url, b.url]
+
+
+def test_affinity_reaches_the_ideal_reuse_and_random_routing_does_not(tmp_path, replicas):
+    # two turns: the second repeats the first and its reply; routed at random it lands on the other
+    # replica half the time. (Round-robin is no baseline here: with an even number of users in
+    # lock-step, a session's next pick comes round to the same replica again.)
+    trace = conversations(tmp_path / "conv.jsonl", turns=2)
+    figs = {}
+    for route in ("random", "affinity"):
+        d = tmp_path / route
+        d.mkdir()
+        results, rows, out = run(d, replicas, trace, "--route", route, "-u", "4", "-t", "4s")
+        ok = [r for r in rows if r["outcome"] == "ok"]
+        assert ok and all(r["n_cached"] is not None for r in ok)  # the servers' own word, per request
+        assert all(r["endpoint"] in replicas for r in ok) and {r["endpoint"] for r in ok} == set(replicas)
+        cache = results["summary"]["cache"]
+        assert cache["cached_tokens"] == sum(r["n_cached"] for r in ok)
+        assert cache["ideal_cached_tokens"] == sum(r["ideal_cached"] for r in ok if r["ideal_cached"] is not None)
+        by = results["summary"]["by_endpoint"]
+        assert set(by) == set(replicas)
+        assert sum(g["ok"] for g in by.values()) == len(ok)
+        assert "sessions:" in out and all(f"endpoint {u}:" in out for u in replicas)
+        if route == "affinity":  # a session's requests all went to one replica
+            per = {}
+            for r in ok:
+                per.setdefault(r["session"], set()).add(r["endpoint"])
+            assert all(len(v) == 1 for v in per.values())
+        figs[route] = cache
+    rr, aff = figs["random"], figs["affinity"]
+    assert aff["achieved_vs_ideal"] > 0.9, aff  # every later turn hits its own replica's cache
+    assert rr["achieved_vs_ideal"] < aff["achieved_vs_ideal"] - 0.2, (rr, aff)
+    # prefill of cached tokens is skipped: hits start sooner than misses
+    assert aff["ttft_hit"]["p50"] < aff["ttft_miss"]["p50"]
+
+
+def test_an_endpoint_that_dies_fails_its_own_requests_and_is_shown_down(tmp_path):
+    trace = conversations(tmp_path / "conv.jsonl", n=8, turns=2, words=10)
+    with SimProcess(**SIM) as a:
+        b = SimProcess(**SIM).start()
+        dead = b.url
+        b.stop()  # nothing listens there any more: every connection is refused
+        results, rows, out = run(tmp_path, [a.url, dead], trace, "--route", "round-robin", "-u", "2", "-t", "3s",
+                                 "--no-fail-fast", "--no-preflight")
+    by = results["summary"]["by_endpoint"]
+    assert by[a.url]["ok"] > 0 and by[a.url]["failed"] == 0
+    failed = [r for r in rows if r["endpoint"] == dead]
+    assert failed and all(r["outcome"] == "connect_error" for r in failed)
+    assert by[dead]["ok"] == 0 and by[dead]["failed"] == len(failed)
+    assert results["run"]["endpoints"][dead]["down"] is True and results["run"]["endpoints"][a.url]["down"] is False
+    assert f"endpoint {dead}:" in out and "DOWN" in out
+    # the live endpoint carried the run: after the third refusal, only probes go to the dead one
+    assert by[a.url]["ok"] > 5 * len(failed)
