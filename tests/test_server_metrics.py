@@ -366,3 +366,30 @@ def test_format_steps_shows_cache_hit_and_spec_acceptance_beside_itl():
     cells = [(line[:end_hit].split()[-1], line[:end_spec].split()[-1]) for line in lines[2:5]]
     assert cells == [("40.0", "60/2.80"), ("-", "-"), ("12.5", "-")]  # right-aligned under their headers
     assert format_steps(steps, server=[{}, {}, {}]) == plain
+
+
+@pytest.mark.real_server
+def test_llama_server_prefix_cache_counters_match_its_replies(llama_server_bin, smollm2_model):
+    """llama-server's prompt_tokens_total counts only the prompt tokens it processed, and
+    prompt_tokens_cached_total the reused ones: the window's hit ratio is exactly the replies'."""
+    from realservers import LlamaServer, http_get
+
+    def scrape(url, t):
+        return Sample(t, read(http_get(url + "/metrics")[1].decode())[1])
+
+    prompt = "the quick brown fox jumps over the lazy dog " * 20
+    with LlamaServer(smollm2_model, slots=1, ctx=2048, alias="s", threads=2) as srv:
+        s0 = scrape(srv.url, 0.0)
+        usages = []
+        for _ in range(2):
+            req = urllib.request.Request(srv.url + "/v1/completions", json.dumps(
+                {"prompt": prompt, "max_tokens": 4, "cache_prompt": True}).encode(), {"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                usages.append(json.loads(r.read())["usage"])
+        s1 = scrape(srv.url, 1.0)
+    cached = [u["prompt_tokens_details"]["cached_tokens"] for u in usages]
+    assert cached[0] == 0 and cached[1] > 0
+    w = ServerSeries("llama-server", "llama.cpp", [s0, s1]).window(0, 1)
+    assert w["prefix_cache_hits_total"]["increase"] == sum(cached)
+    assert w["prefix_cache_hit_ratio"] == sum(cached) / sum(u["prompt_tokens"] for u in usages)
+    assert "spec_acceptance_rate" not in w  # its spec-decode counters are there, at 0, without a draft model

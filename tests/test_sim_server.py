@@ -788,3 +788,33 @@ def test_spec_decode_cut_fault_lands_on_exactly_k_tokens(spec):
     chunks = [e for e in r.events() if e != "[DONE]" and "choices" in e and e["choices"]]
     assert chunks[-1]["usage"]["completion_tokens"] == 17
     assert sum(len(c["choices"][0]["text"].split()) for c in chunks) == 17
+
+
+def test_stream_client_records_cached_tokens_and_spec_chunk_tokens():
+    """llm-locust's own client against the sim with both options: the record's n_cached is the
+    reply's cached count, and its per-chunk token counts (continuous usage) add up."""
+    from geventhttpclient import HTTPClient
+
+    from llm_locust.protocols import get_adapter
+    from llm_locust.protocols.base import RequestSpec
+    from llm_locust.runtime.client import StreamClient, Timeouts
+
+    with SimProcess(iter_base=0.001, iter_per_seq=0.0001, iter_per_prefill_token=0, prefix_cache=True,
+                    cache_block=BLOCK, spec_tokens=3, spec_accept=0.8, seed=5) as sim:
+        http = HTTPClient.from_url(sim.url, concurrency=2, connection_timeout=2.0, network_timeout=10.0)
+        try:
+            recs = {}
+            for api in ("openai-completions", "openai-chat", "anthropic-messages", "sglang-generate", "openai-responses"):
+                client = StreamClient(http, sim.url, get_adapter(api), Timeouts(2.0, 10.0, 10.0), None, False)
+                spec = RequestSpec(model="m", prompt=words_of(api, 10), messages=[{"role": "user", "content": words_of(api, 10)}],
+                                   max_tokens=40, force_length=True, continuous_usage=True)
+                recs[api] = [client.send(spec, f"{api}-{i}") for i in range(2)]
+        finally:
+            http.close()
+    for api, (r1, r2) in recs.items():
+        assert r1.ok and r2.ok, (api, r1.error, r2.error)
+        assert (r1.n_cached, r2.n_cached) == (0, 8), api
+        assert r1.n_out == r2.n_out == 40, api
+    for api in ("openai-completions", "openai-chat", "sglang-generate"):  # a running count per chunk
+        r = recs[api][1]
+        assert sum(r.chunk_tokens) == 40 and max(r.chunk_tokens) > 1 and len(r.chunk_times) < 40, (api, r.chunk_tokens)
