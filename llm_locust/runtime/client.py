@@ -188,6 +188,8 @@ class StreamClient:
             resp = _Response(sock, block_size=READ_SIZE, method="POST")
             rec.t_headers = _read_head(resp, read, rec, self.limits.head_bytes)
             rec.status = status = resp.status_code
+            if self.netloc not in _SERVER_SEEN:
+                _note_server(self.netloc, resp.get("server"))
             encoding = _content_encoding(resp)
             if status < 200 or status >= 300:
                 if encoding:
@@ -553,6 +555,23 @@ _WATCHDOG = _Watchdog()
 # failure and is never sent again (the server may have acted on it); from then on this process
 # opens a fresh connection for every request to that host, so it happens once, not 1 time in 15.
 NO_REUSE: set[str] = set()
+
+
+# Servers known to close kept-alive connections that way (llama.cpp's llama-server, which names
+# itself in its Server header): never reused from their first reply on, so the race is not even
+# met once. Hosts whose first reply has been looked at are in _SERVER_SEEN.
+NO_REUSE_SERVERS = ("llama.cpp",)
+_SERVER_SEEN: set[str] = set()
+
+
+def _note_server(netloc: str, server) -> None:
+    _SERVER_SEEN.add(netloc)
+    if isinstance(server, list):
+        server = server[0] if server else None
+    if isinstance(server, str) and server.strip().lower() in NO_REUSE_SERVERS and netloc not in NO_REUSE:
+        NO_REUSE.add(netloc)
+        log.info("%s is %s: each request to it opens its own connection (it may close a kept-alive one "
+                 "after reading a request, without answering)", netloc, server.strip())
 
 
 def _stop_reusing(netloc: str) -> None:
