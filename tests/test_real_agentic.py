@@ -113,3 +113,33 @@ def test_affinity_beats_round_robin_and_cached_tokens_are_the_servers(tmp_path, 
         # later turns are longer than first ones, so within a run hits and misses are not alike;
         # against round-robin, where the same later turns mostly miss, the hits start sooner
         assert a["ttft_hit"]["p50"] < r["ttft_miss"]["p50"], (aff, a, rr, r)
+
+
+def test_a_weighted_model_split_over_two_servers_of_two_models(tmp_path, llama_server_bin, tiny_model):
+    """Two llama-server processes as two models (aliases model-a, model-b), --model
+    model-a:0.7,model-b:0.3 over both: each request goes to the server that lists its model
+    (/v1/models), the split is within the binomial bound, and each server's own count of
+    generated tokens is exactly its model's requests times the forced output length."""
+    n, out = 60, 2
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 0.01, "input_tokens": 20, "output_tokens": out}) + "\n"
+                             for i in range(n)))
+    with realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-a", threads=1) as a, \
+            realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-b", threads=1) as b:
+        before = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]
+        results, log = tmp_path / "r.json", tmp_path / "rl.jsonl"
+        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--replay", "--api",
+               "openai-completions", "--model", "model-a:0.7,model-b:0.3", "--host", a.url, "--host", b.url,
+               "--workers", "0", "--results", str(results), "--record-log", str(log), "--server-metrics", "off"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        after = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]
+        urls = {"model-a": a.url, "model-b": b.url}
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(rows) == n and all(r["outcome"] == "ok" for r in rows)
+    assert all(r["endpoint"] == urls[r["model"]] for r in rows)  # a model's requests go where it is served
+    by_model = json.loads(results.read_text())["summary"]["by_model"]
+    n_a = by_model["model-a"]["ok"]
+    assert n_a + by_model["model-b"]["ok"] == n
+    assert abs(n_a - 0.7 * n) <= 4 * (n * 0.7 * 0.3) ** 0.5, n_a  # binomial: within 4 standard deviations
+    assert [x - y for x, y in zip(after, before)] == [n_a * out, (n - n_a) * out]

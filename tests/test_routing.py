@@ -348,3 +348,19 @@ def test_per_endpoint_scrapers_read_each_their_own_server():
         for s in servers:
             s.shutdown()
             s.server_close()
+
+
+def test_a_model_goes_only_to_the_endpoints_that_serve_it():
+    r = Router(["http://a", "http://b", "http://c"], "round-robin")
+    r.serve({"http://a": ["base", "lora-x"], "http://b": ["base"], "http://c": ["base", "lora-x"]})
+    assert {r.pick(None, "lora-x") for _ in range(20)} == {"http://a", "http://c"}
+    assert {r.pick(None, "base") for _ in range(20)} == {"http://a", "http://b", "http://c"}  # served everywhere
+    assert {r.pick(None, "unknown") for _ in range(20)} == {"http://a", "http://b", "http://c"}
+    for _ in range(3):  # a down: lora-x goes to c only
+        r.started("http://a")
+        r.finished("http://a", ok=False, connect_failed=True)
+    assert {r.pick(None, "lora-x") for _ in range(10)} == {"http://c"}
+    aff = Router(["http://a", "http://b", "http://c"], "affinity")
+    aff.serve({"http://a": ["m1"], "http://b": ["m2"], "http://c": ["m2"]})
+    assert {aff.pick(f"s{i}", "m1") for i in range(30)} == {"http://a"}
+    assert {aff.pick(f"s{i}", "m2") for i in range(30)} == {"http://b", "http://c"}

@@ -150,6 +150,8 @@ class Dispatcher:
 
             self.router = Router(urls, s.route, seed=seed)
             self.clients = {u: self._client(u) for u in urls}
+            if self.model_split is not None:  # which endpoint serves which model
+                self.router.serve({u: fetch_models(u, self._headers(), s.timeouts, s.limits) for u in urls})
         self.runner = None
         if isinstance(self.trace, SessionTrace):
             self.runner = SessionRunner(self.trace, self.builder, s, nonce=run_nonce(s.seed), speed=s.speed,
@@ -240,7 +242,7 @@ class Dispatcher:
         rid = f"{metrics.id_prefix}-{self.sent}"
         client, url, router = self.client, None, self.router
         if router is not None:
-            url = router.pick(session)
+            url = router.pick(session, spec.model)
             client = self.clients[url]
             router.started(url)
         headers = self.settings.session_header_names

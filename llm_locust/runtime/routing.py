@@ -141,18 +141,35 @@ class Router:
         self._eps = {u: _Endpoint(u) for u in urls}
         self._order = [self._eps[u] for u in urls]
         self._next = 0  # round-robin position
+        self._serves: dict[str, frozenset[str]] = {}  # model -> the endpoints serving it (`serve`)
 
     # ---- picking ----
-    def pick(self, session: str | None = None) -> str:
+    def serve(self, models_by_url: dict[str, Iterable[str]]) -> None:
+        """What each endpoint serves (its /v1/models): from then on a request for a model that
+        some endpoints list and others do not goes to those that list it (several models, or
+        LoRA adapters loaded on some replicas only, without a gateway). A model no endpoint
+        lists goes anywhere."""
+        by_model: dict[str, set[str]] = {}
+        for url, models in models_by_url.items():
+            for m in models:
+                by_model.setdefault(m, set()).add(url.rstrip("/"))
+        self._serves = {m: frozenset(u) for m, u in by_model.items() if len(u) < len(self._order)}
+
+    def pick(self, session: str | None = None, model: str | None = None) -> str:
         """The endpoint for the next request; `session` (a conversation / user id) matters for
-        ``affinity`` only."""
-        if len(self._order) == 1:
-            return self._order[0].url
-        up = [e for e in self._order if not e.down]
+        ``affinity`` only; `model`, after `serve`, limits the choice to the endpoints serving it."""
+        order = self._order
+        if model and self._serves:
+            among = self._serves.get(model)
+            if among is not None:
+                order = [e for e in order if e.url in among]
+        if len(order) == 1:
+            return order[0].url
+        up = [e for e in order if not e.down]
         if not up:  # every endpoint down: route as if all were up (the requests fail, counted)
-            up = self._order
-        elif len(up) < len(self._order):
-            probe = self._probe(session)
+            up = order
+        elif len(up) < len(order):
+            probe = self._probe(session, order)
             if probe is not None:
                 return probe.url
         if self.strategy == "affinity" and session:
@@ -172,14 +189,14 @@ class Router:
                 return e
         return up[0]  # unreachable: up is never empty
 
-    def _probe(self, session: str | None) -> _Endpoint | None:
+    def _probe(self, session: str | None, order: list[_Endpoint]) -> _Endpoint | None:
         """A down endpoint whose back-off has passed, now marked probed (one per retry_after)."""
         now = self._clock()
         if self.strategy == "affinity" and session:
-            first = max(self._order, key=lambda e: stable_hash(e.url, session))
+            first = max(order, key=lambda e: stable_hash(e.url, session))
             candidates = [first] if first.down else []
         else:
-            candidates = [e for e in self._order if e.down]
+            candidates = [e for e in order if e.down]
         for e in candidates:
             if now >= e.next_probe:
                 e.next_probe = now + self.retry_after

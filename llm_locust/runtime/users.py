@@ -153,6 +153,7 @@ class LLMUser(FastHttpUser):
         self.stream = self.stream_client(self.adapter)
         self.llm = LLMClient(self)
         self._discover_model()
+        self._discover_endpoint_models()
 
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
@@ -174,6 +175,19 @@ class LLMUser(FastHttpUser):
                 log.info("model from /v1/models: %s", ctx.model)
             ctx.model_checked = True
 
+    def _discover_endpoint_models(self) -> None:
+        """Several endpoints and several models: which endpoint serves which model (/v1/models),
+        once per process, so a model's requests go only where it is served."""
+        ctx = self.ctx
+        if ctx.router is None or ctx.model_split is None or ctx.__dict__.get("endpoint_models") is not None:
+            return
+        with ctx.lock:
+            if ctx.__dict__.get("endpoint_models") is None:
+                s = ctx.settings
+                ctx.endpoint_models = {u: fetch_models(u, self.stream_headers(), s.timeouts, s.limits)
+                                       for u in ctx.router.urls}
+                ctx.router.serve(ctx.endpoint_models)
+
     def stream_headers(self, adapter=None) -> dict[str, str]:
         """The key as the API takes it (a Bearer token; Anthropic: x-api-key and its version)."""
         return request_headers(adapter or self.adapter, self.ctx.settings.api_key)
@@ -189,7 +203,7 @@ class LLMUser(FastHttpUser):
         rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
         router, url = ctx.router, None
         if router is not None and stream is None:
-            url = router.pick(session)
+            url = router.pick(session, spec.model)
             stream = self._stream_for(url)
             router.started(url)
         if session is not None and ctx.session_headers:
