@@ -25,12 +25,15 @@ def conversations(path, n=16, turns=4, words=60):
 def run(tmp, hosts, trace, *args, timeout=180):
     results = tmp / "results.json"
     cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--results", str(results),
-           "--record-log", str(tmp / "records.jsonl"), "--api", "openai-chat", "--workers", "0"]
+           "--record-log", str(tmp / "records.jsonl"), "--api", "openai-chat"]
     for h in hosts:
         cmd += ["--host", h]
     p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp / "records.jsonl").read_text().splitlines()]
+    import glob
+
+    rows = [json.loads(line) for f in sorted(glob.glob(str(tmp / "records.jsonl") + "*"))
+            for line in open(f).read().splitlines()]
     return json.loads(results.read_text()), rows, p.stdout
 
 
@@ -94,3 +97,42 @@ def test_an_endpoint_that_dies_fails_its_own_requests_and_is_shown_down(tmp_path
     assert f"endpoint {dead}:" in out and "DOWN" in out
     # the live endpoint carried the run: after the third refusal, only probes go to the dead one
     assert by[a.url]["ok"] > 5 * len(failed)
+
+
+def _synth(path, spec):
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--agentic", spec, "--out", str(path),
+                        "--force"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_path):
+    lines = _synth(tmp_path / "ag.jsonl", "sessions=30,turns=uniform:2:4,subagent_p=0.4,fanout=uniform:1:3,"
+                   "subagent_turns=uniform:1:3,first_input=uniform:50:150,subagent_input=60,new_tokens=uniform:10:40,"
+                   "output=4,gap=0.02,rate=40,seed=7")
+    with SimProcess(slots=256, iter_base=0.002, iter_per_seq=0.00002, iter_per_prefill_token=0) as sim:
+        results, rows, out = run(tmp_path, [sim.url], tmp_path / "ag.jsonl", "--replay", "--workers", "2")
+    assert len(rows) == len(lines) and all(r["outcome"] == "ok" for r in rows)
+    assert len({r["id"].split("-")[0] for r in rows}) == 2  # both workers sent
+    assert sorted(r["source"] for r in rows) == sorted(f"{tmp_path / 'ag.jsonl'}:{i}" for i in range(1, len(lines) + 1))
+    sess = results["run"]["sessions"]
+    assert sess["started"] == len({x["session"] for x in lines}) and sess["done"] == sess["started"]
+    # a subagent's turns lie between the reply of the turn that spawned it and its parent's next turn
+    turns: dict[str, list] = {}
+    for i, x in enumerate(lines, 1):
+        turns.setdefault(x["session"], []).append(i)
+    at = {int(r["source"].rsplit(":", 1)[1]): (r["t_sent"], r["t_sent"] + r["end"]) for r in rows}
+    checked = 0
+    for x in lines:
+        if x.get("parent") and x["session"] not in [y["session"] for y in lines[:lines.index(x)]]:
+            parent = turns[x["parent"]]
+            k = x["spawned_by_turn"]
+            spawn_end = at[parent[k - 1]][1]
+            mine = [at[i] for i in turns[x["session"]]]
+            assert mine[0][0] >= spawn_end
+            if k < len(parent):
+                assert at[parent[k]][0] >= max(e for _, e in mine)
+                checked += 1
+    assert checked >= 3
+    lag = results["summary"]["latency"]["schedule_lag"]
+    print(f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms")
