@@ -136,3 +136,15 @@ def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_p
     assert checked >= 3
     lag = results["summary"]["latency"]["schedule_lag"]
     print(f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms")
+
+
+def test_a_ladder_shows_the_servers_cache_hits_and_spec_decode_beside_itl(tmp_path):
+    trace = conversations(tmp_path / "conv.jsonl", n=8, turns=3, words=30)
+    with SimProcess(**SIM, spec_tokens=3, spec_accept=0.7) as sim:
+        results, rows, out = run(tmp_path, [sim.url], trace, "--ladder", "concurrency:1,2", "--step-duration", "3s",
+                                 "--warmup", "1s", "--metrics-interval", "0.5s", "--workers", "0")
+    head = next(line for line in out.splitlines() if line.startswith("step"))
+    assert "cache hit %" in head and "spec acc %/len" in head, head
+    steps = results["server_metrics"]["steps"]
+    assert all(0 < s["prefix_cache_hit_ratio"] <= 1 for s in steps if "prefix_cache_hit_ratio" in s)
+    assert any("spec_acceptance_rate" in s for s in steps)

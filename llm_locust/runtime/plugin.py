@@ -277,7 +277,8 @@ def _on_init(environment, **_kw: Any) -> None:
         if why:
             print(f"workers: {why}", file=sys.stdout, flush=True)
         ctl = shapes.controller(environment)
-        ladder = ctl.report() if ctl is not None else None
+        server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
+        ladder = ctl.report((server_windows or {}).get("steps")) if ctl is not None else None
         for url, s in scrapers.items():  # one line per endpoint (named when there are several)
             if s.series.samples:
                 print(_server_line(s, h, url if len(scrapers) > 1 else None), file=sys.stdout, flush=True)
@@ -286,7 +287,6 @@ def _on_init(environment, **_kw: Any) -> None:
             print(line, file=sys.stdout, flush=True)
         if ladder and ladder["table"]:
             print("\n" + ladder["table"], file=sys.stdout, flush=True)
-        server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
         by_endpoint = {url: _server_windows(s, h, ctl) for url, s in scrapers.items()} if len(scrapers) > 1 else None
         gpu_windows = _server_windows(gpu_scraper, h, ctl) if gpu_scraper is not None else None
         eff = None

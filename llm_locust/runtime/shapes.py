@@ -316,8 +316,10 @@ class LadderController:
             )
         return out
 
-    def report(self) -> dict[str, Any]:
-        """What the results JSON keeps: the ladder, each step's window and figures, the verdict."""
+    def report(self, server: list[dict] | None = None) -> dict[str, Any]:
+        """What the results JSON keeps: the ladder, each step's window and figures, the verdict.
+        `server`: the server's /metrics per window ({"step": index, ...}), for the table's
+        prefix-cache and speculative-decoding columns."""
         steps = self.results()
         # a search's probes go up and down: the knee analysis reads them in load order
         verdict = analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps else None
@@ -327,7 +329,7 @@ class LadderController:
             "steps": [s.to_dict() for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
             "stop_reason": self.stop_reason,
-            "table": format_steps(steps, verdict) if steps else "",
+            "table": format_steps(steps, verdict, _by_step(server, steps)) if steps else "",
         }
         if self.search is not None:
             out["sla"] = self._sla_report()
@@ -450,3 +452,11 @@ def stop_dispatchers_on(env: Environment) -> None:
     from llm_locust.runtime.dispatcher import stop_passes
 
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))
+
+
+def _by_step(server: list[dict] | None, steps) -> list[dict] | None:
+    """The server windows in the order of the step results (matched by step index)."""
+    if not server:
+        return None
+    by = {w.get("step"): w for w in server}
+    return [by.get(s.step, {}) for s in steps]
