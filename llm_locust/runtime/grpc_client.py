@@ -273,6 +273,8 @@ class GrpcStreamClient:
         rec.finish_reason = state.finish_reason
         if state.usage_in is not None:
             rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+        if state.usage_cached is not None:
+            rec.n_cached = state.usage_cached
         if state.extra:
             rec.extra = dict(state.extra)
 
