@@ -148,3 +148,16 @@ def test_a_ladder_shows_the_servers_cache_hits_and_spec_decode_beside_itl(tmp_pa
     steps = results["server_metrics"]["steps"]
     assert all(0 < s["prefix_cache_hit_ratio"] <= 1 for s in steps if "prefix_cache_hit_ratio" in s)
     assert any("spec_acceptance_rate" in s for s in steps)
+
+
+def test_trace_models_send_each_record_with_its_own_model(tmp_path):
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 0.01, "input_tokens": 5, "output_tokens": 2,
+                                         "model": "m-a" if i % 3 else "m-b"}) + "\n" for i in range(30)))
+    with SimProcess(slots=64, iter_base=0.002, iter_per_seq=0.00002, iter_per_prefill_token=0) as sim:
+        results, rows, _ = run(tmp_path, [sim.url], trace, "--replay", "--trace-models", "--workers", "0",
+                               "--api", "openai-completions")
+    src_model = {f"{trace}:{i + 1}": ("m-a" if i % 3 else "m-b") for i in range(30)}
+    assert len(rows) == 30 and all(r["model"] == src_model[r["source"]] for r in rows)
+    by = results["summary"]["by_model"]
+    assert (by["m-a"]["ok"], by["m-b"]["ok"]) == (20, 10)

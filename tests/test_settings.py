@@ -72,6 +72,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "host": ("http://127.0.0.1:9", {}),
         "api": ("tgi", {}),
         "model": ("m1:0.7,m2:0.3", {}),
+        "trace_models": (True, {}),
         "endpoints": ("http://127.0.0.1:10,http://127.0.0.1:11", {}),
         "route": ("affinity", {}),
         "session_headers": ("x-session-id,x-route-key", {}),

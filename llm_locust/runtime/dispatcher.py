@@ -162,6 +162,11 @@ class Dispatcher:
         if self.runner is not None:
             status["sessions"] = self.runner.counts
 
+    def _record_model(self, rec) -> str | None:
+        if self.settings.trace_models and rec.model:
+            return rec.model
+        return self._request_model()
+
     def _request_model(self, session: str | None = None) -> str | None:
         return self.model_split.pick(session) if self.model_split is not None else self.model
 
@@ -193,7 +198,7 @@ class Dispatcher:
             sleep_until(t_due)
             self._acquire_slot(t_due)
             rec = trace[i]
-            self.greenlets.spawn(self._send, self.builder.spec(rec, self._request_model()), t_due, rec.source)
+            self.greenlets.spawn(self._send, self.builder.spec(rec, self._record_model(rec)), t_due, rec.source)
 
     def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
         """Open loop at `rate` requests/s (Poisson or constant), records of the share in turn,
@@ -217,7 +222,7 @@ class Dispatcher:
             rec = trace[k % len(trace)]
             k += 1
             self._acquire_slot(t)
-            self.greenlets.spawn(self._send, self.builder.spec(rec, self._request_model()), t, rec.source)
+            self.greenlets.spawn(self._send, self.builder.spec(rec, self._record_model(rec)), t, rec.source)
 
     def _acquire_slot(self, t_due: float) -> None:
         """Take an in-flight slot, waiting at the cap. A request is held back when it waited

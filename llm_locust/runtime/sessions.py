@@ -86,7 +86,8 @@ class SessionRunner:
         self.sessions_started += 1
         instance = f"{session.id}.{self.sessions_started}"  # a session sent again (closed loop, loops) starts cold
         t0 = time.perf_counter() if t_start is None else t_start
-        model = model or session.model or self.model_for(session)
+        trace_model = session.model if getattr(self.settings, "trace_models", False) else None
+        model = model or trace_model or self.model_for(session)
         kids = gevent.pool.Group()
         history: list[dict[str, Any]] = []
         ctx_tokens = 0  # tokens of the previous prompt and its reply (history mode)

@@ -42,14 +42,15 @@ class LLMFailure(Exception):
 class Workload:
     """The records this process sends, in order, looping; shared by the process's users."""
 
-    def __init__(self, trace, builder: SpecBuilder, offset: int = 0) -> None:
+    def __init__(self, trace, builder: SpecBuilder, offset: int = 0, trace_models: bool = False) -> None:
         self.trace = trace
         self.builder = builder
         self._next = itertools.count(offset)
+        self.trace_models = trace_models
 
     def next_spec(self, model: str | None) -> tuple[RequestSpec, str]:
         rec = self.trace[next(self._next) % len(self.trace)]
-        return self.builder.spec(rec, model), rec.source
+        return self.builder.spec(rec, rec.model if self.trace_models and rec.model else model), rec.source
 
 
 class _ProcessContext:
@@ -77,7 +78,7 @@ class _ProcessContext:
             self._start_rng = random.Random(s.seed * 1_000_033 + index)
         else:
             # spread workers over the trace so they do not all send the same records first
-            self.workload = Workload(work, builder, offset=(index * 7919) % len(work))
+            self.workload = Workload(work, builder, offset=(index * 7919) % len(work), trace_models=s.trace_models)
         self.model: str | None = split[0][0] if len(split) == 1 else None
         self.model_checked = bool(split) or self.settings.api not in OPENAI_APIS
         urls = s.endpoint_list
