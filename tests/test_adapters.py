@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from llm_locust.protocols import (
+    TOOL_CALL,
     API_NAMES,
     CONTENT,
     NO_TOKEN,
@@ -705,4 +706,4 @@ def test_chunks_fallback_without_usage():
 def test_tool_call_deltas_are_tokens():
     delta = {"tool_calls": [{"index": 0, "function": {"arguments": "{\"x\":"}}]}
     r = run("openai-chat", sse([orjson.dumps({"choices": [{"delta": delta}]})]))
-    assert r.kinds == [CONTENT] and r.text == ""
+    assert r.kinds == [TOOL_CALL] and r.text == ""  # output tokens, timed apart (time to first tool call)

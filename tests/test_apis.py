@@ -20,6 +20,7 @@ from llm_locust.protocols import (
     API_NAMES,
     CHAT_APIS,
     CONTENT,
+    TOOL_CALL,
     NO_TOKEN,
     OPENAI_APIS,
     REASONING,
@@ -247,7 +248,7 @@ def test_responses_reasoning_tool_calls_and_incomplete():
                       "output_tokens_details": {"reasoning_tokens": 11}, "total_tokens": 29}}},
     ])
     r = run("openai-responses", body)
-    assert r.kinds == [NO_TOKEN, REASONING, REASONING, CONTENT, CONTENT, CONTENT, NO_TOKEN, NO_TOKEN, NO_TOKEN]
+    assert r.kinds == [NO_TOKEN, REASONING, REASONING, TOOL_CALL, CONTENT, CONTENT, NO_TOKEN, NO_TOKEN, NO_TOKEN]
     assert (r.reasoning, r.text) == ("Let me think", "HiNo")  # tool-call arguments are not visible text
     assert (r.usage_in, r.usage_out, r.finish_reason, r.done) == (9, 20, "max_output_tokens", True)
     assert r.extra["details"] == {"cached_tokens": 4, "reasoning_tokens": 11}
@@ -295,7 +296,7 @@ def test_anthropic_thinking_tool_use_and_ping():
         {"type": "message_stop"},
     ])
     r = run("anthropic-messages", body)
-    assert r.kinds == [NO_TOKEN, NO_TOKEN, REASONING, NO_TOKEN, NO_TOKEN, NO_TOKEN, CONTENT, CONTENT, NO_TOKEN,
+    assert r.kinds == [NO_TOKEN, NO_TOKEN, REASONING, NO_TOKEN, NO_TOKEN, NO_TOKEN, CONTENT, TOOL_CALL, NO_TOKEN,
                        NO_TOKEN, NO_TOKEN]
     assert (r.reasoning, r.text) == ("Hmm", "Sure")
     # message_start's output_tokens (1) is a placeholder; message_delta's is the total

@@ -16,6 +16,7 @@ from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
 LATENCIES = (
     "ttft",  # t_first - t_sent
     "ttft_content",  # t_first_content - t_sent (differs from ttft for reasoning models)
+    "ttft_tool",  # t_first_tool - t_sent: first generated tool-call token (requests that called a tool)
     "ttft_queue",  # t_first - t_sched
     "schedule_lag",  # t_sent - t_sched
     "itl",  # per token: gap_k / n_k, n_k samples
@@ -414,6 +415,8 @@ class Aggregate:
                 h["ttft_cache_hit" if hit else "ttft_cache_miss"].record(rec.t_first - rec.t_sent)
             if rec.t_first_content is not None:
                 h["ttft_content"].record(rec.t_first_content - rec.t_sent)
+            if rec.t_first_tool is not None:
+                h["ttft_tool"].record(rec.t_first_tool - rec.t_sent)
             if rec.n_out >= 2:
                 h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
             itl_max = _record_gaps(times, ntoks, h["itl"], h["inter_chunk"])

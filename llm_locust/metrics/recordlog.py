@@ -25,6 +25,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "headers": rel(rec.t_headers),
         "first": rel(rec.t_first),
         "first_content": rel(rec.t_first_content),
+        "first_tool": rel(rec.t_first_tool),
         "end": rel(rec.t_end),
         "chunks": [t - t0 for t in rec.chunk_times],
         "chunk_tokens": rec.chunk_tokens,

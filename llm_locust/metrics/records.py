@@ -43,6 +43,7 @@ class RequestRecord:
     t_headers: float | None = None
     t_first: float | None = None
     t_first_content: float | None = None
+    t_first_tool: float | None = None  # first generated tool-call token (function name or arguments)
     t_end: float | None = None
     # Arrival time of each token-bearing chunk, and its token count n_k (resolved per spec).
     chunk_times: list[float] = field(default_factory=list)

@@ -32,6 +32,7 @@ from llm_locust.protocols.base import (
     MAX_TOKEN_COUNT,
     NO_TOKEN,
     REASONING,
+    TOOL_CALL,
     ProtocolError,
     RequestSpec,
     StreamState,
@@ -125,7 +126,7 @@ class AnthropicAdapter:
                     return NO_TOKEN
                 if type(text) is not str:
                     raise wrong_type("delta.partial_json", text, "a string")
-                return CONTENT
+                return TOOL_CALL
             if dtype is not None and type(dtype) is not str:
                 raise wrong_type("delta.type", dtype, "a string")
             return NO_TOKEN  # signature_delta, citations_delta, unknown kinds

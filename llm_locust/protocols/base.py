@@ -16,6 +16,7 @@ from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_
 NO_TOKEN = 0  # role-only, empty text, usage-only, keep-alive, end marker, error
 CONTENT = 1  # carries visible output text
 REASONING = 2  # carries reasoning text only
+TOOL_CALL = 3  # carries generated tool-call tokens (function name, argument JSON): output, no visible text
 
 
 class ProtocolError(ValueError):

@@ -17,6 +17,7 @@ from llm_locust.protocols.base import (
     MAX_TOKEN_COUNT,
     NO_TOKEN,
     REASONING,
+    TOOL_CALL,
     ProtocolError,
     RequestSpec,
     StreamState,
@@ -209,7 +210,7 @@ class OpenAIAdapter:
                     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
                     calls = delta.get("tool_calls")
                     if not text and calls:
-                        kind = CONTENT  # generated tool-call tokens; no visible text
+                        kind = TOOL_CALL  # generated tool-call tokens; no visible text
                         if state.collect_text:
                             _collect_tool_calls(calls, state)
                 if text:

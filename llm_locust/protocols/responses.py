@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, RequestSpec, StreamState
+from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, TOOL_CALL, RequestSpec, StreamState
 from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
 
 
@@ -108,7 +108,7 @@ class ResponsesAdapter:
                 return NO_TOKEN
             if type(delta) is not str:
                 raise wrong_type("delta", delta, "a string")
-            return CONTENT
+            return TOOL_CALL
         if typ in _FINAL:
             _final(obj, typ, state)
         elif typ == "error":

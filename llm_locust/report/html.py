@@ -514,8 +514,8 @@ def section_summary(r: dict[str, Any]) -> H:
     s = r.get("summary") or {}
     lat = s.get("latency") or {}
     rows = []
-    for label, key in (*LATENCY_ROWS[:1], ("TTFT (content)", "ttft_content"), *LATENCY_ROWS[1:], ("E2E incl. queue", "e2e_queue")):
-        if key in lat:
+    for label, key in (*LATENCY_ROWS[:1], ("TTFT (content)", "ttft_content"), ("TTFT (tool call)", "ttft_tool"), *LATENCY_ROWS[1:], ("E2E incl. queue", "e2e_queue")):
+        if key in lat and (key != "ttft_tool" or (lat[key] or {}).get("count")):
             st = lat[key]
             rows.append((label, num(st.get("count")), *(ms(st.get(c)) for c in PCTS[1:])))
     out = ["<h2 id='summary'>Whole run</h2><h3>Latency (ms)</h3>", table(("latency",) + PCTS, rows, id="latency-table")]

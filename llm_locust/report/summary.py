@@ -24,7 +24,8 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     lines = [title, ""]
     head = f"{'latency (ms)':<18}{'count':>8}" + "".join(f"{c:>10}" for c in COLS)
     lines += [head, "-" * len(head)]
-    for label, key in ROWS:
+    rows = ROWS if not fig["latency"].get("ttft_tool", {}).get("count") else ROWS[:2] + (("TTFT tool call", "ttft_tool"),) + ROWS[2:]
+    for label, key in rows:
         s = fig["latency"].get(key, {})
         lines.append(f"{label:<18}{s.get('count', 0):>8}" + "".join(f"{_ms(s.get(c)):>10}" for c in COLS))
     lines.append("")

@@ -33,7 +33,8 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTP
 
 from llm_locust.protocols import error_text, make_decoder, printable
 from llm_locust.protocols.base import (
-    CONTENT,
+    REASONING,
+    TOOL_CALL,
     Adapter,
     Limits,
     ProtocolError,
@@ -296,8 +297,10 @@ class StreamClient:
                         append(now)
                         if rec.t_first is None:
                             rec.t_first = now
-                        if kind == CONTENT and rec.t_first_content is None:
-                            rec.t_first_content = now
+                        if kind != REASONING and rec.t_first_content is None:
+                            rec.t_first_content = now  # text or a tool call: what the user waits for
+                        if kind == TOOL_CALL and rec.t_first_tool is None:
+                            rec.t_first_tool = now
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None

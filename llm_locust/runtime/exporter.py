@@ -45,6 +45,7 @@ _LAG = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 HISTOGRAMS = {  # exported name -> (aggregate histogram, bucket bounds in seconds, help)
     "llm_locust_ttft_seconds": ("ttft", _SLOW, "Time to first token: first token-bearing chunk - request sent."),
     "llm_locust_ttft_queue_seconds": ("ttft_queue", _SLOW, "Time to first token from the scheduled send time."),
+    "llm_locust_ttft_tool_seconds": ("ttft_tool", _SLOW, "Time to the first generated tool-call token (requests that called a tool)."),
     "llm_locust_itl_seconds": ("itl", _FAST, "Inter-token latency, one sample per token (gap / tokens in the chunk)."),
     "llm_locust_tpot_seconds": ("tpot", _FAST, "Time per output token per request, first token excluded."),
     "llm_locust_e2e_seconds": ("e2e", _SLOW, "End-to-end request latency."),

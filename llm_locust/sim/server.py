@@ -412,6 +412,7 @@ class Stream:
         self.usage, self.cont, self.t_recv = usage, cont, t_recv
         self.n_out = 0
         self.items = None  # the prompt's tokens, when the prefix cache is on
+        self.tool_name: str | None = None  # chat with tool_choice "required": the reply is one call of this tool
         self.fast_cached = 0  # fast mode: prompt tokens found in the prefix cache
         self.t_tokens: list[float] = []
         self.ended = False
@@ -524,6 +525,8 @@ class Stream:
             text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
             if self.proto is not None:
                 parts.append(self._event(text, last))
+            elif self.tool_name is not None:
+                parts.append(self._tool_chunk(n, k, text, last))
             elif last or self.cont or k > 1:
                 tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
                 parts.append(frame(self.prefix + text.encode() + tail + self._usage_field(n)
@@ -542,6 +545,20 @@ class Stream:
             app.loop.call_later(f.seconds, self._resume)
             return "stall"
         return None
+
+    def _tool_chunk(self, n: int, k: int, text: str, last: bool) -> bytes:
+        """A chat chunk whose tokens are a tool call's: the call's id and name with the first
+        tokens, then argument pieces (as vLLM streams them); finish_reason "tool_calls"."""
+        call: dict = {"index": 0, "function": {"arguments": text}}
+        if n == k:
+            call.update(id=f"call_{self.rid}", type="function")
+            call["function"] = {"name": self.tool_name, "arguments": text}
+        obj = orjson.loads(self.head_json + b"}")
+        obj["choices"] = [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
+                           "finish_reason": self.reason if last else None}]
+        if self.cont:
+            obj["usage"] = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
+        return frame(b"data: " + orjson.dumps(obj) + b"\n\n")
 
     def _usage_field(self, n: int) -> bytes:
         if not self.cont:
@@ -909,6 +926,11 @@ class App:
                     bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
         if self.engine.cache is not None:
             st.items = prompt_words(req, proto, chat)
+        tools = req.get("tools")
+        if chat and proto is None and st.stream and isinstance(tools, list) and tools and req.get("tool_choice") == "required":
+            fn = tools[0].get("function") if isinstance(tools[0], dict) else None
+            st.tool_name = str((fn or {}).get("name") or "tool") if isinstance(fn, dict) else "tool"
+            st.reason = "tool_calls"
         return st
 
     def _draw_length(self, max_tokens, min_tokens, ignore_eos) -> int:
