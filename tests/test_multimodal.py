@@ -58,8 +58,8 @@ def test_synthetic_images_reach_the_body():
     assert parts[0]["type"] == "text" and parts[0]["text"]
     imgs = [p for p in parts if p["type"] == "image_url"]
     assert len(imgs) == 3 and all(p["image_url"]["url"].startswith("data:image/jpeg;base64,") for p in imgs)
-    n, nbytes = take_media("x:1")
-    assert n == 3 and nbytes > 0
+    n, nbytes, n_audio, audio_bytes = take_media("x:1")
+    assert n == 3 and nbytes > 0 and (n_audio, audio_bytes) == (0, 0)
     assert take_media("x:1") is None
 
 
@@ -175,3 +175,37 @@ def test_structured_output_rate_over_canned_replies(use_jsonschema):
     so = figures(merged)["structured_output"]
     assert so["checked"] == 5 and so["parsed"] == 4 and so["valid"] == 2
     assert so["valid_rate"] == pytest.approx(0.4) and so["parse_rate"] == pytest.approx(0.8)
+
+
+def test_audio_clips_reach_the_body_and_the_results():
+    import base64
+    import wave
+
+    from llm_locust.workload.records import TraceRecord
+
+    b = builder(audio=2, audio_seconds=0.25, images=1, image_size="8x8", seed=5)
+    spec = b.spec(TraceRecord(0.0, input_tokens=50, output_tokens=4, source="a:1"), "m")
+    parts = body_of(spec)["messages"][-1]["content"]
+    clips = [p for p in parts if p["type"] == "input_audio"]
+    assert len(clips) == 2 and [p["type"] for p in parts].count("image_url") == 1
+    raw = [base64.b64decode(p["input_audio"]["data"]) for p in clips]
+    assert all(p["input_audio"]["format"] == "wav" for p in clips)
+    with wave.open(io.BytesIO(raw[0])) as w:  # a real WAV: 16 kHz mono 16-bit, 0.25 s
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()) == (16000, 1, 2, 4000)
+    assert raw[0] != raw[1]  # two distinct clips
+    again = body_of(builder(audio=2, audio_seconds=0.25, seed=5).spec(TraceRecord(0.0, 50, 4, source="a:2"), "m"))
+    assert [p for p in again["messages"][-1]["content"] if p["type"] == "input_audio"] == clips  # seeded
+    take_media("a:2")
+    r = RequestRecord(request_id="1", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source="a:1")
+    _note_workload(SimpleNamespace(llm_structured=None), r)
+    agg = Aggregate()
+    agg.add(r)
+    merged = Aggregate()
+    merged.merge_wire(agg.to_wire())
+    fig = figures(merged)
+    assert (fig["audio"]["sent"], fig["audio"]["bytes"]) == (2, sum(len(x) for x in raw))
+    old = agg.to_wire()
+    old["workload"] = old["workload"][:5]  # a wire dict from before audio merges
+    m2 = Aggregate()
+    m2.merge_wire(old)
+    assert m2.audio_sent == 0 and m2.images_sent == 1

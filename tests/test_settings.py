@@ -103,6 +103,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "images": (2, {}),
         "image_size": ("64x32", {}),
         "image_format": ("jpeg", {}),
+        "audio": (2, {}),
+        "audio_seconds": (1.5, {}),
         "tools": (3, {}),
         "tool_choice": ("required", {}),
         "response_format": (str(schema), {}),

@@ -307,6 +307,8 @@ class Aggregate:
         # every finished request; structured output checked / parsed as JSON / valid for the schema
         self.images_sent = 0
         self.image_bytes = 0
+        self.audio_sent = 0  # audio clips (--audio) and their bytes (before base64)
+        self.audio_bytes = 0
         self.structured_checked = 0
         self.structured_parsed = 0
         self.structured_valid = 0
@@ -369,6 +371,10 @@ class Aggregate:
             if images:
                 self.images_sent += images
                 self.image_bytes += extra.get("image_bytes") or 0
+            audio = extra.get("audio")
+            if audio:
+                self.audio_sent += audio
+                self.audio_bytes += extra.get("audio_bytes") or 0
             parsed = extra.get("json_parsed")
             if parsed is not None:
                 self.structured_checked += 1
@@ -480,7 +486,7 @@ class Aggregate:
             "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                       for api, k in self.kinds.items()},
             "workload": [self.images_sent, self.image_bytes, self.structured_checked, self.structured_parsed,
-                         self.structured_valid],
+                         self.structured_valid, self.audio_sent, self.audio_bytes],
             "cache": self.cache.to_wire(),
             "groups": {d: {key: g.to_wire() for key, g in groups.items()}
                        for d, groups in self.groups.items() if groups},
@@ -543,7 +549,11 @@ class Aggregate:
             k.items += items
             k.tokens_in += tokens_in
             k.latency.merge_encoded(data, sum_us)
-        images_sent, image_bytes, checked, parsed, valid = d.get("workload") or (0, 0, 0, 0, 0)
+        # older wire dicts have the first five only
+        images_sent, image_bytes, checked, parsed, valid, audio_sent, audio_bytes = (
+            list(d.get("workload") or ()) + [0] * 7)[:7]
+        self.audio_sent += audio_sent
+        self.audio_bytes += audio_bytes
         self.images_sent += images_sent
         self.image_bytes += image_bytes
         self.structured_checked += checked
@@ -692,6 +702,10 @@ def figures(agg: Aggregate) -> dict[str, Any]:
                   "latency": k.latency.summary()}
             for api, k in sorted(agg.kinds.items())
         }
+    if agg.audio_sent:
+        out["audio"] = {"sent": agg.audio_sent, "bytes": agg.audio_bytes,
+                        "per_request": agg.audio_sent / finished if finished else 0.0,
+                        "bytes_per_s": agg.audio_bytes / span if span > 0 else 0.0}
     if agg.images_sent:
         out["images"] = {"sent": agg.images_sent, "bytes": agg.image_bytes,
                          "per_request": agg.images_sent / finished if finished else 0.0,

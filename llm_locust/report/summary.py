@@ -62,6 +62,10 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     if img.get("sent"):
         lines.append(f"images: {img['sent']} sent ({img.get('per_request', 0):.2f} a request), "
                      f"{img.get('bytes', 0) / 1e6:.1f} MB")
+    aud = fig.get("audio") or {}
+    if aud.get("sent"):
+        lines.append(f"audio: {aud['sent']} clips sent ({aud.get('per_request', 0):.2f} a request), "
+                     f"{aud.get('bytes', 0) / 1e6:.1f} MB")
     so = fig.get("structured_output") or {}
     if so.get("checked"):
         lines.append(f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "

@@ -306,7 +306,7 @@ def _note_workload(env: Environment, rec: RequestRecord) -> None:
     media = take_media(rec.source)
     if media is not None:
         extra = rec.extra if rec.extra is not None else {}
-        extra["images"], extra["image_bytes"] = media
+        extra["images"], extra["image_bytes"], extra["audio"], extra["audio_bytes"] = media
         rec.extra = extra
     if rec.text is not None and rec.ok and rec.api in CHAT_APIS:
         check = _structured_check(env)

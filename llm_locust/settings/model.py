@@ -453,6 +453,8 @@ class Settings(BaseModel):
     images: Annotated[int, Field(ge=0, le=64), Opt("workload", "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 NumImages)", plan="workload.images.count")] = 0
     image_size: Annotated[Text, AfterValidator(_image_size), Opt("workload", "size of synthetic images, WIDTHxHEIGHT", plan="workload.images.size")] = "512x512"
     image_format: Annotated[Literal["png", "jpeg"], Opt("workload", "encoding of synthetic images: png or jpeg", plan="workload.images.format")] = "png"
+    audio: Annotated[int, Field(ge=0, le=16), Opt("workload", "chat: add this many synthetic audio clips (seeded 16 kHz WAV, input_audio parts) to every request", plan="workload.audio.count")] = 0
+    audio_seconds: Annotated[Seconds, Field(gt=0, le=600), Opt("workload", "length of each synthetic audio clip", plan="workload.audio.seconds", unit="s")] = 2.0
     tools: Annotated[int, Field(ge=0, le=128), Opt("workload", "chat: add this many generated tool definitions (JSON-schema functions, seeded) to every request", plan="workload.tools.count")] = 0
     tool_choice: Annotated[Literal["auto", "required"], Opt("workload", "with --tools: the tool_choice asked for, auto or required", plan="workload.tools.choice")] = "auto"
     response_format: Annotated[Text, AfterValidator(_json_schema_file), Opt("workload", "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate", plan="workload.response_format", path="in")] = ""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_locust.protocols.base import RequestSpec
+from llm_locust.workload.audio import AudioMaker, audio_part
 from llm_locust.workload.images import ImageMaker, content_parts, file_data_url, parse_size
 from llm_locust.workload.records import TraceRecord
 
@@ -42,6 +43,9 @@ class SpecBuilder:
         self.image_size = parse_size(getattr(s, "image_size", "") or "512x512")
         self.image_format = getattr(s, "image_format", "png") or "png"
         self.images = ImageMaker(getattr(s, "seed", 0) or 0)
+        self.n_audio = int(getattr(s, "audio", 0) or 0)
+        self.audio_seconds = float(getattr(s, "audio_seconds", 2.0) or 2.0)
+        self.audio = AudioMaker(getattr(s, "seed", 0) or 0) if self.n_audio else None
         # images, tools and response_format in OpenAI's chat form (vLLM, SGLang, llama-server, TGI)
         self.openai_chat = chat and (getattr(s, "api", "openai-chat") or "openai-chat") == "openai-chat"
         chat = self.openai_chat
@@ -76,12 +80,14 @@ class SpecBuilder:
                 messages = [{"role": "user", "content": prompt or ""}]
             messages = history + messages
             prompt = None
-        media = (0, 0)
+        media = (0, 0, 0, 0)
         if self.openai_chat:
             messages, media = self._with_images(rec, prompt, messages)
+            if self.n_audio:
+                messages, media = self._with_audio(prompt, messages, media)
             if messages is not None:
                 prompt = None
-        if media[0] and rec.source:
+        if (media[0] or media[2]) and rec.source:
             _note_media(rec.source, media)
         s = self.settings
         return RequestSpec(
@@ -94,6 +100,23 @@ class SpecBuilder:
             extra_body=dict(self.extra_body) if self.extra_body else {},
         )
 
+    def _with_audio(self, prompt: str | None, messages: list[dict[str, Any]] | None, media: tuple[int, int, int, int]):
+        """(messages, media): --audio N clips added to the last user message as input_audio parts."""
+        parts, nbytes = [], 0
+        for i in range(self.n_audio):
+            b64, size = self.audio.clip(self.audio_seconds, i)
+            parts.append(audio_part(b64))
+            nbytes += size
+        if messages is None:
+            messages = [{"role": "user", "content": [{"type": "text", "text": prompt or ""}] + parts}]
+        else:
+            messages = list(messages)
+            last = dict(messages[-1])
+            c = last.get("content")
+            last["content"] = (list(c) if isinstance(c, list) else [{"type": "text", "text": c or ""}]) + parts
+            messages[-1] = last
+        return messages, (media[0], media[1], self.n_audio, nbytes)
+
     def _with_images(self, rec: TraceRecord, prompt: str | None, messages: list[dict[str, Any]] | None):
         """(messages, (images, image bytes)): the trace's file:// parts as data: URLs, and the
         synthetic images (--images N, else the record's count) added to the last user message."""
@@ -103,7 +126,7 @@ class SpecBuilder:
         want = self.n_images or (rec.images or 0)
         want -= n_img  # a trace's own image parts count towards its image count
         if want <= 0:
-            return messages, (n_img, n_bytes)
+            return messages, (n_img, n_bytes, 0, 0)
         urls = []
         for i in range(want):
             url, size = self.images.data_url(self.image_size, self.image_format, i)
@@ -120,7 +143,7 @@ class SpecBuilder:
             else:
                 last["content"] = content_parts(c or "", urls)
             messages[-1] = last
-        return messages, (n_img + want, n_bytes)
+        return messages, (n_img + want, n_bytes, 0, 0)
 
 
 def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dict[str, Any]], int, int]:
@@ -156,26 +179,27 @@ def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dic
 _MEDIA: dict[str, list[int]] = {}
 
 
-def _note_media(source: str, media: tuple[int, int]) -> None:
+def _note_media(source: str, media: tuple[int, int, int, int]) -> None:
     e = _MEDIA.get(source)
     if e is None:
-        _MEDIA[source] = [media[0], media[1], 1]
+        _MEDIA[source] = [*media, 1]
     else:
-        e[0], e[1] = media
-        e[2] += 1
+        e[:4] = media
+        e[4] += 1
 
 
-def take_media(source: str | None) -> tuple[int, int] | None:
-    """(images, image bytes) of the request built for `source`, once per request built."""
+def take_media(source: str | None) -> tuple[int, int, int, int] | None:
+    """(images, image bytes, audio clips, audio bytes) of the request built for `source`, once
+    per request built."""
     if not source:
         return None
     e = _MEDIA.get(source)
     if e is None:
         return None
-    e[2] -= 1
-    if e[2] <= 0:
+    e[4] -= 1
+    if e[4] <= 0:
         del _MEDIA[source]
-    return e[0], e[1]
+    return e[0], e[1], e[2], e[3]
 
 
 # ---- tools ----
