@@ -80,23 +80,53 @@ def test_affinity_reaches_the_ideal_reuse_and_random_routing_does_not(tmp_path, 
     assert aff["ttft_hit"]["p50"] < aff["ttft_miss"]["p50"]
 
 
-def test_an_endpoint_that_dies_fails_its_own_requests_and_is_shown_down(tmp_path):
+def _served(url):
+    """Requests the simulator finished, from its own /metrics."""
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
+def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(tmp_path):
+    import time
+
     trace = conversations(tmp_path / "conv.jsonl", n=8, turns=2, words=10)
+    results_path, log = tmp_path / "results.json", tmp_path / "records.jsonl"
     with SimProcess(**SIM) as a:
         b = SimProcess(**SIM).start()
-        dead = b.url
-        b.stop()  # nothing listens there any more: every connection is refused
-        results, rows, out = run(tmp_path, [a.url, dead], trace, "--route", "round-robin", "-u", "2", "-t", "3s",
-                                 "--no-fail-fast", "--no-preflight")
+        doomed = b.url
+        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--results", str(results_path),
+               "--record-log", str(log), "--api", "openai-chat", "--workers", "0", "--host", a.url, "--host", doomed,
+               "--route", "round-robin", "-u", "2", "-t", "5s", "--no-fail-fast"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while _served(doomed) < 10:  # it served its share for a while ...
+                assert p.poll() is None and time.monotonic() < deadline, "the run ended before the endpoint died"
+                time.sleep(0.05)
+            b.stop()  # ... then dies mid-run
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert p.returncode in (0, 1), out[-2000:] + err[-2000:]  # 1: the error rate is above the limit
+    results = json.loads(results_path.read_text())
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    mine = [r for r in rows if r["endpoint"] == doomed]
+    ok_before = [r for r in mine if r["outcome"] == "ok"]
+    failed = [r for r in mine if r["outcome"] not in ("ok", "cancelled")]
+    assert len(ok_before) >= 10 and failed  # served, then failed
+    last_ok = max(r["wall_sent"] for r in ok_before)
+    assert all(r["wall_sent"] >= last_ok - 1 for r in failed)  # the failures came after it died
     by = results["summary"]["by_endpoint"]
-    assert by[a.url]["ok"] > 0 and by[a.url]["failed"] == 0
-    failed = [r for r in rows if r["endpoint"] == dead]
-    assert failed and all(r["outcome"] == "connect_error" for r in failed)
-    assert by[dead]["ok"] == 0 and by[dead]["failed"] == len(failed)
-    assert results["run"]["endpoints"][dead]["down"] is True and results["run"]["endpoints"][a.url]["down"] is False
-    assert f"endpoint {dead}:" in out and "DOWN" in out
-    # the live endpoint carried the run: after the third refusal, only probes go to the dead one
-    assert by[a.url]["ok"] > 5 * len(failed)
+    assert by[doomed]["failed"] == len(failed) and by[doomed]["ok"] == len(ok_before)
+    assert by[a.url]["failed"] == 0
+    alive_after = [r for r in rows if r["endpoint"] == a.url and r["outcome"] == "ok" and r["wall_sent"] > last_ok]
+    assert len(alive_after) > 3 * len(failed)  # the other one carried on
+    assert results["run"]["endpoints"][doomed]["down"] is True and results["run"]["endpoints"][a.url]["down"] is False
+    assert f"endpoint {doomed}:" in out and "DOWN" in out
 
 
 def _synth(path, spec):
