@@ -444,3 +444,20 @@ def test_verdicts_without_gpus_say_why_and_draw_no_plot(ladder_run):
     root = dom(render(r))
     assert not root.has_id("plot-pareto")
     assert "no GPU count" in root.by_id("verdicts-notes").all_text()
+
+
+def test_failures_by_cause_with_the_share_they_explain(ladder_run):
+    r = copy.deepcopy(ladder_run["results"])
+    r["summary"]["outcomes"]["http_error"] = 5
+    r["summary"]["errors"]["http_error"] = {"HTTP 400: request (5000 tokens) exceeds the available context size": 4,
+                                            "HTTP 429: slow down": 1}
+    r["summary"]["causes"] = {"overlong": 3, "overloaded": 1}
+    root = dom(render(r))
+    rows = [[td.all_text() for td in tr.find_all("td")] for tr in root.by_id("causes-table").find_all("tr")]
+    rows = [x for x in rows if x]
+    failed = sum(v for k, v in r["summary"]["outcomes"].items() if k not in ("ok", "cancelled"))
+    assert rows[0][:2] == ["overlong", "3"] and rows[1][:2] == ["overloaded", "1"]
+    assert rows[0][2] == f"{3 / failed * 100:.1f} %"
+    assert rows[-1][0] == "(not named)" and rows[-1][1] == str(failed - 4)
+    r["summary"]["causes"] = {}
+    assert not dom(render(r)).find_all(id="causes-table")

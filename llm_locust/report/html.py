@@ -600,8 +600,26 @@ def section_failures(s: dict[str, Any]) -> H:
         texts = sorted(((s.get("errors") or {}).get(kind) or {}).items(), key=lambda kv: -kv[1])
         samples = "".join(f"<li><code>{esc(t[:500])}</code> × {n_}</li>" for t, n_ in texts)
         rows.append((kind, num(n), H(f"<ul>{samples}</ul>" if samples else "-")))
-    return H("<h3 id='failures'>Failures by kind</h3>" + table(("kind", "requests", "sample error texts (count)"), rows,
-                                                                 id="failures-table", left=1))
+    out = "<h3 id='failures'>Failures by kind</h3>" + table(("kind", "requests", "sample error texts (count)"), rows,
+                                                              id="failures-table", left=1)
+    causes = s.get("causes") or {}
+    if causes:  # from the servers' own words (protocols/causes.py); a failure they do not name has none
+        failed = sum(failures.values())
+        crow = [(c, num(n), f"{pct(n / failed if failed else 0)} %", _CAUSE_MEANING.get(c, ""))
+                for c, n in sorted(causes.items(), key=lambda kv: -kv[1])]
+        named = sum(causes.values())
+        if failed > named:
+            crow.append(("(not named)", num(failed - named), f"{pct((failed - named) / failed)} %", "the server's words name no known cause"))
+        out += "<h3 id='causes'>Failures by cause</h3>" + table(("cause", "requests", "of failures", "what the server said"),
+                                                                 crow, id="causes-table", left=1)
+    return H(out)
+
+
+_CAUSE_MEANING = {
+    "overlong": "the prompt (plus max tokens) does not fit the model's context",
+    "overloaded": "HTTP 429 / 503, or the server said it is busy",
+    "oom": "the server ran out of memory",
+}
 
 
 def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> list:
