@@ -153,6 +153,7 @@ def run_repeated(argv: list[str], settings) -> int:
     import os
     import subprocess
     import tempfile
+    from pathlib import Path
 
     from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, combine, format_repeats, rep_line
     from llm_locust.report.results import ResultsError, load_results, write_results
@@ -166,6 +167,9 @@ def run_repeated(argv: list[str], settings) -> int:
     else:
         reset = NOT_RESET
     print(f"repeat: {n} repetitions; {reset}", flush=True)
+    # each repetition runs this very package (not another one the child's path might find first)
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")]))}
     docs, files = [], []
     for k in range(1, n + 1):
         if settings.reset_hook:
@@ -178,7 +182,7 @@ def run_repeated(argv: list[str], settings) -> int:
                  "--results", path]
         if settings.report:
             extra += ["--report", _rep_path(settings.report, k, ".html")]
-        code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra]).returncode
+        code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra], env=env).returncode
         if code != 0:
             print(f"llm-locust: repetition {k}/{n} exited {code}: stopped", file=sys.stderr)
             return code
