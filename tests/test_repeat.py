@@ -29,6 +29,7 @@ def cli(*args, timeout=60, cwd=ROOT):
 def test_t_quantiles_are_the_tables():
     assert t975(1) == 12.706 and t975(2) == 4.303 and t975(4) == 2.776 and t975(30) == 2.042
     assert t975(2.9) == 4.303  # Welch's fractional dof: floored (conservative)
+    assert t975(3.9999999999) == 2.776  # ... but not below a whole number rounding missed
     assert t975(45) == 2.021 and t975(10_000) == 1.960
     with pytest.raises(ValueError):
         t975(0)

@@ -34,7 +34,7 @@ def t975(dof: float) -> float:
     floor is taken, which makes the test slightly conservative)."""
     if not dof >= 1:
         raise ValueError(f"a t quantile needs at least 1 degree of freedom, got {dof!r}")
-    d = int(math.floor(dof))
+    d = int(math.floor(dof + 1e-9))  # a Welch dof of 3.9999999 (rounding) is 4
     if d <= 30:
         return T975[d - 1]
     value = T975[29]
