@@ -171,6 +171,7 @@ def run_repeated(argv: list[str], settings) -> int:
     pkg_root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")]))}
     docs, files = [], []
+    worst = 0  # the highest exit status of a repetition that still wrote its results
     for k in range(1, n + 1):
         if settings.reset_hook:
             hook = subprocess.run(settings.reset_hook, shell=True)
@@ -182,15 +183,17 @@ def run_repeated(argv: list[str], settings) -> int:
                  "--results", path]
         if settings.report:
             extra += ["--report", _rep_path(settings.report, k, ".html")]
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier series' file must not stand in for this repetition's
         code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra], env=env).returncode
-        if code != 0:
-            print(f"llm-locust: repetition {k}/{n} exited {code}: stopped", file=sys.stderr)
-            return code
         try:
             doc = load_results(path)
-        except ResultsError as e:
-            print(f"llm-locust: repetition {k}/{n}: {e}", file=sys.stderr)
-            return 1
+        except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
+            print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
+            return code or 1
+        if code != 0:  # e.g. Locust's 1 when a request failed: the repetition is a sample all the same
+            print(f"llm-locust: repetition {k}/{n} exited {code}; its results are kept", file=sys.stderr)
+            worst = max(worst, code)
         docs.append(doc)
         files.append(path)
         print(rep_line(k, n, doc, path), flush=True)
@@ -212,8 +215,8 @@ def run_repeated(argv: list[str], settings) -> int:
         cargs = [settings.baseline, results, "--fail-on", "regression", "--tolerance", settings.tolerance]
         if settings.junit:
             cargs += ["--junit", settings.junit]
-        return compare_main(cargs)
-    return 0
+        return compare_main(cargs) or worst
+    return worst
 
 
 USAGE = """usage: llm-locust COMMAND ...

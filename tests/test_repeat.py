@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_locust.analysis.repeats import combine, interval, t975, welch
+from llm_locust.analysis.repeats import combine, format_repeats, interval, t975, welch
 from llm_locust.report import compare as cmp
 from llm_locust.report.results import SCHEMA, SCHEMA_VERSION
 
@@ -94,6 +94,12 @@ def test_without_a_hook_the_report_says_the_state_was_not_reset(tmp_path):
 
     docs = [_doc({"ttft_p50": v}) for v in (0.1, 0.2)]
     assert repeats_section(docs, ["a", "b"], NOT_RESET)["reset"].startswith("server state was not reset")
+    # a figure one repetition lacks (none of its requests succeeded) gets no interval, and is named
+    docs.append(_doc({}))
+    rep = repeats_section(docs, ["a", "b", "c"], NOT_RESET)
+    assert "ttft_p50" not in rep["figures"] and rep["incomplete"] == {"ttft_p50": [3]}
+    assert rep["figures"]["output_tokens_per_s"]["n"] == 3
+    assert "ttft_p50                 no interval: repetition 3 lacks it" in format_repeats(rep)
 
 
 def test_a_failing_reset_hook_stops_the_series(tmp_path):

@@ -133,7 +133,10 @@ def repeats_section(docs: list[dict[str, Any]], files: list[str], reset: str) ->
     for n in names:
         figures[n] = {**interval([p[n] for p in per]), "values": [p[n] for p in per], "unit": unit_of(n),
                       "higher_is_better": HIGHER_IS_BETTER[n]}
+    incomplete = {n: [k + 1 for k, p in enumerate(per) if n not in p] for n, _, _ in HEADLINE
+                  if any(n in p for p in per) and not all(n in p for p in per)}
     return {
+        "incomplete": incomplete,  # a figure some repetitions lack (no request succeeded ...): no interval
         "count": len(docs),
         "confidence": 0.95,
         "method": "Student t interval, mean +- t(0.975, n-1) * sd / sqrt(n) (docs/verdicts.md)",
@@ -193,6 +196,9 @@ def format_repeats(rep: dict[str, Any]) -> str:
         ci = f.get("ci95")
         ci_text = f"[{_fmt(name, ci[0])}, {_fmt(name, ci[1])}]  +-{_fmt(name, f['half_width'])}" if ci else "-"
         lines.append(f"  {name:24} {_fmt(name, f['mean']):>14} {_fmt(name, f['sd']):>14}   {ci_text}")
+    for name, missing in (rep.get("incomplete") or {}).items():
+        lines.append(f"  {name:24} no interval: repetition{'s' if len(missing) > 1 else ''} "
+                     f"{', '.join(map(str, missing))} lack{'' if len(missing) > 1 else 's'} it")
     return "\n".join(lines)
 
 
