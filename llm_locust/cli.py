@@ -74,6 +74,8 @@ def run(argv: list[str]) -> int:
     os.environ["LLM_LOCUST_COMMAND"] = json.dumps(["llm-locust", "run", *argv])  # kept in the results
     try:
         settings, passthrough = _read_settings(argv)
+        if settings.repeat > 1:
+            return run_repeated(argv, settings)
         if settings.synthetic:
             settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
     except (PlanError, OSError, ValueError) as e:
@@ -134,6 +136,87 @@ def run(argv: list[str]) -> int:
         if sim is not None:
             sim.stop()
     return code
+
+
+def _rep_path(results: str, k: int, ext: str = ".json") -> str:
+    import os
+
+    root, _ = os.path.splitext(results)
+    return f"{root}.rep{k}{ext}"
+
+
+def run_repeated(argv: list[str], settings) -> int:
+    """`llm-locust run --repeat N`: the same plan N times, each a normal run in its own process
+    (RESULTS.repK.json), the reset hook before each; then the combined results (headline figures'
+    means and 95% t-intervals, docs/verdicts.md) and, with --baseline, compare's regression gate."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, combine, format_repeats, rep_line
+    from llm_locust.report.results import ResultsError, load_results, write_results
+
+    n = settings.repeat
+    results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-repeat-"), "results.json")
+    if settings.reset_hook:
+        reset = f"reset before each repetition by: {settings.reset_hook}"
+    elif not settings.host:
+        reset = FRESH_SIM
+    else:
+        reset = NOT_RESET
+    print(f"repeat: {n} repetitions; {reset}", flush=True)
+    # each repetition runs this very package (not another one the child's path might find first)
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")]))}
+    docs, files = [], []
+    worst = 0  # the highest exit status of a repetition that still wrote its results
+    for k in range(1, n + 1):
+        if settings.reset_hook:
+            hook = subprocess.run(settings.reset_hook, shell=True)
+            if hook.returncode != 0:
+                print(f"llm-locust: the reset hook exited {hook.returncode} before repetition {k}: stopped", file=sys.stderr)
+                return 1
+        path = _rep_path(results, k)
+        extra = ["--repeat", "1", "--reset-hook", "", "--baseline", "", "--tolerance", "5%", "--junit", "",
+                 "--results", path]
+        if settings.report:
+            extra += ["--report", _rep_path(settings.report, k, ".html")]
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier series' file must not stand in for this repetition's
+        code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra], env=env).returncode
+        try:
+            doc = load_results(path)
+        except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
+            print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
+            return code or 1
+        if code != 0:  # e.g. Locust's 1 when a request failed: the repetition is a sample all the same
+            print(f"llm-locust: repetition {k}/{n} exited {code}; its results are kept", file=sys.stderr)
+            worst = max(worst, code)
+        docs.append(doc)
+        files.append(path)
+        print(rep_line(k, n, doc, path), flush=True)
+    combined = combine(docs, files, reset)
+    combined.setdefault("run", {})["command"] = ["llm-locust", "run", *argv]
+    plan = combined.get("plan")
+    if isinstance(plan, dict):
+        plan["repeat"] = {**(plan.get("repeat") or {}), "count": n, "reset_hook": settings.reset_hook}
+    write_results(results, combined)
+    print(format_repeats(combined["repeats"]), flush=True)
+    print(f"combined results written to {results}", flush=True)
+    if settings.report:
+        from llm_locust.report.html import main as report_main
+
+        report_main([results, "-o", settings.report])
+    if settings.baseline:
+        from llm_locust.report.compare import main as compare_main
+
+        cargs = [settings.baseline, results, "--fail-on", "regression", "--tolerance", settings.tolerance]
+        if settings.junit:
+            cargs += ["--junit", settings.junit]
+        return compare_main(cargs) or worst
+    return worst
 
 
 USAGE = """usage: llm-locust COMMAND ...

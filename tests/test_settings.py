@@ -149,6 +149,11 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "decode_gpus": (6, {"prefill_gpus": 2}),
         "gpu_hour_price": (3.5, {}),
         "gpu_prices": ({"H200": 3.5, "NVIDIA A100-SXM4-80GB": 1.8}, {}),
+        "repeat": (3, {}),
+        "reset_hook": ("systemctl restart my-server", {}),
+        "baseline": (str(TRACE), {"repeat": 3}),
+        "tolerance": ("3%", {"repeat": 3, "baseline": str(TRACE)}),
+        "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
         "sim_slots": (32, {}),
         "sim_fast": (True, {}),
     }

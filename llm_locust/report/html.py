@@ -542,6 +542,36 @@ def section_summary(r: dict[str, Any]) -> H:
     return H("".join(out))
 
 
+def section_repeats(r: dict[str, Any]) -> H:
+    """`llm-locust run --repeat N`: each headline figure's mean, sd and 95% t-interval."""
+    from llm_locust.analysis.repeats import unit_of
+
+    rep = r.get("repeats")
+    if not isinstance(rep, dict) or not isinstance(rep.get("figures"), dict):
+        return H("")
+
+    def shown(name: str, v: Any) -> str:
+        u = unit_of(name)
+        if v is None:
+            return "-"
+        return f"{ms(v)} ms" if u == "s" else f"{pct(v, 2)} %" if u == "fraction" else f"{num(v)} {u}"
+
+    rows = []
+    for name, f in rep["figures"].items():
+        if not isinstance(f, dict):
+            continue
+        ci = f.get("ci95")
+        rows.append((name, shown(name, f.get("mean")), shown(name, f.get("sd")),
+                     f"{shown(name, ci[0])} .. {shown(name, ci[1])}" if ci else "-",
+                     "" if f.get("half_width") is None else "±" + shown(name, f["half_width"]),
+                     ", ".join(shown(name, v) for v in f.get("values") or [])))
+    n = rep.get("count")
+    head = (f"<h2 id='repeats'>Repetitions: {esc(n)} runs, 95% intervals</h2>"
+            f"<p>{esc(rep.get('reset'))}. Mean ± t(0.975, {esc((n or 1) - 1)} dof) × sd / √n over the repetitions "
+            f"(docs/verdicts.md). {esc(rep.get('summary_note', ''))}.</p>")
+    return H(head + table(("figure", "mean", "sd", "95% interval", "half width", "per repetition"), rows, id="repeats-table"))
+
+
 def section_cache(s: dict[str, Any]) -> H:
     """The whole run's prompt-cache figures (docs/metrics.md, "Prompt cache"); nothing without them."""
     c = s.get("cache")
@@ -804,10 +834,10 @@ def _version() -> str:
 
 def render(results: dict[str, Any]) -> str:
     """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
-    body = [section_header(results), section_ladder(results), section_verdicts(results), section_timeseries(results),
+    body = [section_header(results), section_repeats(results), section_ladder(results), section_verdicts(results), section_timeseries(results),
             section_distributions(results), section_summary(results), section_resources(results),
             section_workers(results), section_environment(results)]
-    toc = [("load", "load"), ("steps", "steps"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
+    toc = [("repeats", "repetitions"), ("load", "load"), ("steps", "steps"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
            ("summary", "whole run"), ("cache", "prompt cache"), ("by_endpoint", "per endpoint"),
            ("by_model", "per model"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
     text = "".join(body)

@@ -135,6 +135,18 @@ def _slo_examples() -> list[str]:
     return list(SLO_METRICS) + ["error_rate"] + [f"{m}_{s}" for m in STEP_LATENCIES for s in SLO_STATS]
 
 
+def parse_tolerance(text: Any) -> float:
+    """A tolerance as a fraction (0.05) or a percentage ("5%"), between 0 and 1."""
+    t = str(text).strip()
+    try:
+        tol = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"expected a fraction or a percentage (5%), got {t!r}") from None
+    if not 0 <= tol < 1:
+        raise ValueError(f"must be between 0 and 100%, got {t!r}")
+    return tol
+
+
 def _synthetic(v: Any) -> Any:
     """A synthetic workload as `key=value,...` text, every key written (a YAML mapping too), so the
     same workload always reads the same."""
@@ -486,6 +498,11 @@ class Settings(BaseModel):
     workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
     locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
     web: Annotated[bool, Opt("load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True)] = False
+    repeat: Annotated[int, Field(ge=1), Opt("load", "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean and 95% t-interval in the combined results (docs/verdicts.md)", plan="repeat.count", run_only=True)] = 1
+    reset_hook: Annotated[Text, Opt("load", "a shell command run before each repetition (e.g. restart the server); a non-zero exit stops the series", plan="repeat.reset_hook", run_only=True)] = ""
+    baseline: Annotated[Text, Opt("load", "with --repeat N >= 2: compare the combined results with this baseline results file (compare's regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance", plan="repeat.baseline", path="in", run_only=True)] = ""
+    tolerance: Annotated[Text, Opt("load", "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening fails)", plan="repeat.tolerance", run_only=True)] = "5%"
+    junit: Annotated[Text, Opt("load", "with --baseline: write the regression gate's cases as JUnit XML here", plan="repeat.junit", path="out", run_only=True)] = ""
 
     # ---- SLOs ----
     slo: Annotated[dict[str, float], BeforeValidator(parse_slos), Opt("slo", "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number is seconds and must be below 10 (docs/load-shapes.md)", plan="slos")] = {}
@@ -524,6 +541,16 @@ class Settings(BaseModel):
             problems.append(("prefill_gpus", "disaggregated serving needs both --prefill-gpus and --decode-gpus"))
         if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
             problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
+        if self.baseline and self.repeat < 2:
+            problems.append(("baseline", f"a regression check against a baseline needs intervals: give --repeat N with N >= 2 "
+                                         f"(repeat.count), not {self.repeat}"))
+        if (self.junit or self.tolerance != "5%") and not self.baseline:
+            problems.append(("junit" if self.junit else "tolerance", "only used with --baseline (repeat.baseline)"))
+        if self.tolerance != "5%":
+            try:
+                parse_tolerance(self.tolerance)
+            except ValueError as e:
+                problems.append(("tolerance", str(e)))
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup

@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", default="5%", metavar="PCT",
                    help="regression: how much worse than the baseline a figure may be (default 5%%)")
     p.add_argument("--junit", metavar="FILE", help="write the gates' test cases as JUnit XML")
+    p.add_argument("--baseline", metavar="BASE.json",
+                   help="regression mode: compare the runs with this baseline (put first) and fail on regression "
+                   "(same as giving it first with --fail-on regression); runs of --repeat N are judged beyond their noise")
     return p
 
 
@@ -49,6 +52,10 @@ def _gates(args: argparse.Namespace) -> tuple[list[str], float]:
     from llm_locust.report.compare.gates import GATES
 
     gates = [g.strip() for a in args.fail_on for g in a.split(",") if g.strip()]
+    if args.baseline:
+        args.results = [args.baseline, *args.results]
+        if "regression" not in gates:
+            gates.append("regression")
     for g in gates:
         if g not in GATES:
             raise CompareError(f"--fail-on: unknown gate {g!r}; one of {', '.join(GATES)}")

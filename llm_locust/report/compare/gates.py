@@ -3,7 +3,10 @@
 - pass lines (`--fail-on pass-lines`): a run fails a criterion whose pass line it misses;
 - regression (`--fail-on regression`): the first results file is the baseline; a later run fails
   a criterion whose figure is worse than the baseline's by more than the tolerance (a fraction
-  of the baseline's value, in the criterion's direction; `--tolerance 5%`), or has none.
+  of the baseline's value, in the criterion's direction; `--tolerance 5%`), or has none. When
+  both runs carry `repeats` (`llm-locust run --repeat N`), a whole-run figure fails only when it
+  is worse, beyond noise (Welch's t-test at 95%, analysis/repeats.py) and by more than the
+  tolerance: a difference within noise passes, whatever its size.
 
 `junit_xml` writes the cases as JUnit XML (a test suite per run, a test case per criterion), the
 format CI systems show test by test.
@@ -60,6 +63,10 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
             if v is None:
                 out.append(Case(run.label, f"regression: {crit.name}", False, f"{crit.name}: no value (baseline {shown_base})"))
                 continue
+            noisy = _interval_case(c, i, j, tolerance)
+            if noisy is not None:
+                out.append(noisy)
+                continue
             ok = v >= limit if higher else v <= limit
             change = (v - base) / base if base else 0.0
             out.append(Case(run.label, f"regression: {crit.name}", ok,
@@ -68,12 +75,68 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
     return out
 
 
+def repeated_figure(run, name: str) -> dict | None:
+    """A whole-run figure in a run's `repeats` section (with an interval), or None."""
+    f = ((run.doc.get("repeats") or {}).get("figures") or {}).get(name)
+    return f if isinstance(f, dict) and f.get("sd") is not None and (f.get("n") or 0) >= 2 else None
+
+
+def _interval_case(c: Comparison, i: int, j: int, tolerance: float) -> Case | None:
+    crit = c.matrix.criteria[i]
+    if crit.scope not in ("summary", "run"):
+        return None
+    return interval_case(c.runs[0], c.runs[j], crit.metric, tolerance)
+
+
+def interval_case(base_run, run, metric, tolerance: float) -> Case | None:
+    """Both runs repeated: the figure regresses when it is worse, the difference is beyond noise
+    (Welch's t-test at 95%) and the change is larger than the tolerance. None when either run
+    has no interval for it."""
+    from llm_locust.analysis.repeats import welch
+
+    a, b = repeated_figure(base_run, metric.name), repeated_figure(run, metric.name)
+    if a is None or b is None:
+        return None
+    higher = metric.higher_is_better
+    w = welch(a, b)
+    diff = b["mean"] - a["mean"]
+    worse = diff < 0 if higher else diff > 0
+    change = diff / a["mean"] if a["mean"] else (0.0 if not diff else float("inf"))
+    ok = not (worse and w["differs"] and abs(change) > tolerance)
+
+    def shown(r, f):
+        return f"{_fmt_value(r, metric, f['mean'])} +-{_fmt_value(r, metric, f['half_width'])} (n={f['n']})"
+
+    noise = "beyond noise" if w["differs"] else "within noise"
+    return Case(run.label, f"regression: {metric.name}", ok,
+                f"{metric.name} {shown(run, b)} against the baseline's {shown(base_run, a)} ({change:+.1%}, "
+                f"{'worse' if worse else 'not worse'}, {noise}: Welch t={w['t']:.2f}, {w['dof']:.1f} dof, "
+                f"critical {w['critical']:.3f}; allowed {'-' if higher else '+'}{tolerance:.1%} beyond noise)")
+
+
+def headline_cases(c: Comparison, tolerance: float, done: set[tuple[str, str]]) -> list[Case]:
+    """Repeated runs: every headline figure not already a criterion, as an interval case."""
+    from llm_locust.analysis.repeats import HEADLINE
+    from llm_locust.report.compare.metrics import METRICS
+
+    out = []
+    for j in range(1, len(c.runs)):
+        for name, _, _ in HEADLINE:
+            if (c.runs[j].label, f"regression: {name}") in done or name not in METRICS:
+                continue
+            k = interval_case(c.runs[0], c.runs[j], METRICS[name], tolerance)
+            if k is not None:
+                out.append(k)
+    return out
+
+
 def cases_for(c: Comparison, gates: list[str], tolerance: float) -> list[Case]:
     out: list[Case] = []
     if "pass-lines" in gates:
         out += pass_line_cases(c)
     if "regression" in gates:
-        out += regression_cases(c, tolerance)
+        reg = regression_cases(c, tolerance)
+        out += reg + headline_cases(c, tolerance, {(k.suite, k.name) for k in reg})
     return out
 
 

@@ -300,8 +300,48 @@ def _ranking_table(c: Comparison) -> Table:
     return Table("Ranking", ["rank", "run", "total", "pass lines", "validity"], rows, numeric_from=99)
 
 
+def _repeats_table(c: Comparison) -> Table | None:
+    """Runs of `llm-locust run --repeat N`: each headline figure's mean +- its 95% half width, and
+    for each later run against the first, Welch's verdict: differs (better / worse) or within noise."""
+    from llm_locust.analysis.repeats import HEADLINE, noise_verdicts
+
+    reps = [r.doc.get("repeats") if isinstance(r.doc.get("repeats"), dict) else None for r in c.runs]
+    if sum(x is not None for x in reps) < 1:
+        return None
+    header = ["figure", *[f"{r.label} (n={x['count']})" if x else f"{r.label} (once)" for r, x in zip(c.runs, reps)]]
+    verdicts = {}
+    for j in range(1, len(c.runs)):
+        if reps[0] and reps[j]:
+            header.append(f"{c.runs[j].label} vs {c.runs[0].label}")
+            verdicts[j] = {v["figure"]: v for v in noise_verdicts(reps[0], reps[j])}
+    rows = []
+    for name, _, _ in HEADLINE:
+        figs = [((x or {}).get("figures") or {}).get(name) for x in reps]
+        if not any(figs):
+            continue
+        m = METRICS.get(name)
+        row = [name]
+        for r, f in zip(c.runs, figs):
+            if not f:
+                row.append("-")
+            elif f.get("half_width") is None:
+                row.append(_fmt_value(r, m, f.get("mean")))
+            else:
+                row.append(f"{_fmt_value(r, m, f['mean'])} +-{_fmt_value(r, m, f['half_width'])}")
+        for j, vs in verdicts.items():
+            v = vs.get(name)
+            row.append("-" if v is None else v["verdict"] + (f" ({v['direction']})" if v["differs"] and v["direction"] else ""))
+        rows.append(row)
+    note = ("mean +- half width of the 95% t-interval over the repetitions; differs: Welch's t-test at 95% "
+            "(docs/verdicts.md); within noise: the difference is not beyond the runs' noise")
+    return Table("Repetitions (95% intervals)", header, rows, note=note)
+
+
 def sections(c: Comparison) -> list[Table]:
     out = [_runs_table(c), _figures_table(c)]
+    rt = _repeats_table(c)
+    if rt is not None:
+        out.append(rt)
     st = _steps_table(c)
     if st is not None:
         out.append(st)

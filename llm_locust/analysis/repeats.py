@@ -1,0 +1,226 @@
+"""Repetitions of one plan: each headline figure's mean, standard deviation and 95% confidence
+interval over the repetitions, and whether two repeated runs differ beyond their noise.
+
+- The interval: mean +- t(0.975, n-1) * sd / sqrt(n), sd the sample standard deviation (n-1 in
+  the denominator), t Student's t quantile with n-1 degrees of freedom (`t975`).
+- Two runs differ when Welch's t-test (unequal variances, Welch-Satterthwaite degrees of freedom)
+  rejects equal means at 95% (two-sided): |mean_a - mean_b| / sqrt(sd_a^2/n_a + sd_b^2/n_b) >
+  t(0.975, dof). Welch's test, not "the intervals do not overlap": two 95% intervals may overlap
+  while the means differ significantly (non-overlap is a test at about 99.5%, too strict).
+
+Core code: plain Python, no Locust (docs/verdicts.md, "Repetitions").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom: the standard
+# table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
+# the Student's t distribution", column 0.025 upper tail), to 3 decimals.
+T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+# beyond 30: the same table's rows for 40, 60 and 100 (read stepwise, never below the normal's)
+T975_MORE = ((40, 2.021), (60, 2.000), (100, 1.984))
+Z975 = 1.960  # the normal's 0.975 quantile: the limit of t as the degrees of freedom grow
+
+
+def t975(dof: float) -> float:
+    """Student's t 0.975 quantile for `dof` degrees of freedom (Welch's may be fractional: its
+    floor is taken, which makes the test slightly conservative)."""
+    if not dof >= 1:
+        raise ValueError(f"a t quantile needs at least 1 degree of freedom, got {dof!r}")
+    d = int(math.floor(dof + 1e-9))  # a Welch dof of 3.9999999 (rounding) is 4
+    if d <= 30:
+        return T975[d - 1]
+    value = T975[29]
+    for k, v in T975_MORE:
+        if d >= k:
+            value = v
+    return value if d < 1000 else Z975
+
+
+def interval(values: list[float]) -> dict[str, Any]:
+    """n, mean, sd (sample, n-1) and the 95% t-interval [low, high] with its half width."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "ci95": None, "half_width": None}
+    mean = sum(xs) / n
+    if n < 2:
+        return {"n": 1, "mean": mean, "sd": None, "ci95": None, "half_width": None}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t975(n - 1) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "ci95": [mean - half, mean + half], "half_width": half}
+
+
+def welch(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Welch's t-test of two `interval` results at 95%: {t, dof, critical, differs}."""
+    if a.get("sd") is None or b.get("sd") is None or a["n"] < 2 or b["n"] < 2:
+        raise ValueError("Welch's test needs at least 2 repetitions on each side")
+    va, vb = a["sd"] ** 2 / a["n"], b["sd"] ** 2 / b["n"]
+    diff = b["mean"] - a["mean"]
+    se2 = va + vb
+    if se2 == 0:  # no noise at all on either side: any difference is a difference
+        return {"t": math.inf if diff else 0.0, "dof": a["n"] + b["n"] - 2, "critical": t975(a["n"] + b["n"] - 2),
+                "differs": diff != 0}
+    dof = se2 ** 2 / ((va ** 2 / (a["n"] - 1) if va else 0.0) + (vb ** 2 / (b["n"] - 1) if vb else 0.0))
+    t = diff / math.sqrt(se2)
+    crit = t975(max(dof, 1.0))
+    return {"t": t, "dof": dof, "critical": crit, "differs": abs(t) > crit}
+
+
+# ---- the headline figures: (name as in compare's metric table, where it is read, direction) ----
+
+HEADLINE: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("ttft_p50", ("summary", "latency", "ttft", "p50"), False),
+    ("ttft_p99", ("summary", "latency", "ttft", "p99"), False),
+    ("itl_p50", ("summary", "latency", "itl", "p50"), False),
+    ("tpot_p50", ("summary", "latency", "tpot", "p50"), False),
+    ("e2e_p50", ("summary", "latency", "e2e", "p50"), False),
+    ("e2e_p99", ("summary", "latency", "e2e", "p99"), False),
+    ("output_tokens_per_s", ("summary", "output_tokens_per_s"), True),
+    ("requests_per_s", ("summary", "requests_per_s"), True),
+    ("error_rate", ("summary", "error_rate"), False),
+    ("goodput_requests_per_s", ("summary", "goodput_requests_per_s"), True),
+    ("goodput_tokens_per_s", ("summary", "goodput_tokens_per_s"), True),
+    ("saturation_load", ("ladder", "saturation", "saturation", "offered"), True),
+    ("max_slo_load", ("ladder", "saturation", "max_slo_load"), True),
+)
+HIGHER_IS_BETTER = {name: higher for name, _, higher in HEADLINE}
+UNITS = {"output_tokens_per_s": "tok/s", "requests_per_s": "req/s", "goodput_requests_per_s": "req/s",
+         "goodput_tokens_per_s": "tok/s", "error_rate": "fraction", "saturation_load": "load", "max_slo_load": "load"}
+
+
+def unit_of(name: str) -> str:
+    return UNITS.get(name, "s")
+
+
+def _read(doc: Any, path: tuple[str, ...]) -> float | None:
+    for k in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    if isinstance(doc, bool) or not isinstance(doc, (int, float)) or not math.isfinite(doc):
+        return None
+    return float(doc)
+
+
+def headline_values(doc: dict[str, Any]) -> dict[str, float]:
+    """The headline figures a results document has (a figure it lacks is left out)."""
+    out = {}
+    for name, path, _ in HEADLINE:
+        v = _read(doc, path)
+        if v is not None:
+            out[name] = v
+    return out
+
+
+NOT_RESET = "server state was not reset between repetitions (no --reset-hook)"
+FRESH_SIM = "a fresh built-in simulator per repetition"
+
+
+def repeats_section(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[str, Any]:
+    """results["repeats"]: the count, each repetition's file and values, and per figure its
+    mean, sd and 95% t-interval (a figure only when every repetition has it)."""
+    per = [headline_values(d) for d in docs]
+    names = [n for n, _, _ in HEADLINE if per and all(n in p for p in per)]
+    figures = {}
+    for n in names:
+        figures[n] = {**interval([p[n] for p in per]), "values": [p[n] for p in per], "unit": unit_of(n),
+                      "higher_is_better": HIGHER_IS_BETTER[n]}
+    incomplete = {n: [k + 1 for k, p in enumerate(per) if n not in p] for n, _, _ in HEADLINE
+                  if any(n in p for p in per) and not all(n in p for p in per)}
+    return {
+        "incomplete": incomplete,  # a figure some repetitions lack (no request succeeded ...): no interval
+        "count": len(docs),
+        "confidence": 0.95,
+        "method": "Student t interval, mean +- t(0.975, n-1) * sd / sqrt(n) (docs/verdicts.md)",
+        "reset": reset,
+        "files": list(files),
+        "figures": figures,
+    }
+
+
+SUMMED = ("finished", "ok", "failed", "cancelled", "tokens_in", "tokens_out")
+
+
+def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[str, Any]:
+    """The combined results: the last repetition's document (plan, provenance, distributions,
+    steps, series) with the summary's headline figures replaced by their means over the
+    repetitions, the counts summed, and the `repeats` section."""
+    import copy
+
+    out = copy.deepcopy(docs[-1])
+    out.pop("_path", None)
+    rep = repeats_section(docs, files, reset)
+    summary = out.setdefault("summary", {})
+    for name, f in rep["figures"].items():
+        path = dict((n, p) for n, p, _ in HEADLINE)[name]
+        if path[0] != "summary":
+            continue
+        target = summary
+        for k in path[1:-1]:
+            target = target.setdefault(k, {})
+        target[path[-1]] = f["mean"]
+    for k in SUMMED:
+        vals = [(d.get("summary") or {}).get(k) for d in docs]
+        if all(isinstance(v, int) for v in vals):
+            summary[k] = sum(vals)
+    rep["summary_note"] = ("summary: headline figures are the means over the repetitions, counts summed; "
+                           "distributions, steps and series are the last repetition's")
+    out["repeats"] = rep
+    return out
+
+
+def _fmt(name: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    u = unit_of(name)
+    if u == "s":
+        return f"{v * 1000:.1f} ms"
+    if u == "fraction":
+        return f"{v:.2%}"
+    return f"{v:.2f} {u}" if u != "load" else f"{v:g}"
+
+
+def format_repeats(rep: dict[str, Any]) -> str:
+    """The combined summary, one line per figure: mean, sd and the 95% interval."""
+    lines = [f"repeats: {rep['count']} repetitions; {rep['reset']}",
+             f"  {'figure':24} {'mean':>14} {'sd':>14}   95% interval (t, {rep['count'] - 1} dof)"]
+    for name, f in rep["figures"].items():
+        ci = f.get("ci95")
+        ci_text = f"[{_fmt(name, ci[0])}, {_fmt(name, ci[1])}]  +-{_fmt(name, f['half_width'])}" if ci else "-"
+        lines.append(f"  {name:24} {_fmt(name, f['mean']):>14} {_fmt(name, f['sd']):>14}   {ci_text}")
+    for name, missing in (rep.get("incomplete") or {}).items():
+        lines.append(f"  {name:24} no interval: repetition{'s' if len(missing) > 1 else ''} "
+                     f"{', '.join(map(str, missing))} lack{'' if len(missing) > 1 else 's'} it")
+    return "\n".join(lines)
+
+
+def rep_line(k: int, n: int, doc: dict[str, Any], path: str) -> str:
+    v = headline_values(doc)
+    return (f"repetition {k}/{n}: TTFT p50 {_fmt('ttft_p50', v.get('ttft_p50'))}, "
+            f"output {_fmt('output_tokens_per_s', v.get('output_tokens_per_s'))}, "
+            f"{_fmt('requests_per_s', v.get('requests_per_s'))}, errors {_fmt('error_rate', v.get('error_rate'))} -> {path}")
+
+
+def noise_verdicts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per headline figure both `repeats` sections have: Welch's test of b against a, with
+    "differs" / "within noise" and whether b is better or worse."""
+    out = []
+    fa, fb = (a or {}).get("figures") or {}, (b or {}).get("figures") or {}
+    for name, _, higher in HEADLINE:
+        if name not in fa or name not in fb or fa[name].get("sd") is None or fb[name].get("sd") is None:
+            continue
+        w = welch(fa[name], fb[name])
+        diff = fb[name]["mean"] - fa[name]["mean"]
+        better = (diff > 0) == higher if diff else None
+        out.append({"figure": name, "a": fa[name], "b": fb[name], "change": diff, **w,
+                    "verdict": "differs" if w["differs"] else "within noise",
+                    "direction": None if not diff else ("better" if better else "worse")})
+    return out
