@@ -222,15 +222,18 @@ def parse_number(text: str) -> float | None:
         return None
 
 
+_EQUALS = re.compile(r"=|\bequals\b|\bis equal to\b", re.IGNORECASE)
+
+
 def reply_number(reply: str) -> float | None:
     """The number a reply answers with: its first number; when the reply restates the question
-    with '=' ('12 + 7 = 19'), the first number after the last '=' that has one."""
-    if "=" in reply:
-        parts = reply.split("=")
-        for tail in reversed(parts[1:]):
-            n = parse_number(tail)
-            if n is not None:
-                return n
+    with '=' or 'equals' ('12 + 7 = 19', '20 minus 8 equals 12'), the first number after the
+    last of them that one follows."""
+    parts = _EQUALS.split(reply)
+    for tail in reversed(parts[1:]):
+        n = parse_number(tail)
+        if n is not None:
+            return n
     return parse_number(reply)
 
 
