@@ -268,7 +268,7 @@ def test_smollm2_answers_stay_right_under_load(tmp_path):
     with LlamaServer(smollm2_gguf(), slots=4, ctx=4096) as srv:
         for cap in (1, 4):
             results, log = tmp_path / f"r{cap}.json", tmp_path / f"log{cap}.jsonl"
-            p = run_cli("--host", srv.url, "--graded", "builtin", "--graded-share", "1", "--graded-max-tokens", "24",
+            p = run_cli("--host", srv.url, "--graded", "builtin", "--graded-share", "1", "--graded-max-tokens", "16",
                         "--synthetic", f"requests={n},input=8,output=8,rate=100,arrivals=constant", "--replay",
                         "--max-in-flight", str(cap), "--results", str(results), "--record-log", str(log),
                         timeout=600)
