@@ -211,6 +211,19 @@ def test_closed_loop_accuracy_follows_the_simulators_rate(tmp_path):
         assert s["length_mismatch"] == 0 and s["latency"]["e2e"]["count"] == s["ok"]
 
 
+def test_two_workers_merge_the_counts_exactly(tmp_path):
+    results, log = tmp_path / "r.json", tmp_path / "log.jsonl"
+    p = run_cli("--graded", "builtin", "--graded-share", "0.3", "--sim-graded-accuracy", "0.5", "--sim-fast",
+                "--max-tokens", "8", "-u", "8", "-t", "3s", "--workers", "2", "--results", str(results),
+                "--record-log", str(log))
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = [json.loads(line) for f in tmp_path.glob("log.jsonl.worker*") for line in f.read_text().splitlines()]
+    graded = [r for r in recs if (r["source"] or "").startswith("graded:") and r["outcome"] == "ok"]
+    acc = json.loads(results.read_text())["summary"]["accuracy"]
+    assert len(list(tmp_path.glob("log.jsonl.worker*"))) == 2 and graded
+    assert (acc["graded"], acc["correct"]) == (len(graded), sum(r["server"]["graded"] for r in graded))
+
+
 def test_replay_mixes_graded_items_too(tmp_path):
     results = tmp_path / "r.json"
     log = tmp_path / "log.jsonl"
