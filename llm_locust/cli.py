@@ -90,13 +90,20 @@ def run(argv: list[str]) -> int:
     settings = settings.model_copy(update={"workers": n_workers})
     locustfile = settings.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
     run_only = {"workers": settings.workers, "sim_slots": settings.sim_slots, "sim_fast": settings.sim_fast,
+                "sim_graded_accuracy": settings.sim_graded_accuracy,
                 "locustfile": settings.locustfile, "workers_why": workers_why}
     sim = None
     host = settings.host
     if not host:
         from llm_locust.sim.process import SimProcess
 
-        sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast)
+        graded = {}
+        if settings.graded:  # the simulator answers the set's items, right at --sim-graded-accuracy
+            from llm_locust.workload.graded import resolve_path
+
+            graded = {"graded_set": str(resolve_path(settings.graded)), "graded_accuracy": settings.sim_graded_accuracy,
+                      "seed": settings.seed}
+        sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, **graded)
         sim.start()
         host = sim.url
         run_only["sim_started"] = True

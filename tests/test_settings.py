@@ -109,6 +109,9 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "tool_choice": ("required", {}),
         "response_format": (str(schema), {}),
         "mix": ({"embeddings": 0.2, "rerank": 0.1}, {}),
+        "graded": ("builtin", {}),
+        "graded_share": (0.3, {}),
+        "graded_max_tokens": (16, {}),
         "users": (3, {}),
         "spawn_rate": (1.5, {}),
         "run_time": ("90s", {}),
@@ -156,6 +159,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
         "sim_slots": (32, {}),
         "sim_fast": (True, {}),
+        "sim_graded_accuracy": (0.5, {}),
     }
 
 

@@ -434,12 +434,18 @@ def format_steps(results: list[StepResult], verdict: Verdict | None = None, serv
     Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs.
     `server`: each step's window of the server's /metrics (same order as results); beside ITL,
     the prefix-cache hit rate ("cache hit %") and the speculative-decoding acceptance rate and
-    mean accepted length ("spec acc %/len") of the steps where the server gave them.
+    mean accepted length ("spec acc %/len") of the steps where the server gave them; with a graded
+    set (--graded), each step's accuracy ("acc %": percent right, then right/graded).
     """
     if not results:
         return "no load step completed"
     kind = results[0].offered_kind
     extra_head, extra = _server_cells(server, len(results))
+    if any(r.accuracy for r in results):  # --graded: accuracy per step beside latency
+        extra_head.append("acc %")
+        for cells, r in zip(extra, results):
+            a = (r.accuracy or {}).get("accuracy")
+            cells.append("-" if a is None else f"{a * 100:.0f} ({r.accuracy['correct']}/{r.accuracy['graded']})")
     head = [
         "step",
         f"offered ({OFFERED_UNITS.get(kind, kind)})",

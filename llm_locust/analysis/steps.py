@@ -146,6 +146,9 @@ class StepResult:
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
     # prompt-cache reuse of the step (metrics.aggregate figures()["cache"]); None: nothing reported
     cache: dict[str, Any] | None = None
+    # accuracy under load (--graded; metrics.aggregate figures()["accuracy"]): {graded, correct,
+    # accuracy}; None: no graded item ended ok in the step
+    accuracy: dict[str, Any] | None = None
 
     @property
     def window(self) -> float:
@@ -281,6 +284,7 @@ def step_result(
         errors=agg.errors,
         flags=flags,
         cache=f.get("cache"),
+        accuracy=f.get("accuracy"),
     )
     res.slo_broken = broken_slos(res, slos)
     return res

@@ -312,6 +312,9 @@ class Aggregate:
         self.structured_checked = 0
         self.structured_parsed = 0
         self.structured_valid = 0
+        # accuracy under load (--graded): ok requests of graded items, and those answered right
+        self.graded = 0
+        self.correct = 0
         # prompt-cache reuse (ok requests) and the figures per endpoint / per model
         self.cache = CacheCounts()
         self.groups: dict[str, dict[str, GroupFigures]] = {d: {} for d in GROUP_DIMENSIONS}
@@ -380,6 +383,10 @@ class Aggregate:
                 self.structured_checked += 1
                 self.structured_parsed += bool(parsed)
                 self.structured_valid += bool(extra.get("json_valid"))
+            graded = extra.get("graded")
+            if graded is not None:  # set only on ok requests (runtime.graded)
+                self.graded += 1
+                self.correct += bool(graded)
 
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
@@ -488,6 +495,7 @@ class Aggregate:
             "workload": [self.images_sent, self.image_bytes, self.structured_checked, self.structured_parsed,
                          self.structured_valid, self.audio_sent, self.audio_bytes],
             "cache": self.cache.to_wire(),
+            "graded": [self.graded, self.correct],
             "groups": {d: {key: g.to_wire() for key, g in groups.items()}
                        for d, groups in self.groups.items() if groups},
         }
@@ -560,6 +568,9 @@ class Aggregate:
         self.structured_parsed += parsed
         self.structured_valid += valid
         self.cache.merge_wire(d.get("cache"))  # absent from older wire dicts
+        graded, correct = d.get("graded") or (0, 0)  # absent from older wire dicts
+        self.graded += graded
+        self.correct += correct
         for dim, groups in (d.get("groups") or {}).items():
             mine = self.groups.get(dim)
             if mine is None:
@@ -718,11 +729,19 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         groups = agg.groups[dim]
         if len(groups) > 1:  # one value is the whole window again
             out[f"by_{dim}"] = {key: g.figures(span) for key, g in sorted(groups.items())}
+    if agg.graded:
+        out["accuracy"] = accuracy(agg.graded, agg.correct)
     if agg.structured_checked:
         n = agg.structured_checked
         out["structured_output"] = {"checked": n, "parsed": agg.structured_parsed, "valid": agg.structured_valid,
                                     "parse_rate": agg.structured_parsed / n, "valid_rate": agg.structured_valid / n}
     return out
+
+
+def accuracy(graded: int, correct: int) -> dict[str, Any]:
+    """Accuracy under load (docs/verdicts.md): graded items that ended ok, those answered right,
+    and their ratio."""
+    return {"graded": graded, "correct": correct, "accuracy": correct / graded if graded else None}
 
 
 def validity(fig: dict[str, Any], max_error_rate: float) -> list[str]:

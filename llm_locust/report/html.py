@@ -257,6 +257,17 @@ def _cache_panels(steps: list[dict[str, Any]]) -> list:
     return panels
 
 
+def _accuracy_panels(steps: list[dict[str, Any]]) -> list:
+    """Accuracy of the graded items (%) per step (--graded); none when no step graded any."""
+    from llm_locust.report.plots import Line, Panel
+
+    accs = [(s.get("accuracy") or {}).get("accuracy") for s in steps]
+    if all(a is None for a in accs):
+        return []
+    return [Panel("accuracy", "accuracy of graded items", "%",
+                  [Line("accuracy", "right / graded", [None if a is None else a * 100 for a in accs])])]
+
+
 def section_ladder(r: dict[str, Any]) -> H:
     from llm_locust.report import plots
 
@@ -280,6 +291,12 @@ def section_ladder(r: dict[str, Any]) -> H:
                            "Prompt-cache reuse per step: the share of prompt tokens the server served from its cache, "
                            "what an unbounded prefix cache could have served, and achieved/ideal (left); TTFT p50 of "
                            "cache hits (at least half the prompt cached) and misses (right). See docs/metrics.md.")
+
+    acc_panels = _accuracy_panels(steps)
+    if acc_panels:
+        cache_fig += figure(plots.vs_load("load-accuracy", x, acc_panels, **kw), "plot-accuracy",
+                            "Accuracy under load: the share of graded items (--graded) answered right in each step; "
+                            "a server that gets faster by answering worse shows here. See docs/verdicts.md.")
 
     knee_txt = (f"The saturation point (knee) is step {knee['step']}, {knee['offered']:g} {unit}: marked ◆ and by "
                 "the dashed line." if knee else "No saturation point was found: no knee is marked.")
@@ -428,6 +445,9 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
     limit = limit if limit is not None else (r.get("validity") or {}).get("max_error_rate")
     head = ("step", f"offered ({unit})", "req/s", "tok/s", "goodput req/s", "TTFT p50 / p99 ms", "ITL p50 / p99 ms",
             "TPOT p50 ms", "E2E p99 ms", "err %", "SLOs", "marks")
+    graded = any(s.get("accuracy") for s in steps)
+    if graded:  # --graded: accuracy per step beside latency
+        head = (*head[:10], "acc % (right/graded)", *head[10:])
     rows, attrs = [], []
     for s in steps:
         flags = s.get("flags") or []
@@ -442,6 +462,10 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
                      num(s.get("goodput_requests_per_s")), f"{ms(_lat(s, 'ttft', 'p50'))} / {ms(_lat(s, 'ttft', 'p99'))}",
                      f"{ms(_lat(s, 'itl', 'p50'))} / {ms(_lat(s, 'itl', 'p99'))}", ms(_lat(s, "tpot", "p50")),
                      ms(_lat(s, "e2e", "p99")), pct(s.get("error_rate")), H(slo), H("".join(marks) or "-")))
+        if graded:
+            a = s.get("accuracy") or {}
+            cell = "-" if a.get("accuracy") is None else f"{pct(a['accuracy'])} ({a['correct']}/{a['graded']})"
+            rows[-1] = (*rows[-1][:10], cell, *rows[-1][10:])
         attrs.append({"data-step": str(s.get("step")), "data-flags": " ".join(flags),
                       "class": " ".join(c for c in ("knee" if is_knee else "", "flagged" if flags else "") if c)})
     legend = "".join(f"<dt>{badge(f'flag flag-{f}', f)}</dt><dd>{esc(_flag_text(f, limit))}</dd>" for f in FLAG_TEXT)
@@ -532,6 +556,9 @@ def section_summary(r: dict[str, Any]) -> H:
         ("tokens in / out", f"{num(s.get('tokens_in'))} / {num(s.get('tokens_out'))}"),
         ("output token counts from", ", ".join(f"{k} {v}" for k, v in sorted((s.get("n_out_sources") or {}).items())) or "-"),
         ("length mismatches / checked", f"{num(s.get('length_mismatch'))} / {num(s.get('length_checked'))}"),
+        *([("accuracy of graded items (right / graded)",
+            f"{pct(s['accuracy']['accuracy'])} % ({s['accuracy']['correct']} / {s['accuracy']['graded']})")]
+          if (s.get("accuracy") or {}).get("graded") else []),
         ("client", ("valid" if client.get("valid") else "SUSPECT (client saturated)") +
          f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %"),
     ]

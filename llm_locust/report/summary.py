@@ -70,6 +70,10 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     if so.get("checked"):
         lines.append(f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
                      f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)")
+    acc = fig.get("accuracy") or {}
+    if acc.get("graded"):
+        lines.append(f"accuracy: {acc['accuracy']:.1%} of graded items answered right "
+                     f"({acc['correct']}/{acc['graded']} graded, ok replies only)")
     lines += cache_lines(fig.get("cache"))
     for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
         if fig.get(dim):

@@ -33,6 +33,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.graded import maybe_graded
 from llm_locust.runtime.hub import hub
 from llm_locust.report.masking import protect
 from llm_locust.settings.derive import from_options
@@ -198,7 +199,9 @@ class Dispatcher:
             sleep_until(t_due)
             self._acquire_slot(t_due)
             rec = trace[i]
-            self.greenlets.spawn(self._send, self.builder.spec(rec, self._record_model(rec)), t_due, rec.source)
+            spec, source, graded = maybe_graded(self, self.settings, self.builder.spec(rec, self._record_model(rec)),
+                                                rec.source, self.share[0])  # --graded: maybe an item instead
+            self.greenlets.spawn(self._send, spec, t_due, source, graded)
 
     def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
         """Open loop at `rate` requests/s (Poisson or constant), records of the share in turn,
@@ -222,7 +225,9 @@ class Dispatcher:
             rec = trace[k % len(trace)]
             k += 1
             self._acquire_slot(t)
-            self.greenlets.spawn(self._send, self.builder.spec(rec, self._record_model(rec)), t, rec.source)
+            spec, source, graded = maybe_graded(self, self.settings, self.builder.spec(rec, self._record_model(rec)),
+                                                rec.source, self.share[0])  # --graded: maybe an item instead
+            self.greenlets.spawn(self._send, spec, t, source, graded)
 
     def _acquire_slot(self, t_due: float) -> None:
         """Take an in-flight slot, waiting at the cap. A request is held back when it waited

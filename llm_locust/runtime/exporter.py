@@ -14,6 +14,7 @@ request. Served on the web UI's Flask app at /metrics, and on its own port with
   llm_locust_ideal_prompt_tokens_total           prompt-cache counters (ok requests)
   llm_locust_cache_hit_ratio, llm_locust_cache_ideal_hit_ratio,
   llm_locust_cache_achieved_vs_ideal_ratio       gauges, present once defined
+  llm_locust_graded_requests_total, llm_locust_graded_correct_total   accuracy under load (--graded)
   llm_locust_{endpoint,model}_requests_total{endpoint|model, outcome},
   llm_locust_{endpoint,model}_{input,output,cached_prompt,ideal_cached_prompt}_tokens_total{...},
   llm_locust_{endpoint,model}_{ttft,tpot,e2e}_seconds{...}   per endpoint / per model, when the
@@ -118,6 +119,14 @@ def cache_families(total: Aggregate) -> Any:
             yield GaugeMetricFamily(name, doc, value=num / den)
 
 
+def graded_families(total: Aggregate) -> Any:
+    """Accuracy under load (--graded; docs/verdicts.md): graded items that ended ok, and those
+    answered right. Accuracy is their ratio (rate() of the two over a window)."""
+    yield CounterMetricFamily("llm_locust_graded_requests", "Graded items whose request ended ok (--graded).",
+                              value=total.graded)
+    yield CounterMetricFamily("llm_locust_graded_correct", "Graded items answered right.", value=total.correct)
+
+
 def group_families(total: Aggregate) -> Any:
     """Per-endpoint and per-model series, labelled by the endpoint (base URL) or model."""
     for dim, groups in total.groups.items():
@@ -172,6 +181,7 @@ class LLMCollector:
         yield CounterMetricFamily("llm_locust_input_tokens", "Input tokens of ok requests.", value=total.tokens_in)
         yield CounterMetricFamily("llm_locust_output_tokens", "Output tokens of ok requests.", value=total.tokens_out)
         yield from cache_families(total)
+        yield from graded_families(total)
         yield from group_families(total)
         yield from self._gauges(h)
         yield from self._locust_compatible()

@@ -19,6 +19,7 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.graded import grade_record, maybe_graded
 from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
@@ -260,6 +261,7 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
     if not rec.ok and rec.cause is None and rec.outcome is not Outcome.CANCELLED:
         rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
+    grade_record(rec)  # --graded: a graded item's reply, graded (runtime.graded)
     _note_workload(env, rec)
     hub(env).on_done(rec)
     if rec.outcome is Outcome.CANCELLED:
@@ -330,9 +332,11 @@ class StreamingUser(LLMUser):
             self.run_session(session, start)
             return
         spec, source = ctx.workload.next_spec(ctx.request_model())
-        kind = self.ctx.pick_kind()
+        spec, source, graded = maybe_graded(ctx, ctx.settings, spec, source,
+                                             getattr(self.environment.runner, "worker_index", 0) or 0)
+        kind = None if graded else self.ctx.pick_kind()
         if kind is None:
-            self.send(spec, source=source)
+            self.send(spec, source=source, collect_text=True if graded else None)
         else:
             self._send_kind(kind, spec)
         if self.ctx.settings.think_time:

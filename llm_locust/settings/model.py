@@ -293,6 +293,14 @@ def _prices(v: Any) -> Any:
 MIX_KINDS = ("embeddings", "rerank", "score")
 
 
+def _graded_set(v: str) -> str:
+    if v:
+        from llm_locust.workload.graded import load_graded
+
+        load_graded(v)  # GradedSetError (a ValueError) naming file:line of every bad item
+    return v
+
+
 def _mix(v: Any) -> Any:
     """Request kinds by share of the requests, from `KIND:SHARE,...` or a mapping; the shares of
     embeddings, rerank and score add up to at most 1 (the rest is the --api's own kind)."""
@@ -471,6 +479,9 @@ class Settings(BaseModel):
     tool_choice: Annotated[Literal["auto", "required"], Opt("workload", "with --tools: the tool_choice asked for, auto or required", plan="workload.tools.choice")] = "auto"
     response_format: Annotated[Text, AfterValidator(_json_schema_file), Opt("workload", "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate", plan="workload.response_format", path="in")] = ""
     mix: Annotated[dict[str, float], BeforeValidator(_mix), Opt("workload", "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total", plan="workload.mix")] = {}
+    graded: Annotated[Text, AfterValidator(_graded_set), Opt("workload", "accuracy under load: a graded prompt set (JSONL: prompt or messages, expected, grader exact|regex|number|choice) or 'builtin'; a share of the requests (--graded-share) are its items, graded per step (docs/verdicts.md)", plan="workload.graded.set")] = ""
+    graded_share: Annotated[Fraction, Opt("workload", "with --graded: the share of requests that are graded items (seeded draw)", plan="workload.graded.share")] = 0.1
+    graded_max_tokens: Annotated[int, Field(ge=1), Opt("workload", "with --graded: max_tokens of a graded item without its own", plan="workload.graded.max_tokens")] = 32
 
     # ---- load shape ----
     users: Annotated[int | None, Field(ge=1), Opt("load", "closed loop: concurrent users (default 8 under llm-locust run)", plan="load.users", short="-u", locust="num_users", web=True)] = None
@@ -531,6 +542,7 @@ class Settings(BaseModel):
     # ---- simulator ----
     sim_slots: Annotated[int, Field(ge=1), Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True)] = 8
     sim_fast: Annotated[bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)] = False
+    sim_graded_accuracy: Annotated[Fraction, Opt("sim", "with --graded: the simulator answers a graded item right with this probability (seeded), else wrong", plan="sim.graded_accuracy", run_only=True)] = 1.0
 
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""

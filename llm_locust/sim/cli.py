@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", type=fault_arg, action="append", default=[], metavar="SPEC=RATE",
                    help="random fault for RATE of requests: http500, http429, stream_error@K, truncate@K, "
                         "stall@K:SECONDS, slow_headers:SECONDS (repeatable)")
+    p.add_argument("--graded-set", metavar="FILE", default=None,
+                   help="a graded prompt set (JSONL): requests asking one of its questions get its answer (docs/sim.md)")
+    p.add_argument("--graded-accuracy", type=float, default=1.0, metavar="P",
+                   help="with --graded-set: answer right with probability P (seeded), else wrong (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for EOS and fault draws")
     p.add_argument("--uvloop", action="store_true", help="use uvloop (must be installed)")
     return p
@@ -77,10 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--prefix-cache-tokens and --cache-block must be >= 1")
     if a.spec_tokens < 0 or not 0 <= a.spec_accept <= 1:
         build_parser().error("--spec-tokens must be >= 0 and --spec-accept within [0, 1]")
+    if not 0 <= a.graded_accuracy <= 1:
+        build_parser().error("--graded-accuracy must be within [0, 1]")
     if sum(rate for _, rate in a.fault) > 1:
         build_parser().error("--fault rates must sum to at most 1")
     opts = Options(sim=cfg, host=a.host, port=a.port, model=a.model, fast=a.fast, eos_mean=a.eos_mean,
-                   default_max_tokens=a.default_max_tokens, token_log=a.token_log, faults=a.fault, seed=a.seed)
+                   default_max_tokens=a.default_max_tokens, token_log=a.token_log, faults=a.fault, seed=a.seed,
+                   graded_set=a.graded_set, graded_accuracy=a.graded_accuracy)
     if a.uvloop:
         import uvloop
         uvloop.install()

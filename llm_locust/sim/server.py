@@ -109,6 +109,8 @@ class Options:
     token_log: str | None = None
     faults: list = field(default_factory=list)  # [(Fault, rate)]
     seed: int = 0
+    graded_set: str | None = None  # a graded set's JSONL: its questions are answered (sim.graded)
+    graded_accuracy: float = 1.0
 
 
 class BadRequest(Exception):
@@ -421,6 +423,7 @@ class Stream:
         self.counted = False  # fast mode: counted in app.active
         self.w0 = app.n_requests & VMASK
         self.reason = "length" if target == max_tokens else "stop"
+        self.answer: list[str] | None = None  # a graded question's reply, token by token
         self.head_json = b'{"id":"%s-%016x","object":"%s","created":%d,"model":"%s"' % (
             b"chatcmpl" if chat else b"cmpl", app.n_requests,
             b"chat.completion.chunk" if stream and chat else b"chat.completion" if chat else b"text_completion",
@@ -522,14 +525,18 @@ class Stream:
                 parts.append(frame(b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
                                    + self._usage_field(0) + b',"prompt_token_ids":null,"prompt_text":null}\n\n'))
             word = (self.w0 + n) & VMASK
-            text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
+            if self.answer is not None:
+                text = "".join(self.answer[n - k:n])
+            else:
+                text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
             if self.proto is not None:
                 parts.append(self._event(text, last))
             elif self.tool_name is not None:
                 parts.append(self._tool_chunk(n, k, text, last))
-            elif last or self.cont or k > 1:
+            elif last or self.cont or k > 1 or self.answer is not None:
                 tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
-                parts.append(frame(self.prefix + text.encode() + tail + self._usage_field(n)
+                raw = orjson.dumps(text)[1:-1] if self.answer is not None else text.encode()
+                parts.append(frame(self.prefix + raw + tail + self._usage_field(n)
                                    + (self._timings(n) if last else b"") + b"}\n\n"))
             else:
                 mid = MIDS[self.chat][word]
@@ -591,7 +598,8 @@ class Stream:
                                    + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n'))
             parts.append(DONE + END)
         else:
-            text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
+            text = "".join(self.answer[:n]) if self.answer is not None else "".join(
+                VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
             choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.chat else {"index": 0, "text": text}
             choice.update(logprobs=None, finish_reason=self.reason, stop_reason=None)
             body = self.head_json + b',"choices":[' + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage) + b"}"
@@ -787,6 +795,11 @@ class App:
         self.ttft = [0] * (len(TTFT_BUCKETS) + 1)
         self.ttft_sum = 0.0
         self.logf = open(opts.token_log, "ab", buffering=0) if opts.token_log else None
+        self.graded = None
+        if opts.graded_set:
+            from llm_locust.sim.graded import GradedAnswers
+
+            self.graded = GradedAnswers(opts.graded_set, opts.graded_accuracy, opts.seed)
 
     # -- the engine loop: iteration ends are planned from the previous planned end, never from now --
     def kick(self):
@@ -922,8 +935,16 @@ class App:
         self.n_requests += 1
         rid = headers.get("x-request-id") or f"sim-{self.n_requests}"
         target = self._draw_length(max_tokens, min_tokens, bool(ignore_eos))
+        full = self.graded.answer(req) if self.graded is not None else None
+        answer = None
+        if full is not None:  # a graded question: the reply is its answer, then stop
+            answer = full[:max_tokens]
+            target = len(answer)
         st = Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
                     bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
+        if answer is not None:
+            st.answer = answer
+            st.reason = "length" if len(full) > max_tokens else "stop"
         if self.engine.cache is not None:
             st.items = prompt_words(req, proto, chat)
         tools = req.get("tools")

@@ -1,0 +1,274 @@
+"""Graded prompt sets: questions with a known answer, mixed into the load so that accuracy is
+measured beside latency (docs/verdicts.md, "Accuracy under load").
+
+A set is JSONL, one item a line (blank lines and lines starting with `#` are skipped):
+
+    {"id": "add-1", "prompt": "What is 12 + 7? Answer with the number only.", "expected": 19, "grader": "number"}
+    {"messages": [{"role": "user", "content": "..."}], "expected": "B", "grader": "choice",
+     "options": ["Berlin", "Paris", "Rome"]}
+
+- `prompt` (a string) or `messages` (a chat message list): the question;
+- `expected`: the right answer (a string, or a number for the number grader);
+- `grader`: one of GRADERS (see `grade`);
+- optional: `id`, `max_tokens` (>= 1), `tolerance` (number grader, >= 0; default 1e-6),
+  `options` (choice grader: the option texts, A first), `answer` (a canonical right reply, which
+  the simulator sends; default: `expected`).
+
+Every bad line is reported at once, each as `file:line: what is wrong` (GradedSetError, a
+TraceError). Core module: no Locust, no gevent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_locust.workload.formats.base import TraceError
+
+GRADERS = ("exact", "regex", "number", "choice")
+BUILTIN = "builtin"
+BUILTIN_FILE = "graded_builtin.jsonl"
+DEFAULT_TOLERANCE = 1e-6
+CHOICE_LETTERS = "ABCDE"
+KEYS = {"id", "prompt", "messages", "expected", "grader", "max_tokens", "tolerance", "options", "answer"}
+
+
+class GradedSetError(TraceError):
+    """A graded set that cannot be read; one line per bad item, each naming file:line."""
+
+
+@dataclass(frozen=True)
+class GradedItem:
+    id: str
+    messages: list[dict[str, Any]]
+    expected: str
+    grader: str
+    source: str  # "file:line"
+    max_tokens: int | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+    options: tuple[str, ...] = ()
+    answer: str = ""  # a canonical right reply (the simulator's); "" -> expected
+    pattern: Any = field(default=None, compare=False)  # the compiled regex (regex grader)
+
+    @property
+    def question(self) -> str:
+        """The last user message's text: what the simulator recognises the item by."""
+        return last_user_text(self.messages)
+
+    def grade(self, reply: str) -> bool:
+        return grade(self, reply)
+
+
+@dataclass
+class GradedSet:
+    name: str  # as given ("builtin" or the path)
+    items: list[GradedItem]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role", "user") == "user":
+            c = m.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            return c if isinstance(c, str) else ""
+    return ""
+
+
+def builtin_path() -> Path:
+    """The built-in set, shipped as package data (llm_locust/data)."""
+    return Path(__file__).resolve().parent.parent / "data" / BUILTIN_FILE
+
+
+def resolve_path(name: str) -> Path:
+    """The file of a set given as `builtin` or a path."""
+    return builtin_path() if name == BUILTIN else Path(name)
+
+
+def load_graded(name: str) -> GradedSet:
+    """Read a graded set (`builtin` or a JSONL path). Raises GradedSetError naming every bad line."""
+    path = resolve_path(name)
+    shown = BUILTIN_FILE if name == BUILTIN else name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise GradedSetError(f"{shown}: cannot read the graded set: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise GradedSetError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    items, problems, seen = [], [], {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        where = f"{shown}:{lineno}"
+        try:
+            item = parse_item(s, where)
+        except ValueError as e:
+            problems.append(f"{where}: {e}")
+            continue
+        if item.id in seen:
+            problems.append(f"{where}: id {item.id!r} already used at line {seen[item.id]}")
+            continue
+        seen[item.id] = lineno
+        items.append(item)
+    if problems:
+        more = f"\n... and {len(problems) - 20} more bad lines" if len(problems) > 20 else ""
+        raise GradedSetError("\n".join(problems[:20]) + more)
+    if not items:
+        raise GradedSetError(f"{shown}: no graded item in the file")
+    return GradedSet(name, items)
+
+
+def parse_item(line: str, where: str) -> GradedItem:
+    """One JSONL line as an item; ValueError saying what is wrong (without the file:line)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - KEYS)
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (keys: {', '.join(sorted(KEYS))})")
+    grader = obj.get("grader")
+    if grader not in GRADERS:
+        raise ValueError(f"'grader' must be one of {', '.join(GRADERS)}, got {grader!r}")
+    prompt, messages = obj.get("prompt"), obj.get("messages")
+    if (prompt is None) == (messages is None):
+        raise ValueError("give exactly one of 'prompt' (a string) or 'messages' (a chat message list)")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("'prompt' must be a non-empty string")
+        messages = [{"role": "user", "content": prompt}]
+    elif not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
+            for m in messages)):
+        raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+    elif not last_user_text(messages).strip():
+        raise ValueError("'messages' has no user message with text")
+    if "expected" not in obj:
+        raise ValueError("'expected' is missing")
+    expected = obj["expected"]
+    if isinstance(expected, bool) or not isinstance(expected, (str, int, float)):
+        raise ValueError(f"'expected' must be a string or a number, got {type(expected).__name__}")
+    exp = str(expected) if not isinstance(expected, float) else repr(expected)
+    if not exp.strip():
+        raise ValueError("'expected' is empty")
+    max_tokens = obj.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"'max_tokens' must be an integer >= 1, got {max_tokens!r}")
+    tol = obj.get("tolerance", DEFAULT_TOLERANCE)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol >= 0 and math.isfinite(tol)):
+        raise ValueError(f"'tolerance' must be a number >= 0, got {tol!r}")
+    options = obj.get("options") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) and o.strip() for o in options):
+        raise ValueError("'options' must be a list of non-empty strings")
+    if len(options) > len(CHOICE_LETTERS):
+        raise ValueError(f"'options': at most {len(CHOICE_LETTERS)} (A-E), got {len(options)}")
+    pattern = None
+    if grader == "number" and parse_number(exp) is None:
+        raise ValueError(f"number grader: 'expected' must be a number, got {expected!r}")
+    if grader == "choice":
+        exp = exp.strip().upper()
+        if len(exp) != 1 or exp not in CHOICE_LETTERS:
+            raise ValueError(f"choice grader: 'expected' must be one option letter A-E, got {expected!r}")
+        if options and CHOICE_LETTERS.index(exp) >= len(options):
+            raise ValueError(f"choice grader: 'expected' {exp} but only {len(options)} options")
+    if grader == "regex":
+        try:
+            pattern = re.compile(exp)
+        except re.error as e:
+            raise ValueError(f"regex grader: 'expected' is not a valid regular expression ({e})") from None
+    answer = obj.get("answer", "")
+    if not isinstance(answer, str):
+        raise ValueError("'answer' must be a string")
+    ident = obj.get("id")
+    if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))):
+        raise ValueError("'id' must be a string or an integer")
+    return GradedItem(id=str(ident) if ident is not None else where.rpartition(":")[2], messages=messages,
+                      expected=exp, grader=grader, source=where, max_tokens=max_tokens, tolerance=float(tol),
+                      options=tuple(options), answer=answer, pattern=pattern)
+
+
+# ---- graders ----
+
+_WS = re.compile(r"\s+")
+_STRIP = " \t\r\n.,;:!?\"'`*()[]"
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-E])(?![A-Za-z0-9])")
+
+
+def normalise(text: str) -> str:
+    """The exact grader's form of a text: whitespace runs as one space, case folded, and
+    surrounding whitespace, punctuation, quotes, asterisks and brackets stripped."""
+    return _WS.sub(" ", text).strip(_STRIP).casefold()
+
+
+def parse_number(text: str) -> float | None:
+    m = _NUMBER.search(text)
+    if m is None:
+        return None
+    s = m.group(0).replace(",", "").replace("−", "-")
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+_EQUALS = re.compile(r"=|\bequals\b|\bis equal to\b", re.IGNORECASE)
+
+
+def reply_number(reply: str) -> float | None:
+    """The number a reply answers with: its first number; when the reply restates the question
+    with '=' or 'equals' ('12 + 7 = 19', '20 minus 8 equals 12'), the first number after the
+    last of them that one follows."""
+    parts = _EQUALS.split(reply)
+    for tail in reversed(parts[1:]):
+        n = parse_number(tail)
+        if n is not None:
+            return n
+    return parse_number(reply)
+
+
+def reply_choice(reply: str, options: tuple[str, ...] = ()) -> str | None:
+    """The option a reply picks: its first standalone letter A-E (within the options given);
+    without one, the single option whose text the reply contains (case ignored)."""
+    allowed = CHOICE_LETTERS[: len(options)] if options else CHOICE_LETTERS
+    for m in _LETTER.finditer(reply):
+        if m.group(1) in allowed:
+            return m.group(1)
+    if options:
+        low = reply.casefold()
+        hits = [CHOICE_LETTERS[i] for i, o in enumerate(options) if o.strip().casefold() in low]
+        if len(hits) == 1:
+            return hits[0]
+    return None
+
+
+def grade(item: GradedItem, reply: str) -> bool:
+    """Whether `reply` answers `item` right:
+
+    - exact: the reply equals the expected text after `normalise` on both;
+    - regex: the pattern is found anywhere in the reply (re.search; add (?i) to ignore case);
+    - number: `reply_number` is within `tolerance` of the expected number;
+    - choice: `reply_choice` is the expected letter.
+    """
+    g = item.grader
+    if g == "exact":
+        return normalise(reply) == normalise(item.expected)
+    if g == "regex":
+        pattern = item.pattern if item.pattern is not None else re.compile(item.expected)
+        return pattern.search(reply) is not None
+    if g == "number":
+        got, want = reply_number(reply), parse_number(item.expected)
+        return got is not None and want is not None and abs(got - want) <= item.tolerance
+    if g == "choice":
+        return reply_choice(reply, item.options) == item.expected
+    raise ValueError(f"unknown grader {g!r}")
