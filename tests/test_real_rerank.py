@@ -41,7 +41,8 @@ ids = itertools.count()
 
 @pytest.fixture(scope="module")
 def ranker(llama_server_bin, tiny_rerank_model):
-    with LlamaServer(tiny_rerank_model, binary=llama_server_bin, alias=ALIAS, slots=4, ctx=4096,
+    # 2,048 tokens a slot: query + one document must fit a slot (llama-server answers 400 past it)
+    with LlamaServer(tiny_rerank_model, binary=llama_server_bin, alias=ALIAS, slots=4, ctx=8192,
                      extra_args=["--reranking"]) as srv:
         yield srv
 
@@ -161,6 +162,8 @@ def test_mix_rerank_under_llm_locust_run(ranker, tmp_path):
     """--mix rerank:1.0: every request of the workload becomes a rerank of its text's first 200
     characters over the text cut in four (at most four documents)."""
     p = run_cli("--host", ranker.url, "--model", ALIAS, "--mix", "rerank:1.0", "-u", "2", "-t", "8s",
+                # prompts of known bounds: the bundled sample's reach a thousand tokens and more
+                "--synthetic", "requests=200,input=uniform:50:400,output=8",
                 "--results", str(tmp_path / "r.json"), "--record-log", str(tmp_path / "log.jsonl"))
     assert p.returncode == 0, p.stderr[-3000:]
     recs = read_log(tmp_path / "log.jsonl", 2)
