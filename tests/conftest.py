@@ -32,6 +32,12 @@ def tiny_model():
 
 
 @pytest.fixture(scope="session")
+def tiny_rerank_model():
+    """Path to tiny-random-reranker.gguf (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.tiny_rerank_gguf(), "tiny random reranker GGUF")
+
+
+@pytest.fixture(scope="session")
 def smollm2_tokenizer():
     """Path to the SmolLM2 HF tokenizer directory (skip locally / fail in CI when missing)."""
     return _require_real(realservers.smollm2_tokenizer_dir(), "SmolLM2 tokenizer directory")

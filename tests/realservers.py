@@ -24,6 +24,7 @@ from typing import Sequence
 LLAMA_CPP_PY_VERSION = "0.3.36"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_FILE = "tiny-random-llama.gguf"
+TINY_RERANK_FILE = "tiny-random-reranker.gguf"
 PROVISION_HINT = "run `scripts/real-servers.sh llama` (builds llama-server, fetches the models, rebuilds the tokenizer)"
 
 # urllib honours http_proxy & co; never send loopback traffic to a proxy.
@@ -57,6 +58,12 @@ def smollm2_gguf() -> Path | None:
 def tiny_gguf() -> Path | None:
     """Tiny random-weight llama GGUF with SmolLM2's tokenizer, or None if absent."""
     return _existing(cache_dir() / "models" / TINY_FILE)
+
+
+def tiny_rerank_gguf() -> Path | None:
+    """Tiny random-weight reranker GGUF (qwen3 arch, a 2-label ``cls.output`` rank head, SmolLM2's
+    tokenizer) for ``llama-server --reranking``, or None if absent (scripts/make_tiny_gguf.py --rerank)."""
+    return _existing(cache_dir() / "models" / TINY_RERANK_FILE)
 
 
 def smollm2_tokenizer_dir() -> Path | None:

@@ -317,3 +317,50 @@ def test_a_real_llama_server_embeds_and_our_token_count_is_its_usage(llama_serve
     assert len({len(v) for v in reply.embeddings}) == 1 and len(reply.embeddings[0]) > 8
     # per input, the tokenizer's count with its special tokens (SmolLM2 adds none: 14 tokens)
     assert rec.n_in == sum(tok.count(t, add_special_tokens=True) for t in texts) == 14
+
+
+# ---- preflight under --mix -------------------------------------------------------------------
+
+
+def test_preflight_asks_the_endpoints_the_mix_uses():
+    """A pooling-only server (vLLM --runner pooling: /v1/embeddings, /v1/rerank, /v1/score, no
+    /v1/chat/completions): --mix giving it every request passes the preflight; leaving a share to
+    the --api's chat, or mixing in a kind it lacks, stops with the endpoint named."""
+    from llm_locust.runtime import preflight
+
+    assert preflight.endpoint_apis("openai-chat", {}) == ["openai-chat"]
+    assert preflight.endpoint_apis("openai-chat", {"embeddings": 0.2, "rerank": 0.1}) == \
+        ["openai-chat", "openai-embeddings", "rerank"]
+    assert preflight.endpoint_apis("openai-chat", {"embeddings": 0.5, "score": 0.25, "rerank": 0.25}) == \
+        ["openai-embeddings", "vllm-score", "rerank"]
+
+    served = {"/v1/embeddings", "/v1/score"}
+
+    def handle(sock, _addr):
+        head = sock.recv(65536).split(b"\r\n", 1)[0].decode()
+        method, path = head.split()[:2]
+        if method == "GET":
+            body, status = b'{"data": [{"id": "m"}]}', "200 OK"
+        elif path in served:
+            body, status = b'{"error": "bad request"}', "400 Bad Request"
+        else:
+            body, status = b'{"detail": "Not Found"}', "404 Not Found"
+        sock.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     "Connection: close\r\n\r\n".encode() + body)
+        sock.close()
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    try:
+        host = f"http://127.0.0.1:{server.server_port}"
+
+        def check(mix):
+            return preflight.check(host, "openai-chat", {}, 2.0, endpoints=preflight.endpoint_apis("openai-chat", mix))
+
+        assert check({"embeddings": 0.75, "score": 0.25}) is None
+        problem = check({"embeddings": 0.5})
+        assert problem.code == 3 and "/v1/chat/completions answered 404" in problem.message
+        problem = check({"embeddings": 0.5, "rerank": 0.5})
+        assert problem.code == 3 and "/v1/rerank answered 404" in problem.message and "rerank API" in problem.message
+    finally:
+        server.stop()

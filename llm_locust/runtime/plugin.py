@@ -234,7 +234,8 @@ def _on_init(environment, **_kw: Any) -> None:
         from llm_locust.runtime import preflight
 
         headers = request_headers(get_adapter(settings.api), settings.api_key)
-        problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout)
+        problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout,
+                                  endpoints=preflight.endpoint_apis(settings.api, settings.mix))
         if problem is not None:
             print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
             sys.exit(problem.code)

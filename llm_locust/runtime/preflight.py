@@ -8,7 +8,9 @@ or 405 on the probe is only a warning: some servers serve the API without it.
 Then the API's own endpoint is asked, with an empty JSON object (a request no server generates
 from: it answers 400 or 422 where the endpoint exists): a 404 there means the server does not
 serve this API (an old vLLM without /v1/responses, a server started without --embeddings):
-stop, exit 3, naming the API and the endpoint.
+stop, exit 3, naming the API and the endpoint. Under --mix the kinds' endpoints (/v1/embeddings,
+/v1/rerank, /v1/score) are asked the same way, and the --api's own only when some requests are
+left to it (a pooling-only server, vLLM --runner pooling, has no /v1/chat/completions).
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ PROBES = {"tgi": "/info", "triton": "/v2/health/ready", "llamacpp": "/health", "
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 MAX_BODY = 65536
+MIX_APIS = {"embeddings": "openai-embeddings", "rerank": "rerank", "score": "vllm-score"}  # --mix kind -> API
+
+
+def endpoint_apis(api: str, mix: dict[str, float] | None) -> list[str]:
+    """The APIs whose endpoints a run will use: the --api's unless --mix gives every request to
+    other kinds, then those kinds'."""
+    mix = {k: v for k, v in (mix or {}).items() if v > 0}
+    own = [api] if 1.0 - sum(mix.values()) > 1e-9 else []
+    return own + [MIX_APIS[k] for k in mix]
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,10 @@ class Problem:
     message: str
 
 
-def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float = 10.0) -> Problem | None:
-    """None when the target looks right; else why not and the exit code."""
+def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float = 10.0,
+          endpoints: list[str] | None = None) -> Problem | None:
+    """None when the target looks right; else why not and the exit code. `endpoints`: the APIs
+    whose endpoints are asked (default: `api`'s; see endpoint_apis)."""
     base = urlsplit(host).path.rstrip("/")
     if api in OPENAI_APIS and base.endswith("/v1"):
         return Problem(EXIT_USAGE, f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
@@ -64,15 +77,22 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
         log.warning("%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api)
     elif r.status_code in (401, 403):
         log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
-    return _endpoint(host, api, headers, connect_timeout, total)
+    for name in (endpoints if endpoints is not None else [api]):
+        problem = _endpoint(host, name, headers, connect_timeout, total)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float) -> Problem | None:
-    from llm_locust.protocols import get_adapter
+    from llm_locust.protocols import JSON_API_NAMES, get_adapter, get_json_adapter
     from llm_locust.protocols.base import RequestSpec
 
-    path, _body = get_adapter(api).request(RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}],
-                                                        max_tokens=1))
+    if api in JSON_API_NAMES:
+        path, _body = get_json_adapter(api).request(RequestSpec(model="m"))
+    else:
+        path, _body = get_adapter(api).request(RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}],
+                                                            max_tokens=1))
     base = urlsplit(host).path.rstrip("/")
     try:
         with gevent.Timeout(total, TimeoutError(f"no reply within {total:g}s")):
