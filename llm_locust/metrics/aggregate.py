@@ -11,6 +11,7 @@ from typing import Any
 
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.timeseries import LatencySeries
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (
@@ -292,6 +293,7 @@ class Aggregate:
         self.last_end: float | None = None
         # wall second -> [tokens arrived, requests ok, requests failed]
         self.series: dict[int, list[int]] = {}
+        self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above the validity threshold
         self.cpu_max = 0.0
@@ -417,6 +419,7 @@ class Aggregate:
             if rec.n_out >= 2:
                 h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
             itl_max = _record_gaps(times, ntoks, h["itl"], h["inter_chunk"])
+            self.by_sent.add(rec, offset)
 
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
@@ -473,6 +476,7 @@ class Aggregate:
             "last_end": self.last_end,
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
+            "by_sent": self.by_sent.to_wire(),
             "lost": [self.lost, self.workers_lost],
             "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                       for api, k in self.kinds.items()},
@@ -553,6 +557,7 @@ class Aggregate:
                 continue
             for key, wire in groups.items():
                 _group(mine, key).merge_wire(wire)
+        self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens

@@ -184,6 +184,27 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
 
 
 @events.init_command_line_parser.add_listener
+def _stability(settings, h, ladder: dict | None, gpu_scraper) -> dict[str, Any]:
+    """results["stability"]: the burst's recovery (from the ladder) and the soak verdict."""
+    out: dict[str, Any] = {}
+    if ladder and ladder.get("burst"):
+        out["burst"] = ladder["burst"]
+    if settings.soak_window and h.started_at is not None:
+        from llm_locust.analysis.stability import soak
+
+        memory = {}
+        if gpu_scraper is not None:
+            pts = [(s.t, s.figures["gpu_memory_used_bytes"]) for s in gpu_scraper.series.samples
+                   if "gpu_memory_used_bytes" in s.figures]
+            if pts:
+                memory["gpu_memory_used_bytes"] = pts
+        out["soak"] = soak(h.total.by_sent, h.total.series, h.started_at, h.total.last_end or time.time(),
+                           window=settings.soak_window, max_drift=settings.soak_max_drift,
+                           max_error_rate=settings.soak_max_error_rate, memory=memory,
+                           max_memory_growth=settings.soak_max_memory_growth * 2**20)
+    return out
+
+
 def _add_options(parser, **_kw: Any) -> None:
     derive.add_locust_arguments(parser)
     # Safe by default: the web UI and the master's worker port listen on this machine only;
@@ -309,6 +330,14 @@ def _on_init(environment, **_kw: Any) -> None:
         table = verdicts_table(verdict)
         if table:
             print("\n" + table, file=sys.stdout, flush=True)
+        stability = _stability(settings, h, ladder, gpu_scraper)
+        if stability:
+            from llm_locust.analysis.stability import format_stability
+
+            if not (ladder or {}).get("burst"):  # the ladder's table printed the burst's line
+                print("\n" + format_stability(stability), file=sys.stdout, flush=True)
+            elif stability.get("soak"):
+                print("\n" + format_stability({"soak": stability["soak"]}), file=sys.stdout, flush=True)
         report_path = settings.report
         if settings.results or report_path:
             run = {
@@ -348,6 +377,8 @@ def _on_init(environment, **_kw: Any) -> None:
             if eff is not None:
                 results["efficiency"] = eff
             results["verdicts"] = verdict
+            if stability:
+                results["stability"] = stability
             results["plan"] = _effective_plan(settings, len(workers), run["load"]["mode"])
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}

@@ -160,6 +160,12 @@ def _ladder_spec(v: Any) -> Any:
             if any(k in v for k in ("steps", "start", "stop", "factor", "step")):
                 raise ValueError("a search chooses its own levels: give search: LO..HI:P% without steps or start/stop")
             return f"sla:{kind}:{v['search']}"
+        if "burst" in v:  # a burst: rate:burst:rate=R,x=N,for=T,... (docs/load-shapes.md)
+            if any(k in v for k in ("steps", "start", "stop", "factor", "step", "search")):
+                raise ValueError("a burst sets its own levels: give burst: rate=R,x=N,for=T without steps or start/stop")
+            if kind != "rate":
+                raise ValueError(f"a burst is a rate ladder: kind: rate, got {kind!r}")
+            return f"rate:burst:{v['burst']}"
         if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
             raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
         if "steps" in v:
@@ -480,6 +486,11 @@ class Settings(BaseModel):
     max_error_rate: Annotated[Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")] = 0.05
     flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
     flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
+    burst_recovery: Annotated[Seconds, Field(ge=0), Opt("load", "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)", plan="stability.burst_recovery", unit="s")] = 0.0
+    soak_window: Annotated[Seconds, Field(ge=0), Opt("load", "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)", plan="stability.soak.window", unit="s")] = 0.0
+    soak_max_drift: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)", plan="stability.soak.max_drift")] = 0.10
+    soak_max_error_rate: Annotated[Fraction, Opt("load", "soak verdict: a window above this error rate is an error burst", plan="stability.soak.max_error_rate")] = 0.05
+    soak_max_memory_growth: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most GPU memory may grow, in MiB per hour (0: reported, not judged)", plan="stability.soak.max_memory_growth")] = 0.0
     stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
     workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
     locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
