@@ -183,7 +183,6 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
-@events.init_command_line_parser.add_listener
 def _stability(settings, h, ladder: dict | None, gpu_scraper) -> dict[str, Any]:
     """results["stability"]: the burst's recovery (from the ladder) and the soak verdict."""
     out: dict[str, Any] = {}
@@ -205,6 +204,7 @@ def _stability(settings, h, ladder: dict | None, gpu_scraper) -> dict[str, Any]:
     return out
 
 
+@events.init_command_line_parser.add_listener
 def _add_options(parser, **_kw: Any) -> None:
     derive.add_locust_arguments(parser)
     # Safe by default: the web UI and the master's worker port listen on this machine only;

@@ -542,6 +542,9 @@ class Settings(BaseModel):
             elif self.stable_window and self.stable_window > window:
                 problems.append(("stable_window", f"{self.stable_window:g} s is longer than the measurement window "
                                                   f"(duration - warmup = {window:g} s)"))
+            if ld.burst is not None and ld.burst.before is not None and self.warmup >= ld.burst.before:
+                problems.append(("warmup", f"{self.warmup:g} s is not shorter than the burst's base step (before="
+                                           f"{ld.burst.before:g}s, warm-up included): no baseline would be measured"))
             if self.users is not None or self.spawn_rate is not None:
                 problems.append(("users", "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)"))
             if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):

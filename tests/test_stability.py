@@ -1,0 +1,142 @@
+"""Stability plans: the burst's recovery time and the soak drift (analysis/stability.py), the
+per-second TTFT/ITL series they read (metrics/timeseries.py), and a burst end to end on the simulator."""
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from llm_locust.analysis.stability import burst_recovery, slope, soak
+from llm_locust.metrics.timeseries import LatencySeries, bucket_us, percentile_of
+from llm_locust.settings.ladder import PlanError, parse_ladder
+from llm_locust.sim.process import SimProcess
+
+
+def series_of(ttft_by_second: dict[int, list[float]], itl_by_second: dict[int, list[float]] | None = None) -> LatencySeries:
+    s = LatencySeries()
+    for sec, vals in ttft_by_second.items():
+        for v in vals:
+            s.record("ttft", sec, v)
+    for sec, vals in (itl_by_second or {}).items():
+        for v in vals:
+            s.record("itl", sec, v)
+    return s
+
+
+def test_series_percentiles_are_exact_below_2048_us_and_merge_exactly():
+    s = series_of({10: [0.001, 0.002, 0.0015], 11: [0.0005]})
+    assert s.percentile("ttft", 50, 10, 11) == 0.0015 and s.percentile("ttft", 50, 10, 12) == 0.001
+    assert s.percentile("ttft", 50, 12, 20) is None and s.count("ttft", 10, 12) == 4
+    a, b = series_of({10: [0.001]}), series_of({10: [0.002, 0.003], 12: [1.0]})
+    a.merge_wire(b.to_wire())
+    assert a.count("ttft", 10, 13) == 4 and a.percentile("ttft", 50, 10, 11) == 0.002
+    assert abs(a.percentile("ttft", 50, 12, 13) - 1.0) / 1.0 < 0.001  # HDR precision above 2048 us
+    assert bucket_us(3_000_001) <= 3_000_001 and percentile_of({}, 50) is None
+
+
+def test_series_add_takes_ttft_and_per_token_gaps_by_send_second():
+    rec = SimpleNamespace(t_first=1.25, t_sent=1.0, wall_sent=1000.7, chunk_times=[1.25, 1.35, 1.55], chunk_tokens=[1, 1, 2])
+    s = LatencySeries()
+    s.add(rec, 999.7)
+    assert s.percentile("ttft", 50, 1000, 1001) == pytest.approx(0.25, rel=1e-3)
+    assert s.count("itl", 1000, 1001) == 3  # 0.1 s once, 0.1 s (0.2 / 2) twice
+    assert s.percentile("itl", 50, 1000, 1001) == pytest.approx(0.1, rel=1e-3)
+
+
+def constructed_burst():
+    """Base 100 ms from second 0 to 20; burst at [20, 25): 1 s; then back down by 200 ms a second
+    from 25: 900, 700, 500, 300, 105 (second 29, within 10%), 100 ..."""
+    ttft = {s: [0.1] * 4 for s in range(20)}
+    ttft.update({s: [1.0] * 4 for s in range(20, 25)})
+    after = [0.9, 0.7, 0.5, 0.3, 0.105] + [0.1] * 10
+    ttft.update({25 + i: [v] * 4 for i, v in enumerate(after)})
+    return series_of(ttft)
+
+
+def test_burst_recovery_time_is_exact_on_a_constructed_series():
+    s = constructed_burst()
+    r = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 40.0, window=1, limit=30)
+    assert r["base_ttft_p50"] == pytest.approx(0.1, rel=1e-3) and r["recovered"] and r["recovery_s"] == 4 and r["passed"]
+    assert r["peak_ttft_p50"] == pytest.approx(1.0, rel=1e-3) and r["peak_after_s"] == 0
+    # a 2 s window: the first window [s, s + 2) whose p50 (lower median) is within 10%: s = 28 (0.105, 0.1)
+    r2 = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 40.0, window=2)
+    assert r2["recovery_s"] == 3 and r2["passed"] and r2["limit"] is None
+    # a limit below the recovery fails; a run that ends before it never recovered
+    r3 = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 40.0, window=1, limit=3)
+    assert not r3["passed"] and "> limit 3 s" in r3["reason"]
+    r4 = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 29.0, window=1)
+    assert not r4["recovered"] and not r4["passed"] and "never came back" in r4["reason"]
+    # a burst end inside a second: measured from the burst's end
+    r5 = burst_recovery(s, (0.0, 20.0), (20.0, 24.5), 40.0, window=1)
+    assert r5["recovery_s"] == 4.5
+    assert not burst_recovery(series_of({}), (0.0, 20.0), (20.0, 25.0), 40.0)["passed"]
+
+
+def test_soak_slope_drift_and_error_bursts_on_constructed_data():
+    assert slope([(0, 1), (1, 3), (2, 5)]) == 2 and slope([(1, 1)]) is None
+    # TTFT p50 rises 1 ms per 10 s window from 100 ms: 0.36 s/hour; ITL flat
+    w = 10
+    ttft = {s: [0.1 + 0.001 * (s // w)] for s in range(0, 120)}
+    itl = {s: [0.02] for s in range(0, 120)}
+    counts = {s: [0, 10, 0] for s in range(0, 120)}
+    counts[55] = [0, 0, 5]  # window [50, 60): 5 failed of 95
+    r = soak(series_of(ttft, itl), counts, 0.0, 120.0, window=w, max_drift=100.0, max_error_rate=0.05)
+    assert r["windows"] == 12
+    assert r["ttft_drift"]["slope_s_per_hour"] == pytest.approx(0.36, rel=1e-3)
+    assert r["itl_drift"]["slope_s_per_hour"] == pytest.approx(0.0, abs=1e-9)
+    assert r["error_bursts"] == [50] and not r["passed"] and "error rate above 5%" in r["reason"]
+    counts[55] = [0, 10, 0]
+    assert soak(series_of(ttft, itl), counts, 0.0, 120.0, window=w, max_drift=100.0)["passed"]
+    # relative drift: 0.36 s/h over a mean of 105.5 ms = 341%/h: fails a 10%/h limit
+    r = soak(series_of(ttft, itl), counts, 0.0, 120.0, window=w, max_drift=0.1,
+             memory={"gpu_memory_used_bytes": [(0, 0.0), (3600, 2.0 ** 30)]}, max_memory_growth=512 * 2**20)
+    assert r["ttft_drift"]["relative_per_hour"] == pytest.approx(0.36 / 0.1055, rel=1e-3)
+    assert not r["passed"] and "ttft p50 drifts" in r["reason"] and "MiB/h" in r["reason"]
+    assert r["memory"]["gpu_memory_used_bytes"]["bytes_per_hour"] == pytest.approx(2.0 ** 30)
+    assert not soak(series_of(ttft), counts, 0.0, 15.0, window=w)["passed"]  # one window: no drift measurable
+
+
+def test_burst_ladder_syntax():
+    ld = parse_ladder("burst:rate=4,x=3,for=10s", warmup=2, duration=8)
+    assert ld.kind == "rate" and ld.levels == (4, 12, 4) and ld.spec() == "rate:burst:rate=4,x=3,for=10s,after=60s"
+    assert [ld.step_timing(i) for i in (1, 2, 3)] == [(8, 2), (10, 0), (60, 0)]
+    assert parse_ladder(ld.spec()).burst == ld.burst
+    assert parse_ladder("burst:2,x=4,for=500ms,before=5s,after=1m").burst.to_dict() == {
+        "rate": 2, "x": 4, "for": 0.5, "before": 5.0, "after": 60.0}
+    for bad, words in (("burst:rate=4", "missing x"), ("burst:rate=4,x=1,for=1s", "must be > 1"),
+                       ("burst:rate=4,x=3,fro=3s", "did you mean 'for'"), ("burst:rate=0,x=3,for=1s", "rate must be > 0")):
+        with pytest.raises(PlanError, match=words):
+            parse_ladder(bad)
+
+
+# ---- end to end on the simulator ----
+
+def run_burst(tmp_path, limit: str):
+    """2 slots, 20 ms + 1 ms per sequence per iteration, 16 output tokens: capacity about
+    2 / (0.022 x 17) = 5.3 requests/s. Base 2 requests/s, x6 = 12 for 4 s: about 27 requests queue
+    and drain at 3.3 requests/s, about 8 s."""
+    results = tmp_path / "r.json"
+    with SimProcess(slots=2, iter_base=0.02, iter_per_seq=0.001, iter_per_prefill_token=0) as sim:
+        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0",
+               "--ladder", "burst:rate=2,x=6,for=4s,before=5s,after=15s", "--warmup", "1", "--max-tokens", "16",
+               "--arrivals", "constant", "--burst-recovery", limit, "--results", str(results)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(results.read_text()), p
+
+
+def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_against_the_limit(tmp_path):
+    r, p = run_burst(tmp_path, "1s")
+    b = r["stability"]["burst"]
+    steps = r["ladder"]["steps"]
+    print(f"\nburst: base TTFT p50 {b['base_ttft_p50'] * 1000:.1f} ms, peak {b['peak_ttft_p50'] * 1000:.0f} ms, "
+          f"recovery {b['recovery_s']} s; curve {b['curve']}")
+    assert [s["offered"] for s in steps] == [2, 12, 2]
+    assert r["ladder"]["saturation"] is None  # no knee for a burst
+    assert b["base_samples"] >= 4 and b["peak_ttft_p50"] > 3 * b["base_ttft_p50"]  # the burst queued
+    assert b["recovered"] and b["recovery_s"] > 1  # queued requests took seconds to drain
+    assert not b["passed"] and "> limit 1 s" in b["reason"]
+    assert "burst: FAIL" in p.stdout
+    assert r["plan"]["ladder"]["burst"] == "rate=2,x=6,for=4s,before=5s,after=15s"
+    assert r["plan"]["stability"]["burst_recovery"] == 1
