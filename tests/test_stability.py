@@ -140,3 +140,34 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     assert "burst: FAIL" in p.stdout
     assert r["plan"]["ladder"]["burst"] == "rate=2,x=6,for=4s,before=5s,after=15s"
     assert r["plan"]["stability"]["burst_recovery"] == 1
+    # the HTML report and compare show it
+    from llm_locust.report.html import render
+    from llm_locust.report.results import load_results
+
+    page = render(load_results(str(tmp_path / "r.json")))
+    assert "<h2 id='stability'>Stability</h2>" in page and "id=\"burst-curve\"" in page and ">FAIL<" in page
+    from llm_locust.report.compare.comparison import compare
+    from llm_locust.report.compare.render import render_text
+
+    text = render_text(compare([str(tmp_path / "r.json")] * 2, labels=["a", "b"]))
+    assert "Stability verdicts" in text and f"FAIL · recovery {b['recovery_s']:g} s" in text
+
+
+@pytest.mark.parametrize("fault,passed", [(None, True), ({"http500": 0.3}, False)])
+def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
+    """A short closed loop with one-second windows (minute -> second scaling): without faults no
+    error burst (drift limit wide: a few seconds say nothing of an hour); with 30% HTTP 500s every
+    window is an error burst and the verdict fails."""
+    results = tmp_path / "r.json"
+    with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, **({"fault": fault} if fault else {})) as sim:
+        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0", "-u", "4",
+               "-t", "6s", "--max-tokens", "16", "--soak-window", "1s", "--soak-max-drift", "1000",
+               "--no-fail-fast", "--results", str(results)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    so = json.loads(results.read_text())["stability"]["soak"]
+    print(f"\nsoak (fault {fault}): {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}")
+    assert so["window"] == 1 and so["windows"] >= 4
+    assert all(r["ttft_p50"] is not None and r["itl_p50"] is not None for r in so["rows"][:-1])
+    assert so["passed"] is passed and (not so["error_bursts"]) is passed
+    assert ("soak: PASS" if passed else "soak: FAIL") in p.stdout

@@ -300,11 +300,38 @@ def _ranking_table(c: Comparison) -> Table:
     return Table("Ranking", ["rank", "run", "total", "pass lines", "validity"], rows, numeric_from=99)
 
 
+def _stability_table(c: Comparison) -> Table | None:
+    """One row per stability verdict any run has (burst, soak): PASS or FAIL and its figure, per run."""
+    docs = [r.doc.get("stability") if isinstance(r.doc.get("stability"), dict) else {} for r in c.runs]
+    plans = [k for k in ("burst", "soak") if any(isinstance(d.get(k), dict) for d in docs)]
+    if not plans:
+        return None
+
+    def cell(d: dict, plan: str) -> str:
+        v = d.get(plan)
+        if not isinstance(v, dict):
+            return "n/a"
+        verdict = "PASS" if v.get("passed") else "FAIL"
+        if plan == "burst":
+            rec = v.get("recovery_s")
+            return f"{verdict} · recovery {'never' if rec is None else f'{rec:g} s'}"
+        rel = (v.get("ttft_drift") or {}).get("relative_per_hour")
+        return f"{verdict} · TTFT drift {'-' if rel is None else f'{rel:+.1%}/h'}, bursts {len(v.get('error_bursts') or [])}"
+
+    rows = [[plan, *[cell(d, plan) for d in docs]] for plan in plans]
+    return Table("Stability verdicts", ["plan", *[r.label for r in c.runs]], rows,
+                 note="docs/verdicts.md, \"Stability\": burst = seconds until TTFT p50 is back within 10% of the base; "
+                      "soak = drift per hour and error bursts", numeric_from=99)
+
+
 def sections(c: Comparison) -> list[Table]:
     out = [_runs_table(c), _figures_table(c)]
     st = _steps_table(c)
     if st is not None:
         out.append(st)
+    stab = _stability_table(c)
+    if stab is not None:
+        out.append(stab)
     out += _frontier_tables(c)
     out += [_matrix_table(c), _ranking_table(c)]
     return out
