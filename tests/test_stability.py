@@ -171,3 +171,59 @@ def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
     assert all(r["ttft_p50"] is not None and r["itl_p50"] is not None for r in so["rows"][:-1])
     assert so["passed"] is passed and (not so["error_bursts"]) is passed
     assert ("soak: PASS" if passed else "soak: FAIL") in p.stdout
+
+
+def test_overlong_mix_verdict_on_constructed_counts():
+    from llm_locust.analysis.stability import overlong_mix
+
+    summ = {"ok": 80, "failed": 20, "latency": {"ttft": {"p50": 0.05}, "e2e": {"p50": 0.2}}}
+    base = {"latency": {"ttft": {"p50": 0.048}, "e2e": {"p50": 0.19}}}
+    r = overlong_mix([20, 0, 20], summ, share=0.2, tokens=5000, baseline=base, tolerance=0.1)
+    assert r["passed"] and r["others"] == {"ok": 80, "failed": 0, "ttft_p50": 0.05, "e2e_p50": 0.2}
+    assert r["ttft_p50_ratio"] == pytest.approx(0.05 / 0.048)
+    slow = {"latency": {"ttft": {"p50": 0.04}, "e2e": {"p50": 0.19}}}
+    r = overlong_mix([20, 0, 20], summ, share=0.2, tokens=5000, baseline=slow, tolerance=0.1)
+    assert not r["passed"] and "ttft p50" in r["reason"]
+    r = overlong_mix([20, 2, 15], {**summ, "failed": 21}, share=0.2, tokens=5000)
+    assert not r["passed"] and r["served"] == 2 and r["unclassified"] == 3 and r["others"]["failed"] == 3
+    assert "2 overlong request(s) served" in r["reason"] and "3 other request(s) failed" in r["reason"]
+    assert not overlong_mix([0, 0, 0], summ, share=0.2, tokens=5000)["passed"]
+
+
+def run_mix(tmp_path, sim_url, name, *extra):
+    results = tmp_path / f"{name}.json"
+    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim_url, "--workers", "0", "-u", "4", "-t", "5s",
+           "--synthetic", "requests=400,input=200,output=16", "--max-tokens", "16", "--no-fail-fast",
+           "--results", str(results), *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: the overlong failures' error rate
+    return json.loads(results.read_text()), p, results
+
+
+def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_against_a_clean_run(tmp_path):
+    """The simulator's KV budget (4096 tokens) is its context (/v1/models max_model_len): 20% of the
+    requests get 4096 + 409 tokens and fail with its vLLM-worded 400, classified overlong."""
+    with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=4096) as sim:
+        clean, _, clean_path = run_mix(tmp_path, sim.url, "clean")
+        mix, p, _ = run_mix(tmp_path, sim.url, "mix", "--overlong-share", "0.2", "--overlong-baseline", str(clean_path),
+                            "--overlong-tolerance", "0.5")
+        doctored = json.loads(clean_path.read_text())
+        for k in ("ttft", "e2e"):
+            doctored["summary"]["latency"][k]["p50"] /= 3  # a clean run three times faster: the mix must fail
+        fast = tmp_path / "fast.json"
+        fast.write_text(json.dumps(doctored))
+        mix2, _, _ = run_mix(tmp_path, sim.url, "mix2", "--overlong-share", "0.2", "--overlong-baseline", str(fast),
+                             "--overlong-tolerance", "0.5")
+    ov = mix["stability"]["overlong"]
+    print(f"\noverlong: {ov['overlong']} overlong ({ov['tokens']} tokens), classified {ov['classified']}; others "
+          f"TTFT p50 {ov['others']['ttft_p50'] * 1000:.1f} ms vs clean {ov['baseline']['ttft_p50'] * 1000:.1f} ms, "
+          f"E2E p50 {ov['others']['e2e_p50'] * 1000:.1f} vs {ov['baseline']['e2e_p50'] * 1000:.1f} ms")
+    assert "overlong mix: the server's context is 4096 tokens: 4505-token prompts" in p.stdout
+    assert ov["tokens"] == 4505 and ov["overlong"] > 0 and ov["served"] == 0
+    assert ov["classified"] == ov["overlong"] == mix["summary"]["causes"]["overlong"]
+    assert ov["others"]["failed"] == 0 and clean["summary"]["failed"] == 0
+    assert 0.1 < ov["overlong"] / (ov["overlong"] + ov["others"]["ok"]) < 0.35
+    assert ov["passed"], ov["reason"]
+    assert "overlong mix: PASS" in p.stdout
+    ov2 = mix2["stability"]["overlong"]
+    assert not ov2["passed"] and "x the clean run's" in ov2["reason"]

@@ -134,6 +134,50 @@ def soak(series, counts: dict[int, list[int]], start: float, end: float, *, wind
     return out
 
 
+def overlong_mix(counts: list[int], summary: dict[str, Any], *, share: float, tokens: int,
+                 baseline: dict[str, Any] | None = None, tolerance: float = 0.10) -> dict[str, Any]:
+    """The overlong mix: `counts` = the Aggregate's overlong [finished, ok, classified overlong];
+    `summary` = the run's figures (metrics.aggregate.figures); `baseline` = a clean run's summary.
+
+    overlong: those requests, each expected to fail with cause `overlong` (the server's own words,
+    protocols/causes.py). others: every other request (failed = all failures less the overlong
+    ones; TTFT and E2E p50 over the ok requests, which are the others' when no overlong request
+    was served). Pass: at least one overlong request, none served, every one classified overlong,
+    no other request failed, and with a baseline the others' TTFT p50 and E2E p50 at most
+    (1 + tolerance) x the baseline's."""
+    n, served, classified = (list(counts) + [0, 0, 0])[:3]
+    lat = summary.get("latency") or {}
+    others = {"ok": (summary.get("ok") or 0) - served,
+              "failed": (summary.get("failed") or 0) - (n - served),
+              "ttft_p50": (lat.get("ttft") or {}).get("p50"), "e2e_p50": (lat.get("e2e") or {}).get("p50")}
+    out: dict[str, Any] = {"share": share, "tokens": tokens, "overlong": n, "served": served,
+                           "classified": classified, "unclassified": n - served - classified, "others": others,
+                           "tolerance": tolerance, "baseline": None}
+    why = []
+    if n == 0:
+        why.append("no overlong request finished")
+    if served:
+        why.append(f"{served} overlong request(s) served (the server truncated or accepted them)")
+    if n - served - classified:
+        why.append(f"{n - served - classified} overlong failure(s) not classified overlong")
+    if others["failed"] > 0:
+        why.append(f"{others['failed']} other request(s) failed")
+    if baseline is not None:
+        blat = baseline.get("latency") or {}
+        b = {"ttft_p50": (blat.get("ttft") or {}).get("p50"), "e2e_p50": (blat.get("e2e") or {}).get("p50")}
+        out["baseline"] = b
+        for k in ("ttft_p50", "e2e_p50"):
+            if b[k] and others[k] is not None:
+                out[f"{k}_ratio"] = others[k] / b[k]
+                if others[k] > b[k] * (1 + tolerance):
+                    why.append(f"others' {k.replace('_', ' ')} {_ms(others[k])} > {1 + tolerance:.2f} x the clean run's {_ms(b[k])}")
+    out["passed"] = not why
+    out["reason"] = "; ".join(why) if why else (
+        f"{n} overlong request(s) all rejected as overlong, the others unaffected"
+        + ("" if baseline is not None else " (no baseline: latency not judged)"))
+    return out
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:,.1f} ms"
 
@@ -147,6 +191,13 @@ def format_stability(st: dict[str, Any] | None) -> str:
     if b:
         lines.append(f"burst: {'PASS' if b['passed'] else 'FAIL'}: {b['reason']}; TTFT p50 base {_ms(b['base_ttft_p50'])}, "
                      f"peak {_ms(b['peak_ttft_p50'])}" + (f" at {b['peak_after_s']:g} s into the burst" if b.get("peak_after_s") is not None else ""))
+    ov = st.get("overlong")
+    if ov:
+        o = ov["others"]
+        lines.append(f"overlong mix: {'PASS' if ov['passed'] else 'FAIL'}: {ov['reason']}; {ov['overlong']} overlong "
+                     f"({ov['tokens']} tokens, {ov['classified']} classified overlong), others TTFT p50 {_ms(o['ttft_p50'])}, "
+                     f"E2E p50 {_ms(o['e2e_p50'])}" + (f" (clean run {_ms(ov['baseline']['ttft_p50'])}, {_ms(ov['baseline']['e2e_p50'])})"
+                                                       if ov.get("baseline") else ""))
     so = st.get("soak")
     if so:
         t, i = so.get("ttft_drift") or {}, so.get("itl_drift") or {}

@@ -294,6 +294,7 @@ class Aggregate:
         # wall second -> [tokens arrived, requests ok, requests failed]
         self.series: dict[int, list[int]] = {}
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
+        self.overlong = [0, 0, 0]  # the overlong mix: requests finished, ok (served), failed with cause overlong
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above the validity threshold
         self.cpu_max = 0.0
@@ -370,6 +371,11 @@ class Aggregate:
             if images:
                 self.images_sent += images
                 self.image_bytes += extra.get("image_bytes") or 0
+            if extra.get("overlong"):
+                ov = self.overlong
+                ov[0] += 1
+                ov[1] += rec.ok
+                ov[2] += rec.cause == "overlong"
             parsed = extra.get("json_parsed")
             if parsed is not None:
                 self.structured_checked += 1
@@ -477,6 +483,7 @@ class Aggregate:
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
+            "overlong": self.overlong,
             "lost": [self.lost, self.workers_lost],
             "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                       for api, k in self.kinds.items()},
@@ -558,6 +565,7 @@ class Aggregate:
             for key, wire in groups.items():
                 _group(mine, key).merge_wire(wire)
         self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
+        self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0))]
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens

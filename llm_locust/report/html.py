@@ -800,6 +800,15 @@ def section_stability(r: dict[str, Any]) -> H:
                      f"base TTFT p50 {_ms_or_dash(b.get('base_ttft_p50'))}, peak {_ms_or_dash(b.get('peak_ttft_p50'))}, "
                      f"recovery {'-' if b.get('recovery_s') is None else num(b['recovery_s'])} s"
                      + (f" (limit {num(b['limit'])} s)" if b.get("limit") else ""), b.get("reason", "")))
+    ov = st.get("overlong")
+    if isinstance(ov, dict):
+        o, bl = ov.get("others") or {}, ov.get("baseline") or {}
+        rows.append(("overlong mix", "PASS" if ov.get("passed") else "FAIL",
+                     f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, {ov.get('classified')} classified overlong, "
+                     f"{ov.get('served')} served); others TTFT p50 {_ms_or_dash(o.get('ttft_p50'))}, E2E p50 "
+                     f"{_ms_or_dash(o.get('e2e_p50'))}"
+                     + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
+                     ov.get("reason", "")))
     so = st.get("soak")
     if isinstance(so, dict):
         def rel(d):

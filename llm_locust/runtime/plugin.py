@@ -188,6 +188,17 @@ def _stability(settings, h, ladder: dict | None, gpu_scraper) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if ladder and ladder.get("burst"):
         out["burst"] = ladder["burst"]
+    if settings.overlong_share:
+        from llm_locust.analysis.stability import overlong_mix
+
+        baseline = None
+        if settings.overlong_baseline:
+            from llm_locust.report.results import load_results
+
+            baseline = load_results(settings.overlong_baseline).get("summary") or {}
+        out["overlong"] = overlong_mix(h.total.overlong, figures(h.total), share=settings.overlong_share,
+                                       tokens=settings.overlong_tokens, baseline=baseline,
+                                       tolerance=settings.overlong_tolerance)
     if settings.soak_window and h.started_at is not None:
         from llm_locust.analysis.stability import soak
 
@@ -244,6 +255,13 @@ def _on_init(environment, **_kw: Any) -> None:
         work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         h.info["workload"] = _workload_facts(work)
         shapes.install(environment, settings)  # a bad ladder is refused here
+        if settings.overlong_share and not settings.overlong_tokens:
+            raise ValueError("--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
+                             "`llm-locust run` reads the context from the server, plain locust does not")
+        if settings.overlong_baseline:
+            from llm_locust.report.results import load_results
+
+            load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
         scrapers = _server_scrapers(environment, settings)
         scraper = next(iter(scrapers.values()), None)  # the first endpoint's (the host's)

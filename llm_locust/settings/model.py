@@ -486,6 +486,10 @@ class Settings(BaseModel):
     max_error_rate: Annotated[Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")] = 0.05
     flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
     flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
+    overlong_share: Annotated[Fraction, Opt("workload", "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context (0: off)", plan="stability.overlong.share")] = 0.0
+    overlong_tokens: Annotated[int, Field(ge=0), Opt("workload", "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or llama.cpp /props n_ctx, plus 10%)", plan="stability.overlong.tokens")] = 0
+    overlong_baseline: Annotated[Text, Opt("workload", "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within --overlong-tolerance of its", plan="stability.overlong.baseline", path="in")] = ""
+    overlong_tolerance: Annotated[float, Field(ge=0), Opt("workload", "overlong mix: how far the others' p50 may rise over the baseline's, a fraction (0.1 = 10%)", plan="stability.overlong.tolerance")] = 0.10
     burst_recovery: Annotated[Seconds, Field(ge=0), Opt("load", "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)", plan="stability.burst_recovery", unit="s")] = 0.0
     soak_window: Annotated[Seconds, Field(ge=0), Opt("load", "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)", plan="stability.soak.window", unit="s")] = 0.0
     soak_max_drift: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)", plan="stability.soak.max_drift")] = 0.10

@@ -890,8 +890,10 @@ class App:
         if min_tokens > max_tokens:
             raise BadRequest("'min_tokens' must be <= 'max_tokens'")
         if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
-            raise BadRequest(f"prompt ({n_in}) + max_tokens ({max_tokens}) exceeds the KV cache "
-                             f"({self.opts.sim.kv_tokens} tokens)")
+            # vLLM's wording (OpenAIServing._validate_input), which protocols.causes reads as overlong
+            raise BadRequest(f"This model's maximum context length is {self.opts.sim.kv_tokens} tokens. However, you "
+                             f"requested {n_in + max_tokens} tokens ({n_in} in the messages, {max_tokens} in the "
+                             "completion). Please reduce the length of the messages or completion.")
         so = req.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("'stream_options' must be an object")
