@@ -130,6 +130,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "flat_tolerance": (0.1, {}),
         "stop_on_slo": (True, {}),
         "burst_recovery": (30.0, {"ladder": "burst:rate=4,x=3,for=10s"}),
+        "kv_pressure": (True, {}),
+        "kv_min_load": (16.0, {}),
         "overlong_share": (0.1, {"overlong_tokens": 5000}),
         "overlong_tokens": (9000, {}),
         "overlong_baseline": (str(write(tmp_path, "{}", "clean.json")), {}),

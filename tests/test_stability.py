@@ -227,3 +227,64 @@ def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_agains
     assert "overlong mix: PASS" in p.stdout
     ov2 = mix2["stability"]["overlong"]
     assert not ov2["passed"] and "x the clean run's" in ov2["reason"]
+
+
+# ---- KV pressure ----
+
+def test_simulator_preemption_model_is_exact_and_off_by_default():
+    """kv 1000, two requests of 100 + 500 tokens, 10 ms + 1 ms per sequence per iteration.
+    Preemption: both run until they hold 200 + 2 x 400 and the next two tokens do not fit: the
+    later one is preempted (400 generated), the first finishes alone (100 iterations of 11 ms),
+    then the preempted one is readmitted and recomputed, 100 more. Reserved (default): the
+    second waits for the first's whole 600 tokens."""
+    from llm_locust.sim.model import Engine, SimConfig, simulate
+
+    cfg = SimConfig(slots=8, kv_tokens=1000, iter_base=0.01, iter_per_seq=0.001, iter_per_prefill_token=0, preempt=True)
+    eng = Engine(cfg)
+    t = simulate(cfg, [(0, 100, 500), (0, 100, 500)], engine=eng)
+    assert eng.preemptions == 1 and eng.kv_used == 0 and [len(x) for x in t] == [500, 500]
+    assert t[0][-1] == pytest.approx(400 * 0.012 + 100 * 0.011) and t[1][-1] == pytest.approx(400 * 0.012 + 200 * 0.011)
+    assert t[1][399] == pytest.approx(4.8) and t[1][400] - t[1][399] == pytest.approx(101 * 0.011)  # the stall
+    plain = SimConfig(slots=8, kv_tokens=1000, iter_base=0.01, iter_per_seq=0.001, iter_per_prefill_token=0)
+    eng = Engine(plain)
+    t = simulate(plain, [(0, 100, 500), (0, 100, 500)], engine=eng)
+    assert eng.preemptions == 0 and t[0][-1] == pytest.approx(5.5) and t[1][-1] == pytest.approx(11.0)
+
+
+def test_kv_pressure_verdict_on_constructed_steps():
+    from llm_locust.analysis.stability import kv_pressure
+
+    def step(i, load, p50, p99):
+        return {"step": i, "offered": load, "latency": {"itl": {"p50": p50, "p99": p99, "max": p99 * 2}}}
+
+    steps = [step(1, 1, 0.005, 0.01), step(2, 2, 0.006, 0.012), step(3, 4, 0.008, 0.05)]
+    server = [{"step": 1, "preemptions_total": {"increase": 0}}, {"step": 2, "preemptions_total": {"increase": 0}},
+              {"step": 3, "preemptions_total": {"increase": 7}, "kv_cache_usage": {"max": 1.0}}]
+    r = kv_pressure(steps, server, min_load=4)
+    assert r["first_load"] == 4 and r["first_step"] == 3 and r["passed"]
+    assert r["itl_before"]["p99"] == 0.012 and r["itl_after"]["p99"] == 0.05
+    assert r["itl_p99_ratio"] == pytest.approx(0.05 / 0.012)
+    assert not kv_pressure(steps, server, min_load=8)["passed"] and not kv_pressure(steps, server)["passed"]
+    assert kv_pressure(steps, server[:2])["passed"]  # no preemption up to the last step read
+    assert not kv_pressure(steps, None)["passed"]  # no counter: nothing to judge
+
+
+def test_kv_pressure_ladder_on_the_simulator_finds_where_preemption_starts(tmp_path):
+    """8 slots, 2000 KV tokens, 100-token prompts and 300-token replies held as used (--preempt):
+    4 users hold at most 1600 tokens, 8 users up to 3200: preemption starts at 8 users."""
+    results = tmp_path / "kv.json"
+    with SimProcess(slots=8, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=2000, preempt=True) as sim:
+        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0",
+               "--ladder", "concurrency:2,4,8", "--warmup", "1", "--step-duration", "4",
+               "--synthetic", "requests=400,input=100,output=300", "--max-tokens", "300", "--metrics-interval", "0.5s",
+               "--no-early-stop", "--kv-pressure", "--kv-min-load", "16", "--results", str(results)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(results.read_text())
+    kv = r["stability"]["kv_pressure"]
+    print(f"\nKV pressure: {kv['reason']}; ITL before {kv['itl_before']}, at it {kv['itl_after']}")
+    assert [row["preemptions"] for row in kv["rows"]][:2] == [0, 0] and kv["rows"][2]["preemptions"] > 0
+    assert kv["first_load"] == 8 and kv["itl_before"]["p50"] is not None
+    assert kv["itl_after"]["max"] > 10 * kv["itl_after"]["p50"]  # a preempted stream stalls while it waits
+    assert not kv["passed"] and "< 16" in kv["reason"]  # it starts below the stated load
+    assert "KV pressure: FAIL" in p.stdout

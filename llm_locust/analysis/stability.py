@@ -134,6 +134,50 @@ def soak(series, counts: dict[int, list[int]], start: float, end: float, *, wind
     return out
 
 
+def kv_pressure(steps: list[dict[str, Any]], server: list[dict[str, Any]] | None, *, min_load: float = 0.0) -> dict[str, Any]:
+    """Where the server starts preempting under a ladder of long outputs.
+
+    steps: the ladder's step dicts (offered, latency.itl); server: its /metrics windows per step
+    (matched by step number; `preemptions_total.increase` inside the step's measurement window,
+    `kv_cache_usage.max`). The first step whose preemptions increased is where preemption starts;
+    ITL p50 and p99 of the step before it and of it are kept, with their ratios. Pass: no step
+    preempted, or preemption started at a load >= `min_load` when that is > 0."""
+    by = {w.get("step"): w for w in server or []}
+    rows = []
+    for st in steps:
+        w = by.get(st.get("step"), {})
+        itl = (st.get("latency") or {}).get("itl") or {}
+        rows.append({"step": st.get("step"), "offered": st.get("offered"),
+                     "preemptions": (w.get("preemptions_total") or {}).get("increase"),
+                     "kv_cache_usage_max": (w.get("kv_cache_usage") or {}).get("max"),
+                     "itl_p50": itl.get("p50"), "itl_p99": itl.get("p99"), "itl_max": itl.get("max")})
+    out: dict[str, Any] = {"rows": rows, "min_load": min_load or None, "first_step": None, "first_load": None,
+                           "itl_before": None, "itl_after": None}
+    if not any(r["preemptions"] is not None for r in rows):
+        out.update(passed=False, reason="the server reports no preemption counter (vllm:num_preemptions_total, "
+                                        "sglang:num_retracted_reqs): nothing to judge")
+        return out
+    i = next((k for k, r in enumerate(rows) if r["preemptions"]), None)
+    if i is None:
+        out.update(passed=True, reason=f"no preemption up to {rows[-1]['offered']:g}")
+        return out
+    first = rows[i]
+    out["first_step"], out["first_load"] = first["step"], first["offered"]
+    out["itl_after"] = {"p50": first["itl_p50"], "p99": first["itl_p99"], "max": first["itl_max"]}
+    if i > 0:
+        prev = rows[i - 1]
+        out["itl_before"] = {"p50": prev["itl_p50"], "p99": prev["itl_p99"], "max": prev["itl_max"]}
+        for p in ("p50", "p99", "max"):
+            if prev[f"itl_{p}"] and first[f"itl_{p}"] is not None:
+                out[f"itl_{p}_ratio"] = first[f"itl_{p}"] / prev[f"itl_{p}"]
+    text = f"preemption starts at {first['offered']:g} (step {first['step']}, {first['preemptions']:g} preempted)"
+    if min_load and first["offered"] >= min_load:
+        out.update(passed=True, reason=f"{text} >= {min_load:g}")
+    else:
+        out.update(passed=False, reason=text + (f" < {min_load:g}" if min_load else ""))
+    return out
+
+
 def overlong_mix(counts: list[int], summary: dict[str, Any], *, share: float, tokens: int,
                  baseline: dict[str, Any] | None = None, tolerance: float = 0.10) -> dict[str, Any]:
     """The overlong mix: `counts` = the Aggregate's overlong [finished, ok, classified overlong];
@@ -198,6 +242,13 @@ def format_stability(st: dict[str, Any] | None) -> str:
                      f"({ov['tokens']} tokens, {ov['classified']} classified overlong), others TTFT p50 {_ms(o['ttft_p50'])}, "
                      f"E2E p50 {_ms(o['e2e_p50'])}" + (f" (clean run {_ms(ov['baseline']['ttft_p50'])}, {_ms(ov['baseline']['e2e_p50'])})"
                                                        if ov.get("baseline") else ""))
+    kv = st.get("kv_pressure")
+    if kv:
+        b, a = kv.get("itl_before") or {}, kv.get("itl_after") or {}
+        lines.append(f"KV pressure: {'PASS' if kv['passed'] else 'FAIL'}: {kv['reason']}"
+                     + (f"; ITL p50/p99/max {_ms(b.get('p50'))}/{_ms(b.get('p99'))}/{_ms(b.get('max'))} before, "
+                        f"{_ms(a.get('p50'))}/{_ms(a.get('p99'))}/{_ms(a.get('max'))} at it"
+                        if a else ""))
     so = st.get("soak")
     if so:
         t, i = so.get("ttft_drift") or {}, so.get("itl_drift") or {}

@@ -809,6 +809,13 @@ def section_stability(r: dict[str, Any]) -> H:
                      f"{_ms_or_dash(o.get('e2e_p50'))}"
                      + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
                      ov.get("reason", "")))
+    kv = st.get("kv_pressure")
+    if isinstance(kv, dict):
+        bf, at = kv.get("itl_before") or {}, kv.get("itl_after") or {}
+        rows.append(("KV pressure", "PASS" if kv.get("passed") else "FAIL",
+                     f"preemption from {'-' if kv.get('first_load') is None else num(kv['first_load'])}; ITL p50/p99 "
+                     f"{_ms_or_dash(bf.get('p50'))}/{_ms_or_dash(bf.get('p99'))} before, "
+                     f"{_ms_or_dash(at.get('p50'))}/{_ms_or_dash(at.get('p99'))} at it", kv.get("reason", "")))
     so = st.get("soak")
     if isinstance(so, dict):
         def rel(d):

@@ -183,9 +183,14 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
-def _stability(settings, h, ladder: dict | None, gpu_scraper) -> dict[str, Any]:
-    """results["stability"]: the burst's recovery (from the ladder) and the soak verdict."""
+def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None) -> dict[str, Any]:
+    """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
+    and the soak verdict (analysis/stability.py)."""
     out: dict[str, Any] = {}
+    if settings.kv_pressure and ladder and ladder.get("steps"):
+        from llm_locust.analysis.stability import kv_pressure
+
+        out["kv_pressure"] = kv_pressure(ladder["steps"], (server_windows or {}).get("steps"), min_load=settings.kv_min_load)
     if ladder and ladder.get("burst"):
         out["burst"] = ladder["burst"]
     if settings.overlong_share:
@@ -348,7 +353,7 @@ def _on_init(environment, **_kw: Any) -> None:
         table = verdicts_table(verdict)
         if table:
             print("\n" + table, file=sys.stdout, flush=True)
-        stability = _stability(settings, h, ladder, gpu_scraper)
+        stability = _stability(settings, h, ladder, gpu_scraper, server_windows)
         if stability:
             from llm_locust.analysis.stability import format_stability
 

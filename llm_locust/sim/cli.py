@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", type=fault_arg, action="append", default=[], metavar="SPEC=RATE",
                    help="random fault for RATE of requests: http500, http429, stream_error@K, truncate@K, "
                         "stall@K:SECONDS, slow_headers:SECONDS (repeatable)")
+    p.add_argument("--preempt", action="store_true",
+                   help="KV held as used (prompt + generated), running sequences preempted (latest admitted first, "
+                        "recomputed) when their next tokens do not fit; default: prompt + max_tokens reserved at admission")
     p.add_argument("--seed", type=int, default=0, help="seed for EOS and fault draws")
     p.add_argument("--uvloop", action="store_true", help="use uvloop (must be installed)")
     return p
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_tokens = DEFAULT_PREFIX_CACHE_TOKENS if a.prefix_cache_tokens is None else a.prefix_cache_tokens
     cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token,
                     prefix_cache_tokens=cache_tokens, cache_block=a.cache_block,
-                    spec_tokens=a.spec_tokens, spec_accept=a.spec_accept)
+                    spec_tokens=a.spec_tokens, spec_accept=a.spec_accept, preempt=a.preempt)
     if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
         build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
     if a.prefix_cache_tokens is not None and a.prefix_cache_tokens < 1 or a.cache_block < 1:

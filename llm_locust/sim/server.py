@@ -963,7 +963,7 @@ class App:
         one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(lab, e.kv_usage)])
         one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
         one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [(lab, self.gen_tokens)])
-        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, 0)])
+        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, e.preemptions)])
         one("vllm:request_success_total", "counter", "Count of successfully processed requests.",
             [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")])
         if e.cache is not None:

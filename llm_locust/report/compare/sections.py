@@ -303,7 +303,7 @@ def _ranking_table(c: Comparison) -> Table:
 def _stability_table(c: Comparison) -> Table | None:
     """One row per stability verdict any run has (burst, soak): PASS or FAIL and its figure, per run."""
     docs = [r.doc.get("stability") if isinstance(r.doc.get("stability"), dict) else {} for r in c.runs]
-    plans = [k for k in ("burst", "overlong", "soak") if any(isinstance(d.get(k), dict) for d in docs)]
+    plans = [k for k in ("burst", "overlong", "kv_pressure", "soak") if any(isinstance(d.get(k), dict) for d in docs)]
     if not plans:
         return None
 
@@ -315,6 +315,9 @@ def _stability_table(c: Comparison) -> Table | None:
         if plan == "burst":
             rec = v.get("recovery_s")
             return f"{verdict} · recovery {'never' if rec is None else f'{rec:g} s'}"
+        if plan == "kv_pressure":
+            load = v.get("first_load")
+            return f"{verdict} · preemption from {'never' if load is None else f'{load:g}'}"
         if plan == "overlong":
             p50 = (v.get("others") or {}).get("ttft_p50")
             return (f"{verdict} · {v.get('classified')}/{v.get('overlong')} rejected as overlong, others TTFT p50 "
