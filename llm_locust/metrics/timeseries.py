@@ -6,38 +6,39 @@
 
 Per second and per metric ("ttft": one sample per ok request with a first token; "itl": the
 per-token gaps of ok requests, gap_k / n_k counted n_k times) a sparse {bucket: count}, the bucket
-being the value in microseconds with its lowest bits cleared as the run's HDR histograms keep it
-(3 significant digits: values below 2048 us exact, above that the top 11 bits). Merging adds
-counts, so a master's merge of its workers' series is exactly the series one process would have
-kept. A percentile over a span of seconds is hdrh's: the highest value equivalent to the bucket
-where the cumulative count reaches the target.
+being the value in microseconds with its lowest bits cleared. TTFT as the run's HDR histograms keep
+it (3 significant digits: values below 2048 us exact, above that the top 11 bits, within 0.05%);
+ITL, many samples a second, coarser: the top 8 bits (below 256 us exact, above within 0.4%). Merging
+adds counts, so a master's merge of its workers' series is exactly the series one process would
+have kept. A percentile over a span of seconds is hdrh's: the highest value equivalent to the
+bucket where the cumulative count reaches the target.
 
-Bounded: a second holds at most one key per distinct bucket (a few hundred in practice, at most
-~23,000), whatever the request rate. Used by the stability verdicts (analysis/stability.py):
-burst recovery, soak drift.
+Bounded: a second holds at most one key per distinct bucket, whatever the request rate (TTFT: at
+most one per request; ITL: 128 per doubling of the gap, a few dozen to a few hundred in practice).
+A long run keeps every second: about 100 to 300 keys a second, i.e. some tens of MB per hour on
+the master. Used by the stability verdicts (analysis/stability.py): burst recovery, soak drift.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 METRICS = ("ttft", "itl")
-_EXACT_BELOW = 2048
+BITS = {"ttft": 11, "itl": 8}  # significant bits kept per metric
 
 
-def bucket_us(us: int) -> int:
-    """The lowest value of the HDR bucket (3 significant digits) that holds `us`."""
-    if us < _EXACT_BELOW:
+def bucket_us(us: int, bits: int = 11) -> int:
+    """The lowest value of the bucket that holds `us` with its top `bits` bits kept (11: the HDR
+    histograms' 3 significant digits)."""
+    if us < (1 << bits):
         return us if us > 0 else 0
-    shift = us.bit_length() - 11
+    shift = us.bit_length() - bits
     return (us >> shift) << shift
 
 
-def highest_equivalent_us(b: int) -> int:
+def highest_equivalent_us(b: int, bits: int = 11) -> int:
     """The highest value of the bucket whose lowest value is `b` (hdrh's highest equivalent value)."""
-    if b < _EXACT_BELOW:
+    if b < (1 << bits):
         return b
-    shift = b.bit_length() - 11
+    shift = b.bit_length() - bits
     return b + (1 << shift) - 1
 
 
@@ -49,7 +50,7 @@ class LatencySeries:
         self.data: dict[str, dict[int, dict[int, int]]] = {m: {} for m in METRICS}
 
     def record(self, metric: str, second: int, seconds: float, count: int = 1) -> None:
-        b = bucket_us(round(seconds * 1e6))
+        b = bucket_us(round(seconds * 1e6), BITS[metric])
         sec = self.data[metric].get(second)
         if sec is None:
             sec = self.data[metric][second] = {}
@@ -70,7 +71,7 @@ class LatencySeries:
         prev = times[0]
         for t, n in zip(times[1:], ntoks[1:]):
             if n > 0:
-                b = bucket_us(round((t - prev) / n * 1e6))
+                b = bucket_us(round((t - prev) / n * 1e6), 8)
                 sec[b] = sec.get(b, 0) + n
             prev = t
 
@@ -105,17 +106,14 @@ class LatencySeries:
 
     def percentile(self, metric: str, p: float, start: int, end: int) -> float | None:
         """The p-th percentile (seconds) of `metric` over the requests sent in [start, end); None: none."""
-        return percentile_of(self.counts(metric, start, end), p)
+        return percentile_of(self.counts(metric, start, end), p, BITS.get(metric, 11))
 
     def count(self, metric: str, start: int, end: int) -> int:
         return sum(self.counts(metric, start, end).values())
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (seconds and buckets as strings are avoided: lists of [second, keys, counts])."""
-        return self.to_wire()
 
 
-def percentile_of(buckets: dict[int, int], p: float) -> float | None:
+def percentile_of(buckets: dict[int, int], p: float, bits: int = 11) -> float | None:
     n = sum(buckets.values())
     if n <= 0:
         return None
@@ -124,5 +122,5 @@ def percentile_of(buckets: dict[int, int], p: float) -> float | None:
     for k in sorted(buckets):
         acc += buckets[k]
         if acc >= target:
-            return highest_equivalent_us(k) / 1e6
-    return highest_equivalent_us(max(buckets)) / 1e6
+            return highest_equivalent_us(k, bits) / 1e6
+    return highest_equivalent_us(max(buckets), bits) / 1e6

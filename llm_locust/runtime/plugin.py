@@ -183,7 +183,8 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
-def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None) -> dict[str, Any]:
+def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None,
+               scraper=None) -> dict[str, Any]:
     """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
     and the soak verdict (analysis/stability.py)."""
     out: dict[str, Any] = {}
@@ -208,11 +209,10 @@ def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: di
         from llm_locust.analysis.stability import soak
 
         memory = {}
-        if gpu_scraper is not None:
-            pts = [(s.t, s.figures["gpu_memory_used_bytes"]) for s in gpu_scraper.series.samples
-                   if "gpu_memory_used_bytes" in s.figures]
+        for name, src in (("server_memory_bytes", scraper), ("gpu_memory_used_bytes", gpu_scraper)):
+            pts = [(s.t, s.figures[name]) for s in src.series.samples if name in s.figures] if src is not None else []
             if pts:
-                memory["gpu_memory_used_bytes"] = pts
+                memory[name] = pts
         out["soak"] = soak(h.total.by_sent, h.total.series, h.started_at, h.total.last_end or time.time(),
                            window=settings.soak_window, max_drift=settings.soak_max_drift,
                            max_error_rate=settings.soak_max_error_rate, memory=memory,
@@ -353,7 +353,7 @@ def _on_init(environment, **_kw: Any) -> None:
         table = verdicts_table(verdict)
         if table:
             print("\n" + table, file=sys.stdout, flush=True)
-        stability = _stability(settings, h, ladder, gpu_scraper, server_windows)
+        stability = _stability(settings, h, ladder, gpu_scraper, server_windows, scraper)
         if stability:
             from llm_locust.analysis.stability import format_stability
 

@@ -496,7 +496,7 @@ class Settings(BaseModel):
     soak_window: Annotated[Seconds, Field(ge=0), Opt("load", "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)", plan="stability.soak.window", unit="s")] = 0.0
     soak_max_drift: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)", plan="stability.soak.max_drift")] = 0.10
     soak_max_error_rate: Annotated[Fraction, Opt("load", "soak verdict: a window above this error rate is an error burst", plan="stability.soak.max_error_rate")] = 0.05
-    soak_max_memory_growth: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most GPU memory may grow, in MiB per hour (0: reported, not judged)", plan="stability.soak.max_memory_growth")] = 0.0
+    soak_max_memory_growth: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: reported, not judged)", plan="stability.soak.max_memory_growth")] = 0.0
     stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
     workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
     locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
