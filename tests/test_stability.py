@@ -35,6 +35,24 @@ def test_series_percentiles_are_exact_below_2048_us_and_merge_exactly():
     assert bucket_us(3_000_001) <= 3_000_001 and percentile_of({}, 50) is None
 
 
+def test_aggregates_merged_over_the_wire_keep_the_series_one_process_would():
+    from llm_locust.metrics.aggregate import Aggregate
+    from llm_locust.metrics.records import RequestRecord
+
+    recs = [RequestRecord(request_id=str(i), api="openai-chat", t_sched=i * 0.3, t_sent=i * 0.3, wall_sent=1000 + i * 0.3,
+                          t_first=i * 0.3 + 0.01 * (i % 7 + 1), t_end=i * 0.3 + 0.5,
+                          chunk_times=[i * 0.3 + 0.01 * (i % 7 + 1) + 0.003 * k * (i % 3 + 1) for k in range(20)],
+                          chunk_tokens=[1] * 20, n_out=20) for i in range(40)]
+    one, a, b, master = Aggregate(), Aggregate(), Aggregate(), Aggregate()
+    for i, r in enumerate(recs):
+        one.add(r)
+        (a if i % 2 else b).add(r)
+    master.merge_wire(a.to_wire())
+    master.merge_wire(b.to_wire())
+    assert master.by_sent.data == one.by_sent.data and not one.by_sent.empty
+    assert master.by_sent.count("ttft", 1000, 1013) == 40 and master.by_sent.count("itl", 1000, 1013) == 40 * 19
+
+
 def test_series_add_takes_ttft_and_per_token_gaps_by_send_second():
     rec = SimpleNamespace(t_first=1.25, t_sent=1.0, wall_sent=1000.7, chunk_times=[1.25, 1.35, 1.55], chunk_tokens=[1, 1, 2])
     s = LatencySeries()
@@ -137,7 +155,7 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     assert b["base_samples"] >= 4 and b["peak_ttft_p50"] > 3 * b["base_ttft_p50"]  # the burst queued
     assert b["recovered"] and b["recovery_s"] > 1  # queued requests took seconds to drain
     assert not b["passed"] and "> limit 1 s" in b["reason"]
-    assert "burst: FAIL" in p.stdout
+    assert "burst: FAIL" in p.stdout and "saturation:" not in p.stdout  # no knee analysis for a burst
     assert r["plan"]["ladder"]["burst"] == "rate=2,x=6,for=4s,before=5s,after=15s"
     assert r["plan"]["stability"]["burst_recovery"] == 1
     # the HTML report and compare show it

@@ -219,11 +219,11 @@ class LadderController:
     def _step_over(self, cur: StepWindow, now: float) -> bool:
         ld = self.ladder
         planned_end = cur.started + ld.step_timing(cur.index)[0] + cur.extended
-        if ld.requests and self._finished(cur.index) >= ld.requests:
+        if ld.requests and ld.burst is None and self._finished(cur.index) >= ld.requests:
             return True
         if now < planned_end:
             return False
-        st = ld.stable
+        st = ld.stable if ld.burst is None else None  # a burst's steps last exactly as planned
         if st and cur.extended + st.window <= st.max_extend and not st.settled(self._window_rates(cur, now, st)):
             cur.extended += st.window
             log.info("step %d extended by %gs: throughput not yet stable", cur.index, st.window)
@@ -331,14 +331,14 @@ class LadderController:
             "steps": [s.to_dict() for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
             "stop_reason": self.stop_reason,
-            "table": format_steps(steps, verdict, _by_step(server, steps)) if steps else "",
+            "table": format_steps(steps, verdict, _by_step(server, steps), knee=self.ladder.burst is None) if steps else "",
         }
         if self.ladder.burst is not None:
             out["burst"] = self._burst_report()
             if out["burst"] is not None:
                 from llm_locust.analysis.stability import format_stability
 
-                out["table"] = (out["table"] + "\n" if out["table"] else "") + format_stability({"burst": out["burst"]})
+                out["table"] = (out["table"] + "\n\n" if out["table"] else "") + format_stability({"burst": out["burst"]})
         if self.search is not None:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
