@@ -64,6 +64,35 @@ def _read_settings(argv: list[str]):
     return derive.resolve(plan, derive.cli_values(namespace)), passthrough
 
 
+def context_length(host: str, api_key: str | None = None, timeout: float = 5.0) -> int | None:
+    """The server's context in tokens: /v1/models `max_model_len` (vLLM, the simulator), else
+    llama.cpp's /props `n_ctx` (top level or in default_generation_settings); None when neither
+    answers. Plain urllib: called before Locust (and gevent) are imported."""
+    import json
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def get(path: str):
+        try:
+            req = urllib.request.Request(host.rstrip("/") + path, headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the user's own target
+                return json.loads(r.read())
+        except Exception:  # noqa: BLE001 - a server without that endpoint
+            return None
+
+    doc = get("/v1/models")
+    for m in (doc or {}).get("data") or [] if isinstance(doc, dict) else []:
+        if isinstance(m, dict) and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0:
+            return m["max_model_len"]
+    props = get("/props")
+    if isinstance(props, dict):
+        for d in (props, props.get("default_generation_settings") or {}):
+            if isinstance(d, dict) and isinstance(d.get("n_ctx"), int) and d["n_ctx"] > 0:
+                return d["n_ctx"]
+    return None
+
+
 def run(argv: list[str]) -> int:
     import json
     import os
@@ -108,6 +137,17 @@ def run(argv: list[str]) -> int:
         host = sim.url
         run_only["sim_started"] = True
         print(f"no --host given: started the simulated server at {host}", flush=True)
+    if settings.overlong_share and not settings.overlong_tokens:
+        ctx = context_length(host, settings.api_key)
+        if ctx is None:
+            print(f"llm-locust: --overlong-share: the server at {host} says no context length (/v1/models "
+                  "max_model_len, /props n_ctx): give --overlong-tokens N", file=sys.stderr)
+            if sim is not None:
+                sim.stop()
+            return 2
+        settings = settings.model_copy(update={"overlong_tokens": ctx + max(16, ctx // 10)})
+        print(f"overlong mix: the server's context is {ctx} tokens: {settings.overlong_tokens}-token prompts "
+              f"for {settings.overlong_share:.0%} of the requests", flush=True)
     os.environ[derive.RUN_ONLY_ENV] = json.dumps(run_only)
     locust_argv = ["locust", "-f", locustfile, "--host", host, "--only-summary"]
     if mode == "closed":

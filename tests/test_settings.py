@@ -134,6 +134,17 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "flat_steps": (3, {}),
         "flat_tolerance": (0.1, {}),
         "stop_on_slo": (True, {}),
+        "burst_recovery": (30.0, {"ladder": "burst:rate=4,x=3,for=10s"}),
+        "kv_pressure": (True, {}),
+        "kv_min_load": (16.0, {}),
+        "overlong_share": (0.1, {"overlong_tokens": 5000}),
+        "overlong_tokens": (9000, {}),
+        "overlong_baseline": (str(write(tmp_path, "{}", "clean.json")), {}),
+        "overlong_tolerance": (0.2, {}),
+        "soak_window": (60.0, {}),
+        "soak_max_drift": (0.2, {}),
+        "soak_max_error_rate": (0.1, {}),
+        "soak_max_memory_growth": (512.0, {}),
         "workers": (2, {}),
         "locustfile": (str(lf), {}),
         "slo": ({"ttft": 0.5, "e2e_p99": 30.0, "error_rate": 0.01}, {}),
@@ -176,7 +187,7 @@ def _yaml_of(values: dict) -> str:
     for name, v in values.items():
         if name == "ladder":  # the mapping form, beside the step timing
             ld = parse_ladder(v)
-            v = {"kind": ld.kind, "steps": list(ld.levels)}
+            v = {"kind": ld.kind, "burst": ld.burst.spec()} if ld.burst else {"kind": ld.kind, "steps": list(ld.levels)}
         if name == "slo":  # latency limits with their unit, as a person writes them
             v = {k: x if k == "error_rate" else f"{x}s" for k, x in v.items()}
         merge(doc, nested(options()[name][1].plan, v))

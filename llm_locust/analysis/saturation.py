@@ -428,10 +428,12 @@ def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[li
     return head, cols
 
 
-def format_steps(results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None) -> str:
+def format_steps(results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None,
+                 knee: bool = True) -> str:
     """The per-step table (aligned columns) and the saturation verdict below it.
 
-    Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs.
+    Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs; `knee`
+    False: the table alone (a burst goes up and down by design: no knee).
     `server`: each step's window of the server's /metrics (same order as results); beside ITL,
     the prefix-cache hit rate ("cache hit %") and the speculative-decoding acceptance rate and
     mean accepted length ("spec acc %/len") of the steps where the server gave them; with a graded
@@ -491,6 +493,8 @@ def format_steps(results: list[StepResult], verdict: Verdict | None = None, serv
 
     lines = [line(head), line(["-" * w for w in widths])]
     lines += [line(row) for row in rows]
+    if not knee:
+        return "\n".join(lines).rstrip()
     if verdict is None:
         verdict = analyse(results, results[0].slos)
     lines.append("")

@@ -53,6 +53,9 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
         ("vllm:time_to_first_token_seconds_count", {}), ("sglang:time_to_first_token_seconds_count", {}),
         ("trtllm_time_to_first_token_seconds_count", {}),
     ),
+    # the server process's resident memory (prometheus_client's process collector: vLLM, SGLang's
+    # API server), for the soak verdict's memory growth
+    "server_memory_bytes": (("process_resident_memory_bytes", {}),),
     # from llm-locust's GPU sidecar (its base-unit names), summed over GPUs except utilisation
     "gpu_memory_used_bytes": (("llm_locust_gpu_memory_used_bytes", {}),),
     "gpu_memory_total_bytes": (("llm_locust_gpu_memory_total_bytes", {}),),

@@ -11,6 +11,7 @@ from typing import Any
 
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.timeseries import LatencySeries
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (
@@ -293,6 +294,8 @@ class Aggregate:
         self.last_end: float | None = None
         # wall second -> [tokens arrived, requests ok, requests failed]
         self.series: dict[int, list[int]] = {}
+        self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
+        self.overlong = [0, 0, 0]  # the overlong mix: requests finished, ok (served), failed with cause overlong
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above the validity threshold
         self.cpu_max = 0.0
@@ -378,6 +381,11 @@ class Aggregate:
             if audio:
                 self.audio_sent += audio
                 self.audio_bytes += extra.get("audio_bytes") or 0
+            if extra.get("overlong"):
+                ov = self.overlong
+                ov[0] += 1
+                ov[1] += rec.ok
+                ov[2] += rec.cause == "overlong"
             parsed = extra.get("json_parsed")
             if parsed is not None:
                 self.structured_checked += 1
@@ -433,6 +441,7 @@ class Aggregate:
             if rec.n_out >= 2:
                 h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
             itl_max = _record_gaps(times, ntoks, h["itl"], h["inter_chunk"])
+            self.by_sent.add(rec, offset)
 
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
@@ -489,6 +498,8 @@ class Aggregate:
             "last_end": self.last_end,
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
+            "by_sent": self.by_sent.to_wire(),
+            "overlong": self.overlong,
             "lost": [self.lost, self.workers_lost],
             "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                       for api, k in self.kinds.items()},
@@ -577,6 +588,8 @@ class Aggregate:
                 continue
             for key, wire in groups.items():
                 _group(mine, key).merge_wire(wire)
+        self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
+        self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0))]
         for s, tokens, ok, failed in d["series"]:
             b = _bucket(self.series, s)
             b[0] += tokens

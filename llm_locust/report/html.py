@@ -859,12 +859,65 @@ def _version() -> str:
         return "unknown"
 
 
+def _ms_or_dash(v: Any) -> str:
+    return "-" if v is None else f"{v * 1000:,.1f} ms"
+
+
+def section_stability(r: dict[str, Any]) -> H:
+    """The stability plans' verdicts (burst, soak), pass or fail each (docs/verdicts.md, "Stability")."""
+    st = r.get("stability") or {}
+    if not isinstance(st, dict) or not st:
+        return H("")
+    rows = []
+    b = st.get("burst")
+    if isinstance(b, dict):
+        rows.append(("burst", "PASS" if b.get("passed") else "FAIL",
+                     f"base TTFT p50 {_ms_or_dash(b.get('base_ttft_p50'))}, peak {_ms_or_dash(b.get('peak_ttft_p50'))}, "
+                     f"recovery {'-' if b.get('recovery_s') is None else num(b['recovery_s'])} s"
+                     + (f" (limit {num(b['limit'])} s)" if b.get("limit") else ""), b.get("reason", "")))
+    ov = st.get("overlong")
+    if isinstance(ov, dict):
+        o, bl = ov.get("others") or {}, ov.get("baseline") or {}
+        rows.append(("overlong mix", "PASS" if ov.get("passed") else "FAIL",
+                     f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, {ov.get('classified')} classified overlong, "
+                     f"{ov.get('served')} served); others TTFT p50 {_ms_or_dash(o.get('ttft_p50'))}, E2E p50 "
+                     f"{_ms_or_dash(o.get('e2e_p50'))}"
+                     + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
+                     ov.get("reason", "")))
+    kv = st.get("kv_pressure")
+    if isinstance(kv, dict):
+        bf, at = kv.get("itl_before") or {}, kv.get("itl_after") or {}
+        rows.append(("KV pressure", "PASS" if kv.get("passed") else "FAIL",
+                     f"preemption from {'-' if kv.get('first_load') is None else num(kv['first_load'])}; ITL p50/p99 "
+                     f"{_ms_or_dash(bf.get('p50'))}/{_ms_or_dash(bf.get('p99'))} before, "
+                     f"{_ms_or_dash(at.get('p50'))}/{_ms_or_dash(at.get('p99'))} at it", kv.get("reason", "")))
+    so = st.get("soak")
+    if isinstance(so, dict):
+        def rel(d):
+            d = d or {}
+            return "-" if d.get("relative_per_hour") is None else f"{d['relative_per_hour']:+.1%}/h"
+
+        rows.append(("soak", "PASS" if so.get("passed") else "FAIL",
+                     f"{so.get('windows')} windows of {so.get('window')} s; TTFT p50 drift {rel(so.get('ttft_drift'))}, "
+                     f"ITL p50 drift {rel(so.get('itl_drift'))}, error bursts {len(so.get('error_bursts') or [])}",
+                     so.get("reason", "")))
+    if not rows:
+        return H("")
+    out = ["<h2 id='stability'>Stability</h2>", table(("plan", "verdict", "figures", "why"), rows, left=4, id="stability-table")]
+    if isinstance(b, dict) and b.get("curve"):
+        out.append(table(("s after the burst", "TTFT p50 (2 s window)"),
+                         [(num(t), _ms_or_dash(p)) for t, p in b["curve"]], id="burst-curve"))
+    out.append("<p class='sub'>Formulas, units and pass rules: docs/verdicts.md, \"Stability\".</p>")
+    return H("".join(out))
+
+
 def render(results: dict[str, Any]) -> str:
     """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
-    body = [section_header(results), section_repeats(results), section_ladder(results), section_verdicts(results), section_timeseries(results),
+    body = [section_header(results), section_repeats(results), section_ladder(results), section_stability(results),
+            section_verdicts(results), section_timeseries(results),
             section_distributions(results), section_summary(results), section_resources(results),
             section_workers(results), section_environment(results)]
-    toc = [("repeats", "repetitions"), ("load", "load"), ("steps", "steps"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
+    toc = [("repeats", "repetitions"), ("load", "load"), ("steps", "steps"), ("stability", "stability"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
            ("summary", "whole run"), ("cache", "prompt cache"), ("by_endpoint", "per endpoint"),
            ("by_model", "per model"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
     text = "".join(body)

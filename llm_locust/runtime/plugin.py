@@ -183,6 +183,43 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
+def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None,
+               scraper=None) -> dict[str, Any]:
+    """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
+    and the soak verdict (analysis/stability.py)."""
+    out: dict[str, Any] = {}
+    if settings.kv_pressure and ladder and ladder.get("steps"):
+        from llm_locust.analysis.stability import kv_pressure
+
+        out["kv_pressure"] = kv_pressure(ladder["steps"], (server_windows or {}).get("steps"), min_load=settings.kv_min_load)
+    if ladder and ladder.get("burst"):
+        out["burst"] = ladder["burst"]
+    if settings.overlong_share:
+        from llm_locust.analysis.stability import overlong_mix
+
+        baseline = None
+        if settings.overlong_baseline:
+            from llm_locust.report.results import load_results
+
+            baseline = load_results(settings.overlong_baseline).get("summary") or {}
+        out["overlong"] = overlong_mix(h.total.overlong, figures(h.total), share=settings.overlong_share,
+                                       tokens=settings.overlong_tokens, baseline=baseline,
+                                       tolerance=settings.overlong_tolerance)
+    if settings.soak_window and h.started_at is not None:
+        from llm_locust.analysis.stability import soak
+
+        memory = {}
+        for name, src in (("server_memory_bytes", scraper), ("gpu_memory_used_bytes", gpu_scraper)):
+            pts = [(s.t, s.figures[name]) for s in src.series.samples if name in s.figures] if src is not None else []
+            if pts:
+                memory[name] = pts
+        out["soak"] = soak(h.total.by_sent, h.total.series, h.started_at, h.total.last_end or time.time(),
+                           window=settings.soak_window, max_drift=settings.soak_max_drift,
+                           max_error_rate=settings.soak_max_error_rate, memory=memory,
+                           max_memory_growth=settings.soak_max_memory_growth * 2**20)
+    return out
+
+
 @events.init_command_line_parser.add_listener
 def _add_options(parser, **_kw: Any) -> None:
     derive.add_locust_arguments(parser)
@@ -223,6 +260,13 @@ def _on_init(environment, **_kw: Any) -> None:
         work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         h.info["workload"] = _workload_facts(work)
         shapes.install(environment, settings)  # a bad ladder is refused here
+        if settings.overlong_share and not settings.overlong_tokens:
+            raise ValueError("--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
+                             "`llm-locust run` reads the context from the server, plain locust does not")
+        if settings.overlong_baseline:
+            from llm_locust.report.results import load_results
+
+            load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
         scrapers = _server_scrapers(environment, settings)
         scraper = next(iter(scrapers.values()), None)  # the first endpoint's (the host's)
@@ -310,6 +354,14 @@ def _on_init(environment, **_kw: Any) -> None:
         table = verdicts_table(verdict)
         if table:
             print("\n" + table, file=sys.stdout, flush=True)
+        stability = _stability(settings, h, ladder, gpu_scraper, server_windows, scraper)
+        if stability:
+            from llm_locust.analysis.stability import format_stability
+
+            if not (ladder or {}).get("burst"):  # the ladder's table printed the burst's line
+                print("\n" + format_stability(stability), file=sys.stdout, flush=True)
+            elif stability.get("soak"):
+                print("\n" + format_stability({"soak": stability["soak"]}), file=sys.stdout, flush=True)
         report_path = settings.report
         if settings.results or report_path:
             run = {
@@ -349,6 +401,8 @@ def _on_init(environment, **_kw: Any) -> None:
             if eff is not None:
                 results["efficiency"] = eff
             results["verdicts"] = verdict
+            if stability:
+                results["stability"] = stability
             results["plan"] = _effective_plan(settings, len(workers), run["load"]["mode"])
             if ladder is not None:
                 results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}

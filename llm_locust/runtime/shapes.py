@@ -98,6 +98,7 @@ class LadderController:
         self.judge_until: float | None = None  # an SLA probe's window ended: its requests finish, then it is judged
         self.probes: list[dict[str, Any]] = []  # the search's probes: step, level, met, broken
         self.sla: dict[str, Any] | None = None  # the search's conclusion
+        self.burst_limit = 0.0  # a burst: --burst-recovery (0: recovering within the run passes)
 
     # ---- the walk ----
 
@@ -116,7 +117,7 @@ class LadderController:
         if self.judge_until is not None:
             return self._judge(cur, now)
         if cur.measured_from is None:
-            if now >= cur.started + self.ladder.warmup:
+            if now >= cur.started + self.ladder.step_timing(cur.index)[1]:
                 cur.measured_from = now
                 self._broadcast(cur.index, cur.level)
             return self._users(cur.level)
@@ -126,7 +127,7 @@ class LadderController:
         i = len(self.windows)
         if self.search is not None:
             return self._end_probe(cur, now)
-        reason = self.early.check(self.results(), self.slos)
+        reason = self.early.check(self.results(), self.slos) if self.ladder.burst is None else None
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
             return self._finish(cur, now)
@@ -217,12 +218,12 @@ class LadderController:
 
     def _step_over(self, cur: StepWindow, now: float) -> bool:
         ld = self.ladder
-        planned_end = cur.started + ld.duration + cur.extended
-        if ld.requests and self._finished(cur.index) >= ld.requests:
+        planned_end = cur.started + ld.step_timing(cur.index)[0] + cur.extended
+        if ld.requests and ld.burst is None and self._finished(cur.index) >= ld.requests:
             return True
         if now < planned_end:
             return False
-        st = ld.stable
+        st = ld.stable if ld.burst is None else None  # a burst's steps last exactly as planned
         if st and cur.extended + st.window <= st.max_extend and not st.settled(self._window_rates(cur, now, st)):
             cur.extended += st.window
             log.info("step %d extended by %gs: throughput not yet stable", cur.index, st.window)
@@ -237,7 +238,7 @@ class LadderController:
             log.info("SLA probe %d: %s %g", w.index, self.ladder.kind, level)
         else:
             log.info("ladder step %d/%d: %s %g", w.index, len(self.ladder.levels), self.ladder.kind, level)
-        if self.ladder.warmup <= 0:
+        if self.ladder.step_timing(w.index)[1] <= 0:
             w.measured_from = now
             self._broadcast(w.index, level)
         else:
@@ -308,7 +309,7 @@ class LadderController:
                     offered=w.level,
                     offered_kind=self.ladder.kind,
                     window=(w.measured_from, end),
-                    warmup=self.ladder.warmup,
+                    warmup=self.ladder.step_timing(w.index)[1],
                     slos=self.slos,
                     series=h.total.series,
                     max_error_rate=self.early.max_error_rate,  # the run's limit, as its summary uses
@@ -322,19 +323,37 @@ class LadderController:
         prefix-cache and speculative-decoding columns."""
         steps = self.results()
         # a search's probes go up and down: the knee analysis reads them in load order
-        verdict = analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps else None
+        # (a burst goes up and down by design: no knee)
+        verdict = analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps and self.ladder.burst is None else None
         out = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
             "steps": [s.to_dict() for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
             "stop_reason": self.stop_reason,
-            "table": format_steps(steps, verdict, _by_step(server, steps)) if steps else "",
+            "table": format_steps(steps, verdict, _by_step(server, steps), knee=self.ladder.burst is None) if steps else "",
         }
+        if self.ladder.burst is not None:
+            out["burst"] = self._burst_report()
+            if out["burst"] is not None:
+                from llm_locust.analysis.stability import format_stability
+
+                out["table"] = (out["table"] + "\n\n" if out["table"] else "") + format_stability({"burst": out["burst"]})
         if self.search is not None:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
         return out
+
+    def _burst_report(self) -> dict[str, Any] | None:
+        """The burst's recovery (analysis.stability.burst_recovery), once its three steps ran."""
+        from llm_locust.analysis.stability import burst_recovery
+
+        w = self.windows
+        if len(w) < 3 or w[0].measured_from is None or w[2].ended is None:
+            return None
+        return burst_recovery(hub(self.env).total.by_sent, (w[0].measured_from, w[0].ended or w[1].started),
+                              (w[1].started, w[1].ended or w[2].started), w[2].ended,
+                              limit=getattr(self, "burst_limit", 0.0) or 0.0)
 
     def _sla_report(self) -> dict[str, Any]:
         s = self.search
@@ -412,6 +431,7 @@ def install(env: Environment, settings) -> None:
         env.events.quitting.add_listener(lambda **_kw: _search_exit_code(env))
     env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule(),  # type: ignore[attr-defined]
                                       request_timeout=settings.request_timeout)
+    env.llm_ladder.burst_limit = settings.burst_recovery  # type: ignore[attr-defined]
 
 
 def _search_exit_code(env: Environment) -> None:
@@ -427,6 +447,7 @@ def renew(env: Environment) -> None:
     if ctl is None or not ctl.windows:
         return
     env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)  # type: ignore[attr-defined]
+    env.llm_ladder.burst_limit = getattr(ctl, "burst_limit", 0.0)  # type: ignore[attr-defined]
     log.info("new ladder run from step 1")
 
 

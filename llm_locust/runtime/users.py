@@ -30,7 +30,7 @@ from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.prompts import PromptBuilder
-from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, wants_text
+from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, take_overlong, wants_text
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +305,8 @@ def _note_workload(env: Environment, rec: RequestRecord) -> None:
     """What the workload options add to a record's extra: the images and image bytes it carried
     (--images, trace image counts) and, for a reply kept for it, whether its structured output
     parsed as JSON and validated against --response-format's schema."""
+    if take_overlong(rec.source):  # the overlong mix: counted apart (metrics/aggregate.py overlong)
+        rec.extra = {**(rec.extra or {}), "overlong": True}
     media = take_media(rec.source)
     if media is not None:
         extra = rec.extra if rec.extra is not None else {}

@@ -223,7 +223,7 @@ def plan_keys() -> dict[str, list[str]]:
     return out
 
 
-LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step", "search")
+LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step", "search", "burst")
 
 
 def plan_values(data: Any, *, source: str = "", base_dir: str | Path | None = None,
@@ -365,6 +365,8 @@ def to_plan(s: Settings) -> dict[str, Any]:
             target["kind"] = ld.kind
             if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs
                 target["search"] = v.split(":sla:", 1)[1]
+            elif ld.burst is not None:  # a burst keeps its spec: base rate, factor, lengths
+                target["burst"] = ld.burst.spec()
             else:
                 target["steps"] = [_plain(x) for x in ld.levels]
             continue

@@ -2,6 +2,7 @@
 
     parse_ladder("concurrency:1..64", ...) -> Ladder     # PlanError (a ValueError) says why not
     parse_ladder("sla:rate:1..64:5%", ...) -> Ladder     # a search (Ladder.search): the highest load meeting every SLO
+    parse_ladder("burst:rate=4,x=3,for=10s", ...) -> Ladder  # a burst (Ladder.burst): base rate, xN for T s, base again
 
 The settings model (settings.model) reads a ladder's spec and timing from the command line or a
 plan; the runtime's LadderShape walks it. Pure: no Locust.
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llm_locust.settings.units import PlanError, _suggest
+from llm_locust.settings.units import PlanError, _suggest, parse_seconds
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
 ARRIVALS = ("poisson", "constant")
@@ -25,6 +26,34 @@ MAX_LEVELS = 200
 SEARCH_KINDS = ("rate", "concurrency")  # sla:KIND
 DEFAULT_SEARCH_RANGE = (1.0, 256.0)
 DEFAULT_PRECISION = 0.05
+DEFAULT_BURST_AFTER = 60.0  # seconds at the base rate after a burst, to see the recovery
+BURST_KEYS = ("rate", "x", "for", "before", "after")
+
+
+@dataclass(frozen=True)
+class Burst:
+    """`burst:rate=R,x=N,for=T[,before=B][,after=A]`: an open loop at R requests/s for B seconds
+    (default: the step duration, warm-up included), then N x R for T seconds, then R again for A
+    seconds (default 60 s). Three ladder steps: base (with the warm-up), burst, after (no warm-up).
+    The verdict (analysis.stability.burst_recovery): seconds after the burst until TTFT p50 is back
+    within 10% of the base step's."""
+
+    rate: float
+    x: float
+    seconds: float  # for=
+    before: float | None = None
+    after: float = DEFAULT_BURST_AFTER
+
+    def spec(self) -> str:
+        before = f",before={_fmt(self.before)}s" if self.before is not None else ""
+        return f"rate={_fmt(self.rate)},x={_fmt(self.x)},for={_fmt(self.seconds)}s{before},after={_fmt(self.after)}s"
+
+    def levels(self) -> tuple[float, float, float]:
+        return (self.rate, float(f"{self.rate * self.x:.6g}"), self.rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rate": _plain(self.rate), "x": _plain(self.x), "for": self.seconds, "before": self.before,
+                "after": self.after}
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,16 @@ class Ladder:
     stable: Stable | None = None
     arrivals: str = "poisson"  # rate ladders: poisson or constant inter-arrival times
     search: Search | None = None  # sla:...: the levels are chosen one at a time (levels: the doublings)
+    burst: Burst | None = None  # burst:...: three steps (base, burst, after) of their own lengths
+
+    def step_timing(self, index: int) -> tuple[float, float]:
+        """(duration, warm-up) of step `index` (1-based); a burst's steps have their own."""
+        b = self.burst
+        if b is None:
+            return self.duration, self.warmup
+        if index == 1:
+            return (b.before if b.before is not None else self.duration), self.warmup
+        return (b.seconds if index == 2 else b.after), 0.0
 
     @property
     def window(self) -> float:
@@ -95,6 +134,9 @@ class Ladder:
 
     def planned_time(self) -> tuple[float, float]:
         """(seconds without stability extensions, at most with them) for the whole ladder."""
+        if self.burst is not None:
+            t = sum(self.step_timing(i)[0] for i in (1, 2, 3))
+            return t, t + (3 * self.stable.max_extend if self.stable else 0.0)
         n = self.search.max_probes() if self.search else len(self.levels)
         base = n * self.duration
         extra = n * self.stable.max_extend if self.stable else 0.0
@@ -106,6 +148,8 @@ class Ladder:
         if self.search is not None:
             se = self.search
             return f"{se.kind}:sla:{_fmt(se.lo)}..{_fmt(se.hi)}:{se.precision * 100:g}%"
+        if self.burst is not None:
+            return f"rate:burst:{self.burst.spec()}"
         return f"{self.kind}:{','.join(_fmt(v) for v in self.levels)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +166,9 @@ class Ladder:
         if self.search is not None:
             d["search"] = self.search.to_dict()
             d["spec"] = self.search.spec()
+        if self.burst is not None:
+            d["burst"] = self.burst.to_dict()
+            d["spec"] = self.spec()
         return d
 
     def problems(self) -> list[str]:
@@ -229,6 +276,16 @@ def parse_ladder(
     where = f"ladder {text.strip()!r}"
     if kind in SEARCH_KINDS and spec.split(":", 1)[0].strip().lower() == "sla":  # KIND:sla:..., as Ladder.spec writes it
         kind, spec = "sla", kind + spec[spec.index(":"):] if ":" in spec else kind
+    if kind == "rate" and spec.split(":", 1)[0].strip().lower() == "burst":  # rate:burst:..., as Ladder.spec writes it
+        kind, spec = "burst", spec.split(":", 1)[1] if ":" in spec else ""
+    if kind == "burst":
+        burst = _parse_burst(spec, where)
+        ladder = Ladder(kind="rate", levels=burst.levels(), warmup=float(warmup), duration=float(duration),
+                        requests=int(requests), stable=stable, arrivals=arrivals, burst=burst)
+        problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder)]
+        if problems:
+            raise PlanError(problems)
+        return ladder
     if kind == "sla":
         search = _parse_search(spec, where)
         ladder = Ladder(
@@ -294,6 +351,56 @@ def parse_ladder(
     if problems:
         raise PlanError(problems)
     return ladder
+
+
+def _parse_burst(spec: str, where: str) -> Burst:
+    """`rate=R,x=N,for=T[,before=B][,after=A]` (after `burst:`; a bare first number is the rate;
+    T, B, A durations with a unit or seconds) -> Burst."""
+    problems: list[str] = []
+    vals: dict[str, float] = {}
+    usage = "expected burst:rate=R,x=N,for=T[,before=B][,after=A], e.g. burst:rate=4,x=3,for=10s"
+    for i, part in enumerate(p.strip() for p in spec.split(",")):
+        if not part:
+            problems.append(f"{where}: empty item; {usage}")
+            continue
+        key, eq, val = part.partition("=")
+        key = key.strip().lower()
+        if not eq:
+            if i == 0:
+                key, val = "rate", part
+            else:
+                problems.append(f"{where}: {part!r} is not KEY=VALUE; {usage}")
+                continue
+        if key not in BURST_KEYS:
+            problems.append(f"{where}: unknown key {key!r}; one of {', '.join(BURST_KEYS)}{_suggest(key, BURST_KEYS)}")
+            continue
+        if key in vals:
+            problems.append(f"{where}: {key} given twice")
+            continue
+        try:
+            v = parse_seconds(val.strip()) if key in ("for", "before", "after") else float(val.strip().lstrip("x"))
+        except (ValueError, PlanError) as e:
+            problems.append(f"{where}: {key}: {e}")
+            continue
+        if not math.isfinite(v):
+            problems.append(f"{where}: {key}: {val!r} is not a finite number")
+            continue
+        vals[key] = v
+    for key in ("rate", "x", "for"):
+        if key not in vals and not problems:
+            problems.append(f"{where}: missing {key}=; {usage}")
+    if not problems:
+        if vals["rate"] <= 0:
+            problems.append(f"{where}: rate must be > 0 requests/s, got {_fmt(vals['rate'])}")
+        if vals["x"] <= 1:
+            problems.append(f"{where}: x (the burst factor) must be > 1, got {_fmt(vals['x'])}")
+        for key in ("for", "before", "after"):
+            if key in vals and vals[key] <= 0:
+                problems.append(f"{where}: {key} must be > 0 seconds, got {_fmt(vals[key])}")
+    if problems:
+        raise PlanError(problems)
+    return Burst(rate=vals["rate"], x=vals["x"], seconds=vals["for"], before=vals.get("before"),
+                 after=vals.get("after", DEFAULT_BURST_AFTER))
 
 
 def _parse_search(spec: str, where: str) -> Search:
@@ -388,13 +495,15 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
         if ld.kind == "concurrency" and not float(v).is_integer():
             out.append((("steps",), f"concurrency levels are whole users, got {_fmt(v)}"))
             break
-        if i and v <= ld.levels[i - 1]:
+        if i and v <= ld.levels[i - 1] and ld.burst is None:
             out.append((("steps",), f"levels must increase, got {_fmt(v)} after {_fmt(ld.levels[i - 1])}"))
             break
     if ld.duration <= 0:
         out.append((("duration",), f"must be > 0 seconds, got {_fmt(ld.duration)}"))
     if ld.warmup < 0:
         out.append((("warmup",), f"must be >= 0 seconds, got {_fmt(ld.warmup)}"))
+    elif ld.burst is not None:
+        pass  # its base step's length against the warm-up: Settings.cross_problems (the warm-up comes apart)
     elif ld.duration > 0 and ld.warmup >= ld.duration:
         out.append(
             (

@@ -172,6 +172,12 @@ def _ladder_spec(v: Any) -> Any:
             if any(k in v for k in ("steps", "start", "stop", "factor", "step")):
                 raise ValueError("a search chooses its own levels: give search: LO..HI:P% without steps or start/stop")
             return f"sla:{kind}:{v['search']}"
+        if "burst" in v:  # a burst: rate:burst:rate=R,x=N,for=T,... (docs/load-shapes.md)
+            if any(k in v for k in ("steps", "start", "stop", "factor", "step", "search")):
+                raise ValueError("a burst sets its own levels: give burst: rate=R,x=N,for=T without steps or start/stop")
+            if kind != "rate":
+                raise ValueError(f"a burst is a rate ladder: kind: rate, got {kind!r}")
+            return f"rate:burst:{v['burst']}"
         if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
             raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
         if "steps" in v:
@@ -505,6 +511,17 @@ class Settings(BaseModel):
     max_error_rate: Annotated[Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")] = 0.05
     flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
     flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
+    overlong_share: Annotated[Fraction, Opt("workload", "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context (0: off)", plan="stability.overlong.share")] = 0.0
+    overlong_tokens: Annotated[int, Field(ge=0), Opt("workload", "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or llama.cpp /props n_ctx, plus 10%)", plan="stability.overlong.tokens")] = 0
+    overlong_baseline: Annotated[Text, Opt("workload", "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within --overlong-tolerance of its", plan="stability.overlong.baseline", path="in")] = ""
+    overlong_tolerance: Annotated[float, Field(ge=0), Opt("workload", "overlong mix: how far the others' p50 may rise over the baseline's, a fraction (0.1 = 10%)", plan="stability.overlong.tolerance")] = 0.10
+    kv_pressure: Annotated[bool, Opt("load", "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL before vs at it", plan="stability.kv_pressure.enabled")] = False
+    kv_min_load: Annotated[float, Field(ge=0), Opt("load", "KV-pressure verdict: pass when preemption starts at this load or above (0: pass only without preemption)", plan="stability.kv_pressure.min_load")] = 0.0
+    burst_recovery: Annotated[Seconds, Field(ge=0), Opt("load", "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)", plan="stability.burst_recovery", unit="s")] = 0.0
+    soak_window: Annotated[Seconds, Field(ge=0), Opt("load", "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)", plan="stability.soak.window", unit="s")] = 0.0
+    soak_max_drift: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)", plan="stability.soak.max_drift")] = 0.10
+    soak_max_error_rate: Annotated[Fraction, Opt("load", "soak verdict: a window above this error rate is an error burst", plan="stability.soak.max_error_rate")] = 0.05
+    soak_max_memory_growth: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: reported, not judged)", plan="stability.soak.max_memory_growth")] = 0.0
     stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
     workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
     locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
@@ -572,6 +589,9 @@ class Settings(BaseModel):
             elif self.stable_window and self.stable_window > window:
                 problems.append(("stable_window", f"{self.stable_window:g} s is longer than the measurement window "
                                                   f"(duration - warmup = {window:g} s)"))
+            if ld.burst is not None and ld.burst.before is not None and self.warmup >= ld.burst.before:
+                problems.append(("warmup", f"{self.warmup:g} s is not shorter than the burst's base step (before="
+                                           f"{ld.burst.before:g}s, warm-up included): no baseline would be measured"))
             if self.users is not None or self.spawn_rate is not None:
                 problems.append(("users", "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)"))
             if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):

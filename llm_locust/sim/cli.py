@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a graded prompt set (JSONL): requests asking one of its questions get its answer (docs/sim.md)")
     p.add_argument("--graded-accuracy", type=float, default=1.0, metavar="P",
                    help="with --graded-set: answer right with probability P (seeded), else wrong (default %(default)s)")
+    p.add_argument("--preempt", action="store_true",
+                   help="KV held as used (prompt + generated), running sequences preempted (latest admitted first, "
+                        "recomputed) when their next tokens do not fit; default: prompt + max_tokens reserved at admission")
     p.add_argument("--seed", type=int, default=0, help="seed for EOS and fault draws")
     p.add_argument("--uvloop", action="store_true", help="use uvloop (must be installed)")
     return p
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_tokens = DEFAULT_PREFIX_CACHE_TOKENS if a.prefix_cache_tokens is None else a.prefix_cache_tokens
     cfg = SimConfig(a.slots, a.kv_tokens, a.iter_base, a.iter_per_seq, a.iter_per_prefill_token,
                     prefix_cache_tokens=cache_tokens, cache_block=a.cache_block,
-                    spec_tokens=a.spec_tokens, spec_accept=a.spec_accept)
+                    spec_tokens=a.spec_tokens, spec_accept=a.spec_accept, preempt=a.preempt)
     if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
         build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
     if a.prefix_cache_tokens is not None and a.prefix_cache_tokens < 1 or a.cache_block < 1:

@@ -13,7 +13,13 @@ batch gets one token (with speculative decoding, 1 + the accepted drafts). The c
 clock: `begin()` returns the duration, the caller calls `end()` when that time has passed (a fake
 clock in tests, asyncio timers in the server).
 
-Both options are off by default, and then nothing here differs from the plain model:
+These options are off by default, and then nothing here differs from the plain model:
+  - preemption (`preempt`): a sequence holds KV for its prompt and the tokens generated so far
+    (not its whole max_tokens), admission needs prompt + generated + 1 free; before each
+    iteration, while the running sequences' next tokens do not fit, the most recently admitted
+    one is preempted (vLLM's recompute policy): its KV freed, back to the head of the queue,
+    prefilled again (prompt + generated) when readmitted; no admission in an iteration that
+    preempted. Counted in `preemptions`.
   - prefix cache (`prefix_cache_tokens` > 0): a sequence's tokens (any hashable items: the
     server's words) are hashed in chained blocks of `cache_block` (block k's hash covers block
     k-1's, as vLLM's); at admission the longest run of leading full blocks found in an LRU of
@@ -44,6 +50,7 @@ class SimConfig:
     cache_block: int = 16
     spec_tokens: int = 0  # K draft tokens per iteration; 0: no speculative decoding
     spec_accept: float = 0.0  # probability that one draft token is accepted
+    preempt: bool = False  # KV held as used (prompt + generated) and preempted when short; False: reserved up front
 
 
 def block_hashes(items, block: int, limit: int | None = None) -> list[int]:
@@ -110,6 +117,7 @@ class Seq:
     output: list | None = None  # the tokens it will generate (at least target of them), ditto
     n_cached: int = 0  # prompt tokens found in the prefix cache at admission
     got: int = 0  # tokens it got in the last iteration (1, or 1 + accepted drafts)
+    held: int = 0  # KV tokens it holds now (reserve, or with preemption prompt + generated)
 
 
 @dataclass(eq=False)
@@ -128,6 +136,29 @@ class Engine:
         # vLLM's speculative decoding counters
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0
         self.spec_accepted_per_pos = [0] * max(0, cfg.spec_tokens)
+        self.preemptions = 0
+
+    def _need(self, seq: Seq) -> int:
+        """KV tokens `seq` needs to be admitted."""
+        return seq.n_in + seq.n_out + 1 if self.config.preempt else seq.reserve
+
+    def _preempt_for_next_tokens(self) -> bool:
+        """Preemption mode: free KV for the running sequences' next tokens, preempting the most
+        recently admitted first; True when one was preempted."""
+        step = 1 + max(0, self.config.spec_tokens)
+        preempted = False
+        while len(self.running) > 1:
+            active = sum(1 for s in self.running if not s.paused)
+            if self.kv_used + active * step <= self.config.kv_tokens:
+                break
+            victim = self.running.pop()
+            self.kv_used -= victim.held
+            victim.held = 0
+            victim.state = "waiting"
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
+            preempted = True
+        return preempted
 
     def fits_ever(self, seq: Seq) -> bool:
         return seq.reserve <= self.config.kv_tokens
@@ -145,17 +176,19 @@ class Engine:
         """Admit what fits and plan one iteration; its duration, or None if nothing can run."""
         cfg = self.config
         prefill = 0
-        while self.waiting and len(self.running) < cfg.slots:
+        preempted = cfg.preempt and self._preempt_for_next_tokens()
+        while self.waiting and len(self.running) < cfg.slots and not preempted:
             head = self.waiting[0]
-            if head.reserve > cfg.kv_tokens - self.kv_used:
+            if self._need(head) > cfg.kv_tokens - self.kv_used:
                 break
             self.waiting.popleft()
             head.state = "running"
             self.running.append(head)
-            self.kv_used += head.reserve
+            head.held = head.n_in + head.n_out if cfg.preempt else head.reserve
+            self.kv_used += head.held
             if self.cache is not None and head.prompt is not None:
                 head.n_cached = self.cache.admit(head.prompt, head.n_in)
-            prefill += head.n_in - head.n_cached
+            prefill += head.n_in - head.n_cached + head.n_out  # a preempted sequence recomputes its output too
         self._batch = [s for s in self.running if not s.paused]
         if not self._batch:
             return None
@@ -182,6 +215,9 @@ class Engine:
                     n += a
             s.got = n
             s.n_out += n
+            if self.config.preempt:
+                s.held += n
+                self.kv_used += n
             got.append(s)
             if s.n_out >= s.target:
                 self._release(s)
@@ -200,7 +236,8 @@ class Engine:
     def _release(self, seq: Seq) -> None:
         seq.state = "done"
         self.running.remove(seq)
-        self.kv_used -= seq.reserve
+        self.kv_used -= seq.held
+        seq.held = 0
 
     @property
     def kv_usage(self) -> float:

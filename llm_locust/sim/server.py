@@ -14,6 +14,7 @@ import bisect
 import hashlib
 import json
 import math
+import os
 import random
 import signal
 import sys
@@ -78,6 +79,15 @@ class Fault:
     k: int = 0
     seconds: float = 0.0
     spec: str = ""
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (Linux /proc; 0 elsewhere), as prometheus_client exports it."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
 
 
 def parse_fault(spec: str) -> Fault:
@@ -920,8 +930,10 @@ class App:
         if min_tokens > max_tokens:
             raise BadRequest("'min_tokens' must be <= 'max_tokens'")
         if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
-            raise BadRequest(f"prompt ({n_in}) + max_tokens ({max_tokens}) exceeds the KV cache "
-                             f"({self.opts.sim.kv_tokens} tokens)")
+            # vLLM's wording (OpenAIServing._validate_input), which protocols.causes reads as overlong
+            raise BadRequest(f"This model's maximum context length is {self.opts.sim.kv_tokens} tokens. However, you "
+                             f"requested {n_in + max_tokens} tokens ({n_in} in the messages, {max_tokens} in the "
+                             "completion). Please reduce the length of the messages or completion.")
         so = req.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("'stream_options' must be an object")
@@ -1004,7 +1016,8 @@ class App:
         one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(lab, e.kv_usage)])
         one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
         one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [(lab, self.gen_tokens)])
-        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, 0)])
+        one("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", [(lab, _rss_bytes())])
+        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, e.preemptions)])
         one("vllm:request_success_total", "counter", "Count of successfully processed requests.",
             [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")])
         if e.cache is not None:

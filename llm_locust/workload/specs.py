@@ -18,6 +18,8 @@ Chat requests may also carry (settings of the workload group):
 
 from __future__ import annotations
 
+import zlib
+
 import json
 import random
 import re
@@ -64,9 +66,22 @@ class SpecBuilder:
             n = min(n, s.max_tokens_cap)
         return max(1, n)
 
+    def is_overlong(self, rec: TraceRecord) -> bool:
+        """The overlong mix (--overlong-share): whether `rec` gets a prompt past the context; by its
+        source (the same record on any worker, in any loop), seeded."""
+        share = getattr(self.settings, "overlong_share", 0.0) or 0.0
+        if share <= 0 or not rec.source:
+            return False
+        h = zlib.crc32(f"{getattr(self.settings, 'seed', 0) or 0}:{rec.source}".encode())
+        return h / 2**32 < share
+
     def spec(self, rec: TraceRecord, model: str | None, history: list[dict[str, Any]] | None = None) -> RequestSpec:
         """The request for `rec`; `history`: earlier turns of its conversation (chat messages)."""
         prompt, messages = rec.prompt, rec.messages
+        if self.is_overlong(rec):  # a synthetic prompt of --overlong-tokens in its place, noted for the record
+            built = self.prompts.build(int(self.settings.overlong_tokens) or 1, key=f"overlong:{rec.source}")
+            prompt, messages, history = built.text, built.messages, None
+            _note_overlong(rec.source)
         if prompt is None and messages is None:
             built = self.prompts.build(
                 rec.input_tokens or 1,
@@ -186,6 +201,25 @@ def _note_media(source: str, media: tuple[int, int, int, int]) -> None:
     else:
         e[:4] = media
         e[4] += 1
+
+
+_OVERLONG: dict[str, int] = {}  # source -> overlong requests built and not yet accounted
+
+
+def _note_overlong(source: str) -> None:
+    _OVERLONG[source] = _OVERLONG.get(source, 0) + 1
+
+
+def take_overlong(source: str | None) -> bool:
+    """Whether the request built for `source` was an overlong one (once per request built)."""
+    n = _OVERLONG.get(source or "")
+    if not n:
+        return False
+    if n <= 1:
+        del _OVERLONG[source]
+    else:
+        _OVERLONG[source] = n - 1
+    return True
 
 
 def take_media(source: str | None) -> tuple[int, int, int, int] | None:

@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
     p.add_argument("--fail-on", action="append", default=[], metavar="GATE",
                    help="exit 1 when a gate fails: pass-lines (a run misses a pass line of the weights), "
-                   "regression (a later run is worse than the first, the baseline, beyond --tolerance); "
+                   "regression (a later run is worse than the first, the baseline, beyond --tolerance), "
+                   "stability (a run's burst / overlong / KV-pressure / soak verdict failed); "
                    "repeat or comma-separate")
     p.add_argument("--tolerance", default="5%", metavar="PCT",
                    help="regression: how much worse than the baseline a figure may be (default 5%%)")

@@ -1,6 +1,8 @@
 """CI gates over a comparison: each criterion of each run as a test case that passes or fails.
 
 - pass lines (`--fail-on pass-lines`): a run fails a criterion whose pass line it misses;
+- stability (`--fail-on stability`): a run fails each stability verdict (burst, overlong mix, KV
+  pressure, soak; docs/verdicts.md) it holds that did not pass;
 - regression (`--fail-on regression`): the first results file is the baseline; a later run fails
   a criterion whose figure is worse than the baseline's by more than the tolerance (a fraction
   of the baseline's value, in the criterion's direction; `--tolerance 5%`), or has none. When
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value
 
-GATES = ("pass-lines", "regression")
+GATES = ("pass-lines", "regression", "stability")
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,21 @@ def headline_cases(c: Comparison, tolerance: float, done: set[tuple[str, str]]) 
     return out
 
 
+def stability_cases(c: Comparison) -> list[Case]:
+    """Each run's stability verdicts (results["stability"]) as cases."""
+    out = []
+    for run in c.runs:
+        st = run.doc.get("stability")
+        for plan, v in (st.items() if isinstance(st, dict) else ()):
+            if isinstance(v, dict) and "passed" in v:
+                out.append(Case(run.label, f"stability: {plan}", bool(v["passed"]), f"{plan}: {v.get('reason', '')}"))
+    return out
+
+
 def cases_for(c: Comparison, gates: list[str], tolerance: float) -> list[Case]:
     out: list[Case] = []
+    if "stability" in gates:
+        out += stability_cases(c)
     if "pass-lines" in gates:
         out += pass_line_cases(c)
     if "regression" in gates:

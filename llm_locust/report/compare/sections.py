@@ -337,6 +337,37 @@ def _repeats_table(c: Comparison) -> Table | None:
     return Table("Repetitions (95% intervals)", header, rows, note=note)
 
 
+def _stability_table(c: Comparison) -> Table | None:
+    """One row per stability verdict any run has (burst, soak): PASS or FAIL and its figure, per run."""
+    docs = [r.doc.get("stability") if isinstance(r.doc.get("stability"), dict) else {} for r in c.runs]
+    plans = [k for k in ("burst", "overlong", "kv_pressure", "soak") if any(isinstance(d.get(k), dict) for d in docs)]
+    if not plans:
+        return None
+
+    def cell(d: dict, plan: str) -> str:
+        v = d.get(plan)
+        if not isinstance(v, dict):
+            return "n/a"
+        verdict = "PASS" if v.get("passed") else "FAIL"
+        if plan == "burst":
+            rec = v.get("recovery_s")
+            return f"{verdict} · recovery {'never' if rec is None else f'{rec:g} s'}"
+        if plan == "kv_pressure":
+            load = v.get("first_load")
+            return f"{verdict} · preemption from {'never' if load is None else f'{load:g}'}"
+        if plan == "overlong":
+            p50 = (v.get("others") or {}).get("ttft_p50")
+            return (f"{verdict} · {v.get('classified')}/{v.get('overlong')} rejected as overlong, others TTFT p50 "
+                    + ("-" if p50 is None else f"{p50 * 1000:,.1f} ms"))
+        rel = (v.get("ttft_drift") or {}).get("relative_per_hour")
+        return f"{verdict} · TTFT drift {'-' if rel is None else f'{rel:+.1%}/h'}, bursts {len(v.get('error_bursts') or [])}"
+
+    rows = [[plan, *[cell(d, plan) for d in docs]] for plan in plans]
+    return Table("Stability verdicts", ["plan", *[r.label for r in c.runs]], rows,
+                 note="docs/verdicts.md, \"Stability\": burst = seconds until TTFT p50 is back within 10% of the base; "
+                      "soak = drift per hour and error bursts", numeric_from=99)
+
+
 def sections(c: Comparison) -> list[Table]:
     out = [_runs_table(c), _figures_table(c)]
     rt = _repeats_table(c)
@@ -345,6 +376,9 @@ def sections(c: Comparison) -> list[Table]:
     st = _steps_table(c)
     if st is not None:
         out.append(st)
+    stab = _stability_table(c)
+    if stab is not None:
+        out.append(stab)
     out += _frontier_tables(c)
     out += [_matrix_table(c), _ranking_table(c)]
     return out
