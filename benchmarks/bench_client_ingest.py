@@ -190,7 +190,7 @@ def run_measured(cmd: list[str], env: dict | None = None) -> dict:
 def ours_cmd(url: str, users: int, duration: int, results: Path, trace: Path) -> list[str]:
     return [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-completions",
             "--model", MODEL, "-u", str(users), "-r", str(users), "-t", f"{duration}s",
-            "--max-tokens", str(N_TOKENS), "--trace", str(trace), "--results", str(results)]
+            "--max-tokens", str(N_TOKENS), "--trace", str(trace), "--results", str(results), "--no-preflight"]
 
 
 def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=()) -> dict:

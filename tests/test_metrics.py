@@ -328,6 +328,88 @@ def test_a_vectorised_flush_fills_the_same_buckets_as_hdrh():
     assert (got.total_count, got.min_value, got.max_value) == (ref.total_count, ref.min_value, ref.max_value)
 
 
+def _record_gaps_reference(times, ntoks, itl, inter_chunk):
+    """_record_gaps as it was before its record_us calls were written out in its loop."""
+    def flush(gap_us, n, run_len):
+        if gap_us < 0:
+            gap_us = 0
+        inter_chunk.record_us(gap_us, run_len)
+        per_token = gap_us / n
+        itl.record_us(round(per_token), run_len * n)
+        return per_token
+
+    itl_max_us = 0.0
+    prev = times[0] if times else 0.0
+    run_gap = run_n = -1
+    run_len = 0
+    for i in range(1, len(times)):
+        t = times[i]
+        gap_us = round((t - prev) * 1e6)
+        prev = t
+        n = ntoks[i]
+        if gap_us == run_gap and n == run_n:
+            run_len += 1
+            continue
+        if run_len:
+            itl_max_us = max(itl_max_us, flush(run_gap, run_n, run_len))
+        run_gap, run_n, run_len = gap_us, n, 1
+    if run_len:
+        itl_max_us = max(itl_max_us, flush(run_gap, run_n, run_len))
+    return itl_max_us / 1e6
+
+
+def test_record_gaps_gives_record_us_figures():
+    """gap_samples writes record_us's steps out in its loop, and its samples are added to a
+    step's and the total's histograms alike; calling record_us per gap for each (the code
+    before) is the reference: same buckets, exact sums and largest per-token gap, for paced and
+    bursty streams, equal gaps (one read), multi-token chunks, half-microsecond ties, clock steps
+    backwards and gaps past the histogram's top."""
+    from llm_locust.metrics.aggregate import _apply_gaps, _record_gaps, gap_samples
+
+    rng = random.Random(11)
+
+    def stream(k):
+        t, times, ntoks = 1000.0 + rng.random(), [], []
+        for _ in range(k):
+            r = rng.random()
+            if r < 0.1:
+                pass  # same read: equal time
+            elif r < 0.15:
+                t -= rng.random() * 1e-6  # a step backwards: a negative gap, clamped
+            elif r < 0.2:
+                t += rng.choice([0.5e-6, 1.5e-6, 2.5e-6, 2048.5e-6, 1e-6 * rng.randint(1, 1 << 20)])
+            elif r < 0.21:
+                t += 4000.0 + rng.random()  # past HIGHEST_US
+            else:
+                t += rng.expovariate(50)
+            times.append(t)
+            ntoks.append(rng.choice([1, 1, 1, 2, 3, 7, 5000]))
+        return times, ntoks
+
+    def state(fold, times, ntoks):
+        itl, inter = Histogram(), Histogram()
+        m = fold(times, ntoks, itl, inter)
+        return m, [(h.sum_us, h.count, list(h.counts()), h._h.min_value, h._h.max_value) for h in (itl, inter)]
+
+    cases = [stream(k) for k in (0, 1, 2, 3, 10, 64, 256, 1000) for _ in range(15)]
+    cases.append(([1.0 + i * 0.02 for i in range(256)], [1] * 256))
+    cases.append(([1.0] * 100, [1] * 100))
+    def twice(fold, times, ntoks):  # a step's Aggregate, then the total's, the gaps folded once
+        hists = [Histogram() for _ in range(4)]
+        hists[0].record_us(20000, 3)  # histograms that already hold samples
+        hists[2].record_us(5, 1)
+        if fold is _record_gaps_reference:
+            m = [fold(times, ntoks, hists[0], hists[1]), fold(times, ntoks, hists[2], hists[3])]
+        else:
+            samples = gap_samples(times, ntoks)
+            m = [_apply_gaps(samples, hists[0], hists[1]), _apply_gaps(samples, hists[2], hists[3])]
+        return m, [(h.sum_us, h.count, list(h.counts())) for h in hists]
+
+    for times, ntoks in cases:
+        assert state(_record_gaps, times, ntoks) == state(_record_gaps_reference, times, ntoks)
+        assert twice(None, times, ntoks) == twice(_record_gaps_reference, times, ntoks)
+
+
 def test_embeddings_and_rerank_have_figures_of_their_own():
     """Replies that are one JSON body (embeddings, rerank) keep out of the generation latencies
     and token counts, and are summed per kind: ok, failed, items, input tokens, latency."""

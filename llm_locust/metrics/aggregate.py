@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
-from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.histogram import _EXACT_BELOW, HIGHEST_US, PERCENTILES, Histogram
 from llm_locust.metrics.timeseries import LatencySeries
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
@@ -327,8 +327,12 @@ class Aggregate:
     def add_sent(self, n: int = 1) -> None:
         self.sent += n
 
-    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None) -> None:
-        """Fold one finished request in. Failed requests count, but stay out of latencies."""
+    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None, gaps: tuple | None = None) -> tuple | None:
+        """Fold one finished request in. Failed requests count, but stay out of latencies.
+
+        Returns the request's gap samples (gap_samples), or None when it has none; pass them as
+        `gaps` when adding the same request to another Aggregate, to fold its gaps only once.
+        """
         outcome = rec.outcome.value
         self.outcomes[outcome] += 1
         t_end = rec.t_end if rec.t_end is not None else rec.t_sent
@@ -440,12 +444,15 @@ class Aggregate:
                 h["ttft_tool"].record(rec.t_first_tool - rec.t_sent)
             if rec.n_out >= 2:
                 h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
-            itl_max = _record_gaps(times, ntoks, h["itl"], h["inter_chunk"])
+            if gaps is None:
+                gaps = gap_samples(times, ntoks)
+            itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
             self.by_sent.add(rec, offset)
 
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
+        return gaps
 
     def _add_kind(self, rec: RequestRecord, t_end: float) -> None:
         k = self.kinds.get(rec.api)
@@ -630,37 +637,84 @@ def _bucket(series: dict[int, list[int]], sec: int) -> list[int]:
 
 
 def _record_gaps(times: list[float], ntoks: list[int], itl: Histogram, inter_chunk: Histogram) -> float:
-    """ITL and inter-chunk samples for chunks 2..K; returns the largest per-token gap (s).
+    """ITL and inter-chunk samples for chunks 2..K; returns the largest per-token gap (s)."""
+    return _apply_gaps(gap_samples(times, ntoks), itl, inter_chunk)
 
-    Equal consecutive samples (chunks that arrived in one read) are recorded once with a count.
+
+def gap_samples(times: list[float], ntoks: list[int]) -> tuple[dict[int, int], int, dict[int, int], int, float]:
+    """A request's ITL and inter-chunk samples, folded once for every Aggregate it goes into
+    (a step's and the run's total): (inter-chunk {bucket us: count}, their exact sum in us,
+    ITL {bucket us: count}, their exact sum, the largest per-token gap in s).
+
+    Per gap: what inter_chunk.record_us(gap_us) and itl.record_us(round(gap_us / n), n) do
+    (clamp to HIGHEST_US, exact sum, bucket rounding, count), written out in the loop: a paced
+    stream has a different gap at every token, and two calls a gap were most of a finished
+    request's cost. Repeats of a gap (chunks read together) are counted at once.
     """
     itl_max_us = 0.0
+    ic_counts: dict[int, int] = {}
+    itl_counts: dict[int, int] = {}
+    ic_get, itl_get = ic_counts.get, itl_counts.get
+    ic_sum = itl_sum = 0
     prev = times[0] if times else 0.0
-    run_gap = run_n = -1
-    run_len = 0
+    last_gap = last_n = -1  # the previous gap's (gap_us, n), and its keys and values below
+    ic_key = ic_us = itl_key = itl_us = run = 0
     for i in range(1, len(times)):
         t = times[i]
         gap_us = round((t - prev) * 1e6)
         prev = t
+        if gap_us < 0:
+            gap_us = 0
         n = ntoks[i]
-        if gap_us == run_gap and n == run_n:
-            run_len += 1
+        if gap_us == last_gap and n == last_n:  # chunks read together: the same samples again
+            run += 1
             continue
-        if run_len:
-            itl_max_us = max(itl_max_us, _flush(run_gap, run_n, run_len, itl, inter_chunk))
-        run_gap, run_n, run_len = gap_us, n, 1
-    if run_len:
-        itl_max_us = max(itl_max_us, _flush(run_gap, run_n, run_len, itl, inter_chunk))
-    return itl_max_us / 1e6
+        if run:  # the repeats of the previous gap, counted at once
+            ic_counts[ic_key] += run
+            ic_sum += ic_us * run
+            itl_counts[itl_key] += last_n * run
+            itl_sum += itl_us * last_n * run
+            run = 0
+        last_gap, last_n = gap_us, n
+        per_token = gap_us / n
+        if per_token > itl_max_us:
+            itl_max_us = per_token
+        ic_us = us = gap_us if gap_us <= HIGHEST_US else HIGHEST_US  # inter_chunk.record_us(gap_us)
+        ic_sum += us
+        if us >= _EXACT_BELOW:
+            shift = us.bit_length() - 11
+            us = (us >> shift) << shift
+        ic_key = us
+        ic_counts[us] = ic_get(us, 0) + 1
+        us = round(per_token)  # itl.record_us(round(per_token), n)
+        if us > HIGHEST_US:
+            us = HIGHEST_US
+        itl_us = us
+        itl_sum += us * n
+        if us >= _EXACT_BELOW:
+            shift = us.bit_length() - 11
+            us = (us >> shift) << shift
+        itl_key = us
+        itl_counts[us] = itl_get(us, 0) + n
+    if run:
+        ic_counts[ic_key] += run
+        ic_sum += ic_us * run
+        itl_counts[itl_key] += last_n * run
+        itl_sum += itl_us * last_n * run
+    return ic_counts, ic_sum, itl_counts, itl_sum, itl_max_us / 1e6
 
 
-def _flush(gap_us: int, n: int, run_len: int, itl: Histogram, inter_chunk: Histogram) -> float:
-    if gap_us < 0:
-        gap_us = 0
-    inter_chunk.record_us(gap_us, run_len)
-    per_token = gap_us / n
-    itl.record_us(round(per_token), run_len * n)
-    return per_token
+def _apply_gaps(samples: tuple[dict[int, int], int, dict[int, int], int, float], itl: Histogram,
+                inter_chunk: Histogram) -> float:
+    """Add gap_samples' counts and sums to the two histograms; returns the largest per-token gap."""
+    ic_counts, ic_sum, itl_counts, itl_sum, itl_max = samples
+    for h, counts, total in ((inter_chunk, ic_counts, ic_sum), (itl, itl_counts, itl_sum)):
+        h._sum_us += total
+        pending = h._pending
+        get = pending.get
+        for us, count in counts.items():
+            pending[us] = get(us, 0) + count
+    return itl_max
 
 
 def _meets(rec: RequestRecord, slos: dict[str, float], itl_max: float) -> bool:

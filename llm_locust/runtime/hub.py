@@ -146,8 +146,9 @@ class MetricsHub:
         self.in_flight -= 1
         if self.record_log is not None:
             self.record_log.write(rec)
+        gaps = None  # the request's gap samples, folded by the first Aggregate, reused by the next
         for agg in self._sink(rec.step):
-            agg.add(rec, self.slos)
+            gaps = agg.add(rec, self.slos, gaps)
 
     # ---- worker -> master ----
 
