@@ -42,7 +42,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.runtime.users import account
-from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce
+from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce, sleep_until
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
@@ -53,17 +53,6 @@ log = logging.getLogger(__name__)
 PLAN, READY, GO, DONE = "llm_locust_plan", "llm_locust_ready", "llm_locust_go", "llm_locust_done"
 START_LEAD = 0.5  # seconds between "go" and t0, so every worker has the message before t0
 READY_TIMEOUT = 600.0
-
-
-def sleep_until(deadline: float) -> None:
-    """Sleep to a perf_counter deadline. gevent timers run on a cached loop clock and can fire
-    a few ms early, so re-check the real clock and finish the last millisecond with yields."""
-    perf = time.perf_counter
-    while True:
-        dt = deadline - perf()
-        if dt <= 0:
-            return
-        gevent.sleep(dt - 0.001 if dt > 0.002 else 0)
 
 
 class Dispatcher:

@@ -63,29 +63,19 @@ GROUP_HISTOGRAMS = {  # per endpoint / per model: name suffix -> (group histogra
 
 def cumulative_buckets(h: Histogram, bounds: tuple[float, ...]) -> list[tuple[str, int]]:
     """Prometheus `le` buckets from an HDR histogram (values recorded in microseconds)."""
-    counts = [0] * len(bounds)
-    total = h.count
-    limits = [round(b * 1e6) for b in bounds]
-    for value, n in h.buckets_us():
-        for i, limit in enumerate(limits):
-            if value <= limit:
-                counts[i] += n
-                break
-    out, acc = [], 0
-    for bound, c in zip(bounds, counts):
-        acc += c
-        out.append((f"{bound:g}", acc))
-    out.append(("+Inf", total))
-    return out
+    return _le_buckets(h.buckets_us(), bounds, h.count)
 
 
 def sparse_buckets(h: SparseHistogram, bounds: tuple[float, ...]) -> list[tuple[str, int]]:
     """Prometheus `le` buckets from a per-group histogram (same bucketing as the HDR one)."""
+    return _le_buckets(h.buckets.items(), bounds, sum(h.buckets.values()))
+
+
+def _le_buckets(values_us, bounds: tuple[float, ...], total: int) -> list[tuple[str, int]]:
+    """(value in us, count) pairs -> cumulative `le` buckets, then +Inf with `total`."""
     limits = [round(b * 1e6) for b in bounds]
     counts = [0] * len(bounds)
-    total = 0
-    for value, n in h.buckets.items():
-        total += n
+    for value, n in values_us:
         for i, limit in enumerate(limits):
             if value <= limit:
                 counts[i] += n

@@ -36,7 +36,9 @@ from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
 Send = Callable[[RequestSpec, float, str, str, "int | None"], RequestRecord]
 
 
-def _sleep_until(deadline: float) -> None:
+def sleep_until(deadline: float) -> None:
+    """Sleep to a perf_counter deadline. gevent timers run on a cached loop clock and can fire
+    a few ms early, so re-check the real clock and finish the last millisecond with yields."""
     perf = time.perf_counter
     while True:
         dt = deadline - perf()
@@ -101,7 +103,7 @@ class SessionRunner:
                 t_due = ready
                 if timed and turn.at is not None:
                     t_due = max(t_due, t0 + (turn.at - session.start) / self.speed)
-                _sleep_until(t_due)
+                sleep_until(t_due)
                 spec, n_prompt_est, new = self._spec(session, instance, k, turn, history, model, first=(k == 0))
                 if turn.hash_ids is not None:
                     bs = self.trace.block_size or 1

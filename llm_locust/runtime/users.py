@@ -89,6 +89,7 @@ class _ProcessContext:
 
             self.router = Router(urls, s.route, seed=s.seed * 1_000_003 + index)
         self.session_headers = s.session_header_names
+        self.endpoint_models: dict[str, list[str]] | None = None  # /v1/models per endpoint, read once
         status = hub(env).status_sources
         if self.router is not None:
             status["endpoints"] = self.router.status
@@ -181,10 +182,10 @@ class LLMUser(FastHttpUser):
         """Several endpoints and several models: which endpoint serves which model (/v1/models),
         once per process, so a model's requests go only where it is served."""
         ctx = self.ctx
-        if ctx.router is None or ctx.model_split is None or ctx.__dict__.get("endpoint_models") is not None:
+        if ctx.router is None or ctx.model_split is None or ctx.endpoint_models is not None:
             return
         with ctx.lock:
-            if ctx.__dict__.get("endpoint_models") is None:
+            if ctx.endpoint_models is None:
                 s = ctx.settings
                 ctx.endpoint_models = {u: fetch_models(u, self.stream_headers(), s.timeouts, s.limits)
                                        for u in ctx.router.urls}
