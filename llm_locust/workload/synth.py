@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import sys
 from collections.abc import Callable
@@ -152,13 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    if not a.force and os.path.exists(a.out) and (os.path.isdir(a.out) or os.path.getsize(a.out) > 0):
-        print(f"{PROG}: error: {a.out} exists and is not empty (use --force to overwrite)", file=sys.stderr)
-        return 2
-    try:
-        write(rows, a.out, spec)
-    except OSError as e:
-        print(f"{PROG}: error: cannot write {a.out}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    from llm_locust.workload.output import write_out
+
+    rc = write_out(write, rows, a.out, spec, a.force, PROG)
+    if rc:
+        return rc
     print(f"wrote {len(rows)} requests to {a.out} (recipe in {a.out}.spec.json)")
     return 0
