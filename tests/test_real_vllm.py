@@ -190,6 +190,7 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     per_request = math.ceil((max(INPUT_TOKENS) + OUTPUT_TOKENS) / block) if block else None
     ladder = {s["step"]: s for s in doc["ladder"]["steps"]}
     windows = sm["steps"]
+    spans = []  # per step: the server's increase / the tokens the client received over the same reads
     assert [w["level"] for w in windows] == list(LEVELS)
     for w in windows:
         level, where = w["level"], f"step {w['step']} ({w['level']:g} users): {w}"
@@ -214,10 +215,20 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         assert 0 < kv["mean"] <= kv["max"] < 1, where
         if per_request:
             assert running["mean"] / n_blocks - 1e-9 <= kv["mean"] <= per_request * running["mean"] / (n_blocks - 1) + 1e-9, (where, cfg)
-        # generated tokens: the server's rate is the client's steady output rate
+        # generated tokens: the server's increase between the window's first and last read is the
+        # tokens the client received between those two moments. (Not the step's output rate: at
+        # 1 user a 32-token request lands every ~3 s, so a 9 s window counts one more or one fewer
+        # request by chance; the CI run of 2026-12-01 saw 7.4 vs 10.2 tok/s that way.) At each end
+        # the read and the client's arrival of a token are apart by the read's own time (and vLLM
+        # merges deltas when behind): a few engine steps of slack, each one token per running request.
         gen = w["generation_tokens_total"]
-        client_rate = ladder[w["step"]]["output_tokens_per_s"]
-        assert gen["increase"] > 0 and gen["per_s"] == pytest.approx(client_rate, rel=0.15), (where, client_rate)
+        received = sum(n for r in records for dt, n in zip(r["chunks"], r["chunk_tokens"])
+                       if w["t_from"] <= r["wall_sent"] + dt <= w["t_to"])
+        slack = 4 * min(level, MAX_NUM_SEQS) + 0.05 * gen["increase"]
+        assert gen["increase"] > 0 and abs(gen["increase"] - received) <= slack, (where, received)
+        spans.append(f"+{gen['increase']:.0f}/{received}")
+        assert gen["per_s"] == pytest.approx(gen["increase"] / (w["t_to"] - w["t_from"]))
+        assert gen["per_s"] == pytest.approx(ladder[w["step"]]["output_tokens_per_s"], rel=0.5), where  # the same magnitude
         # server TTFT: part of the client's (different request sets per window: a margin)
         client_ttft = ladder[w["step"]]["latency"]["ttft"]["mean"]
         assert 0 < w["server_ttft_mean_s"] <= client_ttft * 1.25, (where, client_ttft)
@@ -229,5 +240,6 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
           f"client {client_tokens} tokens, server +{generated:.0f} (scraper's run window +{inc:.0f}, "
           f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); per step server/client tok/s "
           + ", ".join(f"{w['generation_tokens_total']['per_s']:.1f}/{ladder[w['step']]['output_tokens_per_s']:.1f}" for w in windows)
+          + f" (tokens between the same reads {', '.join(spans)})"
           + f"; server TTFT mean {ttft_sum / max(n_ttft, 1) * 1000:.0f} ms, client {client_ttft_mean * 1000:.0f} ms; "
           f"KV blocks {n_blocks} x {block} tokens; startup {vllm_server.startup_s:.1f}s")

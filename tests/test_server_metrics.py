@@ -53,6 +53,7 @@ def test_window_means_gauges_and_rates_counters():
     w = s.window(10, 12)
     assert w["samples"] == 3 and w["running"] == {"mean": 4, "max": 6}
     assert w["generation_tokens_total"] == {"increase": 400, "per_s": 200}
+    assert (w["t_from"], w["t_to"]) == (10.0, 12.0)  # the reads the increase lies between
     assert w["server_ttft_mean_s"] == pytest.approx(0.15)  # 3 s over 20 first tokens
 
 

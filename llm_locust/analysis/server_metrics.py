@@ -204,6 +204,9 @@ class ServerSeries:
         out: dict[str, Any] = {"samples": len(inside)}
         if not inside:
             return out
+        # the window's counters are read between these two wall-clock times: what a client-side
+        # count must cover to be compared with an increase
+        out["t_from"], out["t_to"] = inside[0].t, inside[-1].t
         for q in quantities():
             values = [s.figures[q] for s in inside if q in s.figures]
             if not values:
