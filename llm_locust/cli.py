@@ -123,6 +123,12 @@ def run(argv: list[str]) -> int:
                 "locustfile": settings.locustfile, "workers_why": workers_why}
     sim = None
     host = settings.host
+    from llm_locust.protocols import GRPC_APIS
+
+    if not host and settings.api in GRPC_APIS:
+        print(f"llm-locust: --api {settings.api} needs --host (the gRPC server's address); the built-in simulator "
+              "speaks HTTP only", file=sys.stderr)
+        return 2
     if not host:
         from llm_locust.sim.process import SimProcess
 

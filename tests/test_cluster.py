@@ -208,3 +208,28 @@ def test_a_worker_without_its_master_says_so():
         worker.kill()
         worker.wait(timeout=30)
     assert "no answer yet from the master at 127.0.0.1:1" in line
+
+
+def test_a_distributed_concurrency_ladder_sends_only_from_its_users(tmp_path):
+    """The ladder's locustfile holds the open-loop class beside the streaming users. The master
+    used to plan and start an open-loop replay of the whole trace on every worker beside a
+    concurrency ladder (a 200-record trace with timestamps 0: 200 requests at once on top of
+    1-2 users). At most `level` requests may be in flight at any moment."""
+    trace, log, results = tmp_path / "w.jsonl", tmp_path / "records.jsonl", tmp_path / "r.json"
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": 8, "output_tokens": 6}) + "\n" for _ in range(200)))
+    with SimProcess(slots=8, iter_base=0.01, iter_per_seq=0.0) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "--trace", str(trace),
+             "--ladder", "concurrency:1,2", "--warmup", "0", "--step-duration", "2", "--no-early-stop",
+             "--results", str(results), "--record-log", str(log)],
+            capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "replay planned" not in proc.stdout + proc.stderr
+    raw = [json.loads(line) for path in sorted(glob.glob(f"{log}.worker*")) for line in open(path)]
+    assert raw and json.loads(results.read_text())["summary"]["sent"] == len(raw)
+    edges = sorted([(r["wall_sent"], 1) for r in raw] + [(r["wall_sent"] + r["end"], -1) for r in raw], key=lambda e: (e[0], e[1]))
+    in_flight = peak = 0
+    for _t, d in edges:
+        in_flight += d
+        peak = max(peak, in_flight)
+    assert peak <= 2, f"{peak} requests in flight at once under a ladder of at most 2 users"

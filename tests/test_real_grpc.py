@@ -302,3 +302,60 @@ def test_killed_greenlet_is_cancelled(client):
     assert len(got) == 1 and got[0].outcome is Outcome.CANCELLED, got
     r = client.send(RequestSpec(prompt="Hi", max_tokens=4), "after-kill")
     assert r.ok, r.error
+
+
+# ------------------------------------------------------------------ `llm-locust run --api vllm-grpc`
+@pytest.mark.real_server
+def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
+    """A real ladder (1 then 2 users) in two worker processes over gRPC: what a run that did not
+    use the gRPC client (or lost requests between workers and master) would get wrong."""
+    import json
+    import sys
+
+    trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
+    lengths = (24, 32, 40)
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": lengths[i % 3], "output_tokens": 12}) + "\n"
+                             for i in range(200)))
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://{grpc_server.target}", "--api", "vllm-grpc",
+         "--trace", str(trace), "--tokenizer", str(realservers.vllm_model_dir()), "--workers", "2",
+         "--ladder", "concurrency:1,2", "--warmup", "2", "--step-duration", "8", "--no-early-stop",
+         "--results", str(results), "--record-log", str(log)],
+        capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(results.read_text())
+    records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
+    ok = [r for r in records if r["outcome"] == "ok"]
+    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r["error"] for r in records if r["outcome"] != "ok"][:3]
+    assert len(ok) >= 4 and {r["api"] for r in records} == {"vllm-grpc"}
+    trace_in = [json.loads(line)["input_tokens"] for line in trace.read_text().splitlines()]
+    for r in ok:  # the server's own counts: exact-length prompts in, force_length's tokens out
+        assert r["n_out_source"] == "usage" and r["n_out"] == r["requested_out"] == 12, r
+        assert r["n_in"] == trace_in[int(r["source"].rsplit(":", 1)[1]) - 1], r
+        assert sum(r["chunk_tokens"]) == r["n_out"] and r["chunks"] == sorted(r["chunks"])
+        assert 0 < r["first"] == r["chunks"][0] <= r["end"], r
+    s = doc["summary"]
+    assert s["sent"] == len(records) == s["ok"] + s["failed"] + s["cancelled"] and s["ok"] == len(ok), s
+    assert s["tokens_out"] == sum(r["n_out"] for r in ok)
+    steps = doc["ladder"]["steps"]
+    assert [st["offered"] for st in steps] == [1, 2] and all(st["latency"]["ttft"]["count"] >= 1 for st in steps), steps
+    assert {w for w in ("worker0", "worker1") if (tmp_path / f"records.jsonl.{w}").exists()} == {"worker0", "worker1"}
+    assert "server_metrics" not in doc or not doc["server_metrics"], doc.get("server_metrics")  # no HTTP /metrics on a gRPC port
+    print(f"gRPC run: {len(records)} requests, {len(ok)} ok, TTFT p50 per step "
+          + ", ".join(f"{st['latency']['ttft']['p50'] * 1000:.0f} ms" for st in steps))
+
+
+def test_a_grpc_run_without_a_server_is_refused_clearly(tmp_path):
+    import sys
+
+    from llm_locust.runtime.preflight import EXIT_UNREACHABLE
+
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--run-time", "2"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "--api vllm-grpc needs --host" in p.stderr, p.stderr[-2000:]
+    if not _grpcio_here():
+        pytest.skip("grpcio is not installed here")
+    port = realservers.free_port()
+    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--host", f"http://127.0.0.1:{port}",
+                        "--run-time", "2", "--connect-timeout", "1"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == EXIT_UNREACHABLE and f"cannot reach the gRPC server at http://127.0.0.1:{port}" in p.stderr, p.stderr[-2000:]

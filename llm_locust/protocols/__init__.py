@@ -49,6 +49,8 @@ _ADAPTERS: dict[str, Adapter] = {
 }
 API_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
 # take messages rather than a prompt (the server applies a chat template)
+# APIs over gRPC (HTTP/2), not HTTP/1.1 streams: their own client (runtime.grpc_client), no adapter
+GRPC_APIS: tuple[str, ...] = ("vllm-grpc",)
 CHAT_APIS = ("openai-chat", "ollama-chat", "openai-responses", "anthropic-messages")
 # list their models at /v1/models, and their paths start with /v1
 OPENAI_APIS = ("openai-chat", "openai-completions", "openai-responses", "anthropic-messages")
@@ -129,6 +131,7 @@ def printable(data: bytes) -> str:
 
 __all__ = [
     "API_NAMES",
+    "GRPC_APIS",
     "JSON_API_NAMES",
     "CONTENT",
     "NO_TOKEN",

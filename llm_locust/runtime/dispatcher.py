@@ -33,6 +33,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.clients import main_client
 from llm_locust.runtime.graded import maybe_graded
 from llm_locust.runtime.hub import hub
 from llm_locust.report.masking import protect
@@ -98,7 +99,7 @@ class Dispatcher:
             network_timeout=s.timeouts.no_progress,
             insecure=True,
         )
-        return StreamClient(http, url, get_adapter(s.api), s.timeouts, headers=self._headers(), limits=s.limits)
+        return main_client(s, url, http)
 
     def _model(self) -> str | None:
         s = self.settings
@@ -111,7 +112,7 @@ class Dispatcher:
         return models[0] if models else None
 
     def _headers(self) -> dict[str, str]:
-        return request_headers(get_adapter(self.settings.api), self.settings.api_key)
+        return request_headers(get_adapter(self.settings.api), self.settings.api_key)  # OpenAI APIs only (models)
 
     # ---- the replay ----
 
@@ -377,6 +378,9 @@ def install(env: Environment) -> None:
         def on_start(**_kw: Any) -> None:
             if not any(issubclass(u, ReplayUser) for u in env.user_classes):
                 return
+            settings = from_options(env.parsed_options)
+            if settings.ladder and not _ladder_driven(settings):
+                return  # a concurrency ladder's locustfile has the open-loop class too, never spawned
             st = _state(env)
             workers = sorted((c for c in runner.clients.values() if c.state != "missing"), key=lambda c: runner.get_worker_index(c.id))
             st.planned = [c.id for c in workers]

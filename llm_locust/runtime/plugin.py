@@ -19,7 +19,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.runtime import exporter, shapes
-from llm_locust.protocols import get_adapter
+from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.settings import derive
 from llm_locust.metrics.aggregate import figures
@@ -70,6 +70,8 @@ def _server_scrapers(environment, settings) -> dict:
     is what `server_metrics` in the results, the web UI and the efficiency table read."""
     from llm_locust.runtime.scraper import server_scrapers
 
+    if settings.api in GRPC_APIS and not settings.server_metrics:
+        return {}  # a gRPC port answers no HTTP/1.1 GET: only a --server-metrics URL is read
     host = (environment.host or "").rstrip("/")
     extra = settings.endpoint_list[1:] if settings.host else settings.endpoint_list
     endpoints = ([host] if host else []) + [e for e in extra if e != host]
@@ -277,7 +279,7 @@ def _on_init(environment, **_kw: Any) -> None:
     if settings.preflight and environment.host:
         from llm_locust.runtime import preflight
 
-        headers = request_headers(get_adapter(settings.api), settings.api_key)
+        headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
         problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout,
                                   endpoints=preflight.endpoint_apis(settings.api, settings.mix))
         if problem is not None:
@@ -300,7 +302,7 @@ def _on_init(environment, **_kw: Any) -> None:
         from llm_locust.runtime.probe import probe_server
 
         if environment.host and not server_facts:
-            headers = request_headers(get_adapter(settings.api), settings.api_key)
+            headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
             gevent.spawn(lambda: server_facts.update(probe_server(environment.host, headers)))
 
     environment.events.test_start.add_listener(probe)

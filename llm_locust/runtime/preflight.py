@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 import gevent
 from geventhttpclient import HTTPClient
 
-from llm_locust.protocols import OPENAI_APIS
+from llm_locust.protocols.base import Timeouts
+
+from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
           endpoints: list[str] | None = None) -> Problem | None:
     """None when the target looks right; else why not and the exit code. `endpoints`: the APIs
     whose endpoints are asked (default: `api`'s; see endpoint_apis)."""
+    if api in GRPC_APIS:
+        return _grpc(host, connect_timeout)
     base = urlsplit(host).path.rstrip("/")
     if api in OPENAI_APIS and base.endswith("/v1"):
         return Problem(EXIT_USAGE, f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
@@ -81,6 +85,21 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
         problem = _endpoint(host, name, headers, connect_timeout, total)
         if problem is not None:
             return problem
+    return None
+
+
+def _grpc(host: str, connect_timeout: float) -> Problem | None:
+    """A gRPC server answers GetModelInfo within the connect timeout (and a bit)."""
+    from llm_locust.runtime.grpc_client import GrpcStreamClient
+
+    client = GrpcStreamClient(host, timeouts=Timeouts(connect=connect_timeout, total=connect_timeout + 10))
+    try:
+        client.model_info()
+    except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
+        return Problem(EXIT_UNREACHABLE, f"cannot reach the gRPC server at {host}: {type(e).__name__}: "
+                                         f"{str(e).splitlines()[0][:200] if str(e) else ''} (is it up, and is --host right?)")
+    finally:
+        client.close()
     return None
 
 

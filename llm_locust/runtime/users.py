@@ -20,10 +20,11 @@ from locust.env import Environment
 
 from llm_locust.runtime.client import StreamClient, fetch_models
 from llm_locust.runtime.graded import grade_record, maybe_graded
+from llm_locust.runtime.clients import main_client
 from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
-from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
 from llm_locust.metrics.records import Outcome, RequestRecord
@@ -149,11 +150,11 @@ class LLMUser(FastHttpUser):
         s = self.ctx.settings
         self.metrics = hub(env)
         self.metrics.slos = s.request_slos
-        self.adapter = get_adapter(s.api)
+        self.adapter = get_adapter(s.api) if s.api not in GRPC_APIS else None
         http_client = self.client.client.clientpool.get_client(self.host)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
-        self.stream = self.stream_client(self.adapter)
+        self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self.host)
         self.llm = LLMClient(self)
         self._discover_model()
         self._discover_endpoint_models()
@@ -171,7 +172,11 @@ class LLMUser(FastHttpUser):
         with ctx.lock:
             if ctx.model_checked:
                 return
-            models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts, ctx.settings.limits)
+            if self.adapter is None:  # a gRPC server: its GetModelInfo names what it serves
+                served = self.stream.model_info().get("served_model_name") or ""
+                models = [n.strip() for n in served.split(",") if n.strip()]
+            else:
+                models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts, ctx.settings.limits)
             if models:
                 ctx.model = models[0]
                 self.metrics.info["model"] = ctx.model

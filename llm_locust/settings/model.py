@@ -24,7 +24,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from llm_locust.protocols import API_NAMES
+from llm_locust.protocols import API_NAMES as _STREAM_APIS
+from llm_locust.protocols import GRPC_APIS
+
+API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, parse_seconds
@@ -444,7 +447,7 @@ class Settings(BaseModel):
 
     # ---- target ----
     host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", locust="host", web=True)] = ""
-    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)}", plan="api")] = "openai-chat"
+    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)} (vllm-grpc: vLLM's gRPC server, --host http://HOST:PORT)", plan="api")] = "openai-chat"
     model: Annotated[Text, AfterValidator(_model_split), Opt("target", "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps its model; figures per model); default: the first one /v1/models lists", plan="model")] = ""
     trace_models: Annotated[bool, Opt("target", "send each record (or session) with the model its trace names (a model column: our JSONL's model, BurstGPT's Model), else --model's", plan="trace_models")] = False
     endpoints: Annotated[Text, BeforeValidator(_endpoints), Opt("target", "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, figures and /metrics per endpoint", plan="endpoints")] = ""

@@ -1,0 +1,24 @@
+"""The client that sends the run's main API: an HTTP/1.1 stream client for every API with an
+adapter, or the gRPC client for vLLM's gRPC server (`--api vllm-grpc`). Users and the open-loop
+dispatcher both get theirs here."""
+
+from __future__ import annotations
+
+from llm_locust.protocols import GRPC_APIS, get_adapter
+from llm_locust.protocols.base import request_headers
+from llm_locust.runtime.client import StreamClient
+
+
+def main_client(settings, host: str, http_client=None, headers: dict[str, str] | None = None):
+    """StreamClient on `http_client` (a geventhttpclient HTTPClient for the host), or, for a gRPC
+    API, a GrpcStreamClient with the key as gRPC metadata. `headers`: the HTTP client's (default:
+    the API's own and the key)."""
+    if settings.api in GRPC_APIS:
+        from llm_locust.runtime.grpc_client import GrpcStreamClient
+
+        key = settings.api_key
+        return GrpcStreamClient(host, timeouts=settings.timeouts, limits=settings.limits,
+                                metadata={"authorization": f"Bearer {key}"} if key else None)
+    adapter = get_adapter(settings.api)
+    return StreamClient(http_client, host, adapter, settings.timeouts, headers=headers if headers is not None else request_headers(adapter, settings.api_key),
+                        limits=settings.limits)
