@@ -126,22 +126,15 @@ def test_anthropic_message_delta_zero_does_not_undo_message_start():
 
 
 def test_stream_client_copies_cached_count_onto_the_record():
-    from gevent.server import StreamServer
     from geventhttpclient import HTTPClient
+
+    from canned import canned_server, sse_reply
 
     from llm_locust.protocols.base import RequestSpec
     from llm_locust.runtime.client import StreamClient, Timeouts
 
     body = (CAPTURES / "llama_server_completions.sse").read_bytes().replace(b'"cached_tokens":0', b'"cached_tokens":3')
-    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
-
-    def handle(sock, _addr):
-        sock.recv(65536)
-        sock.sendall(reply)
-        sock.close()
-
-    server = StreamServer(("127.0.0.1", 0), handle)
-    server.start()
+    server = canned_server(sse_reply(body))
     try:
         url = f"http://127.0.0.1:{server.server_port}"
         http = HTTPClient.from_url(url, concurrency=2, connection_timeout=2.0, network_timeout=5.0)

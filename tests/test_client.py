@@ -16,6 +16,8 @@ from llm_locust.protocols.base import RequestSpec
 from llm_locust.metrics.records import Outcome
 from llm_locust.sim.process import SimProcess
 
+from canned import canned_server, sse_reply
+
 ids = itertools.count()
 
 
@@ -137,17 +139,6 @@ def test_client_timestamps_match_the_servers_send_times(sim):
 # ---- replies no well-behaved server sends -------------------------------------------------
 
 
-def canned_server(reply: bytes):
-    def handle(sock, _addr):
-        sock.recv(65536)
-        sock.sendall(reply)
-        sock.close()
-
-    server = StreamServer(("127.0.0.1", 0), handle)
-    server.start()
-    return server
-
-
 def http_reply(body: bytes, ctype=b"text/event-stream") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
@@ -174,7 +165,7 @@ def test_malformed_replies_are_classified(reply, outcome, text):
 
 
 _BODY = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
-_REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(_BODY) + _BODY
+_REPLY = sse_reply(_BODY)
 
 
 def test_a_kept_alive_connection_the_server_closed_while_idle_is_not_used():

@@ -24,6 +24,8 @@ from llm_locust.protocols.embeddings import EMBEDDINGS, RERANK, SCORE
 from llm_locust.runtime.client import JSONClient
 from llm_locust.sim.process import SimProcess
 
+from canned import canned_server
+
 REPO = Path(__file__).resolve().parents[1]
 ids = itertools.count()
 
@@ -215,17 +217,6 @@ def test_server_refusals_are_http_errors(sim):
     assert rec.outcome is Outcome.HTTP_ERROR and rec.status == 500 and "simulated http500" in rec.error
 
 
-def canned(reply: bytes):
-    def handle(sock, _addr):
-        sock.recv(65536)
-        sock.sendall(reply)
-        sock.close()
-
-    server = StreamServer(("127.0.0.1", 0), handle)
-    server.start()
-    return server
-
-
 def http_reply(body: bytes, ctype=b"application/json", length: int | None = None) -> bytes:
     n = len(body) if length is None else length
     return b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: %d\r\n\r\n" % n + body
@@ -243,7 +234,7 @@ def http_reply(body: bytes, ctype=b"application/json", length: int | None = None
     (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + emb_reply([[1.0], [2.0]]), Outcome.OK, ""),
 ])
 def test_bad_replies_are_classified(reply, outcome, text):
-    server = canned(reply)
+    server = canned_server(reply)
     try:
         c = client_for(f"http://127.0.0.1:{server.server_port}", limits=Limits(body_bytes=4096))
         rec = c.send(emb_spec(["a", "b"]), f"c{next(ids)}")

@@ -9,13 +9,14 @@ import sys
 
 import orjson
 import pytest
-from gevent.server import StreamServer
+
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, TOOL_CALL, StreamState
 from llm_locust.report.summary import format_summary
 
+from canned import canned_server, sse_reply
 from test_client import client_for, spec
 
 
@@ -44,15 +45,7 @@ def test_text_then_a_tool_call_stamps_both_and_counts_the_call_as_output():
             + _chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "get", "arguments": ""}}]})
             + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "tool_calls")
             + b"data: [DONE]\n\n")
-    reply = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-
-    def handle(sock, _addr):
-        sock.recv(65536)
-        sock.sendall(reply)
-        sock.close()
-
-    server = StreamServer(("127.0.0.1", 0), handle)
-    server.start()
+    server = canned_server(sse_reply(body))
     try:
         rec = client_for(f"http://127.0.0.1:{server.server_port}").send(spec(), "tool")
     finally:

@@ -248,7 +248,6 @@ class LadderController:
 
     def _users(self, level: float | None) -> tuple:
         from llm_locust.runtime.users import StreamingUser
-        from llm_locust.runtime.dispatcher import ReplayUser
 
         if self.ladder.kind == "concurrency":
             users = int(level or 0)

@@ -30,6 +30,7 @@ from llm_locust.workload.agentic._common import ROLES, check_messages, json_sid
 from llm_locust.workload.formats.base import (
     Context,
     Source,
+    json_block_size,
     json_count,
     json_hash_ids,
     json_seconds,
@@ -78,14 +79,7 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
         out = json_count(obj, "output_tokens", ctx, lineno)
         inp = json_count(obj, "input_tokens", ctx, lineno)
         hashes = json_hash_ids(obj, "hash_ids", ctx, lineno)
-        bs = json_count(obj, "block_size", ctx, lineno)
-        if bs is not None:
-            if bs == 0:
-                raise ctx.error(lineno, "'block_size' must be positive")
-            if ctx.block_size is None:
-                ctx.block_size = bs
-            elif bs != ctx.block_size:
-                raise ctx.error(lineno, f"'block_size' {bs} differs from {ctx.block_size} on an earlier line")
+        json_block_size(obj, ctx, lineno)
         if hashes is not None:
             if ctx.block_size is None:
                 raise ctx.error(lineno, "'hash_ids' without 'block_size' (tokens per block, once per file)")

@@ -441,6 +441,20 @@ def json_hash_ids(obj: dict, key: str, ctx: Context, lineno: int) -> list[int] |
     return v
 
 
+def json_block_size(obj: dict, ctx: Context, lineno: int) -> int | None:
+    """A line's 'block_size' (tokens per hash block): positive, and one value for the whole file
+    (kept in ctx.block_size from the first line that gives it)."""
+    bs = json_count(obj, "block_size", ctx, lineno)
+    if bs is not None:
+        if bs == 0:
+            raise ctx.error(lineno, "'block_size' must be positive")
+        if ctx.block_size is None:
+            ctx.block_size = bs
+        elif bs != ctx.block_size:
+            raise ctx.error(lineno, f"'block_size' {bs} differs from {ctx.block_size} on an earlier line")
+    return bs
+
+
 def json_str(obj: dict, key: str, ctx: Context, lineno: int) -> str | None:
     v = obj.get(key)
     if v is None or type(v) is str:

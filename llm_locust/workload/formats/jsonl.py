@@ -15,6 +15,7 @@ from llm_locust.workload.formats.base import (
     Format,
     Source,
     blocks_from_rows,
+    json_block_size,
     json_count,
     json_hash_ids,
     json_id,
@@ -42,14 +43,7 @@ def _rows(src: Source, ctx: Context) -> Iterator[tuple]:
                 "needs one of prompt, messages, input_tokens; found keys: " + (", ".join(obj) or "(none)"),
             )
         hash_ids = json_hash_ids(obj, "hash_ids", ctx, lineno)
-        bs = json_count(obj, "block_size", ctx, lineno)
-        if bs is not None:
-            if bs == 0:
-                raise ctx.error(lineno, "'block_size' must be positive")
-            if ctx.block_size is None:
-                ctx.block_size = bs
-            elif bs != ctx.block_size:
-                raise ctx.error(lineno, f"'block_size' {bs} differs from {ctx.block_size} on an earlier line")
+        json_block_size(obj, ctx, lineno)
         if hash_ids and ctx.block_size is None:
             raise ctx.error(lineno, "'hash_ids' without 'block_size' (tokens per block)")
         model = json_str(obj, "model", ctx, lineno)
