@@ -202,7 +202,6 @@ def run_repeated(argv: list[str], settings) -> int:
     """`llm-locust run --repeat N`: the same plan N times, each a normal run in its own process
     (RESULTS.repK.json), the reset hook before each; then the combined results (headline figures'
     means and 95% t-intervals, docs/verdicts.md) and, with --baseline, compare's regression gate."""
-    import json
     import os
     import subprocess
     import tempfile
