@@ -6,6 +6,9 @@ GGUF); the `vllm_server` fixture (conftest.py) starts it once for this module (~
 What a broken server-metrics scraper would fail here:
 - the names we map for vLLM are all in a real scrape (a rename in vLLM shows up as a failure), and
   `read()` agrees with a plain parse of the same text;
+- a run with tool definitions and tool_choice "required": vLLM streams tool-call deltas only (its
+  guided decoding writes the call), and each request's time to the first tool-call token is its
+  TTFT, counted in the summary's TTFT (tool call); output tokens are vLLM's own;
 - during a real `llm-locust run` ladder (1, 2, 4 users on a server capped at 2 sequences, so the
   top step queues) the results carry, per step, running / waiting / KV-cache use / generated tokens
   that are consistent with the load the client offered and measured: running capped at 2 with the
@@ -31,7 +34,9 @@ from realservers import http_get
 pytestmark = pytest.mark.real_server
 
 MAX_NUM_SEQS = 2  # vLLM's batch cap: 4 users on it make a real queue
-VLLM_SERVER_KWARGS = {"max_num_seqs": MAX_NUM_SEQS}  # read by the vllm_server fixture
+# read by the vllm_server fixture; the tool flags let vLLM take tool_choice "required", which it
+# meets by guided decoding whatever the model (SmolLM2 has no tool template of its own)
+VLLM_SERVER_KWARGS = {"max_num_seqs": MAX_NUM_SEQS, "extra_args": ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")}
 LEVELS = (1, 2, 4)
 WARMUP_S, STEP_S = 3, 12
 METRICS_INTERVAL_S = 1  # ~9 samples in each step's 9 s window (a gauge read at 4 points can miss)
@@ -243,3 +248,38 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
           + f" (tokens between the same reads {', '.join(spans)})"
           + f"; server TTFT mean {ttft_sum / max(n_ttft, 1) * 1000:.0f} ms, client {client_ttft_mean * 1000:.0f} ms; "
           f"KV blocks {n_blocks} x {block} tokens; startup {vllm_server.startup_s:.1f}s")
+
+
+def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_server, vllm_model_dir, tmp_path):
+    url = vllm_server.url
+    trace, results, record_log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
+    n_out = 96  # room for the whole JSON call: vLLM sends no delta before the function name is whole
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": 40, "output_tokens": n_out}) + "\n"
+                             for _ in range(50)))
+    before = idle_scrape(url)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat", "--trace", str(trace),
+         "--tokenizer", str(vllm_model_dir), "--tools", "2", "--tool-choice", "required", "-u", "2", "-t", "30s",
+         "--server-metrics", "off", "--results", str(results), "--record-log", str(record_log)],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    after = idle_scrape(url)
+    records = [json.loads(line) for line in record_log.read_text().splitlines()]
+    ok = [r for r in records if r["outcome"] == "ok"]
+    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r["error"] for r in records][:3]
+    assert len(ok) >= 2, records
+    for r in ok:
+        # the first token-bearing chunk is a tool-call delta: first token = first tool-call token
+        assert r["first_tool"] is not None and r["first_tool"] == r["first"] == r["chunks"][0], r
+        assert r["n_out_source"] == "usage" and r["n_out"] == r["requested_out"] == n_out, r
+        assert len(r["chunks"]) < r["n_out"]  # vLLM hands the call over in a few deltas
+    s = json.loads(results.read_text())["summary"]
+    assert s["latency"]["ttft_tool"]["count"] == len(ok) and s["tokens_out"] == n_out * len(ok), s
+    assert s["latency"]["ttft_tool"]["min"] == pytest.approx(min(r["first_tool"] for r in ok), rel=2e-3)  # HDR precision
+    # the server counted the same tokens for the requests that finished (and at most n_out each
+    # for those cancelled at the stop, whose partial calls the client never saw)
+    generated = total(after, "vllm:request_generation_tokens_sum") - total(before, "vllm:request_generation_tokens_sum")
+    cancelled = len(records) - len(ok)
+    assert n_out * len(ok) <= generated <= n_out * (len(ok) + cancelled), (generated, len(ok), cancelled)
+    print(f"vLLM required tool calls: {len(ok)} ok, first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
+          f"{sum(len(r['chunks']) for r in ok) / len(ok):.1f} deltas for {n_out} tokens")
