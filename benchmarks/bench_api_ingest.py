@@ -23,7 +23,8 @@ openai-completions (ratio >= 0.8).
 
 --in-process adds the decoder + adapter cost alone, in this process: each API's whole nginx
 body split into its events, fed one event per SSEDecoder.feed call and every payload to the
-adapter (bench_api_adapters.tokens_per_second), best of 7, million tokens per second.
+adapter (bench_api_adapters.tokens_per_second), best of 7, million tokens per second; and the
+decoder alone, to tell the cost of the bytes from that of the adapter's parsing.
 
 Run: python benchmarks/bench_api_ingest.py [--duration 10] [--users 16] [--repeat 3]
      [--apis openai-chat,...] [--in-process] [--json out.json]
@@ -65,9 +66,10 @@ def split_events(body: bytes) -> list[bytes]:
     return [part + b"\n\n" for part in body.split(b"\n\n") if part]
 
 
-def in_process_rates(apis: list[str]) -> dict[str, float]:
-    """Million tokens per second through decoder + adapter for each API's whole nginx body."""
-    return {api: tokens_per_second(api, split_events(STREAMS[api][1]()), N_TOKENS) for api in apis}
+def in_process_rates(apis: list[str], with_adapter: bool = True) -> dict[str, float]:
+    """Million tokens per second through the decoder (+ the adapter when with_adapter) for each
+    API's whole nginx body."""
+    return {api: tokens_per_second(api, split_events(STREAMS[api][1]()), N_TOKENS, with_adapter) for api in apis}
 
 
 def round_order(apis: list[str], i: int) -> list[str]:
@@ -136,9 +138,12 @@ def main() -> int:
     lines: list[str] = []
     if a.in_process or a.no_runs:
         rates = in_process_rates(apis)
-        out["in_process_mtok_per_s"] = rates
-        lines += ["in-process, decoder + adapter, whole nginx bodies one event per feed (M tok/s, best of 7):"]
-        lines += [f"  {api:<22}{rate:>7.3f}  {rate / rates[BASELINE]:.3f}" for api, rate in rates.items()]
+        decoder = in_process_rates(apis, with_adapter=False)
+        out["in_process_mtok_per_s"] = {"decoder_adapter": rates, "decoder_only": decoder}
+        lines += ["in-process, whole nginx bodies, one event per feed (M tok/s, best of 7; ratio to "
+                  f"{BASELINE}):", f"  {'api':<22}{'decoder+adapter':>16}{'ratio':>7}{'decoder only':>14}{'ratio':>7}"]
+        lines += [f"  {api:<22}{rates[api]:>16.3f}{rates[api] / rates[BASELINE]:>7.3f}"
+                  f"{decoder[api]:>14.3f}{decoder[api] / decoder[BASELINE]:>7.3f}" for api in apis]
         lines.append("")
     if not a.no_runs:
         tmp = Path(tempfile.mkdtemp(prefix="bench-api-ingest-"))
