@@ -14,9 +14,10 @@ CPU and tokens as in bench_client_ingest.py, whose functions this reuses (run_ou
 run_measured / tree_cpu): load CPU = the client process tree's utime+stime (+ reaped children)
 from /proc between Locust's "Ramping to" line (test start) and its "--run-time limit reached"
 line (test stop); tokens = summary.tokens_out + tokens_out_failed from the results JSON.
-tokens / load CPU-s is the ingest figure. Each run's results are checked: no failed requests,
-tokens_out = ok x 256 (every ok request has 256 output tokens), every count from server usage
-(n_out_sources == {"usage"}), no length mismatch; a run that fails the check is flagged.
+tokens / load CPU-s is the ingest figure. Each run's results are checked (run_ours): no failed
+requests; every ok request's length checked against the 256 asked for and none mismatched
+(length_checked == ok, length_mismatch == 0), tokens_out = ok x 256, every count from server
+usage (n_out_sources == {"usage": ok}); a run that fails the check is flagged.
 Per API: the median over the rounds and its ratio to openai-completions' median measured in
 the same process (and the ratio per round). The issue's goal: each API within 20% of
 openai-completions (ratio >= 0.8).

@@ -206,9 +206,11 @@ def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label:
     problems = []
     if s["failed"]:
         problems.append(f"{s['failed']} failed: {s['errors']}")
-    if s["tokens_out"] != ok * N_TOKENS or s["length_mismatch"] or set(s["n_out_sources"]) != {"usage"}:
+    # every ok request: its length checked against the 256 asked for, equal, counted from usage
+    if (s["tokens_out"] != ok * N_TOKENS or s["length_mismatch"] or s["length_checked"] != ok
+            or s["n_out_sources"] != {"usage": ok}):
         problems.append(f"tokens {s['tokens_out']} for {ok} ok requests (sources {s['n_out_sources']}, "
-                        f"length mismatches {s['length_mismatch']})")
+                        f"length checked {s['length_checked']}, mismatches {s['length_mismatch']})")
     if problems:
         print(f"WARNING {label}: " + "; ".join(problems), flush=True)
     lat = s["latency"]
