@@ -187,15 +187,17 @@ def run_measured(cmd: list[str], env: dict | None = None) -> dict:
 
 # ---- the runs ----
 
-def ours_cmd(url: str, users: int, duration: int, results: Path, trace: Path) -> list[str]:
-    return [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-completions",
+def ours_cmd(url: str, users: int, duration: int, results: Path, trace: Path,
+             api: str = "openai-completions") -> list[str]:
+    return [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", api,
             "--model", MODEL, "-u", str(users), "-r", str(users), "-t", f"{duration}s",
             "--max-tokens", str(N_TOKENS), "--trace", str(trace), "--results", str(results), "--no-preflight"]
 
 
-def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=()) -> dict:
+def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=(),
+             api: str = "openai-completions") -> dict:
     results = tmp / f"results-{label}.json"
-    m = run_measured(ours_cmd(url, users, duration, results, trace) + list(extra))
+    m = run_measured(ours_cmd(url, users, duration, results, trace, api) + list(extra))
     if m["rc"] != 0 or not results.exists():
         raise SystemExit(f"{label}: llm-locust exited {m['rc']}:\n{m['output'][-3000:]}")
     s = orjson.loads(results.read_bytes())["summary"]
@@ -204,13 +206,15 @@ def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label:
     problems = []
     if s["failed"]:
         problems.append(f"{s['failed']} failed: {s['errors']}")
-    if s["tokens_out"] != ok * N_TOKENS or s["length_mismatch"] or set(s["n_out_sources"]) != {"usage"}:
+    # every ok request: its length checked against the 256 asked for, equal, counted from usage
+    if (s["tokens_out"] != ok * N_TOKENS or s["length_mismatch"] or s["length_checked"] != ok
+            or s["n_out_sources"] != {"usage": ok}):
         problems.append(f"tokens {s['tokens_out']} for {ok} ok requests (sources {s['n_out_sources']}, "
-                        f"length mismatches {s['length_mismatch']})")
+                        f"length checked {s['length_checked']}, mismatches {s['length_mismatch']})")
     if problems:
         print(f"WARNING {label}: " + "; ".join(problems), flush=True)
     lat = s["latency"]
-    return {**m, "ok": ok, "tokens": tokens, "failed": s["failed"],
+    return {**m, "ok": ok, "tokens": tokens, "failed": s["failed"], "problems": problems,
             "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0), "e2e_p50_ms": 1000 * (lat["e2e"].get("p50") or 0),
             "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0),
             "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0)}

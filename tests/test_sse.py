@@ -215,6 +215,27 @@ def test_many_events_in_one_feed_and_one_event_per_feed_agree():
     assert decode(body, pieces) == events
 
 
+def test_named_events_many_in_one_feed_match_reference():
+    """Blocks of `event: X` + one `data:` line events (Responses, Anthropic) take a fast path
+    when read many at a time; it must agree with the rules, also when one odd event (no event
+    line, two data lines, `data:` without a space, a comment, an extra blank line) is mixed in."""
+    events = [b'{"type":"content_block_delta","i":%d}' % i for i in range(200)]
+    named = [b"event: content_block_delta\ndata: " + e + b"\n\n" for e in events]
+    odd = (b"data: [DONE]\n\n", b"event: x\ndata: a\ndata: b\n\n", b"event: x\ndata:tight\n\n",
+           b"event: x\n: ping\ndata: c\n\n", b"event: x\ndata: d\n\n\n", b"event: x\n\n", b"event: x\ndata: \n\n")
+    rng = random.Random(7)
+    for extra in (None, *odd):
+        parts = list(named)
+        if extra is not None:
+            parts.insert(rng.randint(0, len(parts)), extra)
+        body = b"".join(parts)
+        expected = reference(body)
+        assert decode(body) == expected, extra
+        assert decode(body, [body[i : i + 4096] for i in range(0, len(body), 4096)]) == expected, extra
+        for _ in range(5):
+            assert decode(body, random_pieces(body, rng)) == expected, extra
+
+
 # --- NDJSON ---------------------------------------------------------------------------------
 
 

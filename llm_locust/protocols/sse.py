@@ -3,7 +3,8 @@
 Both decoders take the response body in arbitrary pieces and return the payloads of the
 events each piece completed. They are on the per-chunk hot path, so the common case
 (`data: {...}\\n\\n` events with LF endings) is handled by splitting on the blank line with
-no per-line Python work; anything else (CR/CRLF, comments, other fields, multi-line data)
+no per-line Python work, and named one-line events (`event: X` + `data: {...}`, Responses and
+Anthropic) with one partition per event; anything else (CR/CRLF, comments, other fields, multi-line data)
 takes the general path of the WHATWG event-stream rules.
 
 Memory is bounded: an event (SSE) or a line (NDJSON) longer than `max_event_bytes` raises
@@ -45,6 +46,24 @@ def _single_line_events(block: bytes) -> list[bytes] | None:
     # any newline left means comments, other fields, multi-line data or extra blank lines
     rest = parts[0] if len(parts) == 1 else b"".join(parts)
     return parts if rest.find(b"\n") < 0 else None
+
+
+def _named_line_events(block: bytes) -> list[bytes] | None:
+    """Payloads when `block` is only `event: X` + one `data: ...` line events separated by
+    single blank lines, as the Responses and Anthropic APIs send them; None for anything else.
+
+    One partition per event instead of the general path's per-line work.
+    """
+    out = []
+    for event in block.split(b"\n\n"):
+        if not event.startswith(b"event:"):
+            return None
+        head, sep, data = event.partition(b"\ndata: ")
+        # exactly one event line, then one data line
+        if not sep or head.find(b"\n") >= 0 or data.find(b"\n") >= 0:
+            return None
+        out.append(data)
+    return out
 
 
 def _too_long(limit: int, what: str) -> ProtocolError:
@@ -113,6 +132,10 @@ class SSEDecoder:
         out = _single_line_events(block)
         if out is not None:
             return out
+        if block.startswith(b"event:"):
+            out = _named_line_events(block)
+            if out is not None:
+                return out
         out = []
         for event in block.split(b"\n\n"):
             payload = _event_data(event.split(b"\n"))
