@@ -634,3 +634,62 @@ def test_simulator_non_streaming_and_bad_requests(sim):
     assert post(sim.url, "/v1/messages", {"messages": [{"role": "user", "content": "a"}]})[0] == 400
     assert post(sim.url, "/v1/responses", {"max_output_tokens": 3})[0] == 400
     assert post(sim.url, "/generate", {"text": "a", "sampling_params": []})[0] == 400
+
+
+def _sglang_state(body: bytes, collect_text: bool):
+    adapter, decoder, state = get_adapter("sglang-generate"), make_decoder(get_adapter("sglang-generate")), StreamState(collect_text)
+    kinds = [adapter.feed(p, state) for p in decoder.feed(body) + decoder.close()]
+    return (kinds, list(state.cont_tokens), state.cont_out, state.usage_in, state.usage_out, state.usage_cached,
+            state.finish_reason, state.error, state.done)
+
+
+def _long_sglang(n: int) -> bytes:
+    words = ["Paris", " \\u00e9t\\u00e9", " \"quoted\"", " {\"meta_info\": 1}", " x"]
+    events, text = [], ""
+    for k in range(1, n + 1):
+        text += words[k % len(words)]
+        finish = {"type": "length", "length": n} if k == n else None
+        events.append({"text": text, "output_ids": list(range(k)), "meta_info": {"id": "r", "finish_reason": finish,
+                       "prompt_tokens": 7, "completion_tokens": k, "cached_tokens": 3}, "index": 0})
+    return sse(events + [b"[DONE]"], named=False)
+
+
+@pytest.mark.parametrize("body", ["source", "error", "cumulative", "long", "nested", "no-counts"])
+def test_sglang_counts_only_reading_agrees_with_reading_whole_events(body, monkeypatch):
+    """Without the text kept, long events are read for their meta_info alone (cumulative text
+    makes whole events dear); every count, kind, finish and error must be what reading each
+    event whole gives, and anything unexpected must fall back to the whole read."""
+    import llm_locust.protocols.sglang as sglang
+
+    bodies = {
+        "source": (APIS / "sglang_generate_source_example.sse").read_bytes(),
+        "error": (APIS / "sglang_generate_error_source_example.sse").read_bytes(),
+        "cumulative": sse([sg("A", 1), sg("A b", 2), sg("A b b", 4), sg("A b b", 4), sg("A b b c", 5, {"type": "length", "length": 5}),
+                           b"[DONE]"], named=False),
+        "long": _long_sglang(300),
+        # a meta_info key inside meta_info: the tail is not an object of its own -> whole read
+        "nested": sse([{"text": "A", "meta_info": {"completion_tokens": 1, "x": {"meta_info": {}}}},
+                       {"text": "A b", "meta_info": {"completion_tokens": 2, "finish_reason": "stop"}}, b"[DONE]"], named=False),
+        "no-counts": sse([{"text": "A"}, {"text": "A b", "meta_info": {}}, b"[DONE]"], named=False),
+    }
+    whole = _sglang_state(bodies[body], collect_text=True)
+    monkeypatch.setattr(sglang, "COUNTS_ONLY_FROM", 0)
+    assert _sglang_state(bodies[body], collect_text=False) == whole
+    monkeypatch.setattr(sglang, "COUNTS_ONLY_FROM", 1 << 30)
+    assert _sglang_state(bodies[body], collect_text=False) == whole
+
+
+def test_sglang_counts_only_reading_is_taken_and_still_checks_the_last_event(monkeypatch):
+    import llm_locust.protocols.sglang as sglang
+
+    monkeypatch.setattr(sglang, "COUNTS_ONLY_FROM", 0)
+    whole_reads = []
+    real = sglang.event_object
+    monkeypatch.setattr(sglang, "event_object", lambda p, s: whole_reads.append(p) or real(p, s))
+    kinds, *_ = _sglang_state(_long_sglang(50), collect_text=False)
+    assert kinds == [CONTENT] * 50 + [NO_TOKEN]
+    assert len(whole_reads) == 2 and whole_reads[-1] == b"[DONE]"  # the last event (finish) and [DONE]
+    # a broken last event is still an error, as a whole read finds it
+    body = _long_sglang(3).replace(b'"length":3}', b'"length":3')
+    with pytest.raises(ProtocolError):
+        _sglang_state(body, collect_text=False)
