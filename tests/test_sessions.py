@@ -117,9 +117,10 @@ class Recorder:
         self.fail_on = fail_on
         self.reply_words = reply_words
 
-    def __call__(self, spec, t_sched, source, session, ideal):
+    def __call__(self, spec, t_sched, source, session, ideal, keep_text):
         t = time.perf_counter()
-        entry = {"spec": spec, "source": source, "session": session, "ideal": ideal, "t": t, "t_sched": t_sched}
+        entry = {"spec": spec, "source": source, "session": session, "ideal": ideal, "t": t, "t_sched": t_sched,
+                 "keep_text": keep_text}
         self.sent.append(entry)
         n = len(self.sent)
         gevent.sleep(self.delay)
@@ -155,6 +156,23 @@ def test_turns_grow_by_the_reply_and_the_new_tokens_and_carry_the_ideal():
     # ideal: nothing before the first turn; then the previous prompt (server's count) and its reply
     assert [x["ideal"] for x in send.sent] == [0, 100 + 3, 200 + 3]
     assert {x["session"] for x in send.sent} == {"a"}
+
+
+def test_only_a_turn_with_a_turn_after_it_keeps_its_reply_text():
+    # the reply's text is kept (a copy a token; SGLang: every cumulative event parsed whole) only
+    # where the next turn sends it back: not on a session's last turn, not in block mode
+    st = build([("p", None, 0, T(1, text="plan", output_tokens=3, children=("k",))),
+                ("p", None, 0, T(2, text="merge", output_tokens=3)),
+                ("k", "p", 0, T(3, text="sub"))])
+    b = SessionBuilder("t.jsonl")
+    b.session("b", start=0, source="t.jsonl:4")
+    for line, ids in ((4, [1, 2]), (5, [1, 2, 3])):
+        b.turn("b", T(line, input_tokens=16 * len(ids), output_tokens=2, hash_ids=ids))
+    blocks = b.finish(path="t.jsonl", format="test", sha256="0", block_size=16)
+    send = Recorder()
+    assert runner(st).run(st.sessions["p"], send) is True and runner(blocks).run(blocks.sessions["b"], send) is True
+    assert {x["source"]: x["keep_text"] for x in send.sent} == {
+        "t.jsonl:1": True, "t.jsonl:2": False, "t.jsonl:3": False, "t.jsonl:4": False, "t.jsonl:5": False}
 
 
 def test_no_marker_without_cache_bust():

@@ -267,9 +267,9 @@ class Dispatcher:
             self._in_flight -= 1
             self._slot_free.set()
 
-    def _session_send(self, spec, t_sched: float, source: str, session: str, ideal) -> RequestRecord:
+    def _session_send(self, spec, t_sched: float, source: str, session: str, ideal, keep_text: bool) -> RequestRecord:
         self._acquire_slot(t_sched)
-        return self._send(spec, t_sched, source, True, session, ideal)
+        return self._send(spec, t_sched, source, keep_text, session, ideal)
 
     def _account(self, rec: RequestRecord, source: str) -> None:
         rec.source = source

@@ -32,8 +32,9 @@ from llm_locust.metrics.records import RequestRecord
 from llm_locust.workload.records import TraceRecord
 from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
 
-# send(spec, t_sched, source, session id, ideal cached tokens) -> the finished, accounted record
-Send = Callable[[RequestSpec, float, str, str, "int | None"], RequestRecord]
+# send(spec, t_sched, source, session id, ideal cached tokens, keep_text) -> the finished, accounted
+# record; keep_text: the reply's text is needed (the next turn sends it back as history)
+Send = Callable[[RequestSpec, float, str, str, "int | None", bool], RequestRecord]
 
 
 def sleep_until(deadline: float) -> None:
@@ -110,7 +111,10 @@ class SessionRunner:
                     ideal = self.ideal.blocks(turn.hash_ids, bs, turn.input_tokens or len(turn.hash_ids) * bs)
                 else:
                     ideal = ctx_tokens  # the previous prompt and its reply, repeated word for word
-                rec = send(spec, t_due, turn.source, session.id, ideal)
+                # only a history-mode turn with a turn after it needs its reply's text: keeping it
+                # costs every token a copy (and SGLang's cumulative events a whole parse)
+                keep_text = turn.hash_ids is None and k + 1 < len(session.turns)
+                rec = send(spec, t_due, turn.source, session.id, ideal, keep_text)
                 if not rec.ok:
                     outcome = False
                     return False

@@ -251,8 +251,9 @@ class LLMUser(FastHttpUser):
         """One whole session (its turns in order, its subagents in parallel), from this user."""
         return self.ctx.runner.run(session, self._session_send, start_turn=start_turn, timed=False)
 
-    def _session_send(self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal) -> RequestRecord:
-        return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True)
+    def _session_send(self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal,
+                      keep_text: bool) -> RequestRecord:
+        return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True if keep_text else None)
 
 
 def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
