@@ -385,7 +385,7 @@ class Aggregate:
             if audio:
                 self.audio_sent += audio
                 self.audio_bytes += extra.get("audio_bytes") or 0
-            if extra.get("overlong"):
+            if extra.get("overlong") and rec.outcome is not Outcome.CANCELLED:  # stopped in flight: no answer to judge
                 ov = self.overlong
                 ov[0] += 1
                 ov[1] += rec.ok
