@@ -9,10 +9,9 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.runtime.client import StreamClient
 
 
-def main_client(settings, host: str, http_client=None, headers: dict[str, str] | None = None):
+def main_client(settings, host: str, http_client=None):
     """StreamClient on `http_client` (a geventhttpclient HTTPClient for the host), or, for a gRPC
-    API, a GrpcStreamClient with the key as gRPC metadata. `headers`: the HTTP client's (default:
-    the API's own and the key)."""
+    API, a GrpcStreamClient with the key as gRPC metadata (no HTTP client needed)."""
     if settings.api in GRPC_APIS:
         from llm_locust.runtime.grpc_client import GrpcStreamClient
 
@@ -20,5 +19,5 @@ def main_client(settings, host: str, http_client=None, headers: dict[str, str] |
         return GrpcStreamClient(host, timeouts=settings.timeouts, limits=settings.limits,
                                 metadata={"authorization": f"Bearer {key}"} if key else None)
     adapter = get_adapter(settings.api)
-    return StreamClient(http_client, host, adapter, settings.timeouts, headers=headers if headers is not None else request_headers(adapter, settings.api_key),
+    return StreamClient(http_client, host, adapter, settings.timeouts, headers=request_headers(adapter, settings.api_key),
                         limits=settings.limits)

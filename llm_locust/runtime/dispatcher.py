@@ -32,7 +32,7 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.client import fetch_models
 from llm_locust.runtime.clients import main_client
 from llm_locust.runtime.graded import maybe_graded
 from llm_locust.runtime.hub import hub
@@ -40,7 +40,7 @@ from llm_locust.report.masking import protect
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.protocols.base import request_headers
-from llm_locust.protocols import CHAT_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.runtime.users import account
 from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce, sleep_until
@@ -88,9 +88,12 @@ class Dispatcher:
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
 
-    def _client(self, url: str | None = None) -> StreamClient:
+    def _client(self, url: str | None = None):
+        """The sender for `url` (default: the host): main_client's, on a pool sized for the replay."""
         s = self.settings
         url = url or self.host
+        if s.api in GRPC_APIS:
+            return main_client(s, url)  # its own HTTP/2 channel
         cap = s.max_in_flight or 10_000
         http = HTTPClient.from_url(
             url,
