@@ -394,6 +394,15 @@ def test_record_gaps_gives_record_us_figures():
     cases = [stream(k) for k in (0, 1, 2, 3, 10, 64, 256, 1000) for _ in range(15)]
     cases.append(([1.0 + i * 0.02 for i in range(256)], [1] * 256))
     cases.append(([1.0] * 100, [1] * 100))
+    # every chunk one token (gap_samples' C-level path): the same streams' times, paced streams
+    # whose gaps share one power of two, and ones below 2 ms
+    cases += [(times, [1] * len(times)) for times, _ in cases[:120]]
+    for base in (0.02, 0.0015, 0.005):
+        t, times = 1000.0, []
+        for _ in range(256):
+            times.append(t)
+            t += base * (1 + rng.uniform(-0.05, 0.05))
+        cases.append((times, [1] * 256))
     def twice(fold, times, ntoks):  # a step's Aggregate, then the total's, the gaps folded once
         hists = [Histogram() for _ in range(4)]
         hists[0].record_us(20000, 3)  # histograms that already hold samples
@@ -408,6 +417,36 @@ def test_record_gaps_gives_record_us_figures():
     for times, ntoks in cases:
         assert state(_record_gaps, times, ntoks) == state(_record_gaps_reference, times, ntoks)
         assert twice(None, times, ntoks) == twice(_record_gaps_reference, times, ntoks)
+
+
+def test_the_latency_series_takes_the_itl_gaps_as_the_histograms_round_them():
+    """Aggregate.add hands the series the request's folded ITL counts (11-bit buckets) to
+    re-bucket at 8 bits; that must be the 8-bit bucket of every per-token gap, counted n times,
+    exactly what the series works out from the chunk times itself."""
+    from llm_locust.metrics.aggregate import Aggregate
+    from llm_locust.metrics.records import Outcome, RequestRecord
+    from llm_locust.metrics.timeseries import LatencySeries, bucket_us
+
+    rng = random.Random(5)
+    for k in range(40):
+        t0 = 50.0 + k
+        times = [t0 + 0.01]
+        for _ in range(rng.choice([2, 30, 256])):
+            times.append(times[-1] + rng.choice([0.0, 1e-6, rng.expovariate(50), rng.uniform(0.0001, 3)]))
+        ntoks = [1] * len(times) if k % 2 else [rng.choice([1, 2, 5]) for _ in times]
+        rec = RequestRecord(request_id=str(k), api="openai-completions", t_sched=t0, t_sent=t0, wall_sent=1000.0 + k)
+        rec.chunk_times, rec.chunk_tokens, rec.n_out = times, ntoks, sum(ntoks)
+        rec.t_first, rec.t_end, rec.outcome = times[0], times[-1], Outcome.OK
+        expected: dict[int, int] = {}
+        for i in range(1, len(times)):
+            b = bucket_us(round(round((times[i] - times[i - 1]) * 1e6) / ntoks[i]), 8)
+            expected[b] = expected.get(b, 0) + ntoks[i]
+        own = LatencySeries()
+        own.add(rec, 0.0)
+        agg = Aggregate()
+        agg.add(rec)
+        assert own.data["itl"] == {1000 + k: expected}
+        assert agg.by_sent.data["itl"] == {1000 + k: expected}
 
 
 def test_embeddings_and_rerank_have_figures_of_their_own():

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
-from llm_locust.metrics.histogram import _EXACT_BELOW, HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.gaps import gap_samples
+from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
 from llm_locust.metrics.timeseries import LatencySeries
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
@@ -447,7 +448,7 @@ class Aggregate:
             if gaps is None:
                 gaps = gap_samples(times, ntoks)
             itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
-            self.by_sent.add(rec, offset)
+            self.by_sent.add(rec, offset, gaps[2])
 
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
@@ -639,69 +640,6 @@ def _bucket(series: dict[int, list[int]], sec: int) -> list[int]:
 def _record_gaps(times: list[float], ntoks: list[int], itl: Histogram, inter_chunk: Histogram) -> float:
     """ITL and inter-chunk samples for chunks 2..K; returns the largest per-token gap (s)."""
     return _apply_gaps(gap_samples(times, ntoks), itl, inter_chunk)
-
-
-def gap_samples(times: list[float], ntoks: list[int]) -> tuple[dict[int, int], int, dict[int, int], int, float]:
-    """A request's ITL and inter-chunk samples, folded once for every Aggregate it goes into
-    (a step's and the run's total): (inter-chunk {bucket us: count}, their exact sum in us,
-    ITL {bucket us: count}, their exact sum, the largest per-token gap in s).
-
-    Per gap: what inter_chunk.record_us(gap_us) and itl.record_us(round(gap_us / n), n) do
-    (clamp to HIGHEST_US, exact sum, bucket rounding, count), written out in the loop: a paced
-    stream has a different gap at every token, and two calls a gap were most of a finished
-    request's cost. Repeats of a gap (chunks read together) are counted at once.
-    """
-    itl_max_us = 0.0
-    ic_counts: dict[int, int] = {}
-    itl_counts: dict[int, int] = {}
-    ic_get, itl_get = ic_counts.get, itl_counts.get
-    ic_sum = itl_sum = 0
-    prev = times[0] if times else 0.0
-    last_gap = last_n = -1  # the previous gap's (gap_us, n), and its keys and values below
-    ic_key = ic_us = itl_key = itl_us = run = 0
-    for i in range(1, len(times)):
-        t = times[i]
-        gap_us = round((t - prev) * 1e6)
-        prev = t
-        if gap_us < 0:
-            gap_us = 0
-        n = ntoks[i]
-        if gap_us == last_gap and n == last_n:  # chunks read together: the same samples again
-            run += 1
-            continue
-        if run:  # the repeats of the previous gap, counted at once
-            ic_counts[ic_key] += run
-            ic_sum += ic_us * run
-            itl_counts[itl_key] += last_n * run
-            itl_sum += itl_us * last_n * run
-            run = 0
-        last_gap, last_n = gap_us, n
-        per_token = gap_us / n
-        if per_token > itl_max_us:
-            itl_max_us = per_token
-        ic_us = us = gap_us if gap_us <= HIGHEST_US else HIGHEST_US  # inter_chunk.record_us(gap_us)
-        ic_sum += us
-        if us >= _EXACT_BELOW:
-            shift = us.bit_length() - 11
-            us = (us >> shift) << shift
-        ic_key = us
-        ic_counts[us] = ic_get(us, 0) + 1
-        us = round(per_token)  # itl.record_us(round(per_token), n)
-        if us > HIGHEST_US:
-            us = HIGHEST_US
-        itl_us = us
-        itl_sum += us * n
-        if us >= _EXACT_BELOW:
-            shift = us.bit_length() - 11
-            us = (us >> shift) << shift
-        itl_key = us
-        itl_counts[us] = itl_get(us, 0) + n
-    if run:
-        ic_counts[ic_key] += run
-        ic_sum += ic_us * run
-        itl_counts[itl_key] += last_n * run
-        itl_sum += itl_us * last_n * run
-    return ic_counts, ic_sum, itl_counts, itl_sum, itl_max_us / 1e6
 
 
 def _apply_gaps(samples: tuple[dict[int, int], int, dict[int, int], int, float], itl: Histogram,

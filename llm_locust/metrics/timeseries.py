@@ -5,7 +5,8 @@
     s.percentile("ttft", 50, 120, 122) # TTFT p50 of the requests sent in wall seconds [120, 122)
 
 Per second and per metric ("ttft": one sample per ok request with a first token; "itl": the
-per-token gaps of ok requests, gap_k / n_k counted n_k times) a sparse {bucket: count}, the bucket
+per-token gaps of ok requests, gap_k / n_k in whole microseconds counted n_k times, as the run's
+histograms round them) a sparse {bucket: count}, the bucket
 being the value in microseconds with its lowest bits cleared. TTFT as the run's HDR histograms keep
 it (3 significant digits: values below 2048 us exact, above that the top 11 bits, within 0.05%);
 ITL, many samples a second, coarser: the top 8 bits (below 256 us exact, above within 0.4%). Merging
@@ -20,6 +21,8 @@ the master. Used by the stability verdicts (analysis/stability.py): burst recove
 """
 
 from __future__ import annotations
+
+from llm_locust.metrics.gaps import gap_samples
 
 METRICS = ("ttft", "itl")
 BITS = {"ttft": 11, "itl": 8}  # significant bits kept per metric
@@ -56,24 +59,34 @@ class LatencySeries:
             sec = self.data[metric][second] = {}
         sec[b] = sec.get(b, 0) + count
 
-    def add(self, rec, offset: float) -> None:
-        """One ok request (the caller checks): its TTFT and its per-token gaps, by its send second."""
+    def add(self, rec, offset: float, itl_counts: dict[int, int] | None = None) -> None:
+        """One ok request (the caller checks): its TTFT and its per-token gaps, by its send second.
+
+        `itl_counts`: the request's ITL samples as the run's histograms keep them ({bucket us at
+        11 bits: count}, gap_samples' third item), when the caller has them: the series takes
+        them re-bucketed to 8 bits, a few dozen keys, rather than one step per gap (a paced
+        256-token stream has 255 different gaps). Without them they are worked out here."""
         if rec.t_first is None:
             return
         second = int(rec.wall_sent)
         self.record("ttft", second, rec.t_first - rec.t_sent)
-        times, ntoks = rec.chunk_times, rec.chunk_tokens
+        times = rec.chunk_times
         if len(times) < 2:
             return
-        sec = self.data["itl"].get(second)
+        if itl_counts is None:
+            itl_counts = gap_samples(times, rec.chunk_tokens)[2]
+        per = self.data["itl"]
+        sec = per.get(second)
         if sec is None:
-            sec = self.data["itl"][second] = {}
-        prev = times[0]
-        for t, n in zip(times[1:], ntoks[1:]):
-            if n > 0:
-                b = bucket_us(round((t - prev) / n * 1e6), 8)
-                sec[b] = sec.get(b, 0) + n
-            prev = t
+            sec = per[second] = {}
+        get = sec.get
+        # an 11-bit bucket's value re-bucketed at 8 bits is the gap's own 8-bit bucket (the same
+        # top bits are kept of a value with the same bit length)
+        for us, n in itl_counts.items():
+            if us >= 256:
+                shift = us.bit_length() - 8
+                us = (us >> shift) << shift
+            sec[us] = get(us, 0) + n
 
     @property
     def empty(self) -> bool:
