@@ -236,6 +236,30 @@ def test_named_events_many_in_one_feed_match_reference():
             assert decode(body, random_pieces(body, rng)) == expected, extra
 
 
+def test_long_events_many_in_one_feed_match_reference():
+    """Blocks whose first event is long (SGLang's cumulative text: ~1.5 KB an event) are cut
+    event by event rather than split; that must agree with the rules, also when one odd event
+    (a comment, another field, two data lines, an extra blank line, `data:` without a space, a
+    short event) sits anywhere among them, and for `data:` without a space throughout."""
+    from llm_locust.protocols.sse import LONG_EVENT
+
+    rng = random.Random(3)
+    events = [b'{"text":"%s","i":%d}' % (b"x" * (LONG_EVENT + 50 * i), i) for i in range(40)]
+    odd = (b": ping\n\n", b"id: 7\ndata: y\n\n", b"data: a\ndata: b\n\n", b"data: c\n\n\n",
+           b"data:tight\n\n", b"data: short\n\n", b"event: x\ndata: z\n\n", b"data: [DONE]\n\n")
+    for prefix in (b"data: ", b"data:"):
+        for extra in (None, *odd):
+            parts = [prefix + e + b"\n\n" for e in events]
+            if extra is not None:
+                parts.insert(rng.randint(0, len(parts)), extra)
+            body = b"".join(parts)
+            expected = reference(body)
+            assert decode(body) == expected, (prefix, extra)
+            assert decode(body, [body[i : i + 65536] for i in range(0, len(body), 65536)]) == expected, (prefix, extra)
+            for _ in range(5):
+                assert decode(body, random_pieces(body, rng)) == expected, (prefix, extra)
+
+
 # --- NDJSON ---------------------------------------------------------------------------------
 
 
