@@ -345,6 +345,41 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
           + ", ".join(f"{st['latency']['ttft']['p50'] * 1000:.0f} ms" for st in steps))
 
 
+@pytest.mark.real_server
+def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_server, tmp_path):
+    """`--replay` (the dispatcher: open loop, each worker its share of the trace) over gRPC in two
+    worker processes: every trace record sent exactly once, at its timestamp, whatever the
+    replies do, and answered with the server's own counts; what a replay that sent over HTTP,
+    sent a record twice or on no worker, or dropped one between workers and master gets wrong."""
+    import json
+    import sys
+
+    trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
+    n, gap = 8, 0.5
+    trace.write_text("".join(json.dumps({"timestamp": i * gap, "input_tokens": 16 + 4 * i, "output_tokens": 6}) + "\n"
+                             for i in range(n)))
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://{grpc_server.target}", "--api", "vllm-grpc",
+         "--trace", str(trace), "--tokenizer", str(realservers.vllm_model_dir()), "--workers", "2", "--replay",
+         "--results", str(results), "--record-log", str(log)],
+        capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
+    assert sorted(int(r["source"].rsplit(":", 1)[1]) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]
+    assert all(r["outcome"] == "ok" and r["api"] == "vllm-grpc" for r in records), [r["error"] for r in records]
+    for r in records:
+        line = int(r["source"].rsplit(":", 1)[1])
+        assert r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage", r
+    # sent on schedule: each record's send time after the first one's is its trace time (the
+    # workers' clocks are this machine's), within a scheduler's slack
+    sent = {int(r["source"].rsplit(":", 1)[1]): r["wall_sent"] for r in records}
+    for line, t in sent.items():
+        assert abs((t - sent[1]) - (line - 1) * gap) < 0.25, (line, t - sent[1])
+    s = json.loads(results.read_text())["summary"]
+    assert s["sent"] == s["ok"] == n and s["failed"] == s["cancelled"] == 0, s
+    assert {f.name for f in tmp_path.glob("records.jsonl.worker*")} == {"records.jsonl.worker0", "records.jsonl.worker1"}
+
+
 def test_a_grpc_run_without_a_server_is_refused_clearly(tmp_path):
     import sys
 
