@@ -55,6 +55,12 @@ def vllm_model_dir():
     return _require_real(realservers.vllm_model_dir(), "SmolLM2 HF model dir for vLLM", realservers.VLLM_PROVISION_HINT)
 
 
+@pytest.fixture(scope="session")
+def vllm_vlm_dir():
+    """The tiny random vision-language model (Idefics3) for vLLM (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.vllm_vlm_dir(), "tiny random VLM for vLLM", realservers.VLLM_PROVISION_HINT)
+
+
 @pytest.fixture(scope="module")
 def vllm_server(request, vllm_python, vllm_model_dir):
     """One real vLLM server (CPU build, SmolLM2, served as "smollm2") per test module that asks

