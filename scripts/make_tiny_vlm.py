@@ -76,11 +76,10 @@ CHAT_TEMPLATE = (
 
 def stamp_text(seed: int, tok_stamp: str) -> str:
     import hashlib
-
-    import transformers
+    from importlib.metadata import version  # not `import transformers`: the cached path stays fast
 
     recipe = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return (f"script={recipe} seed={seed} transformers={transformers.__version__} "
+    return (f"script={recipe} seed={seed} transformers={version('transformers')} "
             f"image={IMAGE_SIZE}/{PATCH_SIZE} tokenizer={tok_stamp}")
 
 
