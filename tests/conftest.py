@@ -61,6 +61,12 @@ def vllm_vlm_dir():
     return _require_real(realservers.vllm_vlm_dir(), "tiny random VLM for vLLM", realservers.VLLM_PROVISION_HINT)
 
 
+@pytest.fixture(scope="session")
+def vllm_alm_dir():
+    """The tiny random audio-language model (Qwen2-Audio) for vLLM (skip locally / fail in CI when missing)."""
+    return _require_real(realservers.vllm_alm_dir(), "tiny random audio LM for vLLM", realservers.VLLM_PROVISION_HINT)
+
+
 @pytest.fixture(scope="module")
 def vllm_server(request, vllm_python, vllm_model_dir):
     """One real vLLM server (CPU build, SmolLM2, served as "smollm2") per test module that asks

