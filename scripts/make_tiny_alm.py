@@ -23,19 +23,16 @@ part: text parts as they are, ``<|audio_bos|><|AUDIO|><|audio_eos|>`` for each a
 expands ``<|AUDIO|>``).
 
 Usage: make_tiny_alm.py SMOLLM2_HF_DIR OUT_DIR [--seed N]
-(run with the vLLM venv's python: it needs torch and transformers). Skips the work when
-OUT_DIR/.stamp exists and matches (this script's hash, the seed, transformers' version, the
-tokenizer's stamp); the stamp is written last.
+(run with the vLLM venv's python: it needs torch and transformers). Cached by OUT_DIR/.stamp
+(scripts/tiny_hf_model.py).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
+
+from tiny_hf_model import cached_main  # scripts/: this script's own folder is on sys.path
 
 SAMPLE_RATE = 16_000
 MEL_BINS = 128
@@ -179,37 +176,7 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tokenizer", type=Path, help="HF dir to take the tokenizer from (SmolLM2)")
-    ap.add_argument("out", type=Path, help="output model dir")
-    ap.add_argument("--seed", type=int, default=1234)
-    args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-    if not (args.tokenizer / "tokenizer.json").is_file():
-        sys.exit(f"make_tiny_alm.py: no tokenizer.json in {args.tokenizer}")
-    tok_stamp = (args.tokenizer / ".stamp").read_text().strip() if (args.tokenizer / ".stamp").is_file() else "none"
-    want = stamp_text(args.seed, tok_stamp)
-    stamp = args.out / ".stamp"
-    if stamp.is_file() and stamp.read_text().strip() == want and (args.out / "model.safetensors").is_file():
-        print(f"tiny audio LM: cached at {args.out}")
-        return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-alm.", dir=args.out.parent))
-    try:
-        build(args.tokenizer, tmp, args.seed)
-        (tmp / ".stamp").write_text(want + "\n")  # last: a half-written dir never looks done
-        os.chmod(tmp, 0o755)
-        for p in tmp.iterdir():
-            os.chmod(p, 0o644)
-        shutil.rmtree(args.out, ignore_errors=True)
-        os.replace(tmp, args.out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"wrote {args.out} ({sum(p.stat().st_size for p in args.out.iterdir()) / 1e6:.1f} MB)")
-    return 0
+    return cached_main("make_tiny_alm.py", "tiny audio LM", __doc__, build, stamp_text, argv)
 
 
 if __name__ == "__main__":
