@@ -691,3 +691,46 @@ class SmgRouter(ServerProcess):
             if healthy is None or healthy >= len(self.worker_urls):
                 return True, "ready"
         return False, f"HTTP {status}: {body[:200]!r}"
+
+
+# ---------------------------------------------------------------------------------- a chat replay
+def chat_replay(url: str, model: str, tokenizer_dir: Path, tmp_path: Path, extra_args: Sequence[str], *,
+                n: int = 12, gap_s: float = 0.15, output_tokens: int = 8, input_tokens=lambda line: 40 + 8 * (line - 1),
+                timeout_s: float = 120) -> tuple[list[dict], dict, str]:
+    """The real CLI as an open-loop replay (`--replay`) of `n` openai-chat requests, `gap_s` apart,
+    line k asking `input_tokens(k)` prompt tokens and `output_tokens` out, plus `extra_args` (the
+    media options): (records, results summary, stdout). Checks what every such run must hold: each
+    trace line sent exactly once and answered ok, sent = ok = n, n_in and n_out from the server's
+    usage, n_out as asked, and the summary's token sums agreeing with the records."""
+    import json
+    import sys
+
+    trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * gap_s, "input_tokens": input_tokens(i + 1),
+                                         "output_tokens": output_tokens}) + "\n" for i in range(n)))
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat", "--model", model,
+         "--trace", str(trace), "--tokenizer", str(tokenizer_dir), "--replay", *extra_args,
+         "--max-tokens", str(output_tokens), "--results", str(results), "--record-log", str(log)],
+        capture_output=True, text=True, timeout=timeout_s,
+    )
+    assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    # one file, or one a worker process where the replay runs in several (records.jsonl.workerN)
+    records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
+    summary = json.loads(results.read_text())["summary"]
+    # an open-loop replay sends each record exactly once, and the server answers every one
+    assert sorted(trace_line(r) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]
+    bad = [(r["outcome"], r["error"]) for r in records if r["outcome"] != "ok"]
+    assert not bad, bad
+    assert summary["sent"] == summary["ok"] == n and summary["failed"] == summary["cancelled"] == 0, summary
+    for r in records:
+        assert r["n_in_source"] == "usage" and r["n_out_source"] == "usage", r
+        assert r["n_out"] == r["requested_out"] == output_tokens, r
+    assert summary["tokens_in"] == sum(r["n_in"] for r in records), summary
+    assert summary["tokens_out"] == n * output_tokens, summary
+    return records, summary, p.stdout
+
+
+def trace_line(record: dict) -> int:
+    """The 1-based trace line a record-log entry was sent for (its `source`, "file:line")."""
+    return int(record["source"].rsplit(":", 1)[1])

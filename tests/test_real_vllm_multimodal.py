@@ -20,8 +20,6 @@ requests is exact, and checks what a broken implementation would get wrong:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -69,32 +67,10 @@ def tokens_per_image(vllm_vlm_dir) -> int:
 
 def replay(url: str, vllm_vlm_dir, tmp_path, *, images: int, fmt: str = "png"):
     """The real CLI, an open-loop replay of N_RECORDS chat requests: (records, results summary, stdout)."""
-    trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": i * GAP_S, "input_tokens": input_tokens(i + 1),
-                                         "output_tokens": OUTPUT_TOKENS}) + "\n" for i in range(N_RECORDS)))
-    p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat", "--model", MODEL,
-         "--trace", str(trace), "--tokenizer", str(vllm_vlm_dir), "--replay",
-         "--images", str(images), "--image-size", "%dx%d" % IMAGE_SIZE, "--image-format", fmt,
-         "--max-tokens", str(OUTPUT_TOKENS), "--results", str(results), "--record-log", str(log)],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-    )
-    assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    # one file, or one a worker process where the replay runs in several (records.jsonl.workerN)
-    records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
-    summary = json.loads(results.read_text())["summary"]
-    # an open-loop replay sends each record exactly once, and vLLM answers every one
-    assert sorted(int(r["source"].rsplit(":", 1)[1]) for r in records) == list(range(1, N_RECORDS + 1)), \
-        [r["source"] for r in records]
-    bad = [(r["outcome"], r["error"]) for r in records if r["outcome"] != "ok"]
-    assert not bad, bad
-    assert summary["sent"] == summary["ok"] == N_RECORDS and summary["failed"] == summary["cancelled"] == 0, summary
-    for r in records:
-        assert r["n_in_source"] == "usage" and r["n_out_source"] == "usage", r
-        assert r["n_out"] == r["requested_out"] == OUTPUT_TOKENS, r
-    assert summary["tokens_in"] == sum(r["n_in"] for r in records), summary
-    assert summary["tokens_out"] == N_RECORDS * OUTPUT_TOKENS, summary
-    return records, summary, p.stdout
+    return realservers.chat_replay(url, MODEL, vllm_vlm_dir, tmp_path,
+                                   ["--images", str(images), "--image-size", "%dx%d" % IMAGE_SIZE, "--image-format", fmt],
+                                   n=N_RECORDS, gap_s=GAP_S, output_tokens=OUTPUT_TOKENS, input_tokens=input_tokens,
+                                   timeout_s=RUN_TIMEOUT_S)
 
 
 def test_text_only_requests_count_what_the_trace_asked(vlm_server, vllm_vlm_dir, tmp_path):
