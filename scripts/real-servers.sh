@@ -520,15 +520,19 @@ PY
 # transformers) by scripts/make_tiny_vlm.py, which skips the work when its stamp (written last)
 # matches. Llava, the first choice, cannot load here: vLLM's llava module imports transformers'
 # pixtral image processor, which needs torchvision, and the venv has none (see ensure_vllm).
-ensure_vllm_vlm() {
-    [[ -s "$VLLM_MODEL_DIR/tokenizer.json" ]] || die "the tiny VLM needs the SmolLM2 HF dir $VLLM_MODEL_DIR first"
-    vllm_venv_ok || die "the tiny VLM is built in the vLLM venv; it is missing or stale"
-    local t0
+ensure_vllm_vlm() { ensure_vllm_tiny "tiny VLM" make_tiny_vlm.py "$VLLM_VLM_DIR"; }
+
+# ensure_vllm_tiny LABEL SCRIPT OUT_DIR: build a tiny HF model with scripts/SCRIPT in the vLLM venv
+# (offline; SCRIPT skips the work when its stamp matches, scripts/tiny_hf_model.py).
+ensure_vllm_tiny() {
+    local label=$1 script=$2 out=$3 t0
+    [[ -s "$VLLM_MODEL_DIR/tokenizer.json" ]] || die "the $label needs the SmolLM2 HF dir $VLLM_MODEL_DIR first"
+    vllm_venv_ok || die "the $label is built in the vLLM venv; it is missing or stale"
     t0=$(now)
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 \
-    "$VLLM_VENV/bin/python" "$SCRIPT_DIR/make_tiny_vlm.py" "$VLLM_MODEL_DIR" "$VLLM_VLM_DIR" --seed "$TINY_SEED" \
-        || die "building the tiny VLM failed (scripts/make_tiny_vlm.py)"
-    say "tiny VLM: ok -> $VLLM_VLM_DIR in $(( $(now) - t0 ))s"
+    "$VLLM_VENV/bin/python" "$SCRIPT_DIR/$script" "$VLLM_MODEL_DIR" "$out" --seed "$TINY_SEED" \
+        || die "building the $label failed (scripts/$script)"
+    say "$label: ok -> $out in $(( $(now) - t0 ))s"
 }
 
 # soundfile in the vLLM venv: vLLM decodes audio (input_audio parts) with torchcodec, soundfile or
@@ -557,16 +561,7 @@ PY
 # projector, a Qwen2 text model) with SmolLM2's tokenizer plus Qwen2-Audio's audio tokens, for the
 # audio tests against vLLM (tests/test_real_vllm_audio.py). Built offline in the vLLM venv by
 # scripts/make_tiny_alm.py, which skips the work when its stamp (written last) matches.
-ensure_vllm_alm() {
-    [[ -s "$VLLM_MODEL_DIR/tokenizer.json" ]] || die "the tiny audio LM needs the SmolLM2 HF dir $VLLM_MODEL_DIR first"
-    vllm_venv_ok || die "the tiny audio LM is built in the vLLM venv; it is missing or stale"
-    local t0
-    t0=$(now)
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 \
-    "$VLLM_VENV/bin/python" "$SCRIPT_DIR/make_tiny_alm.py" "$VLLM_MODEL_DIR" "$VLLM_ALM_DIR" --seed "$TINY_SEED" \
-        || die "building the tiny audio LM failed (scripts/make_tiny_alm.py)"
-    say "tiny audio LM: ok -> $VLLM_ALM_DIR in $(( $(now) - t0 ))s"
-}
+ensure_vllm_alm() { ensure_vllm_tiny "tiny audio LM" make_tiny_alm.py "$VLLM_ALM_DIR"; }
 
 # --------------------------------------------------------------------------- (g) smg router
 # The Shepherd Model Gateway (github.com/smg-project/smg), a cache-aware router for several
