@@ -346,7 +346,7 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
 
 
 @pytest.mark.real_server
-def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_server, tmp_path):
+def test_an_open_loop_replay_over_grpc_sends_each_record_once(grpc_server, tmp_path):
     """`--replay` (the dispatcher: open loop, each worker its share of the trace) over gRPC in two
     worker processes: every trace record sent exactly once, at its timestamp, whatever the
     replies do, and answered with the server's own counts; what a replay that sent over HTTP,
