@@ -8,6 +8,7 @@ report: records fold straight into the totals.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -412,6 +413,17 @@ def hub(environment: Environment) -> MetricsHub:
     return h
 
 
+def _freeze_startup_objects() -> None:
+    """Take what exists at a test's start (modules, Locust, the workload) out of the cyclic
+    collector's passes.
+
+    Those objects live for the whole run, yet each older-generation pass walked all of them
+    again: a `perf` profile of a burst run had the collector at 4.6% of the client's CPU, 3.2%
+    once they are frozen. Objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 def install(environment: Environment) -> MetricsHub:
     """Wire the hub into Locust's events. Call from an `init` listener (every process)."""
     h = hub(environment)
@@ -449,6 +461,7 @@ def install(environment: Environment) -> MetricsHub:
         def on_start(**_kw: Any) -> None:
             if h.started_at is not None and not isinstance(runner, WorkerRunner):
                 h.new_run()
+            _freeze_startup_objects()
             h.started_at = time.time()
             h.spawned = h.stopping = False
             h.start_monitors()
