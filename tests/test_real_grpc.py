@@ -370,8 +370,13 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once(grpc_server, tmp_p
     for r in records:
         line = int(r["source"].rsplit(":", 1)[1])
         assert r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage", r
-    # Send times are not checked against the trace: the first record can leave late (the channel's
-    # set-up), so spacing relative to it is not the schedule; see the session note.
+    # On schedule: each record's due time is the replay's start + its trace time, one start for
+    # both workers (perf_counter is system-wide), and each left within 0.1 s of it. The first
+    # sends once left 0.2-0.7 s late: the channel was made and connected after "go".
+    starts = [r["t_sent"] + r["sched"] - (int(r["source"].rsplit(":", 1)[1]) - 1) * gap for r in records]
+    assert max(starts) - min(starts) < 0.001, starts
+    lags = {r["source"]: -r["sched"] for r in records}
+    assert all(0 <= lag < 0.1 for lag in lags.values()), lags
     s = json.loads(results.read_text())["summary"]
     assert s["sent"] == s["ok"] == n and s["failed"] == s["cancelled"] == 0, s
     assert {f.name for f in tmp_path.glob("records.jsonl.worker*")} == {"records.jsonl.worker0", "records.jsonl.worker1"}

@@ -78,12 +78,16 @@ class Dispatcher:
     # ---- set-up ----
 
     def load(self) -> None:
-        """Load this process's share in a native thread (parsing must not stall heartbeats)."""
+        """Load this process's share in a native thread (parsing must not stall heartbeats),
+        then make the client, model and spec builder (_prepare): all before this process says
+        it is ready, so that none of it (a tokenizer's load, the model list, a gRPC channel's
+        connection) eats into the lead before t0 and makes the first sends late."""
         s = self.settings
         try:
             self.trace = gevent.get_hub().threadpool.apply(
                 load_workload, (s.trace_path,), {"fmt": s.trace_format or None, "share": self.share}
             )
+            self._prepare()
         except Exception as e:  # noqa: BLE001 - reported to the master, the test stops
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
@@ -150,6 +154,10 @@ class Dispatcher:
         if isinstance(self.trace, SessionTrace):
             self.runner = SessionRunner(self.trace, self.builder, s, nonce=run_nonce(s.seed), speed=s.speed,
                                         model_for=lambda sess: self._request_model(sess.id))
+        for client in (self.client, *getattr(self, "clients", {}).values()):
+            warm_up = getattr(client, "warm_up", None)
+            if warm_up is not None:
+                warm_up(self.model)
         status = self.metrics.status_sources
         if self.router is not None:
             status["endpoints"] = self.router.status

@@ -147,6 +147,17 @@ class GrpcStreamClient:
                          f"connect: no gRPC connection to {self.target} within {self.timeouts.connect:g}s") from None
         self._ready = True
 
+    def warm_up(self, model: str | None = None) -> None:
+        """Connect the channel (and ask for the served model when `model` is named) ahead of
+        the first send, so that an open-loop replay's first requests leave on time: the send
+        stamps t_sent after these. Failures are left for the sends to record."""
+        try:
+            self._connect()
+            if model:
+                self.model_info()
+        except (_Ended, self._grpc.RpcError, ProtocolError):
+            pass
+
     def model_info(self) -> dict[str, str]:
         """The server's GetModelInfo (model_path, served_model_name, tokenizer_path); cached."""
         if self._served is None:
