@@ -377,6 +377,7 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once(grpc_server, tmp_p
     assert max(starts) - min(starts) < 0.001, starts
     lags = {r["source"]: -r["sched"] for r in records}
     assert all(0 <= lag < 0.1 for lag in lags.values()), lags
+    print(f"gRPC replay: schedule lag max {max(lags.values()) * 1000:.1f} ms over {len(lags)} requests")
     s = json.loads(results.read_text())["summary"]
     assert s["sent"] == s["ok"] == n and s["failed"] == s["cancelled"] == 0, s
     assert {f.name for f in tmp_path.glob("records.jsonl.worker*")} == {"records.jsonl.worker0", "records.jsonl.worker1"}
