@@ -23,8 +23,8 @@ def runs(tmp_path_factory):
 
     Prompts of 32 tokens, not the plan's 512: closed-loop users finish together and resend
     together, so each TTFT holds the prefill of every user's prompt. With 512 tokens the 16-slot
-    server's TTFT grew 3.3-7x from 4 to 16 users, across the latency rule's 6x (1.5 x the load),
-    and its knee came out at 4 users in some runs; with 32 tokens it grows ~1.7x."""
+    server's TTFT grew 1.9-7.0x from 4 to 16 users in eight runs, across the latency rule's 6x
+    (1.5 x the load), and its knee came out at 4 users in some; with 32 tokens it grows ~1.7x."""
     d = tmp_path_factory.mktemp("compare")
     out = {}
     for slots in SLOTS:

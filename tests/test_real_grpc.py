@@ -331,7 +331,7 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
     trace_in = [json.loads(line)["input_tokens"] for line in trace.read_text().splitlines()]
     for r in ok:  # the server's own counts: exact-length prompts in, force_length's tokens out
         assert r["n_out_source"] == "usage" and r["n_out"] == r["requested_out"] == 12, r
-        assert r["n_in"] == trace_in[int(r["source"].rsplit(":", 1)[1]) - 1], r
+        assert r["n_in"] == trace_in[realservers.trace_line(r) - 1], r
         assert sum(r["chunk_tokens"]) == r["n_out"] and r["chunks"] == sorted(r["chunks"])
         assert 0 < r["first"] == r["chunks"][0] <= r["end"], r
     s = doc["summary"]
@@ -346,7 +346,7 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
 
 
 @pytest.mark.real_server
-def test_an_open_loop_replay_over_grpc_sends_each_record_once(grpc_server, tmp_path):
+def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_server, tmp_path):
     """`--replay` (the dispatcher: open loop, each worker its share of the trace) over gRPC in two
     worker processes: every trace record sent exactly once, at its timestamp, whatever the
     replies do, and answered with the server's own counts; what a replay that sent over HTTP,
@@ -365,15 +365,15 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once(grpc_server, tmp_p
         capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
-    assert sorted(int(r["source"].rsplit(":", 1)[1]) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]
+    assert sorted(realservers.trace_line(r) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]
     assert all(r["outcome"] == "ok" and r["api"] == "vllm-grpc" for r in records), [r["error"] for r in records]
     for r in records:
-        line = int(r["source"].rsplit(":", 1)[1])
+        line = realservers.trace_line(r)
         assert r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage", r
     # On schedule: each record's due time is the replay's start + its trace time, one start for
     # both workers (perf_counter is system-wide), and each left within 0.1 s of it. The first
     # sends once left 0.2-0.7 s late: the channel was made and connected after "go".
-    starts = [r["t_sent"] + r["sched"] - (int(r["source"].rsplit(":", 1)[1]) - 1) * gap for r in records]
+    starts = [r["t_sent"] + r["sched"] - (realservers.trace_line(r) - 1) * gap for r in records]
     assert max(starts) - min(starts) < 0.001, starts
     lags = {r["source"]: -r["sched"] for r in records}
     assert all(0 <= lag < 0.1 for lag in lags.values()), lags
