@@ -241,3 +241,65 @@ def test_a_body_ended_by_closing_the_connection_is_complete():
         server.stop()
     assert rec.outcome is Outcome.OK, rec.error
     assert rec.n_out == 2 and rec.finish_reason == "length"
+
+
+class _RecordingRaw:
+    """A socket's raw (non-blocking) object that records the buffer size of every read."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.sizes = []
+
+    def recvmsg(self, size, *args):
+        self.sizes.append(size)
+        return self.raw.recvmsg(size, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+class _Socket:
+    """A gevent socket whose raw reads are recorded (the reader reads through `_sock`)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._sock = _RecordingRaw(sock._sock)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
+    """A read that fills READ_SIZE asks for BULK_READ_SIZE next (a 376 KB SGLang stream in 2 reads,
+    not 6); reads that find a little (a paced server) keep the small buffer. Every byte arrives once."""
+    from gevent import socket as gsocket
+
+    from llm_locust.runtime import client as client_mod
+
+    listener = gsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    writer = gsocket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    try:
+        sock = _Socket(conn)
+        read = client_mod._reader(sock, client_mod.time.perf_counter(), client_mod._Watch(conn, 10.0))
+        # paced: a token at a time, each read after its write
+        for _ in range(5):
+            writer.sendall(b"data: x\n\n")
+            assert read()[0] == b"data: x\n\n"
+        assert sock._sock.sizes and set(sock._sock.sizes) == {client_mod.READ_SIZE}
+        # a burst: 3 MB written at once (from another greenlet: the socket buffers hold less)
+        blob = bytes(range(256)) * (3 * 4096)
+        sender = gevent.spawn(writer.sendall, blob)
+        got, sizes_before = [], len(sock._sock.sizes)
+        while sum(map(len, got)) < len(blob):
+            got.append(read()[0])
+        sender.get(timeout=10)
+        assert b"".join(got) == blob
+        burst = sock._sock.sizes[sizes_before:]
+        assert burst[0] == client_mod.READ_SIZE and client_mod.BULK_READ_SIZE in burst
+        assert max(map(len, got)) > client_mod.READ_SIZE
+    finally:
+        for s in (writer, conn, listener):
+            s.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
@@ -77,13 +78,22 @@ def get_json_adapter(name: str):
         raise UnknownAPI(f"unknown request kind {name!r}; valid: {', '.join(JSON_API_NAMES)}") from None
 
 
-def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES) -> SSEDecoder | NDJSONDecoder:
+def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES,
+                 state: StreamState | None = None) -> SSEDecoder | NDJSONDecoder:
     """A fresh decoder (one per response) for the adapter's framing; an event (or NDJSON line)
-    longer than max_event_bytes is a ProtocolError."""
+    longer than max_event_bytes is a ProtocolError.
+
+    Given the response's state, when the text is not kept, an adapter with `read_events`
+    (SGLang's) reads long events' counts in place (see SSEDecoder.read_events): feed may then
+    return an int first, the number of token-bearing events it read that way."""
     if adapter.framing == "ndjson":
         return NDJSONDecoder(max_event_bytes)
     if adapter.framing == "sse":
-        return SSEDecoder(max_event_bytes)
+        decoder = SSEDecoder(max_event_bytes)
+        read_events = getattr(adapter, "read_events", None)
+        if read_events is not None and state is not None and not state.collect_text:
+            decoder.read_events = functools.partial(read_events, state=state)
+        return decoder
     raise ValueError(f"unknown framing {adapter.framing!r} of adapter {adapter.name!r}")
 
 

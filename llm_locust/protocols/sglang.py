@@ -20,6 +20,7 @@ to `state.usage_cached` (and `state.extra["details"]["cached_tokens"]`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -46,6 +47,10 @@ class SGLangAdapter:
         body: dict[str, Any] = {"text": spec_prompt(spec), "sampling_params": params, "stream": True}
         body.update(spec.extra_body)
         return self.path, orjson.dumps(body)
+
+    def read_events(self, buf: bytes, pos: int, end: int, state: StreamState) -> tuple[int, int]:
+        """Counts of the mid-stream events at buf[pos:end], read in place (read_events below)."""
+        return read_events(buf, pos, end, state)
 
     def feed(self, payload: bytes, state: StreamState) -> int:
         if not state.collect_text and len(payload) >= COUNTS_ONLY_FROM:
@@ -137,6 +142,60 @@ def _counts_only(payload: bytes, state: StreamState) -> int | None:
         state.cont_tokens.append(count - prev_count)
     state.cont_out = count
     return CONTENT
+
+
+_NULL_FINISH = b'"finish_reason":null'
+# the running count: at most 9 digits (token_count's bound, MAX_TOKEN_COUNT), then the next key or the end
+_COUNT = re.compile(rb'"completion_tokens":(\d{1,9})[,}]')
+
+
+def read_events(buf: bytes, pos: int, end: int, state: StreamState) -> tuple[int, int]:
+    """Read the counts of the mid-stream events at the start of buf[pos:end] without cutting
+    them out: (how many carried tokens, where the first event it did not read starts).
+
+    For a stream whose text is not kept (see SSEDecoder.read_events): one-line `data: {...}`
+    events separated by single blank lines. An event is read here only when it ends with its
+    `meta_info` object (`...}}`), holds `"finish_reason":null` and then
+    `"completion_tokens":<digits>` (neither pattern can match inside a JSON string, where a
+    quote is always escaped), and has no `"error":` key after that; the count is taken as
+    the per-event path would take it. The first event that is anything else (the last event
+    with its finish reason and usage, an error, [DONE], another shape) stops the scan: the
+    caller reads it and what follows event by event, in full. Cutting and parsing each event
+    (~1.5 KB with cumulative text and ids) cost more than half of this API's ingest; this
+    costs a few memchr-speed finds an event."""
+    if state.cont_broken:
+        return 0, pos
+    find, rfind, at = buf.find, buf.rfind, buf.startswith
+    count_after = _COUNT.search
+    prev = state.cont_out or 0
+    tokens = state.cont_tokens
+    n = 0
+    if not at(b"data: {", pos):
+        return 0, pos
+    while pos < end:
+        e = find(b"\n", pos, end)
+        if e < 0:
+            e = end
+            if not at(b"}}", e - 2):
+                break
+        # the event ends with meta_info's and its own braces, and the next one is `data: {`
+        elif not at(b"}}\n\ndata: {", e - 2):
+            break
+        f = rfind(_NULL_FINISH, pos, e)
+        if f < 0:
+            break
+        m = count_after(buf, f, e)
+        if m is None or find(b'"error":', f, e) >= 0:
+            break
+        count = int(m[1])
+        if count > prev:
+            tokens.append(count - prev)
+            prev = count
+            n += 1
+        pos = e + 2
+    if n:
+        state.cont_out = prev
+    return n, pos
 
 
 def _finish(finish: Any, meta: dict[str, Any], count: int | None, state: StreamState) -> None:

@@ -97,7 +97,7 @@ def _too_long(limit: int, what: str) -> ProtocolError:
 class SSEDecoder:
     """Splits a text/event-stream body into event data payloads (`[DONE]` included)."""
 
-    __slots__ = ("_buf", "_cr", "_more", "_more_len", "max_event")
+    __slots__ = ("_buf", "_cr", "_more", "_more_len", "max_event", "read_events")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""  # bytes after the last blank line, line endings normalised to LF
@@ -105,12 +105,19 @@ class SSEDecoder:
         self._more: list[bytes] = []  # pieces without LF that follow _buf, not joined yet
         self._more_len = 0
         self.max_event = max_event_bytes
+        # An adapter's reader of long events in place (make_decoder sets it when the adapter has
+        # one and the text is not kept): read_events(buf, pos, end) -> (token events, where it
+        # stopped) reads the events at the start of buf[pos:end] without cutting them out; feed
+        # then returns that count first (an int), before the payloads of the events after it.
+        self.read_events = None
 
     def feed(self, data: bytes) -> list[bytes]:
         if not data:
             return []  # keeps a pending CR's state intact
+        plain = True
         if self._cr or data.find(b"\r") >= 0:
             data = self._normalise(data)
+            plain = False
         buf = self._buf
         if buf:
             if data.find(b"\n") < 0:  # ends no line, so no event: set it aside
@@ -119,6 +126,20 @@ class SSEDecoder:
                 if len(buf) + self._more_len > self.max_event + 1:  # + the LF of its last line
                     raise _too_long(self.max_event, "an SSE event")
                 return []
+            if plain and self.read_events is not None:
+                # only the event the pending bytes belong to is joined to them; the events
+                # after it are read where they are, not copied into one buffer with it
+                i = data.find(b"\n\n")
+                if 0 <= i < len(data) - 2:
+                    first = self.feed(data[: i + 2])
+                    # the events read in place have been applied to the stream's state, so
+                    # none may be read so after a payload the caller has yet to apply
+                    if not first or (len(first) == 1 and type(first[0]) is int):
+                        after = self._feed_fresh(data, i + 2, True)
+                        if first and after and type(after[0]) is int:
+                            return [first[0] + after[0], *after[1:]]
+                        return first + after if first and after else first or after
+                    return first + self._feed_fresh(data, i + 2, False)
             if self._more:
                 buf = b"".join([buf, *self._more])
                 self._more.clear()
@@ -141,18 +162,43 @@ class SSEDecoder:
                         return [data[i + 6:-2]]
                     if data.startswith(b"data:", i):
                         return [data[i + 5:-2]]
-            buf = data
-            start = 0
+            return self._feed_fresh(data, 0, True)
         end = buf.rfind(b"\n\n", start)
         if end < 0:
             self._buf = buf
             if len(buf) > self.max_event + 1:
                 raise _too_long(self.max_event, "an SSE event")
             return []
+        return self._complete(buf, 0, end, True)
+
+    def _feed_fresh(self, buf: bytes, start: int, in_place: bool) -> list[bytes]:
+        """Events in buf[start:], with nothing pending before it."""
+        end = buf.rfind(b"\n\n", start)
+        if end < 0:
+            rest = self._buf = buf[start:] if start else buf
+            if len(rest) > self.max_event + 1:
+                raise _too_long(self.max_event, "an SSE event")
+            return []
+        return self._complete(buf, start, end, in_place)
+
+    def _complete(self, buf: bytes, start: int, end: int, in_place: bool) -> list[bytes]:
+        """The events in buf[start:end] (complete: a blank line follows); what follows the blank
+        line is kept as pending. in_place: events at the start may be read by read_events."""
         rest = self._buf = buf[end + 2 :]
-        block = buf[:end]
-        if len(rest) > self.max_event + 1 or (len(block) > self.max_event and self._any_too_long(block)):
+        if len(rest) > self.max_event + 1 or (end - start > self.max_event and self._any_too_long(buf[start:end])):
             raise _too_long(self.max_event, "an SSE event")
+        read_events = self.read_events
+        if read_events is not None and in_place:
+            n, pos = read_events(buf, start, end)
+            if pos >= end:
+                return [n]
+            if pos > start:
+                out = self._events(buf[pos:end])
+                return [n, *out] if n else out
+        return self._events(buf[start:end] if start else buf[:end])
+
+    def _events(self, block: bytes) -> list[bytes]:
+        """The payloads of the complete events in block (no trailing blank line)."""
         out = _single_line_events(block)
         if out is not None:
             return out
