@@ -270,7 +270,7 @@ class _Socket:
 
 
 def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
-    """A read that fills READ_SIZE asks for BULK_READ_SIZE next (a 376 KB SGLang stream in 2 reads,
+    """A read that fills READ_SIZE asks for BULK_READ_SIZE next (a 376 KB SGLang stream in 1-2 reads,
     not 6); reads that find a little (a paced server) keep the small buffer. Every byte arrives once."""
     from gevent import socket as gsocket
 
@@ -303,3 +303,17 @@ def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
     finally:
         for s in (writer, conn, listener):
             s.close()
+
+
+def test_a_bulk_read_is_sized_to_what_the_caller_gets_through_in_its_budget():
+    """A full 64 KiB read gone through in 0.2 ms (SGLang's events) earns the 512 KiB buffer; one
+    that took 8 ms (a flood of comment-only events, decoded one line at a time) keeps 64 KiB, so
+    one read never holds the other greenlets far past YIELD_AFTER; in between, in proportion."""
+    from llm_locust.runtime.client import BULK_READ_SIZE, READ_BUDGET, READ_SIZE, YIELD_AFTER, _next_read_size
+
+    assert READ_BUDGET < YIELD_AFTER
+    assert _next_read_size(READ_SIZE, 0.0002) == BULK_READ_SIZE
+    assert _next_read_size(READ_SIZE, 0.0) == BULK_READ_SIZE
+    assert _next_read_size(READ_SIZE, 0.008) == READ_SIZE
+    assert _next_read_size(READ_SIZE, READ_BUDGET / 3) == 3 * READ_SIZE
+    assert _next_read_size(BULK_READ_SIZE, READ_BUDGET * 2) == BULK_READ_SIZE // 2

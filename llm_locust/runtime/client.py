@@ -49,11 +49,25 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 # After a read that filled READ_SIZE (more is likely waiting: a server sending faster than we
-# read), the next read asks for this much: a 256-token SGLang stream (376 KB, its text repeated
-# in every event) then takes 2 reads, not 6; that raised its ingest by ~20%. Reads that find a
-# token or two (a paced server) stay at READ_SIZE, so their buffer is never a large allocation
-# (malloc would map and unmap it each time).
-BULK_READ_SIZE = 262144
+# read), the next read may ask for up to this much: a 256-token SGLang stream (376 KB, its text
+# repeated in every event) then takes 1-2 reads, not 6, which raised its burst ingest by ~20% at
+# 256 KiB and ~15% more at 512 KiB (each read has its kernel and per-read costs). How much more:
+# as much as the caller got through in READ_BUDGET at the pace it took the last full read, so
+# that one read's bytes never keep the other greenlets waiting much past YIELD_AFTER (a flood of
+# bytes that decode slowly, e.g. comment-only events, keeps READ_SIZE). Reads that find a token or
+# two (a paced server) stay at READ_SIZE, so their buffer is never a large allocation (malloc
+# would map and unmap it each time). Memory: only what was received is kept, and a stream's
+# pending bytes are bounded by Limits.event_bytes, far above this.
+BULK_READ_SIZE = 524288
+READ_BUDGET = 0.002
+
+
+def _next_read_size(last: int, spent: float) -> int:
+    """The buffer for the read after one that brought `last` bytes (a full buffer) and whose
+    bytes the caller took `spent` seconds to get through."""
+    if spent <= 0:
+        return BULK_READ_SIZE
+    return max(READ_SIZE, min(BULK_READ_SIZE, int(last * READ_BUDGET / spent)))
 ERROR_BODY_LIMIT = 4096
 # A read loop that has found data waiting (never had to wait in the hub) for this long yields
 # to the other greenlets: timers (the total timeout), the watchdog and other requests run.
@@ -278,6 +292,7 @@ class StreamClient:
                     ended = True
                     events = decoder.close()  # an event the body's end completed
                 else:
+                    data = chunk = None  # not held while this stream waits (up to BULK_READ_SIZE each)
                     chunk, now = read()
                     if not chunk:
                         if _close_delimited(resp):
@@ -395,13 +410,19 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
         recv = sock.recv
 
         size = READ_SIZE
+        full_at = 0.0  # when the last read returned, if it filled its buffer
 
         def read_plain() -> tuple[bytes, float]:
-            nonlocal busy_from, size
+            nonlocal busy_from, size, full_at
             t0 = perf_counter()
+            if full_at:
+                size = _next_read_size(size, t0 - full_at)
             data = recv(size)
-            size = BULK_READ_SIZE if len(data) >= READ_SIZE else READ_SIZE
             watch.last = now = perf_counter()
+            if len(data) >= size:
+                full_at = now
+            elif full_at:
+                full_at, size = 0.0, READ_SIZE
             if now - t0 > _WAITED:
                 busy_from = now  # the read waited: the hub ran
             elif now - busy_from > YIELD_AFTER:
@@ -427,9 +448,12 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
     # nearly every time. A read that finds its data at once goes back to trying first.
     waited = False
     size = READ_SIZE
+    full_at = 0.0  # when the last read returned, if it filled its buffer
 
     def read_stamped() -> tuple[bytes, float]:
-        nonlocal busy_from, waited, size
+        nonlocal busy_from, waited, size, full_at
+        if full_at:
+            size = _next_read_size(size, perf_counter() - full_at)
         if not waited:
             try:
                 data, anc, _flags, _addr = raw_recvmsg(size, _CMSG_SPACE)
@@ -457,7 +481,10 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
                     pass
             watch.last = now = busy_from = perf_counter()
             waited = now - t0 > _WAITED
-        size = BULK_READ_SIZE if len(data) >= READ_SIZE else READ_SIZE
+        if len(data) >= size:
+            full_at = now
+        elif full_at:
+            full_at, size = 0.0, READ_SIZE
         if anc:
             level, kind, payload = anc[0]
             if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
