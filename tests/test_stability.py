@@ -179,12 +179,14 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
 @pytest.mark.parametrize("fault,passed", [(None, True), ({"http500": 0.3}, False)])
 def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
     """A short closed loop with one-second windows (minute -> second scaling): without faults no
-    error burst (drift limit wide: a few seconds say nothing of an hour); with 30% HTTP 500s every
-    window is an error burst and the verdict fails."""
+    error burst (drift limit off: a few seconds say nothing of an hour; TTFT rises over the first
+    windows, 340-640x its mean an hour extrapolated in runs here, 1,029x in one CI run, which
+    failed the limit of 1,000x this test had); with 30% HTTP 500s every window is an error burst
+    and the verdict fails."""
     results = tmp_path / "r.json"
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, **({"fault": fault} if fault else {})) as sim:
         cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0", "-u", "4",
-               "-t", "6s", "--max-tokens", "16", "--soak-window", "1s", "--soak-max-drift", "1000", "--metrics-interval", "1s",
+               "-t", "6s", "--max-tokens", "16", "--soak-window", "1s", "--soak-max-drift", "1e9", "--metrics-interval", "1s",
                "--no-fail-fast", "--results", str(results)]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
