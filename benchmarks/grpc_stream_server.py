@@ -2,7 +2,8 @@
 every `VllmEngine/Generate` call streams N one-token `chunk` messages (token id, prompt_tokens 64,
 completion_tokens 1, cached_tokens 0) and a `complete` (finish_reason "length"), pre-encoded,
 as fast as grpcio sends them; `GetModelInfo` names the model "bench-model". Field numbers as
-llm_locust.protocols.grpc_vllm reads them (smg-grpc-proto's vllm_engine.proto).
+llm_locust.protocols.grpc_vllm reads them (smg-grpc-proto's vllm_engine.proto), encoded with its
+helpers.
 
 Run: python benchmarks/grpc_stream_server.py PORT [N]   (prints "ready PORT" when it listens)
 """
@@ -14,24 +15,12 @@ from concurrent import futures
 
 import grpc
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, data: bytes) -> bytes:
-    return _varint((number << 3) | 2) + _varint(len(data)) + data
+from llm_locust.protocols.grpc_vllm import _len_field as _field
+from llm_locust.protocols.grpc_vllm import _scalar, _varint
 
 
 def _uint(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
+    return _scalar(number, "uint", value, "")
 
 
 def messages(n: int) -> list[bytes]:

@@ -84,7 +84,7 @@ def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES,
     longer than max_event_bytes is a ProtocolError.
 
     Given the response's state, when the text is not kept, an adapter with `read_events`
-    (SGLang's) reads long events' counts in place (see SSEDecoder.read_events): feed may then
+    (SGLang's) reads mid-stream events' counts in place (see SSEDecoder.read_events): feed may then
     return an int first, the number of token-bearing events it read that way."""
     if adapter.framing == "ndjson":
         return NDJSONDecoder(max_event_bytes)

@@ -105,7 +105,7 @@ class SSEDecoder:
         self._more: list[bytes] = []  # pieces without LF that follow _buf, not joined yet
         self._more_len = 0
         self.max_event = max_event_bytes
-        # An adapter's reader of long events in place (make_decoder sets it when the adapter has
+        # An adapter's reader of events in place (make_decoder sets it when the adapter has
         # one and the text is not kept): read_events(buf, pos, end) -> (token events, where it
         # stopped) reads the events at the start of buf[pos:end] without cutting them out; feed
         # then returns that count first (an int), before the payloads of the events after it.

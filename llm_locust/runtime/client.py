@@ -61,13 +61,6 @@ READ_SIZE = 65536
 BULK_READ_SIZE = 524288
 READ_BUDGET = 0.002
 
-
-def _next_read_size(last: int, spent: float) -> int:
-    """The buffer for the read after one that brought `last` bytes (a full buffer) and whose
-    bytes the caller took `spent` seconds to get through."""
-    if spent <= 0:
-        return BULK_READ_SIZE
-    return max(READ_SIZE, min(BULK_READ_SIZE, int(last * READ_BUDGET / spent)))
 ERROR_BODY_LIMIT = 4096
 # A read loop that has found data waiting (never had to wait in the hub) for this long yields
 # to the other greenlets: timers (the total timeout), the watchdog and other requests run.
@@ -78,6 +71,14 @@ YIELD_AFTER = 0.005
 _YIELD_SLEEP = 1e-6
 # A TLS read that took longer than this is taken to have waited in the hub (yielded).
 _WAITED = 0.0005
+
+
+def _next_read_size(last: int, spent: float) -> int:
+    """The buffer for the read after one that brought `last` bytes (a full buffer) and whose
+    bytes the caller took `spent` seconds to get through."""
+    if spent <= 0:
+        return BULK_READ_SIZE
+    return max(READ_SIZE, min(BULK_READ_SIZE, int(last * READ_BUDGET / spent)))
 
 
 class _Ended(Exception):
