@@ -335,7 +335,9 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
         assert sum(r["chunk_tokens"]) == r["n_out"] and r["chunks"] == sorted(r["chunks"])
         assert 0 < r["first"] == r["chunks"][0] <= r["end"], r
     s = doc["summary"]
-    assert s["sent"] == len(records) == s["ok"] + s["failed"] + s["cancelled"] and s["ok"] == len(ok), s
+    assert s["sent"] == len(records) == s["ok"] + s["failed"] + s["cancelled"] and s["ok"] == len(ok), (
+        {k: s[k] for k in ("sent", "ok", "failed", "cancelled", "lost")}, doc["workers"],
+        [(r["id"], r["step"], r["outcome"]) for r in records], p.stdout[-2000:] + p.stderr[-3000:])
     assert s["tokens_out"] == sum(r["n_out"] for r in ok)
     steps = doc["ladder"]["steps"]
     assert [st["offered"] for st in steps] == [1, 2] and all(st["latency"]["ttft"]["count"] >= 1 for st in steps), steps

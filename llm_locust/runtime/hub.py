@@ -32,6 +32,12 @@ QUIT_TOKEN = -1  # the "final" of a report a worker sends as it quits on its own
 WORKER_REPORT_INTERVAL_GRACE = FINAL_REPORT_GRACE  # older name
 LOOP_LAG_PERIOD = 0.1  # seconds between event-loop lag probes
 CPU_PERIOD = 1.0
+# Heartbeats a worker may miss (one a second) before the master marks it missing. Locust's 3 let a
+# worker starved of CPU for 3 s beside a CPU-bound server (a 2-core CI machine running vLLM) go
+# missing: its users were handed to the others, and with every worker missing the test stopped.
+# 10 s still finds a dead worker well within a step; its figures are kept and what it had in
+# flight is counted lost either way.
+WORKER_LIVENESS = 10
 
 
 class WorkerState:
@@ -253,16 +259,29 @@ class MetricsHub:
         runner = self.env.runner
         return [c.id for c in list(runner.clients.values()) if c.state != "missing"]
 
+    def _final_askees(self) -> list[str]:
+        """Every worker that may still answer a final report: the connected ones, missing ones
+        included (a worker starved of CPU misses its heartbeats for a few seconds and comes back),
+        and the ones that reported but are not connected right now (between Locust's
+        client_stopped and client_ready); not the ones that quit after their own final report."""
+        runner = self.env.runner
+        ids = [c.id for c in list(runner.clients.values())]
+        ids += [cid for cid, w in self.workers.items() if cid not in ids]
+        return [cid for cid in ids if cid not in self.workers or self.workers[cid].final != QUIT_TOKEN]
+
     def collect_final_reports(self, timeout: float | None = None) -> bool:
-        """Master: ask every live worker to stop and send a final report, and wait (bounded) until
-        each has, or has gone. Locust's own quit gives workers 0.5 s and then stops receiving, which
-        lost a busy worker's last report: this runs first (test_stop, quitting)."""
+        """Master: ask every worker to stop and send a final report, and wait (bounded) until each
+        has, or has quit. Locust's own quit gives workers 0.5 s and then stops receiving, which
+        lost a busy worker's last report: this runs first (test_stop, quitting). A worker Locust
+        marks missing is asked and waited for too: one whose loop stalled past its heartbeats at
+        the end of a run (a CI machine's CPU taken by the server) lost its last requests when only
+        the live ones were; a dead one costs the wait (the grace), nothing else."""
         runner = self.env.runner
         if timeout is None:
             timeout = FINAL_REPORT_GRACE + float(getattr(self.env, "stop_timeout", 0) or 0)
         self.final_token += 1
         token = self.final_token
-        asked = self._live_clients()
+        asked = self._final_askees()
         for cid in asked:
             try:
                 runner.send_message(FINAL, {"token": token}, cid)
@@ -270,8 +289,7 @@ class MetricsHub:
                 log.warning("could not ask worker %s for its final report: %s", cid, e)
         deadline = time.monotonic() + timeout
         while True:
-            live = set(self._live_clients())
-            waiting = [cid for cid in asked if cid in live and (self.workers.get(cid) is None or self.workers[cid].final < token)]
+            waiting = [cid for cid in asked if not self._answered(cid, token)]
             if not waiting:
                 break
             if time.monotonic() >= deadline:
@@ -282,6 +300,10 @@ class MetricsHub:
         self.finals_collected = True
         return not waiting
 
+    def _answered(self, cid: str, token: int) -> bool:
+        w = self.workers.get(cid)
+        return w is not None and (w.final == QUIT_TOKEN or w.final >= token)
+
     def account_lost(self) -> int:
         """Master, once at the end: the requests each worker had in flight at its last report that
         never got an outcome (the worker was lost, or sent no final report) become `lost`, per step
@@ -290,11 +312,15 @@ class MetricsHub:
             return self.total.lost
         self.lost_accounted = True
         for w in self.workers.values():
-            gone = w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at)
-            unanswered = w.final != QUIT_TOKEN and w.final < self.final_token
-            w.lost = w.in_flight_reported if (gone or unanswered) else 0
-            if not (gone or unanswered or w.lost):
+            # a worker that answered the final report (or quit after its own) has everything it
+            # sent counted, even one Locust marked missing for a while (a stalled loop)
+            if w.final == QUIT_TOKEN or (self.final_token and w.final >= self.final_token):
+                w.lost = 0
                 continue
+            gone = w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at)
+            if not (gone or self.final_token):
+                continue  # no final report was asked for and it is connected: nothing to judge
+            w.lost = w.in_flight_reported
             self.total.workers_lost += 1
             for step, n in w.open.items():
                 if n > 0:
@@ -448,6 +474,10 @@ def install(environment: Environment) -> MetricsHub:
 
         events.quitting.add_listener(on_worker_quitting)
     if isinstance(runner, MasterRunner):
+        import locust.runners
+
+        # read by Locust each time a worker connects or sends a heartbeat
+        locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
         events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
 
         def on_master_stop(**_kw: Any) -> None:
