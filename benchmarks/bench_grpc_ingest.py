@@ -1,9 +1,10 @@
 """gRPC client ingest (--api vllm-grpc) beside openai-completions: output tokens per load CPU-second.
 
 The gRPC adapter cannot be measured on bench_api_ingest.py's nginx streams (nginx serves static
-HTTP/1.1 bodies; a gRPC reply is HTTP/2 with trailers), so it streams from grpc_stream_server.py
-(pre-encoded vLLM GenerateResponse messages, 256 one-token chunks then `complete`, from a grpcio
-server in its own process), and openai-completions from nginx_stream.py as in bench_api_ingest.py.
+HTTP/1.1 bodies; a gRPC reply is HTTP/2 with trailers), so it streams from h2_burst_server.py
+(the gRPC twin of nginx: each reply, 256 one-token chunks then `complete`, written whole) or,
+with --server grpcio, from grpc_stream_server.py (a grpcio server: message by message, so the
+client wakes once a token), and openai-completions from nginx_stream.py as in bench_api_ingest.py.
 Both clients: `python -m llm_locust.cli run --api API --host URL --model bench-model -u U -r U
 -t Ns --max-tokens 256 --trace T --results R --no-preflight`, CPU and tokens as in
 bench_client_ingest.py (run_ours). The stand-in server is Python and shares this machine's cores,
@@ -36,12 +37,14 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--server", choices=("burst", "grpcio"), default="burst")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-grpc-"))
     trace = write_trace(tmp / "trace.jsonl")
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(HERE / "grpc_stream_server.py"), str(port)],
-                              stdout=subprocess.PIPE, text=True)
+    script = "h2_burst_server.py" if a.server == "burst" else "grpc_stream_server.py"
+    server = subprocess.Popen([sys.executable, str(HERE / script), str(port)], stdout=subprocess.PIPE, text=True,
+                              cwd=HERE)
     try:
         if server.stdout.readline().split()[:1] != ["ready"]:
             raise SystemExit("the gRPC stand-in server did not start")

@@ -189,24 +189,41 @@ def grpc_server():
         srv.stop()
 
 
-@pytest.fixture()
-def client(grpc_server):
-    from llm_locust.protocols.base import Timeouts
+def _client_class(kind: str):
+    """The run's client (our HTTP/2 reader) or grpcio's, the reference it must agree with."""
+    if kind == "h2":
+        from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+        return H2GrpcClient
     from llm_locust.runtime.grpc_client import GrpcStreamClient
 
-    c = GrpcStreamClient(grpc_server.target, Timeouts(connect=10.0, no_progress=30.0, total=60.0))
+    return GrpcStreamClient
+
+
+@pytest.fixture(params=["h2", "grpcio"])
+def client(grpc_server, request):
+    from llm_locust.protocols.base import Timeouts
+
+    c = _client_class(request.param)(grpc_server.target, Timeouts(connect=10.0, no_progress=30.0, total=60.0))
     yield c
     c.close()
 
 
-def _unstreamed_completion_tokens(c, spec) -> int:
+def _unstreamed_completion_tokens(target, spec) -> int:
     """completion_tokens of the same request asked without streaming (one `complete` message
-    with every output id), read with the codec's field reader: the server's own total."""
+    with every output id), read with the codec's field reader: the server's own total (asked
+    through grpcio, whichever client is under test)."""
     from llm_locust.protocols import grpc_vllm
+    from llm_locust.protocols.base import Timeouts
+    from llm_locust.runtime.grpc_client import GrpcStreamClient
 
     data = grpc_vllm.encode_generate(spec, f"plain-{time.monotonic_ns()}")
     assert data.endswith(b"\x28\x01")  # stream = true, the last field
-    msgs = list(c._generate(data[:-2], timeout=60.0))
+    c = GrpcStreamClient(target, Timeouts(connect=10.0, no_progress=30.0, total=60.0))
+    try:
+        msgs = list(c._generate(data[:-2], timeout=60.0))
+    finally:
+        c.close()
     assert len(msgs) == 1, msgs
     (num, _, (s, e)), = list(grpc_vllm._fields(msgs[0]))
     assert num == 2  # complete
@@ -217,7 +234,7 @@ def _unstreamed_completion_tokens(c, spec) -> int:
 
 
 @pytest.mark.real_server
-def test_three_streams(client):
+def test_three_streams(client, grpc_server):
     import gevent
 
     from llm_locust.metrics.records import Outcome
@@ -246,7 +263,7 @@ def test_three_streams(client):
         if r.finish_reason == "length":
             assert r.n_out == spec.max_tokens
         # the server's own count, asked again without streaming (greedy: the same tokens)
-        assert r.n_out == _unstreamed_completion_tokens(client, spec), r
+        assert r.n_out == _unstreamed_completion_tokens(grpc_server.target, spec), r
         print(f"{r.request_id}: n_in {r.n_in} n_out {r.n_out} chunks {len(r.chunk_times)} "
               f"ttft {r.ttft * 1000:.0f} ms e2e {r.e2e * 1000:.0f} ms tpot {(r.tpot or 0) * 1000:.1f} ms")
     assert recs[2].n_out == 40 and recs[2].finish_reason == "length" and not recs[2].length_mismatch
@@ -258,8 +275,8 @@ def test_three_streams(client):
 def test_failures_are_classified(client, grpc_server):
     from llm_locust.metrics.records import Outcome
     from llm_locust.protocols.base import RequestSpec, Timeouts
-    from llm_locust.runtime.grpc_client import GrpcStreamClient
 
+    GrpcStreamClient = type(client)  # the same checks for both clients
     r = client.send(RequestSpec(model="no-such-model", prompt="Hi", max_tokens=4), "bad-model")
     assert r.outcome is Outcome.HTTP_ERROR and "NOT_FOUND" in r.error and "smollm2" in r.error, r.error
     assert r.n_out == 0 and not r.chunk_times and r.t_first is None

@@ -237,6 +237,11 @@ def feed_response(payload: bytes, state: StreamState) -> int:
     the server's per-chunk `completion_tokens`; state.usage_in its `prompt_tokens`;
     state.extra["cached_tokens"]; finish_reason and done from `complete` (a finish_reason of
     "error" or "abort" sets state.error). Only choice 0 is read (the client asks for n=1)."""
+    n = len(payload)
+    if 2 < n < 130 and payload[0] == 0x0A and payload[1] == n - 2:  # the usual message: one small chunk
+        kind = _fast_chunk(payload, 2, n, state)
+        if kind is not None:
+            return kind
     kind = NO_TOKEN
     seen = False
     for number, wire, value in _fields(payload):
@@ -257,6 +262,47 @@ def feed_response(payload: bytes, state: StreamState) -> int:
     return kind
 
 
+_HIGH_BYTES = bytes(range(128, 256))
+_CHUNK_VARINTS = {0x10: 0, 0x18: 1, 0x20: 2, 0x38: 3}  # the keys of fields 2, 3, 4 and 7 as varints
+
+
+def _fast_chunk(buf: bytes, pos: int, end: int, state: StreamState) -> int | None:
+    """A chunk of the shape servers send (packed token ids, then small varint counts), read
+    without the general walk: the same result as _feed_chunk, or None (nothing changed) for any
+    other shape, which the general walk then reads (and judges)."""
+    n_ids = 0
+    counts = [None, 0, None, 0]  # prompt_tokens, completion_tokens, cached_tokens, index
+    try:
+        while pos < end:
+            key = buf[pos]
+            if key == 0x0A:  # token ids, packed: one varint ends at each byte under 128
+                length = buf[pos + 1]
+                if length & 0x80 or pos + 2 + length > end:
+                    return None
+                n_ids += len(buf[pos + 2:pos + 2 + length].translate(None, _HIGH_BYTES))
+                pos += 2 + length
+                continue
+            slot = _CHUNK_VARINTS.get(key)
+            if slot is None:
+                return None
+            value = buf[pos + 1]
+            if value & 0x80:
+                high = buf[pos + 2]
+                if high & 0x80:
+                    return None
+                value = (value & 0x7F) | high << 7
+                pos += 3
+            else:
+                pos += 2
+            counts[slot] = value
+    except IndexError:
+        return None
+    if pos != end:
+        return None
+    prompt, delta, cached, index = counts
+    return _apply_chunk(state, n_ids, prompt, delta, cached, index)
+
+
 def _feed_chunk(buf: bytes, start: int, end: int, state: StreamState) -> int:
     n_ids = delta = index = 0
     prompt = cached = None
@@ -271,6 +317,11 @@ def _feed_chunk(buf: bytes, start: int, end: int, state: StreamState) -> int:
             cached = _count(value, "cached_tokens")
         elif number == 7 and wire == 0:
             index = value
+    return _apply_chunk(state, n_ids, prompt, delta, cached, index)
+
+
+def _apply_chunk(state: StreamState, n_ids: int, prompt: int | None, delta: int, cached: int | None,
+                 index: int) -> int:
     if index != 0:
         return NO_TOKEN  # another choice (n > 1): not asked for
     if prompt:

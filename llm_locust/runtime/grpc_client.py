@@ -298,6 +298,14 @@ def _status_outcome(e, *, before_reply: bool, total: float | None = None, what: 
         details = e.details() or ""
     except Exception:  # noqa: BLE001 - an RpcError that is not a Call
         name, details = "UNKNOWN", str(e)
+    return status_outcome(name, details, before_reply=before_reply, total=total, what=what)
+
+
+def status_outcome(name: str, details: str, *, before_reply: bool, total: float | None = None,
+                   what: str = "") -> tuple[Outcome, str]:
+    """The outcome and error text for a gRPC status by name (both gRPC clients classify with it):
+    DEADLINE_EXCEEDED a timeout; before any message UNAVAILABLE a connect_error, the rest an
+    http_error; after one, UNAVAILABLE / CANCELLED / UNKNOWN truncated, the rest a stream_error."""
     prefix = f"{what}: " if what else ""
     text = f"{prefix}gRPC {name}: {details}"[:1000]
     if name == "DEADLINE_EXCEEDED":

@@ -90,9 +90,9 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
 
 def _grpc(host: str, connect_timeout: float) -> Problem | None:
     """A gRPC server answers GetModelInfo within the connect timeout (and a bit)."""
-    from llm_locust.runtime.grpc_client import GrpcStreamClient
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
 
-    client = GrpcStreamClient(host, timeouts=Timeouts(connect=connect_timeout, total=connect_timeout + 10))
+    client = H2GrpcClient(host, timeouts=Timeouts(connect=connect_timeout, total=connect_timeout + 10))
     try:
         client.model_info()
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
