@@ -46,6 +46,8 @@ class Server:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.calls = 0
+        self.body_bytes = 0
+        self.overran = False  # the client sent past the window it was given
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -59,6 +61,7 @@ class Server:
     def _serve(self, conn: socket.socket) -> None:
         enc = hpack.Encoder()
         buf = b""
+        credit = 65535
         with conn:
             conn.sendall(frame(4, 0, 0))
             while True:
@@ -71,6 +74,14 @@ class Server:
                     if len(buf) < 9 + n:
                         break
                     buf = buf[9 + n:]
+                    if ftype == 0:  # flow control: the window (64 KiB) back only once it is used up
+                        self.body_bytes += n
+                        credit -= n
+                        self.overran |= credit < 0
+                        if credit == 0:
+                            inc = struct.pack(">L", 65535)
+                            conn.sendall(frame(8, 0, 0, inc) + frame(8, 0, sid, inc))
+                            credit = 65535
                     if ftype == 0 and flags & 1:
                         self.calls += 1
                         conn.sendall(self.answer(enc, sid))
@@ -120,6 +131,24 @@ def test_a_whole_reply_is_read_and_the_connection_kept():
     for r in recs:
         assert r.ok and r.n_out == 3 and r.chunk_tokens == [1, 1, 1] and r.n_in == 7, (r.outcome, r.error)
         assert r.t_sent <= r.t_headers <= r.t_first <= r.t_end and r.finish_reason == "length"
+
+
+def test_a_request_over_the_send_window_waits_for_the_servers_window_updates():
+    """A long prompt (100,000 token ids: 300 KB) is sent in frames of the peer's size, as the server's
+    WINDOW_UPDATEs allow (the default window is 64 KiB): all of it, then the reply is read."""
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    srv = Server(ok_reply)
+    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=10.0))
+    spec = RequestSpec(max_tokens=4, extra_body={"prompt_token_ids": list(range(100000, 200000))})
+    body = len(grpc_vllm.encode_generate(spec, "big")) + 5
+    try:
+        r = c.send(spec, "big")
+    finally:
+        c.close()
+        srv.close()
+    assert body > 4 * 65535 and srv.body_bytes == body and not srv.overran, (body, srv.body_bytes)
+    assert r.ok and r.n_out == 3, (r.outcome, r.error)
 
 
 def test_messages_split_across_frames_and_frames_across_reads():

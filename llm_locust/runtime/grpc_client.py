@@ -173,12 +173,7 @@ class GrpcStreamClient:
             raise _Ended(*_status_outcome(e, before_reply=True, what="GetModelInfo")) from None
         except ProtocolError as e:
             raise _Ended(Outcome.STREAM_ERROR, f"GetModelInfo: {e}") from None
-        served = info.get("served_model_name") or ""
-        names = {n.strip() for n in served.split(",") if n.strip()} | {info.get("model_path") or ""}
-        if model not in names:
-            raise _Ended(Outcome.HTTP_ERROR,
-                         f"gRPC NOT_FOUND: model {model!r} is not served here (the server serves {served!r}; "
-                         "checked with GetModelInfo, the Generate request has no model name)")
+        check_served(model, info)
 
     # ------------------------------------------------------------------ the request
     def send(
@@ -280,14 +275,29 @@ class GrpcStreamClient:
                          f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids")
 
     def _finish(self, rec: RequestRecord, state: StreamState) -> None:
-        rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
-        rec.finish_reason = state.finish_reason
-        if state.usage_in is not None:
-            rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
-        if state.usage_cached is not None:
-            rec.n_cached = state.usage_cached
-        if state.extra:
-            rec.extra = dict(state.extra)
+        finish_record(rec, state)
+
+
+def check_served(model: str, info: dict[str, str]) -> None:
+    """The Generate request has no model name: a named model must be one GetModelInfo names."""
+    served = info.get("served_model_name") or ""
+    names = {n.strip() for n in served.split(",") if n.strip()} | {info.get("model_path") or ""}
+    if model not in names:
+        raise _Ended(Outcome.HTTP_ERROR,
+                     f"gRPC NOT_FOUND: model {model!r} is not served here (the server serves {served!r}; "
+                     "checked with GetModelInfo, the Generate request has no model name)")
+
+
+def finish_record(rec: RequestRecord, state: StreamState) -> None:
+    """The record's counts from what the stream said (both gRPC clients end a request here)."""
+    rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
+    rec.finish_reason = state.finish_reason
+    if state.usage_in is not None:
+        rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+    if state.usage_cached is not None:
+        rec.n_cached = state.usage_cached
+    if state.extra:
+        rec.extra = dict(state.extra)
 
 
 def _status_outcome(e, *, before_reply: bool, total: float | None = None, what: str = "") -> tuple[Outcome, str]:

@@ -6,15 +6,18 @@ switch; a worker read ~3,600 tokens per CPU-second that way (benchmarks/bench_gr
 against ~160,000 for an HTTP stream. Here a read takes whatever the socket holds (up to
 READ_SIZE), the HTTP/2 frames in it are walked in place (`struct.unpack_from`), and each gRPC
 message (5-byte prefix) goes straight to protocols.grpc_vllm.feed_response. Header blocks
-(response headers and trailers, twice a request) are decoded with the `hpack` library.
+(response headers and trailers, twice a request) are decoded with the `hpack` library (a block
+of indexed fields only, what a server sends once its table holds its headers, is remembered);
+the request's own block is encoded once per client, never indexed.
 
 What it speaks (RFC 9113; the gRPC over HTTP/2 protocol): a cleartext connection (h2c, prior
 knowledge) or TLS with ALPN h2; our SETTINGS disable push and open the stream and connection
 windows to 2^31-1 (one WINDOW_UPDATE per GiB read); the peer's SETTINGS, PINGs and
 WINDOW_UPDATEs are answered and obeyed (a request body waits for send window); GOAWAY and
 RST_STREAM end the request as grpcio's client would. One request at a time per connection;
-connections are kept for the next request of the same client (a pool, as the HTTP client keeps
-its keep-alive connections), closed after any error or cancellation.
+connections are kept for the next request of the same client (a pool of up to `max_idle`, as
+the HTTP client keeps its keep-alive connections: an open-loop replay's concurrent requests each
+have their own), closed after any error or cancellation.
 
 Timing: as GrpcStreamClient (t_sent when the request's frames are written; each message stamped
 when its read returned: messages that came in one read share the stamp, as SSE events do over
@@ -34,10 +37,10 @@ from urllib.parse import unquote
 
 from gevent import GreenletExit
 
-from llm_locust.metrics.records import Outcome, RequestRecord, SOURCE_USAGE
+from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
-from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts, resolve_tokens
-from llm_locust.runtime.grpc_client import _Ended, grpc_target, status_outcome
+from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
+from llm_locust.runtime.grpc_client import _Ended, check_served, finish_record, grpc_target, status_outcome
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
@@ -46,7 +49,8 @@ MAX_WINDOW = 2**31 - 1
 OUR_MAX_FRAME = 16384  # the protocol's default: we do not ask for larger frames
 READ_SIZE = 65536
 HEADER_BLOCK_LIMIT = 65536  # bytes of one header block (with its CONTINUATIONs) we accept
-_FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
+_FRAME = struct.Struct(">HBBBL")
+_INDEXED_BYTES = bytes(range(0x80, 0xFF))  # one-byte indexed fields (index 0-126): all a pure-index block holds  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
 _HTTP_CODES = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
                429: "UNAVAILABLE", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
 _RST_CODES = {0x7: "UNAVAILABLE", 0x8: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED", 0xC: "PERMISSION_DENIED"}
@@ -78,9 +82,11 @@ class _Conn:
         self.sock = sock
         self.authority = authority
         self.scheme = scheme
-        self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = HEADER_BLOCK_LIMIT
+        # header blocks made only of indexed fields change nothing in the decoder's table: the
+        # same bytes decode to the same headers until a block that may change it (then cleared)
+        self.decoded: dict[bytes, dict[str, str]] = {}
         self.next_sid = 1
         self.send_window = 65535  # the connection's, for our request bodies
         self.stream_window_init = 65535  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
@@ -119,7 +125,7 @@ class H2GrpcClient:
     api = grpc_vllm.NAME
 
     def __init__(self, target: str, timeouts: Timeouts | None = None, metadata: dict[str, str] | None = None,
-                 collect_text: bool = False, limits: Limits | None = None, max_idle: int = 8) -> None:
+                 collect_text: bool = False, limits: Limits | None = None, max_idle: int = 256) -> None:
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
         self.collect_text = collect_text  # the API returns token ids only: records get no text
@@ -131,6 +137,7 @@ class H2GrpcClient:
         self._idle: list[_Conn] = []
         self._max_idle = max_idle
         self._served: dict[str, str] | None = None
+        self._blocks: dict[str, bytes] = {}  # the request header block per path (see _headers)
 
     def close(self) -> None:
         while self._idle:
@@ -175,32 +182,51 @@ class H2GrpcClient:
             pass
 
     # ------------------------------------------------------------------ one call
-    def _start(self, conn: _Conn, path: str, body: bytes, timeout: float | None) -> int:
+    def _headers(self, path: str) -> bytes:
+        """The request's header block, the same for every request of this client to `path`:
+        encoded once, every field a literal that is never indexed (or a whole static-table
+        entry), so that no connection's HPACK table depends on it (and a key in it is never
+        kept in a table along the way)."""
+        block = self._blocks.get(path)
+        if block is None:
+            import hpack
+
+            headers = [(":method", "POST"), (":scheme", "https" if self.tls else "http"), (":path", path),
+                       (":authority", self.target), ("content-type", "application/grpc"), ("te", "trailers"),
+                       ("user-agent", "llm-locust")]
+            if self.timeouts.total:
+                headers.append(("grpc-timeout", f"{max(1, int(self.timeouts.total * 1000))}m"))
+            block = self._blocks[path] = hpack.Encoder().encode(
+                [hpack.NeverIndexedHeaderTuple(k, v) for k, v in headers + self.metadata])
+        return block
+
+    def _start(self, conn: _Conn, path: str, body: bytes) -> int:
         sid = conn.next_sid
         conn.next_sid += 2
-        headers = [(":method", "POST"), (":scheme", conn.scheme), (":path", path), (":authority", conn.authority),
-                   ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "llm-locust")]
-        if timeout:
-            headers.append(("grpc-timeout", f"{max(1, int(timeout * 1000))}m"))
-        block = conn.encoder.encode(headers + self.metadata)
+        block = self._headers(path)
         step = conn.peer_max_frame
         out = [_frame(HEADERS, END_HEADERS if len(block) <= step else 0, sid, block[:step])]
         for i in range(step, len(block), step):
             out.append(_frame(CONTINUATION, END_HEADERS if i + step >= len(block) else 0, sid, block[i:i + step]))
-        conn.sock.sendall(b"".join(out))
         message = b"\x00" + len(body).to_bytes(4, "big") + body
         window = conn.stream_window_init
         pos = 0
         while True:
             n = min(len(message) - pos, conn.peer_max_frame, window, conn.send_window)
             if n <= 0 and pos < len(message):
+                if out:
+                    conn.sock.sendall(b"".join(out))
+                    out = []
                 window += self._wait_window(conn, sid)
                 continue
             last = pos + n >= len(message)
-            conn.sock.sendall(_frame(DATA, END_STREAM if last else 0, sid, message[pos:pos + n]))
+            out.append(_frame(DATA, END_STREAM if last else 0, sid, message[pos:pos + n]))
             pos += n
             window -= n
             conn.send_window -= n
+            if last or len(out) > 16:
+                conn.sock.sendall(b"".join(out))  # the usual request: its headers and body in one write
+                out = []
             if last:
                 return sid
 
@@ -262,7 +288,7 @@ class H2GrpcClient:
         conn = self._take()
         ok = False
         try:
-            sid = self._start(conn, path, body, total)
+            sid = self._start(conn, path, body)
             if rec is not None:
                 rec.t_sent = time.perf_counter()
                 rec.wall_sent = time.time()
@@ -292,8 +318,21 @@ class H2GrpcClient:
         data, pos = conn.rest, 0
         conn.rest = b""
         now = perf_counter()
+        size = len(data)
+        fast_limit = min(OUR_MAX_FRAME, limit + 5)
         while True:
-            if len(data) - pos < 9 or len(data) - pos - 9 < (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]):
+            if got_headers and not pending and size - pos >= 14:
+                # the usual frame: DATA for this stream, no flags, one whole gRPC message
+                hi, lo, ftype, flags, fsid = unpack(data, pos)
+                length = hi << 8 | lo
+                end = pos + 9 + length
+                if ftype == 0 and fsid == sid and not flags and end <= size and 5 <= length <= fast_limit \
+                        and data[pos + 9] == 0 and int.from_bytes(data[pos + 10:pos + 14], "big") == length - 5:
+                    conn.unacked += length
+                    on_message(data[pos + 14:end], now)
+                    pos = end
+                    continue
+            if size - pos < 9 or size - pos - 9 < (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]):
                 # a frame not yet whole: read more
                 wait = no_progress
                 if deadline is not None:
@@ -309,8 +348,12 @@ class H2GrpcClient:
                         raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
                     raise
                 now = perf_counter()
-                data = data[pos:] + more if pos < len(data) else more
+                data = data[pos:] + more if pos < size else more
                 pos = 0
+                size = len(data)
+                if conn.unacked >= 1 << 30:
+                    sock.sendall(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", conn.unacked)))
+                    conn.unacked = 0
                 continue
             hi, lo, ftype, flags, fsid = unpack(data, pos)
             length = hi << 8 | lo
@@ -418,12 +461,21 @@ class H2GrpcClient:
     def _decode(conn: _Conn, block: bytes) -> dict[str, str]:
         import hpack
 
+        block = bytes(block)
+        known = conn.decoded.get(block)
+        if known is not None:
+            return dict(known)
         try:
-            pairs = conn.decoder.decode(bytes(block), raw=True)
+            pairs = conn.decoder.decode(block, raw=True)
         except hpack.HPACKError as e:
             conn.broken = True
             raise ProtocolError(f"an HTTP/2 header block HPACK cannot read: {e}") from None
-        return {k.decode("latin-1"): v.decode("utf-8", "replace") for k, v in pairs}
+        headers = {k.decode("latin-1"): v.decode("utf-8", "replace") for k, v in pairs}
+        if block.translate(None, _INDEXED_BYTES):  # a literal or a table size update: the table may have changed
+            conn.decoded.clear()
+        elif len(conn.decoded) < 16:
+            conn.decoded[block] = dict(headers)
+        return headers
 
     @staticmethod
     def _check_response(headers: dict[str, str], trailers_only: bool) -> None:
@@ -468,12 +520,7 @@ class H2GrpcClient:
             raise _Ended(*status_outcome(e.name, e.details, before_reply=True, what="GetModelInfo")) from None
         except ProtocolError as e:
             raise _Ended(Outcome.STREAM_ERROR, f"GetModelInfo: {e}") from None
-        served = info.get("served_model_name") or ""
-        names = {n.strip() for n in served.split(",") if n.strip()} | {info.get("model_path") or ""}
-        if model not in names:
-            raise _Ended(Outcome.HTTP_ERROR,
-                         f"gRPC NOT_FOUND: model {model!r} is not served here (the server serves {served!r}; "
-                         "checked with GetModelInfo, the Generate request has no model name)")
+        check_served(model, info)
 
     # ------------------------------------------------------------------ the request
     def send(self, spec: RequestSpec, request_id: str, t_sched: float | None = None,
@@ -530,20 +577,9 @@ class H2GrpcClient:
         except GreenletExit:
             rec.outcome, rec.error = Outcome.CANCELLED, "test stopped while in flight"
             rec.t_end = time.perf_counter()
-            self._finish(rec, state)
+            finish_record(rec, state)
             if on_cancel is not None:
                 on_cancel(rec)
             raise
-        self._finish(rec, state)
+        finish_record(rec, state)
         return rec
-
-    @staticmethod
-    def _finish(rec: RequestRecord, state: StreamState) -> None:
-        rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
-        rec.finish_reason = state.finish_reason
-        if state.usage_in is not None:
-            rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
-        if state.usage_cached is not None:
-            rec.n_cached = state.usage_cached
-        if state.extra:
-            rec.extra = dict(state.extra)
