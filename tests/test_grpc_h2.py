@@ -233,20 +233,29 @@ def test_nothing_listening_is_a_connect_error():
 _varint_values = st.integers(min_value=0, max_value=70000)
 
 
-@settings(max_examples=400, deadline=None)
-@given(ids=st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=6),
-       fields=st.lists(st.tuples(st.sampled_from([2, 3, 4, 7]), _varint_values), max_size=5),
-       ids_first=st.booleans())
-def test_the_fast_chunk_path_agrees_with_the_general_walk(ids, fields, ids_first):
-    """feed_response reads the usual small chunk without the general field walk; for any chunk
-    it must leave the state exactly as the walk does (or defer to it)."""
+_chunks = st.tuples(st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=6),
+                    st.lists(st.tuples(st.sampled_from([2, 3, 4, 7]), _varint_values), max_size=5),
+                    st.booleans())
+
+
+def _chunk_message(ids, fields, ids_first) -> bytes:
     packed = grpc_vllm._len_field(1, b"".join(grpc_vllm._varint(i) for i in ids)) if ids else b""
     rest = b"".join(grpc_vllm._scalar(n, "uint", v, "") for n, v in fields)
-    msg = grpc_vllm._len_field(1, packed + rest if ids_first else rest + packed)
+    return grpc_vllm._len_field(1, packed + rest if ids_first else rest + packed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(_chunks, min_size=1, max_size=5), repeat=st.booleans())
+def test_the_fast_chunk_path_agrees_with_the_general_walk(chunks, repeat):
+    """feed_response reads the usual small chunk without the general field walk, and keeps its
+    counts for the next message with the same ones; message after message, it must leave the
+    state exactly as the walk does."""
+    msgs = [_chunk_message(*c) for c in chunks]
+    if repeat:
+        msgs = msgs + msgs  # the counts-kept path: the same tails again
     fast, slow = StreamState(False), StreamState(False)
-    out_fast = grpc_vllm.feed_response(msg, fast)
-    out_slow = grpc_vllm._feed_chunk(msg, 2 if len(msg) < 130 else len(msg) - len(packed + rest), len(msg), slow) \
-        if msg[1] < 128 else grpc_vllm.feed_response(msg, slow)
-    assert out_fast == out_slow
-    assert (fast.cont_tokens, fast.usage_in, fast.usage_out, fast.usage_cached, fast.extra) == \
-           (slow.cont_tokens, slow.usage_in, slow.usage_out, slow.usage_cached, slow.extra)
+    for msg in msgs:
+        ((number, _wire, (start, end)),) = list(grpc_vllm._fields(msg))
+        assert grpc_vllm.feed_response(msg, fast) == grpc_vllm._feed_chunk(msg, start, end, slow)
+        assert (fast.cont_tokens, fast.usage_in, fast.usage_out, fast.usage_cached, fast.extra) == \
+               (slow.cont_tokens, slow.usage_in, slow.usage_out, slow.usage_cached, slow.extra)

@@ -238,10 +238,18 @@ def feed_response(payload: bytes, state: StreamState) -> int:
     state.extra["cached_tokens"]; finish_reason and done from `complete` (a finish_reason of
     "error" or "abort" sets state.error). Only choice 0 is read (the client asks for n=1)."""
     n = len(payload)
-    if 2 < n < 130 and payload[0] == 0x0A and payload[1] == n - 2:  # the usual message: one small chunk
-        kind = _fast_chunk(payload, 2, n, state)
-        if kind is not None:
-            return kind
+    # the usual message: one small chunk, its packed token ids first, then the same counts as the
+    # message before (prompt, completion 1, cached): those are read once a stream (state.aux)
+    if 4 < n < 130 and payload[0] == 0x0A and payload[1] == n - 2 and payload[2] == 0x0A and payload[3] < 0x80 \
+            and payload[3] + 4 <= n:
+        ids_end = payload[3] + 4
+        tail = payload[ids_end:]
+        known = state.aux
+        if known is None or known[0] != tail:
+            counts = _chunk_counts(tail)
+            known = state.aux = (tail, counts) if counts is not None else None
+        if known is not None:
+            return _apply_chunk(state, len(payload[4:ids_end].translate(None, _HIGH_BYTES)), *known[1])
     kind = NO_TOKEN
     seen = False
     for number, wire, value in _fields(payload):
@@ -266,23 +274,15 @@ _HIGH_BYTES = bytes(range(128, 256))
 _CHUNK_VARINTS = {0x10: 0, 0x18: 1, 0x20: 2, 0x38: 3}  # the keys of fields 2, 3, 4 and 7 as varints
 
 
-def _fast_chunk(buf: bytes, pos: int, end: int, state: StreamState) -> int | None:
-    """A chunk of the shape servers send (packed token ids, then small varint counts), read
-    without the general walk: the same result as _feed_chunk, or None (nothing changed) for any
-    other shape, which the general walk then reads (and judges)."""
-    n_ids = 0
-    counts = [None, 0, None, 0]  # prompt_tokens, completion_tokens, cached_tokens, index
+def _chunk_counts(buf: bytes) -> tuple | None:
+    """(prompt_tokens, completion_tokens, cached_tokens, index) from a chunk's fields after its
+    token ids, when they are only those, as varints under 2^14; None for anything else (the
+    general walk then reads the message, and judges it)."""
+    counts = [None, 0, None, 0]
+    pos, end = 0, len(buf)
     try:
         while pos < end:
-            key = buf[pos]
-            if key == 0x0A:  # token ids, packed: one varint ends at each byte under 128
-                length = buf[pos + 1]
-                if length & 0x80 or pos + 2 + length > end:
-                    return None
-                n_ids += len(buf[pos + 2:pos + 2 + length].translate(None, _HIGH_BYTES))
-                pos += 2 + length
-                continue
-            slot = _CHUNK_VARINTS.get(key)
+            slot = _CHUNK_VARINTS.get(buf[pos])
             if slot is None:
                 return None
             value = buf[pos + 1]
@@ -297,10 +297,7 @@ def _fast_chunk(buf: bytes, pos: int, end: int, state: StreamState) -> int | Non
             counts[slot] = value
     except IndexError:
         return None
-    if pos != end:
-        return None
-    prompt, delta, cached, index = counts
-    return _apply_chunk(state, n_ids, prompt, delta, cached, index)
+    return tuple(counts) if pos == end else None
 
 
 def _feed_chunk(buf: bytes, start: int, end: int, state: StreamState) -> int:
