@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import hpack
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import RequestSpec, StreamState, Timeouts
+from llm_locust.runtime.grpc_h2 import _readable
 
 _FRAME = struct.Struct(">HBBBL")
 
@@ -149,6 +151,47 @@ def test_a_request_over_the_send_window_waits_for_the_servers_window_updates():
         srv.close()
     assert body > 4 * 65535 and srv.body_bytes == body and not srv.overran, (body, srv.body_bytes)
     assert r.ok and r.n_out == 3, (r.outcome, r.error)
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused():
+    """The server hangs up after each reply (as one does at an idle timeout): the next request
+    goes out on a fresh connection and succeeds, not a connect_error from a stale one."""
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    srv = Server(ok_reply, close_after=True)
+    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
+    try:
+        first = c.send(RequestSpec(prompt="hi", max_tokens=4), "r0")
+        assert first.ok, first.error
+        deadline = time.monotonic() + 5
+        while not _readable(c._idle[0].sock) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the server's close has reached this side (bounded)
+        second = c.send(RequestSpec(prompt="hi", max_tokens=4), "r1")
+    finally:
+        c.close()
+        srv.close()
+    assert second.ok and srv.calls == 2, (second.outcome, second.error)
+
+
+def test_a_ping_while_idle_is_answered_and_the_connection_kept():
+    def answer(enc, sid):  # a reply, then a PING and new SETTINGS while the connection idles
+        return ok_reply(enc, sid) + frame(6, 0, 0, b"12345678") + frame(4, 0, 0, struct.pack(">HL", 0x5, 32768))
+
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    srv = Server(answer)
+    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
+    try:
+        assert c.send(RequestSpec(prompt="hi", max_tokens=4), "r0").ok
+        conn = c._idle[0]
+        deadline = time.monotonic() + 5
+        while not (conn.rest or _readable(conn.sock)) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the PING has arrived, read with the reply or not (bounded)
+        second = c.send(RequestSpec(prompt="hi", max_tokens=4), "r1")
+        assert second.ok and c._idle == [conn] and conn.peer_max_frame == 32768, (second.error, c._idle)
+    finally:
+        c.close()
+        srv.close()
 
 
 def test_messages_split_across_frames_and_frames_across_reads():

@@ -28,6 +28,7 @@ HTTP; t_headers when the response HEADERS arrived). Outcomes: the same table (gr
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import struct
@@ -57,6 +58,14 @@ _RST_CODES = {0x7: "UNAVAILABLE", 0x8: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED", 0
 _STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
                  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
                  "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+
+
+def _readable(sock) -> bool:
+    """Whether an idle connection has something to read (a close, a GOAWAY): not worth reusing."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -159,10 +168,36 @@ class H2GrpcClient:
     def _take(self) -> _Conn:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.broken and conn.last_sid is None and conn.next_sid < 2**31 - 2:
+            if not conn.broken and conn.last_sid is None and conn.next_sid < 2**31 - 2 and self._still_open(conn):
                 return conn
-            conn.close()
+            conn.close()  # a fresh connection, rather than a stale one failing the next request
         return self._open()
+
+    def _still_open(self, conn: _Conn) -> bool:
+        """Read what came while the connection was idle: SETTINGS, PINGs and WINDOW_UPDATEs are
+        answered and it is kept; a close, a GOAWAY or anything else ends it."""
+        if not _readable(conn.sock):
+            return True
+        try:
+            conn.sock.settimeout(0.5)  # it is readable: this returns at once
+            data = conn.rest + self._recv(conn)
+            pos = 0
+            while len(data) - pos >= 9:
+                hi, lo, ftype, flags, fsid = _FRAME.unpack_from(data, pos)
+                length = hi << 8 | lo
+                if len(data) - pos - 9 < length or ftype not in (SETTINGS, PING, WINDOW_UPDATE, GOAWAY):
+                    return False
+                payload = data[pos + 9:pos + 9 + length]
+                pos += 9 + length
+                if ftype == WINDOW_UPDATE:
+                    if fsid == 0 and length == 4:
+                        conn.send_window += int.from_bytes(payload, "big") & 0x7FFFFFFF
+                    continue
+                self._control(conn, ftype, flags, payload)
+            conn.rest = data[pos:]
+            return conn.last_sid is None and not conn.rest and not _readable(conn.sock)
+        except (OSError, _Status, ProtocolError):
+            return False
 
     def _give(self, conn: _Conn) -> None:
         if conn.broken or conn.last_sid is not None or len(self._idle) >= self._max_idle:
