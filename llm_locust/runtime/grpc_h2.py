@@ -50,8 +50,9 @@ MAX_WINDOW = 2**31 - 1
 OUR_MAX_FRAME = 16384  # the protocol's default: we do not ask for larger frames
 READ_SIZE = 65536
 HEADER_BLOCK_LIMIT = 65536  # bytes of one header block (with its CONTINUATIONs) we accept
-_FRAME = struct.Struct(">HBBBL")
-_INDEXED_BYTES = bytes(range(0x80, 0xFF))  # one-byte indexed fields (index 0-126): all a pure-index block holds  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
+_FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
+_FRAME_MESSAGE = struct.Struct(">HBBBLBL")  # a frame header, then a gRPC message prefix: compressed flag, length
+_INDEXED_BYTES = bytes(range(0x80, 0xFF))  # one-byte indexed fields (index 0-126): all a pure-index block holds
 _HTTP_CODES = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
                429: "UNAVAILABLE", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
 _RST_CODES = {0x7: "UNAVAILABLE", 0x8: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED", 0xC: "PERMISSION_DENIED"}
@@ -344,6 +345,7 @@ class H2GrpcClient:
               rec: RequestRecord | None) -> None:
         perf_counter = time.perf_counter
         unpack = _FRAME.unpack_from
+        unpack_message = _FRAME_MESSAGE.unpack_from
         limit = self.limits.event_bytes
         sock = conn.sock
         block = None  # a header block being read (HEADERS + CONTINUATIONs)
@@ -357,12 +359,12 @@ class H2GrpcClient:
         fast_limit = min(OUR_MAX_FRAME, limit + 5)
         while True:
             if got_headers and not pending and size - pos >= 14:
-                # the usual frame: DATA for this stream, no flags, one whole gRPC message
-                hi, lo, ftype, flags, fsid = unpack(data, pos)
+                # the usual frame: DATA for this stream, no flags, one whole uncompressed gRPC message
+                hi, lo, ftype, flags, fsid, compressed, n = unpack_message(data, pos)
                 length = hi << 8 | lo
                 end = pos + 9 + length
-                if ftype == 0 and fsid == sid and not flags and end <= size and 5 <= length <= fast_limit \
-                        and data[pos + 9] == 0 and int.from_bytes(data[pos + 10:pos + 14], "big") == length - 5:
+                if ftype == 0 and fsid == sid and not flags and not compressed and n == length - 5 and end <= size \
+                        and length <= fast_limit:
                     conn.unacked += length
                     on_message(data[pos + 14:end], now)
                     pos = end
