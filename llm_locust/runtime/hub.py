@@ -29,7 +29,6 @@ FINAL = "llm_locust_final"  # master -> workers at test stop: stop, then send a 
 FINAL_REPORT_GRACE = 10.0  # s the master waits for final reports at stop (plus Locust's --stop-timeout)
 DRAIN_GRACE = 5.0  # s a worker waits, once stopped, for its cancelled requests to be counted
 QUIT_TOKEN = -1  # the "final" of a report a worker sends as it quits on its own (SIGTERM, Ctrl-C)
-WORKER_REPORT_INTERVAL_GRACE = FINAL_REPORT_GRACE  # older name
 LOOP_LAG_PERIOD = 0.1  # seconds between event-loop lag probes
 CPU_PERIOD = 1.0
 # Heartbeats a worker may miss (one a second) before the master marks it missing. Locust's 3 let a
@@ -352,15 +351,6 @@ class MetricsHub:
             if not (w.step == 0 or w.step > step):
                 return False
         return True
-
-    def wait_for_idle_workers(self, timeout: float) -> bool:
-        """Master at shutdown: wait (bounded) until every live worker reported with nothing in flight."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(w.idle or w.lost_at is not None for w in self.workers.values()):
-                return True
-            gevent.sleep(0.05)
-        return False
 
     # ---- client validity monitors (worker/local) ----
 
