@@ -42,9 +42,10 @@ COMPLETE = grpc_vllm._len_field(2, grpc_vllm._len_field(2, b"length"))
 class Server:
     """Answers each call (after the request's last DATA frame) with `answer(encoder, sid)`."""
 
-    def __init__(self, answer, close_after: bool = False) -> None:
+    def __init__(self, answer, close_after: bool = False, window: int | None = None) -> None:
         self.answer = answer
         self.close_after = close_after
+        self.window = window  # given: SETTINGS_INITIAL_WINDOW_SIZE and the connection's window, no updates
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.calls = 0
@@ -65,7 +66,12 @@ class Server:
         buf = b""
         credit = 65535
         with conn:
-            conn.sendall(frame(4, 0, 0))
+            if self.window:
+                credit = self.window
+                conn.sendall(frame(4, 0, 0, struct.pack(">HL", 0x4, self.window))
+                             + frame(8, 0, 0, struct.pack(">L", self.window - 65535)))
+            else:
+                conn.sendall(frame(4, 0, 0))
             while True:
                 while len(buf) >= 9 + 24 or (buf and not buf.startswith(b"PRI")):
                     if buf.startswith(b"PRI"):
@@ -80,7 +86,7 @@ class Server:
                         self.body_bytes += n
                         credit -= n
                         self.overran |= credit < 0
-                        if credit == 0:
+                        if credit == 0 and not self.window:
                             inc = struct.pack(">L", 65535)
                             conn.sendall(frame(8, 0, 0, inc) + frame(8, 0, sid, inc))
                             credit = 65535
@@ -151,6 +157,23 @@ def test_a_request_over_the_send_window_waits_for_the_servers_window_updates():
         srv.close()
     assert body > 4 * 65535 and srv.body_bytes == body and not srv.overran, (body, srv.body_bytes)
     assert r.ok and r.n_out == 3, (r.outcome, r.error)
+
+
+def test_a_larger_initial_window_in_the_servers_settings_opens_the_request_stream_too():
+    """A server that raises SETTINGS_INITIAL_WINDOW_SIZE (and the connection window) and sends
+    no WINDOW_UPDATE for the stream: the stream's window grows by the difference (RFC 9113
+    6.9.2), so a request over 64 KiB goes out without waiting for an update that never comes."""
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    srv = Server(ok_reply, window=1 << 20)
+    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=10.0))
+    spec = RequestSpec(max_tokens=4, extra_body={"prompt_token_ids": list(range(100000, 200000))})
+    try:
+        r = c.send(spec, "big")
+    finally:
+        c.close()
+        srv.close()
+    assert r.ok and not srv.overran, (r.outcome, r.error)
 
 
 def test_a_connection_the_server_closed_while_idle_is_not_reused():

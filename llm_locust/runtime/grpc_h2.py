@@ -286,7 +286,9 @@ class H2GrpcClient:
                 elif fsid == sid:
                     grown += inc
             elif ftype in (SETTINGS, PING, GOAWAY) and fsid == 0:
+                before = conn.stream_window_init
                 self._control(conn, ftype, flags, payload)
+                grown += conn.stream_window_init - before  # a new initial window moves the open stream's too
             elif fsid == sid:
                 conn.rest = data[pos - 9 - length:]
                 raise _Status("UNAVAILABLE", "the server answered before the request was sent whole")
