@@ -6,7 +6,8 @@ as the frames a gRPC server sends for it. `GetModelInfo` names the model "bench-
 grpcio's own server sends message by message, so a client reading from it wakes once a token and
 measures the server as much as itself (benchmarks/grpc_stream_server.py); this one, like nginx for
 the HTTP APIs, leaves the client's own cost per token to measure. It speaks just enough HTTP/2 for
-that (no flow control: a reply must fit the client's window, which ours opens to 2^31-1).
+that: it gives back the window a request used (or the client's requests stop once 64 KiB have
+gone over a connection), and a reply must fit the client's window, which ours opens to 2^31-1.
 
 Run: python benchmarks/h2_burst_server.py PORT [N]   (prints "ready PORT" when it listens)
 """
@@ -38,6 +39,13 @@ def reply(enc: hpack.Encoder, sid: int, msgs: list[bytes]) -> bytes:
 
 
 def serve(conn: socket.socket, generate: list[bytes], info: bytes) -> None:
+    try:
+        _serve(conn, generate, info)
+    except OSError:
+        pass  # the client went away (a run's end): nothing to answer
+
+
+def _serve(conn: socket.socket, generate: list[bytes], info: bytes) -> None:
     enc, dec = hpack.Encoder(), hpack.Decoder()
     buf = b""
     paths: dict[int, str] = {}
@@ -62,9 +70,15 @@ def serve(conn: socket.socket, generate: list[bytes], info: bytes) -> None:
                     conn.sendall(frame(6, 1, 0, payload))
                 elif ftype == 1:
                     paths[sid] = dict(dec.decode(payload)).get(":path", "")
-                elif ftype == 0 and flags & 1:  # the request's last DATA frame: answer it whole
-                    path = paths.pop(sid, "")
-                    conn.sendall(reply(enc, sid, generate if path.endswith("/Generate") else [info]))
+                elif ftype == 0:
+                    out = frame(8, 0, 0, struct.pack(">L", n)) if n else b""  # the connection's window back
+                    if flags & 1:  # the request's last DATA frame: answer it whole
+                        path = paths.pop(sid, "")
+                        out += reply(enc, sid, generate if path.endswith("/Generate") else [info])
+                    elif n:
+                        out += frame(8, 0, sid, struct.pack(">L", n))
+                    if out:
+                        conn.sendall(out)
             more = conn.recv(65536)
             if not more:
                 return
@@ -76,7 +90,7 @@ def main() -> None:
     generate = messages(n)
     info = _field(1, b"bench-model") + _field(6, b"bench-model")
     srv = socket.create_server(("127.0.0.1", port), backlog=128)
-    print("ready", port, flush=True)
+    print("ready", srv.getsockname()[1], flush=True)  # port 0: the one the system gave
     while True:
         conn, _ = srv.accept()
         threading.Thread(target=serve, args=(conn, generate, info), daemon=True).start()

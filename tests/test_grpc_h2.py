@@ -5,6 +5,7 @@ the real server's own failures are in test_real_grpc.py (both clients, vLLM's gR
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -325,3 +326,35 @@ def test_the_fast_chunk_path_agrees_with_the_general_walk(chunks, repeat):
         assert grpc_vllm.feed_response(msg, fast) == grpc_vllm._feed_chunk(msg, start, end, slow)
         assert (fast.cont_tokens, fast.usage_in, fast.usage_out, fast.usage_cached, fast.extra) == \
                (slow.cont_tokens, slow.usage_in, slow.usage_out, slow.usage_cached, slow.extra)
+
+
+def test_a_process_that_used_grpcio_spawns_children_that_live():
+    """grpc-core's fork handlers (on unless GRPC_ENABLE_FORK_SUPPORT says otherwise) killed 2-4 of
+    60 children spawned by a process that had used grpcio: exit -6 before the child's own code
+    ran (a real gRPC ladder test failed so). runtime/grpc_client.py turns them off before grpc is
+    first imported; a fresh process checks it (here grpc may be imported already)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = f"""
+import subprocess, sys
+sys.path.insert(0, {str(root / "benchmarks")!r})
+from gevent import monkey; monkey.patch_all()
+from llm_locust.runtime.grpc_client import GrpcStreamClient
+from llm_locust.protocols.base import RequestSpec, Timeouts
+server = subprocess.Popen([sys.executable, {str(root / "benchmarks" / "h2_burst_server.py")!r}, "0", "4"],
+                          stdout=subprocess.PIPE, text=True, cwd={str(root / "benchmarks")!r})
+try:
+    port = int(server.stdout.readline().split()[1])
+    c = GrpcStreamClient(f"127.0.0.1:{{port}}", Timeouts(connect=5, no_progress=5, total=10))
+    assert all(c.send(RequestSpec(prompt="hi", max_tokens=4), f"x{{i}}").ok for i in range(3))
+    codes = [subprocess.run([sys.executable, "-c", "pass"]).returncode for _ in range(60)]
+    print("dead children:", sum(1 for rc in codes if rc))
+finally:
+    server.kill()
+"""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "dead children: 0" in p.stdout, p.stdout[-1000:] + p.stderr[-2000:]

@@ -142,6 +142,7 @@ class VllmGrpcServer(realservers.VllmServer):
         env = super().environment()
         env["SMG_VLLM_SERVICER_WARMUP"] = "off"  # its planned warm-up: minutes of CPU
         env["SMG_VLLM_SERVICER_KV_EVENTS"] = "0"  # no ZMQ KV-event publisher on a spare port
+        env.pop("GRPC_ENABLE_FORK_SUPPORT", None)  # the test process's setting (conftest), not the server's
         return env
 
     def ready(self) -> tuple[bool, str]:
@@ -301,6 +302,25 @@ def test_failures_are_classified(client, grpc_server):
         assert r.outcome is Outcome.CONNECT_ERROR and "connect" in r.error, (r.outcome, r.error)
     finally:
         gone.close()
+
+
+@pytest.mark.real_server
+def test_our_client_keeps_one_connection_to_the_real_server(grpc_server):
+    """Sequential requests go over one HTTP/2 connection: what vLLM's server sends between them
+    (grpc-core's PINGs, WINDOW_UPDATEs, SETTINGS) is answered, not taken for a hang-up."""
+    from llm_locust.protocols.base import RequestSpec, Timeouts
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    c = H2GrpcClient(grpc_server.target, Timeouts(connect=10.0, no_progress=30.0, total=60.0))
+    opened = []
+    real_open = c._open
+    c._open = lambda: opened.append(1) or real_open()
+    try:
+        recs = [c.send(RequestSpec(model=MODEL, prompt=f"Say {i}.", max_tokens=8), f"keep-{i}") for i in range(4)]
+    finally:
+        c.close()
+    assert all(r.ok for r in recs), [(r.outcome, r.error) for r in recs]
+    assert len(opened) == 1, f"{len(opened)} connections for 4 sequential requests"
 
 
 @pytest.mark.real_server

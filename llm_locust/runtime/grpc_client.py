@@ -34,6 +34,7 @@ init_gevent()`; the client does it when gevent has patched the socket module.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,11 @@ _GEVENT_READY = False
 def _grpc():
     """grpcio, set up for gevent when the process is gevent-patched (once, before any channel)."""
     global _GEVENT_READY
+    # grpc-core's fork handlers restart its poller in a forked child, where subprocess closes the
+    # descriptors before exec: the child aborted ("epoll_wait error: Bad file descriptor", exit
+    # -6) in 2-4 of 60 spawns from a process that had used grpcio (measured here). Off, unless
+    # the user asks for them; read when grpc is first imported.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
         import grpc
     except ImportError as e:  # pragma: no cover - depends on the install
