@@ -54,6 +54,18 @@ def _balanced(s: dict) -> None:
     assert s["sent"] == s["ok"] + failed_by_kind + s["cancelled"] + s["lost"], s
 
 
+def _every_request_counted_once(r: dict, log: Path) -> None:
+    """What the master wrote equals the workers' own logs: every request sent is finished and in
+    the figures, nothing lost, each worker's count its log's (the one that left included)."""
+    s = r["summary"]
+    raw = _raw(log)
+    assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw), r["workers"])
+    assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"], r["workers"]
+    per_worker = {int(p.rsplit("worker", 1)[1]): sum(1 for _ in open(p)) for p in glob.glob(f"{log}.worker*")}
+    assert per_worker == {w["index"]: w["sent"] for w in r["workers"]}
+    _balanced(s)
+
+
 def test_a_busy_workers_last_report_reaches_the_master(tmp_path):
     """M1: the workers' stop takes longer than Locust's 0.5 s; their last report (requests
     finished since the previous report and the ones cancelled at stop) must still be merged."""
@@ -132,15 +144,9 @@ def test_a_worker_quitting_under_load_reports_everything_before_it_goes(tmp_path
                 w.wait(timeout=30)
     assert master.returncode in (0, 1), out[-3000:]
     r = json.loads(results.read_text())
-    raw = _raw(log)
-    s = r["summary"]
-    assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw))
-    assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"], r["workers"]
+    _every_request_counted_once(r, log)
     left = [w for w in r["workers"] if w["left_at"]]
     assert len(left) == 1 and left[0]["final_report"] and not left[0]["lost_at"], r["workers"]
-    per_worker = {int(p.rsplit("worker", 1)[1]): sum(1 for _ in open(p)) for p in glob.glob(f"{log}.worker*")}
-    assert per_worker == {w["index"]: w["sent"] for w in r["workers"]}  # the one that quit included
-    _balanced(s)
 
 
 def test_a_sigkilled_workers_requests_in_flight_are_counted_lost(tmp_path):
@@ -221,11 +227,5 @@ def test_a_worker_stalled_at_stop_still_gets_its_final_report_in(tmp_path):
                 w.wait(timeout=30)
     assert master.returncode in (0, 1), out[-3000:]
     r = json.loads(results.read_text())
-    raw = _raw(log)
-    s = r["summary"]
-    assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw), r["workers"])
-    assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"], r["workers"]
+    _every_request_counted_once(r, log)
     assert all(w["final_report"] for w in r["workers"]), r["workers"]
-    per_worker = {int(p.rsplit("worker", 1)[1]): sum(1 for _ in open(p)) for p in glob.glob(f"{log}.worker*")}
-    assert per_worker == {w["index"]: w["sent"] for w in r["workers"]}
-    _balanced(s)

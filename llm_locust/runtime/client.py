@@ -358,17 +358,23 @@ class StreamClient:
             raise _Ended(Outcome.TRUNCATED, "stream ended without its end marker")
 
     def _finish(self, rec: RequestRecord, state: StreamState) -> None:
-        n_chunks = len(rec.chunk_times)
-        rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, n_chunks)
-        rec.finish_reason = state.finish_reason
-        if state.usage_in is not None:
-            rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
-        if state.usage_cached is not None:
-            rec.n_cached = state.usage_cached
-        if state.extra:
-            rec.extra = state.extra
-        if state.collect_text:
-            rec.text = "".join(state.text)
+        finish_record(rec, state)
+
+
+def finish_record(rec: RequestRecord, state: StreamState) -> None:
+    """A stream's record completed from what the stream said: its counts (resolve_tokens), finish
+    reason, server facts, and the text when it was kept. Every stream client ends a request here
+    (the HTTP one, both gRPC ones)."""
+    rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
+    rec.finish_reason = state.finish_reason
+    if state.usage_in is not None:
+        rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
+    if state.usage_cached is not None:
+        rec.n_cached = state.usage_cached
+    if state.extra:
+        rec.extra = state.extra
+    if state.collect_text:
+        rec.text = "".join(state.text)
 
 
 # Kernel receive timestamps: the time a read's data reached the socket, not the time this

@@ -42,9 +42,10 @@ from urllib.parse import urlsplit
 
 from gevent import GreenletExit
 
-from llm_locust.metrics.records import Outcome, RequestRecord, SOURCE_USAGE
+from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
-from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts, resolve_tokens
+from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
+from llm_locust.runtime.client import finish_record
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class GrpcStreamClient:
                 call.cancel()
             rec.outcome, rec.error = Outcome.CANCELLED, "test stopped while in flight"
             rec.t_end = time.perf_counter()
-            self._finish(rec, state)
+            finish_record(rec, state)
             if on_cancel is not None:
                 on_cancel(rec)
             raise
@@ -247,7 +248,7 @@ class GrpcStreamClient:
                 call.cancel()  # no-op on a finished call; frees the server's request otherwise
         if rec.t_end is None:
             rec.t_end = time.perf_counter()
-        self._finish(rec, state)
+        finish_record(rec, state)
         return rec
 
     def _read(self, call, rec: RequestRecord, state: StreamState, watch: "_Watch") -> None:
@@ -271,17 +272,8 @@ class GrpcStreamClient:
             rec.t_end = perf_counter()
             raise
         rec.t_end = now
-        if state.error is not None:
-            raise _Ended(Outcome.STREAM_ERROR, state.error)
-        if not state.done:
-            raise _Ended(Outcome.TRUNCATED, "the gRPC stream ended without its complete message")
-        ids = sum(state.cont_tokens)
-        if state.usage_out is not None and state.usage_out != ids:
-            raise _Ended(Outcome.STREAM_ERROR,
-                         f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids")
+        check_end(state)
 
-    def _finish(self, rec: RequestRecord, state: StreamState) -> None:
-        finish_record(rec, state)
 
 
 def check_served(model: str, info: dict[str, str]) -> None:
@@ -294,16 +286,16 @@ def check_served(model: str, info: dict[str, str]) -> None:
                      "checked with GetModelInfo, the Generate request has no model name)")
 
 
-def finish_record(rec: RequestRecord, state: StreamState) -> None:
-    """The record's counts from what the stream said (both gRPC clients end a request here)."""
-    rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
-    rec.finish_reason = state.finish_reason
-    if state.usage_in is not None:
-        rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
-    if state.usage_cached is not None:
-        rec.n_cached = state.usage_cached
-    if state.extra:
-        rec.extra = dict(state.extra)
+def check_end(state: StreamState) -> None:
+    """A stream that ended with OK trailers: its `complete` came, and the chunks' counts agree."""
+    if state.error is not None:
+        raise _Ended(Outcome.STREAM_ERROR, state.error)
+    if not state.done:
+        raise _Ended(Outcome.TRUNCATED, "the gRPC stream ended without its complete message")
+    ids = sum(state.cont_tokens)
+    if state.usage_out is not None and state.usage_out != ids:
+        raise _Ended(Outcome.STREAM_ERROR,
+                     f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids")
 
 
 def _status_outcome(e, *, before_reply: bool, total: float | None = None, what: str = "") -> tuple[Outcome, str]:

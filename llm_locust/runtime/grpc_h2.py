@@ -41,7 +41,8 @@ from gevent import GreenletExit
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
-from llm_locust.runtime.grpc_client import _Ended, check_served, finish_record, grpc_target, status_outcome
+from llm_locust.runtime.client import finish_record
+from llm_locust.runtime.grpc_client import _Ended, check_end, check_served, grpc_target, status_outcome
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
@@ -421,13 +422,8 @@ class H2GrpcClient:
                     end = pos
                 if not got_headers:
                     raise ProtocolError("HTTP/2 DATA before the response headers")
-                if not pending and end - start >= 5 and data[start] == 0 and \
-                        (n := int.from_bytes(data[start + 1:start + 5], "big")) == end - start - 5:
-                    if n > limit:
-                        raise ProtocolError(f"a gRPC message of {n} bytes, over the {limit}-byte limit")
-                    on_message(data[start + 5:end], now)  # the usual frame: one whole message
-                else:
-                    pending = self._messages(pending + data[start:end], on_message, now, limit)
+                # (the usual frame, one whole message, took the fast path above)
+                pending = self._messages(pending + data[start:end], on_message, now, limit)
                 if flags & END_STREAM:
                     raise _Status("UNKNOWN" if got_headers else "INTERNAL", "the stream ended without its trailers")
             elif ftype == HEADERS or ftype == CONTINUATION:
@@ -598,14 +594,7 @@ class H2GrpcClient:
                 replied = rec.t_end is not None  # a message came (grpcio's "reply" begins there)
                 if rec.t_end is None:
                     rec.t_end = time.perf_counter()
-            if state.error is not None:
-                raise _Ended(Outcome.STREAM_ERROR, state.error)
-            if not state.done:
-                raise _Ended(Outcome.TRUNCATED, "the gRPC stream ended without its complete message")
-            ids = sum(state.cont_tokens)
-            if state.usage_out is not None and state.usage_out != ids:
-                raise _Ended(Outcome.STREAM_ERROR,
-                             f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids")
+            check_end(state)
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except _Status as e:
