@@ -22,6 +22,7 @@ from llm_locust.protocols.base import (
     RequestSpec,
     StreamState,
 )
+from llm_locust.protocols.token_reads import text_template
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -150,6 +151,7 @@ class OpenAIAdapter:
         self.name = name
         self.path = path
         self.chat = chat
+        self._text_key = b'"content":"' if chat else b'"text":"'
 
     def __repr__(self) -> str:
         return f"OpenAIAdapter({self.name!r})"
@@ -271,6 +273,17 @@ class OpenAIAdapter:
         if kind and not state.cont_broken:
             _count_chunk(state, count)
         return kind
+
+    def token_template(self, payload: bytes, state: StreamState) -> tuple[bytes, bytes] | None:
+        """The bytes before and after the text of the token event just fed (`payload`), for
+        reading the stream's later one-token reads without parsing them (protocols.token_reads);
+        None unless feeding that event again with another text would change nothing but add a
+        token: the text is not kept, no running count is kept (the first token event without
+        one ended them), and it set no finish, final count, error or end."""
+        if (state.collect_text or not state.cont_broken or state.finish_reason is not None
+                or state.usage_out is not None or state.error is not None or state.done):
+            return None
+        return text_template(payload, self._text_key)
 
 
 def cache_timings(timings: dict[str, Any], state: StreamState) -> None:

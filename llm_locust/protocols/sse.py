@@ -111,6 +111,10 @@ class SSEDecoder:
         # then returns that count first (an int), before the payloads of the events after it.
         self.read_events = None
 
+    def idle(self) -> bool:
+        """Nothing pending: the next bytes start a new event."""
+        return not self._buf and not self._more and not self._cr
+
     def feed(self, data: bytes) -> list[bytes]:
         if not data:
             return []  # keeps a pending CR's state intact

@@ -33,6 +33,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTP
 
 from llm_locust.protocols import error_text, make_decoder, printable
 from llm_locust.protocols.base import (
+    CONTENT,
     REASONING,
     TOOL_CALL,
     Adapter,
@@ -43,6 +44,8 @@ from llm_locust.protocols.base import (
     Timeouts,
     resolve_tokens,
 )
+from llm_locust.protocols.sse import SSEDecoder
+from llm_locust.protocols.token_reads import token_read_matcher, whole_chunks
 from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,9 @@ YIELD_AFTER = 0.005
 _YIELD_SLEEP = 1e-6
 # A TLS read that took longer than this is taken to have waited in the hub (yielded).
 _WAITED = 0.0005
+# Paced streams' one-token reads recognised without parsing (protocols.token_reads); False reads
+# every byte the general way (tests compare the two).
+TOKEN_READS = True
 
 
 def _next_read_size(last: int, spent: float) -> int:
@@ -277,6 +283,15 @@ class StreamClient:
         # that framing without data cannot go on for ever
         framing = 0
         framing_limit = self.limits.head_bytes
+        # One-token reads taken without parsing (protocols.token_reads): `synced` while llhttp
+        # is known to wait at a chunk's start (a read taken past it must leave it there);
+        # `is_token_read` once a token event told the stream's shape; `tries`: token events
+        # left to try that on (a stream whose events never fit stops trying).
+        synced = resp.at_chunk_start
+        is_token_read = None
+        template = getattr(self.adapter, "token_template", None)
+        tries = 3 if (template is not None and TOKEN_READS and not state.collect_text
+                      and type(decoder) is SSEDecoder and decoder.read_events is None) else 0
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
             while not ended:
@@ -295,6 +310,11 @@ class StreamClient:
                 else:
                     data = chunk = None  # not held while this stream waits (up to BULK_READ_SIZE each)
                     chunk, now = read()
+                    if is_token_read is not None and is_token_read(chunk):
+                        payloads += 1  # one token event, as the general path would have read it
+                        append(now)
+                        framing = 0
+                        continue
                     if not chunk:
                         if _close_delimited(resp):
                             closed = True
@@ -306,6 +326,9 @@ class StreamClient:
                     except HTTPParseError as e:  # decode the body bytes before the fault first
                         resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
                         continue
+                    if synced and not whole_chunks(chunk):
+                        synced = False
+                        is_token_read, tries = None, 0
                     if pieces:
                         framing = 0
                     else:
@@ -338,6 +361,12 @@ class StreamClient:
                             rec.t_first_content = now  # text or a tool call: what the user waits for
                         if kind == TOOL_CALL and rec.t_first_tool is None:
                             rec.t_first_tool = now
+                if tries and synced and len(events) == 1 and kind == CONTENT and decoder.idle():
+                    tries -= 1
+                    cut = template(events[0], state)
+                    if cut is not None:
+                        is_token_read = token_read_matcher(*cut, self.limits.event_bytes)
+                        tries = 0
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None
@@ -533,6 +562,9 @@ def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float
             resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
             return t
         if resp.headers_complete and resp.get_code() >= 200:
+            # a chunked body none of whose bytes came yet: the parser waits at a chunk's start
+            resp.at_chunk_start = (data.endswith(b"\r\n\r\n") and not resp._body_buffer and not resp.message_complete
+                                   and resp.get("transfer-encoding") == "chunked" and resp.get("content-length") is None)
             return t
         if fed > limit:
             raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: header block over {limit} bytes")
@@ -737,6 +769,7 @@ class _Response(HTTPSocketResponse):
     whether a connection goes back to the pool or is closed (see StreamClient._exchange)."""
 
     broken: str | None = None  # the body's framing broke here (after the bytes in the buffer)
+    at_chunk_start = False  # set by _read_head: the parser, at the head's end, waits for a chunk's size line
     pieces: list | None = None  # set by StreamClient._read_stream: body pieces go here, not in _body_buffer
 
     def _on_body(self, buf: bytearray) -> None:

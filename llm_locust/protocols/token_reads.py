@@ -1,0 +1,118 @@
+"""One-token reads recognised without parsing them, for paced streams.
+
+A paced server (the real case: one token per stream every 10-50 ms) sends each token in its own
+HTTP chunk, and each chunk arrives in its own read. Such a read is, on an OpenAI-style stream,
+`<hex size>\\r\\ndata: {...}\\n\\n\\r\\n`, and its JSON differs from the stream's previous token event
+only in the token's text. Reading it the general way (llhttp, the SSE decoder, orjson, the
+adapter's checks) costs ~18 us of CPU a token in a 128-stream run, most of it cache misses
+between streams, where the whole client spends ~47 (benchmarks/README.md).
+
+So once one token event has been read the general way, the adapter cuts it into the bytes before
+its text and the bytes after (`token_template`), and `token_read_matcher` recognises a later read
+that is exactly one chunk holding exactly one event made of those same bytes around a different
+text: the same JSON document but for one string's value, so the general path would have found
+the same thing (one token, nothing else changed). The text must be valid JSON string content
+without escapes (no quote, backslash or control byte; valid UTF-8): anything else, and any read
+that is not exactly that (two chunks, part of one, the last chunk, an extension), goes the
+general way. `whole_chunks` tells the client whether llhttp, fed a read, stopped at a chunk's
+end, where such a read may be taken past it (runtime/client.py, StreamClient._read_stream).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_HEX = re.compile(rb"[0-9a-fA-F]{1,8}")
+# a JSON string's content that needs no check beyond this: printable ASCII, no quote or backslash
+_PLAIN_TEXT = re.compile(rb'[ !#-\[\]-~]+')
+# a byte that would end, escape or invalidate a JSON string's content
+_UNSAFE = re.compile(rb'["\\\x00-\x1f]')
+# chunk size lines as servers write them (lowercase hex, no leading zeros), for sizes below this
+_SIZE_LINES = tuple(b"%x" % n for n in range(4096))
+# reads longer than this are not scanned for whole chunks (a burst's reads: they go the general
+# way anyway)
+SCAN_LIMIT = 8192
+
+
+def token_read_matcher(prefix: bytes, suffix: bytes, max_event: int) -> Callable[[bytes], bool]:
+    """A test of one read: True when it is exactly one HTTP chunk whose data is one SSE event
+    `data: ` + prefix + text + suffix, with a text that is non-empty, unescaped JSON string
+    content, and the event within max_event bytes (the decoder's limit).
+
+    Written for its cost (it runs once a token, between other streams' reads that evict it from
+    the caches): the usual read takes four C calls; the rarer forms (uppercase or long size
+    lines, non-ASCII text) a slower check each."""
+    head = b"data: " + prefix
+    tail = suffix + b"\n\n\r\n"
+    n_head, n_tail = len(head), len(tail)
+    size_lines = _SIZE_LINES[: max(0, min(len(_SIZE_LINES), max_event + 1))]
+    n_lines = len(size_lines)
+    plain = _PLAIN_TEXT.fullmatch
+
+    def is_token_read(read: bytes) -> bool:
+        i = read.find(b"\r\n", 0, 10)
+        if i <= 0 or not read.startswith(head, i + 2) or not read.endswith(tail):
+            return False
+        n = len(read)
+        size = n - i - 4  # the chunk's data: all between its size line and its final CRLF
+        start = i + 2 + n_head
+        end = n - n_tail
+        if end <= start:
+            return False
+        if (size >= n_lines or read[:i] != size_lines[size]) and not _size_line(read, i, size, max_event):
+            return False
+        return plain(read, start, end) is not None or _text(read, start, end)
+
+    return is_token_read
+
+
+def _size_line(read: bytes, i: int, size: int, max_event: int) -> bool:
+    """read[:i] is a chunk size line (hex digits, no extension) saying `size`, within max_event."""
+    return size <= max_event and _HEX.fullmatch(read, 0, i) is not None and int(read[:i], 16) == size
+
+
+def _text(read: bytes, start: int, end: int) -> bool:
+    """read[start:end] is JSON string content without escapes: no quote, backslash or control
+    byte, and valid UTF-8."""
+    if _UNSAFE.search(read, start, end) is not None:
+        return False
+    try:
+        read[start:end].decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def whole_chunks(read: bytes) -> bool:
+    """True when `read`, taken from a chunk's start, is one or more complete chunks of data (no
+    extensions, not the last, zero-size chunk): a parser fed it from a chunk's start ends at the
+    next chunk's start."""
+    pos, n = 0, len(read)
+    if n == 0 or n > SCAN_LIMIT:
+        return False
+    while pos < n:
+        i = read.find(b"\r\n", pos, pos + 10)
+        if i <= pos or _HEX.fullmatch(read, pos, i) is None:
+            return False
+        size = int(read[pos:i], 16)
+        end = i + 2 + size
+        if size == 0 or read[end:end + 2] != b"\r\n":
+            return False
+        pos = end + 2
+    return True
+
+
+def text_template(payload: bytes, key: bytes) -> tuple[bytes, bytes] | None:
+    """(bytes before the text, bytes after it) of a token event whose text is the string value
+    of the one `key` in it (e.g. b'"text":"'), when that text has no escapes; else None.
+
+    In valid JSON, `"text":"` can only be a key and the quote opening its string value (inside
+    a string a quote is escaped), so with `key` occurring once, the value runs to the next quote."""
+    if payload.count(key) != 1:
+        return None
+    start = payload.find(key) + len(key)
+    end = payload.find(b'"', start)
+    if end <= start or payload.find(b"\\", start, end) >= 0:
+        return None
+    return payload[:start], payload[end:]

@@ -1,0 +1,276 @@
+"""One-token reads taken without parsing them (protocols/token_reads.py, StreamClient._read_stream).
+
+A read taken that way must give exactly what reading it the general way (llhttp, the SSE decoder,
+the adapter) gives: the same token events at the same times, the same counts, finish, usage,
+errors and outcome, whatever the server sends and however its bytes are cut into reads. Each
+stream below is read twice, with TOKEN_READS on and off, and the two records compared; the
+reads are handed to the client's own loop exactly as given, so the cuts are the test's."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from geventhttpclient import HTTPClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import llm_locust.runtime.client as client_mod
+from llm_locust.metrics.records import RequestRecord
+from llm_locust.protocols import get_adapter
+from llm_locust.protocols.base import Limits, RequestSpec, StreamState
+from llm_locust.protocols.token_reads import text_template, token_read_matcher, whole_chunks
+from llm_locust.runtime.client import StreamClient, Timeouts, _Ended, _read_head, _Response, finish_record
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def completion_event(text, finish=None, **extra) -> dict:
+    return {"id": "cmpl-7", "object": "text_completion", "created": 1796209400, "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}],
+            **extra}
+
+
+def chat_event(text, finish=None, **extra) -> dict:
+    return {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1796209400, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}], **extra}
+
+
+def usage_event(n: int) -> dict:
+    return {"id": "cmpl-7", "object": "text_completion", "created": 1796209400, "model": "m", "choices": [],
+            "usage": {"prompt_tokens": 5, "total_tokens": 5 + n, "completion_tokens": n}}
+
+
+def sse(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def chunk(data: bytes, size_line: bytes | None = None) -> bytes:
+    return (size_line if size_line is not None else b"%x" % len(data)) + b"\r\n" + data + b"\r\n"
+
+
+def paced_reads(api: str, texts: list[str]) -> list[bytes]:
+    """A well-formed paced stream: the head, one chunk per read per token, the finish, usage, end."""
+    make = chat_event if api == "openai-chat" else completion_event
+    reads = [HEAD]
+    for i, text in enumerate(texts):
+        last = i == len(texts) - 1
+        reads.append(chunk(sse(orjson.dumps(make(text, "length" if last else None)))))
+    reads.append(chunk(sse(orjson.dumps(usage_event(len(texts))))) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return reads
+
+
+def read_through(api: str, reads: list[bytes], token_reads: bool, monkeypatch, limits: Limits | None = None):
+    """The client's record of a reply arriving as exactly these reads (each at its own time)."""
+    monkeypatch.setattr(client_mod, "TOKEN_READS", token_reads)
+    http = HTTPClient.from_url("http://127.0.0.1:9")  # never connects: the reads are handed in
+    client = StreamClient(http, "http://127.0.0.1:9", get_adapter(api), Timeouts(1.0, 1.0, 1.0), limits=limits)
+    rec = RequestRecord(request_id="r", api=api, t_sched=0.0, t_sent=0.0, wall_sent=0.0)
+    state = StreamState(False)
+    it = iter(enumerate(reads))
+
+    def read():
+        i, data = next(it, (len(reads), b""))
+        return data, 1.0 + i
+
+    resp = _Response(None, block_size=65536, method="POST")
+    try:
+        rec.t_headers = _read_head(resp, read, rec, 65536)
+        client._read_stream(resp, read, rec, state)
+    except _Ended as e:
+        rec.outcome, rec.error = e.outcome, e.text
+    except Exception as e:  # noqa: BLE001 - compared like any other outcome
+        rec.outcome, rec.error = type(e).__name__, str(e)
+    finish_record(rec, state)
+    return (rec.outcome, rec.error, rec.n_out, rec.n_out_source, rec.chunk_times, rec.chunk_tokens, rec.finish_reason,
+            rec.n_in, rec.t_first, rec.t_first_content, rec.t_end, state.done, state.error, state.cont_broken)
+
+
+def count_token_reads(monkeypatch) -> list[int]:
+    """How many reads the token-read test took, counted through the matcher the client makes."""
+    hits = [0]
+    real = client_mod.token_read_matcher
+
+    def counting(*args):
+        match = real(*args)
+
+        def counted(read):
+            ok = match(read)
+            hits[0] += ok
+            return ok
+
+        return counted
+
+    monkeypatch.setattr(client_mod, "token_read_matcher", counting)
+    return hits
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
+def test_a_paced_stream_is_read_without_parsing_and_agrees(api, monkeypatch):
+    texts = [" to", " and", ' "quoted"', " caf\u00e9", " \\n", " \u4e2d\u6587", " x"] * 15
+    reads = paced_reads(api, texts)
+    hits = count_token_reads(monkeypatch)
+    fast = read_through(api, reads, True, monkeypatch)
+    assert hits[0] > 0
+    general = read_through(api, reads, False, monkeypatch)
+    assert fast == general
+    assert fast[0].value == "ok" and fast[2] == len(texts) and len(fast[4]) == len(texts)
+    # every token read but the first (read the general way, it gives the template), those with
+    # an escape in their JSON (a quote, a backslash) and the last (its finish reason differs)
+    escaped = sum(1 for t in texts[1:-1] if '"' in t or "\\" in t)
+    assert hits[0] == len(texts) - 2 - escaped
+
+
+def test_reads_that_are_not_one_whole_token_chunk_go_the_general_way(monkeypatch):
+    """Two chunks in one read, a chunk cut in two, an extension, uppercase and zero-padded size
+    lines: none is taken as a token read unless it is exactly one chunk; the counts agree."""
+    ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(12)]
+    cut = len(ev[3]) // 2
+    reads = [HEAD, ev[0], ev[1], ev[2] + ev[3][:cut], ev[3][cut:], ev[4] + ev[5],
+             ev[6].replace(b"\r\n", b";x=1\r\n", 1), ev[7].upper()[:2] + ev[7][2:], b"00" + ev[8], ev[9], ev[10], ev[11],
+             chunk(sse(orjson.dumps(completion_event(" end", "stop")))) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+    hits = count_token_reads(monkeypatch)
+    fast = read_through("openai-completions", reads, True, monkeypatch)
+    assert fast == read_through("openai-completions", reads, False, monkeypatch)
+    assert fast[2] == 13 and fast[0].value == "ok"
+    # after the cut chunk llhttp's place is unknown: no token read from there on; before it,
+    # ev[1] and ev[2]+.. : only ev[1] (ev[0] gave the template)
+    assert hits[0] == 1
+
+
+def test_a_body_that_came_with_the_head_or_has_a_length_is_read_the_general_way(monkeypatch):
+    ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(6)]
+    end = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    hits = count_token_reads(monkeypatch)
+    with_head = [HEAD + ev[0], *ev[1:], end]
+    fast = read_through("openai-completions", with_head, True, monkeypatch)
+    assert fast == read_through("openai-completions", with_head, False, monkeypatch) and fast[2] == 6
+    body = b"".join(sse(orjson.dumps(completion_event(f" w{i}"))) for i in range(6)) + b"data: [DONE]\n\n"
+    sized = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body),
+             *[body[i:i + 100] for i in range(0, len(body), 100)]]
+    fast = read_through("openai-completions", sized, True, monkeypatch)
+    assert fast == read_through("openai-completions", sized, False, monkeypatch) and fast[2] == 6
+    assert hits[0] == 0
+
+
+def test_an_event_past_the_event_limit_is_refused_either_way(monkeypatch):
+    big = " " + "y" * 300
+    reads = paced_reads("openai-completions", [" a", " b", big, " c"])
+    limits = Limits(event_bytes=300)
+    fast = read_through("openai-completions", reads, True, monkeypatch, limits)
+    assert fast == read_through("openai-completions", reads, False, monkeypatch, limits)
+    assert fast[0].value == "stream_error" and "longer than 300 bytes" in fast[1]
+
+
+# Texts a server might put where the token goes, as raw bytes inside the JSON string: valid
+# content, escapes, and bytes no JSON string may hold (each must fail the same way both ways).
+RAW_TEXTS = st.one_of(
+    st.text(max_size=6).map(lambda t: orjson.dumps(t)[1:-1]),
+    st.sampled_from([b"", b'"', b"\\", b"\\u00e9", b"\x01", b"\x1f", b"\x7f", b"\xff", b"\xc3", b"\xe4\xb8",
+                     b"\xed\xa0\x80", b"a\nb", b"a\rb", b"\r\n", b"x\"y", b"]}", b"\xf0\x9f\x98\x80"]),
+    st.binary(max_size=4),
+)
+
+
+@st.composite
+def streams(draw):
+    """A chunked event stream as reads: token events with raw texts, now and then a change of
+    shape (a finish reason, usage, an error object, a comment), cut into reads in any way."""
+    api = draw(st.sampled_from(["openai-completions", "openai-chat"]))
+    make = chat_event if api == "openai-chat" else completion_event
+    template = orjson.dumps(make("\x00"))  # the text's place: orjson writes \u0000
+    before, after = template.split(b"\\u0000")
+    chunks = []
+    for _ in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["token"] * 8 + ["finish", "usage", "error", "comment", "two", "role"]))
+        if kind == "token":
+            payload = before + draw(RAW_TEXTS) + after
+        elif kind == "finish":
+            payload = orjson.dumps(make(" end", draw(st.sampled_from(["stop", "length"]))))
+        elif kind == "usage":
+            payload = orjson.dumps(usage_event(draw(st.integers(0, 40))))
+        elif kind == "error":
+            payload = orjson.dumps({"error": {"message": "boom", "type": "server_error"}})
+        elif kind == "role":
+            payload = orjson.dumps(make(""))
+        else:
+            payload = None
+        data = b": keep-alive\n\n" if kind == "comment" else sse(payload) if kind != "two" else (
+            sse(before + b" a" + after) + sse(before + b" b" + after))
+        size_line = draw(st.sampled_from([None] * 6 + [b"0%x" % len(data), b"%X" % len(data), b"%x;e=1" % len(data)]))
+        chunks.append(chunk(data, size_line))
+    ending = draw(st.sampled_from(["done", "done", "eof", "zero"]))
+    if ending == "done":
+        chunks.append(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    elif ending == "zero":
+        chunks.append(b"0\r\n\r\n")
+    body = b"".join(chunks)
+    reads = [HEAD]
+    pos = 0
+    bounds = sorted(draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=6)))
+    for c in chunks:  # mostly a chunk a read, as a paced server's arrive; some cut elsewhere
+        end = pos + len(c)
+        cuts = [b for b in bounds if pos < b < end]
+        for b in cuts:
+            reads.append(body[pos:b])
+            pos = b
+        reads.append(body[pos:end])
+        pos = end
+    if draw(st.booleans()):  # some reads joined
+        i = draw(st.integers(1, len(reads) - 1))
+        reads[i:i + 2] = [b"".join(reads[i:i + 2])]
+    return api, reads
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(streams())
+def test_any_stream_cut_any_way_reads_the_same_with_and_without_token_reads(monkeypatch, stream):
+    api, reads = stream
+    assert read_through(api, reads, True, monkeypatch) == read_through(api, reads, False, monkeypatch)
+
+
+def test_the_matcher_takes_exactly_one_whole_chunk_of_one_event():
+    payload = orjson.dumps(completion_event(" to"))
+    prefix, suffix = text_template(payload, b'"text":"')
+    match = token_read_matcher(prefix, suffix, 1 << 20)
+    ok = chunk(sse(payload.replace(b" to", b" and")))
+    assert match(ok)
+    assert not match(ok[:-1]) and not match(ok + b"0\r\n\r\n") and not match(b"x" + ok) and not match(b" " + ok)
+    assert match(b"00" + ok)  # a zero-padded size line is one too
+    assert not match(ok.replace(b" and", b""))  # an empty text: not a token
+    assert not match(chunk(sse(payload.replace(b" to", b" a\\nd"))))  # escapes: the general way
+    bad_size = b"%x" % (int(ok.split(b"\r\n")[0], 16) + 1) + ok[ok.index(b"\r\n"):]
+    assert not match(bad_size)
+    assert match(ok.replace(ok[:2], ok[:2].upper(), 1)) == (ok[:2].upper() != ok[:2])  # uppercase: a valid size line
+    assert not token_read_matcher(prefix, suffix, 100)(ok)  # over the event limit
+    assert text_template(orjson.dumps({"a": {"text": "x"}, "text": "y"}), b'"text":"') is None
+    assert text_template(orjson.dumps(completion_event('say "hi"')), b'"text":"') is None
+
+
+def test_whole_chunks_knows_where_a_parser_stops():
+    one = chunk(b"data: x\n\n")
+    assert whole_chunks(one) and whole_chunks(one * 3)
+    assert not whole_chunks(one[:-1]) and not whole_chunks(one + one[:4]) and not whole_chunks(b"")
+    assert not whole_chunks(one + b"0\r\n\r\n") and not whole_chunks(b"5;a=b\r\nhello\r\n")
+    assert not whole_chunks(b"5\r\nhelloXY") and not whole_chunks(b"g\r\n")
+
+
+def test_the_simulator_paced_stream_is_timed_the_same(monkeypatch):
+    """Over real HTTP against the paced simulator: most token reads are taken without parsing,
+    and the record is the general path's (same counts, finish, one time per token, in order)."""
+    from llm_locust.sim.process import SimProcess
+
+    hits = count_token_reads(monkeypatch)
+    with SimProcess(slots=8, iter_base=0.005, iter_per_seq=0.0, iter_per_prefill_token=0.0) as sim:
+        out = {}
+        for on in (True, False):
+            monkeypatch.setattr(client_mod, "TOKEN_READS", on)
+            http = HTTPClient.from_url(sim.url, concurrency=2)
+            c = StreamClient(http, sim.url, get_adapter("openai-chat"), Timeouts(2.0, 5.0, 30.0))
+            out[on] = c.send(RequestSpec(model="m", prompt="hello", max_tokens=60, force_length=True), f"r{on}")
+            http.close()
+    for rec in out.values():
+        assert rec.outcome.value == "ok" and rec.n_out == 60 and len(rec.chunk_times) == 60
+        assert rec.finish_reason == "length" and rec.n_out_source == "usage"
+        assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
+        assert rec.t_first == rec.chunk_times[0] and rec.t_sent <= rec.t_first <= rec.t_end
+    assert hits[0] >= 30  # paced at 5 ms a token: most arrive one a read
