@@ -137,18 +137,35 @@ def test_reads_that_are_not_one_whole_token_chunk_go_the_general_way(monkeypatch
     assert hits[0] == 1
 
 
-def test_a_body_that_came_with_the_head_or_has_a_length_is_read_the_general_way(monkeypatch):
+def test_a_body_that_came_with_the_head(monkeypatch):
+    """A busy client reads the head and the first token(s) together: token reads start after
+    them when that read held the whole head and whole chunks; not when the head came in parts
+    (where the body starts is then not known)."""
     ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(6)]
     end = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-    hits = count_token_reads(monkeypatch)
-    with_head = [HEAD + ev[0], *ev[1:], end]
-    fast = read_through("openai-completions", with_head, True, monkeypatch)
-    assert fast == read_through("openai-completions", with_head, False, monkeypatch) and fast[2] == 6
+    cases = {"whole head and a chunk": ([HEAD + ev[0], *ev[1:], end], 5),
+             "whole head and two chunks": ([HEAD + ev[0] + ev[1], *ev[2:], end], 4),
+             "head in parts": ([HEAD[:20], HEAD[20:] + ev[0], *ev[1:], end], 0),
+             "head and part of a chunk": ([HEAD + ev[0][:5], ev[0][5:], *ev[1:], end], 0)}
+    for name, (reads, taken) in cases.items():
+        hits = count_token_reads(monkeypatch)
+        fast = read_through("openai-completions", reads, True, monkeypatch)
+        assert fast == read_through("openai-completions", reads, False, monkeypatch), name
+        assert fast[0].value == "ok" and fast[2] == 6, name
+        assert hits[0] == taken, name
+
+
+def test_a_body_with_a_length_or_a_head_with_bare_line_feeds_is_read_the_general_way(monkeypatch):
     body = b"".join(sse(orjson.dumps(completion_event(f" w{i}"))) for i in range(6)) + b"data: [DONE]\n\n"
     sized = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body),
              *[body[i:i + 100] for i in range(0, len(body), 100)]]
-    fast = read_through("openai-completions", sized, True, monkeypatch)
-    assert fast == read_through("openai-completions", sized, False, monkeypatch) and fast[2] == 6
+    ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(6)]
+    bare = [HEAD.replace(b"\r\n", b"\n")[:-1] + b"\r\n" + ev[0], *ev[1:], chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+    hits = count_token_reads(monkeypatch)
+    for reads in (sized, bare):
+        fast = read_through("openai-completions", reads, True, monkeypatch)
+        assert fast == read_through("openai-completions", reads, False, monkeypatch)
+        assert fast[2] == 6 if reads is sized else fast[0] == "HTTPParseError"  # llhttp wants CRLF
     assert hits[0] == 0
 
 
@@ -228,7 +245,7 @@ def test_any_stream_cut_any_way_reads_the_same_with_and_without_token_reads(monk
     assert read_through(api, reads, True, monkeypatch) == read_through(api, reads, False, monkeypatch)
 
 
-def test_the_matcher_takes_exactly_one_whole_chunk_of_one_event():
+def test_the_matcher_counts_whole_chunks_of_one_token_event_each():
     payload = orjson.dumps(completion_event(" to"))
     prefix, suffix = text_template(payload, b'"text":"')
     match = token_read_matcher(prefix, suffix, 1 << 20)
@@ -242,6 +259,12 @@ def test_the_matcher_takes_exactly_one_whole_chunk_of_one_event():
     assert not match(bad_size)
     assert match(ok.replace(ok[:2], ok[:2].upper(), 1)) == (ok[:2].upper() != ok[:2])  # uppercase: a valid size line
     assert not token_read_matcher(prefix, suffix, 100)(ok)  # over the event limit
+    # a reader that fell behind: several whole token chunks in one read, each counted
+    other = chunk(sse(payload.replace(b" to", b" caf\xc3\xa9")))
+    assert match(ok + other) == 2 and match(ok + other + ok) == 3 and match(ok + ok.upper()[:2] + ok[2:]) == 2
+    assert not match(ok + other[:-1]) and not match(ok + chunk(sse(payload.replace(b" to", b"\\n"))))
+    assert not match(ok + b"0\r\n\r\n") and not match(ok + chunk(b"data: [DONE]\n\n"))
+    assert not match(ok + chunk(sse(payload.replace(b" to", b"\xff"))))
     assert text_template(orjson.dumps({"a": {"text": "x"}, "text": "y"}), b'"text":"') is None
     assert text_template(orjson.dumps(completion_event('say "hi"')), b'"text":"') is None
 

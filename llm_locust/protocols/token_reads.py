@@ -35,14 +35,14 @@ _SIZE_LINES = tuple(b"%x" % n for n in range(4096))
 SCAN_LIMIT = 8192
 
 
-def token_read_matcher(prefix: bytes, suffix: bytes, max_event: int) -> Callable[[bytes], bool]:
-    """A test of one read: True when it is exactly one HTTP chunk whose data is one SSE event
-    `data: ` + prefix + text + suffix, with a text that is non-empty, unescaped JSON string
-    content, and the event within max_event bytes (the decoder's limit).
+def token_read_matcher(prefix: bytes, suffix: bytes, max_event: int) -> Callable[[bytes], int]:
+    """A count of the token events in one read: n when the read is exactly n whole HTTP chunks,
+    each one SSE event `data: ` + prefix + text + suffix with a text that is non-empty, unescaped
+    JSON string content, each event within max_event bytes (the decoder's limit); else 0.
 
     Written for its cost (it runs once a token, between other streams' reads that evict it from
-    the caches): the usual read takes four C calls; the rarer forms (uppercase or long size
-    lines, non-ASCII text) a slower check each."""
+    the caches): the usual read, one chunk, takes four C calls; the rarer forms (uppercase or
+    long size lines, non-ASCII text, several chunks: a reader that fell behind) slower checks."""
     head = b"data: " + prefix
     tail = suffix + b"\n\n\r\n"
     n_head, n_tail = len(head), len(tail)
@@ -50,26 +50,39 @@ def token_read_matcher(prefix: bytes, suffix: bytes, max_event: int) -> Callable
     n_lines = len(size_lines)
     plain = _PLAIN_TEXT.fullmatch
 
-    def is_token_read(read: bytes) -> bool:
+    def count_token_events(read: bytes) -> int:
         i = read.find(b"\r\n", 0, 10)
         if i <= 0 or not read.startswith(head, i + 2) or not read.endswith(tail):
-            return False
+            return 0
         n = len(read)
-        size = n - i - 4  # the chunk's data: all between its size line and its final CRLF
+        size = n - i - 4  # as one chunk: all between its size line and its final CRLF
         start = i + 2 + n_head
         end = n - n_tail
         if end <= start:
-            return False
-        if (size >= n_lines or read[:i] != size_lines[size]) and not _size_line(read, i, size, max_event):
-            return False
-        return plain(read, start, end) is not None or _text(read, start, end)
+            return 0
+        if size < n_lines and read[:i] == size_lines[size]:  # one chunk, its size line as servers write it
+            return 1 if plain(read, start, end) is not None or _text(read, start, end) else 0
+        return _several(read, head, tail, max_event)
 
-    return is_token_read
+    return count_token_events
 
 
-def _size_line(read: bytes, i: int, size: int, max_event: int) -> bool:
-    """read[:i] is a chunk size line (hex digits, no extension) saying `size`, within max_event."""
-    return size <= max_event and _HEX.fullmatch(read, 0, i) is not None and int(read[:i], 16) == size
+def _several(read: bytes, head: bytes, tail: bytes, max_event: int) -> int:
+    """count_token_events for a read of several chunks, each taken from its size line."""
+    n_head, n_tail = len(head), len(tail)
+    pos, n, count = 0, len(read), 0
+    while pos < n:
+        i = read.find(b"\r\n", pos, pos + 10)
+        if i <= pos or _HEX.fullmatch(read, pos, i) is None:
+            return 0
+        end = i + 4 + int(read[pos:i], 16)  # past the chunk's final CRLF
+        start, stop = i + 2 + n_head, end - n_tail
+        if (end > n or end - i - 4 > max_event or stop <= start or not read.startswith(head, i + 2)
+                or not read.startswith(tail, stop) or not _text(read, start, stop)):
+            return 0
+        count += 1
+        pos = end
+    return count
 
 
 def _text(read: bytes, start: int, end: int) -> bool:

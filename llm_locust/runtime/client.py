@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
-import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -46,6 +45,8 @@ from llm_locust.protocols.base import (
 )
 from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.protocols.token_reads import token_read_matcher, whole_chunks
+from llm_locust.runtime.pump import PUMP
+from llm_locust.runtime.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
 from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ _WAITED = 0.0005
 # Paced streams' one-token reads recognised without parsing (protocols.token_reads); False reads
 # every byte the general way (tests compare the two).
 TOKEN_READS = True
+# ... and read by the process's one pump greenlet, many streams a wake-up (runtime/pump.py); False:
+# each stream's greenlet reads its own.
+PUMP_READS = True
 
 
 def _next_read_size(last: int, spent: float) -> int:
@@ -283,15 +287,17 @@ class StreamClient:
         # that framing without data cannot go on for ever
         framing = 0
         framing_limit = self.limits.head_bytes
-        # One-token reads taken without parsing (protocols.token_reads): `synced` while llhttp
-        # is known to wait at a chunk's start (a read taken past it must leave it there);
-        # `is_token_read` once a token event told the stream's shape; `tries`: token events
-        # left to try that on (a stream whose events never fit stops trying).
+        # Token reads taken without parsing (protocols.token_reads): `synced` while llhttp is
+        # known to wait at a chunk's start (a read taken past it must leave it there);
+        # `is_token_read` (it counts a read's token events) once a token event told the stream's
+        # shape; `tries`: token events left to try that on (a stream whose events never fit
+        # stops trying).
         synced = resp.at_chunk_start
         is_token_read = None
         template = getattr(self.adapter, "token_template", None)
         tries = 3 if (template is not None and TOKEN_READS and not state.collect_text
                       and type(decoder) is SSEDecoder and decoder.read_events is None) else 0
+        via_pump = getattr(read, "via_pump", None) if PUMP_READS else None
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
             while not ended:
@@ -309,12 +315,24 @@ class StreamClient:
                     events = decoder.close()  # an event the body's end completed
                 else:
                     data = chunk = None  # not held while this stream waits (up to BULK_READ_SIZE each)
-                    chunk, now = read()
-                    if is_token_read is not None and is_token_read(chunk):
-                        payloads += 1  # one token event, as the general path would have read it
-                        append(now)
-                        framing = 0
-                        continue
+                    if is_token_read is None:
+                        chunk, now = read()
+                    elif via_pump is not None:  # token reads taken by the pump; this one is not
+                        chunk, now, n = via_pump(is_token_read, times)
+                        if n:
+                            payloads += n
+                            framing = 0
+                    else:
+                        chunk, now = read()
+                        n = is_token_read(chunk)
+                        if n:
+                            payloads += n  # token events, as the general path would have read them
+                            if n == 1:
+                                append(now)
+                            else:
+                                times += [now] * n
+                            framing = 0
+                            continue
                     if not chunk:
                         if _close_delimited(resp):
                             closed = True
@@ -361,9 +379,9 @@ class StreamClient:
                             rec.t_first_content = now  # text or a tool call: what the user waits for
                         if kind == TOOL_CALL and rec.t_first_tool is None:
                             rec.t_first_tool = now
-                if tries and synced and len(events) == 1 and kind == CONTENT and decoder.idle():
+                if tries and events and synced and kind == CONTENT and decoder.idle():
                     tries -= 1
-                    cut = template(events[0], state)
+                    cut = template(events[-1], state)  # the read's last event: `kind` is its
                     if cut is not None:
                         is_token_read = token_read_matcher(*cut, self.limits.event_bytes)
                         tries = 0
@@ -404,14 +422,6 @@ def finish_record(rec: RequestRecord, state: StreamState) -> None:
         rec.extra = state.extra
     if state.collect_text:
         rec.text = "".join(state.text)
-
-
-# Kernel receive timestamps: the time a read's data reached the socket, not the time this
-# process got round to reading it. Under load (a thousand streams whose tokens land together)
-# the difference is tens of milliseconds; see docs/metrics.md.
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python does not export it
-_TIMESPEC = struct.Struct("qq")
-_CMSG_SPACE = 64
 
 
 def _reader(sock, t_sent: float, watch: "_Watch"):
@@ -476,8 +486,7 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
     # again first) and one exception, not two: at a paced server's one token per read, nearly
     # every read waits.
     wait = sock._wait
-    unpack = _TIMESPEC.unpack
-    off_ns = time.time_ns() - time.perf_counter_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
+    off_ns = clock_offset_ns()
 
     # A read that had to wait (the hub ran for over _WAITED) makes the next one wait first: at
     # a paced server's one token per read, trying first would fail (EAGAIN, an exception)
@@ -492,7 +501,7 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
             size = _next_read_size(size, perf_counter() - full_at)
         if not waited:
             try:
-                data, anc, _flags, _addr = raw_recvmsg(size, _CMSG_SPACE)
+                data, anc, _flags, _addr = raw_recvmsg(size, CMSG_SPACE)
             except BlockingIOError:
                 data = None
             else:
@@ -507,11 +516,11 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
             while True:
                 event = sock._read_event
                 if event is None:  # closed meanwhile (the watchdog): gevent's read raises EBADF
-                    data, anc, _flags, _addr = recvmsg(size, _CMSG_SPACE)
+                    data, anc, _flags, _addr = recvmsg(size, CMSG_SPACE)
                     break
                 wait(event)
                 try:
-                    data, anc, _flags, _addr = raw_recvmsg(size, _CMSG_SPACE)
+                    data, anc, _flags, _addr = raw_recvmsg(size, CMSG_SPACE)
                     break
                 except BlockingIOError:  # woken with nothing to read: wait again, as gevent does
                     pass
@@ -521,15 +530,13 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
             full_at = now
         elif full_at:
             full_at, size = 0.0, READ_SIZE
-        if anc:
-            level, kind, payload = anc[0]
-            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
-                sec, nsec = unpack(payload)
-                t = (sec * 1_000_000_000 + nsec - off_ns) / 1e9
-                if t_sent <= t < now:
-                    return data, t
-        return data, now
+        return data, arrival(anc, now, t_sent, off_ns)
 
+    def via_pump(count_token_events, times: list[float]) -> tuple[bytes, float, int]:
+        """Reads taken by the process's pump while they are token reads (runtime/pump.py)."""
+        return PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
+
+    read_stamped.via_pump = via_pump
     return read_stamped
 
 
@@ -562,12 +569,27 @@ def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float
             resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
             return t
         if resp.headers_complete and resp.get_code() >= 200:
-            # a chunked body none of whose bytes came yet: the parser waits at a chunk's start
-            resp.at_chunk_start = (data.endswith(b"\r\n\r\n") and not resp._body_buffer and not resp.message_complete
-                                   and resp.get("transfer-encoding") == "chunked" and resp.get("content-length") is None)
+            resp.at_chunk_start = _at_chunk_start(resp, data)
             return t
         if fed > limit:
             raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: header block over {limit} bytes")
+
+
+def _at_chunk_start(resp: "_Response", data: bytes) -> bool:
+    """After the head, whose last read was `data`: whether llhttp waits at a chunk's start (a
+    chunked body, and what of it came in that read is whole chunks). When body bytes came with
+    the head, the read must hold the whole head (a busy client reads the head and the first
+    token together) for the body's bytes to be found: the first blank line ends it."""
+    if (resp.message_complete or resp.get("transfer-encoding") != "chunked"
+            or resp.get("content-length") is not None):
+        return False
+    if not resp._body_buffer:
+        return data.endswith(b"\r\n\r\n")
+    end = data.find(b"\r\n\r\n") + 4
+    head = data[:end]
+    if end < 4 or not data.startswith(b"HTTP/1.") or head.count(b"\n") != head.count(b"\r\n"):
+        return False  # part of the head came before, or a line ends in a bare LF
+    return whole_chunks(data[end:])
 
 
 def _read_body(resp: "_Response", read, limit: int, framing_limit: int) -> bytes:
@@ -629,13 +651,14 @@ def _log_unexpected(e: BaseException) -> None:
 
 
 class _Watch:
-    __slots__ = ("sock", "limit", "last", "fired")
+    __slots__ = ("sock", "limit", "last", "fired", "on_fire")
 
     def __init__(self, sock, limit: float) -> None:
         self.sock = sock
         self.limit = limit
         self.last = time.perf_counter()
         self.fired = False
+        self.on_fire = None  # set while the stream waits in the pump (runtime/pump.py): wakes it
 
 
 class _Watchdog:
@@ -668,6 +691,8 @@ class _Watchdog:
                 w.fired = True
                 self.active.discard(w)
                 w.sock.close()
+                if w.on_fire is not None:
+                    w.on_fire()
 
 
 _WATCHDOG = _Watchdog()
