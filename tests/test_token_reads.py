@@ -169,6 +169,32 @@ def test_a_body_with_a_length_or_a_head_with_bare_line_feeds_is_read_the_general
     assert hits[0] == 0
 
 
+def test_a_shape_that_changes_now_and_then_is_taken_anew_and_one_that_never_repeats_is_given_up(monkeypatch):
+    """A server whose `created` changes every second (llama.cpp writes it per chunk): each new
+    shape is learnt from the first event read the general way. A stream whose every event differs
+    elsewhere than its text stops trying after TEMPLATE_TRIES shapes."""
+    def stream(created_of):
+        return ([HEAD] + [chunk(sse(orjson.dumps(completion_event(f" w{i}", created=created_of(i))))) for i in range(60)]
+                + [chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"])
+
+    cases = [(stream(lambda i: 1796209400 + i // 10), 6, 54),  # 6 shapes, each read once the general way
+             (stream(lambda i: 1796209400 + i), client_mod.TEMPLATE_TRIES, 0)]
+    for reads, templates, taken in cases:
+        hits = count_token_reads(monkeypatch)
+        made = [0]
+        counting = client_mod.token_read_matcher
+
+        def made_and_counting(*args, counting=counting, made=made):
+            made[0] += 1
+            return counting(*args)
+
+        monkeypatch.setattr(client_mod, "token_read_matcher", made_and_counting)
+        fast = read_through("openai-completions", reads, True, monkeypatch)
+        assert fast == read_through("openai-completions", reads, False, monkeypatch)
+        assert fast[0].value == "ok" and fast[2] == 60
+        assert (made[0], hits[0]) == (templates, taken)
+
+
 def test_an_event_past_the_event_limit_is_refused_either_way(monkeypatch):
     big = " " + "y" * 300
     reads = paced_reads("openai-completions", [" a", " b", big, " c"])

@@ -81,6 +81,8 @@ TOKEN_READS = True
 # ... and read by the process's one pump greenlet, many streams a wake-up (runtime/pump.py); False:
 # each stream's greenlet reads its own.
 PUMP_READS = True
+# Templates a stream may take for its token reads without one of them taking a read.
+TEMPLATE_TRIES = 3
 
 
 def _next_read_size(last: int, spent: float) -> int:
@@ -290,13 +292,16 @@ class StreamClient:
         # Token reads taken without parsing (protocols.token_reads): `synced` while llhttp is
         # known to wait at a chunk's start (a read taken past it must leave it there);
         # `is_token_read` (it counts a read's token events) once a token event told the stream's
-        # shape; `tries`: token events left to try that on (a stream whose events never fit
-        # stops trying).
+        # shape. A read it refuses is read the general way, and its last token event, if any,
+        # gives the shape anew (a server's `created` changes every second): `tries` such
+        # templates are left; one that took reads (`hits`) earns its successor, so a stream
+        # whose events never repeat stops trying after TEMPLATE_TRIES.
         synced = resp.at_chunk_start
         is_token_read = None
+        hits = 0
         template = getattr(self.adapter, "token_template", None)
-        tries = 3 if (template is not None and TOKEN_READS and not state.collect_text
-                      and type(decoder) is SSEDecoder and decoder.read_events is None) else 0
+        tries = TEMPLATE_TRIES if (template is not None and TOKEN_READS and not state.collect_text
+                                   and type(decoder) is SSEDecoder and decoder.read_events is None) else 0
         via_pump = getattr(read, "via_pump", None) if PUMP_READS else None
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
@@ -317,22 +322,27 @@ class StreamClient:
                     data = chunk = None  # not held while this stream waits (up to BULK_READ_SIZE each)
                     if is_token_read is None:
                         chunk, now = read()
-                    elif via_pump is not None:  # token reads taken by the pump; this one is not
-                        chunk, now, n = via_pump(is_token_read, times)
-                        if n:
-                            payloads += n
-                            framing = 0
                     else:
-                        chunk, now = read()
-                        n = is_token_read(chunk)
-                        if n:
-                            payloads += n  # token events, as the general path would have read them
-                            if n == 1:
-                                append(now)
-                            else:
-                                times += [now] * n
-                            framing = 0
-                            continue
+                        if via_pump is not None:  # token reads taken by the pump; this one is not
+                            chunk, now, n = via_pump(is_token_read, times)
+                            if n:
+                                payloads += n
+                                hits += n
+                                framing = 0
+                        else:
+                            chunk, now = read()
+                            n = is_token_read(chunk)
+                            if n:
+                                payloads += n  # token events, as the general path would have read them
+                                hits += n
+                                if n == 1:
+                                    append(now)
+                                else:
+                                    times += [now] * n
+                                framing = 0
+                                continue
+                        if hits:  # refused after the template took reads: its successor may be tried
+                            tries, hits = min(tries + 1, TEMPLATE_TRIES), 0
                     if not chunk:
                         if _close_delimited(resp):
                             closed = True
@@ -384,7 +394,6 @@ class StreamClient:
                     cut = template(events[-1], state)  # the read's last event: `kind` is its
                     if cut is not None:
                         is_token_read = token_read_matcher(*cut, self.limits.event_bytes)
-                        tries = 0
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None
