@@ -44,7 +44,7 @@ from llm_locust.protocols.base import (
     resolve_tokens,
 )
 from llm_locust.protocols.sse import SSEDecoder
-from llm_locust.protocols.token_reads import token_read_matcher, whole_chunks
+from llm_locust.protocols.token_reads import SCAN_LIMIT, token_read_matcher, whole_chunks
 from llm_locust.runtime.pump import PUMP
 from llm_locust.runtime.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
 from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
@@ -598,7 +598,7 @@ def _at_chunk_start(resp: "_Response", data: bytes) -> bool:
     head = data[:end]
     if end < 4 or not data.startswith(b"HTTP/1.") or head.count(b"\n") != head.count(b"\r\n"):
         return False  # part of the head came before, or a line ends in a bare LF
-    return whole_chunks(data[end:])
+    return len(data) - end <= SCAN_LIMIT and whole_chunks(data[end:])  # a burst's first read: not scanned
 
 
 def _read_body(resp: "_Response", read, limit: int, framing_limit: int) -> bytes:
