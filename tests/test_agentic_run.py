@@ -12,11 +12,14 @@ import pytest
 from llm_locust.sim.process import SimProcess
 
 
-def conversations(path, n=16, turns=4, words=60):
+def conversations(path, n=16, turns=4, words=60, later_words=None):
+    """n conversations of `turns` turns, the first of `words` words, the later ones of
+    `later_words` (default: as many)."""
     rows = []
     for c in range(n):
         for k in range(turns):
-            text = " ".join(f"w{c}x{k}x{i}" for i in range(words))
+            count = words if k == 0 or later_words is None else later_words
+            text = " ".join(f"w{c}x{k}x{i}" for i in range(count))
             rows.append({"timestamp": 0.0, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -50,8 +53,10 @@ def replicas():
 def test_affinity_reaches_the_ideal_reuse_and_random_routing_does_not(tmp_path, replicas):
     # two turns: the second repeats the first and its reply; routed at random it lands on the other
     # replica half the time. (Round-robin is no baseline here: with an even number of users in
-    # lock-step, a session's next pick comes round to the same replica again.)
-    trace = conversations(tmp_path / "conv.jsonl", turns=2)
+    # lock-step, a session's next pick comes round to the same replica again.) The second turn's
+    # own text is short: a hit then prefills a few tokens where the first turn's miss prefills
+    # sixty words' worth (were they the same length, hit and miss would prefill alike).
+    trace = conversations(tmp_path / "conv.jsonl", turns=2, later_words=4)
     figs = {}
     for route in ("random", "affinity"):
         d = tmp_path / route
@@ -77,7 +82,7 @@ def test_affinity_reaches_the_ideal_reuse_and_random_routing_does_not(tmp_path, 
     assert aff["achieved_vs_ideal"] > 0.9, aff  # every later turn hits its own replica's cache
     assert rr["achieved_vs_ideal"] < aff["achieved_vs_ideal"] - 0.2, (rr, aff)
     # prefill of cached tokens is skipped: hits start sooner than misses
-    assert aff["ttft_hit"]["p50"] < aff["ttft_miss"]["p50"]
+    assert aff["ttft_hit"]["p50"] < aff["ttft_miss"]["p50"], (aff["ttft_hit"], aff["ttft_miss"])
 
 
 def _served(url):
