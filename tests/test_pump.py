@@ -27,6 +27,8 @@ from llm_locust.runtime.client import StreamClient, Timeouts
 from llm_locust.runtime.pump import PUMP
 from llm_locust.sim.process import SimProcess
 
+from test_token_reads import count_token_reads
+
 ids = itertools.count()
 
 
@@ -43,20 +45,7 @@ def pumped(monkeypatch):
     """Token reads on, through the pump; counts the reads the pump took as token reads."""
     monkeypatch.setattr(client_mod, "TOKEN_READS", True)
     monkeypatch.setattr(client_mod, "PUMP_READS", True)
-    taken = [0]
-    real = client_mod.token_read_matcher
-
-    def counting(*args):
-        match = real(*args)
-
-        def counted(read):
-            ok = match(read)
-            taken[0] += ok
-            return ok
-
-        return counted
-
-    monkeypatch.setattr(client_mod, "token_read_matcher", counting)
+    taken = count_token_reads(monkeypatch)
     yield taken
     assert PUMP._streams == {}  # every socket left the pump, however its request ended
 
