@@ -39,7 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
 def serve(handler) -> tuple[str, socket.socket]:
@@ -71,7 +71,9 @@ def _run(handler, conn) -> None:
             head += piece
         if head.startswith(b"GET"):
             body = b'{"data": [{"id": "m"}]}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
             return
         handler(conn)
     except OSError:
@@ -106,14 +108,21 @@ def timeouts() -> None:
     print("(a) timeouts under an endless fast stream")
     for what, handler, timeouts, limit in (
         ("total 2 s, endless comments", endless_comments, Timeouts(connect=5, no_progress=60, total=2.0), 2.0),
-        ("no progress 1 s, one comment then silence", one_then_stall, Timeouts(connect=5, no_progress=1.0, total=60), 1.0),
+        (
+            "no progress 1 s, one comment then silence",
+            one_then_stall,
+            Timeouts(connect=5, no_progress=1.0, total=60),
+            1.0,
+        ),
     ):
         url, srv = serve(handler)
         client = StreamClient(HTTPClient.from_url(url), url, get_adapter("openai-chat"), timeouts)
         rec = client.send(RequestSpec(model="m", prompt="hi", max_tokens=8), "bench")
         ended = rec.t_end - rec.t_sent
-        print(f"  {what}: ended after {ended:.3f} s as {rec.outcome.value} ({rec.error}); "
-              f"late by {(ended - limit) * 1000:.0f} ms, target <= {max(0.1, limit * 0.1) * 1000:.0f} ms")
+        print(
+            f"  {what}: ended after {ended:.3f} s as {rec.outcome.value} ({rec.error}); "
+            f"late by {(ended - limit) * 1000:.0f} ms, target <= {max(0.1, limit * 0.1) * 1000:.0f} ms"
+        )
         srv.close()
 
 
@@ -129,8 +138,26 @@ def peak_rss(gib: float) -> None:
             sent += len(block)
 
     url, srv = serve(newline_less)
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--model", "m", "-u", "1", "-t", "20s",
-           "--request-timeout", "30", "--no-fail-fast", "--no-preflight", "--results", "/tmp/bad_day_rss.json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        url,
+        "--model",
+        "m",
+        "-u",
+        "1",
+        "-t",
+        "20s",
+        "--request-timeout",
+        "30",
+        "--no-fail-fast",
+        "--no-preflight",
+        "--results",
+        "/tmp/bad_day_rss.json",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak = 0
     p = psutil.Process(proc.pid)
@@ -142,14 +169,31 @@ def peak_rss(gib: float) -> None:
         time.sleep(0.1)
     srv.close()
     s = json.loads(Path("/tmp/bad_day_rss.json").read_text())["summary"]
-    print(f"(b) {gib:g} GiB newline-less stream: peak RSS {peak / 2**20:.0f} MiB; outcomes "
-          f"{ {k: v for k, v in s['outcomes'].items() if v} }")
+    print(
+        f"(b) {gib:g} GiB newline-less stream: peak RSS {peak / 2**20:.0f} MiB; outcomes "
+        f"{ {k: v for k, v in s['outcomes'].items() if v} }"
+    )
 
 
 def soak(seconds: int) -> None:
     port = _free_port()
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--sim-fast", "--sim-slots", "64", "-u", "32",
-           "-t", f"{seconds}s", "--prometheus-port", str(port), "--max-tokens-cap", "16"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--sim-fast",
+        "--sim-slots",
+        "64",
+        "-u",
+        "32",
+        "-t",
+        f"{seconds}s",
+        "--prometheus-port",
+        str(port),
+        "--max-tokens-cap",
+        "16",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     reads = []
     t0 = time.monotonic()
@@ -159,7 +203,9 @@ def soak(seconds: int) -> None:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         except OSError:
             continue
-        done = sum(float(v) for v in re.findall(r'^llm_locust_requests_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$', text, re.M))
+        done = sum(
+            float(v) for v in re.findall(r'^llm_locust_requests_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$', text, re.M)
+        )
         rss = re.search(r"^process_resident_memory_bytes ([0-9.e+]+)$", text, re.M)
         if rss and time.monotonic() - t0 >= 30:
             reads.append((done, float(rss.group(1))))
@@ -170,9 +216,11 @@ def soak(seconds: int) -> None:
     mx = sum(r[0] for r in reads) / n
     my = sum(r[1] for r in reads) / n
     slope = sum((x - mx) * (y - my) for x, y in reads) / max(sum((x - mx) ** 2 for x, _ in reads), 1e-9)
-    print(f"(c) {seconds} s fast run, 32 users: {reads[-1][0]:.0f} requests; RSS {reads[0][1] / 2**20:.0f} MiB at "
-          f"{reads[0][0]:.0f} requests, {reads[-1][1] / 2**20:.0f} MiB at {reads[-1][0]:.0f}; slope "
-          f"{slope * 100_000 / 2**20:.2f} MiB per 100k requests ({n} reads)")
+    print(
+        f"(c) {seconds} s fast run, 32 users: {reads[-1][0]:.0f} requests; RSS {reads[0][1] / 2**20:.0f} MiB at "
+        f"{reads[0][0]:.0f} requests, {reads[-1][1] / 2**20:.0f} MiB at {reads[-1][0]:.0f}; slope "
+        f"{slope * 100_000 / 2**20:.2f} MiB per 100k requests ({n} reads)"
+    )
 
 
 def _free_port() -> int:

@@ -40,15 +40,17 @@ def completions_events(n: int = STREAM_TOKENS) -> list[bytes]:
 
 def responses_events(n: int = STREAM_TOKENS) -> list[bytes]:
     """n minimal Responses `response.output_text.delta` events."""
-    data = orjson.dumps({"type": "response.output_text.delta", "delta": TOKEN_TEXT,
-                         "output_index": 0, "content_index": 0})
+    data = orjson.dumps(
+        {"type": "response.output_text.delta", "delta": TOKEN_TEXT, "output_index": 0, "content_index": 0}
+    )
     return [b"event: response.output_text.delta\ndata: " + data + b"\n\n"] * n
 
 
 def anthropic_events(n: int = STREAM_TOKENS) -> list[bytes]:
     """n minimal Anthropic `content_block_delta` text_delta events."""
-    data = orjson.dumps({"type": "content_block_delta", "index": 0,
-                         "delta": {"type": "text_delta", "text": TOKEN_TEXT}})
+    data = orjson.dumps(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": TOKEN_TEXT}}
+    )
     return [b"event: content_block_delta\ndata: " + data + b"\n\n"] * n
 
 
@@ -72,8 +74,14 @@ def feed_streams(api: str, events: list[bytes], with_adapter: bool, streams: int
                     adapter.feed(payload, state)
 
 
-def tokens_per_second(api: str, events: list[bytes], n_tokens: int, with_adapter: bool = True,
-                      streams: int = STREAMS_PER_REPEAT, repeats: int = REPEATS) -> float:
+def tokens_per_second(
+    api: str,
+    events: list[bytes],
+    n_tokens: int,
+    with_adapter: bool = True,
+    streams: int = STREAMS_PER_REPEAT,
+    repeats: int = REPEATS,
+) -> float:
     """Million tokens per second (n_tokens per stream), from the best of `repeats` timings."""
     best = float("inf")
     for _ in range(repeats):

@@ -79,8 +79,9 @@ def round_order(apis: list[str], i: int) -> list[str]:
     return apis[k:] + apis[:k]
 
 
-def run_rounds(url: str, apis: list[str], users: int, duration: int, repeat: int, tmp: Path,
-               trace: Path) -> dict[str, list[dict]]:
+def run_rounds(
+    url: str, apis: list[str], users: int, duration: int, repeat: int, tmp: Path, trace: Path
+) -> dict[str, list[dict]]:
     """--repeat rounds of one run per API; the runs per API, in round order."""
     runs: dict[str, list[dict]] = {api: [] for api in apis}
     for i in range(repeat):
@@ -94,8 +95,11 @@ def run_rounds(url: str, apis: list[str], users: int, duration: int, repeat: int
 def report(runs: dict[str, list[dict]], users: int, duration: int) -> tuple[list[str], dict]:
     """The table of every run, then per API the median tok/load CPU-s and its ratio to the
     baseline's median (and per round); also returns those figures."""
-    lines = [f"burst: nginx, fixed {N_TOKENS}-token stream per API, {users} users, {duration}s per run",
-             HEADER, "-" * len(HEADER)]
+    lines = [
+        f"burst: nginx, fixed {N_TOKENS}-token stream per API, {users} users, {duration}s per run",
+        HEADER,
+        "-" * len(HEADER),
+    ]
     for api, rs in runs.items():
         for i, r in enumerate(rs):
             lines.append(row(f"{api} #{i + 1}", r) + ("  CHECK FAILED" if r["problems"] else ""))
@@ -105,15 +109,24 @@ def report(runs: dict[str, list[dict]], users: int, duration: int) -> tuple[list
     lines += ["", f"{'api':<22}{'median tok/CPU-s':>17}{'ratio':>8}  per round (ratio to {BASELINE} in the same round)"]
     for api, rs in runs.items():
         ratio = med[api] / base if base else float("nan")
-        per_round = ([r["tok_per_cpu_load"] / b["tok_per_cpu_load"] for r, b in zip(rs, runs[BASELINE])]
-                     if base else [])
-        checked = "results ok" if not any(r["problems"] for r in rs) else "CHECK FAILED: " + "; ".join(
-            p for r in rs for p in r["problems"])
+        per_round = [r["tok_per_cpu_load"] / b["tok_per_cpu_load"] for r, b in zip(rs, runs[BASELINE])] if base else []
+        checked = (
+            "results ok"
+            if not any(r["problems"] for r in rs)
+            else "CHECK FAILED: " + "; ".join(p for r in rs for p in r["problems"])
+        )
         goal = "" if api == BASELINE or not base else ("  >= 0.8" if ratio >= GOAL_RATIO else "  BELOW 0.8")
-        lines.append(f"{api:<22}{med[api]:>17,.0f}{ratio:>8.3f}  "
-                     + ", ".join(f"{x:.3f}" for x in per_round) + f"{goal}  [{checked}]")
-        summary[api] = {"median_tok_per_cpu_load": med[api], "ratio": ratio, "per_round": per_round,
-                        "problems": [p for r in rs for p in r["problems"]]}
+        lines.append(
+            f"{api:<22}{med[api]:>17,.0f}{ratio:>8.3f}  "
+            + ", ".join(f"{x:.3f}" for x in per_round)
+            + f"{goal}  [{checked}]"
+        )
+        summary[api] = {
+            "median_tok_per_cpu_load": med[api],
+            "ratio": ratio,
+            "per_round": per_round,
+            "problems": [p for r in rs for p in r["problems"]],
+        }
     return lines, summary
 
 
@@ -122,8 +135,11 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
     ap.add_argument("--users", type=int, default=16, help="users per run (default 16)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds, each running every API once (default 3)")
-    ap.add_argument("--apis", default=",".join(APIS),
-                    help=f"comma-separated APIs (default all; {BASELINE} is always added, for the ratios)")
+    ap.add_argument(
+        "--apis",
+        default=",".join(APIS),
+        help=f"comma-separated APIs (default all; {BASELINE} is always added, for the ratios)",
+    )
     ap.add_argument("--in-process", action="store_true", help="also the in-process decoder + adapter rates")
     ap.add_argument("--no-runs", action="store_true", help="only the in-process part (implies --in-process)")
     ap.add_argument("--json", default="", help="also write the figures to this JSON file")
@@ -141,16 +157,23 @@ def main() -> int:
         rates = in_process_rates(apis)
         decoder = in_process_rates(apis, with_adapter=False)
         out["in_process_mtok_per_s"] = {"decoder_adapter": rates, "decoder_only": decoder}
-        lines += ["in-process, whole nginx bodies, one event per feed (M tok/s, best of 7; ratio to "
-                  f"{BASELINE}):", f"  {'api':<22}{'decoder+adapter':>16}{'ratio':>7}{'decoder only':>14}{'ratio':>7}"]
-        lines += [f"  {api:<22}{rates[api]:>16.3f}{rates[api] / rates[BASELINE]:>7.3f}"
-                  f"{decoder[api]:>14.3f}{decoder[api] / decoder[BASELINE]:>7.3f}" for api in apis]
+        lines += [
+            f"in-process, whole nginx bodies, one event per feed (M tok/s, best of 7; ratio to {BASELINE}):",
+            f"  {'api':<22}{'decoder+adapter':>16}{'ratio':>7}{'decoder only':>14}{'ratio':>7}",
+        ]
+        lines += [
+            f"  {api:<22}{rates[api]:>16.3f}{rates[api] / rates[BASELINE]:>7.3f}"
+            f"{decoder[api]:>14.3f}{decoder[api] / decoder[BASELINE]:>7.3f}"
+            for api in apis
+        ]
         lines.append("")
     if not a.no_runs:
         tmp = Path(tempfile.mkdtemp(prefix="bench-api-ingest-"))
         trace = write_trace(tmp / "trace.jsonl")
-        head = (f"client ingest per API, {a.duration}s per run, {a.users} users, {os.cpu_count()} CPUs, "
-                f"load average before: {os.getloadavg()[0]:.2f}")
+        head = (
+            f"client ingest per API, {a.duration}s per run, {a.users} users, {os.cpu_count()} CPUs, "
+            f"load average before: {os.getloadavg()[0]:.2f}"
+        )
         print(head, flush=True)
         with NginxStream() as srv:
             for api in apis:

@@ -124,6 +124,7 @@ def _write(**_kw):
 
 # ---- CPU of a process tree ----
 
+
 def _stat_cpu(pid: int) -> float:
     """utime+stime+cutime+cstime of one process, seconds; 0 when it is gone."""
     try:
@@ -131,7 +132,7 @@ def _stat_cpu(pid: int) -> float:
             data = f.read()
     except OSError:
         return 0.0
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     return sum(int(x) for x in fields[11:15]) / CLK_TCK  # fields 14-17 of proc(5)
 
 
@@ -181,21 +182,55 @@ def run_measured(cmd: list[str], env: dict | None = None) -> dict:
     total = ru.ru_utime + ru.ru_stime
     cpu0, t0 = mark.get("start", (0.0, t_launch))
     cpu1, t1 = mark.get("stop", (total, t_exit))
-    return {"rc": proc.returncode, "cpu_total": total, "cpu_user": ru.ru_utime, "cpu_sys": ru.ru_stime, "cpu_window": cpu1 - cpu0, "cpu_after_stop": total - cpu1,
-            "wall_total": t_exit - t_launch, "wall_window": t1 - t0, "output": "".join(lines)}
+    return {
+        "rc": proc.returncode,
+        "cpu_total": total,
+        "cpu_user": ru.ru_utime,
+        "cpu_sys": ru.ru_stime,
+        "cpu_window": cpu1 - cpu0,
+        "cpu_after_stop": total - cpu1,
+        "wall_total": t_exit - t_launch,
+        "wall_window": t1 - t0,
+        "output": "".join(lines),
+    }
 
 
 # ---- the runs ----
 
-def ours_cmd(url: str, users: int, duration: int, results: Path, trace: Path,
-             api: str = "openai-completions") -> list[str]:
-    return [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", api,
-            "--model", MODEL, "-u", str(users), "-r", str(users), "-t", f"{duration}s",
-            "--max-tokens", str(N_TOKENS), "--trace", str(trace), "--results", str(results), "--no-preflight"]
+
+def ours_cmd(
+    url: str, users: int, duration: int, results: Path, trace: Path, api: str = "openai-completions"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        url,
+        "--api",
+        api,
+        "--model",
+        MODEL,
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{duration}s",
+        "--max-tokens",
+        str(N_TOKENS),
+        "--trace",
+        str(trace),
+        "--results",
+        str(results),
+        "--no-preflight",
+    ]
 
 
-def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=(),
-             api: str = "openai-completions") -> dict:
+def run_ours(
+    url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=(), api: str = "openai-completions"
+) -> dict:
     results = tmp / f"results-{label}.json"
     m = run_measured(ours_cmd(url, users, duration, results, trace, api) + list(extra))
     if m["rc"] != 0 or not results.exists():
@@ -207,17 +242,30 @@ def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label:
     if s["failed"]:
         problems.append(f"{s['failed']} failed: {s['errors']}")
     # every ok request: its length checked against the 256 asked for, equal, counted from usage
-    if (s["tokens_out"] != ok * N_TOKENS or s["length_mismatch"] or s["length_checked"] != ok
-            or s["n_out_sources"] != {"usage": ok}):
-        problems.append(f"tokens {s['tokens_out']} for {ok} ok requests (sources {s['n_out_sources']}, "
-                        f"length checked {s['length_checked']}, mismatches {s['length_mismatch']})")
+    if (
+        s["tokens_out"] != ok * N_TOKENS
+        or s["length_mismatch"]
+        or s["length_checked"] != ok
+        or s["n_out_sources"] != {"usage": ok}
+    ):
+        problems.append(
+            f"tokens {s['tokens_out']} for {ok} ok requests (sources {s['n_out_sources']}, "
+            f"length checked {s['length_checked']}, mismatches {s['length_mismatch']})"
+        )
     if problems:
         print(f"WARNING {label}: " + "; ".join(problems), flush=True)
     lat = s["latency"]
-    return {**m, "ok": ok, "tokens": tokens, "failed": s["failed"], "problems": problems,
-            "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0), "e2e_p50_ms": 1000 * (lat["e2e"].get("p50") or 0),
-            "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0),
-            "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0)}
+    return {
+        **m,
+        "ok": ok,
+        "tokens": tokens,
+        "failed": s["failed"],
+        "problems": problems,
+        "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0),
+        "e2e_p50_ms": 1000 * (lat["e2e"].get("p50") or 0),
+        "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0),
+        "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0),
+    }
 
 
 def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes) -> dict:
@@ -225,8 +273,23 @@ def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes) -> dic
     lf.write_text(BARE_LOCUSTFILE)
     body_path.write_bytes(body)
     env = dict(os.environ, BARE_BODY=str(body_path), BARE_OUT=str(out), BARE_TOKENS=str(N_TOKENS))
-    cmd = [sys.executable, "-m", "locust", "-f", str(lf), "--host", url, "--headless", "--only-summary",
-           "-u", str(users), "-r", str(users), "-t", f"{duration}s"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(lf),
+        "--host",
+        url,
+        "--headless",
+        "--only-summary",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{duration}s",
+    ]
     m = run_measured(cmd, env)
     if m["rc"] != 0 or not out.exists():
         raise SystemExit(f"bare: locust exited {m['rc']}:\n{m['output'][-3000:]}")
@@ -234,21 +297,31 @@ def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes) -> dic
     if st["bad"]:
         print(f"WARNING bare: {st['bad']} requests did not end with {N_TOKENS} tokens + usage + [DONE]", flush=True)
     med = lambda xs: 1000 * sorted(xs)[len(xs) // 2] if xs else 0.0  # noqa: E731
-    return {**m, "ok": st["ok"], "tokens": st["tokens"], "failed": st["bad"],
-            "ttft_p50_ms": med(st["ttft"]), "e2e_p50_ms": med(st["e2e"])}
+    return {
+        **m,
+        "ok": st["ok"],
+        "tokens": st["tokens"],
+        "failed": st["bad"],
+        "ttft_p50_ms": med(st["ttft"]),
+        "e2e_p50_ms": med(st["e2e"]),
+    }
 
 
 def row(name: str, r: dict) -> str:
     r["tok_per_cpu_load"] = r["tokens"] / r["cpu_window"] if r["cpu_window"] > 0 else 0.0
     r["tok_per_cpu_total"] = r["tokens"] / r["cpu_total"] if r["cpu_total"] > 0 else 0.0
     r["cpu_pct"] = 100 * r["cpu_window"] / r["wall_window"] if r["wall_window"] > 0 else 0.0
-    return (f"{name:<26}{r['ok']:>8}{r['tokens']:>10}{r['cpu_window']:>8.2f}{r['cpu_after_stop']:>7.2f}"
-            f"{r['cpu_total']:>8.2f}{r['tok_per_cpu_load']:>12,.0f}{r['tok_per_cpu_total']:>12,.0f}"
-            f"{r['cpu_pct']:>6.0f}%{r['ttft_p50_ms']:>9.2f}{r['e2e_p50_ms']:>9.2f}")
+    return (
+        f"{name:<26}{r['ok']:>8}{r['tokens']:>10}{r['cpu_window']:>8.2f}{r['cpu_after_stop']:>7.2f}"
+        f"{r['cpu_total']:>8.2f}{r['tok_per_cpu_load']:>12,.0f}{r['tok_per_cpu_total']:>12,.0f}"
+        f"{r['cpu_pct']:>6.0f}%{r['ttft_p50_ms']:>9.2f}{r['e2e_p50_ms']:>9.2f}"
+    )
 
 
-HEADER = (f"{'client':<26}{'ok req':>8}{'tokens':>10}{'cpu ld':>8}{'cpu st':>7}{'cpu tot':>8}"
-          f"{'tok/cpu ld':>12}{'tok/cpu tot':>12}{'cpu%':>7}{'ttft p50':>9}{'e2e p50':>9}")
+HEADER = (
+    f"{'client':<26}{'ok req':>8}{'tokens':>10}{'cpu ld':>8}{'cpu st':>7}{'cpu tot':>8}"
+    f"{'tok/cpu ld':>12}{'tok/cpu tot':>12}{'cpu%':>7}{'ttft p50':>9}{'e2e p50':>9}"
+)
 LEGEND = """cpu ld: client CPU-s from test start to test stop (the load); cpu st: after the stop (end-of-run
 summary and results); cpu tot: whole process incl. start-up. tok/cpu ld = tokens / cpu ld (the
 ingest figure); tok/cpu tot = tokens / cpu tot. cpu%: cpu ld / wall over the same window
@@ -272,8 +345,10 @@ def main() -> int:
     spec = RequestSpec(model=MODEL, prompt=PROMPT, max_tokens=N_TOKENS, force_length=True)
     _, body = get_adapter("openai-completions").request(spec)  # the exact body our client sends
 
-    lines = [f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: "
-             f"{os.getloadavg()[0]:.2f}", ""]
+    lines = [
+        f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
+        "",
+    ]
     res: dict = {"bare": [], "ours": [], "ours_log": []}
     with NginxStream() as srv:
         print(f"nginx at {srv.url}: {len(srv.body)} bytes per response, {N_TOKENS} tokens", flush=True)
@@ -282,8 +357,17 @@ def main() -> int:
             res["bare"].append(run_bare(srv.url, a.users, a.duration, tmp, body))
             res["ours"].append(run_ours(srv.url, a.users, a.duration, tmp, trace, f"burst{i}"))
             if a.record_log:
-                res["ours_log"].append(run_ours(srv.url, a.users, a.duration, tmp, trace, f"burst-log{i}",
-                                                ["--record-log", str(tmp / f"records{i}.jsonl")]))
+                res["ours_log"].append(
+                    run_ours(
+                        srv.url,
+                        a.users,
+                        a.duration,
+                        tmp,
+                        trace,
+                        f"burst-log{i}",
+                        ["--record-log", str(tmp / f"records{i}.jsonl")],
+                    )
+                )
     lines += [f"(a) burst: nginx, fixed {N_TOKENS}-token stream, {a.users} users", HEADER, "-" * len(HEADER)]
     names = {"bare": "bare FastHttpUser", "ours": "llm-locust (all metrics)", "ours_log": "llm-locust + --record-log"}
     for i in range(a.repeat):
@@ -292,14 +376,19 @@ def main() -> int:
                 lines.append(row(f"{names[key]}{f' #{i + 1}' if a.repeat > 1 else ''}", res[key][i]))
     med = {k: statistics.median(r["tok_per_cpu_load"] for r in v) for k, v in res.items() if v}
     med_tot = {k: statistics.median(r["tok_per_cpu_total"] for r in v) for k, v in res.items() if v}
-    lines += ["", f"median tokens per CPU-s (load window): bare {med['bare']:,.0f}, ours {med['ours']:,.0f}"
-              + (f", ours + record log {med['ours_log']:,.0f}" if "ours_log" in med else ""),
-              f"ours / bare: {med['ours'] / med['bare']:.3f} (load window, medians); "
-              f"{med_tot['ours'] / med_tot['bare']:.3f} (whole process, medians); per pair: "
-              + ", ".join(f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}" for b, o in zip(res["bare"], res["ours"])),
-              f"ours after the stop (end-of-run summary + results): "
-              + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["ours"]) + " CPU-s; bare: "
-              + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["bare"]) + " CPU-s"]
+    lines += [
+        "",
+        f"median tokens per CPU-s (load window): bare {med['bare']:,.0f}, ours {med['ours']:,.0f}"
+        + (f", ours + record log {med['ours_log']:,.0f}" if "ours_log" in med else ""),
+        f"ours / bare: {med['ours'] / med['bare']:.3f} (load window, medians); "
+        f"{med_tot['ours'] / med_tot['bare']:.3f} (whole process, medians); per pair: "
+        + ", ".join(f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}" for b, o in zip(res["bare"], res["ours"])),
+        f"ours after the stop (end-of-run summary + results): "
+        + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["ours"])
+        + " CPU-s; bare: "
+        + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["bare"])
+        + " CPU-s",
+    ]
     res = {k: v for k, v in res.items() if v}
 
     if not a.skip_paced:
@@ -312,16 +401,25 @@ def main() -> int:
             sim_cpu = tree_cpu(sim.pid) - sim_cpu0
         p = res["paced"]
         p["sim_cpu"] = sim_cpu
-        lines += ["", f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users",
-                  HEADER, "-" * len(HEADER), row("llm-locust (all metrics)", p),
-                  f"simulator CPU over the run: {sim_cpu:.2f} s; ours ITL p50 {p['itl_p50_ms']:.2f} ms, "
-                  f"loop lag p99 {p['loop_lag_p99_ms']:.1f} ms"]
+        lines += [
+            "",
+            f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users",
+            HEADER,
+            "-" * len(HEADER),
+            row("llm-locust (all metrics)", p),
+            f"simulator CPU over the run: {sim_cpu:.2f} s; ours ITL p50 {p['itl_p50_ms']:.2f} ms, "
+            f"loop lag p99 {p['loop_lag_p99_ms']:.1f} ms",
+        ]
     lines += ["", LEGEND]
     print("\n".join(lines), flush=True)
     if a.json:
         strip = lambda r: {x: v for x, v in r.items() if x != "output"}  # noqa: E731
-        Path(a.json).write_bytes(orjson.dumps({k: [strip(r) for r in v] if isinstance(v, list) else strip(v)
-                                               for k, v in res.items()}, option=orjson.OPT_INDENT_2))
+        Path(a.json).write_bytes(
+            orjson.dumps(
+                {k: [strip(r) for r in v] if isinstance(v, list) else strip(v) for k, v in res.items()},
+                option=orjson.OPT_INDENT_2,
+            )
+        )
     return 0
 
 

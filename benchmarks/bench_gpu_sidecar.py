@@ -37,9 +37,20 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.1)
     a = ap.parse_args()
     p = subprocess.Popen(
-        [sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", str(a.gpus), "--port", "0",
-         "--interval", str(a.interval)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.gpu.sidecar",
+            "--fake",
+            str(a.gpus),
+            "--port",
+            "0",
+            "--interval",
+            str(a.interval),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         line = p.stdout.readline()
@@ -61,8 +72,10 @@ def main() -> None:
         lat.sort()
         print(f"sidecar --fake {a.gpus} at {1 / a.interval:.0f} Hz, {t1 - t0:.1f} s, scraped every 5 s:")
         print(f"  CPU: {c1 - c0:.2f} s = {cpu:.2f}% of one core")
-        print(f"  scrape latency over 50: p50 {statistics.median(lat):.2f} ms, "
-              f"p95 {lat[int(0.95 * len(lat)) - 1]:.2f} ms, max {lat[-1]:.2f} ms; exposition {size} bytes")
+        print(
+            f"  scrape latency over 50: p50 {statistics.median(lat):.2f} ms, "
+            f"p95 {lat[int(0.95 * len(lat)) - 1]:.2f} ms, max {lat[-1]:.2f} ms; exposition {size} bytes"
+        )
     finally:
         p.terminate()
         p.wait(10)

@@ -43,8 +43,9 @@ def main() -> int:
     trace = write_trace(tmp / "trace.jsonl")
     port = free_port()
     script = "h2_burst_server.py" if a.server == "burst" else "grpc_stream_server.py"
-    server = subprocess.Popen([sys.executable, str(HERE / script), str(port)], stdout=subprocess.PIPE, text=True,
-                              cwd=HERE)
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / script), str(port)], stdout=subprocess.PIPE, text=True, cwd=HERE
+    )
     try:
         if server.stdout.readline().split()[:1] != ["ready"]:
             raise SystemExit("the gRPC stand-in server did not start")
@@ -52,12 +53,15 @@ def main() -> int:
         with NginxStream() as srv:
             urls = {"vllm-grpc": f"http://127.0.0.1:{port}", "openai-completions": srv.url}
             for r in range(a.repeat):
-                for api in (list(urls) if r % 2 == 0 else list(urls)[::-1]):
+                for api in list(urls) if r % 2 == 0 else list(urls)[::-1]:
                     m = run_ours(urls[api], a.users, a.duration, tmp, trace, f"{api}-{r}", api=api)
                     v = m["tokens"] / m["cpu_window"]
                     res[api].append(v)
-                    print(f"{api:<20} round {r + 1}: {m['tokens']:>9} tokens, {m['cpu_window']:6.2f} CPU-s "
-                          f"({100 * m['cpu_window'] / m['wall_window']:.0f}% of a core), {v:>9,.0f} tokens / CPU-s", flush=True)
+                    print(
+                        f"{api:<20} round {r + 1}: {m['tokens']:>9} tokens, {m['cpu_window']:6.2f} CPU-s "
+                        f"({100 * m['cpu_window'] / m['wall_window']:.0f}% of a core), {v:>9,.0f} tokens / CPU-s",
+                        flush=True,
+                    )
     finally:
         server.terminate()
         server.wait(10)

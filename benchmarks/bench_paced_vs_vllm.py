@@ -81,7 +81,9 @@ def pin_tree(pid: int, core: int) -> None:
         os.sched_setaffinity(int(tid), {core})
 
 
-def run_measured(cmd: list[str], start_marker: str, stop_marker: str, env: dict | None = None, cwd: Path = ROOT) -> dict:
+def run_measured(
+    cmd: list[str], start_marker: str, stop_marker: str, env: dict | None = None, cwd: Path = ROOT
+) -> dict:
     """Run cmd to its end; CPU of its process tree between the two output lines, and in all."""
     t_launch = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
@@ -109,34 +111,102 @@ def run_measured(cmd: list[str], start_marker: str, stop_marker: str, env: dict 
         raise SystemExit(f"{cmd[:4]}: start/stop lines not seen (rc {proc.returncode}):\n{''.join(lines)[-3000:]}")
     cpu0, t0, la0 = mark["start"]
     cpu1, t1, la1 = mark["stop"]
-    return {"rc": proc.returncode, "cpu_total": total, "cpu_window": cpu1 - cpu0, "wall_window": t1 - t0,
-            "load_avg": (la0, la1), "output": "".join(lines)}
+    return {
+        "rc": proc.returncode,
+        "cpu_total": total,
+        "cpu_window": cpu1 - cpu0,
+        "wall_window": t1 - t0,
+        "load_avg": (la0, la1),
+        "output": "".join(lines),
+    }
 
 
 def run_ours(url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, root: Path = ROOT) -> dict:
     results = tmp / f"results-{label}.json"
-    cmd = ["taskset", "-c", str(CLIENT_CORE), sys.executable, "-m", "llm_locust.cli", "run", "--host", url,
-           "--api", "openai-completions", "--model", MODEL, "-u", str(users), "-r", str(users),
-           "-t", f"{duration}s", "--max-tokens", str(N_TOKENS), "--trace", str(trace), "--results", str(results)]
+    cmd = [
+        "taskset",
+        "-c",
+        str(CLIENT_CORE),
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        url,
+        "--api",
+        "openai-completions",
+        "--model",
+        MODEL,
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{duration}s",
+        "--max-tokens",
+        str(N_TOKENS),
+        "--trace",
+        str(trace),
+        "--results",
+        str(results),
+    ]
     m = run_measured(cmd, "Ramping to", "limit reached", cwd=root)  # cwd first on sys.path: that checkout's package
     if m["rc"] != 0 or not results.exists():
         raise SystemExit(f"{label}: llm-locust exited {m['rc']}:\n{m['output'][-3000:]}")
     s = orjson.loads(results.read_bytes())["summary"]
     if s["failed"] or s["tokens_out"] != s["ok"] * N_TOKENS:
-        print(f"WARNING {label}: {s['failed']} failed {s['errors']}; tokens {s['tokens_out']} for {s['ok']} ok", flush=True)
+        print(
+            f"WARNING {label}: {s['failed']} failed {s['errors']}; tokens {s['tokens_out']} for {s['ok']} ok",
+            flush=True,
+        )
     lat = s["latency"]
-    return {**m, "ok": s["ok"], "tokens": s["tokens_out"] + s["tokens_out_failed"],
-            "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0), "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0),
-            "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0)}
+    return {
+        **m,
+        "ok": s["ok"],
+        "tokens": s["tokens_out"] + s["tokens_out_failed"],
+        "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0),
+        "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0),
+        "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0),
+    }
 
 
 def run_vllm(url: str, users: int, num_prompts: int, tmp: Path, label: str) -> dict:
     out = f"vllm-{label}.json"
-    cmd = ["taskset", "-c", str(CLIENT_CORE), str(VLLM_VENV / "bin" / "python"), "-c", VLLM_BENCH,
-           "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", MODEL,
-           "--tokenizer", str(TOKENIZER), "--dataset-name", "random", "--random-input-len", "64",
-           "--random-output-len", str(N_TOKENS), "--max-concurrency", str(users), "--num-prompts", str(num_prompts),
-           "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir", str(tmp), "--result-filename", out]
+    cmd = [
+        "taskset",
+        "-c",
+        str(CLIENT_CORE),
+        str(VLLM_VENV / "bin" / "python"),
+        "-c",
+        VLLM_BENCH,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(TOKENIZER),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        str(N_TOKENS),
+        "--max-concurrency",
+        str(users),
+        "--num-prompts",
+        str(num_prompts),
+        "--ignore-eos",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(tmp),
+        "--result-filename",
+        out,
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     m = run_measured(cmd, "Starting main benchmark run", " Serving Benchmark Result ", env)
     path = tmp / out
@@ -144,21 +214,33 @@ def run_vllm(url: str, users: int, num_prompts: int, tmp: Path, label: str) -> d
         raise SystemExit(f"{label}: vllm bench serve exited {m['rc']}:\n{m['output'][-3000:]}")
     r = orjson.loads(path.read_bytes())
     if r.get("failed") or r["total_output_tokens"] != r["completed"] * N_TOKENS:
-        print(f"WARNING {label}: {r.get('failed')} failed; {r['total_output_tokens']} tokens for {r['completed']}", flush=True)
-    return {**m, "ok": r["completed"], "tokens": r["total_output_tokens"],
-            "itl_p50_ms": r.get("median_itl_ms") or 0.0, "ttft_p50_ms": r.get("median_ttft_ms") or 0.0,
-            "loop_lag_p99_ms": 0.0}
+        print(
+            f"WARNING {label}: {r.get('failed')} failed; {r['total_output_tokens']} tokens for {r['completed']}",
+            flush=True,
+        )
+    return {
+        **m,
+        "ok": r["completed"],
+        "tokens": r["total_output_tokens"],
+        "itl_p50_ms": r.get("median_itl_ms") or 0.0,
+        "ttft_p50_ms": r.get("median_ttft_ms") or 0.0,
+        "loop_lag_p99_ms": 0.0,
+    }
 
 
-HEADER = (f"{'client':<20}{'ok req':>8}{'tokens':>9}{'cpu':>7}{'wall':>7}{'cpu%':>6}{'tok/cpu-s':>11}"
-          f"{'itl p50':>9}{'ttft p50':>9}{'load avg':>13}")
+HEADER = (
+    f"{'client':<20}{'ok req':>8}{'tokens':>9}{'cpu':>7}{'wall':>7}{'cpu%':>6}{'tok/cpu-s':>11}"
+    f"{'itl p50':>9}{'ttft p50':>9}{'load avg':>13}"
+)
 
 
 def row(name: str, r: dict) -> str:
     r["tok_per_cpu"] = r["tokens"] / r["cpu_window"] if r["cpu_window"] > 0 else 0.0
-    return (f"{name:<20}{r['ok']:>8}{r['tokens']:>9}{r['cpu_window']:>7.2f}{r['wall_window']:>7.1f}"
-            f"{100 * r['cpu_window'] / r['wall_window']:>5.0f}%{r['tok_per_cpu']:>11,.0f}{r['itl_p50_ms']:>9.2f}"
-            f"{r['ttft_p50_ms']:>9.2f}{r['load_avg'][0]:>7.2f}{r['load_avg'][1]:>6.2f}")
+    return (
+        f"{name:<20}{r['ok']:>8}{r['tokens']:>9}{r['cpu_window']:>7.2f}{r['wall_window']:>7.1f}"
+        f"{100 * r['cpu_window'] / r['wall_window']:>5.0f}%{r['tok_per_cpu']:>11,.0f}{r['itl_p50_ms']:>9.2f}"
+        f"{r['ttft_p50_ms']:>9.2f}{r['load_avg'][0]:>7.2f}{r['load_avg'][1]:>6.2f}"
+    )
 
 
 def main() -> int:
@@ -168,8 +250,12 @@ def main() -> int:
     ap.add_argument("--num-prompts", type=int, default=512, help="vLLM's --num-prompts (default 512: ~20 s)")
     ap.add_argument("--repeat", type=int, default=3, help="pairs, alternated (default 3)")
     ap.add_argument("--only", choices=("ours", "vllm"), default="", help="run one client only")
-    ap.add_argument("--baseline", default="", help="also run ours from this other checkout (e.g. an older commit's "
-                    "`git archive` export), alternated with the others: before/after figures in one run")
+    ap.add_argument(
+        "--baseline",
+        default="",
+        help="also run ours from this other checkout (e.g. an older commit's "
+        "`git archive` export), alternated with the others: before/after figures in one run",
+    )
     ap.add_argument("--json", default="", help="also write the figures to this JSON file")
     a = ap.parse_args()
     if os.cpu_count() < 2:
@@ -200,11 +286,17 @@ def main() -> int:
                     res[key].append(run_vllm(sim.url, a.users, a.num_prompts, tmp, f"vllm{i}"))
     la_after = os.getloadavg()
     names = {"ours": "llm-locust", "vllm": "vllm bench serve", "base": "llm-locust (baseline)"}
-    lines = ["", f"paced ingest: simulator on core {SIM_CORE} (20 ms iterations, ~50 tokens/s per stream), "
-             f"each client on core {CLIENT_CORE}, {a.users} streams, {N_TOKENS} tokens per request",
-             f"machine: {os.cpu_count()} CPUs; load average (1/5/15 min) before {la_before[0]:.2f}/{la_before[1]:.2f}/"
-             f"{la_before[2]:.2f}, after {la_after[0]:.2f}/{la_after[1]:.2f}/{la_after[2]:.2f} "
-             "(other jobs may share the cores)", "", HEADER, "-" * len(HEADER)]
+    lines = [
+        "",
+        f"paced ingest: simulator on core {SIM_CORE} (20 ms iterations, ~50 tokens/s per stream), "
+        f"each client on core {CLIENT_CORE}, {a.users} streams, {N_TOKENS} tokens per request",
+        f"machine: {os.cpu_count()} CPUs; load average (1/5/15 min) before {la_before[0]:.2f}/{la_before[1]:.2f}/"
+        f"{la_before[2]:.2f}, after {la_after[0]:.2f}/{la_after[1]:.2f}/{la_after[2]:.2f} "
+        "(other jobs may share the cores)",
+        "",
+        HEADER,
+        "-" * len(HEADER),
+    ]
     for i in range(a.repeat):
         for key in keys:
             if i < len(res[key]):
@@ -213,18 +305,26 @@ def main() -> int:
     lines.append("")
     lines.append("median tokens per client CPU-s: " + ", ".join(f"{names[k]} {v:,.0f}" for k, v in med.items()))
     if "ours" in med and "vllm" in med:
-        lines.append(f"ours / vLLM's: {med['ours'] / med['vllm']:.3f} (medians); per pair: "
-                     + ", ".join(f"{o['tok_per_cpu'] / v['tok_per_cpu']:.3f}" for o, v in zip(res["ours"], res["vllm"])))
+        lines.append(
+            f"ours / vLLM's: {med['ours'] / med['vllm']:.3f} (medians); per pair: "
+            + ", ".join(f"{o['tok_per_cpu'] / v['tok_per_cpu']:.3f}" for o, v in zip(res["ours"], res["vllm"]))
+        )
     if "base" in med and "vllm" in med:
-        lines.append(f"baseline / vLLM's: {med['base'] / med['vllm']:.3f}; ours / baseline: {med['ours'] / med['base']:.3f} (medians)")
-    lines += ["", "cpu: client CPU-s over its load window (ours: start..stop line; vLLM's: main run start.."
-              "result banner, incl. its metric calculation); cpu% = cpu / wall (100% = one core); "
-              "load avg: 1-min load average at the window's start and end; itl/ttft p50 in ms as each client measured them."]
+        lines.append(
+            f"baseline / vLLM's: {med['base'] / med['vllm']:.3f}; ours / baseline: {med['ours'] / med['base']:.3f} (medians)"
+        )
+    lines += [
+        "",
+        "cpu: client CPU-s over its load window (ours: start..stop line; vLLM's: main run start.."
+        "result banner, incl. its metric calculation); cpu% = cpu / wall (100% = one core); "
+        "load avg: 1-min load average at the window's start and end; itl/ttft p50 in ms as each client measured them.",
+    ]
     print("\n".join(lines), flush=True)
     if a.json:
         strip = lambda r: {x: v for x, v in r.items() if x != "output"}  # noqa: E731
-        Path(a.json).write_bytes(orjson.dumps({k: [strip(r) for r in v] for k, v in res.items()},
-                                              option=orjson.OPT_INDENT_2))
+        Path(a.json).write_bytes(
+            orjson.dumps({k: [strip(r) for r in v] for k, v in res.items()}, option=orjson.OPT_INDENT_2)
+        )
     return 0
 
 

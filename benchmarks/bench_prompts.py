@@ -84,14 +84,25 @@ def per_build_us(fn, reps: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokenizer", default=str(realservers.smollm2_tokenizer_dir() or ""),
-                    help="tokenizer dir or tokenizer.json (default: the SmolLM2 one in the cache)")
-    ap.add_argument("--extra-tokenizer", action="append", default=[],
-                    help="another tokenizer to measure the approximation against (repeatable)")
+    ap.add_argument(
+        "--tokenizer",
+        default=str(realservers.smollm2_tokenizer_dir() or ""),
+        help="tokenizer dir or tokenizer.json (default: the SmolLM2 one in the cache)",
+    )
+    ap.add_argument(
+        "--extra-tokenizer",
+        action="append",
+        default=[],
+        help="another tokenizer to measure the approximation against (repeatable)",
+    )
     ap.add_argument("--samples", type=int, default=400, help="lengths sampled from each Azure file")
     ap.add_argument("--server", action="store_true", help="also compare with llama-server's usage.prompt_tokens")
-    ap.add_argument("--server-model", choices=("tiny", "smollm2"), default="tiny",
-                    help="tiny: random weights, same tokenizer as SmolLM2, fast prefill (default)")
+    ap.add_argument(
+        "--server-model",
+        choices=("tiny", "smollm2"),
+        default="tiny",
+        help="tiny: random weights, same tokenizer as SmolLM2, fast prefill (default)",
+    )
     ap.add_argument("--server-samples", type=int, default=30)
     a = ap.parse_args()
     if not a.tokenizer:
@@ -101,8 +112,10 @@ def main() -> int:
     tok = load_tokenizer(a.tokenizer)
     print(f"tokenizer: {tok!r} (loaded in {1e3 * (time.perf_counter() - t0):.0f} ms)")
     ns, src = trace_lengths(a.samples, 1, 32768)
-    print(f"lengths: {len(ns)} from {src}; median {statistics.median(ns):.0f}, "
-          f"mean {statistics.mean(ns):.0f}, max {max(ns)}")
+    print(
+        f"lengths: {len(ns)} from {src}; median {statistics.median(ns):.0f}, "
+        f"mean {statistics.mean(ns):.0f}, max {max(ns)}"
+    )
 
     # ---------------------------------------------------------------- 1. length error
     print("\n== length error vs the tokenizer (as the server counts: completions text+specials; chat templated)")
@@ -122,8 +135,10 @@ def main() -> int:
     for path in a.extra_tokenizer:
         other = load_tokenizer(path)
         label = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).name
-        for name, b in [("approximation, completions", PromptBuilder(None, seed=0)),
-                        ("exact, completions", PromptBuilder(other, seed=0))]:
+        for name, b in [
+            ("approximation, completions", PromptBuilder(None, seed=0)),
+            ("exact, completions", PromptBuilder(other, seed=0)),
+        ]:
             mae, mape, exact = errors(other, b, ns)
             print(f"{name + ' [' + label + ']':<40} {mae:>9.2f} tk {mape:>7.3f}% {exact:>5}/{len(ns)}")
 
@@ -136,8 +151,10 @@ def main() -> int:
         words += len(text.split())
         tokens += tok.count(text)
     print(f"tokens per word over {words:,} words: {tokens / words:.4f}  (DEFAULT_CALIBRATION)")
-    over = [tok.count_chat([{"role": "user", "content": c}]) - tok.count(c)
-            for c in (approx.build(n).text for n in (1, 10, 100, 1000))]
+    over = [
+        tok.count_chat([{"role": "user", "content": c}]) - tok.count(c)
+        for c in (approx.build(n).text for n in (1, 10, 100, 1000))
+    ]
     print(f"chat template overhead around one user message: {over}  (DEFAULT_CHAT_OVERHEAD)")
 
     # ---------------------------------------------------------------- 3. build time
@@ -193,8 +210,10 @@ def server_check(a, tok: Tokenizer) -> None:
     cap = 4000
     ns, _ = trace_lengths(a.server_samples // 2 or 1, 2, cap)
     ns = [n for n in ns if n > 31][: a.server_samples]
-    print(f"\n== vs llama-server ({model.name}) usage.prompt_tokens, {len(ns)} Azure lengths capped at {cap}, "
-          f"median {statistics.median(ns):.0f}")
+    print(
+        f"\n== vs llama-server ({model.name}) usage.prompt_tokens, {len(ns)} Azure lengths capped at {cap}, "
+        f"median {statistics.median(ns):.0f}"
+    )
     builders = [
         ("exact, completions", PromptBuilder(tok, seed=0), "/v1/completions"),
         ("exact, chat", PromptBuilder(tok, seed=0, chat=True), "/v1/chat/completions"),

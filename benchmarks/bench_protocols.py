@@ -43,9 +43,14 @@ def make_stream() -> tuple[list[bytes], list[bytes]]:
             ],
         }
         payloads.append(orjson.dumps(obj))
-    usage = {"id": "cmpl-b9f6f85687d8d885", "object": "text_completion", "created": 1795943888,
-             "model": "smollm2-135m", "choices": [],
-             "usage": {"prompt_tokens": 4, "total_tokens": 258, "completion_tokens": N_EVENTS - 2}}
+    usage = {
+        "id": "cmpl-b9f6f85687d8d885",
+        "object": "text_completion",
+        "created": 1795943888,
+        "model": "smollm2-135m",
+        "choices": [],
+        "usage": {"prompt_tokens": 4, "total_tokens": 258, "completion_tokens": N_EVENTS - 2},
+    }
     payloads.append(orjson.dumps(usage))
     payloads.append(b"[DONE]")
     events = [b"data: " + p + b"\n\n" for p in payloads]
@@ -110,10 +115,12 @@ def main() -> None:
         t = bench(lambda pieces=pieces: run_stream(adapter, pieces), N_EVENTS)
         print(f"{label:<24}{1 / t:>12,.0f}{t * 1e9:>10.0f}{t / base:>16.2f}")
     for label, pieces in cases.items():
+
         def decode_only(pieces=pieces) -> None:
             d = make_decoder(adapter)
             for piece in pieces:
                 d.feed(piece)
+
         t = bench(decode_only, N_EVENTS)
         print(f"{'decoder only, ' + label:<40}{1 / t:>12,.0f} events/s {t * 1e9:>6.0f} ns/event")
 

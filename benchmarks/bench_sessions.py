@@ -48,9 +48,11 @@ def _plain(path: Path, fmt: str | None) -> float:
 def _report(label: str, tr, dt: float, retained: int, peak: int, plain: float) -> None:
     per = 100_000 / tr.turns
     print(f"{label}: {tr.turns} turns, {len(tr.sessions)} sessions ({len(tr)} top-level)")
-    print(f"  retained {retained / 2**20:.1f} MiB ({retained * per / 2**20:.1f} MiB per 100k turns, "
-          f"{retained / tr.turns:.0f} B/turn); peak while loading {peak / 2**20:.1f} MiB "
-          f"({peak * per / 2**20:.1f} MiB per 100k turns)")
+    print(
+        f"  retained {retained / 2**20:.1f} MiB ({retained * per / 2**20:.1f} MiB per 100k turns, "
+        f"{retained / tr.turns:.0f} B/turn); peak while loading {peak / 2**20:.1f} MiB "
+        f"({peak * per / 2**20:.1f} MiB per 100k turns)"
+    )
     print(f"  load {plain:.2f} s ({tr.turns / plain / 1e3:.0f}k turns/s); {dt:.2f} s under tracemalloc")
 
 
@@ -82,11 +84,22 @@ def main() -> None:
                 h.extend(range(next_id, next_id + add))
                 next_id += add
                 t += 10
-                f.write(orjson.dumps({"timestamp": t, "input_length": len(h) * 512, "output_length": r["output_tokens"],
-                                      "hash_ids": h}) + b"\n")
+                f.write(
+                    orjson.dumps(
+                        {
+                            "timestamp": t,
+                            "input_length": len(h) * 512,
+                            "output_length": r["output_tokens"],
+                            "hash_ids": h,
+                        }
+                    )
+                    + b"\n"
+                )
         print(f"mooncake JSONL: {mc.stat().st_size / 2**20:.1f} MiB")
         tr, dt, retained, peak = _measure(mc, "mooncake-sessions")
-        _report("mooncake-sessions (block mode, prefix chaining)", tr, dt, retained, peak, _plain(mc, "mooncake-sessions"))
+        _report(
+            "mooncake-sessions (block mode, prefix chaining)", tr, dt, retained, peak, _plain(mc, "mooncake-sessions")
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ client processes), and prints streams/s, tokens/s and the server's CPU seconds p
 
     python benchmarks/bench_sim.py [--seconds 5] [--conns 64] [--clients 2] [--tokens 64]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def client(port: int, conns: int, tokens: int, seconds: float, start, out) -> None:
-    body = json.dumps({"model": "m", "prompt": "a b c d", "max_tokens": tokens, "ignore_eos": True,
-                       "stream": True}).encode()
-    req = (b"POST /v1/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
-           b"content-length: %d\r\n\r\n%b" % (len(body), body))
+    body = json.dumps(
+        {"model": "m", "prompt": "a b c d", "max_tokens": tokens, "ignore_eos": True, "stream": True}
+    ).encode()
+    req = (
+        b"POST /v1/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(body), body)
+    )
     sel = selectors.DefaultSelector()
     tails = {}
     for _ in range(conns):
@@ -60,7 +64,7 @@ def client(port: int, conns: int, tokens: int, seconds: float, start, out) -> No
             # keep the last len(MARK)-1 bytes so a marker split across reads is counted once
             buf = tails[s] + data
             n_tokens += buf.count(MARK)
-            tails[s] = buf[-len(MARK) + 1:]
+            tails[s] = buf[-len(MARK) + 1 :]
             if buf.endswith(END):
                 streams += 1
                 if perf_counter() < deadline:
@@ -77,8 +81,10 @@ def run(label: str, sim_options: dict, args) -> None:
         ctx = mp.get_context("fork")
         start, out = ctx.Event(), ctx.Queue()
         per = max(1, args.conns // args.clients)
-        procs = [ctx.Process(target=client, args=(sim.port, per, args.tokens, args.seconds, start, out))
-                 for _ in range(args.clients)]
+        procs = [
+            ctx.Process(target=client, args=(sim.port, per, args.tokens, args.seconds, start, out))
+            for _ in range(args.clients)
+        ]
         for p in procs:
             p.start()
         cpu0 = cpu_seconds(sim.pid)
@@ -91,10 +97,12 @@ def run(label: str, sim_options: dict, args) -> None:
     tokens = sum(r[1] for r in results)
     wall = max(r[2] for r in results)
     client_cpu = sum(r[3] for r in results)
-    print(f"{label:<8} {streams / wall:9.0f} streams/s {tokens / wall:10.0f} tokens/s   server CPU "
-          f"{(cpu1 - cpu0) / streams * 1000:6.3f} s/1k streams ({(cpu1 - cpu0) / wall * 100:4.0f}% of a core)   "
-          f"client CPU {client_cpu / wall * 100:4.0f}%   [{streams} streams x {args.tokens} tokens, "
-          f"{per * args.clients} conns, {wall:.1f} s]")
+    print(
+        f"{label:<8} {streams / wall:9.0f} streams/s {tokens / wall:10.0f} tokens/s   server CPU "
+        f"{(cpu1 - cpu0) / streams * 1000:6.3f} s/1k streams ({(cpu1 - cpu0) / wall * 100:4.0f}% of a core)   "
+        f"client CPU {client_cpu / wall * 100:4.0f}%   [{streams} streams x {args.tokens} tokens, "
+        f"{per * args.clients} conns, {wall:.1f} s]"
+    )
 
 
 def main() -> None:
@@ -110,13 +118,26 @@ def main() -> None:
     args = p.parse_args()
     print(f"{os.cpu_count()} CPUs; server and clients share them")
     run("fast", {"fast": True, "uvloop": args.uvloop}, args)
-    cfg = SimConfig(slots=args.slots, iter_base=args.iter_base, iter_per_seq=args.iter_per_seq, iter_per_prefill_token=0)
-    run("paced", {"slots": cfg.slots, "iter_base": cfg.iter_base, "iter_per_seq": cfg.iter_per_seq,
-                  "iter_per_prefill_token": 0, "uvloop": args.uvloop}, args)
+    cfg = SimConfig(
+        slots=args.slots, iter_base=args.iter_base, iter_per_seq=args.iter_per_seq, iter_per_prefill_token=0
+    )
+    run(
+        "paced",
+        {
+            "slots": cfg.slots,
+            "iter_base": cfg.iter_base,
+            "iter_per_seq": cfg.iter_per_seq,
+            "iter_per_prefill_token": 0,
+            "uvloop": args.uvloop,
+        },
+        args,
+    )
     n = min(args.conns, cfg.slots)
-    print(f"         model at {n} running: {n / (cfg.iter_base + cfg.iter_per_seq * n):.0f} tokens/s "
-          f"(closed loop loses ~1 iteration per stream between requests; capacity at {cfg.slots} slots: "
-          f"{capacity(cfg)['decode_tokens_per_s_saturated']:.0f} tokens/s)")
+    print(
+        f"         model at {n} running: {n / (cfg.iter_base + cfg.iter_per_seq * n):.0f} tokens/s "
+        f"(closed loop loses ~1 iteration per stream between requests; capacity at {cfg.slots} slots: "
+        f"{capacity(cfg)['decode_tokens_per_s_saturated']:.0f} tokens/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def scrape(port: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     took = time.perf_counter() - t0
-    done = sum(float(v) for v in re.findall(r'^llm_locust_requests_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$', text, re.M))
+    done = sum(
+        float(v) for v in re.findall(r'^llm_locust_requests_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$', text, re.M)
+    )
     return done, took
 
 
@@ -66,10 +68,30 @@ def main() -> int:
     port = free_port()
     with SimProcess(slots=1024, fast=True) as sim:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", str(a.workers),
-             "-u", str(a.users), "-r", str(a.users), "-t", f"{a.duration}s", "--max-tokens", "1",
-             "--api", "openai-completions", "--prometheus-port", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--workers",
+                str(a.workers),
+                "-u",
+                str(a.users),
+                "-r",
+                str(a.users),
+                "-t",
+                f"{a.duration}s",
+                "--max-tokens",
+                "1",
+                "--api",
+                "openai-completions",
+                "--prometheus-port",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(8)  # start-up: the workers connect and spawn
         rows, scrape_times = [], []
@@ -83,19 +105,27 @@ def main() -> int:
             master = proc.pid
             workers = children(master)
             rows.append((time.monotonic() - start, done, rss_mib(master), [rss_mib(w) for w in workers], cpu_s(master)))
-            print(f"t={rows[-1][0]:6.0f}s requests {done:10,.0f}  master {rows[-1][2]:6.1f} MiB  workers "
-                  + " ".join(f"{x:6.1f}" for x in rows[-1][3]) + f" MiB  master CPU {rows[-1][4]:.1f} s  scrape {took * 1000:.1f} ms", flush=True)
+            print(
+                f"t={rows[-1][0]:6.0f}s requests {done:10,.0f}  master {rows[-1][2]:6.1f} MiB  workers "
+                + " ".join(f"{x:6.1f}" for x in rows[-1][3])
+                + f" MiB  master CPU {rows[-1][4]:.1f} s  scrape {took * 1000:.1f} ms",
+                flush=True,
+            )
             time.sleep(a.every)
         proc.wait(timeout=120)
     if len(rows) >= 2:
         (t0, d0, m0, w0, c0), (t1, d1, m1, w1, c1) = rows[0], rows[-1]
         per_m = 1e6 / max(d1 - d0, 1)
         print(f"\nrequests {d0:,.0f} -> {d1:,.0f} in {t1 - t0:.0f} s ({(d1 - d0) / (t1 - t0):,.0f}/s)")
-        print(f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); CPU {100 * (c1 - c0) / (t1 - t0):.1f}%")
+        print(
+            f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); CPU {100 * (c1 - c0) / (t1 - t0):.1f}%"
+        )
         for i, (x0, x1) in enumerate(zip(w0, w1)):
             print(f"worker {i} RSS {x0:.1f} -> {x1:.1f} MiB ({(x1 - x0) * per_m:+.1f} MiB per million requests)")
         scrape_times.sort()
-        print(f"exporter scrape: median {scrape_times[len(scrape_times) // 2] * 1000:.1f} ms, max {scrape_times[-1] * 1000:.1f} ms")
+        print(
+            f"exporter scrape: median {scrape_times[len(scrape_times) // 2] * 1000:.1f} ms, max {scrape_times[-1] * 1000:.1f} ms"
+        )
     return 0
 
 

@@ -89,24 +89,66 @@ def join_errors(ours: list[dict], sim: list[dict], warmup: float = 0.0) -> dict:
         ttft.append((t0 + r["first"]) - t_tok[0])
         arrival += errs
         itl += [abs(errs[k] - errs[k - 1]) for k in range(1, len(errs))]
-    out = {"requests_joined": joined, "requests_skipped": skipped, "ours_ok": sum(r["outcome"] == "ok" for r in ours),
-           "sim_ok": len(truth)}
+    out = {
+        "requests_joined": joined,
+        "requests_skipped": skipped,
+        "ours_ok": sum(r["outcome"] == "ok" for r in ours),
+        "sim_ok": len(truth),
+    }
     for name, xs in (("ttft", ttft), ("arrival", arrival), ("itl_abs", itl)):
         xs = sorted(x * 1000 for x in xs)
-        out[name] = {"n": len(xs), "p50": pct(xs, 50), "p99": pct(xs, 99), "p99.9": pct(xs, 99.9),
-                     "max": xs[-1] if xs else float("nan"), "min": xs[0] if xs else float("nan")}
+        out[name] = {
+            "n": len(xs),
+            "p50": pct(xs, 50),
+            "p99": pct(xs, 99),
+            "p99.9": pct(xs, 99.9),
+            "max": xs[-1] if xs else float("nan"),
+            "min": xs[0] if xs else float("nan"),
+        }
     return out
 
 
-def run_config(label: str, users: int, duration: int, iter_s: float, max_tokens: int, tmp: Path,
-               spawn_rate: float, warmup: float, extra: list[str]) -> dict:
+def run_config(
+    label: str,
+    users: int,
+    duration: int,
+    iter_s: float,
+    max_tokens: int,
+    tmp: Path,
+    spawn_rate: float,
+    warmup: float,
+    extra: list[str],
+) -> dict:
     token_log, record_log, results = tmp / f"sim-{label}.jsonl", tmp / f"ours-{label}.jsonl", tmp / f"res-{label}.json"
     slots = max(64, users + 24)
-    sim_opts = dict(slots=slots, iter_base=iter_s, iter_per_seq=0.0, iter_per_prefill_token=0.0,
-                    token_log=str(token_log))
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", "", "--api", "openai-completions",
-           "--model", "llm-locust-sim", "-u", str(users), "-r", f"{spawn_rate:g}", "-t", f"{duration}s",
-           "--max-tokens", str(max_tokens), "--record-log", str(record_log), "--results", str(results), *extra]
+    sim_opts = dict(
+        slots=slots, iter_base=iter_s, iter_per_seq=0.0, iter_per_prefill_token=0.0, token_log=str(token_log)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        "",
+        "--api",
+        "openai-completions",
+        "--model",
+        "llm-locust-sim",
+        "-u",
+        str(users),
+        "-r",
+        f"{spawn_rate:g}",
+        "-t",
+        f"{duration}s",
+        "--max-tokens",
+        str(max_tokens),
+        "--record-log",
+        str(record_log),
+        "--results",
+        str(results),
+        *extra,
+    ]
     with SimProcess(**sim_opts) as sim:
         cmd[cmd.index("--host") + 1] = sim.url
         sim_cpu0, t0 = tree_cpu(sim.pid), time.perf_counter()
@@ -118,24 +160,41 @@ def run_config(label: str, users: int, duration: int, iter_s: float, max_tokens:
     ours, truth = load_jsonl(record_log), load_jsonl(token_log)
     err = join_errors(ours, truth)
     err["steady"] = join_errors(ours, truth, warmup)
-    return {"warmup_s": warmup, "spawn_rate": spawn_rate, "client_user_s": m["cpu_user"], "client_sys_s": m["cpu_sys"],"label": label, "users": users, "slots": slots, "iter_s": iter_s, "max_tokens": max_tokens,
-            "client_cpu_pct": 100 * m["cpu_window"] / m["wall_window"] if m["wall_window"] > 0 else 0.0,
-            "client_cpu_load_s": m["cpu_window"], "load_wall_s": m["wall_window"],
-            "sim_cpu_pct": 100 * sim_cpu / wall, "sim_cpu_s": sim_cpu,
-            "tokens_per_s": summ["output_tokens_per_s"], "ok": summ["ok"], "failed": summ["failed"],
-            "loop_lag_p99_ms": 1000 * (summ["client"]["loop_lag"].get("p99") or 0),
-            "loop_lag_max_ms": 1000 * (summ["client"]["loop_lag"].get("max") or 0),
-            "client_valid": summ["client"]["valid"], **err}
+    return {
+        "warmup_s": warmup,
+        "spawn_rate": spawn_rate,
+        "client_user_s": m["cpu_user"],
+        "client_sys_s": m["cpu_sys"],
+        "label": label,
+        "users": users,
+        "slots": slots,
+        "iter_s": iter_s,
+        "max_tokens": max_tokens,
+        "client_cpu_pct": 100 * m["cpu_window"] / m["wall_window"] if m["wall_window"] > 0 else 0.0,
+        "client_cpu_load_s": m["cpu_window"],
+        "load_wall_s": m["wall_window"],
+        "sim_cpu_pct": 100 * sim_cpu / wall,
+        "sim_cpu_s": sim_cpu,
+        "tokens_per_s": summ["output_tokens_per_s"],
+        "ok": summ["ok"],
+        "failed": summ["failed"],
+        "loop_lag_p99_ms": 1000 * (summ["client"]["loop_lag"].get("p99") or 0),
+        "loop_lag_max_ms": 1000 * (summ["client"]["loop_lag"].get("max") or 0),
+        "client_valid": summ["client"]["valid"],
+        **err,
+    }
 
 
 def report(r: dict) -> list[str]:
     goal = GOAL_MS[r["label"]]
     p99s = (r["ttft"]["p99"], r["itl_abs"]["p99"], r["arrival"]["p99"])  # all requests, warm-up included
     met = all(x <= goal for x in p99s)
-    lines = [f"{r['label']}: {r['users']} users (spawned at {r['spawn_rate']:g}/s), sim {r['slots']} slots, {r['iter_s'] * 1000:g} ms iterations, "
-             f"{r['max_tokens']} tokens/request; {r['ok']} ok, {r['failed']} failed; "
-             f"{r['requests_joined']} joined ({r['requests_skipped']} skipped); {r['tokens_per_s']:,.0f} tokens/s",
-             f"  {'error (ms)':<22}{'n':>9}{'p50':>9}{'p99':>9}{'p99.9':>9}{'max':>9}"]
+    lines = [
+        f"{r['label']}: {r['users']} users (spawned at {r['spawn_rate']:g}/s), sim {r['slots']} slots, {r['iter_s'] * 1000:g} ms iterations, "
+        f"{r['max_tokens']} tokens/request; {r['ok']} ok, {r['failed']} failed; "
+        f"{r['requests_joined']} joined ({r['requests_skipped']} skipped); {r['tokens_per_s']:,.0f} tokens/s",
+        f"  {'error (ms)':<22}{'n':>9}{'p50':>9}{'p99':>9}{'p99.9':>9}{'max':>9}",
+    ]
     for key, name in (("ttft", "TTFT"), ("arrival", "token arrival"), ("itl_abs", "ITL |error|")):
         e = r[key]
         lines.append(f"  {name:<22}{e['n']:>9}{e['p50']:>9.3f}{e['p99']:>9.3f}{e['p99.9']:>9.3f}{e['max']:>9.3f}")
@@ -144,9 +203,11 @@ def report(r: dict) -> list[str]:
     for key, name in (("ttft", "TTFT"), ("arrival", "token arrival"), ("itl_abs", "ITL |error|")):
         e = st[key]
         lines.append(f"  {name:<22}{e['n']:>9}{e['p50']:>9.3f}{e['p99']:>9.3f}{e['p99.9']:>9.3f}{e['max']:>9.3f}")
-    lines.append(f"  client CPU {r['client_cpu_pct']:.0f}% of one core (load window), loop lag p99 "
-                 f"{r['loop_lag_p99_ms']:.1f} ms (max {r['loop_lag_max_ms']:.1f}), client valid: {r['client_valid']}; "
-                 f"simulator CPU {r['sim_cpu_pct']:.0f}%")
+    lines.append(
+        f"  client CPU {r['client_cpu_pct']:.0f}% of one core (load window), loop lag p99 "
+        f"{r['loop_lag_p99_ms']:.1f} ms (max {r['loop_lag_max_ms']:.1f}), client valid: {r['client_valid']}; "
+        f"simulator CPU {r['sim_cpu_pct']:.0f}%"
+    )
     lines.append(f"  goal p99 <= {goal:g} ms (TTFT, ITL, arrival): {'MET' if met else 'NOT MET'}")
     return lines
 
@@ -158,19 +219,33 @@ def main() -> int:
     ap.add_argument("--heavy-users", type=int, default=1000)
     ap.add_argument("--light-iter", type=float, default=0.02, help="simulator iteration for light, s (default 0.02)")
     ap.add_argument("--heavy-iter", type=float, default=0.05, help="simulator iteration for heavy, s (default 0.05)")
-    ap.add_argument("--spawn-rate", type=float, default=0.0,
-                    help="heavy users spawned per second; default: users / request duration, so that starts "
-                         "and ends spread evenly (0 = that default; light always spawns at once)")
-    ap.add_argument("--warmup", type=float, default=-1.0,
-                    help="the 'steady' rows leave out requests sent in the first N seconds (default: ramp + 1 s)")
+    ap.add_argument(
+        "--spawn-rate",
+        type=float,
+        default=0.0,
+        help="heavy users spawned per second; default: users / request duration, so that starts "
+        "and ends spread evenly (0 = that default; light always spawns at once)",
+    )
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=-1.0,
+        help="the 'steady' rows leave out requests sent in the first N seconds (default: ramp + 1 s)",
+    )
     ap.add_argument("--client-args", default="", help="extra arguments for llm-locust run (e.g. '-f my_locustfile.py')")
     ap.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
     ap.add_argument("--only", choices=["light", "heavy"], help="run one configuration")
     ap.add_argument("--json", default="", help="also write the figures to this JSON file")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-timing-"))
-    out, lines = {}, [f"timing error vs the simulator's token log, {a.duration}s per configuration, "
-                      f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}", ""]
+    out, lines = (
+        {},
+        [
+            f"timing error vs the simulator's token log, {a.duration}s per configuration, "
+            f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
+            "",
+        ],
+    )
     for label, users, iter_s in (("light", a.light_users, a.light_iter), ("heavy", a.heavy_users, a.heavy_iter)):
         if a.only and a.only != label:
             continue
@@ -179,8 +254,9 @@ def main() -> int:
             rate = a.spawn_rate or round(users / (a.max_tokens * iter_s))
         warmup = a.warmup if a.warmup >= 0 else users / rate + 1.0
         print(f"running {label} ({users} users at {rate:g}/s, {a.duration}s) ...", flush=True)
-        out[label] = run_config(label, users, a.duration, iter_s, a.max_tokens, tmp, rate, warmup,
-                                a.client_args.split())
+        out[label] = run_config(
+            label, users, a.duration, iter_s, a.max_tokens, tmp, rate, warmup, a.client_args.split()
+        )
         lines += report(out[label]) + [""]
     print("\n".join(lines), flush=True)
     if a.json:

@@ -44,8 +44,10 @@ def write_azure2024(path: Path, rows: int, seed: int = 1) -> None:
             h, rem = divmod(rem, 3600)
             m, sec = divmod(rem, 60)
             frac = f".{us:06d}" if us else ""
-            buf.append(f"2024-05-{12 + day:02d} {h:02d}:{m:02d}:{sec:02d}{frac}+00:00,"
-                       f"{rng.randint(1, 8000)},{rng.randint(1, 600)}\n")
+            buf.append(
+                f"2024-05-{12 + day:02d} {h:02d}:{m:02d}:{sec:02d}{frac}+00:00,"
+                f"{rng.randint(1, 8000)},{rng.randint(1, 600)}\n"
+            )
             if len(buf) >= 10000:
                 f.writelines(buf)
                 buf.clear()
@@ -64,8 +66,10 @@ def write_mooncake(path: Path, rows: int, seed: int = 2) -> None:
             nb = -(-n_in // 512)
             hs = list(range(nxt, nxt + nb))
             nxt += nb
-            buf.append(f'{{"timestamp": {int(t * 1000) // 1000}, "input_length": {n_in}, '
-                       f'"output_length": {rng.randint(1, 800)}, "hash_ids": {hs}}}\n')
+            buf.append(
+                f'{{"timestamp": {int(t * 1000) // 1000}, "input_length": {n_in}, '
+                f'"output_length": {rng.randint(1, 800)}, "hash_ids": {hs}}}\n'
+            )
             if len(buf) >= 10000:
                 f.writelines(buf)
                 buf.clear()
@@ -108,22 +112,30 @@ def main() -> None:
         write_azure2024(az, a.rows)
         write_mooncake(mc, a.rows)
         files = [az, gz(az), mc, gz(mc)]
-        print(f"generated {a.rows:,} rows x 2 formats in {time.perf_counter() - t:.1f}s "
-              f"(python {sys.version.split()[0]}, {os.cpu_count()} cpus)")
-        print(f"{'file':<22} {'MB':>6} {'share':>6} {'rows kept':>10} {'s':>6} {'rows/s':>10} "
-              f"{'B/row held':>10} {'MB/Mrow held':>12} {'MB/Mrow peak':>12}")
+        print(
+            f"generated {a.rows:,} rows x 2 formats in {time.perf_counter() - t:.1f}s "
+            f"(python {sys.version.split()[0]}, {os.cpu_count()} cpus)"
+        )
+        print(
+            f"{'file':<22} {'MB':>6} {'share':>6} {'rows kept':>10} {'s':>6} {'rows/s':>10} "
+            f"{'B/row held':>10} {'MB/Mrow held':>12} {'MB/Mrow peak':>12}"
+        )
         for f in files:
             for share in (None, (0, 2)):
                 tr, secs, held, peak = measure(f, share, a.repeat)
                 total = tr.total_rows
                 per_row = held / max(1, len(tr))
-                print(f"{f.name:<22} {f.stat().st_size / 1e6:>6.1f} {str(share or '-'):>6} {len(tr):>10,} "
-                      f"{secs:>6.2f} {total / secs:>10,.0f} {per_row:>10.1f} "
-                      f"{held / total * 1e6 / 2**20:>12.1f} {peak / total * 1e6 / 2**20:>12.1f}")
+                print(
+                    f"{f.name:<22} {f.stat().st_size / 1e6:>6.1f} {str(share or '-'):>6} {len(tr):>10,} "
+                    f"{secs:>6.2f} {total / secs:>10,.0f} {per_row:>10.1f} "
+                    f"{held / total * 1e6 / 2**20:>12.1f} {peak / total * 1e6 / 2**20:>12.1f}"
+                )
                 del tr
-        print("rows/s counts every row parsed (a share still reads the whole file); 'held' is what the "
-              "Trace keeps (tracemalloc), per kept row and per million file rows; 'peak' the most "
-              "memory in use while loading, per million file rows.")
+        print(
+            "rows/s counts every row parsed (a share still reads the whole file); 'held' is what the "
+            "Trace keeps (tracemalloc), per kept row and per million file rows; 'peak' the most "
+            "memory in use while loading, per million file rows."
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

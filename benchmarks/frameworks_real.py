@@ -22,13 +22,36 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import realservers as rs  # noqa: E402
 
-WORKLOAD = ["--api", "openai-chat", "--synthetic", "requests=400,input=uniform:100:600,output=48,seed=3",
-            "--ladder", "concurrency:1,2,4,8", "--warmup", "3", "--step-duration", "15", "--slo", "ttft=2,tpot_p50=0.2"]
+WORKLOAD = [
+    "--api",
+    "openai-chat",
+    "--synthetic",
+    "requests=400,input=uniform:100:600,output=48,seed=3",
+    "--ladder",
+    "concurrency:1,2,4,8",
+    "--warmup",
+    "3",
+    "--step-duration",
+    "15",
+    "--slo",
+    "ttft=2,tpot_p50=0.2",
+]
 
 
 def run(url: str, out: Path, name: str) -> None:
-    cmd = ["llm-locust", "run", "--host", url, *WORKLOAD, "--tokenizer", str(rs.smollm2_tokenizer_dir()),
-           "--results", str(out / f"{name}.json"), "--report", str(out / f"{name}.html")]
+    cmd = [
+        "llm-locust",
+        "run",
+        "--host",
+        url,
+        *WORKLOAD,
+        "--tokenizer",
+        str(rs.smollm2_tokenizer_dir()),
+        "--results",
+        str(out / f"{name}.json"),
+        "--report",
+        str(out / f"{name}.html"),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     print(f"== {name}: exit {p.returncode}\n{p.stdout[-3000:]}", flush=True)
     if p.returncode:
@@ -40,15 +63,29 @@ def main() -> int:
     ap.add_argument("--out", default="frameworks-out")
     out = Path(ap.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    if None in (rs.vllm_python(), rs.vllm_model_dir(), rs.llama_server_bin(), rs.smollm2_gguf(), rs.smollm2_tokenizer_dir()):
+    if None in (
+        rs.vllm_python(),
+        rs.vllm_model_dir(),
+        rs.llama_server_bin(),
+        rs.smollm2_gguf(),
+        rs.smollm2_tokenizer_dir(),
+    ):
         print("run `bash scripts/real-servers.sh llama vllm` first", file=sys.stderr)
         return 2
     with rs.VllmServer(rs.vllm_model_dir(), python=rs.vllm_python(), max_num_seqs=4) as srv:
         run(srv.url, out, "vllm")
     with rs.LlamaServer(rs.smollm2_gguf(), slots=4, ctx=8192, alias="smollm2") as srv:
         run(srv.url, out, "llamacpp")
-    return subprocess.call(["llm-locust", "compare", str(out / "vllm.json"), str(out / "llamacpp.json"),
-                            "--weights", str(ROOT / "plans" / "weights-example.yaml")])
+    return subprocess.call(
+        [
+            "llm-locust",
+            "compare",
+            str(out / "vllm.json"),
+            str(out / "llamacpp.json"),
+            "--weights",
+            str(ROOT / "plans" / "weights-example.yaml"),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -85,7 +85,9 @@ def main() -> int:
         n_crash = sum(stats["crashes"].values())
         total_cases += stats["cases"]
         total_crashes += n_crash
-        print(f"{name:<40} {stats['cases']:>7} {n_crash:>8} {stats['slowest'] * 1000:>11.1f}  {time.perf_counter() - t0:6.1f}")
+        print(
+            f"{name:<40} {stats['cases']:>7} {n_crash:>8} {stats['slowest'] * 1000:>11.1f}  {time.perf_counter() - t0:6.1f}"
+        )
         for key, n in stats["crashes"].most_common(5):
             print(f"    {n:>5} x {key}")
             print(f"          e.g. {stats['examples'][key]!r:.300}")

@@ -49,8 +49,9 @@ def fuzz(props, fmt: str, cases: int, seed: int, workdir: Path) -> tuple[Counter
     wd = workdir / fmt
     wd.mkdir(exist_ok=True)
 
-    @settings(max_examples=cases, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=cases, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+    )
     @given(props.CASE)
     def prop(case):
         outcomes["cases"] += 1
@@ -87,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     for fmt in fmts:
         out, found, secs = fuzz(props, fmt, a.cases, a.seed, workdir)
         total += out["findings"]
-        print(f"{fmt:20} {out['cases']:7} {out['forced ok']:>6}/{out['forced error']:<7} "
-              f"{out['detected ok']:>7}/{out['detected error']:<8} {out['findings']:9} {secs:6.1f}", flush=True)
+        print(
+            f"{fmt:20} {out['cases']:7} {out['forced ok']:>6}/{out['forced error']:<7} "
+            f"{out['detected ok']:>7}/{out['detected error']:<8} {out['findings']:9} {secs:6.1f}",
+            flush=True,
+        )
         for key, (case, n) in found.items():
             report.append(f"  [{fmt}] {n} x {key}\n      e.g. case={case!r}"[:600])
     if report:

@@ -32,10 +32,13 @@ def main() -> None:
     port, n = int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 256
     replies = messages(n)
     info = _field(1, b"bench-model") + _field(6, b"bench-model")
-    handler = grpc.method_handlers_generic_handler("vllm.grpc.engine.VllmEngine", {
-        "Generate": grpc.unary_stream_rpc_method_handler(lambda request, context: iter(replies)),
-        "GetModelInfo": grpc.unary_unary_rpc_method_handler(lambda request, context: info),
-    })
+    handler = grpc.method_handlers_generic_handler(
+        "vllm.grpc.engine.VllmEngine",
+        {
+            "Generate": grpc.unary_stream_rpc_method_handler(lambda request, context: iter(replies)),
+            "GetModelInfo": grpc.unary_unary_rpc_method_handler(lambda request, context: info),
+        },
+    )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")

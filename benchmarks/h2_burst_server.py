@@ -56,14 +56,14 @@ def _serve(conn: socket.socket, generate: list[bytes], info: bytes) -> None:
             if not more:
                 return
             buf += more
-        buf = buf[len(PREFACE):]
+        buf = buf[len(PREFACE) :]
         while True:
             while len(buf) >= 9:
                 hi, lo, ftype, flags, sid = _FRAME.unpack_from(buf)
                 n = hi << 8 | lo
                 if len(buf) < 9 + n:
                     break
-                payload, buf = buf[9:9 + n], buf[9 + n:]
+                payload, buf = buf[9 : 9 + n], buf[9 + n :]
                 if ftype == 4 and not flags & 1:
                     conn.sendall(frame(4, 1, 0))
                 elif ftype == 6 and not flags & 1:

@@ -55,14 +55,24 @@ WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " lazy", " dog",
 
 def stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> bytes:
     """The SSE body: n_tokens vLLM-like token chunks, a usage chunk, [DONE]."""
-    head = {"id": "cmpl-5b1e3c0f4a9d4e2b8c7a6f5e4d3c2b1a", "object": "text_completion",
-            "created": 1760000000, "model": MODEL}
+    head = {
+        "id": "cmpl-5b1e3c0f4a9d4e2b8c7a6f5e4d3c2b1a",
+        "object": "text_completion",
+        "created": 1760000000,
+        "model": MODEL,
+    }
     out = []
     for i in range(n_tokens):
         last = i == n_tokens - 1
-        choice = {"index": 0, "text": WORDS[i % len(WORDS)], "logprobs": None,
-                  "finish_reason": "length" if last else None, "stop_reason": None,
-                  "prompt_token_ids": None, "token_ids": None}
+        choice = {
+            "index": 0,
+            "text": WORDS[i % len(WORDS)],
+            "logprobs": None,
+            "finish_reason": "length" if last else None,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
         out.append(b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n")
     usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_tokens, "completion_tokens": n_tokens}
     out.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage}) + b"\n\n")
@@ -77,10 +87,11 @@ def sse_event(obj: dict) -> bytes:
 
 def chat_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> bytes:
     """vLLM /v1/chat/completions: a role chunk, n_tokens content deltas, a usage chunk, [DONE]."""
-    head = {"id": "chatcmpl-9fd463751652ef1f", "object": "chat.completion.chunk",
-            "created": 1760000000, "model": MODEL}
+    head = {"id": "chatcmpl-9fd463751652ef1f", "object": "chat.completion.chunk", "created": 1760000000, "model": MODEL}
     role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-    out = [b"data: " + orjson.dumps({**head, "choices": [role], "prompt_token_ids": None, "prompt_text": None}) + b"\n\n"]
+    out = [
+        b"data: " + orjson.dumps({**head, "choices": [role], "prompt_token_ids": None, "prompt_text": None}) + b"\n\n"
+    ]
     for i in range(n_tokens):
         choice = {"index": 0, "delta": {"content": WORDS[i % len(WORDS)]}, "logprobs": None}
         if i == n_tokens - 1:
@@ -89,8 +100,11 @@ def chat_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> bytes:
             choice.update(finish_reason=None, token_ids=None)
         out.append(b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n")
     usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_tokens, "completion_tokens": n_tokens}
-    out.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage,
-                                         "system_fingerprint": "vllm-0.32.0-3fbe13ef"}) + b"\n\n")
+    out.append(
+        b"data: "
+        + orjson.dumps({**head, "choices": [], "usage": usage, "system_fingerprint": "vllm-0.32.0-3fbe13ef"})
+        + b"\n\n"
+    )
     out.append(b"data: [DONE]\n\n")
     return b"".join(out)
 
@@ -100,36 +114,87 @@ def responses_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> byt
     events, the *.done events, response.completed with usage (status incomplete at
     max_output_tokens, as vLLM reports it); no [DONE]."""
     item_id = "msg_998811f95e7744f6"
-    response = {"id": "resp_a98369f8aade5f32", "created_at": 1760000000, "incomplete_details": None,
-                "instructions": None, "metadata": None, "model": MODEL, "object": "response", "output": [],
-                "parallel_tool_calls": True, "temperature": 0.0, "tool_choice": "none", "tools": [],
-                "top_p": 1.0, "background": False, "max_output_tokens": n_tokens, "max_tool_calls": None,
-                "previous_response_id": None, "prompt": None, "reasoning": None, "service_tier": "auto",
-                "status": "in_progress", "text": None, "top_logprobs": None, "truncation": "disabled",
-                "usage": None, "user": None}
+    response = {
+        "id": "resp_a98369f8aade5f32",
+        "created_at": 1760000000,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": None,
+        "model": MODEL,
+        "object": "response",
+        "output": [],
+        "parallel_tool_calls": True,
+        "temperature": 0.0,
+        "tool_choice": "none",
+        "tools": [],
+        "top_p": 1.0,
+        "background": False,
+        "max_output_tokens": n_tokens,
+        "max_tool_calls": None,
+        "previous_response_id": None,
+        "prompt": None,
+        "reasoning": None,
+        "service_tier": "auto",
+        "status": "in_progress",
+        "text": None,
+        "top_logprobs": None,
+        "truncation": "disabled",
+        "usage": None,
+        "user": None,
+    }
     text = "".join(WORDS[i % len(WORDS)] for i in range(n_tokens))
     events: list[dict] = [
         {"response": response, "type": "response.created"},
         {"response": response, "type": "response.in_progress"},
-        {"item": {"id": item_id, "content": [], "role": "assistant", "status": "in_progress", "type": "message"},
-         "output_index": 0, "type": "response.output_item.added"},
-        {"content_index": 0, "item_id": item_id, "output_index": 0,
-         "part": {"annotations": [], "text": "", "type": "output_text", "logprobs": []},
-         "type": "response.content_part.added"},
+        {
+            "item": {"id": item_id, "content": [], "role": "assistant", "status": "in_progress", "type": "message"},
+            "output_index": 0,
+            "type": "response.output_item.added",
+        },
+        {
+            "content_index": 0,
+            "item_id": item_id,
+            "output_index": 0,
+            "part": {"annotations": [], "text": "", "type": "output_text", "logprobs": []},
+            "type": "response.content_part.added",
+        },
     ]
     for i in range(n_tokens):
-        events.append({"content_index": 0, "delta": WORDS[i % len(WORDS)], "item_id": item_id, "logprobs": [],
-                       "output_index": 0, "type": "response.output_text.delta"})
+        events.append(
+            {
+                "content_index": 0,
+                "delta": WORDS[i % len(WORDS)],
+                "item_id": item_id,
+                "logprobs": [],
+                "output_index": 0,
+                "type": "response.output_text.delta",
+            }
+        )
     part = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
     item = {"id": item_id, "content": [part], "role": "assistant", "status": "completed", "type": "message"}
-    usage = {"input_tokens": n_prompt, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": n_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": n_prompt + n_tokens}
-    final = {**response, "incomplete_details": {"reason": "max_output_tokens"}, "output": [item],
-             "status": "incomplete", "usage": usage}
+    usage = {
+        "input_tokens": n_prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": n_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": n_prompt + n_tokens,
+    }
+    final = {
+        **response,
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [item],
+        "status": "incomplete",
+        "usage": usage,
+    }
     events += [
-        {"content_index": 0, "item_id": item_id, "logprobs": [], "output_index": 0, "text": text,
-         "type": "response.output_text.done"},
+        {
+            "content_index": 0,
+            "item_id": item_id,
+            "logprobs": [],
+            "output_index": 0,
+            "text": text,
+            "type": "response.output_text.done",
+        },
         {"content_index": 0, "item_id": item_id, "output_index": 0, "part": part, "type": "response.content_part.done"},
         {"item": item, "output_index": 0, "type": "response.output_item.done"},
         {"response": final, "type": "response.completed"},
@@ -144,18 +209,41 @@ def responses_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> byt
 def messages_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> bytes:
     """vLLM /v1/messages (Anthropic): message_start, content_block_start, n_tokens text_delta
     events, content_block_stop, message_delta (usage.output_tokens), message_stop."""
-    message = {"id": "chatcmpl-a5ea0b22501f84bc", "type": "message", "role": "assistant", "content": [],
-               "model": MODEL, "stop_reason": None, "stop_sequence": None,
-               "usage": {"input_tokens": n_prompt, "output_tokens": 0}}
-    out = [sse_event({"type": "message_start", "message": message}),
-           sse_event({"type": "content_block_start", "content_block": {"type": "text", "text": ""}, "index": 0})]
+    message = {
+        "id": "chatcmpl-a5ea0b22501f84bc",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": MODEL,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": n_prompt, "output_tokens": 0},
+    }
+    out = [
+        sse_event({"type": "message_start", "message": message}),
+        sse_event({"type": "content_block_start", "content_block": {"type": "text", "text": ""}, "index": 0}),
+    ]
     for i in range(n_tokens):
-        out.append(sse_event({"type": "content_block_delta",
-                              "delta": {"type": "text_delta", "text": WORDS[i % len(WORDS)]}, "index": 0}))
-    out += [sse_event({"type": "content_block_stop", "index": 0}),
-            sse_event({"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
-                       "usage": {"input_tokens": n_prompt, "output_tokens": n_tokens}}),
-            sse_event({"type": "message_stop"})]
+        out.append(
+            sse_event(
+                {
+                    "type": "content_block_delta",
+                    "delta": {"type": "text_delta", "text": WORDS[i % len(WORDS)]},
+                    "index": 0,
+                }
+            )
+        )
+    out += [
+        sse_event({"type": "content_block_stop", "index": 0}),
+        sse_event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+                "usage": {"input_tokens": n_prompt, "output_tokens": n_tokens},
+            }
+        ),
+        sse_event({"type": "message_stop"}),
+    ]
     return b"".join(out)
 
 
@@ -169,10 +257,16 @@ def sglang_stream_bytes(n_tokens: int = N_TOKENS, n_prompt: int = 128) -> bytes:
         text += WORDS[i % len(WORDS)]
         ids.append(1000 + i % len(WORDS))
         last = i == n_tokens - 1
-        meta = {"id": "4f9c1e0b6a5d4c3e8f7a2b1c0d9e8f7a",
-                "finish_reason": {"type": "length", "length": n_tokens} if last else None,
-                "prompt_tokens": n_prompt, "weight_version": "default", "total_retractions": 0,
-                "completion_tokens": i + 1, "cached_tokens": 0, "e2e_latency": round(0.0123 * (i + 1), 4)}
+        meta = {
+            "id": "4f9c1e0b6a5d4c3e8f7a2b1c0d9e8f7a",
+            "finish_reason": {"type": "length", "length": n_tokens} if last else None,
+            "prompt_tokens": n_prompt,
+            "weight_version": "default",
+            "total_retractions": 0,
+            "completion_tokens": i + 1,
+            "cached_tokens": 0,
+            "e2e_latency": round(0.0123 * (i + 1), 4),
+        }
         out.append(b"data: " + orjson.dumps({"text": text, "output_ids": ids, "meta_info": meta}) + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return b"".join(out)
@@ -264,11 +358,16 @@ class NginxStream:
             target.write_bytes(body)
         self.port = self.port or free_port()
         conf = self.dir / "nginx.conf"
-        conf.write_text(CONFIG.format(user="user root;" if os.geteuid() == 0 else "",
-                                      workers=self.workers, dir=self.dir, port=self.port))
+        conf.write_text(
+            CONFIG.format(
+                user="user root;" if os.geteuid() == 0 else "", workers=self.workers, dir=self.dir, port=self.port
+            )
+        )
         self.proc = subprocess.Popen(
             [binary, "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log"), "-g", "daemon off;"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 10
         while True:
@@ -291,8 +390,10 @@ class NginxStream:
         body = b'{"prompt":"x","stream":true}'
         for path, expected in self.bodies.values():
             with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-                s.sendall(b"POST %b HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (path.encode(), len(body), body))
+                s.sendall(
+                    b"POST %b HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (path.encode(), len(body), body)
+                )
                 data = b""
                 while chunk := s.recv(65536):
                     data += chunk

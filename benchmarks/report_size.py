@@ -59,9 +59,21 @@ def synthesize(seed: int = 1) -> dict:
     steps: dict[int, Aggregate] = {}
     pending: list[Seq] = []
     server = ServerSeries(url="http://10.0.0.5:8000/metrics", server="vllm")
-    gpu = ServerSeries(url="http://10.0.0.5:9401/metrics", server="llm-locust-gpu-sidecar",
-                       info={"llm_locust_gpu_info": [{"gpu": "0", "model_name": "NVIDIA H200", "uuid": "GPU-0",
-                                                      "driver_version": "550.54.15", "cuda_version": "12.4"}]})
+    gpu = ServerSeries(
+        url="http://10.0.0.5:9401/metrics",
+        server="llm-locust-gpu-sidecar",
+        info={
+            "llm_locust_gpu_info": [
+                {
+                    "gpu": "0",
+                    "model_name": "NVIDIA H200",
+                    "uuid": "GPU-0",
+                    "driver_version": "550.54.15",
+                    "cuda_version": "12.4",
+                }
+            ]
+        },
+    )
     counters = {"generation_tokens_total": 0.0, "ttft_seconds_sum": 0.0, "ttft_seconds_count": 0.0}
     end_all = STEP_S * len(LEVELS)
     now, users, step_i, n = 0.0, 0, 0, 0
@@ -82,8 +94,16 @@ def synthesize(seed: int = 1) -> dict:
         nonlocal n
         n += 1
         p, o = rng.randint(128, 2048), rng.randint(64, 512)
-        r = RequestRecord(request_id=str(n), api="openai-chat", t_sched=t, t_sent=t, wall_sent=W + t, n_in=p,
-                          n_in_source="usage", requested_out=o)
+        r = RequestRecord(
+            request_id=str(n),
+            api="openai-chat",
+            t_sched=t,
+            t_sent=t,
+            wall_sent=W + t,
+            n_in=p,
+            n_in_source="usage",
+            requested_out=o,
+        )
         if rng.random() < 0.003:
             r.outcome, r.status, r.t_end = Outcome.HTTP_ERROR, 503, t + 0.02
             r.error = 'HTTP 503: {"error": "server overloaded, retry later", "type": "ServiceUnavailable"}'
@@ -107,12 +127,29 @@ def synthesize(seed: int = 1) -> dict:
             next_second += 1.0
         while next_sample <= now and next_sample < end_all:  # the master scrapes /metrics every 2 s
             t = W + next_sample
-            server.samples.append(Sample(t, {"running": len(eng.running), "waiting": len(eng.waiting),
-                                             "kv_cache_usage": eng.kv_usage, "preemptions_total": 0.0, **counters}))
+            server.samples.append(
+                Sample(
+                    t,
+                    {
+                        "running": len(eng.running),
+                        "waiting": len(eng.waiting),
+                        "kv_cache_usage": eng.kv_usage,
+                        "preemptions_total": 0.0,
+                        **counters,
+                    },
+                )
+            )
             busy = len(eng.running) / cfg.slots
-            gpu.samples.append(Sample(t, {"gpu_memory_used_bytes": 62 * GIB + eng.kv_usage * 70 * GIB + rng.random() * 2**26,
-                                          "gpu_memory_total_bytes": 141 * GIB,
-                                          "gpu_utilization": min(1.0, 0.05 + 0.95 * busy)}))
+            gpu.samples.append(
+                Sample(
+                    t,
+                    {
+                        "gpu_memory_used_bytes": 62 * GIB + eng.kv_usage * 70 * GIB + rng.random() * 2**26,
+                        "gpu_memory_total_bytes": 141 * GIB,
+                        "gpu_utilization": min(1.0, 0.05 + 0.95 * busy),
+                    },
+                )
+            )
             next_sample += 2.0
         while None in pending:
             pending.remove(None)
@@ -143,42 +180,140 @@ def synthesize(seed: int = 1) -> dict:
                 if now < end_all:
                     new_request(now)
 
-    windows = [StepWindow(index=i + 1, level=float(u), started=W + i * STEP_S, measured_from=W + i * STEP_S + WARMUP_S,
-                          ended=W + (i + 1) * STEP_S) for i, u in enumerate(LEVELS)]
-    results = [step_result(steps.get(w.index, Aggregate()), step=w.index, offered=w.level, offered_kind="concurrency",
-                           window=(w.measured_from, w.ended), warmup=WARMUP_S, slos=SLOS, series=total.series,
-                           max_error_rate=0.05) for w in windows]
+    windows = [
+        StepWindow(
+            index=i + 1,
+            level=float(u),
+            started=W + i * STEP_S,
+            measured_from=W + i * STEP_S + WARMUP_S,
+            ended=W + (i + 1) * STEP_S,
+        )
+        for i, u in enumerate(LEVELS)
+    ]
+    results = [
+        step_result(
+            steps.get(w.index, Aggregate()),
+            step=w.index,
+            offered=w.level,
+            offered_kind="concurrency",
+            window=(w.measured_from, w.ended),
+            warmup=WARMUP_S,
+            slos=SLOS,
+            series=total.series,
+            max_error_rate=0.05,
+        )
+        for w in windows
+    ]
     verdict = analyse(results, SLOS)
     print(format_steps(results, verdict), "\n")
-    server_w = {"source": server.to_dict(), "run": server.window(W, W + end_all),
-                "steps": [{"step": w.index, "level": w.level, **server.window(w.measured_from, w.ended)} for w in windows]}
-    gpu_w = {"source": gpu.to_dict(), "run": gpu.window(W, W + end_all),
-             "steps": [{"step": w.index, "level": w.level, **gpu.window(w.measured_from, w.ended)} for w in windows]}
-    plan = derive.to_plan(derive.resolve(derive.plan_values({"name": "1-hour concurrency ladder (synthetic)", "host": "http://10.0.0.5:8000",
-                           "workload": {"synthetic": {"requests": 100000, "input": "uniform:128:2048", "output": "uniform:64:512", "seed": 1}},
-                           "ladder": {"kind": "concurrency", "steps": LEVELS, "duration": STEP_S, "warmup": WARMUP_S},
-                           "slos": SLOS, "results": "hour.json"})))
-    run = {"host": "http://10.0.0.5:8000", "started_at": W, "ended_at": W + end_all, "runner": "MasterRunner",
-           "server": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "seed": 0, "started_at_utc": "2026-09-21T12:53:20+00:00",
-           "command": ["llm-locust", "run", "hour.yaml", "--workers", "4", "--results", "hour.json"],
-           "settings": {"api": "openai-chat", "model": "", "api_key_env": "OPENAI_API_KEY", "api_key_set": True,
-                        "trace": "/data/hour.workload.jsonl", "max_tokens": 0, "force_length": True, "slos": SLOS,
-                        "ladder": {"spec": "concurrency:" + ",".join(map(str, LEVELS)), "warmup": WARMUP_S,
-                                   "step_duration": STEP_S, "max_error_rate": 0.05, "early_stop": False}, "seed": 0}}
-    workers = [{"id": f"worker-{i}", "index": i, "reports": 1200, "sent": n // 4, "finished": n // 4,
-                "in_flight_at_last_report": 0, "lost_at": None, "rejoined_at": None} for i in range(4)]
+    server_w = {
+        "source": server.to_dict(),
+        "run": server.window(W, W + end_all),
+        "steps": [{"step": w.index, "level": w.level, **server.window(w.measured_from, w.ended)} for w in windows],
+    }
+    gpu_w = {
+        "source": gpu.to_dict(),
+        "run": gpu.window(W, W + end_all),
+        "steps": [{"step": w.index, "level": w.level, **gpu.window(w.measured_from, w.ended)} for w in windows],
+    }
+    plan = derive.to_plan(
+        derive.resolve(
+            derive.plan_values(
+                {
+                    "name": "1-hour concurrency ladder (synthetic)",
+                    "host": "http://10.0.0.5:8000",
+                    "workload": {
+                        "synthetic": {
+                            "requests": 100000,
+                            "input": "uniform:128:2048",
+                            "output": "uniform:64:512",
+                            "seed": 1,
+                        }
+                    },
+                    "ladder": {"kind": "concurrency", "steps": LEVELS, "duration": STEP_S, "warmup": WARMUP_S},
+                    "slos": SLOS,
+                    "results": "hour.json",
+                }
+            )
+        )
+    )
+    run = {
+        "host": "http://10.0.0.5:8000",
+        "started_at": W,
+        "ended_at": W + end_all,
+        "runner": "MasterRunner",
+        "server": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "seed": 0,
+        "started_at_utc": "2026-09-21T12:53:20+00:00",
+        "command": ["llm-locust", "run", "hour.yaml", "--workers", "4", "--results", "hour.json"],
+        "settings": {
+            "api": "openai-chat",
+            "model": "",
+            "api_key_env": "OPENAI_API_KEY",
+            "api_key_set": True,
+            "trace": "/data/hour.workload.jsonl",
+            "max_tokens": 0,
+            "force_length": True,
+            "slos": SLOS,
+            "ladder": {
+                "spec": "concurrency:" + ",".join(map(str, LEVELS)),
+                "warmup": WARMUP_S,
+                "step_duration": STEP_S,
+                "max_error_rate": 0.05,
+                "early_stop": False,
+            },
+            "seed": 0,
+        },
+    }
+    workers = [
+        {
+            "id": f"worker-{i}",
+            "index": i,
+            "reports": 1200,
+            "sent": n // 4,
+            "finished": n // 4,
+            "in_flight_at_last_report": 0,
+            "lost_at": None,
+            "rejoined_at": None,
+        }
+        for i in range(4)
+    ]
     doc = build_results(total, steps, run, workers, 0.05)
     doc["environment"].update(
-        server={"url": run["host"], "kind": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct",
-                "models": [{"id": "meta-llama/Llama-3.1-8B-Instruct", "owned_by": "vllm", "max_model_len": 131072}],
-                "version": {"version": "0.11.0"}, "version_endpoint": "/version"},
-        gpus=[{"gpu": "0", "model_name": "NVIDIA H200", "uuid": "GPU-0", "driver_version": "550.54.15", "cuda_version": "12.4"}],
-        trace={"path": "/data/hour.workload.jsonl", "format": None, "sha256": "0" * 64, "bytes": 5_400_000})
+        server={
+            "url": run["host"],
+            "kind": "vllm",
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "models": [{"id": "meta-llama/Llama-3.1-8B-Instruct", "owned_by": "vllm", "max_model_len": 131072}],
+            "version": {"version": "0.11.0"},
+            "version_endpoint": "/version",
+        },
+        gpus=[
+            {
+                "gpu": "0",
+                "model_name": "NVIDIA H200",
+                "uuid": "GPU-0",
+                "driver_version": "550.54.15",
+                "cuda_version": "12.4",
+            }
+        ],
+        trace={"path": "/data/hour.workload.jsonl", "format": None, "sha256": "0" * 64, "bytes": 5_400_000},
+    )
     doc["server_metrics"], doc["gpu_metrics"] = server_w, gpu_w
-    doc["efficiency"] = efficiency([s.to_dict() for s in results], server_w["steps"], gpu_w["steps"], gpu.samples[0].figures["gpu_memory_used_bytes"])
+    doc["efficiency"] = efficiency(
+        [s.to_dict() for s in results],
+        server_w["steps"],
+        gpu_w["steps"],
+        gpu.samples[0].figures["gpu_memory_used_bytes"],
+    )
     doc["plan"] = plan
-    doc["ladder"] = {"ladder": plan["ladder"], "windows": [w.to_dict() for w in windows],
-                     "steps": [s.to_dict() for s in results], "saturation": verdict.to_dict(), "stop_reason": None}
+    doc["ladder"] = {
+        "ladder": plan["ladder"],
+        "windows": [w.to_dict() for w in windows],
+        "steps": [s.to_dict() for s in results],
+        "saturation": verdict.to_dict(),
+        "stop_reason": None,
+    }
     return doc
 
 
@@ -195,10 +330,12 @@ def main() -> None:
     doc = synthesize()
     write_results(src, doc)
     r = load_results(src)
-    print(f"synthesized in {time.perf_counter() - t:.1f} s: {src} ({src.stat().st_size / 1024:,.0f} KiB), "
-          f"{r['summary']['sent']:,} requests, {r['summary']['tokens_out']:,} output tokens, {len(r['series']):,} series seconds, "
-          f"{len(r['ladder']['steps'])} steps, {sum(len(v) for v in r['distributions'].values())} histogram bins, "
-          f"{r['server_metrics']['source']['samples']} server / {r['gpu_metrics']['source']['samples']} GPU samples")
+    print(
+        f"synthesized in {time.perf_counter() - t:.1f} s: {src} ({src.stat().st_size / 1024:,.0f} KiB), "
+        f"{r['summary']['sent']:,} requests, {r['summary']['tokens_out']:,} output tokens, {len(r['series']):,} series seconds, "
+        f"{len(r['ladder']['steps'])} steps, {sum(len(v) for v in r['distributions'].values())} histogram bins, "
+        f"{r['server_metrics']['source']['samples']} server / {r['gpu_metrics']['source']['samples']} GPU samples"
+    )
 
     cmd = [sys.executable, "-m", "llm_locust.cli", "report", str(src), "-o", str(out)]
     walls = []
@@ -218,11 +355,15 @@ def main() -> None:
         inproc.append(time.perf_counter() - t)
     size = out.stat().st_size
     svg = sum(len(part.split("</svg>")[0]) for part in page.split("<svg")[1:])
-    print(f"`{' '.join(['llm-locust', 'report', src.name, '-o', out.name])}` as a process, {args.repeat} runs: "
-          f"median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f})")
+    print(
+        f"`{' '.join(['llm-locust', 'report', src.name, '-o', out.name])}` as a process, {args.repeat} runs: "
+        f"median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f})"
+    )
     print(f"render() in-process, {args.repeat} runs: median {statistics.median(inproc):.2f} s")
-    print(f"report: {size:,} bytes ({size / 1024:,.0f} KiB), of which inline SVG ~{svg / size:.0%};"
-          f" results JSON {src.stat().st_size:,} bytes")
+    print(
+        f"report: {size:,} bytes ({size / 1024:,.0f} KiB), of which inline SVG ~{svg / size:.0%};"
+        f" results JSON {src.stat().st_size:,} bytes"
+    )
     if not args.keep:
         for f in (src, out):
             f.unlink(missing_ok=True)

@@ -67,9 +67,23 @@ def populate(n: int, tokens: int, seconds: int, n_steps: int, seed: int = 1):
         for _ in range(tokens):
             times.append(x)
             x += rng.lognormvariate(-4.6, 0.3)
-        r = RequestRecord(request_id=str(k), api="openai-chat", t_sched=t, t_sent=t, wall_sent=t, t_first=first,
-                          t_first_content=first, t_end=times[-1], chunk_times=times, chunk_tokens=[1] * tokens,
-                          n_out=tokens, n_in=100, n_in_source="usage", requested_out=tokens, step=step)
+        r = RequestRecord(
+            request_id=str(k),
+            api="openai-chat",
+            t_sched=t,
+            t_sent=t,
+            wall_sent=t,
+            t_first=first,
+            t_first_content=first,
+            t_end=times[-1],
+            chunk_times=times,
+            chunk_tokens=[1] * tokens,
+            n_out=tokens,
+            n_in=100,
+            n_in_source="usage",
+            requested_out=tokens,
+            step=step,
+        )
         for a in (steps[step], total):
             a.add_sent()
             a.add(r)
@@ -79,18 +93,37 @@ def populate(n: int, tokens: int, seconds: int, n_steps: int, seed: int = 1):
     windows = []
     for i in range(1, n_steps + 1):
         start = T0 + (i - 1) * per_step
-        windows.append({"step": i, "level": float(2 ** i), "started": start, "measured_from": start + 5,
-                        "ended": start + per_step if i < n_steps else None, "extended": 0.0})
-    ladder = LadderInputs(kind="concurrency", levels=[float(2 ** i) for i in range(1, n_steps + 1)], warmup=5.0,
-                          duration=per_step, requests=0, windows=windows, done=False, stop_reason=None, slos={})
+        windows.append(
+            {
+                "step": i,
+                "level": float(2**i),
+                "started": start,
+                "measured_from": start + 5,
+                "ended": start + per_step if i < n_steps else None,
+                "extended": 0.0,
+            }
+        )
+    ladder = LadderInputs(
+        kind="concurrency",
+        levels=[float(2**i) for i in range(1, n_steps + 1)],
+        warmup=5.0,
+        duration=per_step,
+        requests=0,
+        windows=windows,
+        done=False,
+        stop_reason=None,
+        slos={},
+    )
     return total, steps, ladder
 
 
 def part_compute(a) -> None:
     t = time.perf_counter()
     total, steps, ladder = populate(a.requests, a.tokens, a.seconds, a.steps)
-    print(f"populated: {a.requests:,} requests x {a.tokens} tokens over {a.seconds} s, {a.steps} steps "
-          f"({time.perf_counter() - t:.1f} s to build)")
+    print(
+        f"populated: {a.requests:,} requests x {a.tokens} tokens over {a.seconds} s, {a.steps} steps "
+        f"({time.perf_counter() - t:.1f} s to build)"
+    )
     now0 = T0 + a.seconds - 0.5
 
     def timed(fn):
@@ -112,8 +145,16 @@ def part_compute(a) -> None:
         return LiveView(clock=c), c
 
     def inp(c):
-        return lambda: Inputs(now=now0 + c.t, state="running", users=64, in_flight=60, total=total, steps=steps,
-                              current_step=a.steps, ladder=ladder)
+        return lambda: Inputs(
+            now=now0 + c.t,
+            state="running",
+            users=64,
+            in_flight=60,
+            total=total,
+            steps=steps,
+            current_step=a.steps,
+            ladder=ladder,
+        )
 
     def cold():
         v, c = fresh()
@@ -150,8 +191,15 @@ def part_compute(a) -> None:
     c.t += 1.0
     inc = orjson.dumps(v.payload(inp(c), p["now"]))
     w = ladder.windows[0]
-    kw = dict(step=1, offered=w["level"], offered_kind="concurrency", window=(w["measured_from"], w["ended"]),
-              warmup=5.0, slos={}, series=total.series)
+    kw = dict(
+        step=1,
+        offered=w["level"],
+        offered_kind="concurrency",
+        window=(w["measured_from"], w["ended"]),
+        warmup=5.0,
+        slos={},
+        series=total.series,
+    )
     exact_ms = timed(lambda: step_result(steps[1], **kw))
     med = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     print(f"one step's figures: steps.step_result {exact_ms:.2f} ms")
@@ -179,10 +227,31 @@ def part_cpu(a) -> None:
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     with SimProcess(slots=16) as sim:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "llm_locust" / "locustfiles" / "ladder.py"), "--host", sim.url,
-               "--web-host", "127.0.0.1", "--web-port", str(port), "--processes", "1", "--autostart",
-               "--ladder", "concurrency:24,32", "--warmup", "2", "--step-duration", "600", "--no-early-stop",
-               "--max-tokens", "64"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(ROOT / "llm_locust" / "locustfiles" / "ladder.py"),
+            "--host",
+            sim.url,
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(port),
+            "--processes",
+            "1",
+            "--autostart",
+            "--ladder",
+            "concurrency:24,32",
+            "--warmup",
+            "2",
+            "--step-duration",
+            "600",
+            "--no-early-stop",
+            "--max-tokens",
+            "64",
+        ]
         log = open("/tmp/webui_refresh_locust.log", "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -197,7 +266,9 @@ def part_cpu(a) -> None:
                 if time.monotonic() > deadline:
                     raise SystemExit("the test did not start; see /tmp/webui_refresh_locust.log")
                 time.sleep(0.5)
-            print(f"master pid {proc.pid}; load: ladder step 1 (24 users, 600 s: no step ends while measured) against the simulator (16 slots), 1 worker process")
+            print(
+                f"master pid {proc.pid}; load: ladder step 1 (24 users, 600 s: no step ends while measured) against the simulator (16 slots), 1 worker process"
+            )
 
             base_rate = [0.0]  # CPU seconds per second with no page open (the last such window)
 
@@ -213,11 +284,27 @@ def part_cpu(a) -> None:
             from playwright.sync_api import sync_playwright
 
             with sync_playwright() as pw:
-                b = pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-                for label in ("no page open", "/llm open (polls every 1.5 s)", "no page open",
-                              "Locust's page open (polls every 2 s)", "no page open", "/llm open (polls every 1.5 s)"):
+                b = pw.chromium.launch(
+                    executable_path="/usr/bin/chromium",
+                    args=[
+                        "--headless",
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--disable-quic",
+                        "--no-first-run",
+                        "--disable-background-networking",
+                        "--disable-component-update",
+                        "--disable-sync",
+                    ],
+                )
+                for label in (
+                    "no page open",
+                    "/llm open (polls every 1.5 s)",
+                    "no page open",
+                    "Locust's page open (polls every 2 s)",
+                    "no page open",
+                    "/llm open (polls every 1.5 s)",
+                ):
                     page = None
                     if label.startswith("/llm"):
                         page = b.new_page(viewport={"width": 1400, "height": 1000})
@@ -232,7 +319,10 @@ def part_cpu(a) -> None:
                         page.close()
                 b.close()
             # CPU per request, from the master's own counters over a burst of requests
-            for label, n, gap in (("GET /llm/data, snapshot recomputed", a.calls, 1.05), ("GET /llm/data, cached snapshot", 10 * a.calls, 0.0)):
+            for label, n, gap in (
+                ("GET /llm/data, snapshot recomputed", a.calls, 1.05),
+                ("GET /llm/data, cached snapshot", 10 * a.calls, 0.0),
+            ):
                 lat, c0, t0 = [], _cpu_ticks(proc.pid), time.monotonic()
                 since = time.time() - 3
                 for _ in range(n):
@@ -243,8 +333,10 @@ def part_cpu(a) -> None:
                     lat.append(time.perf_counter() - t)
                 c1, t1 = _cpu_ticks(proc.pid), time.monotonic()
                 net = (c1 - c0) / hz - base_rate[0] * (t1 - t0)
-                print(f"  {label:36s} master CPU {1000.0 * net / n:6.2f} ms per request (burst CPU less the no-page rate), "
-                      f"{statistics.median(lat) * 1000:.2f} ms median round trip, {len(body):,} bytes, n={n}")
+                print(
+                    f"  {label:36s} master CPU {1000.0 * net / n:6.2f} ms per request (burst CPU less the no-page rate), "
+                    f"{statistics.median(lat) * 1000:.2f} ms median round trip, {len(body):,} bytes, n={n}"
+                )
         finally:
             proc.terminate()
             try:

@@ -1,2 +1,3 @@
 """llm-locust: load testing for LLM inference servers on Locust."""
+
 __version__ = "0.1.0"

@@ -118,16 +118,24 @@ def run(argv: list[str]) -> int:
         print(f"workers: {workers_why}", flush=True)
     settings = settings.model_copy(update={"workers": n_workers})
     locustfile = settings.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
-    run_only = {"workers": settings.workers, "sim_slots": settings.sim_slots, "sim_fast": settings.sim_fast,
-                "sim_graded_accuracy": settings.sim_graded_accuracy,
-                "locustfile": settings.locustfile, "workers_why": workers_why}
+    run_only = {
+        "workers": settings.workers,
+        "sim_slots": settings.sim_slots,
+        "sim_fast": settings.sim_fast,
+        "sim_graded_accuracy": settings.sim_graded_accuracy,
+        "locustfile": settings.locustfile,
+        "workers_why": workers_why,
+    }
     sim = None
     host = settings.host
     from llm_locust.protocols import GRPC_APIS
 
     if not host and settings.api in GRPC_APIS:
-        print(f"llm-locust: --api {settings.api} needs --host (the gRPC server's address); the built-in simulator "
-              "speaks HTTP only", file=sys.stderr)
+        print(
+            f"llm-locust: --api {settings.api} needs --host (the gRPC server's address); the built-in simulator "
+            "speaks HTTP only",
+            file=sys.stderr,
+        )
         return 2
     if not host:
         from llm_locust.sim.process import SimProcess
@@ -136,8 +144,11 @@ def run(argv: list[str]) -> int:
         if settings.graded:  # the simulator answers the set's items, right at --sim-graded-accuracy
             from llm_locust.workload.graded import resolve_path
 
-            graded = {"graded_set": str(resolve_path(settings.graded)), "graded_accuracy": settings.sim_graded_accuracy,
-                      "seed": settings.seed}
+            graded = {
+                "graded_set": str(resolve_path(settings.graded)),
+                "graded_accuracy": settings.sim_graded_accuracy,
+                "seed": settings.seed,
+            }
         sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, **graded)
         sim.start()
         host = sim.url
@@ -146,20 +157,32 @@ def run(argv: list[str]) -> int:
     if settings.overlong_share and not settings.overlong_tokens:
         ctx = context_length(host, settings.api_key)
         if ctx is None:
-            print(f"llm-locust: --overlong-share: the server at {host} says no context length (/v1/models "
-                  "max_model_len, /props n_ctx): give --overlong-tokens N", file=sys.stderr)
+            print(
+                f"llm-locust: --overlong-share: the server at {host} says no context length (/v1/models "
+                "max_model_len, /props n_ctx): give --overlong-tokens N",
+                file=sys.stderr,
+            )
             if sim is not None:
                 sim.stop()
             return 2
         settings = settings.model_copy(update={"overlong_tokens": ctx + max(16, ctx // 10)})
-        print(f"overlong mix: the server's context is {ctx} tokens: {settings.overlong_tokens}-token prompts "
-              f"for {settings.overlong_share:.0%} of the requests", flush=True)
+        print(
+            f"overlong mix: the server's context is {ctx} tokens: {settings.overlong_tokens}-token prompts "
+            f"for {settings.overlong_share:.0%} of the requests",
+            flush=True,
+        )
     os.environ[derive.RUN_ONLY_ENV] = json.dumps(run_only)
     locust_argv = ["locust", "-f", locustfile, "--host", host, "--only-summary"]
     if mode == "closed":
         users = settings.users or DEFAULTS["users"]
-        locust_argv += ["-u", str(users), "-r", f"{settings.spawn_rate or users:g}",
-                        "-t", settings.run_time or DEFAULTS["run_time"]]
+        locust_argv += [
+            "-u",
+            str(users),
+            "-r",
+            f"{settings.spawn_rate or users:g}",
+            "-t",
+            settings.run_time or DEFAULTS["run_time"],
+        ]
     else:  # a replay's dispatchers and a ladder's shape set their own load and end the test themselves
         for flag, value in (("-u", settings.users), ("-r", settings.spawn_rate), ("-t", settings.run_time)):
             if value is not None:
@@ -228,11 +251,26 @@ def run_repeated(argv: list[str], settings) -> int:
         if settings.reset_hook:
             hook = subprocess.run(settings.reset_hook, shell=True)
             if hook.returncode != 0:
-                print(f"llm-locust: the reset hook exited {hook.returncode} before repetition {k}: stopped", file=sys.stderr)
+                print(
+                    f"llm-locust: the reset hook exited {hook.returncode} before repetition {k}: stopped",
+                    file=sys.stderr,
+                )
                 return 1
         path = _rep_path(results, k)
-        extra = ["--repeat", "1", "--reset-hook", "", "--baseline", "", "--tolerance", "5%", "--junit", "",
-                 "--results", path]
+        extra = [
+            "--repeat",
+            "1",
+            "--reset-hook",
+            "",
+            "--baseline",
+            "",
+            "--tolerance",
+            "5%",
+            "--junit",
+            "",
+            "--results",
+            path,
+        ]
         if settings.report:
             extra += ["--report", _rep_path(settings.report, k, ".html")]
         if os.path.exists(path):

@@ -14,15 +14,20 @@ from locust import task
 from llm_locust.users import LLMUser
 
 MAX_STEPS = 4
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                       "required": ["a", "b"]},
-    },
-}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
 
 
 def add(a: float, b: float) -> float:
@@ -49,8 +54,19 @@ class Agent(LLMUser):
             reply = self.llm.chat(messages, max_tokens=64, tools=TOOLS, keep_text=True, name=f"agent step {step}")
             if not reply.ok or not reply.tool_calls:
                 return  # an answer (or a failure, counted): the task is done
-            messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
-                {"id": c["id"] or f"call_{i}", "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for i, c in enumerate(reply.tool_calls)]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": reply.text or None,
+                    "tool_calls": [
+                        {
+                            "id": c["id"] or f"call_{i}",
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for i, c in enumerate(reply.tool_calls)
+                    ],
+                }
+            )
             for i, c in enumerate(reply.tool_calls):
                 messages.append({"role": "tool", "tool_call_id": c["id"] or f"call_{i}", "content": run_tool(c)})

@@ -23,8 +23,10 @@ class Conversation(LLMUser):
             reply = self.llm.chat(messages, max_tokens=32, keep_text=True, name=f"turn {turn}")
             if not reply.ok:
                 return  # counted as a failure of this turn; the next conversation starts afresh
-            messages += [{"role": "assistant", "content": reply.text},
-                         {"role": "user", "content": f"Say more about: {reply.text[-80:]}"}]
+            messages += [
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": f"Say more about: {reply.text[-80:]}"},
+            ]
         self.llm_turns += 1
 
     def on_start(self):

@@ -47,7 +47,11 @@ class Rag(LLMUser):
         if not ranked.ok:
             return
         context = "\n".join(f"- {DOCUMENTS[i]}" for i in ranked.ranked()[:2])
-        self.llm.chat([
-            {"role": "system", "content": f"Answer from these documents only:\n{context}"},
-            {"role": "user", "content": question},
-        ], max_tokens=64, name="chat")
+        self.llm.chat(
+            [
+                {"role": "system", "content": f"Answer from these documents only:\n{context}"},
+                {"role": "user", "content": question},
+            ],
+            max_tokens=64,
+            name="chat",
+        )

@@ -26,6 +26,7 @@ Usage: make_tiny_alm.py SMOLLM2_HF_DIR OUT_DIR [--seed N]
 (run with the vLLM venv's python: it needs torch and transformers). Cached by OUT_DIR/.stamp
 (scripts/tiny_hf_model.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -72,7 +73,11 @@ CHAT_TEMPLATE = (
     "{%- if message['content'] is string %}{{- message['content'] }}"
     "{%- else %}{%- for part in message['content'] %}"
     "{%- if part['type'] == 'text' %}{{- part['text'] }}"
-    "{%- elif part['type'] in ('audio', 'input_audio', 'audio_url') %}{{- '" + AUDIO_BOS + AUDIO_TOKEN + AUDIO_EOS + "' }}"
+    "{%- elif part['type'] in ('audio', 'input_audio', 'audio_url') %}{{- '"
+    + AUDIO_BOS
+    + AUDIO_TOKEN
+    + AUDIO_EOS
+    + "' }}"
     "{%- endif %}{%- endfor %}{%- endif %}"
     "{{- '<|im_end|>\\n' }}"
     "{%- endfor %}"
@@ -85,8 +90,10 @@ def stamp_text(seed: int, tok_stamp: str) -> str:
     from importlib.metadata import version  # not `import transformers`: the cached path stays fast
 
     recipe = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return (f"script={recipe} seed={seed} transformers={version('transformers')} "
-            f"audio={AUDIO_D}x{AUDIO_LAYERS}/{MEL_BINS} tokenizer={tok_stamp}")
+    return (
+        f"script={recipe} seed={seed} transformers={version('transformers')} "
+        f"audio={AUDIO_D}x{AUDIO_LAYERS}/{MEL_BINS} tokenizer={tok_stamp}"
+    )
 
 
 def fix_text_model_names(path: Path) -> None:
@@ -99,7 +106,7 @@ def fix_text_model_names(path: Path) -> None:
     tensors = load_file(str(path))
     if not any(k.startswith(bad) for k in tensors):
         return
-    fixed = {("language_model.model." + k[len(bad):] if k.startswith(bad) else k): v for k, v in tensors.items()}
+    fixed = {("language_model.model." + k[len(bad) :] if k.startswith(bad) else k): v for k, v in tensors.items()}
     assert len(fixed) == len(tensors)
     save_file(fixed, str(path), metadata={"format": "pt"})
 
@@ -107,9 +114,15 @@ def fix_text_model_names(path: Path) -> None:
 def build(tok_dir: Path, out: Path, seed: int) -> None:
     import numpy as np
     import torch
-    from transformers import (AutoTokenizer, Qwen2AudioConfig, Qwen2AudioEncoderConfig,
-                              Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor, Qwen2Config,
-                              WhisperFeatureExtractor)
+    from transformers import (
+        AutoTokenizer,
+        Qwen2AudioConfig,
+        Qwen2AudioEncoderConfig,
+        Qwen2AudioForConditionalGeneration,
+        Qwen2AudioProcessor,
+        Qwen2Config,
+        WhisperFeatureExtractor,
+    )
 
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     tok.add_special_tokens({"additional_special_tokens": ADDED_TOKENS})
@@ -119,24 +132,49 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
     audio_id = tok.convert_tokens_to_ids(AUDIO_TOKEN)
     tok.chat_template = CHAT_TEMPLATE
 
-    enc = Qwen2AudioEncoderConfig(num_mel_bins=MEL_BINS, encoder_layers=AUDIO_LAYERS,
-                                  encoder_attention_heads=AUDIO_HEADS, encoder_ffn_dim=AUDIO_FFN, d_model=AUDIO_D,
-                                  max_source_positions=MAX_SOURCE_POSITIONS)
-    text = Qwen2Config(hidden_size=TEXT_HIDDEN, intermediate_size=TEXT_FFN, num_hidden_layers=TEXT_LAYERS,
-                       num_attention_heads=TEXT_HEADS, num_key_value_heads=TEXT_HEADS, vocab_size=vocab,
-                       max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                       pad_token_id=tok.pad_token_id)
-    cfg = Qwen2AudioConfig(audio_config=enc.to_dict(), text_config=text.to_dict(), audio_token_index=audio_id,
-                           tie_word_embeddings=True, vocab_size=vocab)
+    enc = Qwen2AudioEncoderConfig(
+        num_mel_bins=MEL_BINS,
+        encoder_layers=AUDIO_LAYERS,
+        encoder_attention_heads=AUDIO_HEADS,
+        encoder_ffn_dim=AUDIO_FFN,
+        d_model=AUDIO_D,
+        max_source_positions=MAX_SOURCE_POSITIONS,
+    )
+    text = Qwen2Config(
+        hidden_size=TEXT_HIDDEN,
+        intermediate_size=TEXT_FFN,
+        num_hidden_layers=TEXT_LAYERS,
+        num_attention_heads=TEXT_HEADS,
+        num_key_value_heads=TEXT_HEADS,
+        vocab_size=vocab,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+    )
+    cfg = Qwen2AudioConfig(
+        audio_config=enc.to_dict(),
+        text_config=text.to_dict(),
+        audio_token_index=audio_id,
+        tie_word_embeddings=True,
+        vocab_size=vocab,
+    )
     torch.manual_seed(seed)
     model = Qwen2AudioForConditionalGeneration(cfg).to(torch.bfloat16).eval()  # as vLLM runs it
     model.generation_config.do_sample = False  # vLLM takes its default sampling from here
 
-    fe = WhisperFeatureExtractor(feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP,
-                                 chunk_length=CHUNK_S, n_fft=400)
-    proc = Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok, chat_template=CHAT_TEMPLATE,
-                               audio_token=AUDIO_TOKEN, audio_bos_token=AUDIO_BOS, audio_eos_token=AUDIO_EOS)
+    fe = WhisperFeatureExtractor(
+        feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S, n_fft=400
+    )
+    proc = Qwen2AudioProcessor(
+        feature_extractor=fe,
+        tokenizer=tok,
+        chat_template=CHAT_TEMPLATE,
+        audio_token=AUDIO_TOKEN,
+        audio_bos_token=AUDIO_BOS,
+        audio_eos_token=AUDIO_EOS,
+    )
     assert len(tok) == vocab, (len(tok), vocab)
 
     model.save_pretrained(str(out), safe_serialization=True)
@@ -146,8 +184,15 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
 
     # self-check: the saved processor turns one 1 s audio part into TOKENS_PER_SECOND_CLIP tokens,
     # and the model runs on it
-    msgs = [{"role": "user", "content": [{"type": "text", "text": "Describe"},
-                                         {"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}]}]
+    msgs = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Describe"},
+                {"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}},
+            ],
+        }
+    ]
     prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert prompt.count(AUDIO_TOKEN) == 1 and prompt.count(AUDIO_BOS) == 1, prompt
     wrapper = AUDIO_BOS + AUDIO_TOKEN + AUDIO_EOS
@@ -167,12 +212,25 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
     assert mine.keys() == theirs.keys(), set(mine) ^ set(theirs)
     assert all(torch.equal(mine[k], theirs[k]) for k in mine), [k for k in mine if not torch.equal(mine[k], theirs[k])]
     with open(out / "llm_locust_provenance.json", "w") as f:
-        json.dump({"seed": seed, "tokenizer": str(tok_dir), "audio_token_id": audio_id,
-                   "sample_rate": SAMPLE_RATE, "hop_length": HOP, "mel_bins": MEL_BINS,
-                   "audio_tokens_1s": audio_tokens(1.0), "tokens_per_1s_clip": TOKENS_PER_SECOND_CLIP}, f, indent=2)
-    print(f"Qwen2AudioForConditionalGeneration: vocab {vocab} (<|AUDIO|> = {audio_id}), audio encoder d {AUDIO_D} x "
-          f"{AUDIO_LAYERS} layers, text hidden {TEXT_HIDDEN} x {TEXT_LAYERS} layers, {TOKENS_PER_SECOND_CLIP} tokens "
-          f"a 1 s clip ({audio_tokens(1.0)} <|AUDIO|>), seed {seed}, files {sorted(os.listdir(out))}")
+        json.dump(
+            {
+                "seed": seed,
+                "tokenizer": str(tok_dir),
+                "audio_token_id": audio_id,
+                "sample_rate": SAMPLE_RATE,
+                "hop_length": HOP,
+                "mel_bins": MEL_BINS,
+                "audio_tokens_1s": audio_tokens(1.0),
+                "tokens_per_1s_clip": TOKENS_PER_SECOND_CLIP,
+            },
+            f,
+            indent=2,
+        )
+    print(
+        f"Qwen2AudioForConditionalGeneration: vocab {vocab} (<|AUDIO|> = {audio_id}), audio encoder d {AUDIO_D} x "
+        f"{AUDIO_LAYERS} layers, text hidden {TEXT_HIDDEN} x {TEXT_LAYERS} layers, {TOKENS_PER_SECOND_CLIP} tokens "
+        f"a 1 s clip ({audio_tokens(1.0)} <|AUDIO|>), seed {seed}, files {sorted(os.listdir(out))}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

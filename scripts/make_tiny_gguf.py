@@ -24,6 +24,7 @@ is what its ``usage.prompt_tokens`` counts. The scores mean nothing (random weig
 Usage: make_tiny_gguf.py SOURCE.gguf OUT.gguf [--seed N] [--rerank]
 Needs the PyPI ``gguf`` package (and numpy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", type=Path, help="GGUF to copy the tokenizer from (SmolLM2)")
     ap.add_argument("out", type=Path, help="output GGUF path")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--rerank", action="store_true",
-                    help="write a qwen3-architecture reranker with a 2-label cls.output head")
+    ap.add_argument(
+        "--rerank", action="store_true", help="write a qwen3-architecture reranker with a 2-label cls.output head"
+    )
     args = ap.parse_args(argv)
 
     reader = gguf.GGUFReader(str(args.source))
@@ -146,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     writer.write_tensors_to_file()
     writer.close()
     os.replace(tmp, args.out)
-    print(f"wrote {args.out} ({arch}{' reranker' if args.rerank else ''}, vocab {n_vocab}, {N_LAYER} layers, hidden {N_EMBD}, "
-          f"{N_HEAD} heads x {HEAD_DIM}, ffn {N_FF}, seed {args.seed}, "
-          f"{args.out.stat().st_size / 1e6:.1f} MB)")
+    print(
+        f"wrote {args.out} ({arch}{' reranker' if args.rerank else ''}, vocab {n_vocab}, {N_LAYER} layers, hidden {N_EMBD}, "
+        f"{N_HEAD} heads x {HEAD_DIM}, ffn {N_FF}, seed {args.seed}, "
+        f"{args.out.stat().st_size / 1e6:.1f} MB)"
+    )
     return 0
 
 

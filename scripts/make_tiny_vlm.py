@@ -25,6 +25,7 @@ Usage: make_tiny_vlm.py SMOLLM2_HF_DIR OUT_DIR [--seed N]
 (run with the vLLM venv's python: it needs torch and transformers). Cached by OUT_DIR/.stamp
 (scripts/tiny_hf_model.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,7 @@ FAKE_TOKEN = "<fake_token_around_image>"
 GLOBAL_TOKEN = "<global-img>"
 # what Idefics3Processor expects in the vocabulary, added as single special tokens
 ADDED_TOKENS = [FAKE_TOKEN, IMAGE_TOKEN, "<end_of_utterance>", GLOBAL_TOKEN]
-IMAGE_SEQ_LEN = (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR ** 2
+IMAGE_SEQ_LEN = (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
 # an image without splitting: <fake_token_around_image><global-img><image>*IMAGE_SEQ_LEN<fake_token_around_image>
 TOKENS_PER_IMAGE = IMAGE_SEQ_LEN + 3
 
@@ -76,14 +77,23 @@ def stamp_text(seed: int, tok_stamp: str) -> str:
     from importlib.metadata import version  # not `import transformers`: the cached path stays fast
 
     recipe = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return (f"script={recipe} seed={seed} transformers={version('transformers')} "
-            f"image={IMAGE_SIZE}/{PATCH_SIZE} tokenizer={tok_stamp}")
+    return (
+        f"script={recipe} seed={seed} transformers={version('transformers')} "
+        f"image={IMAGE_SIZE}/{PATCH_SIZE} tokenizer={tok_stamp}"
+    )
 
 
 def build(tok_dir: Path, out: Path, seed: int) -> None:
     import torch
-    from transformers import (AutoTokenizer, Idefics3Config, Idefics3ForConditionalGeneration,
-                              Idefics3ImageProcessor, Idefics3Processor, Idefics3VisionConfig, LlamaConfig)
+    from transformers import (
+        AutoTokenizer,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+        Idefics3VisionConfig,
+        LlamaConfig,
+    )
 
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     tok.add_special_tokens({"additional_special_tokens": ADDED_TOKENS})
@@ -93,26 +103,50 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     tok.chat_template = CHAT_TEMPLATE
 
-    vision = Idefics3VisionConfig(hidden_size=VISION_HIDDEN, intermediate_size=VISION_HIDDEN * 2,
-                                  num_hidden_layers=VISION_LAYERS, num_attention_heads=VISION_HEADS,
-                                  image_size=IMAGE_SIZE, patch_size=PATCH_SIZE)
-    text = LlamaConfig(hidden_size=TEXT_HIDDEN, intermediate_size=TEXT_FFN, num_hidden_layers=TEXT_LAYERS,
-                       num_attention_heads=TEXT_HEADS, num_key_value_heads=TEXT_HEADS, vocab_size=vocab,
-                       max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                       pad_token_id=tok.pad_token_id)
-    cfg = Idefics3Config(vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_id=image_id,
-                         scale_factor=SCALE_FACTOR, tie_word_embeddings=True, vocab_size=vocab)
+    vision = Idefics3VisionConfig(
+        hidden_size=VISION_HIDDEN,
+        intermediate_size=VISION_HIDDEN * 2,
+        num_hidden_layers=VISION_LAYERS,
+        num_attention_heads=VISION_HEADS,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+    )
+    text = LlamaConfig(
+        hidden_size=TEXT_HIDDEN,
+        intermediate_size=TEXT_FFN,
+        num_hidden_layers=TEXT_LAYERS,
+        num_attention_heads=TEXT_HEADS,
+        num_key_value_heads=TEXT_HEADS,
+        vocab_size=vocab,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+    )
+    cfg = Idefics3Config(
+        vision_config=vision.to_dict(),
+        text_config=text.to_dict(),
+        image_token_id=image_id,
+        scale_factor=SCALE_FACTOR,
+        tie_word_embeddings=True,
+        vocab_size=vocab,
+    )
     torch.manual_seed(seed)
     model = Idefics3ForConditionalGeneration(cfg).to(torch.bfloat16).eval()  # as vLLM runs it
     model.generation_config.do_sample = False  # vLLM takes its default sampling from here
 
     # no splitting: every image, whatever its size, is resized to one IMAGE_SIZE square (the
     # "global" image) and becomes IMAGE_SEQ_LEN <image> tokens between its wrapper tokens
-    improc = Idefics3ImageProcessor(do_resize=True, size={"longest_edge": IMAGE_SIZE}, do_image_splitting=False,
-                                    max_image_size={"longest_edge": IMAGE_SIZE})
-    proc = Idefics3Processor(image_processor=improc, tokenizer=tok, image_seq_len=IMAGE_SEQ_LEN,
-                             chat_template=CHAT_TEMPLATE)
+    improc = Idefics3ImageProcessor(
+        do_resize=True,
+        size={"longest_edge": IMAGE_SIZE},
+        do_image_splitting=False,
+        max_image_size={"longest_edge": IMAGE_SIZE},
+    )
+    proc = Idefics3Processor(
+        image_processor=improc, tokenizer=tok, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE
+    )
     assert len(tok) == vocab, (len(tok), vocab)  # the processor's own additions are ours already
 
     model.save_pretrained(str(out), safe_serialization=True)
@@ -123,8 +157,12 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
     # model runs on it
     from PIL import Image
 
-    msgs = [{"role": "user", "content": [{"type": "text", "text": "Describe"},
-                                         {"type": "image_url", "image_url": {"url": "x"}}]}]
+    msgs = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Describe"}, {"type": "image_url", "image_url": {"url": "x"}}],
+        }
+    ]
     prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert prompt.count(IMAGE_TOKEN) == 1, prompt
     n_text = len(tok(prompt.replace(IMAGE_TOKEN, "")).input_ids)
@@ -137,12 +175,25 @@ def build(tok_dir: Path, out: Path, seed: int) -> None:
         gen = model.generate(**enc, max_new_tokens=3, do_sample=False)
     assert gen.shape[1] <= enc.input_ids.shape[1] + 3, gen.shape
     with open(out / "llm_locust_provenance.json", "w") as f:
-        json.dump({"seed": seed, "tokenizer": str(tok_dir), "image_token_id": image_id,
-                   "image_seq_len": IMAGE_SEQ_LEN, "tokens_per_image": TOKENS_PER_IMAGE,
-                   "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, "scale_factor": SCALE_FACTOR}, f, indent=2)
-    print(f"Idefics3ForConditionalGeneration: vocab {vocab} (<image> = {image_id}), vision {IMAGE_SIZE}/{PATCH_SIZE} "
-          f"hidden {VISION_HIDDEN}, text hidden {TEXT_HIDDEN} x {TEXT_LAYERS} layers, {TOKENS_PER_IMAGE} tokens "
-          f"an image ({IMAGE_SEQ_LEN} <image>), seed {seed}, files {sorted(os.listdir(out))}")
+        json.dump(
+            {
+                "seed": seed,
+                "tokenizer": str(tok_dir),
+                "image_token_id": image_id,
+                "image_seq_len": IMAGE_SEQ_LEN,
+                "tokens_per_image": TOKENS_PER_IMAGE,
+                "image_size": IMAGE_SIZE,
+                "patch_size": PATCH_SIZE,
+                "scale_factor": SCALE_FACTOR,
+            },
+            f,
+            indent=2,
+        )
+    print(
+        f"Idefics3ForConditionalGeneration: vocab {vocab} (<image> = {image_id}), vision {IMAGE_SIZE}/{PATCH_SIZE} "
+        f"hidden {VISION_HIDDEN}, text hidden {TEXT_HIDDEN} x {TEXT_LAYERS} layers, {TOKENS_PER_IMAGE} tokens "
+        f"an image ({IMAGE_SEQ_LEN} <image>), seed {seed}, files {sorted(os.listdir(out))}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

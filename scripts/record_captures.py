@@ -25,18 +25,41 @@ sys.path.insert(0, str(ROOT / "tests"))
 import realservers  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "captures" / "apis"
-MESSAGES = [{"role": "system", "content": "You are brief."},
-            {"role": "user", "content": "Write one sentence about the sea."}]
+MESSAGES = [
+    {"role": "system", "content": "You are brief."},
+    {"role": "user", "content": "Write one sentence about the sea."},
+]
 
 # name -> (path, headers, body); "model" is filled in per server
 REQUESTS = {
-    "responses": ("/v1/responses", {}, {"input": MESSAGES, "max_output_tokens": 12, "stream": True,
-                                         "ignore_eos": True, "temperature": 0}),
-    "responses_text": ("/v1/responses", {}, {"input": "The capital of France is", "max_output_tokens": 8,
-                                              "stream": True, "ignore_eos": True, "temperature": 0}),
-    "messages": ("/v1/messages", {"anthropic-version": "2023-06-01", "x-api-key": "none"},
-                 {"system": "You are brief.", "messages": MESSAGES[1:], "max_tokens": 12, "stream": True,
-                  "ignore_eos": True, "temperature": 0}),
+    "responses": (
+        "/v1/responses",
+        {},
+        {"input": MESSAGES, "max_output_tokens": 12, "stream": True, "ignore_eos": True, "temperature": 0},
+    ),
+    "responses_text": (
+        "/v1/responses",
+        {},
+        {
+            "input": "The capital of France is",
+            "max_output_tokens": 8,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    ),
+    "messages": (
+        "/v1/messages",
+        {"anthropic-version": "2023-06-01", "x-api-key": "none"},
+        {
+            "system": "You are brief.",
+            "messages": MESSAGES[1:],
+            "max_tokens": 12,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    ),
 }
 
 
@@ -44,8 +67,12 @@ def post(url: str, path: str, headers: dict, body: dict) -> tuple[bytes, bytes]:
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
     try:
-        conn.request("POST", path, body=json.dumps(body),
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers})
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
+        )
         resp = conn.getresponse()
         head = f"HTTP/1.1 {resp.status} {resp.reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in resp.getheaders())
         return head.encode("latin-1"), resp.read()

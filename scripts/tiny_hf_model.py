@@ -5,6 +5,7 @@ then renamed into place), so a half-written dir never looks done.
 Each script gives its `build(tokenizer_dir, out_dir, seed)` and `stamp_text(seed, tokenizer_stamp)`;
 the stamp also carries this file's hash, so a change here rebuilds too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def cached_main(script: str, what: str, doc: str, build: Callable[[Path, Path, int], None],
-                stamp_text: Callable[[int, str], str], argv: list[str] | None = None) -> int:
+def cached_main(
+    script: str,
+    what: str,
+    doc: str,
+    build: Callable[[Path, Path, int], None],
+    stamp_text: Callable[[int, str], str],
+    argv: list[str] | None = None,
+) -> int:
     ap = argparse.ArgumentParser(prog=script, description=doc.splitlines()[0])
     ap.add_argument("tokenizer", type=Path, help="HF dir to take the tokenizer from (SmolLM2)")
     ap.add_argument("out", type=Path, help="output model dir")

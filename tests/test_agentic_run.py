@@ -20,28 +20,46 @@ def conversations(path, n=16, turns=4, words=60, later_words=None):
         for k in range(turns):
             count = words if k == 0 or later_words is None else later_words
             text = " ".join(f"w{c}x{k}x{i}" for i in range(count))
-            rows.append({"timestamp": 0.0, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8})
+            rows.append(
+                {"timestamp": 0.0, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8}
+            )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
 def run(tmp, hosts, trace, *args, timeout=180):
     results = tmp / "results.json"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--results", str(results),
-           "--record-log", str(tmp / "records.jsonl"), "--api", "openai-chat"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--trace",
+        str(trace),
+        "--results",
+        str(results),
+        "--record-log",
+        str(tmp / "records.jsonl"),
+        "--api",
+        "openai-chat",
+    ]
     for h in hosts:
         cmd += ["--host", h]
     p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     import glob
 
-    rows = [json.loads(line) for f in sorted(glob.glob(str(tmp / "records.jsonl") + "*"))
-            for line in open(f).read().splitlines()]
+    rows = [
+        json.loads(line)
+        for f in sorted(glob.glob(str(tmp / "records.jsonl") + "*"))
+        for line in open(f).read().splitlines()
+    ]
     return json.loads(results.read_text()), rows, p.stdout
 
 
-SIM = dict(slots=16, iter_base=0.002, iter_per_seq=0.0001, iter_per_prefill_token=0.0002, prefix_cache=True,
-           cache_block=4)
+SIM = dict(
+    slots=16, iter_base=0.002, iter_per_seq=0.0001, iter_per_prefill_token=0.0002, prefix_cache=True, cache_block=4
+)
 
 
 @pytest.fixture
@@ -90,8 +108,9 @@ def _served(url):
     import urllib.request
 
     text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:request_success_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    )
 
 
 def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(tmp_path):
@@ -102,9 +121,33 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
     with SimProcess(**SIM) as a:
         b = SimProcess(**SIM).start()
         doomed = b.url
-        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--results", str(results_path),
-               "--record-log", str(log), "--api", "openai-chat", "--workers", "0", "--host", a.url, "--host", doomed,
-               "--route", "round-robin", "-u", "2", "-t", "5s", "--no-fail-fast"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--trace",
+            str(trace),
+            "--results",
+            str(results_path),
+            "--record-log",
+            str(log),
+            "--api",
+            "openai-chat",
+            "--workers",
+            "0",
+            "--host",
+            a.url,
+            "--host",
+            doomed,
+            "--route",
+            "round-robin",
+            "-u",
+            "2",
+            "-t",
+            "5s",
+            "--no-fail-fast",
+        ]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60
@@ -135,16 +178,23 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
 
 
 def _synth(path, spec):
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--agentic", spec, "--out", str(path),
-                        "--force"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--agentic", spec, "--out", str(path), "--force"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
 def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_path):
-    lines = _synth(tmp_path / "ag.jsonl", "sessions=30,turns=uniform:2:4,subagent_p=0.4,fanout=uniform:1:3,"
-                   "subagent_turns=uniform:1:3,first_input=uniform:50:150,subagent_input=60,new_tokens=uniform:10:40,"
-                   "output=4,gap=0.02,rate=40,seed=7")
+    lines = _synth(
+        tmp_path / "ag.jsonl",
+        "sessions=30,turns=uniform:2:4,subagent_p=0.4,fanout=uniform:1:3,"
+        "subagent_turns=uniform:1:3,first_input=uniform:50:150,subagent_input=60,new_tokens=uniform:10:40,"
+        "output=4,gap=0.02,rate=40,seed=7",
+    )
     with SimProcess(slots=256, iter_base=0.002, iter_per_seq=0.00002, iter_per_prefill_token=0) as sim:
         results, rows, out = run(tmp_path, [sim.url], tmp_path / "ag.jsonl", "--replay", "--workers", "2")
     assert len(rows) == len(lines) and all(r["outcome"] == "ok" for r in rows)
@@ -159,7 +209,7 @@ def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_p
     at = {int(r["source"].rsplit(":", 1)[1]): (r["t_sent"], r["t_sent"] + r["end"]) for r in rows}
     checked = 0
     for x in lines:
-        if x.get("parent") and x["session"] not in [y["session"] for y in lines[:lines.index(x)]]:
+        if x.get("parent") and x["session"] not in [y["session"] for y in lines[: lines.index(x)]]:
             parent = turns[x["parent"]]
             k = x["spawned_by_turn"]
             spawn_end = at[parent[k - 1]][1]
@@ -170,14 +220,29 @@ def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_p
                 checked += 1
     assert checked >= 3
     lag = results["summary"]["latency"]["schedule_lag"]
-    print(f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms")
+    print(
+        f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms"
+    )
 
 
 def test_a_ladder_shows_the_servers_cache_hits_and_spec_decode_beside_itl(tmp_path):
     trace = conversations(tmp_path / "conv.jsonl", n=8, turns=3, words=30)
     with SimProcess(**SIM, spec_tokens=3, spec_accept=0.7) as sim:
-        results, rows, out = run(tmp_path, [sim.url], trace, "--ladder", "concurrency:1,2", "--step-duration", "3s",
-                                 "--warmup", "1s", "--metrics-interval", "0.5s", "--workers", "0")
+        results, rows, out = run(
+            tmp_path,
+            [sim.url],
+            trace,
+            "--ladder",
+            "concurrency:1,2",
+            "--step-duration",
+            "3s",
+            "--warmup",
+            "1s",
+            "--metrics-interval",
+            "0.5s",
+            "--workers",
+            "0",
+        )
     head = next(line for line in out.splitlines() if line.startswith("step"))
     assert "cache hit %" in head and "spec acc %/len" in head, head
     steps = results["server_metrics"]["steps"]
@@ -187,11 +252,19 @@ def test_a_ladder_shows_the_servers_cache_hits_and_spec_decode_beside_itl(tmp_pa
 
 def test_trace_models_send_each_record_with_its_own_model(tmp_path):
     trace = tmp_path / "m.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": i * 0.01, "input_tokens": 5, "output_tokens": 2,
-                                         "model": "m-a" if i % 3 else "m-b"}) + "\n" for i in range(30)))
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {"timestamp": i * 0.01, "input_tokens": 5, "output_tokens": 2, "model": "m-a" if i % 3 else "m-b"}
+            )
+            + "\n"
+            for i in range(30)
+        )
+    )
     with SimProcess(slots=64, iter_base=0.002, iter_per_seq=0.00002, iter_per_prefill_token=0) as sim:
-        results, rows, _ = run(tmp_path, [sim.url], trace, "--replay", "--trace-models", "--workers", "0",
-                               "--api", "openai-completions")
+        results, rows, _ = run(
+            tmp_path, [sim.url], trace, "--replay", "--trace-models", "--workers", "0", "--api", "openai-completions"
+        )
     src_model = {f"{trace}:{i + 1}": ("m-a" if i % 3 else "m-b") for i in range(30)}
     assert len(rows) == 30 and all(r["model"] == src_model[r["source"]] for r in rows)
     by = results["summary"]["by_model"]

@@ -20,12 +20,20 @@ TRACES = Path(__file__).parent / "fixtures" / "traces"
 
 
 def _turns(s):
-    return [(t.new_tokens, t.output_tokens, t.gap, t.role, t.hash_ids, t.input_tokens, t.children, t.at) for t in s.turns]
+    return [
+        (t.new_tokens, t.output_tokens, t.gap, t.role, t.hash_ids, t.input_tokens, t.children, t.at) for t in s.turns
+    ]
 
 
 def test_names():
-    assert SESSION_FORMATS == ("llm-locust-sessions", "aiperf-dag", "weka", "sglang-agentic",
-                               "mooncake-sessions", "mooncake-toolagent")
+    assert SESSION_FORMATS == (
+        "llm-locust-sessions",
+        "aiperf-dag",
+        "weka",
+        "sglang-agentic",
+        "mooncake-sessions",
+        "mooncake-toolagent",
+    )
 
 
 # -- each format ----------------------------------------------------------------------------------
@@ -39,9 +47,11 @@ def test_ours():
     assert [s.id for s in tr.roots] == ["a", "b", "c"] and tr.arrivals == [1.0, 2.5, 3.0] and tr.turns == 7
     a = tr.sessions["a"]
     assert a.model == "m1" and a.parent is None and a.source.endswith("sessions.jsonl:1")
-    assert _turns(a) == [(1800, 120, 0.0, "user", None, None, (), 1.0),
-                         (4000, 80, 2.5, "tool", None, None, ("a/1",), 4.0),
-                         (50, 5, 1.0, "user", None, None, (), None)]
+    assert _turns(a) == [
+        (1800, 120, 0.0, "user", None, None, (), 1.0),
+        (4000, 80, 2.5, "tool", None, None, ("a/1",), 4.0),
+        (50, 5, 1.0, "user", None, None, (), None),
+    ]
     sub = tr.sessions["a/1"]
     assert sub.parent == "a" and sub.start == 1.0
     assert _turns(sub) == [(900, 60, 0.0, "user", None, None, (), None), (300, 20, 0.5, "tool", None, None, (), None)]
@@ -58,8 +68,10 @@ def test_aiperf_dag():
     assert [s.id for s in tr.roots] == ["root"] and tr.turns == 5
     root = tr.sessions["root"]
     assert root.model == "m"
-    assert _turns(root) == [(None, 200, 0.0, "user", None, None, ("sub1", "sub2"), None),
-                            (None, 40, 1.5, "tool", None, None, (), None)]
+    assert _turns(root) == [
+        (None, 200, 0.0, "user", None, None, ("sub1", "sub2"), None),
+        (None, 40, 1.5, "tool", None, None, (), None),
+    ]
     assert root.turns[0].text == "You are an agent.\nFix the bug." and root.turns[1].text == "tests pass"
     assert tr.sessions["sub1"].parent == "root" and tr.sessions["sub2"].parent == "root"
     sub2 = tr.sessions["sub2"].turns[0]
@@ -77,9 +89,11 @@ def test_weka():
     t1 = tr.sessions["t1"]
     assert t1.model == "claude" and t1.start == 0.1
     kids = ("t1::sa:agent_001:s0", "t1::sa:agent_001:s1")
-    assert _turns(t1) == [(None, 20, 0.0, "user", (10, 20, 30), 130, kids, None),
-                          (None, 30, 1.0, "tool", (10, 20, 30, 40), 200, (), None),  # 8.0 - subagent end 7.0
-                          (None, 4, 2.0, "user", (10, 20, 30, 40, 50), 260, (), None)]  # think_time
+    assert _turns(t1) == [
+        (None, 20, 0.0, "user", (10, 20, 30), 130, kids, None),
+        (None, 30, 1.0, "tool", (10, 20, 30, 40), 200, (), None),  # 8.0 - subagent end 7.0
+        (None, 4, 2.0, "user", (10, 20, 30, 40, 50), 260, (), None),
+    ]  # think_time
     s0, s1 = (tr.sessions[k] for k in kids)
     assert s0.parent == s1.parent == "t1" and (s0.start, s1.start) == (3.1, 3.5)
     assert [(t.output_tokens, t.hash_ids) for t in s0.turns] == [(5, (90,)), (7, (90, 92))]
@@ -118,8 +132,11 @@ def test_mooncake_prefix_chaining():
     assert tr.block_size == 512 and tr.format == "mooncake-sessions"
     got = {s.id: [(t.at, t.hash_ids, t.input_tokens, t.output_tokens, t.role) for t in s.turns] for s in tr.roots}
     assert got == {
-        "s1": [(0.0, (0, 1), 1000, 10, "user"), (1.5, (0, 1, 2, 3), 1600, 30, "user"),
-               (3.0, (0, 1, 2, 3, 8), 2100, 60, "user")],
+        "s1": [
+            (0.0, (0, 1), 1000, 10, "user"),
+            (1.5, (0, 1, 2, 3), 1600, 30, "user"),
+            (3.0, (0, 1, 2, 3, 8), 2100, 60, "user"),
+        ],
         "s2": [(0.5, (0, 5), 900, 20, "user"), (1.5, (0, 5, 6), 1100, 40, "user")],
         "s3": [(2.0, (0, 1, 2, 7), 1300, 50, "user")],  # extends an earlier turn of s1, not its latest: a branch
         "s4": [(3.2, (0, 1, 2, 3, 8), 2100, 60, "user")],  # equal to a latest turn: a retry, new session
@@ -131,8 +148,13 @@ def test_mooncake_prefix_chaining():
 
 
 def test_chain_prefers_the_longest_then_the_latest():
-    rows = [(1, 0.0, 1, 1, [1]), (2, 1.0, 1, 1, [1, 2]), (3, 2.0, 1, 1, [1]), (4, 3.0, 1, 1, [1, 2, 3]),
-            (5, 4.0, 1, 1, [1, 9])]
+    rows = [
+        (1, 0.0, 1, 1, [1]),
+        (2, 1.0, 1, 1, [1, 2]),
+        (3, 2.0, 1, 1, [1]),
+        (4, 3.0, 1, 1, [1, 2, 3]),
+        (5, 4.0, 1, 1, [1, 9]),
+    ]
     # row 3 equals s0's first turn but s0's latest is [1, 2]: new session s1; row 4 extends s0's latest
     # ([1, 2], longer than s1's [1]); row 5 extends only [1]: s1's latest
     assert chain(rows) == [0, 0, 1, 0, 1]
@@ -162,15 +184,18 @@ def test_request_files_are_not_claimed():
         assert got is None, p
 
 
-@pytest.mark.parametrize("line", [
-    '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
-    '{"session_id": "a", "input_length": 10, "delay": 5}',  # AIPerf mooncake_trace
-    '{"session_id": "a", "turns": [{"text": "hi", "delay": 5}]}',  # AIPerf multi_turn
-    '{"timestamp": 0.0, "input_tokens": 3, "output_tokens": 4, "conversation_id": "c"}',  # our request JSONL
-    '[{"id": "x", "conversations": [{"from": "human", "value": "hi"}]}]',  # ShareGPT
-    '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 1}',  # Bailian
-    'TIMESTAMP,ContextTokens,GeneratedTokens',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
+        '{"session_id": "a", "input_length": 10, "delay": 5}',  # AIPerf mooncake_trace
+        '{"session_id": "a", "turns": [{"text": "hi", "delay": 5}]}',  # AIPerf multi_turn
+        '{"timestamp": 0.0, "input_tokens": 3, "output_tokens": 4, "conversation_id": "c"}',  # our request JSONL
+        '[{"id": "x", "conversations": [{"from": "human", "value": "hi"}]}]',  # ShareGPT
+        '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 1}',  # Bailian
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+    ],
+)
 def test_request_lines_are_not_claimed(tmp_path, line):
     p = tmp_path / "t"
     p.write_text(line + "\n")
@@ -188,48 +213,95 @@ def _bad(tmp_path, text, fmt=None, name="bad.jsonl"):
     return str(e.value)
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ('{"session": "a", "new_tokens": 1}\n{"session": "b", "parent": "zz", "new_tokens": 1}\n', 2, "not in the trace"),
-    ('{"session": "a", "new_tokens": 1}\n{"session": "b", "parent": "a", "spawned_by_turn": 3, "new_tokens": 1}\n',
-     2, "has 1 turn"),
-    ('{"session": "a", "new_tokens": 1, "children": ["b"]}\n{"session": "b", "new_tokens": 1, "children": ["a"]}\n'
-     '{"session": "r", "new_tokens": 1}\n', 1, "cycle"),
-    ('{"session": "a", "new_tokens": 1}\n{"session": "a", "gap": -1, "new_tokens": 1}\n', 2, "negative 'gap'"),
-    ('{"session": "a", "t": 5, "new_tokens": 1}\n{"session": "a", "t": 3, "new_tokens": 1}\n', 2, "before its previous turn"),
-    ('{"session": "a", "new_tokens": "12"}\n', 1, "must be an integer"),
-    ('{"session": "a", "new_tokens": 1}\n{"session": ["x"], "new_tokens": 1}\n', 2, "must be a string or an integer"),
-    ('{"session": "a", "new_tokens": 1, "role": "assistant"}\n', 1, "'role'"),
-    ('{"session": "a"}\n', 1, "needs one of"),
-    ('{"session": "a", "new_tokens": 1}\n{"session": "a", "hash_ids": [1], "input_tokens": 5, "block_size": 4}\n', 2, "mixes"),
-    ('{"session": "a", "new_tokens": 1}\nnot json\n', 2, "invalid JSON"),
-    ('{"session": "a", "t": 5, "new_tokens": 1, "children": ["b"]}\n{"session": "b", "t": 2, "new_tokens": 1}\n', 2,
-     "before the turn"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        (
+            '{"session": "a", "new_tokens": 1}\n{"session": "b", "parent": "zz", "new_tokens": 1}\n',
+            2,
+            "not in the trace",
+        ),
+        (
+            '{"session": "a", "new_tokens": 1}\n{"session": "b", "parent": "a", "spawned_by_turn": 3, "new_tokens": 1}\n',
+            2,
+            "has 1 turn",
+        ),
+        (
+            '{"session": "a", "new_tokens": 1, "children": ["b"]}\n{"session": "b", "new_tokens": 1, "children": ["a"]}\n'
+            '{"session": "r", "new_tokens": 1}\n',
+            1,
+            "cycle",
+        ),
+        ('{"session": "a", "new_tokens": 1}\n{"session": "a", "gap": -1, "new_tokens": 1}\n', 2, "negative 'gap'"),
+        (
+            '{"session": "a", "t": 5, "new_tokens": 1}\n{"session": "a", "t": 3, "new_tokens": 1}\n',
+            2,
+            "before its previous turn",
+        ),
+        ('{"session": "a", "new_tokens": "12"}\n', 1, "must be an integer"),
+        (
+            '{"session": "a", "new_tokens": 1}\n{"session": ["x"], "new_tokens": 1}\n',
+            2,
+            "must be a string or an integer",
+        ),
+        ('{"session": "a", "new_tokens": 1, "role": "assistant"}\n', 1, "'role'"),
+        ('{"session": "a"}\n', 1, "needs one of"),
+        (
+            '{"session": "a", "new_tokens": 1}\n{"session": "a", "hash_ids": [1], "input_tokens": 5, "block_size": 4}\n',
+            2,
+            "mixes",
+        ),
+        ('{"session": "a", "new_tokens": 1}\nnot json\n', 2, "invalid JSON"),
+        (
+            '{"session": "a", "t": 5, "new_tokens": 1, "children": ["b"]}\n{"session": "b", "t": 2, "new_tokens": 1}\n',
+            2,
+            "before the turn",
+        ),
+    ],
+)
 def test_bad_session_jsonl(tmp_path, text, line, words):
     msg = _bad(tmp_path, text)
     assert f"bad.jsonl:{line}:" in msg and words in msg, msg
 
 
 def test_bad_other_formats(tmp_path):
-    msg = _bad(tmp_path, '{"session_id": "r", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["nope"]}]}\n')
+    msg = _bad(
+        tmp_path,
+        '{"session_id": "r", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["nope"]}]}\n',
+    )
     assert "bad.jsonl:1:" in msg and "'nope'" in msg
-    msg = _bad(tmp_path, '{"session_id": "r", "turns": [{"messages": [{"role": "user", "content": "x"}]}]}\n'
-                         '{"session_id": "s", "turns": [{"messages": [{"role": "user", "content": "x"}], "delay": -5}]}\n')
+    msg = _bad(
+        tmp_path,
+        '{"session_id": "r", "turns": [{"messages": [{"role": "user", "content": "x"}]}]}\n'
+        '{"session_id": "s", "turns": [{"messages": [{"role": "user", "content": "x"}], "delay": -5}]}\n',
+    )
     assert "bad.jsonl:2:" in msg and "negative 'delay'" in msg
-    msg = _bad(tmp_path, '{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["b"]}]}\n'
-                         '{"session_id": "b", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["a"]}]}\n')
+    msg = _bad(
+        tmp_path,
+        '{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["b"]}]}\n'
+        '{"session_id": "b", "turns": [{"messages": [{"role": "user", "content": "x"}], "spawns": ["a"]}]}\n',
+    )
     assert "cycle" in msg and "bad.jsonl:" in msg
-    weka = ('{"id": "t", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": 1, "out": 1}]}\n'
-            '{"id": "u", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": "x", "out": 1}]}\n')
+    weka = (
+        '{"id": "t", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": 1, "out": 1}]}\n'
+        '{"id": "u", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": "x", "out": 1}]}\n'
+    )
     msg = _bad(tmp_path, weka)
     assert "bad.jsonl:2:" in msg and "'in'" in msg
-    msg = _bad(tmp_path, weka.replace('"u", "models": [], "block_size": 4', '"u", "models": [], "block_size": 8')
-               .replace('"in": "x"', '"in": 1'))
+    msg = _bad(
+        tmp_path,
+        weka.replace('"u", "models": [], "block_size": 4', '"u", "models": [], "block_size": 8').replace(
+            '"in": "x"', '"in": 1'
+        ),
+    )
     assert "bad.jsonl:2:" in msg and "block size" in msg
     msg = _bad(tmp_path, '{\n "conversations": [\n  [\n   {"messages": "oops"}\n  ]\n ]\n}\n', name="s.json")
     assert "s.json:4:" in msg and "'messages'" in msg
-    msg = _bad(tmp_path, '{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": -1, "input_length": 1, "output_length": 1}\n',
-               fmt="mooncake-sessions")
+    msg = _bad(
+        tmp_path,
+        '{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": -1, "input_length": 1, "output_length": 1}\n',
+        fmt="mooncake-sessions",
+    )
     assert "bad.jsonl:2:" in msg and "negative" in msg
     with pytest.raises(TraceError, match="unknown trace format"):
         load_sessions(FIX / "sessions.jsonl", "nope")

@@ -67,8 +67,18 @@ class Result:
     state: StreamState
 
     def key(self):
-        return (self.kinds, self.text, self.reasoning, self.usage_in, self.usage_out, self.finish_reason,
-                self.error, self.done, self.cont_tokens, self.extra)
+        return (
+            self.kinds,
+            self.text,
+            self.reasoning,
+            self.usage_in,
+            self.usage_out,
+            self.finish_reason,
+            self.error,
+            self.done,
+            self.cont_tokens,
+            self.extra,
+        )
 
     def __eq__(self, other):
         return self.key() == other.key()
@@ -91,8 +101,19 @@ def run(api: str, pieces: list[bytes] | bytes) -> Result:
             kinds.append(adapter.feed(payload, state))
     for payload in decoder.close():
         kinds.append(adapter.feed(payload, state))
-    return Result(kinds, "".join(state.text), "".join(state.reasoning), state.usage_in, state.usage_out,
-                  state.finish_reason, state.error, state.done, list(state.cont_tokens), dict(state.extra), state)
+    return Result(
+        kinds,
+        "".join(state.text),
+        "".join(state.reasoning),
+        state.usage_in,
+        state.usage_out,
+        state.finish_reason,
+        state.error,
+        state.done,
+        list(state.cont_tokens),
+        dict(state.extra),
+        state,
+    )
 
 
 def sse(events: list[dict | bytes], named: bool = True) -> bytes:
@@ -164,7 +185,8 @@ def test_capture_agrees_with_an_independent_reading(name):
         final = next(e for e in events if e["type"] == "message_delta")
         usage = {**start, **final["usage"]}
         assert r.usage_in == usage["input_tokens"] + usage.get("cache_read_input_tokens", 0) + usage.get(
-            "cache_creation_input_tokens", 0)
+            "cache_creation_input_tokens", 0
+        )
         assert r.usage_out == final["usage"]["output_tokens"]
         assert r.finish_reason == final["delta"]["stop_reason"]
         assert r.text == "".join(deltas)
@@ -233,20 +255,32 @@ def resp_delta(typ, delta):
 
 
 def test_responses_reasoning_tool_calls_and_incomplete():
-    body = sse([
-        {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-        resp_delta("response.reasoning_text.delta", "Let me"),
-        resp_delta("response.reasoning_summary_text.delta", " think"),
-        resp_delta("response.function_call_arguments.delta", '{"city":'),
-        resp_delta("response.output_text.delta", "Hi"),
-        resp_delta("response.refusal.delta", "No"),
-        resp_delta("response.output_text.delta", ""),
-        {"type": "response.output_text.done", "text": "HiNo"},
-        {"type": "response.incomplete", "response": {
-            "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
-            "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 20,
-                      "output_tokens_details": {"reasoning_tokens": 11}, "total_tokens": 29}}},
-    ])
+    body = sse(
+        [
+            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
+            resp_delta("response.reasoning_text.delta", "Let me"),
+            resp_delta("response.reasoning_summary_text.delta", " think"),
+            resp_delta("response.function_call_arguments.delta", '{"city":'),
+            resp_delta("response.output_text.delta", "Hi"),
+            resp_delta("response.refusal.delta", "No"),
+            resp_delta("response.output_text.delta", ""),
+            {"type": "response.output_text.done", "text": "HiNo"},
+            {
+                "type": "response.incomplete",
+                "response": {
+                    "status": "incomplete",
+                    "incomplete_details": {"reason": "max_output_tokens"},
+                    "usage": {
+                        "input_tokens": 9,
+                        "input_tokens_details": {"cached_tokens": 4},
+                        "output_tokens": 20,
+                        "output_tokens_details": {"reasoning_tokens": 11},
+                        "total_tokens": 29,
+                    },
+                },
+            },
+        ]
+    )
     r = run("openai-responses", body)
     assert r.kinds == [NO_TOKEN, REASONING, REASONING, TOOL_CALL, CONTENT, CONTENT, NO_TOKEN, NO_TOKEN, NO_TOKEN]
     assert (r.reasoning, r.text) == ("Let me think", "HiNo")  # tool-call arguments are not visible text
@@ -258,13 +292,28 @@ def test_responses_reasoning_tool_calls_and_incomplete():
 @pytest.mark.parametrize(
     "event, message",
     [
-        ({"type": "error", "code": "server_error", "message": "The server had an error", "param": None,
-          "sequence_number": 3}, "The server had an error"),
-        ({"type": "response.failed", "response": {"status": "failed",
-                                                  "error": {"code": "server_error", "message": "boom"}}}, "boom"),
+        (
+            {
+                "type": "error",
+                "code": "server_error",
+                "message": "The server had an error",
+                "param": None,
+                "sequence_number": 3,
+            },
+            "The server had an error",
+        ),
+        (
+            {
+                "type": "response.failed",
+                "response": {"status": "failed", "error": {"code": "server_error", "message": "boom"}},
+            },
+            "boom",
+        ),
         ({"type": "response.failed", "response": {"status": "failed", "error": None}}, "response failed"),
-        ({"error": {"message": "Internal server error", "type": "InternalServerError", "code": 500}},
-         "Internal server error"),
+        (
+            {"error": {"message": "Internal server error", "type": "InternalServerError", "code": 500}},
+            "Internal server error",
+        ),
     ],
 )
 def test_responses_error_events(event, message):
@@ -279,25 +328,53 @@ def anth_delta(kind, field, value):
 
 
 def test_anthropic_thinking_tool_use_and_ping():
-    body = sse([
-        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
-                                              "usage": {"input_tokens": 10, "cache_creation_input_tokens": 3,
-                                                        "cache_read_input_tokens": 5, "output_tokens": 1}}},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
-        anth_delta("thinking_delta", "thinking", "Hmm"),
-        anth_delta("signature_delta", "signature", "EqQBCgIYAhIM"),
-        {"type": "content_block_stop", "index": 0},
-        {"type": "ping"},
-        anth_delta("text_delta", "text", "Sure"),
-        anth_delta("input_json_delta", "partial_json", '{"location": "San Fra'),
-        anth_delta("input_json_delta", "partial_json", ""),
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-         "usage": {"output_tokens": 89}},
-        {"type": "message_stop"},
-    ])
+    body = sse(
+        [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "usage": {
+                        "input_tokens": 10,
+                        "cache_creation_input_tokens": 3,
+                        "cache_read_input_tokens": 5,
+                        "output_tokens": 1,
+                    },
+                },
+            },
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+            anth_delta("thinking_delta", "thinking", "Hmm"),
+            anth_delta("signature_delta", "signature", "EqQBCgIYAhIM"),
+            {"type": "content_block_stop", "index": 0},
+            {"type": "ping"},
+            anth_delta("text_delta", "text", "Sure"),
+            anth_delta("input_json_delta", "partial_json", '{"location": "San Fra'),
+            anth_delta("input_json_delta", "partial_json", ""),
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 89},
+            },
+            {"type": "message_stop"},
+        ]
+    )
     r = run("anthropic-messages", body)
-    assert r.kinds == [NO_TOKEN, NO_TOKEN, REASONING, NO_TOKEN, NO_TOKEN, NO_TOKEN, CONTENT, TOOL_CALL, NO_TOKEN,
-                       NO_TOKEN, NO_TOKEN]
+    assert r.kinds == [
+        NO_TOKEN,
+        NO_TOKEN,
+        REASONING,
+        NO_TOKEN,
+        NO_TOKEN,
+        NO_TOKEN,
+        CONTENT,
+        TOOL_CALL,
+        NO_TOKEN,
+        NO_TOKEN,
+        NO_TOKEN,
+    ]
     assert (r.reasoning, r.text) == ("Hmm", "Sure")
     # message_start's output_tokens (1) is a placeholder; message_delta's is the total
     assert (r.usage_in, r.usage_out, r.finish_reason, r.done) == (18, 89, "tool_use", True)
@@ -306,13 +383,18 @@ def test_anthropic_thinking_tool_use_and_ping():
 
 def test_anthropic_vllm_style_usage_on_message_delta_replaces_the_start():
     # vLLM's message_start carries zeros (its first chunk has no usage); message_delta the real counts
-    body = sse([
-        {"type": "message_start", "message": {"usage": {"input_tokens": 0, "output_tokens": 0}}},
-        anth_delta("text_delta", "text", "A"),
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-         "usage": {"input_tokens": 31, "output_tokens": 1}},
-        {"type": "message_stop"},
-    ])
+    body = sse(
+        [
+            {"type": "message_start", "message": {"usage": {"input_tokens": 0, "output_tokens": 0}}},
+            anth_delta("text_delta", "text", "A"),
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"input_tokens": 31, "output_tokens": 1},
+            },
+            {"type": "message_stop"},
+        ]
+    )
     r = run("anthropic-messages", body)
     assert (r.usage_in, r.usage_out) == (31, 1)
     # and a zero on message_delta does not undo message_start's count
@@ -321,26 +403,40 @@ def test_anthropic_vllm_style_usage_on_message_delta_replaces_the_start():
 
 
 def test_anthropic_error_event_ends_without_message_stop():
-    body = sse([
-        {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
-        anth_delta("text_delta", "text", "Hel"),
-        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-    ])
+    body = sse(
+        [
+            {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
+            anth_delta("text_delta", "text", "Hel"),
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        ]
+    )
     r = run("anthropic-messages", body)
     assert r.error == "Overloaded" and not r.done and r.n_chunks == 1
     assert run("anthropic-messages", sse([{"error": {"type": "x", "message": "untyped"}}])).error == "untyped"
 
 
 def sg(text, count, finish=None, **meta):
-    return {"text": text, "meta_info": {"id": "r", "finish_reason": finish, "prompt_tokens": 4,
-                                        "completion_tokens": count, "cached_tokens": 0, **meta}}
+    return {
+        "text": text,
+        "meta_info": {
+            "id": "r",
+            "finish_reason": finish,
+            "prompt_tokens": 4,
+            "completion_tokens": count,
+            "cached_tokens": 0,
+            **meta,
+        },
+    }
 
 
 def test_sglang_cumulative_and_incremental_text_read_the_same():
-    cumulative = sse([sg("A", 1), sg("A b", 2), sg("A b b", 4), sg("A b b", 5, {"type": "length", "length": 5}),
-                      b"[DONE]"], named=False)
-    incremental = sse([sg("A", 1), sg(" b", 2), sg(" b", 4), sg("", 5, {"type": "length", "length": 5}),
-                       b"[DONE]"], named=False)
+    cumulative = sse(
+        [sg("A", 1), sg("A b", 2), sg("A b b", 4), sg("A b b", 5, {"type": "length", "length": 5}), b"[DONE]"],
+        named=False,
+    )
+    incremental = sse(
+        [sg("A", 1), sg(" b", 2), sg(" b", 4), sg("", 5, {"type": "length", "length": 5}), b"[DONE]"], named=False
+    )
     a, b = run("sglang-generate", cumulative), run("sglang-generate", incremental)
     assert a == b
     assert a.text == "A b b" and a.kinds == [CONTENT] * 4 + [NO_TOKEN]
@@ -356,8 +452,10 @@ def test_sglang_without_counts_counts_events_with_new_text():
 
 
 def test_sglang_abort_is_an_error_and_a_missing_done_is_not_the_end():
-    r = run("sglang-generate", sse([sg("A", 1), sg("A", 1, {"type": "abort", "message": "Abort before prefill"}),
-                                    b"[DONE]"], named=False))
+    r = run(
+        "sglang-generate",
+        sse([sg("A", 1), sg("A", 1, {"type": "abort", "message": "Abort before prefill"}), b"[DONE]"], named=False),
+    )
     assert r.error == "Abort before prefill" and r.finish_reason == "abort" and r.done
     assert not run("sglang-generate", sse([sg("A", 1, {"type": "stop", "matched": 2})], named=False)).done
 
@@ -376,7 +474,10 @@ WRONG = [
     ("openai-responses", {"type": "response.completed", "response": {"usage": {"input_tokens": -1}}}),
     ("openai-responses", {"type": "response.completed", "response": {"usage": {"output_tokens": MAX_TOKEN_COUNT + 1}}}),
     ("openai-responses", {"type": "response.completed", "response": {"usage": {"input_tokens_details": 3}}}),
-    ("openai-responses", {"type": "response.completed", "response": {"usage": {"output_tokens_details": {"reasoning_tokens": -2}}}}),
+    (
+        "openai-responses",
+        {"type": "response.completed", "response": {"usage": {"output_tokens_details": {"reasoning_tokens": -2}}}},
+    ),
     ("openai-responses", {"type": "response.completed", "response": {"status": 1}}),
     ("openai-responses", {"type": "response.incomplete", "response": {"incomplete_details": "x"}}),
     ("openai-responses", {"type": "response.completed", "timings": 7}),
@@ -384,13 +485,25 @@ WRONG = [
     ("anthropic-messages", {"type": "content_block_delta", "delta": "x"}),
     ("anthropic-messages", {"type": "content_block_delta", "delta": {"type": "text_delta", "text": 1}}),
     ("anthropic-messages", {"type": "content_block_delta", "delta": {"type": "thinking_delta", "thinking": [1]}}),
-    ("anthropic-messages", {"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": {"a": 1}}}),
+    (
+        "anthropic-messages",
+        {"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": {"a": 1}}},
+    ),
     ("anthropic-messages", {"type": "content_block_delta", "delta": {"type": 5}}),
     ("anthropic-messages", {"type": "message_start", "message": [1]}),
     ("anthropic-messages", {"type": "message_start", "message": {"usage": "u"}}),
     ("anthropic-messages", {"type": "message_start", "message": {"usage": {"input_tokens": "3"}}}),
-    ("anthropic-messages", {"type": "message_start", "message": {"usage": {"input_tokens": 1, "cache_read_input_tokens": -1}}}),
-    ("anthropic-messages", {"type": "message_start", "message": {"usage": {"input_tokens": MAX_TOKEN_COUNT, "cache_read_input_tokens": 1}}}),
+    (
+        "anthropic-messages",
+        {"type": "message_start", "message": {"usage": {"input_tokens": 1, "cache_read_input_tokens": -1}}},
+    ),
+    (
+        "anthropic-messages",
+        {
+            "type": "message_start",
+            "message": {"usage": {"input_tokens": MAX_TOKEN_COUNT, "cache_read_input_tokens": 1}},
+        },
+    ),
     ("anthropic-messages", {"type": "message_delta", "delta": ["x"]}),
     ("anthropic-messages", {"type": "message_delta", "delta": {"stop_reason": 1}}),
     ("anthropic-messages", {"type": "message_delta", "usage": {"output_tokens": 2.5}}),
@@ -434,11 +547,39 @@ def test_fuzzed_json_raises_only_protocol_errors():
     sane state, nothing else."""
     rng = random.Random(13)
     leaves = [None, True, 0, -1, 7, 2**64, 1.5, "", "x", "text_delta", [], {}, [1], {"a": 1}]
-    keys = ["type", "delta", "text", "thinking", "partial_json", "response", "usage", "output_tokens", "input_tokens",
-            "cache_read_input_tokens", "message", "error", "meta_info", "completion_tokens", "finish_reason",
-            "prompt_tokens", "cached_tokens", "status", "incomplete_details", "timings", "input_tokens_details"]
-    types = ["response.output_text.delta", "response.completed", "response.failed", "error", "content_block_delta",
-             "message_start", "message_delta", "message_stop"]
+    keys = [
+        "type",
+        "delta",
+        "text",
+        "thinking",
+        "partial_json",
+        "response",
+        "usage",
+        "output_tokens",
+        "input_tokens",
+        "cache_read_input_tokens",
+        "message",
+        "error",
+        "meta_info",
+        "completion_tokens",
+        "finish_reason",
+        "prompt_tokens",
+        "cached_tokens",
+        "status",
+        "incomplete_details",
+        "timings",
+        "input_tokens_details",
+    ]
+    types = [
+        "response.output_text.delta",
+        "response.completed",
+        "response.failed",
+        "error",
+        "content_block_delta",
+        "message_start",
+        "message_delta",
+        "message_stop",
+    ]
 
     def value(depth):
         if depth > 2 or rng.random() < 0.4:
@@ -475,13 +616,17 @@ def test_responses_request():
     path, body = body_of("openai-responses", model="m", prompt="Hi", max_tokens=16)
     assert path == "/v1/responses"
     assert body == {"model": "m", "input": "Hi", "max_output_tokens": 16, "stream": True}
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "Yo"}]}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Yo"}]},
+    ]
     _, body = body_of("openai-responses", messages=messages, max_tokens=4, force_length=True)
-    assert body["input"] == [{"role": "system", "content": "Be brief."},
-                             {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
-                             {"role": "assistant", "content": [{"type": "output_text", "text": "Yo"}]}]
+    assert body["input"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Yo"}]},
+    ]
     assert body["ignore_eos"] is True and "min_tokens" not in body and "model" not in body
 
 
@@ -489,8 +634,14 @@ def test_anthropic_request_and_headers():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     path, body = body_of("anthropic-messages", model="claude", messages=messages, max_tokens=8, force_length=True)
     assert path == "/v1/messages"
-    assert body == {"model": "claude", "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}],
-                    "max_tokens": 8, "stream": True, "ignore_eos": True}
+    assert body == {
+        "model": "claude",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 8,
+        "stream": True,
+        "ignore_eos": True,
+    }
     _, body = body_of("anthropic-messages", prompt="Hi")
     assert body["messages"] == [{"role": "user", "content": "Hi"}] and body["max_tokens"] > 0  # always sent
     adapter = get_adapter("anthropic-messages")
@@ -505,8 +656,11 @@ def test_sglang_request():
     path, body = body_of("sglang-generate", model="ignored", prompt="Hi", max_tokens=20, force_length=True)
     assert path == "/generate"
     assert body == {"text": "Hi", "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}, "stream": True}
-    _, body = body_of("sglang-generate", messages=[{"role": "user", "content": "Hello"}],
-                      extra_body={"sampling_params": {"temperature": 0}})
+    _, body = body_of(
+        "sglang-generate",
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"sampling_params": {"temperature": 0}},
+    )
     assert body["text"] == "Hello" and body["sampling_params"] == {"temperature": 0}
 
 
@@ -555,9 +709,12 @@ def ground_truth(sim, rid):
 
 def spec(n, chat=True):
     if chat:
-        return RequestSpec(model="sim", messages=[{"role": "system", "content": "be brief"},
-                                                  {"role": "user", "content": "one two three"}],
-                           max_tokens=n, force_length=True)
+        return RequestSpec(
+            model="sim",
+            messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three"}],
+            max_tokens=n,
+            force_length=True,
+        )
     return RequestSpec(model="sim", prompt="one two three four five", max_tokens=n, force_length=True)
 
 
@@ -582,9 +739,14 @@ def test_end_to_end_against_the_simulator(sim, api):
 
 
 @pytest.mark.parametrize("api", NEW_APIS)
-@pytest.mark.parametrize("fault, outcome, tokens", [("stream_error@3", Outcome.STREAM_ERROR, 3),
-                                                    ("truncate@4", Outcome.TRUNCATED, 4),
-                                                    ("http500", Outcome.HTTP_ERROR, 0)])
+@pytest.mark.parametrize(
+    "fault, outcome, tokens",
+    [
+        ("stream_error@3", Outcome.STREAM_ERROR, 3),
+        ("truncate@4", Outcome.TRUNCATED, 4),
+        ("http500", Outcome.HTTP_ERROR, 0),
+    ],
+)
 def test_faults_against_the_simulator(sim, api, fault, outcome, tokens):
     rec = client_for(sim.url, api, {"x-sim-fault": fault}).send(spec(8, chat=api in CHAT_APIS), f"f-{next(ids)}")
     assert rec.outcome is outcome, rec.error
@@ -607,9 +769,14 @@ def test_simulator_eos_draws_end_early_with_the_server_count(tmp_path):
                 rec = client_for(s.url, api).send(sp, rid)
                 truth = ground_truth(s, rid)
                 assert rec.ok and rec.n_out == truth["n_out"] == len(rec.chunk_times) <= 16
-                assert rec.finish_reason in {"openai-responses": ("incomplete", "completed", "max_output_tokens"),
-                                             "anthropic-messages": ("max_tokens", "end_turn"),
-                                             "sglang-generate": ("length", "stop")}[api]
+                assert (
+                    rec.finish_reason
+                    in {
+                        "openai-responses": ("incomplete", "completed", "max_output_tokens"),
+                        "anthropic-messages": ("max_tokens", "end_turn"),
+                        "sglang-generate": ("length", "stop"),
+                    }[api]
+                )
 
 
 def post(url, path, body):
@@ -637,20 +804,45 @@ def test_simulator_non_streaming_and_bad_requests(sim):
 
 
 def _sglang_state(body: bytes, collect_text: bool):
-    adapter, decoder, state = get_adapter("sglang-generate"), make_decoder(get_adapter("sglang-generate")), StreamState(collect_text)
+    adapter, decoder, state = (
+        get_adapter("sglang-generate"),
+        make_decoder(get_adapter("sglang-generate")),
+        StreamState(collect_text),
+    )
     kinds = [adapter.feed(p, state) for p in decoder.feed(body) + decoder.close()]
-    return (kinds, list(state.cont_tokens), state.cont_out, state.usage_in, state.usage_out, state.usage_cached,
-            state.finish_reason, state.error, state.done)
+    return (
+        kinds,
+        list(state.cont_tokens),
+        state.cont_out,
+        state.usage_in,
+        state.usage_out,
+        state.usage_cached,
+        state.finish_reason,
+        state.error,
+        state.done,
+    )
 
 
 def _long_sglang(n: int) -> bytes:
-    words = ["Paris", " \\u00e9t\\u00e9", " \"quoted\"", " {\"meta_info\": 1}", " x"]
+    words = ["Paris", " \\u00e9t\\u00e9", ' "quoted"', ' {"meta_info": 1}', " x"]
     events, text = [], ""
     for k in range(1, n + 1):
         text += words[k % len(words)]
         finish = {"type": "length", "length": n} if k == n else None
-        events.append({"text": text, "output_ids": list(range(k)), "meta_info": {"id": "r", "finish_reason": finish,
-                       "prompt_tokens": 7, "completion_tokens": k, "cached_tokens": 3}, "index": 0})
+        events.append(
+            {
+                "text": text,
+                "output_ids": list(range(k)),
+                "meta_info": {
+                    "id": "r",
+                    "finish_reason": finish,
+                    "prompt_tokens": 7,
+                    "completion_tokens": k,
+                    "cached_tokens": 3,
+                },
+                "index": 0,
+            }
+        )
     return sse(events + [b"[DONE]"], named=False)
 
 
@@ -664,12 +856,27 @@ def test_sglang_counts_only_reading_agrees_with_reading_whole_events(body, monke
     bodies = {
         "source": (APIS / "sglang_generate_source_example.sse").read_bytes(),
         "error": (APIS / "sglang_generate_error_source_example.sse").read_bytes(),
-        "cumulative": sse([sg("A", 1), sg("A b", 2), sg("A b b", 4), sg("A b b", 4), sg("A b b c", 5, {"type": "length", "length": 5}),
-                           b"[DONE]"], named=False),
+        "cumulative": sse(
+            [
+                sg("A", 1),
+                sg("A b", 2),
+                sg("A b b", 4),
+                sg("A b b", 4),
+                sg("A b b c", 5, {"type": "length", "length": 5}),
+                b"[DONE]",
+            ],
+            named=False,
+        ),
         "long": _long_sglang(300),
         # a meta_info key inside meta_info: the tail is not an object of its own -> whole read
-        "nested": sse([{"text": "A", "meta_info": {"completion_tokens": 1, "x": {"meta_info": {}}}},
-                       {"text": "A b", "meta_info": {"completion_tokens": 2, "finish_reason": "stop"}}, b"[DONE]"], named=False),
+        "nested": sse(
+            [
+                {"text": "A", "meta_info": {"completion_tokens": 1, "x": {"meta_info": {}}}},
+                {"text": "A b", "meta_info": {"completion_tokens": 2, "finish_reason": "stop"}},
+                b"[DONE]",
+            ],
+            named=False,
+        ),
         "no-counts": sse([{"text": "A"}, {"text": "A b", "meta_info": {}}, b"[DONE]"], named=False),
     }
     whole = _sglang_state(bodies[body], collect_text=True)

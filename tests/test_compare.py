@@ -30,11 +30,31 @@ def runs(tmp_path_factory):
     for slots in SLOTS:
         path = d / f"slots{slots}.json"
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", str(PLAN), "--ladder", "concurrency:1,4,16",
-             "--step-duration", "4", "--warmup", "1", "--max-tokens", "32", "--sim-slots", str(slots),
-             "--synthetic", "requests=1000,input=32,output=128,seed=1",
-             "--results", str(path)],
-            capture_output=True, text=True, timeout=180, cwd=d,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                str(PLAN),
+                "--ladder",
+                "concurrency:1,4,16",
+                "--step-duration",
+                "4",
+                "--warmup",
+                "1",
+                "--max-tokens",
+                "32",
+                "--sim-slots",
+                str(slots),
+                "--synthetic",
+                "requests=1000,input=32,output=128,seed=1",
+                "--results",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=d,
         )
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         out[slots] = path
@@ -69,7 +89,7 @@ def _md_table(markdown, title):
     lines = markdown.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("## " + title))
     rows = []
-    for ln in lines[start + 1:]:
+    for ln in lines[start + 1 :]:
         if ln.startswith("## "):
             break
         if ln.startswith("|"):
@@ -87,8 +107,10 @@ def test_more_slots_wins_throughput_and_the_weighted_total(runs, tmp_path, capsy
     slow, fast = _doc(runs[4]), _doc(runs[16])
     t_slow, t_fast = slow["summary"]["output_tokens_per_s"], fast["summary"]["output_tokens_per_s"]
     assert t_fast > t_slow * 1.1, (t_slow, t_fast)
-    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n    weight: 3\n"
-                           "  - metric: saturation_load\n    weight: 1\n")
+    w = _weights(
+        tmp_path,
+        "criteria:\n  - metric: output_tokens_per_s\n    weight: 3\n  - metric: saturation_load\n    weight: 1\n",
+    )
     c = cmp.compare([str(runs[4]), str(runs[16])], ["slow", "fast"], str(w))
     assert c.comparable, [i.text() for i in c.issues]
     m = c.matrix
@@ -103,7 +125,7 @@ def test_more_slots_wins_throughput_and_the_weighted_total(runs, tmp_path, capsy
     rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "--label", "slow", "--label", "fast")
     assert rc == 0, err
     assert "best weighted total: fast" in out
-    ranking = out[out.index("\nRanking"):]
+    ranking = out[out.index("\nRanking") :]
     assert ranking.index("fast") < ranking.index("slow")
 
 
@@ -114,7 +136,9 @@ def test_pass_lines_follow_thresholds_between_the_runs(runs, tmp_path, capsys):
     assert tps[0] < tps[1] and ttft[0] < ttft[1]
     tps_line = (tps[0] + tps[1]) / 2
     ttft_line_ms = (ttft[0] + ttft[1]) / 2 * 1000
-    w = _weights(tmp_path, f"""
+    w = _weights(
+        tmp_path,
+        f"""
 criteria:
   - metric: ttft_p99
     weight: 2
@@ -124,13 +148,16 @@ criteria:
     pass: ">= {tps_line:.3f}"
   - metric: error_rate
     pass: "<= 1%"
-""")
+""",
+    )
     c = cmp.compare([str(runs[4]), str(runs[16])], [], str(w))
     m = c.matrix
     slow_fast_ttft = [slow["summary"]["latency"]["ttft"]["p99"], fast["summary"]["latency"]["ttft"]["p99"]]
     assert [cell.passed for cell in m.cells[0]] == [v <= ttft_line_ms / 1000 for v in slow_fast_ttft]
-    assert [cell.passed for cell in m.cells[1]] == [slow["summary"]["output_tokens_per_s"] >= tps_line,
-                                                     fast["summary"]["output_tokens_per_s"] >= tps_line]
+    assert [cell.passed for cell in m.cells[1]] == [
+        slow["summary"]["output_tokens_per_s"] >= tps_line,
+        fast["summary"]["output_tokens_per_s"] >= tps_line,
+    ]
     assert [cell.passed for cell in m.cells[2]] == [True, True]  # the simulator makes no errors
     # the slow server fails the throughput line; it is ranked, and marked
     assert m.cells[1][0].passed is False and m.cells[1][1].passed is True
@@ -142,8 +169,11 @@ criteria:
 
 def test_markdown_table_parses_into_rows_and_columns(runs, tmp_path, capsys):
     out_md = tmp_path / "cmp.md"
-    w = _weights(tmp_path, "criteria:\n  - metric: ttft_p99\n    weight: 3\n    pass: '<= 1ms'\n"
-                           "  - metric: at_knee.output_tokens_per_s\n    weight: 2\n")
+    w = _weights(
+        tmp_path,
+        "criteria:\n  - metric: ttft_p99\n    weight: 3\n    pass: '<= 1ms'\n"
+        "  - metric: at_knee.output_tokens_per_s\n    weight: 2\n",
+    )
     rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "-o", out_md)  # .md: Markdown
     assert rc == 0 and out == "" and "wrote" in err
     text = out_md.read_text()
@@ -188,9 +218,24 @@ def test_html_is_self_contained_and_escapes_labels(runs, tmp_path, capsys):
 def test_text_output_shows_runs_side_by_side(runs, capsys):
     rc, out, _ = _main(capsys, runs[4], runs[16])
     assert rc == 0
-    for row in ("server", "model", "GPU", "trace sha256", "load", "TTFT p50", "TTFT p99", "ITL p99",
-                "TPOT p50", "E2E p99", "output tokens/s", "requests/s", "goodput", "error rate",
-                "saturation point", "max SLO load"):
+    for row in (
+        "server",
+        "model",
+        "GPU",
+        "trace sha256",
+        "load",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "TPOT p50",
+        "E2E p99",
+        "output tokens/s",
+        "requests/s",
+        "goodput",
+        "error rate",
+        "saturation point",
+        "max SLO load",
+    ):
         assert f"\n{row} " in out, row
     assert "4 users (step 2" in out  # the 4-slot server's knee
     assert ">= 16 users (still rising)" in out
@@ -201,8 +246,7 @@ def test_text_output_shows_runs_side_by_side(runs, capsys):
 
 
 def test_different_trace_warns_and_strict_refuses(runs, tmp_path, capsys):
-    other = _edited(runs[16], tmp_path / "other.json",
-                    lambda d: d["environment"]["trace"].update(sha256="0" * 64))
+    other = _edited(runs[16], tmp_path / "other.json", lambda d: d["environment"]["trace"].update(sha256="0" * 64))
     rc, out, _ = _main(capsys, runs[4], other)
     assert rc == 0
     assert "NOT comparable" in out and "different trace (sha256)" in out and "000000000000" in out
@@ -215,13 +259,16 @@ def test_different_trace_warns_and_strict_refuses(runs, tmp_path, capsys):
     assert rc == 0, err
 
 
-@pytest.mark.parametrize("edit, phrase", [
-    (lambda d: d["plan"]["ladder"].update(steps=[1, 4, 8]), "different load plan"),
-    (lambda d: d["run"]["settings"].update(max_tokens=64), "different max_tokens"),
-    (lambda d: d["run"]["settings"].update(force_length=False), "different force_length"),
-    (lambda d: d["run"]["settings"].update(api="openai-completions"), "different api"),
-    (lambda d: d["environment"]["server"].update(model="other-model"), "different model"),
-])
+@pytest.mark.parametrize(
+    "edit, phrase",
+    [
+        (lambda d: d["plan"]["ladder"].update(steps=[1, 4, 8]), "different load plan"),
+        (lambda d: d["run"]["settings"].update(max_tokens=64), "different max_tokens"),
+        (lambda d: d["run"]["settings"].update(force_length=False), "different force_length"),
+        (lambda d: d["run"]["settings"].update(api="openai-completions"), "different api"),
+        (lambda d: d["environment"]["server"].update(model="other-model"), "different model"),
+    ],
+)
 def test_each_difference_is_named(runs, tmp_path, edit, phrase):
     other = _edited(runs[16], tmp_path / "edited.json", edit)
     c = cmp.compare([str(runs[4]), other])
@@ -243,10 +290,12 @@ def test_validity_flags_are_marked(runs, tmp_path):
     marks = c.matrix.marks[0]
     assert "run: client_saturated" in marks
     knee = _doc(runs[4])["ladder"]["saturation"]["saturation"]
-    assert any(m.startswith(f"step {knee['step']} (4 users): errors") and "at_knee.output_tokens_per_s" in m for m in marks)
+    assert any(
+        m.startswith(f"step {knee['step']} (4 users): errors") and "at_knee.output_tokens_per_s" in m for m in marks
+    )
     assert c.matrix.cells[1][0].flags == ["errors"]
     text = cmp.render_text(c)
-    ranking = text[text.index("\nRanking"):]
+    ranking = text[text.index("\nRanking") :]
     assert "run: client_saturated" in ranking and "errors" in ranking
 
 
@@ -259,22 +308,32 @@ def test_unknown_metric_names_it_and_lists_the_known_ones(runs, tmp_path, capsys
     rc, out, err = _main(capsys, runs[4], runs[16], "--weights", w, "-o", dst)
     assert rc == 2 and out == ""
     assert "tokens_per_second" in err and str(w) in err and "criteria[1]" in err and "w.yaml:3:" in err
-    for known in ("ttft_p99", "itl_p50", "output_tokens_per_s", "goodput_tokens_per_s", "error_rate",
-                  "saturation_load", "max_slo_load"):
+    for known in (
+        "ttft_p99",
+        "itl_p50",
+        "output_tokens_per_s",
+        "goodput_tokens_per_s",
+        "error_rate",
+        "saturation_load",
+        "max_slo_load",
+    ):
         assert known in err
     assert not dst.exists()
 
 
-@pytest.mark.parametrize("criterion, words", [
-    ("  - metric: ttft_p99\n    pass: 'about 500ms'\n", ["criteria[0].pass", "about 500ms", "OPERATOR"]),
-    ("  - metric: output_tokens_per_s\n    pass: '>= fast'\n", ["criteria[0].pass", ">= fast"]),
-    ("  - metric: ttft_p99\n    weight: 0\n", ["criteria[0].weight", "positive"]),
-    ("  - metric: ttft_p99\n    weight: -2\n", ["criteria[0].weight", "positive"]),
-    ("  - metric: ttft_p99\n    weight: heavy\n", ["criteria[0].weight", "positive"]),
-    ("  - metric: saturation_load\n    at: knee\n", ["criteria[0].at"]),
-    ("  - metric: ttft_p99\n    at: elbow\n", ["criteria[0].at", "elbow"]),
-    ("  - metric: ttft_p99\n    wieght: 2\n", ["criteria[0].wieght", "did you mean 'weight'"]),
-])
+@pytest.mark.parametrize(
+    "criterion, words",
+    [
+        ("  - metric: ttft_p99\n    pass: 'about 500ms'\n", ["criteria[0].pass", "about 500ms", "OPERATOR"]),
+        ("  - metric: output_tokens_per_s\n    pass: '>= fast'\n", ["criteria[0].pass", ">= fast"]),
+        ("  - metric: ttft_p99\n    weight: 0\n", ["criteria[0].weight", "positive"]),
+        ("  - metric: ttft_p99\n    weight: -2\n", ["criteria[0].weight", "positive"]),
+        ("  - metric: ttft_p99\n    weight: heavy\n", ["criteria[0].weight", "positive"]),
+        ("  - metric: saturation_load\n    at: knee\n", ["criteria[0].at"]),
+        ("  - metric: ttft_p99\n    at: elbow\n", ["criteria[0].at", "elbow"]),
+        ("  - metric: ttft_p99\n    wieght: 2\n", ["criteria[0].wieght", "did you mean 'weight'"]),
+    ],
+)
 def test_bad_weights_exit_2_and_write_nothing(runs, tmp_path, capsys, criterion, words):
     w = _weights(tmp_path, "criteria:\n" + criterion)
     dst = tmp_path / "out.md"
@@ -363,8 +422,10 @@ def test_labels_must_match_the_files():
 def test_gates_fail_on_a_missed_pass_line_and_write_junit(runs, tmp_path, capsys):
     import xml.etree.ElementTree as ET
 
-    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n    pass: '>= 1'\n"
-                           "  - metric: ttft_p99\n    pass: '<= 1ms'\n")
+    w = _weights(
+        tmp_path,
+        "criteria:\n  - metric: output_tokens_per_s\n    pass: '>= 1'\n  - metric: ttft_p99\n    pass: '<= 1ms'\n",
+    )
     a, b = runs[SLOTS[0]], runs[SLOTS[1]]
     rc, _out, err = _main(capsys, a, b, "--weights", w)
     assert rc == 0  # no gate asked for: the matrix is written, the exit is 0
@@ -385,16 +446,22 @@ def test_regression_gate_against_a_baseline(runs, tmp_path, capsys):
     rc, _out, err = _main(capsys, many, few, "--weights", w, "--fail-on", "regression")
     assert rc == 1 and "against the baseline's" in err and "allowed -5.0%" in err
     assert _main(capsys, few, many, "--weights", w, "--fail-on", "regression")[0] == 0
-    same = _edited(many, tmp_path / "same.json", lambda d: d["summary"].update(
-        output_tokens_per_s=d["summary"]["output_tokens_per_s"] * 0.97))
+    same = _edited(
+        many,
+        tmp_path / "same.json",
+        lambda d: d["summary"].update(output_tokens_per_s=d["summary"]["output_tokens_per_s"] * 0.97),
+    )
     assert _main(capsys, many, same, "--weights", w, "--fail-on", "regression", "--tolerance", "5%")[0] == 0
     assert _main(capsys, many, same, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--fail-on", "speed"], "--fail-on: unknown gate 'speed'; one of pass-lines, regression"),
-    (["--fail-on", "regression", "--tolerance", "lots"], "--tolerance: expected a fraction or a percentage"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--fail-on", "speed"], "--fail-on: unknown gate 'speed'; one of pass-lines, regression"),
+        (["--fail-on", "regression", "--tolerance", "lots"], "--tolerance: expected a fraction or a percentage"),
+    ],
+)
 def test_bad_gate_options_are_refused(runs, capsys, argv, message):
     rc, _out, err = _main(capsys, runs[SLOTS[0]], runs[SLOTS[1]], *argv)
     assert rc == 2 and message in err
@@ -410,6 +477,7 @@ def _costed(src, dst, gpus, price=2.0, boost_first=False):
         if boost_first:  # the first step 10x as interactive as any: ahead at the low-throughput end
             best = max(1 / s["latency"]["tpot"]["p50"] for s in d["ladder"]["steps"] if s["latency"]["tpot"].get("p50"))
             d["ladder"]["steps"][0]["latency"]["tpot"]["p50"] = 1 / (10 * best)
+
     return _edited(src, dst, edit)
 
 
@@ -447,14 +515,21 @@ def test_html_draws_the_frontiers(runs, tmp_path, capsys):
 
 
 def test_verdict_metrics_are_criteria(runs, tmp_path, capsys):
-    for name, better in (("output_tokens_per_s_per_gpu", True), ("interactivity", True),
-                         ("joules_per_output_token", False), ("usd_per_million_output_tokens", False)):
+    for name, better in (
+        ("output_tokens_per_s_per_gpu", True),
+        ("interactivity", True),
+        ("joules_per_output_token", False),
+        ("usd_per_million_output_tokens", False),
+    ):
         assert cmp.resolve_metric(name)[0].higher_is_better is better
     a = _costed(runs[4], tmp_path / "a.json", 2, price=3.6)
     b = _costed(runs[16], tmp_path / "b.json", 4, price=3.6)
-    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s_per_gpu\n"
-                           "  - metric: at_knee.usd_per_million_output_tokens\n    pass: '<= 1000000'\n"
-                           "  - metric: joules_per_output_token\n")
+    w = _weights(
+        tmp_path,
+        "criteria:\n  - metric: output_tokens_per_s_per_gpu\n"
+        "  - metric: at_knee.usd_per_million_output_tokens\n    pass: '<= 1000000'\n"
+        "  - metric: joules_per_output_token\n",
+    )
     rc, md, err = _main(capsys, a, b, "--weights", w, "--format", "markdown")
     assert rc == 0, err
     _header, body = _md_table(md, "Decision matrix")

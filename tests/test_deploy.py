@@ -82,8 +82,6 @@ def queries(dash: dict) -> list[tuple[str, str]]:
     return out
 
 
-
-
 def get_json(url: str, timeout: float = 5.0) -> dict:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
@@ -94,14 +92,18 @@ def get_json(url: str, timeout: float = 5.0) -> dict:
 
 def test_promtool_checks_config_and_rules():
     promtool = need_binary("promtool")
-    for args in (["check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
-                 ["check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")]):
+    for args in (
+        ["check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
+        ["check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
+    ):
         r = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_alert_rules_cover_errors_gpu_memory_and_client_saturation():
-    rules = [r for g in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+    rules = [
+        r for g in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"] for r in g["rules"]
+    ]
     exprs = " ".join(r["expr"] for r in rules)
     assert 'llm_locust_requests_total{outcome!="ok"}' in exprs
     assert "DCGM_FI_DEV_FB_USED" in exprs
@@ -158,7 +160,9 @@ def test_compose_services_and_paths():
             src = v.split(":")[0]
             if src.startswith("."):
                 assert (DEPLOY / src).exists(), src
-    assert (ROOT / services["master"]["build"]["context"].replace("..", ".") / services["master"]["build"]["dockerfile"]).is_file()
+    assert (
+        ROOT / services["master"]["build"]["context"].replace("..", ".") / services["master"]["build"]["dockerfile"]
+    ).is_file()
 
 
 def test_dockerfile_builds_on_the_official_locust_image():
@@ -267,9 +271,17 @@ def test_every_dashboard_query_parses(path):
 
 def test_load_test_dashboard_has_the_asked_panels():
     text = (DEPLOY / "grafana" / "dashboards" / "load-test.json").read_text()
-    for needle in ("llm_locust_output_tokens_total", "llm_locust_requests_total", "llm_locust_ttft_seconds_bucket",
-                   "llm_locust_itl_seconds_bucket", "histogram_quantile(0.99", "histogram_quantile(0.5",
-                   "llm_locust_in_flight", "llm_locust_users", "llm_locust_step"):
+    for needle in (
+        "llm_locust_output_tokens_total",
+        "llm_locust_requests_total",
+        "llm_locust_ttft_seconds_bucket",
+        "llm_locust_itl_seconds_bucket",
+        "histogram_quantile(0.99",
+        "histogram_quantile(0.5",
+        "llm_locust_in_flight",
+        "llm_locust_users",
+        "llm_locust_step",
+    ):
         assert needle in text, needle
     dash = load_dashboard(DEPLOY / "grafana" / "dashboards" / "load-test.json")
     assert any("llm_locust_step" in a.get("expr", "") for a in dash["annotations"]["list"])
@@ -297,20 +309,52 @@ def prometheus_on_live_run(tmp_path_factory):
 
     with SimProcess(slots=16) as sim:
         try:
-            run = start([sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "6",
-                         "-t", "45s", "--max-tokens-cap", "32", "--prometheus-port", str(master_port),
-                         "--results", str(tmp / "r.json")], "run")
-            start([sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "1", "--port", str(sidecar_port)], "sidecar")
+            run = start(
+                [
+                    sys.executable,
+                    "-m",
+                    "llm_locust.cli",
+                    "run",
+                    "--host",
+                    sim.url,
+                    "--workers",
+                    "2",
+                    "-u",
+                    "6",
+                    "-t",
+                    "45s",
+                    "--max-tokens-cap",
+                    "32",
+                    "--prometheus-port",
+                    str(master_port),
+                    "--results",
+                    str(tmp / "r.json"),
+                ],
+                "run",
+            )
+            start(
+                [sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "1", "--port", str(sidecar_port)], "sidecar"
+            )
             cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
             cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-            targets = {"llm-locust-master": f"127.0.0.1:{master_port}", "gpu-sidecar": f"127.0.0.1:{sidecar_port}",
-                       "inference-server": f"127.0.0.1:{sim.port}"}  # the simulator serves vLLM names
+            targets = {
+                "llm-locust-master": f"127.0.0.1:{master_port}",
+                "gpu-sidecar": f"127.0.0.1:{sidecar_port}",
+                "inference-server": f"127.0.0.1:{sim.port}",
+            }  # the simulator serves vLLM names
             for job in cfg["scrape_configs"]:
                 job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
             shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp / "alerts.yml")
             (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-            start([prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                   f"--web.listen-address=127.0.0.1:{prom_port}"], "prometheus")
+            start(
+                [
+                    prometheus,
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                "prometheus",
+            )
             api = f"http://127.0.0.1:{prom_port}/api/v1"
 
             def query(expr: str) -> dict:
@@ -327,9 +371,17 @@ def prometheus_on_live_run(tmp_path_factory):
                     samples = query("count_over_time(llm_locust_users[1m])")["data"]["result"]
                 except OSError:
                     continue
-                ready = (len(up) == 3 and all(r["value"][1] == "1" for r in up) and reqs and float(reqs[0]["value"][1]) > 0
-                         and samples and float(samples[0]["value"][1]) >= 12)
-                assert run.poll() is None or ready, f"the run ended before Prometheus had it: {(tmp / 'run.log').read_text()[-3000:]}"
+                ready = (
+                    len(up) == 3
+                    and all(r["value"][1] == "1" for r in up)
+                    and reqs
+                    and float(reqs[0]["value"][1]) > 0
+                    and samples
+                    and float(samples[0]["value"][1]) >= 12
+                )
+                assert run.poll() is None or ready, (
+                    f"the run ended before Prometheus had it: {(tmp / 'run.log').read_text()[-3000:]}"
+                )
             assert ready, f"Prometheus never saw all three targets up with data: {query('up')}"
             yield query, api, tmp
         finally:
@@ -366,8 +418,10 @@ def test_every_panel_query_runs_against_prometheus(prometheus_on_live_run, name)
         assert not empty_panels, empty_panels
     if name in ("gpu", "inference-server"):
         # the fake sidecar and the simulator's vLLM names fill the DCGM and vLLM panels
-        expected = {"gpu": ["GPU utilisation (DCGM_FI_DEV_GPU_UTIL)", "Power (DCGM_FI_DEV_POWER_USAGE)"],
-                    "inference-server": ["vLLM running / waiting", "vLLM KV cache usage", "vLLM server TTFT P50 / P99"]}[name]
+        expected = {
+            "gpu": ["GPU utilisation (DCGM_FI_DEV_GPU_UTIL)", "Power (DCGM_FI_DEV_POWER_USAGE)"],
+            "inference-server": ["vLLM running / waiting", "vLLM KV cache usage", "vLLM server TTFT P50 / P99"],
+        }[name]
         assert not set(expected) & set(empty_panels), empty_panels
 
 
@@ -377,7 +431,11 @@ def test_alert_rules_load_and_evaluate_in_prometheus(prometheus_on_live_run):
     while True:  # rules evaluate every second; wait for one evaluation of each
         groups = get_json(f"{api}/rules")["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        if rules and all(r.get("lastEvaluation", "").startswith("0001") is False for r in rules) or time.monotonic() > deadline:
+        if (
+            rules
+            and all(r.get("lastEvaluation", "").startswith("0001") is False for r in rules)
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(1)
     assert len(rules) == 5

@@ -21,9 +21,16 @@ def cfg(**kw):
 
 
 def step(n, out_tps, tpot, window=10.0, offered=None, flags=()):
-    return {"step": n, "offered": float(offered if offered is not None else n), "output_tokens_per_s": out_tps,
-            "window_start": 100.0, "window_end": 100.0 + window, "window": window,
-            "latency": {"tpot": {"p50": tpot}}, "flags": list(flags)}
+    return {
+        "step": n,
+        "offered": float(offered if offered is not None else n),
+        "output_tokens_per_s": out_tps,
+        "window_start": 100.0,
+        "window_end": 100.0 + window,
+        "window": window,
+        "latency": {"tpot": {"p50": tpot}},
+        "flags": list(flags),
+    }
 
 
 def row(v, n):
@@ -47,8 +54,13 @@ def test_per_gpu_division():
 
 def test_disaggregated_division():
     """Output over the decode GPUs, input over the prefill GPUs, total over both (InferenceX)."""
-    v = ef.verdicts([step(1, 1200.0, 0.02)], None, [], cfg(prefill_gpus=2, decode_gpus=6, gpu_hour_price=2.0),
-                    step_tokens={1: (3000, 1200)})
+    v = ef.verdicts(
+        [step(1, 1200.0, 0.02)],
+        None,
+        [],
+        cfg(prefill_gpus=2, decode_gpus=6, gpu_hour_price=2.0),
+        step_tokens={1: (3000, 1200)},
+    )
     r = row(v, 1)
     assert r["input_tokens_per_s"] == pytest.approx(3000.0)
     assert r["output_tokens_per_s_per_gpu"] == pytest.approx(200.0)  # 1200 / 6
@@ -69,7 +81,11 @@ def test_frontier_membership_and_a_dominated_step():
     on = {r["step"]: r["pareto"] for r in v["steps"]}
     assert on == {1: True, 2: True, 3: False, 4: True}  # step 3 (150, 30) is beaten by step 4 (200, 40) in both
     assert v["frontier"] == [1, 2, 4]  # by tok/s/GPU
-    assert ef.frontier_points(v) == [(50.0, pytest.approx(60.0)), (100.0, pytest.approx(50.0)), (200.0, pytest.approx(40.0))]
+    assert ef.frontier_points(v) == [
+        (50.0, pytest.approx(60.0)),
+        (100.0, pytest.approx(50.0)),
+        (200.0, pytest.approx(40.0)),
+    ]
 
 
 def test_pareto_front_rules():
@@ -91,8 +107,12 @@ def test_frontier_dominance_verdicts():
 
 
 def test_joules_per_token_from_the_counter():
-    gw = {"step": 1, "samples": 11, "gpu_energy_joules_total": {"increase": 8510.0, "per_s": 851.0},
-          "gpu_power_watts": {"mean": 999.0, "max": 1000.0}}  # the counter wins over power
+    gw = {
+        "step": 1,
+        "samples": 11,
+        "gpu_energy_joules_total": {"increase": 8510.0, "per_s": 851.0},
+        "gpu_power_watts": {"mean": 999.0, "max": 1000.0},
+    }  # the counter wins over power
     r = row(ef.verdicts([step(1, 425.5, 0.02)], [gw], [], cfg(gpus=2)), 1)
     assert r["energy_from"] == "counter"
     assert r["gpu_power_watts"] == pytest.approx(851.0)
@@ -101,7 +121,9 @@ def test_joules_per_token_from_the_counter():
     assert r["energy_valid"] and r["energy_flags"] == []
     # dcgm-exporter's counter, in mJ
     gw2 = {"step": 1, "samples": 11, "gpu_energy_millijoules_total": {"increase": 8.51e6, "per_s": 8.51e5}}
-    assert row(ef.verdicts([step(1, 425.5, 0.02)], [gw2], [], cfg()), 1)["joules_per_output_token"] == pytest.approx(2.0)
+    assert row(ef.verdicts([step(1, 425.5, 0.02)], [gw2], [], cfg()), 1)["joules_per_output_token"] == pytest.approx(
+        2.0
+    )
 
 
 def test_joules_per_token_from_integrated_power():
@@ -122,16 +144,22 @@ def test_too_few_samples_is_flagged():
     short = {"step": 1, "samples": 6, "gpu_energy_joules_total": {"increase": 2100.0, "per_s": 700.0}}
     assert row(ef.verdicts([step(1, 350.0, 0.02)], [short], [], cfg()), 1)["energy_flags"] == ["few_samples"]
     # a counter that went back (a GPU reset or lost): power is used, and it says why
-    reset = {"step": 1, "samples": 10, "gpu_energy_joules_total": {"increase": -5.0, "per_s": -0.5},
-             "gpu_power_watts": {"mean": 700.0, "max": 700.0}}
+    reset = {
+        "step": 1,
+        "samples": 10,
+        "gpu_energy_joules_total": {"increase": -5.0, "per_s": -0.5},
+        "gpu_power_watts": {"mean": 700.0, "max": 700.0},
+    }
     r = row(ef.verdicts([step(1, 350.0, 0.02)], [reset], [], cfg()), 1)
     assert r["energy_from"] == "power" and r["energy_flags"] == ["energy_counter_reset"]
 
 
 def test_windows_are_matched_by_step_number():
     """A window the ladder never measured (no StepResult) does not shift the others."""
-    gws = [{"step": 0, "samples": 9, "gpu_power_watts": {"mean": 100.0}},
-           {"step": 1, "samples": 9, "gpu_power_watts": {"mean": 400.0}}]
+    gws = [
+        {"step": 0, "samples": 9, "gpu_power_watts": {"mean": 100.0}},
+        {"step": 1, "samples": 9, "gpu_power_watts": {"mean": 400.0}},
+    ]
     assert row(ef.verdicts([step(1, 200.0, 0.02)], gws, [], cfg()), 1)["joules_per_output_token"] == pytest.approx(2.0)
 
 
@@ -142,8 +170,14 @@ H200 = [{"gpu": "0", "model_name": "NVIDIA H200"}, {"gpu": "1", "model_name": "N
 
 
 def test_cost_with_a_per_type_price():
-    v = ef.verdicts([step(1, 1000.0, 0.02)], None, H200, cfg(gpus=4, gpu_hour_price=1.0, gpu_prices={"A100": 1.8, "H200": 3.6}),
-                    step_tokens={1: (1000, 1000)}, saturation={"saturation": {"step": 1}})
+    v = ef.verdicts(
+        [step(1, 1000.0, 0.02)],
+        None,
+        H200,
+        cfg(gpus=4, gpu_hour_price=1.0, gpu_prices={"A100": 1.8, "H200": 3.6}),
+        step_tokens={1: (1000, 1000)},
+        saturation={"saturation": {"step": 1}},
+    )
     r = row(v, 1)
     assert v["price"] == {"usd_per_gpu_hour": 3.6, "source": "gpu_prices[H200]", "gpu_type": "NVIDIA H200"}
     assert r["usd_per_million_output_tokens"] == pytest.approx(4.0)  # 4 x $3.6/h = $0.004/s per 1000 tok/s
@@ -157,8 +191,12 @@ def test_cost_with_the_flat_price_and_type_matching():
     assert v["price"]["source"] == "gpu_hour_price"
     assert row(v, 1)["usd_per_million_output_tokens"] == pytest.approx(2.0)
     # a type gpu_prices does not name: the flat price, with a note
-    v = ef.verdicts([step(1, 1000.0, 0.02)], None, [{"model_name": "NVIDIA A100X"}],
-                    cfg(gpus=4, gpu_hour_price=1.8, gpu_prices={"A100": 9.0}))
+    v = ef.verdicts(
+        [step(1, 1000.0, 0.02)],
+        None,
+        [{"model_name": "NVIDIA A100X"}],
+        cfg(gpus=4, gpu_hour_price=1.8, gpu_prices={"A100": 9.0}),
+    )
     assert v["price"]["source"] == "gpu_hour_price" and any("A100X" in n for n in v["notes"])
     # the longest type named in the GPU's name wins
     assert ef._match_price("NVIDIA H100 80GB HBM3", {"H100": 2.0, "H100 80GB": 2.5}) == ("H100 80GB", 2.5)
@@ -172,7 +210,12 @@ def test_without_gpus_the_figures_are_absent_not_wrong():
     gw = {"step": 1, "samples": 10, "gpu_power_watts": {"mean": 700.0}}
     v = ef.verdicts([step(1, 350.0, 0.02)], [gw], H200, cfg(gpu_hour_price=2.0))
     r = row(v, 1)
-    for k in ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu", "usd_per_million_output_tokens", "gpu_hours"):
+    for k in (
+        "output_tokens_per_s_per_gpu",
+        "total_tokens_per_s_per_gpu",
+        "usd_per_million_output_tokens",
+        "gpu_hours",
+    ):
         assert k not in r
     assert r["pareto"] is False and v["frontier"] == []
     assert any("no GPU count" in n for n in v["notes"])
@@ -188,7 +231,9 @@ def test_bad_gpu_counts_are_ignored(bad):
 
 def test_bad_figures_give_no_figure():
     steps = [step(1, math.nan, 0.02), step(2, 0.0, None), step(3, 100.0, 0.0)]
-    v = ef.verdicts(steps, [{"step": 2, "samples": 10, "gpu_power_watts": {"mean": 500.0}}], [], cfg(gpus=2, gpu_hour_price=-1))
+    v = ef.verdicts(
+        steps, [{"step": 2, "samples": 10, "gpu_power_watts": {"mean": 500.0}}], [], cfg(gpus=2, gpu_hour_price=-1)
+    )
     assert "output_tokens_per_s_per_gpu" not in row(v, 1)
     assert "joules_per_output_token" not in row(v, 2) and "interactivity" not in row(v, 2)  # 0 tok/s, no TPOT
     assert "interactivity" not in row(v, 3)  # a TPOT of 0
@@ -199,14 +244,23 @@ def test_bad_figures_give_no_figure():
 
 
 def test_from_a_results_dict_reads_the_plan_cost():
-    res = {"summary": {"output_tokens_per_s": 800.0, "duration_s": 30.0, "tokens_in": 400, "tokens_out": 800,
-                       "latency": {"tpot": {"p50": 0.025}}},
-           "steps": [{"step": 1, "tokens_in": 100, "tokens_out": 200}],
-           "ladder": {"steps": [step(1, 1000.0, 0.02)], "saturation": {"saturation": {"step": 1}}},
-           "plan": {"cost": {"gpus": 2, "gpu_hour_price": 3.6}},
-           "gpu_metrics": {"steps": [{"step": 1, "samples": 10, "gpu_power_watts": {"mean": 1000.0}}],
-                           "run": {"samples": 40, "gpu_energy_joules_total": {"increase": 24000.0, "per_s": 800.0}}},
-           "environment": {"gpus": H200}}
+    res = {
+        "summary": {
+            "output_tokens_per_s": 800.0,
+            "duration_s": 30.0,
+            "tokens_in": 400,
+            "tokens_out": 800,
+            "latency": {"tpot": {"p50": 0.025}},
+        },
+        "steps": [{"step": 1, "tokens_in": 100, "tokens_out": 200}],
+        "ladder": {"steps": [step(1, 1000.0, 0.02)], "saturation": {"saturation": {"step": 1}}},
+        "plan": {"cost": {"gpus": 2, "gpu_hour_price": 3.6}},
+        "gpu_metrics": {
+            "steps": [{"step": 1, "samples": 10, "gpu_power_watts": {"mean": 1000.0}}],
+            "run": {"samples": 40, "gpu_energy_joules_total": {"increase": 24000.0, "per_s": 800.0}},
+        },
+        "environment": {"gpus": H200},
+    }
     v = ef.verdicts_for_results(res)
     r = row(v, 1)
     assert r["output_tokens_per_s_per_gpu"] == pytest.approx(500.0) and r["input_tokens_per_s"] == pytest.approx(500.0)
@@ -247,8 +301,9 @@ def test_energy_from_the_fake_sidecar_through_the_windowing(monkeypatch):
     assert w["gpu_power_watts"]["mean"] == pytest.approx(851.0, rel=1e-6)
     st = step(1, 851.0 / 2, 0.02)
     st["window_start"], st["window_end"], st["window"] = 0.0, 10.0, 10.0
-    v = ef.verdicts([st], [{"step": 1, **w}], [{"model_name": "NVIDIA H200 (fake)"}] * 2,
-                    cfg(gpus=2, gpu_prices={"H200": 3.6}))
+    v = ef.verdicts(
+        [st], [{"step": 1, **w}], [{"model_name": "NVIDIA H200 (fake)"}] * 2, cfg(gpus=2, gpu_prices={"H200": 3.6})
+    )
     r = row(v, 1)
     assert r["energy_from"] == "counter" and r["energy_valid"]
     assert r["joules_per_output_token"] == pytest.approx(2.0, rel=1e-6)

@@ -18,9 +18,6 @@ from llm_locust.metrics.histogram import Histogram
 from llm_locust.sim.process import SimProcess
 
 
-
-
-
 def get(url: str, timeout: float = 5.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read()
@@ -47,9 +44,29 @@ def live_run(tmp_path_factory):
     port = free_port()
     with SimProcess(slots=16) as sim:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "2", "-u", "6",
-             "-t", "30s", "--max-tokens-cap", "32", "--prometheus-port", str(port), "--results", str(tmp / "r.json")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--workers",
+                "2",
+                "-u",
+                "6",
+                "-t",
+                "30s",
+                "--max-tokens-cap",
+                "32",
+                "--prometheus-port",
+                str(port),
+                "--results",
+                str(tmp / "r.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         try:
             yield proc, port, tmp
@@ -74,7 +91,9 @@ def scrape_when(port: int, predicate, deadline: float = 30.0) -> str:
 def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run, tmp_path):
     promtool, prometheus = need_binary("promtool"), need_binary("prometheus")
     proc, port, _ = live_run
-    text = scrape_when(port, lambda t: "llm_locust_output_tokens_total" in t and "llm_locust_output_tokens_total 0.0" not in t)
+    text = scrape_when(
+        port, lambda t: "llm_locust_output_tokens_total" in t and "llm_locust_output_tokens_total 0.0" not in t
+    )
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     problems = [line for line in (check.stdout + check.stderr).splitlines() if line.strip()]
     # our own names lint clean; the locust_* names are locust_exporter's, kept as they are for
@@ -91,11 +110,17 @@ def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run
     )
     assert subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True).returncode == 0
     prom = subprocess.Popen(
-        [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            prometheus,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
+
         def query(q: str):
             url = f"http://127.0.0.1:{prom_port}/api/v1/query?query={urllib.parse.quote(q)}"
             return json.loads(get(url))["data"]["result"]
@@ -124,15 +149,38 @@ def test_web_ui_serves_metrics_too(tmp_path):
     port = free_port()
     with SimProcess(slots=8) as sim:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--web", "--web-port", str(port),
-             "--web-host", "127.0.0.1", "--autostart", "--autoquit", "3", "-u", "2", "-t", "8s", "--max-tokens-cap", "8"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--web",
+                "--web-port",
+                str(port),
+                "--web-host",
+                "127.0.0.1",
+                "--autostart",
+                "--autoquit",
+                "3",
+                "-u",
+                "2",
+                "-t",
+                "8s",
+                "--max-tokens-cap",
+                "8",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             text = scrape_when(port, lambda t: "llm_locust_requests_total" in t and 'outcome="ok"} 0.0' not in t)
         finally:
             proc.wait(timeout=60)
-    assert "llm_locust_ttft_seconds_bucket" in text and "locust_users" in text and "process_resident_memory_bytes" in text
+    assert (
+        "llm_locust_ttft_seconds_bucket" in text and "locust_users" in text and "process_resident_memory_bytes" in text
+    )
 
 
 def test_a_taken_port_is_a_clear_error_before_any_load():
@@ -141,8 +189,21 @@ def test_a_taken_port_is_a_clear_error_before_any_load():
         s.listen()
         port = s.getsockname()[1]
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", "http://127.0.0.1:9", "-t", "2s", "--prometheus-port", str(port)],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                "http://127.0.0.1:9",
+                "-t",
+                "2s",
+                "--prometheus-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert p.returncode == 2
     assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr

@@ -57,10 +57,14 @@ NUMBERS = st.one_of(
     st.sampled_from([0, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, MAX_TOKEN_COUNT, MAX_TOKEN_COUNT + 1]),
     st.floats(allow_nan=True, allow_infinity=True),  # json.dumps writes NaN/Infinity: invalid JSON
 )
-SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=8), st.sampled_from(["error", "stop", "length", ""]))
+SCALARS = st.one_of(
+    st.none(), st.booleans(), NUMBERS, st.text(max_size=8), st.sampled_from(["error", "stop", "length", ""])
+)
 JSON = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=3), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=3), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -211,8 +215,19 @@ def read_stream(api: str, pieces: list[bytes]):
     assert all(k in (0, 1, 2) for k in kinds)
     n_chunks = sum(1 for k in kinds if k)
     check_state(state, n_chunks)
-    return ("ok", kinds, "".join(state.text), "".join(state.reasoning), state.usage_in, state.usage_out,
-            state.finish_reason, state.error, state.done, list(state.cont_tokens), state.extra)
+    return (
+        "ok",
+        kinds,
+        "".join(state.text),
+        "".join(state.reasoning),
+        state.usage_in,
+        state.usage_out,
+        state.finish_reason,
+        state.error,
+        state.done,
+        list(state.cont_tokens),
+        state.extra,
+    )
 
 
 # --- the checks (shared with benchmarks/fuzz_protocols.py) -----------------------------------

@@ -44,8 +44,11 @@ SEEDS: dict[str, list[str]] = {
     "azure2024": ["azure2024_conv_excerpt.csv"],
     "azure2025": ["azure2025_excerpt.csv"],
     "burstgpt": ["burstgpt_v1_head.csv", "burstgpt_v2_head.csv"],
-    "mooncake": ["mooncake_conversation_head30.jsonl", "shared:mooncake_arxiv_head.jsonl",
-                 "shared:mooncake_synthetic.jsonl"],
+    "mooncake": [
+        "mooncake_conversation_head30.jsonl",
+        "shared:mooncake_arxiv_head.jsonl",
+        "shared:mooncake_synthetic.jsonl",
+    ],
     "bailian": ["bailian.jsonl"],
     "aiperf-mooncake": ["aiperf_mooncake.jsonl"],
     "aiperf-multi-turn": ["aiperf_multi_turn.jsonl"],
@@ -57,18 +60,77 @@ SEEDS: dict[str, list[str]] = {
 
 # values swapped in for a number, a string or a literal of the seed
 HOSTILE = [
-    b"18446744073709551616", b"9223372036854775808", b"9223372036854775807", b"2147483648",
-    b"-1", b"-0", b"-0.0", b"0", b"1e309", b"-1e309", b"1e-320", b"0.5", b"1.0", b"1e15", b"1e300",
-    b"NaN", b"nan", b"inf", b"-inf", b"Infinity", b"-Infinity", b"9" * 5000, b"1_0", b" 7 ",
-    b'""', b'"x"', b'"12"', b'"-5"', b'"\xc2\xb2"', b'"\xff"', b"[]", b"{}", b"null", b"true", b"false",
-    b"[-1]", b"[9223372036854775808]", b"[1.5]", b'["a"]', b"[[1]]", b"[" * 3000, b"{" * 50,
-    b'{"role": 1}', b'[{"role": "user"}]', b'[{"from": "human", "value": 5}]', b"\x00", b"\xef\xbb\xbf",
-    b",", b'"', b"\r", b"\n", b"\t", b"2023-13-45 25:61:61", b"2024-05-12T00:00:00Z", b"x" * 140000,
+    b"18446744073709551616",
+    b"9223372036854775808",
+    b"9223372036854775807",
+    b"2147483648",
+    b"-1",
+    b"-0",
+    b"-0.0",
+    b"0",
+    b"1e309",
+    b"-1e309",
+    b"1e-320",
+    b"0.5",
+    b"1.0",
+    b"1e15",
+    b"1e300",
+    b"NaN",
+    b"nan",
+    b"inf",
+    b"-inf",
+    b"Infinity",
+    b"-Infinity",
+    b"9" * 5000,
+    b"1_0",
+    b" 7 ",
+    b'""',
+    b'"x"',
+    b'"12"',
+    b'"-5"',
+    b'"\xc2\xb2"',
+    b'"\xff"',
+    b"[]",
+    b"{}",
+    b"null",
+    b"true",
+    b"false",
+    b"[-1]",
+    b"[9223372036854775808]",
+    b"[1.5]",
+    b'["a"]',
+    b"[[1]]",
+    b"[" * 3000,
+    b"{" * 50,
+    b'{"role": 1}',
+    b'[{"role": "user"}]',
+    b'[{"from": "human", "value": 5}]',
+    b"\x00",
+    b"\xef\xbb\xbf",
+    b",",
+    b'"',
+    b"\r",
+    b"\n",
+    b"\t",
+    b"2023-13-45 25:61:61",
+    b"2024-05-12T00:00:00Z",
+    b"x" * 140000,
 ]
 # ... and for a number only (the edit most likely to reach the range checks)
-NUMERIC = [b"18446744073709551616", b"9223372036854775808", b"9223372036854775807", b"2147483648",
-           b"-1", b"-0.5", b"1e309", b"1e300", b"0.5", b"NaN", b"9" * 5000]
-_NUMBER = re.compile(rb'-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+NUMERIC = [
+    b"18446744073709551616",
+    b"9223372036854775808",
+    b"9223372036854775807",
+    b"2147483648",
+    b"-1",
+    b"-0.5",
+    b"1e309",
+    b"1e300",
+    b"0.5",
+    b"NaN",
+    b"9" * 5000,
+]
+_NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _TOKEN = re.compile(rb'-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|"[^"\n]*"|true|false|null|\[|\{')
 
 _pos = st.integers(0, 1 << 20)
@@ -113,13 +175,13 @@ def mutate(data: bytes, edits, wrap: str, cut: int) -> bytes:
         n = len(data)
         if kind == "set" and n:
             i = e[1] % n
-            data = data[:i] + bytes([e[2]]) + data[i + 1:]
+            data = data[:i] + bytes([e[2]]) + data[i + 1 :]
         elif kind == "insert":
             i = e[1] % (n + 1)
             data = data[:i] + e[2] + data[i:]
         elif kind == "delete" and n:
             i = e[1] % n
-            data = data[:i] + data[i + e[2]:]
+            data = data[:i] + data[i + e[2] :]
         elif kind in ("value", "number"):
             spans = [m.span() for m in (_TOKEN if kind == "value" else _NUMBER).finditer(data)]
             if spans:
@@ -131,7 +193,7 @@ def mutate(data: bytes, edits, wrap: str, cut: int) -> bytes:
             lines = data.split(b"\n")
             i = e[1] % len(lines)
             if kind == "dupline":
-                lines[i:i + 1] = [lines[i]] * (e[2] + 1)
+                lines[i : i + 1] = [lines[i]] * (e[2] + 1)
             else:
                 del lines[i]
             data = b"\n".join(lines)
@@ -151,6 +213,7 @@ class Hang(Exception):
 @contextmanager
 def time_limit(seconds: float):
     """A load that runs this long is a hang (files here are a few KB: they load in milliseconds)."""
+
     def on_alarm(signum, frame):
         raise Hang(f"load did not finish in {seconds} s")
 
@@ -209,8 +272,13 @@ def test_mutated_real_traces_load_or_raise_trace_error(fmt):
         p.write_bytes(data)
         assert check_load(p, fmt) == "ok"
 
-    @settings(derandomize=True, max_examples=120, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        derandomize=True,
+        max_examples=120,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(CASE)
     def prop(case):
         run_case(fmt, seeds, case, workdir)
@@ -223,8 +291,9 @@ def test_random_bytes_raise_trace_error(fmt):
     workdir = _WORKDIR / f"bytes-{fmt}"
     workdir.mkdir(exist_ok=True)
 
-    @settings(derandomize=True, max_examples=25, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        derandomize=True, max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     @given(st.binary(max_size=300))
     def prop(data):
         p = workdir / "garbage"

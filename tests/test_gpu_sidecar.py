@@ -60,7 +60,9 @@ def nv(monkeypatch):
         if version:
             if state.v2_missing:
                 raise err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-            return SimpleNamespace(total=141 * GiB, reserved=512 * MiB, used=g.used, free=141 * GiB - 512 * MiB - g.used)
+            return SimpleNamespace(
+                total=141 * GiB, reserved=512 * MiB, used=g.used, free=141 * GiB - 512 * MiB - g.used
+            )
         return SimpleNamespace(total=141 * GiB, used=g.used, free=141 * GiB - g.used)
 
     p = {

@@ -33,8 +33,12 @@ def grpc_msg(m: bytes) -> bytes:
 
 
 def chunk(i: int) -> bytes:
-    return grpc_vllm._len_field(1, grpc_vllm._len_field(1, grpc_vllm._varint(1000 + i))
-                                + grpc_vllm._scalar(2, "uint", 7, "") + grpc_vllm._scalar(3, "uint", 1, ""))
+    return grpc_vllm._len_field(
+        1,
+        grpc_vllm._len_field(1, grpc_vllm._varint(1000 + i))
+        + grpc_vllm._scalar(2, "uint", 7, "")
+        + grpc_vllm._scalar(3, "uint", 1, ""),
+    )
 
 
 COMPLETE = grpc_vllm._len_field(2, grpc_vllm._len_field(2, b"length"))
@@ -69,8 +73,10 @@ class Server:
         with conn:
             if self.window:
                 credit = self.window
-                conn.sendall(frame(4, 0, 0, struct.pack(">HL", 0x4, self.window))
-                             + frame(8, 0, 0, struct.pack(">L", self.window - 65535)))
+                conn.sendall(
+                    frame(4, 0, 0, struct.pack(">HL", 0x4, self.window))
+                    + frame(8, 0, 0, struct.pack(">L", self.window - 65535))
+                )
             else:
                 conn.sendall(frame(4, 0, 0))
             while True:
@@ -82,7 +88,7 @@ class Server:
                     n = hi << 8 | lo
                     if len(buf) < 9 + n:
                         break
-                    buf = buf[9 + n:]
+                    buf = buf[9 + n :]
                     if ftype == 0:  # flow control: the window (64 KiB) back only once it is used up
                         self.body_bytes += n
                         credit -= n
@@ -109,17 +115,21 @@ class Server:
 
 
 def ok_reply(enc, sid, n=3, trailers=(("grpc-status", "0"),)):
-    return (frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-            + b"".join(frame(0, 0, sid, grpc_msg(chunk(i))) for i in range(n))
-            + frame(0, 0, sid, grpc_msg(COMPLETE))
-            + frame(1, 5, sid, enc.encode(list(trailers))))
+    return (
+        frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+        + b"".join(frame(0, 0, sid, grpc_msg(chunk(i))) for i in range(n))
+        + frame(0, 0, sid, grpc_msg(COMPLETE))
+        + frame(1, 5, sid, enc.encode(list(trailers)))
+    )
 
 
 def send(answer, close_after=False, **timeouts):
     from llm_locust.runtime.grpc_h2 import H2GrpcClient
 
     srv = Server(answer, close_after)
-    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(**{"connect": 2.0, "no_progress": 2.0, "total": 5.0, **timeouts}))
+    c = H2GrpcClient(
+        f"127.0.0.1:{srv.port}", Timeouts(**{"connect": 2.0, "no_progress": 2.0, "total": 5.0, **timeouts})
+    )
     try:
         return c.send(RequestSpec(prompt="hi", max_tokens=4), "r1"), c, srv
     finally:
@@ -222,50 +232,103 @@ def test_messages_split_across_frames_and_frames_across_reads():
     def answer(enc, sid):
         body = b"".join(grpc_msg(chunk(i)) for i in range(5)) + grpc_msg(COMPLETE)
         head = frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-        parts = [body[i:i + 7] for i in range(0, len(body), 7)]  # gRPC messages cut across DATA frames
+        parts = [body[i : i + 7] for i in range(0, len(body), 7)]  # gRPC messages cut across DATA frames
         padded = frame(0, 0x8, sid, b"\x03" + parts[0] + b"\x00\x00\x00")  # and one with padding
-        return head + padded + b"".join(frame(0, 0, sid, p) for p in parts[1:]) + frame(1, 5, sid, enc.encode([("grpc-status", "0")]))
+        return (
+            head
+            + padded
+            + b"".join(frame(0, 0, sid, p) for p in parts[1:])
+            + frame(1, 5, sid, enc.encode([("grpc-status", "0")]))
+        )
 
     r, _, _ = send(answer)
     assert r.ok and r.n_out == 5 and r.chunk_tokens == [1] * 5, (r.outcome, r.error)
 
 
-@pytest.mark.parametrize(("answer", "outcome", "words"), [
-    # a status in the trailers, before any message: http_error with the server's words
-    (lambda enc, sid: frame(1, 5, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc"),
-                                                   ("grpc-status", "3"), ("grpc-message", "too%20long")])),
-     Outcome.HTTP_ERROR, "gRPC INVALID_ARGUMENT: too long"),
-    # after messages: UNAVAILABLE truncates, INTERNAL is a stream error
-    (lambda enc, sid: ok_reply(enc, sid, trailers=[("grpc-status", "14"), ("grpc-message", "gone")]),
-     Outcome.TRUNCATED, "gRPC UNAVAILABLE: gone"),
-    (lambda enc, sid: ok_reply(enc, sid, trailers=[("grpc-status", "13")]), Outcome.STREAM_ERROR, "gRPC INTERNAL"),
-    # an HTTP status that is not 200, as gRPC maps it
-    (lambda enc, sid: frame(1, 5, sid, enc.encode([(":status", "404")])), Outcome.HTTP_ERROR, "UNIMPLEMENTED"),
-    (lambda enc, sid: frame(1, 5, sid, enc.encode([(":status", "503")])), Outcome.CONNECT_ERROR, "UNAVAILABLE"),
-    # the server resets the stream mid-reply
-    (lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-     + frame(0, 0, sid, grpc_msg(chunk(0))) + frame(3, 0, sid, struct.pack(">L", 2)), Outcome.STREAM_ERROR,
-     "RST_STREAM with error code 2"),
-    (lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-     + frame(0, 0, sid, grpc_msg(chunk(0))) + frame(3, 0, sid, struct.pack(">L", 8)), Outcome.TRUNCATED, "CANCELLED"),
-    # GOAWAY before taking the request
-    (lambda enc, sid: frame(7, 0, 0, struct.pack(">LL", 0, 0) + b"bye"), Outcome.CONNECT_ERROR, "GOAWAY"),
-    # a reply that is not gRPC
-    (lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "text/html")])),
-     Outcome.HTTP_ERROR, "not gRPC"),
-    # bytes no HPACK decoder reads
-    (lambda enc, sid: frame(1, 4, sid, b"\xff\xff\xff\xff\xff"), Outcome.STREAM_ERROR, "HPACK"),
-    # a frame over the size we allow
-    (lambda enc, sid: _FRAME.pack(0x100, 0, 0, 0, sid) + b"x" * 65536, Outcome.STREAM_ERROR, "frame of"),
-    # a compressed message we never asked for
-    (lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-     + frame(0, 0, sid, b"\x01\x00\x00\x00\x02ab"), Outcome.STREAM_ERROR, "compressed"),
-    # a message the codec cannot read
-    (lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
-     + frame(0, 0, sid, grpc_msg(b"\x0a\x05\x01")), Outcome.STREAM_ERROR, ""),
-    # trailers without a grpc-status after the complete message
-    (lambda enc, sid: ok_reply(enc, sid, trailers=[("x", "y")]), Outcome.TRUNCATED, "no grpc-status"),
-])
+@pytest.mark.parametrize(
+    ("answer", "outcome", "words"),
+    [
+        # a status in the trailers, before any message: http_error with the server's words
+        (
+            lambda enc, sid: frame(
+                1,
+                5,
+                sid,
+                enc.encode(
+                    [
+                        (":status", "200"),
+                        ("content-type", "application/grpc"),
+                        ("grpc-status", "3"),
+                        ("grpc-message", "too%20long"),
+                    ]
+                ),
+            ),
+            Outcome.HTTP_ERROR,
+            "gRPC INVALID_ARGUMENT: too long",
+        ),
+        # after messages: UNAVAILABLE truncates, INTERNAL is a stream error
+        (
+            lambda enc, sid: ok_reply(enc, sid, trailers=[("grpc-status", "14"), ("grpc-message", "gone")]),
+            Outcome.TRUNCATED,
+            "gRPC UNAVAILABLE: gone",
+        ),
+        (lambda enc, sid: ok_reply(enc, sid, trailers=[("grpc-status", "13")]), Outcome.STREAM_ERROR, "gRPC INTERNAL"),
+        # an HTTP status that is not 200, as gRPC maps it
+        (lambda enc, sid: frame(1, 5, sid, enc.encode([(":status", "404")])), Outcome.HTTP_ERROR, "UNIMPLEMENTED"),
+        (lambda enc, sid: frame(1, 5, sid, enc.encode([(":status", "503")])), Outcome.CONNECT_ERROR, "UNAVAILABLE"),
+        # the server resets the stream mid-reply
+        (
+            lambda enc, sid: (
+                frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+                + frame(0, 0, sid, grpc_msg(chunk(0)))
+                + frame(3, 0, sid, struct.pack(">L", 2))
+            ),
+            Outcome.STREAM_ERROR,
+            "RST_STREAM with error code 2",
+        ),
+        (
+            lambda enc, sid: (
+                frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+                + frame(0, 0, sid, grpc_msg(chunk(0)))
+                + frame(3, 0, sid, struct.pack(">L", 8))
+            ),
+            Outcome.TRUNCATED,
+            "CANCELLED",
+        ),
+        # GOAWAY before taking the request
+        (lambda enc, sid: frame(7, 0, 0, struct.pack(">LL", 0, 0) + b"bye"), Outcome.CONNECT_ERROR, "GOAWAY"),
+        # a reply that is not gRPC
+        (
+            lambda enc, sid: frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "text/html")])),
+            Outcome.HTTP_ERROR,
+            "not gRPC",
+        ),
+        # bytes no HPACK decoder reads
+        (lambda enc, sid: frame(1, 4, sid, b"\xff\xff\xff\xff\xff"), Outcome.STREAM_ERROR, "HPACK"),
+        # a frame over the size we allow
+        (lambda enc, sid: _FRAME.pack(0x100, 0, 0, 0, sid) + b"x" * 65536, Outcome.STREAM_ERROR, "frame of"),
+        # a compressed message we never asked for
+        (
+            lambda enc, sid: (
+                frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+                + frame(0, 0, sid, b"\x01\x00\x00\x00\x02ab")
+            ),
+            Outcome.STREAM_ERROR,
+            "compressed",
+        ),
+        # a message the codec cannot read
+        (
+            lambda enc, sid: (
+                frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+                + frame(0, 0, sid, grpc_msg(b"\x0a\x05\x01"))
+            ),
+            Outcome.STREAM_ERROR,
+            "",
+        ),
+        # trailers without a grpc-status after the complete message
+        (lambda enc, sid: ok_reply(enc, sid, trailers=[("x", "y")]), Outcome.TRUNCATED, "no grpc-status"),
+    ],
+)
 def test_every_server_shape_is_a_classified_outcome(answer, outcome, words):
     r, _, _ = send(answer)
     assert r.outcome is outcome and words in r.error, (r.outcome, r.error)
@@ -274,8 +337,11 @@ def test_every_server_shape_is_a_classified_outcome(answer, outcome, words):
 
 def test_a_connection_closed_mid_reply_is_truncated_and_one_never_answering_times_out():
     def cut(enc, sid):  # the headers and two messages, then the server hangs up
-        return frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")])) + \
-            frame(0, 0, sid, grpc_msg(chunk(0))) + frame(0, 0, sid, grpc_msg(chunk(1)))
+        return (
+            frame(1, 4, sid, enc.encode([(":status", "200"), ("content-type", "application/grpc")]))
+            + frame(0, 0, sid, grpc_msg(chunk(0)))
+            + frame(0, 0, sid, grpc_msg(chunk(1)))
+        )
 
     r, _, _ = send(cut, close_after=True)
     assert r.outcome is Outcome.TRUNCATED and "UNAVAILABLE" in r.error and r.n_out == 2, (r.outcome, r.error)
@@ -300,9 +366,11 @@ def test_nothing_listening_is_a_connect_error():
 _varint_values = st.integers(min_value=0, max_value=70000)
 
 
-_chunks = st.tuples(st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=6),
-                    st.lists(st.tuples(st.sampled_from([2, 3, 4, 7]), _varint_values), max_size=5),
-                    st.booleans())
+_chunks = st.tuples(
+    st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=6),
+    st.lists(st.tuples(st.sampled_from([2, 3, 4, 7]), _varint_values), max_size=5),
+    st.booleans(),
+)
 
 
 def _chunk_message(ids, fields, ids_first) -> bytes:
@@ -324,8 +392,13 @@ def test_the_fast_chunk_path_agrees_with_the_general_walk(chunks, repeat):
     for msg in msgs:
         ((number, _wire, (start, end)),) = list(grpc_vllm._fields(msg))
         assert grpc_vllm.feed_response(msg, fast) == grpc_vllm._feed_chunk(msg, start, end, slow)
-        assert (fast.cont_tokens, fast.usage_in, fast.usage_out, fast.usage_cached, fast.extra) == \
-               (slow.cont_tokens, slow.usage_in, slow.usage_out, slow.usage_cached, slow.extra)
+        assert (fast.cont_tokens, fast.usage_in, fast.usage_out, fast.usage_cached, fast.extra) == (
+            slow.cont_tokens,
+            slow.usage_in,
+            slow.usage_out,
+            slow.usage_cached,
+            slow.extra,
+        )
 
 
 def test_a_process_that_used_grpcio_spawns_children_that_live():

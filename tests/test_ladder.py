@@ -21,8 +21,23 @@ A, B = 0.005, 0.0001  # iteration: 5 ms + 0.1 ms per running sequence
 def run_ladder(tmp_path, host, ladder, *extra, workers=0, timeout=300, expect_rc=0):
     results = tmp_path / "results.json"
     cmd = [
-        sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--ladder", ladder,
-        "--warmup", "1.5", "--step-duration", "5", "--max-tokens", "32", "--results", str(results), *extra,
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        host,
+        "--ladder",
+        ladder,
+        "--warmup",
+        "1.5",
+        "--step-duration",
+        "5",
+        "--max-tokens",
+        "32",
+        "--results",
+        str(results),
+        *extra,
     ]
     if workers:
         cmd += ["--workers", str(workers)]
@@ -46,14 +61,24 @@ def test_concurrency_ladder_finds_the_simulators_slot_count(tmp_path, slots):
     steps = results["ladder"]["steps"]
     # below saturation each step's throughput follows the model; above it, it stays flat
     assert steps[0]["output_tokens_per_s"] > 0
-    print(f"\nslots {slots}: detected {found} (analytic {analytic['saturation_concurrency']}, {analytic['output_tokens_per_s']:.0f} tok/s); steps run {len(steps)}; stop: {results['ladder']['stop_reason']}")
+    print(
+        f"\nslots {slots}: detected {found} (analytic {analytic['saturation_concurrency']}, {analytic['output_tokens_per_s']:.0f} tok/s); steps run {len(steps)}; stop: {results['ladder']['stop_reason']}"
+    )
     assert "saturation:" in stdout and "step" in stdout
 
 
 def test_rate_ladder_open_loop_across_two_workers(tmp_path):
     with SimProcess(slots=64, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
         results, _ = run_ladder(
-            tmp_path, sim.url, "rate:4,8,16", "--arrivals", "constant", "--no-early-stop", "--step-duration", "6", workers=2
+            tmp_path,
+            sim.url,
+            "rate:4,8,16",
+            "--arrivals",
+            "constant",
+            "--no-early-stop",
+            "--step-duration",
+            "6",
+            workers=2,
         )
     steps = results["ladder"]["steps"]
     assert [s["offered"] for s in steps] == [4, 8, 16]
@@ -67,7 +92,9 @@ def test_bad_ladders_are_refused_before_any_load(tmp_path):
     for bad, words in (("concurrency:8..2", "start"), ("volume:1..4", "kind"), ("rate:", "")):
         p = subprocess.run(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", "http://127.0.0.1:9", "--ladder", bad],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert p.returncode == 2, (bad, p.stderr[-1500:])
         assert "llm-locust:" in p.stderr and words in p.stderr and "Traceback" not in p.stderr
@@ -89,8 +116,18 @@ def test_real_llama_server_knee_follows_its_slot_count(tmp_path, llama_server_bi
     for slots in (4, 8):
         with LlamaServer(tiny_model, slots=slots, ctx=8192, alias="tiny", threads=1) as srv:
             results, _ = run_ladder(
-                tmp_path, srv.url, "concurrency:1,2,4,8,16", "--api", "openai-completions", "--trace", str(trace),
-                "--max-tokens", "48", "--step-duration", "6", "--no-early-stop",
+                tmp_path,
+                srv.url,
+                "concurrency:1,2,4,8,16",
+                "--api",
+                "openai-completions",
+                "--trace",
+                str(trace),
+                "--max-tokens",
+                "48",
+                "--step-duration",
+                "6",
+                "--no-early-stop",
             )
         v = results["ladder"]["saturation"]
         found[slots] = v["candidates"]["latency"]
@@ -104,8 +141,13 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     plan = Path(__file__).resolve().parents[1] / "plans" / "seed-concurrency-ladder.yaml"
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     quick = ["--ladder", "concurrency:1,2", "--step-duration", "3", "--warmup", "1"]
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(plan), *quick, "--results", str(first)],
-                       capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", str(plan), *quick, "--results", str(first)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert (tmp_path / "results-seed-concurrency-ladder.html").is_file()  # the plan's report:, relative to cwd
     r1 = json.loads(first.read_text())
@@ -113,18 +155,29 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     assert r1["plan"]["slos"] == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}  # the plan's own SLOs
     assert r1["plan"]["sim"]["slots"] == 8 and r1["run"]["command"][2] == str(plan)
     assert [s["offered"] for s in r1["ladder"]["steps"]] == [1, 2]
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", str(first), "--results", str(second)],
-                       capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", str(first), "--results", str(second)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     r2 = json.loads(second.read_text())
-    assert {k: v for k, v in r2["plan"].items() if k != "results"} == {k: v for k, v in r1["plan"].items() if k != "results"}
+    assert {k: v for k, v in r2["plan"].items() if k != "results"} == {
+        k: v for k, v in r1["plan"].items() if k != "results"
+    }
 
 
 def test_speed_ladder_replays_the_trace_at_each_speed(tmp_path):
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": i * 0.5, "input_tokens": 8, "output_tokens": 4}) + "\n" for i in range(40)))
+    trace.write_text(
+        "".join(json.dumps({"timestamp": i * 0.5, "input_tokens": 8, "output_tokens": 4}) + "\n" for i in range(40))
+    )
     with SimProcess(slots=64, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
-        results, _ = run_ladder(tmp_path, sim.url, "speed:1,2", "--trace", str(trace), "--no-early-stop", "--max-tokens", "4")
+        results, _ = run_ladder(
+            tmp_path, sim.url, "speed:1,2", "--trace", str(trace), "--no-early-stop", "--max-tokens", "4"
+        )
     steps = results["ladder"]["steps"]
     assert [s["offered"] for s in steps] == [1, 2]
     # the trace offers 2 requests/s at 1x: each step's achieved rate follows the speed
@@ -133,8 +186,20 @@ def test_speed_ladder_replays_the_trace_at_each_speed(tmp_path):
 
 
 def test_server_down_stops_the_ladder_at_its_first_step_and_keeps_the_results(tmp_path):
-    results, _ = run_ladder(tmp_path, "http://127.0.0.1:9", "concurrency:1,2,4", "--model", "m", "--step-duration", "3", "--warmup", "1",
-                            "--no-preflight", "--no-fail-fast", expect_rc=1)  # the ladder's own stop, not the preflight's
+    results, _ = run_ladder(
+        tmp_path,
+        "http://127.0.0.1:9",
+        "concurrency:1,2,4",
+        "--model",
+        "m",
+        "--step-duration",
+        "3",
+        "--warmup",
+        "1",
+        "--no-preflight",
+        "--no-fail-fast",
+        expect_rc=1,
+    )  # the ladder's own stop, not the preflight's
     lad = results["ladder"]
     assert len(lad["steps"]) == 1 and "no request succeeded" in lad["stop_reason"]
     assert results["summary"]["outcomes"]["connect_error"] > 0
@@ -143,12 +208,32 @@ def test_server_down_stops_the_ladder_at_its_first_step_and_keeps_the_results(tm
 def test_steps_end_on_a_request_count_or_extend_until_stable(tmp_path):
     with SimProcess(slots=64, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
         counted, _ = run_ladder(
-            tmp_path, sim.url, "concurrency:2,4", "--step-requests", "10", "--step-duration", "60", "--warmup", "1", "--no-early-stop"
+            tmp_path,
+            sim.url,
+            "concurrency:2,4",
+            "--step-requests",
+            "10",
+            "--step-duration",
+            "60",
+            "--warmup",
+            "1",
+            "--no-early-stop",
         )
         (tmp_path / "results.json").unlink()
         stable, _ = run_ladder(
-            tmp_path, sim.url, "concurrency:2", "--step-duration", "3", "--warmup", "1",
-            "--stable-window", "1", "--stable-tolerance", "0.0001", "--stable-max-extend", "3",
+            tmp_path,
+            sim.url,
+            "concurrency:2",
+            "--step-duration",
+            "3",
+            "--warmup",
+            "1",
+            "--stable-window",
+            "1",
+            "--stable-tolerance",
+            "0.0001",
+            "--stable-max-extend",
+            "3",
         )
     for w in counted["ladder"]["windows"]:  # far shorter than the 60 s cap: ended by the count
         assert w["ended"] - w["measured_from"] < 20
@@ -167,8 +252,20 @@ def test_the_last_step_is_judged_on_the_requests_its_window_sent(tmp_path, worke
     no cancelled request counts as failed anywhere."""
     with SimProcess(slots=16, iter_base=0.03, iter_per_seq=0.0, iter_per_prefill_token=0) as sim:
         results, out = run_ladder(
-            tmp_path, sim.url, "concurrency:2,4", "--warmup", "0", "--step-duration", "1.5", "--max-tokens", "60",
-            "--no-early-stop", "--request-timeout", "30", workers=workers, timeout=120,
+            tmp_path,
+            sim.url,
+            "concurrency:2,4",
+            "--warmup",
+            "0",
+            "--step-duration",
+            "1.5",
+            "--max-tokens",
+            "60",
+            "--no-early-stop",
+            "--request-timeout",
+            "30",
+            workers=workers,
+            timeout=120,
         )
     rows = {r["step"]: r for r in results["steps"]}
     last = rows[2]

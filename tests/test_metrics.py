@@ -77,7 +77,9 @@ def test_histogram_mean_is_exact_and_buckets_match_plain_hdr():
     assert s["min"] == plain.get_min_value() / 1e6 and s["max"] == plain.get_max_value() / 1e6
 
 
-def make_record(t0=100.0, ttft=0.2, gaps=(0.04, 0.01, 0.01), ntoks=(1, 4, 1, 1), n_out=None, outcome=Outcome.OK, sched_lag=0.0):
+def make_record(
+    t0=100.0, ttft=0.2, gaps=(0.04, 0.01, 0.01), ntoks=(1, 4, 1, 1), n_out=None, outcome=Outcome.OK, sched_lag=0.0
+):
     times = [t0 + ttft]
     for g in gaps:
         times.append(times[-1] + g)
@@ -181,7 +183,7 @@ def test_throughput_and_littles_law_over_the_window():
     for i in range(10):
         agg.add(make_record(t0=100.0 + i * 0.1))
     f = figures(agg)
-    span = (0.9 + 0.261)  # first send to last end
+    span = 0.9 + 0.261  # first send to last end
     assert f["duration_s"] == pytest.approx(span, abs=1e-6)
     assert f["output_tokens_per_s"] == pytest.approx(70 / span, rel=1e-6)
     assert f["concurrency"] == pytest.approx(10 * 0.261 / span, rel=1e-6)
@@ -221,6 +223,7 @@ def test_merge_of_worker_deltas_equals_one_aggregate():
 
 
 # ---- client validity: sustained trouble over the measurement, named with threshold and value ----
+
 
 def _client_with_lag(samples_ms):
     agg = Aggregate()
@@ -330,6 +333,7 @@ def test_a_vectorised_flush_fills_the_same_buckets_as_hdrh():
 
 def _record_gaps_reference(times, ntoks, itl, inter_chunk):
     """_record_gaps as it was before its record_us calls were written out in its loop."""
+
     def flush(gap_us, n, run_len):
         if gap_us < 0:
             gap_us = 0
@@ -403,6 +407,7 @@ def test_record_gaps_gives_record_us_figures():
             times.append(t)
             t += base * (1 + rng.uniform(-0.05, 0.05))
         cases.append((times, [1] * 256))
+
     def twice(fold, times, ntoks):  # a step's Aggregate, then the total's, the gaps folded once
         hists = [Histogram() for _ in range(4)]
         hists[0].record_us(20000, 3)  # histograms that already hold samples
@@ -457,7 +462,13 @@ def test_embeddings_and_rerank_have_figures_of_their_own():
 
     def kind_rec(api, latency, items, n_in, outcome=Outcome.OK):
         r = RequestRecord(request_id="k", api=api, t_sched=10.0, t_sent=10.0, wall_sent=1000.0)
-        r.t_headers, r.t_end, r.n_in, r.extra, r.outcome = 10.0 + latency / 2, 10.0 + latency, n_in, {"items": items}, outcome
+        r.t_headers, r.t_end, r.n_in, r.extra, r.outcome = (
+            10.0 + latency / 2,
+            10.0 + latency,
+            n_in,
+            {"items": items},
+            outcome,
+        )
         if outcome is not Outcome.OK:
             r.error = "HTTP 500: boom"
         return r

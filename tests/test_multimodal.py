@@ -65,10 +65,12 @@ def test_synthetic_images_reach_the_body():
 
 def test_azure2025_image_counts_reach_the_request_and_the_results(tmp_path):
     p = tmp_path / "mm.csv"
-    p.write_text("TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n"
-                 "2024-10-15T12:00:00.269Z,0,70,9\n"
-                 "2024-10-15T12:00:00.500Z,2,80,5\n"
-                 "2024-10-15T12:00:01.000Z,1,90,7\n")
+    p.write_text(
+        "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n"
+        "2024-10-15T12:00:00.269Z,0,70,9\n"
+        "2024-10-15T12:00:00.500Z,2,80,5\n"
+        "2024-10-15T12:00:01.000Z,1,90,7\n"
+    )
     trace = load_trace(str(p))
     b = builder(image_size="8x8", seed=3)
     agg = Aggregate()
@@ -79,8 +81,9 @@ def test_azure2025_image_counts_reach_the_request_and_the_results(tmp_path):
         spec = b.spec(rec, "m")
         body = body_of(spec)
         counts.append(image_parts(body["messages"]))
-        r = RequestRecord(request_id=str(i), api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5,
-                          source=rec.source)
+        r = RequestRecord(
+            request_id=str(i), api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source=rec.source
+        )
         _note_workload(env, r)
         agg.add(r)
     assert counts == [0, 2, 1]
@@ -94,8 +97,10 @@ def test_an_unreadable_image_names_the_trace_line(tmp_path):
     (tmp_path / "ok.png").write_bytes(ImageMaker(0).image_bytes((4, 4)))
     p = tmp_path / "mt.jsonl"
     good = {"session_id": "a", "turns": [{"text": "look", "images": ["ok.png"], "timestamp": 0}]}
-    bad = {"session_id": "b", "turns": [{"text": "hi", "timestamp": 0},
-                                        {"text": "see", "image": "missing.png", "delay": 10}]}
+    bad = {
+        "session_id": "b",
+        "turns": [{"text": "hi", "timestamp": 0}, {"text": "see", "image": "missing.png", "delay": 10}],
+    }
     p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     trace = load_trace(str(p), "aiperf-multi-turn")  # loads for its counts; files are read when sent
     assert [trace[i].images for i in range(len(trace))] == [1, None, 1]
@@ -128,9 +133,13 @@ def test_tool_definitions_are_present_and_seeded():
     assert "tools" not in plain and "tool_choice" not in plain and "response_format" not in plain
 
 
-SCHEMA = {"title": "person", "type": "object", "required": ["name", "age"],
-          "properties": {"name": {"type": "string", "minLength": 1}, "age": {"type": "integer", "minimum": 0}},
-          "additionalProperties": False}
+SCHEMA = {
+    "title": "person",
+    "type": "object",
+    "required": ["name", "age"],
+    "properties": {"name": {"type": "string", "minLength": 1}, "age": {"type": "integer", "minimum": 0}},
+    "additionalProperties": False,
+}
 
 
 def test_response_format_in_the_body(tmp_path):
@@ -149,8 +158,13 @@ def test_response_format_in_the_body(tmp_path):
         Settings(response_format=str(bad))
 
 
-REPLIES = ['{"name": "Ann", "age": 3}', '{"name": "Bo", "age": -1}', 'not json', '{"name": "C", "age": 4, "x": 1}',
-           ' {"age": 9, "name": "D"} ']
+REPLIES = [
+    '{"name": "Ann", "age": 3}',
+    '{"name": "Bo", "age": -1}',
+    "not json",
+    '{"name": "C", "age": 4, "x": 1}',
+    ' {"age": 9, "name": "D"} ',
+]
 
 
 @pytest.mark.parametrize("use_jsonschema", [True, False])
@@ -162,12 +176,22 @@ def test_structured_output_rate_over_canned_replies(use_jsonschema):
     env = SimpleNamespace(llm_structured=check)
     agg = Aggregate()
     for i, text in enumerate(REPLIES + [None]):
-        r = RequestRecord(request_id=str(i), api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5,
-                          text=text)
+        r = RequestRecord(
+            request_id=str(i), api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, text=text
+        )
         _note_workload(env, r)
         agg.add(r)
-    failed = RequestRecord(request_id="f", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5,
-                           text="{}", outcome=Outcome.HTTP_ERROR, error="HTTP 500")
+    failed = RequestRecord(
+        request_id="f",
+        api="openai-chat",
+        t_sched=0.0,
+        t_sent=0.0,
+        wall_sent=1.0,
+        t_end=0.5,
+        text="{}",
+        outcome=Outcome.HTTP_ERROR,
+        error="HTTP 500",
+    )
     _note_workload(env, failed)
     agg.add(failed)
     merged = Aggregate()
@@ -196,7 +220,9 @@ def test_audio_clips_reach_the_body_and_the_results():
     again = body_of(builder(audio=2, audio_seconds=0.25, seed=5).spec(TraceRecord(0.0, 50, 4, source="a:2"), "m"))
     assert [p for p in again["messages"][-1]["content"] if p["type"] == "input_audio"] == clips  # seeded
     take_media("a:2")
-    r = RequestRecord(request_id="1", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source="a:1")
+    r = RequestRecord(
+        request_id="1", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source="a:1"
+    )
     _note_workload(SimpleNamespace(llm_structured=None), r)
     agg = Aggregate()
     agg.add(r)

@@ -43,7 +43,10 @@ def test_short_ladder_timing_and_planned_time():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("conc:1..4", "ladder 'conc:1..4': unknown kind 'conc'; one of concurrency, rate, speed (did you mean 'concurrency'?)"),
+        (
+            "conc:1..4",
+            "ladder 'conc:1..4': unknown kind 'conc'; one of concurrency, rate, speed (did you mean 'concurrency'?)",
+        ),
         ("qps:1..4", "unknown kind 'qps'; one of concurrency, rate, speed"),
         ("concurrency:64..1", "ladder 'concurrency:64..1': start 64 > stop 1"),
         ("concurrency:1..64:x1", "a geometric factor must be > 1, got 1"),
@@ -72,7 +75,10 @@ def test_bad_short_ladders(text, message):
 
 
 def test_bad_ladder_timing():
-    with pytest.raises(PlanError, match=r"warmup: 50 s is not shorter than the step duration \(40 s, warm-up included\): nothing would be measured"):
+    with pytest.raises(
+        PlanError,
+        match=r"warmup: 50 s is not shorter than the step duration \(40 s, warm-up included\): nothing would be measured",
+    ):
         parse_ladder("concurrency:1..4", warmup=50)
     with pytest.raises(PlanError, match=r"warmup: 40 s is not shorter"):
         parse_ladder("concurrency:1..4", warmup=40, duration=40)
@@ -84,7 +90,9 @@ def test_bad_ladder_timing():
         parse_ladder("concurrency:1..4", requests=-5)
     with pytest.raises(PlanError, match="arrivals: must be one of poisson, constant, got 'bursty'"):
         parse_ladder("rate:1..4", arrivals="bursty")
-    with pytest.raises(PlanError, match=r"stable.window: 60 s is longer than the measurement window \(duration - warmup = 30 s\)"):
+    with pytest.raises(
+        PlanError, match=r"stable.window: 60 s is longer than the measurement window \(duration - warmup = 30 s\)"
+    ):
         parse_ladder("rate:1..4", stable=Stable(window=60))
     with pytest.raises(PlanError, match=r"stable.tolerance: must be a fraction between 0 and 1"):
         parse_ladder("rate:1..4", stable=Stable(window=10, tolerance=5))

@@ -35,8 +35,46 @@ except ImportError:  # pragma: no cover
     pytest.skip("the 'tokenizers' package is not installed: pip install tokenizers", allow_module_level=True)
 
 # lengths to check: edge cases, block boundaries, and big ones
-EDGE_NS = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257,
-           511, 512, 513, 1000, 1023, 1024, 1025, 2048, 4095, 4096, 8191, 8192, 16384, 32000, 32768]
+EDGE_NS = [
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    15,
+    16,
+    17,
+    31,
+    32,
+    33,
+    63,
+    64,
+    65,
+    100,
+    127,
+    128,
+    129,
+    255,
+    256,
+    257,
+    511,
+    512,
+    513,
+    1000,
+    1023,
+    1024,
+    1025,
+    2048,
+    4095,
+    4096,
+    8191,
+    8192,
+    16384,
+    32000,
+    32768,
+]
 
 
 def azure_like_lengths(k: int, seed: int = 7) -> list[int]:
@@ -72,16 +110,25 @@ def toy_dir(tmp_path_factory):
     bl = T(models.BPE(unk_token="<unk>"))
     bl.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bl.decoder = decoders.ByteLevel()
-    bl.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=1500, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bl.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=1500, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     bl.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bl.token_to_id("<s>"))])
     (d / "bytelevel").mkdir()
     bl.save(str(d / "bytelevel" / "tokenizer.json"))
-    (d / "bytelevel" / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": {"content": "</s>", "special": True},
-        "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
-                         "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
-    }))
+    (d / "bytelevel" / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": {"content": "</s>", "special": True},
+                "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
+                "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
+            }
+        )
+    )
 
     ms = T(models.BPE(unk_token="<unk>"))
     ms.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
@@ -90,8 +137,12 @@ def toy_dir(tmp_path_factory):
     ms.save(str(d / "metaspace.json"))
 
     nopre = T(models.BPE(unk_token="<unk>"))
-    nopre.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=2500, special_tokens=specials, initial_alphabet=list("abcdefghijklmnopqrstuvwxyz .,!?:-\nIsx")))
+    nopre.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=2500, special_tokens=specials, initial_alphabet=list("abcdefghijklmnopqrstuvwxyz .,!?:-\nIsx")
+        ),
+    )
     nopre.save(str(d / "nopre.json"))
     return d
 
@@ -135,7 +186,9 @@ def test_chat_template_from_config(toy_dir):
     assert tok.bos_token == "<s>" and tok.eos_token == "</s>"  # str and AddedToken-dict forms
     s = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert s == "<s>[user]hi</s>[assistant]"
-    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False) == "<s>[user]hi</s>"
+    assert (
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False) == "<s>[user]hi</s>"
+    )
     p = PromptBuilder(tok, chat=True).build(50)
     assert p.messages[0]["role"] == "user" and p.text is None
     assert tok.count_chat(p.messages) == 50
@@ -146,7 +199,8 @@ def test_chat_template_sources(toy_dir, tmp_path):
     tok = toy(toy_dir, "metaspace")
     assert tok.chat_template_source == "chatml-fallback" and tok.chat_template == CHATML_TEMPLATE
     assert tok.apply_chat_template([{"role": "user", "content": "x"}]) == (
-        "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    )
     # chat_template.jinja next to tokenizer.json; list-of-templates form in chat_template.json
     d = tmp_path / "dir"
     d.mkdir()
@@ -156,8 +210,16 @@ def test_chat_template_sources(toy_dir, tmp_path):
     assert t2.chat_template_source == "chat_template.jinja"
     assert t2.apply_chat_template([{"role": "user", "content": "x"}]) == "<user>x"
     (d / "chat_template.jinja").unlink()
-    (d / "chat_template.json").write_text(json.dumps({"chat_template": [
-        {"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ messages|length }}"}]}))
+    (d / "chat_template.json").write_text(
+        json.dumps(
+            {
+                "chat_template": [
+                    {"name": "tool_use", "template": "T"},
+                    {"name": "default", "template": "D{{ messages|length }}"},
+                ]
+            }
+        )
+    )
     assert load_tokenizer(d).apply_chat_template([{"role": "user", "content": "x"}]) == "D1"
     # overrides
     assert load_tokenizer(d, chat_template="chatml").chat_template == CHATML_TEMPLATE
@@ -267,7 +329,10 @@ def test_prefix_blocks_shared(toy_dir, name):
     common = len(t1 + t2)
     assert p.text[:common] == q.text[:common] and p.text[common] == " "
     # the texts diverge right at the third block (not later: its first pieces differ)
-    assert p.text[common:].split()[0] != q.text[common:].split()[0] or p.text[common:].split()[1] != q.text[common:].split()[1]
+    assert (
+        p.text[common:].split()[0] != q.text[common:].split()[0]
+        or p.text[common:].split()[1] != q.text[common:].split()[1]
+    )
     # block texts have block_size tokens and never merge at a boundary
     for t in (t1, t2, t3):
         assert tok.count(t) == bs
@@ -302,8 +367,10 @@ def test_smollm2_tokenizer_dir(smol):
     assert smol.encode("Hello world") == [19556, 905]
     assert smol.bos_token == "<|im_start|>" and smol.eos_token == "<|im_end|>"
     s = smol.apply_chat_template([{"role": "user", "content": "hi"}])
-    assert s == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-                 "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert s == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert smol.count(s) == 31
     assert all(smol.count(" " + w) == 1 for w in WORDS)  # the word list's premise
 
@@ -338,7 +405,7 @@ def test_smollm2_blocks_mooncake_like(smol):
     assert p.text.startswith(t10 + t11) and q.text.startswith(t10 + t11)
     assert smol.count(t10) == smol.count(t11) == 512 and smol.count(t10 + t11) == 1024
     assert server_count(smol, p) == 1500 and server_count(smol, q) == 1200
-    assert p.text[len(t10 + t11):len(t10 + t11) + 40] != q.text[len(t10 + t11):len(t10 + t11) + 40]
+    assert p.text[len(t10 + t11) : len(t10 + t11) + 40] != q.text[len(t10 + t11) : len(t10 + t11) + 40]
 
 
 def approximation_errors(tok: Tokenizer, ns, chat: bool, **kw) -> list[float]:
@@ -375,9 +442,11 @@ def test_tokenizer_matches_llama_server(llama_server_bin, tiny_model, smol):
     from realservers import LlamaServer
 
     r = random.Random(1)
-    alphabet = (list("abcdefXYZ 0123456789 \n\t.,;:'\"!?()[]{}<>-_=+*/\\|@#$%^&~`")
-                + list("éüñßçøåΩπλдяж中文日本語한국어😀🎉½²³¼‰€£¥—–“”‘’…•·\u00a0\u2009\u3000")
-                + ["'s", "'ll", "'RE", "  ", "\n\n", "\r\n", "<|im_start|>", "<|im_end|>", " the"])
+    alphabet = (
+        list("abcdefXYZ 0123456789 \n\t.,;:'\"!?()[]{}<>-_=+*/\\|@#$%^&~`")
+        + list("éüñßçøåΩπλдяж中文日本語한국어😀🎉½²³¼‰€£¥—–“”‘’…•·\u00a0\u2009\u3000")
+        + ["'s", "'ll", "'RE", "  ", "\n\n", "\r\n", "<|im_start|>", "<|im_end|>", " the"]
+    )
     texts = ["".join(r.choice(alphabet) for _ in range(r.randint(1, 40))) for _ in range(150)]
     with LlamaServer(tiny_model, binary=llama_server_bin, alias="tiny", slots=1, ctx=2048) as srv:
         bad = [t for t in texts if _post(srv.url + "/tokenize", {"content": t})["tokens"] != smol.encode(t)]
@@ -399,6 +468,7 @@ def test_prompt_tokens_match_llama_server(llama_server_bin, smollm2_model, smol,
     approx_chat = PromptBuilder(None, seed=0, chat=True)
     approx_err = []
     with LlamaServer(smollm2_model, binary=llama_server_bin, alias="smollm2", slots=1, ctx=4096) as srv:
+
         def usage(p: Prompt, stream: bool = False) -> dict:
             if p.messages is not None:
                 return _post(srv.url + "/v1/chat/completions", {"messages": p.messages, "max_tokens": 1})["usage"]
@@ -406,8 +476,11 @@ def test_prompt_tokens_match_llama_server(llama_server_bin, smollm2_model, smol,
                 return _post(srv.url + "/v1/completions", {"prompt": p.text, "max_tokens": 1})["usage"]
             body = {"prompt": p.text, "max_tokens": 1, "stream": True, "stream_options": {"include_usage": True}}
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            req = urllib.request.Request(srv.url + "/v1/completions", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                srv.url + "/v1/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             last = None
             with opener.open(req, timeout=300) as r:
                 for line in r:
@@ -440,5 +513,7 @@ def test_prompt_tokens_match_llama_server(llama_server_bin, smollm2_model, smol,
         if cached is not None:
             assert cached == 128, uq
     with capsys.disabled():
-        print(f"\n[prompts] approximation vs llama-server SmolLM2: mean abs error "
-              f"{100 * statistics.mean(approx_err):.2f}% over {len(approx_err)} prompts")
+        print(
+            f"\n[prompts] approximation vs llama-server SmolLM2: mean abs error "
+            f"{100 * statistics.mean(approx_err):.2f}% over {len(approx_err)} prompts"
+        )

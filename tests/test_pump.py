@@ -140,8 +140,18 @@ def paced_server(tokens: int | None, gap: float, closing: str = "") -> StreamSer
         for k in itertools.count():
             if tokens is not None and k >= tokens:
                 break
-            data = b"data: " + orjson.dumps({"id": "c", "object": "text_completion", "model": "m",
-                                             "choices": [{"index": 0, "text": f" w{k}", "finish_reason": None}]}) + b"\n\n"
+            data = (
+                b"data: "
+                + orjson.dumps(
+                    {
+                        "id": "c",
+                        "object": "text_completion",
+                        "model": "m",
+                        "choices": [{"index": 0, "text": f" w{k}", "finish_reason": None}],
+                    }
+                )
+                + b"\n\n"
+            )
             try:
                 sock.sendall(b"%x\r\n%s\r\n" % (len(data), data))
             except OSError:

@@ -50,7 +50,9 @@ def trace(tmp_path_factory):
     for c in range(6):
         for k in range(3):
             text = " ".join(f"c{c}t{k}w{i}" for i in range(40))
-            rows.append({"timestamp": 0.3 * c, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8})
+            rows.append(
+                {"timestamp": 0.3 * c, "conversation_id": f"conv{c}", "turn": k, "prompt": text, "output_tokens": 8}
+            )
     p = tmp_path_factory.mktemp("agentic") / "conv.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
@@ -58,9 +60,30 @@ def trace(tmp_path_factory):
 
 def _run(tmp, hosts, trace, *args):
     results, log = tmp / "results.json", tmp / "records.jsonl"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--api", "openai-chat",
-           "--model", "tiny", "--replay", "--loops", "2", "--workers", "0", "--results", str(results),
-           "--record-log", str(log), "--server-metrics", "off", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--trace",
+        str(trace),
+        "--api",
+        "openai-chat",
+        "--model",
+        "tiny",
+        "--replay",
+        "--loops",
+        "2",
+        "--workers",
+        "0",
+        "--results",
+        str(results),
+        "--record-log",
+        str(log),
+        "--server-metrics",
+        "off",
+        *args,
+    ]
     for h in hosts:
         cmd += ["--host", h]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
@@ -103,9 +126,11 @@ def test_affinity_beats_round_robin_and_cached_tokens_are_the_servers(tmp_path, 
         cache = summary["cache"]
         figs[name] = cache
         assert cache["miss_requests"] > 0 and cache["ttft_miss"]["count"] > 0, name
-        print(f"{name}: achieved/ideal {cache['achieved_vs_ideal']:.3f}, hit ratio {cache['hit_ratio']:.3f}, "
-              f"TTFT p50 hit {cache['ttft_hit']['p50'] if cache['hit_requests'] else None} "
-              f"miss {cache['ttft_miss']['p50']} ({len(ok)} requests)")
+        print(
+            f"{name}: achieved/ideal {cache['achieved_vs_ideal']:.3f}, hit ratio {cache['hit_ratio']:.3f}, "
+            f"TTFT p50 hit {cache['ttft_hit']['p50'] if cache['hit_requests'] else None} "
+            f"miss {cache['ttft_miss']['p50']} ({len(ok)} requests)"
+        )
     for aff, rr in (("ours affinity", "ours round-robin"), ("smg consistent_hashing", "smg round_robin")):
         a, r = figs[aff], figs[rr]
         assert a["achieved_vs_ideal"] > 0.9, (aff, a)
@@ -122,15 +147,40 @@ def test_a_weighted_model_split_over_two_servers_of_two_models(tmp_path, llama_s
     generated tokens is exactly its model's requests times the forced output length."""
     n, out = 60, 2
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": i * 0.01, "input_tokens": 20, "output_tokens": out}) + "\n"
-                             for i in range(n)))
-    with realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-a", threads=1) as a, \
-            realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-b", threads=1) as b:
+    trace.write_text(
+        "".join(json.dumps({"timestamp": i * 0.01, "input_tokens": 20, "output_tokens": out}) + "\n" for i in range(n))
+    )
+    with (
+        realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-a", threads=1) as a,
+        realservers.LlamaServer(tiny_model, binary=llama_server_bin, alias="model-b", threads=1) as b,
+    ):
         before = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]
         results, log = tmp_path / "r.json", tmp_path / "rl.jsonl"
-        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--trace", str(trace), "--replay", "--api",
-               "openai-completions", "--model", "model-a:0.7,model-b:0.3", "--host", a.url, "--host", b.url,
-               "--workers", "0", "--results", str(results), "--record-log", str(log), "--server-metrics", "off"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--trace",
+            str(trace),
+            "--replay",
+            "--api",
+            "openai-completions",
+            "--model",
+            "model-a:0.7,model-b:0.3",
+            "--host",
+            a.url,
+            "--host",
+            b.url,
+            "--workers",
+            "0",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+            "--server-metrics",
+            "off",
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         after = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]

@@ -39,10 +39,13 @@ def client_for(url, api):
 
 
 def spec(model, i, force=True):
-    messages = [{"role": "system", "content": "You are brief."},
-                {"role": "user", "content": f"Tell me fact number {i} about the sea."}]
-    return RequestSpec(model=model, messages=messages, max_tokens=MAX_TOKENS, force_length=force,
-                       extra_body={"temperature": 0})
+    messages = [
+        {"role": "system", "content": "You are brief."},
+        {"role": "user", "content": f"Tell me fact number {i} about the sea."},
+    ]
+    return RequestSpec(
+        model=model, messages=messages, max_tokens=MAX_TOKENS, force_length=force, extra_body={"temperature": 0}
+    )
 
 
 def counter(url, name) -> float:
@@ -92,8 +95,10 @@ def test_llama_server(llama, api):
         else:
             assert r.finish_reason == "max_tokens"
             assert r.n_in >= 10
-    print(f"llama-server {api}: n_out {[r.n_out for r in recs]} == usage, server counter +{after - before:g}; "
-          f"TTFT ms {[round((r.t_first - r.t_sent) * 1000, 1) for r in recs]}")
+    print(
+        f"llama-server {api}: n_out {[r.n_out for r in recs]} == usage, server counter +{after - before:g}; "
+        f"TTFT ms {[round((r.t_first - r.t_sent) * 1000, 1) for r in recs]}"
+    )
 
 
 # vLLM takes ~50 s to start on 2 cores, which would put this file well over a minute: its part

@@ -37,10 +37,28 @@ def real_run(llama_server_bin, smollm2_model, tmp_path_factory):
     results, log = tmp / "results.json", tmp / "records.jsonl"
     with LlamaServer(smollm2_model, slots=4, ctx=4096, alias="smollm2", threads=1) as srv:  # a core for the client
         cmd = [
-            sys.executable, "-m", "llm_locust.cli", "run",
-            "--host", srv.url, "--api", "openai-completions", "--workers", "2",
-            "-u", "4", "-r", "4", "-t", "25s", "--trace", str(trace),
-            "--results", str(results), "--record-log", str(log),
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            srv.url,
+            "--api",
+            "openai-completions",
+            "--workers",
+            "2",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "25s",
+            "--trace",
+            str(trace),
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -90,6 +108,8 @@ def test_decode_span_agrees_with_the_servers(real_run):
         within += abs(ours - theirs) <= theirs * DECODE_TOLERANCE + DECODE_SLACK_S
     diffs.sort()
     median = diffs[len(diffs) // 2]
-    print(f"decode span, ours - server's: median {median * 1000:.3f} ms, min {diffs[0] * 1000:.1f}, max {diffs[-1] * 1000:.1f} ms")
+    print(
+        f"decode span, ours - server's: median {median * 1000:.3f} ms, min {diffs[0] * 1000:.1f}, max {diffs[-1] * 1000:.1f} ms"
+    )
     assert abs(median) < 0.001
     assert within >= 0.95 * len(diffs)

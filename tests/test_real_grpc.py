@@ -18,6 +18,7 @@ What a broken client would fail here:
   cancelled, handed to on_cancel, and the server still answers afterwards.
 The codec's own checks (no server, no grpcio: they run everywhere) come first.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,12 @@ def _grpcio_here() -> bool:
 
 
 def _servicer_in(python) -> bool:
-    r = subprocess.run([str(python), "-c", "import smg_grpc_servicer.vllm.servicer, smg_grpc_proto"],
-                       capture_output=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    r = subprocess.run(
+        [str(python), "-c", "import smg_grpc_servicer.vllm.servicer, smg_grpc_proto"],
+        capture_output=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     return r.returncode == 0
 
 
@@ -83,17 +88,33 @@ def test_codec_reads_a_stream():
     assert feed_response(_chunk([1], index=1), st) == NO_TOKEN  # another choice: not counted
     assert feed_response(_chunk([3], prompt=9), st) == CONTENT
     assert feed_response(_complete("length"), st) == NO_TOKEN
-    assert (st.cont_tokens, st.usage_out, st.usage_in, st.finish_reason, st.done, st.error) == ([2, 1], 3, 9, "length", True, None)
+    assert (st.cont_tokens, st.usage_out, st.usage_in, st.finish_reason, st.done, st.error) == (
+        [2, 1],
+        3,
+        9,
+        "length",
+        True,
+        None,
+    )
     st = StreamState()
     feed_response(_complete("abort"), st)
     assert "abort" in st.error
 
 
-@pytest.mark.parametrize("payload", [
-    b"", b"\x0a", b"\x0a\x05\x0a", b"\x08\x01", b"\x0a\x00\x12\x00", b"\x0b", b"\x0a\x02\x18\xff",
-    b"\x12\x03\x12\x01\xff",  # finish_reason not UTF-8
-    b"\x0a\x06\x18\xff\xff\xff\xff\x0f",  # a completion_tokens (2^32 - 1) over the plausible
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\x0a",
+        b"\x0a\x05\x0a",
+        b"\x08\x01",
+        b"\x0a\x00\x12\x00",
+        b"\x0b",
+        b"\x0a\x02\x18\xff",
+        b"\x12\x03\x12\x01\xff",  # finish_reason not UTF-8
+        b"\x0a\x06\x18\xff\xff\xff\xff\x0f",  # a completion_tokens (2^32 - 1) over the plausible
+    ],
+)
 def test_codec_refuses_broken_messages(payload):
     from llm_locust.protocols.base import ProtocolError, StreamState
     from llm_locust.protocols.grpc_vllm import feed_response
@@ -178,8 +199,10 @@ def grpc_server():
 
     _require(_grpcio_here(), "grpcio is not installed in this environment")
     python, model_dir = realservers.vllm_python(), realservers.vllm_model_dir()
-    _require(python is not None and model_dir is not None,
-             f"the vLLM CPU venv or the SmolLM2 HF model dir is missing under {realservers.cache_dir()}")
+    _require(
+        python is not None and model_dir is not None,
+        f"the vLLM CPU venv or the SmolLM2 HF model dir is missing under {realservers.cache_dir()}",
+    )
     _require(_servicer_in(python), f"smg-grpc-servicer / smg-grpc-proto are not installed in {python}")
     srv = VllmGrpcServer(model_dir, python=python, served_model_name=MODEL, startup_timeout=120.0)
     srv.start()
@@ -226,7 +249,7 @@ def _unstreamed_completion_tokens(target, spec) -> int:
     finally:
         c.close()
     assert len(msgs) == 1, msgs
-    (num, _, (s, e)), = list(grpc_vllm._fields(msgs[0]))
+    ((num, _, (s, e)),) = list(grpc_vllm._fields(msgs[0]))
     assert num == 2  # complete
     fields = {n: v for n, w, v in grpc_vllm._fields(msgs[0], s, e) if w == 0}
     ids = [n for n, w, v in grpc_vllm._fields(msgs[0], s, e) if n == 1]
@@ -265,8 +288,10 @@ def test_three_streams(client, grpc_server):
             assert r.n_out == spec.max_tokens
         # the server's own count, asked again without streaming (greedy: the same tokens)
         assert r.n_out == _unstreamed_completion_tokens(grpc_server.target, spec), r
-        print(f"{r.request_id}: n_in {r.n_in} n_out {r.n_out} chunks {len(r.chunk_times)} "
-              f"ttft {r.ttft * 1000:.0f} ms e2e {r.e2e * 1000:.0f} ms tpot {(r.tpot or 0) * 1000:.1f} ms")
+        print(
+            f"{r.request_id}: n_in {r.n_in} n_out {r.n_out} chunks {len(r.chunk_times)} "
+            f"ttft {r.ttft * 1000:.0f} ms e2e {r.e2e * 1000:.0f} ms tpot {(r.tpot or 0) * 1000:.1f} ms"
+        )
     assert recs[2].n_out == 40 and recs[2].finish_reason == "length" and not recs[2].length_mismatch
     # the three ran together (one HTTP/2 connection, greenlets not serialised by grpcio)
     assert wall < sum(r.e2e for r in recs), (wall, [r.e2e for r in recs])
@@ -283,7 +308,9 @@ def test_failures_are_classified(client, grpc_server):
     assert r.n_out == 0 and not r.chunk_times and r.t_first is None
 
     r = client.send(RequestSpec(prompt="word " * 2100, max_tokens=4), "too-long")
-    assert r.outcome is Outcome.HTTP_ERROR and r.error.startswith("gRPC INVALID_ARGUMENT:") and "2048" in r.error, r.error
+    assert r.outcome is Outcome.HTTP_ERROR and r.error.startswith("gRPC INVALID_ARGUMENT:") and "2048" in r.error, (
+        r.error
+    )
 
     r = client.send(RequestSpec(prompt="Hi", max_tokens=4, extra_body={"temperature": 0.0, "seed": 7}), "ok-after")
     assert r.ok and r.n_out >= 1, r.error  # the failures left the client and server usable
@@ -331,8 +358,12 @@ def test_killed_greenlet_is_cancelled(client):
     from llm_locust.protocols.base import RequestSpec
 
     got = []
-    job = gevent.spawn(client.send, RequestSpec(prompt="Tell a long story.", max_tokens=400, force_length=True),
-                       "killed", on_cancel=got.append)
+    job = gevent.spawn(
+        client.send,
+        RequestSpec(prompt="Tell a long story.", max_tokens=400, force_length=True),
+        "killed",
+        on_cancel=got.append,
+    )
     gevent.sleep(1.0)  # a few tokens in (SmolLM2 on a CPU: tens of ms a token), far from the end
     assert not job.dead
     job.kill(block=True, timeout=10)
@@ -351,19 +382,50 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
 
     trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
     lengths = (24, 32, 40)
-    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": lengths[i % 3], "output_tokens": 12}) + "\n"
-                             for i in range(200)))
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": 0, "input_tokens": lengths[i % 3], "output_tokens": 12}) + "\n" for i in range(200)
+        )
+    )
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://{grpc_server.target}", "--api", "vllm-grpc",
-         "--trace", str(trace), "--tokenizer", str(realservers.vllm_model_dir()), "--workers", "2",
-         "--ladder", "concurrency:1,2", "--warmup", "2", "--step-duration", "8", "--no-early-stop",
-         "--results", str(results), "--record-log", str(log)],
-        capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            f"http://{grpc_server.target}",
+            "--api",
+            "vllm-grpc",
+            "--trace",
+            str(trace),
+            "--tokenizer",
+            str(realservers.vllm_model_dir()),
+            "--workers",
+            "2",
+            "--ladder",
+            "concurrency:1,2",
+            "--warmup",
+            "2",
+            "--step-duration",
+            "8",
+            "--no-early-stop",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(results.read_text())
     records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
     ok = [r for r in records if r["outcome"] == "ok"]
-    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r["error"] for r in records if r["outcome"] != "ok"][:3]
+    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [
+        r["error"] for r in records if r["outcome"] != "ok"
+    ][:3]
     assert len(ok) >= 4 and {r["api"] for r in records} == {"vllm-grpc"}
     trace_in = [json.loads(line)["input_tokens"] for line in trace.read_text().splitlines()]
     for r in ok:  # the server's own counts: exact-length prompts in, force_length's tokens out
@@ -373,15 +435,22 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
         assert 0 < r["first"] == r["chunks"][0] <= r["end"], r
     s = doc["summary"]
     assert s["sent"] == len(records) == s["ok"] + s["failed"] + s["cancelled"] and s["ok"] == len(ok), (
-        {k: s[k] for k in ("sent", "ok", "failed", "cancelled", "lost")}, doc["workers"],
-        [(r["id"], r["step"], r["outcome"]) for r in records], p.stdout[-2000:] + p.stderr[-3000:])
+        {k: s[k] for k in ("sent", "ok", "failed", "cancelled", "lost")},
+        doc["workers"],
+        [(r["id"], r["step"], r["outcome"]) for r in records],
+        p.stdout[-2000:] + p.stderr[-3000:],
+    )
     assert s["tokens_out"] == sum(r["n_out"] for r in ok)
     steps = doc["ladder"]["steps"]
     assert [st["offered"] for st in steps] == [1, 2] and all(st["latency"]["ttft"]["count"] >= 1 for st in steps), steps
     assert {w for w in ("worker0", "worker1") if (tmp_path / f"records.jsonl.{w}").exists()} == {"worker0", "worker1"}
-    assert "server_metrics" not in doc or not doc["server_metrics"], doc.get("server_metrics")  # no HTTP /metrics on a gRPC port
-    print(f"gRPC run: {len(records)} requests, {len(ok)} ok, TTFT p50 per step "
-          + ", ".join(f"{st['latency']['ttft']['p50'] * 1000:.0f} ms" for st in steps))
+    assert "server_metrics" not in doc or not doc["server_metrics"], doc.get(
+        "server_metrics"
+    )  # no HTTP /metrics on a gRPC port
+    print(
+        f"gRPC run: {len(records)} requests, {len(ok)} ok, TTFT p50 per step "
+        + ", ".join(f"{st['latency']['ttft']['p50'] * 1000:.0f} ms" for st in steps)
+    )
 
 
 @pytest.mark.real_server
@@ -395,20 +464,46 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_s
 
     trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
     n, gap = 8, 0.5
-    trace.write_text("".join(json.dumps({"timestamp": i * gap, "input_tokens": 16 + 4 * i, "output_tokens": 6}) + "\n"
-                             for i in range(n)))
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": i * gap, "input_tokens": 16 + 4 * i, "output_tokens": 6}) + "\n" for i in range(n)
+        )
+    )
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://{grpc_server.target}", "--api", "vllm-grpc",
-         "--trace", str(trace), "--tokenizer", str(realservers.vllm_model_dir()), "--workers", "2", "--replay",
-         "--results", str(results), "--record-log", str(log)],
-        capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            f"http://{grpc_server.target}",
+            "--api",
+            "vllm-grpc",
+            "--trace",
+            str(trace),
+            "--tokenizer",
+            str(realservers.vllm_model_dir()),
+            "--workers",
+            "2",
+            "--replay",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
     assert sorted(realservers.trace_line(r) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]
     assert all(r["outcome"] == "ok" and r["api"] == "vllm-grpc" for r in records), [r["error"] for r in records]
     for r in records:
         line = realservers.trace_line(r)
-        assert r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage", r
+        assert (
+            r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage"
+        ), r
     # On schedule: each record's due time is the replay's start + its trace time, one start for
     # both workers (perf_counter is system-wide), and each left within 0.1 s of it. The first
     # sends once left 0.2-0.7 s late: the channel was made and connected after "go".
@@ -419,7 +514,10 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_s
     print(f"gRPC replay: schedule lag max {max(lags.values()) * 1000:.1f} ms over {len(lags)} requests")
     s = json.loads(results.read_text())["summary"]
     assert s["sent"] == s["ok"] == n and s["failed"] == s["cancelled"] == 0, s
-    assert {f.name for f in tmp_path.glob("records.jsonl.worker*")} == {"records.jsonl.worker0", "records.jsonl.worker1"}
+    assert {f.name for f in tmp_path.glob("records.jsonl.worker*")} == {
+        "records.jsonl.worker0",
+        "records.jsonl.worker1",
+    }
 
 
 def test_a_grpc_run_without_a_server_is_refused_clearly(tmp_path):
@@ -427,12 +525,37 @@ def test_a_grpc_run_without_a_server_is_refused_clearly(tmp_path):
 
     from llm_locust.runtime.preflight import EXIT_UNREACHABLE
 
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--run-time", "2"],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--run-time", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and "--api vllm-grpc needs --host" in p.stderr, p.stderr[-2000:]
     if not _grpcio_here():
         pytest.skip("grpcio is not installed here")
     port = realservers.free_port()
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--host", f"http://127.0.0.1:{port}",
-                        "--run-time", "2", "--connect-timeout", "1"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert p.returncode == EXIT_UNREACHABLE and f"cannot reach the gRPC server at http://127.0.0.1:{port}" in p.stderr, p.stderr[-2000:]
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--api",
+            "vllm-grpc",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--run-time",
+            "2",
+            "--connect-timeout",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (
+        p.returncode == EXIT_UNREACHABLE and f"cannot reach the gRPC server at http://127.0.0.1:{port}" in p.stderr
+    ), p.stderr[-2000:]

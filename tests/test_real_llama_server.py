@@ -1,4 +1,5 @@
 """Smoke tests against a real llama.cpp llama-server (built by scripts/real-servers.sh)."""
+
 from __future__ import annotations
 
 import http.client
@@ -19,16 +20,22 @@ def stream_completion(url: str, model: str, prompt: str, max_tokens: int = MAX_T
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
     try:
-        body = json.dumps({
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-            "temperature": 0.0,
-        })
-        conn.request("POST", "/v1/completions", body=body,
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        body = json.dumps(
+            {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "stream": True,
+                "temperature": 0.0,
+            }
+        )
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=body,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -41,7 +48,7 @@ def parse_sse(raw: bytes) -> tuple[list[dict], bool]:
     for line in raw.decode("utf-8").splitlines():
         if not line.startswith("data:"):
             continue
-        data = line[len("data:"):].strip()
+        data = line[len("data:") :].strip()
         if data == "[DONE]":
             done = True
             continue
@@ -64,8 +71,10 @@ def check_stream(srv: LlamaServer) -> dict:
     assert all(e.get("model") == srv.alias for e in events if "model" in e)
     text = "".join(c.get("text", "") for e in events for c in e.get("choices", []))
     assert text, "streamed no text"
-    print(f"{srv.alias}: {timings['predicted_n']} tokens at {timings['predicted_per_second']:.1f} tok/s "
-          f"(prompt {timings['prompt_n']} tokens in {timings['prompt_ms']:.1f} ms), [DONE]={done}")
+    print(
+        f"{srv.alias}: {timings['predicted_n']} tokens at {timings['predicted_per_second']:.1f} tok/s "
+        f"(prompt {timings['prompt_n']} tokens in {timings['prompt_ms']:.1f} ms), [DONE]={done}"
+    )
     return final
 
 

@@ -42,8 +42,9 @@ ids = itertools.count()
 @pytest.fixture(scope="module")
 def ranker(llama_server_bin, tiny_rerank_model):
     # 2,048 tokens a slot: query + one document must fit a slot (llama-server answers 400 past it)
-    with LlamaServer(tiny_rerank_model, binary=llama_server_bin, alias=ALIAS, slots=4, ctx=8192,
-                     extra_args=["--reranking"]) as srv:
+    with LlamaServer(
+        tiny_rerank_model, binary=llama_server_bin, alias=ALIAS, slots=4, ctx=8192, extra_args=["--reranking"]
+    ) as srv:
         yield srv
 
 
@@ -111,8 +112,9 @@ def test_rerank_through_the_client(ranker, count):
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def read_log(path, users):
@@ -122,8 +124,9 @@ def read_log(path, users):
     stopped = [r for r in recs if r["outcome"] == "cancelled" and r["error"] == "test stopped while in flight"]
     assert len(stopped) <= users, stopped
     done = [r for r in recs if r not in stopped]
-    assert done and all(r["api"] == "rerank" and r["outcome"] == "ok" for r in done), \
-        [(r["outcome"], r["error"]) for r in done if r["outcome"] != "ok"][:5]
+    assert done and all(r["api"] == "rerank" and r["outcome"] == "ok" for r in done), [
+        (r["outcome"], r["error"]) for r in done if r["outcome"] != "ok"
+    ][:5]
     return done
 
 
@@ -138,10 +141,26 @@ def test_rerank_scenario_under_llm_locust_run(ranker, count, tmp_path):
         "    @task\n"
         "    def go(self):\n"
         "        r = self.llm.rerank(QUERY, DOCS, name='rerank')\n"
-        "        assert r.ok and len(r.scores) == len(DOCS), r\n")
-    p = run_cli("-f", str(lf), "--host", ranker.url, "--model", ALIAS, "-u", "2", "-t", "8s",
-                "--csv", str(tmp_path / "c"), "--results", str(tmp_path / "r.json"),
-                "--record-log", str(tmp_path / "log.jsonl"))
+        "        assert r.ok and len(r.scores) == len(DOCS), r\n"
+    )
+    p = run_cli(
+        "-f",
+        str(lf),
+        "--host",
+        ranker.url,
+        "--model",
+        ALIAS,
+        "-u",
+        "2",
+        "-t",
+        "8s",
+        "--csv",
+        str(tmp_path / "c"),
+        "--results",
+        str(tmp_path / "r.json"),
+        "--record-log",
+        str(tmp_path / "log.jsonl"),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     with open(tmp_path / "c_stats.csv") as f:
         table = {r["Name"]: r for r in csv.DictReader(f)}
@@ -154,17 +173,34 @@ def test_rerank_scenario_under_llm_locust_run(ranker, count, tmp_path):
     assert s["failed"] == 0 and s["ok"] == len(recs)  # the cancelled are not failures
     assert s["kinds"]["rerank"]["ok"] == len(recs) and s["kinds"]["rerank"]["items"] == len(DOCS) * len(recs)
     e2e = sorted(r["end"] for r in recs)
-    print(f"scenario: {len(recs)} reranks of {len(DOCS)} docs, n_in {want} each == usage; "
-          f"e2e p50 {e2e[len(e2e) // 2] * 1000:.1f} ms")
+    print(
+        f"scenario: {len(recs)} reranks of {len(DOCS)} docs, n_in {want} each == usage; "
+        f"e2e p50 {e2e[len(e2e) // 2] * 1000:.1f} ms"
+    )
 
 
 def test_mix_rerank_under_llm_locust_run(ranker, tmp_path):
     """--mix rerank:1.0: every request of the workload becomes a rerank of its text's first 200
     characters over the text cut in four (at most four documents)."""
-    p = run_cli("--host", ranker.url, "--model", ALIAS, "--mix", "rerank:1.0", "-u", "2", "-t", "8s",
-                # prompts of known bounds: the bundled sample's reach a thousand tokens and more
-                "--synthetic", "requests=200,input=uniform:50:400,output=8",
-                "--results", str(tmp_path / "r.json"), "--record-log", str(tmp_path / "log.jsonl"))
+    p = run_cli(
+        "--host",
+        ranker.url,
+        "--model",
+        ALIAS,
+        "--mix",
+        "rerank:1.0",
+        "-u",
+        "2",
+        "-t",
+        "8s",
+        # prompts of known bounds: the bundled sample's reach a thousand tokens and more
+        "--synthetic",
+        "requests=200,input=uniform:50:400,output=8",
+        "--results",
+        str(tmp_path / "r.json"),
+        "--record-log",
+        str(tmp_path / "log.jsonl"),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     recs = read_log(tmp_path / "log.jsonl", 2)
     assert all(1 <= r["server"]["items"] <= 4 and r["n_in"] > 0 for r in recs)

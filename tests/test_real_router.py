@@ -51,9 +51,12 @@ def _counts(reps) -> list[float]:
 def _send(router: SmgRouter, reps, headers: dict[str, str]) -> int:
     """One completion through the router; the index of the replica that served it."""
     before = _counts(reps)
-    status, body = http_post_json(router.url + "/v1/completions",
-                                  {"model": "tiny", "prompt": "Once upon a time", "max_tokens": N_OUT,
-                                   "ignore_eos": True, "temperature": 0}, headers, timeout=30)
+    status, body = http_post_json(
+        router.url + "/v1/completions",
+        {"model": "tiny", "prompt": "Once upon a time", "max_tokens": N_OUT, "ignore_eos": True, "temperature": 0},
+        headers,
+        timeout=30,
+    )
     assert status == 200, body[:300]
     deadline = time.monotonic() + 3.0
     while True:  # the counter is updated when the slot is released, around the reply
@@ -98,10 +101,34 @@ def test_llm_locust_reads_every_endpoints_metrics(replicas, tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"input_tokens": 16, "output_tokens": 8}) + "\n" for _ in range(8)))
     results = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", replicas.urls[0],
-           "--endpoints", replicas.urls[1], "--api", "openai-completions", "--model", "tiny",
-           "--workers", "0", "-u", "2", "-r", "2", "-t", "6s", "--metrics-interval", "1",
-           "--trace", str(trace), "--results", str(results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        replicas.urls[0],
+        "--endpoints",
+        replicas.urls[1],
+        "--api",
+        "openai-completions",
+        "--model",
+        "tiny",
+        "--workers",
+        "0",
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "6s",
+        "--metrics-interval",
+        "1",
+        "--trace",
+        str(trace),
+        "--results",
+        str(results),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(results.read_text())

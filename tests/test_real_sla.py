@@ -22,9 +22,27 @@ SLOTS = 4
 
 def _run(tmp, host, *args, timeout=300):
     results = tmp / "results.json"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--api", "openai-completions",
-           "--model", "tiny", "--workers", "0", "--synthetic", "requests=200,input=64,output=32", "--results", str(results),
-           "--server-metrics", "off", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        host,
+        "--api",
+        "openai-completions",
+        "--model",
+        "tiny",
+        "--workers",
+        "0",
+        "--synthetic",
+        "requests=200,input=64,output=32",
+        "--results",
+        str(results),
+        "--server-metrics",
+        "off",
+        *args,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     return p, (json.loads(results.read_text()) if results.exists() else None)
 
@@ -35,15 +53,27 @@ def test_sla_search_on_llama_server_finds_where_requests_queue(tmp_path, llama_s
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         idle = base["summary"]["latency"]["ttft"]["p90"]
         slo_ms = max(4 * idle * 1000, 40.0)
-        p, r = _run(tmp_path, srv.url, "--ladder", "sla:concurrency:1..16:5%", "--slo", f"ttft_p90={slo_ms:.0f}ms",
-                    "--step-duration", "4s", "--warmup", "1s")
+        p, r = _run(
+            tmp_path,
+            srv.url,
+            "--ladder",
+            "sla:concurrency:1..16:5%",
+            "--slo",
+            f"ttft_p90={slo_ms:.0f}ms",
+            "--step-duration",
+            "4s",
+            "--warmup",
+            "1s",
+        )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     sla = r["ladder"]["sla"]
     detail = {d["level"]: d for d in sla["probes_detail"]}
     good, bad = sla["bracket"]
-    print(f"\nllama-server ({SLOTS} slots): idle TTFT p90 {idle * 1000:.1f} ms, SLO ttft_p90 <= {slo_ms:.0f} ms: "
-          f"answer {sla['answer']} users in {sla['probes']} probes, {sla['seconds']} s; "
-          f"probes {[(d['level'], d['met']) for d in sla['probes_detail']]}")
+    print(
+        f"\nllama-server ({SLOTS} slots): idle TTFT p90 {idle * 1000:.1f} ms, SLO ttft_p90 <= {slo_ms:.0f} ms: "
+        f"answer {sla['answer']} users in {sla['probes']} probes, {sla['seconds']} s; "
+        f"probes {[(d['level'], d['met']) for d in sla['probes_detail']]}"
+    )
     assert sla["reached"] in ("precision", "adjacent") and bad == good + 1
     assert sla["answer"] == good and detail[good]["met"] and not detail[bad]["met"]
     # one user meets four times its own p90; sixteen on four slots queue three requests in four

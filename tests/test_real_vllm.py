@@ -16,6 +16,7 @@ What a broken server-metrics scraper would fail here:
   = the client's output rate, server TTFT <= client TTFT, and over the whole run the server's
   generated-token increase = the tokens the client counted.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,7 +37,10 @@ pytestmark = pytest.mark.real_server
 MAX_NUM_SEQS = 2  # vLLM's batch cap: 4 users on it make a real queue
 # read by the vllm_server fixture; the tool flags let vLLM take tool_choice "required", which it
 # meets by guided decoding whatever the model (SmolLM2 has no tool template of its own)
-VLLM_SERVER_KWARGS = {"max_num_seqs": MAX_NUM_SEQS, "extra_args": ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")}
+VLLM_SERVER_KWARGS = {
+    "max_num_seqs": MAX_NUM_SEQS,
+    "extra_args": ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+}
 LEVELS = (1, 2, 4)
 WARMUP_S, STEP_S = 3, 12
 METRICS_INTERVAL_S = 1  # ~9 samples in each step's 9 s window (a gauge read at 4 points can miss)
@@ -116,18 +120,50 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     trace, results, record_log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
     with open(trace, "w") as f:  # closed-loop users take records in turn; more than they can use
         for i in range(400):
-            f.write(json.dumps({"timestamp": 0, "input_tokens": INPUT_TOKENS[i % len(INPUT_TOKENS)],
-                                "output_tokens": OUTPUT_TOKENS}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "timestamp": 0,
+                        "input_tokens": INPUT_TOKENS[i % len(INPUT_TOKENS)],
+                        "output_tokens": OUTPUT_TOKENS,
+                    }
+                )
+                + "\n"
+            )
     before = idle_scrape(url)
 
     t0 = time.monotonic()
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat",
-         "--trace", str(trace), "--tokenizer", str(vllm_model_dir),
-         "--ladder", "concurrency:" + ",".join(map(str, LEVELS)), "--warmup", str(WARMUP_S),
-         "--step-duration", str(STEP_S), "--no-early-stop", "--metrics-interval", str(METRICS_INTERVAL_S),
-         "--results", str(results), "--record-log", str(record_log)],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            url,
+            "--api",
+            "openai-chat",
+            "--trace",
+            str(trace),
+            "--tokenizer",
+            str(vllm_model_dir),
+            "--ladder",
+            "concurrency:" + ",".join(map(str, LEVELS)),
+            "--warmup",
+            str(WARMUP_S),
+            "--step-duration",
+            str(STEP_S),
+            "--no-early-stop",
+            "--metrics-interval",
+            str(METRICS_INTERVAL_S),
+            "--results",
+            str(results),
+            "--record-log",
+            str(record_log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
     )
     run_s = time.monotonic() - t0
     assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -137,7 +173,9 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     doc = json.loads(results.read_text())
     records = [json.loads(line) for line in record_log.read_text().splitlines()]
     ok = [r for r in records if r["outcome"] == "ok"]
-    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r for r in records if r["outcome"] not in ("ok", "cancelled")][:3]
+    assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [
+        r for r in records if r["outcome"] not in ("ok", "cancelled")
+    ][:3]
     # bounded by time. How many fit depends on this CPU's speed that day: 1 to 4 users, 32 tokens
     # at 60-120 ms each, 9 s windows (measured here: 11 with the first round's code, 14 now)
     assert len(ok) >= 8 and len(records) < 200, len(records)
@@ -172,11 +210,13 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         assert (sum(firsts) - ttft_sum) / n_ttft < 0.2, "client TTFT exceeds vLLM's by >200 ms on loopback"
     # read() sums the same series a plain parse does
     _server, fig = server_metrics.read(after)
-    for q, name in (("generation_tokens_total", "vllm:generation_tokens_total"),
-                    ("ttft_seconds_count", "vllm:time_to_first_token_seconds_count"),
-                    ("ttft_seconds_sum", "vllm:time_to_first_token_seconds_sum"),
-                    ("prefix_cache_queries_total", "vllm:prefix_cache_queries_total"),
-                    ("kv_cache_usage", "vllm:kv_cache_usage_perc")):
+    for q, name in (
+        ("generation_tokens_total", "vllm:generation_tokens_total"),
+        ("ttft_seconds_count", "vllm:time_to_first_token_seconds_count"),
+        ("ttft_seconds_sum", "vllm:time_to_first_token_seconds_sum"),
+        ("prefix_cache_queries_total", "vllm:prefix_cache_queries_total"),
+        ("kv_cache_usage", "vllm:kv_cache_usage_perc"),
+    ):
         assert fig[q] == pytest.approx(total(after, name)), q
 
     # ---- what the scraper put in the results
@@ -214,12 +254,16 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         if level <= MAX_NUM_SEQS:
             assert waiting["max"] == 0, where
         else:
-            assert running["max"] == MAX_NUM_SEQS and waiting["mean"] >= 1 and waiting["max"] <= level - MAX_NUM_SEQS, where
+            assert running["max"] == MAX_NUM_SEQS and waiting["mean"] >= 1 and waiting["max"] <= level - MAX_NUM_SEQS, (
+                where
+            )
         # KV-cache use: each running request holds 1..per_request blocks out of n_blocks
         # (one block is vLLM's reserved null block, hence n_blocks - 1 at the top)
         assert 0 < kv["mean"] <= kv["max"] < 1, where
         if per_request:
-            assert running["mean"] / n_blocks - 1e-9 <= kv["mean"] <= per_request * running["mean"] / (n_blocks - 1) + 1e-9, (where, cfg)
+            assert (
+                running["mean"] / n_blocks - 1e-9 <= kv["mean"] <= per_request * running["mean"] / (n_blocks - 1) + 1e-9
+            ), (where, cfg)
         # generated tokens: the server's increase between the window's first and last read is the
         # tokens the client received between those two moments. (Not the step's output rate: at
         # 1 user a 32-token request lands every ~3 s, so a 9 s window counts one more or one fewer
@@ -227,13 +271,19 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         # the read and the client's arrival of a token are apart by the read's own time (and vLLM
         # merges deltas when behind): a few engine steps of slack, each one token per running request.
         gen = w["generation_tokens_total"]
-        received = sum(n for r in records for dt, n in zip(r["chunks"], r["chunk_tokens"])
-                       if w["t_from"] <= r["wall_sent"] + dt <= w["t_to"])
+        received = sum(
+            n
+            for r in records
+            for dt, n in zip(r["chunks"], r["chunk_tokens"])
+            if w["t_from"] <= r["wall_sent"] + dt <= w["t_to"]
+        )
         slack = 4 * min(level, MAX_NUM_SEQS) + 0.05 * gen["increase"]
         assert gen["increase"] > 0 and abs(gen["increase"] - received) <= slack, (where, received)
         spans.append(f"+{gen['increase']:.0f}/{received}")
         assert gen["per_s"] == pytest.approx(gen["increase"] / (w["t_to"] - w["t_from"]))
-        assert gen["per_s"] == pytest.approx(ladder[w["step"]]["output_tokens_per_s"], rel=0.5), where  # the same magnitude
+        assert gen["per_s"] == pytest.approx(ladder[w["step"]]["output_tokens_per_s"], rel=0.5), (
+            where
+        )  # the same magnitude
         # server TTFT: part of the client's (different request sets per window: a margin)
         client_ttft = ladder[w["step"]]["latency"]["ttft"]["mean"]
         assert 0 < w["server_ttft_mean_s"] <= client_ttft * 1.25, (where, client_ttft)
@@ -241,27 +291,61 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     assert windows[-1]["server_ttft_mean_s"] > 1.5 * windows[0]["server_ttft_mean_s"], windows
     assert windows[-1]["kv_cache_usage"]["mean"] > windows[0]["kv_cache_usage"]["mean"]
 
-    print(f"vLLM ladder {LEVELS} in {run_s:.1f}s: {len(records)} requests ({cancelled} cancelled at stop), "
-          f"client {client_tokens} tokens, server +{generated:.0f} (scraper's run window +{inc:.0f}, "
-          f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); per step server/client tok/s "
-          + ", ".join(f"{w['generation_tokens_total']['per_s']:.1f}/{ladder[w['step']]['output_tokens_per_s']:.1f}" for w in windows)
-          + f" (tokens between the same reads {', '.join(spans)})"
-          + f"; server TTFT mean {ttft_sum / max(n_ttft, 1) * 1000:.0f} ms, client {client_ttft_mean * 1000:.0f} ms; "
-          f"KV blocks {n_blocks} x {block} tokens; startup {vllm_server.startup_s:.1f}s")
+    print(
+        f"vLLM ladder {LEVELS} in {run_s:.1f}s: {len(records)} requests ({cancelled} cancelled at stop), "
+        f"client {client_tokens} tokens, server +{generated:.0f} (scraper's run window +{inc:.0f}, "
+        f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); per step server/client tok/s "
+        + ", ".join(
+            f"{w['generation_tokens_total']['per_s']:.1f}/{ladder[w['step']]['output_tokens_per_s']:.1f}"
+            for w in windows
+        )
+        + f" (tokens between the same reads {', '.join(spans)})"
+        + f"; server TTFT mean {ttft_sum / max(n_ttft, 1) * 1000:.0f} ms, client {client_ttft_mean * 1000:.0f} ms; "
+        f"KV blocks {n_blocks} x {block} tokens; startup {vllm_server.startup_s:.1f}s"
+    )
 
 
 def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_server, vllm_model_dir, tmp_path):
     url = vllm_server.url
     trace, results, record_log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
     n_out = 96  # room for the whole JSON call: vLLM sends no delta before the function name is whole
-    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": 40, "output_tokens": n_out}) + "\n"
-                             for _ in range(50)))
+    trace.write_text(
+        "".join(json.dumps({"timestamp": 0, "input_tokens": 40, "output_tokens": n_out}) + "\n" for _ in range(50))
+    )
     before = idle_scrape(url)
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat", "--trace", str(trace),
-         "--tokenizer", str(vllm_model_dir), "--tools", "2", "--tool-choice", "required", "-u", "2", "-t", "30s",
-         "--server-metrics", "off", "--results", str(results), "--record-log", str(record_log)],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            url,
+            "--api",
+            "openai-chat",
+            "--trace",
+            str(trace),
+            "--tokenizer",
+            str(vllm_model_dir),
+            "--tools",
+            "2",
+            "--tool-choice",
+            "required",
+            "-u",
+            "2",
+            "-t",
+            "30s",
+            "--server-metrics",
+            "off",
+            "--results",
+            str(results),
+            "--record-log",
+            str(record_log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     after = idle_scrape(url)
     records = [json.loads(line) for line in record_log.read_text().splitlines()]
@@ -275,11 +359,15 @@ def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_ser
         assert len(r["chunks"]) < r["n_out"]  # vLLM hands the call over in a few deltas
     s = json.loads(results.read_text())["summary"]
     assert s["latency"]["ttft_tool"]["count"] == len(ok) and s["tokens_out"] == n_out * len(ok), s
-    assert s["latency"]["ttft_tool"]["min"] == pytest.approx(min(r["first_tool"] for r in ok), rel=2e-3)  # HDR precision
+    assert s["latency"]["ttft_tool"]["min"] == pytest.approx(
+        min(r["first_tool"] for r in ok), rel=2e-3
+    )  # HDR precision
     # the server counted the same tokens for the requests that finished (and at most n_out each
     # for those cancelled at the stop, whose partial calls the client never saw)
     generated = total(after, "vllm:request_generation_tokens_sum") - total(before, "vllm:request_generation_tokens_sum")
     cancelled = len(records) - len(ok)
     assert n_out * len(ok) <= generated <= n_out * (len(ok) + cancelled), (generated, len(ok), cancelled)
-    print(f"vLLM required tool calls: {len(ok)} ok, first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
-          f"{sum(len(r['chunks']) for r in ok) / len(ok):.1f} deltas for {n_out} tokens")
+    print(
+        f"vLLM required tool calls: {len(ok)} ok, first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
+        f"{sum(len(r['chunks']) for r in ok) / len(ok):.1f} deltas for {n_out} tokens"
+    )

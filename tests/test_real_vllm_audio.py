@@ -19,6 +19,7 @@ requests is exact; it checks what a broken implementation would get wrong:
   count exactly N clips a request and their bytes, which are the sizes of the seeded WAVs the client
   makes.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,14 @@ line_of = realservers.trace_line
 def alm_server(vllm_python, vllm_alm_dir):
     """vLLM serving the tiny audio LM, up to MAX_CLIPS clips a prompt, for this module (its whole
     process group is stopped after it)."""
-    srv = realservers.VllmServer(vllm_alm_dir, python=vllm_python, served_model_name=MODEL, max_model_len=1024,
-                                 max_num_seqs=4, extra_args=["--limit-mm-per-prompt", json.dumps({"audio": MAX_CLIPS})])
+    srv = realservers.VllmServer(
+        vllm_alm_dir,
+        python=vllm_python,
+        served_model_name=MODEL,
+        max_model_len=1024,
+        max_num_seqs=4,
+        extra_args=["--limit-mm-per-prompt", json.dumps({"audio": MAX_CLIPS})],
+    )
     srv.start()
     try:
         yield srv
@@ -81,9 +88,18 @@ def tokens_per_clip(vllm_alm_dir, seconds: float) -> int:
 
 def replay(url: str, vllm_alm_dir, tmp_path, *, audio: int, seconds: float = 1.0):
     """The real CLI, an open-loop replay of N_RECORDS chat requests: (records, results summary, stdout)."""
-    return realservers.chat_replay(url, MODEL, vllm_alm_dir, tmp_path,
-                                   ["--audio", str(audio), "--audio-seconds", f"{seconds:g}"], n=N_RECORDS, gap_s=GAP_S,
-                                   output_tokens=OUTPUT_TOKENS, input_tokens=input_tokens, timeout_s=RUN_TIMEOUT_S)
+    return realservers.chat_replay(
+        url,
+        MODEL,
+        vllm_alm_dir,
+        tmp_path,
+        ["--audio", str(audio), "--audio-seconds", f"{seconds:g}"],
+        n=N_RECORDS,
+        gap_s=GAP_S,
+        output_tokens=OUTPUT_TOKENS,
+        input_tokens=input_tokens,
+        timeout_s=RUN_TIMEOUT_S,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +120,9 @@ def test_text_only_requests_count_what_the_trace_asked(text_only):
 
 
 @pytest.mark.parametrize(("clips", "seconds"), [(1, 1.0), (2, 0.5)])
-def test_audio_reaches_vllm_and_costs_its_tokens_and_bytes(alm_server, vllm_alm_dir, text_only, tmp_path,
-                                                           clips, seconds):
+def test_audio_reaches_vllm_and_costs_its_tokens_and_bytes(
+    alm_server, vllm_alm_dir, text_only, tmp_path, clips, seconds
+):
     per_clip = tokens_per_clip(vllm_alm_dir, seconds)
     # 100 mel frames a second -> 50 after the conv -> 25 <|AUDIO|> (1 s), 12 (0.5 s); + bos/eos
     assert per_clip == {1.0: 27, 0.5: 14}[seconds]
@@ -132,7 +149,9 @@ def test_audio_reaches_vllm_and_costs_its_tokens_and_bytes(alm_server, vllm_alm_
     assert f"audio: {clips * N_RECORDS} clips sent ({clips:.2f} a request)" in out, out[-2000:]
 
     ttft = summary["latency"]["ttft"]
-    print(f"\n[alm {clips} x {seconds:g} s] requests {summary['ok']}, {clips} clip(s) each ({per_request} bytes a "
-          f"request), tokens per clip {per_clip}, prompt tokens {summary['tokens_in']} "
-          f"(text-only run {sum(base.values())}), output tokens {summary['tokens_out']}, "
-          f"TTFT p50 {ttft['p50'] * 1000:.1f} ms, vLLM startup {alm_server.startup_s:.0f} s")
+    print(
+        f"\n[alm {clips} x {seconds:g} s] requests {summary['ok']}, {clips} clip(s) each ({per_request} bytes a "
+        f"request), tokens per clip {per_clip}, prompt tokens {summary['tokens_in']} "
+        f"(text-only run {sum(base.values())}), output tokens {summary['tokens_out']}, "
+        f"TTFT p50 {ttft['p50'] * 1000:.1f} ms, vLLM startup {alm_server.startup_s:.0f} s"
+    )

@@ -17,6 +17,7 @@ What a broken implementation would fail here:
   of a speculative stream carry several tokens each, and the client's per-chunk token counts
   (continuous usage) add up to the completion tokens.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -36,14 +37,19 @@ SPEC_TOKENS = 3
 VLLM_SERVER_KWARGS = {  # read by the vllm_server fixture (conftest.py)
     "max_num_seqs": 2,
     "extra_args": [
-        "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": SPEC_TOKENS,
-                                            "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--speculative-config",
+        json.dumps(
+            {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+        ),
     ],
 }
-TEXT = ("The river that runs past the old mill carries leaves, small stones and the songs of the "
-        "village children down to the sea, where fishermen mend their nets at dawn and talk about "
-        "the weather, the price of bread and the stories their grandparents told them. ")
+TEXT = (
+    "The river that runs past the old mill carries leaves, small stones and the songs of the "
+    "village children down to the sea, where fishermen mend their nets at dawn and talk about "
+    "the weather, the price of bread and the stories their grandparents told them. "
+)
 
 
 def scrape(url: str) -> str:
@@ -68,8 +74,12 @@ def stream(url: str, body: dict) -> list[dict]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
     try:
-        conn.request("POST", "/v1/completions", json.dumps({"model": "smollm2", "stream": True, **body}),
-                     {"content-type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            json.dumps({"model": "smollm2", "stream": True, **body}),
+            {"content-type": "application/json"},
+        )
         resp = conn.getresponse()
         raw = resp.read().decode()
         assert resp.status == 200, raw[:500]
@@ -85,8 +95,16 @@ def usage_of(events: list[dict]) -> dict:
 def completion(url: str, prompt: str, max_tokens: int) -> tuple[dict, str, dict[str, float], dict[str, float]]:
     """(usage, text, counters before, counters after) of one streamed request."""
     before = counters(url)
-    events = stream(url, {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                          "stream_options": {"include_usage": True}})
+    events = stream(
+        url,
+        {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     after = counters(url)
     text = "".join(c["text"] for e in events for c in e.get("choices", []))
     return usage_of(events), text, before, after
@@ -121,7 +139,9 @@ def test_a_follow_up_turn_hits_the_first_prompts_blocks(vllm_server):
     u2, _text, b2, a2 = completion(url, follow, 4)
     c2 = u2["prompt_tokens_details"]["cached_tokens"]
     full_blocks_of_first = (u1["prompt_tokens"] + u1["completion_tokens"]) // bs * bs
-    assert c2 % bs == 0 and full_blocks_of_first - bs <= c2 <= full_blocks_of_first  # one block's slack: re-tokenised boundary
+    assert (
+        c2 % bs == 0 and full_blocks_of_first - bs <= c2 <= full_blocks_of_first
+    )  # one block's slack: re-tokenised boundary
     assert delta(b2, a2, "prefix_cache_hits_total") == c2
 
 
@@ -155,12 +175,23 @@ def test_spec_decode_counters_read_per_window_and_chunks_carry_several_tokens(vl
     prompt = f"{uuid.uuid4().hex} " + "one two three four five six seven eight nine ten " * 12
     text0 = scrape(url)
     s0 = server_metrics.Sample(0.0, server_metrics.read(text0)[1])
-    events = stream(url, {"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
-                          "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    events = stream(
+        url,
+        {
+            "prompt": prompt,
+            "max_tokens": 48,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    )
     text1 = scrape(url)
     s1 = server_metrics.Sample(1.0, server_metrics.read(text1)[1])
-    for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                 "vllm:spec_decode_num_accepted_tokens_total"):
+    for name in (
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ):
         assert name in server_metrics.samples(text1), f"{name} not in a real scrape with speculative decoding"
     w = server_metrics.ServerSeries(url, "vllm", [s0, s1]).window(0.0, 1.0)
     drafts = w["spec_decode_drafts_total"]["increase"]
@@ -175,5 +206,7 @@ def test_spec_decode_counters_read_per_window_and_chunks_carry_several_tokens(vl
     total = usage_of(events)["completion_tokens"]
     assert total == 48 and sum(per_chunk) == total and max(per_chunk) > 1
     assert w["generation_tokens_total"]["increase"] == total
-    print(f"\nspec decode: {len(per_chunk)} chunks for {total} tokens, acceptance {w['spec_acceptance_rate']:.2f}, "
-          f"mean accepted length {w['spec_mean_accepted_length']:.2f}")
+    print(
+        f"\nspec decode: {len(per_chunk)} chunks for {total} tokens, acceptance {w['spec_acceptance_rate']:.2f}, "
+        f"mean accepted length {w['spec_mean_accepted_length']:.2f}"
+    )

@@ -17,6 +17,7 @@ requests is exact, and checks what a broken implementation would get wrong:
   is the server's; the results count exactly 2 images a request and their bytes, which are the
   sizes of the seeded images the client makes.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,14 @@ def input_tokens(line: int) -> int:
 def vlm_server(vllm_python, vllm_vlm_dir):
     """vLLM serving the tiny VLM, up to 4 images a prompt, for this module (its whole process group
     is stopped after it)."""
-    srv = realservers.VllmServer(vllm_vlm_dir, python=vllm_python, served_model_name=MODEL, max_model_len=1024,
-                                 max_num_seqs=4, extra_args=["--limit-mm-per-prompt", json.dumps({"image": 4})])
+    srv = realservers.VllmServer(
+        vllm_vlm_dir,
+        python=vllm_python,
+        served_model_name=MODEL,
+        max_model_len=1024,
+        max_num_seqs=4,
+        extra_args=["--limit-mm-per-prompt", json.dumps({"image": 4})],
+    )
     srv.start()
     try:
         yield srv
@@ -67,10 +74,18 @@ def tokens_per_image(vllm_vlm_dir) -> int:
 
 def replay(url: str, vllm_vlm_dir, tmp_path, *, images: int, fmt: str = "png"):
     """The real CLI, an open-loop replay of N_RECORDS chat requests: (records, results summary, stdout)."""
-    return realservers.chat_replay(url, MODEL, vllm_vlm_dir, tmp_path,
-                                   ["--images", str(images), "--image-size", "%dx%d" % IMAGE_SIZE, "--image-format", fmt],
-                                   n=N_RECORDS, gap_s=GAP_S, output_tokens=OUTPUT_TOKENS, input_tokens=input_tokens,
-                                   timeout_s=RUN_TIMEOUT_S)
+    return realservers.chat_replay(
+        url,
+        MODEL,
+        vllm_vlm_dir,
+        tmp_path,
+        ["--images", str(images), "--image-size", "%dx%d" % IMAGE_SIZE, "--image-format", fmt],
+        n=N_RECORDS,
+        gap_s=GAP_S,
+        output_tokens=OUTPUT_TOKENS,
+        input_tokens=input_tokens,
+        timeout_s=RUN_TIMEOUT_S,
+    )
 
 
 def test_text_only_requests_count_what_the_trace_asked(vlm_server, vllm_vlm_dir, tmp_path):
@@ -108,7 +123,9 @@ def test_images_reach_vllm_and_cost_their_tokens_and_bytes(vlm_server, vllm_vlm_
     assert f"images: {IMAGES * N_RECORDS} sent ({IMAGES:.2f} a request)" in out, out[-2000:]
 
     ttft = summary["latency"]["ttft"]
-    print(f"\n[vlm {fmt}] requests {summary['ok']}, {IMAGES} images each ({per_request} bytes a request), "
-          f"tokens per image {per_image}, prompt tokens {summary['tokens_in']} "
-          f"(text {sum(input_tokens(i + 1) for i in range(N_RECORDS))}), "
-          f"TTFT p50 {ttft['p50'] * 1000:.1f} ms, vLLM startup {vlm_server.startup_s:.0f} s")
+    print(
+        f"\n[vlm {fmt}] requests {summary['ok']}, {IMAGES} images each ({per_request} bytes a request), "
+        f"tokens per image {per_image}, prompt tokens {summary['tokens_in']} "
+        f"(text {sum(input_tokens(i + 1) for i in range(N_RECORDS))}), "
+        f"TTFT p50 {ttft['p50'] * 1000:.1f} ms, vLLM startup {vlm_server.startup_s:.0f} s"
+    )

@@ -29,8 +29,9 @@ from realservers import http_post_json
 VLLM_POOLING_SWITCH = "LLM_LOCUST_VLLM_POOLING"
 pytestmark = [
     pytest.mark.real_server,
-    pytest.mark.skipif(os.environ.get(VLLM_POOLING_SWITCH, "1") == "0",
-                       reason=f"vLLM pooling part off ({VLLM_POOLING_SWITCH}=0)"),
+    pytest.mark.skipif(
+        os.environ.get(VLLM_POOLING_SWITCH, "1") == "0", reason=f"vLLM pooling part off ({VLLM_POOLING_SWITCH}=0)"
+    ),
 ]
 
 VLLM_SERVER_KWARGS = {"extra_args": ["--runner", "pooling", "--convert", "embed"]}
@@ -124,22 +125,50 @@ def test_a_mixed_run_of_the_pooling_kinds(vllm_server, tmp_path):
     """`llm-locust run --mix embeddings:0.5,score:0.25,rerank:0.25` (no chat: the model is an
     embedding model here, and the preflight asks only the mix's endpoints): every request ok,
     items and input tokens in every record."""
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--host", vllm_server.url, "--model", MODEL,
-                        "--mix", "embeddings:0.5,score:0.25,rerank:0.25", "-u", "2", "-t", "10s",
-                        # short prompts: the bundled sample's run to ~1,000 tokens, seconds each here
-                        "--synthetic", "requests=200,input=uniform:30:90,output=8",
-                        "--results", str(tmp_path / "r.json"), "--record-log", str(tmp_path / "log.jsonl")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            vllm_server.url,
+            "--model",
+            MODEL,
+            "--mix",
+            "embeddings:0.5,score:0.25,rerank:0.25",
+            "-u",
+            "2",
+            "-t",
+            "10s",
+            # short prompts: the bundled sample's run to ~1,000 tokens, seconds each here
+            "--synthetic",
+            "requests=200,input=uniform:30:90,output=8",
+            "--results",
+            str(tmp_path / "r.json"),
+            "--record-log",
+            str(tmp_path / "log.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     stopped = [r for r in recs if r["outcome"] == "cancelled" and r["error"] == "test stopped while in flight"]
     assert len(stopped) <= 2
     done = [r for r in recs if r not in stopped]
-    assert done and all(r["outcome"] == "ok" for r in done), [(r["api"], r["error"]) for r in done if r["outcome"] != "ok"][:5]
+    assert done and all(r["outcome"] == "ok" for r in done), [
+        (r["api"], r["error"]) for r in done if r["outcome"] != "ok"
+    ][:5]
     assert {r["api"] for r in done} <= {"openai-embeddings", "vllm-score", "rerank"}
     for r in done:
         assert r["n_in"] > 0 and r["n_out"] == 0
-        assert r["server"]["items"] == 1 if r["api"] in ("openai-embeddings", "vllm-score") else 1 <= r["server"]["items"] <= 4
+        assert (
+            r["server"]["items"] == 1
+            if r["api"] in ("openai-embeddings", "vllm-score")
+            else 1 <= r["server"]["items"] <= 4
+        )
     s = json.loads((tmp_path / "r.json").read_text())["summary"]
     assert s["failed"] == 0 and s["ok"] == len(done)
     per_kind = {api: k["ok"] for api, k in s["kinds"].items()}

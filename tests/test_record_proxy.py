@@ -1,5 +1,6 @@
 """`llm-locust trace record`: the recording proxy, as a real subprocess, in front of real upstreams
 (the simulator, a scripted raw-socket server, optionally llama-server)."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,12 +29,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # -- helpers ---------------------------------------------------------------------------------
 
+
 class ProxyProcess:
     """`python -m llm_locust.workload.record_proxy --listen 127.0.0.1:0 ...` for a `with` block."""
 
     def __init__(self, upstream: str, out: Path, *extra: str):
-        self.cmd = [sys.executable, "-m", "llm_locust.workload.record_proxy", "--listen", "127.0.0.1:0",
-                    "--upstream", upstream, "--out", str(out), *extra]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.workload.record_proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+            "--out",
+            str(out),
+            *extra,
+        ]
         self.out = Path(out)
         self.proc = None
         self.stderr = ""
@@ -121,8 +133,9 @@ class RawClient:
         line, _, self.buf = self.buf.partition(b"\r\n")
         return line
 
-    def request(self, method: str, path: str, body=None, headers=None, version="HTTP/1.1",
-                head_only: bool = False) -> Reply:
+    def request(
+        self, method: str, path: str, body=None, headers=None, version="HTTP/1.1", head_only: bool = False
+    ) -> Reply:
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
         h = {"Host": "x", "Content-Type": "application/json", **(headers or {})}
@@ -225,9 +238,13 @@ def first_token_time(r: Reply) -> float:
     raise AssertionError("no token in the reply")
 
 
-CHAT_STREAM = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
-                                         {"role": "user", "content": "one two three four"}],
-               "stream": True, "max_tokens": 6, "stream_options": {"include_usage": True}}
+CHAT_STREAM = {
+    "model": "m",
+    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three four"}],
+    "stream": True,
+    "max_tokens": 6,
+    "stream_options": {"include_usage": True},
+}
 
 
 @pytest.fixture
@@ -237,19 +254,39 @@ def out(tmp_path):
 
 # -- relay ------------------------------------------------------------------------------------
 
+
 def test_replies_identical_to_direct_and_usage_recorded(out):
     """Two identical fresh simulators: one asked directly, one through the proxy; the bodies match."""
     reqs = [
         ("/v1/chat/completions", CHAT_STREAM),
-        ("/v1/completions", {"model": "m", "prompt": "alpha beta gamma", "stream": True, "max_tokens": 5,
-                             "stream_options": {"include_usage": True}}),
+        (
+            "/v1/completions",
+            {
+                "model": "m",
+                "prompt": "alpha beta gamma",
+                "stream": True,
+                "max_tokens": 5,
+                "stream_options": {"include_usage": True},
+            },
+        ),
         ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a b"}], "max_tokens": 4}),
         ("/v1/completions", {"model": "m", "prompt": "x y z w", "max_tokens": 3}),
-        ("/v1/completions", {"model": "m", "prompt": "p q", "stream": True, "max_tokens": 3,
-                             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+        (
+            "/v1/completions",
+            {
+                "model": "m",
+                "prompt": "p q",
+                "stream": True,
+                "max_tokens": 3,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        ),
     ]
-    with SimProcess(slots=4, fast=True) as direct, SimProcess(slots=4, fast=True) as sim, \
-            ProxyProcess(sim.url, out) as px:
+    with (
+        SimProcess(slots=4, fast=True) as direct,
+        SimProcess(slots=4, fast=True) as sim,
+        ProxyProcess(sim.url, out) as px,
+    ):
         a, b = RawClient(direct.port), RawClient(px.port)
         replies = []
         for path, body in reqs:
@@ -301,6 +338,7 @@ def test_first_bytes_arrive_before_the_stream_ends(out):
 
 
 # -- a scripted upstream for exact framing ------------------------------------------------------
+
 
 class ScriptedUpstream:
     """A raw-socket HTTP server: `script(method, path, headers, body)` returns the reply as a list
@@ -370,9 +408,14 @@ def _chunk(data: bytes, ext: bytes = b"") -> bytes:
 
 
 # odd but legal framing: an extension, an event split over chunks, upper-case hex, a trailer
-CHUNKED_BODY = (_chunk(b"data:", b";ext=1") + _chunk(b' {"choices":[{"text":"hi"}]}').upper() + _chunk(b"\n\n")
-                + _chunk(b'data: {"choices":[{"text":" there"}]}\n\n') + _chunk(b"data: [DONE]\n\n")
-                + b"0\r\nx-trailer: 1\r\n\r\n")
+CHUNKED_BODY = (
+    _chunk(b"data:", b";ext=1")
+    + _chunk(b' {"choices":[{"text":"hi"}]}').upper()
+    + _chunk(b"\n\n")
+    + _chunk(b'data: {"choices":[{"text":" there"}]}\n\n')
+    + _chunk(b"data: [DONE]\n\n")
+    + b"0\r\nx-trailer: 1\r\n\r\n"
+)
 
 
 def scripted(method, path, hdrs, body):
@@ -383,20 +426,38 @@ def scripted(method, path, hdrs, body):
     if path.endswith("/length"):
         return [b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nX-Thing: A\r\n\r\nhello", 0.05, b" world"], False
     if path.endswith("/close"):
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil", 0.05, b" the end"], True
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil",
+            0.05,
+            b" the end",
+        ], True
     if path.endswith("/v1/completions"):  # an SSE stream without usage, vLLM-like
-        ev = [b'data: {"choices":[{"index":0,"text":"%s","finish_reason":null}]}\n\n' % w
-              for w in (b"a", b"", b"b", b"c")] + [b"data: [DONE]\n\n"]
+        ev = [
+            b'data: {"choices":[{"index":0,"text":"%s","finish_reason":null}]}\n\n' % w for w in (b"a", b"", b"b", b"c")
+        ] + [b"data: [DONE]\n\n"]
         framed = [b"%x\r\n%b\r\n" % (len(e), e) for e in ev]
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                b"Keep-Alive: timeout=5\r\n\r\n", *framed, b"0\r\n\r\n"], False
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"Keep-Alive: timeout=5\r\n\r\n",
+            *framed,
+            b"0\r\n\r\n",
+        ], False
     if path.endswith("/v1/chat/completions") and "x-test-gzip" in hdrs:  # compressed JSON with usage
-        body = gzip.compress(json.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 22}}).encode())
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
-                b"Content-Length: %d\r\n\r\n" % len(body), body[:10], 0.02, body[10:]], False
+        body = gzip.compress(
+            json.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 22}}).encode()
+        )
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body),
+            body[:10],
+            0.02,
+            body[10:],
+        ], False
     if path.endswith("/v1/chat/completions"):  # a JSON reply without usage, llama-cpp-python-like
         body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 40}}]}).encode()
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)], False
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        ], False
     return [b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"], False
 
 
@@ -436,13 +497,19 @@ def test_pipelined_chunked_and_expect_requests(upstream, out):
     with ProxyProcess(upstream.url, out) as px:
         c = RawClient(px.port)
         body = b'{"prompt": "chunked request body", "model": "m"}'
-        c.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                       + _chunk(body[:10]) + _chunk(body[10:]) + b"0\r\n\r\n"
-                       + b"GET /length HTTP/1.1\r\nHost: x\r\n\r\n")  # two requests in one write
+        c.sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + _chunk(body[:10])
+            + _chunk(body[10:])
+            + b"0\r\n\r\n"
+            + b"GET /length HTTP/1.1\r\nHost: x\r\n\r\n"
+        )  # two requests in one write
         r1, r2 = c.read_reply(), c.read_reply("GET")
         assert r1.status == 200 and r1.complete and r2.body == b"hello world"
-        c.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       b"Content-Length: %d\r\n\r\n" % len(body))
+        c.sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
         interim = c.read_reply(head_only=True)
         assert interim.status == 100
         c.sock.sendall(body)
@@ -461,8 +528,12 @@ def test_keep_alive_and_headers_passed_through(upstream, out):
     with ProxyProcess(upstream.url, out) as px:
         c = RawClient(px.port)
         for i in range(5):
-            r = c.request("POST", "/v1/completions", {"model": "m", "prompt": f"hello {i}", "stream": True},
-                          headers={"Authorization": secret, "X-Custom": "kept", "Connection": "keep-alive"})
+            r = c.request(
+                "POST",
+                "/v1/completions",
+                {"model": "m", "prompt": f"hello {i}", "stream": True},
+                headers={"Authorization": secret, "X-Custom": "kept", "Connection": "keep-alive"},
+            )
             assert r.status == 200 and r.complete
             assert "keep-alive" not in r.headers  # the upstream's hop-by-hop header is not relayed
         c.close()
@@ -521,7 +592,12 @@ def test_no_text_no_secrets_and_conversations(out):
     for s in (secret, conv, "other-session", user, "confidential", "Bearer", "Authorization"):
         assert s not in text
     assert [(x.get("conversation_id"), x.get("turn")) for x in lines] == [
-        ("conv-1", 1), ("conv-2", 1), ("conv-1", 2), ("conv-3", 1), (None, None)]
+        ("conv-1", 1),
+        ("conv-2", 1),
+        ("conv-1", 2),
+        ("conv-3", 1),
+        (None, None),
+    ]
 
 
 def test_store_text_and_anonymize_reproduce_the_hashes(tmp_path, out):
@@ -580,6 +656,7 @@ def test_tokenizer_blocks_in_the_recorder(tmp_path, out, upstream):
 
 # -- failures ---------------------------------------------------------------------------------
 
+
 def _closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -625,8 +702,10 @@ def test_client_disconnect_mid_stream(out):
     with SimProcess(slots=4) as sim, ProxyProcess(sim.url, out) as px:
         c = RawClient(px.port)
         body = dict(CHAT_STREAM, max_tokens=2000)
-        c.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
-                       % (len(json.dumps(body)), json.dumps(body).encode()))
+        c.sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+            % (len(json.dumps(body)), json.dumps(body).encode())
+        )
         got = b""
         while got.count(b"data: ") < 3:
             got += c.sock.recv(65536)
@@ -644,7 +723,9 @@ def test_stop_records_in_flight_and_summary(out):
         px = ProxyProcess(sim.url, out).__enter__()
         c = RawClient(px.port)
         body = json.dumps(dict(CHAT_STREAM, max_tokens=5000)).encode()
-        c.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+        c.sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        )
         c.sock.recv(100)
         assert px.stop() == 0
         c.close()
@@ -655,9 +736,13 @@ def test_stop_records_in_flight_and_summary(out):
 
 def test_malformed_requests_get_400(upstream, out):
     with ProxyProcess(upstream.url, out) as px:
-        for bad in (b"GARBAGE\r\n\r\n", b"GET / HTTP/2.0\r\n\r\n", b"GET / HTTP/1.1\r\n bad fold\r\n\r\n",
-                    b"POST /v1/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n",
-                    b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
+        for bad in (
+            b"GARBAGE\r\n\r\n",
+            b"GET / HTTP/2.0\r\n\r\n",
+            b"GET / HTTP/1.1\r\n bad fold\r\n\r\n",
+            b"POST /v1/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ):
             c = RawClient(px.port)
             c.sock.sendall(bad)
             r = c.read_reply("GET")
@@ -686,9 +771,14 @@ def test_cli_errors(tmp_path, capsys):
 
 # -- hostile upstreams: everything relayed unchanged, the trace says what could not be parsed ------
 
-BAD_EVENTS = (b'data: {"choices":5}\n\n' + b'data: {"choices":[{"text":"a"}]}\n\n' + b"data: [1,2]\n\n"
-              + b'data: {"choices":[{"text":"b"}],"usage":{"completion_tokens":true}}\n\n' + b"data: not json\n\n"
-              + b"data: [DONE]\n\n")
+BAD_EVENTS = (
+    b'data: {"choices":5}\n\n'
+    + b'data: {"choices":[{"text":"a"}]}\n\n'
+    + b"data: [1,2]\n\n"
+    + b'data: {"choices":[{"text":"b"}],"usage":{"completion_tokens":true}}\n\n'
+    + b"data: not json\n\n"
+    + b"data: [DONE]\n\n"
+)
 BOMB_MB = 256  # a gzip reply of ~1.1 MB that inflates to 256 MB of 'x' without a newline
 _bomb: list[bytes] = []
 
@@ -704,11 +794,17 @@ def gzip_bomb() -> bytes:
 def hostile(method, path, hdrs, body):
     sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     if path == "/bad-events/v1/completions":
-        return [sse + b"Transfer-Encoding: chunked\r\n\r\n", _chunk(BAD_EVENTS[:30]), _chunk(BAD_EVENTS[30:]),
-                b"0\r\n\r\n"], False
+        return [
+            sse + b"Transfer-Encoding: chunked\r\n\r\n",
+            _chunk(BAD_EVENTS[:30]),
+            _chunk(BAD_EVENTS[30:]),
+            b"0\r\n\r\n",
+        ], False
     if path == "/bad-json/v1/chat/completions":
         b = b'{"choices": 5, "usage": {"completion_tokens": -3}}'
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(b), b)], False
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(b), b)
+        ], False
     if path == "/bomb/v1/completions":
         gz = gzip_bomb()
         return [sse + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(gz), gz], False
@@ -798,7 +894,7 @@ def test_malformed_chunk_framing_relayed_as_it_came(hostile_upstream, out):
     (it used to be cut at the bad chunk line)."""
     with ProxyProcess(hostile_upstream.url + "/bad-chunks", out) as px:
         c = RawClient(px.port)
-        c.sock.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
+        c.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         got = b""
         while chunk := c.sock.recv(65536):
             got += chunk
@@ -821,6 +917,7 @@ def test_reply_head_over_64k_is_a_502(hostile_upstream, out):
 
 # -- cost ------------------------------------------------------------------------------------
 
+
 def test_added_ttft_latency(out):
     """p50 TTFT through the proxy vs direct, 50 requests each, against the paced simulator."""
     n = 50
@@ -839,29 +936,37 @@ def test_added_ttft_latency(out):
 
 # -- real server -------------------------------------------------------------------------------
 
+
 @pytest.mark.real_server
 def test_llama_server_usage_recorded(llama_server_bin, tiny_model, out):
     from realservers import LlamaServer
 
-    with LlamaServer(tiny_model, binary=llama_server_bin, alias="tiny", slots=2, ctx=2048) as srv, \
-            ProxyProcess(srv.url, out) as px:
+    with (
+        LlamaServer(tiny_model, binary=llama_server_bin, alias="tiny", slots=2, ctx=2048) as srv,
+        ProxyProcess(srv.url, out) as px,
+    ):
         c = RawClient(px.port, timeout=120)
-        r1 = c.request("POST", "/v1/chat/completions", dict(CHAT_STREAM, model="tiny", max_tokens=8,
-                                                            ignore_eos=True))
-        r2 = c.request("POST", "/v1/completions", {"model": "tiny", "prompt": "The quick brown fox", "stream": True,
-                                                   "max_tokens": 8, "ignore_eos": True})
+        r1 = c.request("POST", "/v1/chat/completions", dict(CHAT_STREAM, model="tiny", max_tokens=8, ignore_eos=True))
+        r2 = c.request(
+            "POST",
+            "/v1/completions",
+            {"model": "tiny", "prompt": "The quick brown fox", "stream": True, "max_tokens": 8, "ignore_eos": True},
+        )
         r3 = c.request("POST", "/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 4})
         c.close()
         lines = px.wait_lines(3)
     for r, line in zip((r1, r2), lines):
         assert r.status == 200 and r.complete
         usage = [e for e in sse_events(r.body) if isinstance(e, dict) and e.get("usage")][-1]["usage"]
-        assert line["input_tokens"] == usage["prompt_tokens"] and line["output_tokens"] == usage["completion_tokens"] == 8
+        assert (
+            line["input_tokens"] == usage["prompt_tokens"] and line["output_tokens"] == usage["completion_tokens"] == 8
+        )
         assert "output_tokens_estimated" not in line
     assert lines[2]["output_tokens"] == json.loads(r3.body)["usage"]["completion_tokens"]
 
 
 # -- the shared hashing, in process ----------------------------------------------------------------
+
 
 def test_hasher_chars_and_ids():
     h = PrefixHasher(block_size=2)  # 8-character blocks

@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, timeout=60, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "llm_locust.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 # ---- the interval, by hand ----
@@ -62,8 +67,22 @@ def test_welch_by_hand():
 def test_run_repeat_3_against_the_simulator(tmp_path):
     hook_log = tmp_path / "hooks.txt"
     res = tmp_path / "r.json"
-    p = cli("run", "--repeat", "3", "-u", "2", "-t", "2s", "--max-tokens", "16", "--results", res,
-            "--reset-hook", f"echo reset >> {hook_log}", timeout=240)
+    p = cli(
+        "run",
+        "--repeat",
+        "3",
+        "-u",
+        "2",
+        "-t",
+        "2s",
+        "--max-tokens",
+        "16",
+        "--results",
+        res,
+        "--reset-hook",
+        f"echo reset >> {hook_log}",
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert hook_log.read_text().splitlines() == ["reset"] * 3  # before each repetition
     reps = [json.loads((tmp_path / f"r.rep{k}.json").read_text()) for k in (1, 2, 3)]
@@ -114,17 +133,33 @@ def test_a_failing_reset_hook_stops_the_series(tmp_path):
 
 def _doc(figs: dict) -> dict:
     lat = {m: {"count": 10} for m in ("ttft", "itl", "tpot", "e2e")}
-    summary = {"ok": 10, "finished": 10, "failed": 0, "cancelled": 0, "error_rate": 0.0, "latency": lat,
-               "client": {"valid": True}, "length_mismatch": 0,
-               "output_tokens_per_s": 1000.0, "requests_per_s": 5.0}
+    summary = {
+        "ok": 10,
+        "finished": 10,
+        "failed": 0,
+        "cancelled": 0,
+        "error_rate": 0.0,
+        "latency": lat,
+        "client": {"valid": True},
+        "length_mismatch": 0,
+        "output_tokens_per_s": 1000.0,
+        "requests_per_s": 5.0,
+    }
     for k, v in figs.items():
         if k.endswith(("_p50", "_p99")):
             m, s = k.rsplit("_", 1)
             lat[m][s] = v
         else:
             summary[k] = v
-    return {"schema": SCHEMA, "version": SCHEMA_VERSION, "run": {"command": ["llm-locust", "run", "-u", "2"]},
-            "summary": summary, "validity": {"flags": [], "max_error_rate": 0.05}, "steps": [], "series": []}
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "run": {"command": ["llm-locust", "run", "-u", "2"]},
+        "summary": summary,
+        "validity": {"flags": [], "max_error_rate": 0.05},
+        "steps": [],
+        "series": [],
+    }
 
 
 def _repeated(path: Path, ttft: list[float], tps: list[float]) -> Path:
@@ -163,13 +198,17 @@ def test_compare_says_differs_or_within_noise(files, capsys):
 
 def _cases(path: Path) -> dict[str, str | None]:
     root = ET.parse(path).getroot()
-    return {c.get("name"): (c.find("failure").get("message") if c.find("failure") is not None else None)
-            for c in root.iter("testcase")}
+    return {
+        c.get("name"): (c.find("failure").get("message") if c.find("failure") is not None else None)
+        for c in root.iter("testcase")
+    }
 
 
 def test_regression_mode_fails_beyond_noise_and_writes_junit(files, tmp_path, capsys):
     junit = tmp_path / "gates.xml"
-    code = cmp.main(["--baseline", str(files["base"]), str(files["slower"]), "--tolerance", "5%", "--junit", str(junit)])
+    code = cmp.main(
+        ["--baseline", str(files["base"]), str(files["slower"]), "--tolerance", "5%", "--junit", str(junit)]
+    )
     err = capsys.readouterr().err
     assert code == 1
     cases = _cases(junit)
@@ -184,10 +223,15 @@ def test_regression_within_noise_or_within_tolerance_passes(files, tmp_path, cap
     junit = tmp_path / "gates.xml"
     # +20% TTFT, but within the run's noise: a plain 5% tolerance would fail it, the interval does not
     assert cmp.main(["--baseline", str(files["base"]), str(files["noisy"]), "--junit", str(junit)]) == 0
-    assert "within noise" in (ET.parse(junit).getroot().find(".//testcase[@name='regression: ttft_p50']/system-out").text)
+    assert "within noise" in (
+        ET.parse(junit).getroot().find(".//testcase[@name='regression: ttft_p50']/system-out").text
+    )
     # +2%, beyond noise: passes a 5% tolerance, fails a 1% one
     assert cmp.main(["--baseline", str(files["tight"]), str(files["slight"]), "--tolerance", "5%"]) == 0
-    assert cmp.main(["--baseline", str(files["tight"]), str(files["slight"]), "--tolerance", "1%", "--junit", str(junit)]) == 1
+    assert (
+        cmp.main(["--baseline", str(files["tight"]), str(files["slight"]), "--tolerance", "1%", "--junit", str(junit)])
+        == 1
+    )
     assert _cases(junit)["regression: ttft_p50"] is not None
     capsys.readouterr()
 
@@ -195,13 +239,19 @@ def test_regression_within_noise_or_within_tolerance_passes(files, tmp_path, cap
 # ---- bad input ----
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--repeat", "0"], "--repeat: Input should be greater than or equal to 1"),
-    (["--repeat", "1", "--baseline", "BASE"], "needs intervals: give --repeat N with N >= 2"),
-    (["--baseline", "BASE"], "needs intervals: give --repeat N with N >= 2"),
-    (["--repeat", "3", "--junit", "g.xml"], "--junit: only used with --baseline"),
-    (["--repeat", "3", "--baseline", "BASE", "--tolerance", "lots"], "--tolerance: expected a fraction or a percentage"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--repeat", "0"], "--repeat: Input should be greater than or equal to 1"),
+        (["--repeat", "1", "--baseline", "BASE"], "needs intervals: give --repeat N with N >= 2"),
+        (["--baseline", "BASE"], "needs intervals: give --repeat N with N >= 2"),
+        (["--repeat", "3", "--junit", "g.xml"], "--junit: only used with --baseline"),
+        (
+            ["--repeat", "3", "--baseline", "BASE", "--tolerance", "lots"],
+            "--tolerance: expected a fraction or a percentage",
+        ),
+    ],
+)
 def test_bad_repeat_input_is_a_usage_error(argv, message, files, tmp_path):
     argv = [str(files["base"]) if a == "BASE" else a for a in argv]
     p = cli("run", *argv, "--results", tmp_path / "r.json")

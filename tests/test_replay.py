@@ -21,9 +21,27 @@ REPLAY = str(ROOT / "locustfiles" / "replay.py")  # the same as `run --replay`
 def replay(tmp, host, trace, *args, workers=0, timeout=240):
     results, log = tmp / "results.json", tmp / "records.jsonl"
     cmd = [
-        sys.executable, "-m", "llm_locust.cli", "run", "-f", REPLAY, "--host", host,
-        "-u", str(max(workers, 1)), "-r", "10", "-t", "5m", "--trace", str(trace),
-        "--results", str(results), "--record-log", str(log), *args,
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "-f",
+        REPLAY,
+        "--host",
+        host,
+        "-u",
+        str(max(workers, 1)),
+        "-r",
+        "10",
+        "-t",
+        "5m",
+        "--trace",
+        str(trace),
+        "--results",
+        str(results),
+        "--record-log",
+        str(log),
+        *args,
     ]
     if workers:
         cmd += ["--workers", str(workers)]
@@ -46,8 +64,16 @@ def fast_sim():
 def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_sim):
     window, speed = 120.0, 10.0
     results, rows = replay(
-        tmp_path, fast_sim.url, AZURE_CONV, "--duration", str(window), "--speed", str(speed),
-        "--max-tokens-cap", "8", workers=2,
+        tmp_path,
+        fast_sim.url,
+        AZURE_CONV,
+        "--duration",
+        str(window),
+        "--speed",
+        str(speed),
+        "--max-tokens-cap",
+        "8",
+        workers=2,
     )
     trace = load_trace(AZURE_CONV)
     expected = {trace[i].source for i in range(len(trace)) if trace.arrivals[i] < window}
@@ -59,20 +85,31 @@ def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_si
     # on schedule: t_sched follows the trace exactly, and sends were on time
     by_source = {r["source"]: r for r in rows}
     first = min(trace.arrivals[i] for i in range(len(trace)) if trace[i].source in expected)
-    t0s = [r["t_sent"] + r["sched"] - (trace.arrivals[i] - first) / speed for i in range(len(trace)) for r in [by_source.get(trace[i].source)] if r]
+    t0s = [
+        r["t_sent"] + r["sched"] - (trace.arrivals[i] - first) / speed
+        for i in range(len(trace))
+        for r in [by_source.get(trace[i].source)]
+        if r
+    ]
     # one agreed start: every record's implied t0 is the same to well under a millisecond
     assert max(t0s) - min(t0s) < 0.0005
     lags = sorted(-r["sched"] for r in rows)
     assert lags[0] >= 0
     assert statistics.median(lags) < 0.005, f"median schedule lag {statistics.median(lags) * 1000:.2f} ms"
-    print(f"\nschedule lag p50 {statistics.median(lags) * 1000:.2f} ms, p99 {lags[int(len(lags) * 0.99)] * 1000:.2f} ms over {len(lags)} requests")
+    print(
+        f"\nschedule lag p50 {statistics.median(lags) * 1000:.2f} ms, p99 {lags[int(len(lags) * 0.99)] * 1000:.2f} ms over {len(lags)} requests"
+    )
     assert results["run"]["server"]["replay_sent"] == len(expected)
 
 
 def test_offset_speed_and_loops(tmp_path, fast_sim):
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": t, "input_tokens": 5, "output_tokens": 2}) + "\n" for t in (0, 1, 2, 3, 4, 5)))
-    _, rows = replay(tmp_path, fast_sim.url, trace, "--start-offset", "1", "--duration", "3", "--speed", "4", "--loops", "2")
+    trace.write_text(
+        "".join(json.dumps({"timestamp": t, "input_tokens": 5, "output_tokens": 2}) + "\n" for t in (0, 1, 2, 3, 4, 5))
+    )
+    _, rows = replay(
+        tmp_path, fast_sim.url, trace, "--start-offset", "1", "--duration", "3", "--speed", "4", "--loops", "2"
+    )
     rows.sort(key=lambda r: r["t_sent"] + r["sched"])
     sched = [r["t_sent"] + r["sched"] for r in rows]
     assert [r["source"].rsplit(":", 1)[1] for r in rows] == ["2", "3", "4"] * 2  # records at t=1,2,3
@@ -84,7 +121,15 @@ def test_conversations_go_in_order_and_carry_their_history(tmp_path, fast_sim):
     lines = []
     for conv in ("a", "b"):
         for turn in range(3):
-            lines.append({"timestamp": 0.0, "conversation_id": conv, "turn": turn, "messages": [{"role": "user", "content": f"question {turn} of {conv} please"}], "output_tokens": 4})
+            lines.append(
+                {
+                    "timestamp": 0.0,
+                    "conversation_id": conv,
+                    "turn": turn,
+                    "messages": [{"role": "user", "content": f"question {turn} of {conv} please"}],
+                    "output_tokens": 4,
+                }
+            )
     trace = tmp_path / "conv.jsonl"
     trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
     _, rows = replay(tmp_path, fast_sim.url, trace, "--api", "openai-chat")
@@ -99,7 +144,9 @@ def test_conversations_go_in_order_and_carry_their_history(tmp_path, fast_sim):
 
 def test_in_flight_cap_holds_requests_back_and_counts_them(tmp_path):
     trace = tmp_path / "burst.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": 0, "input_tokens": 3, "output_tokens": 5}) + "\n" for _ in range(12)))
+    trace.write_text(
+        "".join(json.dumps({"timestamp": 0, "input_tokens": 3, "output_tokens": 5}) + "\n" for _ in range(12))
+    )
     with SimProcess(slots=64, iter_base=0.02, iter_per_seq=0) as sim:
         results, rows = replay(tmp_path, sim.url, trace, "--max-in-flight", "4", "--api", "openai-completions")
     assert len(rows) == 12 and results["run"]["server"]["replay_held_back"] == 8

@@ -37,7 +37,11 @@ class Node:
             yield from c.iter()
 
     def find_all(self, tag=None, **attrs):
-        return [n for n in self.iter() if (tag is None or n.tag == tag) and all(n.attrs.get(k) == v for k, v in attrs.items())]
+        return [
+            n
+            for n in self.iter()
+            if (tag is None or n.tag == tag) and all(n.attrs.get(k) == v for k, v in attrs.items())
+        ]
 
     def by_id(self, id_):
         found = self.find_all(id=id_)
@@ -113,8 +117,14 @@ def kv(root, table_id):
 
 
 def _run(args, env, cwd, timeout=180):
-    return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,15 +132,35 @@ def ladder_run(tmp_path_factory):
     """3 steps of 4 s (1 s warm-up) on the simulator, SLOs of the seed plan, a fake 2-GPU sidecar,
     an API key in the environment."""
     d = tmp_path_factory.mktemp("ladder")
-    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "2", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "2", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = sidecar.stdout.readline()
         url = re.search(r"(http://\S+)", line).group(1) + "/metrics"
         results = d / "ladder.json"
-        p = _run([str(REPO / "plans" / "seed-concurrency-ladder.yaml"), "--ladder", "concurrency:2,8,32", "--step-duration", "4",
-                  "--warmup", "1", "--gpu-metrics", url, "--metrics-interval", "0.5", "--results", str(results)],
-                 {"OPENAI_API_KEY": SECRET}, d)
+        p = _run(
+            [
+                str(REPO / "plans" / "seed-concurrency-ladder.yaml"),
+                "--ladder",
+                "concurrency:2,8,32",
+                "--step-duration",
+                "4",
+                "--warmup",
+                "1",
+                "--gpu-metrics",
+                url,
+                "--metrics-interval",
+                "0.5",
+                "--results",
+                str(results),
+            ],
+            {"OPENAI_API_KEY": SECRET},
+            d,
+        )
     finally:
         sidecar.terminate()
         sidecar.wait(10)
@@ -164,14 +194,16 @@ def test_knee_is_marked_at_the_step_the_results_name(ladder_run):
     i = next(i for i, s in enumerate(steps) if s["step"] == knee["step"])
     points = uses(root, "load-throughput-tokens-output")
     assert len(points) == len(steps)
-    (kx, ky), = uses(root, "load-throughput-tokens-knee")
+    ((kx, ky),) = uses(root, "load-throughput-tokens-knee")
     assert (kx, ky) == pytest.approx(points[i])
     # in every panel of both figures: the dashed line stands at the knee point's x
     for fig, panels in (("load-throughput", ("tokens", "requests")), ("load-latency", ("ttft", "itl", "e2e"))):
         for panel in panels:
-            (px, _), = uses(root, f"{fig}-{panel}-knee")
+            ((px, _),) = uses(root, f"{fig}-{panel}-knee")
             assert path_x(root, f"{fig}-{panel}-knee-line") == pytest.approx(px, abs=0.01)
-    assert uses(root, "load-throughput-requests-knee")[0] == pytest.approx(uses(root, "load-throughput-requests-requests")[i])
+    assert uses(root, "load-throughput-requests-knee")[0] == pytest.approx(
+        uses(root, "load-throughput-requests-requests")[i]
+    )
     assert [row.attrs["data-step"] for row in knee_rows] == [str(knee["step"])]
     assert "knee" in {s.all_text() for s in knee_rows[0].find_all("span")}
 
@@ -181,7 +213,14 @@ def test_plots_carry_every_point(ladder_run):
     steps = r["ladder"]["steps"]
     n = len(steps)
     assert n == 3
-    for fig in ("plot-throughput", "plot-latency", "plot-timeseries", "plot-hist-ttft", "plot-hist-itl", "plot-resources"):
+    for fig in (
+        "plot-throughput",
+        "plot-latency",
+        "plot-timeseries",
+        "plot-hist-ttft",
+        "plot-hist-itl",
+        "plot-resources",
+    ):
         assert root.by_id(fig).find_all("svg"), fig
     assert len(uses(root, "load-throughput-requests-requests")) == n
     # latency lines: one point per step that has the figure (a step with no ok request has none)
@@ -216,10 +255,17 @@ def test_every_flagged_step_is_marked(ladder_run):
 
     def check(results):
         root = dom(render(results))
-        rows = {row.attrs["data-step"]: row for row in root.by_id("steps-table").find_all("tr") if "data-step" in row.attrs}
+        rows = {
+            row.attrs["data-step"]: row for row in root.by_id("steps-table").find_all("tr") if "data-step" in row.attrs
+        }
         for s in results["ladder"]["steps"]:
             row = rows[str(s["step"])]
-            shown = {c.removeprefix("flag-") for span in row.find_all("span") for c in span.classes() if c.startswith("flag-")}
+            shown = {
+                c.removeprefix("flag-")
+                for span in row.find_all("span")
+                for c in span.classes()
+                if c.startswith("flag-")
+            }
             assert shown == set(s["flags"]), (s["step"], shown, s["flags"])
             assert ("flagged" in row.classes()) == bool(s["flags"])
         legend = root.by_id("flags-legend").all_text()
@@ -233,8 +279,11 @@ def test_every_flagged_step_is_marked(ladder_run):
     for s, f in zip(r2["ladder"]["steps"], marks):
         s["flags"] = f
     first = r2["ladder"]["steps"][0]
-    r2["ladder"]["saturation"]["saturation"] = {**(r2["ladder"]["saturation"]["saturation"] or {}),
-                                                "step": first["step"], "offered": first["offered"]}
+    r2["ladder"]["saturation"]["saturation"] = {
+        **(r2["ladder"]["saturation"]["saturation"] or {}),
+        "step": first["step"],
+        "offered": first["offered"],
+    }
     root = check(r2)
     rings = uses(root, "load-throughput-tokens-flagged")
     assert len(rings) == 3
@@ -256,7 +305,11 @@ def test_reproducibility_fields(ladder_run):
     assert facts["model"] == "llm-locust-sim"
     assert root.by_id("models").all_text().count("llm-locust-sim") >= 1
     gpus = root.by_id("gpus").all_text()
-    assert "NVIDIA H200 (fake)" in gpus and env["gpus"][0]["driver_version"] in gpus and env["gpus"][0]["cuda_version"] in gpus
+    assert (
+        "NVIDIA H200 (fake)" in gpus
+        and env["gpus"][0]["driver_version"] in gpus
+        and env["gpus"][0]["cuda_version"] in gpus
+    )
     assert root.by_id("command").all_text() == shlex.join(r["run"]["command"])
     settings = root.by_id("settings").all_text()
     assert "ladder.spec" in settings and "concurrency:2,8,32" in settings and "slos.ttft_p50" in settings
@@ -269,7 +322,12 @@ def test_self_contained_and_no_secret(ladder_run):
     html, root = ladder_run["html"], dom(ladder_run["html"])
     assert SECRET not in ladder_run["path"].read_text()
     assert SECRET not in html
-    assert not root.find_all("script") and not root.find_all("link") and not root.find_all("img") and not root.find_all("iframe")
+    assert (
+        not root.find_all("script")
+        and not root.find_all("link")
+        and not root.find_all("img")
+        and not root.find_all("iframe")
+    )
     for node in root.iter():
         for k, v in node.attrs.items():
             if k.startswith("xmlns") or v is None:
@@ -306,7 +364,10 @@ def test_non_ladder_run(closed_run, tmp_path):
     assert vertices(root, "timeseries-tokens") == max(secs) - min(secs) + 1
     assert not [g for g in root.find_all("g") if g.attrs.get("id", "").startswith("timeseries-boundary")]
     assert root.has_id("plot-hist-ttft") and root.has_id("latency-table")
-    assert root.by_id("trace-sha256").all_text() == hashlib.sha256(Path(r["environment"]["trace"]["path"]).read_bytes()).hexdigest()
+    assert (
+        root.by_id("trace-sha256").all_text()
+        == hashlib.sha256(Path(r["environment"]["trace"]["path"]).read_bytes()).hexdigest()
+    )
 
 
 def test_v1_results_file(ladder_run, tmp_path):
@@ -326,7 +387,9 @@ def test_v1_results_file(ladder_run, tmp_path):
     assert main([str(src), "-o", str(out)]) == 0
     root = dom(out.read_text())
     assert root.has_id("plot-throughput") and root.has_id("steps-table") and root.has_id("plot-timeseries")
-    assert not root.find_all(id="plot-hist-ttft") and not root.find_all(id="trace-sha256") and not root.find_all(id="gpus")
+    assert (
+        not root.find_all(id="plot-hist-ttft") and not root.find_all(id="trace-sha256") and not root.find_all(id="gpus")
+    )
 
 
 # ---- bad input: one message naming the file, exit 2, nothing written ----
@@ -363,8 +426,13 @@ def test_bad_input_exits_2_and_writes_nothing(ladder_run, tmp_path, capsys):
 
 def test_bad_input_as_a_command(tmp_path):
     (tmp_path / "x.json").write_text('{"schema": "llm-locust/results", "version": 2, "run": {')
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "report", str(tmp_path / "x.json")], capture_output=True,
-                       text=True, timeout=120, cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "report", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert p.returncode == 2
     assert str(tmp_path / "x.json") in p.stderr and "truncated JSON" in p.stderr and "Traceback" not in p.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "x.json"]
@@ -374,12 +442,37 @@ def test_run_writes_the_same_report_itself_with_report(tmp_path):
     """`llm-locust run --report` gives the page `llm-locust report RESULTS.json` gives, key masked."""
     secret = "sk-report-0123456789abcdef"
     env = {**os.environ, "OPENAI_API_KEY": secret}
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "-t", "3s", "-u", "2", "--results", "r.json",
-                        "--report", "live.html"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "-t",
+            "3s",
+            "-u",
+            "2",
+            "--results",
+            "r.json",
+            "--report",
+            "live.html",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "report written to live.html" in p.stdout
-    q = subprocess.run([sys.executable, "-m", "llm_locust.cli", "report", "r.json", "-o", "after.html"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    q = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "report", "r.json", "-o", "after.html"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"},
+    )
     assert q.returncode == 0, q.stderr
     live = (tmp_path / "live.html").read_text()
     assert live == (tmp_path / "after.html").read_text()
@@ -449,8 +542,10 @@ def test_verdicts_without_gpus_say_why_and_draw_no_plot(ladder_run):
 def test_failures_by_cause_with_the_share_they_explain(ladder_run):
     r = copy.deepcopy(ladder_run["results"])
     r["summary"]["outcomes"]["http_error"] = 5
-    r["summary"]["errors"]["http_error"] = {"HTTP 400: request (5000 tokens) exceeds the available context size": 4,
-                                            "HTTP 429: slow down": 1}
+    r["summary"]["errors"]["http_error"] = {
+        "HTTP 400: request (5000 tokens) exceeds the available context size": 4,
+        "HTTP 429: slow down": 1,
+    }
     r["summary"]["causes"] = {"overlong": 3, "overloaded": 1}
     root = dom(render(r))
     rows = [[td.all_text() for td in tr.find_all("td")] for tr in root.by_id("causes-table").find_all("tr")]

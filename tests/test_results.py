@@ -123,10 +123,34 @@ def test_secret_in_any_figure_is_masked_on_write(tmp_path):
 
 
 def test_redact_argv_masks_secret_values_only():
-    argv = ["llm-locust", "run", "--api-key", "sk-1", "--header=Authorization: Bearer x", "-H",
-            "X-Token: y", "Authorization: Bearer z", "--api-key-env", "MY_KEY", "--users", "4"]
-    assert redact_argv(argv) == ["llm-locust", "run", "--api-key", "***", "--header=***", "-H", "***", "***",
-                                 "--api-key-env", "MY_KEY", "--users", "4"]
+    argv = [
+        "llm-locust",
+        "run",
+        "--api-key",
+        "sk-1",
+        "--header=Authorization: Bearer x",
+        "-H",
+        "X-Token: y",
+        "Authorization: Bearer z",
+        "--api-key-env",
+        "MY_KEY",
+        "--users",
+        "4",
+    ]
+    assert redact_argv(argv) == [
+        "llm-locust",
+        "run",
+        "--api-key",
+        "***",
+        "--header=***",
+        "-H",
+        "***",
+        "***",
+        "--api-key-env",
+        "MY_KEY",
+        "--users",
+        "4",
+    ]
 
 
 def test_trace_facts_hash_the_bytes(tmp_path):
@@ -156,12 +180,20 @@ def test_gpu_facts_from_the_sidecars_info_series():
 
 def test_probe_reads_models_and_version_from_a_real_http_server(tmp_path):
     (tmp_path / "v1").mkdir()
-    (tmp_path / "v1" / "models").write_text(json.dumps(
-        {"object": "list", "data": [{"id": "m-1", "owned_by": "vllm", "max_model_len": 4096, "permission": [{}]}]}))
+    (tmp_path / "v1" / "models").write_text(
+        json.dumps(
+            {"object": "list", "data": [{"id": "m-1", "owned_by": "vllm", "max_model_len": 4096, "permission": [{}]}]}
+        )
+    )
     (tmp_path / "version").write_text(json.dumps({"version": "0.32.0"}))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert "Serving HTTP" in proc.stdout.readline()
         facts = probe_server(f"http://127.0.0.1:{port}")
@@ -178,28 +210,65 @@ def test_probe_of_nothing_listening_costs_only_the_facts():
 
 
 def test_efficiency_table_shows_what_was_measured():
-    eff = {"baseline_gpu_memory_gib": 2.0, "max_load_before_kv_saturation": 8.0, "steps": [
-        {"step": 1, "offered": 4.0, "output_tokens_per_s": 400.0, "gpu_memory_used_gib": 70.0,
-         "gpu_memory_beyond_baseline_gib": 68.0, "output_tokens_per_s_per_gib": 400 / 70, "kv_cache_usage_max": 0.5,
-         "preemptions": 0.0, "kv_saturated": False},
-        {"step": 2, "offered": 16.0, "output_tokens_per_s": 900.0, "kv_cache_usage_max": 1.0, "preemptions": 3.0,
-         "kv_saturated": True},
-    ]}
+    eff = {
+        "baseline_gpu_memory_gib": 2.0,
+        "max_load_before_kv_saturation": 8.0,
+        "steps": [
+            {
+                "step": 1,
+                "offered": 4.0,
+                "output_tokens_per_s": 400.0,
+                "gpu_memory_used_gib": 70.0,
+                "gpu_memory_beyond_baseline_gib": 68.0,
+                "output_tokens_per_s_per_gib": 400 / 70,
+                "kv_cache_usage_max": 0.5,
+                "preemptions": 0.0,
+                "kv_saturated": False,
+            },
+            {
+                "step": 2,
+                "offered": 16.0,
+                "output_tokens_per_s": 900.0,
+                "kv_cache_usage_max": 1.0,
+                "preemptions": 3.0,
+                "kv_saturated": True,
+            },
+        ],
+    }
     text = efficiency_table(eff)
     lines = text.splitlines()
     assert "GPU mem GiB" in lines[1] and "KV max %" in lines[1]
     assert "70.0" in lines[3] and "50.0" in lines[3] and "KV saturated" not in lines[3]
     assert "100.0" in lines[4] and lines[4].endswith("KV saturated") and " - " in lines[4]
     assert "idle GPU memory before the load: 2.0 GiB" in text and text.endswith(": 8")
-    assert efficiency_table({"steps": [{"step": 1, "offered": 1.0, "output_tokens_per_s": 1.0, "kv_saturated": False}]}) == ""
+    assert (
+        efficiency_table({"steps": [{"step": 1, "offered": 1.0, "output_tokens_per_s": 1.0, "kv_saturated": False}]})
+        == ""
+    )
 
 
 def test_a_real_run_records_how_to_reproduce_it(tmp_path):
     secret = "sk-test-repro-0123456789"
     results = tmp_path / "r.json"
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "-t", "3s", "-u", "2", "--seed", "7", "--results", str(results)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": secret},
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "-t",
+            "3s",
+            "-u",
+            "2",
+            "--seed",
+            "7",
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENAI_API_KEY": secret},
     )
     assert p.returncode == 0, p.stderr[-2000:]
     text = results.read_text()

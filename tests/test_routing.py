@@ -11,7 +11,13 @@ from collections import Counter
 import pytest
 
 from llm_locust.runtime.routing import (
-    DOWN_AFTER, STRATEGIES, ModelSplit, Router, header_value, session_headers, stable_hash,
+    DOWN_AFTER,
+    STRATEGIES,
+    ModelSplit,
+    Router,
+    header_value,
+    session_headers,
+    stable_hash,
 )
 
 URLS = ["http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"]
@@ -37,17 +43,27 @@ def test_strategies_are_the_settings_routes():
 
 
 def test_importable_without_locust_or_gevent():
-    code = ("import sys, llm_locust.runtime.routing\n"
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('locust', 'gevent', 'geventhttpclient')]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, llm_locust.runtime.routing\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('locust', 'gevent', 'geventhttpclient')]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_stable_hash_is_fixed_across_processes():
     # a literal: the same in every process and run (Python's hash() of a str is salted per process)
     assert stable_hash("http://a:8000", "s1") == stable_hash("http://a:8000", "s1")
-    out = subprocess.run([sys.executable, "-c", "from llm_locust.runtime.routing import stable_hash;"
-                          "print(stable_hash('http://a:8000', 's1'))"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from llm_locust.runtime.routing import stable_hash;print(stable_hash('http://a:8000', 's1'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(out.stdout) == stable_hash("http://a:8000", "s1")
     assert stable_hash("ab", "c") != stable_hash("a", "bc")  # the parts are length-framed
 
@@ -297,6 +313,7 @@ def test_session_headers_with_settings_defaults():
 
 # ---- per-endpoint /metrics scrapers ----
 
+
 def test_server_scrapers_one_per_endpoint():
     from llm_locust.runtime.scraper import server_scrapers
 
@@ -322,8 +339,10 @@ def test_per_endpoint_scrapers_read_each_their_own_server():
     def serve(running: int):
         class H(BaseHTTPRequestHandler):
             def do_GET(self):
-                body = (f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {running}\n"
-                        "llamacpp:requests_deferred 0\n").encode()
+                body = (
+                    f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {running}\n"
+                    "llamacpp:requests_deferred 0\n"
+                ).encode()
                 self.send_response(200 if self.path == "/metrics" else 404)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -260,7 +260,15 @@ def closed_loop_ladder(slots, levels, *, o=64, p=100, step_s=20.0, warmup=5.0):
 
     def new_request(t):
         counter[0] += 1
-        r = RequestRecord(request_id=str(counter[0]), api="openai-chat", t_sched=t, t_sent=t, wall_sent=W + t, n_in=p, n_in_source="usage")
+        r = RequestRecord(
+            request_id=str(counter[0]),
+            api="openai-chat",
+            t_sched=t,
+            t_sent=t,
+            wall_sent=W + t,
+            n_in=p,
+            n_in_source="usage",
+        )
         pending.append(Seq(n_in=p, target=o, reserve=p + o, owner=r))
 
     while True:
@@ -314,8 +322,10 @@ def test_simulated_closed_loop_ladder_finds_the_slot_count(slots):
     steps = closed_loop_ladder(slots, GEOMETRIC, o=o, p=p)
     cap = capacity(SimConfig(slots=slots), prompt_tokens=p, output_tokens=o)
     v = analyse(steps, {})
-    print(f"\n{slots} slots: model saturation {cap['saturation_concurrency']} users, "
-          f"{cap['output_tokens_per_s']:.0f} tok/s\n{format_steps(steps, v)}")
+    print(
+        f"\n{slots} slots: model saturation {cap['saturation_concurrency']} users, "
+        f"{cap['output_tokens_per_s']:.0f} tok/s\n{format_steps(steps, v)}"
+    )
     found = v.saturation["offered"]
     assert within_one_step(found, cap["saturation_concurrency"], GEOMETRIC)
     assert found == slots  # on the noiseless simulator the knee is exact
@@ -350,16 +360,34 @@ def test_simulated_open_loop_rate_ladder_knee_near_capacity():
     run, aggs = Aggregate(), [Aggregate() for _ in rates]
     for (t, _, n), toks in zip(arrivals, times):
         rec = RequestRecord(
-            request_id="r", api="openai-chat", t_sched=t, t_sent=t, wall_sent=W + t, t_first=toks[0], t_first_content=toks[0],
-            t_end=toks[-1], chunk_times=list(toks), chunk_tokens=[1] * n, n_out=n, n_out_source="usage",
+            request_id="r",
+            api="openai-chat",
+            t_sched=t,
+            t_sent=t,
+            wall_sent=W + t,
+            t_first=toks[0],
+            t_first_content=toks[0],
+            t_end=toks[-1],
+            chunk_times=list(toks),
+            chunk_tokens=[1] * n,
+            n_out=n,
+            n_out_source="usage",
         )
         run.add(rec)
         i = int(t // step_s)
         if t >= i * step_s + warmup:
             aggs[i].add(rec)
     steps = [
-        step_result(aggs[i], step=i + 1, offered=r, offered_kind="rate", window=(W + i * step_s + warmup, W + (i + 1) * step_s),
-                    warmup=warmup, slos={}, series=run.series)
+        step_result(
+            aggs[i],
+            step=i + 1,
+            offered=r,
+            offered_kind="rate",
+            window=(W + i * step_s + warmup, W + (i + 1) * step_s),
+            warmup=warmup,
+            slos={},
+            series=run.series,
+        )
         for i, r in enumerate(rates)
     ]
     v = analyse(steps, {})
@@ -381,7 +409,10 @@ def test_early_stop_rules():
     assert early_stop(steps, {}, max_error_rate=0.05, flat_steps=0) is None
     assert early_stop(steps, {}, max_error_rate=0.05, flat_steps=3) is None
     # SLO broken
-    assert early_stop(steps[:2], {"ttft_p50": 0.05}, max_error_rate=0.05) == "step 2 (2 users) broke an SLO: ttft p50 100 ms > 50 ms"
+    assert (
+        early_stop(steps[:2], {"ttft_p50": 0.05}, max_error_rate=0.05)
+        == "step 2 (2 users) broke an SLO: ttft p50 100 ms > 50 ms"
+    )
     # errors
     bad = steps[:2] + [fake(3, 4, 300, 0.1, ok=90, failed=10)]
     assert early_stop(bad, {}, max_error_rate=0.05) == "step 3 (4 users): error rate 10.0% above 5.0%"
@@ -405,7 +436,7 @@ def test_verdict_format_and_dict():
     d = json.loads(json.dumps(v.to_dict()))
     assert d["saturation"]["offered"] == 8 and d["max_slo_load"] == 8 and d["method"] == v.method
     table = format_steps(steps, v)
-    assert table.splitlines()[-len(text.splitlines()):] == text.splitlines()
+    assert table.splitlines()[-len(text.splitlines()) :] == text.splitlines()
 
 
 def test_a_lone_rise_at_the_top_is_reported_not_followed():

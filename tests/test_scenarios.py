@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, timeout=120, cwd=None):
-    return subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
 
 
 def rows(prefix: Path) -> dict[str, dict]:
@@ -38,8 +39,22 @@ def sim():
 
 def test_a_multi_turn_chat_whose_next_turn_depends_on_the_reply(tmp_path, sim):
     log = tmp_path / "records.jsonl"
-    p = run_cli("-f", str(REPO / "locustfiles" / "multiturn.py"), "--host", sim.url, "-u", "2", "-t", "4s",
-                "--csv", str(tmp_path / "c"), "--results", str(tmp_path / "r.json"), "--record-log", str(log))
+    p = run_cli(
+        "-f",
+        str(REPO / "locustfiles" / "multiturn.py"),
+        "--host",
+        sim.url,
+        "-u",
+        "2",
+        "-t",
+        "4s",
+        "--csv",
+        str(tmp_path / "c"),
+        "--results",
+        str(tmp_path / "r.json"),
+        "--record-log",
+        str(log),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     table = rows(tmp_path / "c")
     assert {"turn 1", "turn 2", "turn 3"} <= set(table)
@@ -52,13 +67,48 @@ def test_a_multi_turn_chat_whose_next_turn_depends_on_the_reply(tmp_path, sim):
 
 
 def test_the_multi_turn_example_under_plain_locust_and_distributed(tmp_path, sim):
-    p = subprocess.run([sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "multiturn.py"), "--headless",
-                        "-u", "2", "-r", "2", "-t", "3s", "--host", sim.url, "--csv", str(tmp_path / "plain"),
-                        "--only-summary"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(REPO / "locustfiles" / "multiturn.py"),
+            "--headless",
+            "-u",
+            "2",
+            "-r",
+            "2",
+            "-t",
+            "3s",
+            "--host",
+            sim.url,
+            "--csv",
+            str(tmp_path / "plain"),
+            "--only-summary",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "turn 2" in rows(tmp_path / "plain")
-    p = run_cli("-f", str(REPO / "locustfiles" / "multiturn.py"), "--host", sim.url, "-u", "4", "-t", "5s",
-                "--workers", "2", "--csv", str(tmp_path / "dist"), "--results", str(tmp_path / "d.json"))
+    p = run_cli(
+        "-f",
+        str(REPO / "locustfiles" / "multiturn.py"),
+        "--host",
+        sim.url,
+        "-u",
+        "4",
+        "-t",
+        "5s",
+        "--workers",
+        "2",
+        "--csv",
+        str(tmp_path / "dist"),
+        "--results",
+        str(tmp_path / "d.json"),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "turn 2" in rows(tmp_path / "dist")
     s = json.loads((tmp_path / "d.json").read_text())["summary"]
@@ -86,15 +136,27 @@ class ToolServer(http.server.BaseHTTPRequestHandler):
         tool = [m["content"] for m in req["messages"] if m["role"] == "tool"]
         if tool:
             type(self).seen_results.append(tool[-1])
-            chunks = [{"choices": [{"index": 0, "delta": {"content": f"The sum is {tool[-1]}"}}]},
-                      {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"content": f"The sum is {tool[-1]}"}}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            ]
         else:
             assert req["tools"][0]["function"]["name"] == "add"
             call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": ""}}
-            chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
-                      {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 2,'}}]}}]},
-                      {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ' "b": 3}'}}]}}]},
-                      {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+                {
+                    "choices": [
+                        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 2,'}}]}}
+                    ]
+                },
+                {
+                    "choices": [
+                        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ' "b": 3}'}}]}}
+                    ]
+                },
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            ]
         body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
         self._send(200, body.encode(), "text/event-stream")
 
@@ -106,8 +168,20 @@ def test_an_agent_loop_answers_the_models_tool_call_with_a_local_function(tmp_pa
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ToolServer)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        p = run_cli("-f", str(REPO / "locustfiles" / "agent.py"), "--host", f"http://127.0.0.1:{srv.server_port}",
-                    "-u", "1", "-t", "2s", "--csv", str(tmp_path / "c"), "--results", str(tmp_path / "r.json"))
+        p = run_cli(
+            "-f",
+            str(REPO / "locustfiles" / "agent.py"),
+            "--host",
+            f"http://127.0.0.1:{srv.server_port}",
+            "-u",
+            "1",
+            "-t",
+            "2s",
+            "--csv",
+            str(tmp_path / "c"),
+            "--results",
+            str(tmp_path / "r.json"),
+        )
     finally:
         srv.shutdown()
     assert p.returncode == 0, p.stderr[-3000:]
@@ -127,7 +201,8 @@ def test_a_scenario_that_raises_is_a_counted_failure_and_the_user_goes_on(tmp_pa
         "    @task\n"
         "    def go(self):\n"
         "        r = self.llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=4, name='before the bug')\n"
-        "        raise ValueError('bug in the scenario')\n")
+        "        raise ValueError('bug in the scenario')\n"
+    )
     p = run_cli("-f", str(lf), "--host", sim.url, "-u", "1", "-t", "3s", "--csv", str(tmp_path / "c"), "--no-fail-fast")
     table = rows(tmp_path / "c")
     assert int(table["before the bug"]["Request Count"]) > 1  # the user went on after the exception
@@ -144,8 +219,21 @@ def test_a_workload_mixes_kinds_with_figures_per_kind(tmp_path):
     import math
 
     results = tmp_path / "r.json"
-    p = run_cli("--sim-fast", "--mix", "embeddings:0.2,rerank:0.1", "-u", "8", "-t", "4s", "--max-tokens-cap", "8",
-                "--results", str(results), "--csv", str(tmp_path / "c"))
+    p = run_cli(
+        "--sim-fast",
+        "--mix",
+        "embeddings:0.2,rerank:0.1",
+        "-u",
+        "8",
+        "-t",
+        "4s",
+        "--max-tokens-cap",
+        "8",
+        "--results",
+        str(results),
+        "--csv",
+        str(tmp_path / "c"),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(results.read_text())
     s = doc["summary"]
@@ -164,7 +252,9 @@ def test_a_workload_mixes_kinds_with_figures_per_kind(tmp_path):
 
 def test_images_and_tools_in_every_chat_request_are_counted_and_printed(tmp_path):
     results = tmp_path / "r.json"
-    p = run_cli("--images", "2", "--image-size", "32x32", "--tools", "2", "-u", "2", "-t", "3s", "--results", str(results))
+    p = run_cli(
+        "--images", "2", "--image-size", "32x32", "--tools", "2", "-u", "2", "-t", "3s", "--results", str(results)
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads(results.read_text())["summary"]
     assert s["images"]["sent"] == 2 * s["sent"] - 2 * s["cancelled"] or s["images"]["per_request"] == 2.0

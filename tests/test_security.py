@@ -58,8 +58,12 @@ def sim():
 
 def start_locust(tmp_path, host, *options, env=None):
     log = open(tmp_path / "locust.log", "a")
-    return subprocess.Popen([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host, *options],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host, *options],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def stop(proc):
@@ -93,14 +97,19 @@ def test_the_start_form_sets_load_figures_only(tmp_path, sim):
     base = f"http://127.0.0.1:{web}"
     try:
         wait_for("the web UI", lambda: requests.get(base + "/llm/data", timeout=5).ok)
-        for field, value in (("api_key_env", "HOME"), ("trace", "/etc/passwd"), ("record_log", str(tmp_path / "x")),
-                             ("results", str(tmp_path / "r.json"))):
+        for field, value in (
+            ("api_key_env", "HOME"),
+            ("trace", "/etc/passwd"),
+            ("record_log", str(tmp_path / "x")),
+            ("results", str(tmp_path / "r.json")),
+        ):
             r = requests.post(base + "/swarm", data={"user_count": "1", "spawn_rate": "1", field: value}, timeout=10)
             assert r.status_code == 403 and field in r.json()["message"], (field, r.text)
         assert requests.get(base + "/llm/data", timeout=5).json()["state"] == "ready"  # nothing started
         assert not (tmp_path / "x").exists()
-        r = requests.post(base + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": sim.url, "run_time": "2s"},
-                          timeout=10)
+        r = requests.post(
+            base + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": sim.url, "run_time": "2s"}, timeout=10
+        )
         assert r.status_code == 200 and r.json()["success"] is True
     finally:
         stop(proc)
@@ -108,8 +117,14 @@ def test_the_start_form_sets_load_figures_only(tmp_path, sim):
 
 def test_web_login_guards_every_route_with_the_bundled_locustfiles(tmp_path, sim):
     web = free_port()
-    proc = start_locust(tmp_path, sim.url, "--web-port", str(web), "--web-login",
-                        env={"LLM_LOCUST_WEB_PASSWORD": "pw-123", "LLM_LOCUST_WEB_USER": "ops"})
+    proc = start_locust(
+        tmp_path,
+        sim.url,
+        "--web-port",
+        str(web),
+        "--web-login",
+        env={"LLM_LOCUST_WEB_PASSWORD": "pw-123", "LLM_LOCUST_WEB_USER": "ops"},
+    )
     base = f"http://127.0.0.1:{web}"
     try:
         wait_for("the login page", lambda: requests.get(base + "/login", timeout=5).status_code == 200)
@@ -172,11 +187,37 @@ def echo_server():
 def test_a_key_the_server_echoes_is_masked_in_every_output(tmp_path, echo_server):
     out = tmp_path
     p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", echo_server, "-t", "3s", "-u", "2",
-         "--api-key-env", "MY_KEY", "--results", str(out / "r.json"), "--report", str(out / "r.html"),
-         "--record-log", str(out / "log.jsonl"), "--csv", str(out / "c"), "--html", str(out / "l.html"),
-         "--loglevel", "DEBUG"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "MY_KEY": SECRET})
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            echo_server,
+            "-t",
+            "3s",
+            "-u",
+            "2",
+            "--api-key-env",
+            "MY_KEY",
+            "--results",
+            str(out / "r.json"),
+            "--report",
+            str(out / "r.html"),
+            "--record-log",
+            str(out / "log.jsonl"),
+            "--csv",
+            str(out / "c"),
+            "--html",
+            str(out / "l.html"),
+            "--loglevel",
+            "DEBUG",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MY_KEY": SECRET},
+    )
     texts = {"stdout": p.stdout, "stderr": p.stderr}
     for f in out.iterdir():
         if f.is_file():
@@ -189,8 +230,12 @@ def test_a_key_the_server_echoes_is_masked_in_every_output(tmp_path, echo_server
 
 
 def test_credentials_in_the_host_url_are_refused_without_echoing_them():
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://user:{SECRET}@127.0.0.1:9"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://user:{SECRET}@127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "credentials in the URL" in p.stderr
     assert SECRET not in p.stdout + p.stderr
 
@@ -198,9 +243,28 @@ def test_credentials_in_the_host_url_are_refused_without_echoing_them():
 def test_web_routes_mask_an_echoed_key(tmp_path, echo_server):
     web = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", echo_server, "--web-port", str(web),
-         "--autostart", "-u", "1", "-r", "1", "--api-key-env", "MY_KEY"],
-        stdout=open(tmp_path / "locust.log", "w"), stderr=subprocess.STDOUT, env={**os.environ, "MY_KEY": SECRET})
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--host",
+            echo_server,
+            "--web-port",
+            str(web),
+            "--autostart",
+            "-u",
+            "1",
+            "-r",
+            "1",
+            "--api-key-env",
+            "MY_KEY",
+        ],
+        stdout=open(tmp_path / "locust.log", "w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "MY_KEY": SECRET},
+    )
     base = f"http://127.0.0.1:{web}"
     try:
         wait_for("a failure row", lambda: "***" in requests.get(base + "/stats/failures/csv", timeout=5).text)

@@ -44,12 +44,22 @@ def test_each_server_is_detected_and_read_by_its_own_names():
 
 
 def test_window_means_gauges_and_rates_counters():
-    s = ServerSeries("u", "vllm", [
-        Sample(10.0, {"running": 2, "generation_tokens_total": 100, "ttft_seconds_sum": 1.0, "ttft_seconds_count": 10}),
-        Sample(11.0, {"running": 4, "generation_tokens_total": 300, "ttft_seconds_sum": 2.0, "ttft_seconds_count": 20}),
-        Sample(12.0, {"running": 6, "generation_tokens_total": 500, "ttft_seconds_sum": 4.0, "ttft_seconds_count": 30}),
-        Sample(20.0, {"running": 100, "generation_tokens_total": 9999}),
-    ])
+    s = ServerSeries(
+        "u",
+        "vllm",
+        [
+            Sample(
+                10.0, {"running": 2, "generation_tokens_total": 100, "ttft_seconds_sum": 1.0, "ttft_seconds_count": 10}
+            ),
+            Sample(
+                11.0, {"running": 4, "generation_tokens_total": 300, "ttft_seconds_sum": 2.0, "ttft_seconds_count": 20}
+            ),
+            Sample(
+                12.0, {"running": 6, "generation_tokens_total": 500, "ttft_seconds_sum": 4.0, "ttft_seconds_count": 30}
+            ),
+            Sample(20.0, {"running": 100, "generation_tokens_total": 9999}),
+        ],
+    )
     w = s.window(10, 12)
     assert w["samples"] == 3 and w["running"] == {"mean": 4, "max": 6}
     assert w["generation_tokens_total"] == {"increase": 400, "per_s": 200}
@@ -81,12 +91,32 @@ def test_reads_are_jittered_on_their_grid_so_a_periodic_load_is_not_read_at_one_
 def test_a_ladder_whose_steps_are_short_for_the_reads_is_warned(tmp_path, interval, warned):
     with SimProcess(slots=2) as sim:
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1",
-             "--warmup", "1", "--step-duration", "3", "--max-tokens", "8", "--metrics-interval", interval],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--ladder",
+                "concurrency:1",
+                "--warmup",
+                "1",
+                "--step-duration",
+                "3",
+                "--max-tokens",
+                "8",
+                "--metrics-interval",
+                interval,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert p.returncode == 0, p.stderr[-1500:]
-    assert ("2s window gets about 1 read(s)" in p.stderr and "give --metrics-interval 0.5" in p.stderr) == warned, p.stderr[-1500:]
+    assert ("2s window gets about 1 read(s)" in p.stderr and "give --metrics-interval 0.5" in p.stderr) == warned, (
+        p.stderr[-1500:]
+    )
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan"])
@@ -94,7 +124,9 @@ def test_a_bad_metrics_interval_is_refused_before_any_load(tmp_path, bad):
     with SimProcess(slots=2, token_log=str(tmp_path / "t.jsonl")) as sim:
         p = subprocess.run(
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "-t", "2s", "--metrics-interval", bad],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert p.returncode == 2, p.stderr[-1500:]
     assert "\n  --metrics-interval: " in p.stderr and "Traceback" not in p.stderr
@@ -105,10 +137,30 @@ def test_the_simulators_metrics_are_read_beside_each_ladder_step(tmp_path):
     results = tmp_path / "r.json"
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005) as sim:
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,8",
-             "--warmup", "1", "--step-duration", "5", "--max-tokens", "32", "--no-early-stop", "--results", str(results),
-             "--metrics-interval", "0.5"],  # ~8 reads in each 4 s window
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "--ladder",
+                "concurrency:1,8",
+                "--warmup",
+                "1",
+                "--step-duration",
+                "5",
+                "--max-tokens",
+                "32",
+                "--no-early-stop",
+                "--results",
+                str(results),
+                "--metrics-interval",
+                "0.5",
+            ],  # ~8 reads in each 4 s window
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         body = urllib.request.urlopen(sim.url + "/metrics").read().decode()
     assert p.returncode == 0, p.stderr[-2000:]
@@ -126,9 +178,25 @@ def test_a_server_without_metrics_is_one_warning_and_the_test_goes_on(tmp_path):
     results = tmp_path / "r.json"
     with SimProcess(slots=4) as sim:
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "-t", "3s", "-u", "2",
-             "--server-metrics", sim.url + "/nothing-here", "--results", str(results)],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                sim.url,
+                "-t",
+                "3s",
+                "-u",
+                "2",
+                "--server-metrics",
+                sim.url + "/nothing-here",
+                "--results",
+                str(results),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stderr.count("no server metrics at") == 1
@@ -175,9 +243,29 @@ def test_llama_server_metrics_are_read(tmp_path, llama_server_bin, tiny_model):
     trace.write_text("".join(json.dumps({"input_tokens": 40, "output_tokens": 32}) + "\n" for _ in range(10)))
     with LlamaServer(tiny_model, slots=2, ctx=4096, alias="tiny", threads=1) as srv:
         p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", srv.url, "--api", "openai-completions", "-u", "4",
-             "-t", "6s", "--trace", str(trace), "--results", str(results), "--metrics-interval", "0.5"],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "llm_locust.cli",
+                "run",
+                "--host",
+                srv.url,
+                "--api",
+                "openai-completions",
+                "-u",
+                "4",
+                "-t",
+                "6s",
+                "--trace",
+                str(trace),
+                "--results",
+                str(results),
+                "--metrics-interval",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert p.returncode == 0, p.stderr[-2000:]
     sm = json.loads(results.read_text())["server_metrics"]
@@ -191,7 +279,10 @@ def test_efficiency_finds_the_load_before_kv_saturation_or_preemption():
     from llm_locust.analysis.server_metrics import efficiency
 
     steps = [{"step": i + 1, "offered": n, "output_tokens_per_s": 100.0 * n} for i, n in enumerate((1, 2, 4, 8))]
-    server = [{"kv_cache_usage": {"max": k}, "preemptions_total": {"increase": p}} for k, p in ((0.1, 0), (0.5, 0), (0.9, 3), (1.0, 9))]
+    server = [
+        {"kv_cache_usage": {"max": k}, "preemptions_total": {"increase": p}}
+        for k, p in ((0.1, 0), (0.5, 0), (0.9, 3), (1.0, 9))
+    ]
     gpu = [{"gpu_memory_used_bytes": {"mean": (80 + n) * 2**30}} for n in (1, 2, 4, 8)]
     e = efficiency(steps, server, gpu, 80 * 2**30)
     assert e["max_load_before_kv_saturation"] == 2  # step 3 preempted requests
@@ -201,17 +292,42 @@ def test_efficiency_finds_the_load_before_kv_saturation_or_preemption():
 
 def test_gpu_sidecar_figures_are_read_beside_each_step(tmp_path):
     results = tmp_path / "r.json"
-    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "2", "--port", "0"],
-                               stdout=subprocess.PIPE, text=True)
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "2", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = sidecar.stdout.readline()
-        url = line[line.index("http://"):].strip()
+        url = line[line.index("http://") :].strip()
         with SimProcess(slots=4) as sim:
             p = subprocess.run(
-                [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--ladder", "concurrency:1,4",
-                 "--warmup", "1", "--step-duration", "4", "--max-tokens", "16", "--no-early-stop",
-                 "--gpu-metrics", url + "/metrics", "--metrics-interval", "0.5", "--results", str(results)],
-                capture_output=True, text=True, timeout=120,
+                [
+                    sys.executable,
+                    "-m",
+                    "llm_locust.cli",
+                    "run",
+                    "--host",
+                    sim.url,
+                    "--ladder",
+                    "concurrency:1,4",
+                    "--warmup",
+                    "1",
+                    "--step-duration",
+                    "4",
+                    "--max-tokens",
+                    "16",
+                    "--no-early-stop",
+                    "--gpu-metrics",
+                    url + "/metrics",
+                    "--metrics-interval",
+                    "0.5",
+                    "--results",
+                    str(results),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
     finally:
         sidecar.terminate()
@@ -251,12 +367,16 @@ def vllm_sample(t, q, h, d, dt, a):
 
 
 def test_vllm_prefix_cache_and_spec_decode_from_counter_deltas_of_the_window():
-    s = ServerSeries("u", "vllm", [
-        vllm_sample(0.0, 1000, 900, 50, 150, 140),  # before the window: must not count
-        vllm_sample(10.0, 2000, 1000, 100, 300, 200),
-        vllm_sample(11.0, 2600, 1300, 180, 540, 330),
-        vllm_sample(12.0, 3000, 1400, 300, 900, 560),
-    ])
+    s = ServerSeries(
+        "u",
+        "vllm",
+        [
+            vllm_sample(0.0, 1000, 900, 50, 150, 140),  # before the window: must not count
+            vllm_sample(10.0, 2000, 1000, 100, 300, 200),
+            vllm_sample(11.0, 2600, 1300, 180, 540, 330),
+            vllm_sample(12.0, 3000, 1400, 300, 900, 560),
+        ],
+    )
     w = s.window(10, 12)
     assert w["prefix_cache_queries_total"] == {"increase": 1000, "per_s": 500}
     assert w["prefix_cache_hit_ratio"] == 400 / 1000 and w["prefix_cache_hit_ratio_source"] == "counters"
@@ -279,7 +399,11 @@ sglang:spec_accept_length{{model_name="m"}} {n}
     samples = []
     for t, (c, r, n) in enumerate([(0.2, 0.5, 2.5), (0.4, 0.7, 3.1)]):
         server, fig = read(text.format(c=c, r=r, n=n))
-        assert server == "sglang" and fig == {"prefix_cache_hit_rate": c, "spec_accept_rate": r, "spec_accept_length": n}
+        assert server == "sglang" and fig == {
+            "prefix_cache_hit_rate": c,
+            "spec_accept_rate": r,
+            "spec_accept_length": n,
+        }
         samples.append(Sample(float(t), fig))
     w = ServerSeries("u", "sglang", samples).window(0, 1)
     assert w["prefix_cache_hit_ratio"] == pytest.approx(0.3) and w["prefix_cache_hit_ratio_source"] == "gauge"
@@ -299,8 +423,10 @@ llamacpp:spec_decode_num_draft_tokens_total {dt}
 # TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
 llamacpp:spec_decode_num_accepted_tokens_total {a}
 """
-    samples = [Sample(float(t), read(text.format(p=p, c=c, d=d, dt=dt, a=a))[1])
-               for t, (p, c, d, dt, a) in enumerate([(100, 0, 0, 0, 0), (160, 240, 10, 80, 20)])]
+    samples = [
+        Sample(float(t), read(text.format(p=p, c=c, d=d, dt=dt, a=a))[1])
+        for t, (p, c, d, dt, a) in enumerate([(100, 0, 0, 0, 0), (160, 240, 10, 80, 20)])
+    ]
     w = ServerSeries("u", "llama.cpp", samples).window(0, 1)
     # llama-server's prompt_tokens_total counts the prompt tokens it processed (not the cached ones)
     assert w["prefix_cache_hit_ratio"] == 240 / (240 + 60)
@@ -330,18 +456,31 @@ def test_the_simulators_cache_and_spec_counters_are_read_exactly():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             return Sample(0.0, read(r.read().decode())[1])
 
-    with SimProcess(iter_base=0.001, iter_per_seq=0.0001, iter_per_prefill_token=0, prefix_cache=True, cache_block=4,
-                    spec_tokens=4, spec_accept=0.5) as sim:
+    with SimProcess(
+        iter_base=0.001,
+        iter_per_seq=0.0001,
+        iter_per_prefill_token=0,
+        prefix_cache=True,
+        cache_block=4,
+        spec_tokens=4,
+        spec_accept=0.5,
+    ) as sim:
         s0 = scrape(sim.port)
-        cached = [post(sim.port, {"prompt": "a b c d e f g h i j", "max_tokens": 30})["usage"]["prompt_tokens_details"]["cached_tokens"]
-                  for _ in range(3)]
+        cached = [
+            post(sim.port, {"prompt": "a b c d e f g h i j", "max_tokens": 30})["usage"]["prompt_tokens_details"][
+                "cached_tokens"
+            ]
+            for _ in range(3)
+        ]
         s1 = scrape(sim.port)
     s1.t = 1.0
     w = ServerSeries(sim.url, "vllm", [s0, s1]).window(0, 1)
     assert cached == [0, 8, 8] and w["prefix_cache_hit_ratio"] == 16 / 30
     assert w["generation_tokens_total"]["increase"] == 90
     acc, drafts = w["spec_decode_accepted_tokens_total"]["increase"], w["spec_decode_drafts_total"]["increase"]
-    assert w["spec_mean_accepted_length"] == 1 + acc / drafts and 0 < acc < w["spec_decode_draft_tokens_total"]["increase"]
+    assert (
+        w["spec_mean_accepted_length"] == 1 + acc / drafts and 0 < acc < w["spec_decode_draft_tokens_total"]["increase"]
+    )
 
 
 def test_format_steps_shows_cache_hit_and_spec_acceptance_beside_itl():
@@ -349,21 +488,54 @@ def test_format_steps_shows_cache_hit_and_spec_acceptance_beside_itl():
     from llm_locust.analysis.steps import StepResult
 
     def step(i):
-        return StepResult(step=i, offered=i, offered_kind="concurrency", window_start=0, window_end=10, warmup=0,
-                          steady_seconds=(0, 10), sent=10, ok=10, failed=0, cancelled=0, error_rate=0.0, requests_per_s=1.0,
-                          output_tokens_per_s=10.0 * i, aggregate_output_tokens_per_s=10.0, aggregate_requests_per_s=1.0,
-                          latency={}, goodput_requests_per_s=None, goodput_tokens_per_s=None, slo_attainment=None,
-                          concurrency=1.0, client_valid=True, length_checked=0, length_mismatch=0, tokens_out=100)
+        return StepResult(
+            step=i,
+            offered=i,
+            offered_kind="concurrency",
+            window_start=0,
+            window_end=10,
+            warmup=0,
+            steady_seconds=(0, 10),
+            sent=10,
+            ok=10,
+            failed=0,
+            cancelled=0,
+            error_rate=0.0,
+            requests_per_s=1.0,
+            output_tokens_per_s=10.0 * i,
+            aggregate_output_tokens_per_s=10.0,
+            aggregate_requests_per_s=1.0,
+            latency={},
+            goodput_requests_per_s=None,
+            goodput_tokens_per_s=None,
+            slo_attainment=None,
+            concurrency=1.0,
+            client_valid=True,
+            length_checked=0,
+            length_mismatch=0,
+            tokens_out=100,
+        )
 
     steps = [step(1), step(2), step(3)]
     plain = format_steps(steps)
     assert "cache hit" not in plain and "spec acc" not in plain
-    server = [{"prefix_cache_hit_ratio": 0.4, "spec_acceptance_rate": 0.6, "spec_mean_accepted_length": 2.8},
-              {"samples": 0}, {"prefix_cache_hit_ratio": 0.125}]
+    server = [
+        {"prefix_cache_hit_ratio": 0.4, "spec_acceptance_rate": 0.6, "spec_mean_accepted_length": 2.8},
+        {"samples": 0},
+        {"prefix_cache_hit_ratio": 0.125},
+    ]
     lines = format_steps(steps, server=server).splitlines()
     head = lines[0]
-    assert head.index("ITL p50/p99 ms") < head.index("cache hit %") < head.index("spec acc %/len") < head.index("TPOT p50 ms")
-    end_hit, end_spec = head.index("cache hit %") + len("cache hit %"), head.index("spec acc %/len") + len("spec acc %/len")
+    assert (
+        head.index("ITL p50/p99 ms")
+        < head.index("cache hit %")
+        < head.index("spec acc %/len")
+        < head.index("TPOT p50 ms")
+    )
+    end_hit, end_spec = (
+        head.index("cache hit %") + len("cache hit %"),
+        head.index("spec acc %/len") + len("spec acc %/len"),
+    )
     cells = [(line[:end_hit].split()[-1], line[:end_spec].split()[-1]) for line in lines[2:5]]
     assert cells == [("40.0", "60/2.80"), ("-", "-"), ("12.5", "-")]  # right-aligned under their headers
     assert format_steps(steps, server=[{}, {}, {}]) == plain
@@ -383,8 +555,11 @@ def test_llama_server_prefix_cache_counters_match_its_replies(llama_server_bin, 
         s0 = scrape(srv.url, 0.0)
         usages = []
         for _ in range(2):
-            req = urllib.request.Request(srv.url + "/v1/completions", json.dumps(
-                {"prompt": prompt, "max_tokens": 4, "cache_prompt": True}).encode(), {"content-type": "application/json"})
+            req = urllib.request.Request(
+                srv.url + "/v1/completions",
+                json.dumps({"prompt": prompt, "max_tokens": 4, "cache_prompt": True}).encode(),
+                {"content-type": "application/json"},
+            )
             with urllib.request.urlopen(req, timeout=120) as r:
                 usages.append(json.loads(r.read())["usage"])
         s1 = scrape(srv.url, 1.0)

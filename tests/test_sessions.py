@@ -32,6 +32,7 @@ def T(line, **kw):
 
 # ---- the model's checks: file and line ----
 
+
 def test_missing_child_names_the_line():
     with pytest.raises(TraceError, match=r"t.jsonl:2: a turn spawns subagent session 'ghost'"):
         build([("a", None, 0, T(1, new_tokens=5)), ("a", None, 0, T(2, new_tokens=5, children=("ghost",)))])
@@ -44,20 +45,28 @@ def test_missing_parent_names_the_line():
 
 def test_a_cycle_of_subagents_is_refused():
     with pytest.raises(TraceError, match=r"a cycle of subagent links: (a -> b -> a|b -> a -> b)"):
-        build([("root", None, 0, T(1, new_tokens=5)),
-               ("a", "root", 0, T(2, new_tokens=5, children=("b",))),
-               ("b", "a", 0, T(3, new_tokens=5, children=("a",)))])
+        build(
+            [
+                ("root", None, 0, T(1, new_tokens=5)),
+                ("a", "root", 0, T(2, new_tokens=5, children=("b",))),
+                ("b", "a", 0, T(3, new_tokens=5, children=("a",))),
+            ]
+        )
 
 
 def test_negative_gap_and_time_going_back_are_refused():
     with pytest.raises(TraceError, match=r"t.jsonl:2: negative gap"):
         build([("a", None, 0, T(1, new_tokens=5)), ("a", None, 0, T(2, new_tokens=5, gap=-1.0))])
-    with pytest.raises(TraceError, match=r"t.jsonl:2: turn of session 'a' at 1 s, before its previous turn \(5 s, t.jsonl:1\)"):
+    with pytest.raises(
+        TraceError, match=r"t.jsonl:2: turn of session 'a' at 1 s, before its previous turn \(5 s, t.jsonl:1\)"
+    ):
         build([("a", None, 5, T(1, new_tokens=5, at=5.0)), ("a", None, 5, T(2, new_tokens=5, at=1.0))])
 
 
 def test_a_parent_link_without_a_spawning_turn_joins_after_the_first_turn():
-    st = build([("a", None, 0, T(1, new_tokens=5)), ("a", None, 0, T(2, new_tokens=5)), ("k", "a", 0, T(3, new_tokens=5))])
+    st = build(
+        [("a", None, 0, T(1, new_tokens=5)), ("a", None, 0, T(2, new_tokens=5)), ("k", "a", 0, T(3, new_tokens=5))]
+    )
     assert st.sessions["a"].turns[0].children == ("k",) and [s.id for s in st.roots] == ["a"]
 
 
@@ -77,6 +86,7 @@ def test_shares_partition_the_roots_and_keep_subagents_with_them():
 
 # ---- ideal reuse ----
 
+
 def test_ideal_blocks_count_only_a_chain_of_seen_blocks():
     c = IdealCache()
     assert c.blocks((1, 2, 3), 16, 48) == 0  # nothing seen yet
@@ -88,8 +98,10 @@ def test_ideal_blocks_count_only_a_chain_of_seen_blocks():
 
 def test_conversations_of_a_trace_become_sessions_in_turn_order(tmp_path):
     p = tmp_path / "c.jsonl"
-    rows = [{"timestamp": t, "conversation_id": c, "turn": k, "prompt": f"q{k}{c}", "output_tokens": 3}
-            for t, c, k in [(0.0, "a", 0), (0.5, "b", 0), (1.0, "a", 1), (2.0, "a", 2)]]
+    rows = [
+        {"timestamp": t, "conversation_id": c, "turn": k, "prompt": f"q{k}{c}", "output_tokens": 3}
+        for t, c, k in [(0.0, "a", 0), (0.5, "b", 0), (1.0, "a", 1), (2.0, "a", 2)]
+    ]
     rows.append({"timestamp": 0.2, "input_tokens": 7, "output_tokens": 2})
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     st = load_workload(str(p))
@@ -108,6 +120,7 @@ def test_a_trace_without_conversations_stays_a_trace(tmp_path):
 
 # ---- the runner, with a recording sender ----
 
+
 class Recorder:
     """Stands in for the server: answers each request with a reply of `reply_words` words."""
 
@@ -119,8 +132,15 @@ class Recorder:
 
     def __call__(self, spec, t_sched, source, session, ideal, keep_text):
         t = time.perf_counter()
-        entry = {"spec": spec, "source": source, "session": session, "ideal": ideal, "t": t, "t_sched": t_sched,
-                 "keep_text": keep_text}
+        entry = {
+            "spec": spec,
+            "source": source,
+            "session": session,
+            "ideal": ideal,
+            "t": t,
+            "t_sched": t_sched,
+            "keep_text": keep_text,
+        }
         self.sent.append(entry)
         n = len(self.sent)
         gevent.sleep(self.delay)
@@ -142,9 +162,13 @@ def runner(st, **settings):
 
 
 def test_turns_grow_by_the_reply_and_the_new_tokens_and_carry_the_ideal():
-    st = build([("a", None, 0, T(1, new_tokens=20, output_tokens=3)),
-                ("a", None, 0, T(2, new_tokens=10, role="tool", output_tokens=3)),
-                ("a", None, 0, T(3, text="thanks", output_tokens=3))])
+    st = build(
+        [
+            ("a", None, 0, T(1, new_tokens=20, output_tokens=3)),
+            ("a", None, 0, T(2, new_tokens=10, role="tool", output_tokens=3)),
+            ("a", None, 0, T(3, text="thanks", output_tokens=3)),
+        ]
+    )
     send = Recorder()
     assert runner(st).run(st.sessions["a"], send) is True
     msgs = [x["spec"].messages for x in send.sent]
@@ -161,9 +185,13 @@ def test_turns_grow_by_the_reply_and_the_new_tokens_and_carry_the_ideal():
 def test_only_a_turn_with_a_turn_after_it_keeps_its_reply_text():
     # the reply's text is kept (a copy a token; SGLang: every cumulative event parsed whole) only
     # where the next turn sends it back: not on a session's last turn, not in block mode
-    st = build([("p", None, 0, T(1, text="plan", output_tokens=3, children=("k",))),
-                ("p", None, 0, T(2, text="merge", output_tokens=3)),
-                ("k", "p", 0, T(3, text="sub"))])
+    st = build(
+        [
+            ("p", None, 0, T(1, text="plan", output_tokens=3, children=("k",))),
+            ("p", None, 0, T(2, text="merge", output_tokens=3)),
+            ("k", "p", 0, T(3, text="sub")),
+        ]
+    )
     b = SessionBuilder("t.jsonl")
     b.session("b", start=0, source="t.jsonl:4")
     for line, ids in ((4, [1, 2]), (5, [1, 2, 3])):
@@ -172,7 +200,12 @@ def test_only_a_turn_with_a_turn_after_it_keeps_its_reply_text():
     send = Recorder()
     assert runner(st).run(st.sessions["p"], send) is True and runner(blocks).run(blocks.sessions["b"], send) is True
     assert {x["source"]: x["keep_text"] for x in send.sent} == {
-        "t.jsonl:1": True, "t.jsonl:2": False, "t.jsonl:3": False, "t.jsonl:4": False, "t.jsonl:5": False}
+        "t.jsonl:1": True,
+        "t.jsonl:2": False,
+        "t.jsonl:3": False,
+        "t.jsonl:4": False,
+        "t.jsonl:5": False,
+    }
 
 
 def test_no_marker_without_cache_bust():
@@ -183,10 +216,15 @@ def test_no_marker_without_cache_bust():
 
 
 def test_subagents_run_in_parallel_and_the_parent_waits_for_them():
-    st = build([("p", None, 0, T(1, text="plan", output_tokens=3, children=("k1", "k2"))),
-                ("p", None, 0, T(2, text="merge", output_tokens=3)),
-                ("k1", "p", 0, T(3, text="sub one a")), ("k1", "p", 0, T(4, text="sub one b")),
-                ("k2", "p", 0, T(5, text="sub two"))])
+    st = build(
+        [
+            ("p", None, 0, T(1, text="plan", output_tokens=3, children=("k1", "k2"))),
+            ("p", None, 0, T(2, text="merge", output_tokens=3)),
+            ("k1", "p", 0, T(3, text="sub one a")),
+            ("k1", "p", 0, T(4, text="sub one b")),
+            ("k2", "p", 0, T(5, text="sub two")),
+        ]
+    )
     send = Recorder(delay=0.05)
     assert runner(st).run(st.sessions["p"], send) is True
     by = {x["source"].rsplit(":", 1)[1]: x for x in send.sent}
@@ -208,8 +246,9 @@ def test_gaps_are_capped_by_max_idle():
 
 
 def test_a_failed_turn_ends_the_session_and_spawns_nothing():
-    st = build([("p", None, 0, T(1, text="a", children=("k",))), ("p", None, 0, T(2, text="b")),
-                ("k", "p", 0, T(3, text="c"))])
+    st = build(
+        [("p", None, 0, T(1, text="a", children=("k",))), ("p", None, 0, T(2, text="b")), ("k", "p", 0, T(3, text="c"))]
+    )
     send = Recorder(fail_on="t.jsonl:1")
     r = runner(st)
     assert r.run(st.sessions["p"], send) is False
@@ -218,8 +257,14 @@ def test_a_failed_turn_ends_the_session_and_spawns_nothing():
 
 
 def test_killing_a_session_kills_its_subagents():
-    st = build([("p", None, 0, T(1, text="a", children=("k",))), ("p", None, 0, T(2, text="b")),
-                ("k", "p", 0, T(3, text="c")), ("k", "p", 0, T(4, text="d", gap=5.0))])
+    st = build(
+        [
+            ("p", None, 0, T(1, text="a", children=("k",))),
+            ("p", None, 0, T(2, text="b")),
+            ("k", "p", 0, T(3, text="c")),
+            ("k", "p", 0, T(4, text="d", gap=5.0)),
+        ]
+    )
     send = Recorder(delay=0.01)
     g = gevent.spawn(runner(st, max_idle=0).run, st.sessions["p"], send)
     gevent.sleep(0.2)  # the subagent now waits out its 5 s gap

@@ -244,7 +244,14 @@ def test_the_command_line_wins_over_the_plan(tmp_path):
         _, opt = options()[name]
         default = options()[name][0]
         plan_value = {"api": "ollama-chat", "ladder": "rate:1,2"}.get(name, default)
-        plan = derive.load_plan(write(tmp_path, _yaml_of({**beside, name: plan_value}) if plan_value not in ("", None, {}) else _yaml_of(beside) or "{}\n"))
+        plan = derive.load_plan(
+            write(
+                tmp_path,
+                _yaml_of({**beside, name: plan_value})
+                if plan_value not in ("", None, {})
+                else _yaml_of(beside) or "{}\n",
+            )
+        )
         flag = opt.flag_for(name)
         if isinstance(default, bool):
             argv = [flag]
@@ -282,26 +289,60 @@ def test_effective_plan_round_trips_as_yaml(name, tmp_path):
 
 def test_results_of_the_last_round_still_run(tmp_path):
     """An effective plan as results v1/v2 kept it (Plan.to_dict of the first round)."""
-    old = {"name": "x", "description": "", "host": "", "api": "openai-chat", "model": "", "api_key_env": "OPENAI_API_KEY",
-           "workload": {"trace": str(TRACE), "format": "", "tokenizer": "", "think_time": 0.0, "max_in_flight": 0},
-           "ladder": {"kind": "concurrency", "steps": [1, 2], "duration": 20.0, "warmup": 5.0, "requests": 0, "stable": None},
-           "max_tokens": 0, "max_tokens_cap": 0, "force_length": True, "continuous_usage": False, "slos": {"ttft": 0.5},
-           "timeouts": {"connect": 10.0, "no_progress": 60.0, "request": 600.0},
-           "early_stop": {"enabled": True, "max_error_rate": 0.05, "flat_steps": 2, "flat_tolerance": 0.05, "on_slo": False},
-           "seed": 0, "results": "", "report": "", "workers": 0, "sim": {"slots": 8, "fast": False}}
+    old = {
+        "name": "x",
+        "description": "",
+        "host": "",
+        "api": "openai-chat",
+        "model": "",
+        "api_key_env": "OPENAI_API_KEY",
+        "workload": {"trace": str(TRACE), "format": "", "tokenizer": "", "think_time": 0.0, "max_in_flight": 0},
+        "ladder": {
+            "kind": "concurrency",
+            "steps": [1, 2],
+            "duration": 20.0,
+            "warmup": 5.0,
+            "requests": 0,
+            "stable": None,
+        },
+        "max_tokens": 0,
+        "max_tokens_cap": 0,
+        "force_length": True,
+        "continuous_usage": False,
+        "slos": {"ttft": 0.5},
+        "timeouts": {"connect": 10.0, "no_progress": 60.0, "request": 600.0},
+        "early_stop": {
+            "enabled": True,
+            "max_error_rate": 0.05,
+            "flat_steps": 2,
+            "flat_tolerance": 0.05,
+            "on_slo": False,
+        },
+        "seed": 0,
+        "results": "",
+        "report": "",
+        "workers": 0,
+        "sim": {"slots": 8, "fast": False},
+    }
     s = derive.resolve(derive.plan_values(old, source="old.json"))
     assert (s.ladder, s.step_duration, s.warmup, s.slo, s.name) == ("concurrency:1,2", 20, 5, {"ttft": 0.5}, "x")
 
 
 def test_durations_take_units_everywhere(tmp_path):
-    s = derive.resolve(None, cli("--request-timeout", "2m", "--warmup", "500ms", "--think-time", "1.5s", "--metrics-interval", "250ms"))
+    s = derive.resolve(
+        None, cli("--request-timeout", "2m", "--warmup", "500ms", "--think-time", "1.5s", "--metrics-interval", "250ms")
+    )
     assert (s.request_timeout, s.warmup, s.think_time, s.metrics_interval) == (120, 0.5, 1.5, 0.25)
     s = load(tmp_path, "timeouts: {request: 2m}\nladder: {kind: rate, steps: [1], duration: 1m, warmup: 500ms}\n")
     assert (s.request_timeout, s.step_duration, s.warmup) == (120, 60, 0.5)
 
 
 def test_a_bare_slo_number_is_seconds_and_a_large_one_is_refused(tmp_path):
-    assert derive.resolve(None, cli("--slo", "ttft=0.5,tpot=50ms,error_rate=1%")).slo == {"ttft": 0.5, "tpot": 0.05, "error_rate": 0.01}
+    assert derive.resolve(None, cli("--slo", "ttft=0.5,tpot=50ms,error_rate=1%")).slo == {
+        "ttft": 0.5,
+        "tpot": 0.05,
+        "error_rate": 0.01,
+    }
     assert derive.resolve(None, cli("--slo", "ttft=500ms")).slo == {"ttft": 0.5}  # refused in the first round
     with pytest.raises(PlanError, match=r"--slo: ttft=500 would be 500 seconds: write the unit \(500ms or 500s\)"):
         derive.resolve(None, cli("--slo", "ttft=500"))
@@ -310,20 +351,29 @@ def test_a_bare_slo_number_is_seconds_and_a_large_one_is_refused(tmp_path):
     assert "a bare number is seconds and must be below 10" in " ".join(derive.run_parser().format_help().split())
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-u", "0"], "-u/--users: Input should be greater than or equal to 1, got '0'"),
-    (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1, got '-3'"),
-    (["--speed", "0"], "--speed: Input should be greater than 0, got '0'"),
-    (["--api", "openai-cht"], "--api: unknown API 'openai-cht' (did you mean 'openai-chat'?)"),
-    (["--request-timeout", "soon"], "--request-timeout: expected seconds (a number, or e.g. 500ms, 30s, 2m), got 'soon'"),
-    (["-t", "forever"], "-t/--run-time: expected a run time like 30s, 5m, 1h30m, got 'forever'"),
-    (["--max-error-rate", "5"], "--max-error-rate: Input should be less than or equal to 1"),
-    (["--ladder", "users:1..4"], "--ladder: ladder 'users:1..4': unknown kind 'users'"),
-    (["--ladder", "concurrency:1..4", "--warmup", "50"], "--warmup: 50 s is not shorter than the step duration"),
-    (["--trace", "/nonexistent.csv"], "--trace: no such file or folder /nonexistent.csv"),
-    (["--trace", str(TRACE), "--synthetic", "requests=5"], "--trace: give a trace or a synthetic workload, not both"),
-    (["--api-key-env", "not a name"], "--api-key-env: String should match pattern"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-u", "0"], "-u/--users: Input should be greater than or equal to 1, got '0'"),
+        (["-u", "-3"], "-u/--users: Input should be greater than or equal to 1, got '-3'"),
+        (["--speed", "0"], "--speed: Input should be greater than 0, got '0'"),
+        (["--api", "openai-cht"], "--api: unknown API 'openai-cht' (did you mean 'openai-chat'?)"),
+        (
+            ["--request-timeout", "soon"],
+            "--request-timeout: expected seconds (a number, or e.g. 500ms, 30s, 2m), got 'soon'",
+        ),
+        (["-t", "forever"], "-t/--run-time: expected a run time like 30s, 5m, 1h30m, got 'forever'"),
+        (["--max-error-rate", "5"], "--max-error-rate: Input should be less than or equal to 1"),
+        (["--ladder", "users:1..4"], "--ladder: ladder 'users:1..4': unknown kind 'users'"),
+        (["--ladder", "concurrency:1..4", "--warmup", "50"], "--warmup: 50 s is not shorter than the step duration"),
+        (["--trace", "/nonexistent.csv"], "--trace: no such file or folder /nonexistent.csv"),
+        (
+            ["--trace", str(TRACE), "--synthetic", "requests=5"],
+            "--trace: give a trace or a synthetic workload, not both",
+        ),
+        (["--api-key-env", "not a name"], "--api-key-env: String should match pattern"),
+    ],
+)
 def test_bad_values_name_the_option_typed(argv, message):
     with pytest.raises(PlanError) as e:
         derive.resolve(None, cli(*argv))
@@ -332,8 +382,13 @@ def test_bad_values_name_the_option_typed(argv, message):
 
 def test_unknown_keys_are_named_with_their_line_and_the_valid_ones(tmp_path):
     p = problems(tmp_path, "host: http://h:1\nladdr: concurrency:1..4\nworkload:\n  trace_file: x.csv\n")
-    assert p[0].startswith(f"{tmp_path / 'plan.yaml'}:2: laddr: unknown key 'laddr' (did you mean 'ladder'?); known: host, api,")
-    assert ":4: workload.trace_file: unknown key 'trace_file' (did you mean 'tracefile'?)" in p[1] or ":4: workload.trace_file: unknown key 'trace_file'" in p[1]
+    assert p[0].startswith(
+        f"{tmp_path / 'plan.yaml'}:2: laddr: unknown key 'laddr' (did you mean 'ladder'?); known: host, api,"
+    )
+    assert (
+        ":4: workload.trace_file: unknown key 'trace_file' (did you mean 'tracefile'?)" in p[1]
+        or ":4: workload.trace_file: unknown key 'trace_file'" in p[1]
+    )
     assert "known: trace, format, synthetic, tokenizer, think_time, max_in_flight" in p[1]
     p = problems(tmp_path, "ladder:\n  kind: concurrency\n  stpes: [1, 2]\n")
     assert any(":3: ladder.stpes: unknown key 'stpes' (did you mean 'steps'?)" in x for x in p)
@@ -343,8 +398,10 @@ def test_unknown_keys_are_named_with_their_line_and_the_valid_ones(tmp_path):
 
 
 def test_wrong_types_and_every_problem_at_once_in_file_order(tmp_path):
-    p = problems(tmp_path, "max_tokens: many\nseed: 1.5\nforce_length: yes please\nworkload: [a]\n"
-                           "timeouts: {connect: -1}\nbogus: 1\n")
+    p = problems(
+        tmp_path,
+        "max_tokens: many\nseed: 1.5\nforce_length: yes please\nworkload: [a]\ntimeouts: {connect: -1}\nbogus: 1\n",
+    )
     assert [x.split(":")[1] for x in p] == ["1", "2", "3", "4", "5", "6"]
     text = "\n".join(p)
     assert ":1: max_tokens: Input should be a valid integer" in text
@@ -452,16 +509,19 @@ def test_every_option_names_its_plan_key_in_help():
             assert f"[plan: {opt.plan}]" in text, name
 
 
-@pytest.mark.parametrize("argv, cores, workers", [
-    (["-u", "2000"], 16, 4),               # 2000 streams, ~500 a process
-    (["-u", "100"], 16, 0),                # one process is plenty
-    (["-u", "5000"], 4, 3),                # at most the cores less one
-    (["-u", "2000"], 2, 0),                # two cores: a master and one worker gain nothing
-    (["--ladder", "concurrency:1..1024"], 8, 3),
-    (["--ladder", "rate:10..100", "--max-tokens", "500"], 8, 2),  # 100 req/s x 10 s each
-    (["--replay", "--max-in-flight", "1600"], 8, 4),
-    (["-u", "2000", "--workers", "1"], 16, 1),  # given: kept
-])
+@pytest.mark.parametrize(
+    "argv, cores, workers",
+    [
+        (["-u", "2000"], 16, 4),  # 2000 streams, ~500 a process
+        (["-u", "100"], 16, 0),  # one process is plenty
+        (["-u", "5000"], 4, 3),  # at most the cores less one
+        (["-u", "2000"], 2, 0),  # two cores: a master and one worker gain nothing
+        (["--ladder", "concurrency:1..1024"], 8, 3),
+        (["--ladder", "rate:10..100", "--max-tokens", "500"], 8, 2),  # 100 req/s x 10 s each
+        (["--replay", "--max-in-flight", "1600"], 8, 4),
+        (["-u", "2000", "--workers", "1"], 16, 1),  # given: kept
+    ],
+)
 def test_workers_auto_follows_the_planned_load(argv, cores, workers):
     from llm_locust.settings.workers import choose
 
@@ -484,12 +544,24 @@ def test_an_sla_search_stays_a_search_in_the_effective_plan(tmp_path):
     assert plan["ladder"]["kind"] == "rate" and plan["ladder"]["search"] == "1..64:5%" and "steps" not in plan["ladder"]
     again = load(tmp_path, yaml.safe_dump(plan))
     assert again == s and again.ladder == "rate:sla:1..64:5%"
-    assert "a search chooses its own levels" in problems(tmp_path, "ladder: {kind: rate, search: '1..8', steps: [1]}\n")[0]
+    assert (
+        "a search chooses its own levels" in problems(tmp_path, "ladder: {kind: rate, search: '1..8', steps: [1]}\n")[0]
+    )
 
 
 def test_a_repeated_host_adds_endpoints_and_a_weighted_model_splits():
-    ns = derive.run_parser().parse_args(["--host", "http://127.0.0.1:1", "--host", "http://127.0.0.1:2/",
-                                         "--host", "http://127.0.0.1:3", "--model", "base:3,lora-a:1"])
+    ns = derive.run_parser().parse_args(
+        [
+            "--host",
+            "http://127.0.0.1:1",
+            "--host",
+            "http://127.0.0.1:2/",
+            "--host",
+            "http://127.0.0.1:3",
+            "--model",
+            "base:3,lora-a:1",
+        ]
+    )
     s = derive.resolve(None, derive.cli_values(ns))
     assert s.endpoint_list == ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
     assert s.model_split == [("base", 0.75), ("lora-a", 0.25)]

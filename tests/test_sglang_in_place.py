@@ -27,9 +27,16 @@ WORDS = [" Paris", ' "completion_tokens":99,', ' {"finish_reason":null}', " \u00
 
 def real_event(text: str, ids: list[int], count: int, finish=None, **extra) -> dict:
     """An event as SGLang's /generate sends it: text, output_ids, then meta_info, last."""
-    meta = {"id": "4f9c1e0b6a5d4c3e8f7a2b1c0d9e8f7a", "finish_reason": finish, "prompt_tokens": 7,
-            "weight_version": "default", "total_retractions": 0, "completion_tokens": count,
-            "cached_tokens": 3, "e2e_latency": 0.0123 * count}
+    meta = {
+        "id": "4f9c1e0b6a5d4c3e8f7a2b1c0d9e8f7a",
+        "finish_reason": finish,
+        "prompt_tokens": 7,
+        "weight_version": "default",
+        "total_retractions": 0,
+        "completion_tokens": count,
+        "cached_tokens": 3,
+        "e2e_latency": 0.0123 * count,
+    }
     return {"text": text, "output_ids": ids, "meta_info": meta, **extra}
 
 
@@ -66,8 +73,16 @@ def read(pieces: list[bytes], in_place: bool):
         per_piece.append(sum(1 for p in decoder.close() if adapter.feed(p, state)))
     except ProtocolError as e:
         return "error", str(e)
-    return per_piece, (list(state.cont_tokens), state.cont_out, state.usage_in, state.usage_out, state.usage_cached,
-                       state.finish_reason, state.error, state.done)
+    return per_piece, (
+        list(state.cont_tokens),
+        state.cont_out,
+        state.usage_in,
+        state.usage_out,
+        state.usage_cached,
+        state.finish_reason,
+        state.error,
+        state.done,
+    )
 
 
 def splits(body: bytes, seed: int) -> list[bytes]:
@@ -75,7 +90,7 @@ def splits(body: bytes, seed: int) -> list[bytes]:
     out, i = [], 0
     while i < len(body):
         k = rnd.choice([1, 2, 3, 50, 700, 4096, 65536, 262144])
-        out.append(body[i:i + k])
+        out.append(body[i : i + k])
         i += k
     return out
 
@@ -86,20 +101,51 @@ BODIES = {
     "crlf": long_stream(40).replace(b"\n", b"\r\n"),
     "no space after data:": long_stream(30).replace(b"data: ", b"data:"),
     "comment between events": long_stream(30).replace(b"}}\n\ndata: ", b"}}\n\n: keep-alive\n\ndata: ", 5),
-    "index after meta_info": frame([{**real_event("A", [1], 1), "index": 0}, {**real_event("A b", [1, 2], 2), "index": 0},
-                                    {**real_event("A b c", [1, 2, 3], 3, {"type": "stop"}), "index": 0}, b"[DONE]"]),
-    "error after meta_info": frame([real_event("A", [1], 1), {**real_event("A b", [1, 2], 2), "error": {"message": "boom"}},
-                                    real_event("A b c", [1, 2, 3], 3, {"type": "length", "length": 3}), b"[DONE]"]),
+    "index after meta_info": frame(
+        [
+            {**real_event("A", [1], 1), "index": 0},
+            {**real_event("A b", [1, 2], 2), "index": 0},
+            {**real_event("A b c", [1, 2, 3], 3, {"type": "stop"}), "index": 0},
+            b"[DONE]",
+        ]
+    ),
+    "error after meta_info": frame(
+        [
+            real_event("A", [1], 1),
+            {**real_event("A b", [1, 2], 2), "error": {"message": "boom"}},
+            real_event("A b c", [1, 2, 3], 3, {"type": "length", "length": 3}),
+            b"[DONE]",
+        ]
+    ),
     "error event": frame([real_event("A", [1], 1), {"error": {"message": "out of memory"}}, b"[DONE]"]),
-    "abort": frame([real_event("A", [1], 1), real_event("A", [1], 1, {"type": "abort", "message": "client gone"}),
-                    b"[DONE]"]),
-    "count past the bound": frame([real_event("A", [1], 1), real_event("A b", [1, 2], 1_000_000_001),
-                                   real_event("A b c", [1, 2, 3], 1_000_000_002, {"type": "length"}), b"[DONE]"]),
+    "abort": frame(
+        [real_event("A", [1], 1), real_event("A", [1], 1, {"type": "abort", "message": "client gone"}), b"[DONE]"]
+    ),
+    "count past the bound": frame(
+        [
+            real_event("A", [1], 1),
+            real_event("A b", [1, 2], 1_000_000_001),
+            real_event("A b c", [1, 2, 3], 1_000_000_002, {"type": "length"}),
+            b"[DONE]",
+        ]
+    ),
     "count not a number": long_stream(5).replace(b'"completion_tokens":2,', b'"completion_tokens":"2",'),
-    "count falls": frame([real_event("A", [1], 5), real_event("A b", [1, 2], 3),
-                          real_event("A b c", [1, 2, 3], 6, {"type": "length", "length": 6}), b"[DONE]"]),
-    "no counts": frame([{"text": "A", "meta_info": {"finish_reason": None}}, real_event("A b", [1, 2], 2),
-                        real_event("A b c", [1, 2, 3], 3, {"type": "length"}), b"[DONE]"]),
+    "count falls": frame(
+        [
+            real_event("A", [1], 5),
+            real_event("A b", [1, 2], 3),
+            real_event("A b c", [1, 2, 3], 6, {"type": "length", "length": 6}),
+            b"[DONE]",
+        ]
+    ),
+    "no counts": frame(
+        [
+            {"text": "A", "meta_info": {"finish_reason": None}},
+            real_event("A b", [1, 2], 2),
+            real_event("A b c", [1, 2, 3], 3, {"type": "length"}),
+            b"[DONE]",
+        ]
+    ),
     "broken last event": long_stream(20).replace(b'"length":20}', b'"length":20'),
     "two data lines": long_stream(10).replace(b',"output_ids"', b'\ndata: ,"output_ids"', 1),
 }
@@ -108,9 +154,9 @@ BODIES = {
 @pytest.mark.parametrize("name", list(BODIES))
 def test_in_place_reading_agrees_with_reading_each_event_in_any_split(name):
     body = BODIES[name]
-    ways = [[body], [body[i:i + 65536] for i in range(0, len(body), 65536)], *(splits(body, s) for s in range(12))]
+    ways = [[body], [body[i : i + 65536] for i in range(0, len(body), 65536)], *(splits(body, s) for s in range(12))]
     if len(body) < 20_000:
-        ways.append([body[i:i + 1] for i in range(len(body))])
+        ways.append([body[i : i + 1] for i in range(len(body))])
     for pieces in ways:
         assert read(pieces, in_place=True) == read(pieces, in_place=False), (name, [len(p) for p in pieces][:20])
 
@@ -126,7 +172,15 @@ def test_in_place_reading_matches_reading_with_the_text_kept():
     per_piece, (tokens, cont_out, usage_in, usage_out, cached, finish, error, done) = read([body], in_place=True)
     assert per_piece[0] == sum(1 for k in kinds if k) == 52  # 60 events, 8 of them without a new token
     assert (tokens, cont_out, usage_out, usage_in, cached, finish, error, done) == (
-        list(whole.cont_tokens), whole.cont_out, whole.usage_out, 7, 3, "length", None, True)
+        list(whole.cont_tokens),
+        whole.cont_out,
+        whole.usage_out,
+        7,
+        3,
+        "length",
+        None,
+        True,
+    )
     assert sum(tokens) == usage_out == 3 * 52
 
 
@@ -138,11 +192,16 @@ def test_in_place_reading_is_taken_and_the_last_event_is_still_read_whole(monkey
     monkeypatch.setattr(sglang, "event_object", lambda p, s: whole_reads.append(p) or real(p, s))
     monkeypatch.setattr(sglang, "_counts_only", lambda p, s: whole_reads.append(p))
     body = long_stream(200)
-    per_piece, state = read([body[i:i + 65536] for i in range(0, len(body), 65536)], in_place=True)
+    per_piece, state = read([body[i : i + 65536] for i in range(0, len(body), 65536)], in_place=True)
     assert sum(per_piece) == 200 - 200 // 7
     # only the last event (its finish reason and usage: tried for its counts, then read whole)
     # and [DONE] went through the adapter
-    assert len(whole_reads) == 3 and whole_reads[0] == whole_reads[1] and whole_reads[-1] == b"[DONE]" and b'"length"' in whole_reads[-2]
+    assert (
+        len(whole_reads) == 3
+        and whole_reads[0] == whole_reads[1]
+        and whole_reads[-1] == b"[DONE]"
+        and b'"length"' in whole_reads[-2]
+    )
     assert state[3] == 200 - 200 // 7 and state[5] == "length"
 
 
@@ -152,9 +211,12 @@ def test_the_client_times_an_in_place_read_stream_as_before(chunked):
     the same tokens, chunk counts, per-chunk tokens, usage and finish as with it kept."""
     body = long_stream(300, step=2)
     if chunked:
-        pieces = [body[i:i + 5000] for i in range(0, len(body), 5000)]
-        reply = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
+        pieces = [body[i : i + 5000] for i in range(0, len(body), 5000)]
+        reply = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+            + b"0\r\n\r\n"
+        )
     else:
         reply = sse_reply(body)
     records = {}
@@ -164,14 +226,20 @@ def test_the_client_times_an_in_place_read_stream_as_before(chunked):
             url = f"http://127.0.0.1:{server.server_port}"
             http = HTTPClient.from_url(url, concurrency=2, connection_timeout=2.0, network_timeout=5.0)
             client = StreamClient(http, url, get_adapter("sglang-generate"), Timeouts(2.0, 5.0, 10.0), None, keep)
-            records[keep] = client.send(RequestSpec(model="m", prompt="p", max_tokens=600, force_length=True), f"r{keep}")
+            records[keep] = client.send(
+                RequestSpec(model="m", prompt="p", max_tokens=600, force_length=True), f"r{keep}"
+            )
         finally:
             server.stop()
     fast, whole = records[False], records[True]
     assert fast.outcome is Outcome.OK and whole.outcome is Outcome.OK, (fast.error, whole.error)
     assert fast.n_out == whole.n_out == 2 * (300 - 300 // 7)
     assert fast.chunk_tokens == whole.chunk_tokens and len(fast.chunk_times) == len(whole.chunk_times) == 300 - 300 // 7
-    assert (fast.n_in, fast.n_cached, fast.finish_reason) == (whole.n_in, whole.n_cached, whole.finish_reason) == (7, 3, "length")
+    assert (
+        (fast.n_in, fast.n_cached, fast.finish_reason)
+        == (whole.n_in, whole.n_cached, whole.finish_reason)
+        == (7, 3, "length")
+    )
     assert fast.t_first == fast.chunk_times[0] and fast.t_first_content == fast.t_first
     assert all(b >= a for a, b in zip(fast.chunk_times, fast.chunk_times[1:]))
     assert fast.text is None and whole.text

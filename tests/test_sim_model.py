@@ -1,4 +1,5 @@
 """The batching model on a fake clock: exact timing, queueing, closed-form capacity."""
+
 import pytest
 
 from llm_locust.sim.model import Engine, Seq, SimConfig, capacity, decode_rate, simulate
@@ -109,7 +110,7 @@ def test_capacity_matches_a_simulated_saturated_steady_state(n_in, n_out, stagge
     cap = capacity(CFG, prompt_tokens=n_in, output_tokens=n_out)
     # open-loop overload: the queue never empties; staggered = the 8 slots finish out of step
     primer = [(0.0, n_in, k + 1) for k in range(8)] if stagger else []
-    times = simulate(CFG, primer + [(0.0, n_in, n_out)] * 400)[len(primer):]
+    times = simulate(CFG, primer + [(0.0, n_in, n_out)] * 400)[len(primer) :]
     # window between two request completions well inside the run, so it spans whole batch cycles
     lo, hi = times[40][-1], times[360][-1]
     tokens = sum(lo < x <= hi for ts in times for x in ts)
@@ -130,8 +131,15 @@ def test_capacity_matches_pure_decode_steady_state():
 from llm_locust.sim.model import PrefixCache, block_hashes  # noqa: E402
 
 BS = 4
-CCFG = SimConfig(slots=8, kv_tokens=10_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C,
-                 prefix_cache_tokens=1000, cache_block=BS)
+CCFG = SimConfig(
+    slots=8,
+    kv_tokens=10_000,
+    iter_base=A,
+    iter_per_seq=B,
+    iter_per_prefill_token=C,
+    prefix_cache_tokens=1000,
+    cache_block=BS,
+)
 
 
 def _words(n, tag="w"):
@@ -187,8 +195,9 @@ def test_without_the_cache_prompts_are_ignored_and_timing_unchanged():
     assert t[1][0] - 1.0 == pytest.approx(A + B + C * 10)
 
 
-SCFG = SimConfig(slots=8, kv_tokens=100_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C,
-                 spec_tokens=3, spec_accept=0.6)
+SCFG = SimConfig(
+    slots=8, kv_tokens=100_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C, spec_tokens=3, spec_accept=0.6
+)
 
 
 def test_speculative_decoding_counts_and_token_groups_add_up():
@@ -223,8 +232,9 @@ def test_speculative_acceptance_rate_converges_and_is_seeded():
 
 
 def test_spec_accept_one_gives_k_plus_one_tokens_per_step():
-    cfg = SimConfig(slots=1, kv_tokens=1000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0,
-                    spec_tokens=3, spec_accept=1.0)
+    cfg = SimConfig(
+        slots=1, kv_tokens=1000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0, spec_tokens=3, spec_accept=1.0
+    )
     eng = Engine(cfg)
     [t] = simulate(cfg, [(0.0, 1, 10)], engine=eng)
     # 1 (prefill step), then 4, 4, then 1 left: no draft

@@ -1,4 +1,5 @@
 """The simulated server over real HTTP: a real process (SimProcess), raw sockets and http.client."""
+
 import http.client
 import json
 import socket
@@ -109,9 +110,14 @@ class Client:
 def render(method, path, body=None, headers=None) -> bytes:
     if isinstance(body, (dict, list)):
         body = json.dumps(body).encode()
-    h = {"host": "sim", **({"content-type": "application/json", "content-length": str(len(body))} if body is not None else {}),
-         **(headers or {})}
-    return (f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n").encode() + (body or b"")
+    h = {
+        "host": "sim",
+        **({"content-type": "application/json", "content-length": str(len(body))} if body is not None else {}),
+        **(headers or {}),
+    }
+    return (f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n").encode() + (
+        body or b""
+    )
 
 
 def call(port, *args, **kw) -> Resp:
@@ -127,7 +133,13 @@ def comp(n=5, prompt="one two three", **kw):
 
 
 def chat(n=5, **kw):
-    return {"model": "m", "messages": [{"role": "user", "content": "hello there you"}], "max_tokens": n, "stream": True, **kw}
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello there you"}],
+        "max_tokens": n,
+        "stream": True,
+        **kw,
+    }
 
 
 def read_log(path) -> dict:
@@ -150,24 +162,32 @@ def logdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def paced(logdir):
-    with SimProcess(iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0, slots=8,
-                    token_log=logdir / "paced.jsonl") as sim:
+    with SimProcess(
+        iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0, slots=8, token_log=logdir / "paced.jsonl"
+    ) as sim:
         sim.log = logdir / "paced.jsonl"
         yield sim
 
 
 @pytest.fixture(scope="module")
 def timed(logdir):
-    with SimProcess(iter_base=0.015, iter_per_seq=0.005, iter_per_prefill_token=0.0001, slots=8,
-                    token_log=logdir / "timed.jsonl") as sim:
+    with SimProcess(
+        iter_base=0.015, iter_per_seq=0.005, iter_per_prefill_token=0.0001, slots=8, token_log=logdir / "timed.jsonl"
+    ) as sim:
         sim.log = logdir / "timed.jsonl"
         yield sim
 
 
 @pytest.fixture(scope="module")
 def small(logdir):
-    with SimProcess(iter_base=0.002, iter_per_seq=0.0005, slots=2, kv_tokens=1000, model="small-model",
-                    token_log=logdir / "small.jsonl") as sim:
+    with SimProcess(
+        iter_base=0.002,
+        iter_per_seq=0.0005,
+        slots=2,
+        kv_tokens=1000,
+        model="small-model",
+        token_log=logdir / "small.jsonl",
+    ) as sim:
         sim.log = logdir / "small.jsonl"
         yield sim
 
@@ -225,7 +245,9 @@ def test_continuous_usage_counts(paced):
     ev = call(paced.port, "POST", "/v1/chat/completions", chat(5, stream_options=opts)).events()
     counts = [e["usage"]["completion_tokens"] for e in ev[:-1]]
     assert counts == [0, 1, 2, 3, 4, 5, 5]
-    assert all(e["usage"]["prompt_tokens"] == 3 and e["usage"]["total_tokens"] == 3 + c for e, c in zip(ev[:-1], counts))
+    assert all(
+        e["usage"]["prompt_tokens"] == 3 and e["usage"]["total_tokens"] == 3 + c for e, c in zip(ev[:-1], counts)
+    )
     ev = call(paced.port, body=comp(3, stream_options=opts)).events()
     assert [e["usage"]["completion_tokens"] for e in ev[:3]] == [1, 2, 3]
 
@@ -236,7 +258,9 @@ def test_non_streaming_bodies(paced):
     body = r.json()
     assert body["object"] == "text_completion" and body["usage"]["completion_tokens"] == 7
     assert len(body["choices"][0]["text"].split()) == 7 and body["choices"][0]["finish_reason"] == "length"
-    body = call(paced.port, "POST", "/v1/chat/completions", chat(4, stream=False, max_tokens=None, max_completion_tokens=4)).json()
+    body = call(
+        paced.port, "POST", "/v1/chat/completions", chat(4, stream=False, max_tokens=None, max_completion_tokens=4)
+    ).json()
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["role"] == "assistant"
     assert len(body["choices"][0]["message"]["content"].split()) == 4 and body["usage"]["prompt_tokens"] == 3
 
@@ -302,10 +326,16 @@ def metrics(sim) -> dict:
     r = call(sim.port, "GET", "/metrics")
     assert r.status == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.body.decode()
-    for name, typ in [("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
-                      ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:generation_tokens_total", "counter"),
-                      ("vllm:prompt_tokens_total", "counter"), ("vllm:num_preemptions_total", "counter"),
-                      ("vllm:request_success_total", "counter"), ("vllm:time_to_first_token_seconds", "histogram")]:
+    for name, typ in [
+        ("vllm:num_requests_running", "gauge"),
+        ("vllm:num_requests_waiting", "gauge"),
+        ("vllm:kv_cache_usage_perc", "gauge"),
+        ("vllm:generation_tokens_total", "counter"),
+        ("vllm:prompt_tokens_total", "counter"),
+        ("vllm:num_preemptions_total", "counter"),
+        ("vllm:request_success_total", "counter"),
+        ("vllm:time_to_first_token_seconds", "histogram"),
+    ]:
         assert f"# TYPE {name} {typ}\n" in text
     return parse_metrics(text)
 
@@ -331,8 +361,10 @@ def test_metrics_running_waiting_and_kv_with_concurrent_streams(small):
     held = [Client(small.port) for _ in range(3)]
     try:
         for i, c in enumerate(held[:2]):
-            c.send(body=comp(95, prompt="a b c d e", ignore_eos=True),
-                   headers={"x-sim-fault": "stall@1:60", "x-request-id": f"held{i}"})
+            c.send(
+                body=comp(95, prompt="a b c d e", ignore_eos=True),
+                headers={"x-sim-fault": "stall@1:60", "x-request-id": f"held{i}"},
+            )
         for c in held[:2]:
             while b'"text"' not in c.buf:  # first token arrived: it is running
                 c._fill()
@@ -357,7 +389,9 @@ def test_metrics_running_waiting_and_kv_with_concurrent_streams(small):
 
 def test_request_larger_than_kv_is_rejected(small):
     r = call(small.port, body=comp(999, prompt="a b"))
-    assert r.status == 400 and "maximum context length is 1000 tokens" in r.json()["error"]["message"]  # vLLM's words: cause overlong
+    assert (
+        r.status == 400 and "maximum context length is 1000 tokens" in r.json()["error"]["message"]
+    )  # vLLM's words: cause overlong
 
 
 # ---------------------------------------------------------------- token log and timing
@@ -490,8 +524,16 @@ def test_random_faults_by_rate_are_seeded():
 # ---------------------------------------------------------------- bad input and HTTP
 
 
-@pytest.mark.parametrize("body", [b'{"prompt": ', b"[1, 2]", b'{"max_tokens": 3}', b'{"prompt": "x", "max_tokens": 0}',
-                                  b'{"prompt": "x", "max_tokens": "many"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"prompt": ',
+        b"[1, 2]",
+        b'{"max_tokens": 3}',
+        b'{"prompt": "x", "max_tokens": 0}',
+        b'{"prompt": "x", "max_tokens": "many"}',
+    ],
+)
 def test_bad_requests_get_400(paced, body):
     c = Client(paced.port)
     c.sock.sendall(render("POST", "/v1/completions", body))
@@ -532,7 +574,11 @@ def test_keep_alive_with_http_client(paced):
 
 def test_pipelined_requests_answered_in_order(paced):
     c = Client(paced.port)
-    c.sock.sendall(render("POST", "/v1/completions", comp(2)) + render("GET", "/nope") + render("POST", "/v1/completions", comp(3, stream=False)))
+    c.sock.sendall(
+        render("POST", "/v1/completions", comp(2))
+        + render("GET", "/nope")
+        + render("POST", "/v1/completions", comp(3, stream=False))
+    )
     assert len(c.read().events()) == 3
     assert c.read().status == 404
     assert c.read().json()["usage"]["completion_tokens"] == 3
@@ -573,7 +619,10 @@ def test_fast_mode_streams_everything_without_pacing(logdir):
         for t in threads:
             t.join()
         assert results == [52] * 160
-        assert call(sim.port, "POST", "/v1/chat/completions", chat(3, stream=False)).json()["usage"]["completion_tokens"] == 3
+        assert (
+            call(sim.port, "POST", "/v1/chat/completions", chat(3, stream=False)).json()["usage"]["completion_tokens"]
+            == 3
+        )
         assert call(sim.port, body=comp(10), headers={"x-sim-fault": "truncate@4"}).events().__len__() == 4
         lab = '{model_name="llm-locust-sim"}'
         m = parse_metrics(call(sim.port, "GET", "/metrics").body.decode())
@@ -609,8 +658,15 @@ def cache_metrics(sim) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def cached(logdir):
-    with SimProcess(iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0.001, slots=8,
-                    prefix_cache_tokens=100_000, cache_block=BLOCK, token_log=logdir / "cached.jsonl") as sim:
+    with SimProcess(
+        iter_base=0.002,
+        iter_per_seq=0.0002,
+        iter_per_prefill_token=0.001,
+        slots=8,
+        prefix_cache_tokens=100_000,
+        cache_block=BLOCK,
+        token_log=logdir / "cached.jsonl",
+    ) as sim:
         sim.log = logdir / "cached.jsonl"
         yield sim
 
@@ -637,18 +693,28 @@ def test_prefix_cache_second_identical_request_hits_prompt_and_output_blocks(cac
     # the first's 10 prompt + 6 output words are 4 full blocks; a 10-word prompt can use the full
     # blocks within its first 9 words: 2 blocks
     assert (c1, c2) == (0, 8)
-    assert t1 == {"cache_n": 0, "prompt_n": 10, "predicted_n": 6} and t2 == {"cache_n": 8, "prompt_n": 2, "predicted_n": 6}
+    assert t1 == {"cache_n": 0, "prompt_n": 10, "predicted_n": 6} and t2 == {
+        "cache_n": 8,
+        "prompt_n": 2,
+        "predicted_n": 6,
+    }
     q1, h1 = cache_metrics(cached)
     assert (q1 - q0, h1 - h0) == (20, c1 + c2)
 
 
 def test_prefix_cache_multi_turn_chat_hits_the_reply(cached):
     user1 = words_of("turn", 14)
-    body = {"model": "m", "messages": [{"role": "user", "content": user1}], "max_tokens": 7, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": user1}],
+        "max_tokens": 7,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     first = call(cached.port, path="/v1/chat/completions", body=body)
-    reply = "".join(e["choices"][0]["delta"].get("content", "") for e in first.events()
-                    if e != "[DONE]" and e["choices"])
+    reply = "".join(
+        e["choices"][0]["delta"].get("content", "") for e in first.events() if e != "[DONE]" and e["choices"]
+    )
     assert len(reply.split()) == 7
     body["messages"] += [{"role": "assistant", "content": reply}, {"role": "user", "content": "and then what"}]
     second = call(cached.port, path="/v1/chat/completions", body=body)
@@ -686,14 +752,26 @@ def test_prefix_cache_reported_by_every_api_and_counted_on_metrics(cached):
     for stream in (True, False):
         rs = twice("/v1/responses", {"input": words_of(f"r{stream}", 10), "max_output_tokens": 3, "stream": stream})
         for r in rs:
-            obj = [e for e in sse_objects(r.body) if e["type"] == "response.completed"][-1]["response"] if stream else r.json()
+            obj = (
+                [e for e in sse_objects(r.body) if e["type"] == "response.completed"][-1]["response"]
+                if stream
+                else r.json()
+            )
             reported.append(obj["usage"]["input_tokens_details"]["cached_tokens"])
     assert reported == [0, 8, 0, 8]
     # Anthropic: input_tokens excludes cache reads, cache_read_input_tokens has them
     for stream in (True, False):
-        body = {"messages": [{"role": "user", "content": words_of(f"a{stream}", 10)}], "max_tokens": 3, "stream": stream}
+        body = {
+            "messages": [{"role": "user", "content": words_of(f"a{stream}", 10)}],
+            "max_tokens": 3,
+            "stream": stream,
+        }
         for r in twice("/v1/messages", body):
-            usage = [e for e in sse_objects(r.body) if e["type"] == "message_delta"][-1]["usage"] if stream else r.json()["usage"]
+            usage = (
+                [e for e in sse_objects(r.body) if e["type"] == "message_delta"][-1]["usage"]
+                if stream
+                else r.json()["usage"]
+            )
             assert usage["input_tokens"] + usage["cache_read_input_tokens"] == 10
             reported.append(usage["cache_read_input_tokens"])
     assert reported[4:] == [0, 8, 0, 8]
@@ -732,8 +810,16 @@ def test_no_prefix_cache_fields_without_the_flag(paced):
 
 @pytest.fixture(scope="module")
 def spec(logdir):
-    with SimProcess(iter_base=0.002, iter_per_seq=0.0002, iter_per_prefill_token=0, slots=8, spec_tokens=3,
-                    spec_accept=0.7, seed=3, token_log=logdir / "spec.jsonl") as sim:
+    with SimProcess(
+        iter_base=0.002,
+        iter_per_seq=0.0002,
+        iter_per_prefill_token=0,
+        slots=8,
+        spec_tokens=3,
+        spec_accept=0.7,
+        seed=3,
+        token_log=logdir / "spec.jsonl",
+    ) as sim:
         sim.log = logdir / "spec.jsonl"
         yield sim
 
@@ -742,8 +828,10 @@ def spec_metrics(sim) -> dict:
     m = parse_metrics(call(sim.port, "GET", "/metrics").body.decode())
     lab = '{model_name="llm-locust-sim"}'
     out = {k: m[f"vllm:spec_decode_num_{k}_total" + lab] for k in ("drafts", "draft_tokens", "accepted_tokens")}
-    out["per_pos"] = [m[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="llm-locust-sim",position="{i}"}}']
-                      for i in range(3)]
+    out["per_pos"] = [
+        m[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="llm-locust-sim",position="{i}"}}']
+        for i in range(3)
+    ]
     out["generated"] = m["vllm:generation_tokens_total" + lab]
     return out
 
@@ -751,8 +839,11 @@ def spec_metrics(sim) -> dict:
 def test_spec_decode_chunks_carry_several_tokens_and_add_up(spec):
     before = spec_metrics(spec)
     n = 60
-    r = call(spec.port, body=comp(n, stream_options={"include_usage": True, "continuous_usage_stats": True}),
-             headers={"x-request-id": "sd-1"})
+    r = call(
+        spec.port,
+        body=comp(n, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        headers={"x-request-id": "sd-1"},
+    )
     chunks = [e for e in r.events() if e != "[DONE]" and e["choices"]]
     counts = [c["usage"]["completion_tokens"] for c in chunks]
     per_chunk = [b - a for a, b in zip([0, *counts], counts)]
@@ -771,20 +862,29 @@ def test_spec_decode_chunks_carry_several_tokens_and_add_up(spec):
 
 
 def test_spec_decode_other_apis_count_tokens_per_chunk(spec):
-    r = call(spec.port, path="/generate", body={"text": "a b", "sampling_params": {"max_new_tokens": 40}, "stream": True})
+    r = call(
+        spec.port, path="/generate", body={"text": "a b", "sampling_params": {"max_new_tokens": 40}, "stream": True}
+    )
     metas = [e["meta_info"] for e in sse_objects(r.body) if e != "[DONE]"]
     texts = [e["text"] for e in sse_objects(r.body) if e != "[DONE]"]
     assert metas[-1]["completion_tokens"] == 40 and len(texts[-1].split()) == 40
     assert all(len(t.split()) == m["completion_tokens"] for t, m in zip(texts, metas))
     assert len(metas) < 40
-    r = call(spec.port, path="/v1/messages", body={"messages": [{"role": "user", "content": "x"}], "max_tokens": 30, "stream": True})
+    r = call(
+        spec.port,
+        path="/v1/messages",
+        body={"messages": [{"role": "user", "content": "x"}], "max_tokens": 30, "stream": True},
+    )
     deltas = [e["delta"]["text"] for e in sse_objects(r.body) if e["type"] == "content_block_delta"]
     assert len("".join(deltas).split()) == 30 and len(deltas) < 30
 
 
 def test_spec_decode_cut_fault_lands_on_exactly_k_tokens(spec):
-    r = call(spec.port, body=comp(40, stream_options={"include_usage": True, "continuous_usage_stats": True}),
-             headers={"x-sim-fault": "stream_error@17"})
+    r = call(
+        spec.port,
+        body=comp(40, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        headers={"x-sim-fault": "stream_error@17"},
+    )
     chunks = [e for e in r.events() if e != "[DONE]" and "choices" in e and e["choices"]]
     assert chunks[-1]["usage"]["completion_tokens"] == 17
     assert sum(len(c["choices"][0]["text"].split()) for c in chunks) == 17
@@ -799,15 +899,35 @@ def test_stream_client_records_cached_tokens_and_spec_chunk_tokens():
     from llm_locust.protocols.base import RequestSpec
     from llm_locust.runtime.client import StreamClient, Timeouts
 
-    with SimProcess(iter_base=0.001, iter_per_seq=0.0001, iter_per_prefill_token=0, prefix_cache=True,
-                    cache_block=BLOCK, spec_tokens=3, spec_accept=0.8, seed=5) as sim:
+    with SimProcess(
+        iter_base=0.001,
+        iter_per_seq=0.0001,
+        iter_per_prefill_token=0,
+        prefix_cache=True,
+        cache_block=BLOCK,
+        spec_tokens=3,
+        spec_accept=0.8,
+        seed=5,
+    ) as sim:
         http = HTTPClient.from_url(sim.url, concurrency=2, connection_timeout=2.0, network_timeout=10.0)
         try:
             recs = {}
-            for api in ("openai-completions", "openai-chat", "anthropic-messages", "sglang-generate", "openai-responses"):
+            for api in (
+                "openai-completions",
+                "openai-chat",
+                "anthropic-messages",
+                "sglang-generate",
+                "openai-responses",
+            ):
                 client = StreamClient(http, sim.url, get_adapter(api), Timeouts(2.0, 10.0, 10.0), None, False)
-                spec = RequestSpec(model="m", prompt=words_of(api, 10), messages=[{"role": "user", "content": words_of(api, 10)}],
-                                   max_tokens=40, force_length=True, continuous_usage=True)
+                spec = RequestSpec(
+                    model="m",
+                    prompt=words_of(api, 10),
+                    messages=[{"role": "user", "content": words_of(api, 10)}],
+                    max_tokens=40,
+                    force_length=True,
+                    continuous_usage=True,
+                )
                 recs[api] = [client.send(spec, f"{api}-{i}") for i in range(2)]
         finally:
             http.close()

@@ -94,9 +94,18 @@ def test_syntax():
     assert ld.to_dict()["search"] == {"kind": "rate", "lo": 1, "hi": 64, "precision": 0.05}
     assert parse_ladder("sla:concurrency").search.spec() == "sla:concurrency:1..256:5%"
     assert parse_ladder("sla:rate:0.1").search.precision == 0.1
-    assert parse_ladder("sla:rate:2..8:10%").planned_time()[0] == parse_ladder("sla:rate:2..8:10%").search.max_probes() * 40
-    for bad, words in (("sla:speed", "not supported"), ("sla:rate:0..8", "lower bound"), ("sla:rate:8..2", "upper bound"),
-                       ("sla:rate:1..8:150%", "precision"), ("sla:concurrency:1.5..8", "whole users"), ("sla:", "KIND")):
+    assert (
+        parse_ladder("sla:rate:2..8:10%").planned_time()[0]
+        == parse_ladder("sla:rate:2..8:10%").search.max_probes() * 40
+    )
+    for bad, words in (
+        ("sla:speed", "not supported"),
+        ("sla:rate:0..8", "lower bound"),
+        ("sla:rate:8..2", "upper bound"),
+        ("sla:rate:1..8:150%", "precision"),
+        ("sla:concurrency:1.5..8", "whole users"),
+        ("sla:", "KIND"),
+    ):
         with pytest.raises(PlanError, match=words):
             parse_ladder(bad)
 
@@ -109,9 +118,29 @@ SLO_TTFT, STEP, PRECISION = 0.3, 4.0, 0.05
 
 def run(tmp_path, host, ladder, *extra, expect_rc=0, timeout=240):
     results = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--ladder", ladder, "--workers", "0",
-           "--warmup", "1", "--step-duration", f"{STEP:g}", "--max-tokens", str(O), "--arrivals", "constant",
-           "--results", str(results), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        host,
+        "--ladder",
+        ladder,
+        "--workers",
+        "0",
+        "--warmup",
+        "1",
+        "--step-duration",
+        f"{STEP:g}",
+        "--max-tokens",
+        str(O),
+        "--arrivals",
+        "constant",
+        "--results",
+        str(results),
+        *extra,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == expect_rc, p.stdout[-3000:] + p.stderr[-3000:]
     return (json.loads(results.read_text()) if results.exists() else None), p
@@ -123,21 +152,25 @@ def test_rate_search_finds_the_simulators_slo_limit(tmp_path, slots, lo):
     mu = cap["requests_per_s"]  # 5.7 and 17.9 requests/s
     analytic = mu * (1 + SLO_TTFT / STEP)
     with SimProcess(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
-        results, p = run(tmp_path, sim.url, f"sla:rate:{lo}..64:{PRECISION:.0%}", "--slo", f"ttft={SLO_TTFT * 1000:g}ms")
+        results, p = run(
+            tmp_path, sim.url, f"sla:rate:{lo}..64:{PRECISION:.0%}", "--slo", f"ttft={SLO_TTFT * 1000:g}ms"
+        )
     sla = results["ladder"]["sla"]
     answer = sla["answer"]
     err = (answer - analytic) / analytic
     fixed = fixed_ladder_steps(lo, analytic, PRECISION)  # a 5% geometric ladder from lo, stopped at its first break
     steps = results["ladder"]["steps"]
-    print(f"\nslots {slots}: capacity {mu:.2f} req/s, analytic SLO limit {analytic:.2f}, found {answer} "
-          f"({err:+.1%}) in {sla['probes']} probes, {sla['seconds']:.0f} s; fixed 5% ladder: {fixed} steps, "
-          f"{fixed * STEP:.0f} s; probes {[s['offered'] for s in steps]}")
+    print(
+        f"\nslots {slots}: capacity {mu:.2f} req/s, analytic SLO limit {analytic:.2f}, found {answer} "
+        f"({err:+.1%}) in {sla['probes']} probes, {sla['seconds']:.0f} s; fixed 5% ladder: {fixed} steps, "
+        f"{fixed * STEP:.0f} s; probes {[s['offered'] for s in steps]}"
+    )
     assert sla["reached"] == "precision" and sla["kind"] == "rate" and sla["precision"] == PRECISION
     good, bad = sla["bracket"]
     assert (bad - good) / good <= PRECISION
     assert abs(err) <= PRECISION + 0.05, (answer, analytic)  # 5% noise margin: Python client, shared cores
     assert sla["probes"] == len(steps) < fixed / 2
-    assert [s["offered"] for s in steps][: 2] == [lo, 2 * lo]  # the probes are the ladder's steps
+    assert [s["offered"] for s in steps][:2] == [lo, 2 * lo]  # the probes are the ladder's steps
     assert results["ladder"]["stop_reason"].startswith("SLA search: highest load meeting every SLO")
     assert f"SLA search (rate, precision 5.0%): {answer:g} requests/s" in p.stdout
 

@@ -221,8 +221,15 @@ def test_named_events_many_in_one_feed_match_reference():
     line, two data lines, `data:` without a space, a comment, an extra blank line) is mixed in."""
     events = [b'{"type":"content_block_delta","i":%d}' % i for i in range(200)]
     named = [b"event: content_block_delta\ndata: " + e + b"\n\n" for e in events]
-    odd = (b"data: [DONE]\n\n", b"event: x\ndata: a\ndata: b\n\n", b"event: x\ndata:tight\n\n",
-           b"event: x\n: ping\ndata: c\n\n", b"event: x\ndata: d\n\n\n", b"event: x\n\n", b"event: x\ndata: \n\n")
+    odd = (
+        b"data: [DONE]\n\n",
+        b"event: x\ndata: a\ndata: b\n\n",
+        b"event: x\ndata:tight\n\n",
+        b"event: x\n: ping\ndata: c\n\n",
+        b"event: x\ndata: d\n\n\n",
+        b"event: x\n\n",
+        b"event: x\ndata: \n\n",
+    )
     rng = random.Random(7)
     for extra in (None, *odd):
         parts = list(named)
@@ -245,8 +252,16 @@ def test_long_events_many_in_one_feed_match_reference():
 
     rng = random.Random(3)
     events = [b'{"text":"%s","i":%d}' % (b"x" * (LONG_EVENT + 50 * i), i) for i in range(40)]
-    odd = (b": ping\n\n", b"id: 7\ndata: y\n\n", b"data: a\ndata: b\n\n", b"data: c\n\n\n",
-           b"data:tight\n\n", b"data: short\n\n", b"event: x\ndata: z\n\n", b"data: [DONE]\n\n")
+    odd = (
+        b": ping\n\n",
+        b"id: 7\ndata: y\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data: c\n\n\n",
+        b"data:tight\n\n",
+        b"data: short\n\n",
+        b"event: x\ndata: z\n\n",
+        b"data: [DONE]\n\n",
+    )
     for prefix in (b"data: ", b"data:"):
         for extra in (None, *odd):
             parts = [prefix + e + b"\n\n" for e in events]

@@ -1,5 +1,6 @@
 """Stability plans: the burst's recovery time and the soak drift (analysis/stability.py), the
 per-second TTFT/ITL series they read (metrics/timeseries.py), and a burst end to end on the simulator."""
+
 import json
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from llm_locust.settings.ladder import PlanError, parse_ladder
 from llm_locust.sim.process import SimProcess
 
 
-def series_of(ttft_by_second: dict[int, list[float]], itl_by_second: dict[int, list[float]] | None = None) -> LatencySeries:
+def series_of(
+    ttft_by_second: dict[int, list[float]], itl_by_second: dict[int, list[float]] | None = None
+) -> LatencySeries:
     s = LatencySeries()
     for sec, vals in ttft_by_second.items():
         for v in vals:
@@ -39,10 +42,21 @@ def test_aggregates_merged_over_the_wire_keep_the_series_one_process_would():
     from llm_locust.metrics.aggregate import Aggregate
     from llm_locust.metrics.records import RequestRecord
 
-    recs = [RequestRecord(request_id=str(i), api="openai-chat", t_sched=i * 0.3, t_sent=i * 0.3, wall_sent=1000 + i * 0.3,
-                          t_first=i * 0.3 + 0.01 * (i % 7 + 1), t_end=i * 0.3 + 0.5,
-                          chunk_times=[i * 0.3 + 0.01 * (i % 7 + 1) + 0.003 * k * (i % 3 + 1) for k in range(20)],
-                          chunk_tokens=[1] * 20, n_out=20) for i in range(40)]
+    recs = [
+        RequestRecord(
+            request_id=str(i),
+            api="openai-chat",
+            t_sched=i * 0.3,
+            t_sent=i * 0.3,
+            wall_sent=1000 + i * 0.3,
+            t_first=i * 0.3 + 0.01 * (i % 7 + 1),
+            t_end=i * 0.3 + 0.5,
+            chunk_times=[i * 0.3 + 0.01 * (i % 7 + 1) + 0.003 * k * (i % 3 + 1) for k in range(20)],
+            chunk_tokens=[1] * 20,
+            n_out=20,
+        )
+        for i in range(40)
+    ]
     one, a, b, master = Aggregate(), Aggregate(), Aggregate(), Aggregate()
     for i, r in enumerate(recs):
         one.add(r)
@@ -54,7 +68,9 @@ def test_aggregates_merged_over_the_wire_keep_the_series_one_process_would():
 
 
 def test_series_add_takes_ttft_and_per_token_gaps_by_send_second():
-    rec = SimpleNamespace(t_first=1.25, t_sent=1.0, wall_sent=1000.7, chunk_times=[1.25, 1.35, 1.55], chunk_tokens=[1, 1, 2])
+    rec = SimpleNamespace(
+        t_first=1.25, t_sent=1.0, wall_sent=1000.7, chunk_times=[1.25, 1.35, 1.55], chunk_tokens=[1, 1, 2]
+    )
     s = LatencySeries()
     s.add(rec, 999.7)
     assert s.percentile("ttft", 50, 1000, 1001) == pytest.approx(0.25, rel=1e-3)
@@ -75,7 +91,9 @@ def constructed_burst():
 def test_burst_recovery_time_is_exact_on_a_constructed_series():
     s = constructed_burst()
     r = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 40.0, window=1, limit=30)
-    assert r["base_ttft_p50"] == pytest.approx(0.1, rel=1e-3) and r["recovered"] and r["recovery_s"] == 4 and r["passed"]
+    assert (
+        r["base_ttft_p50"] == pytest.approx(0.1, rel=1e-3) and r["recovered"] and r["recovery_s"] == 4 and r["passed"]
+    )
     assert r["peak_ttft_p50"] == pytest.approx(1.0, rel=1e-3) and r["peak_after_s"] == 0
     # a 2 s window: the first window [s, s + 2) whose p50 (lower median) is within 10%: s = 28 (0.105, 0.1)
     r2 = burst_recovery(s, (0.0, 20.0), (20.0, 25.0), 40.0, window=2)
@@ -107,11 +125,19 @@ def test_soak_slope_drift_and_error_bursts_on_constructed_data():
     counts[55] = [0, 10, 0]
     assert soak(series_of(ttft, itl), counts, 0.0, 120.0, window=w, max_drift=100.0)["passed"]
     # relative drift: 0.36 s/h over a mean of 105.5 ms = 341%/h: fails a 10%/h limit
-    r = soak(series_of(ttft, itl), counts, 0.0, 120.0, window=w, max_drift=0.1,
-             memory={"gpu_memory_used_bytes": [(0, 0.0), (3600, 2.0 ** 30)]}, max_memory_growth=512 * 2**20)
+    r = soak(
+        series_of(ttft, itl),
+        counts,
+        0.0,
+        120.0,
+        window=w,
+        max_drift=0.1,
+        memory={"gpu_memory_used_bytes": [(0, 0.0), (3600, 2.0**30)]},
+        max_memory_growth=512 * 2**20,
+    )
     assert r["ttft_drift"]["relative_per_hour"] == pytest.approx(0.36 / 0.1055, rel=1e-3)
     assert not r["passed"] and "ttft p50 drifts" in r["reason"] and "MiB/h" in r["reason"]
-    assert r["memory"]["gpu_memory_used_bytes"]["bytes_per_hour"] == pytest.approx(2.0 ** 30)
+    assert r["memory"]["gpu_memory_used_bytes"]["bytes_per_hour"] == pytest.approx(2.0**30)
     assert not soak(series_of(ttft), counts, 0.0, 15.0, window=w)["passed"]  # one window: no drift measurable
 
 
@@ -121,14 +147,24 @@ def test_burst_ladder_syntax():
     assert [ld.step_timing(i) for i in (1, 2, 3)] == [(8, 2), (10, 0), (60, 0)]
     assert parse_ladder(ld.spec()).burst == ld.burst
     assert parse_ladder("burst:2,x=4,for=500ms,before=5s,after=1m").burst.to_dict() == {
-        "rate": 2, "x": 4, "for": 0.5, "before": 5.0, "after": 60.0}
-    for bad, words in (("burst:rate=4", "missing x"), ("burst:rate=4,x=1,for=1s", "must be > 1"),
-                       ("burst:rate=4,x=3,fro=3s", "did you mean 'for'"), ("burst:rate=0,x=3,for=1s", "rate must be > 0")):
+        "rate": 2,
+        "x": 4,
+        "for": 0.5,
+        "before": 5.0,
+        "after": 60.0,
+    }
+    for bad, words in (
+        ("burst:rate=4", "missing x"),
+        ("burst:rate=4,x=1,for=1s", "must be > 1"),
+        ("burst:rate=4,x=3,fro=3s", "did you mean 'for'"),
+        ("burst:rate=0,x=3,for=1s", "rate must be > 0"),
+    ):
         with pytest.raises(PlanError, match=words):
             parse_ladder(bad)
 
 
 # ---- end to end on the simulator ----
+
 
 def run_burst(tmp_path, limit: str):
     """2 slots, 20 ms + 1 ms per sequence per iteration, 16 output tokens: capacity about
@@ -136,9 +172,28 @@ def run_burst(tmp_path, limit: str):
     and drain at 3.3 requests/s, about 8 s."""
     results = tmp_path / "r.json"
     with SimProcess(slots=2, iter_base=0.02, iter_per_seq=0.001, iter_per_prefill_token=0) as sim:
-        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0",
-               "--ladder", "burst:rate=2,x=6,for=4s,before=5s,after=15s", "--warmup", "1", "--max-tokens", "16",
-               "--arrivals", "constant", "--burst-recovery", limit, "--results", str(results)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            sim.url,
+            "--workers",
+            "0",
+            "--ladder",
+            "burst:rate=2,x=6,for=4s,before=5s,after=15s",
+            "--warmup",
+            "1",
+            "--max-tokens",
+            "16",
+            "--arrivals",
+            "constant",
+            "--burst-recovery",
+            limit,
+            "--results",
+            str(results),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads(results.read_text()), p
@@ -148,8 +203,10 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     r, p = run_burst(tmp_path, "1s")
     b = r["stability"]["burst"]
     steps = r["ladder"]["steps"]
-    print(f"\nburst: base TTFT p50 {b['base_ttft_p50'] * 1000:.1f} ms, peak {b['peak_ttft_p50'] * 1000:.0f} ms, "
-          f"recovery {b['recovery_s']} s; curve {b['curve']}")
+    print(
+        f"\nburst: base TTFT p50 {b['base_ttft_p50'] * 1000:.1f} ms, peak {b['peak_ttft_p50'] * 1000:.0f} ms, "
+        f"recovery {b['recovery_s']} s; curve {b['curve']}"
+    )
     assert [s["offered"] for s in steps] == [2, 12, 2]
     assert r["ladder"]["saturation"] is None  # no knee for a burst
     assert b["base_samples"] >= 4 and b["peak_ttft_p50"] > 3 * b["base_ttft_p50"]  # the burst queued
@@ -163,7 +220,7 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     from llm_locust.report.results import load_results
 
     page = render(load_results(str(tmp_path / "r.json")))
-    assert "<h2 id='stability'>Stability</h2>" in page and "id=\"burst-curve\"" in page and ">FAIL<" in page
+    assert "<h2 id='stability'>Stability</h2>" in page and 'id="burst-curve"' in page and ">FAIL<" in page
     from llm_locust.report.compare.comparison import compare
     from llm_locust.report.compare.render import render_text
 
@@ -172,7 +229,12 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     from llm_locust.report.compare.cli import main as compare_main
 
     junit = tmp_path / "gates.xml"
-    assert compare_main([str(tmp_path / "r.json"), "--fail-on", "stability", "--junit", str(junit), "-o", str(tmp_path / "c.txt")]) == 1
+    assert (
+        compare_main(
+            [str(tmp_path / "r.json"), "--fail-on", "stability", "--junit", str(junit), "-o", str(tmp_path / "c.txt")]
+        )
+        == 1
+    )
     assert 'name="stability: burst"' in junit.read_text() and "<failure" in junit.read_text()
 
 
@@ -185,13 +247,37 @@ def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
     and the verdict fails."""
     results = tmp_path / "r.json"
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, **({"fault": fault} if fault else {})) as sim:
-        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0", "-u", "4",
-               "-t", "6s", "--max-tokens", "16", "--soak-window", "1s", "--soak-max-drift", "1e9", "--metrics-interval", "1s",
-               "--no-fail-fast", "--results", str(results)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            sim.url,
+            "--workers",
+            "0",
+            "-u",
+            "4",
+            "-t",
+            "6s",
+            "--max-tokens",
+            "16",
+            "--soak-window",
+            "1s",
+            "--soak-max-drift",
+            "1e9",
+            "--metrics-interval",
+            "1s",
+            "--no-fail-fast",
+            "--results",
+            str(results),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
     so = json.loads(results.read_text())["stability"]["soak"]
-    print(f"\nsoak (fault {fault}): {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}")
+    print(
+        f"\nsoak (fault {fault}): {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}"
+    )
     assert so["window"] == 1 and so["windows"] >= 4
     assert all(r["ttft_p50"] is not None and r["itl_p50"] is not None for r in so["rows"][:-1])
     assert so["passed"] is passed and (not so["error_bursts"]) is passed
@@ -237,9 +323,28 @@ def test_an_overlong_request_cancelled_at_the_stop_is_neither_served_nor_unclass
 
 def run_mix(tmp_path, sim_url, name, *extra):
     results = tmp_path / f"{name}.json"
-    cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim_url, "--workers", "0", "-u", "4", "-t", "5s",
-           "--synthetic", "requests=400,input=200,output=16", "--max-tokens", "16", "--no-fail-fast",
-           "--results", str(results), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        "--host",
+        sim_url,
+        "--workers",
+        "0",
+        "-u",
+        "4",
+        "-t",
+        "5s",
+        "--synthetic",
+        "requests=400,input=200,output=16",
+        "--max-tokens",
+        "16",
+        "--no-fail-fast",
+        "--results",
+        str(results),
+        *extra,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: the overlong failures' error rate
     return json.loads(results.read_text()), p, results
@@ -250,19 +355,39 @@ def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_agains
     requests get 4096 + 409 tokens and fail with its vLLM-worded 400, classified overlong."""
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=4096) as sim:
         clean, _, clean_path = run_mix(tmp_path, sim.url, "clean")
-        mix, p, _ = run_mix(tmp_path, sim.url, "mix", "--overlong-share", "0.2", "--overlong-baseline", str(clean_path),
-                            "--overlong-tolerance", "0.5")
+        mix, p, _ = run_mix(
+            tmp_path,
+            sim.url,
+            "mix",
+            "--overlong-share",
+            "0.2",
+            "--overlong-baseline",
+            str(clean_path),
+            "--overlong-tolerance",
+            "0.5",
+        )
         doctored = json.loads(clean_path.read_text())
         for k in ("ttft", "e2e"):
             doctored["summary"]["latency"][k]["p50"] /= 3  # a clean run three times faster: the mix must fail
         fast = tmp_path / "fast.json"
         fast.write_text(json.dumps(doctored))
-        mix2, _, _ = run_mix(tmp_path, sim.url, "mix2", "--overlong-share", "0.2", "--overlong-baseline", str(fast),
-                             "--overlong-tolerance", "0.5")
+        mix2, _, _ = run_mix(
+            tmp_path,
+            sim.url,
+            "mix2",
+            "--overlong-share",
+            "0.2",
+            "--overlong-baseline",
+            str(fast),
+            "--overlong-tolerance",
+            "0.5",
+        )
     ov = mix["stability"]["overlong"]
-    print(f"\noverlong: {ov['overlong']} overlong ({ov['tokens']} tokens), classified {ov['classified']}; others "
-          f"TTFT p50 {ov['others']['ttft_p50'] * 1000:.1f} ms vs clean {ov['baseline']['ttft_p50'] * 1000:.1f} ms, "
-          f"E2E p50 {ov['others']['e2e_p50'] * 1000:.1f} vs {ov['baseline']['e2e_p50'] * 1000:.1f} ms")
+    print(
+        f"\noverlong: {ov['overlong']} overlong ({ov['tokens']} tokens), classified {ov['classified']}; others "
+        f"TTFT p50 {ov['others']['ttft_p50'] * 1000:.1f} ms vs clean {ov['baseline']['ttft_p50'] * 1000:.1f} ms, "
+        f"E2E p50 {ov['others']['e2e_p50'] * 1000:.1f} vs {ov['baseline']['e2e_p50'] * 1000:.1f} ms"
+    )
     assert "overlong mix: the server's context is 4096 tokens: 4505-token prompts" in p.stdout
     assert ov["tokens"] == 4505 and ov["overlong"] > 0 and ov["served"] == 0
     assert ov["classified"] == ov["overlong"] == mix["summary"]["causes"]["overlong"]
@@ -275,6 +400,7 @@ def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_agains
 
 
 # ---- KV pressure ----
+
 
 def test_simulator_preemption_model_is_exact_and_off_by_default():
     """kv 1000, two requests of 100 + 500 tokens, 10 ms + 1 ms per sequence per iteration.
@@ -303,8 +429,11 @@ def test_kv_pressure_verdict_on_constructed_steps():
         return {"step": i, "offered": load, "latency": {"itl": {"p50": p50, "p99": p99, "max": p99 * 2}}}
 
     steps = [step(1, 1, 0.005, 0.01), step(2, 2, 0.006, 0.012), step(3, 4, 0.008, 0.05)]
-    server = [{"step": 1, "preemptions_total": {"increase": 0}}, {"step": 2, "preemptions_total": {"increase": 0}},
-              {"step": 3, "preemptions_total": {"increase": 7}, "kv_cache_usage": {"max": 1.0}}]
+    server = [
+        {"step": 1, "preemptions_total": {"increase": 0}},
+        {"step": 2, "preemptions_total": {"increase": 0}},
+        {"step": 3, "preemptions_total": {"increase": 7}, "kv_cache_usage": {"max": 1.0}},
+    ]
     r = kv_pressure(steps, server, min_load=4)
     assert r["first_load"] == 4 and r["first_step"] == 3 and r["passed"]
     assert r["itl_before"]["p99"] == 0.012 and r["itl_after"]["p99"] == 0.05
@@ -319,10 +448,34 @@ def test_kv_pressure_ladder_on_the_simulator_finds_where_preemption_starts(tmp_p
     4 users hold at most 1600 tokens, 8 users up to 3200: preemption starts at 8 users."""
     results = tmp_path / "kv.json"
     with SimProcess(slots=8, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=2000, preempt=True) as sim:
-        cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", sim.url, "--workers", "0",
-               "--ladder", "concurrency:2,4,8", "--warmup", "1", "--step-duration", "4",
-               "--synthetic", "requests=400,input=100,output=300", "--max-tokens", "300", "--metrics-interval", "0.5s",
-               "--no-early-stop", "--kv-pressure", "--kv-min-load", "16", "--results", str(results)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "--host",
+            sim.url,
+            "--workers",
+            "0",
+            "--ladder",
+            "concurrency:2,4,8",
+            "--warmup",
+            "1",
+            "--step-duration",
+            "4",
+            "--synthetic",
+            "requests=400,input=100,output=300",
+            "--max-tokens",
+            "300",
+            "--metrics-interval",
+            "0.5s",
+            "--no-early-stop",
+            "--kv-pressure",
+            "--kv-min-load",
+            "16",
+            "--results",
+            str(results),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     r = json.loads(results.read_text())

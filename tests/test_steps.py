@@ -94,7 +94,14 @@ def test_run_wide_series_credits_tokens_of_requests_from_the_previous_step():
     run.merge(this)
     alone = step_result(this, step=2, offered=2, offered_kind="concurrency", window=(W + 11, W + 14), warmup=1, slos={})
     wide = step_result(
-        this, step=2, offered=2, offered_kind="concurrency", window=(W + 11, W + 14), warmup=1, slos={}, series=run.series
+        this,
+        step=2,
+        offered=2,
+        offered_kind="concurrency",
+        window=(W + 11, W + 14),
+        warmup=1,
+        slos={},
+        series=run.series,
     )
     assert alone.output_tokens_per_s == pytest.approx(2 / 3)
     assert wide.output_tokens_per_s == pytest.approx(5 / 3)
@@ -130,7 +137,9 @@ def test_percentiles_error_rate_goodput_and_littles_law():
 
 
 def test_no_slos_means_no_goodput_and_no_verdict_on_slos():
-    s = step_result(agg_of([rec(1.0, [1.1, 1.2])]), step=1, offered=1, offered_kind="speed", window=(W, W + 3), warmup=0, slos={})
+    s = step_result(
+        agg_of([rec(1.0, [1.1, 1.2])]), step=1, offered=1, offered_kind="speed", window=(W, W + 3), warmup=0, slos={}
+    )
     assert s.goodput_requests_per_s is None and s.slo_attainment is None and s.slos_met is None
 
 
@@ -143,13 +152,18 @@ def test_flags_client_saturation_length_mismatch_and_no_data():
     assert s.client_valid is False
     assert s.length_checked == 2 and s.length_mismatch == 1
     assert s.flags == ["client_saturated", "length_mismatch"]
-    empty = step_result(Aggregate(), step=2, offered=16, offered_kind="concurrency", window=(W, W + 3), warmup=0, slos={"ttft": 1})
+    empty = step_result(
+        Aggregate(), step=2, offered=16, offered_kind="concurrency", window=(W, W + 3), warmup=0, slos={"ttft": 1}
+    )
     assert empty.flags == ["no_data"]
     assert empty.output_tokens_per_s == 0 and empty.slo_broken == ["no successful request"]
     cpu = agg_of([rec(1.0, [1.1])])
     for _ in range(4):
         cpu.add_cpu_sample(97.0)
-    assert "client_saturated" in step_result(cpu, step=1, offered=1, offered_kind="rate", window=(W, W + 2), warmup=0, slos={}).flags
+    assert (
+        "client_saturated"
+        in step_result(cpu, step=1, offered=1, offered_kind="rate", window=(W, W + 2), warmup=0, slos={}).flags
+    )
 
 
 def test_error_flag_threshold():
@@ -188,7 +202,9 @@ def test_slo_vocabulary():
         with pytest.raises(ValueError, match="unknown SLO metric"):
             parse_slo_name(bad)
     # per-request goodput limits: bare names as given, else the loosest qualified limit
-    assert request_slos({"ttft": 0.5, "ttft_p50": 0.2, "e2e_p50": 3, "e2e_p99": 8, "itl_p99": 0.1, "error_rate": 0.01}) == {
+    assert request_slos(
+        {"ttft": 0.5, "ttft_p50": 0.2, "e2e_p50": 3, "e2e_p99": 8, "itl_p99": 0.1, "error_rate": 0.01}
+    ) == {
         "ttft": 0.5,
         "e2e": 8.0,
     }
@@ -203,7 +219,9 @@ def test_broken_slos_names_each_broken_limit():
         "itl max 50 ms > 40 ms",
         "error_rate 50.0% > 10.0%",
     ]
-    one = step_result(agg_of([rec(1.0, [1.2])]), step=1, offered=1, offered_kind="rate", window=(W, W + 3), warmup=0, slos={})
+    one = step_result(
+        agg_of([rec(1.0, [1.2])]), step=1, offered=1, offered_kind="rate", window=(W, W + 3), warmup=0, slos={}
+    )
     assert broken_slos(one, {"tpot": 0.1}) == ["tpot p99: no sample"]  # a 1-token reply has no TPOT
 
 
@@ -228,7 +246,17 @@ def _steps_for_table():
     out = []
     for i, (u, n) in enumerate([(1, 10), (4, 40), (16, 44)], start=1):
         recs = [rec(10.0 + j * 0.1, [10.2 + j * 0.1 + 0.01 * k for k in range(10)]) for j in range(n)]
-        out.append(step_result(agg_of(recs, {"ttft": 0.25}), step=i, offered=u, offered_kind="concurrency", window=(W + 10, W + 16), warmup=1, slos={"ttft": 0.25}))
+        out.append(
+            step_result(
+                agg_of(recs, {"ttft": 0.25}),
+                step=i,
+                offered=u,
+                offered_kind="concurrency",
+                window=(W + 10, W + 16),
+                warmup=1,
+                slos={"ttft": 0.25},
+            )
+        )
     return out
 
 
@@ -237,7 +265,17 @@ def test_format_steps_prints_aligned_columns_and_the_verdict():
     lines = text.splitlines()
     head = lines[0]
     assert head.split()[:3] == ["step", "offered", "(users)"]
-    for col in ("req/s", "tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50 ms", "E2E p99 ms", "err%", "goodput req/s", "flags"):
+    for col in (
+        "req/s",
+        "tok/s",
+        "TTFT p50/p99 ms",
+        "ITL p50/p99 ms",
+        "TPOT p50 ms",
+        "E2E p99 ms",
+        "err%",
+        "goodput req/s",
+        "flags",
+    ):
         assert col in head
     # right-aligned numeric columns end where their header ends
     for col in ("req/s", "tok/s", "err%"):

@@ -36,7 +36,11 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], s
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[: len(package) - node.level] + [node.module or ""]).strip(".") if node.level else node.module or ""
+            base = (
+                ".".join(package[: len(package) - node.level] + [node.module or ""]).strip(".")
+                if node.level
+                else node.module or ""
+            )
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
@@ -109,8 +113,11 @@ def test_core_never_imports_locust_gevent_or_the_runtime():
     _, edges, third = _graph()
     bad = {n: sorted(third[n] & set(EVENT_LOOP)) for n in edges if _core(n) and third[n] & set(EVENT_LOOP)}
     assert bad == {}
-    into_runtime = {n: sorted(e for e in edges[n] if e.startswith("llm_locust.runtime") or e == "llm_locust.users")
-                    for n in edges if _core(n)}
+    into_runtime = {
+        n: sorted(e for e in edges[n] if e.startswith("llm_locust.runtime") or e == "llm_locust.users")
+        for n in edges
+        if _core(n)
+    }
     assert {n: v for n, v in into_runtime.items() if v} == {}
 
 
@@ -119,7 +126,10 @@ def test_nothing_in_the_package_imports_the_plugin_back():
     importers = sorted(n for n, e in edges.items() if "llm_locust.runtime.plugin" in e)
     assert importers == ["llm_locust.users"]
     assert sorted(n for n, e in edges.items() if "llm_locust.users" in e) == [
-        "llm_locust.locustfiles.closed", "llm_locust.locustfiles.ladder", "llm_locust.locustfiles.replay"]
+        "llm_locust.locustfiles.closed",
+        "llm_locust.locustfiles.ladder",
+        "llm_locust.locustfiles.replay",
+    ]
 
 
 def test_importing_the_whole_core_loads_no_event_loop():
@@ -127,8 +137,10 @@ def test_importing_the_whole_core_loads_no_event_loop():
     Locust nor gevent (which monkey-patches the process) is in sys.modules afterwards."""
     mods, _, _ = _graph()
     core = sorted(n for n in mods if _core(n) and not n.endswith(".__main__"))
-    code = ("import importlib, sys\n"
-            f"for m in {core!r}: importlib.import_module(m)\n"
-            f"print(sorted(k for k in sys.modules if k.split('.')[0] in {EVENT_LOOP!r}))")
+    code = (
+        "import importlib, sys\n"
+        f"for m in {core!r}: importlib.import_module(m)\n"
+        f"print(sorted(k for k in sys.modules if k.split('.')[0] in {EVENT_LOOP!r}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -82,19 +82,33 @@ def test_written_trace_replays_the_same_records(tmp_path):
     assert len(trace) == 30
     for i, row in enumerate(rows):
         rec = trace[i]
-        assert (rec.arrival, rec.input_tokens, rec.output_tokens) == (pytest.approx(row["timestamp"]), row["input_tokens"], row["output_tokens"])
+        assert (rec.arrival, rec.input_tokens, rec.output_tokens) == (
+            pytest.approx(row["timestamp"]),
+            row["input_tokens"],
+            row["output_tokens"],
+        )
         assert list(rec.hash_ids) == row["hash_ids"] and rec.block_size == 16
     assert json.loads((tmp_path / "synth.jsonl.spec.json").read_text())["seed"] == 2
 
 
 def test_spec_text_and_cli(tmp_path):
-    assert parse_spec_text("requests=7,input=uniform:1:3,rate=2,prefix-tokens=8") == SynthSpec(7, "uniform:1:3", "128", 2.0, "poisson", 8, 0)
+    assert parse_spec_text("requests=7,input=uniform:1:3,rate=2,prefix-tokens=8") == SynthSpec(
+        7, "uniform:1:3", "128", 2.0, "poisson", 8, 0
+    )
     with pytest.raises(ValueError, match="keys"):
         parse_spec_text("bogus=1")
     out = tmp_path / "w.jsonl"
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--requests", "12", "--out", str(out)], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--requests", "12", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0 and len(out.read_text().splitlines()) == 12
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--input", "nope:1", "--out", str(out)], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--input", "nope:1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "unknown distribution" in p.stderr
 
 
@@ -114,8 +128,9 @@ def test_existing_out_is_refused_without_force(tmp_path, capsys):
     empty.touch()
     assert main(["--requests", "2", "--out", str(empty)]) == 0  # an empty file is not a trace to keep
     # through the command line, as the issue reports it
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--out", str(out)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--out", str(out)], capture_output=True, text=True
+    )
     assert p.returncode == 2 and "use --force" in p.stderr and len(out.read_text().splitlines()) == 3
     assert main(["--out", str(tmp_path / "no-such-dir" / "x.jsonl")]) == 1
     assert "cannot write" in capsys.readouterr().err

@@ -25,19 +25,36 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding
 
 
 def completion_event(text, finish=None, **extra) -> dict:
-    return {"id": "cmpl-7", "object": "text_completion", "created": 1796209400, "model": "m",
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}],
-            **extra}
+    return {
+        "id": "cmpl-7",
+        "object": "text_completion",
+        "created": 1796209400,
+        "model": "m",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}],
+        **extra,
+    }
 
 
 def chat_event(text, finish=None, **extra) -> dict:
-    return {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1796209400, "model": "m",
-            "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}], **extra}
+    return {
+        "id": "chatcmpl-7",
+        "object": "chat.completion.chunk",
+        "created": 1796209400,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}],
+        **extra,
+    }
 
 
 def usage_event(n: int) -> dict:
-    return {"id": "cmpl-7", "object": "text_completion", "created": 1796209400, "model": "m", "choices": [],
-            "usage": {"prompt_tokens": 5, "total_tokens": 5 + n, "completion_tokens": n}}
+    return {
+        "id": "cmpl-7",
+        "object": "text_completion",
+        "created": 1796209400,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "total_tokens": 5 + n, "completion_tokens": n},
+    }
 
 
 def sse(payload: bytes) -> bytes:
@@ -81,8 +98,22 @@ def read_through(api: str, reads: list[bytes], token_reads: bool, monkeypatch, l
     except Exception as e:  # noqa: BLE001 - compared like any other outcome
         rec.outcome, rec.error = type(e).__name__, str(e)
     finish_record(rec, state)
-    return (rec.outcome, rec.error, rec.n_out, rec.n_out_source, rec.chunk_times, rec.chunk_tokens, rec.finish_reason,
-            rec.n_in, rec.t_first, rec.t_first_content, rec.t_end, state.done, state.error, state.cont_broken)
+    return (
+        rec.outcome,
+        rec.error,
+        rec.n_out,
+        rec.n_out_source,
+        rec.chunk_times,
+        rec.chunk_tokens,
+        rec.finish_reason,
+        rec.n_in,
+        rec.t_first,
+        rec.t_first_content,
+        rec.t_end,
+        state.done,
+        state.error,
+        state.cont_broken,
+    )
 
 
 def count_token_reads(monkeypatch) -> list[int]:
@@ -125,9 +156,21 @@ def test_reads_that_are_not_one_whole_token_chunk_go_the_general_way(monkeypatch
     lines: none is taken as a token read unless it is exactly one chunk; the counts agree."""
     ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(12)]
     cut = len(ev[3]) // 2
-    reads = [HEAD, ev[0], ev[1], ev[2] + ev[3][:cut], ev[3][cut:], ev[4] + ev[5],
-             ev[6].replace(b"\r\n", b";x=1\r\n", 1), ev[7].upper()[:2] + ev[7][2:], b"00" + ev[8], ev[9], ev[10], ev[11],
-             chunk(sse(orjson.dumps(completion_event(" end", "stop")))) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+    reads = [
+        HEAD,
+        ev[0],
+        ev[1],
+        ev[2] + ev[3][:cut],
+        ev[3][cut:],
+        ev[4] + ev[5],
+        ev[6].replace(b"\r\n", b";x=1\r\n", 1),
+        ev[7].upper()[:2] + ev[7][2:],
+        b"00" + ev[8],
+        ev[9],
+        ev[10],
+        ev[11],
+        chunk(sse(orjson.dumps(completion_event(" end", "stop")))) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n",
+    ]
     hits = count_token_reads(monkeypatch)
     fast = read_through("openai-completions", reads, True, monkeypatch)
     assert fast == read_through("openai-completions", reads, False, monkeypatch)
@@ -143,10 +186,12 @@ def test_a_body_that_came_with_the_head(monkeypatch):
     (where the body starts is then not known)."""
     ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(6)]
     end = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-    cases = {"whole head and a chunk": ([HEAD + ev[0], *ev[1:], end], 5),
-             "whole head and two chunks": ([HEAD + ev[0] + ev[1], *ev[2:], end], 4),
-             "head in parts": ([HEAD[:20], HEAD[20:] + ev[0], *ev[1:], end], 0),
-             "head and part of a chunk": ([HEAD + ev[0][:5], ev[0][5:], *ev[1:], end], 0)}
+    cases = {
+        "whole head and a chunk": ([HEAD + ev[0], *ev[1:], end], 5),
+        "whole head and two chunks": ([HEAD + ev[0] + ev[1], *ev[2:], end], 4),
+        "head in parts": ([HEAD[:20], HEAD[20:] + ev[0], *ev[1:], end], 0),
+        "head and part of a chunk": ([HEAD + ev[0][:5], ev[0][5:], *ev[1:], end], 0),
+    }
     for name, (reads, taken) in cases.items():
         hits = count_token_reads(monkeypatch)
         fast = read_through("openai-completions", reads, True, monkeypatch)
@@ -157,8 +202,10 @@ def test_a_body_that_came_with_the_head(monkeypatch):
 
 def test_a_body_with_a_length_or_a_head_with_bare_line_feeds_is_read_the_general_way(monkeypatch):
     body = b"".join(sse(orjson.dumps(completion_event(f" w{i}"))) for i in range(6)) + b"data: [DONE]\n\n"
-    sized = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body),
-             *[body[i:i + 100] for i in range(0, len(body), 100)]]
+    sized = [
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body),
+        *[body[i : i + 100] for i in range(0, len(body), 100)],
+    ]
     ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(6)]
     bare = [HEAD.replace(b"\r\n", b"\n")[:-1] + b"\r\n" + ev[0], *ev[1:], chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
     hits = count_token_reads(monkeypatch)
@@ -173,12 +220,18 @@ def test_a_shape_that_changes_now_and_then_is_taken_anew_and_one_that_never_repe
     """A server whose `created` changes every second (llama.cpp writes it per chunk): each new
     shape is learnt from the first event read the general way. A stream whose every event differs
     elsewhere than its text stops trying after TEMPLATE_TRIES shapes."""
-    def stream(created_of):
-        return ([HEAD] + [chunk(sse(orjson.dumps(completion_event(f" w{i}", created=created_of(i))))) for i in range(60)]
-                + [chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"])
 
-    cases = [(stream(lambda i: 1796209400 + i // 10), 6, 54),  # 6 shapes, each read once the general way
-             (stream(lambda i: 1796209400 + i), client_mod.TEMPLATE_TRIES, 0)]
+    def stream(created_of):
+        return (
+            [HEAD]
+            + [chunk(sse(orjson.dumps(completion_event(f" w{i}", created=created_of(i))))) for i in range(60)]
+            + [chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+        )
+
+    cases = [
+        (stream(lambda i: 1796209400 + i // 10), 6, 54),  # 6 shapes, each read once the general way
+        (stream(lambda i: 1796209400 + i), client_mod.TEMPLATE_TRIES, 0),
+    ]
     for reads, templates, taken in cases:
         hits = count_token_reads(monkeypatch)
         made = [0]
@@ -208,8 +261,27 @@ def test_an_event_past_the_event_limit_is_refused_either_way(monkeypatch):
 # content, escapes, and bytes no JSON string may hold (each must fail the same way both ways).
 RAW_TEXTS = st.one_of(
     st.text(max_size=6).map(lambda t: orjson.dumps(t)[1:-1]),
-    st.sampled_from([b"", b'"', b"\\", b"\\u00e9", b"\x01", b"\x1f", b"\x7f", b"\xff", b"\xc3", b"\xe4\xb8",
-                     b"\xed\xa0\x80", b"a\nb", b"a\rb", b"\r\n", b"x\"y", b"]}", b"\xf0\x9f\x98\x80"]),
+    st.sampled_from(
+        [
+            b"",
+            b'"',
+            b"\\",
+            b"\\u00e9",
+            b"\x01",
+            b"\x1f",
+            b"\x7f",
+            b"\xff",
+            b"\xc3",
+            b"\xe4\xb8",
+            b"\xed\xa0\x80",
+            b"a\nb",
+            b"a\rb",
+            b"\r\n",
+            b'x"y',
+            b"]}",
+            b"\xf0\x9f\x98\x80",
+        ]
+    ),
     st.binary(max_size=4),
 )
 
@@ -237,8 +309,13 @@ def streams(draw):
             payload = orjson.dumps(make(""))
         else:
             payload = None
-        data = b": keep-alive\n\n" if kind == "comment" else sse(payload) if kind != "two" else (
-            sse(before + b" a" + after) + sse(before + b" b" + after))
+        data = (
+            b": keep-alive\n\n"
+            if kind == "comment"
+            else sse(payload)
+            if kind != "two"
+            else (sse(before + b" a" + after) + sse(before + b" b" + after))
+        )
         size_line = draw(st.sampled_from([None] * 6 + [b"0%x" % len(data), b"%X" % len(data), b"%x;e=1" % len(data)]))
         chunks.append(chunk(data, size_line))
     ending = draw(st.sampled_from(["done", "done", "eof", "zero"]))
@@ -260,7 +337,7 @@ def streams(draw):
         pos = end
     if draw(st.booleans()):  # some reads joined
         i = draw(st.integers(1, len(reads) - 1))
-        reads[i:i + 2] = [b"".join(reads[i:i + 2])]
+        reads[i : i + 2] = [b"".join(reads[i : i + 2])]
     return api, reads
 
 
@@ -281,7 +358,7 @@ def test_the_matcher_counts_whole_chunks_of_one_token_event_each():
     assert match(b"00" + ok)  # a zero-padded size line is one too
     assert not match(ok.replace(b" and", b""))  # an empty text: not a token
     assert not match(chunk(sse(payload.replace(b" to", b" a\\nd"))))  # escapes: the general way
-    bad_size = b"%x" % (int(ok.split(b"\r\n")[0], 16) + 1) + ok[ok.index(b"\r\n"):]
+    bad_size = b"%x" % (int(ok.split(b"\r\n")[0], 16) + 1) + ok[ok.index(b"\r\n") :]
     assert not match(bad_size)
     assert match(ok.replace(ok[:2], ok[:2].upper(), 1)) == (ok[:2].upper() != ok[:2])  # uppercase: a valid size line
     assert not token_read_matcher(prefix, suffix, 100)(ok)  # over the event limit

@@ -25,26 +25,43 @@ def feed(api, payload):
 
 
 def test_adapters_tell_tool_call_pieces_from_text():
-    call = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"ci"}}]}}]}
+    call = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}}]}
     assert feed("openai-chat", call) == TOOL_CALL
     assert feed("openai-chat", {"choices": [{"index": 0, "delta": {"content": "hi"}}]}) == CONTENT
-    assert feed("openai-responses", {"type": "response.function_call_arguments.delta", "delta": "{\"a"}) == TOOL_CALL
+    assert feed("openai-responses", {"type": "response.function_call_arguments.delta", "delta": '{"a'}) == TOOL_CALL
     assert feed("openai-responses", {"type": "response.output_text.delta", "delta": "hi"}) == CONTENT
-    assert feed("anthropic-messages", {"type": "content_block_delta", "index": 1,
-                                       "delta": {"type": "input_json_delta", "partial_json": "{\"c"}}) == TOOL_CALL
-    assert feed("anthropic-messages", {"type": "content_block_delta", "index": 1,
-                                       "delta": {"type": "input_json_delta", "partial_json": ""}}) == NO_TOKEN
+    assert (
+        feed(
+            "anthropic-messages",
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"c'}},
+        )
+        == TOOL_CALL
+    )
+    assert (
+        feed(
+            "anthropic-messages",
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ""}},
+        )
+        == NO_TOKEN
+    )
 
 
 def _chunk(delta, finish=None):
-    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+    return (
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+    )
 
 
 def test_text_then_a_tool_call_stamps_both_and_counts_the_call_as_output():
-    body = (_chunk({"role": "assistant", "content": ""}) + _chunk({"content": "Let me check."})
-            + _chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "get", "arguments": ""}}]})
-            + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "tool_calls")
-            + b"data: [DONE]\n\n")
+    body = (
+        _chunk({"role": "assistant", "content": ""})
+        + _chunk({"content": "Let me check."})
+        + _chunk(
+            {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "get", "arguments": ""}}]}
+        )
+        + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
     server = canned_server(sse_reply(body))
     try:
         rec = client_for(f"http://127.0.0.1:{server.server_port}").send(spec(), "tool")
@@ -69,10 +86,33 @@ def test_no_tool_call_no_row():
 
 def test_the_simulator_streams_a_required_tool_call_and_the_run_times_it(tmp_path):
     log = tmp_path / "rl.jsonl"
-    p = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", "-u", "2", "-t", "2s", "--tools", "2",
-                        "--tool-choice", "required", "--max-tokens", "6", "--record-log", str(log),
-                        "--results", str(tmp_path / "r.json"), "--workers", "0"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_locust.cli",
+            "run",
+            "-u",
+            "2",
+            "-t",
+            "2s",
+            "--tools",
+            "2",
+            "--tool-choice",
+            "required",
+            "--max-tokens",
+            "6",
+            "--record-log",
+            str(log),
+            "--results",
+            str(tmp_path / "r.json"),
+            "--workers",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rows = [json.loads(x) for x in log.read_text().splitlines() if '"ok"' in x]
     assert rows and all(r["first_tool"] == r["first"] and r["n_out"] == 6 for r in rows)

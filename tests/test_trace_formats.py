@@ -198,8 +198,12 @@ def test_azure2024_mixed_forms_and_days():
 
 
 def test_azure2024_whole_second_form(tmp_path):
-    p = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,10,1\n"
-              "2024-05-12 00:00:00.001163+00:00,20,2\n2024-05-12 00:00:01+00:00,30,3\n")
+    p = write(
+        tmp_path,
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,10,1\n"
+        "2024-05-12 00:00:00.001163+00:00,20,2\n2024-05-12 00:00:01+00:00,30,3\n",
+    )
     t = load_trace(p)
     assert t.format == "azure2024"
     assert list(t.arrivals) == pytest.approx([0.0, 0.001163, 1.0])
@@ -234,8 +238,11 @@ def test_aiperf_mooncake_trace():
 
 def test_aiperf_multi_turn():
     t = load_trace(FIX / "aiperf_multi_turn.jsonl")
-    assert [(r.conversation_id, r.turn, r.arrival) for r in t] == [("chat-a", 1, 0.0), ("chat-b", 1, 0.5),
-                                                                     ("chat-a", 2, 2.0)]
+    assert [(r.conversation_id, r.turn, r.arrival) for r in t] == [
+        ("chat-a", 1, 0.0),
+        ("chat-b", 1, 0.5),
+        ("chat-a", 2, 2.0),
+    ]
     assert t[1].prompt == "Describe\nthis image" and t[1].images == 1 and t[1].output_tokens == 64
     assert t.reordered == 1  # chat-b's turn is earlier than chat-a's second: sorted
     assert t.conversations() == {"chat-a": [0, 2], "chat-b": [1]}
@@ -244,17 +251,26 @@ def test_aiperf_multi_turn():
 def test_vllm_guidellm_splitwise_ours():
     v = load_trace(FIX / "vllm_custom.jsonl")
     assert [(r.prompt, r.output_tokens, r.arrival) for r in v] == [
-        ("Write a haiku about GPUs.", 32, 0.0), ("Explain KV caches.", None, 0.0)]
+        ("Write a haiku about GPUs.", 32, 0.0),
+        ("Explain KV caches.", None, 0.0),
+    ]
     g = load_trace(FIX / "guidellm.jsonl")
     assert [(r.prompt, r.input_tokens, r.output_tokens) for r in g] == [
-        ("Tell me a joke.", 5, 20), ("Summarise this.", 4, 50)]
+        ("Tell me a joke.", 5, 20),
+        ("Summarise this.", 4, 50),
+    ]
     gc = load_trace(FIX / "guidellm.csv")
     assert [(r.prompt, r.input_tokens, r.output_tokens) for r in gc] == [
-        ("Tell me a joke.", 5, 20), ('Two lines,\nwith a comma and "quotes"', 9, 40)]
+        ("Tell me a joke.", 5, 20),
+        ('Two lines,\nwith a comma and "quotes"', 9, 40),
+    ]
     assert sources(gc) == [f"{FIX / 'guidellm.csv'}:2", f"{FIX / 'guidellm.csv'}:3"]
     s = load_trace(FIX / "splitwise.csv")
     assert [(r.arrival, r.input_tokens, r.output_tokens) for r in s] == [
-        (0.0, 374, 44), (4.314579, 396, 109), (4.541877, 879, 55)]
+        (0.0, 374, 44),
+        (4.314579, 396, 109),
+        (4.541877, 879, 55),
+    ]
     o = load_trace(FIX / "ours.jsonl")
     assert o[0] == TraceRecord(0.0, 374, 44, source=f"{FIX / 'ours.jsonl'}:1")
     assert (o[1].prompt, o[1].model) == ("Hello, world", "m1")
@@ -297,7 +313,8 @@ def test_gzip_is_read_transparently(tmp_path):
     gz = write(tmp_path, "code.csv.gz", gzip.compress(src.read_bytes()))
     a, b = load_trace(src), load_trace(gz)
     assert [(r.arrival, r.input_tokens, r.output_tokens) for r in a] == [
-        (r.arrival, r.input_tokens, r.output_tokens) for r in b]
+        (r.arrival, r.input_tokens, r.output_tokens) for r in b
+    ]
     assert b.sha256 == hashlib.sha256(gz.read_bytes()).hexdigest()  # of the file's bytes as read
     assert b[0].source == f"{gz}:2"
     # detected by content, whatever the name
@@ -389,8 +406,15 @@ def test_shares_keep_conversations_together(tmp_path, k):
 
 
 @pytest.mark.parametrize(
-    "name", ["burstgpt_v2_head.csv", "bailian.jsonl", "aiperf_mooncake.jsonl", "aiperf_multi_turn.jsonl",
-             "sharegpt_one_record.json", "mooncake_conversation_head30.jsonl"]
+    "name",
+    [
+        "burstgpt_v2_head.csv",
+        "bailian.jsonl",
+        "aiperf_mooncake.jsonl",
+        "aiperf_multi_turn.jsonl",
+        "sharegpt_one_record.json",
+        "mooncake_conversation_head30.jsonl",
+    ],
 )
 @pytest.mark.parametrize("k", [2, 3])
 def test_shares_of_every_conversation_format(name, k):
@@ -447,8 +471,11 @@ def test_all_rows_failed(tmp_path):
 
 
 def test_non_monotonic_times_are_sorted_stably_and_counted(tmp_path):
-    p = write(tmp_path, "o.jsonl", "".join(
-        f'{{"timestamp": {t}, "input_tokens": {n}}}\n' for t, n in [(0, 1), (2, 2), (1, 3), (2, 4), (3, 5)]))
+    p = write(
+        tmp_path,
+        "o.jsonl",
+        "".join(f'{{"timestamp": {t}, "input_tokens": {n}}}\n' for t, n in [(0, 1), (2, 2), (1, 3), (2, 4), (3, 5)]),
+    )
     t = load_trace(p)
     assert list(t.arrivals) == [0, 1, 2, 2, 3] and [r.input_tokens for r in t] == [1, 3, 2, 4, 5]
     assert t.reordered == 1 and t.skipped == {}
@@ -456,17 +483,34 @@ def test_non_monotonic_times_are_sorted_stably_and_counted(tmp_path):
 
 
 def test_reordering_moves_every_column(tmp_path):
-    rows = [(0.0, [1, 2], "a"), (5.0, [3], "b"), (1.0, [1, 2, 4], "a"), (5.0, [9, 9, 9], None), (2.0, [7], "c"),
-            (6.0, [8], "b")]
-    p = write(tmp_path, "r.jsonl", "".join(
-        f'{{"timestamp": {t}, "input_tokens": {10 * len(h)}, "hash_ids": {h}, "block_size": 4'
-        + (f', "conversation_id": "{c}", "prompt": "p{i}"' if c else "") + "}\n"
-        for i, (t, h, c) in enumerate(rows)))
+    rows = [
+        (0.0, [1, 2], "a"),
+        (5.0, [3], "b"),
+        (1.0, [1, 2, 4], "a"),
+        (5.0, [9, 9, 9], None),
+        (2.0, [7], "c"),
+        (6.0, [8], "b"),
+    ]
+    p = write(
+        tmp_path,
+        "r.jsonl",
+        "".join(
+            f'{{"timestamp": {t}, "input_tokens": {10 * len(h)}, "hash_ids": {h}, "block_size": 4'
+            + (f', "conversation_id": "{c}", "prompt": "p{i}"' if c else "")
+            + "}\n"
+            for i, (t, h, c) in enumerate(rows)
+        ),
+    )
     t = load_trace(p)
     assert t.reordered == 2
     assert [(r.arrival, r.hash_ids, r.conversation_id, r.prompt, r.turn) for r in t] == [
-        (0.0, (1, 2), "a", "p0", 1), (1.0, (1, 2, 4), "a", "p2", 2), (2.0, (7,), "c", "p4", 1),
-        (5.0, (3,), "b", "p1", 1), (5.0, (9, 9, 9), None, None, None), (6.0, (8,), "b", "p5", 2)]
+        (0.0, (1, 2), "a", "p0", 1),
+        (1.0, (1, 2, 4), "a", "p2", 2),
+        (2.0, (7,), "c", "p4", 1),
+        (5.0, (3,), "b", "p1", 1),
+        (5.0, (9, 9, 9), None, None, None),
+        (6.0, (8,), "b", "p5", 2),
+    ]
     assert [r.source.rsplit(":", 1)[1] for r in t] == ["1", "3", "5", "2", "4", "6"]
 
 
@@ -482,8 +526,12 @@ def test_only_the_disordered_stretch_is_sorted():
 
 
 def test_earlier_row_later_in_an_azure_file_becomes_the_origin(tmp_path):
-    p = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-              "2023-11-16 10:00:05.0000000,1,1\n2023-11-16 10:00:03.0000000,2,2\n2023-11-16 10:00:07.5000000,3,3\n")
+    p = write(
+        tmp_path,
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 10:00:05.0000000,1,1\n2023-11-16 10:00:03.0000000,2,2\n2023-11-16 10:00:07.5000000,3,3\n",
+    )
     t = load_trace(p)
     assert list(t.arrivals) == [0.0, 2.0, 4.5] and [r.input_tokens for r in t] == [2, 1, 3]
     assert t.reordered == 1
@@ -493,15 +541,23 @@ def test_earlier_row_later_in_an_azure_file_becomes_the_origin(tmp_path):
 
 
 def test_crlf_bom_and_blank_lines(tmp_path):
-    p = write(tmp_path, "w.csv", "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
-              "2023-11-16 18:15:46.6805900,374,44\r\n\r\n2023-11-16 18:15:50.9951690,396,109\r\n")
+    p = write(
+        tmp_path,
+        "w.csv",
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+        "2023-11-16 18:15:46.6805900,374,44\r\n\r\n2023-11-16 18:15:50.9951690,396,109\r\n",
+    )
     t = load_trace(p)
     assert len(t) == 2 and t[1].arrival == pytest.approx(4.314579) and t[1].source == f"{p}:4"
 
 
 def test_quoted_csv_rows_take_the_row_by_row_path(tmp_path):
-    p = write(tmp_path, "q.csv", 'TIMESTAMP,ContextTokens,GeneratedTokens\n'
-              '"2023-11-16 18:15:46.6805900",374,44\n2023-11-16 18:15:50.9951690, 396 ,109\n')
+    p = write(
+        tmp_path,
+        "q.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        '"2023-11-16 18:15:46.6805900",374,44\n2023-11-16 18:15:50.9951690, 396 ,109\n',
+    )
     t = load_trace(p)
     assert [(r.arrival, r.input_tokens) for r in t] == [(0.0, 374), (pytest.approx(4.314579), 396)]
 
@@ -528,55 +584,117 @@ AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 @pytest.mark.parametrize(
     "name, content, expected",
     [
-        ("renamed.csv", "TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.68,1,1\n",
-         ":1: looks like a azure2023 trace but column(s) ContextTokens are missing (renamed?); "
-         "found: TIMESTAMP, Context, GeneratedTokens"),
-        ("burst.csv", "Timestamp,Model,Request,Response tokens\n1,ChatGPT,1,1\n",
-         ":1: looks like a burstgpt trace but column(s) Request tokens are missing"),
+        (
+            "renamed.csv",
+            "TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.68,1,1\n",
+            ":1: looks like a azure2023 trace but column(s) ContextTokens are missing (renamed?); "
+            "found: TIMESTAMP, Context, GeneratedTokens",
+        ),
+        (
+            "burst.csv",
+            "Timestamp,Model,Request,Response tokens\n1,ChatGPT,1,1\n",
+            ":1: looks like a burstgpt trace but column(s) Request tokens are missing",
+        ),
         ("unknown.csv", "a,b,c\n1,2,3\n", ":1: unknown trace format; header columns found: a, b, c"),
-        ("ts.csv", AZ + "2023-11-16 18:15:46.6805900,1,1\n2023-11-16 25:99:00,1,1\n",
-         ":3: unparseable TIMESTAMP '2023-11-16 25:99:00'"),
-        ("mixed.csv", AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47+00:00,1,1\n",
-         ":3: TIMESTAMP '2023-11-16 18:15:47+00:00' mixes time-zone-aware and naive times"),
-        ("tok.csv", AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.00,x,1\n",
-         ":3: ContextTokens is not a number: 'x'"),
+        (
+            "ts.csv",
+            AZ + "2023-11-16 18:15:46.6805900,1,1\n2023-11-16 25:99:00,1,1\n",
+            ":3: unparseable TIMESTAMP '2023-11-16 25:99:00'",
+        ),
+        (
+            "mixed.csv",
+            AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47+00:00,1,1\n",
+            ":3: TIMESTAMP '2023-11-16 18:15:47+00:00' mixes time-zone-aware and naive times",
+        ),
+        (
+            "tok.csv",
+            AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.00,x,1\n",
+            ":3: ContextTokens is not a number: 'x'",
+        ),
         ("negtok.csv", AZ + "2023-11-16 18:15:46.68,-4,1\n", ":2: ContextTokens must not be negative"),
         ("fields.csv", AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.00,1\n", ":3: expected 3 fields"),
-        ("neg.csv", "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size\n"
-         "0,2,0,0.0,1,374,44\n1,2,0,-1.5,1,396,109\n", ":3: negative arrival_timestamp: -1.5"),
-        ("nan.csv", "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size\n"
-         "0,2,0,nan,1,374,44\n", ":2: unparseable arrival_timestamp: 'nan'"),
-        ("negms.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
-         '{"timestamp": -5, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n', ":2: negative 'timestamp': -5"),
-        ("type.jsonl", '{"timestamp": 0, "input_length": "12", "output_length": 1, "hash_ids": [1]}\n',
-         ":1: 'input_length' must be an integer, found str '12'"),
-        ("hash.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "a"]}\n',
-         ":1: 'hash_ids' must be a list of integers"),
-        ("miss.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5}\n',
-         ":2: missing 'output_length'; found keys: timestamp, input_length"),
+        (
+            "neg.csv",
+            "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size\n"
+            "0,2,0,0.0,1,374,44\n1,2,0,-1.5,1,396,109\n",
+            ":3: negative arrival_timestamp: -1.5",
+        ),
+        (
+            "nan.csv",
+            "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size\n"
+            "0,2,0,nan,1,374,44\n",
+            ":2: unparseable arrival_timestamp: 'nan'",
+        ),
+        (
+            "negms.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+            '{"timestamp": -5, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n',
+            ":2: negative 'timestamp': -5",
+        ),
+        (
+            "type.jsonl",
+            '{"timestamp": 0, "input_length": "12", "output_length": 1, "hash_ids": [1]}\n',
+            ":1: 'input_length' must be an integer, found str '12'",
+        ),
+        (
+            "hash.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "a"]}\n',
+            ":1: 'hash_ids' must be a list of integers",
+        ),
+        (
+            "miss.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5}\n',
+            ":2: missing 'output_length'; found keys: timestamp, input_length",
+        ),
         ("json.jsonl", '{"input_tokens": 5}\n{"input_tokens": 5\n', ":2: invalid JSON"),
         ("notobj.jsonl", '{"input_tokens": 5}\n[1, 2]\n', ":2: expected a JSON object, found list"),
         ("ours.jsonl", '{"timestamp": 1, "output_tokens": 5}\n', ":1: needs one of prompt, messages, input_tokens"),
-        ("ours2.jsonl", '{"input_tokens": 5}\n{"timestamp": 1, "output_tokens": 5}\n',
-         ":2: needs one of prompt, messages, input_tokens; found keys: timestamp, output_tokens"),
-        ("ours3.jsonl", '{"input_tokens": 5, "timestamp": "soon"}\n', ":1: 'timestamp' must be a number, found str 'soon'"),
+        (
+            "ours2.jsonl",
+            '{"input_tokens": 5}\n{"timestamp": 1, "output_tokens": 5}\n',
+            ":2: needs one of prompt, messages, input_tokens; found keys: timestamp, output_tokens",
+        ),
+        (
+            "ours3.jsonl",
+            '{"input_tokens": 5, "timestamp": "soon"}\n',
+            ":1: 'timestamp' must be a number, found str 'soon'",
+        ),
         ("ours4.jsonl", '{"input_tokens": 5, "hash_ids": [1, 2]}\n', ":1: 'hash_ids' without 'block_size'"),
         ("ours5.jsonl", '{"input_tokens": 5, "timestamp": -0.5}\n', ":1: negative 'timestamp': -0.5"),
         ("ours6.jsonl", '{"messages": "hi"}\n', ":1: 'messages' must be a non-empty list of {role, content} objects"),
         ("keys.jsonl", '{"foo": 1}\n', ":1: unknown JSON trace format; keys found: foo"),
         ("arr.json", '[{"a": 1}]', ":1: a JSON array that is not ShareGPT"),
-        ("sg.json", '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]},\n {"id": "y", "conversations": [\n',
-         ":4: invalid JSON: the file ends inside a conversation (truncated file?)"),
-        ("sg4.json", '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]}\n', ":3: invalid JSON: the array is not closed"),
-        ("sg2.json", '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]},\n {"id": "y"}\n]\n',
-         ":3: missing 'conversations' list; found keys: id"),
-        ("sg3.json", '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]}\n {"id": "y"}\n]\n',
-         ":3: expected ',' or ']' between conversations"),
-        ("bail.jsonl", '{"chat_id": "abc", "parent_chat_id": -1, "timestamp": 1.0, "input_length": 1, "output_length": 1}\n',
-         ":1: 'chat_id' must be an integer id, found str 'abc'"),
+        (
+            "sg.json",
+            '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]},\n {"id": "y", "conversations": [\n',
+            ":4: invalid JSON: the file ends inside a conversation (truncated file?)",
+        ),
+        (
+            "sg4.json",
+            '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]}\n',
+            ":3: invalid JSON: the array is not closed",
+        ),
+        (
+            "sg2.json",
+            '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]},\n {"id": "y"}\n]\n',
+            ":3: missing 'conversations' list; found keys: id",
+        ),
+        (
+            "sg3.json",
+            '[\n {"id": "x", "conversations": [{"from": "human", "value": "hi"}]}\n {"id": "y"}\n]\n',
+            ":3: expected ',' or ']' between conversations",
+        ),
+        (
+            "bail.jsonl",
+            '{"chat_id": "abc", "parent_chat_id": -1, "timestamp": 1.0, "input_length": 1, "output_length": 1}\n',
+            ":1: 'chat_id' must be an integer id, found str 'abc'",
+        ),
         ("mt.jsonl", '{"session_id": "s", "turns": []}\n', ":1: multi_turn line needs a non-empty 'turns' list"),
-        ("mt2.jsonl", '{"session_id": "s", "turns": [{"text": "a"}]}\n{"session_id": "t", "turns": []}\n',
-         ":2: multi_turn line needs a non-empty 'turns' list"),
+        (
+            "mt2.jsonl",
+            '{"session_id": "s", "turns": [{"text": "a"}]}\n{"session_id": "t", "turns": []}\n',
+            ":2: multi_turn line needs a non-empty 'turns' list",
+        ),
     ],
 )
 def test_bad_input_names_file_and_line(tmp_path, name, content, expected):
@@ -587,8 +705,12 @@ def test_bad_input_names_file_and_line(tmp_path, name, content, expected):
 
 
 def test_non_utf8_names_the_line(tmp_path):
-    p = write(tmp_path, "bad.csv", (AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.00,1,1\n").encode()
-              + b"2023-11-16 18:15:48.00,\xff1,1\n")
+    p = write(
+        tmp_path,
+        "bad.csv",
+        (AZ + "2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.00,1,1\n").encode()
+        + b"2023-11-16 18:15:48.00,\xff1,1\n",
+    )
     m = err(p)
     assert m.startswith(f"{p}:4: not UTF-8 text (byte 0xff at column 24")
     gz = write(tmp_path, "bad.csv.gz", gzip.compress(p.read_bytes()))
@@ -633,8 +755,9 @@ def test_trace_error_is_a_value_error():
 # -- the shipped slices in traces/ ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "traces").glob("*.*sv")) + sorted((REPO / "traces").glob("*.json*")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "traces").glob("*.*sv")) + sorted((REPO / "traces").glob("*.json*")), ids=lambda p: p.name
+)
 def test_shipped_slices_load(path):
     t = load_trace(path)
     assert 0 < len(t) <= 500
@@ -651,11 +774,11 @@ def test_bundled_sample_still_loads():
 
 CSV_SAMPLES = {
     "azure2023": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
-                 "2023-11-16 18:15:50.9951690,396,109\n",
+    "2023-11-16 18:15:50.9951690,396,109\n",
     "azure2025": "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n2024-10-15T12:00:00.269Z,1,10,5\n"
-                 "2024-10-15T12:00:01.269Z,0,11,6\n",
+    "2024-10-15T12:00:01.269Z,0,11,6\n",
     "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,10,20,30,x\n"
-                "6,GPT-4,11,21,32,x\n",
+    "6,GPT-4,11,21,32,x\n",
     "splitwise": "request_id,arrival_timestamp,prompt_size,token_size\n0,0.5,10,20\n1,1.5,11,21\n",
     "guidellm": "prompt,output_tokens_count\nhello,5\nworld,6\n",
 }
@@ -669,8 +792,9 @@ def test_cr_and_crlf_line_endings_load_like_lf(tmp_path, fmt, eol):
     want = load_trace(write(tmp_path, "lf.csv", text))
     got = load_trace(write(tmp_path, "other.csv", text.replace("\n", eol)))
     assert got.format == want.format == fmt
-    assert [(r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in got] == \
-        [(r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in want]
+    assert [(r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in got] == [
+        (r.arrival, r.input_tokens, r.output_tokens, r.source.rsplit(":", 1)[1]) for r in want
+    ]
 
 
 def test_cr_only_jsonl_and_gzip_and_errors_name_the_line(tmp_path):
@@ -684,13 +808,19 @@ def test_cr_only_jsonl_and_gzip_and_errors_name_the_line(tmp_path):
     assert err(p) == f"{p}:4: unparseable TIMESTAMP '2023-11-16 18:15:5x'"
 
 
-@pytest.mark.parametrize("fmt,line", [
-    ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [1, %s]}'),
-    ("jsonl", '{"input_tokens": 5, "hash_ids": [%s], "block_size": 16}'),
-    ("bailian", '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, "output_length": 3, '
-                '"hash_ids": [%s]}'),
-    ("aiperf-mooncake", '{"input_length": 5, "hash_ids": [%s]}'),
-])
+@pytest.mark.parametrize(
+    "fmt,line",
+    [
+        ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [1, %s]}'),
+        ("jsonl", '{"input_tokens": 5, "hash_ids": [%s], "block_size": 16}'),
+        (
+            "bailian",
+            '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, "output_length": 3, '
+            '"hash_ids": [%s]}',
+        ),
+        ("aiperf-mooncake", '{"input_length": 5, "hash_ids": [%s]}'),
+    ],
+)
 @pytest.mark.parametrize("value", ["9223372036854775808", "18446744073709551615", "-1"])
 def test_hash_ids_out_of_range_are_refused(tmp_path, fmt, line, value):
     """2^63 raised OverflowError (building the id column); negative ids were accepted."""
@@ -701,36 +831,54 @@ def test_hash_ids_out_of_range_are_refused(tmp_path, fmt, line, value):
     assert t[1].hash_ids[-1] == 2**63 - 1  # the largest id still fits
 
 
-@pytest.mark.parametrize("content,where,what", [
-    # CSV
-    ("request_id,arrival_timestamp,prompt_size,token_size\n0,nan,1,2\n", 2, "unparseable arrival_timestamp: 'nan'"),
-    ("request_id,arrival_timestamp,prompt_size,token_size\n0,inf,1,2\n", 2, "unparseable arrival_timestamp: 'inf'"),
-    ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,1e400,2\n", 2, "prompt_size is not an integer"),
-    ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,99999999999999999999,2\n", 2, "too large"),
-    ('request_id,arrival_timestamp,prompt_size,token_size\n0,1,"2' + "x" * 140000 + '",2\n', 2, "bad CSV line"),
-    ('"TIMESTAMP,ContextTokens\n', 1, "unknown trace format"),
-    # JSON
-    ('{"timestamp": 1e19, "input_length": 5, "output_length": 3}\n', 1, "not a usable time"),
-    ('{"timestamp": 1e300, "input_tokens": 5}\n', 1, "not a usable time"),
-    ('{"timestamp": 18446744073709551616, "input_tokens": 5}\n', 1, "not a usable time"),
-    ('{"chat_id": "--5", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n', 1,
-     "'chat_id' must be an integer id"),
-    ('{"chat_id": "\u00b2", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n', 1,
-     "'chat_id' must be an integer id"),
-    ('[{"id": 1, "conversations": ' + "[" * 100000 + "]}]\n", 1, "nested too deeply"),
-    ('[{"conversations": [], "id": ' + "9" * 5000 + '}]\n', 1, "invalid JSON"),
-], ids=lambda v: v[:40] if isinstance(v, str) else str(v))
+@pytest.mark.parametrize(
+    "content,where,what",
+    [
+        # CSV
+        ("request_id,arrival_timestamp,prompt_size,token_size\n0,nan,1,2\n", 2, "unparseable arrival_timestamp: 'nan'"),
+        ("request_id,arrival_timestamp,prompt_size,token_size\n0,inf,1,2\n", 2, "unparseable arrival_timestamp: 'inf'"),
+        ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,1e400,2\n", 2, "prompt_size is not an integer"),
+        ("request_id,arrival_timestamp,prompt_size,token_size\n0,1,99999999999999999999,2\n", 2, "too large"),
+        ('request_id,arrival_timestamp,prompt_size,token_size\n0,1,"2' + "x" * 140000 + '",2\n', 2, "bad CSV line"),
+        ('"TIMESTAMP,ContextTokens\n', 1, "unknown trace format"),
+        # JSON
+        ('{"timestamp": 1e19, "input_length": 5, "output_length": 3}\n', 1, "not a usable time"),
+        ('{"timestamp": 1e300, "input_tokens": 5}\n', 1, "not a usable time"),
+        ('{"timestamp": 18446744073709551616, "input_tokens": 5}\n', 1, "not a usable time"),
+        (
+            '{"chat_id": "--5", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n',
+            1,
+            "'chat_id' must be an integer id",
+        ),
+        (
+            '{"chat_id": "\u00b2", "parent_chat_id": -1, "timestamp": 0, "input_length": 1, "output_length": 1}\n',
+            1,
+            "'chat_id' must be an integer id",
+        ),
+        ('[{"id": 1, "conversations": ' + "[" * 100000 + "]}]\n", 1, "nested too deeply"),
+        ('[{"conversations": [], "id": ' + "9" * 5000 + "}]\n", 1, "invalid JSON"),
+    ],
+    ids=lambda v: v[:40] if isinstance(v, str) else str(v),
+)
 def test_hostile_values_give_trace_errors(tmp_path, content, where, what):
     p = write(tmp_path, "t.txt", content)
     msg = err(p)
     assert msg.startswith(f"{p}:{where}: ") and what in msg, msg
 
 
-@pytest.mark.parametrize("data", [
-    b"\x00\x01\x02garbage\xff\xfe", b"\xff\xfe{\x00}", b"\x1f\x8b\x08\x00garbage", b"\x1f\x8b", b"\r\r\r",
-    b"\xef\xbb\xbf", b'{"timestamp": 0, "input_tokens": 1}\n\xc3\x28\n',
-    b'TIMESTAMP,ContextTokens,GeneratedTokens\r2023-11-16 18:15:46,\xe9,3\r',
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x01\x02garbage\xff\xfe",
+        b"\xff\xfe{\x00}",
+        b"\x1f\x8b\x08\x00garbage",
+        b"\x1f\x8b",
+        b"\r\r\r",
+        b"\xef\xbb\xbf",
+        b'{"timestamp": 0, "input_tokens": 1}\n\xc3\x28\n',
+        b"TIMESTAMP,ContextTokens,GeneratedTokens\r2023-11-16 18:15:46,\xe9,3\r",
+    ],
+)
 @pytest.mark.parametrize("fmt", [None, *FORMATS])
 def test_binary_garbage_gives_a_trace_error(tmp_path, data, fmt):
     p = write(tmp_path, "g.bin", data)

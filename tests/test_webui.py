@@ -35,10 +35,21 @@ def rec(t, *, ttft=0.05, n=8, gap=0.01, outcome=Outcome.OK, requested=None, erro
     ok = outcome is Outcome.OK
     times = [t + ttft + i * gap for i in range(n)] if ok else []
     return RequestRecord(
-        request_id="r", api="openai-chat", t_sched=t, t_sent=t, wall_sent=t,
-        t_first=times[0] if times else None, t_first_content=times[0] if times else None,
-        t_end=(times[-1] + 0.001) if times else t + 0.01, chunk_times=times, chunk_tokens=[1] * len(times),
-        n_out=len(times), n_in=10, n_in_source="usage", requested_out=requested, outcome=outcome,
+        request_id="r",
+        api="openai-chat",
+        t_sched=t,
+        t_sent=t,
+        wall_sent=t,
+        t_first=times[0] if times else None,
+        t_first_content=times[0] if times else None,
+        t_end=(times[-1] + 0.001) if times else t + 0.01,
+        chunk_times=times,
+        chunk_tokens=[1] * len(times),
+        n_out=len(times),
+        n_in=10,
+        n_in_source="usage",
+        requested_out=requested,
+        outcome=outcome,
         error=None if ok else (error or "boom"),
     )
 
@@ -120,7 +131,9 @@ def test_payload_figures_series_and_incremental_polls():
     # the per-second series, whole run on the first poll, up to the last complete second
     sec = p["series"]["sec"]
     assert sec[0] == int(T0) and sec[-1] == int(now - 1) - 1
-    assert sum(p["series"]["ok"]) == sum(b[1] for s, b in total.series.items() if s <= sec[-1]) == 598  # 2 end in second 30
+    assert (
+        sum(p["series"]["ok"]) == sum(b[1] for s, b in total.series.items() if s <= sec[-1]) == 598
+    )  # 2 end in second 30
     assert sum(p["series"]["tokens"]) == sum(b[0] for s, b in total.series.items() if s <= sec[-1])
     assert p["samples"]["t"] == [round(now, 2)] and p["samples"]["ttft_p50"][0] is not None
     assert p["step"] is None and p["ladder"] is None and p["workers"] is None
@@ -176,7 +189,9 @@ def test_cache_and_per_endpoint_rows_in_the_payload():
 
 def test_workers_at_full_cpu_make_the_client_suspect():
     total = populated(seconds=3)
-    workers = [{"id": "a", "index": 0, "state": "running", "cpu": 97.0, "report_age": 1.0, "in_flight": 3, "finished": 10}]
+    workers = [
+        {"id": "a", "index": 0, "state": "running", "cpu": 97.0, "report_age": 1.0, "in_flight": 3, "finished": 10}
+    ]
     p = LiveView().payload(lambda: inputs(total, T0 + 4, workers=workers, lag=3.5), 0)
     assert p["workers"] == workers and any("worker(s) at >= 90% CPU" in r for r in p["client"]["reasons"])
     assert p["series_end"] == int(T0 + 4 - 3.5)  # the master waits one report interval for a second to be complete
@@ -193,7 +208,16 @@ def ladder_case():
     for i, rate in enumerate((5, 10, 10), start=1):
         start = T0 + 10 * (i - 1)
         steps[i] = Aggregate()
-        windows.append({"step": i, "level": 2.0 ** (i - 1), "started": start, "measured_from": start + 1, "ended": start + 10, "extended": 0.0})
+        windows.append(
+            {
+                "step": i,
+                "level": 2.0 ** (i - 1),
+                "started": start,
+                "measured_from": start + 1,
+                "ended": start + 10,
+                "extended": 0.0,
+            }
+        )
         for s in range(1, 10):
             for k in range(rate):
                 fold([steps[i], total], rec(start + s + k / rate, ttft=0.02 * i, requested=8))
@@ -206,8 +230,17 @@ def ladder_case():
                 steps[i].hist["loop_lag"].record(0.05)
                 total.hist["loop_lag"].record(0.05)
     windows.append({"step": 4, "level": 8.0, "started": T0 + 30, "measured_from": None, "ended": None, "extended": 0.0})
-    ld = LadderInputs(kind="concurrency", levels=[1.0, 2.0, 4.0, 8.0], warmup=1.0, duration=10.0, requests=0,
-                      windows=windows, done=False, stop_reason=None, slos={})
+    ld = LadderInputs(
+        kind="concurrency",
+        levels=[1.0, 2.0, 4.0, 8.0],
+        warmup=1.0,
+        duration=10.0,
+        requests=0,
+        windows=windows,
+        done=False,
+        stop_reason=None,
+        slos={},
+    )
     return total, steps, ld
 
 
@@ -217,8 +250,16 @@ def test_ladder_rows_carry_the_reports_flags_and_a_provisional_verdict():
     rows = p["ladder"]["steps"]
     assert [r["phase"] for r in rows] == ["done", "done", "done", "warmup"]
     for r, w in zip(rows[:3], ld.windows):
-        expected = step_result(steps[w["step"]], step=w["step"], offered=w["level"], offered_kind="concurrency",
-                               window=(w["measured_from"], w["ended"]), warmup=1.0, slos={}, series=total.series)
+        expected = step_result(
+            steps[w["step"]],
+            step=w["step"],
+            offered=w["level"],
+            offered_kind="concurrency",
+            window=(w["measured_from"], w["ended"]),
+            warmup=1.0,
+            slos={},
+            series=total.series,
+        )
         assert r["flags"] == expected.flags
         assert r["output_tokens_per_s"] == pytest.approx(expected.output_tokens_per_s, abs=0.1)
     assert rows[0]["flags"] == []
@@ -239,7 +280,9 @@ def test_polls_carry_only_the_step_rows_and_verdict_that_changed():
     view = LiveView(clock=clock)
     get = lambda: inputs(total, T0 + 33 + clock.t, steps=steps, ladder=ld)  # noqa: E731
     first = view.payload(get, 0)
-    assert [r["step"] for r in first["ladder"]["steps"]] == [1, 2, 3, 4] and first["ladder"]["verdict"]["steps_used"] == 3
+    assert [r["step"] for r in first["ladder"]["steps"]] == [1, 2, 3, 4] and first["ladder"]["verdict"][
+        "steps_used"
+    ] == 3
     clock.t += 1.0
     second = view.payload(get, first["now"])
     assert [r["step"] for r in second["ladder"]["steps"]] == [4] and "verdict" not in second["ladder"]
@@ -279,15 +322,24 @@ def test_step_figures_are_cached(monkeypatch):
 def test_server_and_gpu_columns():
     srv = ServerSeries("http://x/metrics", server="vllm")
     for i in range(4):
-        srv.samples.append(Sample(T0 + 2 * i, {"kv_cache_usage": 0.1 * i, "running": i, "waiting": 0,
-                                               "generation_tokens_total": 1000.0 * i}))
+        srv.samples.append(
+            Sample(
+                T0 + 2 * i,
+                {"kv_cache_usage": 0.1 * i, "running": i, "waiting": 0, "generation_tokens_total": 1000.0 * i},
+            )
+        )
     cols = server_columns(srv, 0, "server")
     assert cols["kind"] == "vllm" and cols["kv"] == [0.0, 10.0, 20.0, 30.0]
     assert cols["gen_tps"] == [None, 500.0, 500.0, 500.0] and cols["running"] == [0, 1, 2, 3]
     later = server_columns(srv, T0 + 2, "server")
-    assert later["t"] == [T0 + 4, T0 + 6] and later["gen_tps"] == [500.0, 500.0]  # the rate still uses the sample before
+    assert later["t"] == [T0 + 4, T0 + 6] and later["gen_tps"] == [
+        500.0,
+        500.0,
+    ]  # the rate still uses the sample before
     gpu = ServerSeries("http://g/metrics", server="llm-locust-gpu-sidecar")
-    gpu.samples.append(Sample(T0, {"gpu_memory_used_bytes": 3 * 2**30, "gpu_memory_total_bytes": 141 * 2**30, "gpu_utilization": 0.42}))
+    gpu.samples.append(
+        Sample(T0, {"gpu_memory_used_bytes": 3 * 2**30, "gpu_memory_total_bytes": 141 * 2**30, "gpu_utilization": 0.42})
+    )
     g = server_columns(gpu, 0, "gpu")
     assert g["mem_gib"] == [3.0] and g["mem_total_gib"] == [141.0] and g["util"] == [42.0]
     total = populated(seconds=2)
@@ -298,8 +350,16 @@ def test_server_and_gpu_columns():
 # ---- end to end in a real headless Chromium ----
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOT_COPY = Path("/tmp/llm-locust-webui.png")
 
 
@@ -319,8 +379,9 @@ def browser():
             pytest.fail(f"CI is set, so the browser test must run, but {msg}", pytrace=False)
         pytest.skip(msg)
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
-                               args=CHROMIUM_ARGS)
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"), args=CHROMIUM_ARGS
+        )
         yield b
         b.close()
 
@@ -352,9 +413,22 @@ def locust_web_ui(tmp_path, host: str, *options: str, locustfile: str = "ladder.
     locustfile = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfiles" / locustfile
     with open(tmp_path / "locust.log", "a") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", host, "--web-host", "127.0.0.1",
-             "--web-port", str(web), *options],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(locustfile),
+                "--host",
+                host,
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(web),
+                *options,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             yield f"http://127.0.0.1:{web}"
@@ -372,12 +446,26 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
 
     gpu_port = free_port()
     log = open(tmp_path / "sidecar.log", "w")
-    sidecar = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--port", str(gpu_port)],
-                               stdout=subprocess.DEVNULL, stderr=log)
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.cli", "gpu-sidecar", "--fake", "1", "--port", str(gpu_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     sim = SimProcess(slots=4, fault={"http500": 0.15}).start()
     # 5 s steps: the checks below, done before the test stops the run, fit in the 40 s ladder
-    options = ("--ladder", "concurrency:1,2,4,6,8,12,16,24", "--warmup", "1", "--step-duration", "5", "--no-early-stop",
-               "--max-tokens", "24", "--gpu-metrics", f"http://127.0.0.1:{gpu_port}/metrics")
+    options = (
+        "--ladder",
+        "concurrency:1,2,4,6,8,12,16,24",
+        "--warmup",
+        "1",
+        "--step-duration",
+        "5",
+        "--no-early-stop",
+        "--max-tokens",
+        "24",
+        "--gpu-metrics",
+        f"http://127.0.0.1:{gpu_port}/metrics",
+    )
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -397,7 +485,9 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
             page.get_by_role("link", name=re.compile("LLM live view")).click()
             page.wait_for_url(base + "/llm")
 
-            page.wait_for_function("window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'")
+            page.wait_for_function(
+                "window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'"
+            )
 
             def figures():
                 return page.evaluate("""() => ({
@@ -410,18 +500,33 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
                 })""")
 
             first = wait_for("requests shown", lambda: (f := figures())["finished"] > 0 and f)
-            second = wait_for("the figures to move", lambda: (f := figures())["finished"] > first["finished"]
-                              and f["polls"] > first["polls"] and f["tps"] > 0 and f["points"] > 0 and f["samples"] >= 2 and f)
+            second = wait_for(
+                "the figures to move",
+                lambda: (
+                    (f := figures())["finished"] > first["finished"]
+                    and f["polls"] > first["polls"]
+                    and f["tps"] > 0
+                    and f["points"] > 0
+                    and f["samples"] >= 2
+                    and f
+                ),
+            )
             assert re.fullmatch(r"\d/8: \d+ users", second["step"]), second["step"]
             assert page.locator("#llm-steps tbody tr").count() >= 1
 
             # a provisional verdict once three steps are done; every flagged step is marked in the table
             page.wait_for_function("window.llmView.verdict && window.llmView.verdict.steps_used >= 3", timeout=30_000)
-            page.wait_for_function("window.llmView.charts['chart-server'] && window.llmView.charts['chart-server'].data[0].length > 0")
-            page.wait_for_function("window.llmView.charts['chart-gpu'] && window.llmView.charts['chart-gpu'].data[0].length > 0")
+            page.wait_for_function(
+                "window.llmView.charts['chart-server'] && window.llmView.charts['chart-server'].data[0].length > 0"
+            )
+            page.wait_for_function(
+                "window.llmView.charts['chart-gpu'] && window.llmView.charts['chart-gpu'].data[0].length > 0"
+            )
             # the view's figures and its table read in one go (the page re-renders every 1.5 s)
-            snap = page.evaluate("() => ({last: window.llmView.last, steps: window.llmView.steps, rows:"
-                                 " [...document.querySelectorAll('#llm-steps tbody tr')].map(tr => [tr.className, tr.innerText])})")
+            snap = page.evaluate(
+                "() => ({last: window.llmView.last, steps: window.llmView.steps, rows:"
+                " [...document.querySelectorAll('#llm-steps tbody tr')].map(tr => [tr.className, tr.innerText])})"
+            )
             p, step_rows = snap["last"], snap["steps"]
             assert p["state"] == "running" and p["failures"]["http_error"]["n"] > 0
             assert page.locator("#llm-failures").inner_text().count("http_error") == 1
@@ -455,12 +560,21 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
 
             # Start again from the view: a new test, the ladder from its first step, figures afresh
             page.locator("#llm-start").click()
-            again = wait_for("a new run at step 1", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
-                             and (d.get("step") or {}).get("index") == 1 and d)
+            again = wait_for(
+                "a new run at step 1",
+                lambda: (
+                    (d := get_json(f"{base}/llm/data"))["state"] == "running"
+                    and (d.get("step") or {}).get("index") == 1
+                    and d
+                ),
+            )
             assert again["totals"]["finished"] < before["totals"]["finished"], (again["totals"], before["totals"])
             assert [r["step"] for r in again["ladder"]["steps"]] == [1]
-            page.wait_for_function("window.llmView.last && window.llmView.last.state === 'running'"
-                                   " && /^1\\/8: /.test(document.getElementById('llm-step').textContent)", timeout=20_000)
+            page.wait_for_function(
+                "window.llmView.last && window.llmView.last.state === 'running'"
+                " && /^1\\/8: /.test(document.getElementById('llm-step').textContent)",
+                timeout=20_000,
+            )
             page.locator("#llm-stop").click()
             wait_for("the second stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
             assert errors == []
@@ -477,9 +591,23 @@ def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
     the test's start (the view samples while a test runs)."""
     from llm_locust.sim.process import SimProcess
 
-    with SimProcess(slots=4) as sim, locust_web_ui(tmp_path, sim.url, "--autostart", "--ladder", "concurrency:1,2,4",
-                                                   "--warmup", "1", "--step-duration", "3", "--no-early-stop",
-                                                   "--max-tokens", "16") as base:
+    with (
+        SimProcess(slots=4) as sim,
+        locust_web_ui(
+            tmp_path,
+            sim.url,
+            "--autostart",
+            "--ladder",
+            "concurrency:1,2,4",
+            "--warmup",
+            "1",
+            "--step-duration",
+            "3",
+            "--no-early-stop",
+            "--max-tokens",
+            "16",
+        ) as base,
+    ):
         # /metrics (the exporter) does not touch the view: wait there for step 3 (6 s in)
         def step() -> int:
             with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
@@ -505,15 +633,23 @@ def test_a_closed_loop_test_started_again_from_the_ui_starts_its_figures_afresh(
         with urllib.request.urlopen(urllib.request.Request(f"{base}/swarm", data=body), timeout=5) as r:
             assert r.status == 200
 
-    with SimProcess(slots=4) as sim, locust_web_ui(tmp_path, sim.url, "--max-tokens", "16",
-                                                   locustfile="closed.py") as base:
+    with (
+        SimProcess(slots=4) as sim,
+        locust_web_ui(tmp_path, sim.url, "--max-tokens", "16", locustfile="closed.py") as base,
+    ):
         wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
         swarm(base)
         first = wait_for("30 requests", lambda: (d := get_json(f"{base}/llm/data"))["totals"]["finished"] >= 30 and d)
         urllib.request.urlopen(urllib.request.Request(f"{base}/stop", data=b""), timeout=5).read()  # POST, as the UI
         wait_for("the stop", lambda: get_json(f"{base}/llm/data")["state"] == "stopped")
         swarm(base)
-        again = wait_for("a new test", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running"
-                         and d["started_at"] > first["started_at"] and d)
+        again = wait_for(
+            "a new test",
+            lambda: (
+                (d := get_json(f"{base}/llm/data"))["state"] == "running"
+                and d["started_at"] > first["started_at"]
+                and d
+            ),
+        )
         assert again["totals"]["sent"] < first["totals"]["sent"], (again["totals"], first["totals"])
         assert again["totals"]["finished"] < first["totals"]["finished"]

@@ -28,7 +28,9 @@ from typing import Any
 # sidecar's average since the previous scrape (`_window_avg`, 10 Hz samples) over its latest value.
 GPU_TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "gpu_power_watts": (
-        ("llm_locust_gpu_power_watts_window_avg", {}), ("llm_locust_gpu_power_watts", {}), ("DCGM_FI_DEV_POWER_USAGE", {}),
+        ("llm_locust_gpu_power_watts_window_avg", {}),
+        ("llm_locust_gpu_power_watts", {}),
+        ("DCGM_FI_DEV_POWER_USAGE", {}),
     ),
     "gpu_energy_joules_total": (("llm_locust_gpu_energy_joules_total", {}),),  # J, a counter
     "gpu_energy_millijoules_total": (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", {}),),  # mJ, dcgm-exporter's
@@ -37,10 +39,14 @@ GPU_COUNTERS = ("gpu_energy_joules_total", "gpu_energy_millijoules_total")
 
 MIN_ENERGY_SAMPLES = 5  # GPU scrapes in a step's window below which its energy figures are flagged
 MIN_SPAN_SHARE = 0.5  # the energy counter's samples must span at least this share of the window
-INTERACTIVITY_FROM = ("1 / TPOT p50: the median of the per-request 1/TPOT (1/x reverses the order of the "
-                      "requests, so the median of 1/TPOT is 1 over the median TPOT)")
-ENERGY_RULE = (f"flagged few_samples when the step's window holds fewer than {MIN_ENERGY_SAMPLES} GPU scrapes, "
-               f"or the energy counter's first and last samples span less than {MIN_SPAN_SHARE:.0%} of the window")
+INTERACTIVITY_FROM = (
+    "1 / TPOT p50: the median of the per-request 1/TPOT (1/x reverses the order of the "
+    "requests, so the median of 1/TPOT is 1 over the median TPOT)"
+)
+ENERGY_RULE = (
+    f"flagged few_samples when the step's window holds fewer than {MIN_ENERGY_SAMPLES} GPU scrapes, "
+    f"or the energy counter's first and last samples span less than {MIN_SPAN_SHARE:.0%} of the window"
+)
 
 # The per-step figures (the keys compare's metric table may name) and their units.
 FIGURES: dict[str, str] = {
@@ -92,21 +98,25 @@ def gpu_counts(settings: Any) -> tuple[dict[str, Any] | None, list[str]]:
     p, d = counts["prefill_gpus"], counts["decode_gpus"]
     if p is not None and d is not None:
         if counts["gpus"] is not None and counts["gpus"] != p + d:
-            notes.append(f"gpus = {counts['gpus']} differs from prefill_gpus + decode_gpus = {p + d}: "
-                         f"{p + d} used (disaggregated serving)")
+            notes.append(
+                f"gpus = {counts['gpus']} differs from prefill_gpus + decode_gpus = {p + d}: "
+                f"{p + d} used (disaggregated serving)"
+            )
         return {"gpus": p + d, "prefill_gpus": p, "decode_gpus": d, "disaggregated": True}, notes
     if (p is None) != (d is None):
         notes.append("only one of prefill_gpus / decode_gpus given: disaggregated division needs both")
     if counts["gpus"] is None:
-        notes.append("no GPU count (--gpus, or --prefill-gpus and --decode-gpus): per-GPU figures, the Pareto "
-                     "frontier and cost are left out")
+        notes.append(
+            "no GPU count (--gpus, or --prefill-gpus and --decode-gpus): per-GPU figures, the Pareto "
+            "frontier and cost are left out"
+        )
         return None, notes
     return {"gpus": counts["gpus"], "prefill_gpus": None, "decode_gpus": None, "disaggregated": False}, notes
 
 
 def _type_key(name: str) -> str:
     name = re.sub(r"\s+", " ", str(name).strip().lower())
-    return name[len("nvidia "):] if name.startswith("nvidia ") else name
+    return name[len("nvidia ") :] if name.startswith("nvidia ") else name
 
 
 def _match_price(model_name: str, prices: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -124,7 +134,9 @@ def _match_price(model_name: str, prices: Mapping[str, Any]) -> tuple[str, float
             continue
         if k == have:
             return key, p
-        if re.search(r"(?<![a-z0-9])" + re.escape(k) + r"(?![a-z0-9])", have) and (best is None or len(k) > len(_type_key(best[0]))):
+        if re.search(r"(?<![a-z0-9])" + re.escape(k) + r"(?![a-z0-9])", have) and (
+            best is None or len(k) > len(_type_key(best[0]))
+        ):
             best = (key, p)
     return best
 
@@ -162,15 +174,28 @@ def gpu_price(settings: Any, gpu_info: Any) -> tuple[dict[str, Any] | None, list
             keys = sorted({m[0] for _, m in found})  # type: ignore[index]
             types = sorted(set(names))
             price = sum(values) / len(values)
-            src = f"gpu_prices[{keys[0]}]" if len(keys) == 1 else f"mean of gpu_prices[{', '.join(keys)}] over the {len(names)} GPUs"
+            src = (
+                f"gpu_prices[{keys[0]}]"
+                if len(keys) == 1
+                else f"mean of gpu_prices[{', '.join(keys)}] over the {len(names)} GPUs"
+            )
             return {"usd_per_gpu_hour": price, "source": src, "gpu_type": ", ".join(types)}, notes
         missing = sorted({n for n, m in found if m is None})
-        notes.append(f"gpu_prices names no price for {', '.join(missing)}" + ("; gpu_hour_price used" if flat is not None else ""))
+        notes.append(
+            f"gpu_prices names no price for {', '.join(missing)}"
+            + ("; gpu_hour_price used" if flat is not None else "")
+        )
     elif prices and not names:
-        notes.append("gpu_prices given but no GPU type is known (no GPU sidecar): " +
-                     ("gpu_hour_price used" if flat is not None else "no price"))
+        notes.append(
+            "gpu_prices given but no GPU type is known (no GPU sidecar): "
+            + ("gpu_hour_price used" if flat is not None else "no price")
+        )
     if flat is not None:
-        return {"usd_per_gpu_hour": flat, "source": "gpu_hour_price", "gpu_type": ", ".join(sorted(set(names))) or None}, notes
+        return {
+            "usd_per_gpu_hour": flat,
+            "source": "gpu_hour_price",
+            "gpu_type": ", ".join(sorted(set(names))) or None,
+        }, notes
     if not prices:
         notes.append("no price (--gpu-hour-price or --gpu-prices): cost is left out")
     return None, notes
@@ -246,7 +271,7 @@ def step_figures(
     row["window_s"] = window
     # input tokens/s: the output rate scaled by the step's input/output token ratio (the rates are
     # the steady state's; the counts are those of the requests sent in the step)
-    t_in, t_out = (tokens or (None, None))
+    t_in, t_out = tokens or (None, None)
     t_in, t_out = _num(t_in), _num(t_out)
     in_tps = out_tps * t_in / t_out if out_tps is not None and t_in and t_out else None
     row["input_tokens_per_s"] = in_tps
@@ -293,8 +318,10 @@ def pareto_front(points: Sequence[tuple[float, float] | None]) -> list[bool]:
         if p is None:
             out.append(False)
             continue
-        dominated = any(q is not None and j != i and q[0] >= p[0] and q[1] >= p[1] and (q[0] > p[0] or q[1] > p[1])
-                        for j, q in enumerate(points))
+        dominated = any(
+            q is not None and j != i and q[0] >= p[0] and q[1] >= p[1] and (q[0] > p[0] or q[1] > p[1])
+            for j, q in enumerate(points)
+        )
         out.append(not dominated)
     return out
 
@@ -305,7 +332,7 @@ def covers(a: Sequence[tuple[float, float]], p: tuple[float, float]) -> bool:
 
 
 def frontier_verdict(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> str:
-    """"dominates" (every point of b is matched or beaten by a point of a, and a has a point b does
+    """ "dominates" (every point of b is matched or beaten by a point of a, and a has a point b does
     not match), "dominated" (the reverse), "equal" (each covers the other), "crossing" (neither
     covers the other: which is better depends on the interactivity wanted), or "n/a" (a frontier is
     empty)."""
@@ -327,7 +354,9 @@ def frontier_points(v: Mapping[str, Any] | None) -> list[tuple[float, float]]:
     if not v:
         return []
     rows = {r.get("step"): r for r in v.get("steps") or []}
-    pts = [(rows[s]["output_tokens_per_s_per_gpu"], rows[s]["interactivity"]) for s in v.get("frontier") or [] if s in rows]
+    pts = [
+        (rows[s]["output_tokens_per_s_per_gpu"], rows[s]["interactivity"]) for s in v.get("frontier") or [] if s in rows
+    ]
     return sorted(pts)
 
 
@@ -360,14 +389,20 @@ def verdicts(
     by_step = {w.get("step"): w for w in gpu_steps or [] if isinstance(w, Mapping)}
     if not gpu_steps:
         notes.append("no GPU sidecar windows (--gpu-metrics): energy is left out")
-    rows = [step_figures(st, by_step.get(st.get("step")), counts, price, (step_tokens or {}).get(st.get("step")))
-            for st in steps or []]
+    rows = [
+        step_figures(st, by_step.get(st.get("step")), counts, price, (step_tokens or {}).get(st.get("step")))
+        for st in steps or []
+    ]
     if rows and all(r.get("input_tokens_per_s") is None for r in rows):
         notes.append("input token counts unknown: total-token figures are left out")
     if gpu_steps and rows and all(r.get("gpu_power_watts") is None for r in rows):
         notes.append("the GPU windows carry neither the energy counter nor power: energy is left out")
-    pts = [(r["output_tokens_per_s_per_gpu"], r["interactivity"])
-           if r.get("output_tokens_per_s_per_gpu") and r.get("interactivity") else None for r in rows]
+    pts = [
+        (r["output_tokens_per_s_per_gpu"], r["interactivity"])
+        if r.get("output_tokens_per_s_per_gpu") and r.get("interactivity")
+        else None
+        for r in rows
+    ]
     front = pareto_front(pts)
     for r, on in zip(rows, front):
         r["pareto"] = on
@@ -401,7 +436,9 @@ def _cost_settings(results: Mapping[str, Any]) -> SimpleNamespace:
     for k in ("gpus", "prefill_gpus", "decode_gpus", "gpu_hour_price", "gpu_prices"):
         if k not in cost and k in settings:
             cost[k] = settings[k]
-    return SimpleNamespace(**{k: cost.get(k) for k in ("gpus", "prefill_gpus", "decode_gpus", "gpu_hour_price", "gpu_prices")})
+    return SimpleNamespace(
+        **{k: cost.get(k) for k in ("gpus", "prefill_gpus", "decode_gpus", "gpu_hour_price", "gpu_prices")}
+    )
 
 
 def verdicts_for_results(results: Mapping[str, Any], settings: Any = None) -> dict[str, Any] | None:
@@ -414,11 +451,21 @@ def verdicts_for_results(results: Mapping[str, Any], settings: Any = None) -> di
     if not steps and not summary:
         return None
     gpu = results.get("gpu_metrics") if isinstance(results.get("gpu_metrics"), Mapping) else {}
-    tokens = {r.get("step"): (r.get("tokens_in"), r.get("tokens_out")) for r in results.get("steps") or []
-              if isinstance(r, Mapping)}
-    return verdicts(steps, gpu.get("steps"), (results.get("environment") or {}).get("gpus") or [],
-                    settings if settings is not None else _cost_settings(results),
-                    step_tokens=tokens, summary=summary, gpu_run=gpu.get("run"), saturation=ladder.get("saturation"))
+    tokens = {
+        r.get("step"): (r.get("tokens_in"), r.get("tokens_out"))
+        for r in results.get("steps") or []
+        if isinstance(r, Mapping)
+    }
+    return verdicts(
+        steps,
+        gpu.get("steps"),
+        (results.get("environment") or {}).get("gpus") or [],
+        settings if settings is not None else _cost_settings(results),
+        step_tokens=tokens,
+        summary=summary,
+        gpu_run=gpu.get("run"),
+        saturation=ladder.get("saturation"),
+    )
 
 
 def has_figures(v: Mapping[str, Any] | None) -> bool:
@@ -436,12 +483,18 @@ def _f(v: Any, digits: int = 3) -> str:
     n = _num(v)
     if n is None:
         return "-"
-    return f"{n:,.0f}" if abs(n) >= 10 ** digits else f"{n:.{digits}g}"
+    return f"{n:,.0f}" if abs(n) >= 10**digits else f"{n:.{digits}g}"
 
 
-COLUMNS = (("tok/s/GPU", "output_tokens_per_s_per_gpu"), ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
-           ("tok/s/user", "interactivity"), ("W", "gpu_power_watts"), ("J/tok", "joules_per_output_token"),
-           ("$/Mtok out", "usd_per_million_output_tokens"), ("$/Mtok total", "usd_per_million_total_tokens"))
+COLUMNS = (
+    ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
+    ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
+    ("tok/s/user", "interactivity"),
+    ("W", "gpu_power_watts"),
+    ("J/tok", "joules_per_output_token"),
+    ("$/Mtok out", "usd_per_million_output_tokens"),
+    ("$/Mtok total", "usd_per_million_total_tokens"),
+)
 
 
 def verdicts_table(v: Mapping[str, Any] | None) -> str:
@@ -463,7 +516,9 @@ def verdicts_table(v: Mapping[str, Any] | None) -> str:
         lines.append(f"Pareto frontier (tok/s/GPU vs tok/s/user): steps {', '.join(str(s) for s in v['frontier'])}")
     k = v.get("knee")
     if k and k.get("usd_per_million_output_tokens") is not None:
-        lines.append(f"at the knee (step {k['step']}): ${_f(k['usd_per_million_output_tokens'])} per million output tokens")
+        lines.append(
+            f"at the knee (step {k['step']}): ${_f(k['usd_per_million_output_tokens'])} per million output tokens"
+        )
     if v.get("price"):
         lines.append(f"price: ${v['price']['usd_per_gpu_hour']:g} per GPU-hour ({v['price']['source']})")
     lines += [f"note: {n}" for n in v.get("notes") or []]

@@ -20,9 +20,36 @@ from typing import Any
 # table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
 # the Student's t distribution", column 0.025 upper tail), to 3 decimals.
 T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
 )
 # beyond 30: the same table's rows for 40, 60 and 100 (read stepwise, never below the normal's)
 T975_MORE = ((40, 2.021), (60, 2.000), (100, 1.984))
@@ -66,9 +93,13 @@ def welch(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     diff = b["mean"] - a["mean"]
     se2 = va + vb
     if se2 == 0:  # no noise at all on either side: any difference is a difference
-        return {"t": math.inf if diff else 0.0, "dof": a["n"] + b["n"] - 2, "critical": t975(a["n"] + b["n"] - 2),
-                "differs": diff != 0}
-    dof = se2 ** 2 / ((va ** 2 / (a["n"] - 1) if va else 0.0) + (vb ** 2 / (b["n"] - 1) if vb else 0.0))
+        return {
+            "t": math.inf if diff else 0.0,
+            "dof": a["n"] + b["n"] - 2,
+            "critical": t975(a["n"] + b["n"] - 2),
+            "differs": diff != 0,
+        }
+    dof = se2**2 / ((va**2 / (a["n"] - 1) if va else 0.0) + (vb**2 / (b["n"] - 1) if vb else 0.0))
     t = diff / math.sqrt(se2)
     crit = t975(max(dof, 1.0))
     return {"t": t, "dof": dof, "critical": crit, "differs": abs(t) > crit}
@@ -92,8 +123,15 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("max_slo_load", ("ladder", "saturation", "max_slo_load"), True),
 )
 HIGHER_IS_BETTER = {name: higher for name, _, higher in HEADLINE}
-UNITS = {"output_tokens_per_s": "tok/s", "requests_per_s": "req/s", "goodput_requests_per_s": "req/s",
-         "goodput_tokens_per_s": "tok/s", "error_rate": "fraction", "saturation_load": "load", "max_slo_load": "load"}
+UNITS = {
+    "output_tokens_per_s": "tok/s",
+    "requests_per_s": "req/s",
+    "goodput_requests_per_s": "req/s",
+    "goodput_tokens_per_s": "tok/s",
+    "error_rate": "fraction",
+    "saturation_load": "load",
+    "max_slo_load": "load",
+}
 
 
 def unit_of(name: str) -> str:
@@ -131,10 +169,17 @@ def repeats_section(docs: list[dict[str, Any]], files: list[str], reset: str) ->
     names = [n for n, _, _ in HEADLINE if per and all(n in p for p in per)]
     figures = {}
     for n in names:
-        figures[n] = {**interval([p[n] for p in per]), "values": [p[n] for p in per], "unit": unit_of(n),
-                      "higher_is_better": HIGHER_IS_BETTER[n]}
-    incomplete = {n: [k + 1 for k, p in enumerate(per) if n not in p] for n, _, _ in HEADLINE
-                  if any(n in p for p in per) and not all(n in p for p in per)}
+        figures[n] = {
+            **interval([p[n] for p in per]),
+            "values": [p[n] for p in per],
+            "unit": unit_of(n),
+            "higher_is_better": HIGHER_IS_BETTER[n],
+        }
+    incomplete = {
+        n: [k + 1 for k, p in enumerate(per) if n not in p]
+        for n, _, _ in HEADLINE
+        if any(n in p for p in per) and not all(n in p for p in per)
+    }
     return {
         "incomplete": incomplete,  # a figure some repetitions lack (no request succeeded ...): no interval
         "count": len(docs),
@@ -171,8 +216,10 @@ def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[st
         vals = [(d.get("summary") or {}).get(k) for d in docs]
         if all(isinstance(v, int) for v in vals):
             summary[k] = sum(vals)
-    rep["summary_note"] = ("summary: headline figures are the means over the repetitions, counts summed; "
-                           "distributions, steps and series are the last repetition's")
+    rep["summary_note"] = (
+        "summary: headline figures are the means over the repetitions, counts summed; "
+        "distributions, steps and series are the last repetition's"
+    )
     out["repeats"] = rep
     return out
 
@@ -190,23 +237,29 @@ def _fmt(name: str, v: float | None) -> str:
 
 def format_repeats(rep: dict[str, Any]) -> str:
     """The combined summary, one line per figure: mean, sd and the 95% interval."""
-    lines = [f"repeats: {rep['count']} repetitions; {rep['reset']}",
-             f"  {'figure':24} {'mean':>14} {'sd':>14}   95% interval (t, {rep['count'] - 1} dof)"]
+    lines = [
+        f"repeats: {rep['count']} repetitions; {rep['reset']}",
+        f"  {'figure':24} {'mean':>14} {'sd':>14}   95% interval (t, {rep['count'] - 1} dof)",
+    ]
     for name, f in rep["figures"].items():
         ci = f.get("ci95")
         ci_text = f"[{_fmt(name, ci[0])}, {_fmt(name, ci[1])}]  +-{_fmt(name, f['half_width'])}" if ci else "-"
         lines.append(f"  {name:24} {_fmt(name, f['mean']):>14} {_fmt(name, f['sd']):>14}   {ci_text}")
     for name, missing in (rep.get("incomplete") or {}).items():
-        lines.append(f"  {name:24} no interval: repetition{'s' if len(missing) > 1 else ''} "
-                     f"{', '.join(map(str, missing))} lack{'' if len(missing) > 1 else 's'} it")
+        lines.append(
+            f"  {name:24} no interval: repetition{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(str, missing))} lack{'' if len(missing) > 1 else 's'} it"
+        )
     return "\n".join(lines)
 
 
 def rep_line(k: int, n: int, doc: dict[str, Any], path: str) -> str:
     v = headline_values(doc)
-    return (f"repetition {k}/{n}: TTFT p50 {_fmt('ttft_p50', v.get('ttft_p50'))}, "
-            f"output {_fmt('output_tokens_per_s', v.get('output_tokens_per_s'))}, "
-            f"{_fmt('requests_per_s', v.get('requests_per_s'))}, errors {_fmt('error_rate', v.get('error_rate'))} -> {path}")
+    return (
+        f"repetition {k}/{n}: TTFT p50 {_fmt('ttft_p50', v.get('ttft_p50'))}, "
+        f"output {_fmt('output_tokens_per_s', v.get('output_tokens_per_s'))}, "
+        f"{_fmt('requests_per_s', v.get('requests_per_s'))}, errors {_fmt('error_rate', v.get('error_rate'))} -> {path}"
+    )
 
 
 def noise_verdicts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -220,7 +273,15 @@ def noise_verdicts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]
         w = welch(fa[name], fb[name])
         diff = fb[name]["mean"] - fa[name]["mean"]
         better = (diff > 0) == higher if diff else None
-        out.append({"figure": name, "a": fa[name], "b": fb[name], "change": diff, **w,
-                    "verdict": "differs" if w["differs"] else "within noise",
-                    "direction": None if not diff else ("better" if better else "worse")})
+        out.append(
+            {
+                "figure": name,
+                "a": fa[name],
+                "b": fb[name],
+                "change": diff,
+                **w,
+                "verdict": "differs" if w["differs"] else "within noise",
+                "direction": None if not diff else ("better" if better else "worse"),
+            }
+        )
     return out

@@ -46,7 +46,15 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llm_locust.analysis.steps import LATENCY_COLUMNS, OFFERED_UNITS, StepResult, _ms, _num, broken_slos, check_slo_names
+from llm_locust.analysis.steps import (
+    LATENCY_COLUMNS,
+    OFFERED_UNITS,
+    StepResult,
+    _ms,
+    _num,
+    broken_slos,
+    check_slo_names,
+)
 
 FLAT_TOLERANCE = 0.05
 MIN_ELASTICITY = 0.1
@@ -135,7 +143,15 @@ def point(s: StepResult) -> dict[str, Any]:
 
 
 def significant(
-    x: list[float], env: list[float], y: list[float], i: int, j: int, *, tol: float, elasticity: float, sustained: bool = False
+    x: list[float],
+    env: list[float],
+    y: list[float],
+    i: int,
+    j: int,
+    *,
+    tol: float,
+    elasticity: float,
+    sustained: bool = False,
 ) -> bool:
     """Step j > i gained significantly over the best throughput up to step i. sustained: the
     median of steps j.. too, so a lone noisy high followed by lower steps does not count."""
@@ -167,7 +183,9 @@ def _kneedle(xs: list[float], env: list[float], sensitivity: float) -> int | Non
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # kneed warns when it finds no knee; we say so ourselves
-        kl = KneeLocator(xs, env, S=sensitivity, curve="concave", direction="increasing", interp_method="interp1d", online=False)
+        kl = KneeLocator(
+            xs, env, S=sensitivity, curve="concave", direction="increasing", interp_method="interp1d", online=False
+        )
     if kl.knee is None:
         return None
     for i, v in enumerate(xs):
@@ -196,7 +214,14 @@ def throughput_knee(
     if n < MIN_STEPS:
         return None, "none", [f"too few steps for a knee: {n} (need at least {MIN_STEPS})"], details
     if max(y) - min(y) <= flat_tolerance * max(y):
-        return 0, "flat", [f"throughput flat (within {flat_tolerance:.0%}) across the whole ladder: saturated at or below the first step"], details
+        return (
+            0,
+            "flat",
+            [
+                f"throughput flat (within {flat_tolerance:.0%}) across the whole ladder: saturated at or below the first step"
+            ],
+            details,
+        )
     env = []
     best = 0.0
     for v in y:
@@ -251,7 +276,9 @@ def throughput_knee(
             "one step is not taken as a trend; extend the ladder to check"
         )
     if k != moved_from and how == "kneedle":
-        reasons.append(f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: throughput still grew after it")
+        reasons.append(
+            f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: throughput still grew after it"
+        )
     return k, how, reasons, details
 
 
@@ -269,10 +296,14 @@ def latency_knee(
         load_ratio = steps[i1].offered / steps[i0].offered if steps[i0].offered > 0 else math.inf
         if v1 > (1 + latency_rise) * base and v0 > 0 and v1 / v0 > latency_growth * load_ratio:
             unit = OFFERED_UNITS.get(steps[i1].offered_kind, "")
-            return i0, metric, [
-                f"{metric} p50 at {_load(steps[i1].offered, unit)} is {v1 / base:.1f}x the lowest load's "
-                f"({_ms(v1)} vs {_ms(base)} ms) and grew {v1 / v0:.1f}x for {load_ratio:.2g}x the load: queueing"
-            ]
+            return (
+                i0,
+                metric,
+                [
+                    f"{metric} p50 at {_load(steps[i1].offered, unit)} is {v1 / base:.1f}x the lowest load's "
+                    f"({_ms(v1)} vs {_ms(base)} ms) and grew {v1 / v0:.1f}x for {load_ratio:.2g}x the load: queueing"
+                ],
+            )
     return None, metric, []
 
 
@@ -300,8 +331,10 @@ def analyse(
     if details.get("axis"):
         method += f", {details['axis']} load axis"
     verdict.reasons += reasons
-    lk, metric, lreasons = (None, "ttft", []) if len(steps) < 2 else latency_knee(
-        steps, latency_rise=latency_rise, latency_growth=latency_growth
+    lk, metric, lreasons = (
+        (None, "ttft", [])
+        if len(steps) < 2
+        else latency_knee(steps, latency_rise=latency_rise, latency_growth=latency_growth)
     )
     method += (
         f" + latency rule ({metric} p50 > {1 + latency_rise:g}x lowest load and growing"
@@ -346,7 +379,9 @@ def analyse(
     if not ok_steps:
         first, broken = met[0] if met else (None, [])
         if first is not None:
-            verdict.reasons.append(f"no step met every SLO; the lowest ({_load(first.offered, unit)}) broke: {', '.join(broken)}")
+            verdict.reasons.append(
+                f"no step met every SLO; the lowest ({_load(first.offered, unit)}) broke: {', '.join(broken)}"
+            )
         return verdict
     top = ok_steps[-1]
     verdict.max_slo_load, verdict.max_slo_step = top.offered, top.step
@@ -401,7 +436,7 @@ def early_stop(
         flat = all(y[i] < (1 + flat_tolerance) * max(y[:i]) for i in range(len(y) - flat_steps, len(y)))
         if flat and max(y) > 0:
             return (
-                f"throughput flat for {flat_steps} steps: {', '.join(f'{v:,.0f}' for v in y[-flat_steps - 1:])} tok/s "
+                f"throughput flat for {flat_steps} steps: {', '.join(f'{v:,.0f}' for v in y[-flat_steps - 1 :])} tok/s "
                 f"(less than {flat_tolerance:.0%} gain)"
             )
     return None
@@ -423,13 +458,17 @@ def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[li
         head.append("spec acc %/len")
         for c, w in zip(cols, wins):
             rate, length = w.get("spec_acceptance_rate"), w.get("spec_mean_accepted_length")
-            c.append("-" if rate is None and length is None else
-                     f"{'-' if rate is None else f'{rate * 100:.0f}'}/{'-' if length is None else f'{length:.2f}'}")
+            c.append(
+                "-"
+                if rate is None and length is None
+                else f"{'-' if rate is None else f'{rate * 100:.0f}'}/{'-' if length is None else f'{length:.2f}'}"
+            )
     return head, cols
 
 
-def format_steps(results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None,
-                 knee: bool = True) -> str:
+def format_steps(
+    results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None, knee: bool = True
+) -> str:
     """The per-step table (aligned columns) and the saturation verdict below it.
 
     Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs; `knee`

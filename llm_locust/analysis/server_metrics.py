@@ -20,22 +20,33 @@ log = logging.getLogger(__name__)
 # quantity -> alternatives: (metric name, required labels). Gauges unless the name says _total.
 TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "running": (
-        ("vllm:num_requests_running", {}), ("sglang:num_running_reqs", {}), ("tgi_batch_current_size", {}),
-        ("trtllm_num_requests_running", {}), ("llamacpp:requests_processing", {}),
+        ("vllm:num_requests_running", {}),
+        ("sglang:num_running_reqs", {}),
+        ("tgi_batch_current_size", {}),
+        ("trtllm_num_requests_running", {}),
+        ("llamacpp:requests_processing", {}),
         ("nv_trt_llm_request_metrics", {"request_type": "active"}),
     ),
     "waiting": (
-        ("vllm:num_requests_waiting", {}), ("sglang:num_queue_reqs", {}), ("tgi_queue_size", {}),
-        ("trtllm_num_requests_waiting", {}), ("llamacpp:requests_deferred", {}),
+        ("vllm:num_requests_waiting", {}),
+        ("sglang:num_queue_reqs", {}),
+        ("tgi_queue_size", {}),
+        ("trtllm_num_requests_waiting", {}),
+        ("llamacpp:requests_deferred", {}),
         ("nv_trt_llm_request_metrics", {"request_type": "waiting"}),
     ),
     "kv_cache_usage": (
-        ("vllm:kv_cache_usage_perc", {}), ("vllm:gpu_cache_usage_perc", {}), ("sglang:token_usage", {}),
-        ("trtllm_kv_cache_utilization", {}), ("nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "fraction"}),
+        ("vllm:kv_cache_usage_perc", {}),
+        ("vllm:gpu_cache_usage_perc", {}),
+        ("sglang:token_usage", {}),
+        ("trtllm_kv_cache_utilization", {}),
+        ("nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "fraction"}),
     ),
     "generation_tokens_total": (
-        ("vllm:generation_tokens_total", {}), ("sglang:generation_tokens_total", {}),
-        ("trtllm_generation_tokens_total", {}), ("llamacpp:tokens_predicted_total", {}),
+        ("vllm:generation_tokens_total", {}),
+        ("sglang:generation_tokens_total", {}),
+        ("trtllm_generation_tokens_total", {}),
+        ("llamacpp:tokens_predicted_total", {}),
     ),
     "preemptions_total": (("vllm:num_preemptions_total", {}), ("sglang:num_retracted_reqs", {})),
     # prefix cache: vLLM counts queried and hit prompt tokens; llama-server counts the prompt
@@ -46,11 +57,13 @@ TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "prefix_cache_misses_total": (("llamacpp:prompt_tokens_total", {}),),
     "prefix_cache_hit_rate": (("sglang:cache_hit_rate", {}), ("trtllm_kv_cache_hit_rate", {})),
     "ttft_seconds_sum": (
-        ("vllm:time_to_first_token_seconds_sum", {}), ("sglang:time_to_first_token_seconds_sum", {}),
+        ("vllm:time_to_first_token_seconds_sum", {}),
+        ("sglang:time_to_first_token_seconds_sum", {}),
         ("trtllm_time_to_first_token_seconds_sum", {}),
     ),
     "ttft_seconds_count": (
-        ("vllm:time_to_first_token_seconds_count", {}), ("sglang:time_to_first_token_seconds_count", {}),
+        ("vllm:time_to_first_token_seconds_count", {}),
+        ("sglang:time_to_first_token_seconds_count", {}),
         ("trtllm_time_to_first_token_seconds_count", {}),
     ),
     # the server process's resident memory (prometheus_client's process collector: vLLM, SGLang's
@@ -66,12 +79,17 @@ TABLE.update(GPU_TABLE)  # GPU power and energy (analysis/efficiency.py: J/token
 # them): speculative decoding. vLLM's counters (llama-server uses the same names): drafts (verify
 # steps), draft tokens proposed, draft tokens accepted; SGLang's gauges.
 FEATURE_TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
-    "spec_decode_drafts_total": (("vllm:spec_decode_num_drafts_total", {}), ("llamacpp:spec_decode_num_drafts_total", {})),
+    "spec_decode_drafts_total": (
+        ("vllm:spec_decode_num_drafts_total", {}),
+        ("llamacpp:spec_decode_num_drafts_total", {}),
+    ),
     "spec_decode_draft_tokens_total": (
-        ("vllm:spec_decode_num_draft_tokens_total", {}), ("llamacpp:spec_decode_num_draft_tokens_total", {}),
+        ("vllm:spec_decode_num_draft_tokens_total", {}),
+        ("llamacpp:spec_decode_num_draft_tokens_total", {}),
     ),
     "spec_decode_accepted_tokens_total": (
-        ("vllm:spec_decode_num_accepted_tokens_total", {}), ("llamacpp:spec_decode_num_accepted_tokens_total", {}),
+        ("vllm:spec_decode_num_accepted_tokens_total", {}),
+        ("llamacpp:spec_decode_num_accepted_tokens_total", {}),
     ),
     "spec_accept_rate": (("sglang:spec_accept_rate", {}),),
     "spec_accept_length": (("sglang:spec_accept_length", {}),),
@@ -81,13 +99,32 @@ FEATURE_TABLE: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
 def quantities() -> dict[str, tuple[tuple[str, dict[str, str]], ...]]:
     """Every quantity read: TABLE's, then FEATURE_TABLE's."""
     return {**TABLE, **FEATURE_TABLE}
+
+
 MEANS = ("gpu_utilization",)  # averaged over label sets (GPUs), not summed
-COUNTERS = ("generation_tokens_total", "preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total",
-            "prefix_cache_misses_total", "spec_decode_drafts_total", "spec_decode_draft_tokens_total",
-            "spec_decode_accepted_tokens_total", "ttft_seconds_sum", "ttft_seconds_count", *GPU_COUNTERS)
+COUNTERS = (
+    "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_misses_total",
+    "spec_decode_drafts_total",
+    "spec_decode_draft_tokens_total",
+    "spec_decode_accepted_tokens_total",
+    "ttft_seconds_sum",
+    "ttft_seconds_count",
+    *GPU_COUNTERS,
+)
 # what the window derives (see ServerSeries.window), beside each quantity of TABLE
 DERIVED = ("server_ttft_mean_s", "prefix_cache_hit_ratio", "spec_acceptance_rate", "spec_mean_accepted_length")
-SERVERS = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("trtllm_", "trtllm"), ("nv_trt_llm", "triton-trtllm"), ("llamacpp:", "llama.cpp"))
+SERVERS = (
+    ("vllm:", "vllm"),
+    ("sglang:", "sglang"),
+    ("tgi_", "tgi"),
+    ("trtllm_", "trtllm"),
+    ("nv_trt_llm", "triton-trtllm"),
+    ("llamacpp:", "llama.cpp"),
+)
 
 
 def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -157,7 +194,9 @@ def derived(w: dict[str, Any]) -> dict[str, Any]:
         llama-server), else SGLang's spec_accept_length gauge's mean;
     and prefix_cache_hit_ratio_source / spec_decode_source: "counters" or "gauge"."""
     out: dict[str, Any] = {}
-    hits, queries, misses = (_inc(w, q) for q in ("prefix_cache_hits_total", "prefix_cache_queries_total", "prefix_cache_misses_total"))
+    hits, queries, misses = (
+        _inc(w, q) for q in ("prefix_cache_hits_total", "prefix_cache_queries_total", "prefix_cache_misses_total")
+    )
     if hits is not None and queries is None and misses is not None:
         queries = hits + misses  # llama-server: prompt_tokens_total excludes the cached ones
     if hits is not None and queries:
@@ -167,7 +206,9 @@ def derived(w: dict[str, Any]) -> dict[str, Any]:
         out["prefix_cache_hit_ratio"] = w["prefix_cache_hit_rate"]["mean"]
         out["prefix_cache_hit_ratio_source"] = "gauge"
     drafts, draft_tokens, accepted = (
-        _inc(w, q) for q in ("spec_decode_drafts_total", "spec_decode_draft_tokens_total", "spec_decode_accepted_tokens_total"))
+        _inc(w, q)
+        for q in ("spec_decode_drafts_total", "spec_decode_draft_tokens_total", "spec_decode_accepted_tokens_total")
+    )
     if accepted is not None and (draft_tokens or drafts):
         if draft_tokens:
             out["spec_acceptance_rate"] = accepted / draft_tokens
@@ -226,18 +267,30 @@ class ServerSeries:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "server": self.server, "error": self.error, "failed": self.failed, "samples": len(self.samples),
-                "info": self.info}
+        return {
+            "url": self.url,
+            "server": self.server,
+            "error": self.error,
+            "failed": self.failed,
+            "samples": len(self.samples),
+            "info": self.info,
+        }
 
 
-def efficiency(steps: list[dict], server: list[dict] | None, gpu: list[dict] | None, baseline_bytes: float | None) -> dict[str, Any]:
+def efficiency(
+    steps: list[dict], server: list[dict] | None, gpu: list[dict] | None, baseline_bytes: float | None
+) -> dict[str, Any]:
     """Memory efficiency per step (issue: memory beyond the weights and what throughput it buys).
 
     steps: the ladder's StepResult dicts; server / gpu: the per-step windows of each series (same
     order); baseline_bytes: GPU memory in use before the load (the first sidecar sample)."""
     out_steps, sustained = [], None
     for i, st in enumerate(steps):
-        row: dict[str, Any] = {"step": st["step"], "offered": st["offered"], "output_tokens_per_s": st["output_tokens_per_s"]}
+        row: dict[str, Any] = {
+            "step": st["step"],
+            "offered": st["offered"],
+            "output_tokens_per_s": st["output_tokens_per_s"],
+        }
         g = gpu[i] if gpu and i < len(gpu) else {}
         sv = server[i] if server and i < len(server) else {}
         used = g.get("gpu_memory_used_bytes", {}).get("mean")
@@ -264,15 +317,23 @@ def efficiency(steps: list[dict], server: list[dict] | None, gpu: list[dict] | N
             break
         if "kv_cache_usage_max" in row or "preemptions" in row:
             sustained = row["offered"]
-    return {"baseline_gpu_memory_gib": None if baseline_bytes is None else baseline_bytes / 2**30,
-            "steps": out_steps, "max_load_before_kv_saturation": sustained}
+    return {
+        "baseline_gpu_memory_gib": None if baseline_bytes is None else baseline_bytes / 2**30,
+        "steps": out_steps,
+        "max_load_before_kv_saturation": sustained,
+    }
 
 
 def efficiency_table(eff: dict[str, Any]) -> str:
     """The memory-efficiency figures per step as a text table ("" when no step has any)."""
-    cols = (("GPU mem GiB", "gpu_memory_used_gib", 1, "{:.1f}"), ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1, "{:.1f}"),
-            ("tok/s per GiB", "output_tokens_per_s_per_gib", 1, "{:.1f}"), ("GPU util %", "gpu_utilization_mean", 1, "{:.0f}"),
-            ("KV max %", "kv_cache_usage_max", 100, "{:.1f}"), ("preempted", "preemptions", 1, "{:.0f}"))
+    cols = (
+        ("GPU mem GiB", "gpu_memory_used_gib", 1, "{:.1f}"),
+        ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1, "{:.1f}"),
+        ("tok/s per GiB", "output_tokens_per_s_per_gib", 1, "{:.1f}"),
+        ("GPU util %", "gpu_utilization_mean", 1, "{:.0f}"),
+        ("KV max %", "kv_cache_usage_max", 100, "{:.1f}"),
+        ("preempted", "preemptions", 1, "{:.0f}"),
+    )
     present = [c for c in cols if any(c[1] in r for r in eff["steps"])]
     if not present:
         return ""

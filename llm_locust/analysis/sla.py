@@ -81,16 +81,27 @@ def conclude(history: Sequence[Probe], kind: str, lo: float, hi: float, precisio
         "range": [lo, hi],
     }
     if good is None and bad is not None and bad <= lo:
-        reached, reason = "lowest_breaks", f"the lowest load, {lo:g} {unit}, already breaks an SLO: no load meets them all"
+        reached, reason = (
+            "lowest_breaks",
+            f"the lowest load, {lo:g} {unit}, already breaks an SLO: no load meets them all",
+        )
     elif good is None:
         reached, reason = "unfinished", "no probe met every SLO"
     elif bad is None and good >= hi:
-        reached, reason = "top", f"the top of the range, {hi:g} {unit}, still meets every SLO: the limit lies higher (raise the upper bound)"
+        reached, reason = (
+            "top",
+            f"the top of the range, {hi:g} {unit}, still meets every SLO: the limit lies higher (raise the upper bound)",
+        )
     elif bad is None:
         reached, reason = "unfinished", f"search stopped at {good:g} {unit} before any probe broke an SLO"
     elif (bad - good) / good <= precision:
-        reached, reason = "precision", (f"highest load meeting every SLO: {good:g} {unit} "
-                                        f"({bad:g} broke; within {(bad - good) / good:.1%} <= {precision:.1%})")
+        reached, reason = (
+            "precision",
+            (
+                f"highest load meeting every SLO: {good:g} {unit} "
+                f"({bad:g} broke; within {(bad - good) / good:.1%} <= {precision:.1%})"
+            ),
+        )
     elif next_level(history, kind, lo, hi, precision) is None:
         reached, reason = "adjacent", f"highest load meeting every SLO: {good:g} {unit} ({bad:g} broke)"
     else:

@@ -17,8 +17,16 @@ BURST_WINDOW = 2  # seconds: the sliding window TTFT p50 is read over after a bu
 BURST_TOLERANCE = 0.10  # recovered: p50 <= (1 + tolerance) x the base step's p50
 
 
-def burst_recovery(series, base: tuple[float, float], burst: tuple[float, float], end: float, *,
-                   window: int = BURST_WINDOW, tolerance: float = BURST_TOLERANCE, limit: float = 0.0) -> dict[str, Any]:
+def burst_recovery(
+    series,
+    base: tuple[float, float],
+    burst: tuple[float, float],
+    end: float,
+    *,
+    window: int = BURST_WINDOW,
+    tolerance: float = BURST_TOLERANCE,
+    limit: float = 0.0,
+) -> dict[str, Any]:
     """Seconds after the burst until TTFT p50 is back within `tolerance` of the base.
 
     base: the base step's measurement window (wall clock); its whole seconds give the baseline p50
@@ -32,9 +40,19 @@ def burst_recovery(series, base: tuple[float, float], burst: tuple[float, float]
     base_n = series.count("ttft", a, b) if b > a else 0
     c, d = burst
     out: dict[str, Any] = {
-        "base_ttft_p50": base_p50, "base_samples": base_n, "base_window": [a, b], "burst_window": [c, d],
-        "end": end, "window": window, "tolerance": tolerance, "limit": limit or None,
-        "recovery_s": None, "recovered": False, "peak_ttft_p50": None, "peak_after_s": None, "curve": [],
+        "base_ttft_p50": base_p50,
+        "base_samples": base_n,
+        "base_window": [a, b],
+        "burst_window": [c, d],
+        "end": end,
+        "window": window,
+        "tolerance": tolerance,
+        "limit": limit or None,
+        "recovery_s": None,
+        "recovered": False,
+        "peak_ttft_p50": None,
+        "peak_after_s": None,
+        "curve": [],
     }
     if base_p50 is None:
         out.update(passed=False, reason="no TTFT in the base step: no baseline")
@@ -56,13 +74,19 @@ def burst_recovery(series, base: tuple[float, float], burst: tuple[float, float]
     if peak is not None:
         out["peak_ttft_p50"], out["peak_after_s"] = peak[1], round(peak[0] - c, 3)
     if not out["recovered"]:
-        out.update(passed=False, reason=f"TTFT p50 never came back within {tolerance:.0%} of the base "
-                                        f"({_ms(base_p50)}) in the {end - d:.0f} s after the burst")
+        out.update(
+            passed=False,
+            reason=f"TTFT p50 never came back within {tolerance:.0%} of the base "
+            f"({_ms(base_p50)}) in the {end - d:.0f} s after the burst",
+        )
     elif limit and out["recovery_s"] > limit:
         out.update(passed=False, reason=f"recovered after {out['recovery_s']:g} s > limit {limit:g} s")
     else:
-        out.update(passed=True, reason=f"recovered after {out['recovery_s']:g} s"
-                                       + (f" <= limit {limit:g} s" if limit else " (no limit: within the run)"))
+        out.update(
+            passed=True,
+            reason=f"recovered after {out['recovery_s']:g} s"
+            + (f" <= limit {limit:g} s" if limit else " (no limit: within the run)"),
+        )
     return out
 
 
@@ -79,9 +103,18 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
-def soak(series, counts: dict[int, list[int]], start: float, end: float, *, window: float = 60.0,
-         max_drift: float = 0.10, max_error_rate: float = 0.05, memory: dict[str, list[tuple[float, float]]] | None = None,
-         max_memory_growth: float = 0.0) -> dict[str, Any]:
+def soak(
+    series,
+    counts: dict[int, list[int]],
+    start: float,
+    end: float,
+    *,
+    window: float = 60.0,
+    max_drift: float = 0.10,
+    max_error_rate: float = 0.05,
+    memory: dict[str, list[tuple[float, float]]] | None = None,
+    max_memory_growth: float = 0.0,
+) -> dict[str, Any]:
     """Drift of a long run, per hour of wall clock.
 
     Windows of `window` seconds (whole seconds, from ceil(start); the last partial one dropped).
@@ -100,18 +133,34 @@ def soak(series, counts: dict[int, list[int]], start: float, end: float, *, wind
         s = a + i * w
         ok = sum((counts.get(t) or (0, 0, 0))[1] for t in range(s, s + w))
         failed = sum((counts.get(t) or (0, 0, 0))[2] for t in range(s, s + w))
-        rows.append({"start": s, "ttft_p50": series.percentile("ttft", 50, s, s + w),
-                     "itl_p50": series.percentile("itl", 50, s, s + w), "ok": ok, "failed": failed,
-                     "error_rate": failed / (ok + failed) if ok + failed else 0.0})
-    out: dict[str, Any] = {"window": w, "windows": len(rows), "max_drift": max_drift,
-                           "max_error_rate": max_error_rate, "rows": rows, "checks": []}
+        rows.append(
+            {
+                "start": s,
+                "ttft_p50": series.percentile("ttft", 50, s, s + w),
+                "itl_p50": series.percentile("itl", 50, s, s + w),
+                "ok": ok,
+                "failed": failed,
+                "error_rate": failed / (ok + failed) if ok + failed else 0.0,
+            }
+        )
+    out: dict[str, Any] = {
+        "window": w,
+        "windows": len(rows),
+        "max_drift": max_drift,
+        "max_error_rate": max_error_rate,
+        "rows": rows,
+        "checks": [],
+    }
     failed_checks = []
     for metric in ("ttft", "itl"):
         pts = [(r["start"] + w / 2, r[f"{metric}_p50"]) for r in rows if r[f"{metric}_p50"] is not None]
         k = slope(pts)
         mean = sum(p[1] for p in pts) / len(pts) if pts else None
-        d = {"slope_s_per_hour": k * 3600 if k is not None else None,
-             "relative_per_hour": k * 3600 / mean if k is not None and mean else None, "mean_p50": mean}
+        d = {
+            "slope_s_per_hour": k * 3600 if k is not None else None,
+            "relative_per_hour": k * 3600 / mean if k is not None and mean else None,
+            "mean_p50": mean,
+        }
         out[f"{metric}_drift"] = d
         if d["relative_per_hour"] is not None and abs(d["relative_per_hour"]) > max_drift:
             failed_checks.append(f"{metric} p50 drifts {d['relative_per_hour']:+.1%}/h (limit {max_drift:.0%}/h)")
@@ -124,17 +173,23 @@ def soak(series, counts: dict[int, list[int]], start: float, end: float, *, wind
         k = slope(list(pts))
         mem[name] = {"bytes_per_hour": k * 3600 if k is not None else None, "samples": len(pts)}
         if max_memory_growth and k is not None and k * 3600 > max_memory_growth:
-            failed_checks.append(f"{name} grows {k * 3600 / 2**20:,.0f} MiB/h (limit {max_memory_growth / 2**20:,.0f} MiB/h)")
+            failed_checks.append(
+                f"{name} grows {k * 3600 / 2**20:,.0f} MiB/h (limit {max_memory_growth / 2**20:,.0f} MiB/h)"
+            )
     out["memory"] = mem
     out["max_memory_growth"] = max_memory_growth or None
     if len(rows) < 2:
         out.update(passed=False, reason=f"{len(rows)} window(s) of {w} s: too short to measure a drift")
     else:
-        out.update(passed=not failed_checks, reason="; ".join(failed_checks) or "no drift, no error burst above the limits")
+        out.update(
+            passed=not failed_checks, reason="; ".join(failed_checks) or "no drift, no error burst above the limits"
+        )
     return out
 
 
-def kv_pressure(steps: list[dict[str, Any]], server: list[dict[str, Any]] | None, *, min_load: float = 0.0) -> dict[str, Any]:
+def kv_pressure(
+    steps: list[dict[str, Any]], server: list[dict[str, Any]] | None, *, min_load: float = 0.0
+) -> dict[str, Any]:
     """Where the server starts preempting under a ladder of long outputs.
 
     steps: the ladder's step dicts (offered, latency.itl); server: its /metrics windows per step
@@ -147,15 +202,31 @@ def kv_pressure(steps: list[dict[str, Any]], server: list[dict[str, Any]] | None
     for st in steps:
         w = by.get(st.get("step"), {})
         itl = (st.get("latency") or {}).get("itl") or {}
-        rows.append({"step": st.get("step"), "offered": st.get("offered"),
-                     "preemptions": (w.get("preemptions_total") or {}).get("increase"),
-                     "kv_cache_usage_max": (w.get("kv_cache_usage") or {}).get("max"),
-                     "itl_p50": itl.get("p50"), "itl_p99": itl.get("p99"), "itl_max": itl.get("max")})
-    out: dict[str, Any] = {"rows": rows, "min_load": min_load or None, "first_step": None, "first_load": None,
-                           "itl_before": None, "itl_after": None}
+        rows.append(
+            {
+                "step": st.get("step"),
+                "offered": st.get("offered"),
+                "preemptions": (w.get("preemptions_total") or {}).get("increase"),
+                "kv_cache_usage_max": (w.get("kv_cache_usage") or {}).get("max"),
+                "itl_p50": itl.get("p50"),
+                "itl_p99": itl.get("p99"),
+                "itl_max": itl.get("max"),
+            }
+        )
+    out: dict[str, Any] = {
+        "rows": rows,
+        "min_load": min_load or None,
+        "first_step": None,
+        "first_load": None,
+        "itl_before": None,
+        "itl_after": None,
+    }
     if not any(r["preemptions"] is not None for r in rows):
-        out.update(passed=False, reason="the server reports no preemption counter (vllm:num_preemptions_total, "
-                                        "sglang:num_retracted_reqs): nothing to judge")
+        out.update(
+            passed=False,
+            reason="the server reports no preemption counter (vllm:num_preemptions_total, "
+            "sglang:num_retracted_reqs): nothing to judge",
+        )
         return out
     i = next((k for k, r in enumerate(rows) if r["preemptions"]), None)
     if i is None:
@@ -178,8 +249,15 @@ def kv_pressure(steps: list[dict[str, Any]], server: list[dict[str, Any]] | None
     return out
 
 
-def overlong_mix(counts: list[int], summary: dict[str, Any], *, share: float, tokens: int,
-                 baseline: dict[str, Any] | None = None, tolerance: float = 0.10) -> dict[str, Any]:
+def overlong_mix(
+    counts: list[int],
+    summary: dict[str, Any],
+    *,
+    share: float,
+    tokens: int,
+    baseline: dict[str, Any] | None = None,
+    tolerance: float = 0.10,
+) -> dict[str, Any]:
     """The overlong mix: `counts` = the Aggregate's overlong [finished, ok, classified overlong];
     `summary` = the run's figures (metrics.aggregate.figures); `baseline` = a clean run's summary.
 
@@ -191,12 +269,23 @@ def overlong_mix(counts: list[int], summary: dict[str, Any], *, share: float, to
     (1 + tolerance) x the baseline's."""
     n, served, classified = (list(counts) + [0, 0, 0])[:3]
     lat = summary.get("latency") or {}
-    others = {"ok": (summary.get("ok") or 0) - served,
-              "failed": (summary.get("failed") or 0) - (n - served),
-              "ttft_p50": (lat.get("ttft") or {}).get("p50"), "e2e_p50": (lat.get("e2e") or {}).get("p50")}
-    out: dict[str, Any] = {"share": share, "tokens": tokens, "overlong": n, "served": served,
-                           "classified": classified, "unclassified": n - served - classified, "others": others,
-                           "tolerance": tolerance, "baseline": None}
+    others = {
+        "ok": (summary.get("ok") or 0) - served,
+        "failed": (summary.get("failed") or 0) - (n - served),
+        "ttft_p50": (lat.get("ttft") or {}).get("p50"),
+        "e2e_p50": (lat.get("e2e") or {}).get("p50"),
+    }
+    out: dict[str, Any] = {
+        "share": share,
+        "tokens": tokens,
+        "overlong": n,
+        "served": served,
+        "classified": classified,
+        "unclassified": n - served - classified,
+        "others": others,
+        "tolerance": tolerance,
+        "baseline": None,
+    }
     why = []
     if n == 0:
         why.append("no overlong request finished")
@@ -214,11 +303,18 @@ def overlong_mix(counts: list[int], summary: dict[str, Any], *, share: float, to
             if b[k] and others[k] is not None:
                 out[f"{k}_ratio"] = others[k] / b[k]
                 if others[k] > b[k] * (1 + tolerance):
-                    why.append(f"others' {k.replace('_', ' ')} {_ms(others[k])} > {1 + tolerance:.2f} x the clean run's {_ms(b[k])}")
+                    why.append(
+                        f"others' {k.replace('_', ' ')} {_ms(others[k])} > {1 + tolerance:.2f} x the clean run's {_ms(b[k])}"
+                    )
     out["passed"] = not why
-    out["reason"] = "; ".join(why) if why else (
-        f"{n} overlong request(s) all rejected as overlong, the others unaffected"
-        + ("" if baseline is not None else " (no baseline: latency not judged)"))
+    out["reason"] = (
+        "; ".join(why)
+        if why
+        else (
+            f"{n} overlong request(s) all rejected as overlong, the others unaffected"
+            + ("" if baseline is not None else " (no baseline: latency not judged)")
+        )
+    )
     return out
 
 
@@ -233,22 +329,36 @@ def format_stability(st: dict[str, Any] | None) -> str:
     lines = []
     b = st.get("burst")
     if b:
-        lines.append(f"burst: {'PASS' if b['passed'] else 'FAIL'}: {b['reason']}; TTFT p50 base {_ms(b['base_ttft_p50'])}, "
-                     f"peak {_ms(b['peak_ttft_p50'])}" + (f" at {b['peak_after_s']:g} s into the burst" if b.get("peak_after_s") is not None else ""))
+        lines.append(
+            f"burst: {'PASS' if b['passed'] else 'FAIL'}: {b['reason']}; TTFT p50 base {_ms(b['base_ttft_p50'])}, "
+            f"peak {_ms(b['peak_ttft_p50'])}"
+            + (f" at {b['peak_after_s']:g} s into the burst" if b.get("peak_after_s") is not None else "")
+        )
     ov = st.get("overlong")
     if ov:
         o = ov["others"]
-        lines.append(f"overlong mix: {'PASS' if ov['passed'] else 'FAIL'}: {ov['reason']}; {ov['overlong']} overlong "
-                     f"({ov['tokens']} tokens, {ov['classified']} classified overlong), others TTFT p50 {_ms(o['ttft_p50'])}, "
-                     f"E2E p50 {_ms(o['e2e_p50'])}" + (f" (clean run {_ms(ov['baseline']['ttft_p50'])}, {_ms(ov['baseline']['e2e_p50'])})"
-                                                       if ov.get("baseline") else ""))
+        lines.append(
+            f"overlong mix: {'PASS' if ov['passed'] else 'FAIL'}: {ov['reason']}; {ov['overlong']} overlong "
+            f"({ov['tokens']} tokens, {ov['classified']} classified overlong), others TTFT p50 {_ms(o['ttft_p50'])}, "
+            f"E2E p50 {_ms(o['e2e_p50'])}"
+            + (
+                f" (clean run {_ms(ov['baseline']['ttft_p50'])}, {_ms(ov['baseline']['e2e_p50'])})"
+                if ov.get("baseline")
+                else ""
+            )
+        )
     kv = st.get("kv_pressure")
     if kv:
         b, a = kv.get("itl_before") or {}, kv.get("itl_after") or {}
-        lines.append(f"KV pressure: {'PASS' if kv['passed'] else 'FAIL'}: {kv['reason']}"
-                     + (f"; ITL p50/p99/max {_ms(b.get('p50'))}/{_ms(b.get('p99'))}/{_ms(b.get('max'))} before, "
-                        f"{_ms(a.get('p50'))}/{_ms(a.get('p99'))}/{_ms(a.get('max'))} at it"
-                        if a else ""))
+        lines.append(
+            f"KV pressure: {'PASS' if kv['passed'] else 'FAIL'}: {kv['reason']}"
+            + (
+                f"; ITL p50/p99/max {_ms(b.get('p50'))}/{_ms(b.get('p99'))}/{_ms(b.get('max'))} before, "
+                f"{_ms(a.get('p50'))}/{_ms(a.get('p99'))}/{_ms(a.get('max'))} at it"
+                if a
+                else ""
+            )
+        )
     so = st.get("soak")
     if so:
         t, i = so.get("ttft_drift") or {}, so.get("itl_drift") or {}
@@ -256,10 +366,15 @@ def format_stability(st: dict[str, Any] | None) -> str:
         def rel(d):
             return "-" if d.get("relative_per_hour") is None else f"{d['relative_per_hour']:+.1%}/h"
 
-        lines.append(f"soak: {'PASS' if so['passed'] else 'FAIL'}: {so['reason']}; {so['windows']} windows of {so['window']} s, "
-                     f"TTFT p50 drift {rel(t)}, ITL p50 drift {rel(i)}, error bursts {len(so['error_bursts'])}"
-                     + "".join(f", {k} {v['bytes_per_hour'] / 2**20:+,.1f} MiB/h" for k, v in so.get("memory", {}).items()
-                               if v.get("bytes_per_hour") is not None))
+        lines.append(
+            f"soak: {'PASS' if so['passed'] else 'FAIL'}: {so['reason']}; {so['windows']} windows of {so['window']} s, "
+            f"TTFT p50 drift {rel(t)}, ITL p50 drift {rel(i)}, error bursts {len(so['error_bursts'])}"
+            + "".join(
+                f", {k} {v['bytes_per_hour'] / 2**20:+,.1f} MiB/h"
+                for k, v in so.get("memory", {}).items()
+                if v.get("bytes_per_hour") is not None
+            )
+        )
     return "\n".join(lines)
 
 

@@ -85,7 +85,9 @@ def check_slo_names(slos: dict[str, float]) -> None:
     for name, limit in slos.items():
         parse_slo_name(name)
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
-            raise ValueError(f"SLO {name}: the limit must be a number >= 0 (seconds, or a fraction for error_rate), got {limit!r}")
+            raise ValueError(
+                f"SLO {name}: the limit must be a number >= 0 (seconds, or a fraction for error_rate), got {limit!r}"
+            )
 
 
 def request_slos(slos: dict[str, float]) -> dict[str, float]:
@@ -181,7 +183,9 @@ class StepResult:
         return cls(**d)
 
 
-def steady_counts(series: dict[int, list[int]], start: float, end: float) -> tuple[float, float, float, float, float, float]:
+def steady_counts(
+    series: dict[int, list[int]], start: float, end: float
+) -> tuple[float, float, float, float, float, float]:
     """(tokens, ok, failed, seconds, span start, span end) of a series inside [start, end].
 
     Each second [s, s + 1) counts by the fraction of it inside the window: whole seconds fully,

@@ -339,21 +339,31 @@ class GpuCollector:
         for fig, (name, help_) in OWN.items():
             fams = [GaugeMetricFamily(name, help_, labels=OWN_LABELS)]
             if fig in WINDOWED:
-                fams.append(GaugeMetricFamily(name + "_window_max", help_ + " Max since the last scrape.", labels=OWN_LABELS))
-                fams.append(GaugeMetricFamily(name + "_window_avg", help_ + " Average since the last scrape.", labels=OWN_LABELS))
+                fams.append(
+                    GaugeMetricFamily(name + "_window_max", help_ + " Max since the last scrape.", labels=OWN_LABELS)
+                )
+                fams.append(
+                    GaugeMetricFamily(
+                        name + "_window_avg", help_ + " Average since the last scrape.", labels=OWN_LABELS
+                    )
+                )
             for d, vals in each(fig):
                 for fam, v in zip(fams, vals):
                     fam.add_metric(_labels(d), v)
             for fam in fams:
                 if fam.samples:
                     yield fam
-        energy = CounterMetricFamily("llm_locust_gpu_energy_joules", "GPU energy used since driver load.", labels=OWN_LABELS)
+        energy = CounterMetricFamily(
+            "llm_locust_gpu_energy_joules", "GPU energy used since driver load.", labels=OWN_LABELS
+        )
         for d, (last, _mx, _avg) in each("energy_joules"):
             energy.add_metric(_labels(d), last)
         if energy.samples:
             yield energy
         thr = GaugeMetricFamily(
-            "llm_locust_gpu_throttle_reason", "1 while this clock throttle reason is active.", labels=OWN_LABELS + ["reason"]
+            "llm_locust_gpu_throttle_reason",
+            "1 while this clock throttle reason is active.",
+            labels=OWN_LABELS + ["reason"],
         )
         for d, (last, _mx, _avg) in each("throttle_reasons"):
             bits = int(last)
@@ -399,8 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
     except OSError as e:
-        print(f"llm-locust gpu-sidecar: cannot listen on {args.host or '0.0.0.0'}:{args.port}: {e.strerror or e}",
-              file=sys.stderr, flush=True)
+        print(
+            f"llm-locust gpu-sidecar: cannot listen on {args.host or '0.0.0.0'}:{args.port}: {e.strerror or e}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
     host, port = server.server_address[:2]
     print(f"llm-locust gpu-sidecar listening on http://{args.host if args.host else host}:{port}", flush=True)

@@ -66,8 +66,19 @@ class CacheCounts:
     both (`both_cached`, `both_ideal`: the two sums over them); `hits` / `misses`: reported
     requests at / below the hit threshold."""
 
-    __slots__ = ("reported", "cached", "prompt", "ideal_n", "ideal", "ideal_prompt", "both_n", "both_cached",
-                 "both_ideal", "hits", "misses")
+    __slots__ = (
+        "reported",
+        "cached",
+        "prompt",
+        "ideal_n",
+        "ideal",
+        "ideal_prompt",
+        "both_n",
+        "both_cached",
+        "both_ideal",
+        "hits",
+        "misses",
+    )
 
     def __init__(self) -> None:
         self.reported = self.cached = self.prompt = 0
@@ -176,8 +187,12 @@ class SparseHistogram:
         if not n:
             return {"count": 0}
         keys = sorted(self.buckets)
-        out: dict[str, float | int | None] = {"count": n, "mean": self.sum_us / n / 1e6, "min": keys[0] / 1e6,
-                                              "max": _highest(keys[-1]) / 1e6}
+        out: dict[str, float | int | None] = {
+            "count": n,
+            "mean": self.sum_us / n / 1e6,
+            "min": keys[0] / 1e6,
+            "max": _highest(keys[-1]) / 1e6,
+        }
         targets = [(f"p{p:g}", max(int(p * n / 100 + 0.5), 1)) for p in PERCENTILES]
         acc, t = 0, 0
         for k in keys:
@@ -223,8 +238,13 @@ class GroupFigures:
                 h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
 
     def to_wire(self) -> list[Any]:
-        return [self.outcomes, self.tokens_in, self.tokens_out, self.cache.to_wire(),
-                {k: h.to_wire() for k, h in self.hist.items() if h.buckets}]
+        return [
+            self.outcomes,
+            self.tokens_in,
+            self.tokens_out,
+            self.cache.to_wire(),
+            {k: h.to_wire() for k, h in self.hist.items() if h.buckets},
+        ]
 
     def merge_wire(self, wire: list[Any]) -> None:
         outcomes, tokens_in, tokens_out, cache, hists = wire
@@ -247,8 +267,11 @@ class GroupFigures:
             "ok": ok,
             "failed": failed,
             "cancelled": cancelled,
-            "failures": {k: v for k, v in sorted(self.outcomes.items())
-                         if v and k not in (Outcome.OK.value, Outcome.CANCELLED.value)},
+            "failures": {
+                k: v
+                for k, v in sorted(self.outcomes.items())
+                if v and k not in (Outcome.OK.value, Outcome.CANCELLED.value)
+            },
             "error_rate": failed / (finished - cancelled) if finished > cancelled else 0.0,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
@@ -275,8 +298,7 @@ def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
 
 class Aggregate:
     def __init__(self) -> None:
-        self.hist: dict[str, Histogram] = {
-            name: Histogram() for name in LATENCIES + CLIENT_LATENCIES + CACHE_LATENCIES}
+        self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES + CACHE_LATENCIES}
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.errors: dict[str, dict[str, int]] = {}
         self.causes: dict[str, int] = {}  # failures by cause (protocols.causes), beside failures by kind
@@ -509,14 +531,24 @@ class Aggregate:
             "by_sent": self.by_sent.to_wire(),
             "overlong": self.overlong,
             "lost": [self.lost, self.workers_lost],
-            "kinds": {api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
-                      for api, k in self.kinds.items()},
-            "workload": [self.images_sent, self.image_bytes, self.structured_checked, self.structured_parsed,
-                         self.structured_valid, self.audio_sent, self.audio_bytes],
+            "kinds": {
+                api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
+                for api, k in self.kinds.items()
+            },
+            "workload": [
+                self.images_sent,
+                self.image_bytes,
+                self.structured_checked,
+                self.structured_parsed,
+                self.structured_valid,
+                self.audio_sent,
+                self.audio_bytes,
+            ],
             "cache": self.cache.to_wire(),
             "graded": [self.graded, self.correct],
-            "groups": {d: {key: g.to_wire() for key, g in groups.items()}
-                       for d, groups in self.groups.items() if groups},
+            "groups": {
+                d: {key: g.to_wire() for key, g in groups.items()} for d, groups in self.groups.items() if groups
+            },
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
@@ -578,7 +610,8 @@ class Aggregate:
             k.latency.merge_encoded(data, sum_us)
         # older wire dicts have the first five only
         images_sent, image_bytes, checked, parsed, valid, audio_sent, audio_bytes = (
-            list(d.get("workload") or ()) + [0] * 7)[:7]
+            list(d.get("workload") or ()) + [0] * 7
+        )[:7]
         self.audio_sent += audio_sent
         self.audio_bytes += audio_bytes
         self.images_sent += images_sent
@@ -642,8 +675,9 @@ def _record_gaps(times: list[float], ntoks: list[int], itl: Histogram, inter_chu
     return _apply_gaps(gap_samples(times, ntoks), itl, inter_chunk)
 
 
-def _apply_gaps(samples: tuple[dict[int, int], int, dict[int, int], int, float], itl: Histogram,
-                inter_chunk: Histogram) -> float:
+def _apply_gaps(
+    samples: tuple[dict[int, int], int, dict[int, int], int, float], itl: Histogram, inter_chunk: Histogram
+) -> float:
     """Add gap_samples' counts and sums to the two histograms; returns the largest per-token gap."""
     ic_counts, ic_sum, itl_counts, itl_sum, itl_max = samples
     for h, counts, total in ((inter_chunk, ic_counts, ic_sum), (itl, itl_counts, itl_sum)):
@@ -711,25 +745,39 @@ def figures(agg: Aggregate) -> dict[str, Any]:
     }
     if agg.kinds:
         out["kinds"] = {
-            api: {"ok": k.ok, "failed": k.failed, "items": k.items, "tokens_in": k.tokens_in,
-                  "requests_per_s": k.ok / span if span > 0 else 0.0,
-                  "items_per_s": k.items / span if span > 0 else 0.0,
-                  "input_tokens_per_s": k.tokens_in / span if span > 0 else 0.0,
-                  "latency": k.latency.summary()}
+            api: {
+                "ok": k.ok,
+                "failed": k.failed,
+                "items": k.items,
+                "tokens_in": k.tokens_in,
+                "requests_per_s": k.ok / span if span > 0 else 0.0,
+                "items_per_s": k.items / span if span > 0 else 0.0,
+                "input_tokens_per_s": k.tokens_in / span if span > 0 else 0.0,
+                "latency": k.latency.summary(),
+            }
             for api, k in sorted(agg.kinds.items())
         }
     if agg.audio_sent:
-        out["audio"] = {"sent": agg.audio_sent, "bytes": agg.audio_bytes,
-                        "per_request": agg.audio_sent / finished if finished else 0.0,
-                        "bytes_per_s": agg.audio_bytes / span if span > 0 else 0.0}
+        out["audio"] = {
+            "sent": agg.audio_sent,
+            "bytes": agg.audio_bytes,
+            "per_request": agg.audio_sent / finished if finished else 0.0,
+            "bytes_per_s": agg.audio_bytes / span if span > 0 else 0.0,
+        }
     if agg.images_sent:
-        out["images"] = {"sent": agg.images_sent, "bytes": agg.image_bytes,
-                         "per_request": agg.images_sent / finished if finished else 0.0,
-                         "bytes_per_s": agg.image_bytes / span if span > 0 else 0.0}
+        out["images"] = {
+            "sent": agg.images_sent,
+            "bytes": agg.image_bytes,
+            "per_request": agg.images_sent / finished if finished else 0.0,
+            "bytes_per_s": agg.image_bytes / span if span > 0 else 0.0,
+        }
     if agg.cache.any:
-        out["cache"] = {**agg.cache.figures(), "hit_threshold": CACHE_HIT_SHARE,
-                        "ttft_hit": agg.hist["ttft_cache_hit"].summary(),
-                        "ttft_miss": agg.hist["ttft_cache_miss"].summary()}
+        out["cache"] = {
+            **agg.cache.figures(),
+            "hit_threshold": CACHE_HIT_SHARE,
+            "ttft_hit": agg.hist["ttft_cache_hit"].summary(),
+            "ttft_miss": agg.hist["ttft_cache_miss"].summary(),
+        }
     for dim in GROUP_DIMENSIONS:
         groups = agg.groups[dim]
         if len(groups) > 1:  # one value is the whole window again
@@ -738,8 +786,13 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         out["accuracy"] = accuracy(agg.graded, agg.correct)
     if agg.structured_checked:
         n = agg.structured_checked
-        out["structured_output"] = {"checked": n, "parsed": agg.structured_parsed, "valid": agg.structured_valid,
-                                    "parse_rate": agg.structured_parsed / n, "valid_rate": agg.structured_valid / n}
+        out["structured_output"] = {
+            "checked": n,
+            "parsed": agg.structured_parsed,
+            "valid": agg.structured_valid,
+            "parse_rate": agg.structured_parsed / n,
+            "valid_rate": agg.structured_valid / n,
+        }
     return out
 
 
@@ -790,26 +843,41 @@ def client_checks(agg: Aggregate) -> list[dict[str, Any]]:
     limit_us = LAG_LIMIT * 1e6
     over = sum(c for low_us, c in lag.buckets_us() if low_us > limit_us) if n else 0
     share = over / n if n else 0.0
-    checks.append({
-        "check": "loop_lag", "tripped": n > 0 and over >= LAG_MIN_SAMPLES and share > LAG_SHARE,
-        "value": share, "threshold": LAG_SHARE, "samples": n,
-        "text": f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples (limit {LAG_SHARE:.0%})",
-    })
+    checks.append(
+        {
+            "check": "loop_lag",
+            "tripped": n > 0 and over >= LAG_MIN_SAMPLES and share > LAG_SHARE,
+            "value": share,
+            "threshold": LAG_SHARE,
+            "samples": n,
+            "text": f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples (limit {LAG_SHARE:.0%})",
+        }
+    )
     sd = agg.hist["schedule_lag"]
     p99 = sd.percentile(99) if sd.count >= SEND_DELAY_MIN_REQUESTS else None
-    checks.append({
-        "check": "send_delay", "tripped": p99 is not None and p99 > SEND_DELAY_LIMIT,
-        "value": p99, "threshold": SEND_DELAY_LIMIT, "samples": sd.count,
-        "text": f"send delay against the schedule p99 {'-' if p99 is None else f'{p99 * 1000:.1f}'} ms"
-                f" (limit {SEND_DELAY_LIMIT * 1000:g} ms)",
-    })
+    checks.append(
+        {
+            "check": "send_delay",
+            "tripped": p99 is not None and p99 > SEND_DELAY_LIMIT,
+            "value": p99,
+            "threshold": SEND_DELAY_LIMIT,
+            "samples": sd.count,
+            "text": f"send delay against the schedule p99 {'-' if p99 is None else f'{p99 * 1000:.1f}'} ms"
+            f" (limit {SEND_DELAY_LIMIT * 1000:g} ms)",
+        }
+    )
     cs = agg.cpu_samples
     high = agg.cpu_high / cs if cs else 0.0
-    checks.append({
-        "check": "cpu", "tripped": cs >= CPU_MIN_SAMPLES and high >= CPU_SHARE,
-        "value": high, "threshold": CPU_SHARE, "samples": cs,
-        "text": f"CPU at or above {CPU_LIMIT:g}% in {high:.0%} of {cs} samples (limit {CPU_SHARE:.0%})",
-    })
+    checks.append(
+        {
+            "check": "cpu",
+            "tripped": cs >= CPU_MIN_SAMPLES and high >= CPU_SHARE,
+            "value": high,
+            "threshold": CPU_SHARE,
+            "samples": cs,
+            "text": f"CPU at or above {CPU_LIMIT:g}% in {high:.0%} of {cs} samples (limit {CPU_SHARE:.0%})",
+        }
+    )
     return checks
 
 

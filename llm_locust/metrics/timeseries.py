@@ -93,7 +93,9 @@ class LatencySeries:
         return not any(self.data.values())
 
     def to_wire(self) -> dict[str, list]:
-        return {m: [[s, list(b.keys()), list(b.values())] for s, b in per.items()] for m, per in self.data.items() if per}
+        return {
+            m: [[s, list(b.keys()), list(b.values())] for s, b in per.items()] for m, per in self.data.items() if per
+        }
 
     def merge_wire(self, wire: dict[str, list] | None) -> None:
         for m, rows in (wire or {}).items():
@@ -123,7 +125,6 @@ class LatencySeries:
 
     def count(self, metric: str, start: int, end: int) -> int:
         return sum(self.counts(metric, start, end).values())
-
 
 
 def percentile_of(buckets: dict[int, int], p: float, bits: int = 11) -> float | None:

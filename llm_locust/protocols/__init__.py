@@ -78,8 +78,9 @@ def get_json_adapter(name: str):
         raise UnknownAPI(f"unknown request kind {name!r}; valid: {', '.join(JSON_API_NAMES)}") from None
 
 
-def make_decoder(adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES,
-                 state: StreamState | None = None) -> SSEDecoder | NDJSONDecoder:
+def make_decoder(
+    adapter: Adapter, max_event_bytes: int = MAX_EVENT_BYTES, state: StreamState | None = None
+) -> SSEDecoder | NDJSONDecoder:
     """A fresh decoder (one per response) for the adapter's framing; an event (or NDJSON line)
     longer than max_event_bytes is a ProtocolError.
 

@@ -90,4 +90,4 @@ def normalise(text: str | None) -> str:
         return ""
     m = _HTTP_PREFIX.match(text)
     head = m.group(1) if m else ""
-    return head + _NUMBER.sub("N", text[len(head):])
+    return head + _NUMBER.sub("N", text[len(head) :])

@@ -189,12 +189,12 @@ def _fields(buf: bytes, start: int = 0, end: int | None = None):
         elif wire == 1:
             if pos + 8 > end:
                 raise ProtocolError("truncated fixed64 in a gRPC message")
-            value = int.from_bytes(buf[pos:pos + 8], "little")
+            value = int.from_bytes(buf[pos : pos + 8], "little")
             pos += 8
         elif wire == 5:
             if pos + 4 > end:
                 raise ProtocolError("truncated fixed32 in a gRPC message")
-            value = int.from_bytes(buf[pos:pos + 4], "little")
+            value = int.from_bytes(buf[pos : pos + 4], "little")
             pos += 4
         else:
             raise ProtocolError(f"unsupported wire type {wire} (field {number}) in a gRPC message")
@@ -225,7 +225,7 @@ def _text(buf: bytes, wire: int, value, what: str) -> str:
     if wire != 2:
         raise ProtocolError(f"{what} with wire type {wire} in a gRPC reply")
     try:
-        return buf[value[0]:value[1]].decode("utf-8")
+        return buf[value[0] : value[1]].decode("utf-8")
     except UnicodeDecodeError:
         raise ProtocolError(f"{what} is not UTF-8 in a gRPC reply") from None
 
@@ -240,8 +240,14 @@ def feed_response(payload: bytes, state: StreamState) -> int:
     n = len(payload)
     # the usual message: one small chunk, its packed token ids first, then the same counts as the
     # message before (prompt, completion 1, cached): those are read once a stream (state.aux)
-    if 4 < n < 130 and payload[0] == 0x0A and payload[1] == n - 2 and payload[2] == 0x0A and payload[3] < 0x80 \
-            and payload[3] + 4 <= n:
+    if (
+        4 < n < 130
+        and payload[0] == 0x0A
+        and payload[1] == n - 2
+        and payload[2] == 0x0A
+        and payload[3] < 0x80
+        and payload[3] + 4 <= n
+    ):
         ids_end = payload[3] + 4
         tail = payload[ids_end:]
         known = state.aux
@@ -317,8 +323,7 @@ def _feed_chunk(buf: bytes, start: int, end: int, state: StreamState) -> int:
     return _apply_chunk(state, n_ids, prompt, delta, cached, index)
 
 
-def _apply_chunk(state: StreamState, n_ids: int, prompt: int | None, delta: int, cached: int | None,
-                 index: int) -> int:
+def _apply_chunk(state: StreamState, n_ids: int, prompt: int | None, delta: int, cached: int | None, index: int) -> int:
     if index != 0:
         return NO_TOKEN  # another choice (n > 1): not asked for
     if prompt:

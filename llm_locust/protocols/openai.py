@@ -75,8 +75,15 @@ def brief(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
-              bool: "a boolean", type(None): "null"}
+_JSON_TYPE = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def wrong_type(field: str, value: Any, expected: str) -> ProtocolError:
@@ -280,8 +287,14 @@ class OpenAIAdapter:
         None unless feeding that event again with another text would change nothing but add a
         token: the text is not kept, no running count is kept (the first token event without
         one ended them), and it set no finish, final count, error or end."""
-        if (state.collect_text or not state.cont_broken or state.finish_reason is not None
-                or state.usage_out is not None or state.error is not None or state.done):
+        if (
+            state.collect_text
+            or not state.cont_broken
+            or state.finish_reason is not None
+            or state.usage_out is not None
+            or state.error is not None
+            or state.done
+        ):
             return None
         return text_template(payload, self._text_key)
 
@@ -315,7 +328,11 @@ def parse_models(body: bytes) -> list[str]:
     ProtocolError."""
     obj = load_object(body) or {}
     data = obj.get("data")
-    ids = [m["id"] for m in data if isinstance(m, dict) and m.get("id") and type(m["id"]) is str] if type(data) is list else []
+    ids = (
+        [m["id"] for m in data if isinstance(m, dict) and m.get("id") and type(m["id"]) is str]
+        if type(data) is list
+        else []
+    )
     models = obj.get("models")
     if not ids and type(models) is list:
         for m in models:

@@ -163,9 +163,9 @@ class SSEDecoder:
                 i = data.find(b"\n") + 1
                 if data.find(b"\n", i) == len(data) - 2:
                     if data.startswith(b"data: ", i):
-                        return [data[i + 6:-2]]
+                        return [data[i + 6 : -2]]
                     if data.startswith(b"data:", i):
-                        return [data[i + 5:-2]]
+                        return [data[i + 5 : -2]]
             return self._feed_fresh(data, 0, True)
         end = buf.rfind(b"\n\n", start)
         if end < 0:

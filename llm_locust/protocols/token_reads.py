@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 _HEX = re.compile(rb"[0-9a-fA-F]{1,8}")
 # a JSON string's content that needs no check beyond this: printable ASCII, no quote or backslash
-_PLAIN_TEXT = re.compile(rb'[ !#-\[\]-~]+')
+_PLAIN_TEXT = re.compile(rb"[ !#-\[\]-~]+")
 # a byte that would end, escape or invalidate a JSON string's content
 _UNSAFE = re.compile(rb'["\\\x00-\x1f]')
 # chunk size lines as servers write them (lowercase hex, no leading zeros), for sizes below this
@@ -77,8 +77,14 @@ def _several(read: bytes, head: bytes, tail: bytes, max_event: int) -> int:
             return 0
         end = i + 4 + int(read[pos:i], 16)  # past the chunk's final CRLF
         start, stop = i + 2 + n_head, end - n_tail
-        if (end > n or end - i - 4 > max_event or stop <= start or not read.startswith(head, i + 2)
-                or not read.startswith(tail, stop) or not _text(read, start, stop)):
+        if (
+            end > n
+            or end - i - 4 > max_event
+            or stop <= start
+            or not read.startswith(head, i + 2)
+            or not read.startswith(tail, stop)
+            or not _text(read, start, stop)
+        ):
             return 0
         count += 1
         pos = end
@@ -110,7 +116,7 @@ def whole_chunks(read: bytes) -> bool:
             return False
         size = int(read[pos:i], 16)
         end = i + 2 + size
-        if size == 0 or read[end:end + 2] != b"\r\n":
+        if size == 0 or read[end : end + 2] != b"\r\n":
             return False
         pos = end + 2
     return True

@@ -30,10 +30,10 @@ from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
     "client_saturated": "the load generator itself was overloaded (event-loop lag p99 above 5 ms, or CPU at 90% "
-                        "or more in half its samples): its latencies may include client delay",
+    "or more in half its samples): its latencies may include client delay",
     "errors": "error rate above the limit ({limit}): the server failed requests",
     "length_mismatch": "some replies did not have the number of output tokens asked for: per-token figures are "
-                       "not comparable",
+    "not comparable",
     "no_data": "no request succeeded in the step's measurement window: no latency figures",
 }
 GIB = 2**-30  # bytes -> GiB
@@ -72,7 +72,7 @@ def num(v: Any, digits: int = 3) -> str:
     """A figure for a table: 3 significant digits, thousands separated, '-' when missing."""
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return "-" if v is None or not isinstance(v, (int, float)) else str(v)
-    if isinstance(v, int) or abs(v) >= 10 ** digits:
+    if isinstance(v, int) or abs(v) >= 10**digits:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
 
@@ -85,17 +85,31 @@ def pct(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v * 100:.{digits}f}"
 
 
-def table(head: Sequence[Any] | None, rows: Iterable[Sequence[Any]], *, left: int = 1, id: str = "",
-          row_attrs: Sequence[dict[str, str]] | None = None) -> H:
+def table(
+    head: Sequence[Any] | None,
+    rows: Iterable[Sequence[Any]],
+    *,
+    left: int = 1,
+    id: str = "",
+    row_attrs: Sequence[dict[str, str]] | None = None,
+) -> H:
     """A table; the first `left` columns left-aligned; cells escaped unless H; no header row when head is None."""
     id_attr = f' id="{esc(id)}"' if id else ""
     out = [f"<table{id_attr}>"]
     if head is not None:
-        out += ["<thead><tr>", *(f'<th{" class=l" if i < left else ""}>{esc(h)}</th>' for i, h in enumerate(head)), "</tr></thead>"]
+        out += [
+            "<thead><tr>",
+            *(f"<th{' class=l' if i < left else ''}>{esc(h)}</th>" for i, h in enumerate(head)),
+            "</tr></thead>",
+        ]
     out.append("<tbody>")
     for n, row in enumerate(rows):
         attrs = "".join(f' {k}="{esc(v)}"' for k, v in (row_attrs[n] if row_attrs else {}).items())
-        out.append(f"<tr{attrs}>" + "".join(f'<td{" class=l" if i < left else ""}>{esc(c)}</td>' for i, c in enumerate(row)) + "</tr>")
+        out.append(
+            f"<tr{attrs}>"
+            + "".join(f"<td{' class=l' if i < left else ''}>{esc(c)}</td>" for i, c in enumerate(row))
+            + "</tr>"
+        )
     out.append("</tbody></table>")
     return H("".join(out))
 
@@ -201,8 +215,11 @@ def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tupl
     """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn."""
     from llm_locust.report.plots import Line, Panel
 
-    wanted = {"ttft": [("ttft", "p50"), ("ttft", "p99")], "itl": [("itl", "p50"), ("itl", "p99"), ("tpot", "p50")],
-              "e2e": [("e2e", "p50"), ("e2e", "p99")]}
+    wanted = {
+        "ttft": [("ttft", "p50"), ("ttft", "p99")],
+        "itl": [("itl", "p50"), ("itl", "p99"), ("tpot", "p50")],
+        "e2e": [("e2e", "p50"), ("e2e", "p99")],
+    }
     home = {"ttft": "ttft", "itl": "itl", "tpot": "itl", "e2e": "e2e"}
     limits: dict[str, list[tuple[str, str, float]]] = {k: [] for k in wanted}
     undrawn = []
@@ -222,8 +239,14 @@ def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tupl
         lines = []
         for metric, stat in wanted[key]:
             vals = [_lat(s, metric, stat) for s in steps]
-            lines.append(Line(f"{metric}-{stat.replace('.', '_')}", f"{metric.upper()} {stat}",
-                              [None if v is None else v * 1000 for v in vals], dashed=stat != "p50"))
+            lines.append(
+                Line(
+                    f"{metric}-{stat.replace('.', '_')}",
+                    f"{metric.upper()} {stat}",
+                    [None if v is None else v * 1000 for v in vals],
+                    dashed=stat != "p50",
+                )
+            )
         ys = [v for line in lines for v in line.values if v] + [y for *_, y in limits[key] if y]
         panels.append(Panel(key, title, "ms", lines, limits[key], log_y=bool(ys) and max(ys) / min(ys) > 50))
     return panels, undrawn
@@ -244,14 +267,22 @@ def _cache_panels(steps: list[dict[str, Any]]) -> list:
         vals = [(c.get(key) or {}).get("p50") for c in caches]
         return [None if v is None else v * 1000 for v in vals]
 
-    ratios = [Line(k, label, col(k, 100), dashed=dashed) for k, label, dashed in (
-        ("achieved_vs_ideal", "achieved / ideal", False), ("hit_ratio", "cached / prompt", True),
-        ("ideal_hit_ratio", "ideal / prompt", True)) if any(c.get(k) is not None for c in caches)]
+    ratios = [
+        Line(k, label, col(k, 100), dashed=dashed)
+        for k, label, dashed in (
+            ("achieved_vs_ideal", "achieved / ideal", False),
+            ("hit_ratio", "cached / prompt", True),
+            ("ideal_hit_ratio", "ideal / prompt", True),
+        )
+        if any(c.get(k) is not None for c in caches)
+    ]
     panels = []
     if ratios:
         panels.append(Panel("cache-ratio", "prompt-cache hit ratio", "%", ratios))
-    lines = [Line(k, label, ttft(k), dashed=k == "ttft_miss") for k, label in (("ttft_hit", "TTFT p50, hit"),
-                                                                              ("ttft_miss", "TTFT p50, miss"))]
+    lines = [
+        Line(k, label, ttft(k), dashed=k == "ttft_miss")
+        for k, label in (("ttft_hit", "TTFT p50, hit"), ("ttft_miss", "TTFT p50, miss"))
+    ]
     if any(v is not None for line in lines for v in line.values):
         panels.append(Panel("cache-ttft", "TTFT: cache hit vs miss", "ms", lines))
     return panels
@@ -264,8 +295,14 @@ def _accuracy_panels(steps: list[dict[str, Any]]) -> list:
     accs = [(s.get("accuracy") or {}).get("accuracy") for s in steps]
     if all(a is None for a in accs):
         return []
-    return [Panel("accuracy", "accuracy of graded items", "%",
-                  [Line("accuracy", "right / graded", [None if a is None else a * 100 for a in accs])])]
+    return [
+        Panel(
+            "accuracy",
+            "accuracy of graded items",
+            "%",
+            [Line("accuracy", "right / graded", [None if a is None else a * 100 for a in accs])],
+        )
+    ]
 
 
 def section_ladder(r: dict[str, Any]) -> H:
@@ -287,32 +324,50 @@ def section_ladder(r: dict[str, Any]) -> H:
     cache_panels = _cache_panels(steps)
     cache_fig = ""
     if cache_panels:
-        cache_fig = figure(plots.vs_load("load-cache", x, cache_panels, **kw), "plot-cache",
-                           "Prompt-cache reuse per step: the share of prompt tokens the server served from its cache, "
-                           "what an unbounded prefix cache could have served, and achieved/ideal (left); TTFT p50 of "
-                           "cache hits (at least half the prompt cached) and misses (right). See docs/metrics.md.")
+        cache_fig = figure(
+            plots.vs_load("load-cache", x, cache_panels, **kw),
+            "plot-cache",
+            "Prompt-cache reuse per step: the share of prompt tokens the server served from its cache, "
+            "what an unbounded prefix cache could have served, and achieved/ideal (left); TTFT p50 of "
+            "cache hits (at least half the prompt cached) and misses (right). See docs/metrics.md.",
+        )
 
     acc_panels = _accuracy_panels(steps)
     if acc_panels:
-        cache_fig += figure(plots.vs_load("load-accuracy", x, acc_panels, **kw), "plot-accuracy",
-                            "Accuracy under load: the share of graded items (--graded) answered right in each step; "
-                            "a server that gets faster by answering worse shows here. See docs/verdicts.md.")
+        cache_fig += figure(
+            plots.vs_load("load-accuracy", x, acc_panels, **kw),
+            "plot-accuracy",
+            "Accuracy under load: the share of graded items (--graded) answered right in each step; "
+            "a server that gets faster by answering worse shows here. See docs/verdicts.md.",
+        )
 
-    knee_txt = (f"The saturation point (knee) is step {knee['step']}, {knee['offered']:g} {unit}: marked ◆ and by "
-                "the dashed line." if knee else "No saturation point was found: no knee is marked.")
+    knee_txt = (
+        f"The saturation point (knee) is step {knee['step']}, {knee['offered']:g} {unit}: marked ◆ and by "
+        "the dashed line."
+        if knee
+        else "No saturation point was found: no knee is marked."
+    )
     lat_txt = "Latency percentiles per step (ms)."
     lat_txt += " SLO limits are the grey dashed and dotted lines." if slos else " No SLO was set."
     if undrawn:
         lat_txt += f" SLOs not drawn: {', '.join(undrawn)}."
-    return H("".join([
-        "<h2 id='load'>Throughput and latency against offered load</h2>",
-        figure(tput, "plot-throughput", "Steady-state rates of each step's measurement window (warm-up excluded). "
-               f"{knee_txt} Ringed points are flagged steps (see the table)."),
-        figure(lat, "plot-latency", lat_txt),
-        cache_fig,
-        section_verdict(ladder, unit),
-        section_steps(r, steps, unit, knee),
-    ]))
+    return H(
+        "".join(
+            [
+                "<h2 id='load'>Throughput and latency against offered load</h2>",
+                figure(
+                    tput,
+                    "plot-throughput",
+                    "Steady-state rates of each step's measurement window (warm-up excluded). "
+                    f"{knee_txt} Ringed points are flagged steps (see the table).",
+                ),
+                figure(lat, "plot-latency", lat_txt),
+                cache_fig,
+                section_verdict(ladder, unit),
+                section_steps(r, steps, unit, knee),
+            ]
+        )
+    )
 
 
 def _verdicts(r: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
@@ -345,53 +400,113 @@ def section_verdicts(r: dict[str, Any]) -> H:
         on = {e["step"]: e for e in rows_v if e.get("pareto")}
         front = sorted((e["output_tokens_per_s_per_gpu"], e["interactivity"]) for e in on.values())
         labels = [f"step {e['step']} ({num(e.get('offered'))} {unit})".replace(" )", ")") for _, e in pts]
-        svg = plots.pareto("pareto", [plots.Front(
-            "run", "this run", [(e["output_tokens_per_s_per_gpu"], e["interactivity"]) for _, e in pts], labels, front,
-            next((j for j, (_, e) in enumerate(pts) if e["step"] == knee), None),
-            [j for j, (_, e) in enumerate(pts) if e.get("flags")])])
-        out.append(figure(svg, "plot-pareto", "Each step's output tokens/s per GPU against its tokens/s per user "
-                          "(1 / TPOT p50). The line joins the Pareto frontier: the steps no other step beats in both. "
-                          "◆ the knee; ringed: flagged steps."))
-    cols = (("tok/s/GPU", "output_tokens_per_s_per_gpu"), ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
-            ("tok/s/user", "interactivity"), ("GPU W", "gpu_power_watts"), ("J/out tok", "joules_per_output_token"),
-            ("J/tok (in+out)", "joules_per_total_token"), ("$/M out tok", "usd_per_million_output_tokens"),
-            ("$/M tok (in+out)", "usd_per_million_total_tokens"))
+        svg = plots.pareto(
+            "pareto",
+            [
+                plots.Front(
+                    "run",
+                    "this run",
+                    [(e["output_tokens_per_s_per_gpu"], e["interactivity"]) for _, e in pts],
+                    labels,
+                    front,
+                    next((j for j, (_, e) in enumerate(pts) if e["step"] == knee), None),
+                    [j for j, (_, e) in enumerate(pts) if e.get("flags")],
+                )
+            ],
+        )
+        out.append(
+            figure(
+                svg,
+                "plot-pareto",
+                "Each step's output tokens/s per GPU against its tokens/s per user "
+                "(1 / TPOT p50). The line joins the Pareto frontier: the steps no other step beats in both. "
+                "◆ the knee; ringed: flagged steps.",
+            )
+        )
+    cols = (
+        ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
+        ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
+        ("tok/s/user", "interactivity"),
+        ("GPU W", "gpu_power_watts"),
+        ("J/out tok", "joules_per_output_token"),
+        ("J/tok (in+out)", "joules_per_total_token"),
+        ("$/M out tok", "usd_per_million_output_tokens"),
+        ("$/M tok (in+out)", "usd_per_million_total_tokens"),
+    )
     present = [c for c in cols if any(e.get(c[1]) is not None for e in rows_v)]
     trs, attrs = [], []
     for e in rows_v:
         marks = []
         if e.get("pareto"):
-            marks.append(badge("mark mark-ok", "frontier", "on the Pareto frontier: no other step has both more tok/s/GPU and more tok/s/user"))
+            marks.append(
+                badge(
+                    "mark mark-ok",
+                    "frontier",
+                    "on the Pareto frontier: no other step has both more tok/s/GPU and more tok/s/user",
+                )
+            )
         if e.get("step") == knee:
             marks.append(badge("mark mark-knee", "knee"))
         for f in e.get("energy_flags") or []:
             marks.append(badge("flag", f, v.get("energy_rule") or ""))
         for f in e.get("flags") or []:
             marks.append(badge("flag", f))
-        trs.append((e.get("step"), num(e.get("offered")), num(e.get("output_tokens_per_s")),
-                    *(num(e.get(k)) for _, k in present), H("".join(marks))))
+        trs.append(
+            (
+                e.get("step"),
+                num(e.get("offered")),
+                num(e.get("output_tokens_per_s")),
+                *(num(e.get(k)) for _, k in present),
+                H("".join(marks)),
+            )
+        )
         cls = " ".join(c for c, on_ in (("v-knee", e.get("step") == knee), ("v-flagged", bool(e.get("flags")))) if on_)
         attrs.append({"class": cls} if cls else {})
     if rows_v:
-        out.append(table(("step", "offered", "out tok/s", *(c[0] for c in present), "marks"), trs, id="verdicts-table",
-                         row_attrs=attrs))
+        out.append(
+            table(
+                ("step", "offered", "out tok/s", *(c[0] for c in present), "marks"),
+                trs,
+                id="verdicts-table",
+                row_attrs=attrs,
+            )
+        )
     facts = []
     g = v.get("gpus")
     if g:
-        facts.append(("GPUs", f"{g['gpus']} ({g['prefill_gpus']} prefill, {g['decode_gpus']} decode: output tokens per "
-                      "decode GPU, input tokens per prefill GPU)" if g.get("disaggregated") else g["gpus"]))
+        facts.append(
+            (
+                "GPUs",
+                f"{g['gpus']} ({g['prefill_gpus']} prefill, {g['decode_gpus']} decode: output tokens per "
+                "decode GPU, input tokens per prefill GPU)"
+                if g.get("disaggregated")
+                else g["gpus"],
+            )
+        )
     p = v.get("price")
     if p:
-        facts.append(("price", f"${p['usd_per_gpu_hour']:g} per GPU-hour ({p['source']}"
-                      + (f", {p['gpu_type']})" if p.get("gpu_type") else ")")))
+        facts.append(
+            (
+                "price",
+                f"${p['usd_per_gpu_hour']:g} per GPU-hour ({p['source']}"
+                + (f", {p['gpu_type']})" if p.get("gpu_type") else ")"),
+            )
+        )
     k = v.get("knee")
     if k:
-        facts.append(("at the knee", f"step {k['step']}: {num(k.get('output_tokens_per_s_per_gpu'))} tok/s/GPU, "
-                      f"{num(k.get('interactivity'))} tok/s/user, {num(k.get('joules_per_output_token'))} J/token, "
-                      f"${num(k.get('usd_per_million_output_tokens'))} per million output tokens"))
+        facts.append(
+            (
+                "at the knee",
+                f"step {k['step']}: {num(k.get('output_tokens_per_s_per_gpu'))} tok/s/GPU, "
+                f"{num(k.get('interactivity'))} tok/s/user, {num(k.get('joules_per_output_token'))} J/token, "
+                f"${num(k.get('usd_per_million_output_tokens'))} per million output tokens",
+            )
+        )
     run = v.get("run") or {}
     if any(run.get(key) is not None for _, key in cols):
-        facts.append(("whole run", ", ".join(f"{num(run.get(key))} {label}" for label, key in cols if run.get(key) is not None)))
+        facts.append(
+            ("whole run", ", ".join(f"{num(run.get(key))} {label}" for label, key in cols if run.get(key) is not None))
+        )
     if v.get("frontier"):
         facts.append(("Pareto frontier", "steps " + ", ".join(str(s) for s in v["frontier"])))
     facts.append(("tok/s per user", v.get("interactivity_from") or "1 / TPOT p50"))
@@ -416,22 +531,28 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
         if s:
             lat = s.get("latency") or {}
             load = f"{s['offered']:g} {unit}".strip()
-            out.append(f"<p><b>Saturation at {esc(load)}</b> (step {esc(s['step'])},"
-                       f" by {esc(v.get('knee_by'))}): {esc(num(s.get('output_tokens_per_s')))} tok/s,"
-                       f" {esc(num(s.get('requests_per_s')))} req/s, TTFT p50/p99 {esc(ms(lat.get('ttft_p50')))}/"
-                       f"{esc(ms(lat.get('ttft_p99')))} ms, E2E p99 {esc(ms(lat.get('e2e_p99')))} ms.</p>")
+            out.append(
+                f"<p><b>Saturation at {esc(load)}</b> (step {esc(s['step'])},"
+                f" by {esc(v.get('knee_by'))}): {esc(num(s.get('output_tokens_per_s')))} tok/s,"
+                f" {esc(num(s.get('requests_per_s')))} req/s, TTFT p50/p99 {esc(ms(lat.get('ttft_p50')))}/"
+                f"{esc(ms(lat.get('ttft_p99')))} ms, E2E p99 {esc(ms(lat.get('e2e_p99')))} ms.</p>"
+            )
         else:
             out.append("<p><b>No saturation point found.</b></p>")
         if v.get("max_slo_load") is not None:
             load = f"{v['max_slo_load']:g} {unit}".strip()
-            out.append(f"<p>Highest load meeting every SLO: <b>{esc(load)}</b>"
-                       f" (step {esc(v.get('max_slo_step'))}).</p>")
+            out.append(
+                f"<p>Highest load meeting every SLO: <b>{esc(load)}</b> (step {esc(v.get('max_slo_step'))}).</p>"
+            )
         if v.get("reasons"):
             out.append("<ul>" + "".join(f"<li>{esc(t)}</li>" for t in v["reasons"]) + "</ul>")
         cands = v.get("candidates") or {}
         if cands:
-            out.append("<p class='sub'>Candidates: " + esc(", ".join(f"{k} {'-' if c is None else f'{c:g}'}" for k, c in cands.items()))
-                       + f"<br>Method: {esc(v.get('method'))}</p>")
+            out.append(
+                "<p class='sub'>Candidates: "
+                + esc(", ".join(f"{k} {'-' if c is None else f'{c:g}'}" for k, c in cands.items()))
+                + f"<br>Method: {esc(v.get('method'))}</p>"
+            )
     reason = ladder.get("stop_reason")
     if reason:
         early = reason != "ladder complete"
@@ -443,8 +564,20 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
 def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
     limit = ((r.get("run", {}).get("settings") or {}).get("ladder") or {}).get("max_error_rate")
     limit = limit if limit is not None else (r.get("validity") or {}).get("max_error_rate")
-    head = ("step", f"offered ({unit})", "req/s", "tok/s", "goodput req/s", "TTFT p50 / p99 ms", "ITL p50 / p99 ms",
-            "TPOT p50 ms", "E2E p99 ms", "err %", "SLOs", "marks")
+    head = (
+        "step",
+        f"offered ({unit})",
+        "req/s",
+        "tok/s",
+        "goodput req/s",
+        "TTFT p50 / p99 ms",
+        "ITL p50 / p99 ms",
+        "TPOT p50 ms",
+        "E2E p99 ms",
+        "err %",
+        "SLOs",
+        "marks",
+    )
     graded = any(s.get("accuracy") for s in steps)
     if graded:  # --graded: accuracy per step beside latency
         head = (*head[:10], "acc % (right/graded)", *head[10:])
@@ -456,25 +589,52 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
         if is_knee:
             marks.insert(0, badge("mark mark-knee", "knee", "the saturation point"))
         broken = s.get("slo_broken") or []
-        slo = (badge("mark mark-slo", "broken", "; ".join(broken)) + H(" " + esc("; ".join(broken))) if broken
-               else badge("mark mark-ok", "met") if s.get("slos_met") else "-")
-        rows.append((s.get("step"), num(s.get("offered")), num(s.get("requests_per_s")), num(s.get("output_tokens_per_s")),
-                     num(s.get("goodput_requests_per_s")), f"{ms(_lat(s, 'ttft', 'p50'))} / {ms(_lat(s, 'ttft', 'p99'))}",
-                     f"{ms(_lat(s, 'itl', 'p50'))} / {ms(_lat(s, 'itl', 'p99'))}", ms(_lat(s, "tpot", "p50")),
-                     ms(_lat(s, "e2e", "p99")), pct(s.get("error_rate")), H(slo), H("".join(marks) or "-")))
+        slo = (
+            badge("mark mark-slo", "broken", "; ".join(broken)) + H(" " + esc("; ".join(broken)))
+            if broken
+            else badge("mark mark-ok", "met")
+            if s.get("slos_met")
+            else "-"
+        )
+        rows.append(
+            (
+                s.get("step"),
+                num(s.get("offered")),
+                num(s.get("requests_per_s")),
+                num(s.get("output_tokens_per_s")),
+                num(s.get("goodput_requests_per_s")),
+                f"{ms(_lat(s, 'ttft', 'p50'))} / {ms(_lat(s, 'ttft', 'p99'))}",
+                f"{ms(_lat(s, 'itl', 'p50'))} / {ms(_lat(s, 'itl', 'p99'))}",
+                ms(_lat(s, "tpot", "p50")),
+                ms(_lat(s, "e2e", "p99")),
+                pct(s.get("error_rate")),
+                H(slo),
+                H("".join(marks) or "-"),
+            )
+        )
         if graded:
             a = s.get("accuracy") or {}
             cell = "-" if a.get("accuracy") is None else f"{pct(a['accuracy'])} ({a['correct']}/{a['graded']})"
             rows[-1] = (*rows[-1][:10], cell, *rows[-1][10:])
-        attrs.append({"data-step": str(s.get("step")), "data-flags": " ".join(flags),
-                      "class": " ".join(c for c in ("knee" if is_knee else "", "flagged" if flags else "") if c)})
+        attrs.append(
+            {
+                "data-step": str(s.get("step")),
+                "data-flags": " ".join(flags),
+                "class": " ".join(c for c in ("knee" if is_knee else "", "flagged" if flags else "") if c),
+            }
+        )
     legend = "".join(f"<dt>{badge(f'flag flag-{f}', f)}</dt><dd>{esc(_flag_text(f, limit))}</dd>" for f in FLAG_TEXT)
-    legend += (f"<dt>{badge('mark mark-knee', 'knee')}</dt><dd>the saturation point of the verdict (highlighted row)</dd>"
-               f"<dt>{badge('mark mark-slo', 'broken')}</dt><dd>the step broke an SLO (which, and by how much, beside it)</dd>")
-    return H("<h3 id='steps'>Per step</h3>" + table(head, rows, id="steps-table", row_attrs=attrs)
-             + f"<dl class='legend' id='flags-legend'>{legend}</dl>"
-             "<p class='sub'>Rates are steady state over each step's measurement window; latencies are of the requests"
-             " sent in it. A flagged step's figures are suspect: read them with its mark in mind.</p>")
+    legend += (
+        f"<dt>{badge('mark mark-knee', 'knee')}</dt><dd>the saturation point of the verdict (highlighted row)</dd>"
+        f"<dt>{badge('mark mark-slo', 'broken')}</dt><dd>the step broke an SLO (which, and by how much, beside it)</dd>"
+    )
+    return H(
+        "<h3 id='steps'>Per step</h3>"
+        + table(head, rows, id="steps-table", row_attrs=attrs)
+        + f"<dl class='legend' id='flags-legend'>{legend}</dl>"
+        "<p class='sub'>Rates are steady state over each step's measurement window; latencies are of the requests"
+        " sent in it. A flagged step's figures are suspect: read them with its mark in mind.</p>"
+    )
 
 
 def section_timeseries(r: dict[str, Any]) -> H:
@@ -491,27 +651,47 @@ def section_timeseries(r: dict[str, Any]) -> H:
     fill = [by_sec.get(s, (s, 0, 0, 0)) for s in secs]
     width = math.ceil(len(secs) / MAX_POINTS)  # a day-long soak: averaged over buckets of `width` seconds
     if width > 1:
-        secs = [sum(secs[i:i + width]) / len(secs[i:i + width]) for i in range(0, len(secs), width)]
-        fill = [[None, *(sum(f[k] for f in fill[i:i + width]) / len(fill[i:i + width]) for k in (1, 2, 3))]
-                for i in range(0, len(fill), width)]
+        secs = [sum(secs[i : i + width]) / len(secs[i : i + width]) for i in range(0, len(secs), width)]
+        fill = [
+            [None, *(sum(f[k] for f in fill[i : i + width]) / len(fill[i : i + width]) for k in (1, 2, 3))]
+            for i in range(0, len(fill), width)
+        ]
     steps = {s.get("step"): s for s in (r.get("ladder") or {}).get("steps") or []}
     windows = []
     for w in (r.get("ladder") or {}).get("windows") or []:
         if w.get("started") is None:
             continue
         end = w.get("ended") or r.get("run", {}).get("ended_at") or last + 1
-        windows.append(plots.Window(f"{w.get('step')}", w["started"] - t0, (w.get("measured_from") or w["started"]) - t0,
-                                    end - t0, (steps.get(w.get("step")) or {}).get("output_tokens_per_s")))
+        windows.append(
+            plots.Window(
+                f"{w.get('step')}",
+                w["started"] - t0,
+                (w.get("measured_from") or w["started"]) - t0,
+                end - t0,
+                (steps.get(w.get("step")) or {}).get("output_tokens_per_s"),
+            )
+        )
     minutes = (last - first) > 1200
-    svg = plots.timeseries("timeseries", [s - t0 + 0.5 for s in secs], [f[1] for f in fill], [f[2] for f in fill],
-                           [f[3] for f in fill], windows, minutes=minutes)
-    cap = ("Per wall-clock second: output tokens by the second their chunk arrived, requests by the second they ended"
-           " (requests still in flight when the test stopped end as cancelled, with the failed).")
+    svg = plots.timeseries(
+        "timeseries",
+        [s - t0 + 0.5 for s in secs],
+        [f[1] for f in fill],
+        [f[2] for f in fill],
+        [f[3] for f in fill],
+        windows,
+        minutes=minutes,
+    )
+    cap = (
+        "Per wall-clock second: output tokens by the second their chunk arrived, requests by the second they ended"
+        " (requests still in flight when the test stopped end as cancelled, with the failed)."
+    )
     if width > 1:
         cap += f" Each point is the mean of {width} seconds."
     if windows:
-        cap += (" Vertical lines start each ladder step (numbered); shaded: its warm-up (discarded); orange: the step's"
-                " steady-state tokens/s over its measurement window.")
+        cap += (
+            " Vertical lines start each ladder step (numbered); shaded: its warm-up (discarded); orange: the step's"
+            " steady-state tokens/s over its measurement window."
+        )
     return H("<h2 id='timeline'>Over the run</h2>" + figure(svg, "plot-timeseries", cap))
 
 
@@ -527,8 +707,16 @@ def section_distributions(r: dict[str, Any]) -> H:
             continue
         marks = [(p, (lat.get(key) or {}).get(p)) for p in ("p50", "p99")]
         svg = plots.histogram(f"hist-{key}", bins, title=f"{title}: {sum(b[2] for b in bins):,} samples", marks=marks)
-        note = " The first bin also holds gaps of 0 (tokens that arrived in the same read)." if key == "itl" and bins[0][0] <= 1e-6 else ""
-        figs.append(figure(svg, f"plot-hist-{key}", f"{title} of ok requests, {len(bins)} log-spaced bins (10 per decade).{note}"))
+        note = (
+            " The first bin also holds gaps of 0 (tokens that arrived in the same read)."
+            if key == "itl" and bins[0][0] <= 1e-6
+            else ""
+        )
+        figs.append(
+            figure(
+                svg, f"plot-hist-{key}", f"{title} of ok requests, {len(bins)} log-spaced bins (10 per decade).{note}"
+            )
+        )
     if not figs:
         return H("")
     return H("<h2 id='distributions'>Latency distributions</h2><div class='grid'>" + "".join(figs) + "</div>")
@@ -538,7 +726,13 @@ def section_summary(r: dict[str, Any]) -> H:
     s = r.get("summary") or {}
     lat = s.get("latency") or {}
     rows = []
-    for label, key in (*LATENCY_ROWS[:1], ("TTFT (content)", "ttft_content"), ("TTFT (tool call)", "ttft_tool"), *LATENCY_ROWS[1:], ("E2E incl. queue", "e2e_queue")):
+    for label, key in (
+        *LATENCY_ROWS[:1],
+        ("TTFT (content)", "ttft_content"),
+        ("TTFT (tool call)", "ttft_tool"),
+        *LATENCY_ROWS[1:],
+        ("E2E incl. queue", "e2e_queue"),
+    ):
         if key in lat and (key != "ttft_tool" or (lat[key] or {}).get("count")):
             st = lat[key]
             rows.append((label, num(st.get("count")), *(ms(st.get(c)) for c in PCTS[1:])))
@@ -546,21 +740,36 @@ def section_summary(r: dict[str, Any]) -> H:
     client = s.get("client") or {}
     good = s.get("goodput_requests_per_s")
     facts = [
-        ("requests sent / ok / failed / cancelled at stop",
-         f"{num(s.get('sent'))} / {num(s.get('ok'))} / {num(s.get('failed'))} / {num(s.get('cancelled'))}"),
+        (
+            "requests sent / ok / failed / cancelled at stop",
+            f"{num(s.get('sent'))} / {num(s.get('ok'))} / {num(s.get('failed'))} / {num(s.get('cancelled'))}",
+        ),
         ("error rate", f"{pct(s.get('error_rate'), 2)} %"),
         ("duration", f"{num(s.get('duration_s'))} s"),
         ("output tokens/s, requests/s", f"{num(s.get('output_tokens_per_s'))}, {num(s.get('requests_per_s'))}"),
         ("goodput requests/s, tokens/s", "-" if good is None else f"{num(good)}, {num(s.get('goodput_tokens_per_s'))}"),
         ("concurrency (Little's law)", num(s.get("concurrency"))),
         ("tokens in / out", f"{num(s.get('tokens_in'))} / {num(s.get('tokens_out'))}"),
-        ("output token counts from", ", ".join(f"{k} {v}" for k, v in sorted((s.get("n_out_sources") or {}).items())) or "-"),
+        (
+            "output token counts from",
+            ", ".join(f"{k} {v}" for k, v in sorted((s.get("n_out_sources") or {}).items())) or "-",
+        ),
         ("length mismatches / checked", f"{num(s.get('length_mismatch'))} / {num(s.get('length_checked'))}"),
-        *([("accuracy of graded items (right / graded)",
-            f"{pct(s['accuracy']['accuracy'])} % ({s['accuracy']['correct']} / {s['accuracy']['graded']})")]
-          if (s.get("accuracy") or {}).get("graded") else []),
-        ("client", ("valid" if client.get("valid") else "SUSPECT (client saturated)") +
-         f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %"),
+        *(
+            [
+                (
+                    "accuracy of graded items (right / graded)",
+                    f"{pct(s['accuracy']['accuracy'])} % ({s['accuracy']['correct']} / {s['accuracy']['graded']})",
+                )
+            ]
+            if (s.get("accuracy") or {}).get("graded")
+            else []
+        ),
+        (
+            "client",
+            ("valid" if client.get("valid") else "SUSPECT (client saturated)")
+            + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %",
+        ),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
     out.append(section_cache(s))
@@ -588,15 +797,25 @@ def section_repeats(r: dict[str, Any]) -> H:
         if not isinstance(f, dict):
             continue
         ci = f.get("ci95")
-        rows.append((name, shown(name, f.get("mean")), shown(name, f.get("sd")),
-                     f"{shown(name, ci[0])} .. {shown(name, ci[1])}" if ci else "-",
-                     "" if f.get("half_width") is None else "±" + shown(name, f["half_width"]),
-                     ", ".join(shown(name, v) for v in f.get("values") or [])))
+        rows.append(
+            (
+                name,
+                shown(name, f.get("mean")),
+                shown(name, f.get("sd")),
+                f"{shown(name, ci[0])} .. {shown(name, ci[1])}" if ci else "-",
+                "" if f.get("half_width") is None else "±" + shown(name, f["half_width"]),
+                ", ".join(shown(name, v) for v in f.get("values") or []),
+            )
+        )
     n = rep.get("count")
-    head = (f"<h2 id='repeats'>Repetitions: {esc(n)} runs, 95% intervals</h2>"
-            f"<p>{esc(rep.get('reset'))}. Mean ± t(0.975, {esc((n or 1) - 1)} dof) × sd / √n over the repetitions "
-            f"(docs/verdicts.md). {esc(rep.get('summary_note', ''))}.</p>")
-    return H(head + table(("figure", "mean", "sd", "95% interval", "half width", "per repetition"), rows, id="repeats-table"))
+    head = (
+        f"<h2 id='repeats'>Repetitions: {esc(n)} runs, 95% intervals</h2>"
+        f"<p>{esc(rep.get('reset'))}. Mean ± t(0.975, {esc((n or 1) - 1)} dof) × sd / √n over the repetitions "
+        f"(docs/verdicts.md). {esc(rep.get('summary_note', ''))}.</p>"
+    )
+    return H(
+        head + table(("figure", "mean", "sd", "95% interval", "half width", "per repetition"), rows, id="repeats-table")
+    )
 
 
 def section_cache(s: dict[str, Any]) -> H:
@@ -607,22 +826,42 @@ def section_cache(s: dict[str, Any]) -> H:
     hit, miss = c.get("ttft_hit") or {}, c.get("ttft_miss") or {}
     facts = [
         ("requests with a cached count reported", num(c.get("requests_reported"))),
-        ("cached / prompt tokens (hit ratio)",
-         f"{num(c.get('cached_tokens'))} / {num(c.get('prompt_tokens'))} ({pct(c.get('hit_ratio'))} %)"),
-        ("ideal cached / prompt tokens (unbounded prefix cache)",
-         f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} ({pct(c.get('ideal_hit_ratio'))} %)"
-         f" over {num(c.get('ideal_requests'))} requests"),
+        (
+            "cached / prompt tokens (hit ratio)",
+            f"{num(c.get('cached_tokens'))} / {num(c.get('prompt_tokens'))} ({pct(c.get('hit_ratio'))} %)",
+        ),
+        (
+            "ideal cached / prompt tokens (unbounded prefix cache)",
+            f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} ({pct(c.get('ideal_hit_ratio'))} %)"
+            f" over {num(c.get('ideal_requests'))} requests",
+        ),
         ("achieved / ideal", f"{pct(c.get('achieved_vs_ideal'))} % over {num(c.get('both_requests'))} requests"),
-        (f"hits / misses (hit: at least {c.get('hit_threshold', 0.5):.0%} of the prompt cached)",
-         f"{num(c.get('hit_requests'))} / {num(c.get('miss_requests'))}"),
+        (
+            f"hits / misses (hit: at least {c.get('hit_threshold', 0.5):.0%} of the prompt cached)",
+            f"{num(c.get('hit_requests'))} / {num(c.get('miss_requests'))}",
+        ),
         ("TTFT p50 / p99, hit", f"{ms(hit.get('p50'))} / {ms(hit.get('p99'))} ms"),
         ("TTFT p50 / p99, miss", f"{ms(miss.get('p50'))} / {ms(miss.get('p99'))} ms"),
     ]
     return H("<h3 id='cache'>Prompt cache</h3>" + kv_table(facts, id="cache-facts"))
 
 
-GROUP_HEAD = ("finished", "ok", "failed", "failures", "tokens in", "tokens out", "output tok/s", "TTFT p50 ms",
-              "TTFT p99 ms", "TPOT p50 ms", "E2E p50 ms", "E2E p99 ms", "cached / prompt", "achieved / ideal")
+GROUP_HEAD = (
+    "finished",
+    "ok",
+    "failed",
+    "failures",
+    "tokens in",
+    "tokens out",
+    "output tok/s",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "TPOT p50 ms",
+    "E2E p50 ms",
+    "E2E p99 ms",
+    "cached / prompt",
+    "achieved / ideal",
+)
 
 
 def section_groups(s: dict[str, Any]) -> H:
@@ -637,13 +876,25 @@ def section_groups(s: dict[str, Any]) -> H:
             lat = g.get("latency") or {}
             cache = g.get("cache") or {}
             failures = ", ".join(f"{k} {v}" for k, v in (g.get("failures") or {}).items()) or "-"
-            rows.append((key, num(g.get("finished")), num(g.get("ok")), num(g.get("failed")), failures,
-                         num(g.get("tokens_in")), num(g.get("tokens_out")), num(g.get("output_tokens_per_s")),
-                         ms((lat.get("ttft") or {}).get("p50")), ms((lat.get("ttft") or {}).get("p99")),
-                         ms((lat.get("tpot") or {}).get("p50")), ms((lat.get("e2e") or {}).get("p50")),
-                         ms((lat.get("e2e") or {}).get("p99")),
-                         "-" if cache.get("hit_ratio") is None else f"{pct(cache['hit_ratio'])} %",
-                         "-" if cache.get("achieved_vs_ideal") is None else f"{pct(cache['achieved_vs_ideal'])} %"))
+            rows.append(
+                (
+                    key,
+                    num(g.get("finished")),
+                    num(g.get("ok")),
+                    num(g.get("failed")),
+                    failures,
+                    num(g.get("tokens_in")),
+                    num(g.get("tokens_out")),
+                    num(g.get("output_tokens_per_s")),
+                    ms((lat.get("ttft") or {}).get("p50")),
+                    ms((lat.get("ttft") or {}).get("p99")),
+                    ms((lat.get("tpot") or {}).get("p50")),
+                    ms((lat.get("e2e") or {}).get("p50")),
+                    ms((lat.get("e2e") or {}).get("p99")),
+                    "-" if cache.get("hit_ratio") is None else f"{pct(cache['hit_ratio'])} %",
+                    "-" if cache.get("achieved_vs_ideal") is None else f"{pct(cache['achieved_vs_ideal'])} %",
+                )
+            )
         out.append(f"<h3 id='{dim}'>Per {label}</h3>" + str(table((label,) + GROUP_HEAD, rows, id=f"{dim}-table")))
     return H("".join(out))
 
@@ -657,18 +908,29 @@ def section_failures(s: dict[str, Any]) -> H:
         texts = sorted(((s.get("errors") or {}).get(kind) or {}).items(), key=lambda kv: -kv[1])
         samples = "".join(f"<li><code>{esc(t[:500])}</code> × {n_}</li>" for t, n_ in texts)
         rows.append((kind, num(n), H(f"<ul>{samples}</ul>" if samples else "-")))
-    out = "<h3 id='failures'>Failures by kind</h3>" + table(("kind", "requests", "sample error texts (count)"), rows,
-                                                              id="failures-table", left=1)
+    out = "<h3 id='failures'>Failures by kind</h3>" + table(
+        ("kind", "requests", "sample error texts (count)"), rows, id="failures-table", left=1
+    )
     causes = s.get("causes") or {}
     if causes:  # from the servers' own words (protocols/causes.py); a failure they do not name has none
         failed = sum(failures.values())
-        crow = [(c, num(n), f"{pct(n / failed if failed else 0)} %", _CAUSE_MEANING.get(c, ""))
-                for c, n in sorted(causes.items(), key=lambda kv: -kv[1])]
+        crow = [
+            (c, num(n), f"{pct(n / failed if failed else 0)} %", _CAUSE_MEANING.get(c, ""))
+            for c, n in sorted(causes.items(), key=lambda kv: -kv[1])
+        ]
         named = sum(causes.values())
         if failed > named:
-            crow.append(("(not named)", num(failed - named), f"{pct((failed - named) / failed)} %", "the server's words name no known cause"))
-        out += "<h3 id='causes'>Failures by cause</h3>" + table(("cause", "requests", "of failures", "what the server said"),
-                                                                 crow, id="causes-table", left=1)
+            crow.append(
+                (
+                    "(not named)",
+                    num(failed - named),
+                    f"{pct((failed - named) / failed)} %",
+                    "the server's words name no known cause",
+                )
+            )
+        out += "<h3 id='causes'>Failures by cause</h3>" + table(
+            ("cause", "requests", "of failures", "what the server said"), crow, id="causes-table", left=1
+        )
     return H(out)
 
 
@@ -708,23 +970,46 @@ def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> li
     if has(q(sv, "kv_cache_usage", "max")):
         panels.append(Panel("kv", "server KV cache use", "%", pair(sv, "kv_cache_usage", 100)))
     if has(q(sv, "running", "mean"), q(sv, "waiting", "mean")):
-        panels.append(Panel("queue", "server requests", "requests", [Line("running", "running (mean)", q(sv, "running", "mean")),
-                                                                    Line("waiting", "waiting (mean)", q(sv, "waiting", "mean"))]))
+        panels.append(
+            Panel(
+                "queue",
+                "server requests",
+                "requests",
+                [
+                    Line("running", "running (mean)", q(sv, "running", "mean")),
+                    Line("waiting", "waiting (mean)", q(sv, "waiting", "mean")),
+                ],
+            )
+        )
     return panels
 
 
 def _efficiency_table(eff: dict[str, Any]) -> H:
-    cols = (("GPU mem GiB", "gpu_memory_used_gib", 1), ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1),
-            ("tok/s per GiB", "output_tokens_per_s_per_gib", 1), ("GPU util %", "gpu_utilization_mean", 100),
-            ("KV max %", "kv_cache_usage_max", 100), ("preempted", "preemptions", 1))
+    cols = (
+        ("GPU mem GiB", "gpu_memory_used_gib", 1),
+        ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1),
+        ("tok/s per GiB", "output_tokens_per_s_per_gib", 1),
+        ("GPU util %", "gpu_utilization_mean", 100),
+        ("KV max %", "kv_cache_usage_max", 100),
+        ("preempted", "preemptions", 1),
+    )
     present = [c for c in cols if any(c[1] in row for row in eff["steps"])]
-    rows = [(e.get("step"), num(e.get("offered")), num(e.get("output_tokens_per_s")),
-             *(num(None if e.get(k) is None else e[k] * scale) for _, k, scale in present),
-             "KV saturated" if e.get("kv_saturated") else "") for e in eff["steps"]]
+    rows = [
+        (
+            e.get("step"),
+            num(e.get("offered")),
+            num(e.get("output_tokens_per_s")),
+            *(num(None if e.get(k) is None else e[k] * scale) for _, k, scale in present),
+            "KV saturated" if e.get("kv_saturated") else "",
+        )
+        for e in eff["steps"]
+    ]
     most = eff.get("max_load_before_kv_saturation")
-    return H("<h3>Memory efficiency per step</h3>"
-             + table(("step", "offered", "tok/s", *(c[0] for c in present), ""), rows, id="efficiency-table")
-             + f"<p>Highest load before KV-cache saturation or preemption: <b>{esc('-' if most is None else f'{most:g}')}</b></p>")
+    return H(
+        "<h3>Memory efficiency per step</h3>"
+        + table(("step", "offered", "tok/s", *(c[0] for c in present), ""), rows, id="efficiency-table")
+        + f"<p>Highest load before KV-cache saturation or preemption: <b>{esc('-' if most is None else f'{most:g}')}</b></p>"
+    )
 
 
 def _window_rows(w: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -732,10 +1017,20 @@ def _window_rows(w: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = []
     for k, v in w.items():
         if isinstance(v, dict) and "mean" in v:
-            scale, unit = ((100, " %") if k in ("kv_cache_usage", "gpu_utilization")
-                           else (GIB, " GiB") if k.endswith("_bytes") else (1, ""))
-            rows.append((k, f"mean {num(None if v['mean'] is None else v['mean'] * scale)}{unit}",
-                         f"max {num(None if v.get('max') is None else v['max'] * scale)}{unit}"))
+            scale, unit = (
+                (100, " %")
+                if k in ("kv_cache_usage", "gpu_utilization")
+                else (GIB, " GiB")
+                if k.endswith("_bytes")
+                else (1, "")
+            )
+            rows.append(
+                (
+                    k,
+                    f"mean {num(None if v['mean'] is None else v['mean'] * scale)}{unit}",
+                    f"max {num(None if v.get('max') is None else v['max'] * scale)}{unit}",
+                )
+            )
         elif isinstance(v, dict) and "increase" in v:
             rows.append((k, f"increase {num(v['increase'])}", f"per s {num(v.get('per_s'))}"))
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -761,16 +1056,26 @@ def section_resources(r: dict[str, Any]) -> H:
             x, xlabel, log_x = _load_axis(lsteps)
             knee = _knee(ladder)
             ki = next((i for i, n in enumerate(order) if knee and n == knee.get("step")), None)
-            svg = plots.vs_load("resources", x, panels, xlabel=xlabel, knee=ki, log_x=log_x, width=min(4.0 * len(panels), 13.0))
-            out.append(figure(svg, "plot-resources", "Per ladder step, over its measurement window: the GPU sidecar's "
-                              "memory and utilisation (all GPUs), and the server's own KV-cache use and request queue."))
+            svg = plots.vs_load(
+                "resources", x, panels, xlabel=xlabel, knee=ki, log_x=log_x, width=min(4.0 * len(panels), 13.0)
+            )
+            out.append(
+                figure(
+                    svg,
+                    "plot-resources",
+                    "Per ladder step, over its measurement window: the GPU sidecar's "
+                    "memory and utilisation (all GPUs), and the server's own KV-cache use and request queue.",
+                )
+            )
     if eff.get("steps"):
         out.append(_efficiency_table(eff))
     for label, src in (("server", server), ("GPU", gpu)):
         source = src.get("source") or {}
         if src.get("run"):
-            head = (f"{label} over the whole run ({source.get('server') or 'unknown'}, "
-                    f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})")
+            head = (
+                f"{label} over the whole run ({source.get('server') or 'unknown'}, "
+                f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})"
+            )
             out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), _window_rows(src["run"])))
         if source.get("error"):
             failed = source.get("failed")  # absent in results from before it was counted
@@ -783,9 +1088,21 @@ def section_workers(r: dict[str, Any]) -> H:
     workers = r.get("workers") or []
     if not workers:
         return H("")
-    rows = [(w.get("index"), w.get("id"), num(w.get("reports")), num(w.get("sent")), num(w.get("finished")),
-             "lost" if w.get("lost_at") else "", "rejoined" if w.get("rejoined_at") else "") for w in workers]
-    return H("<h3 id='workers'>Workers</h3>" + table(("index", "id", "reports", "sent", "finished", "", ""), rows, left=2))
+    rows = [
+        (
+            w.get("index"),
+            w.get("id"),
+            num(w.get("reports")),
+            num(w.get("sent")),
+            num(w.get("finished")),
+            "lost" if w.get("lost_at") else "",
+            "rejoined" if w.get("rejoined_at") else "",
+        )
+        for w in workers
+    ]
+    return H(
+        "<h3 id='workers'>Workers</h3>" + table(("index", "id", "reports", "sent", "finished", "", ""), rows, left=2)
+    )
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -808,22 +1125,37 @@ def section_environment(r: dict[str, Any]) -> H:
         out.append(f"<h3>Command</h3><pre id='command'>{esc(text)}</pre>")
     name = Path(r.get("_path") or "RESULTS.json").name
     if isinstance(r.get("plan"), dict):
-        out.append(f"<p>The effective plan below runs again with <code>llm-locust run {esc(shlex.quote(name))}</code>"
-                   " (or saved as a YAML file: <code>llm-locust run plan.yaml</code>).</p>")
+        out.append(
+            f"<p>The effective plan below runs again with <code>llm-locust run {esc(shlex.quote(name))}</code>"
+            " (or saved as a YAML file: <code>llm-locust run plan.yaml</code>).</p>"
+        )
     seed = run.get("seed", (run.get("settings") or {}).get("seed"))
-    facts = [("started (UTC)", _started(run)), ("duration", f"{num(_duration(r))} s"), ("random seed", seed),
-             ("llm-locust", env.get("llm_locust")), ("Locust", env.get("locust")), ("Python", env.get("python")),
-             ("platform", env.get("platform")), ("load generator host", env.get("hostname")), ("CPUs", env.get("cpu_count")),
-             ("runner", run.get("runner")), ("workers", len(r.get("workers") or []) or "-"),
-             ("target", server.get("url") or run.get("host")), ("server metrics dialect", server.get("kind")),
-             ("server version", ", ".join(f"{k} {v}" for k, v in (server.get("version") or {}).items()) or "-"),
-             ("server version from", server.get("version_endpoint")),
-             ("model", server.get("model") or (run.get("server") or {}).get("model"))]
+    facts = [
+        ("started (UTC)", _started(run)),
+        ("duration", f"{num(_duration(r))} s"),
+        ("random seed", seed),
+        ("llm-locust", env.get("llm_locust")),
+        ("Locust", env.get("locust")),
+        ("Python", env.get("python")),
+        ("platform", env.get("platform")),
+        ("load generator host", env.get("hostname")),
+        ("CPUs", env.get("cpu_count")),
+        ("runner", run.get("runner")),
+        ("workers", len(r.get("workers") or []) or "-"),
+        ("target", server.get("url") or run.get("host")),
+        ("server metrics dialect", server.get("kind")),
+        ("server version", ", ".join(f"{k} {v}" for k, v in (server.get("version") or {}).items()) or "-"),
+        ("server version from", server.get("version_endpoint")),
+        ("model", server.get("model") or (run.get("server") or {}).get("model")),
+    ]
     trace = env.get("trace") or {}
     if trace:
-        facts += [("trace file", trace.get("path")), ("trace format", trace.get("format") or "detected"),
-                  ("trace bytes", num(trace.get("bytes"))),
-                  ("trace sha256", H(f"<span class='mono' id='trace-sha256'>{esc(trace.get('sha256'))}</span>"))]
+        facts += [
+            ("trace file", trace.get("path")),
+            ("trace format", trace.get("format") or "detected"),
+            ("trace bytes", num(trace.get("bytes"))),
+            ("trace sha256", H(f"<span class='mono' id='trace-sha256'>{esc(trace.get('sha256'))}</span>")),
+        ]
         if trace.get("error"):
             facts.append(("trace error", trace["error"]))
     elif (run.get("settings") or {}).get("trace"):
@@ -833,7 +1165,9 @@ def section_environment(r: dict[str, Any]) -> H:
     if models:
         first = ("id", "owned_by", "root", "max_model_len", "created")
         keys = sorted({k for m in models for k in m}, key=lambda k: (first.index(k) if k in first else 99, k))
-        out.append("<h3>Models (/v1/models)</h3>" + table(keys, [[m.get(k) for k in keys] for m in models], id="models"))
+        out.append(
+            "<h3>Models (/v1/models)</h3>" + table(keys, [[m.get(k) for k in keys] for m in models], id="models")
+        )
     gpus = env.get("gpus") or []
     if gpus:
         keys = ("gpu", "model_name", "uuid", "pci_bus_id", "gpu_instance_id", "driver_version", "cuda_version")
@@ -841,14 +1175,16 @@ def section_environment(r: dict[str, Any]) -> H:
         out.append("<h3>GPUs</h3>" + table(keys, [[g.get(k) for k in keys] for g in gpus], id="gpus"))
     settings = run.get("settings") or {}
     if settings:
-        out.append("<h3>Options (run.settings)</h3>"
-                   + table(("option", "value"), _flatten(settings), left=2, id="settings"))
+        out.append(
+            "<h3>Options (run.settings)</h3>" + table(("option", "value"), _flatten(settings), left=2, id="settings")
+        )
     plan = r.get("plan")
     if plan is not None:
         text = yaml.safe_dump(plan, sort_keys=False, allow_unicode=True) if isinstance(plan, dict) else str(plan)
         out.append("<h3>Effective plan</h3><pre id='plan'>" + esc(text) + "</pre>")
-    out.append(f"<p class='sub'>Results file {esc(name)}: schema {esc(r.get('schema'))}"
-               f" version {esc(r.get('version'))}.</p>")
+    out.append(
+        f"<p class='sub'>Results file {esc(name)}: schema {esc(r.get('schema'))} version {esc(r.get('version'))}.</p>"
+    )
     return H("".join(out))
 
 
@@ -871,64 +1207,119 @@ def section_stability(r: dict[str, Any]) -> H:
     rows = []
     b = st.get("burst")
     if isinstance(b, dict):
-        rows.append(("burst", "PASS" if b.get("passed") else "FAIL",
-                     f"base TTFT p50 {_ms_or_dash(b.get('base_ttft_p50'))}, peak {_ms_or_dash(b.get('peak_ttft_p50'))}, "
-                     f"recovery {'-' if b.get('recovery_s') is None else num(b['recovery_s'])} s"
-                     + (f" (limit {num(b['limit'])} s)" if b.get("limit") else ""), b.get("reason", "")))
+        rows.append(
+            (
+                "burst",
+                "PASS" if b.get("passed") else "FAIL",
+                f"base TTFT p50 {_ms_or_dash(b.get('base_ttft_p50'))}, peak {_ms_or_dash(b.get('peak_ttft_p50'))}, "
+                f"recovery {'-' if b.get('recovery_s') is None else num(b['recovery_s'])} s"
+                + (f" (limit {num(b['limit'])} s)" if b.get("limit") else ""),
+                b.get("reason", ""),
+            )
+        )
     ov = st.get("overlong")
     if isinstance(ov, dict):
         o, bl = ov.get("others") or {}, ov.get("baseline") or {}
-        rows.append(("overlong mix", "PASS" if ov.get("passed") else "FAIL",
-                     f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, {ov.get('classified')} classified overlong, "
-                     f"{ov.get('served')} served); others TTFT p50 {_ms_or_dash(o.get('ttft_p50'))}, E2E p50 "
-                     f"{_ms_or_dash(o.get('e2e_p50'))}"
-                     + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
-                     ov.get("reason", "")))
+        rows.append(
+            (
+                "overlong mix",
+                "PASS" if ov.get("passed") else "FAIL",
+                f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, {ov.get('classified')} classified overlong, "
+                f"{ov.get('served')} served); others TTFT p50 {_ms_or_dash(o.get('ttft_p50'))}, E2E p50 "
+                f"{_ms_or_dash(o.get('e2e_p50'))}"
+                + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
+                ov.get("reason", ""),
+            )
+        )
     kv = st.get("kv_pressure")
     if isinstance(kv, dict):
         bf, at = kv.get("itl_before") or {}, kv.get("itl_after") or {}
-        rows.append(("KV pressure", "PASS" if kv.get("passed") else "FAIL",
-                     f"preemption from {'-' if kv.get('first_load') is None else num(kv['first_load'])}; ITL p50/p99 "
-                     f"{_ms_or_dash(bf.get('p50'))}/{_ms_or_dash(bf.get('p99'))} before, "
-                     f"{_ms_or_dash(at.get('p50'))}/{_ms_or_dash(at.get('p99'))} at it", kv.get("reason", "")))
+        rows.append(
+            (
+                "KV pressure",
+                "PASS" if kv.get("passed") else "FAIL",
+                f"preemption from {'-' if kv.get('first_load') is None else num(kv['first_load'])}; ITL p50/p99 "
+                f"{_ms_or_dash(bf.get('p50'))}/{_ms_or_dash(bf.get('p99'))} before, "
+                f"{_ms_or_dash(at.get('p50'))}/{_ms_or_dash(at.get('p99'))} at it",
+                kv.get("reason", ""),
+            )
+        )
     so = st.get("soak")
     if isinstance(so, dict):
+
         def rel(d):
             d = d or {}
             return "-" if d.get("relative_per_hour") is None else f"{d['relative_per_hour']:+.1%}/h"
 
-        rows.append(("soak", "PASS" if so.get("passed") else "FAIL",
-                     f"{so.get('windows')} windows of {so.get('window')} s; TTFT p50 drift {rel(so.get('ttft_drift'))}, "
-                     f"ITL p50 drift {rel(so.get('itl_drift'))}, error bursts {len(so.get('error_bursts') or [])}",
-                     so.get("reason", "")))
+        rows.append(
+            (
+                "soak",
+                "PASS" if so.get("passed") else "FAIL",
+                f"{so.get('windows')} windows of {so.get('window')} s; TTFT p50 drift {rel(so.get('ttft_drift'))}, "
+                f"ITL p50 drift {rel(so.get('itl_drift'))}, error bursts {len(so.get('error_bursts') or [])}",
+                so.get("reason", ""),
+            )
+        )
     if not rows:
         return H("")
-    out = ["<h2 id='stability'>Stability</h2>", table(("plan", "verdict", "figures", "why"), rows, left=4, id="stability-table")]
+    out = [
+        "<h2 id='stability'>Stability</h2>",
+        table(("plan", "verdict", "figures", "why"), rows, left=4, id="stability-table"),
+    ]
     if isinstance(b, dict) and b.get("curve"):
-        out.append(table(("s after the burst", "TTFT p50 (2 s window)"),
-                         [(num(t), _ms_or_dash(p)) for t, p in b["curve"]], id="burst-curve"))
+        out.append(
+            table(
+                ("s after the burst", "TTFT p50 (2 s window)"),
+                [(num(t), _ms_or_dash(p)) for t, p in b["curve"]],
+                id="burst-curve",
+            )
+        )
     out.append("<p class='sub'>Formulas, units and pass rules: docs/verdicts.md, \"Stability\".</p>")
     return H("".join(out))
 
 
 def render(results: dict[str, Any]) -> str:
     """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
-    body = [section_header(results), section_repeats(results), section_ladder(results), section_stability(results),
-            section_verdicts(results), section_timeseries(results),
-            section_distributions(results), section_summary(results), section_resources(results),
-            section_workers(results), section_environment(results)]
-    toc = [("repeats", "repetitions"), ("load", "load"), ("steps", "steps"), ("stability", "stability"), ("verdicts", "efficiency & cost"), ("timeline", "timeline"), ("distributions", "distributions"),
-           ("summary", "whole run"), ("cache", "prompt cache"), ("by_endpoint", "per endpoint"),
-           ("by_model", "per model"), ("failures", "failures"), ("resources", "server & GPU"), ("reproduce", "reproduce")]
+    body = [
+        section_header(results),
+        section_repeats(results),
+        section_ladder(results),
+        section_stability(results),
+        section_verdicts(results),
+        section_timeseries(results),
+        section_distributions(results),
+        section_summary(results),
+        section_resources(results),
+        section_workers(results),
+        section_environment(results),
+    ]
+    toc = [
+        ("repeats", "repetitions"),
+        ("load", "load"),
+        ("steps", "steps"),
+        ("stability", "stability"),
+        ("verdicts", "efficiency & cost"),
+        ("timeline", "timeline"),
+        ("distributions", "distributions"),
+        ("summary", "whole run"),
+        ("cache", "prompt cache"),
+        ("by_endpoint", "per endpoint"),
+        ("by_model", "per model"),
+        ("failures", "failures"),
+        ("resources", "server & GPU"),
+        ("reproduce", "reproduce"),
+    ]
     text = "".join(body)
     nav = " ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc if f"id='{a}'" in text)
     title = (results.get("plan") or {}).get("name") if isinstance(results.get("plan"), dict) else None
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<meta name='generator' content='llm-locust {esc(_version())}'>"
-            f"<title>{esc(title or 'llm-locust report')}</title><style>{CSS}</style></head>"
-            f"<body><main><nav>{nav}</nav>{text}</main></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<meta name='generator' content='llm-locust {esc(_version())}'>"
+        f"<title>{esc(title or 'llm-locust report')}</title><style>{CSS}</style></head>"
+        f"<body><main><nav>{nav}</nav>{text}</main></body></html>\n"
+    )
 
 
 def _mask(text: str, results: dict[str, Any]) -> str:
@@ -941,11 +1332,10 @@ def _mask(text: str, results: dict[str, Any]) -> str:
     return text
 
 
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llm-locust report",
-                                description="One self-contained HTML report from a results JSON file.")
+    p = argparse.ArgumentParser(
+        prog="llm-locust report", description="One self-contained HTML report from a results JSON file."
+    )
     p.add_argument("results", help="the results JSON written by `llm-locust run --results`")
     p.add_argument("-o", "--output", default="", help="the HTML file to write (default: RESULTS with .html)")
     args = p.parse_args(argv)

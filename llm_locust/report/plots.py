@@ -76,7 +76,7 @@ def to_svg(fig: Figure, name: str) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata=METADATA)
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
     svg = re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", svg, count=1)  # scales with the page
     svg = re.sub(r'\bid="', f'id="{name}-', svg)
@@ -112,22 +112,52 @@ def vs_load(
         for ax, panel in zip(axes, panels):
             for i, line in enumerate(panel.lines):
                 ys = [_nan(v) for v in line.values]
-                ax.plot(x, ys, marker="o", linestyle="--" if line.dashed else "-", color=COLORS[i % len(COLORS)],
-                        label=line.label, gid=f"{panel.key}-{line.key}")
+                ax.plot(
+                    x,
+                    ys,
+                    marker="o",
+                    linestyle="--" if line.dashed else "-",
+                    color=COLORS[i % len(COLORS)],
+                    label=line.label,
+                    gid=f"{panel.key}-{line.key}",
+                )
             for j, (key, label, y) in enumerate(panel.limits):
-                ax.axhline(y, color=SLO, linestyle=(0, (4, 3)) if j % 2 == 0 else (0, (1, 2)), linewidth=1.1,
-                           label=label, gid=f"{panel.key}-limit-{key}")
+                ax.axhline(
+                    y,
+                    color=SLO,
+                    linestyle=(0, (4, 3)) if j % 2 == 0 else (0, (1, 2)),
+                    linewidth=1.1,
+                    label=label,
+                    gid=f"{panel.key}-limit-{key}",
+                )
             first = [_nan(v) for v in panel.lines[0].values] if panel.lines else []
             marked = [i for i in flagged if i < len(first) and not math.isnan(first[i])]
             if marked:
-                ax.plot([x[i] for i in marked], [first[i] for i in marked], linestyle="none", marker="o", markersize=11,
-                        markerfacecolor="none", markeredgecolor=FLAGGED, markeredgewidth=1.4,
-                        label="flagged step", gid=f"{panel.key}-flagged")
+                ax.plot(
+                    [x[i] for i in marked],
+                    [first[i] for i in marked],
+                    linestyle="none",
+                    marker="o",
+                    markersize=11,
+                    markerfacecolor="none",
+                    markeredgecolor=FLAGGED,
+                    markeredgewidth=1.4,
+                    label="flagged step",
+                    gid=f"{panel.key}-flagged",
+                )
             if knee is not None:
                 ax.axvline(x[knee], color=KNEE, linestyle="--", linewidth=1.2, gid=f"{panel.key}-knee-line")
                 if first and not math.isnan(first[knee]):
-                    ax.plot([x[knee]], [first[knee]], linestyle="none", marker="D", markersize=8, color=KNEE,
-                            label="saturation (knee)", gid=f"{panel.key}-knee")
+                    ax.plot(
+                        [x[knee]],
+                        [first[knee]],
+                        linestyle="none",
+                        marker="D",
+                        markersize=8,
+                        color=KNEE,
+                        label="saturation (knee)",
+                        gid=f"{panel.key}-knee",
+                    )
             if panel.log_y:
                 ax.set_yscale("log")
             else:
@@ -162,14 +192,28 @@ def histogram(
         fig, (ax,) = _new(width, height)
         lows = [b[0] * 1e3 for b in bins]
         widths = [(b[1] - b[0]) * 1e3 for b in bins]
-        bars = ax.bar(lows, [b[2] for b in bins], width=widths, align="edge", color=COLORS[0], alpha=0.85,
-                      edgecolor="white", linewidth=0.4)
+        bars = ax.bar(
+            lows,
+            [b[2] for b in bins],
+            width=widths,
+            align="edge",
+            color=COLORS[0],
+            alpha=0.85,
+            edgecolor="white",
+            linewidth=0.4,
+        )
         for i, patch in enumerate(bars.patches):
             patch.set_gid(f"bin-{i}")
         for j, (label, v) in enumerate(marks):
             if v is not None and v > 0:
-                ax.axvline(v * 1e3, color=("#343a40", FLAGGED, SLO)[j % 3], linestyle="--", linewidth=1.1,
-                           label=f"{label} {_ms_text(v * 1e3)} ms", gid=f"mark-{j}")
+                ax.axvline(
+                    v * 1e3,
+                    color=("#343a40", FLAGGED, SLO)[j % 3],
+                    linestyle="--",
+                    linewidth=1.1,
+                    label=f"{label} {_ms_text(v * 1e3)} ms",
+                    gid=f"mark-{j}",
+                )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))
         ax.set_xlabel("ms (log scale)")
@@ -212,15 +256,38 @@ def timeseries(
         bottom.plot(xs, failed, color=FLAGGED, linewidth=1.0, label="failed or cancelled", gid="failed")
         for i, w in enumerate(windows):
             for ax, part in ((top, "t"), (bottom, "b")):
-                ax.axvspan(w.start / scale, w.measured_from / scale, color="#f1f3f5", linewidth=0,
-                           gid=f"warmup-{i}{part}" if part == "b" else f"warmup-{i}")
-                ax.axvline(w.start / scale, color="#495057", linewidth=0.8,
-                           gid=f"boundary-{i}" if part == "t" else f"boundary-{i}b")
+                ax.axvspan(
+                    w.start / scale,
+                    w.measured_from / scale,
+                    color="#f1f3f5",
+                    linewidth=0,
+                    gid=f"warmup-{i}{part}" if part == "b" else f"warmup-{i}",
+                )
+                ax.axvline(
+                    w.start / scale,
+                    color="#495057",
+                    linewidth=0.8,
+                    gid=f"boundary-{i}" if part == "t" else f"boundary-{i}b",
+                )
             if w.steady is not None:
-                top.plot([w.measured_from / scale, w.end / scale], [w.steady, w.steady], color=KNEE, linewidth=2.0,
-                         label="step steady-state tokens/s" if i == 0 else None, gid=f"steady-{i}")
-            top.annotate(f"step {w.label}", (w.start / scale, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -2),
-                         textcoords="offset points", va="top", fontsize=8, color="#495057")
+                top.plot(
+                    [w.measured_from / scale, w.end / scale],
+                    [w.steady, w.steady],
+                    color=KNEE,
+                    linewidth=2.0,
+                    label="step steady-state tokens/s" if i == 0 else None,
+                    gid=f"steady-{i}",
+                )
+            top.annotate(
+                f"step {w.label}",
+                (w.start / scale, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -2),
+                textcoords="offset points",
+                va="top",
+                fontsize=8,
+                color="#495057",
+            )
         if windows:
             top.axvline(windows[-1].end / scale, color="#495057", linewidth=0.8, gid="boundary-end")
         top.set_ylabel("tokens/s")
@@ -265,20 +332,51 @@ def pareto(
         for i, f in enumerate(fronts):
             color = COLORS[i % len(COLORS)]
             if f.points:
-                ax.plot([p[0] for p in f.points], [p[1] for p in f.points], linestyle="none", marker="o", color=color,
-                        alpha=0.55 if len(fronts) > 1 else 0.8, label=f"{f.label}: steps" if len(fronts) > 1 else "steps",
-                        gid=f"{f.key}-steps")
+                ax.plot(
+                    [p[0] for p in f.points],
+                    [p[1] for p in f.points],
+                    linestyle="none",
+                    marker="o",
+                    color=color,
+                    alpha=0.55 if len(fronts) > 1 else 0.8,
+                    label=f"{f.label}: steps" if len(fronts) > 1 else "steps",
+                    gid=f"{f.key}-steps",
+                )
             if f.frontier:
-                ax.plot([p[0] for p in f.frontier], [p[1] for p in f.frontier], marker="o", color=color, linewidth=2.0,
-                        label=f"{f.label}: Pareto frontier" if len(fronts) > 1 else "Pareto frontier", gid=f"{f.key}-frontier")
+                ax.plot(
+                    [p[0] for p in f.frontier],
+                    [p[1] for p in f.frontier],
+                    marker="o",
+                    color=color,
+                    linewidth=2.0,
+                    label=f"{f.label}: Pareto frontier" if len(fronts) > 1 else "Pareto frontier",
+                    gid=f"{f.key}-frontier",
+                )
             marked = [j for j in f.flagged if j < len(f.points)]
             if marked:
-                ax.plot([f.points[j][0] for j in marked], [f.points[j][1] for j in marked], linestyle="none", marker="o",
-                        markersize=11, markerfacecolor="none", markeredgecolor=FLAGGED, markeredgewidth=1.4,
-                        label="flagged step" if i == 0 else None, gid=f"{f.key}-flagged")
+                ax.plot(
+                    [f.points[j][0] for j in marked],
+                    [f.points[j][1] for j in marked],
+                    linestyle="none",
+                    marker="o",
+                    markersize=11,
+                    markerfacecolor="none",
+                    markeredgecolor=FLAGGED,
+                    markeredgewidth=1.4,
+                    label="flagged step" if i == 0 else None,
+                    gid=f"{f.key}-flagged",
+                )
             if f.knee is not None and f.knee < len(f.points):
-                ax.plot([f.points[f.knee][0]], [f.points[f.knee][1]], linestyle="none", marker="D", markersize=8,
-                        color=KNEE, label="saturation (knee)" if i == 0 else None, gid=f"{f.key}-knee")
+                ax.plot(
+                    [f.points[f.knee][0]],
+                    [f.points[f.knee][1]],
+                    linestyle="none",
+                    marker="D",
+                    markersize=8,
+                    color=KNEE,
+                    label="saturation (knee)" if i == 0 else None,
+                    gid=f"{f.key}-knee",
+                )
             if len(fronts) == 1:
                 for p, text in zip(f.points, f.labels):
                     ax.annotate(text, p, xytext=(4, 4), textcoords="offset points", fontsize=7.5, color="#495057")

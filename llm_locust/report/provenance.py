@@ -37,8 +37,15 @@ def gpu_facts(info: dict[str, list[dict[str, str]]]) -> list[dict[str, str]]:
         for name, rows in info.items():
             for r in rows:
                 if "modelName" in r and r.get("UUID"):
-                    seen.setdefault(r["UUID"], {"gpu": r.get("gpu", ""), "model_name": r["modelName"], "uuid": r["UUID"],
-                                                "driver_version": r.get("DCGM_FI_DRIVER_VERSION", "")})
+                    seen.setdefault(
+                        r["UUID"],
+                        {
+                            "gpu": r.get("gpu", ""),
+                            "model_name": r["modelName"],
+                            "uuid": r["UUID"],
+                            "driver_version": r.get("DCGM_FI_DRIVER_VERSION", ""),
+                        },
+                    )
         gpus = list(seen.values())
     return gpus
 

@@ -62,8 +62,10 @@ def distributions(total: Aggregate) -> dict[str, Any]:
         for low_us, n in total.hist[name].buckets_us():
             b = math.floor(math.log10(max(low_us, 1)) * BINS_PER_DECADE)
             bins[b] = bins.get(b, 0) + n
-        out[name] = [[10 ** (b / BINS_PER_DECADE) / 1e6, 10 ** ((b + 1) / BINS_PER_DECADE) / 1e6, n]
-                     for b, n in sorted(bins.items())]
+        out[name] = [
+            [10 ** (b / BINS_PER_DECADE) / 1e6, 10 ** ((b + 1) / BINS_PER_DECADE) / 1e6, n]
+            for b, n in sorted(bins.items())
+        ]
     return out
 
 

@@ -24,7 +24,11 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     lines = [title, ""]
     head = f"{'latency (ms)':<18}{'count':>8}" + "".join(f"{c:>10}" for c in COLS)
     lines += [head, "-" * len(head)]
-    rows = ROWS if not fig["latency"].get("ttft_tool", {}).get("count") else ROWS[:2] + (("TTFT tool call", "ttft_tool"),) + ROWS[2:]
+    rows = (
+        ROWS
+        if not fig["latency"].get("ttft_tool", {}).get("count")
+        else ROWS[:2] + (("TTFT tool call", "ttft_tool"),) + ROWS[2:]
+    )
     for label, key in rows:
         s = fig["latency"].get(key, {})
         lines.append(f"{label:<18}{s.get('count', 0):>8}" + "".join(f"{_ms(s.get(c)):>10}" for c in COLS))
@@ -60,20 +64,28 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
         )
     img = fig.get("images") or {}
     if img.get("sent"):
-        lines.append(f"images: {img['sent']} sent ({img.get('per_request', 0):.2f} a request), "
-                     f"{img.get('bytes', 0) / 1e6:.1f} MB")
+        lines.append(
+            f"images: {img['sent']} sent ({img.get('per_request', 0):.2f} a request), "
+            f"{img.get('bytes', 0) / 1e6:.1f} MB"
+        )
     aud = fig.get("audio") or {}
     if aud.get("sent"):
-        lines.append(f"audio: {aud['sent']} clips sent ({aud.get('per_request', 0):.2f} a request), "
-                     f"{aud.get('bytes', 0) / 1e6:.1f} MB")
+        lines.append(
+            f"audio: {aud['sent']} clips sent ({aud.get('per_request', 0):.2f} a request), "
+            f"{aud.get('bytes', 0) / 1e6:.1f} MB"
+        )
     so = fig.get("structured_output") or {}
     if so.get("checked"):
-        lines.append(f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
-                     f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)")
+        lines.append(
+            f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
+            f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)"
+        )
     acc = fig.get("accuracy") or {}
     if acc.get("graded"):
-        lines.append(f"accuracy: {acc['accuracy']:.1%} of graded items answered right "
-                     f"({acc['correct']}/{acc['graded']} graded, ok replies only)")
+        lines.append(
+            f"accuracy: {acc['accuracy']:.1%} of graded items answered right "
+            f"({acc['correct']}/{acc['graded']} graded, ok replies only)"
+        )
     lines += cache_lines(fig.get("cache"))
     for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
         if fig.get(dim):
@@ -85,11 +97,17 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
             first = next(iter(fig["errors"].get(kind, {})), "")
             lines.append(f"  {kind:<14}{n:>7}  {first[:100]}")
     if fig.get("causes"):
-        lines.append("causes: " + ", ".join(f"{c} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1])))
+        lines.append(
+            "causes: " + ", ".join(f"{c} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1]))
+        )
     client = fig["client"]
     lag = client["loop_lag"].get("p99")
     reasons = client.get("reasons") or []
-    verdict = "valid" if client["valid"] else "SUSPECT (figures may be distorted: " + "; ".join(reasons or ["client saturated"]) + ")"
+    verdict = (
+        "valid"
+        if client["valid"]
+        else "SUSPECT (figures may be distorted: " + "; ".join(reasons or ["client saturated"]) + ")"
+    )
     lines.append(f"client: {verdict}; loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%")
     return "\n".join(lines)
 
@@ -116,8 +134,10 @@ def cache_lines(c: dict[str, Any] | None) -> list[str]:
         )
         hit, miss = c.get("ttft_hit") or {}, c.get("ttft_miss") or {}
         if hit.get("count") or miss.get("count"):
-            lines.append(f"  TTFT p50 hit {_ms(hit.get('p50'))} ms, miss {_ms(miss.get('p50'))} ms;"
-                         f" p99 hit {_ms(hit.get('p99'))} ms, miss {_ms(miss.get('p99'))} ms")
+            lines.append(
+                f"  TTFT p50 hit {_ms(hit.get('p50'))} ms, miss {_ms(miss.get('p50'))} ms;"
+                f" p99 hit {_ms(hit.get('p99'))} ms, miss {_ms(miss.get('p99'))} ms"
+            )
     if c.get("ideal_requests"):
         lines.append(
             f"  ideal (unbounded prefix cache): {c['ideal_cached_tokens']} of {c['ideal_prompt_tokens']} prompt tokens"

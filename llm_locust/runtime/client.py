@@ -248,8 +248,11 @@ class StreamClient:
             if rec.t_headers is None:  # not sent again: the server may have read it
                 if reused:
                     _stop_reusing(self.netloc)
-                    raise _Ended(Outcome.CONNECT_ERROR, "the server closed a kept-alive connection without answering "
-                                 f"(not sent again: it may have read the request): {e}") from None
+                    raise _Ended(
+                        Outcome.CONNECT_ERROR,
+                        "the server closed a kept-alive connection without answering "
+                        f"(not sent again: it may have read the request): {e}",
+                    ) from None
                 raise _Ended(Outcome.CONNECT_ERROR, f"connection closed before the reply: {e}") from None
             raise _Ended(Outcome.TRUNCATED, f"connection closed: {e}") from None
         except HTTPParseError as e:
@@ -263,8 +266,7 @@ class StreamClient:
             _WATCHDOG.unwatch(watch)
             # Exactly one of: back to the pool (body read to its end on a keep-alive
             # connection), or closed (anything else, including a kill or the total timeout).
-            if (resp is not None and resp.message_complete and not resp.should_close()
-                    and self.netloc not in NO_REUSE):
+            if resp is not None and resp.message_complete and not resp.should_close() and self.netloc not in NO_REUSE:
                 self._kept_alive.add(sock)
                 pool.return_socket(sock)
             else:
@@ -300,8 +302,17 @@ class StreamClient:
         is_token_read = None
         hits = 0
         template = getattr(self.adapter, "token_template", None)
-        tries = TEMPLATE_TRIES if (template is not None and TOKEN_READS and not state.collect_text
-                                   and type(decoder) is SSEDecoder and decoder.read_events is None) else 0
+        tries = (
+            TEMPLATE_TRIES
+            if (
+                template is not None
+                and TOKEN_READS
+                and not state.collect_text
+                and type(decoder) is SSEDecoder
+                and decoder.read_events is None
+            )
+            else 0
+        )
         via_pump = getattr(read, "via_pump", None) if PUMP_READS else None
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
@@ -573,7 +584,9 @@ def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float
             if not 200 <= status < 300:
                 rec.t_headers = rec.t_end = t
                 rec.status = status
-                raise _Ended(Outcome.HTTP_ERROR, f"HTTP {status}: invalid body framing ({_parse_error_text(e)})") from None
+                raise _Ended(
+                    Outcome.HTTP_ERROR, f"HTTP {status}: invalid body framing ({_parse_error_text(e)})"
+                ) from None
             # the stream reads the body bytes that came before the fault, then ends with it
             resp.broken = f"invalid HTTP body framing: {_parse_error_text(e)}"
             return t
@@ -589,8 +602,7 @@ def _at_chunk_start(resp: "_Response", data: bytes) -> bool:
     chunked body, and what of it came in that read is whole chunks). When body bytes came with
     the head, the read must hold the whole head (a busy client reads the head and the first
     token together) for the body's bytes to be found: the first blank line ends it."""
-    if (resp.message_complete or resp.get("transfer-encoding") != "chunked"
-            or resp.get("content-length") is not None):
+    if resp.message_complete or resp.get("transfer-encoding") != "chunked" or resp.get("content-length") is not None:
         return False
     if not resp._body_buffer:
         return data.endswith(b"\r\n\r\n")
@@ -727,15 +739,22 @@ def _note_server(netloc: str, server) -> None:
         server = server[0] if server else None
     if isinstance(server, str) and server.strip().lower() in NO_REUSE_SERVERS and netloc not in NO_REUSE:
         NO_REUSE.add(netloc)
-        log.info("%s is %s: each request to it opens its own connection (it may close a kept-alive one "
-                 "after reading a request, without answering)", netloc, server.strip())
+        log.info(
+            "%s is %s: each request to it opens its own connection (it may close a kept-alive one "
+            "after reading a request, without answering)",
+            netloc,
+            server.strip(),
+        )
 
 
 def _stop_reusing(netloc: str) -> None:
     if netloc not in NO_REUSE:
         NO_REUSE.add(netloc)
-        log.warning("%s closed a kept-alive connection without answering a request (counted as a connect_error, "
-                    "not sent again); from now on each request to it opens its own connection", netloc)
+        log.warning(
+            "%s closed a kept-alive connection without answering a request (counted as a connect_error, "
+            "not sent again); from now on each request to it opens its own connection",
+            netloc,
+        )
 
 
 def _socket_alive(sock) -> bool:
@@ -837,17 +856,37 @@ class JSONClient(StreamClient):
 
     MAX_KEPT = 64  # replies nobody took: the oldest are dropped past this many
 
-    def __init__(self, http_client, base_url: str, adapter, timeouts: Timeouts | None = None,
-                 headers: dict[str, str] | None = None, collect_text: bool = False,
-                 limits: Limits | None = None) -> None:
-        super().__init__(http_client, base_url, adapter, timeouts, {**(headers or {}), "Accept": "application/json"},
-                         collect_text, limits)
+    def __init__(
+        self,
+        http_client,
+        base_url: str,
+        adapter,
+        timeouts: Timeouts | None = None,
+        headers: dict[str, str] | None = None,
+        collect_text: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(
+            http_client,
+            base_url,
+            adapter,
+            timeouts,
+            {**(headers or {}), "Accept": "application/json"},
+            collect_text,
+            limits,
+        )
         self._specs: dict[str, RequestSpec] = {}
         self.replies: dict[str, object] = {}
 
-    def send(self, spec: RequestSpec, request_id: str, t_sched: float | None = None,
-             on_cancel: Callable[[RequestRecord], None] | None = None, step: int = 0,
-             collect_text: bool | None = None) -> RequestRecord:
+    def send(
+        self,
+        spec: RequestSpec,
+        request_id: str,
+        t_sched: float | None = None,
+        on_cancel: Callable[[RequestRecord], None] | None = None,
+        step: int = 0,
+        collect_text: bool | None = None,
+    ) -> RequestRecord:
         self._specs[request_id] = spec
         try:
             return super().send(spec, request_id, t_sched, on_cancel=on_cancel, step=step, collect_text=collect_text)
@@ -885,8 +924,9 @@ class JSONClient(StreamClient):
                 framing += len(chunk)
                 if framing > framing_limit:
                     rec.t_end = now
-                    raise _Ended(Outcome.STREAM_ERROR,
-                                 f"invalid HTTP body framing: over {framing_limit} bytes without body data")
+                    raise _Ended(
+                        Outcome.STREAM_ERROR, f"invalid HTTP body framing: over {framing_limit} bytes without body data"
+                    )
         rec.t_end = now
         if resp.broken is not None:
             raise _Ended(Outcome.STREAM_ERROR, resp.broken)

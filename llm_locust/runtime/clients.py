@@ -17,8 +17,18 @@ def main_client(settings, host: str, http_client=None):
         from llm_locust.runtime.grpc_h2 import H2GrpcClient
 
         key = settings.api_key
-        return H2GrpcClient(host, timeouts=settings.timeouts, limits=settings.limits,
-                                metadata={"authorization": f"Bearer {key}"} if key else None)
+        return H2GrpcClient(
+            host,
+            timeouts=settings.timeouts,
+            limits=settings.limits,
+            metadata={"authorization": f"Bearer {key}"} if key else None,
+        )
     adapter = get_adapter(settings.api)
-    return StreamClient(http_client, host, adapter, settings.timeouts, headers=request_headers(adapter, settings.api_key),
-                        limits=settings.limits)
+    return StreamClient(
+        http_client,
+        host,
+        adapter,
+        settings.timeouts,
+        headers=request_headers(adapter, settings.api_key),
+        limits=settings.limits,
+    )

@@ -152,8 +152,14 @@ class Dispatcher:
                 self.router.serve({u: fetch_models(u, self._headers(), s.timeouts, s.limits) for u in urls})
         self.runner = None
         if isinstance(self.trace, SessionTrace):
-            self.runner = SessionRunner(self.trace, self.builder, s, nonce=run_nonce(s.seed), speed=s.speed,
-                                        model_for=lambda sess: self._request_model(sess.id))
+            self.runner = SessionRunner(
+                self.trace,
+                self.builder,
+                s,
+                nonce=run_nonce(s.seed),
+                speed=s.speed,
+                model_for=lambda sess: self._request_model(sess.id),
+            )
         for client in (self.client, *getattr(self, "clients", {}).values()):
             warm_up = getattr(client, "warm_up", None)
             if warm_up is not None:
@@ -200,8 +206,9 @@ class Dispatcher:
             sleep_until(t_due)
             self._acquire_slot(t_due)
             rec = trace[i]
-            spec, source, graded = maybe_graded(self, self.settings, self.builder.spec(rec, self._record_model(rec)),
-                                                rec.source, self.share[0])  # --graded: maybe an item instead
+            spec, source, graded = maybe_graded(
+                self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
+            )  # --graded: maybe an item instead
             self.greenlets.spawn(self._send, spec, t_due, source, graded)
 
     def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
@@ -226,8 +233,9 @@ class Dispatcher:
             rec = trace[k % len(trace)]
             k += 1
             self._acquire_slot(t)
-            spec, source, graded = maybe_graded(self, self.settings, self.builder.spec(rec, self._record_model(rec)),
-                                                rec.source, self.share[0])  # --graded: maybe an item instead
+            spec, source, graded = maybe_graded(
+                self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
+            )  # --graded: maybe an item instead
             self.greenlets.spawn(self._send, spec, t, source, graded)
 
     def _acquire_slot(self, t_due: float) -> None:
@@ -244,8 +252,15 @@ class Dispatcher:
             self.held_back += 1
         self._in_flight += 1
 
-    def _send(self, spec, t_sched: float, source: str, collect_text: bool = False, session: str | None = None,
-              ideal: int | None = None) -> RequestRecord:
+    def _send(
+        self,
+        spec,
+        t_sched: float,
+        source: str,
+        collect_text: bool = False,
+        session: str | None = None,
+        ideal: int | None = None,
+    ) -> RequestRecord:
         """Send with a slot already taken (`_acquire_slot`); gives it back at the end."""
         self.sent += 1
         metrics = self.metrics
@@ -270,8 +285,9 @@ class Dispatcher:
             self._account(rec, source)
 
         try:
-            rec = client.send(spec, rid, t_sched, on_cancel=done, step=step,
-                              collect_text=collect_text or wants_text(spec))  # structured output is checked
+            rec = client.send(
+                spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text or wants_text(spec)
+            )  # structured output is checked
             done(rec)
             return rec
         finally:
@@ -306,7 +322,9 @@ def dispatchers_ready(env: Environment) -> bool:
     """Every process that sends has loaded its share (master: all planned workers answered)."""
     st = _state(env)
     if isinstance(env.runner, MasterRunner):
-        return bool(st.planned) and set(st.ready) >= set(st.planned) and not any(d.get("error") for d in st.ready.values())
+        return (
+            bool(st.planned) and set(st.ready) >= set(st.planned) and not any(d.get("error") for d in st.ready.values())
+        )
     d = st.dispatcher
     return d is not None and d.ready.is_set() and not d.error
 
@@ -393,7 +411,10 @@ def install(env: Environment) -> None:
             if settings.ladder and not _ladder_driven(settings):
                 return  # a concurrency ladder's locustfile has the open-loop class too, never spawned
             st = _state(env)
-            workers = sorted((c for c in runner.clients.values() if c.state != "missing"), key=lambda c: runner.get_worker_index(c.id))
+            workers = sorted(
+                (c for c in runner.clients.values() if c.state != "missing"),
+                key=lambda c: runner.get_worker_index(c.id),
+            )
             st.planned = [c.id for c in workers]
             st.ready, st.done, st.go_sent = {}, {}, False
             options = _options_dict(env)
@@ -406,7 +427,11 @@ def install(env: Environment) -> None:
             st.ready[msg.node_id] = msg.data
             if msg.data.get("error"):
                 log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
-            if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(from_options(env.parsed_options)):
+            if (
+                set(st.ready) >= set(st.planned)
+                and not st.go_sent
+                and not _ladder_driven(from_options(env.parsed_options))
+            ):
                 st.go_sent = True
                 if any(d.get("error") for d in st.ready.values()):
                     _stop_test(env)

@@ -46,13 +46,25 @@ _LAG = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 HISTOGRAMS = {  # exported name -> (aggregate histogram, bucket bounds in seconds, help)
     "llm_locust_ttft_seconds": ("ttft", _SLOW, "Time to first token: first token-bearing chunk - request sent."),
     "llm_locust_ttft_queue_seconds": ("ttft_queue", _SLOW, "Time to first token from the scheduled send time."),
-    "llm_locust_ttft_tool_seconds": ("ttft_tool", _SLOW, "Time to the first generated tool-call token (requests that called a tool)."),
+    "llm_locust_ttft_tool_seconds": (
+        "ttft_tool",
+        _SLOW,
+        "Time to the first generated tool-call token (requests that called a tool).",
+    ),
     "llm_locust_itl_seconds": ("itl", _FAST, "Inter-token latency, one sample per token (gap / tokens in the chunk)."),
     "llm_locust_tpot_seconds": ("tpot", _FAST, "Time per output token per request, first token excluded."),
     "llm_locust_e2e_seconds": ("e2e", _SLOW, "End-to-end request latency."),
     "llm_locust_schedule_lag_seconds": ("schedule_lag", _LAG, "Send time - scheduled time (client-side delay)."),
-    "llm_locust_ttft_cache_hit_seconds": ("ttft_cache_hit", _SLOW, "TTFT of ok requests the server said had at least half their prompt cached."),
-    "llm_locust_ttft_cache_miss_seconds": ("ttft_cache_miss", _SLOW, "TTFT of ok requests the server said had less than half their prompt cached."),
+    "llm_locust_ttft_cache_hit_seconds": (
+        "ttft_cache_hit",
+        _SLOW,
+        "TTFT of ok requests the server said had at least half their prompt cached.",
+    ),
+    "llm_locust_ttft_cache_miss_seconds": (
+        "ttft_cache_miss",
+        _SLOW,
+        "TTFT of ok requests the server said had less than half their prompt cached.",
+    ),
 }
 GROUP_HISTOGRAMS = {  # per endpoint / per model: name suffix -> (group histogram, bounds, help)
     "ttft_seconds": ("ttft", _SLOW, "Time to first token"),
@@ -92,18 +104,40 @@ def cache_families(total: Aggregate) -> Any:
     """The prompt-cache counters and ratio gauges (docs/metrics.md, "Prompt cache")."""
     c = total.cache
     for name, value, doc in (
-        ("llm_locust_cache_reported_requests", c.reported, "Ok requests whose server reported its cached prompt tokens."),
+        (
+            "llm_locust_cache_reported_requests",
+            c.reported,
+            "Ok requests whose server reported its cached prompt tokens.",
+        ),
         ("llm_locust_cached_prompt_tokens", c.cached, "Prompt tokens the server said it served from its prefix cache."),
         ("llm_locust_cache_prompt_tokens", c.prompt, "Prompt tokens of the requests with a cached count reported."),
-        ("llm_locust_ideal_cached_prompt_tokens", c.ideal, "Prompt tokens an unbounded prefix cache could have served."),
+        (
+            "llm_locust_ideal_cached_prompt_tokens",
+            c.ideal,
+            "Prompt tokens an unbounded prefix cache could have served.",
+        ),
         ("llm_locust_ideal_prompt_tokens", c.ideal_prompt, "Prompt tokens of the requests whose ideal is known."),
     ):
         yield CounterMetricFamily(name, doc, value=value)
     for name, num, den, doc in (
-        ("llm_locust_cache_hit_ratio", c.cached, c.prompt, "Cached / prompt tokens, over requests with a cached count."),
-        ("llm_locust_cache_ideal_hit_ratio", c.ideal, c.ideal_prompt, "Ideal cached / prompt tokens (unbounded prefix cache)."),
-        ("llm_locust_cache_achieved_vs_ideal_ratio", c.both_cached, c.both_ideal,
-         "Cached / ideal cached tokens, over requests with both known."),
+        (
+            "llm_locust_cache_hit_ratio",
+            c.cached,
+            c.prompt,
+            "Cached / prompt tokens, over requests with a cached count.",
+        ),
+        (
+            "llm_locust_cache_ideal_hit_ratio",
+            c.ideal,
+            c.ideal_prompt,
+            "Ideal cached / prompt tokens (unbounded prefix cache).",
+        ),
+        (
+            "llm_locust_cache_achieved_vs_ideal_ratio",
+            c.both_cached,
+            c.both_ideal,
+            "Cached / ideal cached tokens, over requests with both known.",
+        ),
     ):
         if den:
             yield GaugeMetricFamily(name, doc, value=num / den)
@@ -112,8 +146,9 @@ def cache_families(total: Aggregate) -> Any:
 def graded_families(total: Aggregate) -> Any:
     """Accuracy under load (--graded; docs/verdicts.md): graded items that ended ok, and those
     answered right. Accuracy is their ratio (rate() of the two over a window)."""
-    yield CounterMetricFamily("llm_locust_graded_requests", "Graded items whose request ended ok (--graded).",
-                              value=total.graded)
+    yield CounterMetricFamily(
+        "llm_locust_graded_requests", "Graded items whose request ended ok (--graded).", value=total.graded
+    )
     yield CounterMetricFamily("llm_locust_graded_correct", "Graded items answered right.", value=total.correct)
 
 
@@ -123,15 +158,22 @@ def group_families(total: Aggregate) -> Any:
         if not groups:
             continue
         prefix = f"llm_locust_{dim}"
-        req = CounterMetricFamily(f"{prefix}_requests", f"Finished requests by {dim} and outcome.", labels=[dim, "outcome"])
+        req = CounterMetricFamily(
+            f"{prefix}_requests", f"Finished requests by {dim} and outcome.", labels=[dim, "outcome"]
+        )
         counters = {
             key: CounterMetricFamily(f"{prefix}_{key}_tokens", f"{doc} by {dim}.", labels=[dim])
-            for key, doc in (("input", "Input tokens of ok requests"), ("output", "Output tokens of ok requests"),
-                             ("cached_prompt", "Prompt tokens the server served from its cache"),
-                             ("ideal_cached_prompt", "Prompt tokens an unbounded prefix cache could have served"))
+            for key, doc in (
+                ("input", "Input tokens of ok requests"),
+                ("output", "Output tokens of ok requests"),
+                ("cached_prompt", "Prompt tokens the server served from its cache"),
+                ("ideal_cached_prompt", "Prompt tokens an unbounded prefix cache could have served"),
+            )
         }
-        hists = {suffix: HistogramMetricFamily(f"{prefix}_{suffix}", f"{doc} by {dim}.", labels=[dim])
-                 for suffix, (_k, _b, doc) in GROUP_HISTOGRAMS.items()}
+        hists = {
+            suffix: HistogramMetricFamily(f"{prefix}_{suffix}", f"{doc} by {dim}.", labels=[dim])
+            for suffix, (_k, _b, doc) in GROUP_HISTOGRAMS.items()
+        }
         for value, g in sorted(groups.items()):
             for outcome, n in sorted(g.outcomes.items()):
                 req.add_metric([value, outcome], n)
@@ -179,17 +221,33 @@ class LLMCollector:
     def _gauges(self, h) -> Any:
         runner = self.env.runner
         state = getattr(runner, "state", "")
-        yield GaugeMetricFamily("llm_locust_test_running", "1 while a test runs; figures of a stopped test are not current.", value=1 if state in ("running", "spawning") else 0)
-        yield GaugeMetricFamily("llm_locust_users", "Users (closed loop) or dispatchers (open loop).", value=getattr(runner, "user_count", 0))
+        yield GaugeMetricFamily(
+            "llm_locust_test_running",
+            "1 while a test runs; figures of a stopped test are not current.",
+            value=1 if state in ("running", "spawning") else 0,
+        )
+        yield GaugeMetricFamily(
+            "llm_locust_users",
+            "Users (closed loop) or dispatchers (open loop).",
+            value=getattr(runner, "user_count", 0),
+        )
         workers = list(getattr(runner, "clients", {}).values()) if hasattr(runner, "clients") else []
         in_flight = sum(w.in_flight for w in h.workers.values()) if workers else h.in_flight
-        yield GaugeMetricFamily("llm_locust_in_flight", "Requests in flight (workers: as of their last report).", value=in_flight)
-        yield GaugeMetricFamily("llm_locust_step", "Current ladder step (negative: its warm-up; 0: no ladder).", value=h.step)
+        yield GaugeMetricFamily(
+            "llm_locust_in_flight", "Requests in flight (workers: as of their last report).", value=in_flight
+        )
+        yield GaugeMetricFamily(
+            "llm_locust_step", "Current ladder step (negative: its warm-up; 0: no ladder).", value=h.step
+        )
         from llm_locust.runtime.shapes import controller
 
         ctl = controller(self.env)
         if ctl is not None and ctl.windows:
-            yield GaugeMetricFamily("llm_locust_offered_load", f"Offered load of the current step ({ctl.ladder.kind}).", value=ctl.windows[-1].level)
+            yield GaugeMetricFamily(
+                "llm_locust_offered_load",
+                f"Offered load of the current step ({ctl.ladder.kind}).",
+                value=ctl.windows[-1].level,
+            )
         if workers:
             by_state = GaugeMetricFamily("llm_locust_workers", "Workers by state.", labels=["state"])
             states: dict[str, int] = {}
@@ -198,9 +256,17 @@ class LLMCollector:
             for s, n in states.items():
                 by_state.add_metric([s], n)
             yield by_state
-            cpu = GaugeMetricFamily("llm_locust_worker_cpu_percent", "Worker CPU use (Locust heartbeat).", labels=["worker"])
-            age = GaugeMetricFamily("llm_locust_worker_report_age_seconds", "Seconds since the worker's last metrics report.", labels=["worker"])
-            done = GaugeMetricFamily("llm_locust_worker_finished_requests", "Requests the worker reported finished.", labels=["worker"])
+            cpu = GaugeMetricFamily(
+                "llm_locust_worker_cpu_percent", "Worker CPU use (Locust heartbeat).", labels=["worker"]
+            )
+            age = GaugeMetricFamily(
+                "llm_locust_worker_report_age_seconds",
+                "Seconds since the worker's last metrics report.",
+                labels=["worker"],
+            )
+            done = GaugeMetricFamily(
+                "llm_locust_worker_finished_requests", "Requests the worker reported finished.", labels=["worker"]
+            )
             now = time.time()
             for w in workers:
                 cpu.add_metric([w.id], w.cpu_usage)
@@ -223,8 +289,12 @@ class LLMCollector:
         yield running
         if hasattr(runner, "clients"):
             yield GaugeMetricFamily("locust_workers_count", "Workers connected.", value=len(runner.clients))
-            yield GaugeMetricFamily("locust_workers_running_count", "Workers running.", value=len(runner.clients.running))
-            yield GaugeMetricFamily("locust_workers_missing_count", "Workers missing.", value=len(runner.clients.missing))
+            yield GaugeMetricFamily(
+                "locust_workers_running_count", "Workers running.", value=len(runner.clients.running)
+            )
+            yield GaugeMetricFamily(
+                "locust_workers_missing_count", "Workers missing.", value=len(runner.clients.missing)
+            )
         if stats is None:
             return
         yield GaugeMetricFamily("locust_fail_ratio", "Failed / all requests.", value=stats.total.fail_ratio)
@@ -232,13 +302,22 @@ class LLMCollector:
             "locust_requests_num_requests": ("Requests.", lambda e: e.num_requests),
             "locust_requests_num_failures": ("Failures.", lambda e: e.num_failures),
             "locust_requests_current_rps": ("Requests per second, recent.", lambda e: e.current_rps or 0.0),
-            "locust_requests_current_fail_per_sec": ("Failures per second, recent.", lambda e: e.current_fail_per_sec or 0.0),
+            "locust_requests_current_fail_per_sec": (
+                "Failures per second, recent.",
+                lambda e: e.current_fail_per_sec or 0.0,
+            ),
             "locust_requests_avg_response_time": ("Mean response time (ms).", lambda e: e.avg_response_time),
             "locust_requests_median_response_time": ("Median response time (ms).", lambda e: e.median_response_time),
             "locust_requests_max_response_time": ("Max response time (ms).", lambda e: e.max_response_time),
             "locust_requests_min_response_time": ("Min response time (ms).", lambda e: e.min_response_time or 0),
-            "locust_requests_current_response_time_percentile_50": ("Recent p50 (ms).", lambda e: e.get_current_response_time_percentile(0.5) or 0),
-            "locust_requests_current_response_time_percentile_95": ("Recent p95 (ms).", lambda e: e.get_current_response_time_percentile(0.95) or 0),
+            "locust_requests_current_response_time_percentile_50": (
+                "Recent p50 (ms).",
+                lambda e: e.get_current_response_time_percentile(0.5) or 0,
+            ),
+            "locust_requests_current_response_time_percentile_95": (
+                "Recent p95 (ms).",
+                lambda e: e.get_current_response_time_percentile(0.95) or 0,
+            ),
         }
         entries = list(stats.entries.values()) + [stats.total]
         for name, (doc, get) in per.items():

@@ -95,8 +95,11 @@ def install(environment, settings) -> None:
         rate = failed / finished if finished else 0.0
         environment.process_exit_code = EXIT_ERRORS if rate > settings.max_error_rate else EXIT_OK
         if rate > settings.max_error_rate:
-            print(f"llm-locust: error rate {rate:.1%} is above --max-error-rate {settings.max_error_rate:.1%} (exit 1)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"llm-locust: error rate {rate:.1%} is above --max-error-rate {settings.max_error_rate:.1%} (exit 1)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     environment.events.test_start.add_listener(start)
     environment.events.test_stop.add_listener(stop)

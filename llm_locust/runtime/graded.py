@@ -47,9 +47,14 @@ class GradedMix:
         it = self.items[self.next % len(self.items)]
         self.next += 1
         s = self.settings
-        spec = RequestSpec(model=model, messages=[dict(m) for m in it.messages],
-                           max_tokens=it.max_tokens or s.graded_max_tokens, force_length=False,
-                           continuous_usage=s.continuous_usage, extra_body={"temperature": 0})
+        spec = RequestSpec(
+            model=model,
+            messages=[dict(m) for m in it.messages],
+            max_tokens=it.max_tokens or s.graded_max_tokens,
+            force_length=False,
+            continuous_usage=s.continuous_usage,
+            extra_body={"temperature": 0},
+        )
         return spec, SOURCE_PREFIX + it.source
 
 

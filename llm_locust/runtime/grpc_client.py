@@ -150,8 +150,9 @@ class GrpcStreamClient:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=self.timeouts.connect)
         except grpc.FutureTimeoutError:
-            raise _Ended(Outcome.CONNECT_ERROR,
-                         f"connect: no gRPC connection to {self.target} within {self.timeouts.connect:g}s") from None
+            raise _Ended(
+                Outcome.CONNECT_ERROR, f"connect: no gRPC connection to {self.target} within {self.timeouts.connect:g}s"
+            ) from None
         self._ready = True
 
     def warm_up(self, model: str | None = None) -> None:
@@ -228,8 +229,9 @@ class GrpcStreamClient:
             if watch.fired:
                 rec.outcome, rec.error = Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s"
             else:
-                rec.outcome, rec.error = _status_outcome(e, before_reply=rec.t_headers is None,
-                                                         total=self.timeouts.total)
+                rec.outcome, rec.error = _status_outcome(
+                    e, before_reply=rec.t_headers is None, total=self.timeouts.total
+                )
         except GreenletExit:
             if call is not None:
                 call.cancel()
@@ -275,15 +277,16 @@ class GrpcStreamClient:
         check_end(state)
 
 
-
 def check_served(model: str, info: dict[str, str]) -> None:
     """The Generate request has no model name: a named model must be one GetModelInfo names."""
     served = info.get("served_model_name") or ""
     names = {n.strip() for n in served.split(",") if n.strip()} | {info.get("model_path") or ""}
     if model not in names:
-        raise _Ended(Outcome.HTTP_ERROR,
-                     f"gRPC NOT_FOUND: model {model!r} is not served here (the server serves {served!r}; "
-                     "checked with GetModelInfo, the Generate request has no model name)")
+        raise _Ended(
+            Outcome.HTTP_ERROR,
+            f"gRPC NOT_FOUND: model {model!r} is not served here (the server serves {served!r}; "
+            "checked with GetModelInfo, the Generate request has no model name)",
+        )
 
 
 def check_end(state: StreamState) -> None:
@@ -294,8 +297,10 @@ def check_end(state: StreamState) -> None:
         raise _Ended(Outcome.TRUNCATED, "the gRPC stream ended without its complete message")
     ids = sum(state.cont_tokens)
     if state.usage_out is not None and state.usage_out != ids:
-        raise _Ended(Outcome.STREAM_ERROR,
-                     f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids")
+        raise _Ended(
+            Outcome.STREAM_ERROR,
+            f"the chunks' completion_tokens add up to {state.usage_out} but they carried {ids} token ids",
+        )
 
 
 def _status_outcome(e, *, before_reply: bool, total: float | None = None, what: str = "") -> tuple[Outcome, str]:
@@ -309,8 +314,9 @@ def _status_outcome(e, *, before_reply: bool, total: float | None = None, what: 
     return status_outcome(name, details, before_reply=before_reply, total=total, what=what)
 
 
-def status_outcome(name: str, details: str, *, before_reply: bool, total: float | None = None,
-                   what: str = "") -> tuple[Outcome, str]:
+def status_outcome(
+    name: str, details: str, *, before_reply: bool, total: float | None = None, what: str = ""
+) -> tuple[Outcome, str]:
     """The outcome and error text for a gRPC status by name (both gRPC clients classify with it):
     DEADLINE_EXCEEDED a timeout; before any message UNAVAILABLE a connect_error, the rest an
     http_error; after one, UNAVAILABLE / CANCELLED / UNKNOWN truncated, the rest a stream_error."""

@@ -54,12 +54,36 @@ HEADER_BLOCK_LIMIT = 65536  # bytes of one header block (with its CONTINUATIONs)
 _FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
 _FRAME_MESSAGE = struct.Struct(">HBBBLBL")  # a frame header, then a gRPC message prefix: compressed flag, length
 _INDEXED_BYTES = bytes(range(0x80, 0xFF))  # one-byte indexed fields (index 0-126): all a pure-index block holds
-_HTTP_CODES = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
-               429: "UNAVAILABLE", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
+_HTTP_CODES = {
+    400: "INTERNAL",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "UNIMPLEMENTED",
+    429: "UNAVAILABLE",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "UNAVAILABLE",
+}
 _RST_CODES = {0x7: "UNAVAILABLE", 0x8: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED", 0xC: "PERMISSION_DENIED"}
-_STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+_STATUS_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
 
 
 def _readable(sock) -> bool:
@@ -111,9 +135,11 @@ class _Conn:
         self.last_sid = None  # the GOAWAY's last stream id, once one came
         self.goaway = ""
         self.broken = False
-        sock.sendall(PREFACE
-                     + _frame(SETTINGS, 0, 0, struct.pack(">HLHL", 0x2, 0, 0x4, MAX_WINDOW))  # no push; big windows
-                     + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", MAX_WINDOW - 65535)))
+        sock.sendall(
+            PREFACE
+            + _frame(SETTINGS, 0, 0, struct.pack(">HLHL", 0x2, 0, 0x4, MAX_WINDOW))  # no push; big windows
+            + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", MAX_WINDOW - 65535))
+        )
 
     def close(self) -> None:
         self.broken = True
@@ -139,8 +165,15 @@ class H2GrpcClient:
 
     api = grpc_vllm.NAME
 
-    def __init__(self, target: str, timeouts: Timeouts | None = None, metadata: dict[str, str] | None = None,
-                 collect_text: bool = False, limits: Limits | None = None, max_idle: int = 256) -> None:
+    def __init__(
+        self,
+        target: str,
+        timeouts: Timeouts | None = None,
+        metadata: dict[str, str] | None = None,
+        collect_text: bool = False,
+        limits: Limits | None = None,
+        max_idle: int = 256,
+    ) -> None:
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
         self.collect_text = collect_text  # the API returns token ids only: records get no text
@@ -193,7 +226,7 @@ class H2GrpcClient:
                 length = hi << 8 | lo
                 if len(data) - pos - 9 < length or ftype not in (SETTINGS, PING, WINDOW_UPDATE, GOAWAY):
                     return False
-                payload = data[pos + 9:pos + 9 + length]
+                payload = data[pos + 9 : pos + 9 + length]
                 pos += 9 + length
                 if ftype == WINDOW_UPDATE:
                     if fsid == 0 and length == 4:
@@ -232,13 +265,20 @@ class H2GrpcClient:
         if block is None:
             import hpack
 
-            headers = [(":method", "POST"), (":scheme", "https" if self.tls else "http"), (":path", path),
-                       (":authority", self.target), ("content-type", "application/grpc"), ("te", "trailers"),
-                       ("user-agent", "llm-locust")]
+            headers = [
+                (":method", "POST"),
+                (":scheme", "https" if self.tls else "http"),
+                (":path", path),
+                (":authority", self.target),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("user-agent", "llm-locust"),
+            ]
             if self.timeouts.total:
                 headers.append(("grpc-timeout", f"{max(1, int(self.timeouts.total * 1000))}m"))
             block = self._blocks[path] = hpack.Encoder().encode(
-                [hpack.NeverIndexedHeaderTuple(k, v) for k, v in headers + self.metadata])
+                [hpack.NeverIndexedHeaderTuple(k, v) for k, v in headers + self.metadata]
+            )
         return block
 
     def _start(self, conn: _Conn, path: str, body: bytes) -> int:
@@ -248,7 +288,7 @@ class H2GrpcClient:
         step = conn.peer_max_frame
         out = [_frame(HEADERS, END_HEADERS if len(block) <= step else 0, sid, block[:step])]
         for i in range(step, len(block), step):
-            out.append(_frame(CONTINUATION, END_HEADERS if i + step >= len(block) else 0, sid, block[i:i + step]))
+            out.append(_frame(CONTINUATION, END_HEADERS if i + step >= len(block) else 0, sid, block[i : i + step]))
         message = b"\x00" + len(body).to_bytes(4, "big") + body
         window = conn.stream_window_init
         pos = 0
@@ -261,7 +301,7 @@ class H2GrpcClient:
                 window += self._wait_window(conn, sid)
                 continue
             last = pos + n >= len(message)
-            out.append(_frame(DATA, END_STREAM if last else 0, sid, message[pos:pos + n]))
+            out.append(_frame(DATA, END_STREAM if last else 0, sid, message[pos : pos + n]))
             pos += n
             window -= n
             conn.send_window -= n
@@ -282,7 +322,7 @@ class H2GrpcClient:
             length, fsid = hi << 8 | lo, fsid & 0x7FFFFFFF
             if len(data) - pos - 9 < length:
                 break
-            payload = data[pos + 9:pos + 9 + length]
+            payload = data[pos + 9 : pos + 9 + length]
             pos += 9 + length
             if ftype == WINDOW_UPDATE and length == 4:
                 inc = struct.unpack(">L", payload)[0] & 0x7FFFFFFF
@@ -295,7 +335,7 @@ class H2GrpcClient:
                 self._control(conn, ftype, flags, payload)
                 grown += conn.stream_window_init - before  # a new initial window moves the open stream's too
             elif fsid == sid:
-                conn.rest = data[pos - 9 - length:]
+                conn.rest = data[pos - 9 - length :]
                 raise _Status("UNAVAILABLE", "the server answered before the request was sent whole")
         conn.rest = data[pos:]
         return grown
@@ -310,7 +350,9 @@ class H2GrpcClient:
         elif ftype == GOAWAY and len(payload) >= 8:
             last, code = struct.unpack_from(">LL", payload)
             conn.last_sid = last & 0x7FFFFFFF
-            conn.goaway = f"GOAWAY (code {code}){': ' + payload[8:200].decode('utf-8', 'replace') if len(payload) > 8 else ''}"
+            conn.goaway = (
+                f"GOAWAY (code {code}){': ' + payload[8:200].decode('utf-8', 'replace') if len(payload) > 8 else ''}"
+            )
 
     def _recv(self, conn: _Conn, size: int = READ_SIZE) -> bytes:
         data = conn.sock.recv(size)
@@ -319,8 +361,9 @@ class H2GrpcClient:
             raise _Status("UNAVAILABLE", conn.goaway or "the server closed the connection")
         return data
 
-    def _call(self, path: str, body: bytes, on_message: Callable[[bytes, float], None],
-              rec: RequestRecord | None = None) -> None:
+    def _call(
+        self, path: str, body: bytes, on_message: Callable[[bytes, float], None], rec: RequestRecord | None = None
+    ) -> None:
         """One call: send, then read until its trailers; each message to `on_message(bytes, t)`.
         Raises _Status for a non-OK end, ProtocolError for bytes HTTP/2 or gRPC forbid, socket
         errors as they come (the caller classifies them)."""
@@ -348,8 +391,15 @@ class H2GrpcClient:
                     pass
                 conn.close()
 
-    def _read(self, conn: _Conn, sid: int, on_message, deadline: float | None, no_progress: float | None,
-              rec: RequestRecord | None) -> None:
+    def _read(
+        self,
+        conn: _Conn,
+        sid: int,
+        on_message,
+        deadline: float | None,
+        no_progress: float | None,
+        rec: RequestRecord | None,
+    ) -> None:
         perf_counter = time.perf_counter
         unpack = _FRAME.unpack_from
         unpack_message = _FRAME_MESSAGE.unpack_from
@@ -370,10 +420,17 @@ class H2GrpcClient:
                 hi, lo, ftype, flags, fsid, compressed, n = unpack_message(data, pos)
                 length = hi << 8 | lo
                 end = pos + 9 + length
-                if ftype == 0 and fsid == sid and not flags and not compressed and n == length - 5 and end <= size \
-                        and length <= fast_limit:
+                if (
+                    ftype == 0
+                    and fsid == sid
+                    and not flags
+                    and not compressed
+                    and n == length - 5
+                    and end <= size
+                    and length <= fast_limit
+                ):
                     conn.unacked += length
-                    on_message(data[pos + 14:end], now)
+                    on_message(data[pos + 14 : end], now)
                     pos = end
                     continue
             if size - pos < 9 or size - pos - 9 < (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]):
@@ -465,7 +522,7 @@ class H2GrpcClient:
                         return
             elif ftype == RST_STREAM:
                 if fsid == sid:
-                    code = int.from_bytes(data[start:start + 4], "big") if length >= 4 else 2
+                    code = int.from_bytes(data[start : start + 4], "big") if length >= 4 else 2
                     raise _Status(_RST_CODES.get(code, "INTERNAL"), f"Received RST_STREAM with error code {code}")
             elif ftype == WINDOW_UPDATE:
                 if fsid == 0 and length == 4:
@@ -485,14 +542,14 @@ class H2GrpcClient:
         """Hand every whole gRPC message in `buf` over; return the unfinished rest."""
         pos = 0
         while len(buf) - pos >= 5:
-            n = int.from_bytes(buf[pos + 1:pos + 5], "big")
+            n = int.from_bytes(buf[pos + 1 : pos + 5], "big")
             if buf[pos]:
                 raise ProtocolError("a compressed gRPC message, though the client accepts no compression")
             if n > limit:
                 raise ProtocolError(f"a gRPC message of {n} bytes, over the {limit}-byte limit")
             if len(buf) - pos - 5 < n:
                 break
-            on_message(buf[pos + 5:pos + 5 + n], now)
+            on_message(buf[pos + 5 : pos + 5 + n], now)
             pos += 5 + n
         return buf[pos:]
 
@@ -562,17 +619,29 @@ class H2GrpcClient:
         check_served(model, info)
 
     # ------------------------------------------------------------------ the request
-    def send(self, spec: RequestSpec, request_id: str, t_sched: float | None = None,
-             on_cancel: Callable[[RequestRecord], None] | None = None, step: int = 0,
-             collect_text: bool | None = None) -> RequestRecord:
+    def send(
+        self,
+        spec: RequestSpec,
+        request_id: str,
+        t_sched: float | None = None,
+        on_cancel: Callable[[RequestRecord], None] | None = None,
+        step: int = 0,
+        collect_text: bool | None = None,
+    ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened (the contract
         of GrpcStreamClient.send: never raises for server or network trouble; a killed greenlet
         hands the record to `on_cancel` as cancelled and GreenletExit propagates)."""
         data = grpc_vllm.encode_generate(spec, request_id)
         now = time.perf_counter()
-        rec = RequestRecord(request_id=request_id, api=self.api, t_sched=now if t_sched is None else t_sched,
-                            t_sent=now, wall_sent=time.time(),
-                            requested_out=spec.max_tokens if spec.force_length else None, step=step)
+        rec = RequestRecord(
+            request_id=request_id,
+            api=self.api,
+            t_sched=now if t_sched is None else t_sched,
+            t_sent=now,
+            wall_sent=time.time(),
+            requested_out=spec.max_tokens if spec.force_length else None,
+            step=step,
+        )
         state = StreamState(False)  # token ids only: there is no text to collect
         replied = False
         feed = grpc_vllm.feed_response
@@ -598,8 +667,9 @@ class H2GrpcClient:
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except _Status as e:
-            rec.outcome, rec.error = status_outcome(e.name, e.details, before_reply=not replied,
-                                                    total=self.timeouts.total)
+            rec.outcome, rec.error = status_outcome(
+                e.name, e.details, before_reply=not replied, total=self.timeouts.total
+            )
         except TimeoutError:
             rec.outcome, rec.error = Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s"
         except (OSError, ssl.SSLError) as e:

@@ -42,8 +42,24 @@ WORKER_LIVENESS = 10
 class WorkerState:
     """What the master knows of one worker."""
 
-    __slots__ = ("client_id", "index", "reports", "last_report", "in_flight", "idle", "sent", "finished", "lost_at",
-                 "rejoined_at", "open", "step", "final", "left_at", "lost", "status")
+    __slots__ = (
+        "client_id",
+        "index",
+        "reports",
+        "last_report",
+        "in_flight",
+        "idle",
+        "sent",
+        "finished",
+        "lost_at",
+        "rejoined_at",
+        "open",
+        "step",
+        "final",
+        "left_at",
+        "lost",
+        "status",
+    )
 
     def __init__(self, client_id: str, index: int | None) -> None:
         self.client_id = client_id
@@ -216,7 +232,9 @@ class MetricsHub:
         while self.in_flight > 0 and time.monotonic() < deadline:
             gevent.sleep(0.02)  # bounded: cancelled requests are counted as their greenlets unwind
         if self.in_flight > 0:
-            log.warning("%d request(s) still in flight at the final report: the master counts them lost", self.in_flight)
+            log.warning(
+                "%d request(s) still in flight at the final report: the master counts them lost", self.in_flight
+            )
         self.final_token = token
         runner._send_stats()  # noqa: SLF001 - Locust's own report message, with our deltas in it
 
@@ -292,8 +310,12 @@ class MetricsHub:
             if not waiting:
                 break
             if time.monotonic() >= deadline:
-                log.warning("no final report within %.0f s from worker(s) %s: what they had in flight at their last "
-                            "report is counted lost", timeout, ", ".join(waiting))
+                log.warning(
+                    "no final report within %.0f s from worker(s) %s: what they had in flight at their last "
+                    "report is counted lost",
+                    timeout,
+                    ", ".join(waiting),
+                )
                 break
             gevent.sleep(0.05)  # bounded by the deadline: reports arrive on Locust's listener greenlet
         self.finals_collected = True
@@ -330,8 +352,12 @@ class MetricsHub:
                     agg.workers_lost = 1
                     self.total.lost += n
             if w.lost:
-                log.warning("worker %s (index %s): %d request(s) in flight at its last report have no outcome: counted lost",
-                            w.client_id, w.index, w.lost)
+                log.warning(
+                    "worker %s (index %s): %d request(s) in flight at its last report have no outcome: counted lost",
+                    w.client_id,
+                    w.index,
+                    w.lost,
+                )
         return self.total.lost
 
     def step_drained(self, step: int) -> bool:
@@ -400,12 +426,20 @@ def _watch_workers(h: MetricsHub, runner: MasterRunner) -> None:
             if gone and w.final == QUIT_TOKEN:  # quit on its own after a final report: it left, nothing lost
                 if w.left_at is None:
                     w.left_at = time.time()
-                    log.info("worker %s (index %s) quit; its final report is in (%d requests)", cid, w.index, w.finished)
+                    log.info(
+                        "worker %s (index %s) quit; its final report is in (%d requests)", cid, w.index, w.finished
+                    )
             elif gone and w.lost_at is None and runner.state in ("running", "spawning"):
                 w.lost_at = time.time()
-                log.warning("worker %s (index %s) lost at %.0f: its %d reported requests are kept, the %d it had in "
-                            "flight at its last report will count as lost", cid, w.index, w.lost_at, w.finished,
-                            w.in_flight_reported)
+                log.warning(
+                    "worker %s (index %s) lost at %.0f: its %d reported requests are kept, the %d it had in "
+                    "flight at its last report will count as lost",
+                    cid,
+                    w.index,
+                    w.lost_at,
+                    w.finished,
+                    w.in_flight_reported,
+                )
             elif not gone and w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at):
                 w.rejoined_at = time.time()
                 log.info("worker %s is back", cid)
@@ -450,7 +484,9 @@ def install(environment: Environment) -> MetricsHub:
         events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
     if isinstance(runner, WorkerRunner):
         events.report_to_master.add_listener(lambda client_id, data: h.report(data))
-        runner.register_message(FINAL, lambda environment, msg, **_kw: h.send_final_report(msg.data["token"]), concurrent=True)
+        runner.register_message(
+            FINAL, lambda environment, msg, **_kw: h.send_final_report(msg.data["token"]), concurrent=True
+        )
 
         def on_worker_quitting(**_kw: Any) -> None:
             # Quitting on its own (SIGTERM, Ctrl-C): Locust's worker tells the master it quits and
@@ -509,6 +545,7 @@ def install(environment: Environment) -> MetricsHub:
         events.spawning_complete.add_listener(on_spawned)
         events.test_stopping.add_listener(on_stopping)
     else:
+
         def on_master_start(**_kw: Any) -> None:
             if h.started_at is not None:
                 h.new_run()

@@ -39,8 +39,12 @@ def _warn_while_master_silent(delay: float) -> None:
     port = argv[argv.index("--master-port") + 1] if "--master-port" in argv[:-1] else "5557"
     gevent.sleep(delay)
     while not _connected:
-        print(f"llm-locust: no answer yet from the master at {host}:{port}; is it running and reachable? "
-              "(Locust keeps trying for 5 minutes)", file=sys.stderr, flush=True)
+        print(
+            f"llm-locust: no answer yet from the master at {host}:{port}; is it running and reachable? "
+            "(Locust keeps trying for 5 minutes)",
+            file=sys.stderr,
+            flush=True,
+        )
         gevent.sleep(max(delay, 10.0))
 
 
@@ -54,8 +58,9 @@ def _server_scraper(environment, settings, url: str):
 
     if url == "off" or not (url or environment.host):
         return None
-    return _run_during_test(environment, Scraper(url or environment.host.rstrip("/") + "/metrics",
-                                                 interval=settings.metrics_interval))
+    return _run_during_test(
+        environment, Scraper(url or environment.host.rstrip("/") + "/metrics", interval=settings.metrics_interval)
+    )
 
 
 def _run_during_test(environment, scraper):
@@ -86,15 +91,22 @@ def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
         return
     window = ladder_controller.ladder.window
     if window < 3 * interval:
-        log.warning("a step's %gs window gets about %d read(s) of the server / GPU metrics every %gs: "
-                    "give --metrics-interval %g or longer steps for per-step figures to rely on",
-                    window, max(1, int(window / interval)), interval, window / 4)
+        log.warning(
+            "a step's %gs window gets about %d read(s) of the server / GPU metrics every %gs: "
+            "give --metrics-interval %g or longer steps for per-step figures to rely on",
+            window,
+            max(1, int(window / interval)),
+            interval,
+            window / 4,
+        )
 
 
 def _utc(t: float | None) -> str | None:
     import datetime
 
-    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+    return (
+        None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+    )
 
 
 def _load(environment, settings) -> dict[str, Any]:
@@ -104,8 +116,13 @@ def _load(environment, settings) -> dict[str, Any]:
 
     replay = any(issubclass(u, ReplayUser) for u in environment.user_classes)
     mode = "ladder" if settings.ladder else "replay" if replay else "closed"
-    return {"mode": mode, "users": getattr(opts, "num_users", None), "spawn_rate": getattr(opts, "spawn_rate", None),
-            "run_time": getattr(opts, "run_time", None), "shape": type(environment.shape_class).__name__ if environment.shape_class else None}
+    return {
+        "mode": mode,
+        "users": getattr(opts, "num_users", None),
+        "spawn_rate": getattr(opts, "spawn_rate", None),
+        "run_time": getattr(opts, "run_time", None),
+        "shape": type(environment.shape_class).__name__ if environment.shape_class else None,
+    }
 
 
 def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> None:
@@ -142,9 +159,13 @@ def _status_lines(status: dict[str, Any]) -> list[str]:
     lines = []
     sess = status.get("sessions")
     if sess:
-        lines.append(f"sessions: {sess['started']} started, {sess['done']} answered in full, {sess['broken']} ended by a failed turn")
+        lines.append(
+            f"sessions: {sess['started']} started, {sess['done']} answered in full, {sess['broken']} ended by a failed turn"
+        )
     for url, e in (status.get("endpoints") or {}).items():
-        state = "DOWN" if e["down"] else (f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up")
+        state = (
+            "DOWN" if e["down"] else (f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up")
+        )
         lines.append(f"endpoint {url}: {e['sent']} sent, {state}")
     return lines
 
@@ -185,15 +206,18 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
-def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None,
-               scraper=None) -> dict[str, Any]:
+def _stability(
+    settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None, scraper=None
+) -> dict[str, Any]:
     """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
     and the soak verdict (analysis/stability.py)."""
     out: dict[str, Any] = {}
     if settings.kv_pressure and ladder and ladder.get("steps"):
         from llm_locust.analysis.stability import kv_pressure
 
-        out["kv_pressure"] = kv_pressure(ladder["steps"], (server_windows or {}).get("steps"), min_load=settings.kv_min_load)
+        out["kv_pressure"] = kv_pressure(
+            ladder["steps"], (server_windows or {}).get("steps"), min_load=settings.kv_min_load
+        )
     if ladder and ladder.get("burst"):
         out["burst"] = ladder["burst"]
     if settings.overlong_share:
@@ -204,9 +228,14 @@ def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: di
             from llm_locust.report.results import load_results
 
             baseline = load_results(settings.overlong_baseline).get("summary") or {}
-        out["overlong"] = overlong_mix(h.total.overlong, figures(h.total), share=settings.overlong_share,
-                                       tokens=settings.overlong_tokens, baseline=baseline,
-                                       tolerance=settings.overlong_tolerance)
+        out["overlong"] = overlong_mix(
+            h.total.overlong,
+            figures(h.total),
+            share=settings.overlong_share,
+            tokens=settings.overlong_tokens,
+            baseline=baseline,
+            tolerance=settings.overlong_tolerance,
+        )
     if settings.soak_window and h.started_at is not None:
         from llm_locust.analysis.stability import soak
 
@@ -215,10 +244,17 @@ def _stability(settings, h, ladder: dict | None, gpu_scraper, server_windows: di
             pts = [(s.t, s.figures[name]) for s in src.series.samples if name in s.figures] if src is not None else []
             if pts:
                 memory[name] = pts
-        out["soak"] = soak(h.total.by_sent, h.total.series, h.started_at, h.total.last_end or time.time(),
-                           window=settings.soak_window, max_drift=settings.soak_max_drift,
-                           max_error_rate=settings.soak_max_error_rate, memory=memory,
-                           max_memory_growth=settings.soak_max_memory_growth * 2**20)
+        out["soak"] = soak(
+            h.total.by_sent,
+            h.total.series,
+            h.started_at,
+            h.total.last_end or time.time(),
+            window=settings.soak_window,
+            max_drift=settings.soak_max_drift,
+            max_error_rate=settings.soak_max_error_rate,
+            memory=memory,
+            max_memory_growth=settings.soak_max_memory_growth * 2**20,
+        )
     return out
 
 
@@ -263,8 +299,10 @@ def _on_init(environment, **_kw: Any) -> None:
         h.info["workload"] = _workload_facts(work)
         shapes.install(environment, settings)  # a bad ladder is refused here
         if settings.overlong_share and not settings.overlong_tokens:
-            raise ValueError("--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
-                             "`llm-locust run` reads the context from the server, plain locust does not")
+            raise ValueError(
+                "--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
+                "`llm-locust run` reads the context from the server, plain locust does not"
+            )
         if settings.overlong_baseline:
             from llm_locust.report.results import load_results
 
@@ -280,8 +318,13 @@ def _on_init(environment, **_kw: Any) -> None:
         from llm_locust.runtime import preflight
 
         headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
-        problem = preflight.check(environment.host, settings.api, headers, settings.connect_timeout,
-                                  endpoints=preflight.endpoint_apis(settings.api, settings.mix))
+        problem = preflight.check(
+            environment.host,
+            settings.api,
+            headers,
+            settings.connect_timeout,
+            endpoints=preflight.endpoint_apis(settings.api, settings.mix),
+        )
         if problem is not None:
             print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
             sys.exit(problem.code)
@@ -302,7 +345,9 @@ def _on_init(environment, **_kw: Any) -> None:
         from llm_locust.runtime.probe import probe_server
 
         if environment.host and not server_facts:
-            headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
+            headers = (
+                request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
+            )
             gevent.spawn(lambda: server_facts.update(probe_server(environment.host, headers)))
 
     environment.events.test_start.add_listener(probe)
@@ -340,19 +385,30 @@ def _on_init(environment, **_kw: Any) -> None:
         if ladder is not None and (server_windows or gpu_windows):
             from llm_locust.analysis.server_metrics import efficiency, efficiency_table
 
-            first = gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
-            eff = efficiency(ladder["steps"], (server_windows or {}).get("steps"), (gpu_windows or {}).get("steps"),
-                             first.get("gpu_memory_used_bytes"))
+            first = (
+                gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
+            )
+            eff = efficiency(
+                ladder["steps"],
+                (server_windows or {}).get("steps"),
+                (gpu_windows or {}).get("steps"),
+                first.get("gpu_memory_used_bytes"),
+            )
             table = efficiency_table(eff)
             if table:
                 print("\n" + table, file=sys.stdout, flush=True)
         from llm_locust.analysis.efficiency import verdicts, verdicts_table
 
-        verdict = verdicts((ladder or {}).get("steps") or [], (gpu_windows or {}).get("steps"),
-                           gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else [], settings,
-                           step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in h.steps.items()},
-                           summary=figures(h.total), gpu_run=(gpu_windows or {}).get("run"),
-                           saturation=(ladder or {}).get("saturation"))
+        verdict = verdicts(
+            (ladder or {}).get("steps") or [],
+            (gpu_windows or {}).get("steps"),
+            gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else [],
+            settings,
+            step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in h.steps.items()},
+            summary=figures(h.total),
+            gpu_run=(gpu_windows or {}).get("run"),
+            saturation=(ladder or {}).get("saturation"),
+        )
         table = verdicts_table(verdict)
         if table:
             print("\n" + table, file=sys.stdout, flush=True)
@@ -375,10 +431,19 @@ def _on_init(environment, **_kw: Any) -> None:
                 "server": h.info,
             }
             workers = [
-                {"id": w.client_id, "index": w.index, "reports": w.reports, "sent": w.sent,
-                 "finished": w.finished, "in_flight_at_last_report": w.in_flight, "lost": w.lost,
-                 "final_report": w.final == -1 or (w.final > 0 and w.final >= h.final_token),
-                 "lost_at": w.lost_at, "rejoined_at": w.rejoined_at, "left_at": w.left_at}
+                {
+                    "id": w.client_id,
+                    "index": w.index,
+                    "reports": w.reports,
+                    "sent": w.sent,
+                    "finished": w.finished,
+                    "in_flight_at_last_report": w.in_flight,
+                    "lost": w.lost,
+                    "final_report": w.final == -1 or (w.final > 0 and w.final >= h.final_token),
+                    "lost_at": w.lost_at,
+                    "rejoined_at": w.rejoined_at,
+                    "left_at": w.left_at,
+                }
                 for w in h.workers.values()
             ]
             run["command"] = redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv)
@@ -390,8 +455,12 @@ def _on_init(environment, **_kw: Any) -> None:
             run["workers_why"] = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
             results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
             env = results["environment"]
-            env["server"] = {"url": environment.host, "kind": scraper.series.server if scraper is not None else None,
-                             "model": h.info.get("model") or settings.model or None, **server_facts}
+            env["server"] = {
+                "url": environment.host,
+                "kind": scraper.series.server if scraper is not None else None,
+                "model": h.info.get("model") or settings.model or None,
+                **server_facts,
+            }
             env["gpus"] = gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else []
             env["trace"] = trace_facts(settings.trace_path, settings.trace_format)
             if server_windows is not None:

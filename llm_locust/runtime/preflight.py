@@ -28,8 +28,14 @@ from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
 
 log = logging.getLogger(__name__)
 
-PROBES = {"tgi": "/info", "triton": "/v2/health/ready", "llamacpp": "/health", "sglang-generate": "/health",
-          "ollama-generate": "/api/tags", "ollama-chat": "/api/tags"}  # the rest: /v1/models
+PROBES = {
+    "tgi": "/info",
+    "triton": "/v2/health/ready",
+    "llamacpp": "/health",
+    "sglang-generate": "/health",
+    "ollama-generate": "/api/tags",
+    "ollama-chat": "/api/tags",
+}  # the rest: /v1/models
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 MAX_BODY = 65536
@@ -50,16 +56,25 @@ class Problem:
     message: str
 
 
-def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float = 10.0,
-          endpoints: list[str] | None = None) -> Problem | None:
+def check(
+    host: str,
+    api: str,
+    headers: dict[str, str],
+    connect_timeout: float,
+    total: float = 10.0,
+    endpoints: list[str] | None = None,
+) -> Problem | None:
     """None when the target looks right; else why not and the exit code. `endpoints`: the APIs
     whose endpoints are asked (default: `api`'s; see endpoint_apis)."""
     if api in GRPC_APIS:
         return _grpc(host, connect_timeout)
     base = urlsplit(host).path.rstrip("/")
     if api in OPENAI_APIS and base.endswith("/v1"):
-        return Problem(EXIT_USAGE, f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
-                                   f"would go to {base}/v1/...; drop /v1 from --host")
+        return Problem(
+            EXIT_USAGE,
+            f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
+            f"would go to {base}/v1/...; drop /v1 from --host",
+        )
     path = PROBES.get(api, "/v1/models")
     url = f"{host.rstrip('/')}{path}"
     try:
@@ -75,13 +90,18 @@ def check(host: str, api: str, headers: dict[str, str], connect_timeout: float, 
         return Problem(EXIT_UNREACHABLE, f"cannot reach {url}: {reason} (is the server up, and is --host right?)")
     ctype = (r.get("content-type") or "").lower()
     if "html" in ctype or body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
-        return Problem(EXIT_UNREACHABLE, f"{url} answered with an HTML page (HTTP {r.status_code}), not the {api} API: "
-                                         "is --host an LLM inference server, and is --api right?")
+        return Problem(
+            EXIT_UNREACHABLE,
+            f"{url} answered with an HTML page (HTTP {r.status_code}), not the {api} API: "
+            "is --host an LLM inference server, and is --api right?",
+        )
     if r.status_code in (404, 405):
-        log.warning("%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api)
+        log.warning(
+            "%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api
+        )
     elif r.status_code in (401, 403):
         log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
-    for name in (endpoints if endpoints is not None else [api]):
+    for name in endpoints if endpoints is not None else [api]:
         problem = _endpoint(host, name, headers, connect_timeout, total)
         if problem is not None:
             return problem
@@ -96,8 +116,11 @@ def _grpc(host: str, connect_timeout: float) -> Problem | None:
     try:
         client.model_info()
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
-        return Problem(EXIT_UNREACHABLE, f"cannot reach the gRPC server at {host}: {type(e).__name__}: "
-                                         f"{str(e).splitlines()[0][:200] if str(e) else ''} (is it up, and is --host right?)")
+        return Problem(
+            EXIT_UNREACHABLE,
+            f"cannot reach the gRPC server at {host}: {type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else ''} (is it up, and is --host right?)",
+        )
     finally:
         client.close()
     return None
@@ -110,8 +133,9 @@ def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: flo
     if api in JSON_API_NAMES:
         path, _body = get_json_adapter(api).request(RequestSpec(model="m"))
     else:
-        path, _body = get_adapter(api).request(RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}],
-                                                            max_tokens=1))
+        path, _body = get_adapter(api).request(
+            RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}], max_tokens=1)
+        )
     base = urlsplit(host).path.rstrip("/")
     try:
         with gevent.Timeout(total, TimeoutError(f"no reply within {total:g}s")):
@@ -125,6 +149,9 @@ def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: flo
         log.warning("%s%s did not answer the preflight (%s): going on", host.rstrip("/"), path, e)
         return None
     if r.status_code == 404:
-        return Problem(EXIT_UNREACHABLE, f"{host.rstrip('/')}{path} answered 404: the server does not serve the {api} "
-                                         "API there; is --api right (and the server started with that endpoint on)?")
+        return Problem(
+            EXIT_UNREACHABLE,
+            f"{host.rstrip('/')}{path} answered 404: the server does not serve the {api} "
+            "API there; is --api right (and the server started with that endpoint on)?",
+        )
     return None

@@ -68,8 +68,9 @@ class TokenPump:
         if self._greenlet is None or self._greenlet.dead:
             self._greenlet = gevent.spawn(self._run)
 
-    def read(self, raw, count_token_events: Callable[[bytes], int], times: list[float], watch,
-             t_sent: float, off_ns: int) -> tuple[bytes, float, int]:
+    def read(
+        self, raw, count_token_events: Callable[[bytes], int], times: list[float], watch, t_sent: float, off_ns: int
+    ) -> tuple[bytes, float, int]:
         """Read `raw` (a non-blocking socket with kernel receive timestamps on) in the pump until
         a read in which `count_token_events` finds none: each token event's time (its read's
         arrival time) goes to `times`, and `watch.last` is kept, as the stream's own reads would.
@@ -80,7 +81,9 @@ class TokenPump:
         s = _Stream(raw, count_token_events, times, watch, t_sent, off_ns)
         self._ep.register(s.fd, _EPOLLIN)
         self._streams[s.fd] = s
-        watch.on_fire = lambda: self._hand_back(s, OSError(errno.EBADF, "closed: no data within the no-progress timeout"))
+        watch.on_fire = lambda: self._hand_back(
+            s, OSError(errno.EBADF, "closed: no data within the no-progress timeout")
+        )
         try:
             out = s.waiter.get()
         finally:

@@ -120,9 +120,16 @@ class Router:
     health rule). `pick` does not count anything: call `started(url)` when the request is sent
     and `finished(url, ok, connect_failed)` once when it ends."""
 
-    def __init__(self, urls: Sequence[str], strategy: str = "round-robin", seed: int | None = 0, *,
-                 down_after: int = DOWN_AFTER, retry_after: float = RETRY_AFTER_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        strategy: str = "round-robin",
+        seed: int | None = 0,
+        *,
+        down_after: int = DOWN_AFTER,
+        retry_after: float = RETRY_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         urls = [u.rstrip("/") for u in urls]
         if not urls:
             raise ValueError("a router needs at least one endpoint")
@@ -229,8 +236,10 @@ class Router:
 
     def status(self) -> dict[str, dict]:
         """{url: {"in_flight", "sent", "down", "consecutive_failures"}}, in the given order."""
-        return {e.url: {"in_flight": e.in_flight, "sent": e.sent, "down": e.down,
-                        "consecutive_failures": e.failures} for e in self._order}
+        return {
+            e.url: {"in_flight": e.in_flight, "sent": e.sent, "down": e.down, "consecutive_failures": e.failures}
+            for e in self._order
+        }
 
 
 class ModelSplit:
@@ -270,8 +279,12 @@ class ModelSplit:
 def header_value(session_id: str) -> str:
     """`session_id` itself when it is printable ASCII within 128 bytes, else ``s-`` + a stable
     32-hex-digit digest of it."""
-    if session_id.isascii() and session_id.isprintable() and 0 < len(session_id) <= MAX_HEADER_VALUE_BYTES \
-            and session_id == session_id.strip():
+    if (
+        session_id.isascii()
+        and session_id.isprintable()
+        and 0 < len(session_id) <= MAX_HEADER_VALUE_BYTES
+        and session_id == session_id.strip()
+    ):
         return session_id
     return "s-" + hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 

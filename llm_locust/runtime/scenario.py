@@ -54,9 +54,19 @@ class LLMResult:
 
     @classmethod
     def of(cls, rec: RequestRecord, reply: Any = None) -> "LLMResult":
-        r = cls(ok=rec.ok, outcome=rec.outcome.value, error=rec.error, text=rec.text,
-                tool_calls=list((rec.extra or {}).get("tool_calls") or []), input_tokens=rec.n_in,
-                output_tokens=rec.n_out, ttft=rec.ttft, e2e=rec.e2e, finish_reason=rec.finish_reason, record=rec)
+        r = cls(
+            ok=rec.ok,
+            outcome=rec.outcome.value,
+            error=rec.error,
+            text=rec.text,
+            tool_calls=list((rec.extra or {}).get("tool_calls") or []),
+            input_tokens=rec.n_in,
+            output_tokens=rec.n_out,
+            ttft=rec.ttft,
+            e2e=rec.e2e,
+            finish_reason=rec.finish_reason,
+            record=rec,
+        )
         if reply is not None:
             r.items = reply.items
             r.scores = reply.scores or None
@@ -93,8 +103,9 @@ class LLMClient:
             user = self.user
             adapter = get_json_adapter(kind)
             s = user.ctx.settings
-            client = self._clients[kind] = JSONClient(user._http, user.host, adapter, s.timeouts,
-                                                      headers=user.stream_headers(adapter), limits=s.limits)
+            client = self._clients[kind] = JSONClient(
+                user._http, user.host, adapter, s.timeouts, headers=user.stream_headers(adapter), limits=s.limits
+            )
         return client
 
     def send(self, api: str, spec: RequestSpec, *, name: str | None = None, keep_text: bool = False) -> LLMResult:
@@ -110,15 +121,32 @@ class LLMClient:
         rec = user.send(spec, name=name, collect_text=keep_text, stream=self._stream(api))
         return LLMResult.of(rec)
 
-    def embed(self, texts: str | list[str], *, model: str | None = None, name: str | None = None,
-              keep_text: bool = False, **params: Any) -> LLMResult:
+    def embed(
+        self,
+        texts: str | list[str],
+        *,
+        model: str | None = None,
+        name: str | None = None,
+        keep_text: bool = False,
+        **params: Any,
+    ) -> LLMResult:
         """POST /v1/embeddings (OpenAI form): one embedding per text; the vectors come back in
         `result.embeddings` only with keep_text=True (`result.items` counts them always)."""
-        spec = RequestSpec(model=model, extra_body={"input": [texts] if isinstance(texts, str) else list(texts), **params})
+        spec = RequestSpec(
+            model=model, extra_body={"input": [texts] if isinstance(texts, str) else list(texts), **params}
+        )
         return self.send("openai-embeddings", spec, name=name, keep_text=keep_text)
 
-    def rerank(self, query: str, documents: list[str], *, top_n: int | None = None, model: str | None = None,
-               name: str | None = None, **params: Any) -> LLMResult:
+    def rerank(
+        self,
+        query: str,
+        documents: list[str],
+        *,
+        top_n: int | None = None,
+        model: str | None = None,
+        name: str | None = None,
+        **params: Any,
+    ) -> LLMResult:
         """POST /v1/rerank (the Cohere/Jina form vLLM and llama-server serve): `result.scores` has
         one relevance score per document, in the order sent (None past top_n); `result.ranked()`
         the document indices, best first."""
@@ -128,16 +156,28 @@ class LLMClient:
         body.update(params)
         return self.send("rerank", RequestSpec(model=model, extra_body=body), name=name)
 
-    def score(self, text_1: str, text_2: str | list[str], *, model: str | None = None, name: str | None = None,
-              **params: Any) -> LLMResult:
+    def score(
+        self, text_1: str, text_2: str | list[str], *, model: str | None = None, name: str | None = None, **params: Any
+    ) -> LLMResult:
         """vLLM's POST /v1/score: text_1 scored against each of text_2; `result.scores` in order."""
         spec = RequestSpec(model=model, extra_body={"text_1": text_1, "text_2": text_2, **params})
         return self.send("vllm-score", spec, name=name)
 
-    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None, model: str | None = None,
-             name: str | None = None, keep_text: bool = False, exact: bool = False, tools: list | None = None,
-             tool_choice: Any = None, response_format: dict | None = None, api: str = "openai-chat",
-             **params: Any) -> LLMResult:
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        model: str | None = None,
+        name: str | None = None,
+        keep_text: bool = False,
+        exact: bool = False,
+        tools: list | None = None,
+        tool_choice: Any = None,
+        response_format: dict | None = None,
+        api: str = "openai-chat",
+        **params: Any,
+    ) -> LLMResult:
         """A streamed chat completion. `tools` / `tool_choice` / `response_format` go to the server as
         the OpenAI API takes them; the model's tool calls come back in `result.tool_calls` (with
         keep_text). `exact=True` asks for exactly max_tokens (ignore_eos / min_tokens)."""
@@ -148,15 +188,34 @@ class LLMClient:
         spec = RequestSpec(model=model, messages=messages, max_tokens=max_tokens, force_length=exact, extra_body=extra)
         return self.send(api, spec, name=name, keep_text=keep_text)
 
-    def complete(self, prompt: str, *, max_tokens: int | None = None, model: str | None = None,
-                 name: str | None = None, keep_text: bool = False, exact: bool = False,
-                 api: str = "openai-completions", **params: Any) -> LLMResult:
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int | None = None,
+        model: str | None = None,
+        name: str | None = None,
+        keep_text: bool = False,
+        exact: bool = False,
+        api: str = "openai-completions",
+        **params: Any,
+    ) -> LLMResult:
         """A streamed text completion."""
-        spec = RequestSpec(model=model, prompt=prompt, max_tokens=max_tokens, force_length=exact, extra_body=dict(params))
+        spec = RequestSpec(
+            model=model, prompt=prompt, max_tokens=max_tokens, force_length=exact, extra_body=dict(params)
+        )
         return self.send(api, spec, name=name, keep_text=keep_text)
 
-    def responses(self, input: str | list, *, max_tokens: int | None = None, model: str | None = None,
-                  name: str | None = None, keep_text: bool = False, **params: Any) -> LLMResult:
+    def responses(
+        self,
+        input: str | list,
+        *,
+        max_tokens: int | None = None,
+        model: str | None = None,
+        name: str | None = None,
+        keep_text: bool = False,
+        **params: Any,
+    ) -> LLMResult:
         """The OpenAI Responses API, streamed (`input`: text or a list of messages)."""
         spec = RequestSpec(model=model, max_tokens=max_tokens, extra_body=dict(params))
         if isinstance(input, str):
@@ -165,8 +224,16 @@ class LLMClient:
             spec.messages = input
         return self.send("openai-responses", spec, name=name, keep_text=keep_text)
 
-    def messages(self, messages: list[dict[str, Any]], *, max_tokens: int = 256, model: str | None = None,
-                 name: str | None = None, keep_text: bool = False, **params: Any) -> LLMResult:
+    def messages(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int = 256,
+        model: str | None = None,
+        name: str | None = None,
+        keep_text: bool = False,
+        **params: Any,
+    ) -> LLMResult:
         """Anthropic's Messages API, streamed (`max_tokens` is required by that API)."""
         spec = RequestSpec(model=model, messages=messages, max_tokens=max_tokens, extra_body=dict(params))
         return self.send("anthropic-messages", spec, name=name, keep_text=keep_text)

@@ -77,7 +77,9 @@ class Scraper:
 
     def _run(self) -> None:
         if not self.scrape_once():
-            log.warning("no server metrics at %s (%s): the test goes on without them", self.series.url, self.series.error)
+            log.warning(
+                "no server metrics at %s (%s): the test goes on without them", self.series.url, self.series.error
+            )
             return
         log.info("reading %s server metrics from %s", self.series.server or "unknown", self.series.url)
         start, k = time.monotonic(), 0
@@ -94,8 +96,9 @@ def metrics_url(base: str) -> str:
     return base.rstrip("/") + "/metrics"
 
 
-def server_scrapers(endpoints: list[str], server_metrics: str = "", interval: float = 2.0,
-                    timeout: float = 2.0) -> dict[str, Scraper]:
+def server_scrapers(
+    endpoints: list[str], server_metrics: str = "", interval: float = 2.0, timeout: float = 2.0
+) -> dict[str, Scraper]:
     """{endpoint URL: Scraper} for the inference servers' /metrics, first endpoint first.
 
     `server_metrics` is --server-metrics: 'off' gives {}; a URL replaces the first endpoint's

@@ -52,8 +52,16 @@ class SessionRunner:
     """Runs sessions of one process's share. One per process; `run` may be called from many
     greenlets at once (each session keeps its own state)."""
 
-    def __init__(self, trace: SessionTrace, builder, settings, *, nonce: str, speed: float = 1.0,
-                 model_for: Callable[[Session], "str | None"] | None = None) -> None:
+    def __init__(
+        self,
+        trace: SessionTrace,
+        builder,
+        settings,
+        *,
+        nonce: str,
+        speed: float = 1.0,
+        model_for: Callable[[Session], "str | None"] | None = None,
+    ) -> None:
         self.trace = trace
         self.builder = builder  # workload.specs.SpecBuilder
         self.settings = settings
@@ -81,8 +89,15 @@ class SessionRunner:
 
     # ---- one session ----
 
-    def run(self, session: Session, send: Send, t_start: float | None = None, start_turn: int = 0,
-            model: str | None = None, timed: bool = True) -> bool:
+    def run(
+        self,
+        session: Session,
+        send: Send,
+        t_start: float | None = None,
+        start_turn: int = 0,
+        model: str | None = None,
+        timed: bool = True,
+    ) -> bool:
         """Send `session` from `start_turn` (earlier turns become history: mid-trajectory start);
         True when every turn got its reply. `t_start`: perf_counter time of its first turn;
         `timed`: keep the trace's turn times (open loop; the closed loop sends after replies and gaps)."""
@@ -125,8 +140,15 @@ class SessionRunner:
                 for cid in turn.children:
                     child = self.trace.sessions.get(cid)
                     if child is not None:
-                        kids.spawn(self.run, child, send, time.perf_counter() + self.wait_after_reply(child.turns[0]),
-                                   0, model, timed)
+                        kids.spawn(
+                            self.run,
+                            child,
+                            send,
+                            time.perf_counter() + self.wait_after_reply(child.turns[0]),
+                            0,
+                            model,
+                            timed,
+                        )
                 kids.join()  # the next turn needs every subagent's result
                 if k + 1 < len(session.turns):
                     ready = time.perf_counter() + self.wait_after_reply(session.turns[k + 1])
@@ -158,15 +180,22 @@ class SessionRunner:
             content = "Tool result:\n" + content
         return content
 
-    def _spec(self, session: Session, instance: str, k: int, turn: Turn, history: list[dict[str, Any]], model,
-              first: bool) -> tuple[RequestSpec, int, list[dict[str, Any]]]:
+    def _spec(
+        self, session: Session, instance: str, k: int, turn: Turn, history: list[dict[str, Any]], model, first: bool
+    ) -> tuple[RequestSpec, int, list[dict[str, Any]]]:
         """The request of turn k, our estimate of its prompt tokens, and its new messages."""
         b = self.builder
         marker = self._marker(session, instance) if first else ""
         if turn.hash_ids is not None:
             marker = self._marker(session, instance)  # every whole prompt starts the same way, so blocks stay shared
-            rec = TraceRecord(turn.at or 0.0, turn.input_tokens or turn.new_tokens, turn.output_tokens,
-                              hash_ids=turn.hash_ids, block_size=self.trace.block_size, source=turn.source)
+            rec = TraceRecord(
+                turn.at or 0.0,
+                turn.input_tokens or turn.new_tokens,
+                turn.output_tokens,
+                hash_ids=turn.hash_ids,
+                block_size=self.trace.block_size,
+                source=turn.source,
+            )
             spec = b.spec(rec, model)
             if marker:
                 _prepend(spec, marker)

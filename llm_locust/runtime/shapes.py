@@ -73,18 +73,28 @@ def ladder_from_settings(s) -> Ladder | None:
         return None
     stable = None
     if s.stable_window:
-        stable = Stable(window=s.stable_window, tolerance=s.stable_tolerance, max_extend=s.stable_max_extend,
-                        windows=s.stable_windows)
+        stable = Stable(
+            window=s.stable_window,
+            tolerance=s.stable_tolerance,
+            max_extend=s.stable_max_extend,
+            windows=s.stable_windows,
+        )
     return parse_ladder(
-        s.ladder, warmup=s.warmup, duration=s.step_duration, requests=s.step_requests, stable=stable, arrivals=s.arrivals
+        s.ladder,
+        warmup=s.warmup,
+        duration=s.step_duration,
+        requests=s.step_requests,
+        stable=stable,
+        arrivals=s.arrivals,
     )
 
 
 class LadderController:
     """Walks the ladder on the master (or local runner) and keeps each step's window."""
 
-    def __init__(self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop,
-                 request_timeout: float = 600.0) -> None:
+    def __init__(
+        self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop, request_timeout: float = 600.0
+    ) -> None:
         self.env = env
         self.ladder = ladder
         self.slos = slos
@@ -169,8 +179,11 @@ class LadderController:
         if not drained and now < (self.judge_until or now):
             return self._users(cur.level)
         if not drained:
-            log.warning("SLA probe %d: requests still in flight %.0f s after its window: judged without them",
-                        cur.index, now - (cur.ended or now))
+            log.warning(
+                "SLA probe %d: requests still in flight %.0f s after its window: judged without them",
+                cur.index,
+                now - (cur.ended or now),
+            )
         self.judge_until = None
         cur.judged = now
         step = self.results()[-1]
@@ -179,7 +192,13 @@ class LadderController:
         s = self.search
         assert s is not None
         history = [(p["level"], p["met"]) for p in self.probes]
-        log.info("SLA probe %d: %s %g %s", cur.index, s.kind, cur.level, "met every SLO" if not broken else "broke: " + ", ".join(broken))
+        log.info(
+            "SLA probe %d: %s %g %s",
+            cur.index,
+            s.kind,
+            cur.level,
+            "met every SLO" if not broken else "broke: " + ", ".join(broken),
+        )
         nxt = sla_search.next_level(history, s.kind, s.lo, s.hi, s.precision)
         if nxt is None or len(self.windows) >= s.max_probes() + 2:
             self.sla = sla_search.conclude(history, s.kind, s.lo, s.hi, s.precision)
@@ -211,8 +230,11 @@ class LadderController:
         if not drained and now < (self.drain_until or now):
             return self._users(cur.level)
         if not drained:
-            log.warning("step %d: requests still in flight %.0f s after its window: they end as cancelled",
-                        cur.index, now - (cur.ended or now))
+            log.warning(
+                "step %d: requests still in flight %.0f s after its window: they end as cancelled",
+                cur.index,
+                now - (cur.ended or now),
+            )
         self.done = True
         return None
 
@@ -257,7 +279,13 @@ class LadderController:
 
     def _broadcast(self, step: int, level: float, drain: bool = False) -> None:
         runner = self.env.runner
-        payload = {"step": step, "kind": self.ladder.kind, "level": level, "arrivals": self.ladder.arrivals, "drain": drain}
+        payload = {
+            "step": step,
+            "kind": self.ladder.kind,
+            "level": level,
+            "arrivals": self.ladder.arrivals,
+            "drain": drain,
+        }
         if isinstance(runner, MasterRunner):
             n = max(_worker_count(self.env), 1)
             payload["share_rate"] = level / n
@@ -323,21 +351,27 @@ class LadderController:
         steps = self.results()
         # a search's probes go up and down: the knee analysis reads them in load order
         # (a burst goes up and down by design: no knee)
-        verdict = analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps and self.ladder.burst is None else None
+        verdict = (
+            analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps and self.ladder.burst is None else None
+        )
         out = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
             "steps": [s.to_dict() for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
             "stop_reason": self.stop_reason,
-            "table": format_steps(steps, verdict, _by_step(server, steps), knee=self.ladder.burst is None) if steps else "",
+            "table": format_steps(steps, verdict, _by_step(server, steps), knee=self.ladder.burst is None)
+            if steps
+            else "",
         }
         if self.ladder.burst is not None:
             out["burst"] = self._burst_report()
             if out["burst"] is not None:
                 from llm_locust.analysis.stability import format_stability
 
-                out["table"] = (out["table"] + "\n\n" if out["table"] else "") + format_stability({"burst": out["burst"]})
+                out["table"] = (out["table"] + "\n\n" if out["table"] else "") + format_stability(
+                    {"burst": out["burst"]}
+                )
         if self.search is not None:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
@@ -350,9 +384,13 @@ class LadderController:
         w = self.windows
         if len(w) < 3 or w[0].measured_from is None or w[2].ended is None:
             return None
-        return burst_recovery(hub(self.env).total.by_sent, (w[0].measured_from, w[0].ended or w[1].started),
-                              (w[1].started, w[1].ended or w[2].started), w[2].ended,
-                              limit=getattr(self, "burst_limit", 0.0) or 0.0)
+        return burst_recovery(
+            hub(self.env).total.by_sent,
+            (w[0].measured_from, w[0].ended or w[1].started),
+            (w[1].started, w[1].ended or w[2].started),
+            w[2].ended,
+            limit=getattr(self, "burst_limit", 0.0) or 0.0,
+        )
 
     def _sla_report(self) -> dict[str, Any]:
         s = self.search
@@ -369,9 +407,11 @@ class LadderController:
 def format_sla(d: dict[str, Any]) -> str:
     """The search's lines under the step table."""
     unit = "users" if d["kind"] == "concurrency" else "requests/s"
-    head = (f"SLA search ({d['kind']}, precision {d['precision']:.1%}): "
-            + (f"{d['answer']:g} {unit}" if d["answer"] is not None else "no load meets every SLO")
-            + f" after {d['probes']} probes, {d.get('seconds', 0):g} s")
+    head = (
+        f"SLA search ({d['kind']}, precision {d['precision']:.1%}): "
+        + (f"{d['answer']:g} {unit}" if d["answer"] is not None else "no load meets every SLO")
+        + f" after {d['probes']} probes, {d.get('seconds', 0):g} s"
+    )
     lines = [head, f"  - {d['reason']}"]
     order = ", ".join(f"{p['level']:g}{'' if p['met'] else ' (broke)'}" for p in d.get("probes_detail", []))
     if order:
@@ -423,13 +463,22 @@ def install(env: Environment, settings) -> None:
         if not settings.slos:
             from llm_locust.settings.units import PlanError
 
-            raise PlanError([f"--ladder {ladder.search.spec()} searches for the highest load meeting every SLO: "
-                             "give at least one --slo, e.g. --slo ttft=500ms or --slo e2e_p99=2s"])
+            raise PlanError(
+                [
+                    f"--ladder {ladder.search.spec()} searches for the highest load meeting every SLO: "
+                    "give at least one --slo, e.g. --slo ttft=500ms or --slo e2e_p99=2s"
+                ]
+            )
         # Registered before the fail-fast's own exit code (runtime.plugin installs it later);
         # quitting listeners run in reverse order, so this one runs after it and keeps the 1.
         env.events.quitting.add_listener(lambda **_kw: _search_exit_code(env))
-    env.llm_ladder = LadderController(env, ladder, settings.slos, settings.early_stop_rule(),  # type: ignore[attr-defined]
-                                      request_timeout=settings.request_timeout)
+    env.llm_ladder = LadderController(
+        env,
+        ladder,
+        settings.slos,
+        settings.early_stop_rule(),  # type: ignore[attr-defined]
+        request_timeout=settings.request_timeout,
+    )
     env.llm_ladder.burst_limit = settings.burst_recovery  # type: ignore[attr-defined]
 
 

@@ -36,7 +36,6 @@ from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, 
 log = logging.getLogger(__name__)
 
 
-
 class LLMFailure(Exception):
     """Shown in Locust's failure table: '<outcome>: <first error text>'."""
 
@@ -74,8 +73,9 @@ class _ProcessContext:
         self.sessions: SessionTrace | None = work if isinstance(work, SessionTrace) else None
         self.workload = None
         if self.sessions is not None:
-            self.runner = SessionRunner(self.sessions, builder, s, nonce=run_nonce(s.seed),
-                                        model_for=self._session_model)
+            self.runner = SessionRunner(
+                self.sessions, builder, s, nonce=run_nonce(s.seed), model_for=self._session_model
+            )
             self._next_session = itertools.count((index * 7919) % len(self.sessions))
             self._start_rng = random.Random(s.seed * 1_000_033 + index)
         else:
@@ -162,8 +162,9 @@ class LLMUser(FastHttpUser):
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
         s = self.ctx.settings
-        return StreamClient(self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(adapter),
-                            limits=s.limits)
+        return StreamClient(
+            self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(adapter), limits=s.limits
+        )
 
     def _discover_model(self) -> None:
         ctx = self.ctx
@@ -192,17 +193,27 @@ class LLMUser(FastHttpUser):
         with ctx.lock:
             if ctx.endpoint_models is None:
                 s = ctx.settings
-                ctx.endpoint_models = {u: fetch_models(u, self.stream_headers(), s.timeouts, s.limits)
-                                       for u in ctx.router.urls}
+                ctx.endpoint_models = {
+                    u: fetch_models(u, self.stream_headers(), s.timeouts, s.limits) for u in ctx.router.urls
+                }
                 ctx.router.serve(ctx.endpoint_models)
 
     def stream_headers(self, adapter=None) -> dict[str, str]:
         """The key as the API takes it (a Bearer token; Anthropic: x-api-key and its version)."""
         return request_headers(adapter or self.adapter, self.ctx.settings.api_key)
 
-    def send(self, spec: RequestSpec, t_sched: float | None = None, source: str | None = None, *,
-             name: str | None = None, collect_text: bool | None = None, stream: StreamClient | None = None,
-             session: str | None = None, ideal: int | None = None) -> RequestRecord:
+    def send(
+        self,
+        spec: RequestSpec,
+        t_sched: float | None = None,
+        source: str | None = None,
+        *,
+        name: str | None = None,
+        collect_text: bool | None = None,
+        stream: StreamClient | None = None,
+        session: str | None = None,
+        ideal: int | None = None,
+    ) -> RequestRecord:
         """Send one request and account for it (under `name` in Locust's table); returns its record.
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
         tokens an unbounded prefix cache could serve (runtime.sessions)."""
@@ -243,16 +254,18 @@ class LLMUser(FastHttpUser):
             http = self.client.client.clientpool.get_client(url)
             http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
             s = self.ctx.settings
-            c = streams[url] = StreamClient(http, url, self.adapter, s.timeouts, headers=self.stream_headers(),
-                                            limits=s.limits)
+            c = streams[url] = StreamClient(
+                http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
+            )
         return c
 
     def run_session(self, session, start_turn: int = 0) -> bool:
         """One whole session (its turns in order, its subagents in parallel), from this user."""
         return self.ctx.runner.run(session, self._session_send, start_turn=start_turn, timed=False)
 
-    def _session_send(self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal,
-                      keep_text: bool) -> RequestRecord:
+    def _session_send(
+        self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal, keep_text: bool
+    ) -> RequestRecord:
         return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True if keep_text else None)
 
 
@@ -276,7 +289,9 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     failure = None
     if not rec.ok:
         text = normalise(rec.error)
-        failure = LLMFailure(f"{rec.outcome.value}: {rec.cause}: {text}" if rec.cause else f"{rec.outcome.value}: {text}")
+        failure = LLMFailure(
+            f"{rec.outcome.value}: {rec.cause}: {text}" if rec.cause else f"{rec.outcome.value}: {text}"
+        )
     env.events.request.fire(
         request_type="POST",
         name=name or rec.api,
@@ -341,8 +356,9 @@ class StreamingUser(LLMUser):
             self.run_session(session, start)
             return
         spec, source = ctx.workload.next_spec(ctx.request_model())
-        spec, source, graded = maybe_graded(ctx, ctx.settings, spec, source,
-                                             getattr(self.environment.runner, "worker_index", 0) or 0)
+        spec, source, graded = maybe_graded(
+            ctx, ctx.settings, spec, source, getattr(self.environment.runner, "worker_index", 0) or 0
+        )
         kind = None if graded else self.ctx.pick_kind()
         if kind is None:
             self.send(spec, source=source, collect_text=True if graded else None)
@@ -351,18 +367,20 @@ class StreamingUser(LLMUser):
         if self.ctx.settings.think_time:
             gevent.sleep(self.ctx.settings.think_time)
 
-
     def _send_kind(self, kind: str, spec: RequestSpec) -> None:
         """A request of another kind (--mix) made from the record's text: its prompt embedded,
         its first sentence as a rerank query over the rest cut in four, or scored against it."""
-        text = spec.prompt if spec.prompt is not None else " ".join(
-            m.get("content", "") for m in spec.messages or [] if isinstance(m.get("content"), str))
+        text = (
+            spec.prompt
+            if spec.prompt is not None
+            else " ".join(m.get("content", "") for m in spec.messages or [] if isinstance(m.get("content"), str))
+        )
         text = text or "empty"
         if kind == "embeddings":
             self.llm.embed([text], model=spec.model, name="embeddings")
             return
         cut = max(len(text) // 4, 1)
-        docs = [text[i:i + cut] for i in range(0, len(text), cut)][:4] or [text]
+        docs = [text[i : i + cut] for i in range(0, len(text), cut)][:4] or [text]
         if kind == "rerank":
             self.llm.rerank(text[:200], docs, model=spec.model, name="rerank")
         else:
@@ -377,5 +395,12 @@ def scenario_failed(user_instance, exception, tb=None, **_kw) -> None:
     if not isinstance(user, LLMUser):
         return
     user.environment.events.request.fire(
-        request_type="SCENARIO", name=f"scenario error: {type(user).__name__}", response_time=0.0,
-        response_length=0, response=None, context={}, exception=exception, url=None)
+        request_type="SCENARIO",
+        name=f"scenario error: {type(user).__name__}",
+        response_time=0.0,
+        response_length=0,
+        response=None,
+        context={},
+        exception=exception,
+        url=None,
+    )

@@ -64,7 +64,10 @@ def _validate(given: Given, *, defaults_where: str = "") -> Settings:
                 msg += f", got {got!r}"
             problems.append((_line(given.where.get(name, "")), f"{_where(name, given, opts, defaults_where)}: {msg}"))
     else:
-        problems += [(_line(given.where.get(n, "")), f"{_where(n, given, opts, defaults_where)}: {m}") for n, m in s.cross_problems()]
+        problems += [
+            (_line(given.where.get(n, "")), f"{_where(n, given, opts, defaults_where)}: {m}")
+            for n, m in s.cross_problems()
+        ]
     if problems:
         raise SettingsError([p for _, p in sorted(problems, key=lambda t: t[0])], given.source)
     return s
@@ -226,8 +229,9 @@ def plan_keys() -> dict[str, list[str]]:
 LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step", "search", "burst")
 
 
-def plan_values(data: Any, *, source: str = "", base_dir: str | Path | None = None,
-                lines: dict[tuple, int] | None = None) -> Given:
+def plan_values(
+    data: Any, *, source: str = "", base_dir: str | Path | None = None, lines: dict[tuple, int] | None = None
+) -> Given:
     """The fields a plan sets (a parsed YAML document, or an effective plan from a results file).
 
     Unknown keys, mappings where values belong and keys given twice are reported with their line;
@@ -329,8 +333,12 @@ def resolve(plan: Given | None = None, cli: Given | None = None) -> Settings:
         # one workload: a trace typed on the command line replaces the plan's synthetic one, and back
         for given, other in (("trace", ("synthetic",)), ("synthetic", ("trace", "trace_format"))):
             if given in cli.values and given not in plan.values:
-                plan = Given({k: v for k, v in plan.values.items() if k not in other},
-                             {k: v for k, v in plan.where.items() if k not in other}, plan.source, plan.problems)
+                plan = Given(
+                    {k: v for k, v in plan.values.items() if k not in other},
+                    {k: v for k, v in plan.where.items() if k not in other},
+                    plan.source,
+                    plan.problems,
+                )
     for g in (plan, cli):
         if g is not None:
             merged.values.update(g.values)

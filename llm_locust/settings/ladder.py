@@ -52,8 +52,13 @@ class Burst:
         return (self.rate, float(f"{self.rate * self.x:.6g}"), self.rate)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rate": _plain(self.rate), "x": _plain(self.x), "for": self.seconds, "before": self.before,
-                "after": self.after}
+        return {
+            "rate": _plain(self.rate),
+            "x": _plain(self.x),
+            "for": self.seconds,
+            "before": self.before,
+            "after": self.after,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,12 @@ class Stable:
         return (max(last) - min(last)) <= self.tolerance * mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window": self.window, "tolerance": self.tolerance, "max_extend": self.max_extend, "windows": self.windows}
+        return {
+            "window": self.window,
+            "tolerance": self.tolerance,
+            "max_extend": self.max_extend,
+            "windows": self.windows,
+        }
 
 
 @dataclass(frozen=True)
@@ -271,17 +281,29 @@ def parse_ladder(
     problems: list[str] = []
     m = _LADDER_RE.match(text or "")
     if not m:
-        raise PlanError([f"ladder {text!r}: expected KIND:LEVELS, e.g. concurrency:1..64, rate:1..10:+1, speed:0.5,1,2"])
+        raise PlanError(
+            [f"ladder {text!r}: expected KIND:LEVELS, e.g. concurrency:1..64, rate:1..10:+1, speed:0.5,1,2"]
+        )
     kind, spec = m["kind"].lower(), m["spec"]
     where = f"ladder {text.strip()!r}"
-    if kind in SEARCH_KINDS and spec.split(":", 1)[0].strip().lower() == "sla":  # KIND:sla:..., as Ladder.spec writes it
-        kind, spec = "sla", kind + spec[spec.index(":"):] if ":" in spec else kind
+    if (
+        kind in SEARCH_KINDS and spec.split(":", 1)[0].strip().lower() == "sla"
+    ):  # KIND:sla:..., as Ladder.spec writes it
+        kind, spec = "sla", kind + spec[spec.index(":") :] if ":" in spec else kind
     if kind == "rate" and spec.split(":", 1)[0].strip().lower() == "burst":  # rate:burst:..., as Ladder.spec writes it
         kind, spec = "burst", spec.split(":", 1)[1] if ":" in spec else ""
     if kind == "burst":
         burst = _parse_burst(spec, where)
-        ladder = Ladder(kind="rate", levels=burst.levels(), warmup=float(warmup), duration=float(duration),
-                        requests=int(requests), stable=stable, arrivals=arrivals, burst=burst)
+        ladder = Ladder(
+            kind="rate",
+            levels=burst.levels(),
+            warmup=float(warmup),
+            duration=float(duration),
+            requests=int(requests),
+            stable=stable,
+            arrivals=arrivals,
+            burst=burst,
+        )
         problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder)]
         if problems:
             raise PlanError(problems)
@@ -303,7 +325,9 @@ def parse_ladder(
             raise PlanError(problems)
         return ladder
     if kind not in LADDER_KINDS:
-        raise PlanError([f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"])
+        raise PlanError(
+            [f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"]
+        )
     levels: list[float] = []
     generated = ".." in spec
     if generated:
@@ -399,8 +423,13 @@ def _parse_burst(spec: str, where: str) -> Burst:
                 problems.append(f"{where}: {key} must be > 0 seconds, got {_fmt(vals[key])}")
     if problems:
         raise PlanError(problems)
-    return Burst(rate=vals["rate"], x=vals["x"], seconds=vals["for"], before=vals.get("before"),
-                 after=vals.get("after", DEFAULT_BURST_AFTER))
+    return Burst(
+        rate=vals["rate"],
+        x=vals["x"],
+        seconds=vals["for"],
+        before=vals.get("before"),
+        after=vals.get("after", DEFAULT_BURST_AFTER),
+    )
 
 
 def _parse_search(spec: str, where: str) -> Search:
@@ -409,9 +438,15 @@ def _parse_search(spec: str, where: str) -> Search:
     parts = [p.strip() for p in spec.split(":")]
     kind = parts[0].lower()
     if kind not in SEARCH_KINDS:
-        hint = " (a speed search is not supported: a trace's speed has no SLO-monotone meaning)" if kind == "speed" else ""
-        raise PlanError([f"{where}: expected sla:KIND[:LO..HI][:P%] with KIND one of {', '.join(SEARCH_KINDS)}, "
-                         f"got {kind!r}{hint}{_suggest(kind, SEARCH_KINDS)}"])
+        hint = (
+            " (a speed search is not supported: a trace's speed has no SLO-monotone meaning)" if kind == "speed" else ""
+        )
+        raise PlanError(
+            [
+                f"{where}: expected sla:KIND[:LO..HI][:P%] with KIND one of {', '.join(SEARCH_KINDS)}, "
+                f"got {kind!r}{hint}{_suggest(kind, SEARCH_KINDS)}"
+            ]
+        )
     lo, hi = DEFAULT_SEARCH_RANGE
     precision = DEFAULT_PRECISION
     seen_range = seen_precision = False
@@ -483,7 +518,9 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
     """(key path under ladder, what) for each inconsistency."""
     out: list[tuple[tuple[str, ...], str]] = []
     if ld.kind not in LADDER_KINDS:
-        out.append((("kind",), f"unknown kind {ld.kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(ld.kind, LADDER_KINDS)}"))
+        out.append(
+            (("kind",), f"unknown kind {ld.kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(ld.kind, LADDER_KINDS)}")
+        )
     if not ld.levels:
         out.append((("steps",), "no levels (empty list)"))
     if len(ld.levels) > MAX_LEVELS:
@@ -528,7 +565,9 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
                 )
             )
         if not 0 < st.tolerance < 1:
-            out.append((("stable", "tolerance"), f"must be a fraction between 0 and 1 (0.05 = 5%), got {_fmt(st.tolerance)}"))
+            out.append(
+                (("stable", "tolerance"), f"must be a fraction between 0 and 1 (0.05 = 5%), got {_fmt(st.tolerance)}")
+            )
         if st.max_extend < 0:
             out.append((("stable", "max_extend"), f"must be >= 0 seconds, got {_fmt(st.max_extend)}"))
         if st.windows < 2:

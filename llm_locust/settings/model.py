@@ -111,7 +111,9 @@ def parse_slos(value: Any) -> dict[str, float]:
         try:
             check_slo_names({name: 0.0})
         except ValueError:
-            raise ValueError(f"unknown SLO metric {name!r}{_suggest(name, _slo_examples())}; known: {slo_vocabulary()}") from None
+            raise ValueError(
+                f"unknown SLO metric {name!r}{_suggest(name, _slo_examples())}; known: {slo_vocabulary()}"
+            ) from None
         if name == "error_rate":
             if isinstance(limit, str) and limit.strip().endswith("%"):
                 limit = float(limit.strip()[:-1]) / 100
@@ -121,10 +123,14 @@ def parse_slos(value: Any) -> dict[str, float]:
                 raise ValueError(f"{name}: expected a fraction (0.01) or a percentage ('1%'), got {limit!r}")
             limit = float(limit)
         else:
-            bare = isinstance(limit, (int, float)) or (isinstance(limit, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", limit))
+            bare = isinstance(limit, (int, float)) or (
+                isinstance(limit, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", limit)
+            )
             limit = parse_seconds(limit)
             if bare and limit >= BARE_SLO_LIMIT:
-                raise ValueError(f"{name}={limit:g} would be {limit:g} seconds: write the unit ({limit:g}ms or {limit:g}s)")
+                raise ValueError(
+                    f"{name}={limit:g} would be {limit:g} seconds: write the unit ({limit:g}ms or {limit:g}s)"
+                )
         if not limit >= 0 or not math.isfinite(limit):
             raise ValueError(f"{name}: a limit must be a finite number >= 0, got {limit!r}")
         out[name] = limit
@@ -177,7 +183,9 @@ def _ladder_spec(v: Any) -> Any:
             return f"sla:{kind}:{v['search']}"
         if "burst" in v:  # a burst: rate:burst:rate=R,x=N,for=T,... (docs/load-shapes.md)
             if any(k in v for k in ("steps", "start", "stop", "factor", "step", "search")):
-                raise ValueError("a burst sets its own levels: give burst: rate=R,x=N,for=T without steps or start/stop")
+                raise ValueError(
+                    "a burst sets its own levels: give burst: rate=R,x=N,for=T without steps or start/stop"
+                )
             if kind != "rate":
                 raise ValueError(f"a burst is a rate ladder: kind: rate, got {kind!r}")
             return f"rate:burst:{v['burst']}"
@@ -233,8 +241,10 @@ def _check_host(v: str) -> str:
         raise ValueError(f"expected a URL like http://127.0.0.1:8000, got {v!r}")
     if "@" in v.partition("://")[2].partition("/")[0]:
         # refused, never echoed: user:key@ would be sent in the Host header and shown in every output
-        raise ValueError("credentials in the URL (user:password@) are refused: they would be shown in outputs; "
-                         "put the key in an environment variable and name it with --api-key-env")
+        raise ValueError(
+            "credentials in the URL (user:password@) are refused: they would be shown in outputs; "
+            "put the key in an environment variable and name it with --api-key-env"
+        )
     return v
 
 
@@ -330,7 +340,9 @@ def _mix(v: Any) -> Any:
     out = {}
     for name, share in v.items():
         if name not in MIX_KINDS:
-            raise ValueError(f"unknown request kind {name!r}{_suggest(str(name), MIX_KINDS)}; one of {', '.join(MIX_KINDS)}")
+            raise ValueError(
+                f"unknown request kind {name!r}{_suggest(str(name), MIX_KINDS)}; one of {', '.join(MIX_KINDS)}"
+            )
         try:
             f = float(share)
         except (TypeError, ValueError):
@@ -404,7 +416,7 @@ def parse_model_split(v: str) -> list[tuple[str, float]]:
         return [(v, 1.0)]
     out = []
     for part in filter(None, (p.strip() for p in v.split(","))):
-        name, w = (part.rsplit(":", 1) if _weighted(part) else (part, "1"))
+        name, w = part.rsplit(":", 1) if _weighted(part) else (part, "1")
         w = float(w)
         if not (w > 0 and math.isfinite(w)):
             raise ValueError(f"{part!r}: a model's weight must be > 0")
@@ -446,123 +458,764 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
 
     # ---- target ----
-    host: Annotated[Text, AfterValidator(_check_host), Opt("target", "server base URL; none: start the built-in simulator", plan="host", flag="--host", locust="host", web=True)] = ""
-    api: Annotated[Text, AfterValidator(_check_api), Opt("target", f"wire format of the server's streaming API: {', '.join(API_NAMES)} (vllm-grpc: vLLM's gRPC server, --host http://HOST:PORT)", plan="api")] = "openai-chat"
-    model: Annotated[Text, AfterValidator(_model_split), Opt("target", "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps its model; figures per model); default: the first one /v1/models lists", plan="model")] = ""
-    trace_models: Annotated[bool, Opt("target", "send each record (or session) with the model its trace names (a model column: our JSONL's model, BurstGPT's Model), else --model's", plan="trace_models")] = False
-    endpoints: Annotated[Text, BeforeValidator(_endpoints), Opt("target", "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, figures and /metrics per endpoint", plan="endpoints")] = ""
-    route: Annotated[Literal[ROUTES], Opt("target", "how requests spread over several endpoints: round-robin, random, least-in-flight, or affinity (a session's requests to one endpoint, by a hash of its id)", plan="route")] = "round-robin"
-    session_headers: Annotated[Text, BeforeValidator(_session_headers), Opt("target", "send each request's session id in these headers, for a router's session affinity (comma-separated; 'default': x-session-id, x-smg-routing-key, x-dynamo-session-id)", plan="session_headers")] = ""
-    api_key_env: Annotated[Text, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), Opt("target", "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)", plan="api_key_env")] = "OPENAI_API_KEY"
-    connect_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")] = 10.0
-    no_progress_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s")] = 60.0
-    request_timeout: Annotated[Seconds, Field(gt=0), Opt("target", "time for a whole request", plan="timeouts.request", unit="s")] = 600.0
-    max_head_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest reply header block accepted (bytes); past it the request is an http_error", plan="limits.head_bytes")] = MAX_HEAD_BYTES
-    max_event_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest single stream event or line accepted (bytes); past it the request is a stream_error", plan="limits.event_bytes")] = MAX_EVENT_BYTES
-    max_body_bytes: Annotated[int, Field(ge=1024), Opt("target", "largest reply body without events accepted (bytes: error bodies, /v1/models)", plan="limits.body_bytes")] = MAX_BODY_BYTES
-    preflight: Annotated[bool, Opt("target", "skip the check that the target answers the API before any load (exit 3 when it does not)", plan="checks.preflight", flag="--no-preflight", negate=True)] = True
-    fail_fast: Annotated[bool, Opt("target", "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after requests all failed one way, or as many connections failed in a row", plan="checks.fail_fast", flag="--no-fail-fast", negate=True)] = True
-    fail_fast_after: Annotated[int, Field(ge=1), Opt("target", "how many failed requests make a fail-fast stop", plan="checks.fail_fast_after")] = 20
+    host: Annotated[
+        Text,
+        AfterValidator(_check_host),
+        Opt(
+            "target",
+            "server base URL; none: start the built-in simulator",
+            plan="host",
+            flag="--host",
+            locust="host",
+            web=True,
+        ),
+    ] = ""
+    api: Annotated[
+        Text,
+        AfterValidator(_check_api),
+        Opt(
+            "target",
+            f"wire format of the server's streaming API: {', '.join(API_NAMES)} (vllm-grpc: vLLM's gRPC server, --host http://HOST:PORT)",
+            plan="api",
+        ),
+    ] = "openai-chat"
+    model: Annotated[
+        Text,
+        AfterValidator(_model_split),
+        Opt(
+            "target",
+            "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps its model; figures per model); default: the first one /v1/models lists",
+            plan="model",
+        ),
+    ] = ""
+    trace_models: Annotated[
+        bool,
+        Opt(
+            "target",
+            "send each record (or session) with the model its trace names (a model column: our JSONL's model, BurstGPT's Model), else --model's",
+            plan="trace_models",
+        ),
+    ] = False
+    endpoints: Annotated[
+        Text,
+        BeforeValidator(_endpoints),
+        Opt(
+            "target",
+            "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, figures and /metrics per endpoint",
+            plan="endpoints",
+        ),
+    ] = ""
+    route: Annotated[
+        Literal[ROUTES],
+        Opt(
+            "target",
+            "how requests spread over several endpoints: round-robin, random, least-in-flight, or affinity (a session's requests to one endpoint, by a hash of its id)",
+            plan="route",
+        ),
+    ] = "round-robin"
+    session_headers: Annotated[
+        Text,
+        BeforeValidator(_session_headers),
+        Opt(
+            "target",
+            "send each request's session id in these headers, for a router's session affinity (comma-separated; 'default': x-session-id, x-smg-routing-key, x-dynamo-session-id)",
+            plan="session_headers",
+        ),
+    ] = ""
+    api_key_env: Annotated[
+        Text,
+        Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
+        Opt(
+            "target",
+            "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)",
+            plan="api_key_env",
+        ),
+    ] = "OPENAI_API_KEY"
+    connect_timeout: Annotated[
+        Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")
+    ] = 10.0
+    no_progress_timeout: Annotated[
+        Seconds,
+        Field(gt=0),
+        Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s"),
+    ] = 60.0
+    request_timeout: Annotated[
+        Seconds, Field(gt=0), Opt("target", "time for a whole request", plan="timeouts.request", unit="s")
+    ] = 600.0
+    max_head_bytes: Annotated[
+        int,
+        Field(ge=1024),
+        Opt(
+            "target",
+            "largest reply header block accepted (bytes); past it the request is an http_error",
+            plan="limits.head_bytes",
+        ),
+    ] = MAX_HEAD_BYTES
+    max_event_bytes: Annotated[
+        int,
+        Field(ge=1024),
+        Opt(
+            "target",
+            "largest single stream event or line accepted (bytes); past it the request is a stream_error",
+            plan="limits.event_bytes",
+        ),
+    ] = MAX_EVENT_BYTES
+    max_body_bytes: Annotated[
+        int,
+        Field(ge=1024),
+        Opt(
+            "target",
+            "largest reply body without events accepted (bytes: error bodies, /v1/models)",
+            plan="limits.body_bytes",
+        ),
+    ] = MAX_BODY_BYTES
+    preflight: Annotated[
+        bool,
+        Opt(
+            "target",
+            "skip the check that the target answers the API before any load (exit 3 when it does not)",
+            plan="checks.preflight",
+            flag="--no-preflight",
+            negate=True,
+        ),
+    ] = True
+    fail_fast: Annotated[
+        bool,
+        Opt(
+            "target",
+            "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after requests all failed one way, or as many connections failed in a row",
+            plan="checks.fail_fast",
+            flag="--no-fail-fast",
+            negate=True,
+        ),
+    ] = True
+    fail_fast_after: Annotated[
+        int, Field(ge=1), Opt("target", "how many failed requests make a fail-fast stop", plan="checks.fail_fast_after")
+    ] = 20
 
     # ---- workload ----
-    trace: Annotated[Text, AfterValidator(_input_file), Opt("workload", "workload trace file (docs/traces.md); default: the bundled sample", plan="workload.trace", path="in")] = ""
-    trace_format: Annotated[Text, AfterValidator(_check_format), Opt("workload", "force the trace format instead of detecting it", plan="workload.format")] = ""
-    synthetic: Annotated[Text, BeforeValidator(_synthetic), Opt("workload", "synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results as a trace)", plan="workload.synthetic")] = ""
-    tokenizer: Annotated[Text, AfterValidator(_input_file), Opt("workload", "tokenizer.json or HF folder: prompts of exact token length", plan="workload.tokenizer", path="in")] = ""
-    think_time: Annotated[Seconds, Field(ge=0), Opt("workload", "time between a reply and the next request of a user or conversation", plan="workload.think_time", unit="s")] = 0.0
-    max_in_flight: Annotated[int, Field(ge=0), Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight")] = 0
-    max_idle: Annotated[Seconds, Field(ge=0), Opt("workload", "sessions: cap on a trace's tool and think gaps between a reply and the next turn (0: no cap)", plan="workload.sessions.max_idle", unit="s")] = 60.0
-    mid_start: Annotated[bool, Opt("workload", "sessions: start the first sessions at a random turn, their earlier turns sent as history, so a run does not begin with every cache cold", plan="workload.sessions.mid_start")] = False
-    cache_bust: Annotated[bool, Opt("workload", "sessions: do not mark each session's first turn with a marker unique to the run (without it a server may still hold an earlier run's prefixes)", plan="workload.sessions.cache_bust", flag="--no-cache-bust", negate=True)] = True
-    max_tokens: Annotated[int, Field(ge=0), Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens")] = 0
-    max_tokens_cap: Annotated[int, Field(ge=0), Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap")] = 0
-    force_length: Annotated[bool, Opt("workload", "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)", plan="force_length", flag="--no-force-length", negate=True)] = True
-    continuous_usage: Annotated[bool, Opt("workload", "ask vLLM for usage on every chunk", plan="continuous_usage")] = False
+    trace: Annotated[
+        Text,
+        AfterValidator(_input_file),
+        Opt(
+            "workload",
+            "workload trace file (docs/traces.md); default: the bundled sample",
+            plan="workload.trace",
+            path="in",
+        ),
+    ] = ""
+    trace_format: Annotated[
+        Text,
+        AfterValidator(_check_format),
+        Opt("workload", "force the trace format instead of detecting it", plan="workload.format"),
+    ] = ""
+    synthetic: Annotated[
+        Text,
+        BeforeValidator(_synthetic),
+        Opt(
+            "workload",
+            "synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results as a trace)",
+            plan="workload.synthetic",
+        ),
+    ] = ""
+    tokenizer: Annotated[
+        Text,
+        AfterValidator(_input_file),
+        Opt(
+            "workload",
+            "tokenizer.json or HF folder: prompts of exact token length",
+            plan="workload.tokenizer",
+            path="in",
+        ),
+    ] = ""
+    think_time: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "workload",
+            "time between a reply and the next request of a user or conversation",
+            plan="workload.think_time",
+            unit="s",
+        ),
+    ] = 0.0
+    max_in_flight: Annotated[
+        int,
+        Field(ge=0),
+        Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight"),
+    ] = 0
+    max_idle: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "workload",
+            "sessions: cap on a trace's tool and think gaps between a reply and the next turn (0: no cap)",
+            plan="workload.sessions.max_idle",
+            unit="s",
+        ),
+    ] = 60.0
+    mid_start: Annotated[
+        bool,
+        Opt(
+            "workload",
+            "sessions: start the first sessions at a random turn, their earlier turns sent as history, so a run does not begin with every cache cold",
+            plan="workload.sessions.mid_start",
+        ),
+    ] = False
+    cache_bust: Annotated[
+        bool,
+        Opt(
+            "workload",
+            "sessions: do not mark each session's first turn with a marker unique to the run (without it a server may still hold an earlier run's prefixes)",
+            plan="workload.sessions.cache_bust",
+            flag="--no-cache-bust",
+            negate=True,
+        ),
+    ] = True
+    max_tokens: Annotated[
+        int, Field(ge=0), Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens")
+    ] = 0
+    max_tokens_cap: Annotated[
+        int, Field(ge=0), Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap")
+    ] = 0
+    force_length: Annotated[
+        bool,
+        Opt(
+            "workload",
+            "do not ask the server to emit exactly max_tokens (ignore_eos / min_tokens)",
+            plan="force_length",
+            flag="--no-force-length",
+            negate=True,
+        ),
+    ] = True
+    continuous_usage: Annotated[bool, Opt("workload", "ask vLLM for usage on every chunk", plan="continuous_usage")] = (
+        False
+    )
     seed: Annotated[int, Opt("workload", "seed for prompt synthesis", plan="seed")] = 0
-    images: Annotated[int, Field(ge=0, le=64), Opt("workload", "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 NumImages)", plan="workload.images.count")] = 0
-    image_size: Annotated[Text, AfterValidator(_image_size), Opt("workload", "size of synthetic images, WIDTHxHEIGHT", plan="workload.images.size")] = "512x512"
-    image_format: Annotated[Literal["png", "jpeg"], Opt("workload", "encoding of synthetic images: png or jpeg", plan="workload.images.format")] = "png"
-    audio: Annotated[int, Field(ge=0, le=16), Opt("workload", "chat: add this many synthetic audio clips (seeded 16 kHz WAV, input_audio parts) to every request", plan="workload.audio.count")] = 0
-    audio_seconds: Annotated[Seconds, Field(gt=0, le=600), Opt("workload", "length of each synthetic audio clip", plan="workload.audio.seconds", unit="s")] = 2.0
-    tools: Annotated[int, Field(ge=0, le=128), Opt("workload", "chat: add this many generated tool definitions (JSON-schema functions, seeded) to every request", plan="workload.tools.count")] = 0
-    tool_choice: Annotated[Literal["auto", "required"], Opt("workload", "with --tools: the tool_choice asked for, auto or required", plan="workload.tools.choice")] = "auto"
-    response_format: Annotated[Text, AfterValidator(_json_schema_file), Opt("workload", "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate", plan="workload.response_format", path="in")] = ""
-    mix: Annotated[dict[str, float], BeforeValidator(_mix), Opt("workload", "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total", plan="workload.mix")] = {}
-    graded: Annotated[Text, AfterValidator(_graded_set), Opt("workload", "accuracy under load: a graded prompt set (JSONL: prompt or messages, expected, grader exact|regex|number|choice) or 'builtin'; a share of the requests (--graded-share) are its items, graded per step (docs/verdicts.md)", plan="workload.graded.set")] = ""
-    graded_share: Annotated[Fraction, Opt("workload", "with --graded: the share of requests that are graded items (seeded draw)", plan="workload.graded.share")] = 0.1
-    graded_max_tokens: Annotated[int, Field(ge=1), Opt("workload", "with --graded: max_tokens of a graded item without its own", plan="workload.graded.max_tokens")] = 32
+    images: Annotated[
+        int,
+        Field(ge=0, le=64),
+        Opt(
+            "workload",
+            "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 NumImages)",
+            plan="workload.images.count",
+        ),
+    ] = 0
+    image_size: Annotated[
+        Text,
+        AfterValidator(_image_size),
+        Opt("workload", "size of synthetic images, WIDTHxHEIGHT", plan="workload.images.size"),
+    ] = "512x512"
+    image_format: Annotated[
+        Literal["png", "jpeg"],
+        Opt("workload", "encoding of synthetic images: png or jpeg", plan="workload.images.format"),
+    ] = "png"
+    audio: Annotated[
+        int,
+        Field(ge=0, le=16),
+        Opt(
+            "workload",
+            "chat: add this many synthetic audio clips (seeded 16 kHz WAV, input_audio parts) to every request",
+            plan="workload.audio.count",
+        ),
+    ] = 0
+    audio_seconds: Annotated[
+        Seconds,
+        Field(gt=0, le=600),
+        Opt("workload", "length of each synthetic audio clip", plan="workload.audio.seconds", unit="s"),
+    ] = 2.0
+    tools: Annotated[
+        int,
+        Field(ge=0, le=128),
+        Opt(
+            "workload",
+            "chat: add this many generated tool definitions (JSON-schema functions, seeded) to every request",
+            plan="workload.tools.count",
+        ),
+    ] = 0
+    tool_choice: Annotated[
+        Literal["auto", "required"],
+        Opt("workload", "with --tools: the tool_choice asked for, auto or required", plan="workload.tools.choice"),
+    ] = "auto"
+    response_format: Annotated[
+        Text,
+        AfterValidator(_json_schema_file),
+        Opt(
+            "workload",
+            "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate",
+            plan="workload.response_format",
+            path="in",
+        ),
+    ] = ""
+    mix: Annotated[
+        dict[str, float],
+        BeforeValidator(_mix),
+        Opt(
+            "workload",
+            "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total",
+            plan="workload.mix",
+        ),
+    ] = {}
+    graded: Annotated[
+        Text,
+        AfterValidator(_graded_set),
+        Opt(
+            "workload",
+            "accuracy under load: a graded prompt set (JSONL: prompt or messages, expected, grader exact|regex|number|choice) or 'builtin'; a share of the requests (--graded-share) are its items, graded per step (docs/verdicts.md)",
+            plan="workload.graded.set",
+        ),
+    ] = ""
+    graded_share: Annotated[
+        Fraction,
+        Opt(
+            "workload",
+            "with --graded: the share of requests that are graded items (seeded draw)",
+            plan="workload.graded.share",
+        ),
+    ] = 0.1
+    graded_max_tokens: Annotated[
+        int,
+        Field(ge=1),
+        Opt(
+            "workload", "with --graded: max_tokens of a graded item without its own", plan="workload.graded.max_tokens"
+        ),
+    ] = 32
 
     # ---- load shape ----
-    users: Annotated[int | None, Field(ge=1), Opt("load", "closed loop: concurrent users (default 8 under llm-locust run)", plan="load.users", short="-u", locust="num_users", web=True)] = None
-    spawn_rate: Annotated[Number | None, Field(gt=0), Opt("load", "closed loop: users started per second (default: all at once)", plan="load.spawn_rate", short="-r", locust="spawn_rate", web=True)] = None
-    run_time: Annotated[Text | None, BeforeValidator(_run_time_text), AfterValidator(_check_run_time), Opt("load", "stop after this long, e.g. 30s, 5m (closed loop default 15s; replays and ladders end by themselves)", plan="load.run_time", short="-t", locust="run_time", web=True)] = None
-    replay: Annotated[bool, Opt("load", "open loop: send each trace record at its timestamp, whatever the replies do", plan="replay.enabled")] = False
-    speed: Annotated[Number, Field(gt=0), Opt("load", "replay: trace time runs this many times faster", plan="replay.speed")] = 1.0
-    start_offset: Annotated[Seconds, Field(ge=0), Opt("load", "replay: skip this much trace time", plan="replay.start_offset", unit="s")] = 0.0
-    duration: Annotated[Seconds, Field(ge=0), Opt("load", "replay: trace time to replay (0: to the end)", plan="replay.duration", unit="s")] = 0.0
+    users: Annotated[
+        int | None,
+        Field(ge=1),
+        Opt(
+            "load",
+            "closed loop: concurrent users (default 8 under llm-locust run)",
+            plan="load.users",
+            short="-u",
+            locust="num_users",
+            web=True,
+        ),
+    ] = None
+    spawn_rate: Annotated[
+        Number | None,
+        Field(gt=0),
+        Opt(
+            "load",
+            "closed loop: users started per second (default: all at once)",
+            plan="load.spawn_rate",
+            short="-r",
+            locust="spawn_rate",
+            web=True,
+        ),
+    ] = None
+    run_time: Annotated[
+        Text | None,
+        BeforeValidator(_run_time_text),
+        AfterValidator(_check_run_time),
+        Opt(
+            "load",
+            "stop after this long, e.g. 30s, 5m (closed loop default 15s; replays and ladders end by themselves)",
+            plan="load.run_time",
+            short="-t",
+            locust="run_time",
+            web=True,
+        ),
+    ] = None
+    replay: Annotated[
+        bool,
+        Opt(
+            "load", "open loop: send each trace record at its timestamp, whatever the replies do", plan="replay.enabled"
+        ),
+    ] = False
+    speed: Annotated[
+        Number, Field(gt=0), Opt("load", "replay: trace time runs this many times faster", plan="replay.speed")
+    ] = 1.0
+    start_offset: Annotated[
+        Seconds, Field(ge=0), Opt("load", "replay: skip this much trace time", plan="replay.start_offset", unit="s")
+    ] = 0.0
+    duration: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt("load", "replay: trace time to replay (0: to the end)", plan="replay.duration", unit="s"),
+    ] = 0.0
     loops: Annotated[int, Field(ge=1), Opt("load", "replay: passes over the trace window", plan="replay.loops")] = 1
-    ladder: Annotated[Text, BeforeValidator(_ladder_spec), AfterValidator(_check_ladder), Opt("load", "stepped load, e.g. concurrency:1..64, rate:1..16:+1, speed:0.5,1,2 (docs/load-shapes.md)", plan="ladder")] = ""
-    warmup: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: discarded at the start of each step", plan="ladder.warmup", unit="s")] = DEFAULT_WARMUP
-    step_duration: Annotated[Seconds, Field(gt=0), Opt("load", "ladder: length of a step, warm-up included", plan="ladder.duration", unit="s")] = DEFAULT_DURATION
-    step_requests: Annotated[int, Field(ge=0), Opt("load", "ladder: end a step's measurement after this many requests (0: on time only)", plan="ladder.requests")] = 0
-    stable_window: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: extend a step until throughput over windows of this length is stable (0: off)", plan="ladder.stable.window", unit="s")] = 0.0
-    stable_tolerance: Annotated[float, Field(gt=0, lt=1), Opt("load", "ladder: stability tolerance, a fraction of the mean", plan="ladder.stable.tolerance")] = 0.05
-    stable_max_extend: Annotated[Seconds, Field(ge=0), Opt("load", "ladder: at most this much extension per step", plan="ladder.stable.max_extend", unit="s")] = 0.0
-    stable_windows: Annotated[int, Field(ge=2), Opt("load", "ladder: how many windows must agree", plan="ladder.stable.windows")] = 3
-    arrivals: Annotated[Literal[ARRIVALS], Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")] = "poisson"
-    early_stop: Annotated[bool, Opt("load", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True)] = True
-    max_error_rate: Annotated[Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")] = 0.05
-    flat_steps: Annotated[int, Field(ge=0), Opt("load", "ladder: stop after this many steps without throughput growth (0: never)", plan="early_stop.flat_steps")] = 2
-    flat_tolerance: Annotated[Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")] = 0.05
-    overlong_share: Annotated[Fraction, Opt("workload", "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context (0: off)", plan="stability.overlong.share")] = 0.0
-    overlong_tokens: Annotated[int, Field(ge=0), Opt("workload", "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or llama.cpp /props n_ctx, plus 10%)", plan="stability.overlong.tokens")] = 0
-    overlong_baseline: Annotated[Text, Opt("workload", "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within --overlong-tolerance of its", plan="stability.overlong.baseline", path="in")] = ""
-    overlong_tolerance: Annotated[float, Field(ge=0), Opt("workload", "overlong mix: how far the others' p50 may rise over the baseline's, a fraction (0.1 = 10%)", plan="stability.overlong.tolerance")] = 0.10
-    kv_pressure: Annotated[bool, Opt("load", "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL before vs at it", plan="stability.kv_pressure.enabled")] = False
-    kv_min_load: Annotated[float, Field(ge=0), Opt("load", "KV-pressure verdict: pass when preemption starts at this load or above (0: pass only without preemption)", plan="stability.kv_pressure.min_load")] = 0.0
-    burst_recovery: Annotated[Seconds, Field(ge=0), Opt("load", "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)", plan="stability.burst_recovery", unit="s")] = 0.0
-    soak_window: Annotated[Seconds, Field(ge=0), Opt("load", "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)", plan="stability.soak.window", unit="s")] = 0.0
-    soak_max_drift: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)", plan="stability.soak.max_drift")] = 0.10
-    soak_max_error_rate: Annotated[Fraction, Opt("load", "soak verdict: a window above this error rate is an error burst", plan="stability.soak.max_error_rate")] = 0.05
-    soak_max_memory_growth: Annotated[float, Field(ge=0), Opt("load", "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: reported, not judged)", plan="stability.soak.max_memory_growth")] = 0.0
-    stop_on_slo: Annotated[bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")] = False
-    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers), Opt("load", "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one", plan="workers", run_only=True)] = "auto"
-    locustfile: Annotated[Text, Opt("load", "locustfile; default: by mode (closed loop, --replay, --ladder)", plan="locustfile", short="-f", path="in", run_only=True)] = ""
-    web: Annotated[bool, Opt("load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True)] = False
-    repeat: Annotated[int, Field(ge=1), Opt("load", "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean and 95% t-interval in the combined results (docs/verdicts.md)", plan="repeat.count", run_only=True)] = 1
-    reset_hook: Annotated[Text, Opt("load", "a shell command run before each repetition (e.g. restart the server); a non-zero exit stops the series", plan="repeat.reset_hook", run_only=True)] = ""
-    baseline: Annotated[Text, Opt("load", "with --repeat N >= 2: compare the combined results with this baseline results file (compare's regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance", plan="repeat.baseline", path="in", run_only=True)] = ""
-    tolerance: Annotated[Text, Opt("load", "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening fails)", plan="repeat.tolerance", run_only=True)] = "5%"
-    junit: Annotated[Text, Opt("load", "with --baseline: write the regression gate's cases as JUnit XML here", plan="repeat.junit", path="out", run_only=True)] = ""
+    ladder: Annotated[
+        Text,
+        BeforeValidator(_ladder_spec),
+        AfterValidator(_check_ladder),
+        Opt(
+            "load",
+            "stepped load, e.g. concurrency:1..64, rate:1..16:+1, speed:0.5,1,2 (docs/load-shapes.md)",
+            plan="ladder",
+        ),
+    ] = ""
+    warmup: Annotated[
+        Seconds, Field(ge=0), Opt("load", "ladder: discarded at the start of each step", plan="ladder.warmup", unit="s")
+    ] = DEFAULT_WARMUP
+    step_duration: Annotated[
+        Seconds,
+        Field(gt=0),
+        Opt("load", "ladder: length of a step, warm-up included", plan="ladder.duration", unit="s"),
+    ] = DEFAULT_DURATION
+    step_requests: Annotated[
+        int,
+        Field(ge=0),
+        Opt(
+            "load",
+            "ladder: end a step's measurement after this many requests (0: on time only)",
+            plan="ladder.requests",
+        ),
+    ] = 0
+    stable_window: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "load",
+            "ladder: extend a step until throughput over windows of this length is stable (0: off)",
+            plan="ladder.stable.window",
+            unit="s",
+        ),
+    ] = 0.0
+    stable_tolerance: Annotated[
+        float,
+        Field(gt=0, lt=1),
+        Opt("load", "ladder: stability tolerance, a fraction of the mean", plan="ladder.stable.tolerance"),
+    ] = 0.05
+    stable_max_extend: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt("load", "ladder: at most this much extension per step", plan="ladder.stable.max_extend", unit="s"),
+    ] = 0.0
+    stable_windows: Annotated[
+        int, Field(ge=2), Opt("load", "ladder: how many windows must agree", plan="ladder.stable.windows")
+    ] = 3
+    arrivals: Annotated[
+        Literal[ARRIVALS], Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
+    ] = "poisson"
+    early_stop: Annotated[
+        bool,
+        Opt("load", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True),
+    ] = True
+    max_error_rate: Annotated[
+        Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")
+    ] = 0.05
+    flat_steps: Annotated[
+        int,
+        Field(ge=0),
+        Opt(
+            "load",
+            "ladder: stop after this many steps without throughput growth (0: never)",
+            plan="early_stop.flat_steps",
+        ),
+    ] = 2
+    flat_tolerance: Annotated[
+        Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")
+    ] = 0.05
+    overlong_share: Annotated[
+        Fraction,
+        Opt(
+            "workload",
+            "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context (0: off)",
+            plan="stability.overlong.share",
+        ),
+    ] = 0.0
+    overlong_tokens: Annotated[
+        int,
+        Field(ge=0),
+        Opt(
+            "workload",
+            "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or llama.cpp /props n_ctx, plus 10%)",
+            plan="stability.overlong.tokens",
+        ),
+    ] = 0
+    overlong_baseline: Annotated[
+        Text,
+        Opt(
+            "workload",
+            "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within --overlong-tolerance of its",
+            plan="stability.overlong.baseline",
+            path="in",
+        ),
+    ] = ""
+    overlong_tolerance: Annotated[
+        float,
+        Field(ge=0),
+        Opt(
+            "workload",
+            "overlong mix: how far the others' p50 may rise over the baseline's, a fraction (0.1 = 10%)",
+            plan="stability.overlong.tolerance",
+        ),
+    ] = 0.10
+    kv_pressure: Annotated[
+        bool,
+        Opt(
+            "load",
+            "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL before vs at it",
+            plan="stability.kv_pressure.enabled",
+        ),
+    ] = False
+    kv_min_load: Annotated[
+        float,
+        Field(ge=0),
+        Opt(
+            "load",
+            "KV-pressure verdict: pass when preemption starts at this load or above (0: pass only without preemption)",
+            plan="stability.kv_pressure.min_load",
+        ),
+    ] = 0.0
+    burst_recovery: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "load",
+            "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)",
+            plan="stability.burst_recovery",
+            unit="s",
+        ),
+    ] = 0.0
+    soak_window: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "load",
+            "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)",
+            plan="stability.soak.window",
+            unit="s",
+        ),
+    ] = 0.0
+    soak_max_drift: Annotated[
+        float,
+        Field(ge=0),
+        Opt(
+            "load",
+            "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)",
+            plan="stability.soak.max_drift",
+        ),
+    ] = 0.10
+    soak_max_error_rate: Annotated[
+        Fraction,
+        Opt(
+            "load",
+            "soak verdict: a window above this error rate is an error burst",
+            plan="stability.soak.max_error_rate",
+        ),
+    ] = 0.05
+    soak_max_memory_growth: Annotated[
+        float,
+        Field(ge=0),
+        Opt(
+            "load",
+            "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: reported, not judged)",
+            plan="stability.soak.max_memory_growth",
+        ),
+    ] = 0.0
+    stop_on_slo: Annotated[
+        bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")
+    ] = False
+    workers: Annotated[
+        int | Literal["auto"],
+        BeforeValidator(_workers),
+        Opt(
+            "load",
+            "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one",
+            plan="workers",
+            run_only=True,
+        ),
+    ] = "auto"
+    locustfile: Annotated[
+        Text,
+        Opt(
+            "load",
+            "locustfile; default: by mode (closed loop, --replay, --ladder)",
+            plan="locustfile",
+            short="-f",
+            path="in",
+            run_only=True,
+        ),
+    ] = ""
+    web: Annotated[
+        bool,
+        Opt(
+            "load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True
+        ),
+    ] = False
+    repeat: Annotated[
+        int,
+        Field(ge=1),
+        Opt(
+            "load",
+            "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean and 95% t-interval in the combined results (docs/verdicts.md)",
+            plan="repeat.count",
+            run_only=True,
+        ),
+    ] = 1
+    reset_hook: Annotated[
+        Text,
+        Opt(
+            "load",
+            "a shell command run before each repetition (e.g. restart the server); a non-zero exit stops the series",
+            plan="repeat.reset_hook",
+            run_only=True,
+        ),
+    ] = ""
+    baseline: Annotated[
+        Text,
+        Opt(
+            "load",
+            "with --repeat N >= 2: compare the combined results with this baseline results file (compare's regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
+            plan="repeat.baseline",
+            path="in",
+            run_only=True,
+        ),
+    ] = ""
+    tolerance: Annotated[
+        Text,
+        Opt(
+            "load",
+            "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening fails)",
+            plan="repeat.tolerance",
+            run_only=True,
+        ),
+    ] = "5%"
+    junit: Annotated[
+        Text,
+        Opt(
+            "load",
+            "with --baseline: write the regression gate's cases as JUnit XML here",
+            plan="repeat.junit",
+            path="out",
+            run_only=True,
+        ),
+    ] = ""
 
     # ---- SLOs ----
-    slo: Annotated[dict[str, float], BeforeValidator(parse_slos), Opt("slo", "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number is seconds and must be below 10 (docs/load-shapes.md)", plan="slos")] = {}
+    slo: Annotated[
+        dict[str, float],
+        BeforeValidator(parse_slos),
+        Opt(
+            "slo",
+            "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number is seconds and must be below 10 (docs/load-shapes.md)",
+            plan="slos",
+        ),
+    ] = {}
 
     # ---- outputs ----
     name: Annotated[Text, Opt("outputs", "the run's name, shown in the results and the report", plan="name")] = ""
-    description: Annotated[Text, Opt("outputs", "a line on what the run is for, shown in the report", plan="description")] = ""
+    description: Annotated[
+        Text, Opt("outputs", "a line on what the run is for, shown in the report", plan="description")
+    ] = ""
     results: Annotated[Text, Opt("outputs", "write the results JSON to this path", plan="results", path="out")] = ""
-    report: Annotated[Text, Opt("outputs", "write the HTML report of the run to this path", plan="report", path="out")] = ""
-    record_log: Annotated[Text, Opt("outputs", "append one JSON line per finished request to this file (workers add .workerN)", plan="record_log", path="out")] = ""
+    report: Annotated[
+        Text, Opt("outputs", "write the HTML report of the run to this path", plan="report", path="out")
+    ] = ""
+    record_log: Annotated[
+        Text,
+        Opt(
+            "outputs",
+            "append one JSON line per finished request to this file (workers add .workerN)",
+            plan="record_log",
+            path="out",
+        ),
+    ] = ""
 
     # ---- observability ----
-    server_metrics: Annotated[Text, Opt("observe", "the inference server's Prometheus URL (default: HOST/metrics; 'off': none)", plan="observe.server_metrics")] = ""
-    gpu_metrics: Annotated[Text, Opt("observe", "the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step", plan="observe.gpu_metrics")] = ""
-    metrics_interval: Annotated[Seconds, Field(gt=0), Opt("observe", "mean time between reads of the server and GPU metrics (each read moved by up to a quarter of it)", plan="observe.interval", unit="s")] = 2.0
-    prometheus_port: Annotated[int, Field(ge=0, le=65535), Opt("observe", "serve the run's Prometheus metrics on this port (master / local; 0: off)", plan="observe.prometheus_port")] = 0
-    prometheus_host: Annotated[Text, Opt("observe", "address for --prometheus-port", plan="observe.prometheus_host")] = "127.0.0.1"
+    server_metrics: Annotated[
+        Text,
+        Opt(
+            "observe",
+            "the inference server's Prometheus URL (default: HOST/metrics; 'off': none)",
+            plan="observe.server_metrics",
+        ),
+    ] = ""
+    gpu_metrics: Annotated[
+        Text,
+        Opt(
+            "observe",
+            "the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step",
+            plan="observe.gpu_metrics",
+        ),
+    ] = ""
+    metrics_interval: Annotated[
+        Seconds,
+        Field(gt=0),
+        Opt(
+            "observe",
+            "mean time between reads of the server and GPU metrics (each read moved by up to a quarter of it)",
+            plan="observe.interval",
+            unit="s",
+        ),
+    ] = 2.0
+    prometheus_port: Annotated[
+        int,
+        Field(ge=0, le=65535),
+        Opt(
+            "observe",
+            "serve the run's Prometheus metrics on this port (master / local; 0: off)",
+            plan="observe.prometheus_port",
+        ),
+    ] = 0
+    prometheus_host: Annotated[
+        Text, Opt("observe", "address for --prometheus-port", plan="observe.prometheus_host")
+    ] = "127.0.0.1"
 
     # ---- efficiency and cost ----
-    gpus: Annotated[int | None, Field(ge=1), Opt("observe", "GPUs serving the model: output tokens/s per GPU and the Pareto frontier per step", plan="cost.gpus")] = None
-    prefill_gpus: Annotated[int | None, Field(ge=1), Opt("observe", "disaggregated serving: GPUs doing prefill (input tokens/s are divided by these)", plan="cost.prefill_gpus")] = None
-    decode_gpus: Annotated[int | None, Field(ge=1), Opt("observe", "disaggregated serving: GPUs doing decode (output tokens/s are divided by these)", plan="cost.decode_gpus")] = None
-    gpu_hour_price: Annotated[Number | None, Field(ge=0), Opt("observe", "price of one GPU-hour: $ per million output (and total) tokens per step and at the knee", plan="cost.gpu_hour_price")] = None
-    gpu_prices: Annotated[dict[str, float], BeforeValidator(_prices), Opt("observe", "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before --gpu-hour-price)", plan="cost.gpu_prices")] = {}
+    gpus: Annotated[
+        int | None,
+        Field(ge=1),
+        Opt(
+            "observe",
+            "GPUs serving the model: output tokens/s per GPU and the Pareto frontier per step",
+            plan="cost.gpus",
+        ),
+    ] = None
+    prefill_gpus: Annotated[
+        int | None,
+        Field(ge=1),
+        Opt(
+            "observe",
+            "disaggregated serving: GPUs doing prefill (input tokens/s are divided by these)",
+            plan="cost.prefill_gpus",
+        ),
+    ] = None
+    decode_gpus: Annotated[
+        int | None,
+        Field(ge=1),
+        Opt(
+            "observe",
+            "disaggregated serving: GPUs doing decode (output tokens/s are divided by these)",
+            plan="cost.decode_gpus",
+        ),
+    ] = None
+    gpu_hour_price: Annotated[
+        Number | None,
+        Field(ge=0),
+        Opt(
+            "observe",
+            "price of one GPU-hour: $ per million output (and total) tokens per step and at the knee",
+            plan="cost.gpu_hour_price",
+        ),
+    ] = None
+    gpu_prices: Annotated[
+        dict[str, float],
+        BeforeValidator(_prices),
+        Opt(
+            "observe",
+            "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before --gpu-hour-price)",
+            plan="cost.gpu_prices",
+        ),
+    ] = {}
 
     # ---- simulator ----
     sim_slots: Annotated[int, Field(ge=1), Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True)] = 8
-    sim_fast: Annotated[bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)] = False
-    sim_graded_accuracy: Annotated[Fraction, Opt("sim", "with --graded: the simulator answers a graded item right with this probability (seeded), else wrong", plan="sim.graded_accuracy", run_only=True)] = 1.0
+    sim_fast: Annotated[
+        bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)
+    ] = False
+    sim_graded_accuracy: Annotated[
+        Fraction,
+        Opt(
+            "sim",
+            "with --graded: the simulator answers a graded item right with this probability (seeded), else wrong",
+            plan="sim.graded_accuracy",
+            run_only=True,
+        ),
+    ] = 1.0
 
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
@@ -574,8 +1227,13 @@ class Settings(BaseModel):
         if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
             problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
         if self.baseline and self.repeat < 2:
-            problems.append(("baseline", f"a regression check against a baseline needs intervals: give --repeat N with N >= 2 "
-                                         f"(repeat.count), not {self.repeat}"))
+            problems.append(
+                (
+                    "baseline",
+                    f"a regression check against a baseline needs intervals: give --repeat N with N >= 2 "
+                    f"(repeat.count), not {self.repeat}",
+                )
+            )
         if (self.junit or self.tolerance != "5%") and not self.baseline:
             problems.append(("junit" if self.junit else "tolerance", "only used with --baseline (repeat.baseline)"))
         if self.tolerance != "5%":
@@ -587,18 +1245,43 @@ class Settings(BaseModel):
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
             if self.warmup >= self.step_duration:
-                problems.append(("warmup", f"{self.warmup:g} s is not shorter than the step duration "
-                                           f"({self.step_duration:g} s, warm-up included): nothing would be measured"))
+                problems.append(
+                    (
+                        "warmup",
+                        f"{self.warmup:g} s is not shorter than the step duration "
+                        f"({self.step_duration:g} s, warm-up included): nothing would be measured",
+                    )
+                )
             elif self.stable_window and self.stable_window > window:
-                problems.append(("stable_window", f"{self.stable_window:g} s is longer than the measurement window "
-                                                  f"(duration - warmup = {window:g} s)"))
+                problems.append(
+                    (
+                        "stable_window",
+                        f"{self.stable_window:g} s is longer than the measurement window "
+                        f"(duration - warmup = {window:g} s)",
+                    )
+                )
             if ld.burst is not None and ld.burst.before is not None and self.warmup >= ld.burst.before:
-                problems.append(("warmup", f"{self.warmup:g} s is not shorter than the burst's base step (before="
-                                           f"{ld.burst.before:g}s, warm-up included): no baseline would be measured"))
+                problems.append(
+                    (
+                        "warmup",
+                        f"{self.warmup:g} s is not shorter than the burst's base step (before="
+                        f"{ld.burst.before:g}s, warm-up included): no baseline would be measured",
+                    )
+                )
             if self.users is not None or self.spawn_rate is not None:
-                problems.append(("users", "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)"))
+                problems.append(
+                    (
+                        "users",
+                        "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)",
+                    )
+                )
             if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):
-                problems.append(("ladder", "a speed ladder replays arrival times: the synthetic workload needs rate > 0 (or use a trace)"))
+                problems.append(
+                    (
+                        "ladder",
+                        "a speed ladder replays arrival times: the synthetic workload needs rate > 0 (or use a trace)",
+                    )
+                )
         return problems
 
     # ---- views the runtime reads ----
@@ -633,7 +1316,7 @@ class Settings(BaseModel):
         names = [x for x in self.session_headers.split(",") if x] if self.session_headers else []
         out: list[str] = []
         for n in names:
-            for m in (DEFAULT_SESSION_HEADERS if n == "default" else (n,)):
+            for m in DEFAULT_SESSION_HEADERS if n == "default" else (n,):
                 if m not in out:
                     out.append(m)
         return out
@@ -669,8 +1352,13 @@ class Settings(BaseModel):
     def early_stop_rule(self):
         from llm_locust.settings.ladder import EarlyStop
 
-        return EarlyStop(enabled=self.early_stop, max_error_rate=self.max_error_rate, flat_steps=self.flat_steps,
-                         flat_tolerance=self.flat_tolerance, on_slo=self.stop_on_slo)
+        return EarlyStop(
+            enabled=self.early_stop,
+            max_error_rate=self.max_error_rate,
+            flat_steps=self.flat_steps,
+            flat_tolerance=self.flat_tolerance,
+            on_slo=self.stop_on_slo,
+        )
 
     def tokenizer_obj(self):
         """The tokenizer named by --tokenizer, loaded once per process; None without one."""
@@ -693,22 +1381,35 @@ class Settings(BaseModel):
             "trace": self.trace_path,
             "trace_format": self.trace_format,
             "tokenizer": self.tokenizer,
-            "replay": {"speed": self.speed, "start_offset": self.start_offset, "duration": self.duration,
-                       "loops": self.loops, "max_in_flight": self.max_in_flight},
+            "replay": {
+                "speed": self.speed,
+                "start_offset": self.start_offset,
+                "duration": self.duration,
+                "loops": self.loops,
+                "max_in_flight": self.max_in_flight,
+            },
             "think_time": self.think_time,
             "max_tokens": self.max_tokens,
             "max_tokens_cap": self.max_tokens_cap,
             "force_length": self.force_length,
             "continuous_usage": self.continuous_usage,
-            "timeouts": {"connect": self.connect_timeout, "no_progress": self.no_progress_timeout, "total": self.request_timeout},
+            "timeouts": {
+                "connect": self.connect_timeout,
+                "no_progress": self.no_progress_timeout,
+                "total": self.request_timeout,
+            },
             "slos": dict(self.slo),
             "ladder": {
                 "spec": self.ladder,
                 "warmup": self.warmup,
                 "step_duration": self.step_duration,
                 "step_requests": self.step_requests,
-                "stable": {"window": self.stable_window, "tolerance": self.stable_tolerance,
-                           "max_extend": self.stable_max_extend, "windows": self.stable_windows},
+                "stable": {
+                    "window": self.stable_window,
+                    "tolerance": self.stable_tolerance,
+                    "max_extend": self.stable_max_extend,
+                    "windows": self.stable_windows,
+                },
                 "arrivals": self.arrivals,
                 "max_error_rate": self.max_error_rate,
                 "early_stop": self.early_stop,

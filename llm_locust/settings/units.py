@@ -55,9 +55,14 @@ def parse_seconds(value: Any) -> float:
 
 
 def _typename(v: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
-        type(v), type(v).__name__
-    )
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(v), type(v).__name__)
 
 
 def _line_map(node, path: tuple, lines: dict[tuple, int], problems: list[str], source: str) -> None:

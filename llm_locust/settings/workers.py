@@ -47,8 +47,14 @@ def choose(settings, cores: int | None = None) -> tuple[int, str]:
     need = math.ceil(streams / STREAMS_PER_PROCESS) if streams else 1
     most = max(cores - 1, 1)
     if need <= 1 or most < 2:
-        why = (f"auto: one process ({streams} planned concurrent streams; one process takes ~{STREAMS_PER_PROCESS})"
-               if need <= 1 else f"auto: one process ({streams} planned streams would want {need}, but {cores} cores leave one)")
+        why = (
+            f"auto: one process ({streams} planned concurrent streams; one process takes ~{STREAMS_PER_PROCESS})"
+            if need <= 1
+            else f"auto: one process ({streams} planned streams would want {need}, but {cores} cores leave one)"
+        )
         return 0, why
     n = min(need, most)
-    return n, f"auto: {n} workers ({streams} planned concurrent streams, ~{STREAMS_PER_PROCESS} a process, {cores} cores)"
+    return (
+        n,
+        f"auto: {n} workers ({streams} planned concurrent streams, ~{STREAMS_PER_PROCESS} a process, {cores} cores)",
+    )

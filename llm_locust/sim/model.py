@@ -31,6 +31,7 @@ These options are off by default, and then nothing here differs from the plain m
     (seeded), stopping at the first rejection; the sequence gets 1 + accepted tokens. Counted as
     vLLM does: drafts, draft tokens, accepted tokens (and accepted per position).
 """
+
 from __future__ import annotations
 
 import random
@@ -58,7 +59,7 @@ def block_hashes(items, block: int, limit: int | None = None) -> list[int]:
     n = len(items) if limit is None else min(limit, len(items))
     out, h = [], 0
     for k in range(n // block):
-        h = hash((h, *items[k * block:(k + 1) * block]))
+        h = hash((h, *items[k * block : (k + 1) * block]))
         out.append(h)
     return out
 
@@ -222,7 +223,7 @@ class Engine:
             if s.n_out >= s.target:
                 self._release(s)
                 if self.cache is not None and s.prompt is not None and s.output is not None:
-                    self.cache.insert(list(s.prompt) + list(s.output[:s.n_out]))
+                    self.cache.insert(list(s.prompt) + list(s.output[: s.n_out]))
         self._batch = []
         return got
 
@@ -286,8 +287,14 @@ def capacity(config: SimConfig, prompt_tokens: int = 0, output_tokens: int | Non
     return out
 
 
-def simulate(config: SimConfig, arrivals: list[tuple[float, int, int]], *, prompts: list | None = None,
-             outputs: list | None = None, engine: Engine | None = None) -> list[list[float]]:
+def simulate(
+    config: SimConfig,
+    arrivals: list[tuple[float, int, int]],
+    *,
+    prompts: list | None = None,
+    outputs: list | None = None,
+    engine: Engine | None = None,
+) -> list[list[float]]:
     """Run the engine on a virtual clock exactly as the server drives it.
 
     arrivals: (time, n_in, n_out) per request, any order. Returns each request's token times (a
@@ -297,9 +304,17 @@ def simulate(config: SimConfig, arrivals: list[tuple[float, int, int]], *, promp
     tokens (for the prefix cache); engine: run on this one (to read its counters afterwards).
     """
     order = sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
-    seqs = [Seq(n_in=n_in, target=n_out, reserve=n_in + n_out, owner=i,
-                prompt=prompts[i] if prompts else None, output=outputs[i] if outputs else None)
-            for i, (_, n_in, n_out) in enumerate(arrivals)]
+    seqs = [
+        Seq(
+            n_in=n_in,
+            target=n_out,
+            reserve=n_in + n_out,
+            owner=i,
+            prompt=prompts[i] if prompts else None,
+            output=outputs[i] if outputs else None,
+        )
+        for i, (_, n_in, n_out) in enumerate(arrivals)
+    ]
     times: list[list[float]] = [[] for _ in arrivals]
     eng = Engine(config) if engine is None else engine
     now, k = 0.0, 0

@@ -1,4 +1,5 @@
 """Run the simulator as a subprocess (for tests, benchmarks and the CLI)."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,7 @@ class SimProcess:
     stops it (SIGTERM, then SIGKILL) on exit. Keyword options are CLI flags (see to_args).
     """
 
-    def __init__(self, *, startup_timeout: float = 30.0, python: str | None = None,
-                 stderr=None, **options):
+    def __init__(self, *, startup_timeout: float = 30.0, python: str | None = None, stderr=None, **options):
         options.setdefault("port", 0)
         self.options = options
         self.cmd = [python or sys.executable, "-m", "llm_locust.sim", *to_args(options)]
@@ -55,8 +55,8 @@ class SimProcess:
         if "http://" not in line:
             self.stop()
             raise RuntimeError(f"simulator did not start ({self.cmd}): {line!r}")
-        self.url = line[line.index("http://"):]
-        hostport = self.url[len("http://"):]
+        self.url = line[line.index("http://") :]
+        hostport = self.url[len("http://") :]
         self.host, _, port = hostport.rpartition(":")
         self.port = int(port)
         return self

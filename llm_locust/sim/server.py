@@ -7,6 +7,7 @@ Besides /v1/completions and /v1/chat/completions it serves the OpenAI Responses 
 engine, pacing, faults and ground truth (PROTOCOLS). /v1/embeddings, /v1/rerank (and /rerank) and
 vLLM's /v1/score answer one JSON document each, outside the engine (JSON_ROUTES).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,11 +36,41 @@ VOCAB = (
 ).split(" ")[1:]
 VOCAB = [" " + w for w in VOCAB][:64]
 VMASK = len(VOCAB) - 1  # 64 words: index with & VMASK
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error"}
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+REASONS = {
+    200: "OK",
+    100: "Continue",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 MAX_HEAD, MAX_BODY, FAST_BATCH = 65536, 64 << 20, 64
 END = b"0\r\n\r\n"  # the last chunk of a chunked body
 
@@ -50,17 +81,26 @@ def frame(data: bytes) -> bytes:
 
 DONE = frame(b"data: [DONE]\n\n")
 # what follows the token text inside a token chunk, keyed by chat?; vLLM's final chat chunk gains stop_reason
-TAIL = {False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
-        True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]'}
-TAIL_END = {False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
-            True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]'}
+TAIL = {
+    False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+    True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]',
+}
+TAIL_END = {
+    False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+    True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]',
+}
 # the common case, pre-rendered per vocabulary word: word + tail of a non-final chunk without usage
 MIDS = {chat: [w.encode() + TAIL[chat] + b"}\n\n" for w in VOCAB] for chat in (False, True)}
 
 
 # generation routes -> wire format; the two OpenAI routes take the pre-rendered fast path
-ROUTES = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses",
-          "/v1/messages": "anthropic", "/generate": "sglang"}
+ROUTES = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "anthropic",
+    "/generate": "sglang",
+}
 PROTOCOLS = ("responses", "anthropic", "sglang")  # rendered per event by Stream._event
 # requests answered with one JSON document, outside the batching engine: a latency of
 # iter_base + iter_per_prefill_token * input tokens, deterministic vectors and scores
@@ -164,7 +204,8 @@ def prompt_words(req: dict, proto: str | None, chat: bool) -> list:
     elif proto == "responses":
         x = req["input"]
         out = words(req.get("instructions") or "") + (
-            words(x) if isinstance(x, str) else [w for m in x for w in words(m.get("content") or "")])
+            words(x) if isinstance(x, str) else [w for m in x for w in words(m.get("content") or "")]
+        )
     elif proto == "anthropic":
         out = words(req.get("system") or "") + [w for m in req["messages"] for w in words(m.get("content") or "")]
     else:
@@ -246,8 +287,9 @@ def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
         texts = _texts(req.get("input"), "input")
         n_in = sum(max(1, count_words(t)) for t in texts)
         data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
-        return n_in, orjson.dumps({"object": "list", "data": data, "model": model,
-                                   "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
+        return n_in, orjson.dumps(
+            {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n_in, "total_tokens": n_in}}
+        )
     if kind == "rerank":
         query = req.get("query")
         if not isinstance(query, str):
@@ -264,8 +306,14 @@ def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
         if req.get("return_documents"):
             for r in results:
                 r["document"] = {"text": texts[r["index"]]}
-        return n_in, orjson.dumps({"id": "rerank-sim", "model": model, "results": results,
-                                   "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
+        return n_in, orjson.dumps(
+            {
+                "id": "rerank-sim",
+                "model": model,
+                "results": results,
+                "usage": {"prompt_tokens": n_in, "total_tokens": n_in},
+            }
+        )
     t1 = req.get("text_1")
     if not isinstance(t1, str):
         raise BadRequest("'text_1' must be a string")
@@ -273,8 +321,15 @@ def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
     q = max(1, count_words(t1))
     n_in = sum(q + max(1, count_words(t)) for t in t2)
     data = [{"index": i, "object": "score", "score": fake_score(t1, t)} for i, t in enumerate(t2)]
-    return n_in, orjson.dumps({"id": "score-sim", "object": "list", "model": model, "data": data,
-                               "usage": {"prompt_tokens": n_in, "total_tokens": n_in}})
+    return n_in, orjson.dumps(
+        {
+            "id": "score-sim",
+            "object": "list",
+            "model": model,
+            "data": data,
+            "usage": {"prompt_tokens": n_in, "total_tokens": n_in},
+        }
+    )
 
 
 def int_field(req: dict, name: str, default: int, lo: int) -> int:
@@ -382,8 +437,8 @@ class Conn(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return None
         self.continued = False
-        body = bytes(buf[i + 4:i + 4 + n])
-        del buf[:i + 4 + n]
+        body = bytes(buf[i + 4 : i + 4 + n])
+        del buf[: i + 4 + n]
         conn_hdr = headers.get("connection", "").lower()
         self.keep_alive = conn_hdr != "close" and (version == "HTTP/1.1" or conn_hdr == "keep-alive")
         return method, target.split("?", 1)[0], headers, body, perf_counter()
@@ -395,9 +450,13 @@ class Conn(asyncio.Protocol):
 
     def head(self, status: int, ctype: bytes, length: int | None, extra: bytes = b"") -> bytes:
         return b"HTTP/1.1 %d %s\r\nserver: llm-locust-sim\r\ncontent-type: %s\r\n%s%s%s\r\n" % (
-            status, REASONS.get(status, "Error").encode(), ctype,
+            status,
+            REASONS.get(status, "Error").encode(),
+            ctype,
             b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length,
-            b"" if self.keep_alive else b"connection: close\r\n", extra)
+            b"" if self.keep_alive else b"connection: close\r\n",
+            extra,
+        )
 
     def respond(self, status: int, body: bytes, ctype=b"application/json", extra=b""):
         self.write(self.head(status, ctype, len(body), extra) + body)
@@ -416,8 +475,7 @@ class Conn(asyncio.Protocol):
 class Stream:
     """One generation request: renders its chunks and tracks its timeline."""
 
-    def __init__(self, app, conn, rid, chat, stream, n_in, max_tokens, target, fault, usage, cont, t_recv,
-                 proto=None):
+    def __init__(self, app, conn, rid, chat, stream, n_in, max_tokens, target, fault, usage, cont, t_recv, proto=None):
         self.app, self.conn, self.rid, self.chat, self.stream = app, conn, rid, chat, stream
         self.proto = proto  # None: OpenAI completions/chat; else one of PROTOCOLS
         self.n_in, self.max_tokens, self.target, self.fault = n_in, max_tokens, target, fault
@@ -435,11 +493,17 @@ class Stream:
         self.reason = "length" if target == max_tokens else "stop"
         self.answer: list[str] | None = None  # a graded question's reply, token by token
         self.head_json = b'{"id":"%s-%016x","object":"%s","created":%d,"model":"%s"' % (
-            b"chatcmpl" if chat else b"cmpl", app.n_requests,
+            b"chatcmpl" if chat else b"cmpl",
+            app.n_requests,
             b"chat.completion.chunk" if stream and chat else b"chat.completion" if chat else b"text_completion",
-            int(time.time()), app.model_b)
-        self.prefix = b"data: " + self.head_json + (
-            b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
+            int(time.time()),
+            app.model_b,
+        )
+        self.prefix = (
+            b"data: "
+            + self.head_json
+            + (b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
+        )
         if proto is not None:
             self.oid = "%016x" % app.n_requests
             self.seq_no = 0  # Responses API sequence_number
@@ -532,11 +596,18 @@ class Stream:
         last = n >= self.target and not cut
         if self.stream:
             if n == k and self.chat:
-                parts.append(frame(b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
-                                   + self._usage_field(0) + b',"prompt_token_ids":null,"prompt_text":null}\n\n'))
+                parts.append(
+                    frame(
+                        b"data: "
+                        + self.head_json
+                        + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+                        + self._usage_field(0)
+                        + b',"prompt_token_ids":null,"prompt_text":null}\n\n'
+                    )
+                )
             word = (self.w0 + n) & VMASK
             if self.answer is not None:
-                text = "".join(self.answer[n - k:n])
+                text = "".join(self.answer[n - k : n])
             else:
                 text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
             if self.proto is not None:
@@ -546,8 +617,11 @@ class Stream:
             elif last or self.cont or k > 1 or self.answer is not None:
                 tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
                 raw = orjson.dumps(text)[1:-1] if self.answer is not None else text.encode()
-                parts.append(frame(self.prefix + raw + tail + self._usage_field(n)
-                                   + (self._timings(n) if last else b"") + b"}\n\n"))
+                parts.append(
+                    frame(
+                        self.prefix + raw + tail + self._usage_field(n) + (self._timings(n) if last else b"") + b"}\n\n"
+                    )
+                )
             else:
                 mid = MIDS[self.chat][word]
                 parts.append(b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid))
@@ -571,8 +645,14 @@ class Stream:
             call.update(id=f"call_{self.rid}", type="function")
             call["function"] = {"name": self.tool_name, "arguments": text}
         obj = orjson.loads(self.head_json + b"}")
-        obj["choices"] = [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
-                           "finish_reason": self.reason if last else None}]
+        obj["choices"] = [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [call]},
+                "logprobs": None,
+                "finish_reason": self.reason if last else None,
+            }
+        ]
         if self.cont:
             obj["usage"] = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
         return frame(b"data: " + orjson.dumps(obj) + b"\n\n")
@@ -582,7 +662,11 @@ class Stream:
             return b""
         details = b',"prompt_tokens_details":{"cached_tokens":%d}' % self.n_cached if self.items is not None else b""
         return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
-            self.n_in, self.n_in + n, n, details)
+            self.n_in,
+            self.n_in + n,
+            n,
+            details,
+        )
 
     def _timings(self, n: int) -> bytes:
         """llama-server's `timings` on the final chunk (only with the prefix cache: cache_n)."""
@@ -604,13 +688,29 @@ class Stream:
             parts.append(self._closing() if self.stream else self._whole())
         elif self.stream:
             if self.usage:
-                parts.append(frame(b"data: " + self.head_json + b',"choices":[],"usage":' + orjson.dumps(usage)
-                                   + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n'))
+                parts.append(
+                    frame(
+                        b"data: "
+                        + self.head_json
+                        + b',"choices":[],"usage":'
+                        + orjson.dumps(usage)
+                        + b',"system_fingerprint":"'
+                        + FINGERPRINT.encode()
+                        + b'"}\n\n'
+                    )
+                )
             parts.append(DONE + END)
         else:
-            text = "".join(self.answer[:n]) if self.answer is not None else "".join(
-                VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.chat else {"index": 0, "text": text}
+            text = (
+                "".join(self.answer[:n])
+                if self.answer is not None
+                else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
+            )
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}}
+                if self.chat
+                else {"index": 0, "text": text}
+            )
             choice.update(logprobs=None, finish_reason=self.reason, stop_reason=None)
             body = self.head_json + b',"choices":[' + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage) + b"}"
             parts.append(self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body)
@@ -640,8 +740,15 @@ class Stream:
         return sse_event(typ, {"type": typ, "sequence_number": self.seq_no - 1, **fields})
 
     def _response_obj(self, status: str, output: list, usage: dict | None = None) -> dict:
-        obj = {"id": "resp_" + self.oid, "object": "response", "created_at": int(time.time()), "model": self.app.opts.model,
-               "status": status, "incomplete_details": None, "output": output}
+        obj = {
+            "id": "resp_" + self.oid,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": self.app.opts.model,
+            "status": status,
+            "incomplete_details": None,
+            "output": output,
+        }
         if status == "incomplete":
             obj["incomplete_details"] = {"reason": "max_output_tokens"}
         if usage is not None:
@@ -651,21 +758,42 @@ class Stream:
     def _preamble(self) -> bytes:
         """What a stream sends with its headers, before any token."""
         if self.proto == "responses":
-            item = {"id": "msg_" + self.oid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-            return b"".join((
-                self._resp("response.created", response=self._response_obj("in_progress", [])),
-                self._resp("response.in_progress", response=self._response_obj("in_progress", [])),
-                self._resp("response.output_item.added", output_index=0, item=item),
-                self._resp("response.content_part.added", item_id="msg_" + self.oid, output_index=0, content_index=0,
-                           part={"type": "output_text", "text": "", "annotations": []}),
-            ))
+            item = {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+            return b"".join(
+                (
+                    self._resp("response.created", response=self._response_obj("in_progress", [])),
+                    self._resp("response.in_progress", response=self._response_obj("in_progress", [])),
+                    self._resp("response.output_item.added", output_index=0, item=item),
+                    self._resp(
+                        "response.content_part.added",
+                        item_id="msg_" + self.oid,
+                        output_index=0,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []},
+                    ),
+                )
+            )
         if self.proto == "anthropic":
-            message = {"id": "msg_" + self.oid, "type": "message", "role": "assistant", "content": [],
-                       "model": self.app.opts.model, "stop_reason": None, "stop_sequence": None,
-                       "usage": {"input_tokens": self.n_in, "cache_read_input_tokens": 0, "output_tokens": 0}}
-            return (sse_event("message_start", {"type": "message_start", "message": message})
-                    + sse_event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                        "content_block": {"type": "text", "text": ""}}))
+            message = {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": self.app.opts.model,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": self.n_in, "cache_read_input_tokens": 0, "output_tokens": 0},
+            }
+            return sse_event("message_start", {"type": "message_start", "message": message}) + sse_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
         return b""
 
     def _anthropic_usage(self, n: int) -> dict:
@@ -682,14 +810,28 @@ class Stream:
         """The event of one token (word) in this stream's wire format."""
         self.text += word
         if self.proto == "responses":
-            return self._resp("response.output_text.delta", item_id="msg_" + self.oid, output_index=0,
-                              content_index=0, delta=word, logprobs=[])
+            return self._resp(
+                "response.output_text.delta",
+                item_id="msg_" + self.oid,
+                output_index=0,
+                content_index=0,
+                delta=word,
+                logprobs=[],
+            )
         if self.proto == "anthropic":
-            return sse_event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                     "delta": {"type": "text_delta", "text": word}})
+            return sse_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}},
+            )
         n = self.n_out
-        meta = {"id": self.rid, "finish_reason": self._sglang_reason(n) if last else None, "prompt_tokens": self.n_in,
-                "weight_version": "default", "completion_tokens": n, "cached_tokens": self.n_cached}
+        meta = {
+            "id": self.rid,
+            "finish_reason": self._sglang_reason(n) if last else None,
+            "prompt_tokens": self.n_in,
+            "weight_version": "default",
+            "completion_tokens": n,
+            "cached_tokens": self.n_cached,
+        }
         return frame(b"data: %s\n\n" % orjson.dumps({"text": self.text, "meta_info": meta}))
 
     def _closing(self) -> bytes:
@@ -697,28 +839,60 @@ class Stream:
         n = self.n_out
         if self.proto == "responses":
             part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
-            item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": self.n_cached}, "output_tokens": n,
-                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
+            item = {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+            usage = {
+                "input_tokens": self.n_in,
+                "input_tokens_details": {"cached_tokens": self.n_cached},
+                "output_tokens": n,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.n_in + n,
+            }
             status = "incomplete" if self.reason == "length" else "completed"
-            return b"".join((
-                self._resp("response.output_text.done", item_id="msg_" + self.oid, output_index=0, content_index=0,
-                           text=self.text, logprobs=[]),
-                self._resp("response.content_part.done", item_id="msg_" + self.oid, output_index=0, content_index=0,
-                           part=part),
-                self._resp("response.output_item.done", output_index=0, item=item),
-                self._resp("response.completed", response=self._response_obj(status, [item], usage)),
-                END,
-            ))
+            return b"".join(
+                (
+                    self._resp(
+                        "response.output_text.done",
+                        item_id="msg_" + self.oid,
+                        output_index=0,
+                        content_index=0,
+                        text=self.text,
+                        logprobs=[],
+                    ),
+                    self._resp(
+                        "response.content_part.done",
+                        item_id="msg_" + self.oid,
+                        output_index=0,
+                        content_index=0,
+                        part=part,
+                    ),
+                    self._resp("response.output_item.done", output_index=0, item=item),
+                    self._resp("response.completed", response=self._response_obj(status, [item], usage)),
+                    END,
+                )
+            )
         if self.proto == "anthropic":
             stop = "max_tokens" if self.reason == "length" else "end_turn"
-            return b"".join((
-                sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                sse_event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                            "usage": self._anthropic_usage(n)}),
-                sse_event("message_stop", {"type": "message_stop"}),
-                END,
-            ))
+            return b"".join(
+                (
+                    sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    sse_event(
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": stop, "stop_sequence": None},
+                            "usage": self._anthropic_usage(n),
+                        },
+                    ),
+                    sse_event("message_stop", {"type": "message_stop"}),
+                    END,
+                )
+            )
         return DONE + END
 
     def _whole(self) -> bytes:
@@ -727,18 +901,43 @@ class Stream:
         text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
         if self.proto == "responses":
             part = {"type": "output_text", "text": text, "annotations": []}
-            item = {"id": "msg_" + self.oid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-            usage = {"input_tokens": self.n_in, "input_tokens_details": {"cached_tokens": self.n_cached}, "output_tokens": n,
-                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": self.n_in + n}
+            item = {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+            usage = {
+                "input_tokens": self.n_in,
+                "input_tokens_details": {"cached_tokens": self.n_cached},
+                "output_tokens": n,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.n_in + n,
+            }
             obj = self._response_obj("incomplete" if self.reason == "length" else "completed", [item], usage)
         elif self.proto == "anthropic":
-            obj = {"id": "msg_" + self.oid, "type": "message", "role": "assistant", "model": self.app.opts.model,
-                   "content": [{"type": "text", "text": text}],
-                   "stop_reason": "max_tokens" if self.reason == "length" else "end_turn", "stop_sequence": None,
-                   "usage": self._anthropic_usage(n)}
+            obj = {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "role": "assistant",
+                "model": self.app.opts.model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "max_tokens" if self.reason == "length" else "end_turn",
+                "stop_sequence": None,
+                "usage": self._anthropic_usage(n),
+            }
         else:
-            obj = {"text": text, "meta_info": {"id": self.rid, "finish_reason": self._sglang_reason(n),
-                                               "prompt_tokens": self.n_in, "completion_tokens": n, "cached_tokens": self.n_cached}}
+            obj = {
+                "text": text,
+                "meta_info": {
+                    "id": self.rid,
+                    "finish_reason": self._sglang_reason(n),
+                    "prompt_tokens": self.n_in,
+                    "completion_tokens": n,
+                    "cached_tokens": self.n_cached,
+                },
+            }
         body = orjson.dumps(obj)
         return self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body
 
@@ -849,9 +1048,25 @@ class App:
         if path == "/metrics":
             return conn.respond(200, self.metrics().encode(), b"text/plain; version=0.0.4; charset=utf-8")
         if path == "/v1/models":
-            return conn.respond(200, orjson.dumps({"object": "list", "data": [{
-                "id": self.opts.model, "object": "model", "created": int(time.time()), "owned_by": FINGERPRINT,
-                "root": self.opts.model, "parent": None, "max_model_len": self.opts.sim.kv_tokens}]}))
+            return conn.respond(
+                200,
+                orjson.dumps(
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": self.opts.model,
+                                "object": "model",
+                                "created": int(time.time()),
+                                "owned_by": FINGERPRINT,
+                                "root": self.opts.model,
+                                "parent": None,
+                                "max_model_len": self.opts.sim.kv_tokens,
+                            }
+                        ],
+                    }
+                ),
+            )
         try:
             st = self._new_stream(conn, proto == "chat", headers, body, t_recv, proto)
         except BadRequest as e:
@@ -863,8 +1078,9 @@ class App:
             st._log("http_error", code)
             conn.stream = None
             typ = "InternalServerError" if code == 500 else "TooManyRequests"
-            return conn.respond(code, error_json(f"simulated {f.kind}", typ, code),
-                                extra=b"retry-after: 1\r\n" if code == 429 else b"")
+            return conn.respond(
+                code, error_json(f"simulated {f.kind}", typ, code), extra=b"retry-after: 1\r\n" if code == 429 else b""
+            )
         if f and f.kind == "slow_headers":
             self.loop.call_later(f.seconds, st.start)
         else:
@@ -931,9 +1147,11 @@ class App:
             raise BadRequest("'min_tokens' must be <= 'max_tokens'")
         if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
             # vLLM's wording (OpenAIServing._validate_input), which protocols.causes reads as overlong
-            raise BadRequest(f"This model's maximum context length is {self.opts.sim.kv_tokens} tokens. However, you "
-                             f"requested {n_in + max_tokens} tokens ({n_in} in the messages, {max_tokens} in the "
-                             "completion). Please reduce the length of the messages or completion.")
+            raise BadRequest(
+                f"This model's maximum context length is {self.opts.sim.kv_tokens} tokens. However, you "
+                f"requested {n_in + max_tokens} tokens ({n_in} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
         so = req.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("'stream_options' must be an object")
@@ -952,15 +1170,35 @@ class App:
         if full is not None:  # a graded question: the reply is its answer, then stop
             answer = full[:max_tokens]
             target = len(answer)
-        st = Stream(self, conn, rid, chat, bool(req.get("stream")), n_in, max_tokens, target, fault,
-                    bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), t_recv, proto)
+        st = Stream(
+            self,
+            conn,
+            rid,
+            chat,
+            bool(req.get("stream")),
+            n_in,
+            max_tokens,
+            target,
+            fault,
+            bool(so.get("include_usage")),
+            bool(so.get("continuous_usage_stats")),
+            t_recv,
+            proto,
+        )
         if answer is not None:
             st.answer = answer
             st.reason = "length" if len(full) > max_tokens else "stop"
         if self.engine.cache is not None:
             st.items = prompt_words(req, proto, chat)
         tools = req.get("tools")
-        if chat and proto is None and st.stream and isinstance(tools, list) and tools and req.get("tool_choice") == "required":
+        if (
+            chat
+            and proto is None
+            and st.stream
+            and isinstance(tools, list)
+            and tools
+            and req.get("tool_choice") == "required"
+        ):
             fn = tools[0].get("function") if isinstance(tools[0], dict) else None
             st.tool_name = str((fn or {}).get("name") or "tool") if isinstance(fn, dict) else "tool"
             st.reason = "tool_calls"
@@ -996,10 +1234,22 @@ class App:
 
     def log(self, st: Stream, outcome: str, status: int):
         if self.logf is not None:
-            self.logf.write(orjson.dumps({
-                "id": st.rid, "t_recv": st.t_recv, "t_tokens": st.t_tokens, "n_in": st.n_in, "n_out": st.n_out,
-                "outcome": outcome, "status": status, "fault": st.fault.spec if st.fault else None,
-                "finish_reason": st.reason if outcome == "ok" else None}) + b"\n")
+            self.logf.write(
+                orjson.dumps(
+                    {
+                        "id": st.rid,
+                        "t_recv": st.t_recv,
+                        "t_tokens": st.t_tokens,
+                        "n_in": st.n_in,
+                        "n_out": st.n_out,
+                        "outcome": outcome,
+                        "status": status,
+                        "fault": st.fault.spec if st.fault else None,
+                        "finish_reason": st.reason if outcome == "ok" else None,
+                    }
+                )
+                + b"\n"
+            )
 
     def metrics(self) -> str:
         e = self.engine
@@ -1012,25 +1262,68 @@ class App:
             out.extend(f"{name}{{{labels}}} {float(v)}\n" for labels, v in samples)
 
         one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [(lab, running)])
-        one("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lab, len(e.waiting))])
+        one(
+            "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lab, len(e.waiting))]
+        )
         one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(lab, e.kv_usage)])
         one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
-        one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [(lab, self.gen_tokens)])
+        one(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            [(lab, self.gen_tokens)],
+        )
         one("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", [(lab, _rss_bytes())])
-        one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [(lab, e.preemptions)])
-        one("vllm:request_success_total", "counter", "Count of successfully processed requests.",
-            [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")])
+        one(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            [(lab, e.preemptions)],
+        )
+        one(
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+            [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")],
+        )
         if e.cache is not None:
-            one("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
-                [(lab, e.cache.queries)])
-            one("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-                [(lab, e.cache.hits)])
+            one(
+                "vllm:prefix_cache_queries_total",
+                "counter",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                [(lab, e.cache.queries)],
+            )
+            one(
+                "vllm:prefix_cache_hits_total",
+                "counter",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                [(lab, e.cache.hits)],
+            )
         if self.opts.sim.spec_tokens > 0:
-            one("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", [(lab, e.spec_drafts)])
-            one("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", [(lab, e.spec_draft_tokens)])
-            one("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", [(lab, e.spec_accepted)])
-            one("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.",
-                [(f'{lab},position="{i}"', v) for i, v in enumerate(e.spec_accepted_per_pos)])
+            one(
+                "vllm:spec_decode_num_drafts_total",
+                "counter",
+                "Number of spec decoding drafts.",
+                [(lab, e.spec_drafts)],
+            )
+            one(
+                "vllm:spec_decode_num_draft_tokens_total",
+                "counter",
+                "Number of draft tokens.",
+                [(lab, e.spec_draft_tokens)],
+            )
+            one(
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Number of accepted tokens.",
+                [(lab, e.spec_accepted)],
+            )
+            one(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                "counter",
+                "Accepted tokens per draft position.",
+                [(f'{lab},position="{i}"', v) for i, v in enumerate(e.spec_accepted_per_pos)],
+            )
         name = "vllm:time_to_first_token_seconds"
         out.append(f"# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram\n")
         acc = 0

@@ -38,8 +38,21 @@ from llm_locust.workload.prefix_hash import (
 PROG = "llm-locust trace anonymize"
 TEXT_KEYS = ("prompt", "messages")
 # what an anonymized line may keep, in the order it is written
-KEEP = ("timestamp", "input_tokens", "input_tokens_estimated", "output_tokens", "output_tokens_estimated",
-        "conversation_id", "turn", "model", "api", "status", "error", "hash_ids", "block_size")
+KEEP = (
+    "timestamp",
+    "input_tokens",
+    "input_tokens_estimated",
+    "output_tokens",
+    "output_tokens_estimated",
+    "conversation_id",
+    "turn",
+    "model",
+    "api",
+    "status",
+    "error",
+    "hash_ids",
+    "block_size",
+)
 
 
 class AnonymizeError(ValueError):
@@ -90,8 +103,10 @@ class Anonymizer:
         self.lines += 1
         if text is None:
             if out.get("hash_ids"):
-                raise AnonymizeError(f"{where}: no prompt/messages but non-empty hash_ids from another numbering; "
-                                     "anonymize a trace whose lines carry text (or drop those hash_ids first)")
+                raise AnonymizeError(
+                    f"{where}: no prompt/messages but non-empty hash_ids from another numbering; "
+                    "anonymize a trace whose lines carry text (or drop those hash_ids first)"
+                )
             self.textless += 1
             if not _is_int(out.get("input_tokens")):
                 raise AnonymizeError(f"{where}: needs prompt, messages or input_tokens")
@@ -128,7 +143,7 @@ def anonymize_file(src: str, dst: str, anon: Anonymizer) -> None:
     tmp = f"{dst}.tmp-{os.getpid()}"
     lineno = 0
     try:
-        with _open(src) as f, (gzip.open(tmp, "wb") if dst.endswith(".gz") else open(tmp, "wb")) as out:
+        with _open(src) as f, gzip.open(tmp, "wb") if dst.endswith(".gz") else open(tmp, "wb") as out:
             try:
                 for lineno, raw in enumerate(f, 1):
                     where = f"{src}:{lineno}"
@@ -156,20 +171,33 @@ def anonymize_file(src: str, dst: str, anon: Anonymizer) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
-        "Turn a JSONL trace carrying prompt text (prompt / messages) into a length-and-hash-only "
-        "one: prefix-block hash_ids computed as `llm-locust trace record` does (so prefix sharing is "
-        "kept), input_tokens counted, conversation ids pseudonymised, text dropped."))
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Turn a JSONL trace carrying prompt text (prompt / messages) into a length-and-hash-only "
+            "one: prefix-block hash_ids computed as `llm-locust trace record` does (so prefix sharing is "
+            "kept), input_tokens counted, conversation ids pseudonymised, text dropped."
+        ),
+    )
     p.add_argument("input", metavar="IN", help="JSONL trace with text (.gz read transparently)")
     p.add_argument("output", metavar="OUT", help="JSONL trace to write (.gz written compressed)")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
-                   help="prefix block size in tokens (default %(default)s; without --tokenizer a block is "
-                        f"TOKENS*{CHARS_PER_TOKEN} characters); use the recorder's value")
-    p.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json (or a directory with one): token blocks and input_tokens counts; "
-                        "needs the 'tokenizers' package")
-    p.add_argument("--recount", action="store_true",
-                   help="recount input_tokens even where the line has a server-reported count")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE,
+        metavar="TOKENS",
+        help="prefix block size in tokens (default %(default)s; without --tokenizer a block is "
+        f"TOKENS*{CHARS_PER_TOKEN} characters); use the recorder's value",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json (or a directory with one): token blocks and input_tokens counts; "
+        "needs the 'tokenizers' package",
+    )
+    p.add_argument(
+        "--recount", action="store_true", help="recount input_tokens even where the line has a server-reported count"
+    )
     return p
 
 

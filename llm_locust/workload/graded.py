@@ -147,9 +147,14 @@ def parse_item(line: str, where: str) -> GradedItem:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("'prompt' must be a non-empty string")
         messages = [{"role": "user", "content": prompt}]
-    elif not (isinstance(messages, list) and messages and all(
+    elif not (
+        isinstance(messages, list)
+        and messages
+        and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
-            for m in messages)):
+            for m in messages
+        )
+    ):
         raise ValueError("'messages' must be a non-empty list of {role, content} objects")
     elif not last_user_text(messages).strip():
         raise ValueError("'messages' has no user message with text")
@@ -192,9 +197,18 @@ def parse_item(line: str, where: str) -> GradedItem:
     ident = obj.get("id")
     if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))):
         raise ValueError("'id' must be a string or an integer")
-    return GradedItem(id=str(ident) if ident is not None else where.rpartition(":")[2], messages=messages,
-                      expected=exp, grader=grader, source=where, max_tokens=max_tokens, tolerance=float(tol),
-                      options=tuple(options), answer=answer, pattern=pattern)
+    return GradedItem(
+        id=str(ident) if ident is not None else where.rpartition(":")[2],
+        messages=messages,
+        expected=exp,
+        grader=grader,
+        source=where,
+        max_tokens=max_tokens,
+        tolerance=float(tol),
+        options=tuple(options),
+        answer=answer,
+        pattern=pattern,
+    )
 
 
 # ---- graders ----

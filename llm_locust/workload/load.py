@@ -66,7 +66,9 @@ def load_trace(
         if spec is None:
             spec = detect(src.head(), name)
         if model is not None and "model" not in spec.columns:
-            raise TraceError(f"{name}: a model filter ({model!r}) was given, but {spec.name} traces have no model column")
+            raise TraceError(
+                f"{name}: a model filter ({model!r}) was given, but {spec.name} traces have no model column"
+            )
         ctx = Context(name=name, model=model, keep_failed=keep_failed)
         builder = TraceBuilder(spec, ctx, share)
         for block in spec.read(src, ctx):
@@ -74,13 +76,23 @@ def load_trace(
         src.finish()
     except TraceError:
         raise
-    except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
-            ArithmeticError, LookupError, AttributeError, OSError, EOFError) as e:
+    except (
+        RecursionError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        UnicodeError,
+        ArithmeticError,
+        LookupError,
+        AttributeError,
+        OSError,
+        EOFError,
+    ) as e:
         # a reader missed a case: still a clear error naming the file and where reading stopped,
         # never a traceback (tests/test_fuzz_traces.py looks for this wording: it is a bug to fix)
-        raise TraceError(
-            f"{name}:{src.line or 1}: {UNEXPECTED} ({type(e).__name__}: {str(e)[:200]})"
-        ) from e
+        raise TraceError(f"{name}:{src.line or 1}: {UNEXPECTED} ({type(e).__name__}: {str(e)[:200]})") from e
     finally:
         src.close()
     if builder.seen == 0:

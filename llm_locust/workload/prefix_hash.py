@@ -132,12 +132,12 @@ class PrefixHasher:
         """(chained block digests, token count, whether the count is a character estimate)."""
         b = self.block_size
         if isinstance(text, list):  # token ids
-            return _chain(b"i" + _ids_bytes(text[i:i + b]) for i in range(0, len(text), b)), len(text), False
+            return _chain(b"i" + _ids_bytes(text[i : i + b]) for i in range(0, len(text), b)), len(text), False
         if self.tokenizer is not None:
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-            return _chain(b"t" + _ids_bytes(ids[i:i + b]) for i in range(0, len(ids), b)), len(ids), False
+            return _chain(b"t" + _ids_bytes(ids[i : i + b]) for i in range(0, len(ids), b)), len(ids), False
         c = self.block_chars
-        digests = _chain(b"c" + text[i:i + c].encode("utf-8", "surrogatepass") for i in range(0, len(text), c))
+        digests = _chain(b"c" + text[i : i + c].encode("utf-8", "surrogatepass") for i in range(0, len(text), c))
         return digests, estimate_tokens(text), True
 
     def intern(self, digests: list[bytes]) -> list[int]:

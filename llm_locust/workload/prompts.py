@@ -52,7 +52,8 @@ __all__ = ["Prompt", "PromptBuilder", "PromptSynth", "WORDS", "DEFAULT_CALIBRATI
 # letters only, 1-2 letter words limited to common function words, a few violent/offensive ones
 # dropped) that are ONE token with a leading space both for SmolLM2 (49k BPE, also the tiny test
 # model) and for OpenAI's cl100k_base; in frequency order.
-WORDS: tuple[str, ...] = tuple("""
+WORDS: tuple[str, ...] = tuple(
+    """
 the to and of a in is for that you it on with this was be as are have at he not by but from my
 or we an your all so his they me if one can will just like about up out what has when more do no
 were who had their there her which time get been would she new people how some also them now
@@ -123,7 +124,8 @@ link positive sale throughout tour welcome absolutely additional beyond conditio
 forces immediately jobs leaving minute nature numbers quick sell significant studies unless
 winning agree clean computer construction episode favorite income justice levels manager
 movement photo posted safety san scene sold sounds spend statement sun teams
-""".split())
+""".split()
+)
 
 #: Tokens per word of the text built without a tokenizer. Measured with the SmolLM2 tokenizer
 #: (scripts/real-servers.sh tokenizer) by benchmarks/bench_prompts.py: 1,000,000 words of
@@ -245,11 +247,7 @@ class PromptBuilder:
         o_5 = self._count("".join(self._tape[2048:2053])) - 5
         o_50 = self._count("".join(self._tape[2053:2103])) - 50
         self._overhead_empty = self._count("")
-        self.proven = (
-            o_5 == o_50 == c_probe - n
-            and tok.count(probe) == n
-            and self._pretokenizer_splits(probe, n)
-        )
+        self.proven = o_5 == o_50 == c_probe - n and tok.count(probe) == n and self._pretokenizer_splits(probe, n)
         # proven: k pieces make a prompt of overhead + k tokens; else estimates for a first guess
         self._overhead = o_5 if self.proven else self._overhead_empty
         self._tpp = 1.0 if self.proven else max(0.05, (c_probe - self._overhead_empty) / n)
@@ -299,7 +297,7 @@ class PromptBuilder:
             while need > 0:
                 off = _mix((h + j) & _M64) % span
                 take = min(_CHUNK, need)
-                out.extend(tape[off:off + take])
+                out.extend(tape[off : off + take])
                 need -= take
                 j += 1
         return out

@@ -55,8 +55,19 @@ SSE_FLUSH = 1 << 20  # SSE bytes held back at most this long without a blank lin
 READ_SIZE = 64 * 1024
 GEN_PATHS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT}
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself
-REQ_DROP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
-            "transfer-encoding", "upgrade", "host", "content-length", "expect"}
+REQ_DROP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "expect",
+}
 RESP_DROP = {"connection", "keep-alive", "proxy-connection", "upgrade"}
 CONV_HEADERS = ("x-conversation-id", "x-session-id")
 
@@ -78,6 +89,7 @@ class UpstreamFailed(Exception):
 
 
 # -- HTTP pieces ----------------------------------------------------------------------------
+
 
 def parse_head(raw: bytes) -> tuple[str, list[tuple[str, str]], dict[str, str]]:
     """(start line, [(name, value)] as sent, {lower name: value, repeats joined by ', '})."""
@@ -125,7 +137,7 @@ class ChunkedDecoder:
         while i < n and not self.done:
             if self.state == self.DATA:
                 take = min(self.remaining, n - i)
-                out.append(data[i:i + take])
+                out.append(data[i : i + take])
                 i += take
                 self.remaining -= take
                 if not self.remaining:
@@ -195,6 +207,7 @@ async def read_request_body(reader: asyncio.StreamReader, low: dict[str, str]) -
 
 # -- the trace side -------------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class Upstream:
     scheme: str
@@ -223,8 +236,24 @@ class ResponseTee:
     list, a bad `usage`) is skipped and the first such problem kept in `parse_error` for the trace
     line; a size cap or an inflate error stops the parsing of that reply. The relay is never affected."""
 
-    __slots__ = ("sse", "decoder", "buf", "size", "usage", "chunks", "error", "text_chars", "inflate",
-                 "max_event", "parse_error", "stopped", "_pending", "_pending_size", "_held", "_tail")
+    __slots__ = (
+        "sse",
+        "decoder",
+        "buf",
+        "size",
+        "usage",
+        "chunks",
+        "error",
+        "text_chars",
+        "inflate",
+        "max_event",
+        "parse_error",
+        "stopped",
+        "_pending",
+        "_pending_size",
+        "_held",
+        "_tail",
+    )
 
     def __init__(self, content_type: str, content_encoding: str = "", max_event: int = MAX_EVENT):
         self.sse: bool | None = True if "event-stream" in content_type else None
@@ -350,7 +379,9 @@ class ResponseTee:
             return []
         if type(c) is not list or not all(type(x) is dict for x in c):
             if self.parse_error is None:
-                self.parse_error = f"'choices' is not a list of objects: {orjson.dumps(c)[:60].decode(errors='replace')}"
+                self.parse_error = (
+                    f"'choices' is not a list of objects: {orjson.dumps(c)[:60].decode(errors='replace')}"
+                )
             return []
         return c
 
@@ -358,8 +389,11 @@ class ResponseTee:
         u = obj.get("usage")
         if u is None:
             return
-        ok = isinstance(u, dict) and _count(u.get("completion_tokens")) and (
-            u.get("prompt_tokens") is None or _count(u.get("prompt_tokens")))
+        ok = (
+            isinstance(u, dict)
+            and _count(u.get("completion_tokens"))
+            and (u.get("prompt_tokens") is None or _count(u.get("prompt_tokens")))
+        )
         if ok:
             self.usage = u  # the last one wins (continuous usage stats repeat it on every chunk)
         elif self.parse_error is None:
@@ -501,9 +535,11 @@ class Exchange:
 
 # -- the proxy ------------------------------------------------------------------------------
 
+
 class Proxy:
-    def __init__(self, upstream: Upstream, recorder: Recorder, connect_timeout: float = 10.0,
-                 max_event: int = MAX_EVENT):
+    def __init__(
+        self, upstream: Upstream, recorder: Recorder, connect_timeout: float = 10.0, max_event: int = MAX_EVENT
+    ):
         self.up = upstream
         self.rec = recorder
         self.connect_timeout = connect_timeout
@@ -545,7 +581,8 @@ class Proxy:
             if not version.startswith("HTTP/1."):
                 raise ProtocolError(f"unsupported version {version!r}")
             if low.get("expect", "").lower() == "100-continue" and (
-                    low.get("content-length", "0") != "0" or "transfer-encoding" in low):
+                low.get("content-length", "0") != "0" or "transfer-encoding" in low
+            ):
                 writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             body = await read_request_body(reader, low)
         except (ProtocolError, ValueError, asyncio.LimitOverrunError) as e:
@@ -606,8 +643,8 @@ class Proxy:
                 conn.close()
                 try:
                     conn.r, conn.w = await asyncio.wait_for(
-                        asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD),
-                        self.connect_timeout)
+                        asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD), self.connect_timeout
+                    )
                 except asyncio.TimeoutError:
                     raise UpstreamFailed(f"connect to {up.host}:{up.port} timed out", False) from None
                 except OSError as e:
@@ -744,8 +781,10 @@ class Proxy:
         body = orjson.dumps({"error": {"message": msg, "type": "proxy_error", "code": status}})
         reason = {400: "Bad Request", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}.get(status, "Error")
         close = "" if keep else "Connection: close\r\n"
-        head = (f"HTTP/1.1 {status} {reason}\r\nServer: {PROG}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n{close}\r\n")
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nServer: {PROG}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{close}\r\n"
+        )
         try:
             await _send(writer, head.encode() + body)
         except ClientGone:
@@ -774,8 +813,7 @@ class _UpConn:
         self.w: asyncio.StreamWriter | None = None
 
     def alive(self) -> bool:
-        return self.w is not None and not self.w.transport.is_closing() and not self.r.at_eof() \
-            and not self.r._buffer  # noqa: SLF001 (unread bytes on an idle connection: not reusable)
+        return self.w is not None and not self.w.transport.is_closing() and not self.r.at_eof() and not self.r._buffer  # noqa: SLF001 (unread bytes on an idle connection: not reusable)
 
     def close(self) -> None:
         if self.w is not None and not self.w.transport.is_closing():
@@ -785,32 +823,62 @@ class _UpConn:
 
 # -- entry point ----------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
-        "Streaming-transparent HTTP proxy in front of an OpenAI-compatible server that writes a "
-        "llm-locust JSONL trace: one line per POST /v1/completions or /v1/chat/completions (arrival "
-        "time, token counts from the reply's usage, prefix-block hashes, pseudonymous conversation "
-        "ids). No prompt text unless --store-text. Prints 'llm-locust trace record listening on "
-        "http://HOST:PORT' as its first stdout line."))
-    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
-                   help="address to listen on (default %(default)s; port 0 picks a free port)")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Streaming-transparent HTTP proxy in front of an OpenAI-compatible server that writes a "
+            "llm-locust JSONL trace: one line per POST /v1/completions or /v1/chat/completions (arrival "
+            "time, token counts from the reply's usage, prefix-block hashes, pseudonymous conversation "
+            "ids). No prompt text unless --store-text. Prints 'llm-locust trace record listening on "
+            "http://HOST:PORT' as its first stdout line."
+        ),
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to listen on (default %(default)s; port 0 picks a free port)",
+    )
     p.add_argument("--upstream", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--out", required=True, metavar="FILE", help="trace file to write (JSONL)")
     p.add_argument("--force", action="store_true", help="overwrite --out when it exists and is not empty")
-    p.add_argument("--store-text", action="store_true",
-                   help="also store each request's prompt / messages (default: lengths and hashes only)")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
-                   help="prefix block size in tokens (default %(default)s; without --tokenizer a block is "
-                        f"TOKENS*{CHARS_PER_TOKEN} characters)")
-    p.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json (or a directory with one) for token blocks and prompt counts; "
-                        "needs the 'tokenizers' package")
-    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="upstream connect timeout (default %(default)s)")
-    p.add_argument("--max-event-bytes", type=int, default=MAX_EVENT, metavar="BYTES",
-                   help="the copy of a reply is parsed one SSE event (or one JSON body) up to this size; a "
-                        "larger one is still relayed, and its trace line says it was not parsed "
-                        "(default %(default)s = 16 MiB)")
+    p.add_argument(
+        "--store-text",
+        action="store_true",
+        help="also store each request's prompt / messages (default: lengths and hashes only)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE,
+        metavar="TOKENS",
+        help="prefix block size in tokens (default %(default)s; without --tokenizer a block is "
+        f"TOKENS*{CHARS_PER_TOKEN} characters)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json (or a directory with one) for token blocks and prompt counts; "
+        "needs the 'tokenizers' package",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="upstream connect timeout (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-event-bytes",
+        type=int,
+        default=MAX_EVENT,
+        metavar="BYTES",
+        help="the copy of a reply is parsed one SSE event (or one JSON body) up to this size; a "
+        "larger one is still relayed, and its trace line says it was not parsed "
+        "(default %(default)s = 16 MiB)",
+    )
     return p
 
 
@@ -826,14 +894,17 @@ async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
     host, port = _listen_addr(opts.listen)
     rec = Recorder(opts.out, hasher, opts.store_text, opts.force)
     proxy = Proxy(upstream, rec, opts.connect_timeout, opts.max_event_bytes)
-    server = await asyncio.start_server(proxy.client, host, port, limit=MAX_HEAD, backlog=1024,
-                                        reuse_address=True)
+    server = await asyncio.start_server(proxy.client, host, port, limit=MAX_HEAD, backlog=1024, reuse_address=True)
     h, p = server.sockets[0].getsockname()[:2]
     shown = f"[{h}]" if ":" in h else ("127.0.0.1" if h == "0.0.0.0" else h)
     print(f"{PROG} listening on http://{shown}:{p}", flush=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - (time.monotonic() - rec.t0)))
-    print(f"{PROG}: forwarding to {upstream.scheme}://{upstream.host_header}{upstream.base}, writing {opts.out}"
-          f"{' (with prompt text)' if opts.store_text else ''}; timestamp 0 = {started}", file=sys.stderr, flush=True)
+    print(
+        f"{PROG}: forwarding to {upstream.scheme}://{upstream.host_header}{upstream.base}, writing {opts.out}"
+        f"{' (with prompt text)' if opts.store_text else ''}; timestamp 0 = {started}",
+        file=sys.stderr,
+        flush=True,
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

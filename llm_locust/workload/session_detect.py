@@ -41,7 +41,11 @@ def detect_head(head: str) -> str | None:
         if any(k in obj for k in _DAG_TOP):
             return "aiperf-dag"
         t0 = turns[0] if turns else None
-        if type(t0) is dict and ("messages" in t0 or "spawns" in t0 or "forks" in t0) \
-                and "text" not in t0 and "texts" not in t0:
+        if (
+            type(t0) is dict
+            and ("messages" in t0 or "spawns" in t0 or "forks" in t0)
+            and "text" not in t0
+            and "texts" not in t0
+        ):
             return "aiperf-dag"
     return None

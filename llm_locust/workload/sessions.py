@@ -67,8 +67,16 @@ class Session:
 class SessionTrace:
     """The sessions of one trace (or of one worker's share): roots in start order, children by id."""
 
-    def __init__(self, *, path: str, format: str, sha256: str, sessions: dict[str, Session],
-                 block_size: int | None = None, share: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        path: str,
+        format: str,
+        sha256: str,
+        sessions: dict[str, Session],
+        block_size: int | None = None,
+        share: tuple[int, int] | None = None,
+    ) -> None:
         self.path = path
         self.format = format
         self.sha256 = sha256
@@ -116,8 +124,14 @@ class SessionTrace:
             if zlib.crc32(root.id.encode()) % k == i:
                 for s in self.tree(root):
                     keep[s.id] = s
-        return SessionTrace(path=self.path, format=self.format, sha256=self.sha256, sessions=keep,
-                            block_size=self.block_size, share=share)
+        return SessionTrace(
+            path=self.path,
+            format=self.format,
+            sha256=self.sha256,
+            sessions=keep,
+            block_size=self.block_size,
+            share=share,
+        )
 
 
 class SessionBuilder:
@@ -132,8 +146,9 @@ class SessionBuilder:
     def error(self, source: str, msg: str) -> TraceError:
         return TraceError(f"{source or self.name}: {msg}")
 
-    def session(self, sid: str, *, start: float, source: str, parent: str | None = None,
-                model: str | None = None) -> Session:
+    def session(
+        self, sid: str, *, start: float, source: str, parent: str | None = None, model: str | None = None
+    ) -> Session:
         """The session `sid`, created on first sight."""
         s = self.sessions.get(sid)
         if s is None:
@@ -152,11 +167,19 @@ class SessionBuilder:
             raise self.error(turn.source, f"turn of an unknown session {sid!r}")
         if turn.gap < 0:
             raise self.error(turn.source, f"negative gap ({turn.gap:g} s) before a turn of session {sid!r}")
-        if turn.new_tokens is not None and turn.new_tokens < 0 or turn.output_tokens is not None and turn.output_tokens < 0:
+        if (
+            turn.new_tokens is not None
+            and turn.new_tokens < 0
+            or turn.output_tokens is not None
+            and turn.output_tokens < 0
+        ):
             raise self.error(turn.source, "negative token count")
         if turn.at is not None and s.turns and s.turns[-1].at is not None and turn.at < s.turns[-1].at:
-            raise self.error(turn.source, f"turn of session {sid!r} at {turn.at:g} s, before its previous turn "
-                                          f"({s.turns[-1].at:g} s, {s.turns[-1].source}): a session's turns go one after the other")
+            raise self.error(
+                turn.source,
+                f"turn of session {sid!r} at {turn.at:g} s, before its previous turn "
+                f"({s.turns[-1].at:g} s, {s.turns[-1].source}): a session's turns go one after the other",
+            )
         for c in turn.children:
             self._child_refs.append((c, turn.source))
         s.turns.append(turn)
@@ -173,8 +196,9 @@ class SessionBuilder:
             if p is None:
                 raise self.error(src, f"session {child!r} names a parent {parent!r} that is not in the trace")
             if not 1 <= k <= len(p.turns):
-                raise self.error(src, f"session {child!r} is spawned by turn {k} of {parent!r}, which has "
-                                      f"{len(p.turns)} turn(s)")
+                raise self.error(
+                    src, f"session {child!r} is spawned by turn {k} of {parent!r}, which has {len(p.turns)} turn(s)"
+                )
             t = p.turns[k - 1]
             t.children = t.children + (child,)
             self._child_refs.append((child, src))
@@ -208,8 +232,11 @@ class SessionBuilder:
                 for c in t.children:
                     first = sessions[c].turns[0]
                     if first.at is not None and first.at < t.at:
-                        raise self.error(first.source, f"subagent session {c!r} starts at {first.at:g} s, before the "
-                                                       f"turn of {sid!r} that spawns it ({t.at:g} s, {t.source})")
+                        raise self.error(
+                            first.source,
+                            f"subagent session {c!r} starts at {first.at:g} s, before the "
+                            f"turn of {sid!r} that spawns it ({t.at:g} s, {t.source})",
+                        )
         if not any(s.parent is None for s in sessions.values()):
             raise TraceError(f"{self.name}: no top-level session (every session is a subagent of another)")
         return SessionTrace(path=path, format=format, sha256=sha256, sessions=sessions, block_size=block_size)
@@ -241,7 +268,7 @@ def _check_acyclic(sessions: dict[str, Session], error) -> None:
             st = state.get(nxt)
             if st == 1:
                 path = [x for x, _ in stack] + [nxt]
-                raise error(sessions[nxt].source, "a cycle of subagent links: " + " -> ".join(path[path.index(nxt):]))
+                raise error(sessions[nxt].source, "a cycle of subagent links: " + " -> ".join(path[path.index(nxt) :]))
             if st is None:
                 state[nxt] = 1
                 stack.append((nxt, _kids(sessions[nxt])))
@@ -271,9 +298,19 @@ def sessions_from_trace(trace) -> SessionTrace:
         for i in idx:
             r = trace[i]
             text = r.prompt
-            b.turn(sid, Turn(new_tokens=r.input_tokens, output_tokens=r.output_tokens, text=text,
-                             hash_ids=r.hash_ids, input_tokens=r.input_tokens if r.hash_ids else None,
-                             at=r.arrival, messages=r.messages, source=r.source))
+            b.turn(
+                sid,
+                Turn(
+                    new_tokens=r.input_tokens,
+                    output_tokens=r.output_tokens,
+                    text=text,
+                    hash_ids=r.hash_ids,
+                    input_tokens=r.input_tokens if r.hash_ids else None,
+                    at=r.arrival,
+                    messages=r.messages,
+                    source=r.source,
+                ),
+            )
     return b.finish(path=trace.path, format=trace.format, sha256=trace.sha256, block_size=trace.block_size)
 
 
@@ -296,7 +333,9 @@ class IdealCache:
         hit = 0
         chain = 0
         for k, h in enumerate(hash_ids):
-            chain = zlib.crc32(h.to_bytes(8, "little", signed=True), chain)  # a block is its prefix, as a server hashes it
+            chain = zlib.crc32(
+                h.to_bytes(8, "little", signed=True), chain
+            )  # a block is its prefix, as a server hashes it
             key = (chain, k)
             if hit == k and key in seen:
                 hit += 1

@@ -238,8 +238,26 @@ def take_media(source: str | None) -> tuple[int, int, int, int] | None:
 
 # ---- tools ----
 
-_TOOL_WORDS = ("weather", "stock", "flight", "hotel", "order", "invoice", "ticket", "route", "user",
-               "search", "calendar", "email", "file", "payment", "recipe", "movie", "news", "map")
+_TOOL_WORDS = (
+    "weather",
+    "stock",
+    "flight",
+    "hotel",
+    "order",
+    "invoice",
+    "ticket",
+    "route",
+    "user",
+    "search",
+    "calendar",
+    "email",
+    "file",
+    "payment",
+    "recipe",
+    "movie",
+    "news",
+    "map",
+)
 _TOOL_VERBS = ("get", "find", "create", "update", "cancel", "list", "book", "check")
 _PARAM_TYPES = ("string", "integer", "number", "boolean", "enum")
 
@@ -255,20 +273,29 @@ def tool_definitions(n: int, seed: int = 0) -> list[dict[str, Any]]:
             kind = rng.choice(_PARAM_TYPES)
             pname = f"{rng.choice(_TOOL_WORDS)}_{j}"
             if kind == "enum":
-                props[pname] = {"type": "string", "enum": rng.sample(_TOOL_WORDS, 3),
-                                "description": f"which {pname.split('_')[0]}"}
+                props[pname] = {
+                    "type": "string",
+                    "enum": rng.sample(_TOOL_WORDS, 3),
+                    "description": f"which {pname.split('_')[0]}",
+                }
             else:
                 props[pname] = {"type": kind, "description": f"the {pname.split('_')[0]} {kind}"}
         required = sorted(rng.sample(sorted(props), rng.randint(1, len(props))))
-        tools.append({"type": "function", "function": {
-            "name": f"{verb}_{noun}_{i}",
-            "description": f"{verb.capitalize()} a {noun} ({i}).",
-            "parameters": {"type": "object", "properties": props, "required": required},
-        }})
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": f"{verb}_{noun}_{i}",
+                    "description": f"{verb.capitalize()} a {noun} ({i}).",
+                    "parameters": {"type": "object", "properties": props, "required": required},
+                },
+            }
+        )
     return tools
 
 
 # ---- structured output ----
+
 
 def load_schema(path: str) -> dict[str, Any]:
     """The JSON schema in `path` (a JSON object); ValueError naming the file and the fault."""

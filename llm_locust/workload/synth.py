@@ -129,9 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         from llm_locust.workload.agentic.synth import main as agentic_main
 
         return agentic_main(args)
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="--agentic KEY=VALUE,...: an agentic session workload instead "
-                                       "(`llm-locust trace synth --agentic '' --help` lists its keys)")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--agentic KEY=VALUE,...: an agentic session workload instead "
+        "(`llm-locust trace synth --agentic '' --help` lists its keys)",
+    )
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")

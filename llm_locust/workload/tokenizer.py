@@ -74,8 +74,10 @@ class Tokenizer:
         self.special_tokens_added: int = self.count(probe, add_special_tokens=True) - self.count(probe)
 
     def __repr__(self) -> str:
-        return (f"Tokenizer({self.name!r}, vocab={self.vocab_size}, chat_template={self.chat_template_source}, "
-                f"adds {self.special_tokens_added} special token(s))")
+        return (
+            f"Tokenizer({self.name!r}, vocab={self.vocab_size}, chat_template={self.chat_template_source}, "
+            f"adds {self.special_tokens_added} special token(s))"
+        )
 
     # ------------------------------------------------------------------ basics
     @property
@@ -158,11 +160,11 @@ def load_tokenizer(path: str | os.PathLike[str], *, chat_template: str | None = 
             listed = ", ".join(present[:10]) + (f", ... ({len(present) - 10} more)" if len(present) > 10 else "")
             hint = ""
             if any(n in ("tokenizer.model", "vocab.json", "spiece.model") for n in present):
-                hint = (" It has only a slow-tokenizer file; convert it once with transformers: "
-                        "AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) writes tokenizer.json.")
-            raise TokenizerError(
-                f"no tokenizer.json in directory {p} (it holds: {listed or 'nothing'}).{hint}"
-            )
+                hint = (
+                    " It has only a slow-tokenizer file; convert it once with transformers: "
+                    "AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) writes tokenizer.json."
+                )
+            raise TokenizerError(f"no tokenizer.json in directory {p} (it holds: {listed or 'nothing'}).{hint}")
     else:
         directory, file = p.parent, p
         if p.suffix.lower() == ".gguf" or _is_gguf(p):
@@ -198,8 +200,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, chat_template: str | None = 
     elif p.is_dir():
         template, source = _find_template(directory, config)
     name = str(p)
-    return Tokenizer(backend, name=name, chat_template=template, chat_template_source=source,
-                     special_tokens=special)
+    return Tokenizer(backend, name=name, chat_template=template, chat_template_source=source, special_tokens=special)
 
 
 def _is_gguf(p: Path) -> bool:
@@ -268,10 +269,14 @@ def _compile_template(source: str):
     def raise_exception(message: str):
         raise TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-               separators: Any = None, sort_keys: bool = False) -> str:
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt: str) -> str:
         return datetime.now().strftime(fmt)

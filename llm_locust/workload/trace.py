@@ -236,9 +236,7 @@ class TraceBuilder:
             else:
                 base = self.seen
                 crc = zlib.crc32
-                mask = [
-                    (crc(c.encode()) if c is not None else base + j) % k == i for j, c in enumerate(conv)
-                ]
+                mask = [(crc(c.encode()) if c is not None else base + j) % k == i for j, c in enumerate(conv)]
                 lines = list(compress(lines, mask))
                 times = list(compress(times, mask))
                 ins = list(compress(ins, mask))

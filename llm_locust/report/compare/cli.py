@@ -15,9 +15,11 @@ from llm_locust.report.compare.render import render_html, render_markdown, rende
 
 FORMATS = ("text", "markdown", "html")
 
-RENDERERS: dict[str, Callable[[Comparison], str]] = {"text": render_text, "markdown": render_markdown, "html": render_html}
-
-
+RENDERERS: dict[str, Callable[[Comparison], str]] = {
+    "text": render_text,
+    "markdown": render_markdown,
+    "html": render_html,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,24 +30,47 @@ def _parser() -> argparse.ArgumentParser:
         "2: bad input, or runs not comparable with --strict.",
     )
     p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of `llm-locust run --results`")
-    p.add_argument("--weights", metavar="W.yaml", help="criteria: metric, weight, pass line, scope (default: a built-in set)")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="text (default), markdown or html; with -o, taken from its extension when not given")
+    p.add_argument(
+        "--weights", metavar="W.yaml", help="criteria: metric, weight, pass line, scope (default: a built-in set)"
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="text (default), markdown or html; with -o, taken from its extension when not given",
+    )
     p.add_argument("-o", "--output", metavar="OUT", help="write here (atomically) instead of standard output")
-    p.add_argument("--label", action="append", default=[], metavar="NAME",
-                   help="a name per results file, in order (default: the file name)")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name per results file, in order (default: the file name)",
+    )
     p.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
-    p.add_argument("--fail-on", action="append", default=[], metavar="GATE",
-                   help="exit 1 when a gate fails: pass-lines (a run misses a pass line of the weights), "
-                   "regression (a later run is worse than the first, the baseline, beyond --tolerance), "
-                   "stability (a run's burst / overlong / KV-pressure / soak verdict failed); "
-                   "repeat or comma-separate")
-    p.add_argument("--tolerance", default="5%", metavar="PCT",
-                   help="regression: how much worse than the baseline a figure may be (default 5%%)")
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="GATE",
+        help="exit 1 when a gate fails: pass-lines (a run misses a pass line of the weights), "
+        "regression (a later run is worse than the first, the baseline, beyond --tolerance), "
+        "stability (a run's burst / overlong / KV-pressure / soak verdict failed); "
+        "repeat or comma-separate",
+    )
+    p.add_argument(
+        "--tolerance",
+        default="5%",
+        metavar="PCT",
+        help="regression: how much worse than the baseline a figure may be (default 5%%)",
+    )
     p.add_argument("--junit", metavar="FILE", help="write the gates' test cases as JUnit XML")
-    p.add_argument("--baseline", metavar="BASE.json",
-                   help="regression mode: compare the runs with this baseline (put first) and fail on regression "
-                   "(same as giving it first with --fail-on regression); runs of --repeat N are judged beyond their noise")
+    p.add_argument(
+        "--baseline",
+        metavar="BASE.json",
+        help="regression mode: compare the runs with this baseline (put first) and fail on regression "
+        "(same as giving it first with --fail-on regression); runs of --repeat N are judged beyond their noise",
+    )
     return p
 
 

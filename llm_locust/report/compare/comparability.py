@@ -58,7 +58,9 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
 
     with_sha = [r for r in runs if r.trace_sha]
     if len({r.trace_sha for r in with_sha}) > 1:
-        issues.append(Issue("different trace (sha256)", _groups(with_sha, lambda r: r.trace_sha, lambda r: r.trace) or ""))
+        issues.append(
+            Issue("different trace (sha256)", _groups(with_sha, lambda r: r.trace_sha, lambda r: r.trace) or "")
+        )
     without = [r for r in runs if not r.trace_sha]
     if without:
         unverified = ", ".join(r.label for r in without)
@@ -69,15 +71,26 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         if d and (not issues or any(path(r) not in sha_paths for r in without)):
             issues.append(Issue(f"different trace (file; no sha256 recorded for {unverified})", d))
         else:
-            issues.append(Issue("trace not verified", f"{unverified}: no sha256 recorded (an older results file, or the"
-                                " trace could not be read): the same trace file, its content not verified", "note"))
+            issues.append(
+                Issue(
+                    "trace not verified",
+                    f"{unverified}: no sha256 recorded (an older results file, or the"
+                    " trace could not be read): the same trace file, its content not verified",
+                    "note",
+                )
+            )
     known_load = [r for r in runs if "?" not in r.load]
     d = _groups(known_load, lambda r: r.load)
     if d:
         issues.append(Issue("different load plan", d))
     if len(known_load) < len(runs):
-        issues.append(Issue("load not checked", f"{', '.join(r.label for r in runs if r not in known_load)}:"
-                            " the results do not say how many users ran", "note"))
+        issues.append(
+            Issue(
+                "load not checked",
+                f"{', '.join(r.label for r in runs if r not in known_load)}: the results do not say how many users ran",
+                "note",
+            )
+        )
     add("model", lambda r: r.model)
     add("api", lambda r: r.api)
     add("max_tokens", lambda r: r.output_length)
@@ -91,11 +104,22 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
     # the verdicts (docs/verdicts.md): $/Mtok compares the prices as well as the servers
     priced = [r for r in runs if r.price is not None]
     if len({r.price for r in priced}) > 1 or (priced and len(priced) < len(runs)):
-        issues.append(Issue("GPU-hour price ($/Mtok compares the prices too)", _groups(
-            runs, lambda r: r.price, lambda r: f"${r.price:g}" if r.price is not None else "no price") or "", "note"))
+        issues.append(
+            Issue(
+                "GPU-hour price ($/Mtok compares the prices too)",
+                _groups(runs, lambda r: r.price, lambda r: f"${r.price:g}" if r.price is not None else "no price")
+                or "",
+                "note",
+            )
+        )
     counted = [r for r in runs if ((r.verdicts or {}).get("gpus") or {}).get("gpus")]
     if counted and len(counted) < len(runs):
         missing = ", ".join(r.label for r in runs if r not in counted)
-        issues.append(Issue("per-GPU figures missing", f"{missing}: no GPU count (--gpus): no tok/s per GPU, frontier "
-                            "or cost", "note"))
+        issues.append(
+            Issue(
+                "per-GPU figures missing",
+                f"{missing}: no GPU count (--gpus): no tok/s per GPU, frontier or cost",
+                "note",
+            )
+        )
     return issues

@@ -27,4 +27,6 @@ def compare(paths: list[str], labels: list[str] | tuple[str, ...] = (), weights:
     runs = load_runs(paths, labels)
     if criteria is None:
         criteria = default_criteria(runs)
-    return Comparison(runs, check_comparable(runs), score(runs, criteria), str(weights) if weights else "default criteria")
+    return Comparison(
+        runs, check_comparable(runs), score(runs, criteria), str(weights) if weights else "default criteria"
+    )

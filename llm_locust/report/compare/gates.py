@@ -42,7 +42,9 @@ def pass_line_cases(c: Comparison) -> list[Case]:
             cell = c.matrix.cells[i][j]
             need = _fmt_pass(crit.metric, crit.pass_line, run)
             got = "no value" if cell.value is None else _fmt_value(run, crit.metric, cell.value, cell.bound)
-            out.append(Case(run.label, f"pass line: {crit.name}", bool(cell.passed), f"{crit.name} {got}, needs {need}"))
+            out.append(
+                Case(run.label, f"pass line: {crit.name}", bool(cell.passed), f"{crit.name} {got}, needs {need}")
+            )
     return out
 
 
@@ -63,7 +65,9 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
             v = c.matrix.cells[i][j].value
             shown_base = _fmt_value(base_run, crit.metric, base)
             if v is None:
-                out.append(Case(run.label, f"regression: {crit.name}", False, f"{crit.name}: no value (baseline {shown_base})"))
+                out.append(
+                    Case(run.label, f"regression: {crit.name}", False, f"{crit.name}: no value (baseline {shown_base})")
+                )
                 continue
             noisy = _interval_case(c, i, j, tolerance)
             if noisy is not None:
@@ -71,9 +75,15 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
                 continue
             ok = v >= limit if higher else v <= limit
             change = (v - base) / base if base else 0.0
-            out.append(Case(run.label, f"regression: {crit.name}", ok,
-                            f"{crit.name} {_fmt_value(run, crit.metric, v)} against the baseline's {shown_base} "
-                            f"({change:+.1%}; allowed {'-' if higher else '+'}{tolerance:.1%})"))
+            out.append(
+                Case(
+                    run.label,
+                    f"regression: {crit.name}",
+                    ok,
+                    f"{crit.name} {_fmt_value(run, crit.metric, v)} against the baseline's {shown_base} "
+                    f"({change:+.1%}; allowed {'-' if higher else '+'}{tolerance:.1%})",
+                )
+            )
     return out
 
 
@@ -110,10 +120,14 @@ def interval_case(base_run, run, metric, tolerance: float) -> Case | None:
         return f"{_fmt_value(r, metric, f['mean'])} +-{_fmt_value(r, metric, f['half_width'])} (n={f['n']})"
 
     noise = "beyond noise" if w["differs"] else "within noise"
-    return Case(run.label, f"regression: {metric.name}", ok,
-                f"{metric.name} {shown(run, b)} against the baseline's {shown(base_run, a)} ({change:+.1%}, "
-                f"{'worse' if worse else 'not worse'}, {noise}: Welch t={w['t']:.2f}, {w['dof']:.1f} dof, "
-                f"critical {w['critical']:.3f}; allowed {'-' if higher else '+'}{tolerance:.1%} beyond noise)")
+    return Case(
+        run.label,
+        f"regression: {metric.name}",
+        ok,
+        f"{metric.name} {shown(run, b)} against the baseline's {shown(base_run, a)} ({change:+.1%}, "
+        f"{'worse' if worse else 'not worse'}, {noise}: Welch t={w['t']:.2f}, {w['dof']:.1f} dof, "
+        f"critical {w['critical']:.3f}; allowed {'-' if higher else '+'}{tolerance:.1%} beyond noise)",
+    )
 
 
 def headline_cases(c: Comparison, tolerance: float, done: set[tuple[str, str]]) -> list[Case]:
@@ -137,7 +151,7 @@ def stability_cases(c: Comparison) -> list[Case]:
     out = []
     for run in c.runs:
         st = run.doc.get("stability")
-        for plan, v in (st.items() if isinstance(st, dict) else ()):
+        for plan, v in st.items() if isinstance(st, dict) else ():
             if isinstance(v, dict) and "passed" in v:
                 out.append(Case(run.label, f"stability: {plan}", bool(v["passed"]), f"{plan}: {v.get('reason', '')}"))
     return out
@@ -156,8 +170,9 @@ def cases_for(c: Comparison, gates: list[str], tolerance: float) -> list[Case]:
 
 
 def junit_xml(cases: list[Case]) -> str:
-    root = ET.Element("testsuites", name="llm-locust compare", tests=str(len(cases)),
-                      failures=str(sum(not k.passed for k in cases)))
+    root = ET.Element(
+        "testsuites", name="llm-locust compare", tests=str(len(cases)), failures=str(sum(not k.passed for k in cases))
+    )
     suites: dict[str, ET.Element] = {}
     for k in cases:
         suite = suites.get(k.suite)

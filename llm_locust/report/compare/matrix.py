@@ -136,14 +136,21 @@ def score(runs: list[Run], criteria: list[Criterion]) -> Matrix:
     for i, crit in enumerate(criteria):
         for j, c in enumerate(cells[i]):
             if c.passed is False:
-                got = ("no value" + (f" ({c.note})" if c.note else "")) if c.value is None else _fmt_value(runs[j], crit.metric, c.value, c.bound)
+                got = (
+                    ("no value" + (f" ({c.note})" if c.note else ""))
+                    if c.value is None
+                    else _fmt_value(runs[j], crit.metric, c.value, c.bound)
+                )
                 fails[j].append(f"{crit.name} {got}, needs {_fmt_pass(crit.metric, crit.pass_line, runs[j])}")
     marks: list[list[str]] = []
     for j, r in enumerate(runs):
         out = []
         for step, text in r.flag_items():
-            used = [crit.name for i, crit in enumerate(criteria)
-                    if cells[i][j].flags and (cells[i][j].step == step if step is not None else crit.scope == "summary")]
+            used = [
+                crit.name
+                for i, crit in enumerate(criteria)
+                if cells[i][j].flags and (cells[i][j].step == step if step is not None else crit.scope == "summary")
+            ]
             out.append(text + (f" (scored: {', '.join(used)})" if used and step is not None else ""))
         marks.append(out)
     return Matrix(criteria, cells, totals, ranks, fails, marks)

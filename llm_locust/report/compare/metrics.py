@@ -54,7 +54,9 @@ def _metric_table() -> dict[str, Metric]:
         "usd_per_million_total_tokens": (False, "$/Mtok"),
     }.items():
         out[name] = Metric(name, better, unit, name)
-    out["saturation_load"] = Metric("saturation_load", True, "load", "ladder.saturation.saturation.offered", scoped=False)
+    out["saturation_load"] = Metric(
+        "saturation_load", True, "load", "ladder.saturation.saturation.offered", scoped=False
+    )
     out["max_slo_load"] = Metric("max_slo_load", True, "load", "ladder.saturation.max_slo_load", scoped=False)
     return out
 
@@ -83,7 +85,7 @@ def resolve_metric(name: str) -> tuple[Metric, str | None]:
     scope = None
     for prefix, sc in SCOPE_PREFIXES.items():
         if text.startswith(prefix):
-            text, scope = text[len(prefix):], sc
+            text, scope = text[len(prefix) :], sc
             break
     if text in METRICS:
         return METRICS[text], scope
@@ -153,7 +155,8 @@ def parse_pass(metric: Metric, expr: Any) -> PassLine:
         value = _parse_value(metric, raw)
     except (TypeError, ValueError):
         unit = {"s": "seconds (a number, or e.g. 500ms, 2s)", "fraction": "a fraction (0.01) or a percentage (1%)"}.get(
-            metric.unit, "a number" + (f" ({metric.unit})" if metric.unit != "load" else " (users, req/s or speed factor)")
+            metric.unit,
+            "a number" + (f" ({metric.unit})" if metric.unit != "load" else " (users, req/s or speed factor)"),
         )
         raise ValueError(f"bad pass line {expr!r} for {metric.name}: the value must be {unit}; {hint}") from None
     if not math.isfinite(value) or value < 0:

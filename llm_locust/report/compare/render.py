@@ -15,9 +15,7 @@ def _text_table(t: Table) -> str:
     widths = [max(len(t.header[k]), *(len(r[k]) for r in t.rows)) if t.rows else len(t.header[k]) for k in range(cols)]
 
     def line(cells: list[str]) -> str:
-        parts = [
-            (s.rjust(widths[k]) if k >= t.numeric_from else s.ljust(widths[k])) for k, s in enumerate(cells)
-        ]
+        parts = [(s.rjust(widths[k]) if k >= t.numeric_from else s.ljust(widths[k])) for k, s in enumerate(cells)]
         return "  ".join(parts).rstrip()
 
     out = [line(t.header), "  ".join("-" * w for w in widths)]
@@ -40,8 +38,14 @@ def render_text(c: Comparison) -> str:
 
 def _md(s: str) -> str:
     return (
-        s.replace("&", "&amp;").replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
-        .replace("\r", " ").replace("\n", " ").replace("*", "\\*").replace("`", "\\`")
+        s.replace("&", "&amp;")
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("<", "&lt;")
+        .replace("\r", " ")
+        .replace("\n", " ")
+        .replace("*", "\\*")
+        .replace("`", "\\`")
     )
 
 

@@ -38,7 +38,7 @@ def _opt(cmd: list[str], *names: str) -> str | None:
             if a == n and i + 1 < len(cmd):
                 val = cmd[i + 1]
             elif a.startswith(n + "=") and n.startswith("--"):
-                val = a[len(n) + 1:]
+                val = a[len(n) + 1 :]
     return val
 
 
@@ -265,11 +265,15 @@ class Run:
 
     def flag_items(self) -> list[tuple[int | None, str]]:
         """The validity marks of the run (step None) and of its (ladder) steps, as texts."""
-        out: list[tuple[int | None, str]] = [(None, f"run: {f}") for f in _get(self.doc, "validity", "flags", default=[]) or []]
+        out: list[tuple[int | None, str]] = [
+            (None, f"run: {f}") for f in _get(self.doc, "validity", "flags", default=[]) or []
+        ]
         unit = OFFERED_UNITS.get(self.offered_kind, "")
         for s in self.ladder_steps:
             if s.get("flags"):
-                out.append((s.get("step"), f"step {s.get('step')} ({_load(s.get('offered'), unit)}): {', '.join(s['flags'])}"))
+                out.append(
+                    (s.get("step"), f"step {s.get('step')} ({_load(s.get('offered'), unit)}): {', '.join(s['flags'])}")
+                )
         if not self.ladder:
             for s in self.doc.get("steps") or []:
                 if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] > 0 and s.get("flags"):
@@ -283,7 +287,7 @@ class Run:
 def _unique_labels(paths: list[str], labels: list[str]) -> list[str]:
     if len(labels) > len(paths):
         raise CompareError(f"{len(labels)} --label given for {len(paths)} results files")
-    stems = list(labels) + [Path(p).stem for p in paths[len(labels):]]
+    stems = list(labels) + [Path(p).stem for p in paths[len(labels) :]]
     out = list(stems)
     for i in range(len(labels), len(paths)):
         if stems.count(stems[i]) > 1:  # two results.json from different folders: say which

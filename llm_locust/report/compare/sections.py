@@ -53,7 +53,10 @@ def _figures_table(c: Comparison) -> Table:
         return [_ms(_float(_get(r.summary, "latency", m, s))) for r in runs]
 
     def rate(key: str, unit: str) -> list[str]:
-        return [f"{_num(_float(r.summary.get(key)))} {unit}" if _float(r.summary.get(key)) is not None else "-" for r in runs]
+        return [
+            f"{_num(_float(r.summary.get(key)))} {unit}" if _float(r.summary.get(key)) is not None else "-"
+            for r in runs
+        ]
 
     rows = [
         ["TTFT p50", *lat("ttft", "p50")],
@@ -64,9 +67,15 @@ def _figures_table(c: Comparison) -> Table:
         ["E2E p99", *lat("e2e", "p99")],
         ["output tokens/s", *rate("output_tokens_per_s", "tok/s")],
         ["requests/s", *rate("requests_per_s", "req/s")],
-        ["goodput", *[
-            f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, {_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
-            if r.slos else "- (no SLOs)" for r in runs]],
+        [
+            "goodput",
+            *[
+                f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, {_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
+                if r.slos
+                else "- (no SLOs)"
+                for r in runs
+            ],
+        ],
         ["error rate", *[_pct(_float(r.summary.get("error_rate"))) for r in runs]],
         ["requests ok / sent", *[f"{r.summary.get('ok', '?')} / {r.summary.get('sent', '?')}" for r in runs]],
     ]
@@ -76,7 +85,9 @@ def _figures_table(c: Comparison) -> Table:
             ["tok/s at the knee", *[_knee_tps(r) for r in runs]],
             ["max SLO load", *[_max_slo_text(r) for r in runs]],
         ]
-    return Table("Key figures (whole run; ladders: the knee and the SLO-limited load)", ["", *[r.label for r in runs]], rows)
+    return Table(
+        "Key figures (whole run; ladders: the knee and the SLO-limited load)", ["", *[r.label for r in runs]], rows
+    )
 
 
 def _saturation_text(r: Run) -> str:
@@ -117,7 +128,9 @@ def _steps_table(c: Comparison) -> Table | None:
         return None
     kinds = {r.offered_kind for r in ladders}
     unit = OFFERED_UNITS.get(next(iter(kinds)), "") if len(kinds) == 1 else ""
-    levels = sorted({float(s["offered"]) for r in ladders for s in r.ladder_steps if _float(s.get("offered")) is not None})
+    levels = sorted(
+        {float(s["offered"]) for r in ladders for s in r.ladder_steps if _float(s.get("offered")) is not None}
+    )
     rows = []
     for lv in levels:
         row = [_load(lv, unit) if unit else _num_plain(lv)]
@@ -143,16 +156,28 @@ def _front_text(r: Run) -> str:
     pts = r.frontier
     if not pts:
         why = (r.verdicts or {}).get("notes") or []
-        return "- (" + ("no GPU count: give --gpus" if any("no GPU count" in n for n in why) else
-                        "no ladder" if not r.ladder else "no step with tok/s/GPU and TPOT") + ")"
+        return (
+            "- ("
+            + (
+                "no GPU count: give --gpus"
+                if any("no GPU count" in n for n in why)
+                else "no ladder"
+                if not r.ladder
+                else "no step with tok/s/GPU and TPOT"
+            )
+            + ")"
+        )
     return ", ".join(f"{_num(x)} / {_num(y)}" for x, y in pts)
 
 
 def frontier_pairs(c: Comparison) -> list[tuple[Run, Run, str]]:
     """(a, b, verdict of a's frontier against b's) for each pair of runs, in the order given."""
     runs = c.runs
-    return [(runs[i], runs[j], frontier_verdict(runs[i].frontier, runs[j].frontier))
-            for i in range(len(runs)) for j in range(i + 1, len(runs))]
+    return [
+        (runs[i], runs[j], frontier_verdict(runs[i].frontier, runs[j].frontier))
+        for i in range(len(runs))
+        for j in range(i + 1, len(runs))
+    ]
 
 
 def _pair_text(a: Run, b: Run, v: str) -> str:
@@ -163,8 +188,10 @@ def _pair_text(a: Run, b: Run, v: str) -> str:
     if v == "equal":
         return "equal frontiers"
     if v == "crossing":
-        return (f"crossing: neither dominates; which is better depends on the tokens/s per user wanted "
-                f"({_crossing_detail(a, b)})")
+        return (
+            f"crossing: neither dominates; which is better depends on the tokens/s per user wanted "
+            f"({_crossing_detail(a, b)})"
+        )
     missing = ", ".join(r.label for r in (a, b) if not r.frontier)
     return f"n/a: no frontier for {missing}"
 
@@ -177,8 +204,11 @@ def _crossing_detail(a: Run, b: Run) -> str:
     for x, y in ((a, b), (b, a)):
         ys = [p[1] for p in x.frontier if not covers(y.frontier, p)]
         if ys:
-            parts.append(f"{x.label} ahead at {_num(min(ys))}-{_num(max(ys))} tok/s/user" if len(ys) > 1
-                         else f"{x.label} ahead at {_num(ys[0])} tok/s/user")
+            parts.append(
+                f"{x.label} ahead at {_num(min(ys))}-{_num(max(ys))} tok/s/user"
+                if len(ys) > 1
+                else f"{x.label} ahead at {_num(ys[0])} tok/s/user"
+            )
     return "; ".join(parts)
 
 
@@ -193,8 +223,13 @@ def dominance_line(c: Comparison) -> str:
         if all((v == "dominates" and a is r) or (v == "dominated" and b is r) for a, b, v in pairs if r in (a, b)):
             return f"Pareto frontier: {r.label} dominates {', '.join(x.label for x in with_front if x is not r)}"
     return "Pareto frontier: " + "; ".join(
-        f"{a.label} dominates {b.label}" if v == "dominates" else f"{b.label} dominates {a.label}" if v == "dominated"
-        else f"{a.label} and {b.label} {'equal' if v == 'equal' else 'cross'}" for a, b, v in pairs)
+        f"{a.label} dominates {b.label}"
+        if v == "dominates"
+        else f"{b.label} dominates {a.label}"
+        if v == "dominated"
+        else f"{a.label} and {b.label} {'equal' if v == 'equal' else 'cross'}"
+        for a, b, v in pairs
+    )
 
 
 def frontier_svg(c: Comparison) -> str:
@@ -205,13 +240,24 @@ def frontier_svg(c: Comparison) -> str:
 
     fronts = []
     for i, r in enumerate(c.runs):
-        rows = [s for s in (r.verdicts or {}).get("steps") or []
-                if s.get("output_tokens_per_s_per_gpu") and s.get("interactivity")]
+        rows = [
+            s
+            for s in (r.verdicts or {}).get("steps") or []
+            if s.get("output_tokens_per_s_per_gpu") and s.get("interactivity")
+        ]
         pts = [(s["output_tokens_per_s_per_gpu"], s["interactivity"]) for s in rows]
         knee, _note = r.knee()
         ki = next((j for j, s in enumerate(rows) if knee is not None and s.get("step") == knee.get("step")), None)
-        fronts.append(plots.Front(f"run{i}", r.label, pts, frontier=r.frontier, knee=ki,
-                                  flagged=[j for j, s in enumerate(rows) if s.get("flags")]))
+        fronts.append(
+            plots.Front(
+                f"run{i}",
+                r.label,
+                pts,
+                frontier=r.frontier,
+                knee=ki,
+                flagged=[j for j, s in enumerate(rows) if s.get("flags")],
+            )
+        )
     return plots.pareto("frontiers", fronts, title="Pareto frontiers: throughput per GPU against interactivity")
 
 
@@ -220,25 +266,48 @@ def _frontier_tables(c: Comparison) -> list[Table]:
     (with the frontiers' plot for HTML)."""
     if not any(r.verdicts and r.verdicts.get("steps") for r in c.runs):
         return []
-    rows = [["frontier (tok/s/GPU / tok/s/user)", *[_front_text(r) for r in c.runs]],
-            ["GPUs", *[str(((r.verdicts or {}).get("gpus") or {}).get("gpus") or "-") for r in c.runs]],
-            ["price per GPU-hour", *[f"${r.price:g}" if r.price is not None else "-" for r in c.runs]]]
-    note = ("a frontier point: a ladder step no other step of the run beats in both output tok/s per GPU and tok/s per "
-            "user (1 / TPOT p50), listed by tok/s per GPU (docs/verdicts.md)")
-    out = [Table("Pareto frontiers: output tok/s per GPU / tok/s per user", ["", *[r.label for r in c.runs]], rows,
-                 note=note, numeric_from=99)]
+    rows = [
+        ["frontier (tok/s/GPU / tok/s/user)", *[_front_text(r) for r in c.runs]],
+        ["GPUs", *[str(((r.verdicts or {}).get("gpus") or {}).get("gpus") or "-") for r in c.runs]],
+        ["price per GPU-hour", *[f"${r.price:g}" if r.price is not None else "-" for r in c.runs]],
+    ]
+    note = (
+        "a frontier point: a ladder step no other step of the run beats in both output tok/s per GPU and tok/s per "
+        "user (1 / TPOT p50), listed by tok/s per GPU (docs/verdicts.md)"
+    )
+    out = [
+        Table(
+            "Pareto frontiers: output tok/s per GPU / tok/s per user",
+            ["", *[r.label for r in c.runs]],
+            rows,
+            note=note,
+            numeric_from=99,
+        )
+    ]
     if len(c.runs) > 1:
         pairs = [[f"{a.label} vs {b.label}", _pair_text(a, b, v)] for a, b, v in frontier_pairs(c)]
-        out.append(Table("Frontier dominance", ["runs", "verdict"], pairs, numeric_from=99, svg=frontier_svg(c),
-                         note="run A dominates B when every point of B's frontier is matched or beaten in both "
-                              "figures by a point of A's; crossing: each is ahead somewhere"))
+        out.append(
+            Table(
+                "Frontier dominance",
+                ["runs", "verdict"],
+                pairs,
+                numeric_from=99,
+                svg=frontier_svg(c),
+                note="run A dominates B when every point of B's frontier is matched or beaten in both "
+                "figures by a point of A's; crossing: each is ahead somewhere",
+            )
+        )
     else:
         out[0].svg = frontier_svg(c)
     return out
 
 
-_VERDICT_WHY = (("joules", ("energy",)), ("usd", ("price", "GPU count")), ("per_gpu", ("GPU count",)),
-                ("total", ("input token",)))
+_VERDICT_WHY = (
+    ("joules", ("energy",)),
+    ("usd", ("price", "GPU count")),
+    ("per_gpu", ("GPU count",)),
+    ("total", ("input token",)),
+)
 
 
 def _why_none(run: Run, crit: Criterion, cell: Cell) -> str:
@@ -254,7 +323,11 @@ def _why_none(run: Run, crit: Criterion, cell: Cell) -> str:
 
 
 def _cell_text(run: Run, crit: Criterion, cell: Cell) -> str:
-    val = _fmt_value(run, crit.metric, cell.value, cell.bound) if cell.value is not None else f"n/a ({_why_none(run, crit, cell)})"
+    val = (
+        _fmt_value(run, crit.metric, cell.value, cell.bound)
+        if cell.value is not None
+        else f"n/a ({_why_none(run, crit, cell)})"
+    )
     if cell.value is not None and crit.scope == "knee" and cell.note:
         val += " (top step)"
     out = f"{val} · {cell.score:.2f}"
@@ -270,21 +343,31 @@ def _matrix_table(c: Comparison) -> Table:
     rows = []
     for i, crit in enumerate(m.criteria):
         ref = next((r for r in c.runs if r.ladder), c.runs[0])
-        rows.append([
-            crit.name,
-            "higher" if crit.metric.higher_is_better else "lower",
-            _num_plain(crit.weight),
-            _fmt_pass(crit.metric, crit.pass_line, ref),
-            *[_cell_text(r, crit, m.cells[i][j]) for j, r in enumerate(c.runs)],
-        ])
-    rows.append(["weighted total", "", _num_plain(sum(x.weight for x in m.criteria)), "",
-                 *[f"{t:.3f}" for t in m.totals]])
+        rows.append(
+            [
+                crit.name,
+                "higher" if crit.metric.higher_is_better else "lower",
+                _num_plain(crit.weight),
+                _fmt_pass(crit.metric, crit.pass_line, ref),
+                *[_cell_text(r, crit, m.cells[i][j]) for j, r in enumerate(c.runs)],
+            ]
+        )
+    rows.append(
+        ["weighted total", "", _num_plain(sum(x.weight for x in m.criteria)), "", *[f"{t:.3f}" for t in m.totals]]
+    )
     rows.append(["rank", "", "", "", *[str(k) for k in m.ranks]])
-    note = ("each cell: value · score · pass line; score: best run 1.0, others value/best (higher is better) or "
-            "best/value (lower is better), no value 0; total = sum(weight x score) / sum(weight); "
-            "* the figure comes from a ladder step with validity flags")
-    return Table(f"Decision matrix ({c.weights_source})", ["criterion", "better", "weight", "pass line",
-                                                            *[r.label for r in c.runs]], rows, note=note, numeric_from=2)
+    note = (
+        "each cell: value · score · pass line; score: best run 1.0, others value/best (higher is better) or "
+        "best/value (lower is better), no value 0; total = sum(weight x score) / sum(weight); "
+        "* the figure comes from a ladder step with validity flags"
+    )
+    return Table(
+        f"Decision matrix ({c.weights_source})",
+        ["criterion", "better", "weight", "pass line", *[r.label for r in c.runs]],
+        rows,
+        note=note,
+        numeric_from=2,
+    )
 
 
 def _ranking_table(c: Comparison) -> Table:
@@ -330,10 +413,14 @@ def _repeats_table(c: Comparison) -> Table | None:
                 row.append(f"{_fmt_value(r, m, f['mean'])} +-{_fmt_value(r, m, f['half_width'])}")
         for j, vs in verdicts.items():
             v = vs.get(name)
-            row.append("-" if v is None else v["verdict"] + (f" ({v['direction']})" if v["differs"] and v["direction"] else ""))
+            row.append(
+                "-" if v is None else v["verdict"] + (f" ({v['direction']})" if v["differs"] and v["direction"] else "")
+            )
         rows.append(row)
-    note = ("mean +- half width of the 95% t-interval over the repetitions; differs: Welch's t-test at 95% "
-            "(docs/verdicts.md); within noise: the difference is not beyond the runs' noise")
+    note = (
+        "mean +- half width of the 95% t-interval over the repetitions; differs: Welch's t-test at 95% "
+        "(docs/verdicts.md); within noise: the difference is not beyond the runs' noise"
+    )
     return Table("Repetitions (95% intervals)", header, rows, note=note)
 
 
@@ -357,15 +444,21 @@ def _stability_table(c: Comparison) -> Table | None:
             return f"{verdict} · preemption from {'never' if load is None else f'{load:g}'}"
         if plan == "overlong":
             p50 = (v.get("others") or {}).get("ttft_p50")
-            return (f"{verdict} · {v.get('classified')}/{v.get('overlong')} rejected as overlong, others TTFT p50 "
-                    + ("-" if p50 is None else f"{p50 * 1000:,.1f} ms"))
+            return f"{verdict} · {v.get('classified')}/{v.get('overlong')} rejected as overlong, others TTFT p50 " + (
+                "-" if p50 is None else f"{p50 * 1000:,.1f} ms"
+            )
         rel = (v.get("ttft_drift") or {}).get("relative_per_hour")
         return f"{verdict} · TTFT drift {'-' if rel is None else f'{rel:+.1%}/h'}, bursts {len(v.get('error_bursts') or [])}"
 
     rows = [[plan, *[cell(d, plan) for d in docs]] for plan in plans]
-    return Table("Stability verdicts", ["plan", *[r.label for r in c.runs]], rows,
-                 note="docs/verdicts.md, \"Stability\": burst = seconds until TTFT p50 is back within 10% of the base; "
-                      "soak = drift per hour and error bursts", numeric_from=99)
+    return Table(
+        "Stability verdicts",
+        ["plan", *[r.label for r in c.runs]],
+        rows,
+        note='docs/verdicts.md, "Stability": burst = seconds until TTFT p50 is back within 10% of the base; '
+        "soak = drift per hour and error bursts",
+        numeric_from=99,
+    )
 
 
 def sections(c: Comparison) -> list[Table]:
@@ -406,6 +499,9 @@ def _comparability_lines(c: Comparison) -> tuple[str, list[str]]:
     if len(c.runs) < 2:
         return "one run: nothing to compare it with", []
     blocking = [i for i in c.issues if i.blocking]
-    head = ("WARNING: these runs are NOT comparable; their figures measure different things" if blocking
-            else "comparable: no difference in trace, load plan, model, api, output lengths or SLOs")
+    head = (
+        "WARNING: these runs are NOT comparable; their figures measure different things"
+        if blocking
+        else "comparable: no difference in trace, load plan, model, api, output lengths or SLOs"
+    )
     return head, [i.text() for i in blocking] + [i.text() for i in c.issues if not i.blocking]

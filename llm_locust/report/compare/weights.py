@@ -89,7 +89,10 @@ def parse_criteria(data: Any, *, source: str = "weights", lines: dict[tuple, int
         bad = False
         for key in item:
             if key not in CRITERION_KEYS:
-                err(path + (key,), f"unknown key {key!r}{_suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}")
+                err(
+                    path + (key,),
+                    f"unknown key {key!r}{_suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}",
+                )
                 bad = True
         if "metric" not in item:
             err(path, f"no metric given; known: {known_metrics_text()}")

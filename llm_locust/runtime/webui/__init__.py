@@ -43,15 +43,17 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
         workers = []
         for c in list(runner.clients.values()):
             ws = h.workers.get(c.id)
-            workers.append({
-                "id": c.id,
-                "index": ws.index if ws else None,
-                "state": c.state,
-                "cpu": round(c.cpu_usage or 0, 1),
-                "report_age": round(now - ws.last_report, 1) if ws and ws.last_report else None,
-                "in_flight": ws.in_flight if ws else 0,
-                "finished": ws.finished if ws else 0,
-            })
+            workers.append(
+                {
+                    "id": c.id,
+                    "index": ws.index if ws else None,
+                    "state": c.state,
+                    "cpu": round(c.cpu_usage or 0, 1),
+                    "report_age": round(now - ws.last_report, 1) if ws and ws.last_report else None,
+                    "in_flight": ws.in_flight if ws else 0,
+                    "finished": ws.finished if ws else 0,
+                }
+            )
         workers.sort(key=lambda w: (w["index"] is None, w["index"] or 0, w["id"]))
         in_flight = sum(w.in_flight for w in h.workers.values())
     else:
@@ -61,8 +63,15 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
     if ctl is not None:
         ld = ctl.ladder
         ladder = LadderInputs(
-            kind=ld.kind, levels=list(ld.levels), warmup=ld.warmup, duration=ld.duration, requests=ld.requests,
-            windows=[w.to_dict() for w in ctl.windows], done=ctl.done, stop_reason=ctl.stop_reason, slos=dict(ctl.slos),
+            kind=ld.kind,
+            levels=list(ld.levels),
+            warmup=ld.warmup,
+            duration=ld.duration,
+            requests=ld.requests,
+            windows=[w.to_dict() for w in ctl.windows],
+            done=ctl.done,
+            stop_reason=ctl.stop_reason,
+            slos=dict(ctl.slos),
         )
     opts = environment.parsed_options
     control = {
@@ -150,12 +159,20 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     # Locust's own UI: an "LLM" tab (a two-column table) and a link to /llm under Reports
     ta = web_ui.template_args
     ta["extended_tabs"] = [*ta.get("extended_tabs", []), {"title": "LLM", "key": TAB_KEY}]
-    ta["extended_tables"] = [*ta.get("extended_tables", []), {
-        "key": TAB_KEY, "structure": [{"key": "metric", "title": "LLM metric"}, {"key": "value", "title": "Value"}],
-    }]
-    ta["extended_csv_files"] = [*ta.get("extended_csv_files", []), {
-        "href": "./llm", "title": "LLM live view: charts, load steps, validity (/llm)",
-    }]
+    ta["extended_tables"] = [
+        *ta.get("extended_tables", []),
+        {
+            "key": TAB_KEY,
+            "structure": [{"key": "metric", "title": "LLM metric"}, {"key": "value", "title": "Value"}],
+        },
+    ]
+    ta["extended_csv_files"] = [
+        *ta.get("extended_csv_files", []),
+        {
+            "href": "./llm",
+            "title": "LLM live view: charts, load steps, validity (/llm)",
+        },
+    ]
     stats_path = f"{prefix}/stats/requests"
 
     @web_ui.app.after_request

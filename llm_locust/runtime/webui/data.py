@@ -141,7 +141,9 @@ def _lat(d: dict | None, keys=("p50", "p90", "p99")) -> dict | None:
 
 
 class LiveView:
-    def __init__(self, *, sample_s: float = SAMPLE_S, window: float = WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, sample_s: float = SAMPLE_S, window: float = WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.sample_s = sample_s
         self.window = window
         self.clock = clock
@@ -149,10 +151,16 @@ class LiveView:
         self._snap: dict[str, Any] | None = None
         self.ring = CountsRing(LATENCY_VIEW + ("loop_lag",), window)
         # samples while watched: columns
-        self.samples: dict[str, list] = {k: [] for k in (
-            "t", "users", "in_flight", "step",
-            *(f"{m}_{p}" for m in LATENCY_VIEW for p in ("p50", "p99")),
-        )}
+        self.samples: dict[str, list] = {
+            k: []
+            for k in (
+                "t",
+                "users",
+                "in_flight",
+                "step",
+                *(f"{m}_{p}" for m in LATENCY_VIEW for p in ("p50", "p99")),
+            )
+        }
         self._step_cache: dict[int, tuple[Any, dict, StepResult]] = {}  # finished steps: index -> (key, row, result)
         self._verdict_key: Any = None
         self._verdict: dict | None = None
@@ -178,7 +186,9 @@ class LiveView:
         finished = total.finished
         cancelled = total.cancelled
         ok = total.outcomes.get(Outcome.OK.value, 0)
-        span = (total.last_end - total.first_sent) if total.first_sent is not None and total.last_end is not None else 0.0
+        span = (
+            (total.last_end - total.first_sent) if total.first_sent is not None and total.last_end is not None else 0.0
+        )
 
         # recent rates from the per-second series, over whole seconds that are complete
         end_sec = int(now - inp.lag)
@@ -260,8 +270,14 @@ class LiveView:
                 "failures_per_s": _r(fail / w, 3),
                 "latency": {m: _lat(recent_lat.get(m), ("p50", "p99")) for m in LATENCY_VIEW},
             },
-            "latency": {m: ({"count": d["count"], **{k: _r(d[k], 6) for k in ("mean", "max", "p50", "p90", "p99")}}
-                            if d["count"] else None) for m, d in run_lat.items()},
+            "latency": {
+                m: (
+                    {"count": d["count"], **{k: _r(d[k], 6) for k in ("mean", "max", "p50", "p90", "p99")}}
+                    if d["count"]
+                    else None
+                )
+                for m, d in run_lat.items()
+            },
             "failures": failures,
             "client": {
                 "valid": valid,
@@ -290,8 +306,17 @@ class LiveView:
         rows, finished = [], []
         for w in ld.windows:
             if w["measured_from"] is None:
-                rows.append({"step": w["step"], "offered": w["level"], "started": _r(w["started"], 2),
-                             "measured_from": None, "ended": None, "phase": "warmup", "changed": _r(now, 3)})
+                rows.append(
+                    {
+                        "step": w["step"],
+                        "offered": w["level"],
+                        "started": _r(w["started"], 2),
+                        "measured_from": None,
+                        "ended": None,
+                        "phase": "warmup",
+                        "changed": _r(now, 3),
+                    }
+                )
                 continue
             row, res = self._step(inp, w)
             rows.append(row)
@@ -307,17 +332,29 @@ class LiveView:
             else:
                 phase = "measuring"
             step = {
-                "index": cur["step"], "of": len(ld.levels), "level": cur["level"], "kind": ld.kind,
-                "unit": OFFERED_UNITS.get(ld.kind, ""), "phase": phase,
-                "elapsed": _r(now - cur["started"], 1), "planned": _r(ld.duration + (cur.get("extended") or 0.0), 1),
+                "index": cur["step"],
+                "of": len(ld.levels),
+                "level": cur["level"],
+                "kind": ld.kind,
+                "unit": OFFERED_UNITS.get(ld.kind, ""),
+                "phase": phase,
+                "elapsed": _r(now - cur["started"], 1),
+                "planned": _r(ld.duration + (cur.get("extended") or 0.0), 1),
                 "warmup": ld.warmup,
             }
         verdict = self._verdict_for(finished, ld, now)
         ladder = {
-            "kind": ld.kind, "unit": OFFERED_UNITS.get(ld.kind, ""), "levels": ld.levels,
-            "warmup": ld.warmup, "duration": ld.duration, "requests": ld.requests,
-            "done": ld.done, "stop_reason": ld.stop_reason, "slos": ld.slos,
-            "steps": rows, "verdict": verdict,
+            "kind": ld.kind,
+            "unit": OFFERED_UNITS.get(ld.kind, ""),
+            "levels": ld.levels,
+            "warmup": ld.warmup,
+            "duration": ld.duration,
+            "requests": ld.requests,
+            "done": ld.done,
+            "stop_reason": ld.stop_reason,
+            "slos": ld.slos,
+            "steps": rows,
+            "verdict": verdict,
         }
         return step, ladder
 
@@ -332,11 +369,26 @@ class LiveView:
         ld = inp.ladder
         end = w["ended"] if w["ended"] is not None else inp.now
         # as LadderController.results() calls step_result: the final report's figures and flags
-        res = step_result(agg, step=idx, offered=w["level"], offered_kind=ld.kind, window=(w["measured_from"], end),
-                          warmup=ld.warmup, slos=ld.slos, series=inp.total.series)
-        row = {"step": idx, "offered": w["level"], "started": _r(w["started"], 2), "measured_from": _r(w["measured_from"], 2),
-               "ended": _r(w["ended"], 2), "phase": "done" if w["ended"] is not None else "measuring",
-               **_step_row(res), "changed": _r(inp.now, 3)}
+        res = step_result(
+            agg,
+            step=idx,
+            offered=w["level"],
+            offered_kind=ld.kind,
+            window=(w["measured_from"], end),
+            warmup=ld.warmup,
+            slos=ld.slos,
+            series=inp.total.series,
+        )
+        row = {
+            "step": idx,
+            "offered": w["level"],
+            "started": _r(w["started"], 2),
+            "measured_from": _r(w["measured_from"], 2),
+            "ended": _r(w["ended"], 2),
+            "phase": "done" if w["ended"] is not None else "measuring",
+            **_step_row(res),
+            "changed": _r(inp.now, 3),
+        }
         self._step_cache[idx] = (key, row, res)
         return row, res
 
@@ -477,14 +529,20 @@ def _step_row(r: StepResult) -> dict[str, Any]:
     return {
         "requests_per_s": _r(r.requests_per_s, 3),
         "output_tokens_per_s": _r(r.output_tokens_per_s, 1),
-        "ttft_p50": _r(lat["ttft"].get("p50"), 6), "ttft_p99": _r(lat["ttft"].get("p99"), 6),
-        "itl_p50": _r(lat["itl"].get("p50"), 6), "itl_p99": _r(lat["itl"].get("p99"), 6),
-        "tpot_p50": _r(lat["tpot"].get("p50"), 6), "e2e_p99": _r(lat["e2e"].get("p99"), 6),
+        "ttft_p50": _r(lat["ttft"].get("p50"), 6),
+        "ttft_p99": _r(lat["ttft"].get("p99"), 6),
+        "itl_p50": _r(lat["itl"].get("p50"), 6),
+        "itl_p99": _r(lat["itl"].get("p99"), 6),
+        "tpot_p50": _r(lat["tpot"].get("p50"), 6),
+        "e2e_p99": _r(lat["e2e"].get("p99"), 6),
         "error_rate": _r(r.error_rate, 5),
-        "ok": r.ok, "failed": r.failed, "sent": r.sent,
+        "ok": r.ok,
+        "failed": r.failed,
+        "sent": r.sent,
         "goodput_requests_per_s": _r(r.goodput_requests_per_s, 3),
         "client_valid": r.client_valid,
-        "length_checked": r.length_checked, "length_mismatch": r.length_mismatch,
+        "length_checked": r.length_checked,
+        "length_mismatch": r.length_mismatch,
         "flags": flags,
         "slo_broken": r.slo_broken,
     }
@@ -502,7 +560,9 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
     rows = [{"metric": "Live charts, steps and validity", "value": "open /llm (also linked under Reports)"}]
     st = snap.get("step")
     if st:
-        rows.append({"metric": "Load step", "value": f"{st['index']}/{st['of']}: {st['level']:g} {st['unit']} ({st['phase']})"})
+        rows.append(
+            {"metric": "Load step", "value": f"{st['index']}/{st['of']}: {st['level']:g} {st['unit']} ({st['phase']})"}
+        )
     v = (snap.get("ladder") or {}).get("verdict")
     if v:
         what = f"{v['offered']:g} (step {v['step']}, by {v['knee_by']})" if v["found"] else "not found yet"
@@ -516,8 +576,14 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
         {"metric": "TPOT p50 / p99 ms (recent)", "value": f"{ms(lat['tpot'], 'p50')} / {ms(lat['tpot'], 'p99')}"},
         {"metric": "E2E p50 / p99 ms (recent)", "value": f"{ms(lat['e2e'], 'p50')} / {ms(lat['e2e'], 'p99')}"},
         {"metric": "Requests ok / failed", "value": f"{snap['totals']['ok']} / {snap['totals']['failed']}"},
-        {"metric": "Failures by kind", "value": ", ".join(f"{k} {d['n']}" for k, d in snap["failures"].items()) or "none"},
-        {"metric": "Client", "value": "valid" if snap["client"]["valid"] else "SATURATED: " + "; ".join(snap["client"]["reasons"])},
+        {
+            "metric": "Failures by kind",
+            "value": ", ".join(f"{k} {d['n']}" for k, d in snap["failures"].items()) or "none",
+        },
+        {
+            "metric": "Client",
+            "value": "valid" if snap["client"]["valid"] else "SATURATED: " + "; ".join(snap["client"]["reasons"]),
+        },
     ]
     t = snap["totals"]
     if t["length_mismatch"]:
@@ -533,9 +599,14 @@ def _cache_view(total: Aggregate) -> dict[str, Any] | None:
     f = c.figures()
     hit, miss = total.hist["ttft_cache_hit"], total.hist["ttft_cache_miss"]
     return {
-        "reported": c.reported, "cached_tokens": c.cached, "prompt_tokens": c.prompt,
-        "hit_ratio": _r(f["hit_ratio"], 4), "ideal_hit_ratio": _r(f["ideal_hit_ratio"], 4),
-        "achieved_vs_ideal": _r(f["achieved_vs_ideal"], 4), "hits": c.hits, "misses": c.misses,
+        "reported": c.reported,
+        "cached_tokens": c.cached,
+        "prompt_tokens": c.prompt,
+        "hit_ratio": _r(f["hit_ratio"], 4),
+        "ideal_hit_ratio": _r(f["ideal_hit_ratio"], 4),
+        "achieved_vs_ideal": _r(f["achieved_vs_ideal"], 4),
+        "hits": c.hits,
+        "misses": c.misses,
         "ttft_hit_p50": _r(hit.percentile(50), 6) if hit.count else None,
         "ttft_miss_p50": _r(miss.percentile(50), 6) if miss.count else None,
     }
@@ -551,12 +622,18 @@ def _groups_view(total: Aggregate, span: float) -> dict[str, list[dict[str, Any]
         for key, g in sorted(groups.items()):
             f = g.figures(span)
             lat = f["latency"]
-            rows.append({
-                "key": key, "ok": f["ok"], "failed": f["failed"],
-                "output_tokens_per_s": _r(f["output_tokens_per_s"], 2),
-                "ttft_p50": _r(lat["ttft"].get("p50"), 6), "ttft_p99": _r(lat["ttft"].get("p99"), 6),
-                "tpot_p50": _r(lat["tpot"].get("p50"), 6), "e2e_p50": _r(lat["e2e"].get("p50"), 6),
-                "hit_ratio": _r((f.get("cache") or {}).get("hit_ratio"), 4),
-            })
+            rows.append(
+                {
+                    "key": key,
+                    "ok": f["ok"],
+                    "failed": f["failed"],
+                    "output_tokens_per_s": _r(f["output_tokens_per_s"], 2),
+                    "ttft_p50": _r(lat["ttft"].get("p50"), 6),
+                    "ttft_p99": _r(lat["ttft"].get("p99"), 6),
+                    "tpot_p50": _r(lat["tpot"].get("p50"), 6),
+                    "e2e_p50": _r(lat["e2e"].get("p50"), 6),
+                    "hit_ratio": _r((f.get("cache") or {}).get("hit_ratio"), 4),
+                }
+            )
         out[dim] = rows
     return out or None

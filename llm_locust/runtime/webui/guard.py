@@ -44,8 +44,13 @@ def install(web_ui) -> None:
             extra = sorted(set(request.form) - FORM_FIELDS - shown)
             if extra:
                 log.warning("web UI: refused a start request setting %s", ", ".join(extra))
-                return jsonify({"success": False, "message": "the web UI may set only users, spawn rate, run time and "
-                                f"host; set {', '.join(extra)} on the command line or in the plan"}), 403
+                return jsonify(
+                    {
+                        "success": False,
+                        "message": "the web UI may set only users, spawn rate, run time and "
+                        f"host; set {', '.join(extra)} on the command line or in the plan",
+                    }
+                ), 403
         return None
 
     if web_ui.web_login:
@@ -80,8 +85,11 @@ def _default_login(web_ui) -> None:
     password = os.environ.get(PASSWORD_ENV)
     if not password:
         password = secrets.token_urlsafe(12)
-        print(f"llm-locust: web UI login: user {user!r}, password {password} (set {PASSWORD_ENV} to choose one)",
-              file=sys.stderr, flush=True)
+        print(
+            f"llm-locust: web UI login: user {user!r}, password {password} (set {PASSWORD_ENV} to choose one)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     @manager.user_loader
     def load_user(name: str):  # noqa: ANN202
@@ -94,7 +102,9 @@ def _default_login(web_ui) -> None:
     def llm_login():  # noqa: ANN202 - Flask view
         given_user = request.form.get("username", "")
         given = request.form.get("password", "")
-        if hmac.compare_digest(given_user.encode(), user.encode()) and hmac.compare_digest(given.encode(), password.encode()):
+        if hmac.compare_digest(given_user.encode(), user.encode()) and hmac.compare_digest(
+            given.encode(), password.encode()
+        ):
             login_user(_User(user))
             return redirect(url_for("locust.index"))
         session["auth_error"] = "wrong user name or password"

@@ -66,6 +66,7 @@ ALIASES = {
     "mooncake-tool-agent": mooncake.TOOLAGENT,
 }
 
+
 def _name(fmt: str) -> str:
     key = fmt.strip().lower().replace("_", "-")
     return ALIASES.get(key, key)
@@ -109,8 +110,10 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
         try:
             get(key)
         except TraceError:
-            raise TraceError(f"unknown trace format {fmt!r}; session formats: {', '.join(SESSION_FORMATS)}; "
-                             "or a request format (its conversations as sessions)") from None
+            raise TraceError(
+                f"unknown trace format {fmt!r}; session formats: {', '.join(SESSION_FORMATS)}; "
+                "or a request format (its conversations as sessions)"
+            ) from None
         return sessions_from_trace(load_trace(path, key)).take_share(share)
     src = Source(p, name)
     try:
@@ -129,11 +132,25 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
     except TraceError:
         src.close()
         raise
-    except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
-            ArithmeticError, LookupError, AttributeError, OSError, EOFError) as e:
+    except (
+        RecursionError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        UnicodeError,
+        ArithmeticError,
+        LookupError,
+        AttributeError,
+        OSError,
+        EOFError,
+    ) as e:
         src.close()
-        raise TraceError(f"{name}:{src.line or 1}: cannot read this {key} trace: unexpected content near this "
-                         f"line ({type(e).__name__}: {e})") from None
+        raise TraceError(
+            f"{name}:{src.line or 1}: cannot read this {key} trace: unexpected content near this "
+            f"line ({type(e).__name__}: {e})"
+        ) from None
     return trace.take_share(share)
 
 

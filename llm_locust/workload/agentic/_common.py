@@ -32,7 +32,7 @@ def message_text(messages: list[dict[str, Any]]) -> str:
 
 
 def delta_role(messages: list[dict[str, Any]]) -> str:
-    """"tool" when every new message is a tool result, else "user"."""
+    """ "tool" when every new message is a tool result, else "user"."""
     return "tool" if messages and all(m.get("role") == "tool" for m in messages) else "user"
 
 

@@ -52,7 +52,9 @@ def _ids(v: Any, ctx: Context, lineno: int, where: str) -> list[str]:
         elif type(x) is dict and type(x.get("child")) is str and x["child"]:
             out.append(x["child"])
         else:
-            raise ctx.error(lineno, f"{where} entries must be session ids, {{children: [...]}} or {{child: id}}, found {x!r}"[:200])
+            raise ctx.error(
+                lineno, f"{where} entries must be session ids, {{children: [...]}} or {{child: id}}, found {x!r}"[:200]
+            )
     return out
 
 
@@ -83,13 +85,27 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
             model = model or m
             out = json_count(turn, "max_tokens", ctx, lineno)
             gap = json_seconds(turn, "delay", ctx, lineno, scale=0.001, default=0.0)
-            kids = _ids(turn.get("spawns"), ctx, lineno, f"{w}'spawns'") + _ids(turn.get("forks"), ctx, lineno, f"{w}'forks'")
+            kids = _ids(turn.get("spawns"), ctx, lineno, f"{w}'spawns'") + _ids(
+                turn.get("forks"), ctx, lineno, f"{w}'forks'"
+            )
             if whole:
-                t = Turn(output_tokens=out, gap=gap, messages=msgs, role=delta_role(msgs[-1:]),
-                         children=tuple(kids), source=where)
+                t = Turn(
+                    output_tokens=out,
+                    gap=gap,
+                    messages=msgs,
+                    role=delta_role(msgs[-1:]),
+                    children=tuple(kids),
+                    source=where,
+                )
             else:
-                t = Turn(output_tokens=out, gap=gap, text=message_text(msgs), role=delta_role(msgs),
-                         children=tuple(kids), source=where)
+                t = Turn(
+                    output_tokens=out,
+                    gap=gap,
+                    text=message_text(msgs),
+                    role=delta_role(msgs),
+                    children=tuple(kids),
+                    source=where,
+                )
             b.turn(sid, t)
         b.sessions[sid].model = model
     return None

@@ -82,7 +82,17 @@ def read_as(fmt: str):
             first = sid not in b.sessions
             if first:
                 b.session(sid, start=t, source=where)
-            b.turn(sid, Turn(output_tokens=out, role="tool" if tool and not first else "user",
-                             hash_ids=tuple(h) if h is not None else (), input_tokens=inp, at=t, source=where))
+            b.turn(
+                sid,
+                Turn(
+                    output_tokens=out,
+                    role="tool" if tool and not first else "user",
+                    hash_ids=tuple(h) if h is not None else (),
+                    input_tokens=inp,
+                    at=t,
+                    source=where,
+                ),
+            )
         return BLOCK
+
     return read

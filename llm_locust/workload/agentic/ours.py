@@ -40,9 +40,26 @@ from llm_locust.workload.formats.base import (
 from llm_locust.workload.sessions import SessionBuilder, Turn
 
 NAME = "llm-locust-sessions"
-KEYS = frozenset({"session", "parent", "spawned_by_turn", "t", "start", "gap", "new_tokens", "text",
-                  "messages", "role", "output_tokens", "input_tokens", "hash_ids", "block_size", "model",
-                  "children"})
+KEYS = frozenset(
+    {
+        "session",
+        "parent",
+        "spawned_by_turn",
+        "t",
+        "start",
+        "gap",
+        "new_tokens",
+        "text",
+        "messages",
+        "role",
+        "output_tokens",
+        "input_tokens",
+        "hash_ids",
+        "block_size",
+        "model",
+        "children",
+    }
+)
 
 
 def _children(obj: dict, ctx: Context, lineno: int) -> tuple[str, ...]:
@@ -86,8 +103,10 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
             if inp is None:
                 raise ctx.error(lineno, "'hash_ids' without 'input_tokens' (the whole prompt's length)")
         if new is None and text is None and messages is None and hashes is None:
-            raise ctx.error(lineno, "a turn needs one of new_tokens, text, messages, hash_ids; found keys: "
-                            + (", ".join(obj) or "(none)"))
+            raise ctx.error(
+                lineno,
+                "a turn needs one of new_tokens, text, messages, hash_ids; found keys: " + (", ".join(obj) or "(none)"),
+            )
         model = json_str(obj, "model", ctx, lineno)
         s = b.sessions.get(sid)
         if s is None:
@@ -107,13 +126,27 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
         if parent is not None:
             prev = pending.get(sid)
             if prev is not None and k is not None and prev[1] is not None and prev[1] != k:
-                raise ctx.error(lineno, f"session {sid!r} is spawned by turn {prev[1]} of {parent!r} ({prev[2]}) "
-                                        f"and by turn {k}")
+                raise ctx.error(
+                    lineno, f"session {sid!r} is spawned by turn {prev[1]} of {parent!r} ({prev[2]}) and by turn {k}"
+                )
             if prev is None or k is not None:
                 pending[sid] = (parent, k if k is not None else (prev[1] if prev else None), src_)
-        b.turn(sid, Turn(new_tokens=new, output_tokens=out, gap=gap, text=text, role=role,
-                         hash_ids=tuple(hashes) if hashes is not None else None, input_tokens=inp,
-                         children=_children(obj, ctx, lineno), at=at, messages=messages, source=src_))
+        b.turn(
+            sid,
+            Turn(
+                new_tokens=new,
+                output_tokens=out,
+                gap=gap,
+                text=text,
+                role=role,
+                hash_ids=tuple(hashes) if hashes is not None else None,
+                input_tokens=inp,
+                children=_children(obj, ctx, lineno),
+                at=at,
+                messages=messages,
+                source=src_,
+            ),
+        )
     for child, (parent, k, src_) in pending.items():
         if k is not None:
             b.spawn(parent, k, child, src_)

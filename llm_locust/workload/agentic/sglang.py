@@ -106,7 +106,9 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
                     turn = w.value()
                     if type(turn) is not dict:
                         raise ctx.error(lineno, f"conversation {ci}, turn {k}: expected a JSON object")
-                    msgs = check_messages(turn.get("messages"), "messages", ctx, lineno, f"conversation {ci}, turn {k}: ")
+                    msgs = check_messages(
+                        turn.get("messages"), "messages", ctx, lineno, f"conversation {ci}, turn {k}: "
+                    )
                     if not msgs:
                         continue
                     ptok = json_count(turn, "prompt_tokens", ctx, lineno)

@@ -194,8 +194,12 @@ def write(rows: list[dict], path: str | Path, spec: AgenticSpec | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 (cannot write), 2 (bad arguments, or --out exists without --force)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="keys and defaults: " + ", ".join(f"{k}={getattr(AgenticSpec(), k)}" for k in KEYS))
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="keys and defaults: " + ", ".join(f"{k}={getattr(AgenticSpec(), k)}" for k in KEYS),
+    )
     p.add_argument("--agentic", required=True, metavar="KEY=VALUE,...", help="the workload (empty: all defaults)")
     p.add_argument("--out", required=True, help="trace file to write (session JSONL)")
     p.add_argument("--force", action="store_true", help="overwrite --out when it exists and is not empty")
@@ -215,5 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         return rc
     n = len({r["session"] for r in rows})
-    print(f"wrote {len(rows)} turns of {n} sessions ({spec.sessions} top-level) to {a.out} (recipe in {a.out}.spec.json)")
+    print(
+        f"wrote {len(rows)} turns of {n} sessions ({spec.sessions} top-level) to {a.out} (recipe in {a.out}.spec.json)"
+    )
     return 0

@@ -41,7 +41,15 @@ from typing import Any, Iterator
 
 import orjson
 
-from llm_locust.workload.formats.base import Context, Source, json_count, json_hash_ids, json_seconds, json_str, jsonl_objects_in
+from llm_locust.workload.formats.base import (
+    Context,
+    Source,
+    json_count,
+    json_hash_ids,
+    json_seconds,
+    json_str,
+    jsonl_objects_in,
+)
 from llm_locust.workload.sessions import SessionBuilder, Turn
 
 NAME = "weka"
@@ -134,8 +142,9 @@ def _streams(reqs: list[_Req]) -> list[list[_Req]]:
     return streams
 
 
-def _turns(b: SessionBuilder, sid: str, reqs: list[_Req], src: str, waits: dict[int, float],
-           spawns: dict[int, list[str]]) -> None:
+def _turns(
+    b: SessionBuilder, sid: str, reqs: list[_Req], src: str, waits: dict[int, float], spawns: dict[int, list[str]]
+) -> None:
     prev: _Req | None = None
     for i, x in enumerate(reqs):
         if prev is None:
@@ -145,9 +154,19 @@ def _turns(b: SessionBuilder, sid: str, reqs: list[_Req], src: str, waits: dict[
         else:
             gap = max(0.0, x.t - max(_end(prev), waits.get(i - 1, 0.0)))
         tool = prev is not None and (prev.stop == "tool_use" or "tool_result" in x.types)
-        b.turn(sid, Turn(new_tokens=None, output_tokens=x.out, gap=gap, role="tool" if tool else "user",
-                         hash_ids=tuple(x.hashes), input_tokens=x.inp, children=tuple(spawns.get(i, ())),
-                         source=src))
+        b.turn(
+            sid,
+            Turn(
+                new_tokens=None,
+                output_tokens=x.out,
+                gap=gap,
+                role="tool" if tool else "user",
+                hash_ids=tuple(x.hashes),
+                input_tokens=x.inp,
+                children=tuple(spawns.get(i, ())),
+                source=src,
+            ),
+        )
         prev = x
 
 
@@ -166,8 +185,9 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
         if ctx.block_size is None:
             ctx.block_size = bs
         elif bs != ctx.block_size:
-            raise ctx.error(lineno, f"'block_size' {bs} differs from {ctx.block_size} of an earlier trace "
-                                    "(one block size per file)")
+            raise ctx.error(
+                lineno, f"'block_size' {bs} differs from {ctx.block_size} of an earlier trace (one block size per file)"
+            )
         top: list[_Req] = []
         subs: list[tuple[int, dict, str]] = []  # (index of the spawning turn, entry, where)
         for k, r in enumerate(_requests(obj.get("requests"), ctx, lineno, ""), 1):
@@ -191,15 +211,19 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
             agent = e.get("agent_id")
             if type(agent) is not str or not agent:
                 raise ctx.error(lineno, f"{w}a subagent needs a string 'agent_id'")
-            inner = [_req(r, ctx, lineno, w, base=et)
-                     for r in _requests(e.get("requests", []), ctx, lineno, w)]
+            inner = [_req(r, ctx, lineno, w, base=et) for r in _requests(e.get("requests", []), ctx, lineno, w)]
             for r in e.get("requests", []):
                 if r.get("type") not in ("n", "s"):
-                    raise ctx.error(lineno, f"{w}a subagent's requests must be of type 'n' or 's', found {r.get('type')!r}")
+                    raise ctx.error(
+                        lineno, f"{w}a subagent's requests must be of type 'n' or 's', found {r.get('type')!r}"
+                    )
             spawn = max(idx, 0)
             dur = e.get("duration_ms")
-            end = et + json_seconds(e, "duration_ms", ctx, lineno, scale=0.001) if dur is not None else \
-                max((_end(x) for x in inner), default=et)
+            end = (
+                et + json_seconds(e, "duration_ms", ctx, lineno, scale=0.001)
+                if dur is not None
+                else max((_end(x) for x in inner), default=et)
+            )
             waits[spawn] = max(waits.get(spawn, 0.0), end)
             streams = _streams(inner)
             for s_i, stream in enumerate(streams):

@@ -6,7 +6,18 @@ import csv
 
 import orjson
 
-from llm_locust.workload.formats import aiperf, azure, bailian, burstgpt, guidellm, jsonl, mooncake, sharegpt, splitwise, vllm
+from llm_locust.workload.formats import (
+    aiperf,
+    azure,
+    bailian,
+    burstgpt,
+    guidellm,
+    jsonl,
+    mooncake,
+    sharegpt,
+    splitwise,
+    vllm,
+)
 from llm_locust.workload.session_detect import detect_head
 from llm_locust.workload.formats.base import Context, Format, Source, TraceError
 
@@ -65,8 +76,10 @@ def detect(head: str, name: str) -> Format:
         raise TraceError(f"{name}: empty trace file")
     session = detect_head(head)
     if session is not None:  # never misread as requests: a run reads it with load_sessions
-        raise TraceError(f"{name}: a session trace ({session}), not a trace of single requests; "
-                         "llm-locust run replays it as sessions (docs/agentic.md)")
+        raise TraceError(
+            f"{name}: a session trace ({session}), not a trace of single requests; "
+            "llm-locust run replays it as sessions (docs/agentic.md)"
+        )
     lineno = head[: len(head) - len(text)].count("\n") + 1
     if text[0] == "[":
         if '"conversations"' in text[:HEAD_SCAN] or text[1:].lstrip().startswith("]"):
@@ -89,7 +102,9 @@ def detect(head: str, name: str) -> Format:
     try:
         header = [h.strip() for h in next(csv.reader([first]), [])]
     except csv.Error as e:
-        raise TraceError(f"{name}:{lineno}: unknown trace format; the first line is not a CSV header ({e}): {first[:80]!r}") from None
+        raise TraceError(
+            f"{name}:{lineno}: unknown trace format; the first line is not a CSV header ({e}): {first[:80]!r}"
+        ) from None
     return _detect_csv(header, text, name, lineno)
 
 
@@ -140,8 +155,7 @@ def _detect_csv(header: list[str], text: str, name: str, lineno: int) -> Format:
         fmt, need = best
         missing = ", ".join(c for c in need if c not in cols)
         raise TraceError(
-            f"{name}:{lineno}: looks like a {fmt} trace but column(s) {missing} are missing "
-            f"(renamed?); found: {found}"
+            f"{name}:{lineno}: looks like a {fmt} trace but column(s) {missing} are missing (renamed?); found: {found}"
         )
     raise TraceError(
         f"{name}:{lineno}: unknown trace format; header columns found: {found}; known CSV formats: "

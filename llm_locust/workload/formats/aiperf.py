@@ -57,9 +57,7 @@ def _mooncake_rows(src: Source, ctx: Context) -> Iterator[tuple]:
         inp = json_count(obj, "input_length", ctx, lineno)
         text = json_str(obj, "text_input", ctx, lineno)
         if inp is None and text is None:
-            raise ctx.error(
-                lineno, "needs 'input_length' or 'text_input'; found keys: " + (", ".join(obj) or "(none)")
-            )
+            raise ctx.error(lineno, "needs 'input_length' or 'text_input'; found keys: " + (", ".join(obj) or "(none)"))
         out = json_count(obj, "output_length", ctx, lineno)
         yield lineno, t, inp, out, text, sess, json_hash_ids(obj, "hash_ids", ctx, lineno)
 

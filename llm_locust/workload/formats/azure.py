@@ -109,14 +109,26 @@ def _detect_year(first_timestamp: str) -> str:
 
 
 _common = dict(columns=("images",), origin="first")
-AZURE2023 = Format(name="azure2023", read=_reader("azure2023", REQUIRED), required=REQUIRED,
-                   summary="Azure LLM inference trace 2023: TIMESTAMP (naive),ContextTokens,GeneratedTokens",
-                   **_common)
-AZURE2024 = Format(name="azure2024", read=_reader("azure2024", REQUIRED), required=REQUIRED,
-                   summary="Azure LLM inference trace 2024 (week): TIMESTAMP (UTC, +00:00),ContextTokens,GeneratedTokens",
-                   **_common)
+AZURE2023 = Format(
+    name="azure2023",
+    read=_reader("azure2023", REQUIRED),
+    required=REQUIRED,
+    summary="Azure LLM inference trace 2023: TIMESTAMP (naive),ContextTokens,GeneratedTokens",
+    **_common,
+)
+AZURE2024 = Format(
+    name="azure2024",
+    read=_reader("azure2024", REQUIRED),
+    required=REQUIRED,
+    summary="Azure LLM inference trace 2024 (week): TIMESTAMP (UTC, +00:00),ContextTokens,GeneratedTokens",
+    **_common,
+)
 REQUIRED_2025 = ("TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens")
-AZURE2025 = Format(name="azure2025", read=_reader("azure2025", REQUIRED_2025), required=REQUIRED_2025,
-                   summary="Azure multimodal trace 2025: TIMESTAMP (ISO Z),NumImages,ContextTokens,GeneratedTokens",
-                   **_common)
+AZURE2025 = Format(
+    name="azure2025",
+    read=_reader("azure2025", REQUIRED_2025),
+    required=REQUIRED_2025,
+    summary="Azure multimodal trace 2025: TIMESTAMP (ISO Z),NumImages,ContextTokens,GeneratedTokens",
+    **_common,
+)
 FORMATS = (AZURE2023, AZURE2024, AZURE2025)

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_count, json_hash_ids, json_seconds, jsonl_objects
+from llm_locust.workload.formats.base import (
+    Context,
+    Format,
+    Source,
+    blocks_from_rows,
+    json_count,
+    json_hash_ids,
+    json_seconds,
+    jsonl_objects,
+)
 
 REQUIRED = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length")
 

@@ -262,7 +262,7 @@ class Source:
 
 
 def _line_endings(b: bytes) -> str | None:
-    """"cr" when the first line ending in `b` is a lone CR, "lf" for LF or CRLF, None if none yet."""
+    """ "cr" when the first line ending in `b` is a lone CR, "lf" for LF or CRLF, None if none yet."""
     cr, lf = b.find(b"\r"), b.find(b"\n")
     if cr < 0:
         return "lf" if lf >= 0 else None
@@ -298,16 +298,16 @@ def blocks_from_rows(rows: Iterable[tuple], n: int = 8192) -> Iterator[Block]:
         yield cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
 
 
-def columns_index(header: Sequence[str], required: Sequence[str], optional: Sequence[str], ctx: Context,
-                  line: int, fmt: str) -> dict[str, int]:
+def columns_index(
+    header: Sequence[str], required: Sequence[str], optional: Sequence[str], ctx: Context, line: int, fmt: str
+) -> dict[str, int]:
     """Column name -> index; a clear error naming the missing and the found columns."""
     pos = {h: i for i, h in enumerate(header)}
     missing = [c for c in required if c not in pos]
     if missing:
         raise ctx.error(
             line,
-            f"{fmt} trace: missing column(s) {', '.join(missing)}; "
-            f"found: {', '.join(header) or '(none)'}",
+            f"{fmt} trace: missing column(s) {', '.join(missing)}; found: {', '.join(header) or '(none)'}",
         )
     return {c: pos[c] for c in (*required, *optional) if c in pos}
 
@@ -395,8 +395,9 @@ def text_count(s: str, key: str, ctx: Context, lineno: int) -> int:
     return v
 
 
-def json_seconds(obj: dict, key: str, ctx: Context, lineno: int, scale: float = 1.0,
-                 default: float | None = None) -> float:
+def json_seconds(
+    obj: dict, key: str, ctx: Context, lineno: int, scale: float = 1.0, default: float | None = None
+) -> float:
     """A time from a JSON object, times `scale` (1/1000 for milliseconds); refuses negatives,
     NaN and infinities."""
     v = obj.get(key)
@@ -475,8 +476,10 @@ def json_id(obj: dict, key: str, ctx: Context, lineno: int) -> str | None:
 def json_messages(v: Any, key: str, ctx: Context, lineno: int) -> list[dict] | None:
     if v is None:
         return None
-    if type(v) is not list or not v or not all(
-        type(m) is dict and isinstance(m.get("role"), str) and "content" in m for m in v
+    if (
+        type(v) is not list
+        or not v
+        or not all(type(m) is dict and isinstance(m.get("role"), str) and "content" in m for m in v)
     ):
         raise ctx.error(lineno, f"{key!r} must be a non-empty list of {{role, content}} objects")
     return v

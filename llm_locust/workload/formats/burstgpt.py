@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, csv_fields, text_count, text_seconds
+from llm_locust.workload.formats.base import (
+    Context,
+    Format,
+    Source,
+    blocks_from_rows,
+    columns_index,
+    csv_fields,
+    text_count,
+    text_seconds,
+)
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens")
 OPTIONAL = ("Session ID", "Elapsed time", "Total tokens", "Log Type")

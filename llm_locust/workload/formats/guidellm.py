@@ -10,7 +10,16 @@ from __future__ import annotations
 import csv
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, json_count, jsonl_objects, text_count
+from llm_locust.workload.formats.base import (
+    Context,
+    Format,
+    Source,
+    blocks_from_rows,
+    columns_index,
+    json_count,
+    jsonl_objects,
+    text_count,
+)
 
 COUNT_KEYS = ("prompt_tokens_count", "output_tokens_count")
 

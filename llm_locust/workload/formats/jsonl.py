@@ -26,8 +26,19 @@ from llm_locust.workload.formats.base import (
 )
 
 COLUMNS = ("prompt", "messages", "conversation_id", "turn", "hash_ids", "images", "model")
-KEYS = ("timestamp", "input_tokens", "output_tokens", "prompt", "messages", "conversation_id", "turn",
-        "hash_ids", "block_size", "model", "images")
+KEYS = (
+    "timestamp",
+    "input_tokens",
+    "output_tokens",
+    "prompt",
+    "messages",
+    "conversation_id",
+    "turn",
+    "hash_ids",
+    "block_size",
+    "model",
+    "images",
+)
 
 
 def _rows(src: Source, ctx: Context) -> Iterator[tuple]:
@@ -52,9 +63,17 @@ def _rows(src: Source, ctx: Context) -> Iterator[tuple]:
             continue
         turn = json_count(obj, "turn", ctx, lineno)
         yield (
-            lineno, t, inp, out,
-            prompt, messages, json_id(obj, "conversation_id", ctx, lineno), turn,
-            hash_ids, json_count(obj, "images", ctx, lineno), model,
+            lineno,
+            t,
+            inp,
+            out,
+            prompt,
+            messages,
+            json_id(obj, "conversation_id", ctx, lineno),
+            turn,
+            hash_ids,
+            json_count(obj, "images", ctx, lineno),
+            model,
         )
 
 

@@ -85,7 +85,7 @@ def _elements(src: Source, ctx: Context) -> Iterator[tuple[int, object]]:
             else:
                 raise ctx.error(line_of(pos), f"expected ',' or ']' between conversations, found {c!r}")
         elif state == "end":
-            raise ctx.error(line_of(pos), f"unexpected data after the closing ']': {buf[pos:pos + 20]!r}")
+            raise ctx.error(line_of(pos), f"unexpected data after the closing ']': {buf[pos : pos + 20]!r}")
         if state == "item":
             if array and c == "]":
                 state, pos = "end", pos + 1
@@ -100,7 +100,9 @@ def _elements(src: Source, ctx: Context) -> Iterator[tuple[int, object]]:
                 if len(buf) - pos < _MAX_RECORD and more():
                     continue  # the element may just be incomplete: read on and retry
                 if e.pos >= len(buf.rstrip()):
-                    raise ctx.error(line_of(e.pos), "invalid JSON: the file ends inside a conversation (truncated file?)") from None
+                    raise ctx.error(
+                        line_of(e.pos), "invalid JSON: the file ends inside a conversation (truncated file?)"
+                    ) from None
                 raise ctx.error(line_of(e.pos), f"invalid JSON: {e.msg} (column {e.colno})") from None
             yield line_of(pos), value
             pos, state = end, "sep"

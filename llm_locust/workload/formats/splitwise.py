@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, columns_index, csv_fields, text_count, text_seconds
+from llm_locust.workload.formats.base import (
+    Context,
+    Format,
+    Source,
+    blocks_from_rows,
+    columns_index,
+    csv_fields,
+    text_count,
+    text_seconds,
+)
 
 REQUIRED = ("arrival_timestamp", "prompt_size", "token_size")
 OPTIONAL = ("request_id", "request_type", "application_id", "batch_size")
