@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-
-import sys
 
 import orjson
 

@@ -23,10 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 import test_fuzz_protocols as fz  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+
 from llm_locust.protocols import API_NAMES  # noqa: E402
 
 

@@ -20,8 +20,8 @@ import sys
 import threading
 
 import hpack
-
 from grpc_stream_server import messages
+
 from llm_locust.protocols.grpc_vllm import _len_field as _field
 
 _FRAME = struct.Struct(">HBBBL")

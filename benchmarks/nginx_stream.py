@@ -347,7 +347,7 @@ class NginxStream:
         self.bodies = {api: (path, build(n_tokens)) for api, (path, build) in STREAMS.items()}
         self.body = self.bodies["openai-completions"][1]
 
-    def start(self) -> "NginxStream":
+    def start(self) -> NginxStream:
         binary = nginx_binary()
         self.dir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         os.chmod(self.dir, 0o755)  # workers may run as another user
@@ -416,7 +416,7 @@ class NginxStream:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def __enter__(self) -> "NginxStream":
+    def __enter__(self) -> NginxStream:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -33,15 +33,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
-from llm_locust.settings import derive  # noqa: E402
-from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
-from llm_locust.report.results import build_results, load_results, write_results  # noqa: E402
 from llm_locust.analysis.saturation import analyse  # noqa: E402
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, efficiency  # noqa: E402
-from llm_locust.runtime.shapes import StepWindow  # noqa: E402
-from llm_locust.sim.model import Engine, Seq, SimConfig  # noqa: E402
 from llm_locust.analysis.steps import format_steps, request_slos, step_result  # noqa: E402
+from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
+from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
+from llm_locust.report.results import build_results, load_results, write_results  # noqa: E402
+from llm_locust.runtime.shapes import StepWindow  # noqa: E402
+from llm_locust.settings import derive  # noqa: E402
+from llm_locust.sim.model import Engine, Seq, SimConfig  # noqa: E402
 
 W = 1_790_000_000.0  # wall clock of the virtual run's start
 LEVELS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]

@@ -46,9 +46,9 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from llm_locust.analysis.steps import step_result  # noqa: E402
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
 from llm_locust.metrics.records import RequestRecord  # noqa: E402
-from llm_locust.analysis.steps import step_result  # noqa: E402
 from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView  # noqa: E402
 
 T0 = 1_700_000_000.0

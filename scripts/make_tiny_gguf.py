@@ -53,7 +53,7 @@ RANK_LABELS = ["yes", "no"]  # --rerank: the classifier head's rows (Qwen3-Reran
 RANK_HEAD_STD = 0.1
 
 
-def copy_tokenizer(reader: "gguf.GGUFReader", writer: "gguf.GGUFWriter") -> int:
+def copy_tokenizer(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> int:
     """Copy every tokenizer.* key with its exact GGUF type. Returns the vocab size."""
     n_vocab = 0
     for name, field in reader.fields.items():

@@ -1,7 +1,6 @@
 import os
 
 import pytest
-
 import realservers
 
 # grpc-core reads this when grpc is first imported: in a test process that used grpcio, its fork

@@ -19,8 +19,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 LLAMA_CPP_PY_VERSION = "0.3.36"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -628,7 +628,7 @@ class LlamaReplicas:
     def urls(self) -> list[str]:
         return [s.url for s in self.servers]
 
-    def start(self) -> "LlamaReplicas":
+    def start(self) -> LlamaReplicas:
         try:
             for s in self.servers:
                 s.start()
@@ -641,7 +641,7 @@ class LlamaReplicas:
         for s in self.servers:
             s.stop(remove_log=remove_log)
 
-    def __enter__(self) -> "LlamaReplicas":
+    def __enter__(self) -> LlamaReplicas:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:

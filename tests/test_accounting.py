@@ -17,7 +17,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from realservers import free_port
 
 from llm_locust.sim.process import SimProcess

@@ -10,12 +10,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
 from llm_locust.protocols import (
-    TOOL_CALL,
     API_NAMES,
     CONTENT,
     NO_TOKEN,
     REASONING,
+    TOOL_CALL,
     NDJSONDecoder,
     ProtocolError,
     RequestSpec,
@@ -28,7 +29,6 @@ from llm_locust.protocols import (
     resolve_tokens,
 )
 from llm_locust.protocols.openai import parse_models
-from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = FIXTURES / "captures"

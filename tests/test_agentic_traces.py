@@ -12,7 +12,8 @@ import pytest
 
 from llm_locust.workload.agentic import SESSION_FORMATS, detect_sessions, load_sessions
 from llm_locust.workload.agentic.mooncake import chain
-from llm_locust.workload.agentic.synth import AgenticSpec, generate, main as synth_main, parse_spec_text, write
+from llm_locust.workload.agentic.synth import AgenticSpec, generate, parse_spec_text, write
+from llm_locust.workload.agentic.synth import main as synth_main
 from llm_locust.workload.formats.base import TraceError
 
 FIX = Path(__file__).parent / "fixtures" / "agentic"

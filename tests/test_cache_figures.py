@@ -142,9 +142,8 @@ def test_anthropic_message_delta_zero_does_not_undo_message_start():
 
 
 def test_stream_client_copies_cached_count_onto_the_record():
-    from geventhttpclient import HTTPClient
-
     from canned import canned_server, sse_reply
+    from geventhttpclient import HTTPClient
 
     from llm_locust.protocols.base import RequestSpec
     from llm_locust.runtime.client import StreamClient, Timeouts
@@ -443,9 +442,9 @@ def test_summary_prints_cache_and_group_lines():
 
 
 def test_html_report_plots_cache_per_step_and_tables_per_endpoint():
-    from llm_locust.report.html import render
-
     from test_report_html import dom, uses
+
+    from llm_locust.report.html import render
 
     doc = _ladder_results()
     root = dom(render(doc))
@@ -468,9 +467,9 @@ def test_html_report_plots_cache_per_step_and_tables_per_endpoint():
 
 
 def test_html_report_without_cache_figures_has_no_cache_parts():
-    from llm_locust.report.html import render
-
     from test_report_html import dom
+
+    from llm_locust.report.html import render
 
     doc = _ladder_results()
     doc["summary"].pop("cache")

@@ -7,16 +7,15 @@ import socket
 import gevent
 import gevent.event
 import pytest
+from canned import canned_server, sse_reply
 from gevent.server import StreamServer
 from geventhttpclient import HTTPClient
 
-from llm_locust.runtime.client import StreamClient, Timeouts
+from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.metrics.records import Outcome
+from llm_locust.runtime.client import StreamClient, Timeouts
 from llm_locust.sim.process import SimProcess
-
-from canned import canned_server, sse_reply
 
 ids = itertools.count()
 

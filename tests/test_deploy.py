@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from realservers import free_port, in_ci, need_binary
 import yaml
+from realservers import free_port, in_ci, need_binary
 
 from llm_locust.sim.process import SimProcess
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from canned import canned_server
 from gevent.server import StreamServer
 from geventhttpclient import HTTPClient
 
@@ -23,8 +24,6 @@ from llm_locust.protocols.base import Limits, ProtocolError, RequestSpec, Timeou
 from llm_locust.protocols.embeddings import EMBEDDINGS, RERANK, SCORE
 from llm_locust.runtime.client import JSONClient
 from llm_locust.sim.process import SimProcess
-
-from canned import canned_server
 
 REPO = Path(__file__).resolve().parents[1]
 ids = itertools.count()

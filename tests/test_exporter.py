@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 from realservers import free_port, need_binary
 
-from llm_locust.runtime.exporter import cumulative_buckets
 from llm_locust.metrics.histogram import Histogram
+from llm_locust.runtime.exporter import cumulative_buckets
 from llm_locust.sim.process import SimProcess
 
 

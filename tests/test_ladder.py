@@ -6,9 +6,9 @@ concurrency ladder must find the knee at the slot count, within one ladder step.
 """
 
 import json
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from gevent.server import StreamServer
 from geventhttpclient import HTTPClient
+from test_token_reads import count_token_reads
 
 import llm_locust.runtime.client as client_mod
 from llm_locust.metrics.records import Outcome
@@ -26,8 +27,6 @@ from llm_locust.protocols.base import RequestSpec
 from llm_locust.runtime.client import StreamClient, Timeouts
 from llm_locust.runtime.pump import PUMP
 from llm_locust.sim.process import SimProcess
-
-from test_token_reads import count_token_reads
 
 ids = itertools.count()
 

@@ -23,7 +23,6 @@ import subprocess
 import sys
 
 import pytest
-
 import realservers
 from realservers import LlamaReplicas, SmgRouter, prometheus_values
 

@@ -11,10 +11,10 @@ import os
 import time
 
 import pytest
+from realservers import LlamaServer, http_get
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import RequestSpec, get_adapter, request_headers
-from realservers import LlamaServer, http_get
 
 pytestmark = pytest.mark.real_server
 

@@ -26,7 +26,6 @@ import subprocess
 import time
 
 import pytest
-
 import realservers
 
 MODEL = "smollm2"

@@ -7,7 +7,6 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
-
 from realservers import LlamaServer, http_get
 
 pytestmark = pytest.mark.real_server

@@ -18,11 +18,11 @@ import subprocess
 import sys
 
 import pytest
+from realservers import LlamaServer, http_post_json
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import get_json_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
-from realservers import LlamaServer, http_post_json
 
 pytestmark = pytest.mark.real_server
 

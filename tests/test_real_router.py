@@ -23,7 +23,6 @@ import sys
 import time
 
 import pytest
-
 import realservers
 from realservers import LlamaReplicas, SmgRouter, http_post_json, prometheus_values
 

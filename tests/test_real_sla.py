@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from realservers import LlamaServer
 
 pytestmark = pytest.mark.real_server

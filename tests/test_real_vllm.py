@@ -28,9 +28,9 @@ import sys
 import time
 
 import pytest
+from realservers import http_get
 
 from llm_locust.analysis import server_metrics
-from realservers import http_get
 
 pytestmark = pytest.mark.real_server
 

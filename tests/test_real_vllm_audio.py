@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import realservers
+
 from llm_locust.workload.audio import RATE, AudioMaker
 
 pytestmark = pytest.mark.real_server

@@ -27,9 +27,9 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
+from realservers import http_get
 
 from llm_locust.analysis import server_metrics
-from realservers import http_get
 
 pytestmark = pytest.mark.real_server
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import realservers
+
 from llm_locust.workload.images import ImageMaker
 
 pytestmark = pytest.mark.real_server

@@ -18,11 +18,11 @@ import subprocess
 import sys
 
 import pytest
+from realservers import http_post_json
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import get_json_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
-from realservers import http_post_json
 
 # Runs by default, CI included: the file took 65 s here (vLLM's start-up 46 s) with other jobs at a
 # load average of ~3-4 on the 2 cores, up to 110 s at 5-8 (docs/real-servers.md); =0 turns it off.

@@ -3,7 +3,6 @@ compare's noise verdict and its regression mode on synthetic repeated results, b
 
 import json
 import math
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET

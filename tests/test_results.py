@@ -9,12 +9,13 @@ import sys
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from realservers import free_port
 
+from llm_locust.analysis.server_metrics import efficiency_table, info_series, samples
 from llm_locust.gpu.nvml import FakeBackend
 from llm_locust.gpu.sidecar import GpuCollector, Sampler
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
-from llm_locust.runtime.probe import probe_server
 from llm_locust.report.results import (
     SCHEMA_VERSION,
     ResultsError,
@@ -24,8 +25,7 @@ from llm_locust.report.results import (
     validity,
     write_results,
 )
-from llm_locust.analysis.server_metrics import efficiency_table, info_series, samples
-from realservers import free_port
+from llm_locust.runtime.probe import probe_server
 
 
 def _agg(ttfts=(0.05, 0.07, 0.2, 1.5)) -> Aggregate:

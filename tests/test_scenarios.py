@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import http.server
 import json
-import os
 import subprocess
 import sys
 import threading

@@ -13,7 +13,7 @@ from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start
 from llm_locust.settings.model import Settings
 from llm_locust.workload.formats.base import TraceError
 from llm_locust.workload.prompts import PromptBuilder
-from llm_locust.workload.sessions import IdealCache, Session, SessionBuilder, SessionTrace, Turn, sessions_from_trace
+from llm_locust.workload.sessions import IdealCache, SessionBuilder, SessionTrace, Turn
 from llm_locust.workload.specs import SpecBuilder
 
 

@@ -11,14 +11,13 @@ import random
 
 import orjson
 import pytest
+from canned import canned_server, sse_reply
 from geventhttpclient import HTTPClient
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import ProtocolError, get_adapter, make_decoder
 from llm_locust.protocols.base import RequestSpec, StreamState
 from llm_locust.runtime.client import StreamClient, Timeouts
-
-from canned import canned_server, sse_reply
 
 # Words whose JSON form holds the very patterns the reader looks for, inside a string, where a
 # quote is always escaped: they must never be taken for keys.

@@ -6,9 +6,6 @@ import json
 import pytest
 
 from llm_locust.analysis.saturation import format_steps
-
-from llm_locust.metrics.aggregate import SLO_METRICS, Aggregate
-from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.analysis.steps import (
     StepResult,
     broken_slos,
@@ -18,6 +15,8 @@ from llm_locust.analysis.steps import (
     step_result,
     window_rates,
 )
+from llm_locust.metrics.aggregate import SLO_METRICS, Aggregate
+from llm_locust.metrics.records import Outcome, RequestRecord
 
 W = 1_700_000_000.0  # wall clock = W + perf_counter time in these records
 

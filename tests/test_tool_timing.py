@@ -9,15 +9,13 @@ import sys
 
 import orjson
 import pytest
-
+from canned import canned_server, sse_reply
+from test_client import client_for, spec
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, TOOL_CALL, StreamState
 from llm_locust.report.summary import format_summary
-
-from canned import canned_server, sse_reply
-from test_client import client_for, spec
 
 
 def feed(api, payload):

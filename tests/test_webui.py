@@ -17,15 +17,15 @@ from pathlib import Path
 
 import orjson
 import pytest
+from realservers import free_port, in_ci
 
+from llm_locust.analysis.server_metrics import Sample, ServerSeries
+from llm_locust.analysis.steps import step_result
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import Outcome, RequestRecord
-from llm_locust.analysis.server_metrics import Sample, ServerSeries
-from llm_locust.analysis.steps import step_result
 from llm_locust.runtime.webui import data as D
 from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
-from realservers import free_port, in_ci
 
 T0 = 1_700_000_000.0
 

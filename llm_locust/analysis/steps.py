@@ -175,7 +175,7 @@ class StepResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StepResult":
+    def from_dict(cls, d: dict[str, Any]) -> StepResult:
         d = dict(d)
         d.pop("window", None)
         d.pop("slos_met", None)

@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from llm_locust.gpu.nvml import (
-    MiB,
     THROTTLE_REASONS,
     Backend,
     BackendUnavailable,
     DeviceInfo,
     DeviceLost,
     FakeBackend,
+    MiB,
     NvmlBackend,
     ProcessInfo,
 )

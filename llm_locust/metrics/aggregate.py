@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.timeseries import LatencySeries
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
@@ -499,7 +499,7 @@ class Aggregate:
 
     # ---- merging (master side) ----
 
-    def merge(self, other: "Aggregate") -> None:
+    def merge(self, other: Aggregate) -> None:
         self.merge_wire(other.to_wire())
 
     def to_wire(self) -> dict[str, Any]:

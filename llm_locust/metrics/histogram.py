@@ -101,7 +101,7 @@ class Histogram:
         """Exact sum of the recorded microseconds; None once merged with data that had none."""
         return self._sum_us if self._sum_exact else None
 
-    def merge(self, other: "Histogram") -> None:
+    def merge(self, other: Histogram) -> None:
         other._flush()
         self._flush()
         self._h.add(other._h)
@@ -124,7 +124,7 @@ class Histogram:
             self._sum_us += sum_us
 
     @classmethod
-    def decode(cls, data: bytes, sum_us: int | None = None) -> "Histogram":
+    def decode(cls, data: bytes, sum_us: int | None = None) -> Histogram:
         h = cls()
         h.merge_encoded(data, sum_us)
         return h

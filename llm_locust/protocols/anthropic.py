@@ -39,7 +39,6 @@ from llm_locust.protocols.base import (
 )
 from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
 
-
 ANTHROPIC_VERSION = "2023-06-01"
 # max_tokens is required by the Messages API; sent when the spec gives none
 DEFAULT_MAX_TOKENS = 4096

@@ -30,7 +30,6 @@ import orjson
 from llm_locust.protocols.base import CONTENT, NO_TOKEN, REASONING, TOOL_CALL, RequestSpec, StreamState
 from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
 
-
 # event type -> what its `delta` carries
 _TEXT = ("response.output_text.delta", "response.refusal.delta")
 _REASONING = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")

@@ -176,7 +176,7 @@ def _started(run: dict[str, Any]) -> str:
     if run.get("started_at_utc"):
         return run["started_at_utc"]
     if isinstance(run.get("started_at"), (int, float)):
-        return dt.datetime.fromtimestamp(run["started_at"], dt.timezone.utc).isoformat(timespec="seconds")
+        return dt.datetime.fromtimestamp(run["started_at"], dt.UTC).isoformat(timespec="seconds")
     return "-"
 
 

@@ -30,6 +30,7 @@ from gevent import GreenletExit
 from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
+from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 from llm_locust.protocols import error_text, make_decoder, printable
 from llm_locust.protocols.base import (
     CONTENT,
@@ -47,7 +48,6 @@ from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.protocols.token_reads import SCAN_LIMIT, token_read_matcher, whole_chunks
 from llm_locust.runtime.pump import PUMP
 from llm_locust.runtime.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
-from llm_locust.metrics.records import SOURCE_USAGE, Outcome, RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -444,7 +444,7 @@ def finish_record(rec: RequestRecord, state: StreamState) -> None:
         rec.text = "".join(state.text)
 
 
-def _reader(sock, t_sent: float, watch: "_Watch"):
+def _reader(sock, t_sent: float, watch: _Watch):
     """A function returning (bytes read, arrival time as perf_counter seconds) per call.
 
     With kernel timestamps (plain TCP on Linux) the arrival time is when the data reached the
@@ -560,7 +560,7 @@ def _reader(sock, t_sent: float, watch: "_Watch"):
     return read_stamped
 
 
-def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float:
+def _read_head(resp: _Response, read, rec: RequestRecord, limit: int) -> float:
     """Feed the parser until a final (non-1xx) response's headers are complete; return when
     the read that completed them arrived. The parser is incremental: each read's bytes are
     scanned once. A header block (interim responses included) over `limit` bytes is an error.
@@ -597,7 +597,7 @@ def _read_head(resp: "_Response", read, rec: RequestRecord, limit: int) -> float
             raise _Ended(Outcome.HTTP_ERROR, f"invalid HTTP reply: header block over {limit} bytes")
 
 
-def _at_chunk_start(resp: "_Response", data: bytes) -> bool:
+def _at_chunk_start(resp: _Response, data: bytes) -> bool:
     """After the head, whose last read was `data`: whether llhttp waits at a chunk's start (a
     chunked body, and what of it came in that read is whole chunks). When body bytes came with
     the head, the read must hold the whole head (a busy client reads the head and the first
@@ -613,7 +613,7 @@ def _at_chunk_start(resp: "_Response", data: bytes) -> bool:
     return len(data) - end <= SCAN_LIMIT and whole_chunks(data[end:])  # a burst's first read: not scanned
 
 
-def _read_body(resp: "_Response", read, limit: int, framing_limit: int) -> bytes:
+def _read_body(resp: _Response, read, limit: int, framing_limit: int) -> bytes:
     """Up to `limit` bytes of the body (an error reply's), read like the stream: deadlines apply
     and other greenlets run. Stops quietly at the body's end, a close, or a reset."""
     buf = resp._body_buffer

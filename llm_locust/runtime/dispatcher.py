@@ -32,21 +32,21 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols.base import request_headers
+from llm_locust.report.masking import protect
 from llm_locust.runtime.client import fetch_models
 from llm_locust.runtime.clients import main_client
 from llm_locust.runtime.graded import maybe_graded
 from llm_locust.runtime.hub import hub
-from llm_locust.report.masking import protect
+from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce, sleep_until
+from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
-from llm_locust.protocols.base import request_headers
-from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
-from llm_locust.metrics.records import Outcome, RequestRecord
-from llm_locust.runtime.users import account
-from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce, sleep_until
-from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
+from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder, wants_text
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from llm_locust.runtime.hub import hub
 from llm_locust.metrics.aggregate import Aggregate, SparseHistogram
 from llm_locust.metrics.histogram import Histogram
+from llm_locust.runtime.hub import hub
 
 log = logging.getLogger(__name__)
 

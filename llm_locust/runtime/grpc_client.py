@@ -253,7 +253,7 @@ class GrpcStreamClient:
         finish_record(rec, state)
         return rec
 
-    def _read(self, call, rec: RequestRecord, state: StreamState, watch: "_Watch") -> None:
+    def _read(self, call, rec: RequestRecord, state: StreamState, watch: _Watch) -> None:
         feed = grpc_vllm.feed_response
         append = rec.chunk_times.append
         perf_counter = time.perf_counter

@@ -18,9 +18,9 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.metrics.records import RequestRecord
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
+from llm_locust.metrics.records import RequestRecord
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,15 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.runtime import exporter, shapes
+from llm_locust.metrics.aggregate import figures
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
-from llm_locust.settings import derive
-from llm_locust.metrics.aggregate import figures
-from llm_locust.runtime.hub import install
 from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
 from llm_locust.report.results import build_results, write_results
 from llm_locust.report.summary import format_summary
+from llm_locust.runtime import exporter, shapes
+from llm_locust.runtime.hub import install
+from llm_locust.settings import derive
 
 log = logging.getLogger(__name__)
 _connected = False  # a worker process got its init event: it reached the master
@@ -105,7 +105,7 @@ def _utc(t: float | None) -> str | None:
     import datetime
 
     return (
-        None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+        None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
     )
 
 
@@ -333,8 +333,8 @@ def _on_init(environment, **_kw: Any) -> None:
     failfast.install(environment, settings)
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
-    from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
     from llm_locust.runtime.webui import guard
+    from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
 
     if environment.web_ui is not None:
         guard.install(environment.web_ui)  # before any route: the start form's fields and the login

@@ -22,9 +22,8 @@ from urllib.parse import urlsplit
 import gevent
 from geventhttpclient import HTTPClient
 
-from llm_locust.protocols.base import Timeouts
-
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
+from llm_locust.protocols.base import Timeouts
 
 log = logging.getLogger(__name__)
 

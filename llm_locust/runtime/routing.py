@@ -85,7 +85,7 @@ import bisect
 import hashlib
 import random
 import time
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 STRATEGIES = ("round-robin", "random", "least-in-flight", "affinity")
 DOWN_AFTER = 3  # consecutive connection failures that mark an endpoint down

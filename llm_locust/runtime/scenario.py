@@ -53,7 +53,7 @@ class LLMResult:
     embeddings: list[Any] | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, rec: RequestRecord, reply: Any = None) -> "LLMResult":
+    def of(cls, rec: RequestRecord, reply: Any = None) -> LLMResult:
         r = cls(
             ok=rec.ok,
             outcome=rec.outcome.value,

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 import gevent.pool
 
-from llm_locust.protocols.base import RequestSpec
 from llm_locust.metrics.records import RequestRecord
+from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload.records import TraceRecord
 from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
 
@@ -60,7 +61,7 @@ class SessionRunner:
         *,
         nonce: str,
         speed: float = 1.0,
-        model_for: Callable[[Session], "str | None"] | None = None,
+        model_for: Callable[[Session], str | None] | None = None,
     ) -> None:
         self.trace = trace
         self.builder = builder  # workload.specs.SpecBuilder
@@ -280,7 +281,7 @@ def load_workload(path: str, fmt: str | None = None, share: tuple[int, int] | No
     conversations (a conversation's turns go out in order, each after the previous reply, in the
     closed loop too), else the Trace itself."""
     from llm_locust.workload import load_trace
-    from llm_locust.workload.agentic import is_session_format, detect_sessions, load_sessions
+    from llm_locust.workload.agentic import detect_sessions, is_session_format, load_sessions
     from llm_locust.workload.sessions import sessions_from_trace
 
     if fmt and is_session_format(fmt) or (not fmt and detect_sessions(path)):

@@ -32,12 +32,12 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.analysis import sla as sla_search
+from llm_locust.analysis.saturation import analyse, format_steps
+from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
-from llm_locust.analysis.saturation import analyse, format_steps
-from llm_locust.analysis.steps import StepResult, broken_slos, step_result
-from llm_locust.analysis import sla as sla_search
 
 log = logging.getLogger(__name__)
 

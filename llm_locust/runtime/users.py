@@ -9,28 +9,28 @@ output tokens as response_length, so Locust's table means something.
 from __future__ import annotations
 
 import itertools
-import random
 import logging
 import os
+import random
 
 import gevent
 import gevent.lock
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
-from llm_locust.runtime.client import StreamClient, fetch_models
-from llm_locust.runtime.graded import grade_record, maybe_graded
-from llm_locust.runtime.clients import main_client
-from llm_locust.runtime.scenario import LLMClient
-from llm_locust.runtime.hub import hub
-from llm_locust.settings.derive import from_options
+from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.runtime.client import StreamClient, fetch_models
+from llm_locust.runtime.clients import main_client
+from llm_locust.runtime.graded import grade_record, maybe_graded
+from llm_locust.runtime.hub import hub
+from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start_turn, run_nonce
-from llm_locust.workload.sessions import SessionTrace
+from llm_locust.settings.derive import from_options
 from llm_locust.workload.prompts import PromptBuilder
+from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, take_overlong, wants_text
 
 log = logging.getLogger(__name__)

@@ -130,10 +130,10 @@ class _RepeatedHost(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if getattr(namespace, "host", None) in (None, argparse.SUPPRESS):
-            setattr(namespace, "host", values)
+            namespace.host = values
             return
         more = getattr(namespace, "endpoints", "")
-        setattr(namespace, "endpoints", f"{more},{values}" if more else values)
+        namespace.endpoints = f"{more},{values}" if more else values
 
 
 def add_locust_arguments(parser) -> None:

@@ -44,7 +44,7 @@ class SimProcess:
         self.url = self.host = ""
         self.port = 0
 
-    def start(self) -> "SimProcess":
+    def start(self) -> SimProcess:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
@@ -78,7 +78,7 @@ class SimProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

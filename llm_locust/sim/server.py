@@ -344,7 +344,7 @@ def int_field(req: dict, name: str, default: int, lo: int) -> int:
 class Conn(asyncio.Protocol):
     """One client connection: parses requests, one at a time, and owns the transport."""
 
-    def __init__(self, app: "App"):
+    def __init__(self, app: App):
         self.app = app
         self.buf = bytearray()
         self.transport = None

@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from llm_locust.workload.prefix_hash import (
-    CHAT,
     CHARS_PER_TOKEN,
+    CHAT,
     COMPLETIONS,
     DEFAULT_BLOCK_SIZE,
     PrefixHasher,

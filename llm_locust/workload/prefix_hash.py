@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 DEFAULT_BLOCK_SIZE = 512  # tokens per block, as in Mooncake traces
 CHARS_PER_TOKEN = 4  # the character estimate of a token, for blocks and counts without a tokenizer

@@ -39,8 +39,9 @@ import itertools
 import operator
 import random
 from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_locust.workload.records import TraceRecord
@@ -193,7 +194,7 @@ class PromptBuilder:
 
     def __init__(
         self,
-        tokenizer: "Tokenizer | None" = None,
+        tokenizer: Tokenizer | None = None,
         seed: int = 0,
         *,
         chat: bool = False,
@@ -386,7 +387,7 @@ class PromptBuilder:
                 return self._prompt(content, n, False, n)
         return self._fit(n, k, hash_ids, block_words, key_ident, content)
 
-    def build_record(self, rec: "TraceRecord", *, key: Hashable | None = None) -> Prompt:
+    def build_record(self, rec: TraceRecord, *, key: Hashable | None = None) -> Prompt:
         """``build`` for a token-count trace record (key: the record's ``source`` when set)."""
         if key is None and rec.source:
             key = rec.source

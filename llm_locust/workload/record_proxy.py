@@ -35,10 +35,10 @@ import orjson
 
 from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.workload.prefix_hash import (
+    CHARS_PER_TOKEN,
     CHAT,
     COMPLETIONS,
     DEFAULT_BLOCK_SIZE,
-    CHARS_PER_TOKEN,
     PrefixHasher,
     Pseudonyms,
     TokenizerError,
@@ -218,7 +218,7 @@ class Upstream:
     ssl: ssl.SSLContext | None
 
     @classmethod
-    def parse(cls, url: str) -> "Upstream":
+    def parse(cls, url: str) -> Upstream:
         u = urlsplit(url if "://" in url else "http://" + url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"bad upstream URL {url!r} (expected http://HOST:PORT[/PATH])")
@@ -563,7 +563,7 @@ class Proxy:
             writer.close()
             self.tasks.discard(task)
 
-    async def _one(self, reader, writer, conn: "_UpConn") -> bool:
+    async def _one(self, reader, writer, conn: _UpConn) -> bool:
         """Serves one request; False when the client connection must close."""
         try:
             raw = await reader.readuntil(b"\r\n\r\n")
@@ -645,7 +645,7 @@ class Proxy:
                     conn.r, conn.w = await asyncio.wait_for(
                         asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD), self.connect_timeout
                     )
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise UpstreamFailed(f"connect to {up.host}:{up.port} timed out", False) from None
                 except OSError as e:
                     raise UpstreamFailed(f"cannot connect to {up.host}:{up.port}: {e.strerror or e}", False) from None

@@ -27,8 +27,9 @@ the blocks seen before (block mode) or the session's previous prompt and reply (
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from llm_locust.workload.formats.base import TraceError
 
@@ -114,7 +115,7 @@ class SessionTrace:
                 todo.extend(self.sessions[c] for c in t.children)
         return out
 
-    def take_share(self, share: tuple[int, int] | None) -> "SessionTrace":
+    def take_share(self, share: tuple[int, int] | None) -> SessionTrace:
         """Worker i's share of k: root sessions whose crc32(id) % k == i, each with its subagents."""
         if share is None or share[1] == 1:
             return self

@@ -18,11 +18,10 @@ Chat requests may also carry (settings of the workload group):
 
 from __future__ import annotations
 
-import zlib
-
 import json
 import random
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -340,7 +339,7 @@ class StructuredCheck:
             self._validator = None
 
     @classmethod
-    def from_file(cls, path: str) -> "StructuredCheck":
+    def from_file(cls, path: str) -> StructuredCheck:
         return cls(load_schema(path))
 
     def __call__(self, text: str) -> tuple[bool, bool]:

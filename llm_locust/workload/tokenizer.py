@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "CHATML_TEMPLATE"]
 

@@ -16,8 +16,9 @@ import operator
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, compress, count, islice, repeat
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from llm_locust.workload.formats.base import Context, Format
 from llm_locust.workload.records import TraceRecord

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from llm_locust.report.files import write_atomic
-from llm_locust.report.results import ResultsError
 from llm_locust.report.compare.comparison import Comparison, compare
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.render import render_html, render_markdown, render_text
+from llm_locust.report.files import write_atomic
+from llm_locust.report.results import ResultsError
 
 FORMATS = ("text", "markdown", "html")
 

@@ -4,8 +4,9 @@ not comparable (trace, load plan, model, api, output lengths, SLOs) and the ones
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from llm_locust.report.compare.runs import Run, _get
 

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llm_locust.settings.units import _suggest, parse_seconds
 from llm_locust.analysis.steps import SLO_STATS, parse_slo_name
+from llm_locust.settings.units import _suggest, parse_seconds
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 SCOPE_PREFIXES = {"at_knee.": "knee", "at_max_slo.": "max_slo", "at_summary.": "summary"}

@@ -11,9 +11,9 @@ from typing import Any
 
 from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_for_results
 from llm_locust.analysis.steps import OFFERED_UNITS
-from llm_locust.report.results import load_results
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
+from llm_locust.report.results import load_results
 
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
 DEFAULT_RUN_TIME = "15s"

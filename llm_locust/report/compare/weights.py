@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_locust.settings.units import PlanError, _suggest, read_yaml
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.metrics import Metric, PassLine, known_metrics_text, parse_pass, resolve_metric
 from llm_locust.report.compare.runs import Run
+from llm_locust.settings.units import PlanError, _suggest, read_yaml
 
 SCOPES = ("summary", "knee", "max_slo")
 CRITERION_KEYS = ("metric", "weight", "pass", "at")

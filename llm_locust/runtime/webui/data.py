@@ -25,15 +25,16 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
 from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, Outcome
-from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
 
 VERSION = 1
 LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")

@@ -33,9 +33,8 @@ session format wins. A file no session format claims loads through `load_trace` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
-
 
 from llm_locust.workload.agentic import aiperf_dag, mooncake, ours, sglang, weka
 from llm_locust.workload.formats.base import Context, Source, TraceError

@@ -27,9 +27,9 @@ import argparse
 import math
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable
 
 import orjson
 

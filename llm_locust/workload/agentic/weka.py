@@ -37,7 +37,8 @@ Mapping:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 

@@ -20,7 +20,8 @@ A request with neither timestamp nor delay arrives with the one before it (same 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from llm_locust.workload.formats.base import (
     Context,

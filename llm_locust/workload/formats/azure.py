@@ -14,9 +14,9 @@ A block that does not convert cleanly is re-read row by row to name the bad line
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from itertools import repeat
-from typing import Iterator
 
 from llm_locust.workload.formats.base import Context, Format, Source, columns_index, csv_fields, text_count
 

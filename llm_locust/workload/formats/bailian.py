@@ -12,7 +12,7 @@ Memory: resolving chains keeps one dict entry (chat_id -> root) per row of the f
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from llm_locust.workload.formats.base import (
     Context,

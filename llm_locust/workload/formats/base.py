@@ -18,10 +18,11 @@ import math
 import re
 import struct
 import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import orjson
 
@@ -45,7 +46,7 @@ class Format:
     """One trace format: how to recognise it and how to read it."""
 
     name: str
-    read: Callable[["Source", "Context"], Iterator[Block]]
+    read: Callable[[Source, Context], Iterator[Block]]
     columns: tuple[str, ...] = ()  # optional columns its blocks carry, in this order
     origin: str = "zero"  # "zero": times are already from the trace start; "first": rebased to the earliest row
     block_size: int | None = None  # tokens per hash_ids block

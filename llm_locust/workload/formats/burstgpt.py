@@ -10,7 +10,7 @@ other rows are counted in ``skipped["model"]``.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from llm_locust.workload.formats.base import (
     Context,

@@ -8,7 +8,7 @@ span lines (the record's first line is reported).
 from __future__ import annotations
 
 import csv
-from typing import Iterator
+from collections.abc import Iterator
 
 from llm_locust.workload.formats.base import (
     Context,

@@ -11,8 +11,8 @@ Speed: a block of lines is parsed with one ``map(orjson.loads, ...)`` and the fi
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from itertools import chain, repeat
-from typing import Iterator
 
 import orjson
 

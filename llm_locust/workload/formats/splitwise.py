@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from llm_locust.workload.formats.base import (
     Context,

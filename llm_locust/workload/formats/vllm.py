@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_count, jsonl_objects
 
