@@ -85,7 +85,6 @@ def run_measured(
     cmd: list[str], start_marker: str, stop_marker: str, env: dict | None = None, cwd: Path = ROOT
 ) -> dict:
     """Run cmd to its end; CPU of its process tree between the two output lines, and in all."""
-    t_launch = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     mark: dict = {}
     lines: list[str] = []
@@ -102,7 +101,6 @@ def run_measured(
     th = threading.Thread(target=reader, daemon=True)
     th.start()
     _, status, ru = os.wait4(proc.pid, 0)
-    t_exit = time.perf_counter()
     proc.returncode = os.waitstatus_to_exitcode(status)
     th.join(5)
     proc.stdout.close()

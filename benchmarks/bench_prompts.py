@@ -174,17 +174,17 @@ def main() -> int:
         reps = max(5, 20000 // n)
         hids = tuple(range(n // 512 + 1))
 
-        def med(fn):
+        def med(fn, reps=reps):
             return statistics.median(per_build_us(fn, reps) for _ in range(3))
 
         text = exact.build(n).text
         cols = [
-            med(lambda i: exact.build(n, key=i)),
-            med(lambda i: chat.build(n, key=i)),
-            med(lambda i: exact.build(n, hids, 512, key=i)),
-            med(lambda i: verify.build(n, key=i)),
-            med(lambda i: approx.build(n, key=i)),
-            med(lambda i: tok.count(text)),
+            med(lambda i, n=n: exact.build(n, key=i)),
+            med(lambda i, n=n: chat.build(n, key=i)),
+            med(lambda i, n=n, hids=hids: exact.build(n, hids, 512, key=i)),
+            med(lambda i, n=n: verify.build(n, key=i)),
+            med(lambda i, n=n: approx.build(n, key=i)),
+            med(lambda i, text=text: tok.count(text)),
         ]
         print(f"{n:>6} " + " ".join(f"{c:>10.0f}" for c in cols))
 

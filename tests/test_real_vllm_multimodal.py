@@ -79,7 +79,7 @@ def replay(url: str, vllm_vlm_dir, tmp_path, *, images: int, fmt: str = "png"):
         MODEL,
         vllm_vlm_dir,
         tmp_path,
-        ["--images", str(images), "--image-size", "%dx%d" % IMAGE_SIZE, "--image-format", fmt],
+        ["--images", str(images), "--image-size", "{}x{}".format(*IMAGE_SIZE), "--image-format", fmt],
         n=N_RECORDS,
         gap_s=GAP_S,
         output_tokens=OUTPUT_TOKENS,

@@ -559,7 +559,7 @@ def test_garbage_does_not_crash_the_server(paced):
 def test_keep_alive_with_http_client(paced):
     conn = http.client.HTTPConnection("127.0.0.1", paced.port, timeout=10)
     ports = set()
-    for i in range(5):
+    for _ in range(5):
         conn.request("POST", "/v1/completions", json.dumps(comp(3)), {"content-type": "application/json"})
         resp = conn.getresponse()
         body = resp.read()

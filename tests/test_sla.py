@@ -112,7 +112,7 @@ def test_syntax():
 
 # ---- end to end on the simulator ----
 
-A, B, O = 0.02, 0.001, 16  # iteration 20 ms + 1 ms per running sequence; 16 output tokens
+A, B, OUT = 0.02, 0.001, 16  # iteration 20 ms + 1 ms per running sequence; 16 output tokens
 SLO_TTFT, STEP, PRECISION = 0.3, 4.0, 0.05
 
 
@@ -134,7 +134,7 @@ def run(tmp_path, host, ladder, *extra, expect_rc=0, timeout=240):
         "--step-duration",
         f"{STEP:g}",
         "--max-tokens",
-        str(O),
+        str(OUT),
         "--arrivals",
         "constant",
         "--results",
@@ -148,7 +148,7 @@ def run(tmp_path, host, ladder, *extra, expect_rc=0, timeout=240):
 
 @pytest.mark.parametrize("slots,lo", [(2, 2), (8, 4)])
 def test_rate_search_finds_the_simulators_slo_limit(tmp_path, slots, lo):
-    cap = capacity(SimConfig(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0.0), output_tokens=O)
+    cap = capacity(SimConfig(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0.0), output_tokens=OUT)
     mu = cap["requests_per_s"]  # 5.7 and 17.9 requests/s
     analytic = mu * (1 + SLO_TTFT / STEP)
     with SimProcess(slots=slots, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:

@@ -400,7 +400,7 @@ def test_shares_keep_conversations_together(tmp_path, k):
     assert len(owner) == 23
     # turns of a conversation are complete and in order within its share
     convs = full.conversations()
-    for i, part in enumerate(parts):
+    for part in parts:
         for cid, idx in part.conversations().items():
             assert [part[j].source for j in idx] == [full[j].source for j in convs[cid]]
 
@@ -419,7 +419,7 @@ def test_shares_keep_conversations_together(tmp_path, k):
 @pytest.mark.parametrize("k", [2, 3])
 def test_shares_of_every_conversation_format(name, k):
     full, parts = _union_check(FIX / name, k)
-    for cid, idx in full.conversations().items():
+    for cid in full.conversations():
         holders = [i for i, p in enumerate(parts) if cid in p.conversations()]
         assert holders == [zlib.crc32(cid.encode()) % k]
 

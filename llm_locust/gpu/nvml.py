@@ -152,13 +152,13 @@ class NvmlBackend(Backend):
             except n.NVMLError as e:
                 log.error("GPU %d: cannot get a handle (%s: %s); leaving it out", i, type(e).__name__, e)
                 continue
-            minor = self._try(lambda: int(n.nvmlDeviceGetMinorNumber(h)), i)
+            minor = self._try(lambda h=h: int(n.nvmlDeviceGetMinorNumber(h)), i)
             info = DeviceInfo(
                 key=str(i),
                 gpu=str(i),
-                uuid=self._try(lambda: _s(n.nvmlDeviceGetUUID(h)), ""),
-                name=self._try(lambda: _s(n.nvmlDeviceGetName(h)), ""),
-                pci_bus_id=self._try(lambda: _s(n.nvmlDeviceGetPciInfo(h).busId), ""),
+                uuid=self._try(lambda h=h: _s(n.nvmlDeviceGetUUID(h)), ""),
+                name=self._try(lambda h=h: _s(n.nvmlDeviceGetName(h)), ""),
+                pci_bus_id=self._try(lambda h=h: _s(n.nvmlDeviceGetPciInfo(h).busId), ""),
                 device=f"nvidia{minor}",
             )
             self._devices.append(info)
@@ -176,11 +176,11 @@ class NvmlBackend(Backend):
                 mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
             except n.NVMLError:
                 continue  # slot not populated
-            gi = self._try(lambda: str(n.nvmlDeviceGetGpuInstanceId(mh)), str(j))
+            gi = self._try(lambda mh=mh: str(n.nvmlDeviceGetGpuInstanceId(mh)), str(j))
             info = DeviceInfo(
                 key=f"{parent.key}/mig{j}",
                 gpu=parent.gpu,
-                uuid=self._try(lambda: _s(n.nvmlDeviceGetUUID(mh)), ""),
+                uuid=self._try(lambda mh=mh: _s(n.nvmlDeviceGetUUID(mh)), ""),
                 name=parent.name,
                 pci_bus_id=parent.pci_bus_id,
                 device=parent.device,
@@ -292,7 +292,7 @@ class NvmlBackend(Backend):
         procs = self._call(dev, "processes", lambda: n.nvmlDeviceGetComputeRunningProcesses(h))
         out = []
         for p in procs or ():
-            name = self._try(lambda: _s(n.nvmlSystemGetProcessName(p.pid)), "")
+            name = self._try(lambda p=p: _s(n.nvmlSystemGetProcessName(p.pid)), "")
             if not name:
                 try:
                     with open(f"/proc/{p.pid}/comm") as f:

@@ -8,10 +8,10 @@ token-bearing chunks, its token counts with their sources, and exactly one outco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     OK = "ok"
     HTTP_ERROR = "http_error"
     STREAM_ERROR = "stream_error"

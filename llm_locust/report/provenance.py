@@ -34,7 +34,7 @@ def gpu_facts(info: dict[str, list[dict[str, str]]]) -> list[dict[str, str]]:
     gpus = [{k: r[k] for k in keep if r.get(k)} for r in rows]
     if not gpus:  # dcgm-exporter puts the model on every DCGM_FI_* series
         seen: dict[str, dict[str, str]] = {}
-        for name, rows in info.items():
+        for rows in info.values():
             for r in rows:
                 if "modelName" in r and r.get("UUID"):
                     seen.setdefault(

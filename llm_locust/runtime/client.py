@@ -242,7 +242,7 @@ class StreamClient:
             self._read_stream(resp, read, rec, state)
         except _Ended:
             raise
-        except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) if watch.fired else ():
+        except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) if watch.fired else ():  # noqa: B030 (these mean the watchdog's close only once it fired)
             raise _Ended(Outcome.TIMEOUT, f"no data for {self.timeouts.no_progress:g}s") from None
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
             if rec.t_headers is None:  # not sent again: the server may have read it

@@ -104,9 +104,7 @@ def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
 def _utc(t: float | None) -> str | None:
     import datetime
 
-    return (
-        None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
-    )
+    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _load(environment, settings) -> dict[str, Any]:

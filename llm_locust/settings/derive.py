@@ -184,7 +184,7 @@ def from_options(namespace: Any) -> Settings:
     options that are ours too (host, users, spawn rate, run time) under their Locust names."""
     given = Given(source="options")
     opts = options()
-    for name, (default, opt) in opts.items():
+    for name, (_default, opt) in opts.items():
         if opt.run_only:
             continue
         dest = opt.locust or name

@@ -26,11 +26,11 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
-
-API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, parse_seconds
+
+API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
 GROUPS = {
     "target": "target: the server and how to talk to it",

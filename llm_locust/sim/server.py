@@ -505,7 +505,7 @@ class Stream:
             + (b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
         )
         if proto is not None:
-            self.oid = "%016x" % app.n_requests
+            self.oid = f"{app.n_requests:016x}"
             self.seq_no = 0  # Responses API sequence_number
             self.text = ""  # the output so far (SGLang's events carry it whole)
 

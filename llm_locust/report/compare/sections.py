@@ -411,7 +411,7 @@ def _repeats_table(c: Comparison) -> Table | None:
                 row.append(_fmt_value(r, m, f.get("mean")))
             else:
                 row.append(f"{_fmt_value(r, m, f['mean'])} +-{_fmt_value(r, m, f['half_width'])}")
-        for j, vs in verdicts.items():
+        for vs in verdicts.values():
             v = vs.get(name)
             row.append(
                 "-" if v is None else v["verdict"] + (f" ({v['direction']})" if v["differs"] and v["direction"] else "")

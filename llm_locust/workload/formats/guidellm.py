@@ -42,7 +42,7 @@ def _csv_rows(src: Source, ctx: Context) -> Iterator[tuple]:
     ip, ii, io = col["prompt"], col.get("prompt_tokens_count"), col.get("output_tokens_count")
 
     def lines():
-        for first, block in blocks:
+        for _first, block in blocks:
             for ln in block:
                 yield ln + "\n"
 
