@@ -19,6 +19,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("llm_locust.gpu")
@@ -314,7 +315,7 @@ class FakeBackend(Backend):
 
     n: int = 1
     period: float = 60.0
-    clock: object = time.monotonic
+    clock: Callable[[], float] = time.monotonic
     lost: set = field(default_factory=set)  # device keys that raise DeviceLost
     _t0: float = 0.0
     _energy: dict = field(default_factory=dict)

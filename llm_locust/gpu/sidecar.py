@@ -147,16 +147,16 @@ class _NativeThread:
         return not self._done.is_set()
 
 
-def native_thread_class():
+def native_thread_class() -> type[_NativeThread]:
     return _NativeThread
 
 
 class _Stat:
     __slots__ = ("last", "wmax", "wsum", "wn")
 
-    def __init__(self):
-        self.last = None
-        self.wmax = None
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.wmax: float | None = None
         self.wsum = 0.0
         self.wn = 0
 
@@ -183,7 +183,7 @@ class Sampler:
         self.samples = 0
         self._lock = _original("_thread", "allocate_lock")()
         self._stop = _Flag()
-        self._thread = None
+        self._thread: _NativeThread | None = None
         self._next_proc = 0.0
         self._retry_at: dict[str, float] = {}
 
@@ -274,7 +274,7 @@ class Sampler:
         with self._lock:
             figs = {}
             for key, st in self.stats.items():
-                out = {}
+                out: dict[str, tuple[float | None, float | None, float | None]] = {}
                 for k, s in st.items():
                     if s.wn:
                         out[k] = (s.last, s.wmax, s.wsum / s.wn)
@@ -307,81 +307,110 @@ class GpuCollector:
         up = GaugeMetricFamily("llm_locust_gpu_up", "1 when NVML (or the fake backend) answers, 0 when unavailable.")
         up.add_metric([], 1.0 if snap["up"] else 0.0)
         yield up
-        devs = snap["devices"]
         if not snap["up"]:
             return
-        info = InfoMetricFamily(
-            "llm_locust_gpu", "Static GPU information.", labels=OWN_LABELS + ["driver_version", "cuda_version"]
-        )
-        health = GaugeMetricFamily("llm_locust_gpu_health", "1 while the GPU answers, 0 once lost.", labels=OWN_LABELS)
-        for d in devs:
-            info.add_metric(
-                _labels(d) + [snap["system"].get("driver_version", ""), snap["system"].get("cuda_version", "")], {}
-            )
-            health.add_metric(_labels(d), 1.0 if snap["healthy"].get(d.key) else 0.0)
-        yield info
-        yield health
-        figs = snap["figures"]
-
-        def each(fig):
-            for d in devs:
-                v = figs.get(d.key, {}).get(fig)
-                if v is not None:
-                    yield d, v
-
+        yield from _info_families(snap)
         if self.dcgm:
-            for fig, (name, help_, factor) in DCGM.items():
-                fam = GaugeMetricFamily(name, help_, labels=DCGM_LABELS)
-                for d, (last, _mx, _avg) in each(fig):
-                    fam.add_metric(_labels(d), float(round(last * factor)))
-                if fam.samples:
-                    yield fam
-        for fig, (name, help_) in OWN.items():
-            fams = [GaugeMetricFamily(name, help_, labels=OWN_LABELS)]
-            if fig in WINDOWED:
-                fams.append(
-                    GaugeMetricFamily(name + "_window_max", help_ + " Max since the last scrape.", labels=OWN_LABELS)
-                )
-                fams.append(
-                    GaugeMetricFamily(
-                        name + "_window_avg", help_ + " Average since the last scrape.", labels=OWN_LABELS
-                    )
-                )
-            for d, vals in each(fig):
-                for fam, v in zip(fams, vals):
-                    fam.add_metric(_labels(d), v)
-            for fam in fams:
-                if fam.samples:
-                    yield fam
-        energy = CounterMetricFamily(
-            "llm_locust_gpu_energy_joules", "GPU energy used since driver load.", labels=OWN_LABELS
+            yield from _dcgm_families(snap)
+        yield from _own_families(snap)
+        yield from _energy_families(snap)
+        yield from _throttle_families(snap)
+        yield from _process_families(snap)
+
+
+def _each(snap: dict, fig: str):
+    """(device, (last, max, avg)) for each device that has figure `fig` in this scrape."""
+    figs = snap["figures"]
+    for d in snap["devices"]:
+        v = figs.get(d.key, {}).get(fig)
+        if v is not None:
+            yield d, v
+
+
+def _info_families(snap: dict):
+    """The static info and the health families (one series per device, lost ones included)."""
+    info = InfoMetricFamily(
+        "llm_locust_gpu", "Static GPU information.", labels=OWN_LABELS + ["driver_version", "cuda_version"]
+    )
+    health = GaugeMetricFamily("llm_locust_gpu_health", "1 while the GPU answers, 0 once lost.", labels=OWN_LABELS)
+    for d in snap["devices"]:
+        info.add_metric(
+            _labels(d) + [snap["system"].get("driver_version", ""), snap["system"].get("cuda_version", "")], {}
         )
-        for d, (last, _mx, _avg) in each("energy_joules"):
-            energy.add_metric(_labels(d), last)
-        if energy.samples:
-            yield energy
-        thr = GaugeMetricFamily(
-            "llm_locust_gpu_throttle_reason",
-            "1 while this clock throttle reason is active.",
-            labels=OWN_LABELS + ["reason"],
-        )
-        for d, (last, _mx, _avg) in each("throttle_reasons"):
-            bits = int(last)
-            for bit, reason in THROTTLE_REASONS.items():
-                thr.add_metric(_labels(d) + [reason], 1.0 if bits & bit else 0.0)
-        if thr.samples:
-            yield thr
-        pm = GaugeMetricFamily(
-            "llm_locust_gpu_process_memory_used_bytes",
-            "GPU memory used by one compute process (refreshed every --process-interval).",
-            labels=OWN_LABELS + ["pid", "process_name"],
-        )
-        for d in devs:
-            for p in snap["procs"].get(d.key, ()):
-                if p.used_bytes is not None:
-                    pm.add_metric(_labels(d) + [str(p.pid), p.name], float(p.used_bytes))
-        if pm.samples:
-            yield pm
+        health.add_metric(_labels(d), 1.0 if snap["healthy"].get(d.key) else 0.0)
+    yield info
+    yield health
+
+
+def _dcgm_families(snap: dict):
+    """The dcgm-exporter names, in dcgm units, for existing dashboards (latest value only)."""
+    for fig, (name, help_, factor) in DCGM.items():
+        fam = GaugeMetricFamily(name, help_, labels=DCGM_LABELS)
+        for d, (last, _mx, _avg) in _each(snap, fig):
+            fam.add_metric(_labels(d), float(round(last * factor)))
+        if fam.samples:
+            yield fam
+
+
+def _own_families(snap: dict):
+    """Our base-unit names, with the window max/avg for the figures that move between scrapes."""
+    for fig, (name, help_) in OWN.items():
+        fams = [GaugeMetricFamily(name, help_, labels=OWN_LABELS)]
+        if fig in WINDOWED:
+            fams.append(
+                GaugeMetricFamily(name + "_window_max", help_ + " Max since the last scrape.", labels=OWN_LABELS)
+            )
+            fams.append(
+                GaugeMetricFamily(name + "_window_avg", help_ + " Average since the last scrape.", labels=OWN_LABELS)
+            )
+        for d, vals in _each(snap, fig):
+            # vals is (last, max, avg); an unwindowed figure has one family and keeps only `last`
+            for fam, v in zip(fams, vals, strict=False):
+                fam.add_metric(_labels(d), v)
+        for fam in fams:
+            if fam.samples:
+                yield fam
+
+
+def _energy_families(snap: dict):
+    """The energy counter (a real counter here, unlike dcgm's gauge)."""
+    energy = CounterMetricFamily(
+        "llm_locust_gpu_energy_joules", "GPU energy used since driver load.", labels=OWN_LABELS
+    )
+    for d, (last, _mx, _avg) in _each(snap, "energy_joules"):
+        energy.add_metric(_labels(d), last)
+    if energy.samples:
+        yield energy
+
+
+def _throttle_families(snap: dict):
+    """The throttle-reason bitmask spread into one 0/1 series per named reason."""
+    thr = GaugeMetricFamily(
+        "llm_locust_gpu_throttle_reason",
+        "1 while this clock throttle reason is active.",
+        labels=OWN_LABELS + ["reason"],
+    )
+    for d, (last, _mx, _avg) in _each(snap, "throttle_reasons"):
+        bits = int(last)
+        for bit, reason in THROTTLE_REASONS.items():
+            thr.add_metric(_labels(d) + [reason], 1.0 if bits & bit else 0.0)
+    if thr.samples:
+        yield thr
+
+
+def _process_families(snap: dict):
+    """GPU memory per compute process (from the slower process-list reads)."""
+    pm = GaugeMetricFamily(
+        "llm_locust_gpu_process_memory_used_bytes",
+        "GPU memory used by one compute process (refreshed every --process-interval).",
+        labels=OWN_LABELS + ["pid", "process_name"],
+    )
+    for d in snap["devices"]:
+        for p in snap["procs"].get(d.key, ()):
+            if p.used_bytes is not None:
+                pm.add_metric(_labels(d) + [str(p.pid), p.name], float(p.used_bytes))
+    if pm.samples:
+        yield pm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     host, port = server.server_address[:2]
+    if isinstance(host, (bytes, bytearray)):  # typeshed allows bytes; getsockname gives str
+        host = host.decode()
     print(f"llm-locust gpu-sidecar listening on http://{args.host if args.host else host}:{port}", flush=True)
     done = threading.Event()
 
