@@ -48,10 +48,12 @@ class SimProcess:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        stdout = self.proc.stdout
+        assert stdout is not None  # stdout=PIPE
         with selectors.DefaultSelector() as sel:  # wait for the first line, with a deadline
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            sel.register(stdout, selectors.EVENT_READ)
             ready = sel.select(self.startup_timeout)
-        line = self.proc.stdout.readline().decode().strip() if ready else ""
+        line = stdout.readline().decode().strip() if ready else ""
         if "http://" not in line:
             self.stop()
             raise RuntimeError(f"simulator did not start ({self.cmd}): {line!r}")
@@ -71,11 +73,14 @@ class SimProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.proc.stdout.close()
+        if self.proc.stdout is not None:  # always, with stdout=PIPE
+            self.proc.stdout.close()
         return self.proc.returncode
 
     @property
     def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("simulator not started")
         return self.proc.pid
 
     def __enter__(self) -> SimProcess:

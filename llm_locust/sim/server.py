@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Any
 
 import orjson
 
@@ -302,7 +303,7 @@ def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
         q = max(1, count_words(query))
         n_in = sum(q + max(1, count_words(t)) for t in texts)
         ranked = sorted(range(len(texts)), key=lambda i: (-fake_score(query, texts[i]), i))[:top_n]
-        results = [{"index": i, "relevance_score": fake_score(query, texts[i])} for i in ranked]
+        results: list[dict[str, Any]] = [{"index": i, "relevance_score": fake_score(query, texts[i])} for i in ranked]
         if req.get("return_documents"):
             for r in results:
                 r["document"] = {"text": texts[r["index"]]}
@@ -347,7 +348,7 @@ class Conn(asyncio.Protocol):
     def __init__(self, app: App):
         self.app = app
         self.buf = bytearray()
-        self.transport = None
+        self.transport: asyncio.Transport  # set by connection_made, which asyncio calls before anything else
         self.busy = False  # a response is in progress
         self.closed = False
         self.keep_alive = True
@@ -519,7 +520,7 @@ class Stream:
             self.conn.write(head + self._preamble() if self.proto is not None else head)
         f = self.fault
         if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
-            parts = []
+            parts: list[bytes] = []
             return self._flush(parts, self._cut(parts))
         if f and f.k == 0 and f.kind == "stall":
             self.app.loop.call_later(f.seconds, self._submit)
@@ -570,7 +571,9 @@ class Stream:
         return [VOCAB[(self.w0 + i) & VMASK][1:] for i in range(1, n + 1)]
 
     def on_engine_token(self):
-        k = self.seq.got  # 1, or 1 + accepted drafts: one chunk carries them all
+        seq = self.seq
+        assert seq is not None  # the engine calls this only for the Seq that _submit gave it
+        k = seq.got  # 1, or 1 + accepted drafts: one chunk carries them all
         f = self.fault
         if k > 1 and f is not None and f.kind in ("stream_error", "truncate") and self.n_out < f.k < self.n_out + k:
             k = f.k - self.n_out  # the cut comes after exactly K tokens
@@ -600,7 +603,8 @@ class Stream:
                     frame(
                         b"data: "
                         + self.head_json
-                        + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+                        + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+                        b'"logprobs":null,"finish_reason":null}]'
                         + self._usage_field(0)
                         + b',"prompt_token_ids":null,"prompt_text":null}\n\n'
                     )
@@ -1123,26 +1127,7 @@ class App:
         if not isinstance(req, dict):
             raise BadRequest("body must be a JSON object")
         proto = proto if proto in PROTOCOLS else None
-        if proto is None:
-            n_in = count_prompt(req, chat)
-            mt_name = "max_completion_tokens" if chat and req.get("max_tokens") is None else "max_tokens"
-            max_tokens = int_field(req, mt_name, self.opts.default_max_tokens, 1)
-            min_tokens = int_field(req, "min_tokens", 0, 0)
-            ignore_eos = req.get("ignore_eos")
-        else:
-            n_in = count_input(req, proto)
-            params = req
-            if proto == "sglang":
-                params = req.get("sampling_params")
-                params = {} if params is None else params
-                if not isinstance(params, dict):
-                    raise BadRequest("'sampling_params' must be an object")
-            mt_name = {"responses": "max_output_tokens", "anthropic": "max_tokens", "sglang": "max_new_tokens"}[proto]
-            if proto == "anthropic" and req.get("max_tokens") is None:
-                raise BadRequest("max_tokens: Field required")
-            max_tokens = int_field(params, mt_name, self.opts.default_max_tokens, 1)
-            min_tokens = int_field(params, "min_new_tokens" if proto == "sglang" else "min_tokens", 0, 0)
-            ignore_eos = params.get("ignore_eos")
+        n_in, max_tokens, min_tokens, ignore_eos = self._request_lengths(req, chat, proto)
         if min_tokens > max_tokens:
             raise BadRequest("'min_tokens' must be <= 'max_tokens'")
         if not self.opts.fast and n_in + max_tokens > self.opts.sim.kv_tokens:
@@ -1155,6 +1140,7 @@ class App:
         so = req.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("'stream_options' must be an object")
+        fault: Fault | None
         if "x-sim-fault" in headers:
             try:
                 fault = parse_fault(headers["x-sim-fault"])
@@ -1185,7 +1171,7 @@ class App:
             t_recv,
             proto,
         )
-        if answer is not None:
+        if full is not None:
             st.answer = answer
             st.reason = "length" if len(full) > max_tokens else "stop"
         if self.engine.cache is not None:
@@ -1203,6 +1189,29 @@ class App:
             st.tool_name = str((fn or {}).get("name") or "tool") if isinstance(fn, dict) else "tool"
             st.reason = "tool_calls"
         return st
+
+    def _request_lengths(self, req: dict, chat: bool, proto: str | None) -> tuple[int, int, int, Any]:
+        """(n_in, max_tokens, min_tokens, ignore_eos): each protocol names and nests these differently."""
+        if proto is None:
+            n_in = count_prompt(req, chat)
+            mt_name = "max_completion_tokens" if chat and req.get("max_tokens") is None else "max_tokens"
+            max_tokens = int_field(req, mt_name, self.opts.default_max_tokens, 1)
+            min_tokens = int_field(req, "min_tokens", 0, 0)
+            return n_in, max_tokens, min_tokens, req.get("ignore_eos")
+        n_in = count_input(req, proto)
+        params: dict = req
+        if proto == "sglang":
+            sampling = req.get("sampling_params")
+            sampling = {} if sampling is None else sampling
+            if not isinstance(sampling, dict):
+                raise BadRequest("'sampling_params' must be an object")
+            params = sampling
+        mt_name = {"responses": "max_output_tokens", "anthropic": "max_tokens", "sglang": "max_new_tokens"}[proto]
+        if proto == "anthropic" and req.get("max_tokens") is None:
+            raise BadRequest("max_tokens: Field required")
+        max_tokens = int_field(params, mt_name, self.opts.default_max_tokens, 1)
+        min_tokens = int_field(params, "min_new_tokens" if proto == "sglang" else "min_tokens", 0, 0)
+        return n_in, max_tokens, min_tokens, params.get("ignore_eos")
 
     def _draw_length(self, max_tokens, min_tokens, ignore_eos) -> int:
         m = self.opts.eos_mean
@@ -1327,7 +1336,7 @@ class App:
         name = "vllm:time_to_first_token_seconds"
         out.append(f"# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram\n")
         acc = 0
-        for le, c in zip([*map(str, TTFT_BUCKETS), "+Inf"], self.ttft):
+        for le, c in zip([*map(str, TTFT_BUCKETS), "+Inf"], self.ttft, strict=True):
             acc += c
             out.append(f'{name}_bucket{{le="{le}",{lab}}} {float(acc)}\n')
         out.append(f"{name}_count{{{lab}}} {float(acc)}\n{name}_sum{{{lab}}} {self.ttft_sum}\n")
