@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -50,7 +50,7 @@ def _head(body: bytes) -> str:
     return text if len(body) <= 200 else text + "..."
 
 
-def _number(x: Any) -> bool:
+def _number(x: Any) -> TypeGuard[int | float]:
     return (type(x) is float and math.isfinite(x)) or type(x) is int
 
 

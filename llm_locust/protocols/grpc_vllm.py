@@ -173,6 +173,7 @@ def _fields(buf: bytes, start: int = 0, end: int | None = None):
     (start, end) pair for length-delimited ones."""
     end = len(buf) if end is None else end
     pos = start
+    value: int | tuple[int, int]
     while pos < end:
         key, pos = _read_varint(buf, pos, end)
         number, wire = key >> 3, key & 7

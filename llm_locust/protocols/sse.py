@@ -14,7 +14,17 @@ is set aside without copying what came before it, so a long line costs linear ti
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from llm_locust.protocols.base import MAX_EVENT_BYTES, ProtocolError
+
+# An adapter's reader of events in place: (buf, pos, end) -> (token events read, where it stopped).
+ReadEvents = Callable[[bytes, int, int], tuple[int, int]]
+# What SSEDecoder.feed returns: the events' payloads (bytes), and first, only when read_events is
+# set, an int (the token events read in place). Items are Any, not bytes | int: every caller
+# without read_events gets bytes alone, and would need a per-event check on the hot path.
+Events = list[Any]
 
 
 def _event_data(lines: list[bytes]) -> bytes | None:
@@ -50,7 +60,7 @@ def _single_line_events(block: bytes) -> list[bytes] | None:
     if end < 0:
         return [block[skip:]]
     if end >= LONG_EVENT:
-        out = []
+        out: list[bytes] = []
         append, find, at = out.append, block.find, block.startswith
         pos, step = skip, len(sep)
         while True:
@@ -109,13 +119,13 @@ class SSEDecoder:
         # one and the text is not kept): read_events(buf, pos, end) -> (token events, where it
         # stopped) reads the events at the start of buf[pos:end] without cutting them out; feed
         # then returns that count first (an int), before the payloads of the events after it.
-        self.read_events = None
+        self.read_events: ReadEvents | None = None
 
     def idle(self) -> bool:
         """Nothing pending: the next bytes start a new event."""
         return not self._buf and not self._more and not self._cr
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes) -> Events:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         if not data:
             return []  # keeps a pending CR's state intact
         plain = True
@@ -175,7 +185,7 @@ class SSEDecoder:
             return []
         return self._complete(buf, 0, end, True)
 
-    def _feed_fresh(self, buf: bytes, start: int, in_place: bool) -> list[bytes]:
+    def _feed_fresh(self, buf: bytes, start: int, in_place: bool) -> Events:
         """Events in buf[start:], with nothing pending before it."""
         end = buf.rfind(b"\n\n", start)
         if end < 0:
@@ -185,7 +195,7 @@ class SSEDecoder:
             return []
         return self._complete(buf, start, end, in_place)
 
-    def _complete(self, buf: bytes, start: int, end: int, in_place: bool) -> list[bytes]:
+    def _complete(self, buf: bytes, start: int, end: int, in_place: bool) -> Events:
         """The events in buf[start:end] (complete: a blank line follows); what follows the blank
         line is kept as pending. in_place: events at the start may be read by read_events."""
         rest = self._buf = buf[end + 2 :]
