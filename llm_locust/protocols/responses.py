@@ -78,7 +78,7 @@ class ResponsesAdapter:
         body.update(spec.extra_body)
         return self.path, orjson.dumps(body)
 
-    def feed(self, payload: bytes, state: StreamState) -> int:
+    def feed(self, payload: bytes, state: StreamState) -> int:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         obj = event_object(payload, state)
         if obj is None:
             return NO_TOKEN
@@ -127,6 +127,22 @@ def _final(obj: dict[str, Any], typ: str, state: StreamState) -> None:
         response = {}
     elif type(response) is not dict:
         raise wrong_type("response", response, "an object")
+    state.finish_reason = _finish_reason(response, typ)
+    usage = response.get("usage")
+    if usage:
+        _final_usage(usage, state)
+    timings = obj.get("timings")
+    if timings:
+        if type(timings) is not dict:
+            raise wrong_type("timings", timings, "an object")
+        state.extra["timings"] = timings
+    if typ == "response.failed":
+        err = response.get("error")
+        set_error(state, err if err else "response failed")
+
+
+def _finish_reason(response: dict[str, Any], typ: str) -> str:
+    """Why the response ended: incomplete_details.reason, else its status, else the event's last word."""
     status = response.get("status")
     if status is not None and type(status) is not str:
         raise wrong_type("response.status", status, "a string")
@@ -138,35 +154,29 @@ def _final(obj: dict[str, Any], typ: str, state: StreamState) -> None:
         reason = incomplete.get("reason")
         if reason is not None and type(reason) is not str:
             raise wrong_type("response.incomplete_details.reason", reason, "a string")
-    state.finish_reason = reason or status or typ.rpartition(".")[2]
-    usage = response.get("usage")
-    if usage:
-        if type(usage) is not dict:
-            raise wrong_type("response.usage", usage, "an object")
-        if usage.get("output_tokens") is not None:
-            state.usage_out = token_count(usage["output_tokens"], "usage.output_tokens")
-        if usage.get("input_tokens") is not None:
-            state.usage_in = token_count(usage["input_tokens"], "usage.input_tokens")
-        details = {}
-        for field, key in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
-            sub = usage.get(field)
-            if sub:
-                if type(sub) is not dict:
-                    raise wrong_type(f"usage.{field}", sub, "an object")
-                if sub.get(key) is not None:
-                    details[key] = token_count(sub[key], f"usage.{field}.{key}")
-        if details:
-            state.extra["details"] = details
-            if "cached_tokens" in details:
-                state.usage_cached = details["cached_tokens"]
-    timings = obj.get("timings")
-    if timings:
-        if type(timings) is not dict:
-            raise wrong_type("timings", timings, "an object")
-        state.extra["timings"] = timings
-    if typ == "response.failed":
-        err = response.get("error")
-        set_error(state, err if err else "response failed")
+    return reason or status or typ.rpartition(".")[2]
+
+
+def _final_usage(usage: Any, state: StreamState) -> None:
+    """The final event's usage: token counts, and its details (cached, reasoning) kept apart."""
+    if type(usage) is not dict:
+        raise wrong_type("response.usage", usage, "an object")
+    if usage.get("output_tokens") is not None:
+        state.usage_out = token_count(usage["output_tokens"], "usage.output_tokens")
+    if usage.get("input_tokens") is not None:
+        state.usage_in = token_count(usage["input_tokens"], "usage.input_tokens")
+    details = {}
+    for field, key in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
+        sub = usage.get(field)
+        if sub:
+            if type(sub) is not dict:
+                raise wrong_type(f"usage.{field}", sub, "an object")
+            if sub.get(key) is not None:
+                details[key] = token_count(sub[key], f"usage.{field}.{key}")
+    if details:
+        state.extra["details"] = details
+        if "cached_tokens" in details:
+            state.usage_cached = details["cached_tokens"]
 
 
 RESPONSES = ResponsesAdapter()
