@@ -118,7 +118,7 @@ class CacheCounts:
         return [getattr(self, k) for k in self.__slots__]
 
     def merge_wire(self, values: list[int] | None) -> None:
-        for k, v in zip(self.__slots__, values or ()):
+        for k, v in zip(self.__slots__, values or (), strict=False):  # None (older wire dicts): nothing
             setattr(self, k, getattr(self, k) + v)
 
     def figures(self) -> dict[str, Any]:
@@ -350,7 +350,7 @@ class Aggregate:
     def add_sent(self, n: int = 1) -> None:
         self.sent += n
 
-    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None, gaps: tuple | None = None) -> tuple | None:
+    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None, gaps: tuple | None = None) -> tuple | None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         """Fold one finished request in. Failed requests count, but stay out of latencies.
 
         Returns the request's gap samples (gap_samples), or None when it has none; pass them as
@@ -383,7 +383,7 @@ class Aggregate:
                 _bucket(series, first_sec)[0] += sum(ntoks)
             else:
                 sec, acc = -1, 0
-                for t, n in zip(times, ntoks):
+                for t, n in zip(times, ntoks, strict=True):
                     s = int(t + offset)
                     if s != sec:
                         if acc:
@@ -426,7 +426,7 @@ class Aggregate:
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
             if rec.ok:
-                return
+                return None
         if not rec.ok:
             self.tokens_out_failed += sum(ntoks)
             if rec.cause and rec.outcome is not Outcome.CANCELLED:
@@ -435,7 +435,7 @@ class Aggregate:
             text = rec.error or outcome
             if text in texts or len(texts) < MAX_ERROR_TEXTS:
                 texts[text] = texts.get(text, 0) + 1
-            return
+            return None
 
         self.tokens_out += rec.n_out
         if rec.n_in is not None:
@@ -557,35 +557,8 @@ class Aggregate:
                 self.hist[k].merge_encoded(data, sum_us)
         for k, v in d["outcomes"].items():
             self.outcomes[k] = self.outcomes.get(k, 0) + v
-        for kind, texts in d["errors"].items():
-            mine = self.errors.setdefault(kind, {})
-            for text, n in texts.items():
-                if text in mine or len(mine) < MAX_ERROR_TEXTS:
-                    mine[text] = mine.get(text, 0) + n
-        for cause, n in (d.get("causes") or {}).items():  # absent from older wire dicts
-            self.causes[cause] = self.causes.get(cause, 0) + n
-        (
-            sent,
-            tokens_in,
-            tokens_out,
-            tokens_out_failed,
-            length_checked,
-            length_mismatch,
-            goodput_requests,
-            goodput_tokens,
-            cpu_samples,
-            cpu_high,
-        ) = d["counters"]
-        self.sent += sent
-        self.tokens_in += tokens_in
-        self.tokens_out += tokens_out
-        self.tokens_out_failed += tokens_out_failed
-        self.length_checked += length_checked
-        self.length_mismatch += length_mismatch
-        self.goodput_requests += goodput_requests
-        self.goodput_tokens += goodput_tokens
-        self.cpu_samples += cpu_samples
-        self.cpu_high += cpu_high
+        self._merge_errors(d["errors"], d.get("causes"))
+        self._merge_counters(d["counters"])
         for src, n in d["n_out_sources"].items():
             self.n_out_sources[src] = self.n_out_sources.get(src, 0) + n
         for src, n in d["n_in_sources"].items():
@@ -599,7 +572,59 @@ class Aggregate:
         lost, workers_lost = d.get("lost") or (0, 0)
         self.lost += lost
         self.workers_lost += workers_lost
-        for api, (ok, failed, items, tokens_in, data, sum_us) in (d.get("kinds") or {}).items():
+        self._merge_kinds(d.get("kinds") or {})
+        self._merge_workload(d.get("workload"))
+        self.cache.merge_wire(d.get("cache"))  # absent from older wire dicts
+        graded, correct = d.get("graded") or (0, 0)  # absent from older wire dicts
+        self.graded += graded
+        self.correct += correct
+        self._merge_groups(d.get("groups") or {})
+        self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
+        self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0), strict=True)]
+        for s, tokens, ok, failed in d["series"]:
+            b = _bucket(self.series, s)
+            b[0] += tokens
+            b[1] += ok
+            b[2] += failed
+
+    def _merge_errors(self, errors: dict[str, dict[str, int]], causes: dict[str, int] | None) -> None:
+        """Part of merge_wire: error texts (capped per kind as add caps them) and failure causes."""
+        for kind, texts in errors.items():
+            mine = self.errors.setdefault(kind, {})
+            for text, n in texts.items():
+                if text in mine or len(mine) < MAX_ERROR_TEXTS:
+                    mine[text] = mine.get(text, 0) + n
+        for cause, n in (causes or {}).items():  # absent from older wire dicts
+            self.causes[cause] = self.causes.get(cause, 0) + n
+
+    def _merge_counters(self, counters: list[int]) -> None:
+        """Part of merge_wire: the plain counters, in to_wire's order."""
+        (
+            sent,
+            tokens_in,
+            tokens_out,
+            tokens_out_failed,
+            length_checked,
+            length_mismatch,
+            goodput_requests,
+            goodput_tokens,
+            cpu_samples,
+            cpu_high,
+        ) = counters
+        self.sent += sent
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.tokens_out_failed += tokens_out_failed
+        self.length_checked += length_checked
+        self.length_mismatch += length_mismatch
+        self.goodput_requests += goodput_requests
+        self.goodput_tokens += goodput_tokens
+        self.cpu_samples += cpu_samples
+        self.cpu_high += cpu_high
+
+    def _merge_kinds(self, kinds: dict[str, list[Any]]) -> None:
+        """Part of merge_wire: the figures of the request kinds that are not token streams."""
+        for api, (ok, failed, items, tokens_in, data, sum_us) in kinds.items():
             k = self.kinds.get(api)
             if k is None:
                 k = self.kinds[api] = KindFigures()
@@ -608,10 +633,10 @@ class Aggregate:
             k.items += items
             k.tokens_in += tokens_in
             k.latency.merge_encoded(data, sum_us)
-        # older wire dicts have the first five only
-        images_sent, image_bytes, checked, parsed, valid, audio_sent, audio_bytes = (
-            list(d.get("workload") or ()) + [0] * 7
-        )[:7]
+
+    def _merge_workload(self, workload: list[int] | None) -> None:
+        """Part of merge_wire: the workload options' counters (older wire dicts have the first five only)."""
+        images_sent, image_bytes, checked, parsed, valid, audio_sent, audio_bytes = (list(workload or ()) + [0] * 7)[:7]
         self.audio_sent += audio_sent
         self.audio_bytes += audio_bytes
         self.images_sent += images_sent
@@ -619,23 +644,15 @@ class Aggregate:
         self.structured_checked += checked
         self.structured_parsed += parsed
         self.structured_valid += valid
-        self.cache.merge_wire(d.get("cache"))  # absent from older wire dicts
-        graded, correct = d.get("graded") or (0, 0)  # absent from older wire dicts
-        self.graded += graded
-        self.correct += correct
-        for dim, groups in (d.get("groups") or {}).items():
+
+    def _merge_groups(self, groups_by_dim: dict[str, dict[str, list[Any]]]) -> None:
+        """Part of merge_wire: the per-endpoint and per-model figures (unknown dimensions skipped)."""
+        for dim, groups in groups_by_dim.items():
             mine = self.groups.get(dim)
             if mine is None:
                 continue
             for key, wire in groups.items():
                 _group(mine, key).merge_wire(wire)
-        self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
-        self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0))]
-        for s, tokens, ok, failed in d["series"]:
-            b = _bucket(self.series, s)
-            b[0] += tokens
-            b[1] += ok
-            b[2] += failed
 
     # ---- reading ----
 
@@ -690,6 +707,7 @@ def _apply_gaps(
 
 
 def _meets(rec: RequestRecord, slos: dict[str, float], itl_max: float) -> bool:
+    value: float | None
     for metric, limit in slos.items():
         if metric == "itl_max":
             value = itl_max
@@ -850,7 +868,8 @@ def client_checks(agg: Aggregate) -> list[dict[str, Any]]:
             "value": share,
             "threshold": LAG_SHARE,
             "samples": n,
-            "text": f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples (limit {LAG_SHARE:.0%})",
+            "text": f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples"
+            f" (limit {LAG_SHARE:.0%})",
         }
     )
     sd = agg.hist["schedule_lag"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 import orjson
 
 from llm_locust.metrics.records import RequestRecord
@@ -49,7 +51,7 @@ class RecordLog:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._f = None
+        self._f: BinaryIO | None = None
 
     def write(self, rec: RequestRecord) -> None:
         if self._f is None:

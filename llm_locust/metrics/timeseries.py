@@ -104,7 +104,7 @@ class LatencySeries:
                 sec = per.get(s)
                 if sec is None:
                     sec = per[s] = {}
-                for k, n in zip(keys, counts):
+                for k, n in zip(keys, counts, strict=True):
                     sec[k] = sec.get(k, 0) + n
 
     def seconds(self, metric: str = "ttft") -> list[int]:
