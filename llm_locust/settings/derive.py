@@ -239,75 +239,99 @@ def plan_values(
     lines = lines or {}
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     given = Given(source=source)
-    problems: list[tuple[int, str]] = []
-    by_path = _plan_paths()
-    keys = plan_keys()
-    opts = options()
-
-    def where(path: tuple) -> str:
-        line, p = None, path
-        while p and line is None:
-            line = lines.get(p)
-            p = p[:-1]
-        dotted = ".".join(str(x) for x in path) or "plan"
-        loc = f"{source}:{line}" if line is not None else source
-        return f"{loc}: {dotted}" if loc else dotted
-
-    def err(path: tuple, msg: str) -> None:
-        line, p = None, path
-        while p and line is None:
-            line = lines.get(p)
-            p = p[:-1]
-        problems.append((line or 0, f"{where(path)}: {msg}"))
-
-    def put(name: str, path: tuple, value: Any) -> None:
-        _, opt = opts[name]
-        if opt.path == "in" and isinstance(value, str) and value:
-            p = Path(os.path.expanduser(value))
-            value = os.path.abspath(p if p.is_absolute() else base / p)
-        if name == "synthetic" and isinstance(value, dict):
-            value = _resolve_empirical(value, base)
-        given.values[name] = value
-        given.where[name] = where(path)
-
-    def walk(d: Any, path: tuple) -> None:
-        dotted = ".".join(path)
-        if not isinstance(d, dict):
-            err(path, f"expected a mapping of {', '.join(keys.get(dotted, []))}, got {_typename(d)}")
-            return
-        if dotted == "ladder":
-            levels = {k: d[k] for k in LADDER_LEVEL_KEYS if k in d}
-            if levels:
-                put("ladder", path, levels)
-        for k, v in d.items():
-            sub = path + (k,)
-            full = ".".join(sub)
-            if dotted == "ladder" and k in LADDER_LEVEL_KEYS:
-                continue
-            if k == "api_key" and not path:
-                err(sub, "never put the key in a plan: set an environment variable and name it with api_key_env")
-                continue
-            if full in by_path:
-                name = by_path[full]
-                if isinstance(v, dict) and full in keys and name != "slo":
-                    walk(v, sub)  # e.g. ladder: {...}, workload.synthetic is a value
-                elif v is not None:
-                    put(name, sub, v)
-            elif full in keys:
-                if v is not None:
-                    if full == "early_stop" and isinstance(v, bool):
-                        put("early_stop", sub, v)
-                    else:
-                        walk(v, sub)
-            else:
-                known = keys.get(dotted, [])
-                err(sub, f"unknown key {k!r}{_suggest(str(k), known)}; known: {', '.join(known)}")
-
+    w = _PlanWalk(given=given, lines=lines, base=base, by_path=_plan_paths(), keys=plan_keys(), opts=options())
     if data is None:
         data = {}
-    walk(data, ())
-    given.problems = problems
+    _walk_plan(w, data, ())
+    given.problems = w.problems
     return given
+
+
+@dataclass
+class _PlanWalk:
+    """What walking one plan needs (its lines, the keys it may hold) and what the walk found."""
+
+    given: Given
+    lines: dict[tuple, int]
+    base: Path
+    by_path: dict[str, str]
+    keys: dict[str, list[str]]
+    opts: dict[str, tuple[Any, Opt]]
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _plan_line(w: _PlanWalk, path: tuple) -> int | None:
+    """The line of path in the plan, else of its nearest ancestor that has one (messages point there)."""
+    line, p = None, path
+    while p and line is None:
+        line = w.lines.get(p)
+        p = p[:-1]
+    return line
+
+
+def _plan_where(w: _PlanWalk, path: tuple) -> str:
+    """`FILE:LINE: dotted.path`, as messages and Given.where name a plan value."""
+    line = _plan_line(w, path)
+    dotted = ".".join(str(x) for x in path) or "plan"
+    loc = f"{w.given.source}:{line}" if line is not None else w.given.source
+    return f"{loc}: {dotted}" if loc else dotted
+
+
+def _plan_err(w: _PlanWalk, path: tuple, msg: str) -> None:
+    """Record a problem with its line, so that problems can be reported in file order."""
+    w.problems.append((_plan_line(w, path) or 0, f"{_plan_where(w, path)}: {msg}"))
+
+
+def _plan_put(w: _PlanWalk, name: str, path: tuple, value: Any) -> None:
+    """Set a field from the plan; relative input paths are resolved against the plan's folder."""
+    _, opt = w.opts[name]
+    if opt.path == "in" and isinstance(value, str) and value:
+        p = Path(os.path.expanduser(value))
+        value = os.path.abspath(p if p.is_absolute() else w.base / p)
+    if name == "synthetic" and isinstance(value, dict):
+        value = _resolve_empirical(value, w.base)
+    w.given.values[name] = value
+    w.given.where[name] = _plan_where(w, path)
+
+
+def _walk_plan(w: _PlanWalk, d: Any, path: tuple) -> None:
+    """Read one mapping of the plan (the top one when path is ())."""
+    dotted = ".".join(path)
+    if not isinstance(d, dict):
+        _plan_err(w, path, f"expected a mapping of {', '.join(w.keys.get(dotted, []))}, got {_typename(d)}")
+        return
+    if dotted == "ladder":
+        levels = {k: d[k] for k in LADDER_LEVEL_KEYS if k in d}
+        if levels:
+            _plan_put(w, "ladder", path, levels)
+    for k, v in d.items():
+        if dotted == "ladder" and k in LADDER_LEVEL_KEYS:
+            continue
+        _walk_plan_key(w, k, v, path, dotted)
+
+
+def _walk_plan_key(w: _PlanWalk, k: Any, v: Any, path: tuple, dotted: str) -> None:
+    """Read one key of a plan mapping: a setting, a nested mapping, or a problem."""
+    sub = path + (k,)
+    full = ".".join(sub)
+    if k == "api_key" and not path:
+        _plan_err(w, sub, "never put the key in a plan: set an environment variable and name it with api_key_env")
+        return
+    if full in w.by_path:
+        name = w.by_path[full]
+        if isinstance(v, dict) and full in w.keys and name != "slo":
+            _walk_plan(w, v, sub)  # e.g. ladder: {...}, workload.synthetic is a value
+        elif v is not None:
+            _plan_put(w, name, sub, v)
+    elif full in w.keys:
+        if v is not None:
+            if full == "early_stop" and isinstance(v, bool):
+                _plan_put(w, "early_stop", sub, v)
+            else:
+                _walk_plan(w, v, sub)
+    else:
+        known = w.keys.get(dotted, [])
+        _plan_err(w, sub, f"unknown key {k!r}{_suggest(str(k), known)}; known: {', '.join(known)}")
 
 
 def _resolve_empirical(spec: dict, base: Path) -> dict:

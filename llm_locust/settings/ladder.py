@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from llm_locust.settings.units import PlanError, _suggest, parse_seconds
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
-ARRIVALS = ("poisson", "constant")
+Arrivals = Literal["poisson", "constant"]
+ARRIVALS: tuple[str, ...] = get_args(Arrivals)
 DEFAULT_DURATION = 40.0  # seconds per step, warm-up included
 DEFAULT_WARMUP = 10.0  # seconds discarded at the start of each step
 DEFAULT_FACTOR = 2.0
@@ -304,10 +305,7 @@ def parse_ladder(
             arrivals=arrivals,
             burst=burst,
         )
-        problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder)]
-        if problems:
-            raise PlanError(problems)
-        return ladder
+        return _checked(ladder, where)
     if kind == "sla":
         search = _parse_search(spec, where)
         ladder = Ladder(
@@ -320,46 +318,13 @@ def parse_ladder(
             arrivals=arrivals,
             search=search,
         )
-        problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder) if key != ("steps",)]
-        if problems:
-            raise PlanError(problems)
-        return ladder
+        return _checked(ladder, where, skip=("steps",))
     if kind not in LADDER_KINDS:
         raise PlanError(
             [f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"]
         )
-    levels: list[float] = []
     generated = ".." in spec
-    if generated:
-        rng, _, mod = spec.partition(":")
-        a, _, b = rng.partition("..")
-        start = _parse_level(a.strip(), f"{where}: start", problems)
-        stop = _parse_level(b.strip(), f"{where}: stop", problems)
-        mod = mod.strip()
-        factor = step = None
-        if not mod:
-            factor = DEFAULT_FACTOR
-        elif mod[0] in "x*":
-            factor = _parse_level(mod[1:].strip(), f"{where}: factor", problems)
-        elif mod[0] == "+":
-            step = _parse_level(mod[1:].strip(), f"{where}: step", problems)
-        else:
-            problems.append(f"{where}: after A..B write :xF (geometric factor) or :+S (linear step), got {mod!r}")
-        if not problems:
-            problems += [f"{where}: {msg}" for _key, msg in _range_problems(start, stop, factor, step)]
-        if not problems:
-            levels = levels_geometric(start, stop, factor) if factor is not None else levels_linear(start, stop, step)
-    else:
-        parts = [p.strip() for p in spec.split(",")]
-        if not spec.strip():
-            problems.append(f"{where}: no levels given")
-        elif any(not p for p in parts):
-            problems.append(f"{where}: empty item in the list")
-        else:
-            for p in parts:
-                v = _parse_level(p, where, problems)
-                if v is not None:
-                    levels.append(v)
+    levels = _range_levels(spec, where, problems) if generated else _list_levels(spec, where, problems)
     if problems:
         raise PlanError(problems)
     ladder = Ladder(
@@ -371,10 +336,59 @@ def parse_ladder(
         stable=stable,
         arrivals=arrivals,
     )
-    problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder)]
+    return _checked(ladder, where)
+
+
+def _checked(ladder: Ladder, where: str, skip: tuple[str, ...] | None = None) -> Ladder:
+    """The ladder, or PlanError with every problem _ladder_problems finds (but those under `skip`)."""
+    problems = [f"{where}: {'.'.join(key)}: {msg}" for key, msg in _ladder_problems(ladder) if key != skip]
     if problems:
         raise PlanError(problems)
     return ladder
+
+
+def _range_levels(spec: str, where: str, problems: list[str]) -> list[float]:
+    """`A..B[:xF|:+S]` -> the generated levels; [] with the reasons appended to problems when invalid."""
+    rng, _, mod = spec.partition(":")
+    a, _, b = rng.partition("..")
+    start = _parse_level(a.strip(), f"{where}: start", problems)
+    stop = _parse_level(b.strip(), f"{where}: stop", problems)
+    mod = mod.strip()
+    factor: float | None = None
+    step: float | None = None
+    if not mod:
+        factor = DEFAULT_FACTOR
+    elif mod[0] in "x*":
+        factor = _parse_level(mod[1:].strip(), f"{where}: factor", problems)
+    elif mod[0] == "+":
+        step = _parse_level(mod[1:].strip(), f"{where}: step", problems)
+    else:
+        problems.append(f"{where}: after A..B write :xF (geometric factor) or :+S (linear step), got {mod!r}")
+    if problems or start is None or stop is None:  # a None start/stop always came with a problem
+        return []
+    problems += [f"{where}: {msg}" for _key, msg in _range_problems(start, stop, factor, step)]
+    if problems:
+        return []
+    if factor is not None:
+        return levels_geometric(start, stop, factor)
+    assert step is not None  # neither a factor nor a step: a problem was appended above
+    return levels_linear(start, stop, step)
+
+
+def _list_levels(spec: str, where: str, problems: list[str]) -> list[float]:
+    """`A,B,C` -> the explicit levels; the reasons appended to problems for the invalid ones."""
+    levels: list[float] = []
+    parts = [p.strip() for p in spec.split(",")]
+    if not spec.strip():
+        problems.append(f"{where}: no levels given")
+    elif any(not p for p in parts):
+        problems.append(f"{where}: empty item in the list")
+    else:
+        for p in parts:
+            v = _parse_level(p, where, problems)
+            if v is not None:
+                levels.append(v)
+    return levels
 
 
 def _parse_burst(spec: str, where: str) -> Burst:
@@ -414,13 +428,7 @@ def _parse_burst(spec: str, where: str) -> Burst:
         if key not in vals and not problems:
             problems.append(f"{where}: missing {key}=; {usage}")
     if not problems:
-        if vals["rate"] <= 0:
-            problems.append(f"{where}: rate must be > 0 requests/s, got {_fmt(vals['rate'])}")
-        if vals["x"] <= 1:
-            problems.append(f"{where}: x (the burst factor) must be > 1, got {_fmt(vals['x'])}")
-        for key in ("for", "before", "after"):
-            if key in vals and vals[key] <= 0:
-                problems.append(f"{where}: {key} must be > 0 seconds, got {_fmt(vals[key])}")
+        problems += _burst_value_problems(vals, where)
     if problems:
         raise PlanError(problems)
     return Burst(
@@ -430,6 +438,19 @@ def _parse_burst(spec: str, where: str) -> Burst:
         before=vals.get("before"),
         after=vals.get("after", DEFAULT_BURST_AFTER),
     )
+
+
+def _burst_value_problems(vals: dict[str, float], where: str) -> list[str]:
+    """What is out of range in a burst whose keys all parsed (rate, x and for present)."""
+    problems: list[str] = []
+    if vals["rate"] <= 0:
+        problems.append(f"{where}: rate must be > 0 requests/s, got {_fmt(vals['rate'])}")
+    if vals["x"] <= 1:
+        problems.append(f"{where}: x (the burst factor) must be > 1, got {_fmt(vals['x'])}")
+    for key in ("for", "before", "after"):
+        if key in vals and vals[key] <= 0:
+            problems.append(f"{where}: {key} must be > 0 seconds, got {_fmt(vals[key])}")
+    return problems
 
 
 def _parse_search(spec: str, where: str) -> Search:
@@ -553,23 +574,29 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
         out.append((("requests",), f"must be >= 0 (0: steps end on time only), got {ld.requests}"))
     if ld.arrivals not in ARRIVALS:
         out.append((("arrivals",), f"must be one of {', '.join(ARRIVALS)}, got {ld.arrivals!r}"))
-    st = ld.stable
-    if st is not None:
-        if st.window <= 0:
-            out.append((("stable", "window"), f"must be > 0 seconds, got {_fmt(st.window)}"))
-        elif ld.window > 0 and st.window > ld.window:
-            out.append(
-                (
-                    ("stable", "window"),
-                    f"{_fmt(st.window)} s is longer than the measurement window (duration - warmup = {_fmt(ld.window)} s)",
-                )
+    if ld.stable is not None:
+        out += _stable_problems(ld.stable, ld.window)
+    return out
+
+
+def _stable_problems(st: Stable, window: float) -> list[tuple[tuple[str, ...], str]]:
+    """(key path under ladder, what) for the stability check, against the step's measurement window."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    if st.window <= 0:
+        out.append((("stable", "window"), f"must be > 0 seconds, got {_fmt(st.window)}"))
+    elif window > 0 and st.window > window:
+        out.append(
+            (
+                ("stable", "window"),
+                f"{_fmt(st.window)} s is longer than the measurement window (duration - warmup = {_fmt(window)} s)",
             )
-        if not 0 < st.tolerance < 1:
-            out.append(
-                (("stable", "tolerance"), f"must be a fraction between 0 and 1 (0.05 = 5%), got {_fmt(st.tolerance)}")
-            )
-        if st.max_extend < 0:
-            out.append((("stable", "max_extend"), f"must be >= 0 seconds, got {_fmt(st.max_extend)}"))
-        if st.windows < 2:
-            out.append((("stable", "windows"), f"must be >= 2, got {st.windows}"))
+        )
+    if not 0 < st.tolerance < 1:
+        out.append(
+            (("stable", "tolerance"), f"must be a fraction between 0 and 1 (0.05 = 5%), got {_fmt(st.tolerance)}")
+        )
+    if st.max_extend < 0:
+        out.append((("stable", "max_extend"), f"must be >= 0 seconds, got {_fmt(st.max_extend)}"))
+    if st.windows < 2:
+        out.append((("stable", "windows"), f"must be >= 2, got {st.windows}"))
     return out

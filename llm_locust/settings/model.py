@@ -20,14 +20,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
-from llm_locust.settings.ladder import ARRIVALS, DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
+from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, Arrivals, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, parse_seconds
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
@@ -189,25 +189,30 @@ def _ladder_spec(v: Any) -> Any:
             if kind != "rate":
                 raise ValueError(f"a burst is a rate ladder: kind: rate, got {kind!r}")
             return f"rate:burst:{v['burst']}"
-        if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
-            raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
-        if "steps" in v:
-            steps = v["steps"]
-            if not isinstance(steps, list) or not steps:
-                raise ValueError("steps: expected a non-empty list of levels")
-            for x in steps:
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    raise ValueError(f"steps: expected numbers, got {x!r}")
-            return f"{kind}:{','.join(f'{float(x):g}' for x in steps)}"
-        if "start" in v or "stop" in v:
-            if "start" not in v or "stop" not in v:
-                raise ValueError("a range needs both start and stop")
-            if "factor" in v and "step" in v:
-                raise ValueError("give factor (geometric) or step (linear), not both")
-            mod = f":+{v['step']}" if "step" in v else f":x{v['factor']}" if "factor" in v else ""
-            return f"{kind}:{v['start']}..{v['stop']}{mod}"
-        raise ValueError("no levels: give steps: [..] or start/stop (with factor or step)")
+        return _ladder_levels_spec(kind, v)
     return v
+
+
+def _ladder_levels_spec(kind: Any, v: dict) -> str:
+    """`KIND:LEVELS` from a YAML mapping's steps list or start/stop range (with factor or step)."""
+    if "steps" in v and any(k in v for k in ("start", "stop", "factor", "step")):
+        raise ValueError("give either steps: [..] or start/stop (with factor or step), not both")
+    if "steps" in v:
+        steps = v["steps"]
+        if not isinstance(steps, list) or not steps:
+            raise ValueError("steps: expected a non-empty list of levels")
+        for x in steps:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise ValueError(f"steps: expected numbers, got {x!r}")
+        return f"{kind}:{','.join(f'{float(x):g}' for x in steps)}"
+    if "start" in v or "stop" in v:
+        if "start" not in v or "stop" not in v:
+            raise ValueError("a range needs both start and stop")
+        if "factor" in v and "step" in v:
+            raise ValueError("give factor (geometric) or step (linear), not both")
+        mod = f":+{v['step']}" if "step" in v else f":x{v['factor']}" if "factor" in v else ""
+        return f"{kind}:{v['start']}..{v['stop']}{mod}"
+    raise ValueError("no levels: give steps: [..] or start/stop (with factor or step)")
 
 
 def _check_ladder(v: str) -> str:
@@ -326,7 +331,7 @@ def _mix(v: Any) -> Any:
     if v is None or v == "":
         return {}
     if isinstance(v, str):
-        items = {}
+        items: dict[str, str | float] = {}
         for part in filter(None, (p.strip() for p in v.split(","))):
             name, sep, share = part.partition(":")
             if not sep:
@@ -366,7 +371,8 @@ def _workers(v: Any) -> Any:
 
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-smg-routing-key", "x-dynamo-session-id")
-ROUTES = ("round-robin", "random", "least-in-flight", "affinity")
+Route = Literal["round-robin", "random", "least-in-flight", "affinity"]
+ROUTES: tuple[str, ...] = get_args(Route)
 
 
 def _endpoints(v: Any) -> Any:
@@ -416,8 +422,8 @@ def parse_model_split(v: str) -> list[tuple[str, float]]:
         return [(v, 1.0)]
     out = []
     for part in filter(None, (p.strip() for p in v.split(","))):
-        name, w = part.rsplit(":", 1) if _weighted(part) else (part, "1")
-        w = float(w)
+        name, weight = part.rsplit(":", 1) if _weighted(part) else (part, "1")
+        w = float(weight)
         if not (w > 0 and math.isfinite(w)):
             raise ValueError(f"{part!r}: a model's weight must be > 0")
         out.append((name.strip(), w))
@@ -484,7 +490,8 @@ class Settings(BaseModel):
         AfterValidator(_model_split),
         Opt(
             "target",
-            "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps its model; figures per model); default: the first one /v1/models lists",
+            "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps "
+            "its model; figures per model); default: the first one /v1/models lists",
             plan="model",
         ),
     ] = ""
@@ -492,7 +499,8 @@ class Settings(BaseModel):
         bool,
         Opt(
             "target",
-            "send each record (or session) with the model its trace names (a model column: our JSONL's model, BurstGPT's Model), else --model's",
+            "send each record (or session) with the model its trace names (a model column: our JSONL's model, "
+            "BurstGPT's Model), else --model's",
             plan="trace_models",
         ),
     ] = False
@@ -501,15 +509,17 @@ class Settings(BaseModel):
         BeforeValidator(_endpoints),
         Opt(
             "target",
-            "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, figures and /metrics per endpoint",
+            "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, "
+            "figures and /metrics per endpoint",
             plan="endpoints",
         ),
     ] = ""
     route: Annotated[
-        Literal[ROUTES],
+        Route,
         Opt(
             "target",
-            "how requests spread over several endpoints: round-robin, random, least-in-flight, or affinity (a session's requests to one endpoint, by a hash of its id)",
+            "how requests spread over several endpoints: round-robin, random, least-in-flight, or affinity (a "
+            "session's requests to one endpoint, by a hash of its id)",
             plan="route",
         ),
     ] = "round-robin"
@@ -518,7 +528,8 @@ class Settings(BaseModel):
         BeforeValidator(_session_headers),
         Opt(
             "target",
-            "send each request's session id in these headers, for a router's session affinity (comma-separated; 'default': x-session-id, x-smg-routing-key, x-dynamo-session-id)",
+            "send each request's session id in these headers, for a router's session affinity (comma-separated; "
+            "'default': x-session-id, x-smg-routing-key, x-dynamo-session-id)",
             plan="session_headers",
         ),
     ] = ""
@@ -583,7 +594,8 @@ class Settings(BaseModel):
         bool,
         Opt(
             "target",
-            "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after requests all failed one way, or as many connections failed in a row",
+            "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after "
+            "requests all failed one way, or as many connections failed in a row",
             plan="checks.fail_fast",
             flag="--no-fail-fast",
             negate=True,
@@ -614,7 +626,8 @@ class Settings(BaseModel):
         BeforeValidator(_synthetic),
         Opt(
             "workload",
-            "synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results as a trace)",
+            "synthetic workload, e.g. requests=500,input=uniform:100:900,output=128,rate=4 (written beside --results "
+            "as a trace)",
             plan="workload.synthetic",
         ),
     ] = ""
@@ -657,7 +670,8 @@ class Settings(BaseModel):
         bool,
         Opt(
             "workload",
-            "sessions: start the first sessions at a random turn, their earlier turns sent as history, so a run does not begin with every cache cold",
+            "sessions: start the first sessions at a random turn, their earlier turns sent as history, so a run does "
+            "not begin with every cache cold",
             plan="workload.sessions.mid_start",
         ),
     ] = False
@@ -665,7 +679,8 @@ class Settings(BaseModel):
         bool,
         Opt(
             "workload",
-            "sessions: do not mark each session's first turn with a marker unique to the run (without it a server may still hold an earlier run's prefixes)",
+            "sessions: do not mark each session's first turn with a marker unique to the run (without it a server "
+            "may still hold an earlier run's prefixes)",
             plan="workload.sessions.cache_bust",
             flag="--no-cache-bust",
             negate=True,
@@ -696,7 +711,8 @@ class Settings(BaseModel):
         Field(ge=0, le=64),
         Opt(
             "workload",
-            "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 NumImages)",
+            "chat: add this many synthetic images to every request (0: the trace's image counts, e.g. Azure 2025 "
+            "NumImages)",
             plan="workload.images.count",
         ),
     ] = 0
@@ -741,7 +757,8 @@ class Settings(BaseModel):
         AfterValidator(_json_schema_file),
         Opt(
             "workload",
-            "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of replies that parse and validate",
+            "structured output: a JSON schema file sent as response_format json_schema; the run reports the share of "
+            "replies that parse and validate",
             plan="workload.response_format",
             path="in",
         ),
@@ -751,7 +768,8 @@ class Settings(BaseModel):
         BeforeValidator(_mix),
         Opt(
             "workload",
-            "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); each record's text becomes their input; figures per kind beside the total",
+            "send other request kinds beside the --api's, by share: embeddings:0.2,rerank:0.1 (the rest: --api); "
+            "each record's text becomes their input; figures per kind beside the total",
             plan="workload.mix",
         ),
     ] = {}
@@ -760,7 +778,9 @@ class Settings(BaseModel):
         AfterValidator(_graded_set),
         Opt(
             "workload",
-            "accuracy under load: a graded prompt set (JSONL: prompt or messages, expected, grader exact|regex|number|choice) or 'builtin'; a share of the requests (--graded-share) are its items, graded per step (docs/verdicts.md)",
+            "accuracy under load: a graded prompt set (JSONL: prompt or messages, expected, grader "
+            "exact|regex|number|choice) or 'builtin'; a share of the requests (--graded-share) are its items, graded "
+            "per step (docs/verdicts.md)",
             plan="workload.graded.set",
         ),
     ] = ""
@@ -887,7 +907,7 @@ class Settings(BaseModel):
         int, Field(ge=2), Opt("load", "ladder: how many windows must agree", plan="ladder.stable.windows")
     ] = 3
     arrivals: Annotated[
-        Literal[ARRIVALS], Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
+        Arrivals, Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
     ] = "poisson"
     early_stop: Annotated[
         bool,
@@ -912,7 +932,8 @@ class Settings(BaseModel):
         Fraction,
         Opt(
             "workload",
-            "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context (0: off)",
+            "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context "
+            "(0: off)",
             plan="stability.overlong.share",
         ),
     ] = 0.0
@@ -921,7 +942,8 @@ class Settings(BaseModel):
         Field(ge=0),
         Opt(
             "workload",
-            "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or llama.cpp /props n_ctx, plus 10%)",
+            "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or "
+            "llama.cpp /props n_ctx, plus 10%)",
             plan="stability.overlong.tokens",
         ),
     ] = 0
@@ -929,7 +951,8 @@ class Settings(BaseModel):
         Text,
         Opt(
             "workload",
-            "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within --overlong-tolerance of its",
+            "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within "
+            "--overlong-tolerance of its",
             plan="stability.overlong.baseline",
             path="in",
         ),
@@ -947,7 +970,8 @@ class Settings(BaseModel):
         bool,
         Opt(
             "load",
-            "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL before vs at it",
+            "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL "
+            "before vs at it",
             plan="stability.kv_pressure.enabled",
         ),
     ] = False
@@ -965,7 +989,8 @@ class Settings(BaseModel):
         Field(ge=0),
         Opt(
             "load",
-            "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: within the run)",
+            "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: "
+            "within the run)",
             plan="stability.burst_recovery",
             unit="s",
         ),
@@ -975,7 +1000,8 @@ class Settings(BaseModel):
         Field(ge=0),
         Opt(
             "load",
-            "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over the whole run (0: off)",
+            "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over "
+            "the whole run (0: off)",
             plan="stability.soak.window",
             unit="s",
         ),
@@ -1002,7 +1028,8 @@ class Settings(BaseModel):
         Field(ge=0),
         Opt(
             "load",
-            "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: reported, not judged)",
+            "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: "
+            "reported, not judged)",
             plan="stability.soak.max_memory_growth",
         ),
     ] = 0.0
@@ -1014,7 +1041,8 @@ class Settings(BaseModel):
         BeforeValidator(_workers),
         Opt(
             "load",
-            "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, at most the cores less one",
+            "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, "
+            "at most the cores less one",
             plan="workers",
             run_only=True,
         ),
@@ -1041,7 +1069,8 @@ class Settings(BaseModel):
         Field(ge=1),
         Opt(
             "load",
-            "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean and 95% t-interval in the combined results (docs/verdicts.md)",
+            "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean "
+            "and 95% t-interval in the combined results (docs/verdicts.md)",
             plan="repeat.count",
             run_only=True,
         ),
@@ -1059,7 +1088,8 @@ class Settings(BaseModel):
         Text,
         Opt(
             "load",
-            "with --repeat N >= 2: compare the combined results with this baseline results file (compare's regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
+            "with --repeat N >= 2: compare the combined results with this baseline results file (compare's "
+            "regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
             plan="repeat.baseline",
             path="in",
             run_only=True,
@@ -1069,7 +1099,8 @@ class Settings(BaseModel):
         Text,
         Opt(
             "load",
-            "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening fails)",
+            "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening "
+            "fails)",
             plan="repeat.tolerance",
             run_only=True,
         ),
@@ -1091,7 +1122,8 @@ class Settings(BaseModel):
         BeforeValidator(parse_slos),
         Opt(
             "slo",
-            "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number is seconds and must be below 10 (docs/load-shapes.md)",
+            "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number "
+            "is seconds and must be below 10 (docs/load-shapes.md)",
             plan="slos",
         ),
     ] = {}
@@ -1197,7 +1229,8 @@ class Settings(BaseModel):
         BeforeValidator(_prices),
         Opt(
             "observe",
-            "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before --gpu-hour-price)",
+            "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before "
+            "--gpu-hour-price)",
             plan="cost.gpu_prices",
         ),
     ] = {}
@@ -1272,7 +1305,8 @@ class Settings(BaseModel):
                 problems.append(
                     (
                         "users",
-                        "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate (load.users, load.spawn_rate)",
+                        "a ladder sets the users of each step itself: drop -u/--users and -r/--spawn-rate "
+                        "(load.users, load.spawn_rate)",
                     )
                 )
             if ld.kind == "speed" and self.synthetic and not re.search(r"(^|,)rate=0*[1-9.]", self.synthetic):
