@@ -8,8 +8,21 @@ from __future__ import annotations
 
 import sys
 from importlib import resources
+from typing import TYPE_CHECKING, Any, TypedDict
 
-DEFAULTS = {"users": 8, "run_time": "15s"}  # a closed loop under `llm-locust run` (plain Locust: its own)
+if TYPE_CHECKING:
+    from llm_locust.settings.model import Settings
+    from llm_locust.sim.process import SimProcess
+
+
+class _Defaults(TypedDict):
+    """`llm-locust run`'s closed-loop defaults."""
+
+    users: int
+    run_time: str
+
+
+DEFAULTS: _Defaults = {"users": 8, "run_time": "15s"}  # a closed loop under `llm-locust run` (plain Locust: its own)
 LOCUSTFILES = {"closed": "closed.py", "replay": "replay.py", "ladder": "ladder.py"}
 
 
@@ -138,67 +151,20 @@ def run(argv: list[str]) -> int:
         )
         return 2
     if not host:
-        from llm_locust.sim.process import SimProcess
-
-        graded = {}
-        if settings.graded:  # the simulator answers the set's items, right at --sim-graded-accuracy
-            from llm_locust.workload.graded import resolve_path
-
-            graded = {
-                "graded_set": str(resolve_path(settings.graded)),
-                "graded_accuracy": settings.sim_graded_accuracy,
-                "seed": settings.seed,
-            }
-        sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, **graded)
-        sim.start()
+        sim = _start_sim(settings)
         host = sim.url
         run_only["sim_started"] = True
         print(f"no --host given: started the simulated server at {host}", flush=True)
     if settings.overlong_share and not settings.overlong_tokens:
-        ctx = context_length(host, settings.api_key)
-        if ctx is None:
-            print(
-                f"llm-locust: --overlong-share: the server at {host} says no context length (/v1/models "
-                "max_model_len, /props n_ctx): give --overlong-tokens N",
-                file=sys.stderr,
-            )
+        with_ctx = _with_overlong_tokens(settings, host)
+        if with_ctx is None:
             if sim is not None:
                 sim.stop()
             return 2
-        settings = settings.model_copy(update={"overlong_tokens": ctx + max(16, ctx // 10)})
-        print(
-            f"overlong mix: the server's context is {ctx} tokens: {settings.overlong_tokens}-token prompts "
-            f"for {settings.overlong_share:.0%} of the requests",
-            flush=True,
-        )
+        settings = with_ctx
     os.environ[derive.RUN_ONLY_ENV] = json.dumps(run_only)
     locust_argv = ["locust", "-f", locustfile, "--host", host, "--only-summary"]
-    if mode == "closed":
-        users = settings.users or DEFAULTS["users"]
-        locust_argv += [
-            "-u",
-            str(users),
-            "-r",
-            f"{settings.spawn_rate or users:g}",
-            "-t",
-            settings.run_time or DEFAULTS["run_time"],
-        ]
-    else:  # a replay's dispatchers and a ladder's shape set their own load and end the test themselves
-        for flag, value in (("-u", settings.users), ("-r", settings.spawn_rate), ("-t", settings.run_time)):
-            if value is not None:
-                locust_argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    if settings.web:
-        if not _has(passthrough, "--web-host"):
-            locust_argv += ["--web-host", "127.0.0.1"]
-    else:
-        locust_argv.append("--headless")
-    if settings.workers:
-        locust_argv += ["--processes", str(settings.workers)]
-        if not _has(passthrough, "--master-bind-port"):
-            port = str(_free_port())  # not Locust's fixed 5557: runs side by side must not collide
-            locust_argv += ["--master-bind-port", port, "--master-port", port]
-        if not _has(passthrough, "--master-bind-host"):
-            locust_argv += ["--master-bind-host", "127.0.0.1"]
+    locust_argv += _load_argv(settings, mode) + _process_argv(settings, passthrough)
     locust_argv += derive.to_locust_argv(settings) + passthrough
     from locust.main import main as locust_main
 
@@ -212,6 +178,80 @@ def run(argv: list[str]) -> int:
         if sim is not None:
             sim.stop()
     return code
+
+
+def _start_sim(settings: Settings) -> SimProcess:
+    """The built-in simulator for a run without --host (answering a graded set's items, if any)."""
+    from llm_locust.sim.process import SimProcess
+
+    graded: dict[str, Any] = {}
+    if settings.graded:  # the simulator answers the set's items, right at --sim-graded-accuracy
+        from llm_locust.workload.graded import resolve_path
+
+        graded = {
+            "graded_set": str(resolve_path(settings.graded)),
+            "graded_accuracy": settings.sim_graded_accuracy,
+            "seed": settings.seed,
+        }
+    sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, **graded)
+    sim.start()
+    return sim
+
+
+def _with_overlong_tokens(settings: Settings, host: str) -> Settings | None:
+    """--overlong-share without --overlong-tokens: the server's context plus 10% (None: it says none)."""
+    ctx = context_length(host, settings.api_key)
+    if ctx is None:
+        print(
+            f"llm-locust: --overlong-share: the server at {host} says no context length (/v1/models "
+            "max_model_len, /props n_ctx): give --overlong-tokens N",
+            file=sys.stderr,
+        )
+        return None
+    settings = settings.model_copy(update={"overlong_tokens": ctx + max(16, ctx // 10)})
+    print(
+        f"overlong mix: the server's context is {ctx} tokens: {settings.overlong_tokens}-token prompts "
+        f"for {settings.overlong_share:.0%} of the requests",
+        flush=True,
+    )
+    return settings
+
+
+def _load_argv(settings: Settings, mode: str) -> list[str]:
+    """Locust's -u/-r/-t: closed runs get defaults; replays and ladders set their own load and end."""
+    if mode == "closed":
+        users = settings.users or DEFAULTS["users"]
+        return [
+            "-u",
+            str(users),
+            "-r",
+            f"{settings.spawn_rate or users:g}",
+            "-t",
+            settings.run_time or DEFAULTS["run_time"],
+        ]
+    out: list[str] = []
+    for flag, value in (("-u", settings.users), ("-r", settings.spawn_rate), ("-t", settings.run_time)):
+        if value is not None:
+            out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return out
+
+
+def _process_argv(settings: Settings, passthrough: list[str]) -> list[str]:
+    """Locust's web/headless and worker-process flags, unless given through."""
+    out: list[str] = []
+    if settings.web:
+        if not _has(passthrough, "--web-host"):
+            out += ["--web-host", "127.0.0.1"]
+    else:
+        out.append("--headless")
+    if settings.workers:
+        out += ["--processes", str(settings.workers)]
+        if not _has(passthrough, "--master-bind-port"):
+            port = str(_free_port())  # not Locust's fixed 5557: runs side by side must not collide
+            out += ["--master-bind-port", port, "--master-port", port]
+        if not _has(passthrough, "--master-bind-host"):
+            out += ["--master-bind-host", "127.0.0.1"]
+    return out
 
 
 def _rep_path(results: str, k: int, ext: str = ".json") -> str:
