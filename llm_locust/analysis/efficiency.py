@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict
 
 # The GPU sidecar's (and dcgm-exporter's) power and energy, as rows of server_metrics.TABLE
 # (quantity -> alternatives, the first present wins; summed over GPUs). The power gauge prefers the
@@ -84,7 +84,17 @@ def _count(v: Any) -> int | None:
     return int(n) if n is not None and n >= 1 and n == int(n) else None
 
 
-def gpu_counts(settings: Any) -> tuple[dict[str, Any] | None, list[str]]:
+class GpuCounts(TypedDict):
+    """gpu_counts' answer (results["verdicts"]["gpus"]): prefill_gpus and decode_gpus are both set
+    exactly when disaggregated."""
+
+    gpus: int
+    prefill_gpus: int | None
+    decode_gpus: int | None
+    disaggregated: bool
+
+
+def gpu_counts(settings: Any) -> tuple[GpuCounts | None, list[str]]:
     """({gpus, prefill_gpus, decode_gpus, disaggregated}, notes). Disaggregated serving (both
     prefill and decode GPUs given): output tokens are divided by the decode GPUs, input tokens by
     the prefill GPUs, total tokens and GPU-hours by prefill + decode. Else by `gpus`. None (with a
@@ -253,7 +263,7 @@ def _energy(gw: Mapping[str, Any] | None, window: float | None) -> dict[str, Any
 def step_figures(
     st: Mapping[str, Any],
     gw: Mapping[str, Any] | None,
-    counts: Mapping[str, Any] | None,
+    counts: GpuCounts | None,
     price: Mapping[str, Any] | None,
     tokens: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
@@ -282,10 +292,13 @@ def step_figures(
     if tpot is not None and tpot > 0:
         row["interactivity"] = 1.0 / tpot
     if counts and out_tps is not None:
-        n, p, d = counts["gpus"], counts.get("prefill_gpus"), counts.get("decode_gpus")
-        row["output_tokens_per_s_per_gpu"] = out_tps / (d if counts.get("disaggregated") else n)
-        if in_tps is not None:
-            row["input_tokens_per_s_per_gpu"] = in_tps / (p if counts.get("disaggregated") else n)
+        n, p, d = counts["gpus"], counts["prefill_gpus"], counts["decode_gpus"]
+        # disaggregated: output by the decode GPUs, input by the prefill GPUs (both set, gpu_counts)
+        out_gpus = d if counts["disaggregated"] and d is not None else n
+        row["output_tokens_per_s_per_gpu"] = out_tps / out_gpus
+        if in_tps is not None and total_tps is not None:
+            in_gpus = p if counts["disaggregated"] and p is not None else n
+            row["input_tokens_per_s_per_gpu"] = in_tps / in_gpus
             row["total_tokens_per_s_per_gpu"] = total_tps / n
         if window:
             row["gpu_hours"] = n * window / 3600.0
@@ -369,7 +382,7 @@ def verdicts(
     gpu_info: Any,
     settings: Any,
     *,
-    step_tokens: Mapping[int, tuple[Any, Any]] | None = None,
+    step_tokens: Mapping[int | None, tuple[Any, Any]] | None = None,
     summary: Mapping[str, Any] | None = None,
     gpu_run: Mapping[str, Any] | None = None,
     saturation: Mapping[str, Any] | None = None,
@@ -404,9 +417,11 @@ def verdicts(
         for r in rows
     ]
     front = pareto_front(pts)
-    for r, on in zip(rows, front):
+    for r, on in zip(rows, front, strict=True):
         r["pareto"] = on
-    frontier = [r["step"] for p, r, on in sorted(zip(pts, rows, front), key=lambda t: t[0] or (0.0, 0.0)) if on]
+    frontier = [
+        r["step"] for p, r, on in sorted(zip(pts, rows, front, strict=True), key=lambda t: t[0] or (0.0, 0.0)) if on
+    ]
     knee = None
     sat = (saturation or {}).get("saturation") if isinstance(saturation, Mapping) else None
     if isinstance(sat, Mapping):
@@ -430,7 +445,7 @@ def verdicts(
 
 
 def _cost_settings(results: Mapping[str, Any]) -> SimpleNamespace:
-    plan = results.get("plan") if isinstance(results.get("plan"), Mapping) else {}
+    plan = _mapping(results.get("plan"))
     cost = dict(plan.get("cost") or {}) if isinstance(plan.get("cost"), Mapping) else {}
     settings = (results.get("run") or {}).get("settings") or {}
     for k in ("gpus", "prefill_gpus", "decode_gpus", "gpu_hour_price", "gpu_prices"):
@@ -441,17 +456,24 @@ def _cost_settings(results: Mapping[str, Any]) -> SimpleNamespace:
     )
 
 
+def _mapping(v: Any) -> Mapping[str, Any]:
+    """A results section that should be a mapping: anything else (absent, malformed) reads as empty."""
+    return v if isinstance(v, Mapping) else {}
+
+
 def verdicts_for_results(results: Mapping[str, Any], settings: Any = None) -> dict[str, Any] | None:
     """`verdicts` from a results dict (its ladder, GPU windows, GPUs, per-step token counts, summary
     and, without `settings`, the effective plan's cost.* keys). None for a run with neither a
     ladder nor a summary."""
-    ladder = results.get("ladder") if isinstance(results.get("ladder"), Mapping) else {}
+    ladder = _mapping(results.get("ladder"))
     steps = ladder.get("steps") or []
-    summary = results.get("summary") if isinstance(results.get("summary"), Mapping) else None
+    summary = results.get("summary")
+    if not isinstance(summary, Mapping):
+        summary = None
     if not steps and not summary:
         return None
-    gpu = results.get("gpu_metrics") if isinstance(results.get("gpu_metrics"), Mapping) else {}
-    tokens = {
+    gpu = _mapping(results.get("gpu_metrics"))
+    tokens: dict[int | None, tuple[Any, Any]] = {
         r.get("step"): (r.get("tokens_in"), r.get("tokens_out"))
         for r in results.get("steps") or []
         if isinstance(r, Mapping)

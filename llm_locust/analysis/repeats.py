@@ -214,8 +214,9 @@ def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[st
         target[path[-1]] = f["mean"]
     for k in SUMMED:
         vals = [(d.get("summary") or {}).get(k) for d in docs]
-        if all(isinstance(v, int) for v in vals):
-            summary[k] = sum(vals)
+        counts = [v for v in vals if isinstance(v, int)]
+        if len(counts) == len(vals):
+            summary[k] = sum(counts)
     rep["summary_note"] = (
         "summary: headline figures are the means over the repetitions, counts summed; "
         "distributions, steps and series are the last repetition's"

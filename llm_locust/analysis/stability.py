@@ -198,7 +198,7 @@ def kv_pressure(
     ITL p50 and p99 of the step before it and of it are kept, with their ratios. Pass: no step
     preempted, or preemption started at a load >= `min_load` when that is > 0."""
     by = {w.get("step"): w for w in server or []}
-    rows = []
+    rows: list[dict[str, Any]] = []  # the steps' figures, as the step dicts give them
     for st in steps:
         w = by.get(st.get("step"), {})
         itl = (st.get("latency") or {}).get("itl") or {}
@@ -269,7 +269,7 @@ def overlong_mix(
     (1 + tolerance) x the baseline's."""
     n, served, classified = (list(counts) + [0, 0, 0])[:3]
     lat = summary.get("latency") or {}
-    others = {
+    others: dict[str, Any] = {
         "ok": (summary.get("ok") or 0) - served,
         "failed": (summary.get("failed") or 0) - (n - served),
         "ttft_p50": (lat.get("ttft") or {}).get("p50"),
@@ -297,14 +297,19 @@ def overlong_mix(
         why.append(f"{others['failed']} other request(s) failed")
     if baseline is not None:
         blat = baseline.get("latency") or {}
-        b = {"ttft_p50": (blat.get("ttft") or {}).get("p50"), "e2e_p50": (blat.get("e2e") or {}).get("p50")}
+        b: dict[str, float | None] = {
+            "ttft_p50": (blat.get("ttft") or {}).get("p50"),
+            "e2e_p50": (blat.get("e2e") or {}).get("p50"),
+        }
         out["baseline"] = b
         for k in ("ttft_p50", "e2e_p50"):
-            if b[k] and others[k] is not None:
-                out[f"{k}_ratio"] = others[k] / b[k]
-                if others[k] > b[k] * (1 + tolerance):
+            mine, clean = others[k], b[k]
+            if clean and mine is not None:
+                out[f"{k}_ratio"] = mine / clean
+                if mine > clean * (1 + tolerance):
                     why.append(
-                        f"others' {k.replace('_', ' ')} {_ms(others[k])} > {1 + tolerance:.2f} x the clean run's {_ms(b[k])}"
+                        f"others' {k.replace('_', ' ')} {_ms(mine)} > {1 + tolerance:.2f} x"
+                        f" the clean run's {_ms(clean)}"
                     )
     out["passed"] = not why
     out["reason"] = (

@@ -59,7 +59,8 @@ ERROR_RATE = "error_rate"
 def slo_vocabulary() -> str:
     """One line naming every accepted SLO name (for error messages)."""
     return (
-        f"per request ({', '.join(m for m in SLO_METRICS if m != 'itl_max')}: the step's p99; itl_max: its largest ITL), "
+        f"per request ({', '.join(m for m in SLO_METRICS if m != 'itl_max')}: the step's p99; "
+        "itl_max: its largest ITL), "
         f"METRIC_STAT with METRIC one of {', '.join(STEP_LATENCIES)} and STAT one of "
         f"{', '.join(SLO_STATS)} (e.g. ttft_p50, itl_p99), a bare METRIC (its p99), or {ERROR_RATE}"
     )
@@ -247,6 +248,9 @@ def step_result(
     rps = ok_n / seconds if seconds > 0 else 0.0
     ok = agg.outcomes.get(Outcome.OK.value, 0)
     per_request = request_slos(slos)
+    attainment: float | None
+    good_rps: float | None
+    good_tps: float | None
     if per_request and ok:
         attainment = agg.goodput_requests / ok
         token_share = agg.goodput_tokens / agg.tokens_out if agg.tokens_out else attainment
@@ -297,7 +301,7 @@ def step_result(
 def slo_value(step: StepResult, name: str) -> float | None:
     """The step's figure an SLO name is judged on (None: no sample)."""
     metric, stat = parse_slo_name(name)
-    if metric == ERROR_RATE:
+    if stat is None:  # error_rate, the one SLO name without a stat
         return step.error_rate
     return step.stat(metric, stat)
 
@@ -309,11 +313,11 @@ def broken_slos(step: StepResult, slos: dict[str, float]) -> list[str]:
         return ["no successful request"]
     for name, limit in slos.items():
         metric, stat = parse_slo_name(name)
-        value = slo_value(step, name)
         if metric == ERROR_RATE:
-            if value > limit:
-                out.append(f"error_rate {value:.1%} > {limit:.1%}")
+            if step.error_rate > limit:
+                out.append(f"error_rate {step.error_rate:.1%} > {limit:.1%}")
             continue
+        value = slo_value(step, name)
         if value is None:
             out.append(f"{metric} {stat}: no sample")
         elif value > limit:
