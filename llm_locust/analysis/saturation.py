@@ -95,7 +95,8 @@ class Verdict:
                 f"saturation: {_load(s['offered'], unit)} (step {s['step']}, by {self.knee_by}): "
                 f"{s['output_tokens_per_s']:,.0f} tok/s, {s['requests_per_s']:.3g} req/s, "
                 f"TTFT p50/p99 {_ms(lat.get('ttft_p50'))}/{_ms(lat.get('ttft_p99'))} ms, "
-                f"ITL p50 {_ms(lat.get('itl_p50'))} ms, E2E p50/p99 {_ms(lat.get('e2e_p50'))}/{_ms(lat.get('e2e_p99'))} ms"
+                f"ITL p50 {_ms(lat.get('itl_p50'))} ms, "
+                f"E2E p50/p99 {_ms(lat.get('e2e_p50'))}/{_ms(lat.get('e2e_p99'))} ms"
             )
         if self.max_slo_load is not None:
             lines.append(f"highest load meeting every SLO: {_load(self.max_slo_load, unit)} (step {self.max_slo_step})")
@@ -118,7 +119,7 @@ def _throughput(s: StepResult) -> float:
 def _geometric(x: list[float]) -> bool:
     if len(x) < 3 or min(x) <= 0:
         return False
-    ratios = [b / a for a, b in zip(x, x[1:])]
+    ratios = [b / a for a, b in zip(x, x[1:], strict=False)]
     lo, hi = min(ratios), max(ratios)
     return lo > 1.2 and hi / lo < 1.15
 
@@ -218,7 +219,8 @@ def throughput_knee(
             0,
             "flat",
             [
-                f"throughput flat (within {flat_tolerance:.0%}) across the whole ladder: saturated at or below the first step"
+                f"throughput flat (within {flat_tolerance:.0%}) across the whole ladder: "
+                "saturated at or below the first step"
             ],
             details,
         )
@@ -267,7 +269,8 @@ def throughput_knee(
     if k == n - 1:
         gain = y[-1] / env[-2] - 1 if env[-2] > 0 else math.inf
         reasons.append(
-            f"no knee found (still rising): the top step ({_load(x[-1], unit)}) gained {gain:.0%} over the best before it"
+            f"no knee found (still rising): the top step ({_load(x[-1], unit)}) gained {gain:.0%} "
+            "over the best before it"
         )
         return None, how, reasons, details
     if sig(k, n - 1):
@@ -277,7 +280,8 @@ def throughput_knee(
         )
     if k != moved_from and how == "kneedle":
         reasons.append(
-            f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: throughput still grew after it"
+            f"Kneedle knee at {_load(x[moved_from], unit)} moved forward to {_load(x[k], unit)}: "
+            "throughput still grew after it"
         )
     return k, how, reasons, details
 
@@ -287,12 +291,12 @@ def latency_knee(
 ) -> tuple[int | None, str, list[str]]:
     """(index of the last step before latency blew up, the latency used, reasons)."""
     metric = "ttft" if all(s.stat("ttft", "p50") is not None for s in steps if s.ok) else "e2e"
-    pts = [(i, s.stat(metric, "p50")) for i, s in enumerate(steps)]
-    pts = [(i, v) for i, v in pts if v is not None]
+    values = [(i, s.stat(metric, "p50")) for i, s in enumerate(steps)]
+    pts = [(i, v) for i, v in values if v is not None]
     if len(pts) < 2:
         return None, metric, []
     base = pts[0][1]
-    for (i0, v0), (i1, v1) in zip(pts, pts[1:]):
+    for (i0, v0), (i1, v1) in zip(pts, pts[1:], strict=False):
         load_ratio = steps[i1].offered / steps[i0].offered if steps[i0].offered > 0 else math.inf
         if v1 > (1 + latency_rise) * base and v0 > 0 and v1 / v0 > latency_growth * load_ratio:
             unit = OFFERED_UNITS.get(steps[i1].offered_kind, "")
@@ -323,7 +327,10 @@ def analyse(
     kind = steps[0].offered_kind if steps else ""
     unit = OFFERED_UNITS.get(kind, "")
     verdict = Verdict(saturation=None, max_slo_load=None, max_slo_step=None, offered_kind=kind)
-    method = f"kneedle(S={sensitivity:g}) on steady-state tokens/s + plateau rules (tolerance {flat_tolerance:.0%}, elasticity {min_elasticity:g})"
+    method = (
+        f"kneedle(S={sensitivity:g}) on steady-state tokens/s + plateau rules "
+        f"(tolerance {flat_tolerance:.0%}, elasticity {min_elasticity:g})"
+    )
 
     tk, how, reasons, details = throughput_knee(
         steps, sensitivity=sensitivity, flat_tolerance=flat_tolerance, min_elasticity=min_elasticity
@@ -370,10 +377,15 @@ def analyse(
     if suspect:
         verdict.reasons.append(f"client saturated in step(s) {', '.join(map(str, suspect))}: their figures are suspect")
 
-    # the highest load that met every SLO
+    _slo_limit(verdict, steps, slos, unit)
+    return verdict
+
+
+def _slo_limit(verdict: Verdict, steps: list[StepResult], slos: dict[str, float], unit: str) -> None:
+    """Part of analyse: the highest load that met every SLO (max_slo_load, max_slo_step), and why."""
     if not slos:
         verdict.reasons.append("no SLO given: no SLO-limited load")
-        return verdict
+        return
     met = [(s, broken_slos(s, slos)) for s in steps]
     ok_steps = [s for s, broken in met if not broken]
     if not ok_steps:
@@ -382,14 +394,15 @@ def analyse(
             verdict.reasons.append(
                 f"no step met every SLO; the lowest ({_load(first.offered, unit)}) broke: {', '.join(broken)}"
             )
-        return verdict
+        return
     top = ok_steps[-1]
     verdict.max_slo_load, verdict.max_slo_step = top.offered, top.step
     below = [(s, b) for s, b in met if b and s.offered < top.offered]
     if below:
         s, b = below[0]
         verdict.reasons.append(
-            f"step {s.step} ({_load(s.offered, unit)}) broke an SLO ({', '.join(b)}) although a higher load met them all: noisy?"
+            f"step {s.step} ({_load(s.offered, unit)}) broke an SLO ({', '.join(b)}) "
+            "although a higher load met them all: noisy?"
         )
     if top is steps[-1]:
         verdict.reasons.append("the top of the ladder still met every SLO: the SLO limit lies higher")
@@ -397,7 +410,6 @@ def analyse(
         nxt = next(((s, b) for s, b in met if s.offered > top.offered and b), None)
         if nxt is not None:
             verdict.reasons.append(f"{_load(nxt[0].offered, unit)} broke: {', '.join(nxt[1])}")
-    return verdict
 
 
 def early_stop(
@@ -451,12 +463,12 @@ def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[li
     cols: list[list[str]] = [[] for _ in range(n)]
     if any("prefix_cache_hit_ratio" in w for w in wins):
         head.append("cache hit %")
-        for c, w in zip(cols, wins):
+        for c, w in zip(cols, wins, strict=True):
             v = w.get("prefix_cache_hit_ratio")
             c.append("-" if v is None else f"{v * 100:.1f}")
     if any("spec_acceptance_rate" in w or "spec_mean_accepted_length" in w for w in wins):
         head.append("spec acc %/len")
-        for c, w in zip(cols, wins):
+        for c, w in zip(cols, wins, strict=True):
             rate, length = w.get("spec_acceptance_rate"), w.get("spec_mean_accepted_length")
             c.append(
                 "-"
@@ -484,9 +496,10 @@ def format_steps(
     extra_head, extra = _server_cells(server, len(results))
     if any(r.accuracy for r in results):  # --graded: accuracy per step beside latency
         extra_head.append("acc %")
-        for cells, r in zip(extra, results):
-            a = (r.accuracy or {}).get("accuracy")
-            cells.append("-" if a is None else f"{a * 100:.0f} ({r.accuracy['correct']}/{r.accuracy['graded']})")
+        for cells, r in zip(extra, results, strict=True):
+            acc = r.accuracy or {}
+            a = acc.get("accuracy")
+            cells.append("-" if a is None else f"{a * 100:.0f} ({acc['correct']}/{acc['graded']})")
     head = [
         "step",
         f"offered ({OFFERED_UNITS.get(kind, kind)})",
@@ -526,7 +539,7 @@ def format_steps(
 
     def line(cells: list[str]) -> str:
         out = []
-        for i, (c, w) in enumerate(zip(cells, widths)):
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
             out.append(c.ljust(w) if i in (len(cells) - 1,) else c.rjust(w))
         return "  ".join(out).rstrip()
 

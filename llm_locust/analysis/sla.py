@@ -90,7 +90,8 @@ def conclude(history: Sequence[Probe], kind: str, lo: float, hi: float, precisio
     elif bad is None and good >= hi:
         reached, reason = (
             "top",
-            f"the top of the range, {hi:g} {unit}, still meets every SLO: the limit lies higher (raise the upper bound)",
+            f"the top of the range, {hi:g} {unit}, still meets every SLO: "
+            "the limit lies higher (raise the upper bound)",
         )
     elif bad is None:
         reached, reason = "unfinished", f"search stopped at {good:g} {unit} before any probe broke an SLO"
