@@ -11,8 +11,9 @@ id = ``session_id`` (or ``line-N`` when absent). ``output_length`` / ``max_token
 present, give its output length; ``image``/``images`` give the image count. Image entries that
 are strings (``images: ["a.png", ...]`` or ``[{"name": ..., "contents": [...]}]``) name the images:
 a path is relative to the trace's folder and read when the turn is first sent (a file that cannot be
-read then is a TraceError naming the line); paths and URLs (``http(s)://``, ``data:``) make the turn a chat message with image parts
-(paths as ``file://`` URLs, read and sent as ``data:`` URLs by workload.specs).
+read then is a TraceError naming the line); paths and URLs (``http(s)://``, ``data:``) make the turn
+a chat message with image parts (paths as ``file://`` URLs, read and sent as ``data:`` URLs by
+workload.specs).
 
 A request with neither timestamp nor delay arrives with the one before it (same session if any).
 """
@@ -167,7 +168,10 @@ MOONCAKE_TRACE = Format(
     origin="zero",
     block_size=512,
     required=("input_length|text_input",),
-    summary="AIPerf mooncake_trace JSONL: input_length|text_input, output_length, hash_ids, timestamp|delay (ms), session_id",
+    summary=(
+        "AIPerf mooncake_trace JSONL: input_length|text_input, output_length, hash_ids, timestamp|delay (ms), "
+        "session_id"
+    ),
 )
 MULTI_TURN = Format(
     name="aiperf-multi-turn",

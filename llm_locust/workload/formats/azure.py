@@ -108,20 +108,21 @@ def _detect_year(first_timestamp: str) -> str:
     return "azure2024" if s.endswith("Z") or "+" in s[10:] or "-" in s[19:] else "azure2023"
 
 
-_common = dict(columns=("images",), origin="first")
 AZURE2023 = Format(
     name="azure2023",
     read=_reader("azure2023", REQUIRED),
     required=REQUIRED,
     summary="Azure LLM inference trace 2023: TIMESTAMP (naive),ContextTokens,GeneratedTokens",
-    **_common,
+    columns=("images",),
+    origin="first",
 )
 AZURE2024 = Format(
     name="azure2024",
     read=_reader("azure2024", REQUIRED),
     required=REQUIRED,
     summary="Azure LLM inference trace 2024 (week): TIMESTAMP (UTC, +00:00),ContextTokens,GeneratedTokens",
-    **_common,
+    columns=("images",),
+    origin="first",
 )
 REQUIRED_2025 = ("TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens")
 AZURE2025 = Format(
@@ -129,6 +130,7 @@ AZURE2025 = Format(
     read=_reader("azure2025", REQUIRED_2025),
     required=REQUIRED_2025,
     summary="Azure multimodal trace 2025: TIMESTAMP (ISO Z),NumImages,ContextTokens,GeneratedTokens",
-    **_common,
+    columns=("images",),
+    origin="first",
 )
 FORMATS = (AZURE2023, AZURE2024, AZURE2025)

@@ -67,5 +67,8 @@ FORMAT = Format(
     origin="zero",
     block_size=16,
     required=REQUIRED,
-    summary="Bailian/Qwen JSONL: chat_id, parent_chat_id, timestamp (s), input_length, output_length, turn, hash_ids (16-token blocks)",
+    summary=(
+        "Bailian/Qwen JSONL: chat_id, parent_chat_id, timestamp (s), input_length, output_length, "
+        "turn, hash_ids (16-token blocks)"
+    ),
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import math
 import re
 import struct
@@ -95,6 +96,10 @@ class _HashingReader:
         b = self._f.read(n)
         self._h.update(b)
         return b
+
+    def seek(self, n: int, /) -> int:
+        """Hashing needs every byte once, in order; GzipFile seeks only to rewind, which Source never does."""
+        raise io.UnsupportedOperation("seek")
 
     def close(self) -> None:
         self._f.close()
@@ -295,7 +300,7 @@ def blocks_from_rows(rows: Iterable[tuple], n: int = 8192) -> Iterator[Block]:
         batch = list(islice(it, n))
         if not batch:
             return
-        cols = list(zip(*batch))
+        cols = list(zip(*batch, strict=True))  # every reader yields rows of one arity
         yield cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator
 from itertools import chain, repeat
+from typing import Any
 
 import orjson
 
@@ -41,10 +42,11 @@ def _fast(lines: list[str], first: int):
     except orjson.JSONDecodeError:
         return None
     try:
-        ts = list(map(dict.get, objs, repeat("timestamp")))
-        ins = list(map(dict.get, objs, repeat("input_length")))
-        outs = list(map(dict.get, objs, repeat("output_length")))
-        hs = list(map(dict.get, objs, repeat("hash_ids")))
+        # JSON values of any type (None when absent) until the type checks below
+        ts: list[Any] = list(map(dict.get, objs, repeat("timestamp")))
+        ins: list[Any] = list(map(dict.get, objs, repeat("input_length")))
+        outs: list[Any] = list(map(dict.get, objs, repeat("output_length")))
+        hs: list[Any] = list(map(dict.get, objs, repeat("hash_ids")))
     except TypeError:  # a line that is not an object
         return None
     if set(map(type, ts)) - {int, float} or set(map(type, ins)) != {int} or set(map(type, outs)) != {int}:
@@ -77,7 +79,7 @@ def read(src: Source, ctx: Context):
             rows = list(_slow_rows(lines, first, ctx))
             if not rows:
                 continue
-            cols = list(zip(*rows))
+            cols = list(zip(*rows, strict=True))  # _slow_rows' rows are all of one arity
             block = cols[0], cols[1], cols[2], cols[3], (cols[4],)
         yield block
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_id
 
@@ -29,87 +30,109 @@ USER = {"human", "user"}
 ASSISTANT = {"gpt", "chatgpt", "bard", "bing", "assistant", "model"}
 
 
+class _Cursor:
+    """The text read so far from a trace, a position in it, and the line number of a position."""
+
+    def __init__(self, chunks: Iterator[tuple[int, str]]) -> None:
+        self.chunks = chunks
+        self.buf, self.pos = "", 0
+        self.line, self.counted = 1, 0  # line number at buf[counted]
+        self.eof = False
+
+    def more(self) -> bool:
+        """Append the next chunk (dropping the text before pos); False at the end of the file."""
+        if self.eof:
+            return False
+        for _first, text in self.chunks:
+            at = self.line_of(self.pos)
+            self.buf, self.pos = self.buf[self.pos :] + text, 0
+            self.line, self.counted = at, 0
+            return True
+        self.eof = True
+        return False
+
+    def line_of(self, p: int) -> int:
+        """The line of buf[p], counting newlines only from the last position asked for."""
+        if p >= self.counted:
+            self.line += self.buf.count("\n", self.counted, p)
+            self.counted = p
+            return self.line
+        return self.line - self.buf.count("\n", p, self.counted)
+
+
 def _elements(src: Source, ctx: Context) -> Iterator[tuple[int, object]]:
     """(line of its first character, value) of each element of a top-level JSON array (or of
     each top-level value, for one-object-per-line files)."""
     decode = json.JSONDecoder().raw_decode
-    chunks = src.text_chunks()
-    buf, pos = "", 0
-    line, counted = 1, 0  # line number at buf[counted]
-    eof = False
-
-    def more() -> bool:
-        nonlocal buf, pos, line, counted, eof
-        if eof:
-            return False
-        for _first, text in chunks:
-            at = line_of(pos)
-            buf, pos = buf[pos:] + text, 0
-            line, counted = at, 0
-            return True
-        eof = True
-        return False
-
-    def line_of(p: int) -> int:
-        nonlocal line, counted
-        if p >= counted:
-            line += buf.count("\n", counted, p)
-            counted = p
-            return line
-        return line - buf.count("\n", p, counted)
-
+    cur = _Cursor(src.text_chunks())
     state, array = "start", False
     while True:
-        pos = _WS.match(buf, pos).end()
-        if pos >= len(buf):
-            if more():
+        m = _WS.match(cur.buf, cur.pos)
+        assert m is not None  # the pattern matches the empty string
+        cur.pos = m.end()
+        if cur.pos >= len(cur.buf):
+            if cur.more():
                 continue
             break
-        c = buf[pos]
-        if state == "start":
-            if c == "[":
-                array, state, pos = True, "item", pos + 1
-                continue
-            if c != "{":
-                raise ctx.error(line_of(pos), f"expected a JSON array of conversations, found {c!r}")
-            state = "item"
-        elif state == "sep":
-            if array and c == ",":
-                state, pos = "item", pos + 1
-                continue
-            if array and c == "]":
-                state, pos = "end", pos + 1
-                continue
-            if not array and c == "{":
-                state = "item"
-            else:
-                raise ctx.error(line_of(pos), f"expected ',' or ']' between conversations, found {c!r}")
-        elif state == "end":
-            raise ctx.error(line_of(pos), f"unexpected data after the closing ']': {buf[pos : pos + 20]!r}")
-        if state == "item":
-            if array and c == "]":
-                state, pos = "end", pos + 1
-                continue
-            try:
-                value, end = decode(buf, pos)
-            except RecursionError:
-                raise ctx.error(line_of(pos), "invalid JSON: nested too deeply") from None
-            except ValueError as e:  # JSONDecodeError, or an integer too long to convert
-                if not isinstance(e, json.JSONDecodeError):
-                    raise ctx.error(line_of(pos), f"invalid JSON: {e}") from None
-                if len(buf) - pos < _MAX_RECORD and more():
-                    continue  # the element may just be incomplete: read on and retry
-                if e.pos >= len(buf.rstrip()):
-                    raise ctx.error(
-                        line_of(e.pos), "invalid JSON: the file ends inside a conversation (truncated file?)"
-                    ) from None
-                raise ctx.error(line_of(e.pos), f"invalid JSON: {e.msg} (column {e.colno})") from None
-            yield line_of(pos), value
-            pos, state = end, "sep"
+        state, array, consumed = _punctuation(state, array, cur.buf[cur.pos], cur, ctx)
+        if consumed:
+            cur.pos += 1
+            continue
+        got = _decode_element(cur, decode, ctx)  # state is "item" here
+        if got is None:
+            continue  # the element may just be incomplete: more was read, retry
+        value, end = got
+        yield cur.line_of(cur.pos), value
+        cur.pos, state = end, "sep"
     if state == "start":
         raise ctx.error(None, "empty trace file")
     if array and state != "end":
-        raise ctx.error(line_of(len(buf)), "invalid JSON: the array is not closed (truncated file?)")
+        raise ctx.error(cur.line_of(len(cur.buf)), "invalid JSON: the array is not closed (truncated file?)")
+
+
+def _punctuation(state: str, array: bool, c: str, cur: _Cursor, ctx: Context) -> tuple[str, bool, bool]:
+    """(state, array, whether c was consumed) after the character c met outside an element."""
+    if state == "start":
+        if c == "[":
+            return "item", True, True
+        if c != "{":
+            raise ctx.error(cur.line_of(cur.pos), f"expected a JSON array of conversations, found {c!r}")
+        return "item", array, False
+    if state == "sep":
+        if array and c == ",":
+            return "item", array, True
+        if array and c == "]":
+            return "end", array, True
+        if not array and c == "{":
+            return "item", array, False
+        raise ctx.error(cur.line_of(cur.pos), f"expected ',' or ']' between conversations, found {c!r}")
+    if state == "end":
+        raise ctx.error(
+            cur.line_of(cur.pos), f"unexpected data after the closing ']': {cur.buf[cur.pos : cur.pos + 20]!r}"
+        )
+    if array and c == "]":  # "item": an empty array, or a trailing comma
+        return "end", array, True
+    return state, array, False
+
+
+def _decode_element(
+    cur: _Cursor, decode: Callable[[str, int], tuple[Any, int]], ctx: Context
+) -> tuple[Any, int] | None:
+    """(value, end) of the element at cur.pos; None when it may be incomplete and more text was read."""
+    try:
+        return decode(cur.buf, cur.pos)
+    except RecursionError:
+        raise ctx.error(cur.line_of(cur.pos), "invalid JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, or an integer too long to convert
+        if not isinstance(e, json.JSONDecodeError):
+            raise ctx.error(cur.line_of(cur.pos), f"invalid JSON: {e}") from None
+        if len(cur.buf) - cur.pos < _MAX_RECORD and cur.more():
+            return None
+        if e.pos >= len(cur.buf.rstrip()):
+            raise ctx.error(
+                cur.line_of(e.pos), "invalid JSON: the file ends inside a conversation (truncated file?)"
+            ) from None
+        raise ctx.error(cur.line_of(e.pos), f"invalid JSON: {e.msg} (column {e.colno})") from None
 
 
 def _rows(src: Source, ctx: Context) -> Iterator[tuple]:

@@ -54,5 +54,8 @@ FORMAT = Format(
     columns=(),
     origin="zero",
     required=REQUIRED,
-    summary="Splitwise simulator CSV: request_id,request_type,application_id,arrival_timestamp (s),batch_size,prompt_size,token_size",
+    summary=(
+        "Splitwise simulator CSV: request_id,request_type,application_id,"
+        "arrival_timestamp (s),batch_size,prompt_size,token_size"
+    ),
 )
