@@ -27,7 +27,7 @@ the blocks seen before (block mode) or the session's previous prompt and reply (
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,6 +192,28 @@ class SessionBuilder:
 
     def finish(self, *, path: str, format: str, sha256: str, block_size: int | None = None) -> SessionTrace:
         sessions = self.sessions
+        self._resolve_spawns()
+        for sid, s in sessions.items():
+            if not s.turns:
+                raise self.error(s.source, f"session {sid!r} has no turns")
+            if s.parent is not None and s.parent not in sessions:
+                raise self.error(s.source, f"session {sid!r} names a parent {s.parent!r} that is not in the trace")
+        spawned = self._link_children()
+        for sid, s in sessions.items():  # a parent link with no turn spawning it: joined after the parent's first turn
+            if s.parent is not None and sid not in spawned:
+                p = sessions[s.parent]
+                first = p.turns[0]
+                first.children = first.children + (sid,)
+                spawned[sid] = first.source
+        _check_acyclic(sessions, self.error)
+        _check_spawn_times(sessions, self.error)
+        if not any(s.parent is None for s in sessions.values()):
+            raise TraceError(f"{self.name}: no top-level session (every session is a subagent of another)")
+        return SessionTrace(path=path, format=format, sha256=sha256, sessions=sessions, block_size=block_size)
+
+    def _resolve_spawns(self) -> None:
+        """Add the children named by `spawn` to their turns, now that every parent turn is read."""
+        sessions = self.sessions
         for parent, k, child, src in self._spawns:
             p = sessions.get(parent)
             if p is None:
@@ -204,11 +226,10 @@ class SessionBuilder:
             t.children = t.children + (child,)
             self._child_refs.append((child, src))
         self._spawns.clear()
-        for sid, s in sessions.items():
-            if not s.turns:
-                raise self.error(s.source, f"session {sid!r} has no turns")
-            if s.parent is not None and s.parent not in sessions:
-                raise self.error(s.source, f"session {sid!r} names a parent {s.parent!r} that is not in the trace")
+
+    def _link_children(self) -> dict[str, str]:
+        """{child id: source of the turn spawning it}; each child exists, is spawned once, knows its parent."""
+        sessions = self.sessions
         spawned: dict[str, str] = {}
         for c, src in self._child_refs:
             if c not in sessions:
@@ -216,31 +237,10 @@ class SessionBuilder:
             if c in spawned:
                 raise self.error(src, f"subagent session {c!r} is spawned twice (also at {spawned[c]})")
             spawned[c] = src
-            child = sessions[c]
-            if child.parent is None:
-                child.parent = _owner(sessions, c)
-        for sid, s in sessions.items():  # a parent link with no turn spawning it: joined after the parent's first turn
-            if s.parent is not None and sid not in spawned:
-                p = sessions[s.parent]
-                first = p.turns[0]
-                first.children = first.children + (sid,)
-                spawned[sid] = first.source
-        _check_acyclic(sessions, self.error)
-        for sid, s in sessions.items():  # a subagent cannot start before the turn that spawns it
-            for t in s.turns:
-                if t.at is None:
-                    continue
-                for c in t.children:
-                    first = sessions[c].turns[0]
-                    if first.at is not None and first.at < t.at:
-                        raise self.error(
-                            first.source,
-                            f"subagent session {c!r} starts at {first.at:g} s, before the "
-                            f"turn of {sid!r} that spawns it ({t.at:g} s, {t.source})",
-                        )
-        if not any(s.parent is None for s in sessions.values()):
-            raise TraceError(f"{self.name}: no top-level session (every session is a subagent of another)")
-        return SessionTrace(path=path, format=format, sha256=sha256, sessions=sessions, block_size=block_size)
+            kid = sessions[c]
+            if kid.parent is None:
+                kid.parent = _owner(sessions, c)
+        return spawned
 
 
 def _owner(sessions: dict[str, Session], child: str) -> str | None:
@@ -273,6 +273,22 @@ def _check_acyclic(sessions: dict[str, Session], error) -> None:
             if st is None:
                 state[nxt] = 1
                 stack.append((nxt, _kids(sessions[nxt])))
+
+
+def _check_spawn_times(sessions: dict[str, Session], error: Callable[[str, str], TraceError]) -> None:
+    """A subagent cannot start (by trace time) before the turn that spawns it: refused."""
+    for sid, s in sessions.items():
+        for t in s.turns:
+            if t.at is None:
+                continue
+            for c in t.children:
+                first = sessions[c].turns[0]
+                if first.at is not None and first.at < t.at:
+                    raise error(
+                        first.source,
+                        f"subagent session {c!r} starts at {first.at:g} s, before the "
+                        f"turn of {sid!r} that spawns it ({t.at:g} s, {t.source})",
+                    )
 
 
 def _kids(s: Session) -> Iterator[str]:

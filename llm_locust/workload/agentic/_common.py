@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 from llm_locust.workload.formats.base import Context, json_id
 
 ROLES = ("user", "tool")
 
 
+@overload
+def json_sid(obj: dict, key: str, ctx: Context, lineno: int, required: Literal[True]) -> str: ...
+@overload
+def json_sid(obj: dict, key: str, ctx: Context, lineno: int, required: bool = False) -> str | None: ...
 def json_sid(obj: dict, key: str, ctx: Context, lineno: int, required: bool = False) -> str | None:
     """A session id: a non-empty string, or an integer taken as its decimal text."""
     v = json_id(obj, key, ctx, lineno)

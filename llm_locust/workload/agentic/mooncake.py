@@ -71,12 +71,12 @@ def read_as(fmt: str):
     def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
         rows: list[tuple] = []
         for lines, times, ins, outs, (hs,) in _mc.read(src, ctx):
-            rows.extend(zip(lines, times, ins, outs, hs))
+            rows.extend(zip(lines, times, ins, outs, hs, strict=True))  # the columns of one block
         if any(rows[i][1] > rows[i + 1][1] for i in range(len(rows) - 1)):
             rows.sort(key=lambda r: r[1])  # stable: file order among equal times
         tool = fmt == TOOLAGENT
         name = ctx.name
-        for (line, t, inp, out, h), s in zip(rows, chain(rows)):
+        for (line, t, inp, out, h), s in zip(rows, chain(rows), strict=True):  # a session per row
             sid = f"s{s + 1}"
             where = f"{name}:{line}"
             first = sid not in b.sessions

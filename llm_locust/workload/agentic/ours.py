@@ -37,7 +37,7 @@ from llm_locust.workload.formats.base import (
     json_str,
     jsonl_objects,
 )
-from llm_locust.workload.sessions import SessionBuilder, Turn
+from llm_locust.workload.sessions import Session, SessionBuilder, Turn
 
 NAME = "llm-locust-sessions"
 KEYS = frozenset(
@@ -85,69 +85,101 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
             raise ctx.error(lineno, "'spawned_by_turn' is 1-based (the parent's first turn is 1)")
         if parent == sid:
             raise ctx.error(lineno, f"session {sid!r} names itself as its parent")
-        at = json_seconds(obj, "t", ctx, lineno) if obj.get("t") is not None else None
-        gap = json_seconds(obj, "gap", ctx, lineno, default=0.0)  # refuses a negative gap, naming the line
-        new = json_count(obj, "new_tokens", ctx, lineno)
-        text = json_str(obj, "text", ctx, lineno)
-        messages = check_messages(obj.get("messages"), "messages", ctx, lineno)
-        role = json_str(obj, "role", ctx, lineno) or "user"
-        if role not in ROLES:
-            raise ctx.error(lineno, f"'role' must be 'user' or 'tool', found {role!r}")
-        out = json_count(obj, "output_tokens", ctx, lineno)
-        inp = json_count(obj, "input_tokens", ctx, lineno)
-        hashes = json_hash_ids(obj, "hash_ids", ctx, lineno)
-        json_block_size(obj, ctx, lineno)
-        if hashes is not None:
-            if ctx.block_size is None:
-                raise ctx.error(lineno, "'hash_ids' without 'block_size' (tokens per block, once per file)")
-            if inp is None:
-                raise ctx.error(lineno, "'hash_ids' without 'input_tokens' (the whole prompt's length)")
-        if new is None and text is None and messages is None and hashes is None:
-            raise ctx.error(
-                lineno,
-                "a turn needs one of new_tokens, text, messages, hash_ids; found keys: " + (", ".join(obj) or "(none)"),
-            )
+        turn = _turn(obj, ctx, lineno, src_)
         model = json_str(obj, "model", ctx, lineno)
-        s = b.sessions.get(sid)
-        if s is None:
-            if at is not None:
-                start = at
-            elif obj.get("start") is not None:
-                start = json_seconds(obj, "start", ctx, lineno)
-            elif parent is not None and parent in b.sessions:
-                start = b.sessions[parent].start
-            else:
-                start = 0.0
-            s = b.session(sid, start=start, source=src_, parent=parent, model=model)
-        elif parent is not None:
-            b.session(sid, start=s.start, source=src_, parent=parent)
-        if s.turns and (s.turns[0].hash_ids is None) != (hashes is None):
+        s = _session(b, obj, ctx, lineno, sid, parent, turn.at, model, src_)
+        if s.turns and (s.turns[0].hash_ids is None) != (turn.hash_ids is None):
             raise ctx.error(lineno, f"session {sid!r} mixes block mode (hash_ids) and history mode turns")
         if parent is not None:
-            prev = pending.get(sid)
-            if prev is not None and k is not None and prev[1] is not None and prev[1] != k:
-                raise ctx.error(
-                    lineno, f"session {sid!r} is spawned by turn {prev[1]} of {parent!r} ({prev[2]}) and by turn {k}"
-                )
-            if prev is None or k is not None:
-                pending[sid] = (parent, k if k is not None else (prev[1] if prev else None), src_)
-        b.turn(
-            sid,
-            Turn(
-                new_tokens=new,
-                output_tokens=out,
-                gap=gap,
-                text=text,
-                role=role,
-                hash_ids=tuple(hashes) if hashes is not None else None,
-                input_tokens=inp,
-                children=_children(obj, ctx, lineno),
-                at=at,
-                messages=messages,
-                source=src_,
-            ),
-        )
+            _pend(pending, sid, parent, k, src_, ctx, lineno)
+        turn.children = _children(obj, ctx, lineno)
+        b.turn(sid, turn)
     for child, (parent, k, src_) in pending.items():
         if k is not None:
             b.spawn(parent, k, child, src_)
     return ctx.block_size
+
+
+def _turn(obj: dict, ctx: Context, lineno: int, src_: str) -> Turn:
+    """The line's turn (children still to set), its fields checked in the order errors are reported."""
+    at = json_seconds(obj, "t", ctx, lineno) if obj.get("t") is not None else None
+    gap = json_seconds(obj, "gap", ctx, lineno, default=0.0)  # refuses a negative gap, naming the line
+    new = json_count(obj, "new_tokens", ctx, lineno)
+    text = json_str(obj, "text", ctx, lineno)
+    messages = check_messages(obj.get("messages"), "messages", ctx, lineno)
+    role = json_str(obj, "role", ctx, lineno) or "user"
+    if role not in ROLES:
+        raise ctx.error(lineno, f"'role' must be 'user' or 'tool', found {role!r}")
+    out = json_count(obj, "output_tokens", ctx, lineno)
+    inp = json_count(obj, "input_tokens", ctx, lineno)
+    hashes = json_hash_ids(obj, "hash_ids", ctx, lineno)
+    json_block_size(obj, ctx, lineno)
+    if hashes is not None:
+        if ctx.block_size is None:
+            raise ctx.error(lineno, "'hash_ids' without 'block_size' (tokens per block, once per file)")
+        if inp is None:
+            raise ctx.error(lineno, "'hash_ids' without 'input_tokens' (the whole prompt's length)")
+    if new is None and text is None and messages is None and hashes is None:
+        raise ctx.error(
+            lineno,
+            "a turn needs one of new_tokens, text, messages, hash_ids; found keys: " + (", ".join(obj) or "(none)"),
+        )
+    return Turn(
+        new_tokens=new,
+        output_tokens=out,
+        gap=gap,
+        text=text,
+        role=role,
+        hash_ids=tuple(hashes) if hashes is not None else None,
+        input_tokens=inp,
+        at=at,
+        messages=messages,
+        source=src_,
+    )
+
+
+def _session(
+    b: SessionBuilder,
+    obj: dict,
+    ctx: Context,
+    lineno: int,
+    sid: str,
+    parent: str | None,
+    at: float | None,
+    model: str | None,
+    src_: str,
+) -> Session:
+    """The line's session, created on its first turn: starting at its t, else start, else its parent's, else 0."""
+    s = b.sessions.get(sid)
+    if s is None:
+        if at is not None:
+            start = at
+        elif obj.get("start") is not None:
+            start = json_seconds(obj, "start", ctx, lineno)
+        elif parent is not None and parent in b.sessions:
+            start = b.sessions[parent].start
+        else:
+            start = 0.0
+        return b.session(sid, start=start, source=src_, parent=parent, model=model)
+    if parent is not None:
+        b.session(sid, start=s.start, source=src_, parent=parent)
+    return s
+
+
+def _pend(
+    pending: dict[str, tuple[str, int | None, str]],
+    sid: str,
+    parent: str,
+    k: int | None,
+    src_: str,
+    ctx: Context,
+    lineno: int,
+) -> None:
+    """Note which turn of its parent spawns sid (resolved after the whole file, parents may come later)."""
+    prev = pending.get(sid)
+    if prev is not None and k is not None and prev[1] is not None and prev[1] != k:
+        raise ctx.error(
+            lineno, f"session {sid!r} is spawned by turn {prev[1]} of {parent!r} ({prev[2]}) and by turn {k}"
+        )
+    if prev is None or k is not None:
+        pending[sid] = (parent, k if k is not None else (prev[1] if prev else None), src_)

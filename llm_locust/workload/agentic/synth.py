@@ -30,12 +30,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Literal, overload
 
 import orjson
 
 PROG = "llm-locust trace synth --agentic"
 
 
+@overload
+def parse_dist(text: str, integer: Literal[True] = True) -> Callable[[random.Random], int]: ...
+@overload
+def parse_dist(text: str, integer: Literal[False]) -> Callable[[random.Random], float]: ...
 def parse_dist(text: str, integer: bool = True) -> Callable[[random.Random], float]:
     """A sampler from a distribution spec (module doc). ValueError names what is wrong."""
     kind, _, rest = str(text).strip().partition(":")
@@ -75,9 +80,9 @@ def parse_dist(text: str, integer: bool = True) -> Callable[[random.Random], flo
                 raise ValueError
             return lambda rng: fix(rng.expovariate(1.0 / mean))
         if kind == "pareto":
-            alpha, lo, *hi = a
-            cap = hi[0] if hi else math.inf
-            if alpha <= 0 or lo <= 0 or cap < lo or len(hi) > 1:
+            alpha, lo, *cap_ = a
+            cap = cap_[0] if cap_ else math.inf
+            if alpha <= 0 or lo <= 0 or cap < lo or len(cap_) > 1:
                 raise ValueError
             return lambda rng: fix(min(cap, lo * rng.paretovariate(alpha)))
     except ValueError:

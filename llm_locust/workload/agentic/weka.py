@@ -20,10 +20,11 @@ Mapping:
   agree).
 - Times: ``t`` is seconds from the trace's own start; traces carry no arrival time relative to each
   other, so every top-level session starts at its first request's ``t`` (near 0: when to start one
-  is the load shape's business), and no turn gets an absolute `at`. The gap before a turn is its ``think_time`` when recorded,
-  else ``t`` minus the end of what it waited for: the previous reply (its ``t`` + ``api_time``, or
-  just its ``t`` without api_time) and, after a subagent spawn, the subagents' end (``t`` +
-  ``duration_ms``); clamped at 0 (a trace's clock may overlap the recorded api_time).
+  is the load shape's business), and no turn gets an absolute `at`. The gap before a turn is its
+  ``think_time`` when recorded, else ``t`` minus the end of what it waited for: the previous reply
+  (its ``t`` + ``api_time``, or just its ``t`` without api_time) and, after a subagent spawn, the
+  subagents' end (``t`` + ``duration_ms``); clamped at 0 (a trace's clock may overlap the recorded
+  api_time).
 - A turn is a tool result (role "tool") when the previous request stopped with ``tool_use`` or its
   ``input_types`` name a ``tool_result``.
 - ``subagent`` entries become child sessions spawned by the parent's last request at or before the
@@ -38,6 +39,7 @@ Mapping:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -101,26 +103,46 @@ def _requests(v: Any, ctx: Context, lineno: int, where: str) -> list[dict]:
     return v
 
 
+@dataclass(slots=True, eq=False)
 class _Req:
-    __slots__ = ("t", "inp", "out", "hashes", "api", "think", "stop", "types", "model", "where")
+    """One normal/streaming request of a trace, its fields checked."""
+
+    where: str
+    t: float
+    inp: int | None
+    out: int | None
+    hashes: list[int]
+    api: float | None
+    think: float | None
+    stop: str
+    types: list | tuple
+    model: str | None
 
 
 def _req(r: dict, ctx: Context, lineno: int, where: str, base: float | None = None) -> _Req:
-    x = _Req()
-    x.where = where
-    x.t = json_seconds(r, "t", ctx, lineno)
-    if base is not None and x.t + 1e-6 < base:
-        x.t = base + x.t
-    x.inp = json_count(r, "in", ctx, lineno, required=True)
-    x.out = json_count(r, "out", ctx, lineno, required=True)
-    x.hashes = json_hash_ids(r, "hash_ids", ctx, lineno) or []
-    x.api = json_seconds(r, "api_time", ctx, lineno) if r.get("api_time") is not None else None
-    x.think = json_seconds(r, "think_time", ctx, lineno) if r.get("think_time") is not None else None
-    x.stop = json_str(r, "stop", ctx, lineno) or ""
+    t = json_seconds(r, "t", ctx, lineno)
+    if base is not None and t + 1e-6 < base:
+        t = base + t
+    inp = json_count(r, "in", ctx, lineno, required=True)
+    out = json_count(r, "out", ctx, lineno, required=True)
+    hashes = json_hash_ids(r, "hash_ids", ctx, lineno) or []
+    api = json_seconds(r, "api_time", ctx, lineno) if r.get("api_time") is not None else None
+    think = json_seconds(r, "think_time", ctx, lineno) if r.get("think_time") is not None else None
+    stop = json_str(r, "stop", ctx, lineno) or ""
     types = r.get("input_types")
-    x.types = types if type(types) is list else ()
-    x.model = json_str(r, "model", ctx, lineno)
-    return x
+    model = json_str(r, "model", ctx, lineno)
+    return _Req(
+        where=where,
+        t=t,
+        inp=inp,
+        out=out,
+        hashes=hashes,
+        api=api,
+        think=think,
+        stop=stop,
+        types=types if type(types) is list else (),
+        model=model,
+    )
 
 
 def _end(x: _Req) -> float:
@@ -171,6 +193,73 @@ def _turns(
         prev = x
 
 
+def _block_size(obj: dict, ctx: Context, lineno: int) -> None:
+    """Check the trace's block_size and keep it on ctx: every trace of a file must agree."""
+    bs = json_count(obj, "block_size", ctx, lineno, required=True)
+    if bs == 0:
+        raise ctx.error(lineno, "'block_size' must be positive")
+    if ctx.block_size is None:
+        ctx.block_size = bs
+    elif bs != ctx.block_size:
+        raise ctx.error(
+            lineno, f"'block_size' {bs} differs from {ctx.block_size} of an earlier trace (one block size per file)"
+        )
+
+
+def _split_requests(obj: dict, ctx: Context, lineno: int) -> tuple[list[_Req], list[tuple[int, dict, str]]]:
+    """The trace's own requests, and its subagent entries as (index of the spawning turn, entry, where)."""
+    top: list[_Req] = []
+    subs: list[tuple[int, dict, str]] = []
+    for k, r in enumerate(_requests(obj.get("requests"), ctx, lineno, ""), 1):
+        w = f"requests[{k - 1}]: "
+        kind = r.get("type")
+        if kind in ("n", "s"):
+            top.append(_req(r, ctx, lineno, w))
+        elif kind == "subagent":
+            subs.append((len(top) - 1, r, w))
+        else:
+            raise ctx.error(lineno, f"{w}'type' must be 'n', 's' or 'subagent', found {kind!r}")
+    return top, subs
+
+
+def _subagent(
+    b: SessionBuilder,
+    tid: str,
+    idx: int,
+    e: dict,
+    w: str,
+    ctx: Context,
+    lineno: int,
+    waits: dict[int, float],
+    spawns: dict[int, list[str]],
+    children: list[tuple[str, list[_Req], str | None]],
+) -> None:
+    """One subagent entry: its end joins the spawning turn (waits), its streams become child sessions."""
+    et = json_seconds(e, "t", ctx, lineno)
+    agent = e.get("agent_id")
+    if type(agent) is not str or not agent:
+        raise ctx.error(lineno, f"{w}a subagent needs a string 'agent_id'")
+    inner = [_req(r, ctx, lineno, w, base=et) for r in _requests(e.get("requests", []), ctx, lineno, w)]
+    for r in e.get("requests", []):
+        if r.get("type") not in ("n", "s"):
+            raise ctx.error(lineno, f"{w}a subagent's requests must be of type 'n' or 's', found {r.get('type')!r}")
+    spawn = max(idx, 0)
+    dur = e.get("duration_ms")
+    end = (
+        et + json_seconds(e, "duration_ms", ctx, lineno, scale=0.001)
+        if dur is not None
+        else max((_end(x) for x in inner), default=et)
+    )
+    waits[spawn] = max(waits.get(spawn, 0.0), end)
+    streams = _streams(inner)
+    for s_i, stream in enumerate(streams):
+        cid = f"{tid}::sa:{agent}" + (f":s{s_i}" if len(streams) > 1 else "")
+        if cid in b.sessions or any(cid == c for c, _, _ in children):
+            raise ctx.error(lineno, f"{w}subagent {agent!r} appears twice in trace {tid!r}")
+        children.append((cid, stream, next((x.model for x in stream if x.model), None)))
+        spawns.setdefault(spawn, []).append(cid)
+
+
 def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
     name = ctx.name
     for lineno, obj in objects(src, ctx):
@@ -180,26 +269,8 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
             raise ctx.error(lineno, "a WEKA trace needs a string 'id'; found keys: " + (", ".join(obj) or "(none)"))
         if tid in b.sessions:
             raise ctx.error(lineno, f"trace id {tid!r} appears twice (also at {b.sessions[tid].source})")
-        bs = json_count(obj, "block_size", ctx, lineno, required=True)
-        if bs == 0:
-            raise ctx.error(lineno, "'block_size' must be positive")
-        if ctx.block_size is None:
-            ctx.block_size = bs
-        elif bs != ctx.block_size:
-            raise ctx.error(
-                lineno, f"'block_size' {bs} differs from {ctx.block_size} of an earlier trace (one block size per file)"
-            )
-        top: list[_Req] = []
-        subs: list[tuple[int, dict, str]] = []  # (index of the spawning turn, entry, where)
-        for k, r in enumerate(_requests(obj.get("requests"), ctx, lineno, ""), 1):
-            w = f"requests[{k - 1}]: "
-            kind = r.get("type")
-            if kind in ("n", "s"):
-                top.append(_req(r, ctx, lineno, w))
-            elif kind == "subagent":
-                subs.append((len(top) - 1, r, w))
-            else:
-                raise ctx.error(lineno, f"{w}'type' must be 'n', 's' or 'subagent', found {kind!r}")
+        _block_size(obj, ctx, lineno)
+        top, subs = _split_requests(obj, ctx, lineno)
         if not top:
             raise ctx.error(lineno, f"trace {tid!r} has no requests of its own (type 'n' or 's')")
         model = next((x.model for x in top if x.model), None)
@@ -208,31 +279,7 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
         spawns: dict[int, list[str]] = {}
         children: list[tuple[str, list[_Req], str | None]] = []
         for idx, e, w in subs:
-            et = json_seconds(e, "t", ctx, lineno)
-            agent = e.get("agent_id")
-            if type(agent) is not str or not agent:
-                raise ctx.error(lineno, f"{w}a subagent needs a string 'agent_id'")
-            inner = [_req(r, ctx, lineno, w, base=et) for r in _requests(e.get("requests", []), ctx, lineno, w)]
-            for r in e.get("requests", []):
-                if r.get("type") not in ("n", "s"):
-                    raise ctx.error(
-                        lineno, f"{w}a subagent's requests must be of type 'n' or 's', found {r.get('type')!r}"
-                    )
-            spawn = max(idx, 0)
-            dur = e.get("duration_ms")
-            end = (
-                et + json_seconds(e, "duration_ms", ctx, lineno, scale=0.001)
-                if dur is not None
-                else max((_end(x) for x in inner), default=et)
-            )
-            waits[spawn] = max(waits.get(spawn, 0.0), end)
-            streams = _streams(inner)
-            for s_i, stream in enumerate(streams):
-                cid = f"{tid}::sa:{agent}" + (f":s{s_i}" if len(streams) > 1 else "")
-                if cid in b.sessions or any(cid == c for c, _, _ in children):
-                    raise ctx.error(lineno, f"{w}subagent {agent!r} appears twice in trace {tid!r}")
-                children.append((cid, stream, next((x.model for x in stream if x.model), None)))
-                spawns.setdefault(spawn, []).append(cid)
+            _subagent(b, tid, idx, e, w, ctx, lineno, waits, spawns, children)
         _turns(b, tid, top, where, waits, spawns)
         for cid, stream, cmodel in children:
             b.session(cid, start=stream[0].t, source=where, parent=tid, model=cmodel)
