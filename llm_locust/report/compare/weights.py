@@ -4,6 +4,7 @@ criteria[i]) and the built-in set used without --weights (default_criteria)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,65 +83,82 @@ def parse_criteria(data: Any, *, source: str = "weights", lines: dict[tuple, int
     out: list[Criterion] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
-        path = ("criteria", i)
-        if not isinstance(item, dict):
-            err(path, f"expected a mapping of {', '.join(CRITERION_KEYS)}, got {item!r}")
+        crit = _criterion(item, i, err)
+        if crit is None:
             continue
-        bad = False
-        for key in item:
-            if key not in CRITERION_KEYS:
-                err(
-                    path + (key,),
-                    f"unknown key {key!r}{_suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}",
-                )
-                bad = True
-        if "metric" not in item:
-            err(path, f"no metric given; known: {known_metrics_text()}")
-            continue
-        try:
-            metric, scope = resolve_metric(item["metric"])
-        except ValueError as e:
-            err(path + ("metric",), str(e))
-            continue
-        at = item.get("at")
-        if at is not None:
-            if at not in SCOPES:
-                err(path + ("at",), f"unknown scope {at!r}{_suggest(str(at), SCOPES)}; known: {', '.join(SCOPES)}")
-                bad = True
-            elif not metric.scoped:
-                err(path + ("at",), f"{metric.name} is a figure of the whole ladder: `at` does not apply to it")
-                bad = True
-            elif scope is not None and scope != at:
-                err(path + ("at",), f"at: {at} contradicts the metric name {item['metric']!r}")
-                bad = True
-            else:
-                scope = at
-        scope = scope or ("summary" if metric.scoped else "run")
-        if not metric.scoped and scope != "run":
-            err(path + ("metric",), f"{metric.name} is a figure of the whole ladder: it takes no at_ prefix")
-            bad = True
-        weight = item.get("weight", 1)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
-            err(path + ("weight",), f"the weight must be a positive number, got {weight!r}")
-            bad = True
-        pass_line = None
-        if "pass" in item:
-            try:
-                pass_line = parse_pass(metric, item["pass"])
-            except ValueError as e:
-                err(path + ("pass",), str(e))
-                bad = True
-        if bad:
-            continue
-        crit = Criterion(metric, scope, float(weight), pass_line, i)
         if crit.name in seen:
-            err(path + ("metric",), f"{crit.name} is already criteria[{seen[crit.name]}]")
+            err(("criteria", i, "metric"), f"{crit.name} is already criteria[{seen[crit.name]}]")
             continue
         seen[crit.name] = i
         out.append(crit)
     if problems:
         raise WeightsError(problems, source)
     return out
+
+
+def _criterion(item: Any, i: int, err: Callable[[tuple, str], None]) -> Criterion | None:
+    """Part of parse_criteria: criteria[i] checked, every problem reported through err; None when it has one."""
+    path = ("criteria", i)
+    if not isinstance(item, dict):
+        err(path, f"expected a mapping of {', '.join(CRITERION_KEYS)}, got {item!r}")
+        return None
+    bad = False
+    for key in item:
+        if key not in CRITERION_KEYS:
+            err(
+                path + (key,),
+                f"unknown key {key!r}{_suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}",
+            )
+            bad = True
+    if "metric" not in item:
+        err(path, f"no metric given; known: {known_metrics_text()}")
+        return None
+    try:
+        metric, scope = resolve_metric(item["metric"])
+    except ValueError as e:
+        err(path + ("metric",), str(e))
+        return None
+    scope, scope_ok = _scope(item, metric, scope, path, err)
+    bad = bad or not scope_ok
+    weight = item.get("weight", 1)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        err(path + ("weight",), f"the weight must be a positive number, got {weight!r}")
+        bad = True
+    pass_line = None
+    if "pass" in item:
+        try:
+            pass_line = parse_pass(metric, item["pass"])
+        except ValueError as e:
+            err(path + ("pass",), str(e))
+            bad = True
+    if bad:
+        return None
+    return Criterion(metric, scope, float(weight), pass_line, i)
+
+
+def _scope(
+    item: dict[str, Any], metric: Metric, scope: str | None, path: tuple, err: Callable[[tuple, str], None]
+) -> tuple[str, bool]:
+    """Part of parse_criteria: the criterion's scope from `at` and the metric name, and whether they fit together."""
+    ok = True
+    at = item.get("at")
+    if at is not None:
+        if at not in SCOPES:
+            err(path + ("at",), f"unknown scope {at!r}{_suggest(str(at), SCOPES)}; known: {', '.join(SCOPES)}")
+            ok = False
+        elif not metric.scoped:
+            err(path + ("at",), f"{metric.name} is a figure of the whole ladder: `at` does not apply to it")
+            ok = False
+        elif scope is not None and scope != at:
+            err(path + ("at",), f"at: {at} contradicts the metric name {item['metric']!r}")
+            ok = False
+        else:
+            scope = at
+    scope = scope or ("summary" if metric.scoped else "run")
+    if not metric.scoped and scope != "run":
+        err(path + ("metric",), f"{metric.name} is a figure of the whole ladder: it takes no at_ prefix")
+        ok = False
+    return scope, ok
 
 
 def load_weights(path: str | Path) -> list[Criterion]:
