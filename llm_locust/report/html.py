@@ -40,6 +40,7 @@ GIB = 2**-30  # bytes -> GiB
 MAX_POINTS = 7200  # per time-series line: longer runs are averaged over buckets of whole seconds
 PCTS = ("count", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+# a backslash at the end of a line joins it to the next: long lines wrapped, the CSS unchanged
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
 main{max-width:1200px;margin:0 auto;padding:16px 24px 48px;background:#fff}
@@ -47,15 +48,20 @@ h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;border-bottom:1px solid #de
 h3{font-size:15px;margin:20px 0 6px}.sub{color:#495057}nav a{margin-right:12px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border:1px solid #dee2e6;padding:3px 8px;text-align:right;vertical-align:top}
-th{background:#f1f3f5}td.l,th.l,#steps-table td:nth-last-child(-n+2),#steps-table th:nth-last-child(-n+2){text-align:left}
-tr.knee td,tr.v-knee td{background:#fff4e6;font-weight:600}tr.v-flagged td{background:#fff5f5}tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
-.flag,.mark{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:11px;font-weight:600;white-space:nowrap}
+th{background:#f1f3f5}\
+td.l,th.l,#steps-table td:nth-last-child(-n+2),#steps-table th:nth-last-child(-n+2){text-align:left}
+tr.knee td,tr.v-knee td{background:#fff4e6;font-weight:600}tr.v-flagged td{background:#fff5f5}\
+tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
+.flag,.mark{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:11px;font-weight:600;\
+white-space:nowrap}
 .flag{background:#c92a2a;color:#fff}.mark-knee{background:#d9480f;color:#fff}.mark-slo{background:#fab005;color:#000}
 .mark-ok{background:#2b8a3e;color:#fff}.warn{background:#fff5f5;border-left:4px solid #c92a2a;padding:6px 10px}
 .verdict{background:#fff4e6;border-left:4px solid #d9480f;padding:8px 12px}
 figure{margin:8px 0 16px}figure svg{width:100%;height:auto;display:block}figcaption{color:#495057;font-size:12px}
-.grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}pre{background:#f1f3f5;padding:8px;overflow-x:auto;font-size:12px}
-pre{white-space:pre-wrap;word-break:break-all}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}\
+pre{background:#f1f3f5;padding:8px;overflow-x:auto;font-size:12px}
+pre{white-space:pre-wrap;word-break:break-all}\
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 dl.legend dt{float:left;clear:left;margin-right:8px}dl.legend dd{margin:0 0 4px 0}
 """
 
@@ -135,9 +141,15 @@ def _flag_text(flag: str, limit: float | None) -> str:
     return FLAG_TEXT.get(flag, flag).format(limit="-" if limit is None else f"{limit:.0%}")
 
 
+def _plan(r: dict[str, Any]) -> dict[str, Any]:
+    """The results' effective plan; {} when absent or not a mapping (older or hand-made files)."""
+    plan = r.get("plan")
+    return plan if isinstance(plan, dict) else {}
+
+
 def _slos(r: dict[str, Any]) -> dict[str, float]:
     settings = r.get("run", {}).get("settings") or {}
-    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    plan = _plan(r)
     steps = (r.get("ladder") or {}).get("steps") or [{}]
     return settings.get("slos") or plan.get("slos") or steps[0].get("slos") or {}
 
@@ -152,7 +164,7 @@ def _knee(ladder: dict[str, Any]) -> dict[str, Any] | None:
 
 def section_header(r: dict[str, Any]) -> H:
     run, env = r.get("run", {}), r.get("environment", {})
-    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    plan = _plan(r)
     title = plan.get("name") or "llm-locust report"
     server = env.get("server") or {}
     model = server.get("model") or (run.get("server") or {}).get("model")
@@ -316,7 +328,12 @@ def section_ladder(r: dict[str, Any]) -> H:
     unit = OFFERED_UNITS.get(steps[0].get("offered_kind", ""), "")
     knee = _knee(ladder)
     ki = next((i for i, s in enumerate(steps) if knee and s.get("step") == knee.get("step")), None)
-    kw = dict(xlabel=xlabel, knee=ki, flagged=[i for i, s in enumerate(steps) if s.get("flags")], log_x=log_x)
+    kw: dict[str, Any] = {
+        "xlabel": xlabel,
+        "knee": ki,
+        "flagged": [i for i, s in enumerate(steps) if s.get("flags")],
+        "log_x": log_x,
+    }
     slos = _slos(r)
     tput = plots.vs_load("load-throughput", x, _throughput_panels(steps), **kw)
     panels, undrawn = _latency_panels(steps, slos)
@@ -381,59 +398,83 @@ def _verdicts(r: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     return verdicts_for_results(r), True
 
 
+# the verdicts' per-step figures shown beside the step (column head, key)
+_VERDICT_COLUMNS = (
+    ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
+    ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
+    ("tok/s/user", "interactivity"),
+    ("GPU W", "gpu_power_watts"),
+    ("J/out tok", "joules_per_output_token"),
+    ("J/tok (in+out)", "joules_per_total_token"),
+    ("$/M out tok", "usd_per_million_output_tokens"),
+    ("$/M tok (in+out)", "usd_per_million_total_tokens"),
+)
+
+
 def section_verdicts(r: dict[str, Any]) -> H:
     """Per-GPU throughput against interactivity (the Pareto plot), J/token and $/Mtok per step."""
     from llm_locust.analysis.efficiency import has_figures
-    from llm_locust.report import plots
 
     v, computed = _verdicts(r)
     if not v or not (v.get("steps") or has_figures(v)):
         return H("")
     rows_v = v.get("steps") or []
     ladder = r.get("ladder") or {}
-    lsteps = {s.get("step"): s for s in ladder.get("steps") or []}
+    lsteps: dict[Any, dict[str, Any]] = {s.get("step"): s for s in ladder.get("steps") or []}
     unit = OFFERED_UNITS.get(next(iter(lsteps.values()), {}).get("offered_kind", ""), "")
     knee = (v.get("knee") or {}).get("step")
     out = ["<h2 id='verdicts'>Efficiency, energy and cost</h2>"]
+    pareto = _pareto_figure(rows_v, unit, knee)
+    if pareto:
+        out.append(pareto)
+    if rows_v:
+        out.append(_verdicts_table(rows_v, knee, v.get("energy_rule") or ""))
+    out.append(kv_table(_verdicts_facts(v), id="verdicts-facts"))
+    notes = list(v.get("notes") or [])
+    if computed:
+        notes.append("computed by the report from the results file (the run did not store its verdicts)")
+    if notes:
+        out.append("<ul class='sub' id='verdicts-notes'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    out.append("<p class='sub'>Formulas, units and sources: docs/verdicts.md.</p>")
+    return H("".join(out))
+
+
+def _pareto_figure(rows_v: list[dict[str, Any]], unit: str, knee: Any) -> str:
+    """Part of section_verdicts: the Pareto plot of the steps with both figures; "" when none has them."""
+    from llm_locust.report import plots
+
     pts = [(i, e) for i, e in enumerate(rows_v) if e.get("output_tokens_per_s_per_gpu") and e.get("interactivity")]
-    if pts:
-        on = {e["step"]: e for e in rows_v if e.get("pareto")}
-        front = sorted((e["output_tokens_per_s_per_gpu"], e["interactivity"]) for e in on.values())
-        labels = [f"step {e['step']} ({num(e.get('offered'))} {unit})".replace(" )", ")") for _, e in pts]
-        svg = plots.pareto(
-            "pareto",
-            [
-                plots.Front(
-                    "run",
-                    "this run",
-                    [(e["output_tokens_per_s_per_gpu"], e["interactivity"]) for _, e in pts],
-                    labels,
-                    front,
-                    next((j for j, (_, e) in enumerate(pts) if e["step"] == knee), None),
-                    [j for j, (_, e) in enumerate(pts) if e.get("flags")],
-                )
-            ],
-        )
-        out.append(
-            figure(
-                svg,
-                "plot-pareto",
-                "Each step's output tokens/s per GPU against its tokens/s per user "
-                "(1 / TPOT p50). The line joins the Pareto frontier: the steps no other step beats in both. "
-                "◆ the knee; ringed: flagged steps.",
+    if not pts:
+        return ""
+    on = {e["step"]: e for e in rows_v if e.get("pareto")}
+    front = sorted((e["output_tokens_per_s_per_gpu"], e["interactivity"]) for e in on.values())
+    labels = [f"step {e['step']} ({num(e.get('offered'))} {unit})".replace(" )", ")") for _, e in pts]
+    svg = plots.pareto(
+        "pareto",
+        [
+            plots.Front(
+                "run",
+                "this run",
+                [(e["output_tokens_per_s_per_gpu"], e["interactivity"]) for _, e in pts],
+                labels,
+                front,
+                next((j for j, (_, e) in enumerate(pts) if e["step"] == knee), None),
+                [j for j, (_, e) in enumerate(pts) if e.get("flags")],
             )
-        )
-    cols = (
-        ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
-        ("total tok/s/GPU", "total_tokens_per_s_per_gpu"),
-        ("tok/s/user", "interactivity"),
-        ("GPU W", "gpu_power_watts"),
-        ("J/out tok", "joules_per_output_token"),
-        ("J/tok (in+out)", "joules_per_total_token"),
-        ("$/M out tok", "usd_per_million_output_tokens"),
-        ("$/M tok (in+out)", "usd_per_million_total_tokens"),
+        ],
     )
-    present = [c for c in cols if any(e.get(c[1]) is not None for e in rows_v)]
+    return figure(
+        svg,
+        "plot-pareto",
+        "Each step's output tokens/s per GPU against its tokens/s per user "
+        "(1 / TPOT p50). The line joins the Pareto frontier: the steps no other step beats in both. "
+        "◆ the knee; ringed: flagged steps.",
+    )
+
+
+def _verdicts_table(rows_v: list[dict[str, Any]], knee: Any, energy_rule: str) -> H:
+    """Part of section_verdicts: one row per step, with the figures some step has and its marks."""
+    present = [c for c in _VERDICT_COLUMNS if any(e.get(c[1]) is not None for e in rows_v)]
     trs, attrs = [], []
     for e in rows_v:
         marks = []
@@ -448,7 +489,7 @@ def section_verdicts(r: dict[str, Any]) -> H:
         if e.get("step") == knee:
             marks.append(badge("mark mark-knee", "knee"))
         for f in e.get("energy_flags") or []:
-            marks.append(badge("flag", f, v.get("energy_rule") or ""))
+            marks.append(badge("flag", f, energy_rule))
         for f in e.get("flags") or []:
             marks.append(badge("flag", f))
         trs.append(
@@ -462,16 +503,17 @@ def section_verdicts(r: dict[str, Any]) -> H:
         )
         cls = " ".join(c for c, on_ in (("v-knee", e.get("step") == knee), ("v-flagged", bool(e.get("flags")))) if on_)
         attrs.append({"class": cls} if cls else {})
-    if rows_v:
-        out.append(
-            table(
-                ("step", "offered", "out tok/s", *(c[0] for c in present), "marks"),
-                trs,
-                id="verdicts-table",
-                row_attrs=attrs,
-            )
-        )
-    facts = []
+    return table(
+        ("step", "offered", "out tok/s", *(c[0] for c in present), "marks"),
+        trs,
+        id="verdicts-table",
+        row_attrs=attrs,
+    )
+
+
+def _verdicts_facts(v: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Part of section_verdicts: the GPUs, price, knee, whole-run figures and rules, as key-value rows."""
+    facts: list[tuple[str, Any]] = []
     g = v.get("gpus")
     if g:
         facts.append(
@@ -503,6 +545,7 @@ def section_verdicts(r: dict[str, Any]) -> H:
             )
         )
     run = v.get("run") or {}
+    cols = _VERDICT_COLUMNS
     if any(run.get(key) is not None for _, key in cols):
         facts.append(
             ("whole run", ", ".join(f"{num(run.get(key))} {label}" for label, key in cols if run.get(key) is not None))
@@ -511,14 +554,7 @@ def section_verdicts(r: dict[str, Any]) -> H:
         facts.append(("Pareto frontier", "steps " + ", ".join(str(s) for s in v["frontier"])))
     facts.append(("tok/s per user", v.get("interactivity_from") or "1 / TPOT p50"))
     facts.append(("energy validity", v.get("energy_rule") or "-"))
-    out.append(kv_table(facts, id="verdicts-facts"))
-    notes = list(v.get("notes") or [])
-    if computed:
-        notes.append("computed by the report from the results file (the run did not store its verdicts)")
-    if notes:
-        out.append("<ul class='sub' id='verdicts-notes'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    out.append("<p class='sub'>Formulas, units and sources: docs/verdicts.md.</p>")
-    return H("".join(out))
+    return facts
 
 
 def section_verdict(ladder: dict[str, Any], unit: str) -> H:
@@ -564,7 +600,7 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
 def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
     limit = ((r.get("run", {}).get("settings") or {}).get("ladder") or {}).get("max_error_rate")
     limit = limit if limit is not None else (r.get("validity") or {}).get("max_error_rate")
-    head = (
+    head: tuple[str, ...] = (
         "step",
         f"offered ({unit})",
         "req/s",
@@ -581,10 +617,11 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
     graded = any(s.get("accuracy") for s in steps)
     if graded:  # --graded: accuracy per step beside latency
         head = (*head[:10], "acc % (right/graded)", *head[10:])
-    rows, attrs = [], []
+    rows: list[tuple[Any, ...]] = []
+    attrs = []
     for s in steps:
         flags = s.get("flags") or []
-        is_knee = bool(knee) and s.get("step") == knee.get("step")
+        is_knee = bool(knee and s.get("step") == knee.get("step"))
         marks = [badge(f"flag flag-{f}", f, _flag_text(f, limit)) for f in flags]
         if is_knee:
             marks.insert(0, badge("mark mark-knee", "knee", "the saturation point"))
@@ -645,10 +682,11 @@ def section_timeseries(r: dict[str, Any]) -> H:
         return H("")
     first, last = int(series[0][0]), int(series[-1][0])
     by_sec = {int(row[0]): row for row in series}
-    secs = list(range(first, last + 1))  # seconds with nothing in them are zeros, not gaps
+    seconds = range(first, last + 1)  # seconds with nothing in them are zeros, not gaps
+    secs: list[float] = list(seconds)  # averaged over buckets below for a long run
     t0 = r.get("run", {}).get("started_at")
     t0 = float(t0) if isinstance(t0, (int, float)) and t0 <= first + 1 else float(first)
-    fill = [by_sec.get(s, (s, 0, 0, 0)) for s in secs]
+    fill = [by_sec.get(s, (s, 0, 0, 0)) for s in seconds]
     width = math.ceil(len(secs) / MAX_POINTS)  # a day-long soak: averaged over buckets of `width` seconds
     if width > 1:
         secs = [sum(secs[i : i + width]) / len(secs[i : i + width]) for i in range(0, len(secs), width)]
@@ -768,7 +806,8 @@ def section_summary(r: dict[str, Any]) -> H:
         (
             "client",
             ("valid" if client.get("valid") else "SUSPECT (client saturated)")
-            + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, CPU max {num(client.get('cpu_max_percent'))} %",
+            + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, "
+            f"CPU max {num(client.get('cpu_max_percent'))} %",
         ),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
@@ -832,7 +871,8 @@ def section_cache(s: dict[str, Any]) -> H:
         ),
         (
             "ideal cached / prompt tokens (unbounded prefix cache)",
-            f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} ({pct(c.get('ideal_hit_ratio'))} %)"
+            f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} "
+            f"({pct(c.get('ideal_hit_ratio'))} %)"
             f" over {num(c.get('ideal_requests'))} requests",
         ),
         ("achieved / ideal", f"{pct(c.get('achieved_vs_ideal'))} % over {num(c.get('both_requests'))} requests"),
@@ -1008,7 +1048,8 @@ def _efficiency_table(eff: dict[str, Any]) -> H:
     return H(
         "<h3>Memory efficiency per step</h3>"
         + table(("step", "offered", "tok/s", *(c[0] for c in present), ""), rows, id="efficiency-table")
-        + f"<p>Highest load before KV-cache saturation or preemption: <b>{esc('-' if most is None else f'{most:g}')}</b></p>"
+        + "<p>Highest load before KV-cache saturation or preemption: "
+        f"<b>{esc('-' if most is None else f'{most:g}')}</b></p>"
     )
 
 
@@ -1170,9 +1211,9 @@ def section_environment(r: dict[str, Any]) -> H:
         )
     gpus = env.get("gpus") or []
     if gpus:
-        keys = ("gpu", "model_name", "uuid", "pci_bus_id", "gpu_instance_id", "driver_version", "cuda_version")
-        keys = [k for k in keys if any(g.get(k) for g in gpus)]
-        out.append("<h3>GPUs</h3>" + table(keys, [[g.get(k) for k in keys] for g in gpus], id="gpus"))
+        wanted = ("gpu", "model_name", "uuid", "pci_bus_id", "gpu_instance_id", "driver_version", "cuda_version")
+        gpu_keys = [k for k in wanted if any(g.get(k) for g in gpus)]
+        out.append("<h3>GPUs</h3>" + table(gpu_keys, [[g.get(k) for k in gpu_keys] for g in gpus], id="gpus"))
     settings = run.get("settings") or {}
     if settings:
         out.append(
@@ -1224,7 +1265,8 @@ def section_stability(r: dict[str, Any]) -> H:
             (
                 "overlong mix",
                 "PASS" if ov.get("passed") else "FAIL",
-                f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, {ov.get('classified')} classified overlong, "
+                f"{ov.get('overlong')} overlong ({ov.get('tokens')} tokens, "
+                f"{ov.get('classified')} classified overlong, "
                 f"{ov.get('served')} served); others TTFT p50 {_ms_or_dash(o.get('ttft_p50'))}, E2E p50 "
                 f"{_ms_or_dash(o.get('e2e_p50'))}"
                 + (f"; clean run {_ms_or_dash(bl.get('ttft_p50'))}, {_ms_or_dash(bl.get('e2e_p50'))}" if bl else ""),
