@@ -12,14 +12,17 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-RC = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # for the annotation only (recent matplotlib has it)
+
+RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text as <text>, in the reader's fonts: small, and nothing to fetch
     "svg.hashsalt": "llm-locust",  # deterministic clip-path and marker ids
     "path.simplify": False,  # every data point is drawn: point counts are checkable
@@ -109,7 +112,7 @@ def vs_load(
     line (`NAME-knee-PANEL`); flagged: indices of suspect steps, ringed on the first line."""
     with matplotlib.rc_context(RC):
         fig, axes = _new(width, height, ncols=len(panels))
-        for ax, panel in zip(axes, panels):
+        for ax, panel in zip(axes, panels, strict=True):
             for i, line in enumerate(panel.lines):
                 ys = [_nan(v) for v in line.values]
                 ax.plot(
@@ -182,12 +185,12 @@ def histogram(
     bins: Sequence[Sequence[float]],
     *,
     title: str,
-    marks: Sequence[tuple[str, float]] = (),
+    marks: Sequence[tuple[str, float | None]] = (),
     width: float = 5.4,
     height: float = 3.0,
 ) -> str:
     """Log-binned latency histogram: bins [[low_s, high_s, count], ...] as bars on a log axis in
-    ms (`NAME-bin-I`, one per bin), with vertical lines at `marks` (label, seconds)."""
+    ms (`NAME-bin-I`, one per bin), with vertical lines at `marks` (label, seconds; None: not drawn)."""
     with matplotlib.rc_context(RC):
         fig, (ax,) = _new(width, height)
         lows = [b[0] * 1e3 for b in bins]
@@ -378,7 +381,7 @@ def pareto(
                     gid=f"{f.key}-knee",
                 )
             if len(fronts) == 1:
-                for p, text in zip(f.points, f.labels):
+                for p, text in zip(f.points, f.labels, strict=False):  # labels are optional (empty)
                     ax.annotate(text, p, xytext=(4, 4), textcoords="offset points", fontsize=7.5, color="#495057")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)

@@ -41,8 +41,8 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     )
     if fig.get("lost") or fig.get("workers_lost"):
         lines.append(
-            f"workers lost: {fig.get('workers_lost', 0)}; the {fig.get('lost', 0)} request(s) they had in flight at their"
-            " last report have no outcome, and what they sent after it is missing from these figures"
+            f"workers lost: {fig.get('workers_lost', 0)}; the {fig.get('lost', 0)} request(s) they had in flight"
+            " at their last report have no outcome, and what they sent after it is missing from these figures"
         )
     lines.append(
         f"throughput: {fig['output_tokens_per_s']:.1f} output tokens/s, {fig['requests_per_s']:.2f} requests/s,"
@@ -59,7 +59,8 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
     for api, k in (fig.get("kinds") or {}).items():
         lat = k["latency"]
         lines.append(
-            f"{api}: {k['ok']} ok, {k['failed']} failed; latency p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms;"
+            f"{api}: {k['ok']} ok, {k['failed']} failed; "
+            f"latency p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms;"
             f" {k['items_per_s']:.1f} items/s, {k['input_tokens_per_s']:.1f} input tokens/s"
         )
     img = fig.get("images") or {}

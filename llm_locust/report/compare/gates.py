@@ -50,7 +50,7 @@ def pass_line_cases(c: Comparison) -> list[Case]:
 
 def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
     """Every run after the first against the first, criterion by criterion."""
-    out = []
+    out: list[Case] = []
     if len(c.runs) < 2:
         return out
     base_run = c.runs[0]
@@ -178,12 +178,12 @@ def junit_xml(cases: list[Case]) -> str:
         suite = suites.get(k.suite)
         if suite is None:
             suite = suites[k.suite] = ET.SubElement(root, "testsuite", name=k.suite, tests="0", failures="0")
-        suite.set("tests", str(int(suite.get("tests")) + 1))
+        suite.set("tests", str(int(suite.get("tests", "0")) + 1))
         case = ET.SubElement(suite, "testcase", classname=k.suite, name=k.name)
         if k.passed:
             ET.SubElement(case, "system-out").text = k.message
         else:
-            suite.set("failures", str(int(suite.get("failures")) + 1))
+            suite.set("failures", str(int(suite.get("failures", "0")) + 1))
             ET.SubElement(case, "failure", message=k.message).text = k.message
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -49,10 +49,12 @@ def read_value(run: Run, crit: Criterion) -> Cell:
         v = run.verdict.get("max_slo_load")
         if v is None:
             return Cell(0.0, note="no step met every SLO")
-        st = run.step(run.verdict.get("max_slo_step")) or {}
+        met = run.step(run.verdict.get("max_slo_step")) or {}
         top = run.ladder_steps[-1]
-        at_top = bool(st) and st.get("step") == top.get("step")
-        return _at_step(_float(v), st, bound=">=" if at_top else "", note="the top step met them all" if at_top else "")
+        at_top = bool(met) and met.get("step") == top.get("step")
+        return _at_step(
+            _float(v), met, bound=">=" if at_top else "", note="the top step met them all" if at_top else ""
+        )
     if crit.scope == "summary":
         flags = list(_get(run.doc, "validity", "flags", default=[]) or [])
         if m.name.startswith("goodput") and not run.slos:
@@ -123,7 +125,7 @@ def score(runs: list[Run], criteria: list[Criterion]) -> Matrix:
     cells: list[list[Cell]] = []
     for crit in criteria:
         row = [read_value(r, crit) for r in runs]
-        for c, s in zip(row, normalise([c.value for c in row], crit.metric.higher_is_better)):
+        for c, s in zip(row, normalise([c.value for c in row], crit.metric.higher_is_better), strict=True):
             c.score = s
             if crit.pass_line is not None:
                 c.passed = c.value is not None and crit.pass_line.ok(c.value)

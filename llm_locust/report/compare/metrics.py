@@ -141,12 +141,13 @@ def parse_pass(metric: Metric, expr: Any) -> PassLine:
     hint = f"expected OPERATOR VALUE with OPERATOR one of {', '.join(OPERATORS)}, e.g. {example}"
     if isinstance(expr, bool) or expr is None:
         raise ValueError(f"bad pass line {expr!r}: {hint}")
+    raw: float | str
     if isinstance(expr, (int, float)):
         op, raw, text = ("<=" if not metric.higher_is_better else ">="), expr, str(expr)
     elif isinstance(expr, str):
         m = _PASS_RE.match(expr)
-        op, raw, text = (m[1] if m else None), (m[2] if m else ""), expr.strip()
-        op = {"=<": "<=", "=>": ">="}.get(op, op) if op else ("<=" if not metric.higher_is_better else ">=")
+        given, raw, text = (m[1] if m else None), (m[2] if m else ""), expr.strip()
+        op = {"=<": "<=", "=>": ">="}.get(given, given) if given else ("<=" if not metric.higher_is_better else ">=")
         if not raw:
             raise ValueError(f"bad pass line {expr!r}: no value; {hint}")
     else:

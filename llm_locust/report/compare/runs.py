@@ -310,4 +310,4 @@ def load_runs(paths: list[str], labels: list[str] | tuple[str, ...] = ()) -> lis
     if not paths:
         raise CompareError("no results files given")
     labs = _unique_labels([str(p) for p in paths], list(labels))
-    return [Run(lab, str(p), load_results(p)) for lab, p in zip(labs, paths)]
+    return [Run(lab, str(p), load_results(p)) for lab, p in zip(labs, paths, strict=True)]

@@ -4,6 +4,7 @@ steps, the decision matrix and the ranking; and the comparability and verdict li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llm_locust.analysis.efficiency import frontier_verdict
 from llm_locust.analysis.steps import OFFERED_UNITS
@@ -70,7 +71,8 @@ def _figures_table(c: Comparison) -> Table:
         [
             "goodput",
             *[
-                f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, {_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
+                f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, "
+                f"{_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
                 if r.slos
                 else "- (no SLOs)"
                 for r in runs
@@ -182,9 +184,15 @@ def frontier_pairs(c: Comparison) -> list[tuple[Run, Run, str]]:
 
 def _pair_text(a: Run, b: Run, v: str) -> str:
     if v == "dominates":
-        return f"{a.label} dominates {b.label}: every point of {b.label}'s frontier is matched or beaten by one of {a.label}'s"
+        return (
+            f"{a.label} dominates {b.label}: every point of {b.label}'s frontier is matched or beaten "
+            f"by one of {a.label}'s"
+        )
     if v == "dominated":
-        return f"{b.label} dominates {a.label}: every point of {a.label}'s frontier is matched or beaten by one of {b.label}'s"
+        return (
+            f"{b.label} dominates {a.label}: every point of {a.label}'s frontier is matched or beaten "
+            f"by one of {b.label}'s"
+        )
     if v == "equal":
         return "equal frontiers"
     if v == "crossing":
@@ -388,23 +396,27 @@ def _repeats_table(c: Comparison) -> Table | None:
     for each later run against the first, Welch's verdict: differs (better / worse) or within noise."""
     from llm_locust.analysis.repeats import HEADLINE, noise_verdicts
 
-    reps = [r.doc.get("repeats") if isinstance(r.doc.get("repeats"), dict) else None for r in c.runs]
+    reps = [_dict_or_none(r.doc.get("repeats")) for r in c.runs]
     if sum(x is not None for x in reps) < 1:
         return None
-    header = ["figure", *[f"{r.label} (n={x['count']})" if x else f"{r.label} (once)" for r, x in zip(c.runs, reps)]]
+    header = [
+        "figure",
+        *[f"{r.label} (n={x['count']})" if x else f"{r.label} (once)" for r, x in zip(c.runs, reps, strict=True)],
+    ]
     verdicts = {}
     for j in range(1, len(c.runs)):
-        if reps[0] and reps[j]:
+        first, other = reps[0], reps[j]
+        if first and other:
             header.append(f"{c.runs[j].label} vs {c.runs[0].label}")
-            verdicts[j] = {v["figure"]: v for v in noise_verdicts(reps[0], reps[j])}
+            verdicts[j] = {v["figure"]: v for v in noise_verdicts(first, other)}
     rows = []
     for name, _, _ in HEADLINE:
         figs = [((x or {}).get("figures") or {}).get(name) for x in reps]
         if not any(figs):
             continue
-        m = METRICS.get(name)
+        m = METRICS[name]  # every headline figure is a metric
         row = [name]
-        for r, f in zip(c.runs, figs):
+        for r, f in zip(c.runs, figs, strict=True):
             if not f:
                 row.append("-")
             elif f.get("half_width") is None:
@@ -424,9 +436,14 @@ def _repeats_table(c: Comparison) -> Table | None:
     return Table("Repetitions (95% intervals)", header, rows, note=note)
 
 
+def _dict_or_none(v: Any) -> dict[str, Any] | None:
+    """A results section that should be a mapping; None when absent or anything else."""
+    return v if isinstance(v, dict) else None
+
+
 def _stability_table(c: Comparison) -> Table | None:
     """One row per stability verdict any run has (burst, soak): PASS or FAIL and its figure, per run."""
-    docs = [r.doc.get("stability") if isinstance(r.doc.get("stability"), dict) else {} for r in c.runs]
+    docs = [_dict_or_none(r.doc.get("stability")) or {} for r in c.runs]
     plans = [k for k in ("burst", "overlong", "kv_pressure", "soak") if any(isinstance(d.get(k), dict) for d in docs)]
     if not plans:
         return None
@@ -448,7 +465,10 @@ def _stability_table(c: Comparison) -> Table | None:
                 "-" if p50 is None else f"{p50 * 1000:,.1f} ms"
             )
         rel = (v.get("ttft_drift") or {}).get("relative_per_hour")
-        return f"{verdict} · TTFT drift {'-' if rel is None else f'{rel:+.1%}/h'}, bursts {len(v.get('error_bursts') or [])}"
+        return (
+            f"{verdict} · TTFT drift {'-' if rel is None else f'{rel:+.1%}/h'}, "
+            f"bursts {len(v.get('error_bursts') or [])}"
+        )
 
     rows = [[plan, *[cell(d, plan) for d in docs]] for plan in plans]
     return Table(
