@@ -102,7 +102,9 @@ def load_graded(name: str) -> GradedSet:
         raise GradedSetError(f"{shown}: cannot read the graded set: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise GradedSetError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    items, problems, seen = [], [], {}
+    items: list[GradedItem] = []
+    problems: list[str] = []
+    seen: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s or s.startswith("#"):
@@ -140,57 +142,10 @@ def parse_item(line: str, where: str) -> GradedItem:
     grader = obj.get("grader")
     if grader not in GRADERS:
         raise ValueError(f"'grader' must be one of {', '.join(GRADERS)}, got {grader!r}")
-    prompt, messages = obj.get("prompt"), obj.get("messages")
-    if (prompt is None) == (messages is None):
-        raise ValueError("give exactly one of 'prompt' (a string) or 'messages' (a chat message list)")
-    if prompt is not None:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("'prompt' must be a non-empty string")
-        messages = [{"role": "user", "content": prompt}]
-    elif not (
-        isinstance(messages, list)
-        and messages
-        and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
-            for m in messages
-        )
-    ):
-        raise ValueError("'messages' must be a non-empty list of {role, content} objects")
-    elif not last_user_text(messages).strip():
-        raise ValueError("'messages' has no user message with text")
-    if "expected" not in obj:
-        raise ValueError("'expected' is missing")
-    expected = obj["expected"]
-    if isinstance(expected, bool) or not isinstance(expected, (str, int, float)):
-        raise ValueError(f"'expected' must be a string or a number, got {type(expected).__name__}")
-    exp = str(expected) if not isinstance(expected, float) else repr(expected)
-    if not exp.strip():
-        raise ValueError("'expected' is empty")
-    max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"'max_tokens' must be an integer >= 1, got {max_tokens!r}")
-    tol = obj.get("tolerance", DEFAULT_TOLERANCE)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol >= 0 and math.isfinite(tol)):
-        raise ValueError(f"'tolerance' must be a number >= 0, got {tol!r}")
-    options = obj.get("options") or []
-    if not isinstance(options, list) or not all(isinstance(o, str) and o.strip() for o in options):
-        raise ValueError("'options' must be a list of non-empty strings")
-    if len(options) > len(CHOICE_LETTERS):
-        raise ValueError(f"'options': at most {len(CHOICE_LETTERS)} (A-E), got {len(options)}")
-    pattern = None
-    if grader == "number" and parse_number(exp) is None:
-        raise ValueError(f"number grader: 'expected' must be a number, got {expected!r}")
-    if grader == "choice":
-        exp = exp.strip().upper()
-        if len(exp) != 1 or exp not in CHOICE_LETTERS:
-            raise ValueError(f"choice grader: 'expected' must be one option letter A-E, got {expected!r}")
-        if options and CHOICE_LETTERS.index(exp) >= len(options):
-            raise ValueError(f"choice grader: 'expected' {exp} but only {len(options)} options")
-    if grader == "regex":
-        try:
-            pattern = re.compile(exp)
-        except re.error as e:
-            raise ValueError(f"regex grader: 'expected' is not a valid regular expression ({e})") from None
+    messages = _item_messages(obj)
+    expected, exp = _item_expected(obj)
+    max_tokens, tol, options = _item_limits(obj)
+    exp, pattern = _graded_expected(grader, expected, exp, options)
     answer = obj.get("answer", "")
     if not isinstance(answer, str):
         raise ValueError("'answer' must be a string")
@@ -209,6 +164,79 @@ def parse_item(line: str, where: str) -> GradedItem:
         answer=answer,
         pattern=pattern,
     )
+
+
+def _item_messages(obj: dict) -> list:
+    """The item's chat messages: its prompt as one user message, or its checked message list."""
+    prompt, messages = obj.get("prompt"), obj.get("messages")
+    if (prompt is None) == (messages is None):
+        raise ValueError("give exactly one of 'prompt' (a string) or 'messages' (a chat message list)")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("'prompt' must be a non-empty string")
+        return [{"role": "user", "content": prompt}]
+    if not (
+        isinstance(messages, list)
+        and messages
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
+            for m in messages
+        )
+    ):
+        raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+    if not last_user_text(messages).strip():
+        raise ValueError("'messages' has no user message with text")
+    return messages
+
+
+def _item_expected(obj: dict) -> tuple[str | int | float, str]:
+    """(the expected answer as given, as text): a float keeps its repr, so 0.1 stays 0.1."""
+    if "expected" not in obj:
+        raise ValueError("'expected' is missing")
+    expected = obj["expected"]
+    if isinstance(expected, bool) or not isinstance(expected, (str, int, float)):
+        raise ValueError(f"'expected' must be a string or a number, got {type(expected).__name__}")
+    exp = str(expected) if not isinstance(expected, float) else repr(expected)
+    if not exp.strip():
+        raise ValueError("'expected' is empty")
+    return expected, exp
+
+
+def _item_limits(obj: dict) -> tuple[int | None, int | float, list[str]]:
+    """(max_tokens, tolerance, options), each checked: they bound the reply and its grading."""
+    max_tokens = obj.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"'max_tokens' must be an integer >= 1, got {max_tokens!r}")
+    tol = obj.get("tolerance", DEFAULT_TOLERANCE)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol >= 0 and math.isfinite(tol)):
+        raise ValueError(f"'tolerance' must be a number >= 0, got {tol!r}")
+    options = obj.get("options") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) and o.strip() for o in options):
+        raise ValueError("'options' must be a list of non-empty strings")
+    if len(options) > len(CHOICE_LETTERS):
+        raise ValueError(f"'options': at most {len(CHOICE_LETTERS)} (A-E), got {len(options)}")
+    return max_tokens, tol, options
+
+
+def _graded_expected(
+    grader: str, expected: str | int | float, exp: str, options: list[str]
+) -> tuple[str, re.Pattern[str] | None]:
+    """(expected text, compiled pattern) as the grader needs them; ValueError when it cannot grade them."""
+    pattern = None
+    if grader == "number" and parse_number(exp) is None:
+        raise ValueError(f"number grader: 'expected' must be a number, got {expected!r}")
+    if grader == "choice":
+        exp = exp.strip().upper()
+        if len(exp) != 1 or exp not in CHOICE_LETTERS:
+            raise ValueError(f"choice grader: 'expected' must be one option letter A-E, got {expected!r}")
+        if options and CHOICE_LETTERS.index(exp) >= len(options):
+            raise ValueError(f"choice grader: 'expected' {exp} but only {len(options)} options")
+    if grader == "regex":
+        try:
+            pattern = re.compile(exp)
+        except re.error as e:
+            raise ValueError(f"regex grader: 'expected' is not a valid regular expression ({e})") from None
+    return exp, pattern
 
 
 # ---- graders ----

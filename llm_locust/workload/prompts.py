@@ -41,7 +41,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_locust.workload.records import TraceRecord
@@ -223,7 +223,7 @@ class PromptBuilder:
         self.proven = False  # k pieces == k tokens in every context the builder uses
         if tokenizer is not None:
             counts = [tokenizer.count(p) for p in pieces]  # (no encode_batch: no Rust thread pool before a fork)
-            unit = [p for p, c in zip(pieces, counts) if c == 1]
+            unit = [p for p, c in zip(pieces, counts, strict=True) if c == 1]
             pieces = unit if len(unit) >= 64 else pieces
         self._pool: list[str] = pieces
         rng = random.Random(f"llm-locust-prompts/{self.seed}")
@@ -256,7 +256,7 @@ class PromptBuilder:
     def _pretokenizer_splits(self, text: str, n: int) -> bool:
         backend = getattr(self.tokenizer, "backend", None)
         pre = getattr(backend, "pre_tokenizer", None)
-        if pre is None:
+        if backend is None or pre is None:
             return False
         try:
             norm = backend.normalizer
@@ -277,7 +277,8 @@ class PromptBuilder:
     def _ident(self, kind: bytes, value: Hashable) -> int:
         if kind == b"b":
             try:
-                value = operator.index(value)  # numpy integers name the same block as ints
+                # numpy integers name the same block as ints; a TypeError says value is no integer
+                value = operator.index(cast(SupportsIndex, value))
             except TypeError:
                 pass
             if isinstance(value, int) and 0 <= value <= _M64:
@@ -365,7 +366,7 @@ class PromptBuilder:
         if key is None:
             key = ("#", next(self._counter))
         key_ident = self._ident(b"k", key)
-        block_words = self._block_words(block_size) if hash_ids else 0
+        block_words = self._block_words(block_size) if hash_ids and block_size else 0  # checked > 0 above
 
         if self.tokenizer is None:
             overhead = self.chat_overhead if self.chat else 0

@@ -54,7 +54,8 @@ class SpecBuilder:
         if chat and getattr(s, "tools", 0):
             extra["tools"] = tool_definitions(s.tools, getattr(s, "seed", 0) or 0)
             extra["tool_choice"] = getattr(s, "tool_choice", "auto") or "auto"
-        if chat and getattr(s, "response_format", ""):
+        schema_file = getattr(s, "response_format", "")
+        if chat and schema_file:
             extra["response_format"] = response_format(s.response_format)
         self.extra_body = extra
 
@@ -116,6 +117,7 @@ class SpecBuilder:
 
     def _with_audio(self, prompt: str | None, messages: list[dict[str, Any]] | None, media: tuple[int, int, int, int]):
         """(messages, media): --audio N clips added to the last user message as input_audio parts."""
+        assert self.audio is not None  # made whenever n_audio > 0, the only time this is called
         parts, nbytes = [], 0
         for i in range(self.n_audio):
             b64, size = self.audio.clip(self.audio_seconds, i)
@@ -211,13 +213,14 @@ def _note_overlong(source: str) -> None:
 
 def take_overlong(source: str | None) -> bool:
     """Whether the request built for `source` was an overlong one (once per request built)."""
-    n = _OVERLONG.get(source or "")
+    key = source or ""
+    n = _OVERLONG.get(key)
     if not n:
         return False
     if n <= 1:
-        del _OVERLONG[source]
+        del _OVERLONG[key]
     else:
-        _OVERLONG[source] = n - 1
+        _OVERLONG[key] = n - 1
     return True
 
 

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -90,7 +91,7 @@ def generate(spec: SynthSpec) -> list[dict]:
     for i in range(spec.requests):
         if spec.rate > 0 and i:
             t += rng.expovariate(spec.rate) if spec.arrivals == "poisson" else 1.0 / spec.rate
-        row = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
+        row: dict[str, Any] = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
         if spec.prefix_tokens:
             n_blocks = math.ceil(row["input_tokens"] / spec.prefix_tokens)
             row["hash_ids"] = [0] + list(range(next_block, next_block + n_blocks - 1))

@@ -27,7 +27,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 __all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "CHATML_TEMPLATE"]
 
@@ -69,7 +72,7 @@ class Tokenizer:
         self.chat_template: str = chat_template
         self.chat_template_source: str = chat_template_source or "given"
         self.special_tokens: dict[str, str] = dict(special_tokens or {})
-        self._compiled = None
+        self._compiled: Template | None = None
         # tokens the post-processor adds to one sequence (BOS and/or EOS): 0 for SmolLM2
         probe = " the"
         self.special_tokens_added: int = self.count(probe, add_special_tokens=True) - self.count(probe)
@@ -259,7 +262,7 @@ def _override_template(value: str) -> tuple[str, str]:
     return f.read_text(encoding="utf-8"), str(f)
 
 
-def _compile_template(source: str):
+def _compile_template(source: str) -> Template:
     """Compile a chat template with the conventions of Hugging Face chat templates."""
     try:
         from jinja2 import TemplateError, ext

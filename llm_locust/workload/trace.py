@@ -248,7 +248,7 @@ class TraceBuilder:
             return
 
         before = len(self.t)
-        for name, values in zip(self.spec.columns, extras):
+        for name, values in zip(self.spec.columns, extras, strict=True):  # one extra per declared column
             self._extra(name, values, before)
         self.t.extend(times)
         self.inp.extend(ins if None not in ins else [-1 if v is None else v for v in ins])
@@ -269,18 +269,7 @@ class TraceBuilder:
         if st is None:
             if values.count(None) == len(values):
                 return  # no values yet: the column does not exist until one shows up
-            if name in ("prompt", "messages"):
-                st = [None] * before
-            elif name in ("turn", "images"):
-                st = array("i", [-1]) * before
-            elif name in ("conversation_id", "model"):
-                st = (array("i", [-1]) * before, [])
-                self._interns[name] = {}
-            elif name == "hash_ids":
-                st = (array("i"), array("q", [0]) * (before + 1))
-            else:  # pragma: no cover - a format declared an unknown column
-                raise ValueError(f"unknown trace column {name!r}")
-            self.store[name] = st
+            st = self.store[name] = self._new_column(name, before)
         if name in ("prompt", "messages"):
             st.extend(values)
         elif name in ("turn", "images"):
@@ -311,6 +300,19 @@ class TraceBuilder:
             lens = map(len, values) if None not in values else (len(v) if v else 0 for v in values)
             off.extend(islice(accumulate(lens, initial=off[-1]), 1, None))
 
+    def _new_column(self, name: str, before: int) -> Any:
+        """An empty store column, padded for the `before` rows that had no value (layouts: Trace.store)."""
+        if name in ("prompt", "messages"):
+            return [None] * before
+        if name in ("turn", "images"):
+            return array("i", [-1]) * before
+        if name in ("conversation_id", "model"):
+            self._interns[name] = {}
+            return (array("i", [-1]) * before, [])
+        if name == "hash_ids":
+            return (array("i"), array("q", [0]) * (before + 1))
+        raise ValueError(f"unknown trace column {name!r}")  # pragma: no cover - a format declared an unknown one
+
     def finish(self, *, path: str, sha256: str) -> Trace:
         n = len(self.t)
         parts = self.line_parts
@@ -328,41 +330,17 @@ class TraceBuilder:
                 # stable sort of the rows out of place only: rows with equal times keep file order,
                 # and memory grows with the disordered stretch, not with the file
                 order = sorted(range(lo, hi), key=t.__getitem__)
-                if isinstance(lines, range):
+                if not isinstance(lines, array):  # a range: made an array to be sorted in place
                     lines = array("I", lines)
                 for col in (t, inp, out, lines):
                     col[lo:hi] = array(col.typecode, map(col.__getitem__, order))
                 for name, st in store.items():
-                    if isinstance(st, list):
-                        st[lo:hi] = [st[j] for j in order]
-                    elif isinstance(st, array):
-                        st[lo:hi] = array(st.typecode, map(st.__getitem__, order))
-                    elif name == "hash_ids":
-                        flat, off = st
-                        seg = array(flat.typecode)
-                        lens = array("q")
-                        for j in order:
-                            seg.extend(flat[off[j] : off[j + 1]])
-                            lens.append(off[j + 1] - off[j])
-                        flat[off[lo] : off[hi]] = seg
-                        off[lo + 1 : hi + 1] = array("q", islice(accumulate(lens, initial=off[lo]), 1, None))
-                    else:
-                        idx = st[0]
-                        idx[lo:hi] = array(idx.typecode, map(idx.__getitem__, order))
+                    _reorder_column(name, st, order, lo, hi)
         if self.origin_first and self.tmin < 0:
             # the earliest row came later in the file: it is the trace origin
             t = array("d", map(operator.sub, t, repeat(self.tmin)))
         if "conversation_id" in store and "turn" not in store:  # derive: position in the conversation
-            idx = store["conversation_id"][0]
-            counts: dict[int, int] = {}
-            turns = array("i")
-            for j in idx:
-                if j < 0:
-                    turns.append(-1)
-                else:
-                    c = counts[j] = counts.get(j, 0) + 1
-                    turns.append(c)
-            store["turn"] = turns
+            store["turn"] = _conversation_turns(store["conversation_id"][0])
         return Trace(
             path=path,
             format=self.spec.name,
@@ -378,3 +356,36 @@ class TraceBuilder:
             lines=lines,
             store=store,
         )
+
+
+def _reorder_column(name: str, st: Any, order: list[int], lo: int, hi: int) -> None:
+    """Put rows lo..hi of one store column in `order` (finish's sort of an out-of-order stretch)."""
+    if isinstance(st, list):
+        st[lo:hi] = [st[j] for j in order]
+    elif isinstance(st, array):
+        st[lo:hi] = array(st.typecode, map(st.__getitem__, order))
+    elif name == "hash_ids":
+        flat, off = st
+        seg = array(flat.typecode)
+        lens = array("q")
+        for j in order:
+            seg.extend(flat[off[j] : off[j + 1]])
+            lens.append(off[j + 1] - off[j])
+        flat[off[lo] : off[hi]] = seg
+        off[lo + 1 : hi + 1] = array("q", islice(accumulate(lens, initial=off[lo]), 1, None))
+    else:
+        idx = st[0]
+        idx[lo:hi] = array(idx.typecode, map(idx.__getitem__, order))
+
+
+def _conversation_turns(idx: array) -> array:
+    """Each row's 1-based position in its conversation (-1 outside one), for traces without a turn column."""
+    counts: dict[int, int] = {}
+    turns = array("i")
+    for j in idx:
+        if j < 0:
+            turns.append(-1)
+        else:
+            c = counts[j] = counts.get(j, 0) + 1
+            turns.append(c)
+    return turns
