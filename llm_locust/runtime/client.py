@@ -22,6 +22,7 @@ import ssl
 import time
 import weakref
 from collections.abc import Callable
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import gevent
@@ -44,6 +45,7 @@ from llm_locust.protocols.base import (
     Timeouts,
     resolve_tokens,
 )
+from llm_locust.protocols.embeddings import Reply
 from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.protocols.token_reads import SCAN_LIMIT, token_read_matcher, whole_chunks
 from llm_locust.runtime.pump import PUMP
@@ -199,7 +201,7 @@ class StreamClient:
             rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         return rec
 
-    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:
+    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
         request is written, the server may have read it, so a close before the reply is a failure."""
@@ -272,7 +274,7 @@ class StreamClient:
             else:
                 pool.release_socket(sock)
 
-    def _read_stream(self, resp: HTTPSocketResponse, read, rec: RequestRecord, state: StreamState) -> None:
+    def _read_stream(self, resp: _Response, read, rec: RequestRecord, state: StreamState) -> None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         adapter_feed = self.adapter.feed
         decoder = make_decoder(self.adapter, self.limits.event_bytes, state)
         decode = decoder.feed
@@ -287,6 +289,7 @@ class StreamClient:
         head = b""  # first bytes of the body, for the error text when nothing decodes
         payloads = 0
         now = rec.t_headers
+        assert now is not None, "the head is read first (_exchange)"
         # bytes read since the last body byte (chunk sizes, extensions, trailers): bounded, so
         # that framing without data cannot go on for ever
         framing = 0
@@ -299,21 +302,26 @@ class StreamClient:
         # templates are left; one that took reads (`hits`) earns its successor, so a stream
         # whose events never repeat stops trying after TEMPLATE_TRIES.
         synced = resp.at_chunk_start
-        is_token_read = None
+        is_token_read: Callable[[bytes], int] | None = None
         hits = 0
-        template = getattr(self.adapter, "token_template", None)
+        template: Callable[[bytes, StreamState], tuple[bytes, bytes] | None] | None = getattr(
+            self.adapter, "token_template", None
+        )
+        sse = decoder if type(decoder) is SSEDecoder else None
         tries = (
             TEMPLATE_TRIES
             if (
                 template is not None
                 and TOKEN_READS
                 and not state.collect_text
-                and type(decoder) is SSEDecoder
-                and decoder.read_events is None
+                and sse is not None
+                and sse.read_events is None
             )
             else 0
         )
         via_pump = getattr(read, "via_pump", None) if PUMP_READS else None
+        data: bytes | None
+        chunk: bytes | None
         try:
             ended = closed = False  # closed: a close-delimited body ended with the connection
             while not ended:
@@ -400,7 +408,15 @@ class StreamClient:
                             rec.t_first_content = now  # text or a tool call: what the user waits for
                         if kind == TOOL_CALL and rec.t_first_tool is None:
                             rec.t_first_tool = now
-                if tries and events and synced and kind == CONTENT and decoder.idle():
+                if (
+                    tries
+                    and events
+                    and synced
+                    and kind == CONTENT
+                    and template is not None  # both hold while tries > 0
+                    and sse is not None
+                    and sse.idle()
+                ):
                     tries -= 1
                     cut = template(events[-1], state)  # the read's last event: `kind` is its
                     if cut is not None:
@@ -444,7 +460,7 @@ def finish_record(rec: RequestRecord, state: StreamState) -> None:
         rec.text = "".join(state.text)
 
 
-def _reader(sock, t_sent: float, watch: _Watch):
+def _reader(sock, t_sent: float, watch: _Watch):  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
     """A function returning (bytes read, arrival time as perf_counter seconds) per call.
 
     With kernel timestamps (plain TCP on Linux) the arrival time is when the data reached the
@@ -515,7 +531,7 @@ def _reader(sock, t_sent: float, watch: _Watch):
     size = READ_SIZE
     full_at = 0.0  # when the last read returned, if it filled its buffer
 
-    def read_stamped() -> tuple[bytes, float]:
+    def read_stamped() -> tuple[bytes, float]:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         nonlocal busy_from, waited, size, full_at
         if full_at:
             size = _next_read_size(size, perf_counter() - full_at)
@@ -556,7 +572,7 @@ def _reader(sock, t_sent: float, watch: _Watch):
         """Reads taken by the process's pump while they are token reads (runtime/pump.py)."""
         return PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
 
-    read_stamped.via_pump = via_pump
+    vars(read_stamped)["via_pump"] = via_pump  # an attribute of the function: _read_stream looks for it
     return read_stamped
 
 
@@ -811,9 +827,18 @@ def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, lim
         timer.close()
 
 
+def _header_text(resp: HTTPSocketResponse, name: str) -> str:
+    """A header's value ("" when absent): a header sent more than once comes as a list, its values
+    joined as one (RFC 9110 5.3), so that it reads like a string."""
+    value = resp.get(name)
+    if isinstance(value, list):
+        return ", ".join(value)
+    return value or ""
+
+
 def _close_delimited(resp: HTTPSocketResponse) -> bool:
     """A body with neither Content-Length nor chunked encoding ends when the server closes."""
-    te = (resp.get("transfer-encoding") or "").lower()
+    te = _header_text(resp, "transfer-encoding").lower()
     return resp.content_length is None and "chunked" not in te
 
 
@@ -842,6 +867,18 @@ class _Response(HTTPSocketResponse):
         pass
 
 
+class JSONAdapter(Protocol):
+    """What JSONClient needs of a non-streaming request kind's adapter (protocols.embeddings)."""
+
+    name: str
+    framing: str
+    end_marker: bool
+
+    def request(self, spec: RequestSpec) -> tuple[str, bytes]: ...
+
+    def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply: ...
+
+
 class JSONClient(StreamClient):
     """Sends requests whose reply is one JSON document (embeddings, rerank, score: the adapters
     of protocols.embeddings) and times them: t_headers, then t_end when the whole body is in
@@ -860,7 +897,7 @@ class JSONClient(StreamClient):
         self,
         http_client,
         base_url: str,
-        adapter,
+        adapter: JSONAdapter,
         timeouts: Timeouts | None = None,
         headers: dict[str, str] | None = None,
         collect_text: bool = False,
@@ -869,12 +906,15 @@ class JSONClient(StreamClient):
         super().__init__(
             http_client,
             base_url,
-            adapter,
+            # not a streaming Adapter (no feed): the base class takes its name, framing, end marker
+            # and requests; the body is read by _read_stream below, with json_adapter's parse
+            cast(Adapter, adapter),
             timeouts,
             {**(headers or {}), "Accept": "application/json"},
             collect_text,
             limits,
         )
+        self.json_adapter = adapter
         self._specs: dict[str, RequestSpec] = {}
         self.replies: dict[str, object] = {}
 
@@ -893,7 +933,7 @@ class JSONClient(StreamClient):
         finally:
             self._specs.pop(request_id, None)
 
-    def _read_stream(self, resp: HTTPSocketResponse, read, rec: RequestRecord, state: StreamState) -> None:
+    def _read_stream(self, resp: _Response, read, rec: RequestRecord, state: StreamState) -> None:
         buf = resp._body_buffer
         limit = self.limits.body_bytes
         framing_limit = self.limits.head_bytes
@@ -934,11 +974,11 @@ class JSONClient(StreamClient):
             raise _Ended(Outcome.STREAM_ERROR, f"reply over {limit} bytes (the body limit)")
         body = bytes(buf)
         del buf[:]
-        spec = self._specs.get(rec.request_id)
+        spec = self._specs[rec.request_id]  # send() keeps it while the request is in flight
         try:
-            reply = self.adapter.parse(body, spec, keep=state.collect_text)
+            reply = self.json_adapter.parse(body, spec, keep=state.collect_text)
         except ProtocolError as e:
-            ctype = resp.get("content-type") or "none"
+            ctype = _header_text(resp, "content-type") or "none"
             text = str(e) if "json" in ctype.lower() else f"{e} (content-type {ctype})"
             raise _Ended(Outcome.STREAM_ERROR, text) from None
         except Exception as e:  # noqa: BLE001 - a reply the adapter could not read is a stream error

@@ -38,6 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from gevent import GreenletExit
@@ -333,6 +334,12 @@ def status_outcome(
     return Outcome.STREAM_ERROR, text
 
 
+class _Call(Protocol):
+    """What the watchdog needs of a gRPC call (grpcio ships no types)."""
+
+    def cancel(self) -> bool: ...
+
+
 class _Watch:
     """No-progress watchdog: a timer in gevent's hub that cancels the call when no message came
     for `limit` seconds. Checks every limit/4 (so it fires within 1.25 x limit)."""
@@ -344,20 +351,22 @@ class _Watch:
         self.last = time.perf_counter()
         self.fired = False
         self._timer = None
-        self._call = None
+        self._call: _Call | None = None
 
-    def start(self, call) -> None:
+    def start(self, call: _Call) -> None:
         import gevent
 
         self._call = call
         period = max(self.limit / 4, 0.05)
-        self._timer = gevent.get_hub().loop.timer(period, period)
-        self._timer.start(self._check)
+        timer = self._timer = gevent.get_hub().loop.timer(period, period)
+        timer.start(self._check)
 
     def _check(self) -> None:
         if time.perf_counter() - self.last > self.limit and not self.fired:
             self.fired = True
-            self._call.cancel()
+            call = self._call
+            if call is not None:  # always while the timer runs: stop() closes it first
+                call.cancel()
 
     def stop(self) -> None:
         if self._timer is not None:

@@ -391,7 +391,7 @@ class H2GrpcClient:
                     pass
                 conn.close()
 
-    def _read(
+    def _read(  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         self,
         conn: _Conn,
         sid: int,

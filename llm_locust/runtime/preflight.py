@@ -87,7 +87,8 @@ def check(
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
         reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         return Problem(EXIT_UNREACHABLE, f"cannot reach {url}: {reason} (is the server up, and is --host right?)")
-    ctype = (r.get("content-type") or "").lower()
+    ctype_value = r.get("content-type") or ""  # a header sent twice comes as a list: its values joined
+    ctype = (", ".join(ctype_value) if isinstance(ctype_value, list) else ctype_value).lower()
     if "html" in ctype or body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
         return Problem(
             EXIT_UNREACHABLE,

@@ -19,12 +19,16 @@ import errno
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
 from llm_locust.runtime.stamps import CMSG_SPACE, arrival
+
+if TYPE_CHECKING:
+    from select import epoll
 
 # the real epoll: under Locust, gevent's monkey patching has replaced the select module's
 _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
@@ -52,21 +56,24 @@ class TokenPump:
     """The process's pump (PUMP): `read` takes a stream in until a read that is not a token read."""
 
     def __init__(self) -> None:
-        self._pid = None
-        self._ep = None
+        self._pid: int | None = None
+        self._ep: epoll | None = None
         self._watcher = None
         self._greenlet = None
         self._streams: dict[int, _Stream] = {}
 
-    def _ready(self) -> None:
-        if self._pid != os.getpid():  # first use, or a forked child: its own epoll set and watcher
-            self._ep = _epoll()
-            self._watcher = get_hub().loop.io(self._ep.fileno(), 1, ref=False)  # never keeps a process alive
+    def _ready(self) -> epoll:
+        """This process's epoll set (made on first use, and anew in a forked child), its greenlet running."""
+        ep = self._ep
+        if ep is None or self._pid != os.getpid():  # first use, or a forked child: its own epoll set and watcher
+            ep = self._ep = _epoll()
+            self._watcher = get_hub().loop.io(ep.fileno(), 1, ref=False)  # never keeps a process alive
             self._streams = {}
             self._greenlet = None
             self._pid = os.getpid()
         if self._greenlet is None or self._greenlet.dead:
             self._greenlet = gevent.spawn(self._run)
+        return ep
 
     def read(
         self, raw, count_token_events: Callable[[bytes], int], times: list[float], watch, t_sent: float, off_ns: int
@@ -77,9 +84,9 @@ class TokenPump:
         Returns (that read, its arrival time, token events taken). Raises what that read raised;
         OSError(EBADF) when the watchdog closed the socket meanwhile. A timeout or kill of the
         caller takes the socket back."""
-        self._ready()
+        ep = self._ready()
         s = _Stream(raw, count_token_events, times, watch, t_sent, off_ns)
-        self._ep.register(s.fd, _EPOLLIN)
+        ep.register(s.fd, _EPOLLIN)
         self._streams[s.fd] = s
         watch.on_fire = lambda: self._hand_back(
             s, OSError(errno.EBADF, "closed: no data within the no-progress timeout")
@@ -95,10 +102,11 @@ class TokenPump:
         return data, t, s.tokens
 
     def _drop(self, s: _Stream) -> None:
-        if self._streams.get(s.fd) is s:
+        ep = self._ep
+        if self._streams.get(s.fd) is s and ep is not None:  # a stream is only taken in with the set made
             del self._streams[s.fd]
             try:
-                self._ep.unregister(s.fd)
+                ep.unregister(s.fd)
             except OSError:
                 pass  # closed meanwhile (the watchdog): the kernel dropped it from the set
 
@@ -108,7 +116,9 @@ class TokenPump:
 
     def _run(self) -> None:
         wait = get_hub().wait
-        watcher, poll, streams = self._watcher, self._ep.poll, self._streams
+        ep = self._ep
+        assert ep is not None, "the pump runs once _ready made its epoll set"
+        watcher, poll, streams = self._watcher, ep.poll, self._streams
         perf_counter = time.perf_counter
         while True:
             wait(watcher)
