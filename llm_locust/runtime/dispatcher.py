@@ -48,6 +48,7 @@ from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder, wants_text
+from llm_locust.workload.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Dispatcher:
         self.settings = settings
         self.host = host
         self.share = share
-        self.trace = None
+        self.trace: Trace | SessionTrace | None = None  # this process's share (load_workload)
         self.ready = Event()
         self.finished = Event()
         self.error: str | None = None
@@ -72,7 +73,7 @@ class Dispatcher:
         self.held_back = 0
         self._in_flight = 0
         self._unblocked_at = float("-inf")
-        self.pass_greenlet = None  # the schedule being walked (replaced at each ladder step)
+        self.pass_greenlet: gevent.Greenlet | None = None  # the schedule being walked (replaced at each ladder step)
         self._slot_free = Event()
 
     # ---- set-up ----
@@ -96,6 +97,8 @@ class Dispatcher:
         """The sender for `url` (default: the host): main_client's, on a pool sized for the replay."""
         s = self.settings
         url = url or self.host
+        if not url:  # Locust run directly without --host (llm-locust run always gives one)
+            raise ValueError("no server to send to: give --host")
         if s.api in GRPC_APIS:
             return main_client(s, url)  # its own HTTP/2 channel
         cap = s.max_in_flight or 10_000
@@ -184,8 +187,10 @@ class Dispatcher:
             self._prepare()
             s = self.settings
             window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
-            self.pass_greenlet = gevent.spawn(self.replay_pass, time.perf_counter() + (t0_wall - time.time()), window)
-            self.pass_greenlet.join()
+            g = self.pass_greenlet = gevent.spawn(
+                self.replay_pass, time.perf_counter() + (t0_wall - time.time()), window
+            )
+            g.join()
             self.greenlets.join()
         finally:
             self.finished.set()
@@ -193,14 +198,17 @@ class Dispatcher:
     def replay_pass(self, t0: float, window: ReplayWindow) -> None:
         """Send the records of one window on schedule from perf_counter time t0; a session trace's
         sessions start at their times, their later turns follow their replies (runtime.sessions)."""
-        trace = self.trace
+        trace, runner = self.trace, self.runner
+        assert trace is not None, "a pass after load()"
         due = due_times(trace.arrivals, window)
-        if self.runner is not None:
+        if runner is not None:  # made for a session trace (_prepare): its sessions are runner.trace's
+            roots = runner.trace.roots
             for offset, i in due:
                 t_due = t0 + offset
                 sleep_until(t_due)
-                self.greenlets.spawn(self.runner.run, trace.roots[i], self._session_send, t_due)
+                self.greenlets.spawn(runner.run, roots[i], self._session_send, t_due)
             return
+        assert isinstance(trace, Trace), "records, when not sessions"
         for offset, i in due:
             t_due = t0 + offset
             sleep_until(t_due)
@@ -217,7 +225,9 @@ class Dispatcher:
         per second instead, each running its turns after its replies."""
         import random
 
-        trace = self.trace
+        trace, runner = self.trace, self.runner
+        assert trace is not None, "a pass after load()"
+        roots = runner.trace.roots if runner is not None else []  # a session trace's (_prepare)
         rng = random.Random(self.settings.seed * 1_000_003 + self.share[0])
         t = time.perf_counter()
         if arrivals != "poisson":  # stagger the workers, so the cluster's arrivals are evenly spaced
@@ -226,10 +236,11 @@ class Dispatcher:
         while True:
             t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
             sleep_until(t)
-            if self.runner is not None:
-                self.greenlets.spawn(self.runner.run, trace.roots[k % len(trace.roots)], self._session_send, t)
+            if runner is not None:
+                self.greenlets.spawn(runner.run, roots[k % len(roots)], self._session_send, t)
                 k += 1
                 continue
+            assert isinstance(trace, Trace), "records, when not sessions"
             rec = trace[k % len(trace)]
             k += 1
             self._acquire_slot(t)
@@ -279,7 +290,7 @@ class Dispatcher:
 
         def done(rec: RequestRecord) -> None:
             rec.session, rec.ideal_cached, rec.model = session, ideal, spec.model
-            if url is not None:
+            if url is not None and router is not None:  # a URL is picked by the router only
                 rec.endpoint = url
                 router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             self._account(rec, source)
@@ -369,6 +380,7 @@ def _options_dict(env: Environment) -> dict[str, Any]:
 
 def _stop_test(env: Environment) -> None:
     runner = env.runner
+    assert runner is not None, "a running test's"
     headless = getattr(env.parsed_options, "headless", False)
     gevent.spawn(runner.quit if headless else runner.stop)
 
@@ -380,7 +392,7 @@ def _start_local(env: Environment) -> None:
         return
     settings = from_options(env.parsed_options)
     protect(settings.api_key)
-    d = st.dispatcher = Dispatcher(env, settings, env.host, (0, 1))
+    d = st.dispatcher = Dispatcher(env, settings, env.host or "", (0, 1))  # none: load() says so
 
     def go() -> None:
         d.load()
@@ -403,78 +415,83 @@ def install(env: Environment) -> None:
     """Register the replay messages. Called at init on every process."""
     runner = env.runner
     if isinstance(runner, MasterRunner):
-
-        def on_start(**_kw: Any) -> None:
-            if not any(issubclass(u, ReplayUser) for u in env.user_classes):
-                return
-            settings = from_options(env.parsed_options)
-            if settings.ladder and not _ladder_driven(settings):
-                return  # a concurrency ladder's locustfile has the open-loop class too, never spawned
-            st = _state(env)
-            workers = sorted(
-                (c for c in runner.clients.values() if c.state != "missing"),
-                key=lambda c: runner.get_worker_index(c.id),
-            )
-            st.planned = [c.id for c in workers]
-            st.ready, st.done, st.go_sent = {}, {}, False
-            options = _options_dict(env)
-            for i, c in enumerate(workers):
-                runner.send_message(PLAN, {"share": [i, len(workers)], "options": options, "host": env.host}, c.id)
-            log.info("replay planned over %d workers", len(workers))
-
-        def on_ready(environment, msg, **_kw) -> None:
-            st = _state(env)
-            st.ready[msg.node_id] = msg.data
-            if msg.data.get("error"):
-                log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
-            if (
-                set(st.ready) >= set(st.planned)
-                and not st.go_sent
-                and not _ladder_driven(from_options(env.parsed_options))
-            ):
-                st.go_sent = True
-                if any(d.get("error") for d in st.ready.values()):
-                    _stop_test(env)
-                    return
-                t0 = time.time() + START_LEAD
-                for cid in st.planned:
-                    runner.send_message(GO, {"t0": t0}, cid)
-                hub(env).info["replay_t0"] = t0
-
-        def on_done(environment, msg, **_kw) -> None:
-            st = _state(env)
-            st.done[msg.node_id] = msg.data
-            if set(st.done) >= set(st.planned):
-                info = hub(env).info
-                info["replay_sent"] = sum(d["sent"] for d in st.done.values())
-                info["replay_held_back"] = sum(d["held_back"] for d in st.done.values())
-                _stop_test(env)
-
-        env.events.test_start.add_listener(on_start)
-        runner.register_message(READY, on_ready)
-        runner.register_message(DONE, on_done)
-
+        _install_master(env, runner)
     elif isinstance(runner, WorkerRunner):
-
-        def on_plan(environment, msg, **_kw) -> None:
-            st = _state(env)
-            settings = from_options(SimpleNamespace(**msg.data["options"]))
-            protect(settings.api_key)
-            d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
-            d.load()
-            runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
-
-        def on_go(environment, msg, **_kw) -> None:
-            d = _state(env).dispatcher
-            if d is None or d.error:
-                return
-            d.run(msg.data["t0"])
-            runner.send_message(DONE, {"sent": d.sent, "held_back": d.held_back})
-
-        runner.register_message(PLAN, on_plan, concurrent=True)
-        runner.register_message(GO, on_go, concurrent=True)
+        _install_worker(env, runner)
     if not isinstance(runner, MasterRunner):
         env.events.test_stop.add_listener(lambda **_kw: stop_passes(env))
+
+
+def _install_master(env: Environment, runner: MasterRunner) -> None:
+    """The master's side: plan the shares at test start, say go once every worker is ready, stop when all are done."""
+
+    def on_start(**_kw: Any) -> None:
+        if not any(issubclass(u, ReplayUser) for u in env.user_classes):
+            return
+        settings = from_options(env.parsed_options)
+        if settings.ladder and not _ladder_driven(settings):
+            return  # a concurrency ladder's locustfile has the open-loop class too, never spawned
+        st = _state(env)
+        workers = sorted(
+            (c for c in runner.clients.values() if c.state != "missing"),
+            key=lambda c: runner.get_worker_index(c.id),
+        )
+        st.planned = [c.id for c in workers]
+        st.ready, st.done, st.go_sent = {}, {}, False
+        options = _options_dict(env)
+        for i, c in enumerate(workers):
+            runner.send_message(PLAN, {"share": [i, len(workers)], "options": options, "host": env.host}, c.id)
+        log.info("replay planned over %d workers", len(workers))
+
+    def on_ready(environment, msg, **_kw) -> None:
+        st = _state(env)
+        st.ready[msg.node_id] = msg.data
+        if msg.data.get("error"):
+            log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
+        if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(from_options(env.parsed_options)):
+            st.go_sent = True
+            if any(d.get("error") for d in st.ready.values()):
+                _stop_test(env)
+                return
+            t0 = time.time() + START_LEAD
+            for cid in st.planned:
+                runner.send_message(GO, {"t0": t0}, cid)
+            hub(env).info["replay_t0"] = t0
+
+    def on_done(environment, msg, **_kw) -> None:
+        st = _state(env)
+        st.done[msg.node_id] = msg.data
+        if set(st.done) >= set(st.planned):
+            info = hub(env).info
+            info["replay_sent"] = sum(d["sent"] for d in st.done.values())
+            info["replay_held_back"] = sum(d["held_back"] for d in st.done.values())
+            _stop_test(env)
+
+    env.events.test_start.add_listener(on_start)
+    runner.register_message(READY, on_ready)
+    runner.register_message(DONE, on_done)
+
+
+def _install_worker(env: Environment, runner: WorkerRunner) -> None:
+    """A worker's side: load its share when planned (answering ready), dispatch it on go (answering done)."""
+
+    def on_plan(environment, msg, **_kw) -> None:
+        st = _state(env)
+        settings = from_options(SimpleNamespace(**msg.data["options"]))
+        protect(settings.api_key)
+        d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
+        d.load()
+        runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
+
+    def on_go(environment, msg, **_kw) -> None:
+        d = _state(env).dispatcher
+        if d is None or d.error:
+            return
+        d.run(msg.data["t0"])
+        runner.send_message(DONE, {"sent": d.sent, "held_back": d.held_back})
+
+    runner.register_message(PLAN, on_plan, concurrent=True)
+    runner.register_message(GO, on_go, concurrent=True)
 
 
 class ReplayUser(User):

@@ -227,6 +227,7 @@ class MetricsHub:
         """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
         everything not yet reported, marked with the master's token (QUIT_TOKEN: quitting)."""
         runner = self.env.runner
+        assert isinstance(runner, WorkerRunner), "a worker's report"
         runner.stop()  # users killed: their requests end as cancelled; open-loop passes stop on test_stop
         deadline = time.monotonic() + DRAIN_GRACE
         while self.in_flight > 0 and time.monotonic() < deadline:
@@ -272,8 +273,14 @@ class MetricsHub:
 
     # ---- the master at stop: every live worker's final report, before Locust's quit ----
 
-    def _live_clients(self) -> list[str]:
+    def _master(self) -> MasterRunner:
+        """The runner, on the master (where the workers' reports and final reports are kept)."""
         runner = self.env.runner
+        assert isinstance(runner, MasterRunner), "the master's runner"
+        return runner
+
+    def _live_clients(self) -> list[str]:
+        runner = self._master()
         return [c.id for c in list(runner.clients.values()) if c.state != "missing"]
 
     def _final_askees(self) -> list[str]:
@@ -281,7 +288,7 @@ class MetricsHub:
         included (a worker starved of CPU misses its heartbeats for a few seconds and comes back),
         and the ones that reported but are not connected right now (between Locust's
         client_stopped and client_ready); not the ones that quit after their own final report."""
-        runner = self.env.runner
+        runner = self._master()
         ids = [c.id for c in list(runner.clients.values())]
         ids += [cid for cid, w in self.workers.items() if cid not in ids]
         return [cid for cid in ids if cid not in self.workers or self.workers[cid].final != QUIT_TOKEN]
@@ -293,7 +300,7 @@ class MetricsHub:
         marks missing is asked and waited for too: one whose loop stalled past its heartbeats at
         the end of a run (a CI machine's CPU taken by the server) lost its last requests when only
         the live ones were; a dead one costs the wait (the grace), nothing else."""
-        runner = self.env.runner
+        runner = self._master()
         if timeout is None:
             timeout = FINAL_REPORT_GRACE + float(getattr(self.env, "stop_timeout", 0) or 0)
         self.final_token += 1
@@ -374,8 +381,8 @@ class MetricsHub:
             # its last report must come from after it left the step: in no step (0, the drain
             # after a step) or a later one. A report made before it entered the step says
             # nothing of the step's requests (a 1.5 s step can pass between two reports).
-            if not (w.step == 0 or w.step > step):
-                return False
+            if w.step is None or not (w.step == 0 or w.step > step):
+                return False  # None: a report that did not say its step says nothing of it either
         return True
 
     # ---- client validity monitors (worker/local) ----
@@ -477,80 +484,97 @@ def _freeze_startup_objects() -> None:
 def install(environment: Environment) -> MetricsHub:
     """Wire the hub into Locust's events. Call from an `init` listener (every process)."""
     h = hub(environment)
-    events = environment.events
     runner = environment.runner
     if not isinstance(runner, MasterRunner):
         # quitting listeners run in reverse: registered first, this closes the record log last
-        events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
+        environment.events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
     if isinstance(runner, WorkerRunner):
-        events.report_to_master.add_listener(lambda client_id, data: h.report(data))
-        runner.register_message(
-            FINAL, lambda environment, msg, **_kw: h.send_final_report(msg.data["token"]), concurrent=True
-        )
-
-        def on_worker_quitting(**_kw: Any) -> None:
-            # Quitting on its own (SIGTERM, Ctrl-C): Locust's worker tells the master it quits and
-            # then stops its users without reporting again. Listeners run in reverse here, so this
-            # comes first: stop, report everything (marked as quitting), then Locust says quit.
-            if runner.state not in ("stopped",) or h._delta or h.in_flight:
-                try:
-                    h.send_final_report(QUIT_TOKEN)
-                except Exception as e:  # noqa: BLE001 - no master to send to: nothing more to do
-                    log.warning("could not send the final report while quitting: %s", e)
-
-        events.quitting.add_listener(on_worker_quitting)
+        _install_worker(h, environment, runner)
     if isinstance(runner, MasterRunner):
-        import locust.runners
-
-        # read by Locust each time a worker connects or sends a heartbeat
-        locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
-        events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
-
-        def on_master_stop(**_kw: Any) -> None:
-            if not h.finals_collected:
-                h.collect_final_reports()
-
-        events.test_stop.add_listener(on_master_stop)
-        gevent.spawn(_watch_workers, h, runner)
-    if not isinstance(runner, MasterRunner):
-
-        def on_start(**_kw: Any) -> None:
-            if h.started_at is not None and not isinstance(runner, WorkerRunner):
-                h.new_run()
-            _freeze_startup_objects()
-            h.started_at = time.time()
-            h.spawned = h.stopping = False
-            h.start_monitors()
-            path = getattr(environment.parsed_options, "record_log", "")
-            if path and h.record_log is None:
-                if isinstance(runner, WorkerRunner):
-                    path = f"{path}.worker{runner.worker_index}"
-                h.record_log = RecordLog(path)
-
-        def on_stop(**_kw: Any) -> None:
-            h.stop_monitors()
-            if h.record_log is not None:
-                # closed once the requests still in flight (open-loop passes stop after this
-                # listener) have ended as cancelled and been written: bounded
-                gevent.spawn(_close_record_log, h)
-
-        def on_spawned(**_kw: Any) -> None:
-            h.spawned = True
-
-        def on_stopping(**_kw: Any) -> None:
-            h.stopping = True
-
-        events.test_start.add_listener(on_start)
-        events.test_stop.add_listener(on_stop)
-        events.spawning_complete.add_listener(on_spawned)
-        events.test_stopping.add_listener(on_stopping)
+        _install_master(h, environment, runner)
     else:
-
-        def on_master_start(**_kw: Any) -> None:
-            if h.started_at is not None:
-                h.new_run()
-            h.started_at = time.time()
-            h.finals_collected = False
-
-        events.test_start.add_listener(on_master_start)
+        _install_sender(h, environment)
     return h
+
+
+def _install_worker(h: MetricsHub, environment: Environment, runner: WorkerRunner) -> None:
+    """A worker's deltas ride on Locust's reports; its final report goes when asked, or as it quits."""
+    events = environment.events
+    events.report_to_master.add_listener(lambda client_id, data: h.report(data))
+    runner.register_message(
+        FINAL, lambda environment, msg, **_kw: h.send_final_report(msg.data["token"]), concurrent=True
+    )
+
+    def on_worker_quitting(**_kw: Any) -> None:
+        # Quitting on its own (SIGTERM, Ctrl-C): Locust's worker tells the master it quits and
+        # then stops its users without reporting again. Listeners run in reverse here, so this
+        # comes first: stop, report everything (marked as quitting), then Locust says quit.
+        if runner.state not in ("stopped",) or h._delta or h.in_flight:
+            try:
+                h.send_final_report(QUIT_TOKEN)
+            except Exception as e:  # noqa: BLE001 - no master to send to: nothing more to do
+                log.warning("could not send the final report while quitting: %s", e)
+
+    events.quitting.add_listener(on_worker_quitting)
+
+
+def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunner) -> None:
+    """The master merges the workers' reports, collects their final reports at stop, and watches them."""
+    import locust.runners
+
+    events = environment.events
+    # read by Locust each time a worker connects or sends a heartbeat
+    locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
+    events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
+
+    def on_master_stop(**_kw: Any) -> None:
+        if not h.finals_collected:
+            h.collect_final_reports()
+
+    events.test_stop.add_listener(on_master_stop)
+    gevent.spawn(_watch_workers, h, runner)
+
+    def on_master_start(**_kw: Any) -> None:
+        if h.started_at is not None:
+            h.new_run()
+        h.started_at = time.time()
+        h.finals_collected = False
+
+    events.test_start.add_listener(on_master_start)
+
+
+def _install_sender(h: MetricsHub, environment: Environment) -> None:
+    """A process that sends (worker, local): client monitors and the record log follow the test."""
+    runner = environment.runner
+
+    def on_start(**_kw: Any) -> None:
+        if h.started_at is not None and not isinstance(runner, WorkerRunner):
+            h.new_run()
+        _freeze_startup_objects()
+        h.started_at = time.time()
+        h.spawned = h.stopping = False
+        h.start_monitors()
+        path = getattr(environment.parsed_options, "record_log", "")
+        if path and h.record_log is None:
+            if isinstance(runner, WorkerRunner):
+                path = f"{path}.worker{runner.worker_index}"
+            h.record_log = RecordLog(path)
+
+    def on_stop(**_kw: Any) -> None:
+        h.stop_monitors()
+        if h.record_log is not None:
+            # closed once the requests still in flight (open-loop passes stop after this
+            # listener) have ended as cancelled and been written: bounded
+            gevent.spawn(_close_record_log, h)
+
+    def on_spawned(**_kw: Any) -> None:
+        h.spawned = True
+
+    def on_stopping(**_kw: Any) -> None:
+        h.stopping = True
+
+    events = environment.events
+    events.test_start.add_listener(on_start)
+    events.test_stop.add_listener(on_stop)
+    events.spawning_complete.add_listener(on_spawned)
+    events.test_stopping.add_listener(on_stopping)
