@@ -85,7 +85,7 @@ import bisect
 import hashlib
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 STRATEGIES = ("round-robin", "random", "least-in-flight", "affinity")
 DOWN_AFTER = 3  # consecutive connection failures that mark an endpoint down
@@ -151,7 +151,7 @@ class Router:
         self._serves: dict[str, frozenset[str]] = {}  # model -> the endpoints serving it (`serve`)
 
     # ---- picking ----
-    def serve(self, models_by_url: dict[str, Iterable[str]]) -> None:
+    def serve(self, models_by_url: Mapping[str, Iterable[str]]) -> None:
         """What each endpoint serves (its /v1/models): from then on a request for a model that
         some endpoints list and others do not goes to those that list it (several models, or
         LoRA adapters loaded on some replicas only, without a gateway). A model no endpoint

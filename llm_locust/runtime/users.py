@@ -112,6 +112,7 @@ class _ProcessContext:
     def next_session(self, first: bool):
         """(session, start turn): the process's sessions in turn, looping; a user's first one
         starts mid-trajectory under --mid-start."""
+        assert self.sessions is not None, "a session workload's"
         sess = self.sessions.roots[next(self._next_session) % len(self.sessions.roots)]
         start = pick_start_turn(sess, self._start_rng) if first and self.settings.mid_start else 0
         return sess, start
@@ -144,6 +145,12 @@ class LLMUser(FastHttpUser):
     wait_time = constant(0)
     concurrency = 256  # one-greenlet-per-request replay shares this pool
 
+    @property
+    def _host_url(self) -> str:
+        """The host: FastHttpUser refuses to make a user without one."""
+        assert self.host is not None, "FastHttpUser requires a host"
+        return self.host
+
     def on_start(self) -> None:
         env = self.environment
         self.ctx = _context(env)
@@ -151,10 +158,10 @@ class LLMUser(FastHttpUser):
         self.metrics = hub(env)
         self.metrics.slos = s.request_slos
         self.adapter = get_adapter(s.api) if s.api not in GRPC_APIS else None
-        http_client = self.client.client.clientpool.get_client(self.host)
+        http_client = self.client.client.clientpool.get_client(self._host_url)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
-        self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self.host)
+        self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self._host_url)
         self.llm = LLMClient(self)
         self._discover_model()
         self._discover_endpoint_models()
@@ -163,7 +170,7 @@ class LLMUser(FastHttpUser):
         """A client for one API on this user's connections to the host."""
         s = self.ctx.settings
         return StreamClient(
-            self._http, self.host, adapter, s.timeouts, headers=self.stream_headers(adapter), limits=s.limits
+            self._http, self._host_url, adapter, s.timeouts, headers=self.stream_headers(adapter), limits=s.limits
         )
 
     def _discover_model(self) -> None:
@@ -174,10 +181,14 @@ class LLMUser(FastHttpUser):
             if ctx.model_checked:
                 return
             if self.adapter is None:  # a gRPC server: its GetModelInfo names what it serves
-                served = self.stream.model_info().get("served_model_name") or ""
+                from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+                grpc = self.stream
+                assert isinstance(grpc, H2GrpcClient), "main_client's for a gRPC API"
+                served = grpc.model_info().get("served_model_name") or ""
                 models = [n.strip() for n in served.split(",") if n.strip()]
             else:
-                models = fetch_models(self.host, self.stream_headers(), ctx.settings.timeouts, ctx.settings.limits)
+                models = fetch_models(self._host_url, self.stream_headers(), ctx.settings.timeouts, ctx.settings.limits)
             if models:
                 ctx.model = models[0]
                 self.metrics.info["model"] = ctx.model
@@ -235,7 +246,7 @@ class LLMUser(FastHttpUser):
             rec.session = session
             rec.ideal_cached = ideal
             rec.model = spec.model
-            if url is not None:
+            if url is not None and router is not None:  # a URL is picked by the router only
                 rec.endpoint = url
                 router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             account(self.environment, rec, name)
@@ -251,12 +262,15 @@ class LLMUser(FastHttpUser):
         streams = self.__dict__.setdefault("_streams", {})
         c = streams.get(url)
         if c is None:
-            http = self.client.client.clientpool.get_client(url)
-            http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
             s = self.ctx.settings
-            c = streams[url] = StreamClient(
-                http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
-            )
+            if self.adapter is None:  # a gRPC API: its own channel to the endpoint (as the dispatcher's)
+                c = streams[url] = main_client(s, url)
+            else:
+                http = self.client.client.clientpool.get_client(url)
+                http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
+                c = streams[url] = StreamClient(
+                    http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
+                )
         return c
 
     def run_session(self, session, start_turn: int = 0) -> bool:
@@ -355,6 +369,7 @@ class StreamingUser(LLMUser):
             session, start = ctx.next_session(first)
             self.run_session(session, start)
             return
+        assert ctx.workload is not None, "a workload of records when it has no sessions"
         spec, source = ctx.workload.next_spec(ctx.request_model())
         spec, source, graded = maybe_graded(
             ctx, ctx.settings, spec, source, getattr(self.environment.runner, "worker_index", 0) or 0
