@@ -93,7 +93,7 @@ def _le_buckets(values_us, bounds: tuple[float, ...], total: int) -> list[tuple[
                 counts[i] += n
                 break
     out, acc = [], 0
-    for bound, c in zip(bounds, counts):
+    for bound, c in zip(bounds, counts, strict=True):
         acc += c
         out.append((f"{bound:g}", acc))
     out.append(("+Inf", total))
@@ -333,7 +333,7 @@ def registry_for(environment) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=False)
         reg.register(LLMCollector(environment))
         ProcessCollector(registry=reg)  # process_resident_memory_bytes etc.: the soak dashboard
-        environment.llm_prometheus = reg  # type: ignore[attr-defined]
+        environment.llm_prometheus = reg
     return reg
 
 

@@ -161,7 +161,9 @@ class LadderController:
         if self.search is None:
             return self.ladder.levels[0]
         s = self.search
-        return sla_search.next_level([], s.kind, s.lo, s.hi, s.precision)  # type: ignore[return-value]
+        level = sla_search.next_level([], s.kind, s.lo, s.hi, s.precision)
+        assert level is not None, "a search's first probe is at its lowest load"
+        return level
 
     def _end_probe(self, cur: StepWindow, now: float) -> tuple | None:
         """A probe's window ended: stop sending (rate) or hold the users, its requests untagged
@@ -207,7 +209,7 @@ class LadderController:
             self.stop_reason = "SLA search: " + self.sla["reason"]
             if self.sla["reached"] == "lowest_breaks":
                 self.env.process_exit_code = 1  # asserted again at quitting (install), after the fail-fast's own code
-                first = next((p["broken"] for p in self.probes), [])
+                first: list[str] = next((p["broken"] for p in self.probes), [])
                 self.stop_reason += f" ({', '.join(first)})"
             # its requests have finished already: the drain ends at once
             lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
@@ -354,7 +356,7 @@ class LadderController:
         verdict = (
             analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps and self.ladder.burst is None else None
         )
-        out = {
+        out: dict[str, Any] = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
             "steps": [s.to_dict() for s in steps],
@@ -472,11 +474,11 @@ def install(env: Environment, settings) -> None:
         # Registered before the fail-fast's own exit code (runtime.plugin installs it later);
         # quitting listeners run in reverse order, so this one runs after it and keeps the 1.
         env.events.quitting.add_listener(lambda **_kw: _search_exit_code(env))
-    env.llm_ladder = LadderController(
+    env.llm_ladder = LadderController(  # type: ignore[attr-defined]  # our per-run state rides on Locust's Environment
         env,
         ladder,
         settings.slos,
-        settings.early_stop_rule(),  # type: ignore[attr-defined]
+        settings.early_stop_rule(),
         request_timeout=settings.request_timeout,
     )
     env.llm_ladder.burst_limit = settings.burst_recovery  # type: ignore[attr-defined]
@@ -509,6 +511,7 @@ class LadderShape(LoadTestShape):
             renew(self.runner.environment)
 
     def tick(self):
+        assert self.runner is not None, "Locust ticks a shape of a runner"
         ctl = controller(self.runner.environment)
         if ctl is None:
             log.error("LadderShape needs --ladder (e.g. --ladder concurrency:1..32)")

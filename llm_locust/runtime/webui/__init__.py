@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -101,7 +102,6 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
 
 def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI)."""
-    from flask import Blueprint, Response, request, send_from_directory
     from locust.runners import MasterRunner, WorkerRunner
 
     from llm_locust.analysis import saturation
@@ -116,7 +116,7 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     if shapes.controller(environment) is not None:
         saturation.preload()  # the view computes verdicts while the ladder runs: import kneed now
     view = LiveView()
-    environment.llm_webui = view  # type: ignore[attr-defined]
+    environment.llm_webui = view
     shown_run = [h.run_number]
 
     def get_inputs() -> Inputs:
@@ -126,10 +126,21 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
         nonlocal view
         if shown_run[0] != h.run_number:  # a new test: start the charts and caches afresh
             shown_run[0] = h.run_number
-            view = environment.llm_webui = LiveView()  # type: ignore[attr-defined]
+            view = environment.llm_webui = LiveView()
         return view
 
     prefix = (getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
+    _serve_pages(web_ui, prefix, current_view, get_inputs)
+    _add_locust_tab(web_ui, prefix, current_view, get_inputs)
+    _sample_while_running(environment, current_view, get_inputs)
+    log.info("LLM live view at %s/llm on the web UI", prefix)
+    return view
+
+
+def _serve_pages(web_ui, prefix: str, current_view: Callable[[], LiveView], get_inputs: Callable[[], Inputs]) -> None:
+    """The live view's own routes (/llm, its data poll, its static files), behind the web UI's login."""
+    from flask import Blueprint, Response, request, send_from_directory
+
     bp = Blueprint("llm_locust_webui", __name__, url_prefix=prefix or None)
     auth = web_ui.auth_required_if_enabled
     page = (STATIC / "llm.html").read_bytes()
@@ -156,7 +167,13 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
 
     web_ui.app.register_blueprint(bp)
 
-    # Locust's own UI: an "LLM" tab (a two-column table) and a link to /llm under Reports
+
+def _add_locust_tab(
+    web_ui, prefix: str, current_view: Callable[[], LiveView], get_inputs: Callable[[], Inputs]
+) -> None:
+    """An "LLM" tab (a two-column table) in Locust's own UI and a /llm link under Reports: found from there."""
+    from flask import request
+
     ta = web_ui.template_args
     ta["extended_tabs"] = [*ta.get("extended_tabs", []), {"title": "LLM", "key": TAB_KEY}]
     ta["extended_tables"] = [
@@ -188,8 +205,10 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
             log.exception("LLM tab rows failed")
         return response
 
-    # One snapshot a second while a test runs, watched or not: a page opened mid-run then shows
-    # the latency history from the start (about 2 ms of the master's time a second).
+
+def _sample_while_running(environment, current_view: Callable[[], LiveView], get_inputs: Callable[[], Inputs]) -> None:
+    """A snapshot a second while a test runs, watched or not: a page opened mid-run shows the history from the start."""
+    # about 2 ms of the master's time a second
     sampler: list[Any] = []
 
     def sample_while_running() -> None:
@@ -210,5 +229,3 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
 
     environment.events.test_start.add_listener(start_sampling)
     environment.events.test_stop.add_listener(stop_sampling)
-    log.info("LLM live view at %s/llm on the web UI", prefix)
-    return view

@@ -195,8 +195,8 @@ class LiveView:
         end_sec = int(now - inp.lag)
         start_sec = end_sec - int(self.window)
         tok = okn = fail = 0
-        for s in range(start_sec, end_sec):
-            b = total.series.get(s)
+        for sec in range(start_sec, end_sec):
+            b = total.series.get(sec)
             if b:
                 tok += b[0]
                 okn += b[1]
@@ -319,7 +319,7 @@ class LiveView:
                     }
                 )
                 continue
-            row, res = self._step(inp, w)
+            row, res = self._step(inp, ld, w)
             rows.append(row)
             if w["ended"] is not None:
                 finished.append(res)
@@ -359,7 +359,7 @@ class LiveView:
         }
         return step, ladder
 
-    def _step(self, inp: Inputs, w: dict[str, Any]) -> tuple[dict[str, Any], StepResult]:
+    def _step(self, inp: Inputs, ld: LadderInputs, w: dict[str, Any]) -> tuple[dict[str, Any], StepResult]:
         """(table row, StepResult) of a measured step; a finished one is cached until its aggregate changes."""
         idx = w["step"]
         agg = inp.steps.get(idx) or Aggregate()
@@ -367,7 +367,6 @@ class LiveView:
         cached = self._step_cache.get(idx)
         if cached is not None and cached[0] == key and w["ended"] is not None:
             return cached[1], cached[2]
-        ld = inp.ladder
         end = w["ended"] if w["ended"] is not None else inp.now
         # as LadderController.results() calls step_result: the final report's figures and flags
         res = step_result(
@@ -425,11 +424,12 @@ class LiveView:
 
     def refresh(self, get_inputs: Callable[[], Inputs]) -> dict[str, Any]:
         """The cached snapshot, recomputed first when older than `sample_s`."""
-        if self._snap is None or self.clock() - self._at >= self.sample_s:
+        snap = self._snap
+        if snap is None or self.clock() - self._at >= self.sample_s:
             inp = get_inputs()
-            self.snapshot(inp)
+            snap = self.snapshot(inp)
             self._refs = (inp.total.series, inp.server, inp.gpu)
-        return self._snap
+        return snap
 
     def payload(self, get_inputs: Callable[[], Inputs], since: float = 0.0) -> dict[str, Any]:
         """The JSON for one poll: the cached snapshot plus what is newer than `since`; the ladder's
@@ -487,6 +487,7 @@ def server_columns(series, since: float, which: str) -> dict[str, Any]:
     samples = series.samples
     i = bisect_right(samples, since, key=lambda s: s.t) if since else 0
     out: dict[str, Any] = {"kind": series.server, "url": series.url, "error": series.error, "t": []}
+    keys: dict[str, list[Any]]
     if which == "server":
         keys = {"kv": [], "running": [], "waiting": [], "gen_tps": [], "preempt": []}
     else:
