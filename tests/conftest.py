@@ -1,24 +1,91 @@
 import os
+import platform
+import time
 
 import pytest
 import realservers
+import support
+import tiers
+from hypothesis import HealthCheck, settings
 
 # grpc-core reads this when grpc is first imported: in a test process that used grpcio, its fork
 # handlers made 2-4 of 60 subprocess spawns abort (exit -6, "epoll_wait error: Bad file
 # descriptor"), and the tests spawn many (runtime/grpc_client.py `_grpc` says the same).
-os.environ.setdefault(
-    "GRPC_ENABLE_FORK_SUPPORT", "false"
-)  # tests/realservers.py (tests/ is on sys.path: rootdir conftest, no __init__.py)
+# (tests/ is on sys.path: rootdir conftest, no __init__.py)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# Hypothesis: the same examples on every run and every machine (derandomized, no example database),
+# so a red CI can be reproduced; `pytest --hypothesis-profile explore` draws fresh ones (and keeps
+# failing examples in .hypothesis/, which git ignores).
+settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+settings.register_profile(
+    "explore", derandomize=False, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("repeatable")
+
+# The results' provenance reads platform.platform(), which runs `uname -p` once per process and
+# caches it: read it here, so that the fast tier's guard (no process started) does not count it.
+platform.platform()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shard",
+        metavar="K/N:TIER",
+        help="run shard K of N of the selected tests, dealt by module with TIER's durations (scripts/suite.py)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks by tier before -m selects (tests/tiers.py), then this process's shard of what it kept."""
+    tiers.apply(items)
+    yield
+    spec = config.getoption("--shard")
+    if not spec:
+        return
+    part, _, tier_name = spec.partition(":")
+    k, n = (int(x) for x in part.split("/"))
+    keep = tiers.shard(items, k, n, tier_name)
+    kept = {id(i) for i in keep}
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+    items[:] = keep
+
+
+_FAST_CALL = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """The fast tier's guard: no process, and a call within the tier's CPU and wall limits."""
+    if tiers.tier(item) != "fast":
+        yield
+        return
+    t0, c0 = time.perf_counter(), time.process_time()
+    with tiers.Guard(item) as guard:
+        yield
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    item.stash[_FAST_CALL] = (cpu, wall, guard.started and guard.message())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or _FAST_CALL not in item.stash or report.failed:
+        return
+    cpu, wall, started = item.stash[_FAST_CALL]
+    why = started or tiers.too_long(item, cpu, wall)
+    if why:
+        report.outcome = "failed"
+        report.longrepr = why
 
 
 def _require_real(path, what: str, hint: str = realservers.PROVISION_HINT):
     """Skip when a real-server artifact is missing locally; fail in CI, where it must exist."""
     if path is not None:
         return path
-    msg = f"{what} not found under {realservers.cache_dir()}; {hint}"
-    if realservers.in_ci():
-        pytest.fail(f"CI is set, so real-server tests must run, but {msg}", pytrace=False)
-    pytest.skip(msg)
+    support.missing(f"{what} not found under {realservers.cache_dir()}; {hint}")
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +155,27 @@ def vllm_server(request, vllm_python, vllm_model_dir):
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def sims(tmp_path_factory):
+    """Simulators started once per session (per shard) and shared by the modules that ask for the
+    same options: ``sims(slots=8, iter_base=0.002, token_log=True)``; ``token_log=True`` gives the
+    simulator a per-token log (``sim.token_log``, a Path). A test that changes a simulator's state
+    (faults by flag, its counters read as absolute) starts its own SimProcess instead."""
+    from llm_locust.sim.process import SimProcess
+
+    running: dict[str, SimProcess] = {}
+
+    def get(**options):
+        key = repr(sorted(options.items()))
+        if key not in running:
+            log = tmp_path_factory.mktemp("sim") / "tokens.jsonl" if options.get("token_log") else None
+            sim = SimProcess(**{**options, "token_log": str(log) if log else None}).start()
+            sim.token_log = log
+            running[key] = sim
+        return running[key]
+
+    yield get
+    for sim in running.values():
+        sim.stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+
+from support import free_port, missing
 
 LLAMA_CPP_PY_VERSION = "0.3.36"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,24 +76,6 @@ def smollm2_tokenizer_dir() -> Path | None:
     return d if _existing(d / "tokenizer.json") is not None else None
 
 
-def in_ci() -> bool:
-    """CI is set: a test that needs a real part must fail, not skip, when the part is missing."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def need_binary(binary: str, install: str = "apt-get install -y prometheus") -> str:
-    """The path of a program a test needs: skip locally when it is missing, fail in CI."""
-    import pytest
-
-    path = shutil.which(binary)
-    if path is None:
-        msg = f"{binary} not found ({install})"
-        if in_ci():
-            pytest.fail(f"CI is set, so this test must run, but {msg}", pytrace=False)
-        pytest.skip(msg)
-    return path
-
-
 def log_tail(path: Path | None, lines: int, max_bytes: int = 32768) -> str:
     """The last `lines` lines of a server's log file (for failure messages)."""
     if path is None or not path.exists():
@@ -102,13 +85,6 @@ def log_tail(path: Path | None, lines: int, max_bytes: int = 32768) -> str:
         f.seek(max(0, f.tell() - max_bytes))
         text = f.read().decode("utf-8", "replace")
     return "\n".join(text.splitlines()[-lines:])
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the caller must tolerate a rare race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
@@ -578,14 +554,9 @@ def smg_bin() -> Path | None:
 
 def need_smg() -> Path:
     """The smg binary for a test: skip locally when it is missing, fail in CI."""
-    import pytest
-
     path = smg_bin()
     if path is None:
-        msg = f"the smg router is not installed; {SMG_PROVISION_HINT}"
-        if in_ci():
-            pytest.fail(f"CI is set, so this test must run, but {msg}", pytrace=False)
-        pytest.skip(msg)
+        missing(f"the smg router is not installed; {SMG_PROVISION_HINT}")
     return path
 
 

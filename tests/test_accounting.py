@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from realservers import free_port
+from support import free_port
 
 from llm_locust.sim.process import SimProcess
 

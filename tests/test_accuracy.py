@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import run_cli
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import Outcome, RequestRecord
@@ -210,17 +209,6 @@ def test_format_steps_and_summary_show_accuracy():
 
 
 # ---- runs against the simulator ----
-
-
-def run_cli(*args, timeout=180):
-    return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
 
 
 def _closed_run(tmp_path, accuracy: float) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from support import shared_file
 
 from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
 from llm_locust.protocols import (
@@ -33,7 +34,6 @@ from llm_locust.protocols.openai import parse_models
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = FIXTURES / "captures"
 WIRE = FIXTURES / "wire"
-SHARED_CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 
 # every stream capture and the API it was recorded from
 CAPTURE_API = {
@@ -135,7 +135,7 @@ def payloads_of(body: bytes) -> list[dict]:
 
 def cut(body: bytes, points) -> list[bytes]:
     points = sorted(set(points))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 # --- captures: any split, any line ending, the same result ---------------------------------
@@ -146,9 +146,8 @@ def test_every_capture_file_is_used():
     assert streams == set(CAPTURE_API)
 
 
-@pytest.mark.skipif(not SHARED_CAPTURES.is_dir(), reason="no ../shared/captures beside the repo")
 def test_fixture_copies_match_shared_captures():
-    for src in SHARED_CAPTURES.iterdir():
+    for src in shared_file("captures").iterdir():
         if src.name == "wire_examples.txt":
             continue  # turned into tests/fixtures/wire/*
         assert filecmp.cmp(src, CAPTURES / src.name, shallow=False), src.name

@@ -5,6 +5,7 @@ stream, request bodies and headers, and end to end through StreamClient against 
 
 from __future__ import annotations
 
+import functools
 import http.client
 import itertools
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from support import stream_client
 
 from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE, Outcome
 from llm_locust.protocols import (
@@ -50,6 +52,8 @@ CAPTURE_API = {
     "sglang_generate_error_source_example.sse": "sglang-generate",
 }
 CAPTURES = sorted(n for n in CAPTURE_API if (APIS / n).exists())
+
+client_for = functools.partial(stream_client, api_key="sk-test", concurrency=10)
 
 
 @dataclass
@@ -138,7 +142,7 @@ def events_of(body: bytes) -> list[dict]:
 
 def cut(body: bytes, points) -> list[bytes]:
     points = sorted(set(points))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 # --- captures: any split, any line ending, the same result -----------------------------------
@@ -193,7 +197,7 @@ def test_capture_agrees_with_an_independent_reading(name):
         assert events[-1]["type"] == "message_stop"
     else:
         counts = [e["meta_info"]["completion_tokens"] for e in events]
-        deltas = [b - a for a, b in zip([0, *counts], counts) if b > a]
+        deltas = [b - a for a, b in zip([0, *counts], counts, strict=False) if b > a]
         assert r.cont_tokens == deltas and r.usage_out == counts[-1]
         assert r.text == events[-1]["text"]
         assert r.usage_in == events[-1]["meta_info"]["prompt_tokens"]
@@ -679,24 +683,8 @@ ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    from llm_locust.sim.process import SimProcess
-
-    log = tmp_path_factory.mktemp("sim") / "tokens.jsonl"
-    with SimProcess(slots=8, iter_base=0.002, iter_per_seq=0.0002, token_log=str(log)) as s:
-        s.token_log = log
-        yield s
-
-
-def client_for(url, api, headers=None):
-    from geventhttpclient import HTTPClient
-
-    from llm_locust.runtime.client import StreamClient, Timeouts
-
-    http = HTTPClient.from_url(url, concurrency=10, connection_timeout=2.0, network_timeout=5.0)
-    head = request_headers(get_adapter(api), "sk-test")
-    head.update(headers or {})
-    return StreamClient(http, url, get_adapter(api), Timeouts(2.0, 5.0, 10.0), head, True)
+def sim(sims):
+    return sims(slots=8, iter_base=0.002, iter_per_seq=0.0002, token_log=True)  # test_client's too
 
 
 def ground_truth(sim, rid):
@@ -748,7 +736,9 @@ def test_end_to_end_against_the_simulator(sim, api):
     ],
 )
 def test_faults_against_the_simulator(sim, api, fault, outcome, tokens):
-    rec = client_for(sim.url, api, {"x-sim-fault": fault}).send(spec(8, chat=api in CHAT_APIS), f"f-{next(ids)}")
+    rec = client_for(sim.url, api, headers={"x-sim-fault": fault}).send(
+        spec(8, chat=api in CHAT_APIS), f"f-{next(ids)}"
+    )
     assert rec.outcome is outcome, rec.error
     assert len(rec.chunk_times) == tokens
     if outcome is Outcome.STREAM_ERROR:

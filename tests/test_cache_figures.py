@@ -142,8 +142,8 @@ def test_anthropic_message_delta_zero_does_not_undo_message_start():
 
 
 def test_stream_client_copies_cached_count_onto_the_record():
-    from canned import canned_server, sse_reply
     from geventhttpclient import HTTPClient
+    from support import canned_server, sse_reply
 
     from llm_locust.protocols.base import RequestSpec
     from llm_locust.runtime.client import StreamClient, Timeouts

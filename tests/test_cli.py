@@ -1,35 +1,16 @@
 """`llm-locust run` as a user runs it: real processes, the simulator, Locust underneath."""
 
 import json
-import os
 import subprocess
 import sys
 import time
 
 import pytest
+from support import free_port, run_cli
 
 from llm_locust.sim.process import SimProcess
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 SECRET = "sk-test-0123456789abcdef-DO-NOT-LOG"
-
-
-def run_cli(*args, env=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_main_job_without_host_runs_against_the_simulator(tmp_path):

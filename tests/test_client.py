@@ -7,30 +7,19 @@ import socket
 import gevent
 import gevent.event
 import pytest
-from canned import canned_server, sse_reply
 from gevent.server import StreamServer
-from geventhttpclient import HTTPClient
+from support import canned_server, sse_reply, stream_client
 
 from llm_locust.metrics.records import Outcome
-from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.runtime.client import StreamClient, Timeouts
-from llm_locust.sim.process import SimProcess
+from llm_locust.runtime.client import Timeouts
 
 ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sim") / "tokens.jsonl"
-    with SimProcess(slots=8, iter_base=0.002, iter_per_seq=0.0002, token_log=str(log)) as s:
-        s.token_log = log
-        yield s
-
-
-def client_for(url, api="openai-chat", headers=None, timeouts=None, collect_text=True):
-    http = HTTPClient.from_url(url, concurrency=20, connection_timeout=2.0, network_timeout=5.0)
-    return StreamClient(http, url, get_adapter(api), timeouts or Timeouts(2.0, 5.0, 10.0), headers, collect_text)
+def sim(sims):
+    return sims(slots=8, iter_base=0.002, iter_per_seq=0.0002, token_log=True)  # test_apis's too
 
 
 def spec(n=12, **kw):
@@ -39,24 +28,24 @@ def spec(n=12, **kw):
 
 @pytest.mark.parametrize("api", ["openai-chat", "openai-completions"])
 def test_ok_stream_is_timed_token_by_token(sim, api):
-    rec = client_for(sim.url, api).send(spec(12), f"ok-{next(ids)}")
+    rec = stream_client(sim.url, api).send(spec(12), f"ok-{next(ids)}")
     assert rec.outcome is Outcome.OK, rec.error
     assert rec.status == 200
     assert rec.n_out == 12 and rec.n_out_source == "usage"
     assert rec.n_in == 5 and rec.n_in_source == "usage"
     assert len(rec.chunk_times) == 12 and rec.chunk_tokens == [1] * 12
     assert rec.t_sent < rec.t_headers <= rec.t_first == rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.t_end
-    assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
+    assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:], strict=False))
     assert rec.finish_reason == "length" and rec.text and not rec.length_mismatch
 
 
 def test_continuous_usage_gives_exact_tokens_per_chunk(sim):
-    rec = client_for(sim.url).send(spec(9, continuous_usage=True), f"cu-{next(ids)}")
+    rec = stream_client(sim.url).send(spec(9, continuous_usage=True), f"cu-{next(ids)}")
     assert rec.ok and rec.n_out == 9 and sum(rec.chunk_tokens) == 9
 
 
 def test_sequential_requests_reuse_one_connection(sim):
-    c = client_for(sim.url)
+    c = stream_client(sim.url)
     for _ in range(3):
         assert c.send(spec(3), f"ka-{next(ids)}").ok
     assert c.pool._socket_queue.qsize() == 1  # the same keep-alive connection went back each time
@@ -72,7 +61,7 @@ def test_sequential_requests_reuse_one_connection(sim):
     ],
 )
 def test_faults_become_classified_failures(sim, fault, outcome, text, tokens):
-    c = client_for(sim.url, headers={"x-sim-fault": fault})
+    c = stream_client(sim.url, headers={"x-sim-fault": fault})
     rec = c.send(spec(12), f"f-{next(ids)}")
     assert rec.outcome is outcome, rec.error
     assert text in (rec.error or "")
@@ -81,11 +70,11 @@ def test_faults_become_classified_failures(sim, fault, outcome, text, tokens):
     # a reply read to its end leaves a reusable connection; a cut one is closed, never reused
     assert c.pool._socket_queue.qsize() == (0 if outcome is Outcome.TRUNCATED else 1)
     # and the client still works afterwards
-    assert client_for(sim.url).send(spec(2), f"after-{next(ids)}").ok
+    assert stream_client(sim.url).send(spec(2), f"after-{next(ids)}").ok
 
 
 def test_stall_hits_the_no_progress_timeout(sim):
-    c = client_for(sim.url, headers={"x-sim-fault": "stall@2:5"}, timeouts=Timeouts(2.0, 0.3, 10.0))
+    c = stream_client(sim.url, headers={"x-sim-fault": "stall@2:5"}, timeouts=Timeouts(2.0, 0.3, 10.0))
     rec = c.send(spec(8), f"stall-{next(ids)}")
     assert rec.outcome is Outcome.TIMEOUT and "no data for 0.3s" in rec.error
     assert len(rec.chunk_times) == 2
@@ -93,7 +82,7 @@ def test_stall_hits_the_no_progress_timeout(sim):
 
 
 def test_slow_headers_hit_the_total_timeout(sim):
-    c = client_for(sim.url, headers={"x-sim-fault": "slow_headers:5"}, timeouts=Timeouts(2.0, 10.0, 0.4))
+    c = stream_client(sim.url, headers={"x-sim-fault": "slow_headers:5"}, timeouts=Timeouts(2.0, 10.0, 0.4))
     rec = c.send(spec(4), f"slow-{next(ids)}")
     assert rec.outcome is Outcome.TIMEOUT and "total timeout" in rec.error
     assert rec.t_headers is None
@@ -104,17 +93,17 @@ def test_unreachable_host_is_a_connect_error():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    rec = client_for(f"http://127.0.0.1:{port}").send(spec(), "refused")
+    rec = stream_client(f"http://127.0.0.1:{port}").send(spec(), "refused")
     assert rec.outcome is Outcome.CONNECT_ERROR and "connect" in rec.error
 
 
 def test_wrong_api_flavour_is_an_http_error(sim):
-    rec = client_for(sim.url, api="tgi").send(spec(), f"tgi-{next(ids)}")
+    rec = stream_client(sim.url, api="tgi").send(spec(), f"tgi-{next(ids)}")
     assert rec.outcome is Outcome.HTTP_ERROR and rec.status == 404
 
 
 def test_client_timestamps_match_the_servers_send_times(sim):
-    c = client_for(sim.url)
+    c = stream_client(sim.url)
     recs = {}
     for _ in range(5):
         rid = f"gt-{next(ids)}"
@@ -128,7 +117,7 @@ def test_client_timestamps_match_the_servers_send_times(sim):
     for rid, rec in recs.items():
         t = truth[rid]["t_tokens"]
         assert len(t) == len(rec.chunk_times) == 20
-        errors += [c - s for c, s in zip(rec.chunk_times, t)]
+        errors += [c - s for c, s in zip(rec.chunk_times, t, strict=True)]
     errors.sort()
     assert errors[0] >= 0  # a token is never seen before the server wrote it
     # median arrival delay well under one token interval (lower bound of what a batching read would cost)
@@ -168,7 +157,7 @@ def http_reply(body: bytes, ctype=b"text/event-stream") -> bytes:
 def test_malformed_replies_are_classified(reply, outcome, text):
     server = canned_server(reply)
     try:
-        rec = client_for(f"http://127.0.0.1:{server.server_port}").send(spec(), "bad")
+        rec = stream_client(f"http://127.0.0.1:{server.server_port}").send(spec(), "bad")
     finally:
         server.stop()
     assert rec.outcome is outcome, rec.error
@@ -194,7 +183,7 @@ def test_a_kept_alive_connection_the_server_closed_while_idle_is_not_used():
     server = StreamServer(("127.0.0.1", 0), handle)
     server.start()
     try:
-        c = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions")
+        c = stream_client(f"http://127.0.0.1:{server.server_port}", api="openai-completions")
         first = c.send(spec(2), "ka-1")
         assert closed.wait(10)  # the first connection is closed before the second request
         second = c.send(spec(2), "ka-2")
@@ -229,7 +218,7 @@ def test_a_request_the_server_read_before_closing_is_never_sent_again():
     server.start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        c = client_for(url, api="openai-completions")
+        c = stream_client(url, api="openai-completions")
         first = c.send(spec(2), "ka-1")
         second = c.send(spec(2), "ka-2")
         third = c.send(spec(2), "ka-3")
@@ -247,7 +236,7 @@ def test_a_body_ended_by_closing_the_connection_is_complete():
     body = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
     server = canned_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body)
     try:
-        rec = client_for(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(
+        rec = stream_client(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(
             spec(2), "close-delimited"
         )
     finally:

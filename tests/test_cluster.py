@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from realservers import free_port
+from support import free_port
 
 from llm_locust.sim.process import SimProcess
 

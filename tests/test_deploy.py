@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from realservers import free_port, in_ci, need_binary
+from support import free_port, missing, need_binary
 
 from llm_locust.sim.process import SimProcess
 
@@ -43,9 +43,7 @@ GRAFANA_VARS = {
 
 def need_module(name: str, pip: str):
     if importlib.util.find_spec(name) is None:
-        if in_ci():
-            pytest.fail(f"{pip} is required in CI (pip install -e .[test])")
-        pytest.skip(f"{pip} not installed (pip install {pip})")
+        missing(f"{pip} not installed (pip install {pip}; CI installs it with pip install -e .[test])")
     return __import__(name)
 
 
@@ -132,10 +130,7 @@ def compose_schema() -> dict:
     for c in candidates:
         if c and Path(c).is_file():
             return json.loads(Path(c).read_text())
-    msg = "compose_spec.json not found (see compose_schema's docstring)"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+    missing("compose_spec.json not found (see compose_schema's docstring)")
 
 
 def test_compose_file_matches_the_compose_spec_schema():

@@ -6,6 +6,7 @@ simulator and canned replies, and the RAG example under `llm-locust run`."""
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 import subprocess
@@ -14,19 +15,18 @@ from pathlib import Path
 
 import orjson
 import pytest
-from canned import canned_server
 from gevent.server import StreamServer
-from geventhttpclient import HTTPClient
+from support import canned_server, json_client
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import JSON_API_NAMES, get_json_adapter
 from llm_locust.protocols.base import Limits, ProtocolError, RequestSpec, Timeouts
 from llm_locust.protocols.embeddings import EMBEDDINGS, RERANK, SCORE
-from llm_locust.runtime.client import JSONClient
-from llm_locust.sim.process import SimProcess
 
 REPO = Path(__file__).resolve().parents[1]
 ids = itertools.count()
+
+client_for = functools.partial(json_client, concurrency=4)
 
 
 def emb_spec(texts, **kw):
@@ -220,14 +220,8 @@ def test_score_replies():
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimProcess(slots=4) as s:
-        yield s
-
-
-def client_for(url, kind="openai-embeddings", limits=None, timeouts=None):
-    http = HTTPClient.from_url(url, concurrency=4, connection_timeout=2.0, network_timeout=5.0)
-    return JSONClient(http, url, get_json_adapter(kind), timeouts or Timeouts(2.0, 5.0, 10.0), limits=limits)
+def sim(sims):
+    return sims(slots=4)
 
 
 def test_embeddings_from_the_simulator(sim):

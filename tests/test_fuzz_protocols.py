@@ -30,12 +30,10 @@ from llm_locust.protocols.sse import NDJSONDecoder, SSEDecoder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-FAST = settings(
-    derandomize=True,
+FAST = settings(  # derandomized by the suite's profile (conftest.py)
     max_examples=100,
     deadline=timedelta(milliseconds=1000),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
 )
 
 
@@ -113,7 +111,7 @@ def split(draw, body: bytes) -> list[bytes]:
         return [body]
     points = draw(st.lists(st.integers(1, len(body) - 1), max_size=12))
     points = sorted(set(points))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 def _replace_somewhere(draw, value):

@@ -28,13 +28,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import shared_file
 
 from llm_locust.workload import TraceError, load_trace
 from llm_locust.workload.load import UNEXPECTED
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "traces"
-SHARED = REPO.parent / "shared" / "traces"
 HEAD_LINES = 25  # lines taken from the head of a big public trace
 
 # format -> seed files (fixtures always; shared ones when the directory is there)
@@ -158,9 +158,7 @@ def seed_bytes(fmt: str) -> list[bytes]:
     out = []
     for name in SEEDS[fmt]:
         if name.startswith("shared:"):
-            p = SHARED / name[7:]
-            if not p.is_file():
-                continue
+            p = shared_file(f"traces/{name[7:]}")
             with open(p, "rb") as f:
                 data = b"".join(f.readline() for _ in range(HEAD_LINES)) if p.stat().st_size > 20000 else f.read()
         else:
@@ -272,11 +270,9 @@ def test_mutated_real_traces_load_or_raise_trace_error(fmt):
         p.write_bytes(data)
         assert check_load(p, fmt) == "ok"
 
-    @settings(
-        derandomize=True,
+    @settings(  # derandomized by the suite's profile (conftest.py)
         max_examples=120,
         deadline=None,
-        database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(CASE)
@@ -291,9 +287,7 @@ def test_random_bytes_raise_trace_error(fmt):
     workdir = _WORKDIR / f"bytes-{fmt}"
     workdir.mkdir(exist_ok=True)
 
-    @settings(
-        derandomize=True, max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-    )
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.binary(max_size=300))
     def prop(data):
         p = workdir / "garbage"

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from realservers import need_binary
+from support import need_binary
 
 from llm_locust.gpu.nvml import FakeBackend, MiB, NvmlBackend
 from llm_locust.gpu.sidecar import GpuCollector, Sampler

@@ -9,12 +9,12 @@ provisioned); and llama-server itself (`real_server`): usage.prompt_tokens == th
 from __future__ import annotations
 
 import json
-import os
 import random
 import statistics
 import urllib.request
 
 import pytest
+import support
 
 from llm_locust.workload.prompts import (
     DEFAULT_CALIBRATION,
@@ -30,7 +30,7 @@ from llm_locust.workload.tokenizer import CHATML_TEMPLATE, Tokenizer, TokenizerE
 try:
     import tokenizers  # noqa: F401  (a project dependency; the toy tokenizers are trained with it)
 except ImportError:  # pragma: no cover
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+    if support.in_ci():
         raise
     pytest.skip("the 'tokenizers' package is not installed: pip install tokenizers", allow_module_level=True)
 
@@ -413,6 +413,7 @@ def approximation_errors(tok: Tokenizer, ns, chat: bool, **kw) -> list[float]:
     return [abs(server_count(tok, b.build(n)) - n) / n for n in ns]
 
 
+@pytest.mark.slow  # seconds of tokenizing
 def test_smollm2_approximation_error(smol):
     """Without a tokenizer, against the real tokenizer: the word list is one token a word for
     SmolLM2 (calibration 1.0) and the chat overhead was measured on its template, so the

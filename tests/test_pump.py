@@ -6,6 +6,7 @@ timeout, a kill, a reset, a close) must end it as before and take the socket out
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import socket
@@ -17,26 +18,24 @@ import gevent.event
 import orjson
 import pytest
 from gevent.server import StreamServer
-from geventhttpclient import HTTPClient
+from support import stream_client
 from test_token_reads import count_token_reads
 
 import llm_locust.runtime.client as client_mod
 from llm_locust.metrics.records import Outcome
-from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.runtime.client import StreamClient, Timeouts
+from llm_locust.runtime.client import Timeouts
 from llm_locust.runtime.pump import PUMP
 from llm_locust.sim.process import SimProcess
 
 ids = itertools.count()
 
+client_for = functools.partial(stream_client, keep_text=False, concurrency=64)
+
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sim") / "tokens.jsonl"
-    with SimProcess(slots=64, iter_base=0.005, iter_per_seq=0.0, iter_per_prefill_token=0.0, token_log=str(log)) as s:
-        s.token_log = log
-        yield s
+def sim(sims):
+    return sims(slots=64, iter_base=0.005, iter_per_seq=0.0, iter_per_prefill_token=0.0, token_log=True)
 
 
 @pytest.fixture
@@ -47,11 +46,6 @@ def pumped(monkeypatch):
     taken = count_token_reads(monkeypatch)
     yield taken
     assert PUMP._streams == {}  # every socket left the pump, however its request ended
-
-
-def client_for(url, api="openai-chat", headers=None, timeouts=None):
-    http = HTTPClient.from_url(url, concurrency=64, connection_timeout=2.0, network_timeout=5.0)
-    return StreamClient(http, url, get_adapter(api), timeouts or Timeouts(2.0, 5.0, 10.0), headers, False)
 
 
 def spec(n=12):
@@ -80,7 +74,7 @@ def test_many_concurrent_streams_are_read_in_the_pump_and_timed_like_the_server(
         hogging = gevent.spawn(hog)
         gevent.joinall(jobs, raise_error=True)
         hogging.join(5)
-    recs = {rid: j.value for rid, j in zip(rids, jobs)}
+    recs = {rid: j.value for rid, j in zip(rids, jobs, strict=True)}
     assert pumped[0] > 40 * 20  # most token reads were the pump's
     truth = {}
     with open(log) as f:
@@ -92,8 +86,8 @@ def test_many_concurrent_streams_are_read_in_the_pump_and_timed_like_the_server(
         assert rec.outcome is Outcome.OK, rec.error
         assert rec.n_out == 30 and len(rec.chunk_times) == 30 and rec.n_out_source == "usage"
         assert rec.finish_reason == "length" and rec.t_first == rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.t_end
-        assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
-        delays += [t - s for t, s in zip(rec.chunk_times, truth[rid])]
+        assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:], strict=False))
+        delays += [t - s for t, s in zip(rec.chunk_times, truth[rid], strict=True)]
     delays.sort()
     assert len(held) > 10
     assert delays[0] >= 0  # never before the server wrote it

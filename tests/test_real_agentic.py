@@ -113,12 +113,12 @@ def test_affinity_beats_round_robin_and_cached_tokens_are_the_servers(tmp_path, 
             with SmgRouter(replicas.urls, policy=policy, routing_key_headers=["x-session-id"]) as router:
                 summary, ok = _run(d, [router.url], trace, *args)
         after = _counters(replicas)
-        rise = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
+        rise = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before, strict=True)]
         assert len(ok) == 36, (name, len(ok))  # 6 sessions x 3 turns, twice
         assert all(r["n_cached"] is not None for r in ok), name  # llama-server says it on every reply
         # our cached tokens are the servers' own, replica by replica when we routed, else in sum
         if hosts:
-            for url, r in zip(replicas.urls, rise):
+            for url, r in zip(replicas.urls, rise, strict=True):
                 assert sum(x["n_cached"] for x in ok if x["endpoint"] == url) == r[CACHED], (name, url)
         assert sum(x["n_cached"] for x in ok) == sum(r[CACHED] for r in rise), name
         assert sum(x["n_in"] for x in ok) == sum(r[CACHED] + r[PROCESSED] for r in rise), name
@@ -191,4 +191,4 @@ def test_a_weighted_model_split_over_two_servers_of_two_models(tmp_path, llama_s
     n_a = by_model["model-a"]["ok"]
     assert n_a + by_model["model-b"]["ok"] == n
     assert abs(n_a - 0.7 * n) <= 4 * (n * 0.7 * 0.3) ** 0.5, n_a  # binomial: within 4 standard deviations
-    assert [x - y for x, y in zip(after, before)] == [n_a * out, (n - n_a) * out]
+    assert [x - y for x, y in zip(after, before, strict=True)] == [n_a * out, (n - n_a) * out]

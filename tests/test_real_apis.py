@@ -6,15 +6,18 @@ own prompt time where it reports one."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
 
 import pytest
 from realservers import LlamaServer, http_get
+from support import stream_client
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import RequestSpec, get_adapter, request_headers
+from llm_locust.protocols.base import Timeouts
 
 pytestmark = pytest.mark.real_server
 
@@ -22,20 +25,17 @@ MAX_TOKENS = 16
 PER_API = 3
 ids = itertools.count()
 
-
-def client_for(url, api):
-    from geventhttpclient import HTTPClient
-
-    from llm_locust.runtime.client import StreamClient, Timeouts
-
-    http = HTTPClient.from_url(url, concurrency=4, connection_timeout=5.0, network_timeout=120.0)
-    adapter = get_adapter(api)
-    headers = request_headers(adapter, "sk-unused")
-    # llama-server closes a kept-alive connection after a streamed reply, at times only after the
-    # client has reused it (then a connect_error, on every API, openai-chat included): one
-    # connection per request keeps this test about the APIs
-    headers["Connection"] = "close"
-    return StreamClient(http, url, adapter, Timeouts(5.0, 120.0, 300.0), headers, True)
+# llama-server closes a kept-alive connection after a streamed reply, at times only after the client has
+# reused it (then a connect_error, on every API, openai-chat included): one connection per request keeps
+# this test about the APIs
+client_for = functools.partial(
+    stream_client,
+    api_key="sk-unused",
+    headers={"Connection": "close"},
+    timeouts=Timeouts(5.0, 120.0, 300.0),
+    concurrency=4,
+    network_timeout=120.0,
+)
 
 
 def spec(model, i, force=True):

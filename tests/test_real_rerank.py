@@ -12,16 +12,15 @@ The weights are random: the scores mean nothing, only counts, ranges and timing 
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
-import subprocess
-import sys
 
 import pytest
 from realservers import LlamaServer, http_post_json
+from support import json_client, run_cli
 
 from llm_locust.metrics.records import Outcome
-from llm_locust.protocols import get_json_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
 
 pytestmark = pytest.mark.real_server
@@ -37,6 +36,8 @@ DOCS = [
     "A lost password can be reset from the sign-in page with the account's email address.",
 ]
 ids = itertools.count()
+
+client_for = functools.partial(json_client, kind="rerank", timeouts=Timeouts(5.0, 60.0, 120.0))
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +68,6 @@ def count(ranker, smollm2_tokenizer):
 
 def expected_tokens(count, query, docs) -> int:
     return sum(count(query) + count(d) for d in docs)
-
-
-def client_for(url):
-    from geventhttpclient import HTTPClient
-
-    from llm_locust.runtime.client import JSONClient
-
-    http = HTTPClient.from_url(url, concurrency=4, connection_timeout=5.0, network_timeout=60.0)
-    return JSONClient(http, url, get_json_adapter("rerank"), Timeouts(5.0, 60.0, 120.0))
 
 
 def test_rerank_through_the_client(ranker, count):
@@ -109,12 +101,6 @@ def test_rerank_through_the_client(ranker, count):
     assert sorted(i for i, s in enumerate(reply.scores) if s is not None) == sorted(best_two)
     assert rec.n_in == expected_tokens(count, QUERY, DOCS)
     print(f"llama-server rerank (docs, n_in == usage, e2e ms): {figures}; top_n=2 -> {best_two}")
-
-
-def run_cli(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def read_log(path, users):

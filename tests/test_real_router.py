@@ -59,8 +59,8 @@ def _send(router: SmgRouter, reps, headers: dict[str, str]) -> int:
     assert status == 200, body[:300]
     deadline = time.monotonic() + 3.0
     while True:  # the counter is updated when the slot is released, around the reply
-        rose = [i for i, (a, b) in enumerate(zip(before, _counts(reps))) if b - a > 0]
-        deltas = [b - a for a, b in zip(before, _counts(reps))]
+        rose = [i for i, (a, b) in enumerate(zip(before, _counts(reps), strict=True)) if b - a > 0]
+        deltas = [b - a for a, b in zip(before, _counts(reps), strict=True)]
         if sum(deltas) >= N_OUT or time.monotonic() > deadline:
             break
         time.sleep(0.02)
@@ -93,7 +93,7 @@ def test_consistent_hashing_reads_x_smg_routing_key_by_default(replicas):
 def test_round_robin_alternates(replicas):
     with SmgRouter(replicas.urls, policy="round_robin") as router:
         order = [_send(router, replicas, {"x-session-id": "same"}) for _ in range(8)]
-    assert all(a != b for a, b in zip(order, order[1:])), order
+    assert all(a != b for a, b in zip(order, order[1:], strict=False)), order
 
 
 def test_llm_locust_reads_every_endpoints_metrics(replicas, tmp_path):

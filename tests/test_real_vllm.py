@@ -274,7 +274,7 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         received = sum(
             n
             for r in records
-            for dt, n in zip(r["chunks"], r["chunk_tokens"])
+            for dt, n in zip(r["chunks"], r["chunk_tokens"], strict=True)
             if w["t_from"] <= r["wall_sent"] + dt <= w["t_to"]
         )
         slack = 4 * min(level, MAX_NUM_SEQS) + 0.05 * gen["increase"]

@@ -10,6 +10,7 @@ score for an embedding model being the cosine of the two texts' embeddings (the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -19,9 +20,9 @@ import sys
 
 import pytest
 from realservers import http_post_json
+from support import json_client
 
 from llm_locust.metrics.records import Outcome
-from llm_locust.protocols import get_json_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
 
 # Runs by default, CI included: the file took 65 s here (vLLM's start-up 46 s) with other jobs at a
@@ -45,6 +46,8 @@ DOCS = [
 ]
 ids = itertools.count()
 
+client_for = functools.partial(json_client, timeouts=Timeouts(5.0, 60.0, 120.0))
+
 
 @pytest.fixture(scope="module")
 def count(vllm_server, smollm2_tokenizer):
@@ -63,15 +66,6 @@ def count(vllm_server, smollm2_tokenizer):
     return n
 
 
-def client_for(url, kind):
-    from geventhttpclient import HTTPClient
-
-    from llm_locust.runtime.client import JSONClient
-
-    http = HTTPClient.from_url(url, concurrency=4, connection_timeout=5.0, network_timeout=60.0)
-    return JSONClient(http, url, get_json_adapter(kind), Timeouts(5.0, 60.0, 120.0))
-
-
 def send(client, body, collect=False):
     rec = client.send(RequestSpec(model=MODEL, extra_body=body), f"vp{next(ids)}", collect_text=collect)
     assert rec.outcome is Outcome.OK, rec.error
@@ -82,7 +76,7 @@ def send(client, body, collect=False):
 
 
 def cosine(a, b):
-    dot = sum(x * y for x, y in zip(a, b))
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 

@@ -303,7 +303,7 @@ def test_replies_identical_to_direct_and_usage_recorded(out):
         lines = px.wait_lines(len(reqs))
         a.close(), b.close()
     assert len(lines) == len(reqs)
-    for (path, body), r, line in zip(reqs, replies, lines):
+    for (path, body), r, line in zip(reqs, replies, lines, strict=True):
         if body.get("stream"):
             usage = [e for e in sse_events(r.body) if isinstance(e, dict) and e.get("usage")][-1]["usage"]
         else:
@@ -955,7 +955,7 @@ def test_llama_server_usage_recorded(llama_server_bin, tiny_model, out):
         r3 = c.request("POST", "/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 4})
         c.close()
         lines = px.wait_lines(3)
-    for r, line in zip((r1, r2), lines):
+    for r, line in zip((r1, r2), lines, strict=True):
         assert r.status == 200 and r.complete
         usage = [e for e in sse_events(r.body) if isinstance(e, dict) and e.get("usage")][-1]["usage"]
         assert (

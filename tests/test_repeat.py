@@ -162,7 +162,7 @@ def _doc(figs: dict) -> dict:
 
 
 def _repeated(path: Path, ttft: list[float], tps: list[float]) -> Path:
-    docs = [_doc({"ttft_p50": a, "ttft_p99": 2 * a, "output_tokens_per_s": b}) for a, b in zip(ttft, tps)]
+    docs = [_doc({"ttft_p50": a, "ttft_p99": 2 * a, "output_tokens_per_s": b}) for a, b in zip(ttft, tps, strict=True)]
     path.write_text(json.dumps(combine(docs, [f"{path}.rep{k}" for k in range(len(docs))], "test")))
     return path
 

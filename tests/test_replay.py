@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import shared_file
 
 from llm_locust.sim.process import SimProcess
 from llm_locust.workload import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-AZURE_CONV = ROOT.parent / "shared" / "traces" / "azure2023_conv.csv"
 REPLAY = str(ROOT / "locustfiles" / "replay.py")  # the same as `run --replay`
 
 
@@ -60,13 +60,13 @@ def fast_sim():
         yield sim
 
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="needs ../shared/traces/azure2023_conv.csv")
 def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_sim):
+    azure_conv = shared_file("traces/azure2023_conv.csv")
     window, speed = 120.0, 10.0
     results, rows = replay(
         tmp_path,
         fast_sim.url,
-        AZURE_CONV,
+        azure_conv,
         "--duration",
         str(window),
         "--speed",
@@ -75,7 +75,7 @@ def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_si
         "8",
         workers=2,
     )
-    trace = load_trace(AZURE_CONV)
+    trace = load_trace(azure_conv)
     expected = {trace[i].source for i in range(len(trace)) if trace.arrivals[i] < window}
     sent = [r["source"] for r in rows]
     assert len(sent) == len(set(sent)), "a record was sent twice"
@@ -113,7 +113,7 @@ def test_offset_speed_and_loops(tmp_path, fast_sim):
     rows.sort(key=lambda r: r["t_sent"] + r["sched"])
     sched = [r["t_sent"] + r["sched"] for r in rows]
     assert [r["source"].rsplit(":", 1)[1] for r in rows] == ["2", "3", "4"] * 2  # records at t=1,2,3
-    gaps = [b - a for a, b in zip(sched, sched[1:])]
+    gaps = [b - a for a, b in zip(sched, sched[1:], strict=False)]
     assert gaps == pytest.approx([0.25, 0.25, 0.25, 0.25, 0.25], abs=1e-6)  # 1 s of trace at 4x; a pass lasts 3 s
 
 
@@ -136,7 +136,7 @@ def test_conversations_go_in_order_and_carry_their_history(tmp_path, fast_sim):
     assert len(rows) == 6 and all(r["outcome"] == "ok" for r in rows)
     for conv_lines in ((1, 2, 3), (4, 5, 6)):
         turns = [next(r for r in rows if r["source"].endswith(f":{n}")) for n in conv_lines]
-        for prev, nxt in zip(turns, turns[1:]):
+        for prev, nxt in zip(turns, turns[1:], strict=False):
             assert nxt["t_sent"] >= prev["t_sent"] + prev["end"]  # after the previous reply ended
             # the history (previous question, 5 words, and its 4-word reply) travels with the next turn
             assert nxt["n_in"] == prev["n_in"] + 4 + 5

@@ -276,7 +276,7 @@ def test_every_flagged_step_is_marked(ladder_run):
     check(r)  # as the run came out
     r2 = copy.deepcopy(r)  # every kind of flag, and the knee moved to the first step
     marks = [["client_saturated", "length_mismatch"], ["errors"], ["no_data"]]
-    for s, f in zip(r2["ladder"]["steps"], marks):
+    for s, f in zip(r2["ladder"]["steps"], marks, strict=True):
         s["flags"] = f
     first = r2["ladder"]["steps"][0]
     r2["ladder"]["saturation"]["saturation"] = {
@@ -508,8 +508,8 @@ def test_verdicts_section_has_the_pareto_plot_and_the_table(ladder_run):
     rows = root.by_id("verdicts-table").find_all("tr")[1:]
     assert len(rows) == len(r["ladder"]["steps"])
     head = [th.all_text() for th in root.by_id("verdicts-table").find_all("th")]
-    for e, row in zip(v["steps"], rows):
-        cells = dict(zip(head, [td.all_text() for td in row.find_all("td")]))
+    for e, row in zip(v["steps"], rows, strict=True):
+        cells = dict(zip(head, [td.all_text() for td in row.find_all("td")], strict=True))
         assert cells["tok/s/GPU"] == num(e["output_tokens_per_s"] / 2)  # the page writes 3 significant digits
         assert cells["J/out tok"] == num(851.0 / e["output_tokens_per_s"])
         assert cells["$/M out tok"] == num(2 * 3.6 / 3600 / e["output_tokens_per_s"] * 1e6)

@@ -9,7 +9,7 @@ import sys
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from realservers import free_port
+from support import free_port
 
 from llm_locust.analysis.server_metrics import efficiency_table, info_series, samples
 from llm_locust.gpu.nvml import FakeBackend

@@ -56,7 +56,7 @@ def fake(i, x, y, ttft=None, e2e=None, kind="concurrency", ok=100, failed=0, fla
 
 def ladder(xs, ys, ttfts=None, kind="concurrency"):
     ttfts = ttfts or [None] * len(xs)
-    return [fake(i + 1, x, y, t, kind=kind) for i, (x, y, t) in enumerate(zip(xs, ys, ttfts))]
+    return [fake(i + 1, x, y, t, kind=kind) for i, (x, y, t) in enumerate(zip(xs, ys, ttfts, strict=True))]
 
 
 def within_one_step(found, truth, levels):
@@ -357,7 +357,7 @@ def test_simulated_open_loop_rate_ladder_knee_near_capacity():
             arrivals.append((t, p, o))
     times = simulate(cfg, arrivals)
     run, aggs = Aggregate(), [Aggregate() for _ in rates]
-    for (t, _, n), toks in zip(arrivals, times):
+    for (t, _, n), toks in zip(arrivals, times, strict=True):
         rec = RequestRecord(
             request_id="r",
             api="openai-chat",

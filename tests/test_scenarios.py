@@ -13,16 +13,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from llm_locust.sim.process import SimProcess
+from support import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(*args, timeout=120, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
 
 
 def rows(prefix: Path) -> dict[str, dict]:
@@ -31,9 +24,8 @@ def rows(prefix: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimProcess(slots=8) as s:
-        yield s
+def sim(sims):
+    return sims(slots=8)
 
 
 def test_a_multi_turn_chat_whose_next_turn_depends_on_the_reply(tmp_path, sim):

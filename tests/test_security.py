@@ -13,18 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-
-from llm_locust.sim.process import SimProcess
+from support import free_port
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfiles" / "closed.py"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what, fn, timeout=30.0):
@@ -51,9 +42,8 @@ def listening(pid: int) -> dict[int, str]:
 
 
 @pytest.fixture()
-def sim():
-    with SimProcess(slots=2) as s:
-        yield s
+def sim(sims):
+    return sims(slots=2)
 
 
 def start_locust(tmp_path, host, *options, env=None):

@@ -246,7 +246,8 @@ def test_continuous_usage_counts(paced):
     counts = [e["usage"]["completion_tokens"] for e in ev[:-1]]
     assert counts == [0, 1, 2, 3, 4, 5, 5]
     assert all(
-        e["usage"]["prompt_tokens"] == 3 and e["usage"]["total_tokens"] == 3 + c for e, c in zip(ev[:-1], counts)
+        e["usage"]["prompt_tokens"] == 3 and e["usage"]["total_tokens"] == 3 + c
+        for e, c in zip(ev[:-1], counts, strict=True)
     )
     ev = call(paced.port, body=comp(3, stream_options=opts)).events()
     assert [e["usage"]["completion_tokens"] for e in ev[:3]] == [1, 2, 3]
@@ -406,12 +407,12 @@ def test_token_log_and_inter_token_gaps(timed):
     e = read_log(timed.log)["gap-test"]
     ts = e["t_tokens"]
     assert e["n_out"] == 60 == len(ts) and e["n_in"] == 1 and e["outcome"] == "ok"
-    assert all(b > a for a, b in zip(ts, ts[1:]))
+    assert all(b > a for a, b in zip(ts, ts[1:], strict=False))
     # perf_counter is CLOCK_MONOTONIC: the server's times sit inside the client's
     assert c.t_sent < e["t_recv"] < ts[0] < r.token_times()[0]
     assert ts[-1] < r.token_times()[-1]
     it = 0.015 + 0.005  # a + b * 1 running
-    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
     assert statistics.median(gaps) == pytest.approx(it, abs=0.003)
     # no drift: timer lateness (~1 ms, epoll's resolution) must not accumulate. The Theil-Sen
     # slope of token time over index shrugs off a few tokens made late by a busy machine.
@@ -485,7 +486,7 @@ def test_fault_stall(paced):
     r = fault(paced, "stall@2:0.4", rid="stall")
     assert r.complete and len(r.events()) == 6 + 1
     t = r.token_times()
-    gaps = [b - a for a, b in zip(t, t[1:])]
+    gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
     assert gaps[1] >= 0.35 and max(gaps[:1] + gaps[2:]) < 0.2  # client side: delivery jitter
     ts = read_log(paced.log)["stall"]["t_tokens"]
     assert ts[2] - ts[1] >= 0.4
@@ -846,7 +847,7 @@ def test_spec_decode_chunks_carry_several_tokens_and_add_up(spec):
     )
     chunks = [e for e in r.events() if e != "[DONE]" and e["choices"]]
     counts = [c["usage"]["completion_tokens"] for c in chunks]
-    per_chunk = [b - a for a, b in zip([0, *counts], counts)]
+    per_chunk = [b - a for a, b in zip([0, *counts], counts, strict=True)]
     assert [len(c["choices"][0]["text"].split()) for c in chunks] == per_chunk  # each chunk reports its tokens
     assert sum(per_chunk) == n and max(per_chunk) > 1 and max(per_chunk) <= 4 and per_chunk[0] == 1
     log = read_log(spec.log)["sd-1"]
@@ -868,7 +869,7 @@ def test_spec_decode_other_apis_count_tokens_per_chunk(spec):
     metas = [e["meta_info"] for e in sse_objects(r.body) if e != "[DONE]"]
     texts = [e["text"] for e in sse_objects(r.body) if e != "[DONE]"]
     assert metas[-1]["completion_tokens"] == 40 and len(texts[-1].split()) == 40
-    assert all(len(t.split()) == m["completion_tokens"] for t, m in zip(texts, metas))
+    assert all(len(t.split()) == m["completion_tokens"] for t, m in zip(texts, metas, strict=True))
     assert len(metas) < 40
     r = call(
         spec.port,

@@ -20,7 +20,7 @@ def decode(body: bytes, pieces: list[bytes] | None = None) -> list[bytes]:
 
 def cut(body: bytes, points) -> list[bytes]:
     points = sorted(set(points))
-    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
 
 
 def random_pieces(body: bytes, rng: random.Random) -> list[bytes]:

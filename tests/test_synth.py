@@ -13,8 +13,6 @@ import pytest
 from llm_locust.workload import load_trace
 from llm_locust.workload.synth import SynthSpec, generate, parse_dist, parse_spec_text, write
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-
 
 def draws(spec, n=20000, column="input_tokens"):
     f = parse_dist(spec, column)
@@ -50,7 +48,7 @@ def test_arrivals_constant_and_poisson():
     const = generate(SynthSpec(requests=11, rate=5, arrivals="constant"))
     assert [r["timestamp"] for r in const] == pytest.approx([i * 0.2 for i in range(11)])
     pois = generate(SynthSpec(requests=5000, rate=10, arrivals="poisson", seed=3))
-    gaps = [b["timestamp"] - a["timestamp"] for a, b in zip(pois, pois[1:])]
+    gaps = [b["timestamp"] - a["timestamp"] for a, b in zip(pois, pois[1:], strict=False)]
     assert statistics.mean(gaps) == pytest.approx(0.1, rel=0.05)
     assert statistics.stdev(gaps) == pytest.approx(0.1, rel=0.1)  # exponential: std = mean
     assert all(r["timestamp"] == 0 for r in generate(SynthSpec(requests=5)))

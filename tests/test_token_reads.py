@@ -341,6 +341,7 @@ def streams(draw):
     return api, reads
 
 
+@pytest.mark.slow  # 400 streams read twice: seconds
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(streams())
 def test_any_stream_cut_any_way_reads_the_same_with_and_without_token_reads(monkeypatch, stream):
@@ -397,6 +398,6 @@ def test_the_simulator_paced_stream_is_timed_the_same(monkeypatch):
     for rec in out.values():
         assert rec.outcome.value == "ok" and rec.n_out == 60 and len(rec.chunk_times) == 60
         assert rec.finish_reason == "length" and rec.n_out_source == "usage"
-        assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
+        assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:], strict=False))
         assert rec.t_first == rec.chunk_times[0] and rec.t_sent <= rec.t_first <= rec.t_end
     assert hits[0] >= 30  # paced at 5 ms a token: most arrive one a read

@@ -9,8 +9,8 @@ import sys
 
 import orjson
 import pytest
-from canned import canned_server, sse_reply
-from test_client import client_for, spec
+from support import canned_server, sse_reply, stream_client
+from test_client import spec
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.protocols import get_adapter
@@ -62,7 +62,7 @@ def test_text_then_a_tool_call_stamps_both_and_counts_the_call_as_output():
     )
     server = canned_server(sse_reply(body))
     try:
-        rec = client_for(f"http://127.0.0.1:{server.server_port}").send(spec(), "tool")
+        rec = stream_client(f"http://127.0.0.1:{server.server_port}").send(spec(), "tool")
     finally:
         server.stop()
     assert rec.ok, rec.error

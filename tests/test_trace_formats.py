@@ -10,27 +10,21 @@ from __future__ import annotations
 import gzip
 import hashlib
 import math
-import os
 import zlib
 from array import array
 from pathlib import Path
 
 import pytest
+from support import shared_file
 
 from llm_locust.workload import FORMATS, Trace, TraceError, TraceRecord, load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "traces"
-SHARED = REPO.parent / "shared" / "traces"
 
 
 def shared(name: str) -> Path:
-    p = SHARED / name
-    if not p.is_file():
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"CI is set but the real trace {p} is missing", pytrace=False)
-        pytest.skip(f"real trace {p} not present")
-    return p
+    return shared_file(f"traces/{name}")
 
 
 def write(tmp_path: Path, name: str, content: str | bytes) -> Path:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realservers import free_port, in_ci
+import support
+from support import free_port
 
 from llm_locust.analysis.server_metrics import Sample, ServerSeries
 from llm_locust.analysis.steps import step_result
@@ -249,7 +250,7 @@ def test_ladder_rows_carry_the_reports_flags_and_a_provisional_verdict():
     p = LiveView().payload(lambda: inputs(total, T0 + 30.5, steps=steps, ladder=ld, current_step=-4), 0)
     rows = p["ladder"]["steps"]
     assert [r["phase"] for r in rows] == ["done", "done", "done", "warmup"]
-    for r, w in zip(rows[:3], ld.windows):
+    for r, w in zip(rows[:3], ld.windows, strict=False):
         expected = step_result(
             steps[w["step"]],
             step=w["step"],
@@ -374,10 +375,7 @@ def browser():
     except ImportError:
         missing.append("playwright (pip install playwright; no `playwright install` needed)")
     if missing:
-        msg = "browser test needs " + " and ".join(missing)
-        if in_ci():
-            pytest.fail(f"CI is set, so the browser test must run, but {msg}", pytrace=False)
-        pytest.skip(msg)
+        support.missing("browser test needs " + " and ".join(missing))
     with sync_playwright() as pw:
         b = pw.chromium.launch(
             executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"), args=CHROMIUM_ARGS
@@ -533,7 +531,7 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
             flagged = 0
             assert [r["step"] for r in step_rows] == list(range(1, len(step_rows) + 1))
             assert len(snap["rows"]) == len(step_rows)
-            for r, (cls, cells) in zip(step_rows, snap["rows"]):
+            for r, (cls, cells) in zip(step_rows, snap["rows"], strict=True):
                 if r.get("flags"):  # marked: final on a finished step, "so far" on the running one
                     flagged += r["phase"] == "done"
                     assert ("flagged" if r["phase"] == "done" else "flagged-so-far") in cls.split(), (r, cls)
@@ -620,8 +618,8 @@ def test_latency_history_starts_with_the_test_not_with_the_page(tmp_path):
         t = d["samples"]["t"]
         assert d["started_at"] is not None and len(t) >= 5, t
         assert t[0] - d["started_at"] < 2.5, (t[0], d["started_at"])
-        assert all(b > a for a, b in zip(t, t[1:]))
-        assert max(b - a for a, b in zip(t, t[1:])) < 2.5  # about one a second, no gap
+        assert all(b > a for a, b in zip(t, t[1:], strict=False))
+        assert max(b - a for a, b in zip(t, t[1:], strict=False)) < 2.5  # about one a second, no gap
 
 
 def test_a_closed_loop_test_started_again_from_the_ui_starts_its_figures_afresh(tmp_path):

@@ -1,0 +1,204 @@
+"""The suite's own machinery: tiers decided from what a test starts, the fast tier's guard, shards,
+data from ../shared that CI cannot skip, repeatable Hypothesis examples, and the lint gate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import support
+import tiers
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = support.ROOT
+
+
+class FakeItem:
+    """What tiers.needs and tiers.tier read of a collected test."""
+
+    def __init__(self, path: Path, name: str, fixturenames=(), marks=()):
+        self.path = path
+        self.nodeid = f"{path.name}::{name}"
+        self.fixturenames = list(fixturenames)
+        self._marks = [getattr(pytest.mark, m).mark for m in marks]
+
+        def function():
+            pass
+
+        function.__name__ = name
+        self.function = function
+
+    def iter_markers(self):
+        return iter(self._marks)
+
+    def add_marker(self, name):
+        self._marks.append(getattr(pytest.mark, name).mark)
+
+
+MODULE = '''
+import subprocess
+from support import run_cli
+
+@pytest.fixture
+def server():
+    with SimProcess(slots=2) as s:
+        yield s
+
+def _run(*args):
+    return run_cli(*args)
+
+def _cluster(tmp_path):
+    return _run("--workers", "2")
+
+def test_pure():
+    assert 1 + 1 == 2
+
+def test_runs_the_cli(tmp_path):
+    _run("-t", "1s")
+
+def test_uses_a_fixture(server):
+    pass
+
+def test_two_workers(tmp_path):
+    _cluster(tmp_path)
+
+def test_real(vllm_server):
+    pass
+
+def test_browser():
+    from playwright.sync_api import sync_playwright
+'''
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiers") / "test_sample.py"
+    path.write_text(MODULE)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, fixtures, expected",
+    [
+        ("test_pure", (), "fast"),
+        ("test_runs_the_cli", ("tmp_path",), "slow"),  # through a module helper
+        ("test_uses_a_fixture", ("server",), "slow"),  # through the module's fixture
+        ("test_two_workers", ("tmp_path",), "cluster"),  # "--workers" two helpers down
+        ("test_real", ("vllm_server",), "real_server"),  # conftest's fixture
+        ("test_browser", (), "browser"),
+    ],
+)
+def test_a_test_lands_in_the_tier_of_what_it_starts(sample, name, fixtures, expected):
+    item = FakeItem(sample, name, fixtures)
+    tiers.apply([item])
+    assert tiers.tier(item) == expected
+
+
+def test_a_declared_timing_mark_wins_over_slow(sample):
+    item = FakeItem(sample, "test_runs_the_cli", ("tmp_path",), marks=["timing"])
+    tiers.apply([item])
+    assert tiers.tier(item) == "timing"
+
+
+def test_the_guard_refuses_a_process_and_remembers_it(sample):
+    item = FakeItem(sample, "test_pure")
+    with tiers.Guard(item) as guard:
+        with pytest.raises(tiers.ProcessInFastTier, match="mark it @pytest.mark.slow"):
+            subprocess.run(["true"], check=False)
+    assert guard.started == ["['true']"]
+    subprocess.run(["true"], check=True)  # and lets processes be once it has ended
+
+
+def test_a_long_fast_test_is_named_with_the_limits(sample):
+    item = FakeItem(sample, "test_pure")
+    assert tiers.too_long(item, tiers.FAST_CPU_LIMIT_S - 0.1, tiers.FAST_WALL_LIMIT_S - 0.1) is None
+    assert "took 9.0 s of CPU" in tiers.too_long(item, 9.0, 9.5)
+    assert tiers.too_long(item, 0.1, tiers.FAST_WALL_LIMIT_S + 1) is not None
+
+
+def test_shards_split_whole_modules_and_lose_none(tmp_path):
+    items = []
+    for m, n in [("a", 5), ("b", 1), ("c", 3), ("d", 3)]:
+        items += [FakeItem(tmp_path / f"test_{m}.py", f"test_{i}") for i in range(n)]
+    parts = [tiers.shard(items, k, 2, "nosuchtier") for k in (1, 2)]
+    assert sorted(id(i) for p in parts for i in p) == sorted(id(i) for i in items)
+    for p in parts:
+        assert {i.nodeid.split("::")[0] for i in p}.isdisjoint(
+            {i.nodeid.split("::")[0] for q in parts if q is not p for i in q}
+        )
+    assert sorted(len(p) for p in parts) == [6, 6]  # a (5) + b (1) beside c (3) + d (3)
+
+
+def test_shared_data_skips_here_and_fails_in_ci(monkeypatch, tmp_path):
+    monkeypatch.setattr(support, "SHARED", tmp_path / "nowhere")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        support.shared_file("traces/azure2023_conv.csv")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set, so this test must run"):
+        support.shared_file("traces/azure2023_conv.csv")
+
+
+def test_a_test_that_reads_shared_fails_under_ci_without_it(tmp_path):
+    """End to end: the two-worker exactly-once replay test, in a copy of the tests beside no
+    ../shared, under CI=true: it fails (before any load), it does not skip."""
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "tests", copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    target = "tests/test_adapters.py::test_fixture_copies_match_shared_captures"
+    env = {**os.environ, "CI": "true"}
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1, p.stdout[-2000:]
+    assert "1 failed" in p.stdout and "CI is set, so this test must run" in p.stdout
+
+
+SEEN: list[list[int]] = []
+
+
+@given(st.lists(st.integers()))
+def _draw(xs):
+    SEEN[-1].append(len(xs) * 1000 + (sum(xs) % 997))
+
+
+def test_hypothesis_draws_the_same_examples_every_run():
+    """The suite's profile is derandomized with no example database: two runs of one property,
+    like two CI runs of one commit, see the same examples in the same order."""
+    for _ in range(2):
+        SEEN.append([])
+        _draw()
+    assert SEEN[-1] == SEEN[-2] and len(SEEN[-1]) > 10
+
+
+def test_lint_fails_fast_on_a_planted_error_and_passes_without(tmp_path):
+    """`scripts/suite.py lint` (the first step of .ci/run) on a copy of the tree: a type error
+    planted in the package fails it, with the file named; the tree as it is passes."""
+    copy = tmp_path / "repo"
+    for part in ("llm_locust", "tests", "benchmarks", "scripts"):
+        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    lint = [sys.executable, str(copy / "scripts" / "suite.py"), "lint"]
+    ok = subprocess.run(lint, cwd=copy, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    target = copy / "llm_locust" / "metrics" / "units_planted.py"
+    target.write_text(textwrap.dedent('''\
+        """A planted type error."""
+
+        COUNT: int = "three"
+    '''))
+    bad = subprocess.run(lint, cwd=copy, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1
+    assert "units_planted.py:3" in bad.stdout and "mypy: FAILED" in bad.stdout
+    assert "no test was run" in bad.stdout
