@@ -109,7 +109,11 @@ def report(runs: dict[str, list[dict]], users: int, duration: int) -> tuple[list
     lines += ["", f"{'api':<22}{'median tok/CPU-s':>17}{'ratio':>8}  per round (ratio to {BASELINE} in the same round)"]
     for api, rs in runs.items():
         ratio = med[api] / base if base else float("nan")
-        per_round = [r["tok_per_cpu_load"] / b["tok_per_cpu_load"] for r, b in zip(rs, runs[BASELINE])] if base else []
+        per_round = (
+            [r["tok_per_cpu_load"] / b["tok_per_cpu_load"] for r, b in zip(rs, runs[BASELINE], strict=True)]
+            if base
+            else []
+        )
         checked = (
             "results ok"
             if not any(r["problems"] for r in rs)

@@ -382,7 +382,10 @@ def main() -> int:
         + (f", ours + record log {med['ours_log']:,.0f}" if "ours_log" in med else ""),
         f"ours / bare: {med['ours'] / med['bare']:.3f} (load window, medians); "
         f"{med_tot['ours'] / med_tot['bare']:.3f} (whole process, medians); per pair: "
-        + ", ".join(f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}" for b, o in zip(res["bare"], res["ours"])),
+        + ", ".join(
+            f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}"
+            for b, o in zip(res["bare"], res["ours"], strict=True)
+        ),
         "ours after the stop (end-of-run summary + results): "
         + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["ours"])
         + " CPU-s; bare: "

@@ -305,7 +305,9 @@ def main() -> int:
     if "ours" in med and "vllm" in med:
         lines.append(
             f"ours / vLLM's: {med['ours'] / med['vllm']:.3f} (medians); per pair: "
-            + ", ".join(f"{o['tok_per_cpu'] / v['tok_per_cpu']:.3f}" for o, v in zip(res["ours"], res["vllm"]))
+            + ", ".join(
+                f"{o['tok_per_cpu'] / v['tok_per_cpu']:.3f}" for o, v in zip(res["ours"], res["vllm"], strict=True)
+            )
         )
     if "base" in med and "vllm" in med:
         lines.append(

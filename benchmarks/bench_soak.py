@@ -120,7 +120,7 @@ def main() -> int:
         print(
             f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); CPU {100 * (c1 - c0) / (t1 - t0):.1f}%"
         )
-        for i, (x0, x1) in enumerate(zip(w0, w1)):
+        for i, (x0, x1) in enumerate(zip(w0, w1, strict=True)):
             print(f"worker {i} RSS {x0:.1f} -> {x1:.1f} MiB ({(x1 - x0) * per_m:+.1f} MiB per million requests)")
         scrape_times.sort()
         print(

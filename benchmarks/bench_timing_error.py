@@ -85,7 +85,7 @@ def join_errors(ours: list[dict], sim: list[dict], warmup: float = 0.0) -> dict:
             continue
         joined += 1
         t0 = r["t_sent"]
-        errs = [(t0 + c) - t for c, t in zip(chunks, t_tok)]
+        errs = [(t0 + c) - t for c, t in zip(chunks, t_tok, strict=True)]
         ttft.append((t0 + r["first"]) - t_tok[0])
         arrival += errs
         itl += [abs(errs[k] - errs[k - 1]) for k in range(1, len(errs))]

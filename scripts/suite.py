@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Run the test suite by tiers (tests/tiers.py says which test is in which), lint and types first.
+
+    python scripts/suite.py            # everything: lint, types, then every tier (the README's test command)
+    python scripts/suite.py fast       # the developer's loop: lint, types and the fast tier (~3 min on 2 cores)
+    python scripts/suite.py lint       # ruff and mypy only (seconds)
+    python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real  (-- PYTEST ARGS passed on)
+
+Each tier is one pytest run, with its own parallelism: the fast tier (in-process tests) on every core;
+the slow tier (tests that start processes and mostly wait on them: the CLI, Locust runs, clusters,
+the simulator, Chromium) several at a time; the timing tier (wall-clock assertions) alone; the
+real-server tier (llama-server, vLLM: CPU-bound) alone. Each writes a JUnit file under
+test-reports/, and at the end this prints the slowest tests and the time per tier, from those files.
+Exit status: non-zero when lint, types or any test failed.
+
+Parallel by shards, not pytest-xdist: Locust monkey-patches the process with gevent when a test
+imports it, and an xdist worker then blocks forever on its own channel (gevent's LoopExit). Each
+shard is a plain pytest process given whole modules (tests/tiers.py `shard`, balanced by the
+seconds tests/durations.json records; `--save-durations` rewrites it from this run's JUnit files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "test-reports"
+CORES = os.cpu_count() or 2
+ANY = "slow or cluster or browser or timing or real_server"
+
+
+@dataclass
+class Tier:
+    """One pytest run over the tests a mark expression selects."""
+
+    name: str
+    select: str
+    workers: int  # pytest processes at once, each a shard of the tier's modules; 0 or 1: one process
+    why: str
+
+
+TIERS = {
+    "fast": Tier("fast", f"not ({ANY})", CORES, "in-process tests, on every core"),
+    "timing": Tier("timing", "timing and not real_server", 0, "wall-clock assertions, alone"),
+    # Their processes mostly wait (runs of fixed length, ladders' steps), so three at a time on 2
+    # cores; a module's tests stay on one worker (its module-scoped servers start once).
+    "slow": Tier(
+        "slow",
+        "(slow or cluster or browser) and not timing and not real_server",
+        max(3, CORES + 1),
+        "processes of their own, several at a time",
+    ),
+    "real": Tier("real", "real_server", 0, "real inference servers (CPU-bound), alone"),
+}
+ORDER = ["fast", "timing", "slow", "real"]
+
+
+@dataclass
+class Outcome:
+    """What one step printed at the end: its name, wall time, exit status and the tests' figures."""
+
+    name: str
+    wall_s: float
+    rc: int
+    tests: list[tuple[str, float, str]] = field(default_factory=list)  # (test id, seconds, result)
+
+
+def lint() -> list[Outcome]:
+    """ruff (rules and format) and mypy: each a few seconds, and a failure stops the suite."""
+    steps = [
+        ("ruff check", [sys.executable, "-m", "ruff", "check", "."]),
+        ("ruff format", [sys.executable, "-m", "ruff", "format", "--check", "--quiet", "."]),
+        ("mypy", [sys.executable, "-m", "mypy"]),
+    ]
+    out = []
+    for name, cmd in steps:
+        t0 = time.monotonic()
+        rc = subprocess.call(cmd, cwd=ROOT)
+        out.append(Outcome(name, time.monotonic() - t0, rc))
+        print(f"[suite] {name}: {'ok' if rc == 0 else 'FAILED'} ({time.monotonic() - t0:.1f} s)", flush=True)
+    return out
+
+
+def run_tier(tier: Tier, extra: list[str]) -> Outcome:
+    """One tier: `tier.workers` pytest processes at once, each its shard of the tier's modules (or one
+    process in the foreground); their JUnit files read back for the summary."""
+    REPORTS.mkdir(exist_ok=True)
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier.select, *extra]
+    print(f"[suite] tier {tier.name}: {tier.why}", flush=True)
+    t0 = time.monotonic()
+    if tier.workers <= 1:
+        junit = REPORTS / f"{tier.name}.xml"
+        junit.unlink(missing_ok=True)
+        cmd = [*base, f"--junitxml={junit}"]
+        print(f"[suite] $ {' '.join(cmd[1:])}", flush=True)
+        rc = _ok_if_empty(subprocess.call(cmd, cwd=ROOT))
+        return Outcome(tier.name, time.monotonic() - t0, rc, read_junit(junit))
+    procs = []
+    for k in range(1, tier.workers + 1):
+        junit, log = REPORTS / f"{tier.name}-{k}.xml", REPORTS / f"{tier.name}-{k}.log"
+        junit.unlink(missing_ok=True)
+        cmd = [*base, f"--shard={k}/{tier.workers}:{tier.name}", f"--junitxml={junit}"]
+        with open(log, "wb") as out:
+            procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), junit, log))
+    print(f"[suite] $ {' '.join(base[1:])} --shard=K/{tier.workers}:{tier.name} (output in {REPORTS.name}/)")
+    rc, tests = 0, []
+    for proc, junit, log in procs:
+        code = _ok_if_empty(proc.wait())
+        rc = rc or code
+        tests += read_junit(junit)
+        print(_tail(log, code), flush=True)
+    return Outcome(tier.name, time.monotonic() - t0, rc, tests)
+
+
+def _ok_if_empty(rc: int) -> int:
+    """pytest's 5 (no test selected, e.g. a -k matching none of a shard) is not a failure."""
+    return 0 if rc == 5 else rc
+
+
+def _tail(log: Path, rc: int) -> str:
+    """A shard's last line, or everything from its failures on when it failed."""
+    lines = log.read_text(errors="replace").splitlines()
+    if rc == 0:
+        return f"[suite]   {log.name}: {lines[-1] if lines else '(no output)'}"
+    start = next((i for i, ln in enumerate(lines) if "= FAILURES =" in ln or "= ERRORS =" in ln), max(0, len(lines) - 80))
+    return "\n".join([f"[suite]   {log.name} (exit {rc}):", *lines[start:]])
+
+
+def read_junit(path: Path) -> list[tuple[str, float, str]]:
+    """(test id, seconds, result) for every test case of a JUnit file (empty if there is none)."""
+    if not path.exists():
+        return []
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        result = "passed"
+        for kind in ("failure", "error", "skipped"):
+            if case.find(kind) is not None:
+                result = {"failure": "failed", "error": "error", "skipped": "skipped"}[kind]
+        ident = f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
+        out.append((ident, float(case.get("time") or 0.0), result))
+    return out
+
+
+def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
+    """The slowest tests over all tiers, then one line per step: tests by result, wall and test time."""
+    lines = []
+    cases = [(secs, ident, o.name) for o in outcomes for ident, secs, _ in o.tests]
+    if cases:
+        lines.append(f"[suite] the {min(slowest, len(cases))} slowest tests (seconds, tier, test):")
+        for secs, ident, name in sorted(cases, reverse=True)[:slowest]:
+            lines.append(f"  {secs:7.1f}  {name:<6}  {ident}")
+    lines.append("[suite] per step:  tests  passed  failed  skipped   wall s   test s")
+    for o in outcomes:
+        counts = {k: sum(1 for t in o.tests if t[2] == k) for k in ("passed", "failed", "error", "skipped")}
+        test_s = sum(t[1] for t in o.tests)
+        status = "ok" if o.rc == 0 else f"FAILED (exit {o.rc})"
+        lines.append(
+            f"  {o.name:<12} {len(o.tests):>5}  {counts['passed']:>6}  {counts['failed'] + counts['error']:>6}  "
+            f"{counts['skipped']:>7}  {o.wall_s:>7.1f}  {test_s:>7.1f}  {status}"
+        )
+    total = sum(len(o.tests) for o in outcomes)
+    lines.append(f"[suite] {total} tests in {time.monotonic() - started:.0f} s (wall, lint and types included)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", nargs="*", default=["all"], help="all, fast, lint, or tiers: " + ", ".join(ORDER))
+    parser.add_argument("--no-lint", action="store_true", help="skip ruff and mypy")
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    what = args.what
+    tiers = ORDER if what == ["all"] else [] if what == ["lint"] else [t for t in what if t in TIERS]
+    unknown = [w for w in what if w not in TIERS and w not in ("all", "lint")]
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)} (all, fast, lint, {', '.join(ORDER)})")
+    started = time.monotonic()
+    outcomes = [] if args.no_lint else lint()
+    if any(o.rc for o in outcomes):
+        print("[suite] lint or types failed: fix them first (no test was run)", flush=True)
+        print(summary(outcomes, started))
+        return 1
+    for name in tiers:
+        outcomes.append(run_tier(TIERS[name], extra))
+    print(summary(outcomes, started), flush=True)
+    return 1 if any(o.rc for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
