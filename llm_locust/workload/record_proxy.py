@@ -174,7 +174,8 @@ class ChunkedDecoder:
 
 async def read_request_body(reader: asyncio.StreamReader, low: dict[str, str]) -> bytes:
     if "chunked" in tokens(low.get("transfer-encoding")):
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         while True:
             line = (await reader.readuntil(b"\n")).rstrip(b"\r\n")
             try:
@@ -193,11 +194,11 @@ async def read_request_body(reader: asyncio.StreamReader, low: dict[str, str]) -
             parts.append(await reader.readexactly(n))
             if (await reader.readuntil(b"\n")).strip():
                 raise ProtocolError("chunk data longer than its size")
-    n = low.get("content-length")
-    if n is None:
+    declared = low.get("content-length")
+    if declared is None:
         return b""
     try:
-        size = int(n)
+        size = int(declared)
     except ValueError:
         raise ProtocolError("bad Content-Length") from None
     if size < 0 or size > MAX_BODY:
@@ -470,9 +471,9 @@ class Exchange:
         self.status = 0
         self.error: str | None = None
         self.tee: ResponseTee | None = None
-        self.text = None
+        self.text: str | list[int] | None = None
         self.req: dict | None = None
-        self.conv = None
+        self.conv: tuple[str, int] | None = None
         try:
             req = orjson.loads(body)
             self.req = req if isinstance(req, dict) else None
@@ -549,6 +550,7 @@ class Proxy:
 
     async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a client handler always runs as a task
         self.tasks.add(task)
         conn = _UpConn()
         try:
@@ -565,15 +567,49 @@ class Proxy:
 
     async def _one(self, reader, writer, conn: _UpConn) -> bool:
         """Serves one request; False when the client connection must close."""
+        req = await self._read_request(reader, writer)
+        if req is None:
+            return False
+        t_arrival, method, target, version, headers, low, body = req
+        ctoks = tokens(low.get("connection"))
+        keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
+        http10 = version == "HTTP/1.0"
+
+        path = target.split("?", 1)[0]
+        api = GEN_PATHS.get(path) if method == "POST" else None
+        ex = Exchange(self.rec, api, t_arrival, body, low) if api else None
+        req_bytes = self._forwarded(method, target, headers, ctoks, body)
+        try:
+            try:
+                return await self._exchange(reader, writer, conn, method, req_bytes, ex, keep, http10)
+            except UpstreamFailed as e:
+                return await self._upstream_failed(writer, conn, ex, e, keep)
+            except ClientGone:
+                conn.close()  # stops the generation upstream
+                if ex is not None:
+                    ex.error = "client disconnected"
+                raise
+            except asyncio.CancelledError:
+                if ex is not None:
+                    ex.error = ex.error or "recorder stopped"
+                raise
+        finally:
+            if ex is not None:
+                _record(ex)
+
+    async def _read_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[float, str, str, str, list[tuple[str, str]], dict[str, str], bytes] | None:
+        """(arrival, method, target, version, headers, lower-case headers, body); None (answered) when bad."""
         try:
             raw = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
             if e.partial.strip():
                 await self._error(writer, 400, "incomplete request head")
-            return False
+            return None
         except asyncio.LimitOverrunError:
             await self._error(writer, 431, "request head too large")
-            return False
+            return None
         t_arrival = time.monotonic() - self.rec.t0
         try:
             start, headers, low = parse_head(raw[:-4].lstrip(b"\r\n"))
@@ -587,81 +623,87 @@ class Proxy:
             body = await read_request_body(reader, low)
         except (ProtocolError, ValueError, asyncio.LimitOverrunError) as e:
             await self._error(writer, 400, f"malformed request: {e}")
-            return False
-        ctoks = tokens(low.get("connection"))
-        keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
-        http10 = version == "HTTP/1.0"
+            return None
+        return t_arrival, method, target, version, headers, low, body
 
-        path = target.split("?", 1)[0]
-        api = GEN_PATHS.get(path) if method == "POST" else None
-        ex = Exchange(self.rec, api, t_arrival, body, low) if api else None
-
-        # the request as forwarded: hop-by-hop headers dropped, Host and Content-Length set
+    def _forwarded(
+        self, method: str, target: str, headers: list[tuple[str, str]], ctoks: list[str], body: bytes
+    ) -> bytes:
+        """The request as forwarded: hop-by-hop headers dropped, Host and Content-Length set."""
         drop = REQ_DROP | set(ctoks)
         out = [f"{method} {self.up.base}{target} HTTP/1.1", f"Host: {self.up.host_header}"]
         out += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
         if body or method in ("POST", "PUT", "PATCH"):
             out.append(f"Content-Length: {len(body)}")
-        req_bytes = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+        return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
 
-        try:
-            try:
-                return await self._exchange(reader, writer, conn, method, req_bytes, ex, keep, http10)
-            except UpstreamFailed as e:
-                conn.close()
-                if ex is not None:
-                    ex.error = str(e)
-                    if not ex.status:
-                        ex.status = 502
-                if not e.sent:
-                    await self._error(writer, 502, f"upstream: {e}", keep)
-                    return keep
-                return False  # mid-body: the client sees a cut reply
-            except ClientGone:
-                conn.close()  # stops the generation upstream
-                if ex is not None:
-                    ex.error = "client disconnected"
-                raise
-            except asyncio.CancelledError:
-                if ex is not None:
-                    ex.error = ex.error or "recorder stopped"
-                raise
-        finally:
-            if ex is not None:
-                try:
-                    if not ex.analysed:
-                        ex.analyse()
-                    ex.finish()
-                except Exception as e:  # noqa: BLE001 (a trace write error must not kill the proxy)
-                    print(f"{PROG}: cannot record a request: {e!r}", file=sys.stderr, flush=True)
+    async def _upstream_failed(
+        self, writer: asyncio.StreamWriter, conn: _UpConn, ex: Exchange | None, e: UpstreamFailed, keep: bool
+    ) -> bool:
+        """A 502 when the client has no reply byte yet (the connection kept if it can be), else a cut reply."""
+        conn.close()
+        if ex is not None:
+            ex.error = str(e)
+            if not ex.status:
+                ex.status = 502
+        if not e.sent:
+            await self._error(writer, 502, f"upstream: {e}", keep)
+            return keep
+        return False  # mid-body: the client sees a cut reply
 
     async def _exchange(self, reader, writer, conn, method, req_bytes, ex, keep, http10) -> bool:
-        up = self.up
+        raw = await self._send_request(conn, req_bytes, ex)
+        status, version, rest, headers, low = _reply_head_fields(raw)
+        if ex is not None:
+            ex.status = status
+            ex.tee = ResponseTee(low.get("content-type", ""), low.get("content-encoding", ""), self.max_event)
+        plan = _relay_plan(method, status, version, low, keep, http10)
+        await _send(writer, _client_head(rest, headers, plan, http10))
+
+        tee = ex.tee if ex is not None else None
+        r = conn.r
+        assert r is not None  # _send_request leaves the connection open
+        try:
+            trusted = await _relay_body(r, writer, tee, plan)
+        except _MalformedChunks as e:
+            # the body's end cannot be found: relay the rest as it comes until the upstream closes,
+            # then close the client connection too (it gets exactly the upstream's bytes)
+            if ex is not None:
+                ex.error = f"malformed chunked reply: {e}"
+            await _relay_rest(r, writer, e.piece)
+            conn.close()
+            return False
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            if isinstance(e, ClientGone):
+                raise
+            raise UpstreamFailed(f"upstream connection lost mid-reply: {type(e).__name__}", True) from None
+        if not (plan.up_keep and trusted):
+            conn.close()
+        return plan.client_keep
+
+    async def _send_request(self, conn: _UpConn, req_bytes: bytes, ex: Exchange | None) -> bytes:
+        """Sends the request upstream and returns the reply's head (after any 1xx interim replies);
+        a kept-alive connection the server had closed is replaced once."""
         for attempt in (0, 1):
             reused = conn.alive()
             if not reused:
                 conn.close()
-                try:
-                    conn.r, conn.w = await asyncio.wait_for(
-                        asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD), self.connect_timeout
-                    )
-                except TimeoutError:
-                    raise UpstreamFailed(f"connect to {up.host}:{up.port} timed out", False) from None
-                except OSError as e:
-                    raise UpstreamFailed(f"cannot connect to {up.host}:{up.port}: {e.strerror or e}", False) from None
+                conn.r, conn.w = await self._connect()
+            r, w = conn.r, conn.w
+            assert r is not None and w is not None  # alive, or just connected
             try:
-                conn.w.write(req_bytes)
-                await conn.w.drain()
+                w.write(req_bytes)
+                await w.drain()
                 if ex is not None and not ex.analysed:
                     # the prompt is hashed while the upstream works on the request
                     if self.use_thread:
                         await asyncio.get_running_loop().run_in_executor(None, ex.analyse)
                     else:
                         ex.analyse()
-                raw = await conn.r.readuntil(b"\r\n\r\n")
+                raw = await r.readuntil(b"\r\n\r\n")
                 while raw[9:10] == b"1" and raw[9:12] != b"101":  # 1xx interim responses
-                    raw = await conn.r.readuntil(b"\r\n\r\n")
-                break
+                    raw = await r.readuntil(b"\r\n\r\n")
+                return raw
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 conn.close()
                 if reused and attempt == 0:  # a kept-alive connection the server had closed: once more
@@ -669,113 +711,19 @@ class Proxy:
                 raise UpstreamFailed(f"connection lost before the reply: {type(e).__name__}", False) from None
             except asyncio.LimitOverrunError:
                 raise UpstreamFailed("reply head too large", False) from None
+        raise AssertionError("unreachable: the second attempt is on a new connection, which returns or raises")
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new upstream connection, or UpstreamFailed (before any byte went to the client)."""
+        up = self.up
         try:
-            start, headers, low = parse_head(raw[:-4])
-            version, _, rest = start.partition(" ")
-            status = int(rest[:3])
-        except (ProtocolError, ValueError) as e:
-            raise UpstreamFailed(f"malformed reply head: {e}", False) from None
-        if ex is not None:
-            ex.status = status
-            ex.tee = ResponseTee(low.get("content-type", ""), low.get("content-encoding", ""), self.max_event)
-        ctoks = tokens(low.get("connection"))
-        up_keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
-
-        # how the body is framed
-        te = tokens(low.get("transfer-encoding"))
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            mode, length = "none", 0
-        elif te and te[-1] == "chunked":
-            mode, length = "chunked", 0
-        elif "content-length" in low:
-            try:
-                length = int(low["content-length"].split(",")[0])
-            except ValueError:
-                raise UpstreamFailed("bad Content-Length in the reply", False) from None
-            mode = "length"
-        else:
-            mode, length, up_keep = "close", 0, False
-        if status == 101:  # protocol switches are not relayed: end both connections after the head
-            up_keep, keep = False, False
-        # chunked to an HTTP/1.0 client is decoded; a close-delimited body to HTTP/1.1 becomes chunked
-        dechunk = mode == "chunked" and http10
-        rechunk = mode == "close" and not http10
-        client_keep = keep and not dechunk and not (mode == "close" and http10)
-
-        drop = RESP_DROP | set(ctoks)
-        if dechunk:
-            drop = drop | {"transfer-encoding", "trailer"}
-        lines = [("HTTP/1.1 " + rest) if not http10 else ("HTTP/1.0 " + rest)]
-        lines += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
-        if rechunk:
-            lines.append("Transfer-Encoding: chunked")
-        if not client_keep:
-            lines.append("Connection: close")
-        elif http10:
-            lines.append("Connection: keep-alive")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        await _send(writer, head)
-
-        tee = ex.tee if ex is not None else None
-        r = conn.r
-        try:
-            if mode == "chunked":
-                dec = ChunkedDecoder()
-                while not dec.done:
-                    piece = await r.read(READ_SIZE)
-                    if not piece:
-                        raise UpstreamFailed("upstream closed in the middle of the reply", True)
-                    used, data = dec.feed(piece)
-                    if used < len(piece):
-                        up_keep = False  # bytes after the end of the body: do not trust this connection
-                        piece = piece[:used]
-                    if dechunk:
-                        piece = b"".join(data)
-                    if tee is not None:
-                        for d in data:
-                            tee.feed(d)
-                    await _send(writer, piece)
-            elif mode == "length":
-                left = length
-                while left > 0:
-                    piece = await r.read(min(left, READ_SIZE))
-                    if not piece:
-                        raise UpstreamFailed("upstream closed in the middle of the reply", True)
-                    left -= len(piece)
-                    if tee is not None:
-                        tee.feed(piece)
-                    await _send(writer, piece)
-            elif mode == "close":
-                while True:
-                    piece = await r.read(READ_SIZE)
-                    if not piece:
-                        break
-                    if tee is not None:
-                        tee.feed(piece)
-                    await _send(writer, b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
-                if rechunk:
-                    await _send(writer, b"0\r\n\r\n")
-        except ProtocolError as e:
-            # the body's end cannot be found: relay the rest as it comes until the upstream closes,
-            # then close the client connection too (it gets exactly the upstream's bytes)
-            if ex is not None:
-                ex.error = f"malformed chunked reply: {e}"
-            try:
-                await _send(writer, piece)
-                while piece := await r.read(READ_SIZE):
-                    await _send(writer, piece)
-            except (ConnectionError, asyncio.IncompleteReadError) as e2:
-                if isinstance(e2, ClientGone):
-                    raise
-            conn.close()
-            return False
-        except (ConnectionError, asyncio.IncompleteReadError) as e:
-            if isinstance(e, ClientGone):
-                raise
-            raise UpstreamFailed(f"upstream connection lost mid-reply: {type(e).__name__}", True) from None
-        if not up_keep:
-            conn.close()
-        return client_keep
+            return await asyncio.wait_for(
+                asyncio.open_connection(up.host, up.port, ssl=up.ssl, limit=MAX_HEAD), self.connect_timeout
+            )
+        except TimeoutError:
+            raise UpstreamFailed(f"connect to {up.host}:{up.port} timed out", False) from None
+        except OSError as e:
+            raise UpstreamFailed(f"cannot connect to {up.host}:{up.port}: {e.strerror or e}", False) from None
 
     async def _error(self, writer, status: int, msg: str, keep: bool = False) -> None:
         body = orjson.dumps({"error": {"message": msg, "type": "proxy_error", "code": status}})
@@ -793,6 +741,171 @@ class Proxy:
 
 class ClientWriteError(ClientGone, ConnectionError):
     pass
+
+
+def _record(ex: Exchange) -> None:
+    """Write the exchange's trace line (hashing its prompt first if that has not happened yet)."""
+    try:
+        if not ex.analysed:
+            ex.analyse()
+        ex.finish()
+    except Exception as e:  # noqa: BLE001 (a trace write error must not kill the proxy)
+        print(f"{PROG}: cannot record a request: {e!r}", file=sys.stderr, flush=True)
+
+
+def _reply_head_fields(raw: bytes) -> tuple[int, str, str, list[tuple[str, str]], dict[str, str]]:
+    """(status, version, status line after the version, headers, lower-case headers) of a reply head."""
+    try:
+        start, headers, low = parse_head(raw[:-4])
+        version, _, rest = start.partition(" ")
+        status = int(rest[:3])
+    except (ProtocolError, ValueError) as e:
+        raise UpstreamFailed(f"malformed reply head: {e}", False) from None
+    return status, version, rest, headers, low
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one reply is relayed: its body's framing upstream, and what the client gets."""
+
+    mode: str  # the upstream body: "none", "chunked", "length" or "close" (delimited by the close)
+    length: int  # the body's length in "length" mode
+    up_keep: bool  # the upstream connection may be reused afterwards
+    client_keep: bool  # the client connection stays open afterwards
+    dechunk: bool  # a chunked body decoded for an HTTP/1.0 client
+    rechunk: bool  # a close-delimited body re-framed as chunks for an HTTP/1.1 client
+    ctoks: tuple[str, ...]  # the reply's Connection tokens (headers it names are not relayed)
+
+
+def _relay_plan(method: str, status: int, version: str, low: dict[str, str], keep: bool, http10: bool) -> _Plan:
+    """How the reply's body is framed (RFC 9112 6.3) and relayed, and which connections stay open."""
+    ctoks = tokens(low.get("connection"))
+    up_keep = "close" not in ctoks and (version == "HTTP/1.1" or "keep-alive" in ctoks)
+    te = tokens(low.get("transfer-encoding"))
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        mode, length = "none", 0
+    elif te and te[-1] == "chunked":
+        mode, length = "chunked", 0
+    elif "content-length" in low:
+        try:
+            length = int(low["content-length"].split(",")[0])
+        except ValueError:
+            raise UpstreamFailed("bad Content-Length in the reply", False) from None
+        mode = "length"
+    else:
+        mode, length, up_keep = "close", 0, False
+    if status == 101:  # protocol switches are not relayed: end both connections after the head
+        up_keep, keep = False, False
+    # chunked to an HTTP/1.0 client is decoded; a close-delimited body to HTTP/1.1 becomes chunked
+    dechunk = mode == "chunked" and http10
+    rechunk = mode == "close" and not http10
+    client_keep = keep and not dechunk and not (mode == "close" and http10)
+    return _Plan(mode, length, up_keep, client_keep, dechunk, rechunk, tuple(ctoks))
+
+
+def _client_head(rest: str, headers: list[tuple[str, str]], plan: _Plan, http10: bool) -> bytes:
+    """The reply head as the client gets it: hop-by-hop headers dropped, framing and Connection set."""
+    drop = RESP_DROP | set(plan.ctoks)
+    if plan.dechunk:
+        drop = drop | {"transfer-encoding", "trailer"}
+    lines = [("HTTP/1.1 " + rest) if not http10 else ("HTTP/1.0 " + rest)]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
+    if plan.rechunk:
+        lines.append("Transfer-Encoding: chunked")
+    if not plan.client_keep:
+        lines.append("Connection: close")
+    elif http10:
+        lines.append("Connection: keep-alive")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class _MalformedChunks(Exception):
+    """A chunked reply whose end cannot be found; `piece` is the read that showed it (not yet relayed)."""
+
+    def __init__(self, err: ProtocolError, piece: bytes) -> None:
+        super().__init__(str(err))
+        self.piece = piece
+
+
+async def _relay_body(
+    r: asyncio.StreamReader, writer: asyncio.StreamWriter, tee: ResponseTee | None, plan: _Plan
+) -> bool:
+    """Relays the reply's body as it arrives, a copy to the tee; False when the upstream connection
+    cannot be trusted with another request (bytes came after the end of a chunked body)."""
+    if plan.mode == "chunked":
+        return await _relay_chunked(r, writer, tee, plan.dechunk)
+    if plan.mode == "length":
+        await _relay_length(r, writer, tee, plan.length)
+    elif plan.mode == "close":
+        await _relay_to_close(r, writer, tee, plan.rechunk)
+    return True
+
+
+async def _relay_chunked(
+    r: asyncio.StreamReader, writer: asyncio.StreamWriter, tee: ResponseTee | None, dechunk: bool
+) -> bool:
+    """A chunked body, relayed with its framing (decoded for an HTTP/1.0 client); False when bytes follow it."""
+    trusted = True
+    dec = ChunkedDecoder()
+    while not dec.done:
+        piece = await r.read(READ_SIZE)
+        if not piece:
+            raise UpstreamFailed("upstream closed in the middle of the reply", True)
+        try:
+            used, data = dec.feed(piece)
+        except ProtocolError as e:
+            raise _MalformedChunks(e, piece) from None
+        if used < len(piece):
+            trusted = False  # bytes after the end of the body: do not trust this connection
+            piece = piece[:used]
+        if dechunk:
+            piece = b"".join(data)
+        if tee is not None:
+            for d in data:
+                tee.feed(d)
+        await _send(writer, piece)
+    return trusted
+
+
+async def _relay_length(
+    r: asyncio.StreamReader, writer: asyncio.StreamWriter, tee: ResponseTee | None, length: int
+) -> None:
+    """A Content-Length body, relayed as it arrives."""
+    left = length
+    while left > 0:
+        piece = await r.read(min(left, READ_SIZE))
+        if not piece:
+            raise UpstreamFailed("upstream closed in the middle of the reply", True)
+        left -= len(piece)
+        if tee is not None:
+            tee.feed(piece)
+        await _send(writer, piece)
+
+
+async def _relay_to_close(
+    r: asyncio.StreamReader, writer: asyncio.StreamWriter, tee: ResponseTee | None, rechunk: bool
+) -> None:
+    """A body delimited by the upstream's close, relayed as it arrives (as chunks for HTTP/1.1)."""
+    while True:
+        piece = await r.read(READ_SIZE)
+        if not piece:
+            break
+        if tee is not None:
+            tee.feed(piece)
+        await _send(writer, b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
+    if rechunk:
+        await _send(writer, b"0\r\n\r\n")
+
+
+async def _relay_rest(r: asyncio.StreamReader, writer: asyncio.StreamWriter, piece: bytes) -> None:
+    """Relays `piece` and whatever follows until the upstream closes (a reply whose end is unknown)."""
+    try:
+        await _send(writer, piece)
+        while piece := await r.read(READ_SIZE):
+            await _send(writer, piece)
+    except (ConnectionError, asyncio.IncompleteReadError) as e2:
+        if isinstance(e2, ClientGone):
+            raise
 
 
 async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -813,7 +926,15 @@ class _UpConn:
         self.w: asyncio.StreamWriter | None = None
 
     def alive(self) -> bool:
-        return self.w is not None and not self.w.transport.is_closing() and not self.r.at_eof() and not self.r._buffer  # noqa: SLF001 (unread bytes on an idle connection: not reusable)
+        r, w = self.r, self.w
+        # unread bytes on an idle connection: not reusable (StreamReader keeps them in its private _buffer)
+        return (
+            w is not None
+            and r is not None
+            and not w.transport.is_closing()
+            and not r.at_eof()
+            and not vars(r)["_buffer"]
+        )
 
     def close(self) -> None:
         if self.w is not None and not self.w.transport.is_closing():
