@@ -1,7 +1,7 @@
 """Hooks llm-locust into Locust's events: options, metrics hub, end-of-run summary and results.
 
-Imported by `llm_locust.users` (the public module locustfiles import), so any locustfile that uses our users gets all of this, whether
-started by `llm-locust run` or by plain `locust -f`.
+Imported by `llm_locust.users` (the public module locustfiles import), so any locustfile that uses
+our users gets all of this, whether started by `llm-locust run` or by plain `locust -f`.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def _status_lines(status: dict[str, Any]) -> list[str]:
     sess = status.get("sessions")
     if sess:
         lines.append(
-            f"sessions: {sess['started']} started, {sess['done']} answered in full, {sess['broken']} ended by a failed turn"
+            f"sessions: {sess['started']} started, {sess['done']} answered in full, "
+            f"{sess['broken']} ended by a failed turn"
         )
     for url, e in (status.get("endpoints") or {}).items():
         state = (
@@ -265,7 +266,7 @@ def _add_options(parser, **_kw: Any) -> None:
 
 
 @events.init.add_listener
-def _on_init(environment, **_kw: Any) -> None:
+def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run as a pure function: issue 25)
     h = install(environment)
     from llm_locust.runtime import dispatcher
 
@@ -357,7 +358,7 @@ def _on_init(environment, **_kw: Any) -> None:
         if isinstance(runner, MasterRunner) and not h.finals_collected and h.started_at is not None:
             h.collect_final_reports()
 
-    def on_quit(**_kw: Any) -> None:
+    def on_quit(**_kw: Any) -> None:  # noqa: C901 (the end of a run as a pure function: issue 25)
         if isinstance(runner, MasterRunner):
             h.account_lost()  # what lost workers had in flight: counted as lost, not dropped
         if h.total.empty:
