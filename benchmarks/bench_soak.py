@@ -118,13 +118,15 @@ def main() -> int:
         per_m = 1e6 / max(d1 - d0, 1)
         print(f"\nrequests {d0:,.0f} -> {d1:,.0f} in {t1 - t0:.0f} s ({(d1 - d0) / (t1 - t0):,.0f}/s)")
         print(
-            f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); CPU {100 * (c1 - c0) / (t1 - t0):.1f}%"
+            f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); "
+            f"CPU {100 * (c1 - c0) / (t1 - t0):.1f}%"
         )
         for i, (x0, x1) in enumerate(zip(w0, w1, strict=True)):
             print(f"worker {i} RSS {x0:.1f} -> {x1:.1f} MiB ({(x1 - x0) * per_m:+.1f} MiB per million requests)")
         scrape_times.sort()
         print(
-            f"exporter scrape: median {scrape_times[len(scrape_times) // 2] * 1000:.1f} ms, max {scrape_times[-1] * 1000:.1f} ms"
+            f"exporter scrape: median {scrape_times[len(scrape_times) // 2] * 1000:.1f} ms, "
+            f"max {scrape_times[-1] * 1000:.1f} ms"
         )
     return 0
 

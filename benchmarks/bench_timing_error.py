@@ -190,7 +190,8 @@ def report(r: dict) -> list[str]:
     p99s = (r["ttft"]["p99"], r["itl_abs"]["p99"], r["arrival"]["p99"])  # all requests, warm-up included
     met = all(x <= goal for x in p99s)
     lines = [
-        f"{r['label']}: {r['users']} users (spawned at {r['spawn_rate']:g}/s), sim {r['slots']} slots, {r['iter_s'] * 1000:g} ms iterations, "
+        f"{r['label']}: {r['users']} users (spawned at {r['spawn_rate']:g}/s), sim {r['slots']} slots, "
+        f"{r['iter_s'] * 1000:g} ms iterations, "
         f"{r['max_tokens']} tokens/request; {r['ok']} ok, {r['failed']} failed; "
         f"{r['requests_joined']} joined ({r['requests_skipped']} skipped); {r['tokens_per_s']:,.0f} tokens/s",
         f"  {'error (ms)':<22}{'n':>9}{'p50':>9}{'p99':>9}{'p99.9':>9}{'max':>9}",

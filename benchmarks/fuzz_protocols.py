@@ -85,7 +85,8 @@ def main() -> int:
         total_cases += stats["cases"]
         total_crashes += n_crash
         print(
-            f"{name:<40} {stats['cases']:>7} {n_crash:>8} {stats['slowest'] * 1000:>11.1f}  {time.perf_counter() - t0:6.1f}"
+            f"{name:<40} {stats['cases']:>7} {n_crash:>8} "
+            f"{stats['slowest'] * 1000:>11.1f}  {time.perf_counter() - t0:6.1f}"
         )
         for key, n in stats["crashes"].most_common(5):
             print(f"    {n:>5} x {key}")

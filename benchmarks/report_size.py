@@ -50,52 +50,58 @@ SLOS = {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}
 GIB = 2**30
 
 
-def synthesize(seed: int = 1) -> dict:
-    rng = random.Random(seed)
-    cfg = SimConfig(slots=16, kv_tokens=24_000)
-    eng = Engine(cfg)
-    per_request = request_slos(SLOS)
-    total = Aggregate()
-    steps: dict[int, Aggregate] = {}
-    pending: list[Seq] = []
-    server = ServerSeries(url="http://10.0.0.5:8000/metrics", server="vllm")
-    gpu = ServerSeries(
-        url="http://10.0.0.5:9401/metrics",
-        server="llm-locust-gpu-sidecar",
-        info={
-            "llm_locust_gpu_info": [
-                {
-                    "gpu": "0",
-                    "model_name": "NVIDIA H200",
-                    "uuid": "GPU-0",
-                    "driver_version": "550.54.15",
-                    "cuda_version": "12.4",
-                }
-            ]
-        },
-    )
-    counters = {"generation_tokens_total": 0.0, "ttft_seconds_sum": 0.0, "ttft_seconds_count": 0.0}
-    end_all = STEP_S * len(LEVELS)
-    now, users, step_i, n = 0.0, 0, 0, 0
-    next_sample, next_second = 0.0, 0.0
+def _step_of(t: float) -> int:
+    """The step a send time falls in: its number, negative during the step's warm-up."""
+    i = min(int(t // STEP_S), len(LEVELS) - 1)
+    return (i + 1) if t >= i * STEP_S + WARMUP_S else -(i + 1)
 
-    def step_of(t: float) -> int:
-        i = min(int(t // STEP_S), len(LEVELS) - 1)
-        return (i + 1) if t >= i * STEP_S + WARMUP_S else -(i + 1)
 
-    def finish(r: RequestRecord) -> None:
-        s = step_of(r.t_sent)
+class _HourRun:
+    """The 1-hour ladder on the simulator's engine, on a virtual clock, with the client's and server's samples."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.cfg = SimConfig(slots=16, kv_tokens=24_000)
+        self.eng = Engine(self.cfg)
+        self.per_request = request_slos(SLOS)
+        self.total = Aggregate()
+        self.steps: dict[int, Aggregate] = {}
+        self.pending: list[Seq] = []
+        self.server = ServerSeries(url="http://10.0.0.5:8000/metrics", server="vllm")
+        self.gpu = ServerSeries(
+            url="http://10.0.0.5:9401/metrics",
+            server="llm-locust-gpu-sidecar",
+            info={
+                "llm_locust_gpu_info": [
+                    {
+                        "gpu": "0",
+                        "model_name": "NVIDIA H200",
+                        "uuid": "GPU-0",
+                        "driver_version": "550.54.15",
+                        "cuda_version": "12.4",
+                    }
+                ]
+            },
+        )
+        self.counters = {"generation_tokens_total": 0.0, "ttft_seconds_sum": 0.0, "ttft_seconds_count": 0.0}
+        self.end_all = STEP_S * len(LEVELS)
+        self.now, self.users, self.step_i, self.n = 0.0, 0, 0, 0
+        self.next_sample, self.next_second = 0.0, 0.0
+
+    def finish(self, r: RequestRecord) -> None:
+        """Count a finished request in the run and in its step."""
+        s = _step_of(r.t_sent)
         r.step = s
-        for agg in (total, steps.setdefault(s, Aggregate())):
+        for agg in (self.total, self.steps.setdefault(s, Aggregate())):
             agg.add_sent()
-            agg.add(r, per_request)
+            agg.add(r, self.per_request)
 
-    def new_request(t: float) -> None:
-        nonlocal n
-        n += 1
-        p, o = rng.randint(128, 2048), rng.randint(64, 512)
+    def new_request(self, t: float) -> None:
+        """Send one request at t: queued for the engine, or failed at once with HTTP 503."""
+        self.n += 1
+        p, o = self.rng.randint(128, 2048), self.rng.randint(64, 512)
         r = RequestRecord(
-            request_id=str(n),
+            request_id=str(self.n),
             api="openai-chat",
             t_sched=t,
             t_sent=t,
@@ -104,81 +110,111 @@ def synthesize(seed: int = 1) -> dict:
             n_in_source="usage",
             requested_out=o,
         )
-        if rng.random() < 0.003:
+        if self.rng.random() < 0.003:
             r.outcome, r.status, r.t_end = Outcome.HTTP_ERROR, 503, t + 0.02
             r.error = 'HTTP 503: {"error": "server overloaded, retry later", "type": "ServiceUnavailable"}'
-            finish(r)
-            pending.append(None)  # the user sends its next request right away
+            self.finish(r)
+            self.pending.append(None)  # the user sends its next request right away
             return
-        pending.append(Seq(n_in=p, target=o, reserve=p + o, owner=r))
+        self.pending.append(Seq(n_in=p, target=o, reserve=p + o, owner=r))
 
-    while True:
-        while step_i < len(LEVELS) and now >= step_i * STEP_S:
-            for _ in range(LEVELS[step_i] - users):
-                new_request(now)
-            users = LEVELS[step_i]
-            step_i += 1
-        while next_second <= now and next_second < end_all:  # the client's own validity samples
-            agg = steps.setdefault(step_of(next_second), Aggregate())
-            for a in (total, agg):
-                a.add_cpu_sample(20 + 40 * users / 64)
+    def run(self) -> None:
+        """Drive the engine until the last step has ended and every request has finished."""
+        while True:
+            self._ramp()
+            self._client_samples()
+            self._scrape()
+            self._resend_failed()
+            dur = self.eng.begin()
+            for s in self.pending:
+                self.eng.submit(s)
+            self.pending.clear()
+            if dur is None:
+                if not self.eng.has_work():
+                    break
+                continue
+            self.now += dur
+            self._tokens()
+
+    def _ramp(self) -> None:
+        """Start the users of every step that has begun."""
+        while self.step_i < len(LEVELS) and self.now >= self.step_i * STEP_S:
+            for _ in range(LEVELS[self.step_i] - self.users):
+                self.new_request(self.now)
+            self.users = LEVELS[self.step_i]
+            self.step_i += 1
+
+    def _client_samples(self) -> None:
+        """The client's own validity samples (CPU, loop lag), one a second."""
+        while self.next_second <= self.now and self.next_second < self.end_all:
+            agg = self.steps.setdefault(_step_of(self.next_second), Aggregate())
+            for a in (self.total, agg):
+                a.add_cpu_sample(20 + 40 * self.users / 64)
                 for _ in range(10):
-                    a.hist["loop_lag"].record(rng.expovariate(1 / 0.0008))
-            next_second += 1.0
-        while next_sample <= now and next_sample < end_all:  # the master scrapes /metrics every 2 s
-            t = W + next_sample
-            server.samples.append(
+                    a.hist["loop_lag"].record(self.rng.expovariate(1 / 0.0008))
+            self.next_second += 1.0
+
+    def _scrape(self) -> None:
+        """The master's scrapes of the server's and GPU sidecar's /metrics, every 2 s."""
+        while self.next_sample <= self.now and self.next_sample < self.end_all:
+            t = W + self.next_sample
+            self.server.samples.append(
                 Sample(
                     t,
                     {
-                        "running": len(eng.running),
-                        "waiting": len(eng.waiting),
-                        "kv_cache_usage": eng.kv_usage,
+                        "running": len(self.eng.running),
+                        "waiting": len(self.eng.waiting),
+                        "kv_cache_usage": self.eng.kv_usage,
                         "preemptions_total": 0.0,
-                        **counters,
+                        **self.counters,
                     },
                 )
             )
-            busy = len(eng.running) / cfg.slots
-            gpu.samples.append(
+            busy = len(self.eng.running) / self.cfg.slots
+            self.gpu.samples.append(
                 Sample(
                     t,
                     {
-                        "gpu_memory_used_bytes": 62 * GIB + eng.kv_usage * 70 * GIB + rng.random() * 2**26,
+                        "gpu_memory_used_bytes": 62 * GIB + self.eng.kv_usage * 70 * GIB + self.rng.random() * 2**26,
                         "gpu_memory_total_bytes": 141 * GIB,
                         "gpu_utilization": min(1.0, 0.05 + 0.95 * busy),
                     },
                 )
             )
-            next_sample += 2.0
-        while None in pending:
-            pending.remove(None)
-            if now < end_all:
-                new_request(now)
-        dur = eng.begin()
-        for s in pending:
-            eng.submit(s)
-        pending.clear()
-        if dur is None:
-            if not eng.has_work():
-                break
-            continue
-        now += dur
-        for s in eng.end():
+            self.next_sample += 2.0
+
+    def _resend_failed(self) -> None:
+        """A user whose request failed sends its next one now, while the run lasts."""
+        while None in self.pending:
+            self.pending.remove(None)
+            if self.now < self.end_all:
+                self.new_request(self.now)
+
+    def _tokens(self) -> None:
+        """Record the tokens of the engine's iteration that just ended; finished requests make room for new ones."""
+        for s in self.eng.end():
             r = s.owner
-            t = max(now + rng.expovariate(1 / 0.0003), r.chunk_times[-1] if r.chunk_times else 0.0)
+            t = max(self.now + self.rng.expovariate(1 / 0.0003), r.chunk_times[-1] if r.chunk_times else 0.0)
             r.chunk_times.append(t)
             r.chunk_tokens.append(1)
-            counters["generation_tokens_total"] += 1
+            self.counters["generation_tokens_total"] += 1
             if r.t_first is None:
                 r.t_first = r.t_first_content = t
-                counters["ttft_seconds_sum"] += t - r.t_sent
-                counters["ttft_seconds_count"] += 1
+                self.counters["ttft_seconds_sum"] += t - r.t_sent
+                self.counters["ttft_seconds_count"] += 1
             if s.state == "done":
                 r.t_end, r.n_out, r.n_out_source = t, s.n_out, "usage"
-                finish(r)
-                if now < end_all:
-                    new_request(now)
+                self.finish(r)
+                if self.now < self.end_all:
+                    self.new_request(self.now)
+
+
+def synthesize(seed: int = 1) -> dict:
+    """The results document of the 1-hour run, assembled as the plugin does at the end of a run."""
+    sim = _HourRun(seed)
+    sim.run()
+    total, steps, server, gpu = sim.total, sim.steps, sim.server, sim.gpu
+    end_all, n = sim.end_all, sim.n
 
     windows = [
         StepWindow(
@@ -332,7 +368,8 @@ def main() -> None:
     r = load_results(src)
     print(
         f"synthesized in {time.perf_counter() - t:.1f} s: {src} ({src.stat().st_size / 1024:,.0f} KiB), "
-        f"{r['summary']['sent']:,} requests, {r['summary']['tokens_out']:,} output tokens, {len(r['series']):,} series seconds, "
+        f"{r['summary']['sent']:,} requests, {r['summary']['tokens_out']:,} output tokens, "
+        f"{len(r['series']):,} series seconds, "
         f"{len(r['ladder']['steps'])} steps, {sum(len(v) for v in r['distributions'].values())} histogram bins, "
         f"{r['server_metrics']['source']['samples']} server / {r['gpu_metrics']['source']['samples']} GPU samples"
     )

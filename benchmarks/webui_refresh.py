@@ -267,7 +267,8 @@ def part_cpu(a) -> None:
                     raise SystemExit("the test did not start; see /tmp/webui_refresh_locust.log")
                 time.sleep(0.5)
             print(
-                f"master pid {proc.pid}; load: ladder step 1 (24 users, 600 s: no step ends while measured) against the simulator (16 slots), 1 worker process"
+                f"master pid {proc.pid}; load: ladder step 1 (24 users, 600 s: no step ends while measured) "
+                "against the simulator (16 slots), 1 worker process"
             )
 
             base_rate = [0.0]  # CPU seconds per second with no page open (the last such window)
@@ -334,7 +335,8 @@ def part_cpu(a) -> None:
                 c1, t1 = _cpu_ticks(proc.pid), time.monotonic()
                 net = (c1 - c0) / hz - base_rate[0] * (t1 - t0)
                 print(
-                    f"  {label:36s} master CPU {1000.0 * net / n:6.2f} ms per request (burst CPU less the no-page rate), "
+                    f"  {label:36s} master CPU {1000.0 * net / n:6.2f} ms per request "
+                    "(burst CPU less the no-page rate), "
                     f"{statistics.median(lat) * 1000:.2f} ms median round trip, {len(body):,} bytes, n={n}"
                 )
         finally:

@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     writer.close()
     os.replace(tmp, args.out)
     print(
-        f"wrote {args.out} ({arch}{' reranker' if args.rerank else ''}, vocab {n_vocab}, {N_LAYER} layers, hidden {N_EMBD}, "
+        f"wrote {args.out} ({arch}{' reranker' if args.rerank else ''}, vocab {n_vocab}, "
+        f"{N_LAYER} layers, hidden {N_EMBD}, "
         f"{N_HEAD} heads x {HEAD_DIM}, ffn {N_FF}, seed {args.seed}, "
         f"{args.out.stat().st_size / 1e6:.1f} MB)"
     )

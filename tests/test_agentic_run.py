@@ -221,7 +221,8 @@ def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_p
     assert checked >= 3
     lag = results["summary"]["latency"]["schedule_lag"]
     print(
-        f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms"
+        f"schedule lag over {len(rows)} turns with 2 workers: p50 {lag['p50'] * 1e3:.2f} ms, "
+        f"p99 {lag['p99'] * 1e3:.2f} ms"
     )
 
 

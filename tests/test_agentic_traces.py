@@ -223,12 +223,14 @@ def _bad(tmp_path, text, fmt=None, name="bad.jsonl"):
             "not in the trace",
         ),
         (
-            '{"session": "a", "new_tokens": 1}\n{"session": "b", "parent": "a", "spawned_by_turn": 3, "new_tokens": 1}\n',
+            '{"session": "a", "new_tokens": 1}\n'
+            '{"session": "b", "parent": "a", "spawned_by_turn": 3, "new_tokens": 1}\n',
             2,
             "has 1 turn",
         ),
         (
-            '{"session": "a", "new_tokens": 1, "children": ["b"]}\n{"session": "b", "new_tokens": 1, "children": ["a"]}\n'
+            '{"session": "a", "new_tokens": 1, "children": ["b"]}\n'
+            '{"session": "b", "new_tokens": 1, "children": ["a"]}\n'
             '{"session": "r", "new_tokens": 1}\n',
             1,
             "cycle",
@@ -248,7 +250,8 @@ def _bad(tmp_path, text, fmt=None, name="bad.jsonl"):
         ('{"session": "a", "new_tokens": 1, "role": "assistant"}\n', 1, "'role'"),
         ('{"session": "a"}\n', 1, "needs one of"),
         (
-            '{"session": "a", "new_tokens": 1}\n{"session": "a", "hash_ids": [1], "input_tokens": 5, "block_size": 4}\n',
+            '{"session": "a", "new_tokens": 1}\n'
+            '{"session": "a", "hash_ids": [1], "input_tokens": 5, "block_size": 4}\n',
             2,
             "mixes",
         ),
@@ -284,8 +287,10 @@ def test_bad_other_formats(tmp_path):
     )
     assert "cycle" in msg and "bad.jsonl:" in msg
     weka = (
-        '{"id": "t", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": 1, "out": 1}]}\n'
-        '{"id": "u", "models": [], "block_size": 4, "requests": [{"t": 0, "type": "n", "model": "m", "in": "x", "out": 1}]}\n'
+        '{"id": "t", "models": [], "block_size": 4, '
+        '"requests": [{"t": 0, "type": "n", "model": "m", "in": 1, "out": 1}]}\n'
+        '{"id": "u", "models": [], "block_size": 4, '
+        '"requests": [{"t": 0, "type": "n", "model": "m", "in": "x", "out": 1}]}\n'
     )
     msg = _bad(tmp_path, weka)
     assert "bad.jsonl:2:" in msg and "'in'" in msg
@@ -300,7 +305,8 @@ def test_bad_other_formats(tmp_path):
     assert "s.json:4:" in msg and "'messages'" in msg
     msg = _bad(
         tmp_path,
-        '{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": -1, "input_length": 1, "output_length": 1}\n',
+        '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+        '{"timestamp": -1, "input_length": 1, "output_length": 1}\n',
         fmt="mooncake-sessions",
     )
     assert "bad.jsonl:2:" in msg and "negative" in msg

@@ -164,7 +164,11 @@ def test_malformed_replies_are_classified(reply, outcome, text):
     assert text in rec.error
 
 
-_BODY = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+_BODY = (
+    b'data: {"choices": [{"text": "a"}]}\n\n'
+    b'data: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
 _REPLY = sse_reply(_BODY)
 
 
@@ -233,7 +237,11 @@ def test_a_request_the_server_read_before_closing_is_never_sent_again():
 
 
 def test_a_body_ended_by_closing_the_connection_is_complete():
-    body = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    body = (
+        b'data: {"choices": [{"text": "a"}]}\n\n'
+        b'data: {"choices": [{"text": "b", "finish_reason": "length"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
     server = canned_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body)
     try:
         rec = stream_client(f"http://127.0.0.1:{server.server_port}", api="openai-completions").send(

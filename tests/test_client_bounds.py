@@ -55,7 +55,11 @@ class Handler(socketserver.BaseRequestHandler):
         close = OK_SSE + b"Connection: close\r\n\r\n"
         chunked = OK_SSE + b"Transfer-Encoding: chunked\r\n\r\n"
         if first.startswith(b"GET /v1/models"):  # an endless models list
-            flood(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b'{"data": [', b'{"id": "m"}, ' * 4096)
+            flood(
+                sock,
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b'{"data": [',
+                b'{"id": "m"}, ' * 4096,
+            )
         elif mode == b"raw":  # the reply's bytes, hex-encoded in the request id
             sock.sendall(bytes.fromhex(arg.decode()))
             time.sleep(0.5)

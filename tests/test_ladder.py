@@ -62,7 +62,9 @@ def test_concurrency_ladder_finds_the_simulators_slot_count(tmp_path, slots):
     # below saturation each step's throughput follows the model; above it, it stays flat
     assert steps[0]["output_tokens_per_s"] > 0
     print(
-        f"\nslots {slots}: detected {found} (analytic {analytic['saturation_concurrency']}, {analytic['output_tokens_per_s']:.0f} tok/s); steps run {len(steps)}; stop: {results['ladder']['stop_reason']}"
+        f"\nslots {slots}: detected {found} (analytic {analytic['saturation_concurrency']}, "
+        f"{analytic['output_tokens_per_s']:.0f} tok/s); steps run {len(steps)}; "
+        f"stop: {results['ladder']['stop_reason']}"
     )
     assert "saturation:" in stdout and "step" in stdout
 

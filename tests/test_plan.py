@@ -77,7 +77,8 @@ def test_bad_short_ladders(text, message):
 def test_bad_ladder_timing():
     with pytest.raises(
         PlanError,
-        match=r"warmup: 50 s is not shorter than the step duration \(40 s, warm-up included\): nothing would be measured",
+        match=r"warmup: 50 s is not shorter than the step duration \(40 s, warm-up included\): "
+        r"nothing would be measured",
     ):
         parse_ladder("concurrency:1..4", warmup=50)
     with pytest.raises(PlanError, match=r"warmup: 40 s is not shorter"):

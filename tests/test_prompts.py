@@ -124,7 +124,8 @@ def toy_dir(tmp_path_factory):
             {
                 "bos_token": "<s>",
                 "eos_token": {"content": "</s>", "special": True},
-                "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
+                "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]"
+                "{{ m['content'] }}{{ eos_token }}"
                 "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
             }
         )

@@ -1,7 +1,8 @@
 """The OpenAI Responses and Anthropic Messages adapters end to end against real servers: llama.cpp's
 llama-server (SmolLM2) and, when provisioned, vLLM's CPU build. Through StreamClient, as a run
-sends them (vLLM's part with LLM_LOCUST_VLLM_APIS=1): every request ok, our output token count equal to the server's own (its usage, its
-timings, and its Prometheus token counter over the whole test), TTFT no less than the server's
+sends them (vLLM's part with LLM_LOCUST_VLLM_APIS=1): every request ok, our output token count
+equal to the server's own (its usage, its timings, and its Prometheus token counter over the whole
+test), TTFT no less than the server's
 own prompt time where it reports one."""
 
 from __future__ import annotations

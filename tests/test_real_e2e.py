@@ -109,7 +109,8 @@ def test_decode_span_agrees_with_the_servers(real_run):
     diffs.sort()
     median = diffs[len(diffs) // 2]
     print(
-        f"decode span, ours - server's: median {median * 1000:.3f} ms, min {diffs[0] * 1000:.1f}, max {diffs[-1] * 1000:.1f} ms"
+        f"decode span, ours - server's: median {median * 1000:.3f} ms, "
+        f"min {diffs[0] * 1000:.1f}, max {diffs[-1] * 1000:.1f} ms"
     )
     assert abs(median) < 0.001
     assert within >= 0.95 * len(diffs)

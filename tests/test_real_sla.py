@@ -1,6 +1,7 @@
 """The SLA search on a real llama-server (the tiny model, 4 slots, one thread), concurrency 1..16,
 SLO TTFT p90 <= 4x the idle TTFT p90 measured just before. What must hold: the search ends by
-precision (adjacent whole users), its answer is a probe that met the SLO and the bracket's other end one that broke it, both measured; and it lies
+precision (adjacent whole users), its answer is a probe that met the SLO and the bracket's other
+end one that broke it, both measured; and it lies
 inside the range (one user meets four times its own idle TTFT p90; sixteen users on four slots,
 three requests in four waiting for a slot, break it). Where exactly depends on the machine: the
 figure is printed (docs/load-shapes.md keeps one)."""

@@ -294,7 +294,8 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     print(
         f"vLLM ladder {LEVELS} in {run_s:.1f}s: {len(records)} requests ({cancelled} cancelled at stop), "
         f"client {client_tokens} tokens, server +{generated:.0f} (scraper's run window +{inc:.0f}, "
-        f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); per step server/client tok/s "
+        f"{run['ttft_seconds_count']['increase']:.0f} first tokens of the client's {len(firsts)}); "
+        f"per step server/client tok/s "
         + ", ".join(
             f"{w['generation_tokens_total']['per_s']:.1f}/{ladder[w['step']]['output_tokens_per_s']:.1f}"
             for w in windows
@@ -368,6 +369,7 @@ def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_ser
     cancelled = len(records) - len(ok)
     assert n_out * len(ok) <= generated <= n_out * (len(ok) + cancelled), (generated, len(ok), cancelled)
     print(
-        f"vLLM required tool calls: {len(ok)} ok, first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
+        f"vLLM required tool calls: {len(ok)} ok, "
+        f"first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
         f"{sum(len(r['chunks']) for r in ok) / len(ok):.1f} deltas for {n_out} tokens"
     )

@@ -166,55 +166,66 @@ class RawClient:
 
         try:
             if r.headers.get("transfer-encoding", "").lower() == "chunked":
-                while True:
-                    line = self._line()
-                    raw.append(line + b"\r\n")
-                    size = int(line.split(b";")[0], 16)
-                    if size == 0:
-                        while True:  # trailers up to the blank line
-                            t = self._line()
-                            raw.append(t + b"\r\n")
-                            if not t:
-                                break
-                        break
-                    while size:
-                        if not self.buf:
-                            self.buf = self._recv()
-                        take = self.buf[:size]
-                        self.buf = self.buf[size:]
-                        size -= len(take)
-                        raw.append(take)
-                        got(take)
-                    self._need(2)
-                    raw.append(self.buf[:2])
-                    assert self.buf[:2] == b"\r\n", self.buf[:20]
-                    self.buf = self.buf[2:]
+                self._read_chunked(raw, got)
             elif "content-length" in r.headers:
-                n = int(r.headers["content-length"])
-                while n:
-                    if not self.buf:
-                        self.buf = self._recv()
-                    take, self.buf = self.buf[:n], self.buf[n:]
-                    n -= len(take)
-                    raw.append(take)
-                    got(take)
+                self._read_length(int(r.headers["content-length"]), raw, got)
             else:
-                while True:
-                    if self.buf:
-                        take, self.buf = self.buf, b""
-                    else:
-                        try:
-                            take = self._recv()
-                        except EOFError:
-                            break
-                    raw.append(take)
-                    got(take)
+                self._read_to_close(raw, got)
             r.complete = True
         except EOFError:
             pass
         r.t_end = time.perf_counter()
         r.raw_body, r.body = b"".join(raw), b"".join(body_parts)
         return r
+
+    def _read_chunked(self, raw: list, got) -> None:
+        """A chunked body, trailers included, up to the last chunk."""
+        while True:
+            line = self._line()
+            raw.append(line + b"\r\n")
+            size = int(line.split(b";")[0], 16)
+            if size == 0:
+                while True:  # trailers up to the blank line
+                    t = self._line()
+                    raw.append(t + b"\r\n")
+                    if not t:
+                        break
+                break
+            while size:
+                if not self.buf:
+                    self.buf = self._recv()
+                take = self.buf[:size]
+                self.buf = self.buf[size:]
+                size -= len(take)
+                raw.append(take)
+                got(take)
+            self._need(2)
+            raw.append(self.buf[:2])
+            assert self.buf[:2] == b"\r\n", self.buf[:20]
+            self.buf = self.buf[2:]
+
+    def _read_length(self, n: int, raw: list, got) -> None:
+        """A body of n bytes (Content-Length)."""
+        while n:
+            if not self.buf:
+                self.buf = self._recv()
+            take, self.buf = self.buf[:n], self.buf[n:]
+            n -= len(take)
+            raw.append(take)
+            got(take)
+
+    def _read_to_close(self, raw: list, got) -> None:
+        """A body that the server ends by closing the connection."""
+        while True:
+            if self.buf:
+                take, self.buf = self.buf, b""
+            else:
+                try:
+                    take = self._recv()
+                except EOFError:
+                    break
+            raw.append(take)
+            got(take)
 
 
 def sse_events(body: bytes) -> list:

@@ -97,7 +97,8 @@ def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_si
     assert lags[0] >= 0
     assert statistics.median(lags) < 0.005, f"median schedule lag {statistics.median(lags) * 1000:.2f} ms"
     print(
-        f"\nschedule lag p50 {statistics.median(lags) * 1000:.2f} ms, p99 {lags[int(len(lags) * 0.99)] * 1000:.2f} ms over {len(lags)} requests"
+        f"\nschedule lag p50 {statistics.median(lags) * 1000:.2f} ms, "
+        f"p99 {lags[int(len(lags) * 0.99)] * 1000:.2f} ms over {len(lags)} requests"
     )
     assert results["run"]["server"]["replay_sent"] == len(expected)
 

@@ -420,10 +420,18 @@ def test_bad_ladders_slos_and_workloads_in_a_plan(tmp_path):
         "ladder: {kind: rate, steps: [1], start: 1, stop: 2}": "give either steps: [..] or start/stop",
         "ladder: {kind: rate, start: 8, stop: 2}": "start 8 > stop 2",
         "ladder: {kind: rate, steps: [4, 2]}": "levels must increase, got 2 after 4",
-        "ladder: {kind: rate, steps: [1], warmup: 60, duration: 60}": "ladder.warmup: 60 s is not shorter than the step duration",
-        "ladder: {kind: rate, steps: [1], stable: {window: 40}}": "ladder.stable.window: 40 s is longer than the measurement window",
-        "ladder: {kind: rate, steps: [1], arrivals: bursty}": "ladder.arrivals: Input should be 'poisson' or 'constant'",
-        "ladder: {kind: speed, steps: [1, 2]}\nworkload: {synthetic: 'requests=10'}": "a speed ladder replays arrival times",
+        "ladder: {kind: rate, steps: [1], warmup: 60, duration: 60}": (
+            "ladder.warmup: 60 s is not shorter than the step duration"
+        ),
+        "ladder: {kind: rate, steps: [1], stable: {window: 40}}": (
+            "ladder.stable.window: 40 s is longer than the measurement window"
+        ),
+        "ladder: {kind: rate, steps: [1], arrivals: bursty}": (
+            "ladder.arrivals: Input should be 'poisson' or 'constant'"
+        ),
+        "ladder: {kind: speed, steps: [1, 2]}\nworkload: {synthetic: 'requests=10'}": (
+            "a speed ladder replays arrival times"
+        ),
         "slos: {latency_p99: 1}": "slos: unknown SLO metric 'latency_p99'",
         "slos: {ttfd: 1}": "(did you mean 'ttft'?)",
         "host: localhost:8000": "host: expected a URL like http://127.0.0.1:8000, got 'localhost:8000'",
