@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llm_locust.analysis.saturation import analyse  # noqa: E402
+from llm_locust.analysis.saturation import analyse, format_steps  # noqa: E402
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, efficiency  # noqa: E402
-from llm_locust.analysis.steps import format_steps, request_slos, step_result  # noqa: E402
+from llm_locust.analysis.steps import request_slos, step_result  # noqa: E402
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
 from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
 from llm_locust.report.results import build_results, load_results, write_results  # noqa: E402

@@ -22,7 +22,9 @@ seconds tests/durations.json records; `--save-durations` rewrites it from this r
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "test-reports"
+# Each pytest process its own temporary directory: pytest keeps the last three of the shared
+# /tmp/pytest-of-USER/pytest-N and deletes older ones, even while another session still uses it
+# (a concurrent session's tmp_path vanished mid-test: results.json and the cwd gone).
+BASETEMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"llm-locust-suite-{os.getpid()}"
 CORES = os.cpu_count() or 2
 ANY = "slow or cluster or browser or timing or real_server"
 
@@ -92,13 +98,15 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
     """One tier: `tier.workers` pytest processes at once, each its shard of the tier's modules (or one
     process in the foreground); their JUnit files read back for the summary."""
     REPORTS.mkdir(exist_ok=True)
-    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier.select, *extra]
+    BASETEMP.mkdir(parents=True, exist_ok=True)
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier.select]
+    base += ["-o", "junit_family=xunit1", *extra]  # xunit1: each case names its file
     print(f"[suite] tier {tier.name}: {tier.why}", flush=True)
     t0 = time.monotonic()
     if tier.workers <= 1:
         junit = REPORTS / f"{tier.name}.xml"
         junit.unlink(missing_ok=True)
-        cmd = [*base, f"--junitxml={junit}"]
+        cmd = [*base, f"--junitxml={junit}", f"--basetemp={BASETEMP / tier.name}"]
         print(f"[suite] $ {' '.join(cmd[1:])}", flush=True)
         rc = _ok_if_empty(subprocess.call(cmd, cwd=ROOT))
         return Outcome(tier.name, time.monotonic() - t0, rc, read_junit(junit))
@@ -106,7 +114,12 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
     for k in range(1, tier.workers + 1):
         junit, log = REPORTS / f"{tier.name}-{k}.xml", REPORTS / f"{tier.name}-{k}.log"
         junit.unlink(missing_ok=True)
-        cmd = [*base, f"--shard={k}/{tier.workers}:{tier.name}", f"--junitxml={junit}"]
+        cmd = [
+            *base,
+            f"--shard={k}/{tier.workers}:{tier.name}",
+            f"--junitxml={junit}",
+            f"--basetemp={BASETEMP / f'{tier.name}-{k}'}",
+        ]
         with open(log, "wb") as out:
             procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), junit, log))
     print(f"[suite] $ {' '.join(base[1:])} --shard=K/{tier.workers}:{tier.name} (output in {REPORTS.name}/)")
@@ -129,7 +142,8 @@ def _tail(log: Path, rc: int) -> str:
     lines = log.read_text(errors="replace").splitlines()
     if rc == 0:
         return f"[suite]   {log.name}: {lines[-1] if lines else '(no output)'}"
-    start = next((i for i, ln in enumerate(lines) if "= FAILURES =" in ln or "= ERRORS =" in ln), max(0, len(lines) - 80))
+    marks = ("= FAILURES =", "= ERRORS =")
+    start = next((i for i, ln in enumerate(lines) if any(m in ln for m in marks)), max(0, len(lines) - 80))
     return "\n".join([f"[suite]   {log.name} (exit {rc}):", *lines[start:]])
 
 
@@ -170,10 +184,31 @@ def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
     return "\n".join(lines)
 
 
+def save_durations(outcomes: list[Outcome]) -> None:
+    """tests/durations.json: {tier: {module path: seconds}}, this run's tiers replacing theirs."""
+    path = ROOT / "tests" / "durations.json"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    for o in outcomes:
+        if o.name not in TIERS or not o.tests:
+            continue
+        per: dict[str, float] = {}
+        for ident, secs, _ in o.tests:
+            module = ident.split("::")[0]
+            per[module] = round(per.get(module, 0.0) + secs, 1)
+        table[o.name] = dict(sorted(per.items()))
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"[suite] wrote {path.relative_to(ROOT)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", nargs="*", default=["all"], help="all, fast, lint, or tiers: " + ", ".join(ORDER))
     parser.add_argument("--no-lint", action="store_true", help="skip ruff and mypy")
+    parser.add_argument(
+        "--save-durations",
+        action="store_true",
+        help="write each tier's seconds per module to tests/durations.json (what shards are dealt by)",
+    )
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     what = args.what
@@ -190,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in tiers:
         outcomes.append(run_tier(TIERS[name], extra))
     print(summary(outcomes, started), flush=True)
+    if args.save_durations:
+        save_durations(outcomes)
+    if not any(o.rc for o in outcomes):
+        shutil.rmtree(BASETEMP, ignore_errors=True)  # kept when something failed, for its files
     return 1 if any(o.rc for o in outcomes) else 0
 
 

@@ -22,6 +22,7 @@ The codec's own checks (no server, no grpcio: they run everywhere) come first.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 
@@ -168,7 +169,7 @@ class VllmGrpcServer(realservers.VllmServer):
 
         from llm_locust.protocols import grpc_vllm
 
-        with realservers.socket.create_connection((self.host, self.port), timeout=2.0):
+        with socket.create_connection((self.host, self.port), timeout=2.0):
             pass  # OSError while nothing listens
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"{self.host}:{self.port}", options=[("grpc.enable_http_proxy", 0)])
