@@ -55,15 +55,16 @@ class Tier:
 TIERS = {
     "fast": Tier("fast", f"not ({ANY})", CORES, "in-process tests, on every core"),
     "timing": Tier("timing", "timing and not real_server", 0, "wall-clock assertions, alone"),
-    # Their processes mostly wait (runs of fixed length, ladders' steps), so three at a time on 2
-    # cores; a module's tests stay on one worker (its module-scoped servers start once).
+    # Their processes mostly wait (runs of fixed length, ladders' steps): two shards a core.
     "slow": Tier(
         "slow",
         "(slow or cluster or browser) and not timing and not real_server",
-        max(3, CORES + 1),
+        max(4, 2 * CORES),
         "processes of their own, several at a time",
     ),
-    "real": Tier("real", "real_server", 0, "real inference servers (CPU-bound), alone"),
+    # vLLM (its modules dealt together, tests/tiers.py TOGETHER) beside the llama-server ones: one
+    # vLLM at a time, and nothing else of the suite beside them.
+    "real": Tier("real", "real_server", 2, "real inference servers: vLLM's modules beside llama-server's"),
 }
 ORDER = ["fast", "timing", "slow", "real"]
 
@@ -163,8 +164,17 @@ def read_junit(path: Path) -> list[tuple[str, float, str]]:
 
 
 def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
-    """The slowest tests over all tiers, then one line per step: tests by result, wall and test time."""
+    """The tests each tier ran (by module), the slowest over all tiers, then one line per step:
+    tests by result, wall and test time."""
     lines = []
+    for o in outcomes:
+        if o.tests:
+            per: dict[str, int] = {}
+            for ident, _, _ in o.tests:
+                module = Path(ident.split("::")[0]).stem
+                per[module] = per.get(module, 0) + 1
+            listed = ", ".join(f"{m} {n}" for m, n in sorted(per.items()))
+            lines.append(f"[suite] tier {o.name}: {len(o.tests)} tests: {listed}")
     cases = [(secs, ident, o.name) for o in outcomes for ident, secs, _ in o.tests]
     if cases:
         lines.append(f"[suite] the {min(slowest, len(cases))} slowest tests (seconds, tier, test):")

@@ -18,9 +18,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # so a red CI can be reproduced; `pytest --hypothesis-profile explore` draws fresh ones (and keeps
 # failing examples in .hypothesis/, which git ignores).
 settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
-settings.register_profile(
-    "explore", derandomize=False, suppress_health_check=[HealthCheck.too_slow], print_blob=True
-)
+settings.register_profile("explore", derandomize=False, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.load_profile("repeatable")
 
 # The results' provenance reads platform.platform(), which runs `uname -p` once per process and

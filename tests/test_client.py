@@ -102,6 +102,7 @@ def test_wrong_api_flavour_is_an_http_error(sim):
     assert rec.outcome is Outcome.HTTP_ERROR and rec.status == 404
 
 
+@pytest.mark.timing  # the median arrival delay within 5 ms
 def test_client_timestamps_match_the_servers_send_times(sim):
     c = stream_client(sim.url)
     recs = {}

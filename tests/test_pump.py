@@ -52,6 +52,7 @@ def spec(n=12):
     return RequestSpec(model="sim", prompt="one two three four five", max_tokens=n, force_length=True)
 
 
+@pytest.mark.timing  # the median token delay within 4 ms
 def test_many_concurrent_streams_are_read_in_the_pump_and_timed_like_the_server(tmp_path, pumped):
     """40 streams at 25 tokens/s, while a busy greenlet holds the process 30 ms of every 33: a token
     waits in its socket up to 30 ms before the pump reads it, and must still be timed by its

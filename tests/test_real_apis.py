@@ -1,6 +1,6 @@
 """The OpenAI Responses and Anthropic Messages adapters end to end against real servers: llama.cpp's
-llama-server (SmolLM2) and, when provisioned, vLLM's CPU build. Through StreamClient, as a run
-sends them (vLLM's part with LLM_LOCUST_VLLM_APIS=1): every request ok, our output token count
+llama-server (SmolLM2) here, vLLM's CPU build in test_real_vllm.py (on that module's server).
+Through StreamClient, as a run sends them: every request ok, our output token count
 equal to the server's own (its usage, its timings, and its Prometheus token counter over the whole
 test), TTFT no less than the server's
 own prompt time where it reports one."""
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
-import time
 
 import pytest
 from realservers import LlamaServer, http_get
@@ -100,31 +98,6 @@ def test_llama_server(llama, api):
         f"llama-server {api}: n_out {[r.n_out for r in recs]} == usage, server counter +{after - before:g}; "
         f"TTFT ms {[round((r.t_first - r.t_sent) * 1000, 1) for r in recs]}"
     )
-
-
-# vLLM takes ~50 s to start on 2 cores, which would put this file well over a minute: its part
-# runs when LLM_LOCUST_VLLM_APIS=1 (measured: 4 tests in ~65 s, startup included)
-VLLM_SWITCH = "LLM_LOCUST_VLLM_APIS"
-
-
-@pytest.mark.skipif(os.environ.get(VLLM_SWITCH) != "1", reason=f"vLLM part off (set {VLLM_SWITCH}=1)")
-@pytest.mark.parametrize("api, force", [("openai-responses", True), ("anthropic-messages", False)])
-def test_vllm(vllm_server, api, force):
-    url = vllm_server.url
-    before = counter(url, "vllm:generation_tokens_total")
-    recs = run_api(url, "smollm2", api, force)
-    deadline = time.monotonic() + 5  # the engine's counters are published a moment after the reply
-    while (after := counter(url, "vllm:generation_tokens_total")) - before < sum(r.n_out for r in recs):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert after - before == sum(r.n_out for r in recs)  # usage agrees with the engine's count
-    for r in recs:
-        assert 1 <= r.n_out <= MAX_TOKENS and r.n_in >= 10
-        if force:  # vLLM's Responses route takes ignore_eos; its Messages route drops it
-            assert r.n_out == MAX_TOKENS and not r.length_mismatch
-            assert r.finish_reason == "max_output_tokens"
-    print(f"vLLM {api}: n_out {[r.n_out for r in recs]} == usage, engine counter +{after - before:g}")
 
 
 def test_model_listing_works_for_both(llama):

@@ -29,6 +29,7 @@ import time
 
 import pytest
 from realservers import http_get
+from test_real_apis import MAX_TOKENS, counter, run_api
 
 from llm_locust.analysis import server_metrics
 
@@ -373,3 +374,24 @@ def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_ser
         f"first tool-call token p50 {s['latency']['ttft_tool']['p50'] * 1000:.0f} ms, "
         f"{sum(len(r['chunks']) for r in ok) / len(ok):.1f} deltas for {n_out} tokens"
     )
+
+
+@pytest.mark.parametrize("api, force", [("openai-responses", True), ("anthropic-messages", False)])
+def test_the_responses_and_messages_apis_count_what_the_engine_generated(vllm_server, api, force):
+    """test_real_apis' check on this module's server (no vLLM of its own): every request ok, the
+    usage equal to the engine's generated-token counter, lengths forced where the route takes it."""
+    url = vllm_server.url
+    before = counter(url, "vllm:generation_tokens_total")
+    recs = run_api(url, "smollm2", api, force)
+    deadline = time.monotonic() + 5  # the engine's counters are published a moment after the reply
+    while (after := counter(url, "vllm:generation_tokens_total")) - before < sum(r.n_out for r in recs):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert after - before == sum(r.n_out for r in recs)  # usage agrees with the engine's count
+    for r in recs:
+        assert 1 <= r.n_out <= MAX_TOKENS and r.n_in >= 10
+        if force:  # vLLM's Responses route takes ignore_eos; its Messages route drops it
+            assert r.n_out == MAX_TOKENS and not r.length_mismatch
+            assert r.finish_reason == "max_output_tokens"
+    print(f"vLLM {api}: n_out {[r.n_out for r in recs]} == usage, engine counter +{after - before:g}")

@@ -60,6 +60,7 @@ def fast_sim():
         yield sim
 
 
+@pytest.mark.timing  # the median schedule lag within 5 ms
 def test_two_workers_replay_the_trace_exactly_once_on_schedule(tmp_path, fast_sim):
     azure_conv = shared_file("traces/azure2023_conv.csv")
     window, speed = 120.0, 10.0

@@ -41,7 +41,7 @@ class FakeItem:
         self._marks.append(getattr(pytest.mark, name).mark)
 
 
-MODULE = '''
+MODULE = """
 import subprocess
 from support import run_cli
 
@@ -73,7 +73,7 @@ def test_real(vllm_server):
 
 def test_browser():
     from playwright.sync_api import sync_playwright
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -193,11 +193,13 @@ def test_lint_fails_fast_on_a_planted_error_and_passes_without(tmp_path):
     ok = subprocess.run(lint, cwd=copy, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
     target = copy / "llm_locust" / "metrics" / "units_planted.py"
-    target.write_text(textwrap.dedent('''\
+    target.write_text(
+        textwrap.dedent('''\
         """A planted type error."""
 
         COUNT: int = "three"
-    '''))
+    ''')
+    )
     bad = subprocess.run(lint, cwd=copy, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1
     assert "units_planted.py:3" in bad.stdout and "mypy: FAILED" in bad.stdout

@@ -120,11 +120,12 @@ def _module(path: str) -> _Module:
     return _Module(Path(path))
 
 
-def needs(item: pytest.Item) -> set[str]:
-    """The tier marks a collected test earns from what it starts (see the module docstring)."""
+def _reads(item: pytest.Item) -> tuple[set[str], set[str]]:
+    """(names, strings) a collected test uses: its own, its module's helpers' and fixtures' and
+    conftest's fixtures', transitively."""
     fn = getattr(item, "function", None)
     if fn is None:
-        return set()
+        return set(), set()
     mod = _module(str(item.path))
     conftest = _module(str(Path(__file__).with_name("conftest.py")))
     uses: set[str] = set()
@@ -133,7 +134,12 @@ def needs(item: pytest.Item) -> set[str]:
         for source in (mod, conftest):
             uses |= source.closure(name, "uses")
             words |= source.closure(name, "words")
-    uses |= set(getattr(item, "fixturenames", ()))
+    return uses | set(getattr(item, "fixturenames", ())), words
+
+
+def needs(item: pytest.Item) -> set[str]:
+    """The tier marks a collected test earns from what it starts (see the module docstring)."""
+    uses, words = _reads(item)
     marks = set()
     if uses & REAL_LAUNCHERS:
         marks.add("real_server")
@@ -224,21 +230,40 @@ def too_long(item: pytest.Item, cpu_s: float, wall_s: float) -> str | None:
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
+# Modules that start vLLM go to one shard together: two vLLM servers at once would each want every
+# core and several GiB (see scripts/suite.py: the real tier's two shards, vLLM beside llama-server).
+TOGETHER = {"vllm": {"vllm_server", "vllm_python", "VllmServer"}}
+
+
+def unit(item: pytest.Item) -> str:
+    """What a test is dealt to a shard with: its module, or a group of modules (TOGETHER)."""
+    uses, _ = _reads(item)
+    for name, names in TOGETHER.items():
+        if uses & names:
+            return name
+    return item.nodeid.split("::")[0]
+
+
 def shard(items: list[pytest.Item], k: int, n: int, tier_name: str) -> list[pytest.Item]:
     """The items of shard `k` of `n` (1-based): whole modules (their module-scoped servers start
-    once), dealt to the lightest shard, heaviest first, by the seconds tests/durations.json
-    recorded for the module in this tier (a module it does not know: 1 s a test)."""
+    once) or groups of them (TOGETHER), dealt to the lightest shard, heaviest first, by the seconds
+    tests/durations.json recorded for each module in this tier (one it does not know: 1 s a test)."""
     import json
 
     known = json.loads(DURATIONS.read_text()).get(tier_name, {}) if DURATIONS.exists() else {}
-    modules: dict[str, list[pytest.Item]] = {}
+    units: dict[str, list[pytest.Item]] = {}
     for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+        units.setdefault(unit(item), []).append(item)
+
+    def weight(name: str) -> float:
+        modules = {i.nodeid.split("::")[0] for i in units[name]}
+        return sum(known.get(m, float(sum(1 for i in units[name] if i.nodeid.startswith(m)))) for m in modules)
+
     load = [0.0] * n
     mine = []
-    for name in sorted(modules, key=lambda m: (-known.get(m, len(modules[m])), m)):
+    for name in sorted(units, key=lambda u: (-weight(u), u)):
         j = min(range(n), key=lambda i: (load[i], i))
-        load[j] += known.get(name, float(len(modules[name])))
+        load[j] += weight(name)
         if j == k - 1:
-            mine.extend(modules[name])
+            mine.extend(units[name])
     return mine
