@@ -56,6 +56,10 @@ def _run(*args):
 def _cluster(tmp_path):
     return _run("--workers", "2")
 
+class Proxy:
+    def start(self):
+        self.proc = subprocess.Popen(["true"])
+
 def test_pure():
     assert 1 + 1 == 2
 
@@ -73,6 +77,9 @@ def test_real(vllm_server):
 
 def test_browser():
     from playwright.sync_api import sync_playwright
+
+def test_through_a_class():
+    Proxy().start()
 """
 
 
@@ -92,6 +99,7 @@ def sample(tmp_path_factory) -> Path:
         ("test_two_workers", ("tmp_path",), "cluster"),  # "--workers" two helpers down
         ("test_real", ("vllm_server",), "real_server"),  # conftest's fixture
         ("test_browser", (), "browser"),
+        ("test_through_a_class", (), "slow"),  # a helper object of the module
     ],
 )
 def test_a_test_lands_in_the_tier_of_what_it_starts(sample, name, fixtures, expected):

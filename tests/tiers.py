@@ -68,8 +68,8 @@ class _Module:
         tree = ast.parse(path.read_text(), str(path))
         self.uses: dict[str, set[str]] = {}
         self.words: dict[str, set[str]] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for node in ast.walk(tree):  # a class counts as what its methods use (a test's helper object)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.uses.setdefault(node.name, set()).update(_names(node))
                 self.words.setdefault(node.name, set()).update(_strings(node))
         # module-level statements (constants, pytestmark) count for every test of the module

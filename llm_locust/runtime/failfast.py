@@ -1,22 +1,20 @@
-"""Stop a run that cannot succeed, and the process's exit code.
+"""Stop a run that cannot succeed.
 
 Watched on the master (or the local runner) once a second from the merged figures:
 - the first `fail_fast_after` finished requests all failed, in one way: the target is not
   serving this API (a dead port, a 404 on every path, a non-LLM server): stop, exit 3;
 - `fail_fast_after` connection failures since the last check and no request succeeded: the
   server went away mid-run: stop, exit 3.
-The line printed says why, with the first error text. `--no-fail-fast` turns both off.
-
-Exit codes (docs/security.md): 0 the run ended with its error rate at or under --max-error-rate;
-1 above it; 2 a usage error (bad options, plan, trace or output path); 3 the target unreachable or
-not serving the API (preflight or fail fast). Locust's own rule (1 on any failed request) is
-replaced, so a run with a few expected errors can pass a CI step.
+The line printed says why, with the first error text. `--no-fail-fast` turns both off. The run's
+exit code (3 after such a stop) is the end of the run's (report/outcome.py), which asks
+`install`'s answer for the reason.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -25,7 +23,6 @@ from llm_locust.runtime.hub import hub
 
 log = logging.getLogger(__name__)
 CHECK_S = 1.0
-EXIT_OK, EXIT_ERRORS, EXIT_UNREACHABLE = 0, 1, 3
 CONNECT = "connect_error"
 
 
@@ -56,8 +53,9 @@ def verdict(agg, after: int, last: dict[str, int] | None) -> str | None:
     return None
 
 
-def install(environment, settings) -> None:
-    """On the master or the local runner (workers only send)."""
+def install(environment, settings) -> Callable[[], str | None]:
+    """On the master or the local runner (workers only send). Returns what says why the run was
+    stopped early (None when it was not)."""
     h = hub(environment)
     state: dict[str, Any] = {"greenlet": None, "reason": None}
 
@@ -85,22 +83,6 @@ def install(environment, settings) -> None:
         if g is not None and g is not gevent.getcurrent():
             g.kill(block=False)
 
-    def exit_code(**_kw: Any) -> None:
-        if state["reason"]:
-            environment.process_exit_code = EXIT_UNREACHABLE
-            return
-        agg = h.total
-        finished = sum(n for k, n in agg.outcomes.items() if k != "cancelled")
-        failed = sum(_failed_by_kind(agg).values())
-        rate = failed / finished if finished else 0.0
-        environment.process_exit_code = EXIT_ERRORS if rate > settings.max_error_rate else EXIT_OK
-        if rate > settings.max_error_rate:
-            print(
-                f"llm-locust: error rate {rate:.1%} is above --max-error-rate {settings.max_error_rate:.1%} (exit 1)",
-                file=sys.stderr,
-                flush=True,
-            )
-
     environment.events.test_start.add_listener(start)
     environment.events.test_stop.add_listener(stop)
-    environment.events.quitting.add_listener(exit_code)
+    return lambda: state["reason"]

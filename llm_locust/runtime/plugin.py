@@ -18,14 +18,14 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.metrics.aggregate import figures
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
-from llm_locust.report.provenance import gpu_facts, redact_argv, trace_facts
-from llm_locust.report.results import build_results, write_results
-from llm_locust.report.summary import format_summary
+from llm_locust.report import outcome
+from llm_locust.report.provenance import redact_argv, trace_facts
+from llm_locust.report.results import write_results
 from llm_locust.runtime import exporter, shapes
-from llm_locust.runtime.hub import install
+from llm_locust.runtime.hub import MetricsHub, install
+from llm_locust.runtime.signals import Stopper
 from llm_locust.settings import derive
 
 log = logging.getLogger(__name__)
@@ -101,12 +101,6 @@ def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
         )
 
 
-def _utc(t: float | None) -> str | None:
-    import datetime
-
-    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
-
-
 def _load(environment, settings) -> dict[str, Any]:
     """How the load was offered: the mode and the Locust figures that shape it."""
     opts = environment.parsed_options
@@ -123,7 +117,7 @@ def _load(environment, settings) -> dict[str, Any]:
     }
 
 
-def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> None:
+def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> bool:
     """The HTML report, as `llm-locust report` would write it from the results file."""
     import orjson
 
@@ -138,8 +132,9 @@ def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_pa
         write_atomic(Path(path), render(doc))
     except Exception as e:  # noqa: BLE001 - the run's figures are printed and saved already
         log.error("could not write the HTML report to %s: %s: %s", path, type(e).__name__, e)
-        return
+        return False
     print(f"report written to {path}", flush=True)
+    return True
 
 
 def _workload_facts(work) -> dict[str, Any]:
@@ -149,49 +144,6 @@ def _workload_facts(work) -> dict[str, Any]:
     if isinstance(work, SessionTrace):
         return {"kind": "sessions", "format": work.format}
     return {"kind": "requests", "format": getattr(work, "format", None)}
-
-
-def _status_lines(status: dict[str, Any]) -> list[str]:
-    """The senders' state at the end: sessions, and each endpoint (down when every process
-    sending to it had it down)."""
-    lines = []
-    sess = status.get("sessions")
-    if sess:
-        lines.append(
-            f"sessions: {sess['started']} started, {sess['done']} answered in full, "
-            f"{sess['broken']} ended by a failed turn"
-        )
-    for url, e in (status.get("endpoints") or {}).items():
-        state = (
-            "DOWN" if e["down"] else (f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up")
-        )
-        lines.append(f"endpoint {url}: {e['sent']} sent, {state}")
-    return lines
-
-
-def _server_windows(scraper, h, ctl) -> dict:
-    series = scraper.series
-    out = {"source": series.to_dict(), "run": series.window(h.started_at or 0, time.time())}
-    if ctl is not None:
-        out["steps"] = [
-            {"step": w.index, "level": w.level, **series.window(w.measured_from or w.started, w.ended or time.time())}
-            for w in ctl.windows
-        ]
-    return out
-
-
-def _server_line(scraper, h, endpoint: str | None = None) -> str:
-    w = scraper.series.window(h.started_at or 0, time.time())
-    parts = []
-    for q, label in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "KV cache")):
-        if q in w:
-            scale = 100 if q == "kv_cache_usage" else 1
-            unit = "%" if q == "kv_cache_usage" else ""
-            parts.append(f"{label} mean {w[q]['mean'] * scale:.1f}{unit} max {w[q]['max'] * scale:.1f}{unit}")
-    if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
-        parts.append(f"generated {w['generation_tokens_total']['per_s']:.0f} tok/s")
-    name = f"server {endpoint}" if endpoint else "server"
-    return f"{name} ({scraper.series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
 
 
 def _effective_plan(settings, n_workers: int, mode: str) -> dict:
@@ -205,58 +157,6 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     return derive.to_plan(settings.model_copy(update=values))
 
 
-def _stability(
-    settings, h, ladder: dict | None, gpu_scraper, server_windows: dict | None = None, scraper=None
-) -> dict[str, Any]:
-    """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
-    and the soak verdict (analysis/stability.py)."""
-    out: dict[str, Any] = {}
-    if settings.kv_pressure and ladder and ladder.get("steps"):
-        from llm_locust.analysis.stability import kv_pressure
-
-        out["kv_pressure"] = kv_pressure(
-            ladder["steps"], (server_windows or {}).get("steps"), min_load=settings.kv_min_load
-        )
-    if ladder and ladder.get("burst"):
-        out["burst"] = ladder["burst"]
-    if settings.overlong_share:
-        from llm_locust.analysis.stability import overlong_mix
-
-        baseline = None
-        if settings.overlong_baseline:
-            from llm_locust.report.results import load_results
-
-            baseline = load_results(settings.overlong_baseline).get("summary") or {}
-        out["overlong"] = overlong_mix(
-            h.total.overlong,
-            figures(h.total),
-            share=settings.overlong_share,
-            tokens=settings.overlong_tokens,
-            baseline=baseline,
-            tolerance=settings.overlong_tolerance,
-        )
-    if settings.soak_window and h.started_at is not None:
-        from llm_locust.analysis.stability import soak
-
-        memory = {}
-        for name, src in (("server_memory_bytes", scraper), ("gpu_memory_used_bytes", gpu_scraper)):
-            pts = [(s.t, s.figures[name]) for s in src.series.samples if name in s.figures] if src is not None else []
-            if pts:
-                memory[name] = pts
-        out["soak"] = soak(
-            h.total.by_sent,
-            h.total.series,
-            h.started_at,
-            h.total.last_end or time.time(),
-            window=settings.soak_window,
-            max_drift=settings.soak_max_drift,
-            max_error_rate=settings.soak_max_error_rate,
-            memory=memory,
-            max_memory_growth=settings.soak_max_memory_growth * 2**20,
-        )
-    return out
-
-
 @events.init_command_line_parser.add_listener
 def _add_options(parser, **_kw: Any) -> None:
     derive.add_locust_arguments(parser)
@@ -266,7 +166,7 @@ def _add_options(parser, **_kw: Any) -> None:
 
 
 @events.init.add_listener
-def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run as a pure function: issue 25)
+def _on_init(environment, **_kw: Any) -> None:
     h = install(environment)
     from llm_locust.runtime import dispatcher
 
@@ -280,6 +180,9 @@ def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run a
         _connected = True
         shapes.install(environment, None)
         return
+    stopper = Stopper(environment)
+    stopper.install()  # before the preflight and a ladder's shape: Ctrl-C / SIGTERM end the run cleanly
+    environment.events.test_start.add_listener(lambda **_kw: setattr(stopper, "started", True))
     # validate options and the workload where they are given, before any load is sent
     try:
         settings = derive.from_options(environment.parsed_options)
@@ -296,6 +199,7 @@ def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run a
 
         work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
         h.info["workload"] = _workload_facts(work)
+        trace = trace_facts(settings.trace_path, settings.trace_format)  # its hash before the load, not after
         shapes.install(environment, settings)  # a bad ladder is refused here
         if settings.overlong_share and not settings.overlong_tokens:
             raise ValueError(
@@ -313,6 +217,7 @@ def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run a
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
+    stopper.phase = "during the preflight"
     if settings.preflight and environment.host:
         from llm_locust.runtime import preflight
 
@@ -327,9 +232,10 @@ def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run a
         if problem is not None:
             print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
             sys.exit(problem.code)
+    stopper.phase = "before the test"
     from llm_locust.runtime import failfast
 
-    failfast.install(environment, settings)
+    stopped_early = failfast.install(environment, settings)
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
     from llm_locust.runtime.webui import guard
@@ -351,136 +257,141 @@ def _on_init(environment, **_kw: Any) -> None:  # noqa: C901 (the end of a run a
 
     environment.events.test_start.add_listener(probe)
 
-    def on_quitting(**_kw: Any) -> None:
+    end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
+    environment.events.quitting.add_listener(end.on_quitting)
+    environment.events.quit.add_listener(end.on_quit)
+
+
+class _EndOfRun:
+    """The end of a run on the master or the local runner: what the run left, gathered into an
+    outcome.Ended at quitting (the workers' final reports are in), built into an Outcome (its exit
+    code set before Locust reads it), then printed and written at quit."""
+
+    def __init__(
+        self, environment, settings, h: MetricsHub, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early
+    ) -> None:
+        self.env, self.settings, self.h = environment, settings, h
+        self.scrapers, self.gpu_scraper, self.server_facts = scrapers, gpu_scraper, server_facts
+        self.trace, self.stopper, self.stopped_early = trace, stopper, stopped_early
+        self.outcome: outcome.Outcome | None = None
+        self.done = False  # printed and written (once, whatever fires quit again)
+
+    def on_quitting(self, **_kw: Any) -> None:
         # A run ended by the time limit or the shape has collected its workers' final reports at
         # test_stop (hub.install); one ended by SIGTERM / Ctrl-C on the master gets here first,
         # while Locust still receives: collect them now, before its quit stops listening.
-        if isinstance(runner, MasterRunner) and not h.finals_collected and h.started_at is not None:
-            h.collect_final_reports()
-
-    def on_quit(**_kw: Any) -> None:  # noqa: C901 (the end of a run as a pure function: issue 25)
-        if isinstance(runner, MasterRunner):
+        h = self.h
+        if isinstance(self.env.runner, MasterRunner):
+            if not h.finals_collected and h.started_at is not None:
+                h.collect_final_reports()
             h.account_lost()  # what lost workers had in flight: counted as lost, not dropped
-        if h.total.empty:
+        self.stopper.phase = "shutdown"
+        self.outcome = outcome.build(self.gather())
+        self.env.process_exit_code = self.outcome.exit_code
+
+    def on_quit(self, **_kw: Any) -> None:
+        if self.done:
             return
-        print(format_summary(figures(h.total)), file=sys.stdout, flush=True)
-        why = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
-        if why:
-            print(f"workers: {why}", file=sys.stdout, flush=True)
-        ctl = shapes.controller(environment)
-        server_windows = _server_windows(scraper, h, ctl) if scraper is not None else None
-        ladder = ctl.report((server_windows or {}).get("steps")) if ctl is not None else None
-        for url, s in scrapers.items():  # one line per endpoint (named when there are several)
-            if s.series.samples:
-                print(_server_line(s, h, url if len(scrapers) > 1 else None), file=sys.stdout, flush=True)
-        status = h.status()
-        for line in _status_lines(status):
-            print(line, file=sys.stdout, flush=True)
-        if ladder and ladder["table"]:
-            print("\n" + ladder["table"], file=sys.stdout, flush=True)
-        by_endpoint = {url: _server_windows(s, h, ctl) for url, s in scrapers.items()} if len(scrapers) > 1 else None
-        gpu_windows = _server_windows(gpu_scraper, h, ctl) if gpu_scraper is not None else None
-        eff = None
-        if ladder is not None and (server_windows or gpu_windows):
-            from llm_locust.analysis.server_metrics import efficiency, efficiency_table
+        self.done = True
+        out = self.outcome or outcome.build(self.gather())
+        if out.measured:
+            print(out.text(), file=sys.stdout, flush=True)
+            if not self.write(out):
+                out.exit_code = outcome.EXIT_GATE
+                out.reasons.append("the results or the report could not be written (above)")
+        for line in out.reasons:
+            print(f"llm-locust: exit {out.exit_code}: {line}", file=sys.stderr, flush=True)
+        if out.exit_code != (self.env.process_exit_code or 0):
+            sys.exit(out.exit_code)  # a write failed after Locust read the code: SystemExit passes its guard
 
-            first = (
-                gpu_scraper.series.samples[0].figures if gpu_scraper is not None and gpu_scraper.series.samples else {}
-            )
-            eff = efficiency(
-                ladder["steps"],
-                (server_windows or {}).get("steps"),
-                (gpu_windows or {}).get("steps"),
-                first.get("gpu_memory_used_bytes"),
-            )
-            table = efficiency_table(eff)
-            if table:
-                print("\n" + table, file=sys.stdout, flush=True)
-        from llm_locust.analysis.efficiency import verdicts, verdicts_table
-
-        verdict = verdicts(
-            (ladder or {}).get("steps") or [],
-            (gpu_windows or {}).get("steps"),
-            gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else [],
-            settings,
-            step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in h.steps.items()},
-            summary=figures(h.total),
-            gpu_run=(gpu_windows or {}).get("run"),
-            saturation=(ladder or {}).get("saturation"),
+    def gather(self) -> outcome.Ended:
+        """What the run left, as outcome.Ended (plain data and core objects)."""
+        env, s, h = self.env, self.settings, self.h
+        ended = time.time()
+        ctl = shapes.controller(env)
+        windows = [w.to_dict() for w in ctl.windows] if ctl is not None else []
+        first = next(iter(self.scrapers.values()), None)
+        server_steps = (
+            outcome.series_windows(first.series, h.started_at, ended, windows).get("steps") if first and ctl else None
         )
-        table = verdicts_table(verdict)
-        if table:
-            print("\n" + table, file=sys.stdout, flush=True)
-        stability = _stability(settings, h, ladder, gpu_scraper, server_windows, scraper)
-        if stability:
-            from llm_locust.analysis.stability import format_stability
+        cut = self.stopper.interruption is not None
+        return outcome.Ended(
+            settings=s,
+            total=h.total,
+            steps=h.steps,
+            started_at=h.started_at,
+            ended_at=ended,
+            ladder=ctl.report(server_steps, cut=cut) if ctl is not None else None,
+            windows=windows,
+            servers={url: sc.series for url, sc in self.scrapers.items()},
+            gpu=self.gpu_scraper.series if self.gpu_scraper is not None else None,
+            status=h.status(),
+            workers=_workers(h),
+            run=_run_facts(env, s),
+            server_info=h.info,
+            server_facts=dict(self.server_facts),
+            trace=self.trace,
+            plan=_effective_plan(s, len(h.workers), _load(env, s)["mode"]),
+            workers_why=json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why"),
+            baseline_summary=_baseline_summary(s),
+            interruption=self.stopper.interruption,
+            stopped_early=self.stopped_early(),
+            slo_attainment=getattr(s, "slo_attainment", outcome.SLO_ATTAINMENT),
+        )
 
-            if not (ladder or {}).get("burst"):  # the ladder's table printed the burst's line
-                print("\n" + format_stability(stability), file=sys.stdout, flush=True)
-            elif stability.get("soak"):
-                print("\n" + format_stability({"soak": stability["soak"]}), file=sys.stdout, flush=True)
-        report_path = settings.report
-        if settings.results or report_path:
-            run = {
-                "host": environment.host,
-                "settings": settings.public(),
-                "started_at": h.started_at,
-                "ended_at": time.time(),
-                "runner": type(runner).__name__,
-                "server": h.info,
-            }
-            workers = [
-                {
-                    "id": w.client_id,
-                    "index": w.index,
-                    "reports": w.reports,
-                    "sent": w.sent,
-                    "finished": w.finished,
-                    "in_flight_at_last_report": w.in_flight,
-                    "lost": w.lost,
-                    "final_report": w.final == -1 or (w.final > 0 and w.final >= h.final_token),
-                    "lost_at": w.lost_at,
-                    "rejoined_at": w.rejoined_at,
-                    "left_at": w.left_at,
-                }
-                for w in h.workers.values()
-            ]
-            run["command"] = redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv)
-            run["seed"] = settings.seed
-            run["started_at_utc"] = _utc(h.started_at)
-            run["load"] = _load(environment, settings)
-            run["name"] = settings.name
-            run.update(status)  # endpoints (sent, down) and sessions (started, done, broken)
-            run["workers_why"] = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why")
-            results = build_results(h.total, h.steps, run, workers, settings.max_error_rate, goodput=bool(h.slos))
-            env = results["environment"]
-            env["server"] = {
-                "url": environment.host,
-                "kind": scraper.series.server if scraper is not None else None,
-                "model": h.info.get("model") or settings.model or None,
-                **server_facts,
-            }
-            env["gpus"] = gpu_facts(gpu_scraper.series.info) if gpu_scraper is not None else []
-            env["trace"] = trace_facts(settings.trace_path, settings.trace_format)
-            if server_windows is not None:
-                results["server_metrics"] = server_windows  # the first endpoint's (the host's)
-            if by_endpoint is not None:
-                results["server_metrics_by_endpoint"] = by_endpoint  # {endpoint URL: windows}
-            if gpu_windows is not None:
-                results["gpu_metrics"] = gpu_windows
-            if eff is not None:
-                results["efficiency"] = eff
-            results["verdicts"] = verdict
-            if stability:
-                results["stability"] = stability
-            results["plan"] = _effective_plan(settings, len(workers), run["load"]["mode"])
-            if ladder is not None:
-                results["ladder"] = {k: v for k, v in ladder.items() if k != "table"}
-            if settings.results:
-                write_results(settings.results, results, secrets=masking.SECRETS.all())
-                print(f"results written to {settings.results}", flush=True)
-            if report_path:
-                _write_report(report_path, results, masking.SECRETS.all(), settings.results)
+    def write(self, out: outcome.Outcome) -> bool:
+        """The results file and the HTML report; False (each failure said in one line) when one
+        could not be written."""
+        from llm_locust.report import masking
 
-    environment.events.quitting.add_listener(on_quitting)
-    environment.events.quit.add_listener(on_quit)
+        s, ok = self.settings, True
+        if s.results:
+            try:
+                write_results(s.results, out.results, secrets=masking.SECRETS.all())
+                print(f"results written to {s.results}", flush=True)
+            except OSError as e:
+                print(f"llm-locust: could not write the results to {s.results}: {e}", file=sys.stderr, flush=True)
+                ok = False
+        if s.report:
+            ok = _write_report(s.report, out.results, masking.SECRETS.all(), s.results) and ok
+        return ok
+
+
+def _workers(h: MetricsHub) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": w.client_id,
+            "index": w.index,
+            "reports": w.reports,
+            "sent": w.sent,
+            "finished": w.finished,
+            "in_flight_at_last_report": w.in_flight,
+            "lost": w.lost,
+            "final_report": w.final == -1 or (w.final > 0 and w.final >= h.final_token),
+            "lost_at": w.lost_at,
+            "rejoined_at": w.rejoined_at,
+            "left_at": w.left_at,
+        }
+        for w in h.workers.values()
+    ]
+
+
+def _run_facts(environment, settings) -> dict[str, Any]:
+    """results["run"]'s facts that the runtime knows: host, settings, runner, command, load."""
+    return {
+        "host": environment.host,
+        "settings": settings.public(),
+        "runner": type(environment.runner).__name__,
+        "command": redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv),
+        "seed": settings.seed,
+        "load": _load(environment, settings),
+        "name": settings.name,
+    }
+
+
+def _baseline_summary(settings) -> dict[str, Any] | None:
+    if not (settings.overlong_share and settings.overlong_baseline):
+        return None
+    from llm_locust.report.results import load_results
+
+    return load_results(settings.overlong_baseline).get("summary") or {}

@@ -207,8 +207,7 @@ class LadderController:
             self.sla["probes_detail"] = self.probes
             self.sla["seconds"] = round(now - self.windows[0].started, 1)
             self.stop_reason = "SLA search: " + self.sla["reason"]
-            if self.sla["reached"] == "lowest_breaks":
-                self.env.process_exit_code = 1  # asserted again at quitting (install), after the fail-fast's own code
+            if self.sla["reached"] == "lowest_breaks":  # a failed gate of the run (report/outcome.py)
                 first: list[str] = next((p["broken"] for p in self.probes), [])
                 self.stop_reason += f" ({', '.join(first)})"
             # its requests have finished already: the drain ends at once
@@ -346,26 +345,42 @@ class LadderController:
             )
         return out
 
-    def report(self, server: list[dict] | None = None) -> dict[str, Any]:
+    def report(self, server: list[dict] | None = None, cut: bool = False) -> dict[str, Any]:
         """What the results JSON keeps: the ladder, each step's window and figures, the verdict.
         `server`: the server's /metrics per window ({"step": index, ...}), for the table's
-        prefix-cache and speculative-decoding columns."""
+        prefix-cache and speculative-decoding columns. `cut`: the run was interrupted: a step whose
+        window had not ended is kept and marked cut, and left out of the verdict."""
         steps = self.results()
+        cut_step = self._cut_step() if cut else None
+        judged = [s for s in steps if s.step != cut_step]
         # a search's probes go up and down: the knee analysis reads them in load order
         # (a burst goes up and down by design: no knee)
         verdict = (
-            analyse(sorted(steps, key=lambda s: s.offered), self.slos) if steps and self.ladder.burst is None else None
+            analyse(sorted(judged, key=lambda s: s.offered), self.slos)
+            if judged and self.ladder.burst is None
+            else None
         )
         out: dict[str, Any] = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
-            "steps": [s.to_dict() for s in steps],
+            "steps": [{**s.to_dict(), **({"cut": True} if s.step == cut_step else {})} for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
-            "stop_reason": self.stop_reason,
-            "table": format_steps(steps, verdict, _by_step(server, steps), knee=self.ladder.burst is None)
-            if steps
+            "stop_reason": (f"interrupted ({self.stop_reason})" if self.stop_reason else "interrupted")
+            if cut
+            else self.stop_reason,
+            "cut_step": cut_step,
+            "table": format_steps(judged, verdict, _by_step(server, judged), knee=self.ladder.burst is None)
+            if judged
             else "",
         }
+        if cut_step is not None:
+            w = self.windows[-1]
+            planned = self.ladder.step_timing(w.index)[0]
+            out["table"] += (
+                f"\nstep {w.index} ({self.ladder.kind} {w.level:g}) was cut by the interruption after "
+                f"{time.time() - w.started:.1f} s of its {planned:g} s: kept in the results, left out of this "
+                "table and of the verdict"
+            )
         if self.ladder.burst is not None:
             out["burst"] = self._burst_report()
             if out["burst"] is not None:
@@ -378,6 +393,12 @@ class LadderController:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
         return out
+
+    def _cut_step(self) -> int | None:
+        """The step an interruption cut: the last one, when its window had not ended."""
+        if not self.windows or self.windows[-1].ended is not None:
+            return None
+        return self.windows[-1].index
 
     def _burst_report(self) -> dict[str, Any] | None:
         """The burst's recovery (analysis.stability.burst_recovery), once its three steps ran."""
@@ -471,9 +492,6 @@ def install(env: Environment, settings) -> None:
                     "give at least one --slo, e.g. --slo ttft=500ms or --slo e2e_p99=2s"
                 ]
             )
-        # Registered before the fail-fast's own exit code (runtime.plugin installs it later);
-        # quitting listeners run in reverse order, so this one runs after it and keeps the 1.
-        env.events.quitting.add_listener(lambda **_kw: _search_exit_code(env))
     env.llm_ladder = LadderController(  # type: ignore[attr-defined]  # our per-run state rides on Locust's Environment
         env,
         ladder,
@@ -482,12 +500,6 @@ def install(env: Environment, settings) -> None:
         request_timeout=settings.request_timeout,
     )
     env.llm_ladder.burst_limit = settings.burst_recovery  # type: ignore[attr-defined]
-
-
-def _search_exit_code(env: Environment) -> None:
-    ctl = controller(env)
-    if ctl is not None and ctl.sla is not None and ctl.sla.get("reached") == "lowest_breaks":
-        env.process_exit_code = max(env.process_exit_code or 0, 1)
 
 
 def renew(env: Environment) -> None:

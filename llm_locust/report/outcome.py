@@ -1,0 +1,448 @@
+"""The end of a run as a value: what it measured, what it prints, what it writes, and its exit code.
+
+The runtime (runtime/plugin.py) gathers what a run left behind into an `Ended`: the merged figures,
+the ladder's report, the server's and the GPU's series, the senders' state, how it stopped (its
+interruption, the fail-fast's reason). `build` turns that into an `Outcome` with no I/O: the
+summary's blocks of text, the results document, the exit code and the lines that explain it. The
+runtime prints the text, writes the results and the report, and exits with the code. So every
+figure and rule of the end of a run can be checked in a test without starting a process.
+
+Exit codes (docs/security.md): 0 the run passed; 1 a gate failed (the error rate above
+--max-error-rate, no request answered, the SLO attainment under --slo-attainment, an SLA search
+whose lowest load broke its SLOs, results that could not be written); 2 a usage error; 3 the
+target unreachable or not serving the API; 130 / 143 interrupted by SIGINT / SIGTERM (the figures
+of an interrupted run are kept and marked, never judged).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_locust.analysis.server_metrics import ServerSeries
+from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.report.provenance import gpu_facts
+from llm_locust.report.results import build_results
+from llm_locust.report.summary import format_summary
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
+# The share of answered requests that must meet every --slo for the run to pass (--slo-attainment):
+# the field's convention (DistServe's and vLLM's goodput studies read 90-99%; 95% is the usual gate).
+SLO_ATTAINMENT = 0.95
+
+
+@dataclass
+class Interruption:
+    """A run stopped by a signal: which, when (wall clock) and in which phase."""
+
+    signal: str  # "SIGINT" or "SIGTERM"
+    at: float
+    phase: str  # "before the test", "ramp-up", "running", "step 3 of 5", "shutdown" ...
+
+    @property
+    def exit_code(self) -> int:
+        return SIGNAL_EXIT.get(self.signal, 130)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal, "at": self.at, "phase": self.phase}
+
+
+@dataclass
+class Ended:
+    """Everything the end of a run reads, as plain data and core objects (no runner, no sockets)."""
+
+    settings: Any  # settings.model.Settings
+    total: Aggregate
+    steps: dict[int, Aggregate]
+    started_at: float | None
+    ended_at: float
+    ladder: dict[str, Any] | None = None  # the ladder controller's report (runtime/shapes.py)
+    windows: list[dict[str, Any]] = field(default_factory=list)  # its step windows
+    servers: dict[str, ServerSeries] = field(default_factory=dict)  # endpoint URL -> its /metrics (host first)
+    gpu: ServerSeries | None = None
+    status: dict[str, Any] = field(default_factory=dict)  # endpoints (sent, down), sessions
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)  # host, runner, load, command, ... (results' "run")
+    server_info: dict[str, Any] = field(default_factory=dict)  # what the run learnt of the server (model)
+    server_facts: dict[str, Any] = field(default_factory=dict)  # the start-of-test probe's answers
+    trace: dict[str, Any] | None = None  # provenance.trace_facts, taken before the load
+    plan: dict[str, Any] | None = None  # the effective plan (a re-run's input)
+    workers_why: str | None = None
+    baseline_summary: dict[str, Any] | None = None  # --overlong-baseline's summary
+    interruption: Interruption | None = None
+    stopped_early: str | None = None  # the fail-fast's reason
+    slo_attainment: float = SLO_ATTAINMENT
+
+
+@dataclass
+class Outcome:
+    """What a run amounts to: the summary's blocks, the results document, the exit code and why."""
+
+    blocks: list[str]
+    results: dict[str, Any]
+    exit_code: int
+    reasons: list[str]  # one line each: why the exit code is not 0
+    measured: bool  # anything was sent (else: nothing to print or write)
+
+    def text(self) -> str:
+        return "\n\n".join(b for b in self.blocks if b)
+
+
+# ---- the server's and the GPU's series, cut at the run's and the steps' windows ----
+
+
+def series_windows(series: ServerSeries, started: float | None, ended: float, windows: list[dict]) -> dict:
+    """{"source", "run", "steps"?}: a series read over the whole run and over each step's
+    measurement window."""
+    out: dict[str, Any] = {"source": series.to_dict(), "run": series.window(started or 0, ended)}
+    if windows:
+        out["steps"] = [
+            {
+                "step": w["step"],
+                "level": w["level"],
+                **series.window(w["measured_from"] or w["started"], w["ended"] or ended),
+            }
+            for w in windows
+        ]
+    return out
+
+
+def server_line(series: ServerSeries, started: float | None, ended: float, endpoint: str | None = None) -> str:
+    """One line: the server's running and waiting requests, KV cache and generated tokens/s."""
+    w = series.window(started or 0, ended)
+    parts = []
+    for q, label in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "KV cache")):
+        if q in w:
+            scale = 100 if q == "kv_cache_usage" else 1
+            unit = "%" if q == "kv_cache_usage" else ""
+            parts.append(f"{label} mean {w[q]['mean'] * scale:.1f}{unit} max {w[q]['max'] * scale:.1f}{unit}")
+    if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
+        parts.append(f"generated {w['generation_tokens_total']['per_s']:.0f} tok/s")
+    name = f"server {endpoint}" if endpoint else "server"
+    return f"{name} ({series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """The senders' state at the end: sessions, and each endpoint (down when every process
+    sending to it had it down)."""
+    lines = []
+    sess = status.get("sessions")
+    if sess:
+        lines.append(
+            f"sessions: {sess['started']} started, {sess['done']} answered in full, "
+            f"{sess['broken']} ended by a failed turn"
+        )
+    for url, e in (status.get("endpoints") or {}).items():
+        down_on = f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up"
+        lines.append(f"endpoint {url}: {e['sent']} sent, {'DOWN' if e['down'] else down_on}")
+    return lines
+
+
+# ---- the pieces of the outcome ----
+
+
+@dataclass
+class _Parts:
+    """What build() computes once and both the text and the results use."""
+
+    summary: dict[str, Any]
+    server_windows: dict | None = None
+    by_endpoint: dict | None = None
+    gpu_windows: dict | None = None
+    efficiency: dict | None = None
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    stability: dict[str, Any] = field(default_factory=dict)
+
+
+def _parts(e: Ended) -> _Parts:
+    p = _Parts(summary=figures(e.total))
+    servers = list(e.servers.values())
+    if servers:
+        p.server_windows = series_windows(servers[0], e.started_at, e.ended_at, e.windows)
+    if len(servers) > 1:
+        p.by_endpoint = {url: series_windows(s, e.started_at, e.ended_at, e.windows) for url, s in e.servers.items()}
+    if e.gpu is not None:
+        p.gpu_windows = series_windows(e.gpu, e.started_at, e.ended_at, e.windows)
+    p.efficiency = _efficiency(e, p)
+    p.verdicts = _verdicts(e, p)
+    p.stability = _stability(e, p)
+    return p
+
+
+def _judged(steps: list[dict] | None) -> list[dict]:
+    """A ladder's steps that count: not the one an interruption cut."""
+    return [s for s in steps or [] if not s.get("cut")]
+
+
+def _same_steps(windows: list[dict] | None, steps: list[dict]) -> list[dict] | None:
+    """A series' step windows for the steps given (matched by step number), in their order."""
+    if windows is None:
+        return None
+    by_step = {w.get("step"): w for w in windows}
+    return [by_step[s["step"]] for s in steps if s["step"] in by_step]
+
+
+def _efficiency(e: Ended, p: _Parts) -> dict | None:
+    if e.ladder is None or not (p.server_windows or p.gpu_windows):
+        return None
+    from llm_locust.analysis.server_metrics import efficiency
+
+    first = e.gpu.samples[0].figures if e.gpu is not None and e.gpu.samples else {}
+    steps = _judged(e.ladder["steps"])
+    return efficiency(
+        steps,
+        _same_steps((p.server_windows or {}).get("steps"), steps),
+        _same_steps((p.gpu_windows or {}).get("steps"), steps),
+        first.get("gpu_memory_used_bytes"),
+    )
+
+
+def _verdicts(e: Ended, p: _Parts) -> dict[str, Any]:
+    from llm_locust.analysis.efficiency import verdicts
+
+    ladder = e.ladder or {}
+    return verdicts(
+        _judged(ladder.get("steps")),
+        (p.gpu_windows or {}).get("steps"),
+        gpu_facts(e.gpu.info) if e.gpu is not None else [],
+        e.settings,
+        step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in e.steps.items()},
+        summary=p.summary,
+        gpu_run=(p.gpu_windows or {}).get("run"),
+        saturation=ladder.get("saturation"),
+    )
+
+
+def _stability(e: Ended, p: _Parts) -> dict[str, Any]:
+    """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
+    and the soak verdict (analysis/stability.py)."""
+    s, ladder, out = e.settings, e.ladder, {}
+    if s.kv_pressure and ladder and ladder.get("steps"):
+        from llm_locust.analysis.stability import kv_pressure
+
+        out["kv_pressure"] = kv_pressure(
+            _judged(ladder["steps"]), (p.server_windows or {}).get("steps"), min_load=s.kv_min_load
+        )
+    if ladder and ladder.get("burst"):
+        out["burst"] = ladder["burst"]
+    if s.overlong_share:
+        from llm_locust.analysis.stability import overlong_mix
+
+        out["overlong"] = overlong_mix(
+            e.total.overlong,
+            p.summary,
+            share=s.overlong_share,
+            tokens=s.overlong_tokens,
+            baseline=e.baseline_summary,
+            tolerance=s.overlong_tolerance,
+        )
+    if s.soak_window and e.started_at is not None:
+        out["soak"] = _soak(e)
+    return out
+
+
+def _soak(e: Ended) -> dict[str, Any]:
+    from llm_locust.analysis.stability import soak
+
+    s = e.settings
+    memory = {}
+    server = next(iter(e.servers.values()), None)
+    for name, src in (("server_memory_bytes", server), ("gpu_memory_used_bytes", e.gpu)):
+        pts = [(x.t, x.figures[name]) for x in src.samples if name in x.figures] if src is not None else []
+        if pts:
+            memory[name] = pts
+    assert e.started_at is not None
+    return soak(
+        e.total.by_sent,
+        e.total.series,
+        e.started_at,
+        e.total.last_end or e.ended_at,
+        window=s.soak_window,
+        max_drift=s.soak_max_drift,
+        max_error_rate=s.soak_max_error_rate,
+        memory=memory,
+        max_memory_growth=s.soak_max_memory_growth * 2**20,
+    )
+
+
+# ---- the text ----
+
+
+def _blocks(e: Ended, p: _Parts) -> list[str]:
+    from llm_locust.analysis.efficiency import verdicts_table
+    from llm_locust.analysis.server_metrics import efficiency_table
+
+    head = [format_summary(p.summary)]
+    if e.workers_why:
+        head.append(f"workers: {e.workers_why}")
+    for url, s in e.servers.items():  # one line per endpoint (named when there are several)
+        if s.samples:
+            head.append(server_line(s, e.started_at, e.ended_at, url if len(e.servers) > 1 else None))
+    head += status_lines(e.status)
+    blocks = ["\n".join(head)]
+    if e.ladder and e.ladder.get("table"):
+        blocks.append(e.ladder["table"])
+    blocks.append(efficiency_table(p.efficiency) if p.efficiency is not None else "")
+    blocks.append(verdicts_table(p.verdicts))
+    blocks.append(_stability_text(e, p))
+    return blocks
+
+
+def _stability_text(e: Ended, p: _Parts) -> str:
+    if not p.stability:
+        return ""
+    from llm_locust.analysis.stability import format_stability
+
+    if not (e.ladder or {}).get("burst"):
+        return format_stability(p.stability)
+    if p.stability.get("soak"):  # the ladder's table printed the burst's line
+        return format_stability({"soak": p.stability["soak"]})
+    return ""
+
+
+# ---- the results document ----
+
+
+def _results(e: Ended, p: _Parts) -> dict[str, Any]:
+    s = e.settings
+    run = {**e.run, "started_at": e.started_at, "ended_at": e.ended_at, "server": e.server_info}
+    run["started_at_utc"] = _utc(e.started_at)
+    run.update(e.status)  # endpoints (sent, down) and sessions (started, done, broken)
+    run["workers_why"] = e.workers_why
+    run["interrupted"] = e.interruption.to_dict() if e.interruption else None
+    run["stopped_early"] = e.stopped_early
+    results = build_results(e.total, e.steps, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
+    env = results["environment"]
+    server = next(iter(e.servers.values()), None)
+    env["server"] = {
+        "url": e.run.get("host"),
+        "kind": server.server if server is not None else None,
+        "model": e.server_info.get("model") or s.model or None,
+        **e.server_facts,
+    }
+    env["gpus"] = gpu_facts(e.gpu.info) if e.gpu is not None else []
+    env["trace"] = e.trace
+    optional = {
+        "server_metrics": p.server_windows,  # the first endpoint's (the host's)
+        "server_metrics_by_endpoint": p.by_endpoint,  # {endpoint URL: windows}
+        "gpu_metrics": p.gpu_windows,
+        "efficiency": p.efficiency,
+    }
+    results.update({k: v for k, v in optional.items() if v is not None})
+    results["verdicts"] = p.verdicts
+    if p.stability:
+        results["stability"] = p.stability
+    results["plan"] = e.plan
+    if e.ladder is not None:
+        results["ladder"] = {k: v for k, v in e.ladder.items() if k != "table"}
+    results["gates"] = _gates(e, p)
+    return results
+
+
+def _utc(t: float | None) -> str | None:
+    import datetime
+
+    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
+
+
+# ---- the gates and the exit code ----
+
+
+def _gates(e: Ended, p: _Parts) -> list[dict[str, Any]]:
+    """Each pass/fail rule the run was held to: {"name", "passed", "line"} (results["gates"], the
+    summary's last lines, the JUnit file). None for an interrupted run: its figures are kept, not
+    judged."""
+    s, fig = e.settings, p.summary
+    gates: list[dict[str, Any]] = []
+    if e.interruption is not None:
+        return gates
+    answered = fig["ok"] + fig["failed"]
+    if fig["sent"]:
+        none_ok = fig["ok"] == 0
+        gates.append(
+            _gate(
+                "answered",
+                not none_ok,
+                f"no request was answered: {fig['sent']} sent, {fig['failed']} failed, {fig['cancelled']} cancelled "
+                f"at the stop (in flight), {fig.get('lost', 0)} lost"
+                if none_ok
+                else f"{fig['ok']} of {fig['sent']} requests answered",
+            )
+        )
+    rate = fig["error_rate"]
+    gates.append(
+        _gate(
+            "error_rate",
+            rate <= s.max_error_rate,
+            f"error rate {rate:.1%} ({fig['failed']} of {answered} answered) "
+            f"{'is above' if rate > s.max_error_rate else 'within'} --max-error-rate {s.max_error_rate:.1%}",
+        )
+    )
+    if s.request_slos and answered:
+        met = e.total.goodput_requests / answered
+        gates.append(
+            _gate(
+                "slo_attainment",
+                met >= e.slo_attainment,
+                f"SLO attainment {met:.1%} ({e.total.goodput_requests} of {answered} answered met every --slo: "
+                f"{_slo_text(s.request_slos)}) {'is under' if met < e.slo_attainment else 'meets'} "
+                f"--slo-attainment {e.slo_attainment:.0%}",
+            )
+        )
+    sla = (e.ladder or {}).get("sla") or {}
+    if sla.get("reached") == "lowest_breaks":
+        gates.append(_gate("sla_search", False, f"the SLA search's lowest load broke its SLOs: {sla.get('reason')}"))
+    return gates
+
+
+def _gate(name: str, passed: bool, line: str) -> dict[str, Any]:
+    return {"name": name, "passed": passed, "line": line}
+
+
+def _slo_text(slos: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v * 1000:g} ms" if k != "error_rate" else f"{k} {v:.1%}" for k, v in slos.items())
+
+
+def exit_code(e: Ended, gates: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """The process's exit code and the lines that say why (see the module docstring)."""
+    if e.interruption is not None:
+        i = e.interruption
+        return i.exit_code, [f"interrupted by {i.signal} ({i.phase}): figures kept, not judged"]
+    if e.stopped_early:
+        return EXIT_UNREACHABLE, [f"stopped early: {e.stopped_early}"]
+    failed = [g["line"] for g in gates if not g["passed"]]
+    return (EXIT_GATE, failed) if failed else (EXIT_OK, [])
+
+
+def build(e: Ended) -> Outcome:
+    """The outcome of a run (no I/O). One that never started a test (nothing sent, not started)
+    has nothing to print or write; one interrupted after its start is written, even empty."""
+    if e.total.empty and (e.interruption is None or e.started_at is None):
+        reasons = []
+        code = EXIT_OK
+        if e.interruption is not None:
+            code, reasons = e.interruption.exit_code, [f"interrupted by {e.interruption.signal} before any request"]
+        return Outcome([], {}, code, reasons, measured=False)
+    p = _parts(e)
+    results = _results(e, p)
+    code, reasons = exit_code(e, results["gates"])
+    blocks = _blocks(e, p) + [_end_lines(e, results["gates"])]
+    return Outcome(blocks, results, code, reasons, measured=True)
+
+
+def _end_lines(e: Ended, gates: list[dict[str, Any]]) -> str:
+    """The summary's last lines: how the run stopped, and each gate passed or failed."""
+    lines = []
+    if e.interruption is not None:
+        i = e.interruption
+        lines.append(
+            f"INTERRUPTED by {i.signal} at {time.strftime('%H:%M:%S', time.localtime(i.at))} ({i.phase}): "
+            "the figures above are what was measured until then; no verdict is drawn from them"
+        )
+    if e.stopped_early:
+        lines.append(f"STOPPED EARLY: {e.stopped_early}")
+    for g in gates:
+        lines.append(f"{'pass' if g['passed'] else 'FAIL'}: {g['line']}")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""The end of a run as a value (report/outcome.py): gates, exit codes, interruption and the cut
+step, without starting a process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_metrics import make_record
+
+from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.metrics.records import Outcome
+from llm_locust.report import outcome
+from llm_locust.report.outcome import Ended, Interruption
+from llm_locust.settings import derive
+
+
+def settings(*args):
+    return derive.resolve(None, derive.cli_values(derive.run_parser().parse_known_args(list(args))[0]))
+
+
+def aggregate(ok=10, failed=0, cancelled=0, slos=None, ttft=0.2):
+    agg = Aggregate()
+    agg.add_sent(ok + failed + cancelled)
+    for i in range(ok):
+        agg.add(make_record(t0=100.0 + i, ttft=ttft), slos=slos)
+    for i in range(failed):
+        agg.add(make_record(t0=200.0 + i, outcome=Outcome.HTTP_ERROR), slos=slos)
+    for i in range(cancelled):
+        agg.add(make_record(t0=300.0 + i, outcome=Outcome.CANCELLED), slos=slos)
+    return agg
+
+
+def ended(agg, s=None, **kw):
+    return Ended(settings=s or settings(), total=agg, steps={}, started_at=1000.0, ended_at=1100.0, **kw)
+
+
+def test_a_healthy_run_passes_its_gates_and_exits_0():
+    out = outcome.build(ended(aggregate(ok=10)))
+    assert out.exit_code == 0 and out.reasons == []
+    assert [g["name"] for g in out.results["gates"]] == ["answered", "error_rate"]
+    assert all(g["passed"] for g in out.results["gates"])
+    assert out.text().splitlines()[-1].startswith("pass: error rate 0.0%")
+    json.dumps(out.results)  # a document
+
+
+def test_no_request_answered_fails_even_with_no_error_counted():
+    """A slow-loris server: every request in flight at the stop (cancelled), none failed, error
+    rate 0%: the old code exited 0; the run answered nothing and says so."""
+    out = outcome.build(ended(aggregate(ok=0, cancelled=4)))
+    assert out.exit_code == 1
+    assert out.reasons == ["no request was answered: 4 sent, 0 failed, 4 cancelled at the stop (in flight), 0 lost"]
+    assert "FAIL: no request was answered" in out.text()
+
+
+def test_the_error_rate_gate_names_the_figures():
+    out = outcome.build(ended(aggregate(ok=8, failed=2), settings("--max-error-rate", "0.1")))
+    assert out.exit_code == 1
+    assert out.reasons == ["error rate 20.0% (2 of 10 answered) is above --max-error-rate 10.0%"]
+
+
+def test_slo_attainment_under_the_threshold_exits_1_and_is_in_the_summary():
+    s = settings("--slo", "ttft=100ms")
+    slos = s.request_slos
+    agg = aggregate(ok=4, slos=slos, ttft=0.05)  # met
+    for i in range(6):
+        agg.add_sent()
+        agg.add(make_record(t0=400.0 + i, ttft=0.5), slos=slos)  # missed
+    out = outcome.build(ended(agg, s))
+    gate = next(g for g in out.results["gates"] if g["name"] == "slo_attainment")
+    assert not gate["passed"] and out.exit_code == 1
+    assert gate["line"].startswith("SLO attainment 40.0% (4 of 10 answered met every --slo: ttft 100 ms) is under")
+    assert "FAIL: SLO attainment 40.0%" in out.text()
+    met = outcome.build(ended(aggregate(ok=10, slos=slos, ttft=0.05), s))
+    assert met.exit_code == 0 and any(g["name"] == "slo_attainment" and g["passed"] for g in met.results["gates"])
+
+
+def test_an_interrupted_run_keeps_its_figures_and_is_not_judged():
+    """Even with every gate failing, an interrupted run exits 130 / 143, is marked, and draws no
+    verdict."""
+    for sig, code in (("SIGINT", 130), ("SIGTERM", 143)):
+        i = Interruption(sig, 1050.0, "step 2 of 3 (measurement, level 2)")
+        out = outcome.build(ended(aggregate(ok=0, failed=5), settings("--max-error-rate", "0"), interruption=i))
+        assert out.exit_code == code
+        assert out.results["run"]["interrupted"] == {"signal": sig, "at": 1050.0, "phase": i.phase}
+        assert out.results["gates"] == []
+        assert f"INTERRUPTED by {sig}" in out.text() and "FAIL" not in out.text()
+        assert out.results["summary"]["failed"] == 5  # the figures stay
+
+
+def test_an_interruption_before_any_request_writes_nothing_and_says_so():
+    before = ended(Aggregate(), interruption=Interruption("SIGTERM", 1.0, "during the preflight"))
+    before.started_at = None  # no test started
+    out = outcome.build(before)
+    assert not out.measured and out.exit_code == 143
+    assert out.reasons == ["interrupted by SIGTERM before any request"]
+    started = outcome.build(ended(Aggregate(), interruption=Interruption("SIGINT", 1.0, "ramp-up")))
+    assert started.measured and started.exit_code == 130  # after the start: written, even empty
+    assert started.results["summary"]["sent"] == 0 and started.results["run"]["interrupted"]["phase"] == "ramp-up"
+
+
+def test_a_fail_fast_stop_exits_3_before_the_gates():
+    out = outcome.build(ended(aggregate(ok=0, failed=20), stopped_early="the first 20 requests all failed"))
+    assert out.exit_code == 3 and out.reasons == ["stopped early: the first 20 requests all failed"]
+    assert "STOPPED EARLY: the first 20 requests all failed" in out.text()
+
+
+def test_an_sla_search_whose_lowest_load_broke_fails_its_gate():
+    ladder = {"steps": [], "table": "", "sla": {"reached": "lowest_breaks", "reason": "rate 1 broke ttft"}}
+    out = outcome.build(ended(aggregate(ok=10), ladder=ladder))
+    assert out.exit_code == 1 and out.reasons == ["the SLA search's lowest load broke its SLOs: rate 1 broke ttft"]
+
+
+def test_a_cut_step_is_left_out_of_the_efficiency_and_verdict_steps():
+    """outcome reads only the steps that count: a cut one stays in the results' ladder, flagged."""
+    steps = [
+        {"step": 1, "offered": 1, "cut": False, "output_tokens_per_s": 100.0},
+        {"step": 2, "offered": 2, "cut": True, "output_tokens_per_s": 10.0},
+    ]
+    assert outcome._judged(steps) == steps[:1]
+    windows = [{"step": 2, "x": 1}, {"step": 1, "x": 0}]
+    assert outcome._same_steps(windows, steps[:1]) == [{"step": 1, "x": 0}]
+
+
+@pytest.mark.parametrize("results", [None, "r.json"])
+def test_the_results_carry_the_gates_and_the_run_facts(results):
+    s = settings(*(["--results", results] if results else []))
+    out = outcome.build(ended(aggregate(ok=3), s, run={"host": "http://h"}, workers_why="one process"))
+    r = out.results
+    assert r["run"]["host"] == "http://h" and r["run"]["started_at_utc"] == "1970-01-01T00:16:40+00:00"
+    assert r["run"]["interrupted"] is None and r["run"]["workers_why"] == "one process"
+    assert r["environment"]["server"]["url"] == "http://h"
+    assert [g["passed"] for g in r["gates"]] == [True, True]
