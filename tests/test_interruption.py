@@ -63,7 +63,11 @@ class Run:
         (os.killpg if group else os.kill)(self.proc.pid, sig)
 
     def finish(self) -> tuple[int, str, str, float]:
-        out, _ = self.proc.communicate(timeout=DEADLINE_S)
+        """(exit code, stdout, stderr, seconds): stderr is the reader's alone (communicate()
+        would read it too, and take lines from it)."""
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=DEADLINE_S)
         self._reader.join(10)
         return self.proc.returncode, out, "".join(self.err), time.monotonic() - self.t0
 
