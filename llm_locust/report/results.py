@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import stat
 import sys
 import time
 from importlib import metadata
@@ -108,6 +109,8 @@ def load_results(path: str | Path) -> dict[str, Any]:
     """Read and check a results file; ResultsError (naming the file) when it cannot be used."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a pipe or a device would be read forever
+            raise ResultsError(f"{path}: not a regular file, not an llm-locust results file")
         data = path.read_bytes()
     except OSError as e:
         raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
@@ -155,5 +158,7 @@ def results_json(results: dict[str, Any], secrets: tuple[str, ...] = (), indent:
 
 
 def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
-    """Write atomically (a reader never sees half a file), secrets masked."""
+    """Write atomically (a reader never sees half a file), secrets masked. OSError, with the path
+    and why, when it cannot be written (a full disk, a path that is a device or a symbolic link):
+    an earlier file at `path` is then left as it was."""
     write_atomic(path, results_json(results, secrets))
