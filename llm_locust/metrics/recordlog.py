@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
+import logging
+import os
+import stat
 
 import orjson
 
 from llm_locust.metrics.records import RequestRecord
+
+log = logging.getLogger(__name__)
+BUFFER_BYTES = 1 << 16  # lines are written in blocks of about this size
+FAILED: list[RecordLog] = []  # the logs of this process that could not write every record
 
 
 def record_dict(rec: RequestRecord) -> dict:
@@ -47,18 +53,116 @@ def record_dict(rec: RequestRecord) -> dict:
 
 
 class RecordLog:
-    """Opened at the first record, so a process that sent nothing leaves no file."""
+    """The record log of one process: opened at the first record, so a process that sent nothing
+    leaves no file. It never raises into the request path: a write that fails (a full disk, a
+    path that is not a regular file) is logged once, the lines already written are kept whole
+    (a line cut by the failure is taken back), and every later record is counted as not written
+    (`failed`) instead of being written. The run reads `failures()` at its end: a record log that
+    lost records is an error of the run, said in one line, not a traceback per request."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, buffer_bytes: int = BUFFER_BYTES) -> None:
         self.path = path
-        self._f: BinaryIO | None = None
+        self.buffer_bytes = buffer_bytes
+        self.written = 0  # records in the file, whole lines
+        self.failed = 0  # records not written
+        self.error: str | None = None  # why, from the first failure on
+        self._fd: int | None = None
+        self._size = 0  # the file's size after the last whole block written
+        self._buf = bytearray()
+        self._pending = 0  # records in _buf
 
     def write(self, rec: RequestRecord) -> None:
-        if self._f is None:
-            self._f = open(self.path, "ab", buffering=1 << 16)
-        self._f.write(orjson.dumps(record_dict(rec)) + b"\n")
+        if self.error is not None:
+            self.failed += 1
+            return
+        try:
+            line = orjson.dumps(record_dict(rec)) + b"\n"
+        except (TypeError, orjson.JSONEncodeError) as e:  # a value JSON cannot hold: this record only
+            self.failed += 1
+            log.warning("record log %s: request %s not written: %s", self.path, rec.request_id, e)
+            return
+        self._buf += line
+        self._pending += 1
+        if len(self._buf) >= self.buffer_bytes:
+            self._flush()
+
+    def _open(self) -> int:
+        """O_APPEND, never through a symbolic link, never a device or a pipe (O_NONBLOCK: opening
+        a pipe nobody reads fails instead of waiting)."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o666)
+        except OSError as e:
+            if os.path.islink(self.path):
+                raise OSError(e.errno, "a symbolic link, not a regular file") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError("not a regular file (a device, a pipe, a socket or a folder)")
+        self._size = st.st_size
+        return fd
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        try:
+            if self._fd is None:
+                self._fd = self._open()
+            view = memoryview(self._buf)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            self._size += len(self._buf)
+            self.written += self._pending
+        except OSError as e:
+            self._fail(e)
+        finally:
+            self._buf = bytearray()
+            self._pending = 0
+
+    def _fail(self, e: OSError) -> None:
+        """The first failed write: cut the file back to its last whole line, count what is lost."""
+        self.failed += self._pending
+        self.error = e.strerror or str(e)
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            self._close_fd()
+        FAILED.append(self)
+        log.error(
+            "record log %s: cannot write (%s): it keeps its first %d records, whole lines; the rest of "
+            "this run's records are counted, not written",
+            self.path,
+            self.error,
+            self.written,
+        )
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        """Write what is buffered and close; never raises (a failure is counted, see `write`)."""
+        self._flush()
+        self._close_fd()
+
+    def problem(self) -> str | None:
+        """One line for the end of the run when records were lost, else None."""
+        if not self.failed:
+            return None
+        total = self.written + self.failed
+        return (
+            f"the record log {self.path} lost {self.failed:,} of {total:,} records ({self.error}); "
+            f"it holds the first {self.written:,}, whole lines"
+        )
+
+
+def failures() -> list[str]:
+    """One line per record log of this process that lost records (for the run's end and exit)."""
+    return [line for lg in FAILED if (line := lg.problem()) is not None]
