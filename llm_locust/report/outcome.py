@@ -86,8 +86,12 @@ class Outcome:
     reasons: list[str]  # one line each: why the exit code is not 0
     measured: bool  # anything was sent (else: nothing to print or write)
 
-    def text(self) -> str:
-        return "\n\n".join(b for b in self.blocks if b)
+    def text(self, cols: int | None = None) -> str:
+        """The summary; `cols`: each line wrapped to that width (summary.width() on a terminal)."""
+        from llm_locust.report.summary import fit
+
+        text = "\n\n".join(b for b in self.blocks if b)
+        return "\n".join(fit(text.splitlines(), cols)) if cols else text
 
 
 # ---- the server's and the GPU's series, cut at the run's and the steps' windows ----
@@ -117,11 +121,11 @@ def server_line(series: ServerSeries, started: float | None, ended: float, endpo
         if q in w:
             scale = 100 if q == "kv_cache_usage" else 1
             unit = "%" if q == "kv_cache_usage" else ""
-            parts.append(f"{label} mean {w[q]['mean'] * scale:.1f}{unit} max {w[q]['max'] * scale:.1f}{unit}")
+            parts.append(f"{label} {w[q]['mean'] * scale:.1f}{unit} (max {w[q]['max'] * scale:.1f}{unit})")
     if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
-        parts.append(f"generated {w['generation_tokens_total']['per_s']:.0f} tok/s")
+        parts.append(f"{w['generation_tokens_total']['per_s']:.0f} tok/s generated")
     name = f"server {endpoint}" if endpoint else "server"
-    return f"{name} ({series.server or 'unknown'}, {w['samples']} scrapes): " + ", ".join(parts)
+    return f"{name} ({series.server or 'unknown'}, {w['samples']} reads): " + ", ".join(parts)
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
@@ -138,6 +142,33 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         down_on = f"down on {e['down_on']} of {e['processes']} processes" if e["down_on"] else "up"
         lines.append(f"endpoint {url}: {e['sent']} sent, {'DOWN' if e['down'] else down_on}")
     return lines
+
+
+def describe(settings: Any, load: dict[str, Any], host: str | None, workload: dict[str, Any] | None = None) -> str:
+    """One line: what the run offers, to which API and target, from which workload."""
+    mode, users, run_time = load.get("mode"), load.get("users"), load.get("run_time")
+    if mode == "ladder":
+        how = f"ladder {settings.ladder}"
+    elif mode == "replay":
+        how = f"replay at {settings.speed:g}x trace time" if getattr(settings, "speed", 1) else "replay"
+    else:
+        how = f"closed loop of {users} user{'s' if users != 1 else ''}"
+    if run_time and mode != "ladder":
+        how += f" for {run_time:g} s"
+    trace = settings.trace_path
+    name = trace.rsplit("/", 1)[-1] if trace else "?"
+    fmt = (workload or {}).get("format")
+    return f"{how}; {settings.api} against {host or '?'}; workload {name}" + (f" ({fmt})" if fmt else "")
+
+
+def next_steps(settings: Any, load: dict[str, Any]) -> str:
+    """The pointer printed when a run has neither an SLO nor a ladder: what would judge it."""
+    if settings.slos or load.get("mode") == "ladder":
+        return ""
+    return (
+        "next: --slo ttft=500ms,tpot=50ms holds the run to SLOs (goodput, attainment, a gate); "
+        "--ladder concurrency:1..64 finds the load where the server saturates"
+    )
 
 
 # ---- the pieces of the outcome ----
@@ -274,7 +305,12 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     from llm_locust.analysis.efficiency import verdicts_table
     from llm_locust.analysis.server_metrics import efficiency_table
 
-    head = [format_summary(p.summary)]
+    load = (e.run.get("load") or {}).get("mode")
+    open_loop = load == "replay" or (e.ladder or {}).get("ladder", {}).get("kind") in ("rate", "speed")
+    title = "llm-locust summary: " + describe(
+        e.settings, e.run.get("load") or {}, e.run.get("host"), e.server_info.get("workload")
+    )
+    head = [format_summary(p.summary, title, open_loop=open_loop)]
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
@@ -445,4 +481,7 @@ def _end_lines(e: Ended, gates: list[dict[str, Any]]) -> str:
         lines.append(f"STOPPED EARLY: {e.stopped_early}")
     for g in gates:
         lines.append(f"{'pass' if g['passed'] else 'FAIL'}: {g['line']}")
+    hint = next_steps(e.settings, e.run.get("load") or {})
+    if hint and e.interruption is None:
+        lines.append(hint)
     return "\n".join(lines)

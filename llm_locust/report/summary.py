@@ -1,7 +1,10 @@
-"""The end-of-run summary table, from `figures()` output."""
+"""The end-of-run summary, from `figures()` output: 80 columns unless the terminal (or COLUMNS)
+is wider; every term it prints is defined in docs/metrics.md, and the latency rows under the table."""
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from typing import Any
 
 ROWS = (
@@ -16,26 +19,71 @@ ROWS = (
 COLS = ("p50", "p90", "p99", "p99.9", "mean", "max")
 
 
+# What each row is, printed under the table (docs/metrics.md has the full definitions).
+LEGEND = {
+    "ttft": "TTFT: request sent -> first token",
+    "ttft_queue": "TTFT incl. queue: the time it was due -> first token (an open loop's wait to send)",
+    "ttft_tool": "TTFT tool call: sent -> first tool-call token",
+    "itl": "ITL: between tokens (a chunk's tokens spread over its gap)",
+    "inter_chunk": "Inter-chunk: between chunks as read",
+    "tpot": "TPOT: (E2E - TTFT) / (output tokens - 1)",
+    "e2e": "E2E: sent -> last byte",
+    "schedule_lag": "Schedule lag: how late a request was sent against its due time",
+}
+OPEN_LOOP_ONLY = ("ttft_queue", "schedule_lag")  # equal to TTFT and 0 in a closed loop: not printed there
+MIN_WIDTH = 80
+
+
+def width() -> int:
+    """80 columns, or the terminal's (or COLUMNS') when wider."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((MIN_WIDTH, 24)).columns)
+
+
+def fit(lines: list[str], cols: int) -> list[str]:
+    """Each line within `cols`, wrapped at spaces, continuations indented two spaces (a table's
+    rows are narrower by construction)."""
+    out = []
+    for line in lines:
+        if len(line) <= cols:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        out += textwrap.wrap(line, cols, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return out
+
+
 def _ms(v: Any) -> str:
     return "-" if v is None else f"{v * 1000:.1f}"
 
 
-def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> str:
-    lines = [title, ""]
-    head = f"{'latency (ms)':<18}{'count':>8}" + "".join(f"{c:>10}" for c in COLS)
-    lines += [head, "-" * len(head)]
-    rows = (
-        ROWS
-        if not fig["latency"].get("ttft_tool", {}).get("count")
-        else ROWS[:2] + (("TTFT tool call", "ttft_tool"),) + ROWS[2:]
-    )
+def latency_rows(fig: dict[str, Any], open_loop: bool = True) -> list[tuple[str, str]]:
+    """The table's rows: TTFT tool call when tool calls were timed; the queue rows in an open loop."""
+    rows = [r for r in ROWS if open_loop or r[1] not in OPEN_LOOP_ONLY]
+    if fig["latency"].get("ttft_tool", {}).get("count"):
+        rows.insert(1, ("TTFT tool call", "ttft_tool"))
+    return rows
+
+
+def latency_table(fig: dict[str, Any], open_loop: bool = True) -> list[str]:
+    """The latency table in milliseconds (77 columns), and the rows' meanings under it."""
+    head = f"{'latency (ms)':<16}{'count':>7}" + "".join(f"{c:>9}" for c in COLS)
+    lines = [head, "-" * len(head)]
+    rows = latency_rows(fig, open_loop)
     for label, key in rows:
         s = fig["latency"].get(key, {})
-        lines.append(f"{label:<18}{s.get('count', 0):>8}" + "".join(f"{_ms(s.get(c)):>10}" for c in COLS))
-    lines.append("")
+        lines.append(f"{label:<16}{s.get('count', 0):>7}" + "".join(f"{_ms(s.get(c)):>9}" for c in COLS))
+    lines += ["  " + LEGEND[key] for _, key in rows]
+    return lines
+
+
+def format_summary(
+    fig: dict[str, Any], title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
+) -> str:
+    """The summary's text; `cols`: wrapped to that width (printing passes width())."""
+    lines = [title, ""] + latency_table(fig, open_loop) + [""]
     lines.append(
-        f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']}"
-        f" (error rate {fig['error_rate'] * 100:.1f}%), cancelled at stop {fig['cancelled']},"
+        f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']} ({fig['error_rate'] * 100:.1f}%),"
+        f" cancelled at stop {fig['cancelled']},"
         + (f" lost {fig.get('lost', 0)}," if fig.get("lost") or fig.get("workers_lost") else "")
         + f" over {fig['duration_s']:.1f} s"
     )
@@ -46,10 +94,10 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
         )
     lines.append(
         f"throughput: {fig['output_tokens_per_s']:.1f} output tokens/s, {fig['requests_per_s']:.2f} requests/s,"
-        f" concurrency (Little) {fig['concurrency']:.1f}"
+        f" {fig['concurrency']:.1f} in flight (mean)"
     )
     lines.append(
-        f"tokens: in {fig['tokens_in']}, out {fig['tokens_out']} (sources {_kv(fig['n_out_sources'])});"
+        f"tokens: in {fig['tokens_in']}, out {fig['tokens_out']} (counted from {_kv(fig['n_out_sources'])}),"
         f" length mismatches {fig['length_mismatch']}/{fig['length_checked']}"
     )
     if fig.get("goodput_requests_per_s"):
@@ -110,7 +158,7 @@ def format_summary(fig: dict[str, Any], title: str = "llm-locust summary") -> st
         else "SUSPECT (figures may be distorted: " + "; ".join(reasons or ["client saturated"]) + ")"
     )
     lines.append(f"client: {verdict}; loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%")
-    return "\n".join(lines)
+    return "\n".join(fit(lines, cols) if cols else lines)
 
 
 def _kv(d: dict[str, int]) -> str:

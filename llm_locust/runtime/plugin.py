@@ -23,6 +23,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
+from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.hub import MetricsHub, install
 from llm_locust.runtime.signals import Stopper
@@ -257,6 +258,17 @@ def _on_init(environment, **_kw: Any) -> None:
 
     environment.events.test_start.add_listener(probe)
 
+    if getattr(environment.parsed_options, "headless", False):
+        from llm_locust.runtime.progress import Progress
+
+        progress = Progress(environment, h, getattr(environment.parsed_options, "run_time", None) or None)
+        environment.events.test_start.add_listener(progress.start)
+        environment.events.test_stop.add_listener(progress.stop)
+    def say_what(**_kw: Any) -> None:
+        line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
+        print(f"llm-locust: {line}", file=sys.stderr, flush=True)
+
+    environment.events.test_start.add_listener(say_what)
     end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
     environment.events.quitting.add_listener(end.on_quitting)
     environment.events.quit.add_listener(end.on_quit)
@@ -295,7 +307,7 @@ class _EndOfRun:
         self.done = True
         out = self.outcome or outcome.build(self.gather())
         if out.measured:
-            print(out.text(), file=sys.stdout, flush=True)
+            print(out.text(width()), file=sys.stdout, flush=True)
             if not self.write(out):
                 out.exit_code = outcome.EXIT_GATE
                 out.reasons.append("the results or the report could not be written (above)")
