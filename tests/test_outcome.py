@@ -40,7 +40,10 @@ def test_a_healthy_run_passes_its_gates_and_exits_0():
     assert out.exit_code == 0 and out.reasons == []
     assert [g["name"] for g in out.results["gates"]] == ["answered", "error_rate"]
     assert all(g["passed"] for g in out.results["gates"])
-    assert out.text().splitlines()[-1].startswith("pass: error rate 0.0%")
+    assert out.text().splitlines()[-2].startswith("pass: error rate 0.0%")
+    assert out.text().splitlines()[-1].startswith("next: --slo ttft=500ms")  # neither an SLO nor a ladder
+    assert "next:" not in outcome.build(ended(aggregate(ok=10), settings("--slo", "ttft=1s"))).text()
+    assert all(len(line) <= 80 for line in out.text(80).splitlines())
     json.dumps(out.results)  # a document
 
 
