@@ -184,6 +184,14 @@ def _on_init(environment, **_kw: Any) -> None:
     stopper = Stopper(environment)
     stopper.install()  # before the preflight and a ladder's shape: Ctrl-C / SIGTERM end the run cleanly
     environment.events.test_start.add_listener(lambda **_kw: setattr(stopper, "started", True))
+    if not environment.host and any(not getattr(u, "host", None) for u in environment.user_classes):
+        print(
+            "llm-locust: no --host: give the server's URL (e.g. --host http://127.0.0.1:8000), on the master when "
+            "there are workers; `llm-locust run` without --host starts the built-in simulator",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(2)  # a run without a target would send nothing and pass (the README's cluster lines once did)
     # validate options and the workload where they are given, before any load is sent
     try:
         settings = derive.from_options(environment.parsed_options)
@@ -264,6 +272,7 @@ def _on_init(environment, **_kw: Any) -> None:
         progress = Progress(environment, h, getattr(environment.parsed_options, "run_time", None) or None)
         environment.events.test_start.add_listener(progress.start)
         environment.events.test_stop.add_listener(progress.stop)
+
     def say_what(**_kw: Any) -> None:
         line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
         print(f"llm-locust: {line}", file=sys.stderr, flush=True)
