@@ -201,6 +201,7 @@ def test_a_worker_quitting_under_load_reports_everything_before_it_goes(tmp_path
     _every_request_counted_once(r, log)
     left = [w for w in r["workers"] if w["left_at"]]
     assert len(left) == 1 and left[0]["final_report"] and not left[0]["lost_at"], r["workers"]
+    assert re.search(r"worker \S+ left \d+ s into the run \(its final report is in\)", out), out[-3000:]
 
 
 def test_a_sigkilled_workers_requests_in_flight_are_counted_lost(tmp_path):

@@ -6,6 +6,7 @@ took (within histogram precision), and every request sent must be accounted for 
 
 import glob
 import json
+import re
 import subprocess
 import sys
 
@@ -200,8 +201,9 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
 
 
 def test_a_worker_joining_late_takes_its_share(tmp_path):
-    """Master with one worker; a second joins mid-run and (with Locust's --enable-rebalancing)
-    gets half the users: its requests are merged like the first one's."""
+    """Master with one worker; a second joins mid-run and gets half the users (a closed loop turns
+    Locust's --enable-rebalancing on: it used to get none): its requests are merged like the first
+    one's, and the summary says it joined late."""
     import time
     import urllib.request
     from pathlib import Path
@@ -221,7 +223,6 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
                 "--headless",
                 "--expect-workers",
                 "1",
-                "--enable-rebalancing",
                 "-u",
                 "4",
                 "-r",
@@ -266,6 +267,7 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
     r = json.loads(results.read_text())
     assert len(r["workers"]) == 2 and all(w["finished"] > 0 for w in r["workers"]), r["workers"]
     assert r["summary"]["finished"] == sum(w["finished"] for w in r["workers"])
+    assert re.search(r"worker \S+ joined \d+ s into the run and took a share of the load", out), out[-3000:]
 
 
 def test_a_worker_without_its_master_says_so():

@@ -171,6 +171,24 @@ def next_steps(settings: Any, load: dict[str, Any]) -> str:
     )
 
 
+LATE_S = 3.0  # a worker whose first report came this long after the start joined during the run
+
+
+def worker_lines(workers: list[dict[str, Any]], started: float | None) -> list[str]:
+    """The workers that did not run the whole test: joined late, left, or lost (and back)."""
+    t0, lines = started or 0.0, []
+    for w in workers:
+        name = f"worker {w.get('index') if w.get('index') is not None else w.get('id')}"
+        if w.get("joined_at") and started and w["joined_at"] - t0 > LATE_S:
+            lines.append(f"{name} joined {w['joined_at'] - t0:.0f} s into the run and took a share of the load")
+        if w.get("left_at"):
+            lines.append(f"{name} left {w['left_at'] - t0:.0f} s into the run (its final report is in)")
+        if w.get("lost_at"):
+            back = f", back at {w['rejoined_at'] - t0:.0f} s" if w.get("rejoined_at") else ""
+            lines.append(f"{name} went missing {w['lost_at'] - t0:.0f} s into the run{back}")
+    return lines
+
+
 # ---- the pieces of the outcome ----
 
 
@@ -316,7 +334,7 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
         if s.samples:
             head.append(server_line(s, e.started_at, e.ended_at, url if len(e.servers) > 1 else None))
-    head += status_lines(e.status)
+    head += status_lines(e.status) + worker_lines(e.workers, e.started_at)
     blocks = ["\n".join(head)]
     if e.ladder and e.ladder.get("table"):
         blocks.append(e.ladder["table"])

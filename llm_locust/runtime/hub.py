@@ -53,6 +53,7 @@ class WorkerState:
         "finished",
         "lost_at",
         "rejoined_at",
+        "joined_at",
         "open",
         "step",
         "final",
@@ -73,6 +74,7 @@ class WorkerState:
         self.finished = 0
         self.lost_at: float | None = None
         self.rejoined_at: float | None = None
+        self.joined_at = time.time()  # its first report reached the master
         self.open: dict[int, int] = {}  # step -> requests sent, not yet finished, as reported
         self.step: int | None = None  # the step the worker was in when it made its last report
         self.final = 0  # token of the last final report received (QUIT_TOKEN: it quit on its own)

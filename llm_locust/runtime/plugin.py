@@ -172,75 +172,39 @@ def _on_init(environment, **_kw: Any) -> None:
     from llm_locust.runtime import dispatcher
 
     dispatcher.install(environment)
-    runner = environment.runner
     from llm_locust.runtime.users import scenario_failed
 
     environment.events.user_error.add_listener(scenario_failed)  # a scenario that raises: a counted failure
-    if isinstance(runner, WorkerRunner):
+    if isinstance(environment.runner, WorkerRunner):
         global _connected
         _connected = True
         shapes.install(environment, None)
         return
+    _init_runner(environment, h)
+
+
+def _init_runner(environment, h: MetricsHub) -> None:
+    """The master's or the local runner's part: refuse what cannot run before any load, then the
+    scrapers, the fail-fast, the web view, the progress line and the end of the run."""
     stopper = Stopper(environment)
     stopper.install()  # before the preflight and a ladder's shape: Ctrl-C / SIGTERM end the run cleanly
     environment.events.test_start.add_listener(lambda **_kw: setattr(stopper, "started", True))
-    if not environment.host and any(not getattr(u, "host", None) for u in environment.user_classes):
-        print(
-            "llm-locust: no --host: give the server's URL (e.g. --host http://127.0.0.1:8000), on the master when "
-            "there are workers; `llm-locust run` without --host starts the built-in simulator",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(2)  # a run without a target would send nothing and pass (the README's cluster lines once did)
-    # validate options and the workload where they are given, before any load is sent
-    try:
+    _refuse_without_target(environment)
+    try:  # options and the workload, where they are given, before any load is sent
         settings = derive.from_options(environment.parsed_options)
-        from llm_locust.report import masking
-
-        masking.protect(settings.api_key)
-        from llm_locust.report.files import check_writable
-
-        for out in (settings.results, settings.report, settings.record_log):
-            if out:
-                check_writable(out)  # before any load: a full run must not end with its figures lost
-        # reads and checks the whole file, keeps almost none of it (the senders load their shares)
-        from llm_locust.runtime.sessions import load_workload
-
-        work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
-        h.info["workload"] = _workload_facts(work)
-        trace = trace_facts(settings.trace_path, settings.trace_format)  # its hash before the load, not after
-        shapes.install(environment, settings)  # a bad ladder is refused here
-        if settings.overlong_share and not settings.overlong_tokens:
-            raise ValueError(
-                "--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
-                "`llm-locust run` reads the context from the server, plain locust does not"
-            )
-        if settings.overlong_baseline:
-            from llm_locust.report.results import load_results
-
-            load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
+        trace = _check(environment, settings, h)
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
         scrapers = _server_scrapers(environment, settings)
-        scraper = next(iter(scrapers.values()), None)  # the first endpoint's (the host's)
         gpu_scraper = _server_scraper(environment, settings, settings.gpu_metrics or "off")
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
+    if _load(environment, settings)["mode"] == "closed":
+        # a worker that joins late takes a share of the users, one that leaves hands its share on
+        # (Locust's --enable-rebalancing; not for a replay: its shares of the trace are fixed)
+        environment.parsed_options.enable_rebalancing = True
     stopper.phase = "during the preflight"
-    if settings.preflight and environment.host:
-        from llm_locust.runtime import preflight
-
-        headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
-        problem = preflight.check(
-            environment.host,
-            settings.api,
-            headers,
-            settings.connect_timeout,
-            endpoints=preflight.endpoint_apis(settings.api, settings.mix),
-        )
-        if problem is not None:
-            print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
-            sys.exit(problem.code)
+    _preflight(environment, settings)
     stopper.phase = "before the test"
     from llm_locust.runtime import failfast
 
@@ -252,10 +216,83 @@ def _on_init(environment, **_kw: Any) -> None:
 
     if environment.web_ui is not None:
         guard.install(environment.web_ui)  # before any route: the start form's fields and the login
-    install_webui(environment, scraper, gpu_scraper)
+    install_webui(environment, next(iter(scrapers.values()), None), gpu_scraper)
+    server_facts = _during_the_test(environment, settings, h)
+    end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
+    environment.events.quitting.add_listener(end.on_quitting)
+    environment.events.quit.add_listener(end.on_quit)
+
+
+def _refuse_without_target(environment) -> None:
+    """A run without a target would send nothing and pass (the README's cluster lines once did)."""
+    if environment.host or all(getattr(u, "host", None) for u in environment.user_classes):
+        return
+    print(
+        "llm-locust: no --host: give the server's URL (e.g. --host http://127.0.0.1:8000), on the master when "
+        "there are workers; `llm-locust run` without --host starts the built-in simulator",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.exit(2)
+
+
+def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
+    """What is refused before any load (ValueError / OSError): outputs that cannot be written, the
+    workload, the ladder, the overlong mix's options and baseline. Returns the trace's facts (its
+    hash taken before the load, not after)."""
+    from llm_locust.report import masking
+
+    masking.protect(settings.api_key)
+    from llm_locust.report.files import check_writable
+
+    for out in (settings.results, settings.report, settings.record_log):
+        if out:
+            check_writable(out)  # before any load: a full run must not end with its figures lost
+    # reads and checks the whole file, keeps almost none of it (the senders load their shares)
+    from llm_locust.runtime.sessions import load_workload
+
+    work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
+    h.info["workload"] = _workload_facts(work)
+    shapes.install(environment, settings)  # a bad ladder is refused here
+    if settings.overlong_share and not settings.overlong_tokens:
+        raise ValueError(
+            "--overlong-share needs --overlong-tokens N (a prompt past the server's context): "
+            "`llm-locust run` reads the context from the server, plain locust does not"
+        )
+    if settings.overlong_baseline:
+        from llm_locust.report.results import load_results
+
+        load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
+    return trace_facts(settings.trace_path, settings.trace_format)
+
+
+def _preflight(environment, settings) -> None:
+    """Does the target answer the API? One line and exit 3 (or 2) when it does not."""
+    if not (settings.preflight and environment.host):
+        return
+    from llm_locust.runtime import preflight
+
+    headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
+    problem = preflight.check(
+        environment.host,
+        settings.api,
+        headers,
+        settings.connect_timeout,
+        endpoints=preflight.endpoint_apis(settings.api, settings.mix),
+    )
+    if problem is not None:
+        print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
+        sys.exit(problem.code)
+
+
+def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
+    """At each test's start: the line saying what runs, the server's probe (its facts land in the
+    dict returned) and, headless, the progress line."""
     server_facts: dict[str, Any] = {}
 
-    def probe(**_kw: Any) -> None:
+    def at_start(**_kw: Any) -> None:
+        line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
+        print(f"llm-locust: {line}", file=sys.stderr, flush=True)
         from llm_locust.runtime.probe import probe_server
 
         if environment.host and not server_facts:
@@ -264,23 +301,14 @@ def _on_init(environment, **_kw: Any) -> None:
             )
             gevent.spawn(lambda: server_facts.update(probe_server(environment.host, headers)))
 
-    environment.events.test_start.add_listener(probe)
-
+    environment.events.test_start.add_listener(at_start)
     if getattr(environment.parsed_options, "headless", False):
         from llm_locust.runtime.progress import Progress
 
         progress = Progress(environment, h, getattr(environment.parsed_options, "run_time", None) or None)
         environment.events.test_start.add_listener(progress.start)
         environment.events.test_stop.add_listener(progress.stop)
-
-    def say_what(**_kw: Any) -> None:
-        line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
-        print(f"llm-locust: {line}", file=sys.stderr, flush=True)
-
-    environment.events.test_start.add_listener(say_what)
-    end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
-    environment.events.quitting.add_listener(end.on_quitting)
-    environment.events.quit.add_listener(end.on_quit)
+    return server_facts
 
 
 class _EndOfRun:
@@ -392,6 +420,7 @@ def _workers(h: MetricsHub) -> list[dict[str, Any]]:
             "lost_at": w.lost_at,
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
+            "joined_at": w.joined_at,
         }
         for w in h.workers.values()
     ]
