@@ -199,6 +199,8 @@ def _init_runner(environment, h: MetricsHub) -> None:
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
+    if os.environ.get(derive.RUN_ONLY_ENV) is not None and not getattr(settings, "locust_stats", False):
+        _quiet_locust_tables()  # `llm-locust run`: one latency table, ours (--locust-stats keeps Locust's)
     if _load(environment, settings)["mode"] == "closed":
         # a worker that joins late takes a share of the users, one that leaves hands its share on
         # (Locust's --enable-rebalancing; not for a replay: its shares of the trace are fixed)
@@ -221,6 +223,16 @@ def _init_runner(environment, h: MetricsHub) -> None:
     end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
     environment.events.quitting.add_listener(end.on_quitting)
     environment.events.quit.add_listener(end.on_quit)
+
+
+def _quiet_locust_tables() -> None:
+    """Locust's end-of-run tables (requests, percentiles, errors by response time in ms without a
+    unit, 175 columns wide) printed before our summary: under `llm-locust run` the summary's own
+    table says it, in milliseconds, per metric of docs/metrics.md."""
+    import locust.stats
+
+    for name in ("print_stats", "print_percentile_stats", "print_error_report"):
+        setattr(locust.stats, name, lambda *_a, **_kw: None)
 
 
 def _refuse_without_target(environment) -> None:
