@@ -255,11 +255,11 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     from llm_locust.report import masking
 
     masking.protect(settings.api_key)
-    from llm_locust.report.files import check_writable
+    from llm_locust.report.files import check_outputs, plan_path, run_files
 
-    for out in (settings.results, settings.report, settings.record_log):
-        if out:
-            check_writable(out)  # before any load: a full run must not end with its figures lost
+    # before any load: no output over an input, another output, a link or a device; all writable
+    command = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
+    check_outputs(*run_files(settings, plan=plan_path(command)))
     # reads and checks the whole file, keeps almost none of it (the senders load their shares)
     from llm_locust.runtime.sessions import load_workload
 
@@ -275,7 +275,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
         from llm_locust.report.results import load_results
 
         load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
-    return trace_facts(settings.trace_path, settings.trace_format)
+    return trace_facts(settings.trace_path, settings.trace_format or h.info["workload"].get("format"))
 
 
 def _preflight(environment, settings) -> None:
@@ -355,11 +355,23 @@ class _EndOfRun:
             return
         self.done = True
         out = self.outcome or outcome.build(self.gather())
+        from llm_locust.metrics.recordlog import failures
+        from llm_locust.report.provenance import trace_changed
+
+        changed = trace_changed(self.trace)  # self.trace is the results' environment.trace
+        if changed and self.trace is not None:
+            self.trace["changed"] = changed
         if out.measured:
             print(out.text(width()), file=sys.stdout, flush=True)
+            if changed:
+                print(f"llm-locust: warning: {changed}", file=sys.stderr, flush=True)
             if not self.write(out):
-                out.exit_code = outcome.EXIT_GATE
+                out.exit_code = out.exit_code or outcome.EXIT_GATE  # an interrupted run keeps its 130 / 143
                 out.reasons.append("the results or the report could not be written (above)")
+        lost = failures()  # complete here: the record log is closed at quitting, before quit
+        if lost:
+            out.exit_code = out.exit_code or outcome.EXIT_GATE
+            out.reasons.extend(lost)
         for line in out.reasons:
             print(f"llm-locust: exit {out.exit_code}: {line}", file=sys.stderr, flush=True)
         if out.exit_code != (self.env.process_exit_code or 0):
