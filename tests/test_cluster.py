@@ -56,13 +56,27 @@ def cluster_run(tmp_path_factory):
             "ttft=0.05",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(results.read_text())
+    gate = next(g for g in doc["gates"] if g["name"] == "slo_attainment")
+    assert proc.returncode == (0 if gate["passed"] else 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     raw = []
     files = sorted(glob.glob(f"{log}.worker*"))
     for path in files:
         with open(path) as f:
             raw += [json.loads(line) for line in f]
-    return json.loads(results.read_text()), raw, files, proc.stdout
+    return doc, raw, files, proc.stdout
+
+
+def test_the_slo_gate_is_judged_on_the_merged_requests(cluster_run):
+    """--slo ttft=50ms over two workers: the attainment the gate reads is the share of the
+    answered requests (from both workers' record logs) whose TTFT met it, and the exit code
+    follows the gate (1 under --slo-attainment's 95%)."""
+    results, raw, _, _ = cluster_run
+    answered = [r for r in raw if r["outcome"] not in ("cancelled",)]
+    met = [r for r in answered if r["outcome"] == "ok" and r["first"] <= 0.05]
+    gate = next(g for g in results["gates"] if g["name"] == "slo_attainment")
+    assert gate["line"].startswith(f"SLO attainment {len(met) / len(answered):.1%} ({len(met)} of {len(answered)}")
+    assert gate["passed"] == (len(met) / len(answered) >= 0.95)
 
 
 def test_two_workers_each_sent_requests(cluster_run):
