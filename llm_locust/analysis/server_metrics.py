@@ -224,6 +224,28 @@ def derived(w: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def counter_increase(points: list[tuple[float, float]], start: float, end: float) -> dict[str, Any] | None:
+    """{"increase", "per_s"} of a counter read at `points` ((wall time, value), in time order)
+    over [start, end], or None when no two reads span any of it and none lies inside.
+
+    Between two reads the counter is taken to grow at a constant rate, so a window edge between
+    them gets its share of the gain. A counter that went back (a restart, or a sum over GPUs that
+    lost one) is not mended: the increase is then below what was counted, negative when the fall
+    is larger, for the reader to flag (analysis/efficiency.py: energy_counter_reset)."""
+    if not points:
+        return None
+    lo, hi = max(start, points[0][0]), min(end, points[-1][0])
+    if hi < lo or (hi == lo and not any(start <= t <= end for t, _v in points)):
+        return None
+    inc = 0.0
+    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+        if t1 <= lo or t0 >= hi or t1 <= t0:
+            continue
+        inc += (v1 - v0) * (min(t1, hi) - max(t0, lo)) / (t1 - t0)
+    span = hi - lo
+    return {"increase": inc, "per_s": inc / span if span > 0 else None}
+
+
 @dataclass
 class Sample:
     t: float  # wall clock
@@ -240,25 +262,35 @@ class ServerSeries:
     info: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # from the first scrape
 
     def window(self, start: float, end: float) -> dict[str, Any]:
-        """Gauges: mean and max over the window; counters: increase and rate over it."""
+        """Gauges: mean and max of the reads inside the window; counters: increase and rate over
+        exactly [start, end], read at its edges.
+
+        A counter is known only at the reads, a few seconds apart, and the edges of a step's
+        window fall between two of them. Taking the increase between the first and the last read
+        inside the window (as this did before) lost what the counter gained between the window's
+        start and its first read and between its last read and its end: a quarter of a short
+        step, all of a step with one read inside (a llama-server ladder showed 0 cached tokens per
+        step and 7,962 over the run). So the counter's value at each edge is interpolated between
+        the reads around it (linear: the counter's mean rate between two reads), and the reads
+        outside the window count as much as the ones inside for that. Before the first read or
+        after the last one nothing is known: the window is cut to the reads' span (`t_from`,
+        `t_to`: what a client-side count must cover to be compared with an increase)."""
         inside = [s for s in self.samples if start <= s.t <= end]
         out: dict[str, Any] = {"samples": len(inside)}
-        if not inside:
+        ordered = sorted(self.samples, key=lambda s: s.t)
+        if not ordered:
             return out
-        # the window's counters are read between these two wall-clock times: what a client-side
-        # count must cover to be compared with an increase
-        out["t_from"], out["t_to"] = inside[0].t, inside[-1].t
+        t_from, t_to = max(start, ordered[0].t), min(end, ordered[-1].t)
+        if t_to > t_from or inside:
+            out["t_from"], out["t_to"] = t_from, t_to
         for q in quantities():
-            values = [s.figures[q] for s in inside if q in s.figures]
-            if not values:
-                continue
             if q in COUNTERS:
-                first = next(s for s in inside if q in s.figures)
-                last = next(s for s in reversed(inside) if q in s.figures)
-                span = last.t - first.t
-                inc = last.figures[q] - first.figures[q]
-                out[q] = {"increase": inc, "per_s": inc / span if span > 0 else None}
-            else:
+                counter = counter_increase([(s.t, s.figures[q]) for s in ordered if q in s.figures], start, end)
+                if counter is not None:
+                    out[q] = counter
+                continue
+            values = [s.figures[q] for s in inside if q in s.figures]
+            if values:
                 out[q] = {"mean": sum(values) / len(values), "max": max(values)}
         ttft_n = out.get("ttft_seconds_count", {}).get("increase")
         if ttft_n:
