@@ -1,5 +1,7 @@
-"""What many test modules need, written once: free ports, the CLI in a subprocess, clients for a
-URL, canned HTTP replies, and data from ``../shared`` that must not go missing in CI.
+"""What many test modules need, written once: free ports, the CLI in a subprocess (run, checked,
+in the background) and what a run wrote (its record log), a Locust master with its worker
+processes (`Cluster`), polling an exporter, clients for a URL, canned HTTP replies, and data from
+``../shared`` that must not go missing in CI.
 
 Plain functions, no fixtures (those live in conftest.py); tests/ is on sys.path, so a test
 module says ``from support import run_cli, stream_client``. Real inference servers have their own
@@ -8,11 +10,17 @@ module (realservers.py).
 
 from __future__ import annotations
 
+import glob
+import gzip
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 FIXTURES = ROOT / "tests" / "fixtures"
 SHARED = ROOT.parent / "shared"  # the project's shared data beside the repository (CI has it)
+STREAMING_LOCUSTFILE = ROOT / "locustfiles" / "streaming.py"
 
 
 def in_ci() -> bool:
@@ -61,11 +70,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def cli_process(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path | str | None = None, **kw):
+def cli_argv(*args) -> list[str]:
+    """The command line of ``llm-locust ARGS`` run by this Python (paths and numbers as strings)."""
+    return [sys.executable, "-m", "llm_locust.cli", *map(str, args)]
+
+
+def cli_process(*args, env: dict | None = None, timeout: float = 120, cwd: Path | str | None = None, **kw):
     """``llm-locust ARGS`` in a subprocess of this Python, in the repository unless `cwd` says
     otherwise; its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", *args],
+        cli_argv(*args),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -80,9 +94,136 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path
     return cli_process("run", *args, env=env, timeout=timeout, cwd=cwd, **kw)
 
 
+def run_ok(*args: str, rc: tuple[int, ...] = (0,), timeout: float = 120, **kw):
+    """``llm-locust run ARGS`` (run_cli) that must end with an exit status in `rc`: the assertion
+    shows the status and the last 3,000 characters of its stdout and of its stderr. Written once
+    for the many tests that run, check the status, then read what the run wrote."""
+    p = run_cli(*args, timeout=timeout, **kw)
+    assert p.returncode in rc, f"llm-locust run exited with {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def start_run(*args: str, **popen) -> subprocess.Popen:
+    """``llm-locust run ARGS`` in the background, in the repository unless `popen` says otherwise
+    (`popen`: Popen's stdout, stderr, text ...), for a test that acts while the run goes: scrapes
+    its exporter, stops a server under it. The caller waits for it."""
+    popen.setdefault("cwd", ROOT)
+    return subprocess.Popen(cli_argv("run", *args), **popen)
+
+
 def read_jsonl(path: Path | str) -> list[dict]:
-    """Every line of a JSONL file (a record log, a token log) as a dict."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Every line of a JSONL file (a record log, a token log, a trace; gzipped when its name ends
+    in .gz) as a dict, blank lines skipped."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_records(log: Path | str, files: str = "*") -> list[dict]:
+    """The records a run wrote to its record log LOG: those of every file ``LOG*`` in name order
+    (LOG itself, and LOG.workerN for each worker process of a run with workers);
+    ``files=".worker*"``: the workers' files only."""
+    return [r for path in sorted(glob.glob(f"{log}{files}")) for r in read_jsonl(path)]
+
+
+def scrape_until(
+    port: int | str, predicate: Callable[[str], bool], timeout: float, every: float, read_timeout: float = 2.0
+) -> tuple[bool, str]:
+    """Read http://127.0.0.1:PORT/metrics every `every` s until `predicate(text)` holds or `timeout`
+    s have passed: (whether it held, the last text read, "" if none). For an exporter whose figures
+    come in as a run goes (a master's, from its workers' reports); the caller says what a timeout
+    means."""
+    end = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=read_timeout) as r:
+                text = r.read().decode()
+        except OSError:
+            pass  # not serving yet
+        else:
+            if predicate(text):
+                return True, text
+        time.sleep(every)  # polling an HTTP endpoint, bounded by the deadline
+    return False, text
+
+
+class Cluster:
+    """A Locust master (``python -m locust --master --headless``) and its worker processes, started
+    apart as on several hosts, against the repository's streaming locustfile unless told. Written
+    once for the tests that act on one of them mid-run (kill, stop or pause a worker, start one
+    late): each needs the same ports, processes, polling and clean-up.
+
+    `master_args` are the test's own (``--expect-workers``, ``-u``, ``-t``, ``--host``,
+    ``--results`` ...); the master also gets its bind port, ``--only-summary`` and an exporter on a
+    free port, which `wait_until` and `wait_reported` poll. `workers` start at once (their output
+    discarded); `add_worker` starts another. Used as a context manager: on leaving, every worker is
+    killed and waited for (30 s each), and so is a master still running (a test that failed)::
+
+        with Cluster("--expect-workers", "2", "-u", "4", ..., workers=2) as c:
+            c.wait_reported(2)
+            c.workers[0].kill()
+            rc, out = c.finish()
+    """
+
+    def __init__(self, *master_args: str, workers: int = 2, locustfile: Path | str = STREAMING_LOCUSTFILE):
+        self.locustfile = str(locustfile)
+        self.master_port, self.exporter_port = str(free_port()), str(free_port())
+        self.master = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "locust", "-f", self.locustfile, "--master", "--headless", *master_args),
+                *("--master-bind-port", self.master_port, "--only-summary", "--prometheus-port", self.exporter_port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.workers: list[subprocess.Popen] = []
+        for _ in range(workers):
+            self.add_worker()
+
+    def add_worker(self) -> subprocess.Popen:
+        """One more worker process for this master (its output discarded)."""
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", self.locustfile, "--worker", "--master-port", self.master_port],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.workers.append(worker)
+        return worker
+
+    def wait_until(self, predicate: Callable[[str], bool], timeout: float = 40) -> tuple[bool, str]:
+        """Poll the master's exporter every 0.3 s until `predicate(its text)` holds (see scrape_until)."""
+        return scrape_until(self.exporter_port, predicate, timeout=timeout, every=0.3)
+
+    def wait_reported(self, n: int, timeout: float = 40) -> None:
+        """Until `n` workers have each reported finished requests to the master (its exporter's
+        llm_locust_worker_finished_requests); an AssertionError after `timeout` s."""
+
+        def reported(text: str) -> bool:
+            pattern = r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$"
+            done = [float(v) for v in re.findall(pattern, text, re.M)]
+            return len(done) == n and min(done) > 0
+
+        held, text = self.wait_until(reported, timeout)
+        if not held:
+            raise AssertionError(f"workers never reported:\n{text[-1500:]}")
+
+    def finish(self, timeout: float = 90) -> tuple[int, str]:
+        """Wait for the master to end: (its exit status, its output: stdout and stderr together)."""
+        out, _ = self.master.communicate(timeout=timeout)
+        return self.master.returncode, out
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for worker in self.workers:
+            worker.kill()
+            worker.wait(timeout=30)
+        if self.master.poll() is None:
+            self.master.kill()
+            self.master.wait(timeout=30)
 
 
 def stream_client(

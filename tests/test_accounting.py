@@ -12,16 +12,12 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from support import free_port
+from support import Cluster, read_records, run_ok
 
 from llm_locust.sim.process import SimProcess
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # A worker whose stop keeps its event loop busy for 1.5 s (as a worker with a thousand users in
 # flight does while it unwinds them): Locust's master stops receiving 0.5 s after it sends quit.
@@ -40,14 +36,6 @@ def _busy_while_stopping(environment, **_kw):
 """
 
 
-def _raw(log: Path) -> list[dict]:
-    raw = []
-    for path in sorted(glob.glob(f"{log}.worker*")):
-        with open(path) as f:
-            raw += [json.loads(line) for line in f]
-    return raw
-
-
 def _balanced(s: dict) -> None:
     failed_by_kind = sum(n for k, n in s["outcomes"].items() if k not in ("ok", "cancelled"))
     assert s["sent"] == s["ok"] + failed_by_kind + s["cancelled"] + s["lost"], s
@@ -57,7 +45,7 @@ def _every_request_counted_once(r: dict, log: Path) -> None:
     """What the master wrote equals the workers' own logs: every request sent is finished and in
     the figures, nothing lost, each worker's count its log's (the one that left included)."""
     s = r["summary"]
-    raw = _raw(log)
+    raw = read_records(log, ".worker*")
     assert s["sent"] == s["finished"] == len(raw), (s["sent"], s["finished"], len(raw), r["workers"])
     assert s["lost"] == 0 and "workers_lost" not in r["validity"]["flags"], r["workers"]
     per_worker = {int(p.rsplit("worker", 1)[1]): sum(1 for _ in open(p)) for p in glob.glob(f"{log}.worker*")}
@@ -72,38 +60,29 @@ def test_a_busy_workers_last_report_reaches_the_master(tmp_path):
     lf.write_text(SLOW_STOP_LOCUSTFILE)
     results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
     with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0003) as sim:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "llm_locust.cli",
-                "run",
-                "--host",
-                sim.url,
-                "--workers",
-                "2",
-                "-u",
-                "12",
-                "-r",
-                "12",
-                "-t",
-                "4s",
-                "--max-tokens-cap",
-                "40",
-                "--results",
-                str(results),
-                "--record-log",
-                str(log),
-                "--locustfile",
-                str(lf),
-            ],
-            capture_output=True,
-            text=True,
+        run_ok(
+            "--host",
+            sim.url,
+            "--workers",
+            "2",
+            "-u",
+            "12",
+            "-r",
+            "12",
+            "-t",
+            "4s",
+            "--max-tokens-cap",
+            "40",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
+            "--locustfile",
+            str(lf),
             timeout=120,
         )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(results.read_text())
-    raw = _raw(log)
+    raw = read_records(log, ".worker*")
     s = r["summary"]
     assert len(raw) > 20
     # every request a worker finished (its own log) is in the master's figures, exactly once
@@ -115,90 +94,45 @@ def test_a_busy_workers_last_report_reaches_the_master(tmp_path):
     assert all(w["final_report"] for w in r["workers"]), r["workers"]
 
 
-def _start_cluster(tmp_path, sim, n_workers=2, run_time="20s", users=4, extra=()):
-    locustfile = str(ROOT / "locustfiles" / "streaming.py")
-    mport, pport = str(free_port()), str(free_port())
-    results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
-    master = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            locustfile,
-            "--master",
-            "--headless",
-            "--expect-workers",
-            str(n_workers),
-            "-u",
-            str(users),
-            "-r",
-            str(users),
-            "-t",
-            run_time,
-            "--host",
-            sim.url,
-            "--master-bind-port",
-            mport,
-            "--only-summary",
-            "--prometheus-port",
-            pport,
-            "--results",
-            str(results),
-            "--record-log",
-            str(log),
-            "--max-tokens-cap",
-            "24",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+def _cluster(tmp_path, sim, run_time="20s", users=4, extra=()) -> Cluster:
+    """A master and 2 workers against `sim`, writing r.json and records.jsonl(.workerN) in tmp_path."""
+    return Cluster(
+        "--expect-workers",
+        "2",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        run_time,
+        "--host",
+        sim.url,
+        "--results",
+        str(tmp_path / "r.json"),
+        "--record-log",
+        str(tmp_path / "records.jsonl"),
+        "--max-tokens-cap",
+        "24",
+        *extra,
+        workers=2,
     )
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(n_workers)
-    ]
-    return master, workers, pport, results, log
-
-
-def _wait_until_all_reported(pport: str, n: int) -> None:
-    deadline = time.monotonic() + 40
-    text = ""
-    while time.monotonic() < deadline:  # until every worker has reported finished requests
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
-        except OSError:
-            text = ""
-        done = [float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)]
-        if len(done) == n and min(done) > 0:
-            return
-        time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
-    raise AssertionError(f"workers never reported:\n{text[-1500:]}")
 
 
 def test_a_worker_quitting_under_load_reports_everything_before_it_goes(tmp_path):
     """A worker stopped with SIGTERM mid-run (as Ctrl-C or an orchestrator does): Locust's worker
     tells the master it quits and then stops its users without reporting again, so its last
     report and its requests in flight vanished. It now stops, reports, and only then quits."""
-    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
-        master, workers, pport, results, log = _start_cluster(tmp_path, sim, users=8, run_time="14s")
-        try:
-            _wait_until_all_reported(pport, 2)
-            workers[0].send_signal(signal.SIGTERM)
-            workers[0].wait(timeout=30)
-            out, _ = master.communicate(timeout=90)
-        finally:
-            for w in workers:
-                w.kill()
-                w.wait(timeout=30)
-    assert master.returncode in (0, 1), out[-3000:]
-    r = json.loads(results.read_text())
-    _every_request_counted_once(r, log)
+    with (
+        SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim,
+        _cluster(tmp_path, sim, users=8, run_time="14s") as cluster,
+    ):
+        cluster.wait_reported(2)
+        cluster.workers[0].send_signal(signal.SIGTERM)
+        cluster.workers[0].wait(timeout=30)
+        rc, out = cluster.finish()
+    assert rc in (0, 1), out[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    _every_request_counted_once(r, tmp_path / "records.jsonl")
     left = [w for w in r["workers"] if w["left_at"]]
     assert len(left) == 1 and left[0]["final_report"] and not left[0]["lost_at"], r["workers"]
     assert re.search(r"worker \S+ left \d+ s into the run \(its final report is in\)", out), out[-3000:]
@@ -208,19 +142,16 @@ def test_a_sigkilled_workers_requests_in_flight_are_counted_lost(tmp_path):
     """M2: a worker SIGKILLed mid-run: what it had in flight at its last report never gets an
     outcome. The figures say so: `lost` in the summary (printed and written), on the worker's row,
     and the `workers_lost` validity flag; sent == ok + failed + cancelled + lost."""
-    with SimProcess(slots=16, iter_base=0.004, iter_per_seq=0.0002) as sim:
+    with (
+        SimProcess(slots=16, iter_base=0.004, iter_per_seq=0.0002) as sim,
         # long enough for the master to find it missing (hub.WORKER_LIVENESS s) while the test runs
-        master, workers, pport, results, log = _start_cluster(tmp_path, sim, users=8, run_time="20s")
-        try:
-            _wait_until_all_reported(pport, 2)
-            workers[0].kill()
-            out, _ = master.communicate(timeout=90)
-        finally:
-            for w in workers:
-                w.kill()
-                w.wait(timeout=30)
-    assert master.returncode in (0, 1), out[-3000:]
-    r = json.loads(results.read_text())
+        _cluster(tmp_path, sim, users=8, run_time="20s") as cluster,
+    ):
+        cluster.wait_reported(2)
+        cluster.workers[0].kill()
+        rc, out = cluster.finish()
+    assert rc in (0, 1), out[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
     s = r["summary"]
     lost = [w for w in r["workers"] if w["lost_at"]]
     assert len(lost) == 1, r["workers"]
@@ -258,30 +189,25 @@ def test_a_worker_stalled_at_stop_still_gets_its_final_report_in(tmp_path):
     requests from the figures (a CI run: 10 sent, 11 in the record logs) and counted it lost. It
     is now asked and waited for (bounded) like the others, and not counted lost once it answers.
     The stall here outlasts the master's patience (hub.WORKER_LIVENESS heartbeats)."""
-    with SimProcess(slots=16, iter_base=0.02, iter_per_seq=0.0002) as sim:
+    with (
+        SimProcess(slots=16, iter_base=0.02, iter_per_seq=0.0002) as sim,
         # --stop-timeout 8: the master waits up to 18 s for final reports
-        master, workers, pport, results, log = _start_cluster(
-            tmp_path, sim, users=4, run_time="6s", extra=("--stop-timeout", "8")
-        )
+        _cluster(tmp_path, sim, users=4, run_time="6s", extra=("--stop-timeout", "8")) as cluster,
+    ):
         seen: list[str] = []
+        cluster.wait_reported(2)
+        cluster.workers[1].send_signal(signal.SIGSTOP)  # its requests go on at the server; it reads none
         try:
-            _wait_until_all_reported(pport, 2)
-            workers[1].send_signal(signal.SIGSTOP)  # its requests go on at the server; it reads none
-            try:
-                _read_until(master, {"setting state to missing", "--run-time limit reached"}, seen)
-                try:  # the stall goes on until the master ends (it gave up on the worker) or 3 s more
-                    master.wait(timeout=3)
-                except subprocess.TimeoutExpired:
-                    pass
-            finally:
-                workers[1].send_signal(signal.SIGCONT)
-            out, _ = master.communicate(timeout=90)
-            out = "".join(seen) + out
+            _read_until(cluster.master, {"setting state to missing", "--run-time limit reached"}, seen)
+            try:  # the stall goes on until the master ends (it gave up on the worker) or 3 s more
+                cluster.master.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                pass
         finally:
-            for w in workers:
-                w.kill()
-                w.wait(timeout=30)
-    assert master.returncode in (0, 1), out[-3000:]
-    r = json.loads(results.read_text())
-    _every_request_counted_once(r, log)
+            cluster.workers[1].send_signal(signal.SIGCONT)
+        rc, out = cluster.finish()
+        out = "".join(seen) + out
+    assert rc in (0, 1), out[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    _every_request_counted_once(r, tmp_path / "records.jsonl")
     assert all(w["final_report"] for w in r["workers"]), r["workers"]

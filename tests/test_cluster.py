@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from support import free_port
+from support import STREAMING_LOCUSTFILE, Cluster, read_records, run_cli, run_ok
 
 from llm_locust.sim.process import SimProcess
 
@@ -31,11 +31,7 @@ def cluster_run(tmp_path_factory):
     results = tmp / "results.json"
     log = tmp / "records.jsonl"
     with SimProcess(slots=6, iter_base=0.003, iter_per_seq=0.0005) as sim:
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
+        proc = run_cli(
             "--host",
             sim.url,
             "--workers",
@@ -54,17 +50,13 @@ def cluster_run(tmp_path_factory):
             str(log),
             "--slo",
             "ttft=0.05",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            timeout=120,
+        )
     doc = json.loads(results.read_text())
     gate = next(g for g in doc["gates"] if g["name"] == "slo_attainment")
     assert proc.returncode == (0 if gate["passed"] else 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-    raw = []
     files = sorted(glob.glob(f"{log}.worker*"))
-    for path in files:
-        with open(path) as f:
-            raw += [json.loads(line) for line in f]
-    return doc, raw, files, proc.stdout
+    return doc, read_records(log, ".worker*"), files, proc.stdout
 
 
 def test_the_slo_gate_is_judged_on_the_merged_requests(cluster_run):
@@ -131,78 +123,31 @@ def test_goodput_and_summary_are_reported(cluster_run):
 def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_path):
     """Separate master and worker processes (as on several hosts); one worker is SIGKILLed once
     it has reported. The master goes on with the other, and the results say who was lost when."""
-    import re
-    import time
-    import urllib.request
-    from pathlib import Path
-
-    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
-    mport, pport, results = str(free_port()), str(free_port()), tmp_path / "r.json"
-    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
-        master = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "locust",
-                "-f",
-                locustfile,
-                "--master",
-                "--headless",
-                "--expect-workers",
-                "2",
-                "-u",
-                "4",
-                "-r",
-                "4",
-                "-t",
-                "16s",
-                "--host",
-                sim.url,
-                "--master-bind-port",
-                mport,
-                "--only-summary",
-                "--prometheus-port",
-                pport,
-                "--results",
-                str(results),
-                "--max-tokens-cap",
-                "16",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for _ in range(2)
-        ]
-        try:
-            deadline = time.monotonic() + 40
-            text = ""
-            while time.monotonic() < deadline:  # until both workers have sent a metrics report
-                try:
-                    text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
-                except OSError:
-                    text = ""
-                done = [
-                    float(v) for v in re.findall(r"^llm_locust_worker_finished_requests\{[^}]*\} (\S+)$", text, re.M)
-                ]
-                if len(done) == 2 and min(done) > 0:  # both have reported finished requests
-                    break
-                time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
-            else:
-                raise AssertionError(f"workers never reported:\n{text[-1500:]}")
-            workers[0].kill()
-            out, _ = master.communicate(timeout=90)
-        finally:
-            for w in workers:
-                w.kill()
-                w.wait(timeout=30)
-    assert master.returncode in (0, 1), out[-3000:]
+    results = tmp_path / "r.json"
+    with (
+        SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim,
+        Cluster(
+            "--expect-workers",
+            "2",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "16s",
+            "--host",
+            sim.url,
+            "--results",
+            str(results),
+            "--max-tokens-cap",
+            "16",
+            workers=2,
+        ) as cluster,
+    ):
+        cluster.wait_reported(2)
+        cluster.workers[0].kill()
+        rc, out = cluster.finish()
+    assert rc in (0, 1), out[-3000:]
     r = json.loads(results.read_text())
     lost = [w for w in r["workers"] if w["lost_at"]]
     kept = [w for w in r["workers"] if not w["lost_at"]]
@@ -218,66 +163,35 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
     """Master with one worker; a second joins mid-run and gets half the users (a closed loop turns
     Locust's --enable-rebalancing on: it used to get none): its requests are merged like the first
     one's, and the summary says it joined late."""
-    import time
-    import urllib.request
-    from pathlib import Path
+    results = tmp_path / "r.json"
 
-    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
-    mport, pport, results = str(free_port()), str(free_port()), tmp_path / "r.json"
-    worker_cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", mport]
-    with SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim:
-        master = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "locust",
-                "-f",
-                locustfile,
-                "--master",
-                "--headless",
-                "--expect-workers",
-                "1",
-                "-u",
-                "4",
-                "-r",
-                "4",
-                "-t",
-                "24s",
-                "--host",
-                sim.url,
-                "--master-bind-port",
-                mport,
-                "--only-summary",
-                "--prometheus-port",
-                pport,
-                "--results",
-                str(results),
-                "--max-tokens-cap",
-                "16",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        first = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        late = None
-        try:
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline:  # until the first worker has reported requests
-                try:
-                    text = urllib.request.urlopen(f"http://127.0.0.1:{pport}/metrics", timeout=2).read().decode()
-                except OSError:
-                    text = ""
-                if "llm_locust_worker_report_age_seconds{" in text and 'outcome="ok"} 0.0' not in text:
-                    break
-                time.sleep(0.3)  # polling the master's exporter, bounded by the deadline
-            late = subprocess.Popen(worker_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            out, _ = master.communicate(timeout=90)
-        finally:
-            for w in (first, late):
-                if w is not None:
-                    w.wait(timeout=30)
-    assert master.returncode == 0, out[-3000:]
+    def first_reported(text: str) -> bool:  # the first worker has reported requests
+        return "llm_locust_worker_report_age_seconds{" in text and 'outcome="ok"} 0.0' not in text
+
+    with (
+        SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim,
+        Cluster(
+            "--expect-workers",
+            "1",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "24s",
+            "--host",
+            sim.url,
+            "--results",
+            str(results),
+            "--max-tokens-cap",
+            "16",
+            workers=1,
+        ) as cluster,
+    ):
+        cluster.wait_until(first_reported)  # bounded (40 s); the late worker joins either way
+        cluster.add_worker()
+        rc, out = cluster.finish()
+    assert rc == 0, out[-3000:]
     r = json.loads(results.read_text())
     assert len(r["workers"]) == 2 and all(w["finished"] > 0 for w in r["workers"]), r["workers"]
     assert r["summary"]["finished"] == sum(w["finished"] for w in r["workers"])
@@ -285,11 +199,8 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
 
 
 def test_a_worker_without_its_master_says_so():
-    from pathlib import Path
-
-    locustfile = str(Path(__file__).resolve().parents[1] / "locustfiles" / "streaming.py")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-port", "1"],
+        [sys.executable, "-m", "locust", "-f", str(STREAMING_LOCUSTFILE), "--worker", "--master-port", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -316,37 +227,28 @@ def test_a_distributed_concurrency_ladder_sends_only_from_its_users(tmp_path):
         "".join(json.dumps({"timestamp": 0, "input_tokens": 8, "output_tokens": 6}) + "\n" for _ in range(200))
     )
     with SimProcess(slots=8, iter_base=0.01, iter_per_seq=0.0) as sim:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "llm_locust.cli",
-                "run",
-                "--host",
-                sim.url,
-                "--workers",
-                "2",
-                "--trace",
-                str(trace),
-                "--ladder",
-                "concurrency:1,2",
-                "--warmup",
-                "0",
-                "--step-duration",
-                "2",
-                "--no-early-stop",
-                "--results",
-                str(results),
-                "--record-log",
-                str(log),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_ok(
+            "--host",
+            sim.url,
+            "--workers",
+            "2",
+            "--trace",
+            str(trace),
+            "--ladder",
+            "concurrency:1,2",
+            "--warmup",
+            "0",
+            "--step-duration",
+            "2",
+            "--no-early-stop",
+            "--results",
+            str(results),
+            "--record-log",
+            str(log),
             timeout=120,
         )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "replay planned" not in proc.stdout + proc.stderr
-    raw = [json.loads(line) for path in sorted(glob.glob(f"{log}.worker*")) for line in open(path)]
+    raw = read_records(log, ".worker*")
     assert raw and json.loads(results.read_text())["summary"]["sent"] == len(raw)
     edges = sorted(
         [(r["wall_sent"], 1) for r in raw] + [(r["wall_sent"] + r["end"], -1) for r in raw], key=lambda e: (e[0], e[1])

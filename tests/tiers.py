@@ -47,6 +47,9 @@ LAUNCHERS = REAL_LAUNCHERS | {
     "Popen",
     "run_cli",
     "cli_process",
+    "run_ok",  # support: run_cli, its status checked
+    "start_run",  # support: `llm-locust run` in the background
+    "Cluster",  # support: a Locust master and its workers
     "SimProcess",
     "ProxyProcess",
     "multiprocessing",
