@@ -242,6 +242,25 @@ def test_text_output_shows_runs_side_by_side(runs, capsys):
     assert "comparable: no difference" in out and "Decision matrix (default criteria)" in out
 
 
+def test_two_simulators_of_different_slot_counts_are_different_servers(runs, tmp_path, capsys):
+    """Issue 24 item 15h: the simulator names itself (not "vllm") and exports its settings, so a
+    comparison of a 4-slot and a 16-slot simulator says the servers differ, and in what."""
+    for slots, path in runs.items():
+        doc = _doc(path)
+        assert doc["environment"]["server"]["kind"] == "llm-locust-sim"
+        src = doc["server_metrics"]["source"]
+        assert src["server"] == "llm-locust-sim" and src["dialect"] == "vllm"  # vLLM's metric names
+        assert src["info"]["llm_locust_sim_info"][0]["slots"] == str(slots)
+    rc, out, _ = _main(capsys, runs[4], runs[16])
+    assert rc == 0
+    assert "the servers differ: slots4: llm-locust-sim (slots 4); slots16: llm-locust-sim (slots 16)" in out, out[:1500]
+    server_row = next(line for line in out.splitlines() if line.startswith("server "))
+    assert server_row.split()[1:] == ["llm-locust-sim", "(slots", "4)", "llm-locust-sim", "(slots", "16)"]
+    same = _edited(runs[4], tmp_path / "again.json", lambda d: None)
+    rc, out, _ = _main(capsys, runs[4], same)
+    assert rc == 0 and "the same server in every run: llm-locust-sim\n" in out
+
+
 # ---- comparability ----
 
 

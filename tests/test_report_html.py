@@ -302,6 +302,7 @@ def test_reproducibility_fields(ladder_run):
     assert facts["llm-locust"] == env["llm_locust"] and facts["Locust"] == metadata.version("locust")
     assert facts["started (UTC)"] == r["run"]["started_at_utc"] and facts["random seed"] == str(r["run"]["seed"])
     assert facts["trace file"] == str(trace) and facts["server metrics dialect"] == "vllm"
+    assert facts["server"] == "llm-locust-sim"  # the simulator names itself (item 15h), with vLLM's names
     assert facts["model"] == "llm-locust-sim"
     assert root.by_id("models").all_text().count("llm-locust-sim") >= 1
     gpus = root.by_id("gpus").all_text()
@@ -315,6 +316,37 @@ def test_reproducibility_fields(ladder_run):
     assert "ladder.spec" in settings and "concurrency:2,8,32" in settings and "slos.ttft_p50" in settings
     plan = root.by_id("plan").all_text()
     assert "kind: concurrency" in plan and "seed: 0" in plan
+
+
+def test_times_are_clock_times_never_numbers_with_separators(ladder_run):
+    """Issue 24 item 15i: the server window's t_from / t_to were printed as 1,796,254,055."""
+    r, page = ladder_run["results"], ladder_run["html"]
+    text = dom(page).all_text()
+    assert not re.search(r"\b1,\d{3},\d{3},\d{3}\b", text), re.findall(r".{60}\b1,\d{3},\d{3},\d{3}\b", text)
+    t0, t_from = r["run"]["started_at"], r["server_metrics"]["run"]["t_from"]
+    import datetime as dt
+
+    clock = dt.datetime.fromtimestamp(t_from, dt.UTC).strftime("%H:%M:%S")
+    assert re.search(rf"t_from{clock}\.\d UTC \(\+{t_from - t0:.1f} s\)", text), text[text.find("t_from") - 10 :][:80]
+
+
+def test_a_run_over_two_hosts_names_both_in_the_header(tmp_path):
+    """Issue 24 item 15d: the header named the first of `--host A --host B` only."""
+    from llm_locust.sim.process import SimProcess
+
+    results = tmp_path / "two.json"
+    with SimProcess(slots=4, fast=True) as a, SimProcess(slots=4, fast=True) as b:
+        p = _run(
+            ["--host", a.url, "--host", b.url, "-u", "2", "-t", "2s", "--max-tokens", "8", "--results", str(results)],
+            {},
+            tmp_path,
+        )
+        urls = [a.url, b.url]
+    assert p.returncode == 0, p.stderr[-3000:]
+    root = dom(render(load_results(results)))
+    head = root.find_all("p")[0].all_text()
+    assert f"targets {urls[0]}, {urls[1]} (round-robin)" in head, head
+    assert kv(root, "environment")["targets"] == ", ".join(urls)
 
 
 def test_self_contained_and_no_secret(ladder_run):

@@ -35,6 +35,14 @@ vllm:num_requests_running{model_name="b"} 2
 """
 
 
+def test_the_simulator_is_told_from_vllm_whose_names_it_exports():
+    text = OLD_VLLM + '# TYPE llm_locust_sim_info gauge\nllm_locust_sim_info{slots="8"} 1\n'
+    server, figures = read(text)
+    assert server == "llm-locust-sim" and figures["running"] == 3  # read by vLLM's names all the same
+    assert ServerSeries("u", server).to_dict()["dialect"] == "vllm"
+    assert ServerSeries("u", "sglang").to_dict()["dialect"] == "sglang"
+
+
 def test_each_server_is_detected_and_read_by_its_own_names():
     assert read(TRITON) == ("triton-trtllm", {"running": 3, "waiting": 5, "kv_cache_usage": 0.25})
     assert read(SGLANG) == ("sglang", {"running": 7, "waiting": 2, "kv_cache_usage": 0.5})
@@ -164,9 +172,10 @@ def test_the_simulators_metrics_are_read_beside_each_ladder_step(tmp_path):
         )
         body = urllib.request.urlopen(sim.url + "/metrics").read().decode()
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "server (vllm" in p.stdout
+    assert "server (llm-locust-sim" in p.stdout  # the simulator names itself; its metrics are vLLM's
     sm = json.loads(results.read_text())["server_metrics"]
-    assert sm["source"]["server"] == "vllm" and sm["source"]["error"] is None
+    assert sm["source"]["server"] == "llm-locust-sim" and sm["source"]["error"] is None
+    assert sm["source"]["dialect"] == "vllm" and sm["source"]["info"]["llm_locust_sim_info"][0]["slots"] == "4"
     low, high = sm["steps"]
     assert low["running"]["max"] <= 1 and low["waiting"]["max"] == 0
     assert high["running"]["max"] == 4 and high["waiting"]["max"] >= 1  # 8 users on 4 slots queue

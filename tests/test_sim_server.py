@@ -341,6 +341,20 @@ def metrics(sim) -> dict:
     return parse_metrics(text)
 
 
+def test_metrics_name_the_simulator_and_its_settings(small):
+    """Issue 24 item 15h: the simulator speaks vLLM's metric names but names itself, with the
+    settings its figures depend on (two simulators of different slot counts differ)."""
+    from llm_locust.analysis.server_metrics import info_series, read, samples
+
+    text = call(small.port, "GET", "/metrics").body.decode()
+    assert "# TYPE llm_locust_sim_info gauge\n" in text
+    server, figures = read(text)
+    assert server == "llm-locust-sim" and "running" in figures and "generation_tokens_total" in figures
+    (info,) = info_series(samples(text))["llm_locust_sim_info"]
+    assert info["model_name"] == "small-model" and info["slots"] == "2" and info["kv_tokens"] == "1000"
+    assert info["iter_base"] == "0.002" and info["iter_per_seq"] == "0.0005" and info["faults"] == ""
+
+
 def test_metrics_counters_move(small):
     lab = '{model_name="small-model"}'
     before = metrics(small)

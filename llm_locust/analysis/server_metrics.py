@@ -118,6 +118,7 @@ COUNTERS = (
 # what the window derives (see ServerSeries.window), beside each quantity of TABLE
 DERIVED = ("server_ttft_mean_s", "prefix_cache_hit_ratio", "spec_acceptance_rate", "spec_mean_accepted_length")
 SERVERS = (
+    ("llm_locust_sim_", "llm-locust-sim"),  # the built-in simulator: vLLM's names, and its own info series
     ("vllm:", "vllm"),
     ("sglang:", "sglang"),
     ("tgi_", "tgi"),
@@ -136,7 +137,13 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
+# the metric names a server speaks, where they are another server's (the simulator's are vLLM's)
+DIALECTS = {"llm-locust-sim": "vllm"}
+
+
 def detect(names) -> str | None:
+    """Which server exported these metric names: the first of SERVERS whose prefix one has (the
+    simulator before vLLM, whose names it exports too), or the GPU sidecar; None when none."""
     if any(n.startswith("llm_locust_gpu_") for n in names):
         return "llm-locust-gpu-sidecar"
     for prefix, server in SERVERS:
@@ -302,6 +309,7 @@ class ServerSeries:
         return {
             "url": self.url,
             "server": self.server,
+            "dialect": DIALECTS.get(self.server or "", self.server),
             "error": self.error,
             "failed": self.failed,
             "samples": len(self.samples),

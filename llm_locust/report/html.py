@@ -170,7 +170,13 @@ def section_header(r: dict[str, Any]) -> H:
     model = server.get("model") or (run.get("server") or {}).get("model")
     ladder = ((r.get("run") or {}).get("settings") or {}).get("ladder") or {}
     facts = [f"started {_started(run)}", f"{num(_duration(r))} s"]
-    facts += [f"target {run.get('host') or '-'}", f"model {model or '-'}"]
+    targets = _targets(r)
+    if len(targets) > 1:
+        route = (plan.get("route") or (run.get("settings") or {}).get("route")) or ""
+        facts.append(f"targets {', '.join(targets)}" + (f" ({route})" if route else ""))
+    else:
+        facts.append(f"target {targets[0] if targets else '-'}")
+    facts.append(f"model {model or '-'}")
     if ladder.get("spec"):
         facts.append(f"ladder {ladder['spec']}")
     out = [f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(" · ".join(facts))}</p>']
@@ -182,6 +188,29 @@ def section_header(r: dict[str, Any]) -> H:
         items = "".join(f"<li>{badge('flag', f)} {esc(_flag_text(f, limit))}</li>" for f in flags)
         out.append(f'<div class="warn" id="run-validity"><b>The run\'s figures are suspect:</b><ul>{items}</ul></div>')
     return H("".join(out))
+
+
+def _dialect(r: dict[str, Any]) -> str | None:
+    """The metric names the server speaks (the simulator: vLLM's), as its scraper read them."""
+    return ((r.get("server_metrics") or {}).get("source") or {}).get("dialect")
+
+
+def _targets(r: dict[str, Any]) -> list[str]:
+    """Every server the run sent to, --host first: the host, the plan's endpoints (a run over
+    --host A --host B, or --endpoints), and the endpoints the senders reported; each once."""
+    run, plan = r.get("run") or {}, _plan(r)
+    found: list[Any] = [run.get("host"), plan.get("host")]
+    for more in (plan.get("endpoints"), (run.get("settings") or {}).get("endpoints")):
+        found += more.split(",") if isinstance(more, str) else list(more) if isinstance(more, list) else []
+    reported = run.get("endpoints")
+    if isinstance(reported, dict):
+        found += list(reported)
+    out: list[str] = []
+    for t in found:
+        t = str(t).strip().rstrip("/") if t else ""
+        if t and t not in out:
+            out.append(t)
+    return out
 
 
 def _started(run: dict[str, Any]) -> str:
@@ -1053,10 +1082,32 @@ def _efficiency_table(eff: dict[str, Any]) -> H:
     )
 
 
-def _window_rows(w: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """A scrape window (ServerSeries.window): gauges as mean / max, counters as increase / rate."""
+def clock(t: Any, t0: Any = None) -> str:
+    """A Unix time as the time of day (UTC), and its seconds after `t0` (the run's start) when
+    given: "23:27:35.3 UTC (+12.4 s)". Never a number with thousands separators."""
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        return "-"
+    try:
+        day = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(t)
+    out = day.strftime("%H:%M:%S.") + f"{day.microsecond // 100_000} UTC"
+    if isinstance(t0, (int, float)) and not isinstance(t0, bool) and math.isfinite(t0):
+        out += f" (+{t - t0:.1f} s)"
+    return out
+
+
+TIME_KEYS = ("t_from", "t_to")  # Unix times in a scrape window
+
+
+def _window_rows(w: dict[str, Any], t0: Any = None) -> list[tuple[str, str, str]]:
+    """A scrape window (ServerSeries.window): gauges as mean / max, counters as increase / rate,
+    the times its counters span as clock times (`t0`: the run's start)."""
     rows = []
     for k, v in w.items():
+        if k in TIME_KEYS:
+            rows.append((k, clock(v, t0), ""))
+            continue
         if isinstance(v, dict) and "mean" in v:
             scale, unit = (
                 (100, " %")
@@ -1117,7 +1168,8 @@ def section_resources(r: dict[str, Any]) -> H:
                 f"{label} over the whole run ({source.get('server') or 'unknown'}, "
                 f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})"
             )
-            out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), _window_rows(src["run"])))
+            rows = _window_rows(src["run"], (r.get("run") or {}).get("started_at"))
+            out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), rows))
         if source.get("error"):
             failed = source.get("failed")  # absent in results from before it was counted
             what = f"{failed} read(s) failed, the last with " if failed else ""
@@ -1183,8 +1235,9 @@ def section_environment(r: dict[str, Any]) -> H:
         ("CPUs", env.get("cpu_count")),
         ("runner", run.get("runner")),
         ("workers", len(r.get("workers") or []) or "-"),
-        ("target", server.get("url") or run.get("host")),
-        ("server metrics dialect", server.get("kind")),
+        ("target" if len(_targets(r)) < 2 else "targets", ", ".join(_targets(r)) or server.get("url")),
+        ("server", server.get("kind")),
+        ("server metrics dialect", _dialect(r) or server.get("kind")),
         ("server version", ", ".join(f"{k} {v}" for k, v in (server.get("version") or {}).items()) or "-"),
         ("server version from", server.get("version_endpoint")),
         ("model", server.get("model") or (run.get("server") or {}).get("model")),

@@ -222,7 +222,7 @@ def histogram(
         ax.set_xlabel("ms (log scale)")
         ax.set_ylabel("samples")
         ax.set_title(title, loc="left")
-        if marks:
+        if any(v is not None and v > 0 for _label, v in marks):  # a mark at 0 or missing draws no line
             ax.legend(loc="best")
         return to_svg(fig, name)
 

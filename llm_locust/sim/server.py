@@ -122,6 +122,11 @@ class Fault:
     spec: str = ""
 
 
+def _label_value(v: str) -> str:
+    """A Prometheus label value, escaped as the text format wants it."""
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _rss_bytes() -> int:
     """This process's resident memory (Linux /proc; 0 elsewhere), as prometheus_client exports it."""
     try:
@@ -1260,6 +1265,29 @@ class App:
                 + b"\n"
             )
 
+    def info_labels(self) -> str:
+        """llm_locust_sim_info's labels: the model, the engine's settings (sim.model.SimConfig),
+        the pacing and the faults (Prometheus label values: strings)."""
+        o, c = self.opts, self.opts.sim
+        labels = {
+            "model_name": o.model,
+            "slots": c.slots,
+            "kv_tokens": c.kv_tokens,
+            "iter_base": c.iter_base,
+            "iter_per_seq": c.iter_per_seq,
+            "iter_per_prefill_token": c.iter_per_prefill_token,
+            "cache_tokens": c.prefix_cache_tokens,  # the prefix cache (0: none)
+            "cache_block": c.cache_block,
+            "spec_tokens": c.spec_tokens,
+            "spec_accept": c.spec_accept,
+            "preempt": str(c.preempt).lower(),
+            "fast": str(o.fast).lower(),
+            "eos_mean": "" if o.eos_mean is None else o.eos_mean,
+            "faults": ",".join(f"{getattr(f, 'spec', f)}={rate:g}" for f, rate in o.faults),
+        }
+        text = {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in labels.items()}
+        return ",".join(f'{k}="{_label_value(v)}"' for k, v in text.items())
+
     def metrics(self) -> str:
         e = self.engine
         running = self.active if self.opts.fast else len(e.running)
@@ -1270,6 +1298,10 @@ class App:
             out.append(f"# HELP {name} {help_}\n# TYPE {name} {typ}\n")
             out.extend(f"{name}{{{labels}}} {float(v)}\n" for labels, v in samples)
 
+        # what this server is: the simulator (its metrics are vLLM's names), and the settings its
+        # figures depend on, so that a results file says which simulator it measured and two runs
+        # against different ones compare as different servers
+        one("llm_locust_sim_info", "gauge", "The llm-locust simulator and its settings.", [(self.info_labels(), 1)])
         one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [(lab, running)])
         one(
             "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lab, len(e.waiting))]

@@ -15,6 +15,7 @@ from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
 from llm_locust.report.results import load_results
 
+SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
 DEFAULT_RUN_TIME = "15s"
 
@@ -135,12 +136,32 @@ class Run:
 
     @property
     def server(self) -> str:
+        """The server's kind and version (the settings it exports: `server_config`)."""
         srv = _get(self.doc, "environment", "server", default={}) or {}
         kind = srv.get("kind") or "unknown server"
         ver = srv.get("version")
         if isinstance(ver, dict):
             ver = ver.get("version") or ver.get("build_info") or ver.get("sha") or next(iter(ver.values()), None)
         return f"{kind} {ver}" if ver else str(kind)
+
+    @property
+    def server_config(self) -> dict[str, str]:
+        """The settings the server exports about itself in an info series read from its /metrics
+        (results server_metrics.source.info): the simulator's llm_locust_sim_info, the model name
+        left out (a row of its own); {} for a server that exports none."""
+        info = _get(self.doc, "server_metrics", "source", "info", default={}) or {}
+        rows = info.get(SIM_INFO) if isinstance(info, dict) else None
+        if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+            return {}
+        return {str(k): str(v) for k, v in rows[0].items() if k != "model_name"}
+
+    @property
+    def server_identity(self) -> tuple[Any, ...]:
+        """What makes two runs' servers the same server: kind, version and exported settings."""
+        srv = _get(self.doc, "environment", "server", default={}) or {}
+        ver = srv.get("version")
+        version = tuple(sorted((str(k), str(v)) for k, v in ver.items())) if isinstance(ver, dict) else ver
+        return (srv.get("kind"), version, tuple(sorted(self.server_config.items())))
 
     @property
     def model(self) -> str:

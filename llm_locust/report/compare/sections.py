@@ -30,7 +30,7 @@ def _runs_table(c: Comparison) -> Table:
     runs = c.runs
     rows = [
         ["file", *[r.path for r in runs]],
-        ["server", *[r.server for r in runs]],
+        ["server", *server_texts(runs)],
         ["model", *[r.model for r in runs]],
         ["GPU", *[r.gpu for r in runs]],
         ["trace sha256", *[r.trace for r in runs]],
@@ -524,4 +524,30 @@ def _comparability_lines(c: Comparison) -> tuple[str, list[str]]:
         if blocking
         else "comparable: no difference in trace, load plan, model, api, output lengths or SLOs"
     )
-    return head, [i.text() for i in blocking] + [i.text() for i in c.issues if not i.blocking]
+    return head, [servers_line(c.runs)] + [i.text() for i in blocking] + [i.text() for i in c.issues if not i.blocking]
+
+
+def server_texts(runs: list[Run]) -> list[str]:
+    """Each run's server: kind and version, and the exported settings in which the runs' servers
+    differ (two simulators: "llm-locust-sim (slots 4)" and "llm-locust-sim (slots 16)")."""
+    configs = [r.server_config for r in runs]
+    differing = sorted({k for cfg in configs for k in cfg if len({c.get(k) for c in configs}) > 1})
+    out = []
+    for r, cfg in zip(runs, configs, strict=True):
+        cells = ", ".join(f"{k} {cfg.get(k, '-')}" for k in differing)
+        out.append(f"{r.server} ({cells})" if cells else r.server)
+    return out
+
+
+def servers_line(runs: list[Run]) -> str:
+    """What a comparison compares, said first: whether the servers differ, and in what (kind,
+    version, the settings a server exports, such as the simulator's slots), or that every run
+    measured the same server (then what differs between the figures is the runs, not the servers)."""
+    texts = dict(zip((r.label for r in runs), server_texts(runs), strict=True))
+    groups: dict[Any, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(r.server_identity, []).append(r)
+    if len(groups) == 1:
+        return f"the same server in every run: {texts[runs[0].label]}"
+    parts = [f"{', '.join(x.label for x in rs)}: {texts[rs[0].label]}" for rs in groups.values()]
+    return "the servers differ: " + "; ".join(parts)
