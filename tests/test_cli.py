@@ -89,7 +89,8 @@ def test_help_shows_every_llm_locust_option_grouped():
     assert p.returncode == 0
     for name, (_, opt) in options().items():
         assert opt.flag_for(name) in p.stdout, name
-    assert "load shape: how much, when, for how long:" in p.stdout and "[plan: ladder.warmup]" in p.stdout
+    assert "ladder: stepped load, each step's timing and the early stop:" in p.stdout
+    assert "[plan: ladder.warmup]" in p.stdout
 
 
 def test_a_plan_runs_with_its_name_and_a_results_file_runs_it_again(tmp_path):

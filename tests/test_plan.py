@@ -127,3 +127,16 @@ def test_early_stop_settings_apply_to_steps():
     assert EarlyStop(flat_steps=0, on_slo=True).check(steps, {"ttft_p50": 0.5}) == (
         "step 5 (16 users) broke an SLO: ttft p50 1.6 s > 500 ms"
     )
+
+
+def test_a_bursts_lengths_follow_the_duration_rule_and_levels_are_bounded():
+    """for=/before=/after= are durations like any other: a bare number from 3600 up is refused
+    with the "write the unit" message; a level past the sensible limits is refused."""
+    assert parse_ladder("burst:rate=4,x=3,for=10,after=1h").burst.after == 3600
+    with pytest.raises(PlanError, match=r"for: 10000 would be 10000 seconds: write the unit \(10000ms or 10000s\)"):
+        parse_ladder("burst:rate=4,x=3,for=10000")
+    with pytest.raises(PlanError, match="levels: 100001 is more than 100000, the most users in one run"):
+        parse_ladder("concurrency:1,100001")
+    with pytest.raises(PlanError, match="levels: 200000 is more than 100000, the most requests/s"):
+        parse_ladder("rate:1..200000:x10")
+    assert max(parse_ladder("concurrency:1,100000").levels) == 100000

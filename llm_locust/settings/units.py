@@ -54,6 +54,35 @@ def parse_seconds(value: Any) -> float:
     raise ValueError(f"expected seconds (a number, or e.g. 500ms, 30s, 2m), got {value!r}")
 
 
+_BARE_RE = re.compile(r"^\s*[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*$")
+
+
+def is_bare(value: Any) -> bool:
+    """A number written without a unit (5, 2.5, "500"): read as seconds."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float)) or (isinstance(value, str) and bool(_BARE_RE.match(value)))
+
+
+def bare_seconds(value: Any, below: float | None, label: str = "", units: tuple[str, ...] = ("ms", "s")) -> float:
+    """parse_seconds with the one rule every duration follows: a bare number is seconds, and one of
+    `below` or more is refused, as it is almost surely milliseconds meant (`--think-time 500`), with
+    the "write the unit" message. A value with its unit is taken as written."""
+    seconds = parse_seconds(value)
+    if below is not None and is_bare(value) and seconds >= below:
+        n = _number(seconds)
+        raise ValueError(
+            f"{label or n} would be {n} seconds: write the unit ({' or '.join(n + u for u in units)}); "
+            f"a bare number is seconds below {_number(below)}"
+        )
+    return seconds
+
+
+def _number(v: float) -> str:
+    """31536000, not 3.1536e+07; 0.5 as 0.5."""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else f"{v:g}"
+
+
 def _typename(v: Any) -> str:
     return {
         dict: "a mapping",

@@ -58,3 +58,31 @@ def choose(settings, cores: int | None = None) -> tuple[int, str]:
         n,
         f"auto: {n} workers ({streams} planned concurrent streams, ~{STREAMS_PER_PROCESS} a process, {cores} cores)",
     )
+
+
+def local_problem(settings, n_workers: int, cores: int | None = None) -> str | None:
+    """Why `llm-locust run` cannot take this load on this machine, or None: more known concurrent
+    streams (a closed loop's users, a concurrency ladder's top step) a local process than
+    MAX_STREAMS_PER_PROCESS (settings.limits: 20,000 users in one process sent one request in 4 s)."""
+    from llm_locust.settings.limits import MAX_STREAMS_PER_PROCESS
+
+    if settings.ladder:
+        from llm_locust.settings.ladder import parse_ladder
+
+        ld = parse_ladder(settings.ladder)
+        if ld.kind != "concurrency":
+            return None
+        streams, what = int(max(ld.levels)), f"--ladder {settings.ladder}"
+    elif settings.replay:
+        return None
+    else:
+        streams, what = settings.users or 8, f"-u/--users {settings.users or 8}"
+    processes = max(n_workers, 1)
+    if streams <= processes * MAX_STREAMS_PER_PROCESS:
+        return None
+    cores = cores or os.cpu_count() or 1
+    return (
+        f"{what}: {math.ceil(streams / processes)} streams a local process ({processes} on {cores} cores), more "
+        f"than {MAX_STREAMS_PER_PROCESS}, the most one process runs (it saturates near 1,100): fewer users, more "
+        "--workers on a machine with more cores, or a cluster over several machines (README: plain Locust)"
+    )
