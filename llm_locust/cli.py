@@ -57,24 +57,54 @@ def _write_synthetic(settings) -> str:
 
 def _read_settings(argv: list[str]):
     """(settings, Locust's own options) from `[PLAN.yaml | RESULTS.json] [options]`; SettingsError
-    (exit 2) for any bad value, before anything starts."""
+    (exit 2) for any bad value or unknown option, before anything starts. A file's values that
+    need trust are dropped unless --trust-plan (settings.sources); a re-run writes beside its source."""
+    from llm_locust.cli_args import check_passthrough, option_strings
     from llm_locust.settings import derive
-    from llm_locust.settings.units import PlanError
 
-    plan = None
+    path = ""
     if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml", ".json")):
         path, argv = argv[0], argv[1:]
-        if path.endswith(".json"):  # a results file: run its effective plan again
-            from llm_locust.report.results import load_results
+    if any(a in ("-h", "--help") for a in argv[: argv.index("--") if "--" in argv else len(argv)]):
+        from llm_locust.cli_args import locust_help_options
 
-            data = load_results(path).get("plan")
-            if not isinstance(data, dict):
-                raise PlanError([f"{path}: no effective plan in these results"])
-            plan = derive.plan_values(data, source=path)
-        else:
-            plan = derive.load_plan(path)
-    namespace, passthrough = derive.run_parser().parse_known_args(argv)
-    return derive.resolve(plan, derive.cli_values(namespace)), passthrough
+        derive.run_parser(locust_help_options()).parse_args(["--help"])  # prints the help, exits 0
+    parser = derive.run_parser()
+    namespace, passthrough = parser.parse_known_args(argv)
+    cli = derive.cli_values(namespace)
+    plan = _read_plan(path, cli) if path else None
+    settings = derive.resolve(plan, cli)
+    check_passthrough(passthrough, option_strings(parser), settings.locustfile)
+    return settings, passthrough
+
+
+_REPETITION_ENV = "LLM_LOCUST_REPETITION"  # set in a repetition's process (run_repeated)
+
+
+def _read_plan(path: str, cli):
+    """The plan file's values as this run may take them, the lines that say what was dropped or
+    moved printed: a file is data (settings.sources), a re-run never writes over its source."""
+    import os
+
+    from llm_locust.settings import derive, sources
+    from llm_locust.settings.units import PlanError
+
+    if path.endswith(".json"):  # a results file: run its effective plan again
+        from llm_locust.report.results import load_results
+
+        data = load_results(path).get("plan")
+        if not isinstance(data, dict):
+            raise PlanError([f"{path}: no effective plan in these results"])
+        plan = derive.plan_values(data, source=path, written=True)
+        plan, moved = sources.rerun_outputs(path, plan, cli)
+    else:
+        plan, moved = derive.load_plan(path), ""
+    plan, ignored = sources.untrusted(plan, cli, trust=bool(cli.values.get("trust_plan")))
+    for line in ignored if not os.environ.get(_REPETITION_ENV) else []:  # said once, not again by each repetition
+        print(line, file=sys.stderr, flush=True)
+    if moved:
+        print(moved, flush=True)
+    return plan
 
 
 def context_length(host: str, api_key: str | None = None, timeout: float = 5.0) -> int | None:
@@ -114,8 +144,14 @@ def run(argv: list[str]) -> int:
     from llm_locust.settings.units import PlanError
 
     os.environ["LLM_LOCUST_COMMAND"] = json.dumps(["llm-locust", "run", *argv])  # kept in the results
+    from llm_locust.settings.workers import choose, local_problem
+
     try:
         settings, passthrough = _read_settings(argv)
+        n_workers, workers_why = choose(settings)
+        problem = local_problem(settings, n_workers)
+        if problem:
+            raise ValueError(problem)
         if settings.repeat > 1:
             return run_repeated(argv, settings)
         if settings.synthetic:
@@ -124,9 +160,6 @@ def run(argv: list[str]) -> int:
         print(f"llm-locust: {e}", file=sys.stderr)
         return 2
     mode = settings.mode
-    from llm_locust.settings.workers import choose
-
-    n_workers, workers_why = choose(settings)
     if settings.workers == "auto":
         print(f"workers: {workers_why}", flush=True)
     settings = settings.model_copy(update={"workers": n_workers})
@@ -284,7 +317,11 @@ def run_repeated(argv: list[str], settings) -> int:
     print(f"repeat: {n} repetitions; {reset}", flush=True)
     # each repetition runs this very package (not another one the child's path might find first)
     pkg_root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")])),
+        _REPETITION_ENV: "1",
+    }
     docs, files = [], []
     worst = 0  # the highest exit status of a repetition that still wrote its results
     for k in range(1, n + 1):
@@ -372,6 +409,16 @@ TRACE_USAGE = """usage: llm-locust trace {record,anonymize,synth} ...
 """
 
 
+def _agentic_help(argv: list[str]) -> list[str]:
+    """`trace synth --agentic --help`: --agentic takes a value, so argparse read --help as a missing
+    one and failed; the help asked for is the agentic one (its keys), as `--agentic '' --help` gives."""
+    if "--agentic" in argv and any(a in ("-h", "--help") for a in argv):
+        i = argv.index("--agentic")
+        if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+            return [*argv[: i + 1], "", *argv[i + 1 :]]
+    return argv
+
+
 def trace(argv: list[str]) -> int:
     # asyncio tools: never import locust (gevent monkey-patching) on these paths
     sub, rest = (argv[0], argv[1:]) if argv else ("", [])
@@ -389,14 +436,18 @@ def trace(argv: list[str]) -> int:
     if sub == "synth":
         from llm_locust.workload.synth import main as synth_main
 
-        return synth_main(rest)
+        return synth_main(_agentic_help(rest))
     print(f"llm-locust trace: expected record, anonymize or synth, got {sub!r}\n{TRACE_USAGE}", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: the command's; 2 for a missing or unknown command (the usage on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
     if argv[0] in ("-V", "--version"):
