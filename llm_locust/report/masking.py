@@ -5,6 +5,10 @@ process passes through `mask`: each finished request's error text before it reac
 tables, the metrics, the record log and the web view (runtime.users.account), every log line
 (`LogFilter` on the root handlers: Locust's stderr too), and the results and report files.
 A secret shorter than 4 characters is not masked (it would mask ordinary text).
+
+URLs the run reads beside its target (--server-metrics, --gpu-metrics) may carry credentials:
+`protect_url` registers them where the URL is read (runtime/scraper.py), so the same mask covers
+them in every output.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import html
 import json
 import logging
+import re
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
 MIN_LEN = 4
@@ -77,3 +83,38 @@ def install_log_filter() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(x, LogFilter) for x in handler.filters):
             handler.addFilter(f)
+
+
+# A query parameter whose name says it carries a credential (?token=..., ?api_key=..., ?sig=...).
+_SECRET_PARAM = re.compile(r"(key|token|secret|pass|auth|sig|credential|session|jwt)", re.I)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials written in a URL: its user:password (and the password alone), a user name
+    given without a password (http://TOKEN@host), and the values of query parameters whose names
+    say they carry one; each as written and percent-decoded."""
+    parts = urlsplit(url)
+    found: list[str] = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        found.append(userinfo)
+        if parts.password:
+            found.append(parts.password)
+        elif parts.username:
+            found.append(parts.username)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _SECRET_PARAM.search(name):
+            found.append(value)
+            found.append(quote(value, safe=""))
+    out: list[str] = []
+    for s in found:
+        for form in (s, unquote(s)):
+            if form and form not in out:
+                out.append(form)
+    return out
+
+
+def protect_url(url: str | None) -> None:
+    """Register the credentials a URL carries (see url_secrets) as this process's secrets."""
+    for secret in url_secrets(url or ""):
+        protect(secret)

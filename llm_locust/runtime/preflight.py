@@ -11,6 +11,13 @@ serve this API (an old vLLM without /v1/responses, a server started without --em
 stop, exit 3, naming the API and the endpoint. Under --mix the kinds' endpoints (/v1/embeddings,
 /v1/rerank, /v1/score) are asked the same way, and the --api's own only when some requests are
 left to it (a pooling-only server, vLLM --runner pooling, has no /v1/chat/completions).
+
+Bounded like every read of a server outside the request path (runtime/probe.py `fetch`): each
+exchange may take --connect-timeout to connect, then REPLY_S (5 s, not an option: a server that
+answers at all answers these in milliseconds) for the whole reply; only the first MAX_BODY bytes of
+a body are read, a header block over MAX_HEAD bytes is a broken reply. A server that stalls, drips
+or floods stops the run (the first probe) or is left to the run (the API's own endpoint) within
+those few seconds.
 """
 
 from __future__ import annotations
@@ -19,11 +26,9 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import gevent
-from geventhttpclient import HTTPClient
-
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
-from llm_locust.protocols.base import Timeouts
+from llm_locust.protocols.base import MAX_HEAD_BYTES, Timeouts
+from llm_locust.runtime.probe import Reply, fetch
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,9 @@ PROBES = {
 }  # the rest: /v1/models
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-MAX_BODY = 65536
+MAX_BODY = 65536  # enough to tell an HTML page or a JSON error; the rest is not read
+MAX_HEAD = MAX_HEAD_BYTES
+REPLY_S = 5.0  # the whole reply, once connected: a server that answers at all does within it
 MIX_APIS = {"embeddings": "openai-embeddings", "rerank": "rerank", "score": "vllm-score"}  # --mix kind -> API
 
 
@@ -60,13 +67,14 @@ def check(
     api: str,
     headers: dict[str, str],
     connect_timeout: float,
-    total: float = 10.0,
+    total: float = REPLY_S,
     endpoints: list[str] | None = None,
 ) -> Problem | None:
     """None when the target looks right; else why not and the exit code. `endpoints`: the APIs
-    whose endpoints are asked (default: `api`'s; see endpoint_apis)."""
+    whose endpoints are asked (default: `api`'s; see endpoint_apis). Each exchange: at most
+    `connect_timeout` to connect, then `total` for the reply."""
     if api in GRPC_APIS:
-        return _grpc(host, connect_timeout)
+        return _grpc(host, connect_timeout, total)
     base = urlsplit(host).path.rstrip("/")
     if api in OPENAI_APIS and base.endswith("/v1"):
         return Problem(
@@ -74,33 +82,15 @@ def check(
             f"--host {host} ends with /v1, and the {api} API's paths start with /v1: requests "
             f"would go to {base}/v1/...; drop /v1 from --host",
         )
-    path = PROBES.get(api, "/v1/models")
-    url = f"{host.rstrip('/')}{path}"
+    url = f"{host.rstrip('/')}{PROBES.get(api, '/v1/models')}"
     try:
-        with gevent.Timeout(total, TimeoutError(f"no complete reply within {total:g}s")):
-            http = HTTPClient.from_url(host, connection_timeout=connect_timeout, network_timeout=total, insecure=True)
-            try:
-                r = http.get(base + path, headers=headers)
-                body = r.read(MAX_BODY)
-            finally:
-                http.close()
+        r = _exchange(url, "GET", None, headers, connect_timeout, total)
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
         reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         return Problem(EXIT_UNREACHABLE, f"cannot reach {url}: {reason} (is the server up, and is --host right?)")
-    ctype_value = r.get("content-type") or ""  # a header sent twice comes as a list: its values joined
-    ctype = (", ".join(ctype_value) if isinstance(ctype_value, list) else ctype_value).lower()
-    if "html" in ctype or body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
-        return Problem(
-            EXIT_UNREACHABLE,
-            f"{url} answered with an HTML page (HTTP {r.status_code}), not the {api} API: "
-            "is --host an LLM inference server, and is --api right?",
-        )
-    if r.status_code in (404, 405):
-        log.warning(
-            "%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status_code, api
-        )
-    elif r.status_code in (401, 403):
-        log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status_code)
+    problem = _judge(url, api, r)
+    if problem is not None:
+        return problem
     for name in endpoints if endpoints is not None else [api]:
         problem = _endpoint(host, name, headers, connect_timeout, total)
         if problem is not None:
@@ -108,11 +98,45 @@ def check(
     return None
 
 
-def _grpc(host: str, connect_timeout: float) -> Problem | None:
-    """A gRPC server answers GetModelInfo within the connect timeout (and a bit)."""
+def _exchange(
+    url: str, method: str, body: bytes | None, headers: dict[str, str], connect_timeout: float, total: float
+) -> Reply:
+    """One bounded exchange: connecting within `connect_timeout`, the reply within `total` more."""
+    return fetch(
+        url,
+        method=method,
+        body=body,
+        headers=headers,
+        connect_timeout=connect_timeout,
+        total=total,
+        head_bytes=MAX_HEAD,
+        body_bytes=MAX_BODY,
+        truncate=True,
+    )
+
+
+def _judge(url: str, api: str, r: Reply) -> Problem | None:
+    """The probe's answer: an HTML page stops the run; a 404/405 or 401/403 is a warning."""
+    if "html" in r.content_type.lower() or r.body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
+        return Problem(
+            EXIT_UNREACHABLE,
+            f"{url} answered with an HTML page (HTTP {r.status}), not the {api} API: "
+            "is --host an LLM inference server, and is --api right?",
+        )
+    if r.status in (404, 405):
+        log.warning("%s answered HTTP %d: going on (the server may serve the %s API without it)", url, r.status, api)
+    elif r.status in (401, 403):
+        log.warning("%s answered HTTP %d: is the key right (--api-key-env)?", url, r.status)
+    return None
+
+
+def _grpc(host: str, connect_timeout: float, total: float) -> Problem | None:
+    """A gRPC server answers GetModelInfo within the connect timeout and `total` more."""
     from llm_locust.runtime.grpc_h2 import H2GrpcClient
 
-    client = H2GrpcClient(host, timeouts=Timeouts(connect=connect_timeout, total=connect_timeout + 10))
+    client = H2GrpcClient(
+        host, timeouts=Timeouts(connect=connect_timeout, no_progress=total, total=connect_timeout + total)
+    )
     try:
         client.model_info()
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is the same verdict
@@ -136,19 +160,13 @@ def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: flo
         path, _body = get_adapter(api).request(
             RequestSpec(model="m", prompt="x", messages=[{"role": "user", "content": "x"}], max_tokens=1)
         )
-    base = urlsplit(host).path.rstrip("/")
+    url = host.rstrip("/") + path
     try:
-        with gevent.Timeout(total, TimeoutError(f"no reply within {total:g}s")):
-            http = HTTPClient.from_url(host, connection_timeout=connect_timeout, network_timeout=total, insecure=True)
-            try:
-                r = http.post(base + path, body=b"{}", headers={**headers, "Content-Type": "application/json"})
-                r.read(MAX_BODY)
-            finally:
-                http.close()
+        r = _exchange(url, "POST", b"{}", {**headers, "Content-Type": "application/json"}, connect_timeout, total)
     except Exception as e:  # noqa: BLE001 - the first probe answered: leave the verdict to the run
-        log.warning("%s%s did not answer the preflight (%s): going on", host.rstrip("/"), path, e)
+        log.warning("%s did not answer the preflight (%s): going on", url, e)
         return None
-    if r.status_code == 404:
+    if r.status == 404:
         return Problem(
             EXIT_UNREACHABLE,
             f"{host.rstrip('/')}{path} answered 404: the server does not serve the {api} "

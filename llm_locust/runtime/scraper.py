@@ -1,5 +1,11 @@
 """The master's reads of a /metrics URL (the inference server's or the GPU sidecar's) during a test.
 
+Each read is bounded (runtime/probe.py `fetch`): the whole read within the scraper's `timeout`
+(2 s) and at most METRICS_BODY_BYTES; past either it is a failed read, counted, and the test goes
+on. A URL's credentials (http://user:password@host/metrics, a token in its query) are sent (Basic
+auth; the query as written) and registered as secrets, so every output masks them
+(report/masking.py `protect_url`).
+
 The parsing and windowing of what it reads are pure and live in analysis.server_metrics."""
 
 from __future__ import annotations
@@ -10,11 +16,16 @@ import time
 from urllib.parse import urlsplit
 
 import gevent
-from geventhttpclient import HTTPClient
 
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, _figures, info_series, samples
+from llm_locust.report import masking
+from llm_locust.runtime.probe import fetch
 
 log = logging.getLogger(__name__)
+
+# vLLM's /metrics is 50-300 KB; a reply this large is not an exporter's (and parsing it would hold
+# the event loop for seconds)
+METRICS_BODY_BYTES = 8 * 1024 * 1024
 
 
 class Scraper:
@@ -29,7 +40,10 @@ class Scraper:
     def __init__(self, url: str, interval: float = 2.0, timeout: float = 2.0, seed: int | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"the metrics interval must be > 0 seconds, got {interval!r}")
+        masking.protect_url(url)  # before anything can print it: its credentials are secrets
         self.series = ServerSeries(url)
+        parts = urlsplit(url)
+        self._target = url if parts.path else parts._replace(path="/metrics").geturl()  # a bare host: its /metrics
         self.interval = interval
         self.timeout = timeout
         self._random = random.Random(seed)
@@ -49,21 +63,15 @@ class Scraper:
             self._greenlet = None
 
     def scrape_once(self) -> bool:
-        parts = urlsplit(self.series.url)
         try:
-            http = HTTPClient.from_url(self.series.url, connection_timeout=self.timeout, network_timeout=self.timeout)
-            try:
-                t_asked = time.time()
-                r = http.get(parts.path or "/metrics")
-                body = r.read()
-                # the server's counters are as of some moment between the question and the whole
-                # answer; parsing (tens of ms for vLLM's text on a loaded core) is not part of it
-                t_read = (t_asked + time.time()) / 2
-            finally:
-                http.close()
-            if r.status_code != 200:
-                raise ValueError(f"HTTP {r.status_code}")
-            by_name = samples(body.decode("utf-8", "replace"))
+            t_asked = time.time()
+            r = fetch(self._target, connect_timeout=self.timeout, total=self.timeout, body_bytes=METRICS_BODY_BYTES)
+            # the server's counters are as of some moment between the question and the whole
+            # answer; parsing (tens of ms for vLLM's text on a loaded core) is not part of it
+            t_read = (t_asked + time.time()) / 2
+            if r.status != 200:
+                raise ValueError(f"HTTP {r.status}")
+            by_name = samples(r.body.decode("utf-8", "replace"))
             server, figures = _figures(by_name)
             if not self.series.info:
                 self.series.info = info_series(by_name)
