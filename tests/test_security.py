@@ -1,6 +1,9 @@
-"""Who can control a run: the web UI and the master's port listen on this machine by default, the
-start form sets load figures only, and --web-login guards every route (ours and /metrics too).
-Real Locust processes with their real web UI, against the simulator."""
+"""Who can control a run: the web UI and the master's port listen on this machine by default (a
+warning when told otherwise without a login), only the web UI's own page may change a run's state
+(no other page, no other target), the start form sets load figures only, --web-login guards every
+route (ours and /metrics too) and its generated password stays out of logs; secrets (the key,
+credentials in metrics URLs) are masked in every output. Real Locust processes with their real web
+UI, against the simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from support import free_port
+from support import free_port, run_cli
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfiles" / "closed.py"
 
@@ -79,6 +82,10 @@ def test_web_ui_and_worker_port_listen_on_loopback_unless_told(tmp_path, sim):
         assert wait_for("the web port", lambda: listening(proc.pid).get(web)) == "0.0.0.0"  # asked for: given
     finally:
         stop(proc)
+    log = (tmp_path / "locust.log").read_text()
+    # open to the network without a login: said once, on stderr (the loopback run before said nothing)
+    assert log.count("the web UI listens on 0.0.0.0 without a login") == 1, log[-3000:]
+    assert "add --web-login" in log
 
 
 def test_the_start_form_sets_load_figures_only(tmp_path, sim):
@@ -264,3 +271,267 @@ def test_web_routes_mask_an_echoed_key(tmp_path, echo_server):
     finally:
         stop(proc)
     assert SECRET not in (tmp_path / "locust.log").read_text()
+
+
+# ---- only the web UI's own page changes a run, and never its target ----
+
+KEY = "sk-capture-0123456789-MUST-NOT-TRAVEL"
+
+
+@pytest.fixture()
+def capture_server():
+    """A server that records every request it gets (a page's own host: the key must never reach it)."""
+    import http.server
+    import threading
+
+    seen: list[dict] = []
+
+    class Capture(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _any(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers)})
+            self.rfile.read(n)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_GET = do_POST = _any  # noqa: N815
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}", seen
+    srv.shutdown()
+
+
+def start_web_run(tmp_path, how: str, host: str, web: int, env: dict):
+    """`llm-locust run --web` or plain `locust -f` with our closed-loop locustfile, web UI on `web`."""
+    if how == "locust":
+        return start_locust(tmp_path, host, "--web-port", str(web), env=env)
+    log = open(tmp_path / "locust.log", "a")
+    return subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-port", str(web), "--host", host, "-u", "1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.mark.parametrize("how", ["llm-locust", "locust"])
+def test_no_other_page_can_start_aim_or_stop_a_run(tmp_path, sim, capture_server, how):
+    """What a page the user opens elsewhere can make a browser send: refused (403), nothing starts,
+    and the key never reaches the page's own server; the web UI's own page still starts and stops
+    runs (old code: 200, and ~3,000 requests with the key reached the capture server)."""
+    capture, seen = capture_server
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    proc = start_web_run(tmp_path, how, sim.url, web, {"OPENAI_API_KEY": KEY})
+    start = {"user_count": "2", "spawn_rate": "2"}
+    evil = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+    try:
+        wait_for("the web UI", lambda: requests.get(base + "/llm/data", timeout=5).ok)
+        attempts = [
+            ("/swarm", {**start, "host": capture}, evil),  # aim the run, with the key, at the page's host
+            ("/swarm", start, evil),  # or just start it
+            ("/swarm", start, {"Origin": "null"}),  # a sandboxed page, or a no-referrer form
+            ("/swarm", start, {"Referer": "http://evil.example/page"}),  # an old browser: no Origin
+            ("/swarm", start, {"Origin": f"http://127.0.0.1:{web + 1}", "Sec-Fetch-Site": "same-site"}),
+            # DNS rebinding: the page's own name resolves to this machine; same-origin for the browser
+            ("/swarm", start, {"Host": f"evil.example:{web}", "Origin": f"http://evil.example:{web}"}),
+            ("/stop", {}, evil),
+            ("/stats/reset", {}, evil),
+            # the web UI's own page, but another target: the form cannot change it
+            ("/swarm", {**start, "host": capture}, {"Origin": base, "Sec-Fetch-Site": "same-origin"}),
+        ]
+        for path, data, headers in attempts:
+            r = requests.post(base + path, data=data, headers=headers, timeout=10)
+            assert r.status_code == 403, (path, headers, r.status_code, r.text)
+            assert r.json()["success"] is False
+        r = requests.post(
+            base + "/user",
+            json={"user_class_name": "ClosedLoopUser", "host": capture},
+            headers={"Origin": base},
+            timeout=10,
+        )
+        assert r.status_code == 403 and "target" in r.json()["message"], r.text
+        assert requests.get(base + "/llm/data", timeout=5).json()["state"] == "ready"  # nothing started
+
+        own = {"Origin": base, "Sec-Fetch-Site": "same-origin"}  # what the web UI's page sends
+        r = requests.post(base + "/swarm", data={**start, "host": sim.url}, headers=own, timeout=10)
+        assert r.status_code == 200 and r.json()["success"] is True, r.text
+        wait_for("requests to the target", lambda: requests.get(base + "/llm/data", timeout=5).json()["totals"]["ok"])
+        r = requests.post(base + "/stop", headers=own, timeout=10)
+        assert r.status_code == 200, r.text
+        wait_for("the stop", lambda: requests.get(base + "/llm/data", timeout=5).json()["state"] == "stopped")
+    finally:
+        stop(proc)
+    assert seen == []  # not one request, so never the key
+    log = (tmp_path / "locust.log").read_text()
+    assert "refused POST /swarm: a cross-site request" in log and KEY not in log
+
+
+def test_the_origin_rule():
+    """The rule behind the test above, case by case (runtime/webui/guard.py origin_problem)."""
+    from llm_locust.runtime.webui.guard import origin_problem
+
+    names = frozenset({"localhost", "box"})
+
+    def ok(method="POST", **headers):
+        return origin_problem(method, {k.replace("_", "-"): v for k, v in headers.items()}, names) is None
+
+    assert ok("GET", Origin="http://evil.example", Host="evil.example")  # reads change nothing
+    assert ok(Host="127.0.0.1:8089")  # curl, a script: no browser headers
+    assert ok(Host="127.0.0.1:8089", Origin="http://127.0.0.1:8089", Sec_Fetch_Site="same-origin")
+    assert ok(Host="localhost:8089", Origin="http://localhost:8089")
+    assert ok(Host="[::1]:8089", Origin="http://[::1]:8089")
+    assert ok(Host="box", Origin="http://box:80")  # the scheme's default port
+    assert ok(Host="10.1.2.3:8089", Referer="http://10.1.2.3:8089/llm")  # no Origin: the Referer's
+    assert ok(Host="localhost:9000", Origin="http://localhost:9000")  # an SSH tunnel to another port
+    assert not ok(Host="127.0.0.1:8089", Origin="http://evil.example")
+    assert not ok(Host="127.0.0.1:8089", Origin="http://127.0.0.1:8089", Sec_Fetch_Site="cross-site")
+    assert not ok(Host="127.0.0.1:8089", Origin="null")
+    assert not ok(Host="127.0.0.1:8089", Origin="http://127.0.0.1:8090")
+    assert not ok(Host="evil.example:8089", Origin="http://evil.example:8089")  # DNS rebinding
+    assert not ok(Host="evil.example:8089")
+
+
+def test_a_proxy_of_its_own_name_is_trusted_when_named(monkeypatch):
+    from llm_locust.runtime.webui.guard import ORIGINS_ENV, origin_problem
+
+    headers = {"Host": "locust.example.com", "Origin": "https://locust.example.com", "Sec-Fetch-Site": "same-origin"}
+    assert "LLM_LOCUST_WEB_ORIGINS" in origin_problem("POST", headers, frozenset())
+    monkeypatch.setenv(ORIGINS_ENV, "https://locust.example.com, http://other:9000")
+    assert origin_problem("POST", headers, frozenset()) is None
+    assert origin_problem("POST", {**headers, "Host": "127.0.0.1:8089"}, frozenset()) is None  # Host rewritten
+
+
+def test_a_generated_web_password_stays_out_of_the_log(tmp_path, sim):
+    """Without LLM_LOCUST_WEB_PASSWORD and with stderr not a terminal (CI), the password goes to a
+    0600 file whose path is printed; the log never holds it (old code printed it on stderr)."""
+    import re
+    import stat
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    web = free_port()
+    env = {"XDG_RUNTIME_DIR": str(run_dir), "LLM_LOCUST_WEB_PASSWORD": "", "LLM_LOCUST_WEB_USER": "ops"}
+    proc = start_locust(tmp_path, sim.url, "--web-port", str(web), "--web-login", env=env)
+    base = f"http://127.0.0.1:{web}"
+    try:
+        wait_for("the login page", lambda: requests.get(base + "/login", timeout=5).status_code == 200)
+        log = (tmp_path / "locust.log").read_text()
+        m = re.search(r"web UI login: user 'ops', password in (\S+) \(readable by you only", log)
+        assert m, log[-2000:]
+        path = Path(m.group(1))
+        assert path.parent == run_dir / "llm-locust"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        password = re.search(r"^password (\S+)$", path.read_text(), re.M).group(1)
+        assert password not in log
+        login = {"username": "ops", "password": password}
+        r = requests.post(base + "/llm/login", data=login, headers={"Origin": "http://evil.example"}, timeout=5)
+        assert r.status_code == 403  # login is a state change too: another page cannot log the browser in
+        s = requests.Session()
+        s.post(base + "/llm/login", data=login, headers={"Origin": base}, timeout=5)
+        assert s.get(base + "/llm/data", timeout=5, allow_redirects=False).status_code == 200
+    finally:
+        stop(proc)
+    assert not path.exists()  # removed when the process ended
+    assert password not in (tmp_path / "locust.log").read_text()
+
+
+# ---- credentials in the metrics URLs ----
+
+METRICS_USER, METRICS_PW, METRICS_TOKEN, GPU_TOKEN = (
+    "scraper",
+    "pw-metrics-0123456789",
+    "tok-metrics-abcdef",
+    "gpu-tok-98765",
+)
+
+
+@pytest.fixture()
+def guarded_metrics(sim):
+    """A /metrics behind Basic auth and a query token (it relays the simulator's): 401 without both."""
+    import base64
+    import http.server
+    import threading
+    import urllib.request
+
+    seen = []
+    want = "Basic " + base64.b64encode(f"{METRICS_USER}:{METRICS_PW}".encode()).decode()
+
+    class Guarded(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            ok = self.headers.get("Authorization") == want and f"token={METRICS_TOKEN}" in self.path
+            seen.append(ok)
+            body = urllib.request.urlopen(sim.url + "/metrics", timeout=5).read() if ok else b"no"
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://{METRICS_USER}:{METRICS_PW}@127.0.0.1:{srv.server_port}/metrics?token={METRICS_TOKEN}", seen
+    srv.shutdown()
+
+
+def test_the_credentials_a_url_carries():
+    from llm_locust.report.masking import Secrets, url_secrets
+
+    assert url_secrets("http://127.0.0.1:8000/metrics?format=text") == []
+    assert url_secrets("http://u:p%40ss-word@h/metrics") == ["u:p%40ss-word", "u:p@ss-word", "p%40ss-word", "p@ss-word"]
+    assert url_secrets("https://TOKEN-abc@h/m") == ["TOKEN-abc"]
+    assert url_secrets("http://h/m?access_token=t0k%2Fen&x=1&X-Amz-Signature=abcd") == [
+        "t0k/en",
+        "t0k%2Fen",
+        "abcd",
+    ]
+    mask = Secrets()
+    for secret in url_secrets("http://scraper:pw-123456@h:9/metrics?token=tok-98765"):
+        mask.add(secret)
+    assert (
+        mask.mask("read http://scraper:pw-123456@h:9/metrics?token=tok-98765")
+        == "read http://***@h:9/metrics?token=***"
+    )
+
+
+def test_credentials_in_metrics_urls_are_used_and_masked_in_every_output(tmp_path, sim, guarded_metrics):
+    """--server-metrics with user:password and a token, --gpu-metrics (unreachable) with a token: the
+    scrapes authenticate, and neither credential is in the log, stdout, the results, the report or
+    the record log (old code: unmasked in the log, three places of the results and the report; the
+    credentials were not even sent)."""
+    url, seen = guarded_metrics
+    gpu = f"http://127.0.0.1:{free_port()}/metrics?access_token={GPU_TOKEN}"
+    out = tmp_path
+    p = run_cli(
+        *("--host", sim.url, "-t", "3s", "-u", "2", "--max-tokens", "8", "--metrics-interval", "0.5"),
+        *("--server-metrics", url, "--gpu-metrics", gpu),
+        *("--results", str(out / "r.json"), "--report", str(out / "r.html"), "--record-log", str(out / "log.jsonl")),
+        "--loglevel",
+        "DEBUG",
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    texts = {"stdout": p.stdout, "stderr": p.stderr}
+    texts.update({f.name: f.read_text(errors="replace") for f in out.iterdir() if f.is_file()})
+    assert {"r.json", "r.html", "log.jsonl"} <= set(texts)
+    leaks = [(name, s) for name, text in texts.items() for s in (METRICS_PW, METRICS_TOKEN, GPU_TOKEN) if s in text]
+    assert leaks == []
+    assert any(seen) and all(seen), seen  # every scrape sent both credentials
+    import json
+
+    doc = json.loads(texts["r.json"])
+    port = url.split("@")[1].split("/")[0]
+    assert doc["server_metrics"]["source"]["url"] == f"http://***@{port}/metrics?token=***"
+    assert doc["server_metrics"]["source"]["samples"] > 0 and doc["server_metrics"]["source"]["failed"] == 0
+    assert "access_token=***" in doc["gpu_metrics"]["source"]["url"]
+    assert "no GPU metrics" in p.stderr or "access_token=***" in p.stderr  # the unreachable one was named, masked

@@ -463,6 +463,8 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
         "24",
         "--gpu-metrics",
         f"http://127.0.0.1:{gpu_port}/metrics",
+        "-t",
+        "300",  # each start stops 300 s after it: the page says when
     )
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
@@ -486,6 +488,7 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
             page.wait_for_function(
                 "window.llmView && window.llmView.polls >= 1 && window.llmView.last.state === 'running'"
             )
+            assert page.locator("#llm-runtime").inner_text().startswith("stops at ")
 
             def figures():
                 return page.evaluate("""() => ({
@@ -651,3 +654,47 @@ def test_a_closed_loop_test_started_again_from_the_ui_starts_its_figures_afresh(
         )
         assert again["totals"]["sent"] < first["totals"]["sent"], (again["totals"], first["totals"])
         assert again["totals"]["finished"] < first["totals"]["finished"]
+
+
+def test_run_time_stops_each_run_started_from_the_web_ui(tmp_path, sims):
+    """`llm-locust run --web -t 3s`: Locust applies -t only headless (or to --autostart's first
+    start); each start from the UI now stops 3 s after it, and both pages say when (old code: the
+    run went on until stopped)."""
+    sim = sims(slots=4)
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    args = ["run", "--web", "--web-port", str(web), "--host", sim.url, "-u", "2", "-t", "3s", "--max-tokens", "16"]
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        ready = wait_for("the web UI", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "ready" and d)
+        assert ready["control"]["run_time"] == 3 and ready["control"]["stops_at"] is None
+        for _ in range(2):  # each start, not only the first
+            body = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()  # the LLM view's Start
+            req = urllib.request.Request(f"{base}/swarm", data=body, headers={"Origin": base})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                assert r.status == 200
+            running = wait_for("the run", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "running" and d)
+            assert abs(running["control"]["stops_at"] - running["started_at"] - 3) < 0.5, running["control"]
+            rows = {x["metric"]: x["value"] for x in get_json(f"{base}/stats/requests")["extended_stats"][0]["data"]}
+            assert rows["Run time (-t)"].startswith("this test stops at "), rows
+            stopped = wait_for(
+                "the stop at -t", lambda: (d := get_json(f"{base}/llm/data"))["state"] == "stopped" and d
+            )
+            assert 2.5 < stopped["totals"]["duration_s"] < 5.0, stopped["totals"]
+            assert stopped["control"]["stops_at"] is None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "run.log").read_text().count("--run-time 3s reached: stopping the test") == 2
+
+
+def test_run_time_in_words():
+    assert D.run_time_text({"run_time": None}) == ""
+    assert D.run_time_text({"run_time": 30.0, "stops_at": None}) == "each test started here stops 30 s after its start"
+    at = time.strftime("%H:%M:%S", time.localtime(T0))
+    assert D.run_time_text({"run_time": 30.0, "stops_at": T0}) == f"this test stops at {at} (30 s after its start)"

@@ -10,6 +10,12 @@ master or local runner, when the web UI is on) adds to the web UI's Flask app:
 under Locust's --web-base-path and behind its --web-login when those are set, and to Locust's
 own UI an "LLM" tab (a summary table, through Locust's `extended_tabs` / `extended_tables` /
 `extended_stats`) and a link to /llm under Reports (`extended_csv_files`).
+
+`--run-time` / `-t` in web mode: Locust applies a run time only with --headless or --autostart
+(its first start), so a run started from the UI would go on until stopped. `RunClock` stops each
+test that long after its start, however it was started (Locust's form, the LLM view's Start, a
+script's POST /swarm); a run time typed in Locust's form is that start's. Both pages say when the
+running test stops.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import gevent
 import orjson
 
+from llm_locust.report import masking
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 
 log = logging.getLogger(__name__)
@@ -32,7 +39,54 @@ STATIC = resources.files(__name__) / "static"
 REPORT_LAG = 3.5  # master: the per-second series trails the workers by one report interval
 
 
-def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
+class RunClock:
+    """Stops a test started from the web UI `run_time` seconds after its start (-t, or the run
+    time Locust's form last set: Locust keeps it in the parsed options). Off when headless:
+    Locust's own timer ends a headless run (it quits)."""
+
+    def __init__(self, environment) -> None:
+        self.env = environment
+        self.ends_at: float | None = None  # when the running test stops (wall clock)
+        self._timer: Any = None
+
+    @property
+    def run_time(self) -> float | None:
+        value = getattr(self.env.parsed_options, "run_time", None)
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def install(self) -> None:
+        if getattr(self.env.parsed_options, "headless", False):
+            return
+        self.env.events.test_start.add_listener(self.on_start)
+        self.env.events.test_stop.add_listener(self.on_stop)
+
+    def on_start(self, **_kw: Any) -> None:
+        self.cancel()
+        run_time = self.run_time
+        if run_time is None:
+            return
+        self.ends_at = time.time() + run_time
+        self._timer = gevent.spawn_later(run_time, self._stop, run_time)
+
+    def _stop(self, run_time: float) -> None:
+        self._timer = None  # the stop below fires test_stop: on_stop must not kill this greenlet
+        log.info("--run-time %gs reached: stopping the test (started from the web UI)", run_time)
+        self.env.runner.stop()
+
+    def on_stop(self, **_kw: Any) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        self.ends_at = None
+        if self._timer is not None:
+            self._timer.kill(block=False)
+            self._timer = None
+
+    def control(self) -> dict[str, Any]:
+        return {"run_time": self.run_time, "stops_at": self.ends_at}
+
+
+def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
     from locust.runners import MasterRunner
 
     from llm_locust.runtime import shapes
@@ -80,6 +134,7 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float) -> Inputs:
         "users": getattr(opts, "num_users", None),
         "spawn_rate": getattr(opts, "spawn_rate", None),
         "host": environment.host or "",
+        **(clock.control() if clock is not None else {"run_time": None, "stops_at": None}),
     }
     return Inputs(
         now=time.time(),
@@ -118,9 +173,12 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     view = LiveView()
     environment.llm_webui = view
     shown_run = [h.run_number]
+    clock = RunClock(environment)
+    clock.install()
+    environment.llm_run_clock = clock
 
     def get_inputs() -> Inputs:
-        return _inputs(environment, h, scraper, gpu_scraper, lag)
+        return _inputs(environment, h, scraper, gpu_scraper, lag, clock)
 
     def current_view() -> LiveView:
         nonlocal view
@@ -157,7 +215,7 @@ def _serve_pages(web_ui, prefix: str, current_view: Callable[[], LiveView], get_
             since = float(request.args.get("since", "0") or 0)
         except ValueError:
             since = 0.0
-        body = orjson.dumps(current_view().payload(get_inputs, since))
+        body = masking.mask(orjson.dumps(current_view().payload(get_inputs, since)).decode())
         return Response(body, mimetype="application/json", headers={"Cache-Control": "no-store"})
 
     @bp.route("/llm/static/<path:name>")
@@ -200,7 +258,7 @@ def _add_locust_tab(
             data: dict[str, Any] = orjson.loads(response.get_data())
             rows = summary_rows(current_view().refresh(get_inputs))
             data["extended_stats"] = [*(data.get("extended_stats") or []), {"key": TAB_KEY, "data": rows}]
-            response.set_data(orjson.dumps(data))
+            response.set_data(masking.mask(orjson.dumps(data).decode()))
         except Exception:  # noqa: BLE001 - never break Locust's own page
             log.exception("LLM tab rows failed")
         return response

@@ -120,7 +120,9 @@ class Inputs:
     workers: list[dict[str, Any]] | None = None  # master only
     server: Any = None  # server_metrics.ServerSeries
     gpu: Any = None
-    control: dict[str, Any] = field(default_factory=dict)  # shape, users, spawn_rate, host
+    # shape, users, spawn_rate, host; run_time (s, -t: each start from the UI stops that long after
+    # it) and stops_at (epoch s: when the running test stops; None when none is due)
+    control: dict[str, Any] = field(default_factory=dict)
     slos: dict[str, float] = field(default_factory=dict)  # per-request SLOs (goodput)
 
 
@@ -550,6 +552,18 @@ def _step_row(r: StepResult) -> dict[str, Any]:
     }
 
 
+def run_time_text(control: dict[str, Any]) -> str:
+    """What -t does to the web UI's runs, in words ("" without one)."""
+    run_time = control.get("run_time")
+    if not run_time:
+        return ""
+    stops_at = control.get("stops_at")
+    if stops_at:
+        at = time.strftime("%H:%M:%S", time.localtime(stops_at))
+        return f"this test stops at {at} ({run_time:g} s after its start)"
+    return f"each test started here stops {run_time:g} s after its start"
+
+
 def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
     """A few rows for the "LLM" tab inside Locust's own UI (a plain two-column table)."""
 
@@ -560,6 +574,9 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
     rec = snap["recent"]
     lat = rec["latency"]
     rows = [{"metric": "Live charts, steps and validity", "value": "open /llm (also linked under Reports)"}]
+    stops = run_time_text(snap.get("control") or {})
+    if stops:
+        rows.append({"metric": "Run time (-t)", "value": stops})
     st = snap.get("step")
     if st:
         rows.append(

@@ -143,10 +143,18 @@
 
   function setTile(id, cls) { var t = $(id); if (t) { t.classList.remove("bad", "good", "warn"); if (cls) t.classList.add(cls); } }
 
+  // -t in web mode: each start stops that long after it (runtime/webui RunClock)
+  function runTimeText(c) {
+    if (!c.run_time) return "";
+    if (c.stops_at) return "stops at " + new Date(c.stops_at * 1000).toLocaleTimeString() + " (-t " + fmt(c.run_time) + " s)";
+    return "-t " + fmt(c.run_time) + " s: each start stops after that long";
+  }
+
   function render(p) {
     var state = p.state || "?";
     var se = $("llm-state"); se.dataset.state = state; text("llm-state", state);
     text("llm-host", p.control.host ? "target " + p.control.host : "");
+    text("llm-runtime", runTimeText(p.control));
     var running = state === "running" || state === "spawning";
     $("llm-start").disabled = running || state === "stopping";
     $("llm-stop").disabled = !running;
