@@ -180,6 +180,33 @@ def test_reads_that_are_not_one_whole_token_chunk_go_the_general_way(monkeypatch
     assert hits[0] == 1
 
 
+def test_a_token_chunk_after_a_chunk_that_ends_inside_an_event_goes_the_general_way(monkeypatch):
+    """A chunk may end inside an SSE event (a line without its end, an event without its blank
+    line): the general path joins the next chunk's bytes to it, so a token chunk read then is not
+    one token event. Issue 24 item 26: a comment line left open (`: c`) swallowed the next token
+    chunk's line on the general path, while the fast path counted the token and the comment then
+    swallowed the server's error event instead: "ok" for a stream that said `error`."""
+    ev = [chunk(sse(orjson.dumps(completion_event(f" w{i}")))) for i in range(8)]
+    error = chunk(sse(orjson.dumps({"error": {"message": "boom", "type": "server_error"}})))
+    end = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    held = sse(orjson.dumps(completion_event(" held")))
+    cases = {
+        "a comment left open, then the error event": ([HEAD, *ev[:3], chunk(b": c"), ev[3], error, end], "boom"),
+        "an event without its blank line": ([HEAD, *ev[:3], chunk(held[:-1]), *ev[3:], end], "invalid JSON"),
+        "an event cut inside its line": ([HEAD, *ev[:3], chunk(held[:20]), *ev[3:], end], "invalid JSON"),
+        "an event line for the next event": ([HEAD, *ev[:3], chunk(b"id: 7\n"), *ev[3:], end], None),
+        "a CR whose LF may follow": ([HEAD, *ev[:3], chunk(b"data: \r"), *ev[3:], end], None),
+    }
+    for name, (reads, error_text) in cases.items():
+        fast = read_through("openai-completions", reads, True, monkeypatch)
+        general = read_through("openai-completions", reads, False, monkeypatch)
+        assert fast == general, name
+        if error_text is None:
+            assert fast[0].value == "ok", (name, fast[:2])
+        else:
+            assert fast[0].value == "stream_error" and error_text in fast[1], (name, fast[:2])
+
+
 def test_a_body_that_came_with_the_head(monkeypatch):
     """A busy client reads the head and the first token(s) together: token reads start after
     them when that read held the whole head and whole chunks; not when the head came in parts
@@ -286,19 +313,52 @@ RAW_TEXTS = st.one_of(
 )
 
 
+def unfinished(draw, make) -> bytes:
+    """A chunk's data that leaves the SSE decoder holding something: a line without its end, an
+    event without its blank line, a field that belongs to the next event, a CR whose LF may
+    follow. The general path joins what comes next to it; a token read must not be taken past it."""
+    error = orjson.dumps({"error": {"message": "boom", "type": "server_error"}})
+    whole = draw(st.sampled_from([sse(orjson.dumps(make(" held"))), sse(error), b"data: [DONE]\n\n"]))
+    return draw(
+        st.sampled_from(
+            [
+                whole[:-1],  # the event's last line, its blank line still to come
+                whole[: draw(st.integers(1, len(whole) - 2))],  # cut inside a line
+                b": keep-alive",
+                b"event: error\n",
+                b"id: 7\n",
+                b"\r",
+                b"data: \r",
+            ]
+        )
+    )
+
+
+# What a token's text usually is: a plain word, read as a token read once the stream's shape is known.
+PLAIN_TEXTS = st.from_regex(rb"\A[ a-z]{1,6}\Z")
+
+
 @st.composite
 def streams(draw):
     """A chunked event stream as reads: token events with raw texts, now and then a change of
-    shape (a finish reason, usage, an error object, a comment), cut into reads in any way."""
+    shape (a finish reason, usage, an error object, a comment, an end marker, a chunk that ends
+    inside an event), cut into reads in any way."""
     api = draw(st.sampled_from(["openai-completions", "openai-chat"]))
     make = chat_event if api == "openai-chat" else completion_event
     template = orjson.dumps(make("\x00"))  # the text's place: orjson writes \u0000
     before, after = template.split(b"\\u0000")
     chunks = []
     for _ in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["token"] * 8 + ["finish", "usage", "error", "comment", "two", "role"]))
-        if kind == "token":
-            payload = before + draw(RAW_TEXTS) + after
+        kind = draw(
+            st.sampled_from(
+                ["token"] * 8 + ["finish", "usage", "error", "comment", "two", "role", "unfinished", "done"]
+            )
+        )
+        if kind == "unfinished":
+            chunks.append(chunk(unfinished(draw, make)))
+            continue
+        if kind == "token":  # mostly the usual (a plain word: a token read), else any raw text
+            payload = before + draw(PLAIN_TEXTS if draw(st.integers(0, 3)) else RAW_TEXTS) + after
         elif kind == "finish":
             payload = orjson.dumps(make(" end", draw(st.sampled_from(["stop", "length"]))))
         elif kind == "usage":
@@ -307,6 +367,8 @@ def streams(draw):
             payload = orjson.dumps({"error": {"message": "boom", "type": "server_error"}})
         elif kind == "role":
             payload = orjson.dumps(make(""))
+        elif kind == "done":  # an end marker, and (when more is drawn) events after it
+            payload = b"[DONE]"
         else:
             payload = None
         data = (
@@ -316,7 +378,7 @@ def streams(draw):
             if kind != "two"
             else (sse(before + b" a" + after) + sse(before + b" b" + after))
         )
-        size_line = draw(st.sampled_from([None] * 6 + [b"0%x" % len(data), b"%X" % len(data), b"%x;e=1" % len(data)]))
+        size_line = draw(st.sampled_from([None] * 24 + [b"0%x" % len(data), b"%X" % len(data), b"%x;e=1" % len(data)]))
         chunks.append(chunk(data, size_line))
     ending = draw(st.sampled_from(["done", "done", "eof", "zero"]))
     if ending == "done":
@@ -326,7 +388,8 @@ def streams(draw):
     body = b"".join(chunks)
     reads = [HEAD]
     pos = 0
-    bounds = sorted(draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=6)))
+    n_cuts = draw(st.sampled_from([0, 0, 2, 6]))  # a read cut inside a chunk ends token reads: often none
+    bounds = sorted(draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=n_cuts)))
     for c in chunks:  # mostly a chunk a read, as a paced server's arrive; some cut elsewhere
         end = pos + len(c)
         cuts = [b for b in bounds if pos < b < end]

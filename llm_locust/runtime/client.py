@@ -296,12 +296,16 @@ class StreamClient:
         framing_limit = self.limits.head_bytes
         # Token reads taken without parsing (protocols.token_reads): `synced` while llhttp is
         # known to wait at a chunk's start (a read taken past it must leave it there);
-        # `is_token_read` (it counts a read's token events) once a token event told the stream's
-        # shape. A read it refuses is read the general way, and its last token event, if any,
-        # gives the shape anew (a server's `created` changes every second): `tries` such
-        # templates are left; one that took reads (`hits`) earns its successor, so a stream
-        # whose events never repeat stops trying after TEMPLATE_TRIES.
+        # `matcher` (it counts a read's token events) once a token event told the stream's
+        # shape, and `is_token_read` the same while the SSE decoder holds nothing (a read
+        # taken past a decoder that holds an unfinished line or event would not join it, as
+        # the general path does: an event split across chunks). A read it refuses is read the
+        # general way, and its last token event, if any, gives the shape anew (a server's
+        # `created` changes every second): `tries` such templates are left; one that took
+        # reads (`hits`) earns its successor, so a stream whose events never repeat stops
+        # trying after TEMPLATE_TRIES.
         synced = resp.at_chunk_start
+        matcher: Callable[[bytes], int] | None = None
         is_token_read: Callable[[bytes], int] | None = None
         hits = 0
         template: Callable[[bytes, StreamState], tuple[bytes, bytes] | None] | None = getattr(
@@ -331,6 +335,8 @@ class StreamClient:
                     if not head:
                         head = data[:300]
                     events = decode(data)
+                    if matcher is not None:  # token reads only from an event's start
+                        is_token_read = matcher if sse is not None and sse.idle() else None
                 elif resp.broken is not None:
                     rec.t_end = now
                     raise _Ended(Outcome.STREAM_ERROR, resp.broken)
@@ -375,7 +381,8 @@ class StreamClient:
                         continue
                     if synced and not whole_chunks(chunk):
                         synced = False
-                        is_token_read, tries = None, 0
+                        matcher = is_token_read = None
+                        tries = 0
                     if pieces:
                         framing = 0
                     else:
@@ -420,7 +427,7 @@ class StreamClient:
                     tries -= 1
                     cut = template(events[-1], state)  # the read's last event: `kind` is its
                     if cut is not None:
-                        is_token_read = token_read_matcher(*cut, self.limits.event_bytes)
+                        matcher = is_token_read = token_read_matcher(*cut, self.limits.event_bytes)
         except ProtocolError as e:
             rec.t_end = now
             raise _Ended(Outcome.STREAM_ERROR, str(e)) from None
