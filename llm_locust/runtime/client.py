@@ -16,6 +16,7 @@ the request is written and the body read here, so that:
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import ssl
@@ -506,7 +507,10 @@ def _reader(sock, t_sent: float, watch: _Watch):  # noqa: C901 (per-chunk hot pa
             t0 = perf_counter()
             if full_at:
                 size = _next_read_size(size, t0 - full_at)
-            data = recv(size)
+            try:
+                data = recv(size)
+            except ValueError:  # a TLS socket the watchdog closed between reads says so this way
+                raise OSError(errno.EBADF, "read on a closed socket") from None
             watch.last = now = perf_counter()
             if len(data) >= size:
                 full_at = now

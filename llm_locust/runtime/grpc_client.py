@@ -342,7 +342,9 @@ class _Call(Protocol):
 
 class _Watch:
     """No-progress watchdog: a timer in gevent's hub that cancels the call when no message came
-    for `limit` seconds. Checks every limit/4 (so it fires within 1.25 x limit)."""
+    for `limit` seconds. Checks every tenth of the limit, at most every 100 ms (at least every
+    5 ms): it fires within 10% (or 100 ms) of its value, as the HTTP client's watchdog does
+    (runtime/client.py)."""
 
     __slots__ = ("limit", "last", "fired", "_timer", "_call")
 
@@ -357,7 +359,7 @@ class _Watch:
         import gevent
 
         self._call = call
-        period = max(self.limit / 4, 0.05)
+        period = min(0.1, max(self.limit / 10, 0.005))
         timer = self._timer = gevent.get_hub().loop.timer(period, period)
         timer.start(self._check)
 

@@ -98,6 +98,17 @@ def _readable(sock) -> bool:
         return True
 
 
+def _wait_time(deadline: float | None, no_progress: float | None) -> float | None:
+    """How long the next read may wait: the no-progress limit, less when the total deadline is
+    nearer (passed: DEADLINE_EXCEEDED, as grpcio's client ends a call past its deadline)."""
+    if deadline is None:
+        return no_progress
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded")
+    return left if no_progress is None else min(no_progress, left)
+
+
 def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     n = len(payload)
     return _FRAME.pack(n >> 8, n & 0xFF, ftype, flags, sid) + payload
@@ -281,7 +292,9 @@ class H2GrpcClient:
             )
         return block
 
-    def _start(self, conn: _Conn, path: str, body: bytes) -> int:
+    def _start(self, conn: _Conn, path: str, body: bytes, deadline: float | None, no_progress: float | None) -> int:
+        """Write the request's frames; a body past the send window waits for the peer's window
+        updates, within the request's timeouts (`_wait_window`)."""
         sid = conn.next_sid
         conn.next_sid += 2
         block = self._headers(path)
@@ -298,7 +311,7 @@ class H2GrpcClient:
                 if out:
                     conn.sock.sendall(b"".join(out))
                     out = []
-                window += self._wait_window(conn, sid)
+                window += self._wait_window(conn, sid, deadline, no_progress)
                 continue
             last = pos + n >= len(message)
             out.append(_frame(DATA, END_STREAM if last else 0, sid, message[pos : pos + n]))
@@ -311,10 +324,17 @@ class H2GrpcClient:
             if last:
                 return sid
 
-    def _wait_window(self, conn: _Conn, sid: int) -> int:
+    def _wait_window(self, conn: _Conn, sid: int, deadline: float | None, no_progress: float | None) -> int:
         """Read frames until the peer opens send window (stream or connection); returns the
-        stream's increase. Anything else for the stream this early ends the call."""
-        data = conn.rest + self._recv(conn)
+        stream's increase. Anything else for the stream this early ends the call. Each read waits
+        at most the no-progress limit and never past the total deadline: a peer that keeps the
+        window shut, or sends only PINGs, ends the call in its timeouts."""
+        conn.sock.settimeout(_wait_time(deadline, no_progress))
+        try:
+            data = conn.rest + self._recv(conn)
+        except TimeoutError:
+            _wait_time(deadline, no_progress)  # DEADLINE_EXCEEDED when the total deadline ended the wait
+            raise
         conn.rest = b""
         grown, pos = 0, 0
         while len(data) - pos >= 9:
@@ -374,7 +394,10 @@ class H2GrpcClient:
         conn = self._take()
         ok = False
         try:
-            sid = self._start(conn, path, body)
+            # the request's writes wait no longer than its reads (a kept connection holds the
+            # timeout its last read was given, a new one the connect timeout)
+            conn.sock.settimeout(_wait_time(deadline, no_progress))
+            sid = self._start(conn, path, body, deadline, no_progress)
             if rec is not None:
                 rec.t_sent = time.perf_counter()
                 rec.wall_sent = time.time()

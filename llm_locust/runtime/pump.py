@@ -35,6 +35,7 @@ _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
 
 READ_SIZE = 65536
 _MAX_EVENTS = 1024
+_FIRED = "closed: no data within the no-progress timeout"
 
 
 class _Stream:
@@ -82,15 +83,22 @@ class TokenPump:
         a read in which `count_token_events` finds none: each token event's time (its read's
         arrival time) goes to `times`, and `watch.last` is kept, as the stream's own reads would.
         Returns (that read, its arrival time, token events taken). Raises what that read raised;
-        OSError(EBADF) when the watchdog closed the socket meanwhile. A timeout or kill of the
-        caller takes the socket back."""
+        OSError(EBADF) when the watchdog closed the socket meanwhile, or had fired before this
+        call. A timeout or kill of the caller takes the socket back.
+
+        The watchdog wakes a stream that waits here (`watch.on_fire`); one that fired before the
+        wait began must be seen here, or nothing ever wakes it: the watchdog fires once, and its
+        close of the socket can come after the register (gevent defers the close of a socket a
+        greenlet was waiting on until that wait is cancelled, while the socket's data may wake
+        that greenlet first), dropping it from the epoll set unseen. Nothing yields between this
+        check and the wait, so the fire is either seen here or wakes the wait."""
+        if watch.fired or raw.fileno() < 0:
+            raise OSError(errno.EBADF, _FIRED)
         ep = self._ready()
         s = _Stream(raw, count_token_events, times, watch, t_sent, off_ns)
         ep.register(s.fd, _EPOLLIN)
         self._streams[s.fd] = s
-        watch.on_fire = lambda: self._hand_back(
-            s, OSError(errno.EBADF, "closed: no data within the no-progress timeout")
-        )
+        watch.on_fire = lambda: self._hand_back(s, OSError(errno.EBADF, _FIRED))
         try:
             out = s.waiter.get()
         finally:
@@ -115,6 +123,17 @@ class TokenPump:
         get_hub().loop.run_callback(s.waiter.switch, out)
 
     def _run(self) -> None:
+        """The pump's greenlet. Should it ever end (killed, or an error of its own), every stream
+        waiting in it is handed the error at once: none waits for reads nobody takes (the next
+        read starts a new pump)."""
+        try:
+            self._serve()
+        except BaseException as e:
+            for s in list(self._streams.values()):
+                self._hand_back(s, OSError(errno.EIO, f"the token pump stopped: {type(e).__name__}: {e}"))
+            raise
+
+    def _serve(self) -> None:
         wait = get_hub().wait
         ep = self._ep
         assert ep is not None, "the pump runs once _ready made its epoll set"
