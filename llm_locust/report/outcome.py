@@ -470,6 +470,17 @@ def exit_code(e: Ended, gates: list[dict[str, Any]]) -> tuple[int, list[str]]:
     return (EXIT_GATE, failed) if failed else (EXIT_OK, [])
 
 
+def junit(out: Outcome, label: str) -> str:
+    """The run's gates as JUnit XML, one test case each (--junit); an interrupted or early-stopped
+    run is one failed case saying so."""
+    from llm_locust.report.compare.gates import Case, junit_xml
+
+    cases = [Case(label, f"gate: {g['name']}", bool(g["passed"]), g["line"]) for g in out.results.get("gates", [])]
+    if out.exit_code and not any(not c.passed for c in cases):
+        cases.append(Case(label, "run completed", False, "; ".join(out.reasons) or f"exit {out.exit_code}"))
+    return junit_xml(cases)
+
+
 def build(e: Ended) -> Outcome:
     """The outcome of a run (no I/O). One that never started a test (nothing sent, not started)
     has nothing to print or write; one interrupted after its start is written, even empty."""

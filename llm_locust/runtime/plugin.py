@@ -152,7 +152,8 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
     and what `llm-locust run` used itself (workers, the simulator, the locustfile)."""
     run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
     values = {"workers": n_workers, "replay": mode == "replay", **run_only}
-    values.pop("workers_why", None)
+    if values.pop("workers_why", None):  # chosen by `auto` for this machine: a re-run chooses for its own
+        values["workers"] = "auto"
     if values.pop("sim_started", False):
         values["host"] = ""  # the built-in simulator: a re-run starts one again
     return derive.to_plan(settings.model_copy(update=values))
@@ -199,7 +200,7 @@ def _init_runner(environment, h: MetricsHub) -> None:
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
-    if os.environ.get(derive.RUN_ONLY_ENV) is not None and not getattr(settings, "locust_stats", False):
+    if os.environ.get(derive.RUN_ONLY_ENV) is not None and not settings.locust_stats:
         _quiet_locust_tables()  # `llm-locust run`: one latency table, ours (--locust-stats keeps Locust's)
     if _load(environment, settings)["mode"] == "closed":
         # a worker that joins late takes a share of the users, one that leaves hands its share on
@@ -317,7 +318,8 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
     if getattr(environment.parsed_options, "headless", False):
         from llm_locust.runtime.progress import Progress
 
-        progress = Progress(environment, h, getattr(environment.parsed_options, "run_time", None) or None)
+        run_time = getattr(environment.parsed_options, "run_time", None) or None
+        progress = Progress(environment, h, run_time, settings.progress_interval)
         environment.events.test_start.add_listener(progress.start)
         environment.events.test_stop.add_listener(progress.stop)
     return server_facts
@@ -409,7 +411,7 @@ class _EndOfRun:
             baseline_summary=_baseline_summary(s),
             interruption=self.stopper.interruption,
             stopped_early=self.stopped_early(),
-            slo_attainment=getattr(s, "slo_attainment", outcome.SLO_ATTAINMENT),
+            slo_attainment=s.slo_attainment,
         )
 
     def write(self, out: outcome.Outcome) -> bool:
@@ -427,6 +429,15 @@ class _EndOfRun:
                 ok = False
         if s.report:
             ok = _write_report(s.report, out.results, masking.SECRETS.all(), s.results) and ok
+        if s.junit:
+            from llm_locust.report.files import write_atomic
+
+            try:
+                write_atomic(Path(s.junit), outcome.junit(out, s.name or "llm-locust run"))
+                print(f"gates written to {s.junit} (JUnit)", flush=True)
+            except OSError as e:
+                print(f"llm-locust: could not write the JUnit file {s.junit}: {e}", file=sys.stderr, flush=True)
+                ok = False
         return ok
 
 

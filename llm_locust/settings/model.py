@@ -944,8 +944,9 @@ class Settings(BaseModel):
         AfterValidator(_check_run_time),
         Opt(
             "common",
-            "closed loop: stop after this long, e.g. 30s, 5m, 1h30m (a bare number is seconds, below 86400); replays "
-            "and ladders end by themselves",
+            "stop after this long, e.g. 30s, 5m, 1h30m (a bare number is seconds, below 86400; closed loop default "
+            "15s; replays and ladders end by themselves; with --web, each test started from the UI stops this long "
+            "after its start)",
             default_text="15s",
             plan="load.run_time",
             short="-t",
@@ -1268,10 +1269,10 @@ class Settings(BaseModel):
         Text,
         Opt(
             "repeat",
-            "with --baseline: write the regression gate's cases as JUnit XML here",
+            "write the run's gates (error rate, answered, SLO attainment, SLA search) as JUnit XML test cases "
+            "here; with --baseline, the regression gate's",
             plan="repeat.junit",
             path="out",
-            run_only=True,
         ),
     ] = ""
 
@@ -1287,8 +1288,38 @@ class Settings(BaseModel):
         ),
     ] = {}
 
+    slo_attainment: Annotated[
+        Fraction,
+        Opt(
+            "verdicts",
+            "with --slo, a run (not a ladder) fails (exit 1) when fewer of its answered requests than this met every "
+            "SLO (0.95: the field's convention; 0: never)",
+            plan="slo_attainment",
+        ),
+    ] = 0.95
+
     # ---- outputs ----
     name: Annotated[Text, Opt("outputs", "the run's name, shown in the results and the report", plan="name")] = ""
+    progress_interval: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "outputs",
+            "a headless run prints a progress line this often (0: never)",
+            plan="outputs.progress_interval",
+            unit="s",
+            bare_below=3600.0,
+        ),
+    ] = 10.0
+    locust_stats: Annotated[
+        bool,
+        Opt(
+            "outputs",
+            "llm-locust run: print Locust's own end-of-run tables too (requests, percentiles and errors by "
+            "response time, beside the llm-locust summary)",
+            plan="outputs.locust_stats",
+        ),
+    ] = False
     description: Annotated[
         Text, Opt("outputs", "a line on what the run is for, shown in the report", plan="description")
     ] = ""
@@ -1433,8 +1464,10 @@ class Settings(BaseModel):
                     f"(repeat.count), not {self.repeat}",
                 )
             )
-        if (self.junit or self.tolerance != "5%") and not self.baseline:
-            problems.append(("junit" if self.junit else "tolerance", "only used with --baseline (repeat.baseline)"))
+        if self.tolerance != "5%" and not self.baseline:
+            problems.append(("tolerance", "only used with --baseline (repeat.baseline)"))
+        if self.junit and self.repeat > 1 and not self.baseline:
+            problems.append(("junit", "with --repeat, the JUnit file holds --baseline's regression gate: give one"))
         if self.tolerance != "5%":
             try:
                 parse_tolerance(self.tolerance)
