@@ -213,3 +213,39 @@ def test_a_killed_request_leaves_the_pump_and_counts_as_cancelled(pumped):
         server.stop()
     assert job.dead and len(cancelled) == 1 and cancelled[0].outcome is Outcome.CANCELLED
     assert len(cancelled[0].chunk_times) >= 1
+
+
+def test_a_pump_that_stops_hands_its_streams_back_at_once(pumped):
+    """Should the pump's greenlet ever end (killed, or an error of its own), a stream waiting in
+    it must not wait for reads nobody takes (before: until its no-progress timeout, 5 s here, then
+    counted as a timeout): it ends at once, truncated, saying why; the next stream gets a new pump."""
+    server = paced_server(None, 0.01)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        c = client_for(url, "openai-completions", timeouts=Timeouts(2.0, 5.0, 10.0))
+        in_pump = gevent.event.Event()
+        real_read = PUMP.read
+
+        def read(*args):
+            in_pump.set()
+            return real_read(*args)
+
+        PUMP.read = read
+        try:
+            job = gevent.spawn(c.send, spec(1000), "pump-stops")
+            assert in_pump.wait(5)
+            gevent.sleep(0.05)  # a few token reads in the pump
+            t0 = time.perf_counter()
+            PUMP._greenlet.kill(block=True, timeout=5)
+            job.join(5)
+        finally:
+            del PUMP.read
+        rec = job.value
+        assert rec is not None and time.perf_counter() - t0 < 1, "the stream waited in a stopped pump"
+        assert rec.outcome is Outcome.TRUNCATED and "the token pump stopped (GreenletExit)" in rec.error, rec.error
+        assert len(rec.chunk_times) > 3
+        after = client_for(url, "openai-completions", timeouts=Timeouts(2.0, 5.0, 0.5)).send(spec(1000), "after")
+        assert after.outcome is Outcome.TIMEOUT and "total timeout" in after.error
+        assert len(after.chunk_times) > 10  # read on by a new pump, not stuck in the stopped one
+    finally:
+        server.stop()

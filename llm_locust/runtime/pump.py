@@ -129,8 +129,9 @@ class TokenPump:
         try:
             self._serve()
         except BaseException as e:
+            why = f"the token pump stopped ({type(e).__name__}{f': {e}' if str(e) else ''})"
             for s in list(self._streams.values()):
-                self._hand_back(s, OSError(errno.EIO, f"the token pump stopped: {type(e).__name__}: {e}"))
+                self._hand_back(s, OSError(errno.EIO, why))
             raise
 
     def _serve(self) -> None:
