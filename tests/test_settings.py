@@ -541,6 +541,12 @@ def test_workers_auto_follows_the_planned_load(argv, cores, workers):
     assert why == "given" if "--workers" in argv else why.startswith("auto:")
 
 
+def test_a_replay_without_an_in_flight_cap_says_why_one_process():
+    """It said "0 planned concurrent streams" for every replay."""
+    n, why = choose(derive.resolve(None, cli("--replay")), cores=8)
+    assert n == 0 and why.startswith("auto: one process (a replay's concurrency is its trace's") and "0 planned" not in why
+
+
 def test_workers_takes_a_number_or_auto():
     assert derive.resolve(None, cli("--workers", "auto")).workers == "auto"
     assert derive.resolve(None, cli("--workers", "3")).workers == 3
