@@ -47,7 +47,7 @@ def choose(settings, cores: int | None = None) -> tuple[int, str]:
     need = math.ceil(streams / STREAMS_PER_PROCESS) if streams else 1
     most = max(cores - 1, 1)
     if not streams:  # a replay (or a speed ladder) without --max-in-flight: its peak is the trace's
-        return 0, "auto: one process (a replay's concurrency is its trace's: --max-in-flight N or --workers N plan more)"
+        return 0, "auto: one process (a replay's concurrency is its trace's: --max-in-flight or --workers plan more)"
     if need <= 1 or most < 2:
         why = (
             f"auto: one process ({streams} planned concurrent streams; one process takes ~{STREAMS_PER_PROCESS})"
