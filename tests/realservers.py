@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from support import free_port, missing
+from support import free_port, missing, read_records, run_ok
 
 LLAMA_CPP_PY_VERSION = "0.3.36"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -373,49 +373,33 @@ def vllm_python() -> Path | None:
     return venv / "bin" / "python"
 
 
+_HF_MODEL_FILES = (".stamp", "config.json", "model.safetensors", "tokenizer.json")
+_TINY_MEDIA_MODEL_FILES = (*_HF_MODEL_FILES, "processor_config.json", "llm_locust_provenance.json")
+
+
+def _model_dir(dirname: str, files: Sequence[str]) -> Path | None:
+    """cache_dir()/models/DIRNAME when every one of `files` is in it, else None."""
+    d = cache_dir() / "models" / dirname
+    return d if all(_existing(d / f) is not None for f in files) else None
+
+
 def vllm_model_dir() -> Path | None:
     """SmolLM2-135M-Instruct as an HF model dir (bf16 safetensors + tokenizer), or None."""
-    d = cache_dir() / "models" / VLLM_MODEL_DIRNAME
-    ok = all(_existing(d / f) is not None for f in (".stamp", "config.json", "model.safetensors", "tokenizer.json"))
-    return d if ok else None
+    return _model_dir(VLLM_MODEL_DIRNAME, _HF_MODEL_FILES)
 
 
 def vllm_vlm_dir() -> Path | None:
     """A tiny random-weight vision-language model (Idefics3, SmolLM2's tokenizer plus image tokens)
     as an HF model dir, built by scripts/make_tiny_vlm.py (``scripts/real-servers.sh vllm``), or None.
     Its ``llm_locust_provenance.json`` says how many prompt tokens an image becomes."""
-    d = cache_dir() / "models" / VLLM_VLM_DIRNAME
-    ok = all(
-        _existing(d / f) is not None
-        for f in (
-            ".stamp",
-            "config.json",
-            "model.safetensors",
-            "tokenizer.json",
-            "processor_config.json",
-            "llm_locust_provenance.json",
-        )
-    )
-    return d if ok else None
+    return _model_dir(VLLM_VLM_DIRNAME, _TINY_MEDIA_MODEL_FILES)
 
 
 def vllm_alm_dir() -> Path | None:
     """A tiny random-weight audio-language model (Qwen2-Audio, SmolLM2's tokenizer plus audio tokens)
     as an HF model dir, built by scripts/make_tiny_alm.py (``scripts/real-servers.sh vllm``), or None.
     Its ``llm_locust_provenance.json`` says how many prompt tokens a 1 s clip becomes."""
-    d = cache_dir() / "models" / VLLM_ALM_DIRNAME
-    ok = all(
-        _existing(d / f) is not None
-        for f in (
-            ".stamp",
-            "config.json",
-            "model.safetensors",
-            "tokenizer.json",
-            "processor_config.json",
-            "llm_locust_provenance.json",
-        )
-    )
-    return d if ok else None
+    return _model_dir(VLLM_ALM_DIRNAME, _TINY_MEDIA_MODEL_FILES)
 
 
 class VllmServerError(ServerError):
@@ -743,7 +727,6 @@ def chat_replay(
     trace line sent exactly once and answered ok, sent = ok = n, n_in and n_out from the server's
     usage, n_out as asked, and the summary's token sums agreeing with the records."""
     import json
-    import sys
 
     trace, results, log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
     trace.write_text(
@@ -753,38 +736,29 @@ def chat_replay(
             for i in range(n)
         )
     )
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            "--host",
-            url,
-            "--api",
-            "openai-chat",
-            "--model",
-            model,
-            "--trace",
-            str(trace),
-            "--tokenizer",
-            str(tokenizer_dir),
-            "--replay",
-            *extra_args,
-            "--max-tokens",
-            str(output_tokens),
-            "--results",
-            str(results),
-            "--record-log",
-            str(log),
-        ],
-        capture_output=True,
-        text=True,
+    p = run_ok(
+        "--host",
+        url,
+        "--api",
+        "openai-chat",
+        "--model",
+        model,
+        "--trace",
+        str(trace),
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--replay",
+        *extra_args,
+        "--max-tokens",
+        str(output_tokens),
+        "--results",
+        str(results),
+        "--record-log",
+        str(log),
         timeout=timeout_s,
     )
-    assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     # one file, or one a worker process where the replay runs in several (records.jsonl.workerN)
-    records = [json.loads(line) for f in sorted(tmp_path.glob("records.jsonl*")) for line in f.read_text().splitlines()]
+    records = read_records(log)
     summary = json.loads(results.read_text())["summary"]
     # an open-loop replay sends each record exactly once, and the server answers every one
     assert sorted(trace_line(r) for r in records) == list(range(1, n + 1)), [r["source"] for r in records]

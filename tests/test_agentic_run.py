@@ -5,9 +5,9 @@ state; an endpoint that dies mid-run."""
 
 import json
 import subprocess
-import sys
 
 import pytest
+from support import cli_process, read_jsonl, read_records, run_ok, start_run
 
 from llm_locust.sim.process import SimProcess
 
@@ -27,34 +27,16 @@ def conversations(path, n=16, turns=4, words=60, later_words=None):
     return path
 
 
-def run(tmp, hosts, trace, *args, timeout=180):
-    results = tmp / "results.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "llm_locust.cli",
-        "run",
-        "--trace",
-        str(trace),
-        "--results",
-        str(results),
-        "--record-log",
-        str(tmp / "records.jsonl"),
-        "--api",
-        "openai-chat",
-    ]
-    for h in hosts:
-        cmd += ["--host", h]
-    p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    import glob
+def chat_args(trace, results, log, hosts) -> list[str]:
+    """A run of `trace` (openai-chat) against `hosts`, writing `results` and the record log `log`."""
+    args = ["--trace", str(trace), "--results", str(results), "--record-log", str(log), "--api", "openai-chat"]
+    return args + [a for h in hosts for a in ("--host", h)]
 
-    rows = [
-        json.loads(line)
-        for f in sorted(glob.glob(str(tmp / "records.jsonl") + "*"))
-        for line in open(f).read().splitlines()
-    ]
-    return json.loads(results.read_text()), rows, p.stdout
+
+def run(tmp, hosts, trace, *args, timeout=180):
+    results, log = tmp / "results.json", tmp / "records.jsonl"
+    p = run_ok(*chat_args(trace, results, log, hosts), *args, timeout=timeout)
+    return json.loads(results.read_text()), read_records(log), p.stdout
 
 
 SIM = dict(
@@ -121,25 +103,10 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
     with SimProcess(**SIM) as a:
         b = SimProcess(**SIM).start()
         doomed = b.url
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            "--trace",
-            str(trace),
-            "--results",
-            str(results_path),
-            "--record-log",
-            str(log),
-            "--api",
-            "openai-chat",
+        p = start_run(
+            *chat_args(trace, results_path, log, [a.url, doomed]),
             "--workers",
             "0",
-            "--host",
-            a.url,
-            "--host",
-            doomed,
             "--route",
             "round-robin",
             "-u",
@@ -147,8 +114,10 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
             "-t",
             "5s",
             "--no-fail-fast",
-        ]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while _served(doomed) < 10:  # it served its share for a while ...
@@ -161,7 +130,7 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
                 p.kill()
     assert p.returncode in (0, 1), out[-2000:] + err[-2000:]  # 1: the error rate is above the limit
     results = json.loads(results_path.read_text())
-    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    rows = read_jsonl(log)
     mine = [r for r in rows if r["endpoint"] == doomed]
     ok_before = [r for r in mine if r["outcome"] == "ok"]
     failed = [r for r in mine if r["outcome"] not in ("ok", "cancelled")]
@@ -178,14 +147,9 @@ def test_an_endpoint_that_dies_mid_run_fails_its_own_requests_and_is_shown_down(
 
 
 def _synth(path, spec):
-    p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "trace", "synth", "--agentic", spec, "--out", str(path), "--force"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = cli_process("trace", "synth", "--agentic", spec, "--out", str(path), "--force", timeout=60)
     assert p.returncode == 0, p.stderr
-    return [json.loads(x) for x in path.read_text().splitlines()]
+    return read_jsonl(path)
 
 
 def test_an_agentic_replay_over_two_workers_sends_every_turn_once_in_order(tmp_path):

@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+from support import read_jsonl
 
 from llm_locust.workload import anonymize
 from llm_locust.workload.prefix_hash import PrefixHasher, render_messages
@@ -20,12 +21,6 @@ def write_jsonl(path, objs, raw_lines=()):
         for r in raw_lines:
             f.write(r)
     return path
-
-
-def read_jsonl(path):
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return [json.loads(x) for x in f if x.strip()]
 
 
 def run(tmp_path, objs, *args, name="in.jsonl"):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import free_port, missing, need_binary
+from support import cli_argv, free_port, missing, need_binary
 
 from llm_locust.sim.process import SimProcess
 
@@ -305,10 +305,7 @@ def prometheus_on_live_run(tmp_path_factory):
     with SimProcess(slots=16) as sim:
         try:
             run = start(
-                [
-                    sys.executable,
-                    "-m",
-                    "llm_locust.cli",
+                cli_argv(
                     "run",
                     "--host",
                     sim.url,
@@ -324,7 +321,7 @@ def prometheus_on_live_run(tmp_path_factory):
                     str(master_port),
                     "--results",
                     str(tmp / "r.json"),
-                ],
+                ),
                 "run",
             )
             start(

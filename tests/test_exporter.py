@@ -5,13 +5,12 @@ import json
 import random
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
-from support import free_port, need_binary
+from support import free_port, need_binary, run_cli, scrape_until, start_run
 
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.runtime.exporter import cumulative_buckets
@@ -43,27 +42,21 @@ def live_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exporter")
     port = free_port()
     with SimProcess(slots=16) as sim:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llm_locust.cli",
-                "run",
-                "--host",
-                sim.url,
-                "--workers",
-                "2",
-                "-u",
-                "6",
-                "-t",
-                "30s",
-                "--max-tokens-cap",
-                "32",
-                "--prometheus-port",
-                str(port),
-                "--results",
-                str(tmp / "r.json"),
-            ],
+        proc = start_run(
+            "--host",
+            sim.url,
+            "--workers",
+            "2",
+            "-u",
+            "6",
+            "-t",
+            "30s",
+            "--max-tokens-cap",
+            "32",
+            "--prometheus-port",
+            str(port),
+            "--results",
+            str(tmp / "r.json"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -75,17 +68,10 @@ def live_run(tmp_path_factory):
 
 
 def scrape_when(port: int, predicate, deadline: float = 30.0) -> str:
-    end = time.monotonic() + deadline
-    text = ""
-    while time.monotonic() < end:
-        try:
-            text = get(f"http://127.0.0.1:{port}/metrics").decode()
-            if predicate(text):
-                return text
-        except OSError:
-            pass  # not serving yet
-        time.sleep(0.5)  # polling an HTTP endpoint, bounded by the deadline
-    raise AssertionError(f"condition not met within {deadline}s; last scrape:\n{text[-2000:]}")
+    held, text = scrape_until(port, predicate, timeout=deadline, every=0.5, read_timeout=5.0)
+    if not held:
+        raise AssertionError(f"condition not met within {deadline}s; last scrape:\n{text[-2000:]}")
+    return text
 
 
 def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run, tmp_path):
@@ -148,29 +134,23 @@ def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run
 def test_web_ui_serves_metrics_too(tmp_path):
     port = free_port()
     with SimProcess(slots=8) as sim:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llm_locust.cli",
-                "run",
-                "--host",
-                sim.url,
-                "--web",
-                "--web-port",
-                str(port),
-                "--web-host",
-                "127.0.0.1",
-                "--autostart",
-                "--autoquit",
-                "3",
-                "-u",
-                "2",
-                "-t",
-                "8s",
-                "--max-tokens-cap",
-                "8",
-            ],
+        proc = start_run(
+            "--host",
+            sim.url,
+            "--web",
+            "--web-port",
+            str(port),
+            "--web-host",
+            "127.0.0.1",
+            "--autostart",
+            "--autoquit",
+            "3",
+            "-u",
+            "2",
+            "-t",
+            "8s",
+            "--max-tokens-cap",
+            "8",
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -188,22 +168,6 @@ def test_a_taken_port_is_a_clear_error_before_any_load():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "llm_locust.cli",
-                "run",
-                "--host",
-                "http://127.0.0.1:9",
-                "-t",
-                "2s",
-                "--prometheus-port",
-                str(port),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        p = run_cli("--host", "http://127.0.0.1:9", "-t", "2s", "--prometheus-port", str(port), timeout=60)
     assert p.returncode == 2
     assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr

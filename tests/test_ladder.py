@@ -6,11 +6,10 @@ concurrency ladder must find the knee at the slot count, within one ladder step.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import run_cli, run_ok
 
 from llm_locust.sim.model import SimConfig, capacity
 from llm_locust.sim.process import SimProcess
@@ -21,10 +20,6 @@ A, B = 0.005, 0.0001  # iteration: 5 ms + 0.1 ms per running sequence
 def run_ladder(tmp_path, host, ladder, *extra, workers=0, timeout=300, expect_rc=0):
     results = tmp_path / "results.json"
     cmd = [
-        sys.executable,
-        "-m",
-        "llm_locust.cli",
-        "run",
         "--host",
         host,
         "--ladder",
@@ -41,8 +36,7 @@ def run_ladder(tmp_path, host, ladder, *extra, workers=0, timeout=300, expect_rc
     ]
     if workers:
         cmd += ["--workers", str(workers)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == expect_rc, p.stdout[-3000:] + p.stderr[-3000:]
+    p = run_ok(*cmd, rc=(expect_rc,), timeout=timeout)
     return json.loads(results.read_text()), p.stdout
 
 
@@ -92,12 +86,7 @@ def test_rate_ladder_open_loop_across_two_workers(tmp_path):
 
 def test_bad_ladders_are_refused_before_any_load(tmp_path):
     for bad, words in (("concurrency:8..2", "start"), ("volume:1..4", "kind"), ("rate:", "")):
-        p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", "run", "--host", "http://127.0.0.1:9", "--ladder", bad],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        p = run_cli("--host", "http://127.0.0.1:9", "--ladder", bad, timeout=60)
         assert p.returncode == 2, (bad, p.stderr[-1500:])
         assert "llm-locust:" in p.stderr and words in p.stderr and "Traceback" not in p.stderr
 
@@ -143,13 +132,7 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     plan = Path(__file__).resolve().parents[1] / "plans" / "seed-concurrency-ladder.yaml"
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     quick = ["--ladder", "concurrency:1,2", "--step-duration", "3", "--warmup", "1"]
-    p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", str(plan), *quick, "--results", str(first)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        cwd=tmp_path,
-    )
+    p = run_cli(str(plan), *quick, "--results", str(first), timeout=200, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert (tmp_path / "results-seed-concurrency-ladder.html").is_file()  # the plan's report:, relative to cwd
     r1 = json.loads(first.read_text())
@@ -157,13 +140,7 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     assert r1["plan"]["slos"] == {"ttft": 0.5, "ttft_p50": 0.2, "tpot_p50": 0.05}  # the plan's own SLOs
     assert r1["plan"]["sim"]["slots"] == 8 and r1["run"]["command"][2] == str(plan)
     assert [s["offered"] for s in r1["ladder"]["steps"]] == [1, 2]
-    p = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", str(first), "--results", str(second)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        cwd=tmp_path,
-    )
+    p = run_cli(str(first), "--results", str(second), timeout=200, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     r2 = json.loads(second.read_text())
     assert {k: v for k, v in r2["plan"].items() if k != "results"} == {

@@ -19,12 +19,11 @@ exactly (a request cancelled at a stop would have been counted by the server onl
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import realservers
 from realservers import LlamaReplicas, SmgRouter, prometheus_values
+from support import read_jsonl, run_ok
 
 pytestmark = pytest.mark.real_server
 
@@ -57,22 +56,13 @@ def trace(tmp_path_factory):
     return p
 
 
-def _run(tmp, hosts, trace, *args):
-    results, log = tmp / "results.json", tmp / "records.jsonl"
-    cmd = [
-        sys.executable,
-        "-m",
-        "llm_locust.cli",
-        "run",
+def _replay(trace, results, log, hosts, *args):
+    """An open-loop replay of `trace` against `hosts` in one process, no server-metrics reads (the
+    test reads the servers' counters itself), writing `results` and the record log `log`."""
+    run_ok(
         "--trace",
         str(trace),
-        "--api",
-        "openai-chat",
-        "--model",
-        "tiny",
         "--replay",
-        "--loops",
-        "2",
         "--workers",
         "0",
         "--results",
@@ -82,12 +72,15 @@ def _run(tmp, hosts, trace, *args):
         "--server-metrics",
         "off",
         *args,
-    ]
-    for h in hosts:
-        cmd += ["--host", h]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rows = [json.loads(x) for x in log.read_text().splitlines()]
+        *(a for h in hosts for a in ("--host", h)),
+        timeout=180,
+    )
+
+
+def _run(tmp, hosts, trace, *args):
+    results, log = tmp / "results.json", tmp / "records.jsonl"
+    _replay(trace, results, log, hosts, "--api", "openai-chat", "--model", "tiny", "--loops", "2", *args)
+    rows = read_jsonl(log)
     return json.loads(results.read_text())["summary"], [r for r in rows if r["outcome"] == "ok"]
 
 
@@ -155,36 +148,12 @@ def test_a_weighted_model_split_over_two_servers_of_two_models(tmp_path, llama_s
     ):
         before = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]
         results, log = tmp_path / "r.json", tmp_path / "rl.jsonl"
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            "--trace",
-            str(trace),
-            "--replay",
-            "--api",
-            "openai-completions",
-            "--model",
-            "model-a:0.7,model-b:0.3",
-            "--host",
-            a.url,
-            "--host",
-            b.url,
-            "--workers",
-            "0",
-            "--results",
-            str(results),
-            "--record-log",
-            str(log),
-            "--server-metrics",
-            "off",
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        _replay(
+            trace, results, log, [a.url, b.url], "--api", "openai-completions", "--model", "model-a:0.7,model-b:0.3"
+        )
         after = [prometheus_values(u).get("llamacpp:tokens_predicted_total", 0.0) for u in (a.url, b.url)]
         urls = {"model-a": a.url, "model-b": b.url}
-    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    rows = read_jsonl(log)
     assert len(rows) == n and all(r["outcome"] == "ok" for r in rows)
     assert all(r["endpoint"] == urls[r["model"]] for r in rows)  # a model's requests go where it is served
     by_model = json.loads(results.read_text())["summary"]["by_model"]

@@ -23,12 +23,11 @@ import difflib
 import json
 import math
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 from realservers import http_get
+from support import read_jsonl, run_ok
 from test_real_apis import MAX_TOKENS, counter, run_api
 
 from llm_locust.analysis import server_metrics
@@ -84,6 +83,27 @@ def idle_scrape(url: str, timeout: float = 60.0) -> str:
         time.sleep(0.2)  # poll interval, bounded by the deadline
 
 
+def chat_run(url: str, tokenizer_dir, trace, results, record_log, *args: str):
+    """`llm-locust run` of `trace` (openai-chat, lengths by vLLM's tokenizer in `tokenizer_dir`)
+    against `url`, writing `results` and `record_log`; its status checked."""
+    return run_ok(
+        "--host",
+        url,
+        "--api",
+        "openai-chat",
+        "--trace",
+        str(trace),
+        "--tokenizer",
+        str(tokenizer_dir),
+        *args,
+        "--results",
+        str(results),
+        "--record-log",
+        str(record_log),
+        timeout=RUN_TIMEOUT_S,
+    )
+
+
 def cache_config(text: str) -> dict[str, str]:
     labels = server_metrics.samples(text).get("vllm:cache_config_info") or [({}, 0.0)]
     return labels[0][0]
@@ -134,45 +154,28 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
     before = idle_scrape(url)
 
     t0 = time.monotonic()
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            "--host",
-            url,
-            "--api",
-            "openai-chat",
-            "--trace",
-            str(trace),
-            "--tokenizer",
-            str(vllm_model_dir),
-            "--ladder",
-            "concurrency:" + ",".join(map(str, LEVELS)),
-            "--warmup",
-            str(WARMUP_S),
-            "--step-duration",
-            str(STEP_S),
-            "--no-early-stop",
-            "--metrics-interval",
-            str(METRICS_INTERVAL_S),
-            "--results",
-            str(results),
-            "--record-log",
-            str(record_log),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
+    p = chat_run(
+        url,
+        vllm_model_dir,
+        trace,
+        results,
+        record_log,
+        "--ladder",
+        "concurrency:" + ",".join(map(str, LEVELS)),
+        "--warmup",
+        str(WARMUP_S),
+        "--step-duration",
+        str(STEP_S),
+        "--no-early-stop",
+        "--metrics-interval",
+        str(METRICS_INTERVAL_S),
     )
     run_s = time.monotonic() - t0
-    assert p.returncode == 0, f"llm-locust run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     assert "server (vllm" in p.stdout, p.stdout[-3000:]
     after = idle_scrape(url)
 
     doc = json.loads(results.read_text())
-    records = [json.loads(line) for line in record_log.read_text().splitlines()]
+    records = read_jsonl(record_log)
     ok = [r for r in records if r["outcome"] == "ok"]
     assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [
         r for r in records if r["outcome"] not in ("ok", "cancelled")
@@ -315,42 +318,25 @@ def test_a_run_with_required_tool_calls_times_the_first_tool_call_token(vllm_ser
         "".join(json.dumps({"timestamp": 0, "input_tokens": 40, "output_tokens": n_out}) + "\n" for _ in range(50))
     )
     before = idle_scrape(url)
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            "--host",
-            url,
-            "--api",
-            "openai-chat",
-            "--trace",
-            str(trace),
-            "--tokenizer",
-            str(vllm_model_dir),
-            "--tools",
-            "2",
-            "--tool-choice",
-            "required",
-            "-u",
-            "2",
-            "-t",
-            "30s",
-            "--server-metrics",
-            "off",
-            "--results",
-            str(results),
-            "--record-log",
-            str(record_log),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
+    chat_run(
+        url,
+        vllm_model_dir,
+        trace,
+        results,
+        record_log,
+        "--tools",
+        "2",
+        "--tool-choice",
+        "required",
+        "-u",
+        "2",
+        "-t",
+        "30s",
+        "--server-metrics",
+        "off",
     )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     after = idle_scrape(url)
-    records = [json.loads(line) for line in record_log.read_text().splitlines()]
+    records = read_jsonl(record_log)
     ok = [r for r in records if r["outcome"] == "ok"]
     assert {r["outcome"] for r in records} <= {"ok", "cancelled"}, [r["error"] for r in records][:3]
     assert len(ok) >= 2, records

@@ -3,28 +3,20 @@ compare's noise verdict and its regression mode on synthetic repeated results, b
 
 import json
 import math
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support import cli_process
 
 from llm_locust.analysis.repeats import combine, format_repeats, interval, t975, welch
 from llm_locust.report import compare as cmp
 from llm_locust.report.results import SCHEMA, SCHEMA_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def cli(*args, timeout=60, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-    )
+def cli(*args, timeout=60):
+    """``llm-locust ARGS`` (cli_process) within 60 s unless told."""
+    return cli_process(*args, timeout=timeout)
 
 
 # ---- the interval, by hand ----

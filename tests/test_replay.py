@@ -1,15 +1,12 @@
 """Open-loop trace replay: exactly once across real worker processes, on schedule, conversations
 in order with their history, and the in-flight cap."""
 
-import glob
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import shared_file
+from support import read_records, run_ok, shared_file
 
 from llm_locust.sim.process import SimProcess
 from llm_locust.workload import load_trace
@@ -21,10 +18,6 @@ REPLAY = str(ROOT / "locustfiles" / "replay.py")  # the same as `run --replay`
 def replay(tmp, host, trace, *args, workers=0, timeout=240):
     results, log = tmp / "results.json", tmp / "records.jsonl"
     cmd = [
-        sys.executable,
-        "-m",
-        "llm_locust.cli",
-        "run",
         "-f",
         REPLAY,
         "--host",
@@ -45,13 +38,8 @@ def replay(tmp, host, trace, *args, workers=0, timeout=240):
     ]
     if workers:
         cmd += ["--workers", str(workers)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rows = []
-    for path in sorted(glob.glob(f"{log}*")):
-        with open(path) as f:
-            rows += [json.loads(line) for line in f]
-    return json.loads(results.read_text()), rows
+    run_ok(*cmd, timeout=timeout)
+    return json.loads(results.read_text()), read_records(log)
 
 
 @pytest.fixture(scope="module")

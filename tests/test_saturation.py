@@ -63,6 +63,24 @@ def within_one_step(found, truth, levels):
     return found is not None and abs(levels.index(found) - levels.index(truth)) <= 1
 
 
+def step_results(aggs, levels, kind, *, step_s, warmup, series):
+    """Each level's StepResult from its Aggregate: step i's window is its `step_s` seconds after
+    `warmup`, from W."""
+    return [
+        step_result(
+            aggs[i],
+            step=i + 1,
+            offered=x,
+            offered_kind=kind,
+            window=(W + i * step_s + warmup, W + (i + 1) * step_s),
+            warmup=warmup,
+            slos={},
+            series=series,
+        )
+        for i, x in enumerate(levels)
+    ]
+
+
 # ---- synthetic curves ----
 
 
@@ -300,19 +318,7 @@ def closed_loop_ladder(slots, levels, *, o=64, p=100, step_s=20.0, warmup=5.0):
                     aggs[i].add(r)
                 if now < end_all:
                     new_request(now)
-    return [
-        step_result(
-            aggs[i],
-            step=i + 1,
-            offered=u,
-            offered_kind="concurrency",
-            window=(W + i * step_s + warmup, W + (i + 1) * step_s),
-            warmup=warmup,
-            slos={},
-            series=run.series,
-        )
-        for i, u in enumerate(levels)
-    ]
+    return step_results(aggs, levels, "concurrency", step_s=step_s, warmup=warmup, series=run.series)
 
 
 @pytest.mark.parametrize("slots", [8, 32])
@@ -376,19 +382,7 @@ def test_simulated_open_loop_rate_ladder_knee_near_capacity():
         i = int(t // step_s)
         if t >= i * step_s + warmup:
             aggs[i].add(rec)
-    steps = [
-        step_result(
-            aggs[i],
-            step=i + 1,
-            offered=r,
-            offered_kind="rate",
-            window=(W + i * step_s + warmup, W + (i + 1) * step_s),
-            warmup=warmup,
-            slos={},
-            series=run.series,
-        )
-        for i, r in enumerate(rates)
-    ]
+    steps = step_results(aggs, rates, "rate", step_s=step_s, warmup=warmup, series=run.series)
     v = analyse(steps, {})
     print(f"\nmodel capacity {cap['requests_per_s']:.1f} req/s\n{format_steps(steps, v)}")
     assert v.saturation["offered"] in (8, 16)  # the two levels around 13.5 req/s

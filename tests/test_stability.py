@@ -2,11 +2,10 @@
 per-second TTFT/ITL series they read (metrics/timeseries.py), and a burst end to end on the simulator."""
 
 import json
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+from support import run_ok
 
 from llm_locust.analysis.stability import burst_recovery, slope, soak
 from llm_locust.metrics.timeseries import LatencySeries, bucket_us, percentile_of
@@ -172,11 +171,7 @@ def run_burst(tmp_path, limit: str):
     and drain at 3.3 requests/s, about 8 s."""
     results = tmp_path / "r.json"
     with SimProcess(slots=2, iter_base=0.02, iter_per_seq=0.001, iter_per_prefill_token=0) as sim:
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
+        p = run_ok(
             "--host",
             sim.url,
             "--workers",
@@ -193,9 +188,8 @@ def run_burst(tmp_path, limit: str):
             limit,
             "--results",
             str(results),
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+            timeout=120,
+        )
     return json.loads(results.read_text()), p
 
 
@@ -247,11 +241,7 @@ def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
     and the verdict fails."""
     results = tmp_path / "r.json"
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, **({"fault": fault} if fault else {})) as sim:
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
+        p = run_ok(
             "--host",
             sim.url,
             "--workers",
@@ -271,9 +261,9 @@ def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
             "--no-fail-fast",
             "--results",
             str(results),
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+            rc=(0, 1),
+            timeout=120,
+        )
     so = json.loads(results.read_text())["stability"]["soak"]
     print(
         f"\nsoak (fault {fault}): {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}"
@@ -323,11 +313,7 @@ def test_an_overlong_request_cancelled_at_the_stop_is_neither_served_nor_unclass
 
 def run_mix(tmp_path, sim_url, name, *extra):
     results = tmp_path / f"{name}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "llm_locust.cli",
-        "run",
+    p = run_ok(
         "--host",
         sim_url,
         "--workers",
@@ -344,9 +330,9 @@ def run_mix(tmp_path, sim_url, name, *extra):
         "--results",
         str(results),
         *extra,
-    ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: the overlong failures' error rate
+        rc=(0, 1),  # 1: the overlong failures' error rate
+        timeout=120,
+    )
     return json.loads(results.read_text()), p, results
 
 
@@ -448,11 +434,7 @@ def test_kv_pressure_ladder_on_the_simulator_finds_where_preemption_starts(tmp_p
     4 users hold at most 1600 tokens, 8 users up to 3200: preemption starts at 8 users."""
     results = tmp_path / "kv.json"
     with SimProcess(slots=8, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=2000, preempt=True) as sim:
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
+        p = run_ok(
             "--host",
             sim.url,
             "--workers",
@@ -475,9 +457,8 @@ def test_kv_pressure_ladder_on_the_simulator_finds_where_preemption_starts(tmp_p
             "16",
             "--results",
             str(results),
-        ]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+            timeout=120,
+        )
     r = json.loads(results.read_text())
     kv = r["stability"]["kv_pressure"]
     print(f"\nKV pressure: {kv['reason']}; ITL before {kv['itl_before']}, at it {kv['itl_after']}")
