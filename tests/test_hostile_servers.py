@@ -130,6 +130,23 @@ def test_the_preflight_reads_only_the_start_of_an_endless_body():
     assert m.seconds < 1.5 and m.peak < 4 * MIB and m.loop_gap < 0.25, m
 
 
+# ---- the model list (read by users when no --model is given, --no-preflight included) ----
+
+
+@pytest.mark.parametrize("mode", ["endless-headers", "endless-body", "drip"])
+def test_the_model_list_is_a_bounded_read(mode):
+    """fetch_models read its header block without a limit: endless headers on /v1/models reached
+    2.8 GB and a MemoryError with --no-preflight. Now at most the client's head and body limits,
+    within min(the total timeout, 60 s), and a warning with no model."""
+    from llm_locust.protocols.base import Limits, Timeouts
+    from llm_locust.runtime.client import fetch_models
+
+    with hostile_server(mode) as url:
+        m = Measured(lambda: fetch_models(url, {}, Timeouts(2.0, 5.0, 4.0), Limits(body_bytes=MIB)))
+    assert m.result == []
+    assert m.seconds < 4.0 + 1.5 and m.peak < 8 * MIB and m.loop_gap < 0.25, m
+
+
 # ---- the /metrics scrapers ----
 
 

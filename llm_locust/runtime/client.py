@@ -802,40 +802,30 @@ def _socket_alive(sock) -> bool:
 def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, limits: Limits | None = None) -> list[str]:
     """Model ids the server lists at /v1/models; [] (with a warning) when it lists none.
 
-    Bounded: a reply over limits.body_bytes, or not complete within min(total timeout, 60 s),
-    is a failure like any other (a warning and [])."""
-    from geventhttpclient import HTTPClient
-
+    Bounded like every read outside the request path (runtime/probe.fetch): the header block to
+    limits.head_bytes, the body to limits.body_bytes, the whole exchange to min(total timeout,
+    60 s); any failure is a warning and []."""
     from llm_locust.protocols.openai import parse_models
+    from llm_locust.runtime.probe import fetch
 
-    limit = (limits or Limits()).body_bytes
-    deadline = min(timeouts.total, 60.0)
-    timer = gevent.Timeout(deadline, TimeoutError(f"no complete reply within {deadline:g}s"))
+    lim = limits or Limits()
+    url = base_url.rstrip("/") + "/v1/models"
     try:
-        timer.start()
-        http = HTTPClient.from_url(base_url, connection_timeout=timeouts.connect, network_timeout=10.0, insecure=True)
-        try:
-            r = http.get(urlsplit(base_url).path.rstrip("/") + "/v1/models", headers=headers)
-            body = bytearray()
-            while True:
-                piece = r.read(READ_SIZE)
-                if not piece:
-                    break
-                body += piece
-                if len(body) > limit:
-                    raise ValueError(f"reply over {limit} bytes")
-                gevent.sleep(_YIELD_SLEEP)  # a server flooding us must not starve the other greenlets
-        finally:
-            http.close()
-        models = parse_models(bytes(body)) if r.status_code == 200 else []
+        r = fetch(
+            url,
+            headers=headers,
+            connect_timeout=timeouts.connect,
+            total=min(timeouts.total, 60.0),
+            head_bytes=lim.head_bytes,
+            body_bytes=lim.body_bytes,
+        )
+        models = parse_models(r.body) if r.status == 200 else []
         if not models:
-            log.warning("%s/v1/models lists no model (HTTP %s); sending requests without one", base_url, r.status_code)
+            log.warning("%s lists no model (HTTP %s); sending requests without one", url, r.status)
         return models
     except Exception as e:  # noqa: BLE001 - any failure here only costs the model name
-        log.warning("could not list models at %s/v1/models: %s", base_url, e)
+        log.warning("could not list models at %s: %s", url, e)
         return []
-    finally:
-        timer.close()
 
 
 def _header_text(resp: HTTPSocketResponse, name: str) -> str:
