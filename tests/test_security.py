@@ -401,14 +401,14 @@ def test_the_origin_rule():
     assert not ok(Host="evil.example:8089")
 
 
-def test_a_proxy_of_its_own_name_is_trusted_when_named(monkeypatch):
-    from llm_locust.runtime.webui.guard import ORIGINS_ENV, origin_problem
+def test_a_proxy_of_its_own_name_is_trusted_when_named():
+    from llm_locust.runtime.webui.guard import origin_problem, trusted_origins
 
     headers = {"Host": "locust.example.com", "Origin": "https://locust.example.com", "Sec-Fetch-Site": "same-origin"}
-    assert "LLM_LOCUST_WEB_ORIGINS" in origin_problem("POST", headers, frozenset())
-    monkeypatch.setenv(ORIGINS_ENV, "https://locust.example.com, http://other:9000")
-    assert origin_problem("POST", headers, frozenset()) is None
-    assert origin_problem("POST", {**headers, "Host": "127.0.0.1:8089"}, frozenset()) is None  # Host rewritten
+    assert "add its origin to --web-origins" in origin_problem("POST", headers, frozenset())
+    trusted = trusted_origins("https://locust.example.com, http://other:9000")
+    assert origin_problem("POST", headers, frozenset(), trusted) is None
+    assert origin_problem("POST", {**headers, "Host": "127.0.0.1:8089"}, frozenset(), trusted) is None  # Host rewritten
 
 
 def test_a_generated_web_password_stays_out_of_the_log(tmp_path, sim):

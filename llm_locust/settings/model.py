@@ -1223,6 +1223,15 @@ class Settings(BaseModel):
             run_only=True,
         ),
     ] = False
+    web_origins: Annotated[
+        Text,
+        Opt(
+            "run",
+            "web UI behind a reverse proxy with a name of its own: its origins (scheme://host[:port], comma-"
+            "separated) may start and stop runs (docs/security.md)",
+            plan="web.origins",
+        ),
+    ] = ""
     repeat: Annotated[
         int,
         Field(ge=1),

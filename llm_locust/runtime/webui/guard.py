@@ -12,7 +12,7 @@ results path. Here:
   `Sec-Fetch-Site` must say same-origin, and `Host` must name this machine (an IP address,
   localhost, its host name, the --web-host address), so that a page whose own name resolves to
   this machine (DNS rebinding) is refused too. A request that carries none of these headers is
-  not a browser's (curl, scripts): it passes. Origins in LLM_LOCUST_WEB_ORIGINS (a
+  not a browser's (curl, scripts): it passes. Origins in --web-origins (a
   comma-separated list, for a reverse proxy with a name of its own) pass as well;
 - the start form may carry only load figures, the run's label and `host` equal to the target
   the run was started with (`FORM_FIELDS`), and a locustfile's own options that it chose to show in
@@ -54,7 +54,7 @@ USER_CLASS_FIELDS = frozenset({"user_class_name", "weight", "fixed_count", "task
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 USER_ENV = "LLM_LOCUST_WEB_USER"
 PASSWORD_ENV = "LLM_LOCUST_WEB_PASSWORD"
-ORIGINS_ENV = "LLM_LOCUST_WEB_ORIGINS"
+ORIGINS_OPTION = "--web-origins"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -64,10 +64,11 @@ def install(web_ui) -> None:
 
     prefix = (getattr(web_ui.environment.parsed_options, "web_base_path", "") or "").rstrip("/")
     names = _machine_names(web_ui.host)
+    trusted = trusted_origins(getattr(web_ui.environment.parsed_options, "web_origins", ""))
 
     @web_ui.app.before_request
     def only_the_ui_itself_changes_state():  # noqa: ANN202 - Flask hook
-        why = origin_problem(request.method, request.headers, names)
+        why = origin_problem(request.method, request.headers, names, trusted)
         if why is None:
             return None
         log.warning("web UI: refused %s %s: %s", request.method, request.path, why)
@@ -94,15 +95,16 @@ def install(web_ui) -> None:
         _default_login(web_ui)
 
 
-def origin_problem(method: str, headers, machine_names: frozenset[str]) -> str | None:
+def origin_problem(
+    method: str, headers, machine_names: frozenset[str], trusted: frozenset[str] = frozenset()
+) -> str | None:
     """Why a request may not change the run's state (None: it may). `headers`: a mapping with
-    case-insensitive get (Flask's, or a dict with these exact names)."""
+    case-insensitive get (Flask's, or a dict with these exact names); `trusted`: --web-origins."""
     if method.upper() in SAFE_METHODS:
         return None
     host = (headers.get("Host") or "").strip().lower()
     origin = headers.get("Origin")
     source = origin.strip().lower() if origin is not None else _origin_of(headers.get("Referer"))
-    trusted = trusted_origins()
     if source is not None and source in trusted:
         return None
     site = (headers.get("Sec-Fetch-Site") or "").strip().lower()
@@ -111,12 +113,12 @@ def origin_problem(method: str, headers, machine_names: frozenset[str]) -> str |
     if source is not None and (source == "null" or _netloc(source) != host):
         return (
             f"sent from {source}, not from this web UI ({host or 'no Host'}); "
-            f"a proxy with a name of its own: add its origin to {ORIGINS_ENV}"
+            f"a proxy with a name of its own: add its origin to {ORIGINS_OPTION}"
         )
     if not _known_host(host, machine_names, trusted):
         return (
             f"sent to Host {host or '(none)'}, which does not name this machine; "
-            f"a proxy with a name of its own: add its origin to {ORIGINS_ENV}"
+            f"a proxy with a name of its own: add its origin to {ORIGINS_OPTION}"
         )
     return None
 
@@ -216,10 +218,9 @@ def _machine_names(bind_host: str | None) -> frozenset[str]:
     return frozenset(n for n in names if n)
 
 
-def trusted_origins() -> frozenset[str]:
-    """LLM_LOCUST_WEB_ORIGINS: origins (scheme://host[:port]) trusted beside the UI's own address."""
-    raw = os.environ.get(ORIGINS_ENV, "")
-    return frozenset(o.strip().rstrip("/").lower() for o in raw.split(",") if o.strip())
+def trusted_origins(raw: str) -> frozenset[str]:
+    """--web-origins: origins (scheme://host[:port], comma-separated) trusted beside the UI's own address."""
+    return frozenset(o.strip().rstrip("/").lower() for o in (raw or "").split(",") if o.strip())
 
 
 def is_loopback(bind_host: str | None) -> bool:
