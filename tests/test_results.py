@@ -285,3 +285,14 @@ def test_a_real_run_records_how_to_reproduce_it(tmp_path):
     assert doc["validity"]["flags"] == validity(doc["summary"])
     assert run["load"]["mode"] == "closed" and run["load"]["users"] == 2
     assert doc["summary"]["goodput_requests_per_s"] is None  # no per-request SLO: no goodput figure
+
+
+def test_figures_missing_a_part_are_a_clear_error_not_a_traceback(tmp_path):
+    """A summary without `client` (edited, or cut by hand) gave a KeyError traceback in `report`."""
+    good, _ = _results(tmp_path)
+    doc = json.loads(good.read_text())
+    del doc["summary"]["client"], doc["validity"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=r"bad.json: incomplete results file: its figures lack 'client'"):
+        load_results(bad)

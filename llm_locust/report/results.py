@@ -140,9 +140,12 @@ def load_results(path: str | Path) -> dict[str, Any]:
     if isinstance(doc["summary"], dict):
         doc["summary"].setdefault("lost", 0)  # before lost was counted: none was reported
         doc["summary"].setdefault("workers_lost", 0)
-    doc.setdefault("validity", {"flags": validity(doc["summary"]), "max_error_rate": MAX_ERROR_RATE})
-    for row in doc["steps"]:
-        row.setdefault("flags", validity(row))
+    try:  # the marks a file written before they were kept is read with, derived from its figures
+        doc.setdefault("validity", {"flags": validity(doc["summary"]), "max_error_rate": MAX_ERROR_RATE})
+        for row in doc["steps"]:
+            row.setdefault("flags", validity(row))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ResultsError(f"{path}: incomplete results file: its figures lack {e}") from None
     doc["_path"] = str(path)
     return doc
 
