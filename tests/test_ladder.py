@@ -143,9 +143,11 @@ def test_yaml_plan_runs_with_overrides_and_its_results_rerun_the_same_plan(tmp_p
     p = run_cli(str(first), "--results", str(second), timeout=200, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     r2 = json.loads(second.read_text())
-    assert {k: v for k, v in r2["plan"].items() if k != "results"} == {
-        k: v for k, v in r1["plan"].items() if k != "results"
+    assert {k: v for k, v in r2["plan"].items() if k not in ("results", "report")} == {
+        k: v for k, v in r1["plan"].items() if k not in ("results", "report")
     }
+    # a re-run never writes over its source's report: it writes beside it
+    assert r2["plan"]["report"] == str(tmp_path / "first.rerun-1.html")
 
 
 def test_speed_ladder_replays_the_trace_at_each_speed(tmp_path):

@@ -40,11 +40,11 @@ def width() -> int:
 
 
 def fit(lines: list[str], cols: int) -> list[str]:
-    """Each line within `cols`, wrapped at spaces, continuations indented two spaces (a table's
-    rows are narrower by construction)."""
+    """Each line of prose within `cols`, wrapped at spaces, continuations indented two spaces; a
+    table's rows (aligned by runs of spaces) are left whole: wrapping one breaks its columns."""
     out = []
     for line in lines:
-        if len(line) <= cols:
+        if len(line) <= cols or "  " in line.strip():
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip()) + 2)
