@@ -396,6 +396,7 @@ USAGE = """usage: llm-locust COMMAND ...
   gpu-sidecar        export NVML GPU figures to Prometheus (--fake N without a GPU)
   report RESULTS     write a self-contained HTML report of one run
   compare A B ...    runs side by side and a weighted decision matrix (--weights W.yaml)
+  export FORMAT IN   a run in another format: llmd (the llm-d Benchmark Report)
 """
 
 
@@ -472,6 +473,10 @@ def main(argv: list[str] | None = None) -> int:
         from llm_locust.report.compare import main as compare_main
 
         return compare_main(rest)
+    if cmd == "export":
+        from llm_locust.report.export import main as export_main
+
+        return export_main(rest)
     if cmd == "gpu-sidecar":
         from llm_locust.gpu.sidecar import main as sidecar_main
 

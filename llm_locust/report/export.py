@@ -1,0 +1,63 @@
+"""`llm-locust export FORMAT INPUT [-o OUTPUT]`: a run's figures in another tool's format.
+
+    llm-locust export llmd RESULTS.json [-o DIR]   the llm-d Benchmark Report (v0.2.1), one JSON file
+                                                   per load point (a ladder's steps), beside RESULTS
+                                                   or in DIR: NAME.llmd.json or NAME.llmd-stage-K.json
+
+An output is never written over an input or another output (report/files.check_outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from llm_locust.report.files import check_outputs, write_atomic
+from llm_locust.report.results import ResultsError, load_results
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llm-locust export",
+        description=__doc__.split("\n\n", 1)[1].split("\nAn output")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("format", choices=["llmd"], help="llmd: the llm-d Benchmark Report v0.2.1")
+    p.add_argument("input", help="an llm-locust results file")
+    p.add_argument("-o", "--output", default="", help="the folder to write in (default: the input's)")
+    return p
+
+
+def llmd(results_path: str, folder: str = "") -> list[Path]:
+    """Write the llm-d reports of a results file; their paths."""
+    from llm_locust.report.llmd import reports
+
+    doc = load_results(results_path)
+    docs = reports(doc)
+    src = Path(results_path)
+    where = Path(folder) if folder else src.parent
+    stem = src.name[: -len(".json")] if src.name.endswith(".json") else src.name
+    ladder = bool((doc.get("ladder") or {}).get("steps"))  # a ladder's files say their stage, even one
+    stages = [d["scenario"]["load"]["standardized"]["stage"] for d in docs]
+    names = [f"{stem}.llmd-stage-{k}.json" for k in stages] if ladder else [f"{stem}.llmd.json"]
+    paths = [where / n for n in names]
+    check_outputs({f"-o ({p.name})": str(p) for p in paths}, {"RESULTS": results_path})
+    where.mkdir(parents=True, exist_ok=True)
+    for path, d in zip(paths, docs, strict=True):
+        write_atomic(path, json.dumps(d, indent=1) + "\n")
+    return paths
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        paths = llmd(args.input, args.output)
+    except (ResultsError, ValueError, OSError) as e:
+        print(f"llm-locust export: {e}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(f"written {p}")
+    return 0

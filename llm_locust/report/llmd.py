@@ -1,0 +1,190 @@
+"""The llm-d Benchmark Report (version 0.2.1) from an llm-locust results file.
+
+llm-d-benchmark's harness-independent report (llm_locust/data/llmd/, the vendored JSON Schema) is
+one document per load point: a ladder gives one per step (`scenario.load.standardized.stage`, its
+`concurrency` or `rate_qps`), sharing `run.eid`; a closed loop or a replay gives one. Each carries
+the load (tool, sequence lengths, parallelism), the request counts, latency and throughput as
+statistics objects with their units (seconds here: the field's units are self-describing), and the
+server and GPUs as a generic stack component. `run.uid` and `run.eid` are derived from the results
+(uuid5), so the same results file always gives the same reports.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from llm_locust import __version__
+
+VERSION = "0.2.1"
+NAMESPACE = uuid.UUID("6c6c6d2d-6c6f-6375-7374-2d6c6c6d2d64")  # llm-locust's own uuid5 namespace
+LATENCIES = (  # report field -> (our latency key, unit)
+    ("time_to_first_token", "ttft", "s"),
+    ("time_per_output_token", "tpot", "s/token"),
+    ("inter_token_latency", "itl", "s/token"),
+    ("request_latency", "e2e", "s"),
+)
+PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99.9", "p99p9"))
+
+
+def statistics(summary: dict[str, Any] | None, units: str) -> dict[str, Any] | None:
+    """One of our latency summaries (seconds) as the report's Statistics object; None when empty."""
+    if not summary or not summary.get("count") or summary.get("mean") is None:
+        return None
+    out: dict[str, Any] = {"units": units, "mean": summary["mean"]}
+    for ours, theirs in (("min", "min"), *PERCENTILES, ("max", "max")):
+        if summary.get(ours) is not None:
+            out[theirs] = summary[ours]
+    return out
+
+
+def _mean(value: float | None, units: str) -> dict[str, Any] | None:
+    return None if value is None else {"units": units, "mean": value}
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat()
+
+
+def _duration(seconds: float) -> str:
+    return f"PT{max(0.0, seconds):.3f}S"
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _requests(fig: dict[str, Any]) -> dict[str, Any]:
+    ok = fig.get("ok") or 0
+    tokens_in, tokens_out = fig.get("tokens_in") or 0, fig.get("tokens_out") or 0
+    return _drop_none(
+        {
+            "total": int(fig.get("sent") or 0),
+            "failures": int(fig.get("failed") or 0),
+            "incomplete": int((fig.get("cancelled") or 0) + (fig.get("lost") or 0)),
+            "input_length": _mean(tokens_in / ok, "count") if ok else None,
+            "output_length": _mean(tokens_out / ok, "count") if ok else None,
+        }
+    )
+
+
+def _performance(fig: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """results.request_performance.aggregate from one figures() dict (the run's or a step's)."""
+    lat = fig.get("latency") or {}
+    latency = _drop_none({name: statistics(lat.get(key), units) for name, key, units in LATENCIES})
+    rate_in = (fig.get("tokens_in") or 0) / seconds if seconds > 0 else None
+    out_rate = fig.get("output_tokens_per_s")
+    throughput = _drop_none(
+        {
+            "output_token_rate": _mean(out_rate, "tokens/s"),
+            "input_token_rate": _mean(rate_in, "tokens/s"),
+            "total_token_rate": _mean((rate_in or 0.0) + out_rate, "tokens/s") if out_rate is not None else None,
+            "request_rate": _mean(fig.get("requests_per_s"), "queries/s"),
+        }
+    )
+    return {"requests": _requests(fig), "latency": latency, "throughput": throughput}
+
+
+def _stack(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The server (and its GPUs, as far as the sidecar named them) as one generic component."""
+    env = results.get("environment") or {}
+    server = env.get("server") or {}
+    gpus = [g.get("model_name") or g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict)]
+    standardized = _drop_none(
+        {
+            "kind": "generic",
+            "tool": server.get("kind") or "unknown",
+            "tool_version": str(server.get("version") or "unknown"),
+            "model": server.get("model"),
+            "url": server.get("url"),
+            "accelerators": [g for g in gpus if g] or None,
+        }
+    )
+    return [{"metadata": {"label": "server", "cfg_id": "server"}, "standardized": standardized, "native": {}}]
+
+
+def _load(results: dict[str, Any], stage: int, level: dict[str, Any]) -> dict[str, Any]:
+    fig = results.get("summary") or {}
+    ok = fig.get("ok") or 0
+    trace = (results.get("environment") or {}).get("trace") or {}
+    mean_in = (fig.get("tokens_in") or 0) / ok if ok else 0.0
+    mean_out = (fig.get("tokens_out") or 0) / ok if ok else 0.0
+    workers = len(results.get("workers") or []) or 1
+    standardized = _drop_none(
+        {
+            "tool": "llm-locust",
+            "tool_version": __version__,
+            "source": "sampled" if trace.get("path") else "random",
+            "input_seq_len": {"distribution": "other", "value": mean_in},
+            "output_seq_len": {"distribution": "other", "value": mean_out},
+            "parallelism": workers,
+            "stage": stage,
+            **level,
+        }
+    )
+    plan = results.get("plan") or {}
+    return {
+        "metadata": {"cfg_id": str(plan.get("name") or "llm-locust run")},
+        "standardized": standardized,
+        "native": {"config": plan},
+    }
+
+
+def _level(kind: str | None, offered: float | None) -> dict[str, Any]:
+    """A stage's load in the report's terms: concurrency (users) or rate_qps (requests/s)."""
+    if offered is None or offered <= 0:
+        return {}
+    if kind == "concurrency":
+        return {"concurrency": max(1, int(offered))}
+    if kind == "rate":
+        return {"rate_qps": float(offered)}
+    return {}
+
+
+def _run(results: dict[str, Any], eid: uuid.UUID, stage: int, start: float | None, end: float | None) -> dict:
+    run = results.get("run") or {}
+    return _drop_none(
+        {
+            "uid": str(uuid.uuid5(eid, f"stage {stage}")),
+            "eid": str(eid),
+            "time": _drop_none(
+                {"start": _iso(start), "end": _iso(end), "duration": _duration((end or 0) - (start or 0))}
+            )
+            if start and end
+            else None,
+            "description": (results.get("plan") or {}).get("description") or run.get("name") or None,
+            "keywords": ["llm-locust", str((run.get("load") or {}).get("mode") or "run")],
+        }
+    )
+
+
+def reports(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Benchmark Reports of one results file: one per judged ladder step, else one."""
+    run = results.get("run") or {}
+    eid = uuid.uuid5(NAMESPACE, f"{run.get('host')}|{run.get('started_at')}|{results.get('created')}")
+    stack = _stack(results)
+    ladder = results.get("ladder") or {}
+    steps = [s for s in ladder.get("steps") or [] if not s.get("cut")]
+    if not steps:
+        fig = results.get("summary") or {}
+        load = run.get("load") or {}
+        level = {"concurrency": int(load["users"])} if load.get("mode") == "closed" and load.get("users") else {}
+        return [_report(results, eid, stack, 0, level, fig, run.get("started_at"), run.get("ended_at"))]
+    by_step = {r.get("step"): r for r in results.get("steps") or []}
+    out = []
+    for s in steps:
+        fig = by_step.get(s["step"]) or {}
+        level = _level(s.get("offered_kind"), s.get("offered"))
+        out.append(_report(results, eid, stack, s["step"] - 1, level, fig, s.get("window_start"), s.get("window_end")))
+    return out
+
+
+def _report(results, eid, stack, stage, level, fig, start, end) -> dict[str, Any]:
+    seconds = fig.get("duration_s") or ((end or 0) - (start or 0))
+    return {
+        "version": VERSION,
+        "run": _run(results, eid, stage, start, end),
+        "scenario": {"stack": stack, "load": _load(results, stage, level)},
+        "results": {"request_performance": {"aggregate": _performance(fig, seconds)}},
+    }
