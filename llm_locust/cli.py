@@ -396,7 +396,7 @@ USAGE = """usage: llm-locust COMMAND ...
   gpu-sidecar        export NVML GPU figures to Prometheus (--fake N without a GPU)
   report RESULTS     write a self-contained HTML report of one run
   compare A B ...    runs side by side and a weighted decision matrix (--weights W.yaml)
-  export FORMAT IN   a run in another format: llmd (the llm-d Benchmark Report)
+  export FORMAT IN   a run in another format: llmd (the llm-d Benchmark Report), parquet
 """
 
 

@@ -3,6 +3,8 @@
     llm-locust export llmd RESULTS.json [-o DIR]   the llm-d Benchmark Report (v0.2.1), one JSON file
                                                    per load point (a ladder's steps), beside RESULTS
                                                    or in DIR: NAME.llmd.json or NAME.llmd-stage-K.json
+    llm-locust export parquet LOG.jsonl [-o FILE]  a record log (and its LOG.workerN parts) as one
+                                                   Parquet table: LOG.parquet unless -o says
 
 An output is never written over an input or another output (report/files.check_outputs).
 """
@@ -25,9 +27,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument("format", choices=["llmd"], help="llmd: the llm-d Benchmark Report v0.2.1")
-    p.add_argument("input", help="an llm-locust results file")
-    p.add_argument("-o", "--output", default="", help="the folder to write in (default: the input's)")
+    p.add_argument("format", choices=["llmd", "parquet"], help="llmd: the llm-d Benchmark Report v0.2.1; parquet")
+    p.add_argument("input", help="llmd: an llm-locust results file; parquet: a record log")
+    p.add_argument("-o", "--output", default="", help="llmd: the folder to write in; parquet: the file")
     return p
 
 
@@ -51,10 +53,21 @@ def llmd(results_path: str, folder: str = "") -> list[Path]:
     return paths
 
 
+def parquet(log: str, out: str = "") -> list[Path]:
+    """Write a record log as Parquet (metrics/parquet.py); its path."""
+    from llm_locust.metrics.parquet import parts, write
+
+    target = Path(out) if out else Path(log).with_suffix(".parquet")
+    check_outputs({"-o": str(target)}, {f"LOG ({p.name})": str(p) for p, _ in parts(log)})
+    n = write(log, target)
+    print(f"{n} requests")
+    return [target]
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        paths = llmd(args.input, args.output)
+        paths = llmd(args.input, args.output) if args.format == "llmd" else parquet(args.input, args.output)
     except (ResultsError, ValueError, OSError) as e:
         print(f"llm-locust export: {e}", file=sys.stderr)
         return 2
