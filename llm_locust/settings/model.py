@@ -1320,6 +1320,25 @@ class Settings(BaseModel):
             bare_below=3600.0,
         ),
     ] = 10.0
+    mlflow: Annotated[
+        Text,
+        Opt(
+            "outputs",
+            "log the run to this MLflow tracking server (http://HOST:5000): the plan as parameters, the figures as "
+            "metrics (ladder steps as MLflow steps), the results, report and record log as artifacts "
+            "(pip install 'llm-locust[mlflow]')",
+            plan="mlflow.uri",
+            trust="sends the run's figures and files to that server",
+        ),
+    ] = ""
+    mlflow_experiment: Annotated[
+        Text,
+        Opt("outputs", "the MLflow experiment to log into", plan="mlflow.experiment", default_text="llm-locust"),
+    ] = ""
+    mlflow_run_name: Annotated[
+        Text,
+        Opt("outputs", "the MLflow run's name", plan="mlflow.run_name", default_text="the run's --name, else MLflow's"),
+    ] = ""
     locust_stats: Annotated[
         bool,
         Opt(
