@@ -36,3 +36,43 @@ def test_a_headless_run_prints_progress_at_its_interval_and_none_when_off(sims):
     assert int(lines[-1].group(4)) > 0  # requests sent by then
     quiet = run_cli("--host", host, "-u", "2", "-t", "3s", "--progress-interval", "0")
     assert quiet.returncode == 0 and "progress " not in quiet.stderr
+
+
+def test_on_a_terminal_the_live_panel_shows_and_goes_and_logs_print_above_it(tmp_path, sims):
+    """stderr on a pseudo-terminal: the live panel (its rows) is drawn while the run goes, log lines
+    are printed whole, and the summary follows on stdout; the run ends as it would."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    host = sims(slots=8).url
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "-u", "2", "-t", "4s"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        screen += chunk
+    out, _ = proc.communicate(timeout=60)
+    os.close(master)
+    text = screen.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    assert "requests" in text and "tokens/s" in text and "in flight" in text  # the panel's rows
+    assert "All users spawned" in text  # a log line, printed whole above the panel
+    assert "progress 0:" not in text  # not the plain line
+    assert b"llm-locust summary" in out

@@ -138,13 +138,23 @@ def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_pa
     return True
 
 
-def _workload_facts(work) -> dict[str, Any]:
-    """What the run replays, as kept in run.server (the master's check read the whole file)."""
+def _workload_facts(work, settings) -> dict[str, Any]:
+    """What the run replays, as kept in run.server (the master's check read the whole file); a
+    replay's records due and the seconds until the last one (its progress is counted against them)."""
     from llm_locust.workload.sessions import SessionTrace
 
     if isinstance(work, SessionTrace):
         return {"kind": "sessions", "format": work.format}
-    return {"kind": "requests", "format": getattr(work, "format", None)}
+    facts: dict[str, Any] = {"kind": "requests", "format": getattr(work, "format", None)}
+    if settings.replay and not settings.ladder:
+        from llm_locust.workload import load_trace
+        from llm_locust.workload.schedule import ReplayWindow, due_times
+
+        arrivals = load_trace(settings.trace_path, settings.trace_format or None).arrivals  # all of it: the count
+        window = ReplayWindow(settings.speed, settings.start_offset, settings.duration or None, settings.loops)
+        due = due_times(arrivals, window)
+        facts["planned"] = {"records": len(due), "seconds": due[-1][0] if due else 0.0}
+    return facts
 
 
 def _effective_plan(settings, n_workers: int, mode: str) -> dict:
@@ -265,7 +275,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     from llm_locust.runtime.sessions import load_workload
 
     work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
-    h.info["workload"] = _workload_facts(work)
+    h.info["workload"] = _workload_facts(work, settings)
     shapes.install(environment, settings)  # a bad ladder is refused here
     if settings.overlong_share and not settings.overlong_tokens:
         raise ValueError(
@@ -319,7 +329,9 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
         from llm_locust.runtime.progress import Progress
 
         run_time = getattr(environment.parsed_options, "run_time", None) or None
-        progress = Progress(environment, h, run_time, settings.progress_interval)
+        due = (h.info.get("workload") or {}).get("planned")
+        planned = (due["records"], due["seconds"]) if due else None
+        progress = Progress(environment, h, run_time, settings.progress_interval, planned)
         environment.events.test_start.add_listener(progress.start)
         environment.events.test_stop.add_listener(progress.stop)
     return server_facts
