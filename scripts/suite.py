@@ -77,6 +77,7 @@ class Outcome:
     wall_s: float
     rc: int
     tests: list[tuple[str, float, str]] = field(default_factory=list)  # (test id, seconds, result)
+    why: list[str] = field(default_factory=list)  # a line per failed test: its id and its failure's message
 
 
 def lint() -> list[Outcome]:
@@ -110,7 +111,7 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
         cmd = [*base, f"--junitxml={junit}", f"--basetemp={BASETEMP / tier.name}"]
         print(f"[suite] $ {' '.join(cmd[1:])}", flush=True)
         rc = _ok_if_empty(subprocess.call(cmd, cwd=ROOT))
-        return Outcome(tier.name, time.monotonic() - t0, rc, read_junit(junit))
+        return Outcome(tier.name, time.monotonic() - t0, rc, read_junit(junit), failures(junit))
     procs = []
     for k in range(1, tier.workers + 1):
         junit, log = REPORTS / f"{tier.name}-{k}.xml", REPORTS / f"{tier.name}-{k}.log"
@@ -124,13 +125,14 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
         with open(log, "wb") as out:
             procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), junit, log))
     print(f"[suite] $ {' '.join(base[1:])} --shard=K/{tier.workers}:{tier.name} (output in {REPORTS.name}/)")
-    rc, tests = 0, []
+    rc, tests, why = 0, [], []
     for proc, junit, log in procs:
         code = _ok_if_empty(proc.wait())
         rc = rc or code
         tests += read_junit(junit)
+        why += failures(junit)
         print(_tail(log, code), flush=True)
-    return Outcome(tier.name, time.monotonic() - t0, rc, tests)
+    return Outcome(tier.name, time.monotonic() - t0, rc, tests, why)
 
 
 def _ok_if_empty(rc: int) -> int:
@@ -163,6 +165,22 @@ def read_junit(path: Path) -> list[tuple[str, float, str]]:
     return out
 
 
+def failures(path: Path, width: int = 400) -> list[str]:
+    """A line per failed or errored test of a JUnit file: its id and the start of its message, so
+    that the end of a long log (what a CI page shows) says what broke, not only that it did."""
+    if not path.exists():
+        return []
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for kind in ("failure", "error"):
+            bad = case.find(kind)
+            if bad is not None:
+                message = " ".join((bad.get("message") or bad.text or "").split())
+                ident = f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
+                out.append(f"  {ident}: {message[:width]}")
+    return out
+
+
 def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
     """The tests each tier ran (by module), the slowest over all tiers, then one line per step:
     tests by result, wall and test time."""
@@ -189,6 +207,10 @@ def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
             f"  {o.name:<12} {len(o.tests):>5}  {counts['passed']:>6}  {counts['failed'] + counts['error']:>6}  "
             f"{counts['skipped']:>7}  {o.wall_s:>7.1f}  {test_s:>7.1f}  {status}"
         )
+    why = [line for o in outcomes for line in o.why]
+    if why:
+        lines.append(f"[suite] {len(why)} failed (test: the start of its message):")
+        lines += why
     total = sum(len(o.tests) for o in outcomes)
     lines.append(f"[suite] {total} tests in {time.monotonic() - started:.0f} s (wall, lint and types included)")
     return "\n".join(lines)

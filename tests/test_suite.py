@@ -133,6 +133,7 @@ def test_a_long_fast_test_is_named_with_the_limits(sample):
 def test_shards_split_whole_modules_and_lose_none(tmp_path):
     items = []
     for m, n in [("a", 5), ("b", 1), ("c", 3), ("d", 3)]:
+        (tmp_path / f"test_{m}.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(n)))
         items += [FakeItem(tmp_path / f"test_{m}.py", f"test_{i}") for i in range(n)]
     parts = [tiers.shard(items, k, 2, "nosuchtier") for k in (1, 2)]
     assert sorted(id(i) for p in parts for i in p) == sorted(id(i) for i in items)
@@ -212,3 +213,29 @@ def test_lint_fails_fast_on_a_planted_error_and_passes_without(tmp_path):
     assert bad.returncode == 1
     assert "units_planted.py:3" in bad.stdout and "mypy: FAILED" in bad.stdout
     assert "no test was run" in bad.stdout
+
+
+def test_the_summary_ends_with_what_each_failed_test_said(tmp_path):
+    """A CI page shows a long log's start and end: the end names each failure and its message."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_script", ROOT / "scripts" / "suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = suite  # its dataclasses look their module up
+    spec.loader.exec_module(suite)
+    junit = tmp_path / "t.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase file="tests/test_a.py" name="test_ok" time="0.1"/>'
+        '<testcase file="tests/test_a.py" name="test_bad" time="2.0">'
+        "<failure message=\"AssertionError: (1, 12.5, 'stderr tail')\">long traceback</failure></testcase>"
+        '<testcase file="tests/test_b.py" name="test_broken" time="0.3"><error message="">boom\nat setup</error>'
+        "</testcase></testsuite></testsuites>"
+    )
+    why = suite.failures(junit)
+    assert why == [
+        "  tests/test_a.py::test_bad: AssertionError: (1, 12.5, 'stderr tail')",
+        "  tests/test_b.py::test_broken: boom at setup",
+    ]
+    text = suite.summary([suite.Outcome("timing", 3.0, 1, suite.read_junit(junit), why)], 0.0)
+    assert text.splitlines()[-3:-1] == why and "[suite] 2 failed" in text

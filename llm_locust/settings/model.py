@@ -944,9 +944,9 @@ class Settings(BaseModel):
         AfterValidator(_check_run_time),
         Opt(
             "common",
-            "stop after this long, e.g. 30s, 5m, 1h30m (a bare number is seconds, below 86400; closed loop default "
-            "15s; replays and ladders end by themselves; with --web, each test started from the UI stops this long "
-            "after its start)",
+            "stop after this long, e.g. 30s, 5m, 1h30m: a closed loop's length (replays and ladders end by "
+            "themselves); with --web, each test started from the UI stops this long after its start (a bare number "
+            "is seconds, below 86400)",
             default_text="15s",
             plan="load.run_time",
             short="-t",
