@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -165,25 +166,32 @@ def test_a_metrics_read_is_bounded(mode):
 # ---- in a real run ----
 
 
-def run_measured(args: list[str], timeout: float, cwd: Path) -> tuple[int, float, float, str, str]:
+# Runs ARGV and writes the peak RSS (KiB) of it and what it waited for to the file named first: a
+# process of its own, because in a process gevent has patched (any earlier test that imported
+# Locust) the child is reaped by gevent's watcher and os.wait4 finds no child to measure.
+PEAK_RSS = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(rc)"
+)
+
+
+def run_measured(args: list[str], timeout: float, cwd: Path) -> tuple[int | None, float, float, str, str]:
     """`llm-locust run ARGS` in a subprocess: (exit code, seconds, peak RSS in MiB of the run and
     the processes it waited for, stdout, stderr). Killed past `timeout` (exit code None)."""
-    out, err = cwd / "stdout.txt", cwd / "stderr.txt"
+    out, err, peak = cwd / "stdout.txt", cwd / "stderr.txt", cwd / "peak-rss.txt"
+    argv = [sys.executable, "-c", PEAK_RSS, str(peak), sys.executable, "-m", "llm_locust.cli", "run", *args]
     t0 = time.monotonic()
     with open(out, "w") as o, open(err, "w") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", "run", *args], stdout=o, stderr=e, cwd=ROOT)
-        code, rss = None, 0.0
-        while time.monotonic() - t0 < timeout:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                code, rss = os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
-                proc.returncode = code
-                break
-            time.sleep(0.1)  # polling the exit (wait4 gives the child's peak RSS; Popen.wait does not)
-        else:
-            proc.kill()
+        proc = subprocess.Popen(argv, stdout=o, stderr=e, cwd=ROOT, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return code, time.monotonic() - t0, rss, out.read_text(), err.read_text()
+            code = None
+    seconds = time.monotonic() - t0
+    rss = int(peak.read_text()) / 1024 if peak.exists() else float("inf")
+    return code, seconds, rss, out.read_text(), err.read_text()
 
 
 @pytest.mark.parametrize("mode", MODES)
