@@ -22,6 +22,10 @@ The modules, each importing only those above it (format.py names Run for type ch
     metrics.py         Metric, METRICS, resolve_metric; PassLine, parse_pass
     format.py          how figures are written (ms, %, loads, a metric's value or pass line)
     runs.py            Run (one results file and its facts), load_runs
+    foreign.py         Foreign: another tool's run in our terms, its not-comparable marks and caveats
+    aiperf.py / guidellm.py / vllm_bench.py   one reader per tool: matches(doc), read(doc) -> Foreign
+    tools.py           ForeignRun, read_run: a file of any known tool, told apart by content
+                       (runs.load_runs imports it when called)
     weights.py         Criterion, parse_criteria, load_weights, default_criteria, WeightsError
     comparability.py   Issue, check_comparable
     matrix.py          Cell, read_value, normalise, Matrix, score

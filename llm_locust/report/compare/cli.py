@@ -29,7 +29,13 @@ def _parser() -> argparse.ArgumentParser:
         "(docs/compare.md). Exit status 0: written (and every gate passed); 1: a gate of --fail-on failed; "
         "2: bad input, or runs not comparable with --strict.",
     )
-    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of `llm-locust run --results`")
+    p.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS.json",
+        help="results files of `llm-locust run --results`, or of another tool (AIPerf's profile_export_aiperf.json, "
+        "GuideLLM's benchmarks JSON, vLLM bench serve's --save-result JSON), told apart by content",
+    )
     p.add_argument(
         "--weights", metavar="W.yaml", help="criteria: metric, weight, pass line, scope (default: a built-in set)"
     )

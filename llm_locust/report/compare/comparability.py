@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from llm_locust.report.compare.runs import Run, _get
+from llm_locust.report.compare.tools import ForeignRun
 
 
 @dataclass(frozen=True)
@@ -57,29 +59,11 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         if d:
             issues.append(Issue(f"different {what}", d, severity))
 
-    with_sha = [r for r in runs if r.trace_sha]
-    if len({r.trace_sha for r in with_sha}) > 1:
-        issues.append(
-            Issue("different trace (sha256)", _groups(with_sha, lambda r: r.trace_sha, lambda r: r.trace) or "")
-        )
-    without = [r for r in runs if not r.trace_sha]
-    if without:
-        unverified = ", ".join(r.label for r in without)
-        path = lambda r: os.path.abspath(r.trace_path) if r.trace_path else ""  # noqa: E731
-        sha_paths = {path(r) for r in with_sha}
-        d = _groups(runs, path, lambda r: r.trace_path or "?")
-        # only what the sha256 check has not said already: an unverified run's file differs
-        if d and (not issues or any(path(r) not in sha_paths for r in without)):
-            issues.append(Issue(f"different trace (file; no sha256 recorded for {unverified})", d))
-        else:
-            issues.append(
-                Issue(
-                    "trace not verified",
-                    f"{unverified}: no sha256 recorded (an older results file, or the"
-                    " trace could not be read): the same trace file, its content not verified",
-                    "note",
-                )
-            )
+    ours = [r for r in runs if not isinstance(r, ForeignRun)]
+    mixed = len(ours) < len(runs)  # another tool's run among them: its workload is compared by lengths
+    issues += _trace_issues(ours)
+    if mixed:
+        issues += _workload_issues(runs)
     known_load = [r for r in runs if "?" not in r.load]
     d = _groups(known_load, lambda r: r.load)
     if d:
@@ -94,14 +78,27 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         )
     add("model", lambda r: r.model)
     add("api", lambda r: r.api)
-    add("max_tokens", lambda r: r.output_length)
-    add("force_length", lambda r: r.force_length)
+    if not mixed:
+        add("max_tokens", lambda r: r.output_length)
+        add("force_length", lambda r: r.force_length)
     add("SLOs (goodput and max_slo_load are judged against them)", lambda r: r.slos, lambda r: r.slo_text)
     add("step timing / run time", lambda r: r.timing, severity="note")
     add("seed", lambda r: r.settings.get("seed", _get(r.doc, "run", "seed")), severity="note")
-    add("llm-locust version", lambda r: _get(r.doc, "environment", "llm_locust"), severity="note")
-    add("client machine", lambda r: _get(r.doc, "environment", "hostname"), severity="note")
-    add("worker processes", lambda r: len(r.doc.get("workers") or []), severity="note")
+    if mixed:
+        add(
+            "tools (each times and counts in its own way: docs/compare.md, Other tools)",
+            lambda r: r.tool,
+            severity="note",
+        )
+    else:
+        add("llm-locust version", lambda r: _get(r.doc, "environment", "llm_locust"), severity="note")
+    for what, key in (
+        ("client machine", lambda r: _get(r.doc, "environment", "hostname")),
+        ("worker processes", lambda r: len(r.doc.get("workers") or [])),
+    ):
+        d = _groups(ours, key)
+        if d:
+            issues.append(Issue(f"different {what}", d, "note"))
     # the verdicts (docs/verdicts.md): $/Mtok compares the prices as well as the servers
     priced = [r for r in runs if r.price is not None]
     if len({r.price for r in priced}) > 1 or (priced and len(priced) < len(runs)):
@@ -124,3 +121,66 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
             )
         )
     return issues
+
+
+def _trace_issues(runs: list[Run]) -> list[Issue]:
+    """The trace check over llm-locust runs (another tool's run has no trace file): by sha256, and
+    by file for runs without one."""
+    out: list[Issue] = []
+    if not runs:
+        return out
+    with_sha = [r for r in runs if r.trace_sha]
+    if len({r.trace_sha for r in with_sha}) > 1:
+        out.append(Issue("different trace (sha256)", _groups(with_sha, lambda r: r.trace_sha, lambda r: r.trace) or ""))
+    without = [r for r in runs if not r.trace_sha]
+    if without:
+        unverified = ", ".join(r.label for r in without)
+        path = lambda r: os.path.abspath(r.trace_path) if r.trace_path else ""  # noqa: E731
+        sha_paths = {path(r) for r in with_sha}
+        d = _groups(runs, path, lambda r: r.trace_path or "?")
+        # only what the sha256 check has not said already: an unverified run's file differs
+        if d and (not out or any(path(r) not in sha_paths for r in without)):
+            out.append(Issue(f"different trace (file; no sha256 recorded for {unverified})", d))
+        else:
+            out.append(
+                Issue(
+                    "trace not verified",
+                    f"{unverified}: no sha256 recorded (an older results file, or the"
+                    " trace could not be read): the same trace file, its content not verified",
+                    "note",
+                )
+            )
+    return out
+
+
+LENGTHS = ("input tokens", "output tokens", "forced")
+
+
+def _length_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "forced" if v else "not forced"
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _length_of(r: Run, key: str) -> str:
+    return _length_text(r.lengths[key])
+
+
+def _workload_issues(runs: list[Run]) -> list[Issue]:
+    """With another tool's run: the workloads compared by what each asked for per request (input
+    and output tokens, forced or not), which every tool records; the prompt texts always differ
+    (each tool makes its own), a note. A length a file does not record is not checked, and said."""
+    out: list[Issue] = []
+    for key in LENGTHS:
+        known = [r for r in runs if r.lengths.get(key) is not None]
+        d = _groups(known, partial(_length_of, key=key))
+        if d:
+            out.append(Issue(f"workload: different {key} per request", d))
+    missing = {r.label: [k for k in LENGTHS if r.lengths.get(k) is None] for r in runs}
+    text = "; ".join(f"{lab}: {', '.join(ks)}" for lab, ks in missing.items() if ks)
+    if text:
+        out.append(Issue("workload not recorded, not checked", text, "note"))
+    d = _groups(runs, lambda r: r.trace)
+    if d:
+        out.append(Issue("prompt texts (each tool makes its own; the lengths above are what compares)", d, "note"))
+    return out

@@ -56,10 +56,7 @@ def read_value(run: Run, crit: Criterion) -> Cell:
             _float(v), met, bound=">=" if at_top else "", note="the top step met them all" if at_top else ""
         )
     if crit.scope == "summary":
-        flags = list(_get(run.doc, "validity", "flags", default=[]) or [])
-        if m.name.startswith("goodput") and not run.slos:
-            return Cell(None, note="no SLOs", flags=flags)
-        return Cell(_figure(run.summary, m), flags=flags)
+        return _summary_cell(run, m)
     if not run.ladder:
         return Cell(None, note="no ladder")
     if crit.scope == "knee":
@@ -72,6 +69,26 @@ def read_value(run: Run, crit: Criterion) -> Cell:
             return Cell(None, note="no SLOs" if not run.slos else "no step met every SLO")
     v = _figure(st, m)
     return _at_step(v, st, note=note if v is not None else (note or "no value"))
+
+
+def _summary_cell(run: Run, m: Metric) -> Cell:
+    """A figure of the whole run; none where another tool's figure of that name means another thing."""
+    flags = list(_get(run.doc, "validity", "flags", default=[]) or [])
+    if _not_comparable(run, m):
+        return Cell(None, note="not comparable", flags=flags)
+    if m.name.startswith("goodput") and not run.slos:
+        return Cell(None, note="no SLOs", flags=flags)
+    return Cell(_figure(run.summary, m), flags=flags)
+
+
+def _not_comparable(run: Run, m: Metric) -> bool:
+    """Another tool's figure of this name means another thing (tools.ForeignRun, foreign.Foreign.mark)."""
+    f = getattr(run, "foreign", None)
+    if f is None:
+        return False
+    parts = m.field.split(".", 2)
+    figure, stat = (parts[1], parts[2]) if parts[0] == "latency" and len(parts) == 3 else (m.field, "")
+    return bool(f.mark("goodput" if figure.startswith("goodput") else figure, stat))
 
 
 def _figure(src: dict[str, Any], m: Metric) -> float | None:

@@ -13,7 +13,6 @@ from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_fo
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
-from llm_locust.report.results import load_results
 
 SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
@@ -41,6 +40,14 @@ def _opt(cmd: list[str], *names: str) -> str | None:
             elif a.startswith(n + "=") and n.startswith("--"):
                 val = a[len(n) + 1 :]
     return val
+
+
+def _number(v: Any) -> Any:
+    """A length of a --synthetic spec: a number when it is one ("128"), else the text ("100:200")."""
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return v
 
 
 @dataclass
@@ -279,6 +286,28 @@ class Run:
         return str(self.settings.get("api") or "?")
 
     @property
+    def tool(self) -> str:
+        return f"llm-locust {_get(self.doc, 'environment', 'llm_locust', default='?')}"
+
+    @property
+    def lengths(self) -> dict[str, Any]:
+        """Tokens asked for per request and whether forced, to check another tool's run against
+        (tools.ForeignRun): the --synthetic spec of the recorded command, max_tokens over it, else
+        the mean of what the server counted (usage) per ok request."""
+        spec = dict(kv.split("=", 1) for kv in (_opt(self.command, "--synthetic") or "").split(",") if "=" in kv)
+        ok = self.summary.get("ok") or 0
+        measured = {
+            k: (self.summary.get(f) or 0) / ok or None if ok else None
+            for k, f in (("in", "tokens_in"), ("out", "tokens_out"))
+        }
+        mt = self.settings.get("max_tokens") or 0
+        return {
+            "input tokens": _number(spec.get("input")) or measured["in"],
+            "output tokens": mt or _number(spec.get("output")) or measured["out"],
+            "forced": bool(self.settings.get("force_length", True)),
+        }
+
+    @property
     def slo_text(self) -> str:
         if not self.slos:
             return "-"
@@ -327,8 +356,11 @@ def _unique_labels(paths: list[str], labels: list[str]) -> list[str]:
 
 
 def load_runs(paths: list[str], labels: list[str] | tuple[str, ...] = ()) -> list[Run]:
-    """Each file through load_results (its ResultsError as it is), labelled."""
+    """Each file as a run (tools.read_run: ours through load_results, its ResultsError as it is;
+    another tool's by its content), labelled."""
     if not paths:
         raise CompareError("no results files given")
     labs = _unique_labels([str(p) for p in paths], list(labels))
-    return [Run(lab, str(p), load_results(p)) for lab, p in zip(labs, paths, strict=True)]
+    from llm_locust.report.compare.tools import read_run  # it reads ours with Run, and knows the other tools
+
+    return [read_run(lab, str(p)) for lab, p in zip(labs, paths, strict=True)]

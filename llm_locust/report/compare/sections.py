@@ -30,6 +30,7 @@ def _runs_table(c: Comparison) -> Table:
     runs = c.runs
     rows = [
         ["file", *[r.path for r in runs]],
+        *([["tool", *[r.tool for r in runs]]] if any(getattr(r, "foreign", None) for r in runs) else []),
         ["server", *server_texts(runs)],
         ["model", *[r.model for r in runs]],
         ["GPU", *[r.gpu for r in runs]],
@@ -41,55 +42,145 @@ def _runs_table(c: Comparison) -> Table:
         ["SLOs", *[r.slo_text for r in runs]],
         ["seed", *[str(r.settings.get("seed", _get(r.doc, "run", "seed", default="?"))) for r in runs]],
         ["started (UTC)", *[str(_get(r.doc, "run", "started_at_utc", default="?")) for r in runs]],
-        ["llm-locust", *[str(_get(r.doc, "environment", "llm_locust", default="?")) for r in runs]],
-        ["validity", *["; ".join(r.flags()) or "ok" for r in runs]],
+        ["llm-locust", *[str(_get(r.doc, "environment", "llm_locust", default="-")) for r in runs]],
+        ["validity", *[_validity(r) for r in runs]],
     ]
     return Table("Runs", ["", *[r.label for r in runs]], rows, numeric_from=99)
 
 
+class _Footnotes:
+    """The footnotes of the key figures: how another tool measures a figure that means the same as
+    ours (its TTFT starts before the connect ...), numbered once per tool and text."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def ref(self, tool: str, text: str) -> str:
+        line = f"{tool}: {text}"
+        if line not in self.texts:
+            self.texts.append(line)
+        return f"[{self.texts.index(line) + 1}]"
+
+    def note(self) -> str:
+        return "\n".join(f"[{i}] {t}" for i, t in enumerate(self.texts, 1))
+
+
+def _mapped(r: Run, figure: str, stat: str, text: str, foot: _Footnotes) -> str:
+    """A figure's cell: ours as it is; another tool's as mapped (a footnote where it is measured a
+    little differently), or "not comparable: ..." where its figure of that name means another thing."""
+    f = getattr(r, "foreign", None)
+    if f is None:
+        return text
+    mark = f.mark(figure, stat)
+    if mark:
+        return f"not comparable: {mark}"
+    caveat = f.caveat(figure, stat)
+    return f"{text} {foot.ref(f.tool, caveat)}" if caveat and text != "-" else text
+
+
+def _failures_text(r: Run) -> str:
+    """Failed requests and their kinds: ours by outcome, another tool's by error class."""
+    s = r.summary
+    failed = s.get("failed")
+    if not failed:
+        return "0" if failed is not None else "-"
+    outcomes = {k: v for k, v in (s.get("outcomes") or {}).items() if k not in ("ok", "cancelled") and v}
+    if not outcomes:
+        outcomes = {}
+        for texts in (s.get("errors") or {}).values():
+            for text, n in (texts or {}).items():
+                name = str(text).split(":", 1)[0]
+                outcomes[name] = outcomes.get(name, 0) + n
+    kinds = ", ".join(f"{k} {v}" for k, v in outcomes.items())
+    return f"{failed} ({kinds})" if kinds else str(failed)
+
+
+def _validity(r: Run) -> str:
+    if getattr(r, "foreign", None):
+        return "not judged (another tool's run)"
+    return "; ".join(r.flags()) or "ok"
+
+
 def _figures_table(c: Comparison) -> Table:
     runs = c.runs
+    foot = _Footnotes()
+    mixed = any(getattr(r, "foreign", None) for r in runs)
 
     def lat(m: str, s: str) -> list[str]:
-        return [_ms(_float(_get(r.summary, "latency", m, s))) for r in runs]
+        return [_mapped(r, m, s, _ms(_float(_get(r.summary, "latency", m, s))), foot) for r in runs]
 
     def rate(key: str, unit: str) -> list[str]:
         return [
-            f"{_num(_float(r.summary.get(key)))} {unit}" if _float(r.summary.get(key)) is not None else "-"
+            _mapped(r, key, "", f"{_num(v)} {unit}" if (v := _float(r.summary.get(key))) is not None else "-", foot)
             for r in runs
         ]
 
-    rows = [
-        ["TTFT p50", *lat("ttft", "p50")],
-        ["TTFT p99", *lat("ttft", "p99")],
-        ["ITL p50", *lat("itl", "p50")],
-        ["ITL p99", *lat("itl", "p99")],
-        ["TPOT p50", *lat("tpot", "p50")],
-        ["E2E p99", *lat("e2e", "p99")],
-        ["output tokens/s", *rate("output_tokens_per_s", "tok/s")],
-        ["requests/s", *rate("requests_per_s", "req/s")],
-        [
+    goodput = [
+        _mapped(
+            r,
             "goodput",
-            *[
-                f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, "
-                f"{_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
-                if r.slos
-                else "- (no SLOs)"
-                for r in runs
-            ],
-        ],
-        ["error rate", *[_pct(_float(r.summary.get("error_rate"))) for r in runs]],
+            "",
+            f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, "
+            f"{_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
+            if r.slos
+            else "- (no SLOs)",
+            foot,
+        )
+        for r in runs
+    ]
+    counts = [
+        ["error rate", *[_mapped(r, "error_rate", "", _pct(_float(r.summary.get("error_rate"))), foot) for r in runs]],
         ["requests ok / sent", *[f"{r.summary.get('ok', '?')} / {r.summary.get('sent', '?')}" for r in runs]],
     ]
+    if not mixed:
+        rows = [
+            ["TTFT p50", *lat("ttft", "p50")],
+            ["TTFT p99", *lat("ttft", "p99")],
+            ["ITL p50", *lat("itl", "p50")],
+            ["ITL p99", *lat("itl", "p99")],
+            ["TPOT p50", *lat("tpot", "p50")],
+            ["E2E p99", *lat("e2e", "p99")],
+            ["output tokens/s", *rate("output_tokens_per_s", "tok/s")],
+            ["requests/s", *rate("requests_per_s", "req/s")],
+            ["goodput", *goodput],
+            *counts,
+        ]
+    else:  # another tool's run: every figure it maps, in our definitions (docs/compare.md, "Other tools")
+        rows = [[f"{name} {s}", *lat(m, s)] for name, m in _LATENCY_ROWS for s in ("p50", "p99", "mean")]
+        rows += [
+            ["output tokens/s", *rate("output_tokens_per_s", "tok/s")],
+            ["requests/s", *rate("requests_per_s", "req/s")],
+            ["goodput", *goodput],
+            *counts,
+            ["failed", *[_failures_text(r) for r in runs]],
+            ["output tokens", *rate("tokens_out", "tok")],
+            ["input tokens", *rate("tokens_in", "tok")],
+            ["duration", *rate("duration_s", "s")],
+            ["concurrency (mean)", *rate("concurrency", "")],
+        ]
     if any(r.ladder for r in runs):
         rows += [
             ["saturation point", *[_saturation_text(r) for r in runs]],
             ["tok/s at the knee", *[_knee_tps(r) for r in runs]],
             ["max SLO load", *[_max_slo_text(r) for r in runs]],
         ]
+    note = foot.note()
+    if mixed:
+        note = "\n".join(x for x in (_OTHER_TOOLS_NOTE, note) if x)
     return Table(
-        "Key figures (whole run; ladders: the knee and the SLO-limited load)", ["", *[r.label for r in runs]], rows
+        "Key figures (whole run; ladders: the knee and the SLO-limited load)",
+        ["", *[r.label for r in runs]],
+        rows,
+        note=note,
     )
+
+
+_LATENCY_ROWS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("inter-chunk", "inter_chunk"), ("E2E", "e2e"))
+_OTHER_TOOLS_NOTE = (
+    "other tools' figures in our definitions (docs/metrics.md), read from their files; "
+    "'not comparable' where theirs of that name means another thing, '-' where the file has none; "
+    "their times are taken by their event loop, ours at the kernel's receive time (docs/compare.md, Other tools)"
+)
 
 
 def _saturation_text(r: Run) -> str:
@@ -519,9 +610,13 @@ def _comparability_lines(c: Comparison) -> tuple[str, list[str]]:
     if len(c.runs) < 2:
         return "one run: nothing to compare it with", []
     blocking = [i for i in c.issues if i.blocking]
+    mixed = any(getattr(r, "foreign", None) for r in c.runs)
     head = (
         "WARNING: these runs are NOT comparable; their figures measure different things"
         if blocking
+        else "comparable: no difference in workload lengths, load plan, model, api or SLOs"
+        " (each tool's own definitions: see Key figures)"
+        if mixed
         else "comparable: no difference in trace, load plan, model, api, output lengths or SLOs"
     )
     return head, [servers_line(c.runs)] + [i.text() for i in blocking] + [i.text() for i in c.issues if not i.blocking]
@@ -546,8 +641,15 @@ def servers_line(runs: list[Run]) -> str:
     texts = dict(zip((r.label for r in runs), server_texts(runs), strict=True))
     groups: dict[Any, list[Run]] = {}
     for r in runs:
-        groups.setdefault(r.server_identity, []).append(r)
+        if r.server_identity != ():  # another tool's run does not record the server
+            groups.setdefault(r.server_identity, []).append(r)
+    unknown = [r.label for r in runs if r.server_identity == ()]
+    tail = f" ({', '.join(unknown)}: not recorded)" if unknown else ""
+    if not groups:
+        return "the servers are not recorded" + tail
     if len(groups) == 1:
-        return f"the same server in every run: {texts[runs[0].label]}"
+        first = next(iter(groups.values()))[0]
+        every = "every run" if not unknown else "every run that records it"
+        return f"the same server in {every}: {texts[first.label]}{tail}"
     parts = [f"{', '.join(x.label for x in rs)}: {texts[rs[0].label]}" for rs in groups.values()]
-    return "the servers differ: " + "; ".join(parts)
+    return "the servers differ: " + "; ".join(parts) + tail

@@ -1,0 +1,127 @@
+"""Reading a results file of any tool compare knows: ours (load_results), or another tool's
+(AIPerf, GuideLLM, vLLM bench serve), told apart by content, never by file name; a file of none of
+these is one clear error naming it. Another tool's run is a ForeignRun: a Run whose facts come
+from its reader (foreign.Foreign), so the comparison treats it as any other run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from llm_locust.report.compare import aiperf, guidellm, vllm_bench
+from llm_locust.report.compare.errors import CompareError
+from llm_locust.report.compare.foreign import Foreign
+from llm_locust.report.compare.runs import Run
+from llm_locust.report.results import SCHEMA, ResultsError, load_results
+
+READERS = (aiperf, guidellm, vllm_bench)
+KNOWN = (
+    "an llm-locust results file, AIPerf's profile_export_aiperf.json, GuideLLM's benchmarks JSON "
+    "or vLLM bench serve's --save-result JSON"
+)
+
+
+@dataclass
+class ForeignRun(Run):
+    """Another tool's run: its figures in our terms (doc["summary"]), its facts from the reader."""
+
+    foreign: Foreign
+
+    @property
+    def tool(self) -> str:
+        return f"{self.foreign.tool} {self.foreign.version}".strip()
+
+    @property
+    def verdicts(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def server(self) -> str:
+        return f"not recorded ({self.foreign.server})" if self.foreign.server else "not recorded"
+
+    @property
+    def server_identity(self) -> tuple[Any, ...]:
+        return ()  # unknown: servers_line leaves it out
+
+    @property
+    def model(self) -> str:
+        return self.foreign.model
+
+    @property
+    def trace(self) -> str:
+        return f"{self.foreign.prompts} (no trace file)"
+
+    @property
+    def load(self) -> str:
+        return self.foreign.load
+
+    @property
+    def timing(self) -> str:
+        return self.foreign.timing
+
+    @property
+    def output_length(self) -> str:
+        out = self.foreign.output_len
+        return f"max_tokens {out:g}" if out is not None else "not recorded"
+
+    @property
+    def force_length(self) -> str:
+        return {True: "forced", False: "not forced", None: "forced or not: not recorded"}[self.foreign.forced]
+
+    @property
+    def api(self) -> str:
+        return self.foreign.api
+
+    @property
+    def lengths(self) -> dict[str, Any]:
+        f = self.foreign
+        return {"input tokens": f.input_len, "output tokens": f.output_len, "forced": f.forced}
+
+    def flag_items(self) -> list[tuple[int | None, str]]:
+        return []
+
+
+def _doc(f: Foreign, path: str) -> dict[str, Any]:
+    """A results-shaped document, so that what reads a run's doc (the matrix, the gates) reads this one."""
+    return {
+        "summary": f.summary,
+        "steps": [],
+        "validity": {"flags": []},
+        "environment": {"trace": {}, "gpus": []},
+        "run": {"settings": {"model": f.model, "api": f.api, "seed": f.seed, "slos": {}}, "started_at_utc": f.started},
+        "_path": path,
+    }
+
+
+def _json(path: str) -> Any:
+    try:
+        with open(path, "rb") as fh:
+            return orjson.loads(fh.read())
+    except (OSError, orjson.JSONDecodeError):
+        return None  # load_results has said why
+
+
+def read_run(label: str, path: str) -> Run:
+    """One file as a run: ours through load_results (its messages as they are), another tool's
+    through the reader its content matches. ResultsError / CompareError name the file."""
+    try:
+        return Run(label, path, load_results(path))
+    except ResultsError:
+        doc = _json(path)
+        if doc is None or (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
+            raise
+    reader = next((r for r in READERS if r.matches(doc)), None)
+    if reader is None:
+        found = f"keys {', '.join(list(doc)[:6])}" if isinstance(doc, dict) and doc else f"a JSON {type(doc).__name__}"
+        raise CompareError(f"{path}: not a results file compare reads ({found}); expected {KNOWN}")
+    try:
+        f = reader.read(doc)
+    except CompareError as e:
+        raise CompareError(f"{path}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise CompareError(
+            f"{path}: looks like {reader.__name__.rsplit('.', 1)[-1]} output but cannot be read: {e!r}"
+        ) from None
+    return ForeignRun(label, path, _doc(f, path), f)

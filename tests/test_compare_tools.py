@@ -1,0 +1,192 @@
+"""`llm-locust compare` with other tools' results beside ours: AIPerf's profile_export_aiperf.json,
+GuideLLM's benchmarks JSON and vLLM bench serve's result JSON, written by real runs of those
+tools against the same llama-server (tests/fixtures/othertools/README.md has the commands). The
+real CLI in a subprocess; every expected figure is computed here from the fixture's JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from support import FIXTURES, cli_process
+
+from llm_locust.report.compare.tools import ForeignRun, read_run
+
+TOOLS = FIXTURES / "othertools"
+OURS, AIPERF, GUIDELLM, VLLM = (TOOLS / n for n in ("llm-locust.json", "aiperf.json", "guidellm.json", "vllm.json"))
+VLLM_FAILED = TOOLS / "vllm-2-failures.json"
+
+
+def _load(p: Path) -> dict:
+    return json.loads(p.read_text())
+
+
+def _num(v: float) -> str:
+    """compare's number format: 3 significant digits, whole numbers with thousands commas from 1,000."""
+    return f"{v:,.0f}" if abs(v) >= 999.5 else f"{v:.3g}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{_num(seconds * 1000)} ms"
+
+
+def _compare(*files: Path, args: tuple[str, ...] = ()):
+    p = cli_process("compare", *files, *args, timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def _key_figures(out: str) -> tuple[list[str], dict[str, list[str]], str]:
+    """(the run labels, {row name: cells}, the text after the table) of the Key figures section."""
+    part = out.split("\nKey figures (", 1)[1].split("\nDecision matrix", 1)[0]
+    lines = [x for x in part.splitlines()[1:] if x.strip()]
+    header = re.split(r"\s{2,}", lines[0].strip())
+    rows: dict[str, list[str]] = {}
+    tail = []
+    for line in lines[2:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == len(header) + 1:
+            rows[cells[0]] = cells[1:]
+        else:
+            tail.append(line)
+    return header, rows, "\n".join(tail)
+
+
+def _cell(rows: dict[str, list[str]], header: list[str], row: str, label: str) -> str:
+    return rows[row][header.index(label)]
+
+
+def _strip_ref(cell: str) -> str:
+    """A figure without its footnote reference ("3,939 ms [1]" -> "3,939 ms")."""
+    return re.sub(r" \[\d+\]$", "", cell)
+
+
+def test_four_tools_one_table_with_mapped_figures_and_marks():
+    p = _compare(OURS, AIPERF, GUIDELLM, VLLM)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    header, rows, tail = _key_figures(out)
+    assert header == ["llm-locust", "aiperf", "guidellm", "vllm"]
+    cell = lambda row, lab: _strip_ref(_cell(rows, header, row, lab))  # noqa: E731
+
+    ours = _load(OURS)["summary"]
+    assert cell("TTFT p50", "llm-locust") == _ms(ours["latency"]["ttft"]["p50"])
+    assert cell("ITL p50", "llm-locust") == _ms(ours["latency"]["itl"]["p50"])
+
+    ap = _load(AIPERF)  # ms, except benchmark_duration (sec)
+    assert cell("TTFT p50", "aiperf") == f"{_num(ap['time_to_first_token']['p50'])} ms"
+    assert cell("TTFT p99", "aiperf") == f"{_num(ap['time_to_first_token']['p99'])} ms"
+    # its inter_token_latency is per request (E2E - TTFT) / (OSL - 1): our TPOT
+    assert cell("TPOT p50", "aiperf") == f"{_num(ap['inter_token_latency']['p50'])} ms"
+    assert cell("inter-chunk p50", "aiperf") == f"{_num(ap['inter_chunk_latency']['p50'])} ms"
+    assert cell("E2E p99", "aiperf") == f"{_num(ap['request_latency']['p99'])} ms"
+    assert _cell(rows, header, "ITL p50", "aiperf").startswith("not comparable: its ITL is a per-request TPOT")
+    usage_tps = ap["total_usage_completion_tokens"]["avg"] / ap["benchmark_duration"]["avg"]
+    assert cell("output tokens/s", "aiperf") == f"{_num(usage_tps)} tok/s"  # server usage, as ours
+    assert cell("requests/s", "aiperf") == f"{_num(ap['request_throughput']['avg'])} req/s"
+    ok, failed = int(ap["request_count"]["avg"]), int(ap["error_request_count"]["avg"])
+    assert cell("requests ok / sent", "aiperf") == f"{ok} / {ok + failed}"
+    assert cell("error rate", "aiperf") == f"{failed / (ok + failed) * 100:.3g}%"
+    assert cell("failed", "aiperf") == f"{failed} (ClientOSError {failed})"
+
+    gl = _load(GUIDELLM)["benchmarks"][0]["metrics"]
+    ok_ = lambda name: gl[name]["successful"]  # noqa: E731
+    assert cell("TTFT p50", "guidellm") == f"{_num(ok_('time_to_first_token_ms')['percentiles']['p50'])} ms"
+    assert cell("E2E p99", "guidellm") == _ms(ok_("request_latency")["percentiles"]["p99"])  # seconds there
+    assert cell("ITL mean", "guidellm") == f"{_num(ok_('inter_token_latency_ms')['mean'])} ms"
+    assert cell("ITL p50", "guidellm").startswith("not comparable: per-request means")
+    assert cell("TPOT p50", "guidellm") == "not comparable: its TPOT includes TTFT"
+    assert cell("inter-chunk p50", "guidellm") == "-"
+    assert cell("output tokens/s", "guidellm") == f"{_num(ok_('output_tokens_per_second')['mean'])} tok/s"
+    assert cell("requests ok / sent", "guidellm") == f"{gl['request_totals']['successful']} / 40"
+
+    vl = _load(VLLM)
+    assert cell("TTFT p50", "vllm") == f"{_num(vl['p50_ttft_ms'])} ms"
+    assert cell("TPOT p50", "vllm") == f"{_num(vl['p50_tpot_ms'])} ms"
+    assert cell("inter-chunk p50", "vllm") == f"{_num(vl['p50_itl_ms'])} ms"  # its ITL: every chunk gap
+    assert cell("ITL p50", "vllm") == "not comparable: per chunk, not per token (row inter-chunk)"
+    assert cell("E2E p99", "vllm") == f"{_num(vl['p99_e2el_ms'])} ms"
+    assert cell("output tokens/s", "vllm") == f"{_num(vl['output_throughput'])} tok/s"
+    assert cell("output tokens", "vllm") == f"{_num(vl['total_output_tokens'])} tok"
+    assert cell("concurrency (mean)", "vllm") == _num(sum(vl["latencies"]) / vl["duration"]).strip()
+
+    # the footnotes say how a mapped figure is measured differently
+    ttft_ref = _cell(rows, header, "TTFT p50", "aiperf").rsplit(" ", 1)[1]
+    assert re.search(re.escape(ttft_ref) + r" AIPerf: starts before the TCP connect", tail), tail
+    tok_ref = _cell(rows, header, "TPOT p50", "vllm").rsplit(" ", 1)[1]
+    assert re.search(re.escape(tok_ref) + r" vLLM bench serve: output tokens counted by the tool's tokenizer", tail)
+    # the same server, workload and load: comparable, with the notes that apply
+    assert "comparable: no difference in workload lengths, load plan, model, api or SLOs" in out
+    assert "the same server in every run that records it: llama.cpp b1-0c1e570" in out
+    assert "note: workload not recorded, not checked: vllm: output tokens, forced" in out
+    assert "different tools" in out and "AIPerf 0.13.0" in out and "GuideLLM 0.8.1" in out
+
+
+def test_comparability_warnings_apply_to_other_tools(tmp_path):
+    """Another load (vLLM at 8 in flight) and other lengths (AIPerf asking 64 output tokens) are
+    named as not comparable, and --strict refuses them."""
+    vl = _load(VLLM)
+    vl["max_concurrency"] = 8
+    (tmp_path / "vllm8.json").write_text(json.dumps(vl))
+    ap = _load(AIPERF)
+    ap["input_config"]["datasets"][0]["prompts"]["osl"]["mean"] = 64.0
+    (tmp_path / "aiperf64.json").write_text(json.dumps(ap))
+    p = _compare(OURS, tmp_path / "aiperf64.json", tmp_path / "vllm8.json")
+    assert p.returncode == 0, p.stderr
+    assert "WARNING: these runs are NOT comparable" in p.stdout
+    assert (
+        "not comparable: different load plan: llm-locust, aiperf64: closed loop, 4 users; vllm8: closed loop, 8 users"
+        in p.stdout
+    )
+    assert "not comparable: workload: different output tokens per request: llm-locust: 32; aiperf64: 64" in p.stdout
+    strict = _compare(OURS, tmp_path / "vllm8.json", args=("--strict",))
+    assert strict.returncode == 2
+    assert "different load plan" in strict.stderr and strict.stdout == ""
+
+
+def test_unknown_or_broken_file_is_one_clear_error(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"results": [1, 2], "tool": "something else"}))
+    p = _compare(OURS, other)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert str(other) in lines[0] and "not a results file compare reads" in lines[0]
+    assert "AIPerf" in lines[0] and "GuideLLM" in lines[0] and "vLLM" in lines[0]
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"\x00\x01 not json {")
+    p = _compare(OURS, garbage)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert str(garbage) in p.stderr and "JSON" in p.stderr
+
+
+def test_vllm_failures_are_shown():
+    vl = _load(VLLM_FAILED)
+    assert vl["failed"] == 2
+    p = _compare(OURS, VLLM_FAILED)
+    assert p.returncode == 0, p.stderr
+    header, rows, _ = _key_figures(p.stdout)
+    lab = "vllm-2-failures"
+    classes = [e.strip().splitlines()[-1].split(":", 1)[0].rsplit(".", 1)[-1] for e in vl["errors"] if e]
+    kinds = ", ".join(f"{c} {classes.count(c)}" for c in dict.fromkeys(classes))
+    assert _cell(rows, header, "failed", lab) == f"{vl['failed']} ({kinds})"
+    assert "ServerDisconnectedError 1" in kinds and "ClientOSError 1" in kinds
+    assert _cell(rows, header, "requests ok / sent", lab) == f"{vl['completed']} / {vl['completed'] + vl['failed']}"
+    assert _cell(rows, header, "error rate", lab) == f"{vl['failed'] / (vl['completed'] + vl['failed']) * 100:.3g}%"
+
+
+def test_the_format_is_told_by_content_not_name(tmp_path):
+    """Each tool's file under another tool's name is still read as what it is."""
+    for src, name, tool in (
+        (AIPERF, "guidellm.json", "AIPerf"),
+        (GUIDELLM, "vllm.json", "GuideLLM"),
+        (VLLM, "profile_export_aiperf.json", "vLLM bench serve"),
+    ):
+        dst = tmp_path / tool.replace(" ", "_") / name
+        dst.parent.mkdir()
+        shutil.copy(src, dst)
+        run = read_run("x", str(dst))
+        assert isinstance(run, ForeignRun) and run.foreign.tool == tool
+    assert not isinstance(read_run("ours", str(OURS)), ForeignRun)
