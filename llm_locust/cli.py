@@ -226,7 +226,7 @@ def _start_sim(settings: Settings) -> SimProcess:
             "graded_accuracy": settings.sim_graded_accuracy,
             "seed": settings.seed,
         }
-    sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, **graded)
+    sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, own_session=True, **graded)
     sim.start()
     return sim
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -50,10 +52,12 @@ class Run:
                 self.err.append(line)
                 self._seen.notify_all()
 
-    def wait_for(self, text: str, timeout: float = 30.0) -> None:
+    def wait_for(self, text: str, timeout: float = 30.0, pattern: bool = False) -> None:
+        """Until stderr has a line with `text` in it (a regular expression when `pattern`)."""
         deadline = time.monotonic() + timeout
+        found = (lambda line: re.search(text, line)) if pattern else (lambda line: text in line)
         with self._seen:
-            while not any(text in line for line in self.err):
+            while not any(found(line) for line in self.err):
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
                     raise AssertionError(f"{text!r} not said within {timeout} s:\n{''.join(self.err)[-3000:]}")
@@ -132,12 +136,22 @@ def test_a_closed_loop_stopped_in_its_ramp_up_says_so(tmp_path):
 
 
 def test_a_closed_loop_stopped_while_running(tmp_path):
-    run = Run(tmp_path, "-u", "2", "-t", "60s", "--results", "r.json", *OUT)
-    run.wait_for("All users spawned")
+    run = Run(tmp_path, "-u", "2", "-t", "60s", "--progress-interval", "1s", "--results", "r.json", *OUT)
+    run.wait_for(r"done [1-9]\d*, in flight [1-9]", pattern=True)  # requests answered, others in flight
     run.signal(signal.SIGINT)
     rc, out, err, took = run.finish()
     r = check(tmp_path, rc, out, err, "SIGINT", 130)
     assert r["run"]["interrupted"]["phase"] == "running" and took < 40
+    # the terminal's Ctrl-C reached the whole group: the simulator the run started is in a session
+    # of its own, so it answers until the run has read its last /metrics and stopped it (before: it
+    # died at once, and the server's figures of the run's end were "Connection refused"), and it is
+    # gone after the run
+    s = r["summary"]
+    assert s["failed"] == 0 and s["ok"] > 0, s
+    assert r["server_metrics"]["source"].get("error") is None, r["server_metrics"]["source"]
+    url = re.search(r"started the simulated server at (http://\S+)", out).group(1)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=2).close()
 
 
 def test_a_signal_during_the_preflight_ends_at_once_with_nothing_sent(tmp_path):
@@ -183,3 +197,24 @@ def _free_port() -> int:
     from support import free_port
 
     return free_port()
+
+
+def test_a_run_killed_outright_leaves_no_simulator_behind(tmp_path):
+    """SIGKILL gives the run no chance to stop the simulator it started in a session of its own:
+    the kernel's parent-death signal ends it."""
+    run = Run(tmp_path, "-u", "1", "-t", "60s", "--results", "r.json")
+    deadline = time.monotonic() + 30
+    while "started the simulated server at" not in (line := run.proc.stdout.readline()):
+        assert line and time.monotonic() < deadline, "the run did not start its simulator"
+    port = int(line.strip().rsplit(":", 1)[1])
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()  # it answers now
+    run.signal(signal.SIGKILL, group=False)
+    run.proc.wait(10)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            break  # gone
+        assert time.monotonic() < deadline, f"the simulator on port {port} outlived the killed run"
+        time.sleep(0.1)  # polling a port that is to close

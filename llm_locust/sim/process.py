@@ -27,16 +27,40 @@ def to_args(options: dict) -> list[str]:
     return args
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a simulator in a session of its own is not left behind by a run killed
+    with SIGKILL. Elsewhere nothing: the run's own stop still ends it."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class SimProcess:
     """`with SimProcess(slots=4, iter_base=0.01) as sim: ... sim.url ...`
 
     Starts `python -m llm_locust.sim --port 0 ...`, waits for the URL line it prints first, and
     stops it (SIGTERM, then SIGKILL) on exit. Keyword options are CLI flags (see to_args).
+    `own_session`: in a session of its own, so that a terminal's Ctrl-C (SIGINT to the foreground
+    group) reaches only the run, which reads the server's last /metrics before it stops it.
     """
 
-    def __init__(self, *, startup_timeout: float = 30.0, python: str | None = None, stderr=None, **options):
+    def __init__(
+        self,
+        *,
+        startup_timeout: float = 30.0,
+        python: str | None = None,
+        stderr=None,
+        own_session: bool = False,
+        **options,
+    ):
         options.setdefault("port", 0)
         self.options = options
+        self.own_session = own_session
         self.cmd = [python or sys.executable, "-m", "llm_locust.sim", *to_args(options)]
         self.startup_timeout = startup_timeout
         self.stderr = stderr
@@ -47,7 +71,14 @@ class SimProcess:
     def start(self) -> SimProcess:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=env,
+            start_new_session=self.own_session,
+            preexec_fn=_die_with_parent if self.own_session else None,
+        )
         stdout = self.proc.stdout
         assert stdout is not None  # stdout=PIPE
         with selectors.DefaultSelector() as sel:  # wait for the first line, with a deadline
