@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, run_cli
+from support import ROOT, read_jsonl, run_cli
 
 from llm_locust.metrics.recordlog import FAILED, RecordLog, failures
 from llm_locust.metrics.records import RequestRecord
@@ -305,6 +305,27 @@ def test_a_run_whose_record_log_disk_is_full_counts_every_request_and_ends_on_ti
     # WIRING: plugin.py's end of run reads recordlog.failures(): exit 1 and the line
     assert p.returncode == 1, p.stderr[-2000:]
     assert re.search(rf"the record log {re.escape(str(d / 'rec.jsonl'))} lost ([\d,]+) of \1 records", p.stderr)
+
+
+def test_a_workers_lost_records_reach_the_masters_end_and_exit(tmp_path, sims):
+    """A cluster's workers write their own record logs: one that loses records says so to the
+    master in its reports, and the run ends with exit 1 and the line (before: only in that
+    worker's own stderr, and the master exited 0)."""
+    sim = sims(slots=16, fast=True)
+    log = tmp_path / "rec.jsonl"
+    Path(f"{log}.worker1").mkdir()  # worker 1's log cannot be written: a folder where its file goes
+    results = tmp_path / "r.json"
+    p = run_cli(
+        "--host", sim.url, "-t", "3s", "-u", "4", "--workers", "2", "--record-log", str(log),
+        "--results", str(results), timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    s = _summary_adds_up(results)
+    assert p.returncode == 1, p.stderr[-2000:]
+    lost = re.search(rf"exit 1: worker 1: the record log {re.escape(str(log))}\.worker1 lost ([\d,]+) of \1", p.stderr)
+    assert lost, p.stderr[-2000:]
+    kept = len(read_jsonl(Path(f"{log}.worker0")))
+    assert kept + int(lost.group(1).replace(",", "")) == s["sent"]  # every request: written, or counted lost
 
 
 def test_results_that_cannot_be_written_exit_1_with_one_line(tmp_path, small_fs, sims):

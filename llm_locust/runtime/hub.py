@@ -18,6 +18,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import RequestRecord
@@ -60,6 +61,7 @@ class WorkerState:
         "left_at",
         "lost",
         "status",
+        "record_log",
     )
 
     def __init__(self, client_id: str, index: int | None) -> None:
@@ -80,6 +82,7 @@ class WorkerState:
         self.final = 0  # token of the last final report received (QUIT_TOKEN: it quit on its own)
         self.left_at: float | None = None  # quit on its own, after its final report
         self.lost = 0  # requests it had in flight that never got an outcome (set at the end)
+        self.record_log: list[str] = []  # its record log's lost records, as its last report said
 
     @property
     def in_flight_reported(self) -> int:
@@ -189,6 +192,7 @@ class MetricsHub:
             "status": self.own_status(),
             "step": self.step,
             "final": self.final_token,
+            "record_log": recordlog.failures(),  # empty unless this worker's log lost records
         }
 
     def own_status(self) -> dict[str, Any]:
@@ -225,6 +229,14 @@ class MetricsHub:
             out["sessions"] = sessions
         return out
 
+    def record_log_failures(self) -> list[str]:
+        """Master / local: a line per record log that lost records, this process's and each
+        worker's (its own file, RECORD_LOG.workerN, on its machine), for the run's end and exit."""
+        lines = recordlog.failures()
+        for w in sorted(self.workers.values(), key=lambda w: (w.index is None, w.index or 0)):
+            lines += [f"worker {w.index if w.index is not None else w.client_id}: {line}" for line in w.record_log]
+        return lines
+
     def send_final_report(self, token: int) -> None:
         """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
         everything not yet reported, marked with the master's token (QUIT_TOKEN: quitting)."""
@@ -238,6 +250,7 @@ class MetricsHub:
             log.warning(
                 "%d request(s) still in flight at the final report: the master counts them lost", self.in_flight
             )
+        _close_record_log(self, wait=0.0)  # its last writes' failures go with the final report
         self.final_token = token
         runner._send_stats()  # noqa: SLF001 - Locust's own report message, with our deltas in it
 
@@ -256,6 +269,7 @@ class MetricsHub:
         w.step = payload.get("step")
         self.info.update(payload.get("info") or {})
         w.status = payload.get("status") or w.status
+        w.record_log = payload.get("record_log") or w.record_log
         for step_key, wire in payload["steps"].items():
             step = int(step_key)
             agg = self.steps.get(step)

@@ -369,7 +369,6 @@ class _EndOfRun:
             return
         self.done = True
         out = self.outcome or outcome.build(self.gather())
-        from llm_locust.metrics.recordlog import failures
         from llm_locust.report.provenance import trace_changed
 
         changed = trace_changed(self.trace)  # self.trace is the results' environment.trace
@@ -382,7 +381,7 @@ class _EndOfRun:
             if not self.write(out):
                 out.exit_code = out.exit_code or outcome.EXIT_GATE  # an interrupted run keeps its 130 / 143
                 out.reasons.append("the results or the report could not be written (above)")
-        lost = failures()  # complete here: the record log is closed at quitting, before quit
+        lost = self.h.record_log_failures()  # complete here: the record logs are closed at quitting, before quit
         if lost:
             out.exit_code = out.exit_code or outcome.EXIT_GATE
             out.reasons.extend(lost)
@@ -450,6 +449,12 @@ class _EndOfRun:
             except OSError as e:
                 print(f"llm-locust: could not write the JUnit file {s.junit}: {e}", file=sys.stderr, flush=True)
                 ok = False
+        if s.mlflow:  # after the files: they go along as artifacts; a failure is said, never fatal
+            from llm_locust.report.mlflow_log import log_run
+
+            problem = log_run(s, out.results, masking.SECRETS.all())
+            if problem:
+                print(f"llm-locust: {problem}", file=sys.stderr, flush=True)
         return ok
 
 
