@@ -191,6 +191,9 @@ class ServerProcess:
                     continue
                 self.stop(remove_log=False)  # keep the full log for the person debugging
                 raise
+            except BaseException:  # anything else while waiting (an interrupt, a bug): never leave it running
+                self.stop(remove_log=False)
+                raise
         raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
