@@ -59,7 +59,7 @@ def _read_settings(argv: list[str]):
     """(settings, Locust's own options) from `[PLAN.yaml | RESULTS.json] [options]`; SettingsError
     (exit 2) for any bad value or unknown option, before anything starts. A file's values that
     need trust are dropped unless --trust-plan (settings.sources); a re-run writes beside its source."""
-    from llm_locust.cli_args import check_passthrough, option_strings
+    from llm_locust.cli_args import check_passthrough, check_ports, option_strings
     from llm_locust.settings import derive
 
     path = ""
@@ -75,6 +75,7 @@ def _read_settings(argv: list[str]):
     plan = _read_plan(path, cli) if path else None
     settings = derive.resolve(plan, cli)
     check_passthrough(passthrough, option_strings(parser), settings.locustfile)
+    check_ports(passthrough)
     return settings, passthrough
 
 

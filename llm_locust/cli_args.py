@@ -119,6 +119,22 @@ def check_passthrough(passthrough: list[str], ours: set[str], locustfile: str = 
         raise UnknownOption(f"unknown option {flag}{_did_you_mean(flag, ours, theirs)}; {_HINT}")
 
 
+# Locust's options whose value is a TCP port: checked here, since Locust binds without checking
+# (`--web --web-port 99999`: an OverflowError traceback from bind(), and exit 0)
+LOCUST_PORTS = ("--web-port", "-P", "--master-port", "--master-bind-port")
+
+
+def check_ports(passthrough: list[str]) -> None:
+    """ValueError for a Locust port option whose value is not a port number (1 to 65535)."""
+    for i, token in enumerate(passthrough):
+        flag, _, attached = token.partition("=") if token.startswith("--") else (token, "", "")
+        if flag not in LOCUST_PORTS:
+            continue
+        value = attached or (passthrough[i + 1] if i + 1 < len(passthrough) else "")
+        if not (value.isdigit() and 1 <= int(value) <= 65535):
+            raise ValueError(f"{flag}: {value!r} is not a port: a port is a number from 1 to 65535")
+
+
 _HINT = "`llm-locust run --help` lists ours and the Locust options most runs use; `locust --help` all of Locust's"
 
 

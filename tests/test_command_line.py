@@ -49,6 +49,14 @@ def test_a_port_out_of_range_is_a_usage_error(host):
     refused_before_anything_starts(p, "a port is a number from 1 to 65535")
 
 
+@pytest.mark.parametrize(
+    "argv", [["--web", "--web-port", "99999"], ["--web", "--web-port=0"], ["--master-bind-port", "http"]]
+)
+def test_a_locust_port_out_of_range_is_a_usage_error(argv):
+    """Locust binds without checking: before, `--web --web-port 99999` was a traceback and exit 0."""
+    refused_before_anything_starts(run_cli(*argv, "-t", "2s", timeout=60), "is not a port: a port is a number from 1")
+
+
 # ---- 13: mistyped options and values ----
 
 
