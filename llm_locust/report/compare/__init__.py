@@ -21,11 +21,10 @@ The modules, each importing only those above it (format.py names Run for type ch
     errors.py          CompareError
     metrics.py         Metric, METRICS, resolve_metric; PassLine, parse_pass
     format.py          how figures are written (ms, %, loads, a metric's value or pass line)
-    runs.py            Run (one results file and its facts), load_runs
+    runs.py            Run (one results file and its facts)
     foreign.py         Foreign: another tool's run in our terms, its not-comparable marks and caveats
     aiperf.py / guidellm.py / vllm_bench.py   one reader per tool: matches(doc), read(doc) -> Foreign
-    tools.py           ForeignRun, read_run: a file of any known tool, told apart by content
-                       (runs.load_runs imports it when called)
+    tools.py           ForeignRun, read_run, load_runs: a file of any known tool, told apart by content
     weights.py         Criterion, parse_criteria, load_weights, default_criteria, WeightsError
     comparability.py   Issue, check_comparable
     matrix.py          Cell, read_value, normalise, Matrix, score
@@ -53,8 +52,9 @@ from llm_locust.report.compare.metrics import (
     resolve_metric,
 )
 from llm_locust.report.compare.render import render_html, render_markdown, render_text
-from llm_locust.report.compare.runs import DEFAULT_RUN_TIME, DEFAULT_USERS, Run, _unique_labels, load_runs
+from llm_locust.report.compare.runs import DEFAULT_RUN_TIME, DEFAULT_USERS, Run, _unique_labels
 from llm_locust.report.compare.sections import Table, sections
+from llm_locust.report.compare.tools import ForeignRun, load_runs, read_run
 from llm_locust.report.compare.weights import (
     CRITERION_KEYS,
     DEFAULT_CRITERIA,
@@ -70,6 +70,7 @@ from llm_locust.report.compare.weights import (
 __all__ = [
     "CRITERION_KEYS",
     "Cell",
+    "ForeignRun",
     "CompareError",
     "Comparison",
     "Criterion",
@@ -103,6 +104,7 @@ __all__ = [
     "normalise",
     "parse_criteria",
     "parse_pass",
+    "read_run",
     "read_value",
     "render_html",
     "render_markdown",

@@ -121,7 +121,7 @@ def read(doc: dict[str, Any]) -> Foreign:
     if endpoint.get("streaming") is False:
         for f in ("ttft", "itl", "tpot", "inter_chunk"):
             marks[f] = "not streamed: no token times"
-    if "goodput" in doc:
+    if "goodput" in doc or "good_request_count" in doc:
         marks["goodput"] = "judged against its --goodput SLOs"
     extra = endpoint.get("extra") or {}
     load, timing = _load(cfg, str(dig(doc, "run_info", "cli_command") or ""))

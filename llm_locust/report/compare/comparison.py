@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from llm_locust.report.compare.comparability import Issue, check_comparable
 from llm_locust.report.compare.matrix import Matrix, score
-from llm_locust.report.compare.runs import Run, load_runs
+from llm_locust.report.compare.runs import Run
+from llm_locust.report.compare.tools import load_runs
 from llm_locust.report.compare.weights import default_criteria, load_weights
 
 

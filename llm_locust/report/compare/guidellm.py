@@ -118,14 +118,17 @@ def read(doc: dict[str, Any]) -> Foreign:
     spec = dig(doc, "config", "spec") or {}
     data = dig(spec, "data", 0) or {}
     start = num(b.get("start_time"))
+    marks = {
+        **{f"itl.{s}": "per-request means, not gaps" for s in PCT},
+        "tpot": "its TPOT includes TTFT",
+    }
+    if b["metrics"].get("request_goodput") is not None:
+        marks["goodput"] = "judged against its SLOs"
     return Foreign(
         tool="GuideLLM",
         version=str(dig(doc, "metadata", "guidellm_version") or ""),
         summary=_summary(b),
-        not_comparable={
-            **{f"itl.{s}": "per-request means, not gaps" for s in PCT},
-            "tpot": "its TPOT includes TTFT",
-        },
+        not_comparable=marks,
         model=str(dig(spec, "backend", "model") or "unknown"),
         api=APIS.get(str(dig(spec, "backend", "request_format")), str(dig(spec, "backend", "request_format") or "?")),
         load=_load(b),

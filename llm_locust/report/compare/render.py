@@ -68,8 +68,8 @@ def render_markdown(c: Comparison) -> str:
         out += [""] + [f"- {_md(x)}" for x in lines] if lines else []
     for t in sections(c):
         out += ["", f"## {_md(t.title)}", "", _md_table(t)]
-        if t.note:
-            out += ["", _md(t.note)]
+        if t.note:  # a line each (the key figures' footnotes)
+            out += ["", "  \n".join(_md(x) for x in t.note.split("\n"))]
     out += ["", f"**{_md(_verdict_line(c))}**"]
     return "\n".join(out) + "\n"
 
@@ -136,7 +136,7 @@ def render_html(c: Comparison) -> str:
         if t.svg:
             out.append(f'<figure class="plot">{t.svg}</figure>')  # drawn by report/plots.py: no external resource
         if t.note:
-            out.append(f'<p class="note">{_h(t.note)}</p>')
+            out.append(f'<p class="note">{"<br>".join(_h(x) for x in t.note.split(chr(10)))}</p>')
     out.append(f"<p><strong>{_h(_verdict_line(c))}</strong></p>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"

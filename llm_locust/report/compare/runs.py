@@ -353,14 +353,3 @@ def _unique_labels(paths: list[str], labels: list[str]) -> list[str]:
         else:
             seen[lab] = 1
     return out
-
-
-def load_runs(paths: list[str], labels: list[str] | tuple[str, ...] = ()) -> list[Run]:
-    """Each file as a run (tools.read_run: ours through load_results, its ResultsError as it is;
-    another tool's by its content), labelled."""
-    if not paths:
-        raise CompareError("no results files given")
-    labs = _unique_labels([str(p) for p in paths], list(labels))
-    from llm_locust.report.compare.tools import read_run  # it reads ours with Run, and knows the other tools
-
-    return [read_run(lab, str(p)) for lab, p in zip(labs, paths, strict=True)]

@@ -10,10 +10,12 @@ from typing import Any
 
 import orjson
 
-from llm_locust.report.compare import aiperf, guidellm, vllm_bench
+import llm_locust.report.compare.aiperf as aiperf
+import llm_locust.report.compare.guidellm as guidellm
+import llm_locust.report.compare.vllm_bench as vllm_bench
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.foreign import Foreign
-from llm_locust.report.compare.runs import Run
+from llm_locust.report.compare.runs import Run, _unique_labels
 from llm_locust.report.results import SCHEMA, ResultsError, load_results
 
 READERS = (aiperf, guidellm, vllm_bench)
@@ -125,3 +127,12 @@ def read_run(label: str, path: str) -> Run:
             f"{path}: looks like {reader.__name__.rsplit('.', 1)[-1]} output but cannot be read: {e!r}"
         ) from None
     return ForeignRun(label, path, _doc(f, path), f)
+
+
+def load_runs(paths: list[str], labels: list[str] | tuple[str, ...] = ()) -> list[Run]:
+    """Each file as a run (read_run: ours through load_results, its ResultsError as it is;
+    another tool's by its content), labelled."""
+    if not paths:
+        raise CompareError("no results files given")
+    labs = _unique_labels([str(p) for p in paths], list(labels))
+    return [read_run(lab, str(p)) for lab, p in zip(labs, paths, strict=True)]
