@@ -2,7 +2,8 @@
 """Run the test suite by tiers (tests/tiers.py says which test is in which), lint and types first.
 
     python scripts/suite.py            # everything: lint, types, then every tier (the README's test command)
-    python scripts/suite.py fast       # the developer's loop: lint, types and the fast tier (~3 min on 2 cores)
+    python scripts/suite.py fast       # the developer's loop: lint, types, the fast tier and the slow
+                                       # tier's quick modules (under 3 min on 2 cores)
     python scripts/suite.py lint       # ruff and mypy only (seconds)
     python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real  (-- PYTEST ARGS passed on)
 
@@ -50,6 +51,7 @@ class Tier:
     select: str
     workers: int  # pytest processes at once, each a shard of the tier's modules; 0 or 1: one process
     why: str
+    modules: tuple[str, ...] = ()  # only these test files (none: every file)
 
 
 TIERS = {
@@ -67,6 +69,19 @@ TIERS = {
     "real": Tier("real", "real_server", 2, "real inference servers: vLLM's modules beside llama-server's"),
 }
 ORDER = ["fast", "timing", "slow", "real"]
+# The developer's loop adds the slow tier's quick modules: a simulator or a server started once,
+# then many short tests (test_sim_server: 51 tests in 8 s). Quick: under this many seconds in all,
+# as tests/durations.json recorded them.
+QUICK_MODULE_S = 10.0
+
+
+def quick_tier() -> Tier:
+    """The slow tier's modules that tests/durations.json says take under QUICK_MODULE_S in all."""
+    path = ROOT / "tests" / "durations.json"
+    slow = json.loads(path.read_text()).get("slow", {}) if path.exists() else {}
+    modules = tuple(m for m, secs in sorted(slow.items()) if secs < QUICK_MODULE_S and (ROOT / m).exists())
+    why = f"the slow tier's quick modules ({len(modules)}: under {QUICK_MODULE_S:.0f} s each, tests/durations.json)"
+    return Tier("quick", TIERS["slow"].select, CORES, why, modules)
 
 
 @dataclass
@@ -102,7 +117,7 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
     REPORTS.mkdir(exist_ok=True)
     BASETEMP.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier.select]
-    base += ["-o", "junit_family=xunit1", *extra]  # xunit1: each case names its file
+    base += ["-o", "junit_family=xunit1", *extra, *tier.modules]  # xunit1: each case names its file
     print(f"[suite] tier {tier.name}: {tier.why}", flush=True)
     t0 = time.monotonic()
     if tier.workers <= 1:
@@ -245,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = [a for a in extra if a != "--"]
     what = args.what
     tiers = ORDER if what == ["all"] else [] if what == ["lint"] else [t for t in what if t in TIERS]
+    loop = what == ["fast"]  # the developer's loop: the fast tier and the slow tier's quick modules
     unknown = [w for w in what if w not in TIERS and w not in ("all", "lint")]
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)} (all, fast, lint, {', '.join(ORDER)})")
@@ -256,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name in tiers:
         outcomes.append(run_tier(TIERS[name], extra))
+    if loop and quick_tier().modules:
+        outcomes.append(run_tier(quick_tier(), extra))
     print(summary(outcomes, started), flush=True)
     if args.save_durations:
         save_durations(outcomes)
