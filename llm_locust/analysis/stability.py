@@ -118,6 +118,9 @@ def soak(
     """Drift of a long run, per hour of wall clock.
 
     Windows of `window` seconds (whole seconds, from ceil(start); the last partial one dropped).
+    Where the run is older than the series keep second by second (15 min for latencies, 6 h for
+    the counts: metrics/timeseries.py), the windows are widened to a whole number of the folded
+    buckets and start on their grid (`window` in the result; `window_asked` the one asked for).
     Per window: TTFT p50 and ITL p50 (requests sent in it), requests ok and failed (ended in it).
     drift: least-squares slope of the windows' p50 against their mid time, in seconds per hour,
     and relative to the mean of the windows' p50 (fraction per hour). error bursts: windows whose
@@ -127,6 +130,10 @@ def soak(
     when that is > 0 (else memory is reported, not judged)."""
     w = max(1, int(round(window)))
     a = math.ceil(start)
+    res = _resolution(series, counts, a, end)
+    if res > 1:  # the run's older part is kept in buckets of `res` s: windows on their grid
+        w = -(-w // res) * res
+        a = -(-a // res) * res
     n = int((math.floor(end) - a) // w)
     rows = []
     for i in range(n):
@@ -145,6 +152,7 @@ def soak(
         )
     out: dict[str, Any] = {
         "window": w,
+        "window_asked": max(1, int(round(window))),
         "windows": len(rows),
         "max_drift": max_drift,
         "max_error_rate": max_error_rate,
@@ -185,6 +193,14 @@ def soak(
             passed=not failed_checks, reason="; ".join(failed_checks) or "no drift, no error burst above the limits"
         )
     return out
+
+
+def _resolution(*series_and_start_end) -> int:
+    """The widest bucket the series keep in [start, end): 1 while every second is kept apart,
+    else the width of the buckets older seconds were folded into (metrics/timeseries.py)."""
+    *tables, start, end = series_and_start_end
+    widths = [t.resolution(start, end) for t in tables if hasattr(t, "resolution")]
+    return max(widths, default=1)
 
 
 def kv_pressure(

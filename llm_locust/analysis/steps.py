@@ -190,18 +190,39 @@ def steady_counts(
     """(tokens, ok, failed, seconds, span start, span end) of a series inside [start, end].
 
     Each second [s, s + 1) counts by the fraction of it inside the window: whole seconds fully,
-    the two edge seconds pro-rated.
+    the two edge seconds pro-rated. A row folded into a wider bucket (metrics/timeseries.py
+    Seconds: a run older than 6 h) counts by the fraction of its span inside, its counts taken as
+    spread evenly over it.
     """
     tokens = ok = failed = 0.0
-    for s in range(math.floor(start), math.ceil(end)):
-        b = series.get(s)
-        if not b:
-            continue
-        share = max(0.0, min(end, s + 1) - max(start, s))
+    for s, b, span in _rows(series, start, end):
+        share = max(0.0, min(end, s + span) - max(start, s)) / span
         tokens += b[0] * share
         ok += b[1] * share
         failed += b[2] * share
     return tokens, ok, failed, max(0.0, end - start), start, end
+
+
+def _rows(series: dict[int, list[int]], start: float, end: float) -> list[tuple[int, list[int], int]]:
+    """The rows of a series that overlap [start, end), each with the seconds it spans: its own
+    second, or the part of a folded bucket below the series' fold (rows of a plain dict with a
+    4th item, as the results file keeps them, span that many seconds)."""
+    tl = getattr(series, "timeline", None)
+    folded = tl.folded if tl is not None else None
+    lo, hi = math.floor(start), math.ceil(end)
+    out = []
+    if tl is not None and folded is not None and lo < folded:
+        w = tl.width
+        for s in range(lo - lo % w, min(hi, folded), w):
+            b = series.get(s)
+            if b:
+                out.append((s, b, min(s + w, folded) - s))
+        lo = max(lo, folded)
+    for s in range(lo, hi):
+        b = series.get(s)
+        if b:
+            out.append((s, b, b[3] if len(b) > 3 and b[3] > 1 else 1))
+    return out
 
 
 def window_rates(series: dict[int, list[int]], start: float, end: float, window: float) -> list[float]:

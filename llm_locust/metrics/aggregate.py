@@ -12,7 +12,7 @@ from typing import Any
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
-from llm_locust.metrics.timeseries import LatencySeries
+from llm_locust.metrics.timeseries import LatencySeries, Seconds
 
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (
@@ -315,8 +315,9 @@ class Aggregate:
         self.sum_e2e = 0.0
         self.first_sent: float | None = None  # wall clock, over finished requests
         self.last_end: float | None = None
-        # wall second -> [tokens arrived, requests ok, requests failed]
-        self.series: dict[int, list[int]] = {}
+        # wall second -> [tokens arrived, requests ok, requests failed]; seconds older than 6 h
+        # folded into wider rows (metrics/timeseries.py Seconds: memory bounded whatever the length)
+        self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
         self.overlong = [0, 0, 0]  # the overlong mix: requests finished, ok (served), failed with cause overlong
         self.cpu_samples = 0
@@ -367,9 +368,7 @@ class Aggregate:
             self.last_end = wall_end
         self.sum_e2e += t_end - rec.t_sent
         series = self.series
-        end_bucket = series.get(int(wall_end))
-        if end_bucket is None:
-            end_bucket = series[int(wall_end)] = [0, 0, 0]
+        end_bucket = series.bucket(int(wall_end))
         if rec.ok:
             end_bucket[1] += 1
         elif rec.outcome is not Outcome.CANCELLED:  # cancelled at stop: not a failure of the server
@@ -380,18 +379,18 @@ class Aggregate:
         if times:
             first_sec = int(times[0] + offset)
             if first_sec == int(times[-1] + offset):
-                _bucket(series, first_sec)[0] += sum(ntoks)
+                series.bucket(first_sec)[0] += sum(ntoks)
             else:
                 sec, acc = -1, 0
                 for t, n in zip(times, ntoks, strict=True):
                     s = int(t + offset)
                     if s != sec:
                         if acc:
-                            _bucket(series, sec)[0] += acc
+                            series.bucket(sec)[0] += acc
                         sec, acc = s, 0
                     acc += n
                 if acc:
-                    _bucket(series, sec)[0] += acc
+                    series.bucket(sec)[0] += acc
 
         if rec.endpoint is not None:
             _group(self.groups["endpoint"], rec.endpoint).add(rec, t_end)
@@ -581,8 +580,8 @@ class Aggregate:
         self._merge_groups(d.get("groups") or {})
         self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
         self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0), strict=True)]
-        for s, tokens, ok, failed in d["series"]:
-            b = _bucket(self.series, s)
+        for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
+            b = self.series.bucket(s)
             b[0] += tokens
             b[1] += ok
             b[2] += failed
@@ -678,13 +677,6 @@ class Aggregate:
         """Sent requests with neither an outcome nor a place in `lost`: 0 once a run has ended
         (sent == ok + failed by kind + cancelled + lost)."""
         return self.sent - self.finished - self.lost
-
-
-def _bucket(series: dict[int, list[int]], sec: int) -> list[int]:
-    b = series.get(sec)
-    if b is None:
-        b = series[sec] = [0, 0, 0]
-    return b
 
 
 def _record_gaps(times: list[float], ntoks: list[int], itl: Histogram, inter_chunk: Histogram) -> float:

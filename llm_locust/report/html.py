@@ -703,6 +703,21 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
     )
 
 
+def _per_second(rows: list[list[Any]]) -> dict[int, Sequence[float]]:
+    """The results' series rows (sorted) by second. A row folded into a wider bucket (a run older
+    than the series keeps second by second: [first second, tokens, ok, failed, width]) is spread
+    evenly over its seconds, up to the next row's."""
+    out: dict[int, Sequence[float]] = {}
+    for i, row in enumerate(rows):
+        s = int(row[0])
+        width = int(row[4]) if len(row) > 4 and isinstance(row[4], (int, float)) and row[4] > 1 else 1
+        if i + 1 < len(rows):
+            width = max(1, min(width, int(rows[i + 1][0]) - s))
+        for k in range(s, s + width):
+            out[k] = (k, *(row[j] / width for j in (1, 2, 3)))
+    return out
+
+
 def section_timeseries(r: dict[str, Any]) -> H:
     from llm_locust.report import plots
 
@@ -710,17 +725,17 @@ def section_timeseries(r: dict[str, Any]) -> H:
     if not series:
         return H("")
     first, last = int(series[0][0]), int(series[-1][0])
-    by_sec = {int(row[0]): row for row in series}
+    by_sec = _per_second(series)
     seconds = range(first, last + 1)  # seconds with nothing in them are zeros, not gaps
     secs: list[float] = list(seconds)  # averaged over buckets below for a long run
     t0 = r.get("run", {}).get("started_at")
     t0 = float(t0) if isinstance(t0, (int, float)) and t0 <= first + 1 else float(first)
-    fill = [by_sec.get(s, (s, 0, 0, 0)) for s in seconds]
+    fill: list[Sequence[float]] = [by_sec.get(s, (s, 0, 0, 0)) for s in seconds]
     width = math.ceil(len(secs) / MAX_POINTS)  # a day-long soak: averaged over buckets of `width` seconds
     if width > 1:
         secs = [sum(secs[i : i + width]) / len(secs[i : i + width]) for i in range(0, len(secs), width)]
         fill = [
-            [None, *(sum(f[k] for f in fill[i : i + width]) / len(fill[i : i + width]) for k in (1, 2, 3))]
+            [0.0, *(sum(f[k] for f in fill[i : i + width]) / len(fill[i : i + width]) for k in (1, 2, 3))]
             for i in range(0, len(fill), width)
         ]
     steps = {s.get("step"): s for s in (r.get("ladder") or {}).get("steps") or []}
