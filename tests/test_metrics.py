@@ -245,7 +245,7 @@ def test_a_few_loop_stalls_do_not_make_the_client_suspect():
     assert lag["value"] == pytest.approx(3 / 290) and not lag["tripped"]
 
 
-def test_sustained_loop_lag_cpu_and_send_delay_each_trip_and_are_named():
+def test_sustained_loop_lag_and_send_delay_each_trip_and_are_named():
     from llm_locust.metrics.aggregate import validity
     from llm_locust.report.summary import format_summary
 
@@ -256,11 +256,10 @@ def test_sustained_loop_lag_cpu_and_send_delay_each_trip_and_are_named():
     text = format_summary(f)
     assert "SUSPECT" in text and "event-loop lag over 10 ms in 20.0% of 100 samples (limit 5%)" in text
 
-    cpu = Aggregate()
+    cpu = Aggregate()  # the CPU is reported, not judged (issue 24 item 7: a busy client shows in the checks)
     for p in (95, 97, 99, 20):
         cpu.add_cpu_sample(p)
-    assert [c["check"] for c in client_checks_tripped(cpu)] == ["cpu"]
-    assert "CPU at or above 90% in 75% of 4 samples (limit 50%)" in format_summary(figures(cpu))
+    assert client_checks_tripped(cpu) == [] and figures(cpu)["client"]["cpu_max_percent"] == 99
 
     late = Aggregate()
     for i in range(40):

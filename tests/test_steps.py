@@ -159,9 +159,10 @@ def test_flags_client_saturation_length_mismatch_and_no_data():
     cpu = agg_of([rec(1.0, [1.1])])
     for _ in range(4):
         cpu.add_cpu_sample(97.0)
+    # the CPU is reported, not judged (issue 24 item 7: a busy client shows in the checks that are)
     assert (
         "client_saturated"
-        in step_result(cpu, step=1, offered=1, offered_kind="rate", window=(W, W + 2), warmup=0, slos={}).flags
+        not in step_result(cpu, step=1, offered=1, offered_kind="rate", window=(W, W + 2), warmup=0, slos={}).flags
     )
 
 

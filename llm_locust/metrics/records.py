@@ -73,6 +73,11 @@ class RequestRecord:
     endpoint: str | None = None  # the base URL it went to, when the run has several
     model: str | None = None  # the model it asked for, when the run splits traffic over several
     session: str | None = None  # the session (conversation) it belongs to
+    # whose clock timed its reads: "kernel" (every read stamped with the kernel's receive time,
+    # SO_TIMESTAMPNS: plain TCP on Linux), "user" (some read timed as it returned: TLS, other
+    # systems), None (not said). The client-validity rule judges the loop lag only where reads
+    # were not all kernel-stamped (metrics/aggregate.py client_checks)
+    clock: str | None = None
 
     @property
     def ok(self) -> bool:

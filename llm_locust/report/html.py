@@ -24,13 +24,13 @@ import orjson
 import yaml
 
 from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
+from llm_locust.metrics.aggregate import client_line, validity_rule
 from llm_locust.report.files import write_atomic
 from llm_locust.report.results import ResultsError, load_results
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
-    "client_saturated": "the load generator itself was overloaded (event-loop lag p99 above 5 ms, or CPU at 90% "
-    "or more in half its samples): its latencies may include client delay",
+    "client_saturated": "the load generator may have distorted the figures. " + validity_rule(),
     "errors": "error rate above the limit ({limit}): the server failed requests",
     "length_mismatch": "some replies did not have the number of output tokens asked for: per-token figures are "
     "not comparable",
@@ -847,18 +847,25 @@ def section_summary(r: dict[str, Any]) -> H:
             if (s.get("accuracy") or {}).get("graded")
             else []
         ),
-        (
-            "client",
-            ("valid" if client.get("valid") else "SUSPECT (client saturated)")
-            + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, "
-            f"CPU max {num(client.get('cpu_max_percent'))} %",
-        ),
+        ("client", _client_text(client)),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
     out.append(section_cache(s))
     out.append(section_groups(s))
     out.append(section_failures(s))
     return H("".join(out))
+
+
+def _client_text(client: dict[str, Any]) -> str:
+    """The client's verdict and what each check measured, as the summary prints it (results with
+    checks); an older results file's verdict and loop lag."""
+    if client.get("checks"):
+        return client_line(client).removeprefix("client: ")
+    return (
+        ("valid" if client.get("valid") else "SUSPECT (client saturated)")
+        + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, "
+        f"CPU max {num(client.get('cpu_max_percent'))} %"
+    )
 
 
 def section_repeats(r: dict[str, Any]) -> H:

@@ -1,0 +1,293 @@
+"""Issue 24 item 7: one client-validity rule, judged on what corrupts a figure, stated once.
+
+The docs said "suspect above 5 ms loop-lag p99"; the code judged loop lag over 10 ms in more than
+5% of samples, the CPU and a 50 ms send-delay p99. Measured against the simulator's token log
+(benchmarks/bench_validity.py, docs/metrics.md "Client validity"): with the kernel's receive time
+on every read, a token is timed wrong only when it was read together with a later one, and loop
+lag alone misjudges both ways. The rule now counts those reads (token gaps of 0 in paced streams),
+the send delay, and the loop lag only where reads were timed as they returned; its text comes
+from one function (metrics/aggregate.py validity_rule) that the docs and the report quote.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import run_cli
+
+from llm_locust.metrics.aggregate import Aggregate, client_line, figures, validity_rule
+from llm_locust.metrics.records import RequestRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _paced(i: int, gap: float = 0.02, together: tuple[int, ...] = (), clock: str | None = None) -> RequestRecord:
+    """A 40-token stream, one token every `gap` s, the tokens at `together` read with the one before."""
+    t0 = 100.0 + i
+    times = [t0 + 0.1]
+    for k in range(1, 40):
+        times.append(times[-1] + (0.0 if k in together else gap))
+    return RequestRecord(
+        request_id=str(i),
+        api="openai-completions",
+        t_sched=t0,
+        t_sent=t0,
+        wall_sent=1_800_000_000.0 + t0,
+        t_first=times[0],
+        t_end=times[-1] + 0.001,
+        chunk_times=times,
+        chunk_tokens=[1] * 40,
+        n_out=40,
+        n_out_source="usage",
+        clock=clock,
+    )
+
+
+def _client(records, late: float = 0.0) -> dict:
+    """The client figures of these requests, with 100 loop-lag samples of which `late` are over 10 ms."""
+    agg = Aggregate()
+    for r in records:
+        agg.add(r)
+    n_late = round(100 * late)
+    for ms in [1.0] * (100 - n_late) + [25.0] * n_late:
+        agg.hist["loop_lag"].record(ms / 1000)
+    return figures(agg)["client"]
+
+
+def _check(client: dict, name: str) -> dict:
+    return next(c for c in client["checks"] if c["check"] == name)
+
+
+def test_tokens_read_together_by_a_late_client_make_it_suspect():
+    """2 of every 39 gaps read together (5.1%) while the loop was late in 3% of its samples: the old
+    rule (loop lag over 10 ms in more than 5% of the samples) said valid."""
+    client = _client((_paced(i, together=(10, 20), clock="kernel") for i in range(50)), late=0.03)
+    c = _check(client, "read_together")
+    assert c["tripped"] and c["value"] == pytest.approx(2 / 39) and c["samples"] == 50 * 39
+    assert not client["valid"] and client["reasons"] == ["tokens read together in 5.1% of 1,950 gaps (limit 1%)"]
+    assert client["read_together"] == {
+        "gaps": 1950,
+        "together": 100,
+        "share": pytest.approx(2 / 39),
+        "requests": 50,
+        "first_together": 0,
+        "first_share": 0.0,
+    }
+    few = _client([*(_paced(i) for i in range(150)), _paced(150, together=(5, 6, 7))], late=0.03)  # 3 of 5,889
+    assert few["valid"] and _check(few, "read_together")["value"] == pytest.approx(3 / 5889)
+    short = _client((_paced(i, together=(10, 20)) for i in range(20)), late=0.03)  # 780 gaps: too few for 1%
+    assert short["valid"] and not _check(short, "read_together")["tripped"]
+
+
+def test_tokens_a_prompt_client_read_together_were_sent_together():
+    """The simulator on a busy machine falls behind and writes two tokens at once: 0.43% of its
+    gaps were 0, none read late, the loop-lag p99 5 ms. Such gaps are the server's."""
+    client = _client((_paced(i, together=(10, 20), clock="kernel") for i in range(50)), late=0.0)
+    c = _check(client, "read_together")
+    assert client["valid"] and not c["tripped"] and c["value"] == pytest.approx(2 / 39)
+    assert c["text"].endswith(
+        "while the client kept up (loop late in 0.0% of its samples): the server sent them together"
+    )
+
+
+def test_first_tokens_read_with_the_second_make_the_client_suspect():
+    """TTFT p99 moves once more than 1% of the first tokens were read with the second: at 1,000
+    streams 0.96% of the gaps were 0 (under the gaps' limit) and TTFT p99 was 41% late."""
+    records = [_paced(i, together=(1,) if i % 40 == 0 else (), clock="kernel") for i in range(400)]  # 2.5%
+    client = _client(records, late=0.05)
+    c = _check(client, "read_together")
+    assert c["value"] < 0.01 and c["first_share"] == pytest.approx(0.025) and c["tripped"]
+    assert client["reasons"] == [
+        "tokens read together in 0.1% of 15,600 gaps (limit 1%), first tokens with the second in 2.5% of 400 requests"
+    ]
+
+
+def test_a_server_that_writes_every_token_at_once_is_not_read_together():
+    """Against the simulator in fast mode every gap is 0 and the figures are exact (the server wrote
+    them together): a stream faster than 1 ms a token is not paced and not counted."""
+    client = _client((_paced(i, gap=0.0) for i in range(100)), late=0.5)
+    assert client["read_together"]["gaps"] == 0 and not _check(client, "read_together")["tripped"]
+
+
+def test_loop_lag_is_judged_only_where_reads_were_not_kernel_stamped():
+    def lagging(clock):
+        agg = Aggregate()
+        for i in range(30):
+            agg.add(_paced(i, clock=clock))
+        for ms in [1.0] * 80 + [25.0] * 20:  # 20% of the samples over 10 ms
+            agg.hist["loop_lag"].record(ms / 1000)
+        return figures(agg)["client"]
+
+    kernel = lagging("kernel")  # the old rule: SUSPECT, beside exact figures
+    lag = _check(kernel, "loop_lag")
+    assert kernel["valid"] and not lag["tripped"] and lag["judged"] is False and "not judged" in lag["text"]
+    user = lagging("user")  # TLS: the read's time is late by the lag itself
+    assert not user["valid"] and user["reasons"] == ["event-loop lag over 10 ms in 20.0% of 100 samples (limit 5%)"]
+
+
+def test_the_counts_merge_across_workers():
+    a, b, one = Aggregate(), Aggregate(), Aggregate()
+    for i in range(60):
+        rec = _paced(i, together=(3,) if i % 3 == 0 else (), clock="kernel")
+        (a if i % 2 else b).add(rec)
+        one.add(rec)
+    master = Aggregate()
+    for w in (a, b):
+        master.merge_wire(w.to_wire())
+    assert master.together == one.together == [60 * 39, 20, 60, 0] and master.kernel_clock == 60
+    assert figures(master)["client"] == figures(one)["client"]
+
+
+def test_the_rule_is_stated_once_and_quoted_by_the_docs_and_the_report():
+    rule = validity_rule()
+    for threshold in (
+        "more than 1% of the token gaps",
+        "1% of the first tokens",
+        "p99 above 50 ms",
+        "over 10 ms in more than 5%",
+    ):
+        assert threshold in rule
+    docs = (ROOT / "docs" / "metrics.md").read_text()
+    assert rule in " ".join(docs.split()), "docs/metrics.md must quote validity_rule() word for word"
+    report = (ROOT / "docs" / "report.md").read_text()
+    assert "5 ms" not in report.split("client_saturated", 1)[1].split("\n", 1)[0]
+    from llm_locust.report.html import FLAG_TEXT
+
+    assert rule in FLAG_TEXT["client_saturated"]
+
+
+def test_the_summary_line_names_each_check_with_its_limit():
+    client = _client(_paced(i, clock="kernel") for i in range(30))
+    assert client_line(client) == (
+        "client: valid: tokens read together in 0.0% of 1,170 gaps (limit 1%); send delay against the schedule "
+        "p99 0.0 ms (limit 50 ms); loop lag p99 1.0 ms, CPU max 0%"
+    )
+    bad = _client((_paced(i, together=(10, 20), clock="kernel") for i in range(50)), late=0.1)
+    assert client_line(bad).startswith(
+        "client: SUSPECT (figures may be distorted): tokens read together in 5.1% of 1,950 gaps (limit 1%); loop lag"
+    )
+
+
+# --- a real run: the client's own count through the whole path ----------------------------
+
+PACED_SERVER = r"""
+import socket, sys, threading, time
+pairs = sys.argv[1] == "pairs"
+text = b'{"id":"c","object":"text_completion","model":"m",'
+event = b"data: " + text + b'"choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
+usage = b'"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":40,"total_tokens":44}}'
+end = b"data: " + text + usage + b"\n\ndata: [DONE]\n\n"
+ok = b"HTTP/1.1 200 OK\r\nConnection: close\r\n"
+def chunk(b): return b"%x\r\n" % len(b) + b + b"\r\n"
+def serve(c):
+    with c:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = c.recv(65536)
+            if not more: return
+            data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        n = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"): n = int(line.split(b":")[1])
+        while len(body) < n: body += c.recv(65536)
+        if head.startswith(b"GET /v1/models"):
+            js = b'{"object":"list","data":[{"id":"m","object":"model"}]}'
+            c.sendall(ok + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(js) + js)
+            return
+        if not head.startswith(b"POST"):
+            c.sendall(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
+        c.sendall(ok + b"Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        k = 0
+        while k < 40:
+            if pairs and k in (9, 19, 29):  # tokens 10, 20, 30 written with the one before them
+                c.sendall(chunk(event) + chunk(event)); k += 2
+            else:
+                c.sendall(chunk(event)); k += 1
+            time.sleep(0.004)
+        c.sendall(chunk(end) + b"0\r\n\r\n")
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+STALLING_LOCUSTFILE = """
+import time
+
+import gevent
+
+from llm_locust.users import StreamingUser  # noqa: F401
+
+
+def _stall():
+    while True:
+        gevent.sleep(0.05)
+        end = time.perf_counter() + 0.03
+        while time.perf_counter() < end:  # the loop blocked for 30 ms (time.sleep is gevent's: it yields)
+            pass
+
+
+gevent.spawn(_stall)
+"""
+
+
+@pytest.mark.parametrize(
+    "server, stall, valid",
+    [
+        ("pairs", False, True),  # 3 of 39 gaps 0 (7.7%), sent together; the client kept up: valid
+        ("apart", True, False),  # every token 4 ms apart, the client's loop blocked 30 ms in 80: suspect
+        ("apart", False, True),
+    ],
+)
+def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, server, stall, valid):
+    """A server pacing 40 tokens 4 ms apart ("pairs": tokens 10, 20 and 30 written with the one
+    before them), and a client whose event loop is blocked 30 ms in every 80 (a locustfile that
+    stalls it) or not: only the late client's tokens read together make its figures suspect."""
+    srv = subprocess.Popen([sys.executable, "-c", PACED_SERVER, server], stdout=subprocess.PIPE, text=True)
+    locustfile = tmp_path / "stalling.py"
+    locustfile.write_text(STALLING_LOCUSTFILE)
+    try:
+        port = int(srv.stdout.readline())
+        results = tmp_path / "r.json"
+        p = run_cli(
+            *(("-f", str(locustfile)) if stall else ()),
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--api",
+            "openai-completions",
+            "--model",
+            "m",
+            "-u",
+            "4",
+            "-t",
+            "4s",
+            "--max-tokens",
+            "40",
+            "--server-metrics",
+            "off",
+            "--results",
+            str(results),
+            timeout=120,
+        )
+    finally:
+        srv.kill()
+        srv.wait(10)
+    client = json.loads(results.read_text())["summary"]["client"]
+    together, check = client["read_together"], _check(client, "read_together")
+    assert together["gaps"] >= 1000, (p.stdout[-2000:], p.stderr[-2000:])
+    assert client["valid"] is valid, client
+    if server == "pairs":
+        assert together["share"] == pytest.approx(3 / 39, abs=0.01) and "the server sent them together" in check["text"]
+    elif stall:
+        assert together["share"] > 0.05 and check["tripped"] and check["late_share"] > 0.01, client
+        assert client["reasons"][0].startswith("tokens read together in "), client
+    else:
+        assert together["together"] <= together["gaps"] * 0.005, client
