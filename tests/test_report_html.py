@@ -470,6 +470,31 @@ def test_bad_input_as_a_command(tmp_path):
     assert list(tmp_path.iterdir()) == [tmp_path / "x.json"]
 
 
+def test_an_output_that_is_the_input_a_folder_or_unwritable_is_refused_first(closed_run, tmp_path):
+    """`llm-locust report -o` checks its output as a run checks its own (report/files.check_outputs),
+    before it reads anything: the results file under another name (a hard link), a folder, a path
+    under a file. Each: exit 2, one line naming -o, the path and why; the results file untouched
+    (the old check compared resolved paths only: a hard link was written, a folder exited 1)."""
+    from support import cli_process
+
+    src = tmp_path / "r.json"
+    src.write_bytes(closed_run["path"].read_bytes())
+    before = src.read_bytes()
+    os.link(src, tmp_path / "same.html")
+    (tmp_path / "dir.html").mkdir()
+    cases = {
+        "same.html": "that is RESULTS, which this run reads",
+        "dir.html": "it is a folder, not a regular file",
+        "r.json/x.html": "is a file, not a folder",
+    }
+    for name, why in cases.items():
+        p = cli_process("report", str(src), "-o", str(tmp_path / name), timeout=60)
+        assert p.returncode == 2, (name, p.returncode, p.stdout, p.stderr)
+        assert p.stderr.startswith(f"llm-locust report: -o {tmp_path / name}") and why in p.stderr, (name, p.stderr)
+        assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+        assert src.read_bytes() == before and (tmp_path / "same.html").read_bytes() == before
+
+
 def test_run_writes_the_same_report_itself_with_report(tmp_path):
     """`llm-locust run --report` gives the page `llm-locust report RESULTS.json` gives, key masked."""
     secret = "sk-report-0123456789abcdef"

@@ -25,7 +25,7 @@ import yaml
 
 from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import client_line, validity_rule
-from llm_locust.report.files import write_atomic
+from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError, load_results
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
@@ -1458,8 +1458,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     src = Path(args.results)
     out = Path(args.output) if args.output else src.with_suffix(".html")
-    if out.resolve() == src.resolve():
-        print(f"llm-locust report: {src}: the output would overwrite the results file; give -o", file=sys.stderr)
+    try:  # before reading anything: the output is never the results file, a folder, a link, unwritable
+        check_outputs({"-o": str(out)}, {"RESULTS": str(src)})
+    except ValueError as e:
+        print(f"llm-locust report: {e}", file=sys.stderr)
         return 2
     try:
         results = load_results(src)
