@@ -415,7 +415,9 @@ def test_early_stop_rules():
     assert early_stop(down, {}, max_error_rate=0.05) == (
         "step 1 (1 users): no request succeeded (3 failed; connect_error: connection refused)"
     )
-    assert early_stop([fake(1, 1, 0, ok=0, sent=0)], {}) == "step 1 (1 users): no request was sent"
+    assert early_stop([fake(1, 1, 0, ok=0, sent=0)], {}) == (
+        "step 1 (1 users): no request finished (none sent in the step; any in flight were sent before it)"
+    )
     assert early_stop([], {}) is None
 
 

@@ -434,8 +434,8 @@ def early_stop(
     where = f"step {last.step} ({_load(last.offered, unit)})"
     if not last.ok:
         first = next((f"{kind}: {text}" for kind, texts in last.errors.items() for text in texts), None)
-        if last.sent == 0 and not last.failed:
-            return f"{where}: no request was sent"
+        if not last.failed:  # none failed: in flight the whole step, cancelled at its end, or none sent
+            return f"{where}: no request finished ({_unfinished(last)})"
         return f"{where}: no request succeeded ({last.failed} failed{'; ' + first if first else ''})"
     if max_error_rate is not None and last.error_rate > max_error_rate:
         return f"{where}: error rate {last.error_rate:.1%} above {max_error_rate:.1%}"
@@ -452,6 +452,16 @@ def early_stop(
                 f"(less than {flat_tolerance:.0%} gain)"
             )
     return None
+
+
+def _unfinished(step: StepResult) -> str:
+    """What became of a step's requests when none ended ok or failed: the step's window saw none
+    end, whether they were sent in it and still in flight, cancelled at its end, or sent before it."""
+    if step.cancelled:
+        return f"{step.sent:,} sent, {step.cancelled:,} cancelled at the step's end, none answered"
+    if step.sent:
+        return f"{step.sent:,} sent, still in flight at the step's end"
+    return "none sent in the step; any in flight were sent before it"
 
 
 def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[list[str]]]:
