@@ -14,6 +14,7 @@
 #   scripts/real-servers.sh grpc      # vllm, and vLLM's gRPC servicer in its venv + grpcio here
 #                                     # (scripts/grpc-setup.sh)
 #   scripts/real-servers.sh smg       # the Shepherd Model Gateway router (PyPI smg, in a cache venv)
+#   scripts/real-servers.sh mlflow    # an MLflow tracking server (PyPI mlflow, in a cache venv)
 #
 # Several targets may be given: scripts/real-servers.sh llama vllm
 # Idempotent: everything is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/llm-locust and
@@ -44,6 +45,7 @@ SOUNDFILE_VERSION=0.14.0            # PyPI soundfile (bundles libsndfile): vLLM 
 VLLM_RECIPE=1                       # bump when the vLLM venv recipe changes (forces a reinstall)
 VLLM_MODEL_RECIPE=1                 # bump when the GGUF -> HF model conversion changes (forces a rebuild)
 SMG_VERSION=1.13.0                  # PyPI smg: the Shepherd Model Gateway (a Rust router in a wheel)
+MLFLOW_VERSION=3.17.2               # PyPI mlflow: the tracking server the --mlflow tests log to
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -62,13 +64,14 @@ VLLM_MODEL_DIR="$MODELS_DIR/smollm2-135m-instruct-hf"
 VLLM_VLM_DIR="$MODELS_DIR/tiny-random-idefics3-hf"
 VLLM_ALM_DIR="$MODELS_DIR/tiny-random-qwen2audio-hf"
 SMG_VENV="$CACHE/smg-venv-$SMG_VERSION"
+MLFLOW_VENV="$CACHE/mlflow-venv-$MLFLOW_VERSION"
 
 say()  { printf '[real-servers] %s\n' "$*"; }
 die()  { printf '[real-servers] ERROR: %s\n' "$*" >&2; exit 1; }
 now()  { date +%s; }
 
 usage() {
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 TMP_DIRS=()
@@ -591,6 +594,41 @@ ensure_smg() {
     say "smg: installed in $(( $(now) - t0 ))s -> $SMG_VENV/bin/smg"
 }
 
+# --------------------------------------------------------------------------- (h) MLflow server
+# The full mlflow package (its server: `mlflow server --backend-store-uri sqlite:///... --host ...`)
+# in its own venv, for the --mlflow tests (tests/test_mlflow.py, tests/realservers.py MlflowServer).
+# The test env has only the client (mlflow-skinny, the `mlflow` extra); the server's dependencies
+# (SQLAlchemy, alembic, Flask, pandas...) stay out of it. The stamp is written after a verified
+# install.
+mlflow_ok() {  # cheap: the stamp and the installed version (the import is checked at install)
+    [[ -x "$MLFLOW_VENV/bin/mlflow" && -f "$MLFLOW_VENV/.llm-locust-stamp" \
+        && "$(cat "$MLFLOW_VENV/.llm-locust-stamp")" == "mlflow=$MLFLOW_VERSION" ]] \
+        && "$MLFLOW_VENV/bin/python" -c 'import sys; from importlib.metadata import version; sys.exit(version("mlflow") != sys.argv[1])' \
+            "$MLFLOW_VERSION" >/dev/null 2>&1
+}
+
+ensure_mlflow() {
+    if mlflow_ok; then
+        say "mlflow: cached $MLFLOW_VENV/bin/mlflow ($MLFLOW_VERSION)"
+        return 0
+    fi
+    need_python
+    mkdir -p "$LOG_DIR"
+    local log="$LOG_DIR/mlflow-install.log" t0
+    : >"$log"
+    t0=$(now)
+    say "mlflow: installing mlflow==$MLFLOW_VERSION into $MLFLOW_VENV; log: $log"
+    rm -rf -- "$MLFLOW_VENV"
+    "$PYTHON" -m venv "$MLFLOW_VENV" || die "could not create venv $MLFLOW_VENV"
+    run_logged "$log" "$MLFLOW_VENV/bin/python" -m pip install --progress-bar off "mlflow==$MLFLOW_VERSION" \
+        || { tail -n 30 "$log" >&2; die "pip install mlflow==$MLFLOW_VERSION failed (full log: $log)"; }
+    run_logged "$log" "$MLFLOW_VENV/bin/python" -c 'import mlflow.server' \
+        || { tail -n 30 "$log" >&2; rm -rf -- "$MLFLOW_VENV"; die "mlflow.server does not import after install (log: $log)"; }
+    printf 'mlflow=%s\n' "$MLFLOW_VERSION" >"$MLFLOW_VENV/.llm-locust-stamp"
+    mlflow_ok || { rm -rf -- "$MLFLOW_VENV"; die "mlflow $MLFLOW_VERSION is not what the venv reports after install (log: $log)"; }
+    say "mlflow: installed in $(( $(now) - t0 ))s -> $MLFLOW_VENV/bin/mlflow ($(du -sh "$MLFLOW_VENV" | cut -f1))"
+}
+
 # --------------------------------------------------------------------------- main
 with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the shared cache
     mkdir -p "$CACHE"
@@ -603,13 +641,13 @@ with_lock() {  # serialise concurrent runs (CI jobs, several engineers) on the s
     fi
 }
 
-TARGETS="llama | server | models | tokenizer | vllm | grpc | smg"
+TARGETS="llama | server | models | tokenizer | vllm | grpc | smg | mlflow"
 main() {
     [[ $# -gt 0 ]] || { usage >&2; die "missing argument (expected: $TARGETS)"; }
     local what
     for what in "$@"; do  # check them all before doing anything
         case "$what" in
-            llama|server|models|tokenizer|vllm|grpc|smg) ;;
+            llama|server|models|tokenizer|vllm|grpc|smg|mlflow) ;;
             -h|--help|help) usage; exit 0 ;;
             *)  usage >&2; die "unknown argument '$what' (expected: $TARGETS)" ;;
         esac
@@ -626,6 +664,7 @@ main() {
             grpc)   ensure_smollm2; ensure_tokenizer; ensure_vllm; ensure_vllm_model
                     bash "$(dirname "$0")/grpc-setup.sh" ;;  # vLLM's gRPC servicer in that venv, grpcio here
             smg)    ensure_smg ;;
+            mlflow) ensure_mlflow ;;
         esac
         say "done ($what): cache $CACHE"
     done

@@ -779,3 +779,97 @@ def chat_replay(
 def trace_line(record: dict) -> int:
     """The 1-based trace line a record-log entry was sent for (its `source`, "file:line")."""
     return int(record["source"].rsplit(":", 1)[1])
+
+
+# ------------------------------------------------------------------------- an MLflow tracking server
+# The full mlflow package (its server) in a cache venv, provisioned by ``scripts/real-servers.sh
+# mlflow``; the test env has only the client (mlflow-skinny, the ``mlflow`` extra).
+MLFLOW_VERSION = "3.17.2"  # as scripts/real-servers.sh MLFLOW_VERSION
+MLFLOW_PROVISION_HINT = "run `scripts/real-servers.sh mlflow` (installs the MLflow server in a cache venv)"
+
+
+def mlflow_bin() -> Path | None:
+    """The cached venv's ``mlflow`` (its stamp says the pinned version was installed and checked)."""
+    venv = cache_dir() / f"mlflow-venv-{MLFLOW_VERSION}"
+    stamp = venv / ".llm-locust-stamp"
+    if not stamp.is_file() or stamp.read_text().strip() != f"mlflow={MLFLOW_VERSION}":
+        return None
+    return _existing(venv / "bin" / "mlflow", executable=True)
+
+
+def need_mlflow() -> Path:
+    """The MLflow server for a test: skip locally when it is missing, fail in CI."""
+    path = mlflow_bin()
+    if path is None:
+        missing(f"the MLflow server {MLFLOW_VERSION} is not installed; {MLFLOW_PROVISION_HINT}")
+    assert path is not None
+    return path
+
+
+class MlflowServerError(ServerError):
+    """The MLflow tracking server did not start (the message carries the tail of its log)."""
+
+
+class MlflowServer(ServerProcess):
+    """``mlflow server`` on a free loopback port, its runs in SQLite and its artifacts (proxied:
+    clients upload through it) under ``root``, for the duration of a ``with`` block.
+
+    >>> with MlflowServer(tmp_path / "mlflow") as m:
+    ...     MlflowClient(m.url).search_runs(...)
+
+    One uvicorn worker (the default is 4); ready when ``/health`` answers 200 (about 12 s here,
+    2 cores: it creates the database's tables first). Its job-runner child goes with its process
+    group on exit.
+    """
+
+    name = "mlflow"
+    error = MlflowServerError
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        binary: Path | str | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 90.0,
+        stop_timeout: float = 15.0,
+    ) -> None:
+        self.root = Path(root)
+        self.binary = Path(binary) if binary is not None else None
+        super().__init__(host=host, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    def command(self) -> list[str]:
+        assert self.binary is not None and self.port is not None
+        return [
+            str(self.binary),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.artifacts),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}  # none of ours leaks in
+        return {**env, "PYTHONUNBUFFERED": "1"}
+
+    def check(self) -> None:
+        if self.binary is None:
+            self.binary = mlflow_bin()
+            if self.binary is None:
+                raise MlflowServerError(f"the MLflow server {MLFLOW_VERSION} is not installed; {MLFLOW_PROVISION_HINT}")
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def ready(self) -> tuple[bool, str]:
+        status, body = http_get(self.url + "/health", timeout=2.0)
+        return status == 200, f"HTTP {status}: {body[:200]!r}"
