@@ -72,6 +72,12 @@ def _edited(src, dst, edit):
     return str(dst)
 
 
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    """The tables whole on one line each, as these tests read them (the width: test_compare_tools)."""
+    monkeypatch.setenv("COLUMNS", "400")
+
+
 def _main(capsys, *argv):
     rc = cmp.main([str(a) for a in argv])
     out, err = capsys.readouterr()

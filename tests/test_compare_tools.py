@@ -32,8 +32,8 @@ def _ms(seconds: float) -> str:
     return f"{_num(seconds * 1000)} ms"
 
 
-def _compare(*files: Path, args: tuple[str, ...] = ()):
-    p = cli_process("compare", *files, *args, timeout=120)
+def _compare(*files: Path, args: tuple[str, ...] = (), columns: int = 400):
+    p = cli_process("compare", *files, *args, timeout=120, env={"COLUMNS": str(columns)})
     assert "Traceback" not in p.stderr, p.stderr
     return p
 
@@ -190,3 +190,38 @@ def test_the_format_is_told_by_content_not_name(tmp_path):
         run = read_run("x", str(dst))
         assert isinstance(run, ForeignRun) and run.foreign.tool == tool
     assert not isinstance(read_run("ours", str(OURS)), ForeignRun)
+
+
+def test_the_comparison_fits_the_terminal_and_keeps_every_figure():
+    """COLUMNS=80 (a terminal's width, or the default without one): no line wider, the runs'
+    columns in blocks, long marks wrapped; every cell of the wide table still there (before:
+    lines of 243-308 columns whatever COLUMNS said)."""
+    wide, narrow = (
+        _compare(OURS, AIPERF, GUIDELLM, VLLM).stdout,
+        _compare(OURS, AIPERF, GUIDELLM, VLLM, columns=80).stdout,
+    )
+    assert max(len(line) for line in wide.splitlines()) > 200
+    assert [line for line in narrow.splitlines() if len(line) > 80 and " " in line.strip()] == []
+    header, rows, _ = _key_figures(wide)
+    words = narrow.split()
+    for name, cells in rows.items():
+        for cell in cells:
+            for word in cell.split():
+                assert word in words, (name, cell)
+    blocks = [line for line in narrow.splitlines() if line.startswith("TTFT p50")]
+    assert len(blocks) >= 2  # the runs' columns dealt into blocks, each naming its rows
+
+
+def test_an_output_that_is_an_input_is_refused_before_anything_is_read(tmp_path):
+    """-o or --junit naming one of the runs compared: one line, exit 2, the run untouched (before:
+    the comparison was written over it)."""
+    run = tmp_path / "aiperf.json"
+    run.write_bytes(AIPERF.read_bytes())
+    before = run.read_bytes()
+    for args in (("-o", str(run)), ("--junit", str(run))):
+        p = _compare(OURS, run, args=args)
+        assert p.returncode == 2, p.stderr
+        assert f"{run}: that is a results file ({run}), which this run reads" in p.stderr, p.stderr
+        assert run.read_bytes() == before
+    p = _compare(OURS, run, args=("-o", str(tmp_path)))
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr

@@ -103,6 +103,17 @@ def _gates(args: argparse.Namespace) -> tuple[list[str], float]:
     return gates, tol
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """ValueError before anything is read when -o or --junit is one of the runs compared (or the
+    weights), the other output, or not a regular file: the same checks a run makes of its own."""
+    from llm_locust.report.files import check_outputs
+
+    inputs = {f"a results file ({p})": p for p in [*args.results, *([args.baseline] if args.baseline else [])]}
+    if args.weights:
+        inputs[f"--weights ({args.weights})"] = args.weights
+    check_outputs({"-o": args.output or "", "--junit": args.junit or ""}, inputs)
+
+
 def _format_for(args: argparse.Namespace) -> str:
     if args.format:
         return args.format
@@ -120,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     prog = "llm-locust compare"
     try:
+        _check_outputs(args)
         gates, tolerance = _gates(args)
         cmp = compare(args.results, args.label, args.weights)
-    except (ResultsError, CompareError) as e:
+    except (ResultsError, CompareError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     blocking = [i for i in cmp.issues if i.blocking]
@@ -132,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {i.text()}", file=sys.stderr)
         return 2
     fmt = _format_for(args)
-    text = RENDERERS[fmt](cmp)
+    if fmt == "text" and not args.output:  # on a terminal (or COLUMNS): within its width
+        from llm_locust.report.summary import width
+
+        text = render_text(cmp, width())
+    else:
+        text = RENDERERS[fmt](cmp)
     if args.output:
         try:
             write_atomic(args.output, text)

@@ -9,30 +9,93 @@ from typing import Any
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.sections import Table, _comparability_lines, _verdict_line, sections
 
+# A cell wider than this is wrapped when the table must fit a width (a "not comparable: ..." mark)
+CELL_WRAP = 28
 
-def _text_table(t: Table) -> str:
+
+def _text_table(t: Table, width: int | None = None) -> str:
+    """The table aligned in columns; with `width`, within it: long cells wrapped onto more lines
+    and the runs' columns dealt into blocks side by side, each repeating the row names."""
     cols = len(t.header)
-    widths = [max(len(t.header[k]), *(len(r[k]) for r in t.rows)) if t.rows else len(t.header[k]) for k in range(cols)]
+    widths = _widths(t)
+    if width is None or sum(widths) + 2 * (cols - 1) <= width:
+        return _aligned(t, list(range(cols)), widths)
+    t = Table(t.title, t.header, [_wrapped(r) for r in t.rows], t.note, t.numeric_from)
+    widths = _widths(t)
+    blocks: list[list[int]] = []
+    block: list[int] = []
+    used = widths[0]
+    for k in range(1, cols):
+        if block and used + 2 + widths[k] > width:
+            blocks.append(block)
+            block, used = [], widths[0]
+        block.append(k)
+        used += 2 + widths[k]
+    blocks.append(block)
+    return "\n\n".join(_aligned(t, [0, *b], widths) for b in blocks)
 
-    def line(cells: list[str]) -> str:
-        parts = [(s.rjust(widths[k]) if k >= t.numeric_from else s.ljust(widths[k])) for k, s in enumerate(cells)]
-        return "  ".join(parts).rstrip()
 
-    out = [line(t.header), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in t.rows]
+def _widths(t: Table) -> list[int]:
+    return [max([len(t.header[k])] + [len(x) for r in t.rows for x in r[k].split("\n")]) for k in range(len(t.header))]
+
+
+def _wrapped(row: list[str]) -> list[str]:
+    """The row's value cells of more than CELL_WRAP characters wrapped at spaces (one cell, lines
+    joined by newlines); the row's name is left whole."""
+    import textwrap
+
+    out = [row[0]]
+    for s in row[1:]:
+        wrapped = textwrap.wrap(s, CELL_WRAP, break_long_words=False, break_on_hyphens=False)
+        out.append("\n".join(wrapped) if len(s) > CELL_WRAP else s)
+    return out
+
+
+def _aligned(t: Table, keep: list[int], widths: list[int]) -> str:
+    """The columns `keep` of the table, a wrapped cell's lines on lines of their own."""
+
+    def lines(cells: list[str]) -> list[str]:
+        parts = [cells[k].split("\n") for k in keep]
+        height = max(len(p) for p in parts)
+        out = []
+        for i in range(height):
+            row = []
+            for k, p in zip(keep, parts, strict=True):
+                s = p[i] if i < len(p) else ""
+                row.append(s.rjust(widths[k]) if k >= t.numeric_from else s.ljust(widths[k]))
+            out.append("  ".join(row).rstrip())
+        return out
+
+    out = lines([t.header[k] if k in keep else "" for k in range(len(t.header))])
+    out.append("  ".join("-" * widths[k] for k in keep))
+    for r in t.rows:
+        out += lines(r)
     return "\n".join(out)
 
 
-def render_text(c: Comparison) -> str:
+def _prose(line: str, width: int | None, indent: str = "") -> list[str]:
+    """A line of prose within `width` (None: as it is), continuations indented."""
+    import textwrap
+
+    if width is None or len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def render_text(c: Comparison, width: int | None = None) -> str:
+    """Aligned plain text; with `width` (the terminal's, or COLUMNS), no line wider than it except
+    a word longer than it (a path)."""
     out = [f"llm-locust compare: {len(c.runs)} run{'s' if len(c.runs) != 1 else ''}", ""]
     head, lines = _comparability_lines(c)
-    out.append(head)
-    out += [f"  ! {x}" if x.startswith("not comparable") else f"  - {x}" for x in lines]
+    out += _prose(head, width, "  ")
+    for x in lines:
+        out += _prose(f"  ! {x}" if x.startswith("not comparable") else f"  - {x}", width, "    ")
     for t in sections(c):
-        out += ["", t.title, "", _text_table(t)]
+        out += ["", t.title, "", _text_table(t, width)]
         if t.note:
-            out.append(t.note)
-    out += ["", _verdict_line(c)]
+            for note in t.note.splitlines():
+                out += _prose(note, width, "    ")
+    out += ["", *_prose(_verdict_line(c), width, "  ")]
     return "\n".join(out) + "\n"
 
 
