@@ -282,6 +282,9 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
         srv.wait(10)
     client = json.loads(results.read_text())["summary"]["client"]
     together, check = client["read_together"], _check(client, "read_together")
+    # the run's summary prints the rule's verdict and the checks against their limits
+    line = " ".join(p.stdout[p.stdout.index("client: ") :].split("\n")[0:3])
+    assert line.startswith("client: valid: tokens read together in" if valid else "client: SUSPECT"), p.stdout[-1500:]
     assert together["gaps"] >= 1000, (p.stdout[-2000:], p.stderr[-2000:])
     assert client["valid"] is valid, client
     if server == "pairs":

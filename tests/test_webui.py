@@ -165,7 +165,12 @@ def test_client_validity_and_length_mismatch_are_reported():
     assert c["valid"] is False and c["valid_now"] is False
     assert any("event-loop lag" in r for r in c["reasons"])
     rows = {r["metric"]: r["value"] for r in summary_rows(p)}
-    assert rows["Client"].startswith("SATURATED") and rows["Output length mismatches"] == "1 of 101"
+    assert rows["Client"].startswith("SUSPECT: ") and rows["Output length mismatches"] == "1 of 101"
+    # the web view says what the summary says, and quotes the rule of docs/metrics.md
+    from llm_locust.metrics.aggregate import client_figures, client_line, validity_rule
+
+    assert c["line"] == client_line(client_figures(total)) and c["line"].startswith("client: SUSPECT")
+    assert c["rule"] == validity_rule()
 
 
 def test_cache_and_per_endpoint_rows_in_the_payload():
@@ -698,3 +703,16 @@ def test_run_time_in_words():
     assert D.run_time_text({"run_time": 30.0, "stops_at": None}) == "each test started here stops 30 s after its start"
     at = time.strftime("%H:%M:%S", time.localtime(T0))
     assert D.run_time_text({"run_time": 30.0, "stops_at": T0}) == f"this test stops at {at} (30 s after its start)"
+
+
+def test_a_long_runs_folded_seconds_are_spread_over_their_bucket():
+    """Past the seconds kept one by one, the series holds [tokens, ok, failed, width] buckets: the
+    page's first poll spreads each over its seconds (before: a one-second spike of 60 s of tokens)."""
+    first = 1_000_000
+    series = {first: [600, 60, 6, 60]}  # a minute folded into one bucket
+    series.update({first + 60 + k: [10, 1, 0] for k in range(4000)})  # then second by second
+    snap = {"_series_first": first, "series_end": first + 4060, "series_tail": 10}
+    cols = LiveView.series(series, 0.0, snap)
+    assert cols["sec"][:60] == list(range(first, first + 60))
+    assert cols["tokens"][:60] == [10.0] * 60 and cols["ok"][:60] == [1.0] * 60 and cols["failed"][0] == 0.1
+    assert cols["tokens"][60:63] == [10, 10, 10] and sum(cols["tokens"]) == 600 + 10 * 4000

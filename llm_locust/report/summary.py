@@ -149,15 +149,9 @@ def format_summary(
         lines.append(
             "causes: " + ", ".join(f"{c} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1]))
         )
-    client = fig["client"]
-    lag = client["loop_lag"].get("p99")
-    reasons = client.get("reasons") or []
-    verdict = (
-        "valid"
-        if client["valid"]
-        else "SUSPECT (figures may be distorted: " + "; ".join(reasons or ["client saturated"]) + ")"
-    )
-    lines.append(f"client: {verdict}; loop lag p99 {_ms(lag)} ms, CPU max {client['cpu_max_percent']:.0f}%")
+    from llm_locust.metrics.aggregate import client_line
+
+    lines.append(client_line(fig["client"]))  # the rule's checks against their limits (docs/metrics.md)
     return "\n".join(fit(lines, cols) if cols else lines)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
-from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures
+from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures, client_line, validity_rule
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, Outcome
 
@@ -286,6 +286,7 @@ class LiveView:
                 "valid": valid,
                 "valid_now": valid_now,
                 "reasons": reasons,
+                "line": client_line(client),  # the summary's line: each check against its limit
                 "loop_lag_p99": _r(lag_all.get("p99"), 6),
                 "loop_lag_p99_recent": _r((lag_recent or {}).get("p99"), 6),
                 "cpu_max": _r(total.cpu_max, 1),
@@ -448,6 +449,8 @@ class LiveView:
             ld["steps"] = [r for r in ladder["steps"] if r["changed"] > since]
             if ladder["verdict"] is None or ladder["verdict"]["changed"] > since:
                 ld["verdict"] = ladder["verdict"]
+        if not since:  # the page's first poll: the rule of docs/metrics.md "Client validity", word for word
+            out["client"] = {**out["client"], "rule": validity_rule()}
         out["samples"] = _slice_columns(self.samples, since)
         out["series"] = self.series(series, since, snap)
         out["server"] = server_columns(server, since, "server") if server is not None else None
@@ -462,9 +465,10 @@ class LiveView:
         if first is None or not series:
             return {"sec": [], "tokens": [], "ok": [], "failed": []}
         start = first if not since else max(first, int(since) - snap["series_tail"])
+        folded = _spread_folded(series, start, end) if end - start > FOLDED_SCAN_S else {}
         sec, tokens, ok, failed = [], [], [], []
         for s in range(start, end):
-            b = series.get(s)
+            b = series.get(s) if s not in folded else folded[s]
             sec.append(s)
             if b:
                 tokens.append(b[0])
@@ -475,6 +479,22 @@ class LiveView:
                 ok.append(0)
                 failed.append(0)
         return {"sec": sec, "tokens": tokens, "ok": ok, "failed": failed}
+
+
+FOLDED_SCAN_S = 3600  # a poll over more seconds than this (the page's first) may reach folded rows
+
+
+def _spread_folded(series: dict[int, list[int]], start: int, end: int) -> dict[int, list[float]]:
+    """The rows of a long run folded into wider buckets ([tokens, ok, failed, width], metrics/
+    timeseries.py) that reach [start, end), spread evenly over their seconds as the report's plot
+    spreads them (report/html.py _per_second): a bucket is not a one-second spike."""
+    out: dict[int, list[float]] = {}
+    for s0, b in series.items():
+        width = int(b[3]) if len(b) > 3 else 1
+        if width > 1 and s0 < end and s0 + width > start:
+            for k in range(s0, s0 + width):
+                out[k] = [b[0] / width, b[1] / width, b[2] / width]
+    return out
 
 
 def _slice_columns(cols: dict[str, list], since: float) -> dict[str, list]:
@@ -601,7 +621,7 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
         },
         {
             "metric": "Client",
-            "value": "valid" if snap["client"]["valid"] else "SATURATED: " + "; ".join(snap["client"]["reasons"]),
+            "value": "valid" if snap["client"]["valid"] else "SUSPECT: " + "; ".join(snap["client"]["reasons"]),
         },
     ]
     t = snap["totals"]

@@ -176,9 +176,10 @@
     text("llm-counts", "sent " + t.sent + ", ok " + t.ok + ", failed " + t.failed + (t.cancelled ? ", cancelled " + t.cancelled : "") + " (" + fmt(t.error_rate * 100) + "% errors)");
 
     var c = p.client;
-    text("llm-client", c.valid ? (c.valid_now ? "valid" : "lagging now") : "SATURATED");
+    text("llm-client", c.valid ? (c.valid_now ? "valid" : "lagging now") : "SUSPECT");
     setTile("tile-client", c.valid ? (c.valid_now ? "good" : "warn") : "bad");
-    text("llm-client-detail", (c.reasons.length ? c.reasons.join("; ") + ". " : "") + "loop lag p99 " + ms(c.loop_lag_p99) + " ms (recent " + ms(c.loop_lag_p99_recent) + "), CPU max " + fmt(c.cpu_max) + "%");
+    text("llm-client-detail", c.line + " (recent loop lag p99 " + ms(c.loop_lag_p99_recent) + " ms)");
+    if (c.rule && $("tile-client")) { $("tile-client").title = c.rule; }  // sent with the first poll only
 
     if (!t.length_checked) { text("llm-length", "not checked"); setTile("tile-length", null); text("llm-length-detail", "no requested length (--no-force-length?)"); }
     else if (t.length_mismatch) { text("llm-length", t.length_mismatch + " mismatched"); setTile("tile-length", "bad"); text("llm-length-detail", "of " + t.length_checked + " checked"); }
