@@ -52,6 +52,7 @@ LAUNCHERS = REAL_LAUNCHERS | {
     "Cluster",  # support: a Locust master and its workers
     "SimProcess",
     "ProxyProcess",
+    "MlflowServer",  # realservers: an MLflow tracking server (not an inference server: the slow tier)
     "multiprocessing",
     "need_binary",  # prometheus, promtool, chromium: programs a test runs
 }
