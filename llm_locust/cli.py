@@ -76,7 +76,19 @@ def _read_settings(argv: list[str]):
     settings = derive.resolve(plan, cli)
     check_passthrough(passthrough, option_strings(parser), settings.locustfile)
     check_ports(passthrough)
+    if settings.mlflow and not _installed("mlflow"):  # said now, not at the end of a long run
+        raise ValueError("--mlflow: the MLflow client is not installed: pip install 'llm-locust[mlflow]'")
     return settings, passthrough
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (mlflow's import takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 _REPETITION_ENV = "LLM_LOCUST_REPETITION"  # set in a repetition's process (run_repeated)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 import types
@@ -317,3 +318,13 @@ def test_the_failure_line_names_the_cause_in_a_few_words():
     assert mlflow_log._why(ValueError("INVALID_PARAMETER_VALUE: bad\nmore")) == (
         "ValueError: INVALID_PARAMETER_VALUE: bad more"
     )
+
+
+def test_mlflow_without_its_client_is_refused_before_anything_starts(tmp_path):
+    """Before, a run without the client installed found out at its end, after all its load."""
+    code = "import sys; sys.modules['mlflow'] = None; from llm_locust.cli import main; sys.exit(main())"
+    argv = ["run", "--mlflow", "http://127.0.0.1:9", "-t", "2s", "--results", str(tmp_path / "r.json")]
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2, (p.stdout[-1000:], p.stderr[-2000:])
+    assert "--mlflow: the MLflow client is not installed: pip install 'llm-locust[mlflow]'" in p.stderr
+    assert "started the simulated server" not in p.stdout and not (tmp_path / "r.json").exists()
