@@ -154,12 +154,15 @@ class StreamClient:
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
         collect_text: bool | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened.
 
         Never raises for server or network trouble, whatever bytes the server sends: that
         becomes the record's outcome. When the greenlet is killed (test stopped), the record is
-        handed to `on_cancel` as cancelled and GreenletExit propagates.
+        handed to `on_cancel` as cancelled and GreenletExit propagates. `on_record` gets the
+        record once, as soon as it exists, before the request is written (the dispatcher's
+        --max-prefill gate watches its t_first; nothing is added to the read path).
         """
         path, body = self.adapter.request(spec)
         data = self._request_bytes(path, body, request_id, spec.headers)
@@ -173,6 +176,8 @@ class StreamClient:
             requested_out=spec.max_tokens if spec.force_length else None,
             step=step,
         )
+        if on_record is not None:
+            on_record(rec)
         collect = self.collect_text if collect_text is None else collect_text
         state = StreamState(collect)
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
@@ -927,10 +932,13 @@ class JSONClient(StreamClient):
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
         collect_text: bool | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         self._specs[request_id] = spec
         try:
-            return super().send(spec, request_id, t_sched, on_cancel=on_cancel, step=step, collect_text=collect_text)
+            return super().send(
+                spec, request_id, t_sched, on_cancel, step=step, collect_text=collect_text, on_record=on_record
+            )
         finally:
             self._specs.pop(request_id, None)
 

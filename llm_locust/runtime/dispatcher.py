@@ -44,6 +44,7 @@ from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce,
 from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
+from llm_locust.workload.arrivals import share_offsets
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
@@ -55,6 +56,63 @@ log = logging.getLogger(__name__)
 PLAN, READY, GO, DONE = "llm_locust_plan", "llm_locust_ready", "llm_locust_go", "llm_locust_done"
 START_LEAD = 0.5  # seconds between "go" and t0, so every worker has the message before t0
 READY_TIMEOUT = 600.0
+PREFILL_POLL = 0.001  # s: how often a send held at --max-prefill looks for a first token
+
+
+class PrefillGate:
+    """--max-prefill N: at most N of this process's requests without their first token.
+
+    A send takes a place before its request exists (`acquire`, counted as pending), the client
+    hands over the record as soon as it makes it (`started`, StreamClient.send's on_record), and
+    the place is free once the record has a first token or has ended. The client's read path is
+    untouched: a send held at the cap looks at the open records' t_first every PREFILL_POLL
+    seconds (only while it is held), so it goes out at most ~1 ms after the token that freed a
+    place. Counts the sends that waited and how long (`figures`, kept in the results)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.pending = 0  # places taken whose record the client has not made yet
+        self.open: dict[int, RequestRecord] = {}  # by id(): records without a first token so far
+        self.waited = 0  # sends held at the cap
+        self.wait_s = 0.0
+        self.longest_s = 0.0
+
+    def busy(self) -> int:
+        """Places taken now: pending sends and open records still before their first token."""
+        done = [k for k, r in self.open.items() if r.t_first is not None or r.t_end is not None]
+        for k in done:
+            del self.open[k]
+        return self.pending + len(self.open)
+
+    def acquire(self) -> None:
+        if self.busy() >= self.cap:
+            t = time.perf_counter()
+            while self.busy() >= self.cap:
+                gevent.sleep(PREFILL_POLL)
+            waited = time.perf_counter() - t
+            self.waited += 1
+            self.wait_s += waited
+            self.longest_s = max(self.longest_s, waited)
+        self.pending += 1
+
+    def started(self, rec: RequestRecord) -> None:
+        self.pending -= 1
+        self.open[id(rec)] = rec
+
+    def ended(self, rec: RequestRecord | None) -> None:
+        """The send is over (whatever happened): its place is free."""
+        if rec is None:
+            self.pending -= 1  # the client never made the record (it raised before)
+        else:
+            self.open.pop(id(rec), None)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "cap": self.cap,
+            "waited": self.waited,
+            "wait_s": round(self.wait_s, 6),
+            "longest_wait_s": round(self.longest_s, 6),
+        }
 
 
 class Dispatcher:
@@ -75,6 +133,8 @@ class Dispatcher:
         self._unblocked_at = float("-inf")
         self.pass_greenlet: gevent.Greenlet | None = None  # the schedule being walked (replaced at each ladder step)
         self._slot_free = Event()
+        self.prefill = PrefillGate(settings.max_prefill) if settings.max_prefill else None
+        self.pass_shape: tuple | None = None  # a rate pass's (rate, arrivals, burstiness): steer keeps an equal one
 
     # ---- set-up ----
 
@@ -167,6 +227,8 @@ class Dispatcher:
             warm_up = getattr(client, "warm_up", None)
             if warm_up is not None:
                 warm_up(self.model)
+        if self.prefill is not None:
+            self.metrics.info[self._prefill_key()] = self.prefill.figures()
         status = self.metrics.status_sources
         if self.router is not None:
             status["endpoints"] = self.router.status
@@ -219,22 +281,23 @@ class Dispatcher:
             )  # --graded: maybe an item instead
             self.greenlets.spawn(self._send, spec, t_due, source, graded)
 
-    def rate_pass(self, rate: float, arrivals: str = "poisson") -> None:
-        """Open loop at `rate` requests/s (Poisson or constant), records of the share in turn,
-        until killed (the next load step replaces it). A session trace starts sessions at `rate`
+    def rate_pass(self, rate: float, arrivals: str = "poisson", burstiness: float = 1.0) -> None:
+        """Open loop at `rate` requests/s from this process (poisson, constant or gamma intervals:
+        workload.arrivals), records of the share in turn, until killed (the next load step
+        replaces it). The cluster's arrivals are one seeded sequence at rate x workers, of which
+        this process sends every K-th (share_offsets). A session trace starts sessions at `rate`
         per second instead, each running its turns after its replies."""
-        import random
-
         trace, runner = self.trace, self.runner
         assert trace is not None, "a pass after load()"
         roots = runner.trace.roots if runner is not None else []  # a session trace's (_prepare)
-        rng = random.Random(self.settings.seed * 1_000_003 + self.share[0])
-        t = time.perf_counter()
-        if arrivals != "poisson":  # stagger the workers, so the cluster's arrivals are evenly spaced
-            t += self.share[0] / self.share[1] / rate
+        i, workers = self.share
+        offsets = share_offsets(
+            arrivals, rate * workers, burstiness=burstiness, seed=self.settings.seed * 1_000_003, share=(i, workers)
+        )
+        t0 = time.perf_counter()
         k = 0
-        while True:
-            t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
+        for offset in offsets:
+            t = t0 + offset
             sleep_until(t)
             if runner is not None:
                 self.greenlets.spawn(runner.run, roots[k % len(roots)], self._session_send, t)
@@ -250,18 +313,44 @@ class Dispatcher:
             self.greenlets.spawn(self._send, spec, t, source, graded)
 
     def _acquire_slot(self, t_due: float) -> None:
-        """Take an in-flight slot, waiting at the cap. A request is held back when it waited
-        itself, or fell due while the dispatcher was waiting for a slot for an earlier one."""
+        """Take an in-flight slot, waiting at the cap, then a place before the first token
+        (--max-prefill). A request is held back when it waited itself (at either cap), or fell
+        due while the dispatcher was waiting for an earlier one."""
         cap = self.settings.max_in_flight
+        held = t_due < self._unblocked_at
         if cap and self._in_flight >= cap:
-            self.held_back += 1
+            held = True
             while self._in_flight >= cap:
                 self._slot_free.clear()
                 self._slot_free.wait()
             self._unblocked_at = time.perf_counter()
-        elif t_due < self._unblocked_at:
-            self.held_back += 1
         self._in_flight += 1
+        if self.prefill is not None and self._prefill_wait():
+            held = True
+        self.held_back += held
+
+    def _prefill_wait(self) -> bool:
+        """A place before the first token (PrefillGate); True when this send had to wait for it."""
+        gate = self.prefill
+        assert gate is not None, "with --max-prefill"
+        waited = gate.waited
+        try:
+            gate.acquire()
+        except BaseException:  # killed while held (the next ladder step, the test's stop): no send
+            self._in_flight -= 1
+            self._slot_free.set()
+            raise
+        if gate.waited == waited:
+            return False
+        self._unblocked_at = time.perf_counter()
+        hub(self.env).info[self._prefill_key()] = gate.figures()
+        return True
+
+    def _prefill_key(self) -> str:
+        """Where hub.info (the results' run.server) keeps this process's --max-prefill figures: one
+        key per worker, as the master keeps the last info each worker reported."""
+        i, workers = self.share
+        return "prefill_cap" if workers == 1 else f"prefill_cap_worker{i}"
 
     def _send(
         self,
@@ -295,15 +384,26 @@ class Dispatcher:
                 router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             self._account(rec, source)
 
+        gate = self.prefill
+        made: list[RequestRecord] = []  # the record, once the client made it (--max-prefill)
+
+        def on_record(rec: RequestRecord) -> None:
+            made.append(rec)
+            assert gate is not None, "handed over only with --max-prefill"
+            gate.started(rec)
+
+        extra = {"on_record": on_record} if gate is not None else {}
         try:
             rec = client.send(
-                spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text or wants_text(spec)
+                spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text or wants_text(spec), **extra
             )  # structured output is checked
             done(rec)
             return rec
         finally:
             self._in_flight -= 1
             self._slot_free.set()
+            if gate is not None:
+                gate.ended(made[0] if made else None)
 
     def _session_send(self, spec, t_sched: float, source: str, session: str, ideal, keep_text: bool) -> RequestRecord:
         self._acquire_slot(t_sched)
@@ -341,19 +441,31 @@ def dispatchers_ready(env: Environment) -> bool:
 
 
 def steer(env: Environment, payload: dict[str, Any]) -> None:
-    """A new ladder step: replace this process's open-loop pass with one at the new rate / speed."""
+    """A new ladder step: replace this process's open-loop pass with one at the new rate / speed.
+    A rate step at the rate the pass already runs (a step's warm-up ending, a series' next step
+    at the same rate) keeps it: the arrivals go on as drawn (a restarted gamma sequence would
+    drop the interval under way); only the step the requests are tagged with changes (hub)."""
     d = _state(env).dispatcher
     if d is None or d.trace is None:
         log.error("ladder step %s: no loaded dispatcher in this process", payload.get("step"))
         return
-    if d.pass_greenlet is not None:
-        d.pass_greenlet.kill(block=False)
+    shape = (
+        (payload["share_rate"], payload.get("arrivals"), payload.get("burstiness"))
+        if payload["kind"] == "rate"
+        else None
+    )
+    g = d.pass_greenlet
+    if shape is not None and shape == d.pass_shape and g is not None and not g.dead:
+        return
+    d.pass_shape = shape
+    if g is not None:
+        g.kill(block=False)
 
     def start() -> None:
         d._prepare()
         if payload["kind"] == "rate":
             if payload["share_rate"] > 0:
-                d.rate_pass(payload["share_rate"], payload.get("arrivals", "poisson"))
+                d.rate_pass(payload["share_rate"], payload.get("arrivals", "poisson"), payload.get("burstiness", 1.0))
         else:
             s = d.settings
             window = ReplayWindow(payload["level"], s.start_offset, s.duration or None, s.loops)
@@ -405,7 +517,10 @@ def _start_local(env: Environment) -> None:
         d.run(time.time() + START_LEAD)
         info = hub(env).info
         info["replay_sent"], info["replay_held_back"] = d.sent, d.held_back
-        log.info("replay finished: %d requests sent, %d held back by the in-flight cap", d.sent, d.held_back)
+        log.info("replay finished: %d requests sent, %d held back by the in-flight caps", d.sent, d.held_back)
+        if d.prefill is not None:
+            info[d._prefill_key()] = f = d.prefill.figures()
+            log.info("--max-prefill %d: %d sends waited, %.3f s in all", f["cap"], f["waited"], f["wait_s"])
         _stop_test(env)
 
     gevent.spawn(go)

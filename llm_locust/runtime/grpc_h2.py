@@ -650,10 +650,12 @@ class H2GrpcClient:
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
         collect_text: bool | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened (the contract
         of GrpcStreamClient.send: never raises for server or network trouble; a killed greenlet
-        hands the record to `on_cancel` as cancelled and GreenletExit propagates)."""
+        hands the record to `on_cancel` as cancelled and GreenletExit propagates; `on_record`
+        gets the record once, as soon as it exists: StreamClient.send's)."""
         data = grpc_vllm.encode_generate(spec, request_id)
         now = time.perf_counter()
         rec = RequestRecord(
@@ -665,6 +667,8 @@ class H2GrpcClient:
             requested_out=spec.max_tokens if spec.force_length else None,
             step=step,
         )
+        if on_record is not None:
+            on_record(rec)
         state = StreamState(False)  # token ids only: there is no text to collect
         replied = False
         feed = grpc_vllm.feed_response

@@ -86,6 +86,7 @@ def ladder_from_settings(s) -> Ladder | None:
         requests=s.step_requests,
         stable=stable,
         arrivals=s.arrivals,
+        burstiness=s.arrivals_burstiness,
     )
 
 
@@ -137,7 +138,7 @@ class LadderController:
         i = len(self.windows)
         if self.search is not None:
             return self._end_probe(cur, now)
-        reason = self.early.check(self.results(), self.slos) if self.ladder.burst is None else None
+        reason = self.early.check(self.results(), self.slos) if not self.ladder.profile else None
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
             return self._finish(cur, now)
@@ -242,11 +243,11 @@ class LadderController:
     def _step_over(self, cur: StepWindow, now: float) -> bool:
         ld = self.ladder
         planned_end = cur.started + ld.step_timing(cur.index)[0] + cur.extended
-        if ld.requests and ld.burst is None and self._finished(cur.index) >= ld.requests:
+        if ld.requests and not ld.profile and self._finished(cur.index) >= ld.requests:
             return True
         if now < planned_end:
             return False
-        st = ld.stable if ld.burst is None else None  # a burst's steps last exactly as planned
+        st = ld.stable if not ld.profile else None  # a burst's or a series' steps last exactly as planned
         if st and cur.extended + st.window <= st.max_extend and not st.settled(self._window_rates(cur, now, st)):
             cur.extended += st.window
             log.info("step %d extended by %gs: throughput not yet stable", cur.index, st.window)
@@ -285,6 +286,7 @@ class LadderController:
             "kind": self.ladder.kind,
             "level": level,
             "arrivals": self.ladder.arrivals,
+            "burstiness": self.ladder.burstiness,
             "drain": drain,
         }
         if isinstance(runner, MasterRunner):
@@ -354,11 +356,9 @@ class LadderController:
         cut_step = self._cut_step() if cut else None
         judged = [s for s in steps if s.step != cut_step]
         # a search's probes go up and down: the knee analysis reads them in load order
-        # (a burst goes up and down by design: no knee)
+        # (a burst and a rate series go up and down by design: no knee)
         verdict = (
-            analyse(sorted(judged, key=lambda s: s.offered), self.slos)
-            if judged and self.ladder.burst is None
-            else None
+            analyse(sorted(judged, key=lambda s: s.offered), self.slos) if judged and not self.ladder.profile else None
         )
         out: dict[str, Any] = {
             "ladder": self.ladder.to_dict(),
@@ -369,7 +369,7 @@ class LadderController:
             if cut
             else self.stop_reason,
             "cut_step": cut_step,
-            "table": format_steps(judged, verdict, _by_step(server, judged), knee=self.ladder.burst is None)
+            "table": format_steps(judged, verdict, _by_step(server, judged), knee=not self.ladder.profile)
             if judged
             else "",
         }

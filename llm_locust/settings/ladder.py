@@ -3,6 +3,7 @@
     parse_ladder("concurrency:1..64", ...) -> Ladder     # PlanError (a ValueError) says why not
     parse_ladder("sla:rate:1..64:5%", ...) -> Ladder     # a search (Ladder.search): the highest load meeting every SLO
     parse_ladder("burst:rate=4,x=3,for=10s", ...) -> Ladder  # a burst (Ladder.burst): base rate, xN for T s, base again
+    parse_ladder("rate:2@60s,8@30s,2@60s", ...) -> Ladder  # a rate series (Ladder.durations): each step its own length
 
 The settings model (settings.model) reads a ladder's spec and timing from the command line or a
 plan; the runtime's LadderShape walks it. Pure: no Locust.
@@ -13,14 +14,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from llm_locust.settings.limits import MAX_RATE, MAX_USERS
 from llm_locust.settings.units import PlanError, _suggest, bare_seconds
+from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
-Arrivals = Literal["poisson", "constant"]
-ARRIVALS: tuple[str, ...] = get_args(Arrivals)
+ARRIVALS: tuple[str, ...] = ARRIVAL_KINDS
 DEFAULT_DURATION = 40.0  # seconds per step, warm-up included
 DEFAULT_WARMUP = 10.0  # seconds discarded at the start of each step
 DEFAULT_FACTOR = 2.0
@@ -31,6 +32,7 @@ DEFAULT_PRECISION = 0.05
 DEFAULT_BURST_AFTER = 60.0  # seconds at the base rate after a burst, to see the recovery
 BURST_KEYS = ("rate", "x", "for", "before", "after")
 BURST_BARE_BELOW = 3600.0  # a burst's lengths: a bare number from this up is refused (units.bare_seconds)
+SERIES_BARE_BELOW = 3600.0  # a rate series' step lengths: the same rule
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,24 @@ class Ladder:
     duration: float = DEFAULT_DURATION  # per step, warm-up included
     requests: int = 0  # > 0: the measurement ends once this many requests finished (duration caps it)
     stable: Stable | None = None
-    arrivals: str = "poisson"  # rate ladders: poisson or constant inter-arrival times
+    arrivals: str = "poisson"  # rate ladders: poisson, constant or gamma inter-arrival times (workload.arrivals)
     search: Search | None = None  # sla:...: the levels are chosen one at a time (levels: the doublings)
     burst: Burst | None = None  # burst:...: three steps (base, burst, after) of their own lengths
+    burstiness: float = 1.0  # gamma's shape (vLLM's --burstiness): 1 = Poisson, < 1 burstier, > 1 smoother
+    durations: tuple[float, ...] = ()  # a rate series (rate:2@60s,8@30s): each step's own length
+
+    @property
+    def profile(self) -> bool:
+        """A load profile over time (a burst, a rate series), not a ladder to a knee: its steps go
+        up and down, last exactly as planned (no stability extension, no request count), and
+        there is no knee and no early stop."""
+        return self.burst is not None or bool(self.durations)
 
     def step_timing(self, index: int) -> tuple[float, float]:
-        """(duration, warm-up) of step `index` (1-based); a burst's steps have their own."""
+        """(duration, warm-up) of step `index` (1-based); a burst's and a series' steps have their
+        own lengths, and only their first step has the warm-up (the traffic is one profile)."""
+        if self.durations:
+            return self.durations[index - 1], (self.warmup if index == 1 else 0.0)
         b = self.burst
         if b is None:
             return self.duration, self.warmup
@@ -147,6 +161,9 @@ class Ladder:
 
     def planned_time(self) -> tuple[float, float]:
         """(seconds without stability extensions, at most with them) for the whole ladder."""
+        if self.durations:
+            t = sum(self.durations)
+            return t, t
         if self.burst is not None:
             t = sum(self.step_timing(i)[0] for i in (1, 2, 3))
             return t, t + (3 * self.stable.max_extend if self.stable else 0.0)
@@ -163,6 +180,9 @@ class Ladder:
             return f"{se.kind}:sla:{_fmt(se.lo)}..{_fmt(se.hi)}:{se.precision * 100:g}%"
         if self.burst is not None:
             return f"rate:burst:{self.burst.spec()}"
+        if self.durations:
+            steps = zip(self.levels, self.durations, strict=True)
+            return f"{self.kind}:{','.join(f'{_fmt(v)}@{_fmt(d)}s' for v, d in steps)}"
         return f"{self.kind}:{','.join(_fmt(v) for v in self.levels)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +196,10 @@ class Ladder:
         }
         if self.kind == "rate":
             d["arrivals"] = self.arrivals
+            d["burstiness"] = self.burstiness
+        if self.durations:
+            d["durations"] = list(self.durations)
+            d["spec"] = self.spec()
         if self.search is not None:
             d["search"] = self.search.to_dict()
             d["spec"] = self.search.spec()
@@ -277,10 +301,12 @@ def parse_ladder(
     requests: int = 0,
     stable: Stable | None = None,
     arrivals: str = "poisson",
+    burstiness: float = 1.0,
 ) -> Ladder:
     """`KIND:LEVELS` -> Ladder. LEVELS: `A..B` (geometric, x2), `A..B:xF` (geometric, factor F),
-    `A..B:+S` (linear, step S), or `A,B,C` (explicit). The ladder ends at B exactly. KIND:
-    concurrency (whole users), rate (requests/s), speed (trace speed factor). PlanError says why not."""
+    `A..B:+S` (linear, step S), `A,B,C` (explicit), or for rate `R@T,R@T,...` (a series: each
+    step R requests/s for T, in any order). The ladder ends at B exactly. KIND: concurrency
+    (whole users), rate (requests/s), speed (trace speed factor). PlanError says why not."""
     problems: list[str] = []
     m = _LADDER_RE.match(text or "")
     if not m:
@@ -305,6 +331,7 @@ def parse_ladder(
             requests=int(requests),
             stable=stable,
             arrivals=arrivals,
+            burstiness=float(burstiness),
             burst=burst,
         )
         return _checked(ladder, where)
@@ -318,6 +345,7 @@ def parse_ladder(
             requests=int(requests),
             stable=stable,
             arrivals=arrivals,
+            burstiness=float(burstiness),
             search=search,
         )
         return _checked(ladder, where, skip=("steps",))
@@ -325,6 +353,8 @@ def parse_ladder(
         raise PlanError(
             [f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"]
         )
+    if "@" in spec:
+        return _checked(_series(kind, spec, where, warmup, stable, arrivals, burstiness), where)
     generated = ".." in spec
     levels = _range_levels(spec, where, problems) if generated else _list_levels(spec, where, problems)
     if problems:
@@ -337,8 +367,55 @@ def parse_ladder(
         requests=int(requests),
         stable=stable,
         arrivals=arrivals,
+        burstiness=float(burstiness),
     )
     return _checked(ladder, where)
+
+
+def _series(
+    kind: str, spec: str, where: str, warmup: float, stable: Stable | None, arrivals: str, burstiness: float
+) -> Ladder:
+    """`R@T,R@T,...` -> a rate series: step k at R requests/s for T (a duration with its unit, or
+    seconds). Every step names its length: --step-duration is not read, so the text alone is the
+    whole profile (and reads back the same wherever it is kept)."""
+    problems: list[str] = []
+    usage = "a rate series is rate:R@T,R@T,... e.g. rate:2@60s,8@30s,2@60s"
+    if kind != "rate":
+        raise PlanError([f"{where}: steps with their own length (@) are for a rate series; {usage}"])
+    if ".." in spec:
+        raise PlanError([f"{where}: a range (A..B) cannot take lengths; {usage}"])
+    levels: list[float] = []
+    durations: list[float] = []
+    for part in (p.strip() for p in spec.split(",")):
+        rate_text, at, length = (x.strip() for x in part.partition("@"))
+        if not at:
+            problems.append(
+                f"{where}: {part or 'an empty item'!r} has no length: every step of a series is R@T; {usage}"
+            )
+            continue
+        v = _parse_level(rate_text, f"{where}: rate", problems)
+        try:
+            d = bare_seconds(length, SERIES_BARE_BELOW)
+        except (ValueError, PlanError) as e:
+            problems.append(f"{where}: {part!r}: {e}")
+            continue
+        if v is not None:
+            levels.append(v)
+            durations.append(float(d))
+    if not problems:
+        problems += [f"{where}: {_fmt(d)} s: every step's length must be > 0" for d in durations if not d > 0][:1]
+    if problems:
+        raise PlanError(problems)
+    return Ladder(
+        kind=kind,
+        levels=tuple(levels),
+        warmup=float(warmup),
+        duration=max(durations),
+        stable=stable,
+        arrivals=arrivals,
+        burstiness=float(burstiness),
+        durations=tuple(durations),
+    )
 
 
 def _checked(ladder: Ladder, where: str, skip: tuple[str, ...] | None = None) -> Ladder:
@@ -568,15 +645,15 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
         if ld.kind == "concurrency" and not float(v).is_integer():
             out.append((("steps",), f"concurrency levels are whole users, got {_fmt(v)}"))
             break
-        if i and v <= ld.levels[i - 1] and ld.burst is None:
+        if i and v <= ld.levels[i - 1] and not ld.profile:
             out.append((("steps",), f"levels must increase, got {_fmt(v)} after {_fmt(ld.levels[i - 1])}"))
             break
     if ld.duration <= 0:
         out.append((("duration",), f"must be > 0 seconds, got {_fmt(ld.duration)}"))
     if ld.warmup < 0:
         out.append((("warmup",), f"must be >= 0 seconds, got {_fmt(ld.warmup)}"))
-    elif ld.burst is not None:
-        pass  # its base step's length against the warm-up: Settings.cross_problems (the warm-up comes apart)
+    elif ld.profile:
+        pass  # its first step's length against the warm-up: Settings.cross_problems (the warm-up comes apart)
     elif ld.duration > 0 and ld.warmup >= ld.duration:
         out.append(
             (
@@ -587,10 +664,26 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
         )
     if ld.requests < 0:
         out.append((("requests",), f"must be >= 0 (0: steps end on time only), got {ld.requests}"))
+    out += _arrival_problems(ld)
+    if ld.stable is not None and not ld.durations:
+        out += _stable_problems(ld.stable, ld.window)
+    return out
+
+
+def _arrival_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
+    """The arrivals and burstiness (workload.arrivals), and what a rate series cannot take."""
+    out: list[tuple[tuple[str, ...], str]] = []
     if ld.arrivals not in ARRIVALS:
         out.append((("arrivals",), f"must be one of {', '.join(ARRIVALS)}, got {ld.arrivals!r}"))
-    if ld.stable is not None:
-        out += _stable_problems(ld.stable, ld.window)
+    elif (problem := arrival_problem(ld.arrivals, ld.burstiness)) is not None:
+        out.append((("burstiness",), problem.removeprefix("burstiness: ")))
+    if ld.durations and (ld.requests or ld.stable is not None):
+        out.append(
+            (
+                ("requests" if ld.requests else "stable",),
+                "a rate series' steps last exactly as written: drop the request count and the stability rule",
+            )
+        )
     return out
 
 

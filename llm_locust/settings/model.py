@@ -28,8 +28,9 @@ from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings import limits as sizes
-from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, Arrivals, PlanError, parse_ladder
+from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, bare_seconds
+from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
@@ -199,7 +200,8 @@ def _synthetic(v: Any) -> Any:
                 f"requests={spec.requests} is more than {sizes.MAX_SYNTH_REQUESTS}, the most a synthetic workload "
                 "generates (it is built in memory before the run): fewer requests, or --replay --loops N"
             )
-        v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in asdict(spec).items())
+        items = {k: x for k, x in asdict(spec).items() if k != "burstiness" or x != 1.0}  # 1: Poisson, as before
+        v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in items.items())
     return v
 
 
@@ -217,10 +219,21 @@ def _check_synthetic_items(text: str) -> None:
         if key in ("requests", "prefix_tokens", "seed") and not x.lstrip("-").isdigit():
             raise ValueError(f"{key}: expected a whole number, got {x!r}")
         if key == "arrivals" and x not in ARRIVAL_KINDS:
-            raise ValueError(f"arrivals: unknown value {x!r}{_suggest(x, ARRIVAL_KINDS)}; one of poisson, constant")
+            raise ValueError(
+                f"arrivals: unknown value {x!r}{_suggest(x, ARRIVAL_KINDS)}; one of {', '.join(ARRIVAL_KINDS)}"
+            )
+        if key == "burstiness":
+            _check_synthetic_burstiness(x)
 
 
-ARRIVAL_KINDS = ("poisson", "constant")
+def _check_synthetic_burstiness(x: str) -> None:
+    """A synthetic workload's burstiness= (gamma arrivals, workload.arrivals): a number in range."""
+    try:
+        b = float(x)
+    except ValueError:
+        raise ValueError(f"burstiness: expected a number (1 = Poisson, below 1 burstier), got {x!r}") from None
+    if not MIN_BURSTINESS <= b <= MAX_BURSTINESS:
+        raise ValueError(f"burstiness: {x} is outside {MIN_BURSTINESS:g}..{MAX_BURSTINESS:g} (1 = Poisson)")
 
 
 def _ladder_spec(v: Any) -> Any:
@@ -755,6 +768,17 @@ class Settings(BaseModel):
         AfterValidator(_at_most(sizes.MAX_USERS, "requests in flight in one run")),
         Opt("workload", "replay: cap on requests in flight per worker (0: none)", plan="workload.max_in_flight"),
     ] = 0
+    max_prefill: Annotated[
+        int,
+        Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_USERS, "requests in flight in one run")),
+        Opt(
+            "workload",
+            "open loop (replay, rate or speed ladder): at most this many requests per worker without their first "
+            "token; a send waits for one (AIPerf's prefill concurrency; 0: none)",
+            plan="workload.max_prefill",
+        ),
+    ] = 0
     max_idle: Annotated[
         Seconds,
         Field(ge=0),
@@ -1050,8 +1074,24 @@ class Settings(BaseModel):
         int, Field(ge=2), Opt("ladder", "ladder: how many windows must agree", plan="ladder.stable.windows")
     ] = 3
     arrivals: Annotated[
-        Arrivals, Opt("ladder", "rate ladder: inter-arrival times, poisson or constant", plan="ladder.arrivals")
+        Arrivals,
+        Opt(
+            "ladder",
+            "rate ladder: inter-arrival times, poisson, constant or gamma (with --burstiness)",
+            plan="ladder.arrivals",
+        ),
     ] = "poisson"
+    arrivals_burstiness: Annotated[
+        float,
+        Field(ge=MIN_BURSTINESS, le=MAX_BURSTINESS),
+        Opt(
+            "ladder",
+            "rate ladder: gamma inter-arrival times of this shape, mean 1/rate (vLLM's --burstiness): "
+            "1 = Poisson, below 1 burstier, above 1 smoother",
+            plan="ladder.burstiness",
+            flag="--burstiness",
+        ),
+    ] = 1.0
     early_stop: Annotated[
         bool,
         Opt("ladder", "ladder: always run every step", plan="early_stop.enabled", flag="--no-early-stop", negate=True),
@@ -1501,10 +1541,11 @@ class Settings(BaseModel):
                 parse_tolerance(self.tolerance)
             except ValueError as e:
                 problems.append(("tolerance", str(e)))
+        problems += self._arrival_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
-            if self.warmup >= self.step_duration:
+            if self.warmup >= self.step_duration and not ld.durations:  # a series: _arrival_problems
                 problems.append(
                     (
                         "warmup",
@@ -1543,6 +1584,57 @@ class Settings(BaseModel):
                         "a speed ladder replays arrival times: the synthetic workload needs rate > 0 (or use a trace)",
                     )
                 )
+        return problems
+
+    def _arrival_problems(self) -> list[tuple[str, str]]:
+        """--burstiness and --max-prefill against the load they shape (workload.arrivals)."""
+        problems = []
+        ld = parse_ladder(self.ladder) if self.ladder else None
+        kind = ld.kind if ld is not None else None
+        if ld is not None and ld.durations:  # a rate series: its steps' own lengths, the warm-up in the first
+            problems += self._series_problems(ld.durations[0])
+        if self.arrivals_burstiness != 1.0:
+            if kind != "rate":
+                problems.append(
+                    (
+                        "arrivals_burstiness",
+                        "shapes a rate ladder's arrivals: give --ladder rate:... (a synthetic trace takes "
+                        "burstiness= in --synthetic, with arrivals=gamma)",
+                    )
+                )
+            elif self.arrivals == "constant":
+                problems.append(
+                    (
+                        "arrivals_burstiness",
+                        f"{self.arrivals_burstiness:g} shapes random arrivals: drop --burstiness, or use "
+                        "--arrivals gamma (or poisson) instead of constant",
+                    )
+                )
+        if self.max_prefill and self.mode != "replay" and kind not in ("rate", "speed"):
+            problems.append(
+                (
+                    "max_prefill",
+                    "caps an open loop's sends: use it with --replay or --ladder rate:/speed: (a closed loop's "
+                    "users already bound what is in flight)",
+                )
+            )
+        return problems
+
+    def _series_problems(self, first: float) -> list[tuple[str, str]]:
+        """A rate series (rate:R@T,...): the warm-up within its first step; no request count or
+        stability rule (its steps last exactly as written)."""
+        problems = []
+        if self.warmup >= first:
+            problems.append(
+                (
+                    "warmup",
+                    f"{self.warmup:g} s is not shorter than the series' first step ({first:g} s, warm-up "
+                    "included): nothing of it would be measured",
+                )
+            )
+        for name, flag in (("step_requests", "--step-requests"), ("stable_window", "--stable-window")):
+            if getattr(self, name):
+                problems.append((name, f"a rate series' steps last exactly as written: drop {flag}"))
         return problems
 
     # ---- views the runtime reads ----
@@ -1648,6 +1740,7 @@ class Settings(BaseModel):
                 "duration": self.duration,
                 "loops": self.loops,
                 "max_in_flight": self.max_in_flight,
+                "max_prefill": self.max_prefill,
             },
             "think_time": self.think_time,
             "max_tokens": self.max_tokens,
@@ -1672,6 +1765,7 @@ class Settings(BaseModel):
                     "windows": self.stable_windows,
                 },
                 "arrivals": self.arrivals,
+                "burstiness": self.arrivals_burstiness,
                 "max_error_rate": self.max_error_rate,
                 "early_stop": self.early_stop,
             },

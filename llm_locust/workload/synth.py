@@ -6,7 +6,8 @@ Lengths come from a distribution:
   `normal:MEAN:STD`         rounded, at least 1
   `lognormal:MEAN:STD`      of the values themselves (not of their log), rounded, at least 1
   `empirical:TRACE`         drawn from the input (or output) lengths of a trace file
-Arrivals: all at 0 (for closed-loop use), or `--rate R` per second, constant or Poisson.
+Arrivals: all at 0 (for closed-loop use), or `--rate R` per second: poisson, constant, or gamma
+with `--burstiness B` (workload.arrivals: vLLM's definition; 1 = Poisson, below 1 burstier).
 An optional shared prefix of P tokens (a common system prompt) is expressed as prefix blocks:
 block size P, block 0 shared by every request, the rest of each prompt in blocks of its own.
 """
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem, interval_draw
 
 PROG = "llm-locust trace synth"
 Sampler = Callable[[random.Random], int]
@@ -73,24 +76,29 @@ class SynthSpec:
     input: str = "512"
     output: str = "128"
     rate: float = 0.0  # requests per second; 0 = every arrival at 0
-    arrivals: str = "poisson"  # or "constant"
+    arrivals: str = "poisson"  # or "constant", "gamma" (workload.arrivals)
     prefix_tokens: int = 0
     seed: int = 0
+    burstiness: float = 1.0  # gamma's shape: 1 = Poisson, < 1 burstier, > 1 smoother
 
 
 def generate(spec: SynthSpec) -> list[dict]:
     if spec.requests < 1:
         raise ValueError("requests must be >= 1")
-    if spec.arrivals not in ("poisson", "constant"):
-        raise ValueError(f"arrivals must be poisson or constant, got {spec.arrivals!r}")
+    problem = arrival_problem(spec.arrivals, spec.burstiness)
+    if problem:
+        raise ValueError(problem)
+    if spec.rate < 0 or not math.isfinite(spec.rate):
+        raise ValueError(f"rate must be >= 0 requests/s (0: every arrival at 0), got {spec.rate:g}")
     rng = random.Random(spec.seed)
     draw_in = parse_dist(spec.input, "input_tokens")
     draw_out = parse_dist(spec.output, "output_tokens")
+    gap = interval_draw(spec.arrivals, spec.rate, spec.burstiness, rng) if spec.rate > 0 else None
     t, next_block = 0.0, 1
     rows = []
     for i in range(spec.requests):
-        if spec.rate > 0 and i:
-            t += rng.expovariate(spec.rate) if spec.arrivals == "poisson" else 1.0 / spec.rate
+        if gap is not None and i:
+            t += gap()
         row: dict[str, Any] = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
         if spec.prefix_tokens:
             n_blocks = math.ceil(row["input_tokens"] / spec.prefix_tokens)
@@ -112,7 +120,7 @@ def write(rows: list[dict], path: str | Path, spec: SynthSpec | None = None) -> 
 def parse_spec_text(text: str) -> SynthSpec:
     """`requests=200,input=uniform:100:500,output=128,rate=5` (the run command's --synthetic)."""
     fields = {}
-    types = {"requests": int, "rate": float, "prefix_tokens": int, "seed": int}
+    types = {"requests": int, "rate": float, "prefix_tokens": int, "seed": int, "burstiness": float}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -141,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")
     p.add_argument("--rate", type=float, default=0.0, help="arrivals per second (0: all at 0)")
-    p.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson")
+    p.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma arrivals' shape (vLLM's --burstiness): 1 = Poisson, below 1 burstier, above 1 smoother",
+    )
     p.add_argument("--prefix-tokens", type=int, default=0, help="shared prefix (system prompt) length")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="trace file to write (our JSONL)")
@@ -150,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         a = p.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
-    spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed)
+    spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed, a.burstiness)
     try:
         rows = generate(spec)
     except (ValueError, OSError) as e:
