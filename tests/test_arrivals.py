@@ -14,7 +14,7 @@ import math
 import random
 
 import pytest
-from support import read_records, run_cli, run_ok
+from support import ROOT, read_records, run_cli, run_ok
 
 from llm_locust.settings import derive
 from llm_locust.settings.ladder import parse_ladder
@@ -173,6 +173,12 @@ def test_arrival_options_reach_the_settings_and_the_rerun():
     s = _cli("--replay", "--max-prefill", "4")
     assert s.max_prefill == 4 and s.public()["replay"]["max_prefill"] == 4
     assert derive.resolve(derive.plan_values(derive.to_plan(s), source="results")).max_prefill == 4
+
+
+def test_the_sample_plan_loads_with_its_series_gamma_arrivals_and_prefill_cap():
+    s = derive.resolve(derive.load_plan(ROOT / "plans" / "arrival-shapes.yaml"))
+    assert (s.ladder, s.arrivals, s.arrivals_burstiness, s.max_prefill) == ("rate:2@60s,8@30s,2@60s", "gamma", 0.5, 8)
+    assert parse_ladder(s.ladder, warmup=s.warmup).planned_time() == (150, 150)
 
 
 @pytest.mark.xfail(

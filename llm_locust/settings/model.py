@@ -267,9 +267,11 @@ def _ladder_levels_spec(kind: Any, v: dict) -> str:
         if not isinstance(steps, list) or not steps:
             raise ValueError("steps: expected a non-empty list of levels")
         for x in steps:
+            if isinstance(x, str) and "@" in x:
+                continue  # a rate series' step, R@T (settings.ladder parses it)
             if isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise ValueError(f"steps: expected numbers, got {x!r}")
-        return f"{kind}:{','.join(f'{float(x):g}' for x in steps)}"
+                raise ValueError(f"steps: expected numbers (or R@T, a rate series' steps), got {x!r}")
+        return f"{kind}:{','.join(x.strip() if isinstance(x, str) else f'{float(x):g}' for x in steps)}"
     if "start" in v or "stop" in v:
         if "start" not in v or "stop" not in v:
             raise ValueError("a range needs both start and stop")
