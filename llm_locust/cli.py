@@ -167,6 +167,10 @@ def run(argv: list[str]) -> int:
             raise ValueError(problem)
         if settings.repeat > 1:
             return run_repeated(argv, settings)
+        if settings.grid:  # one run of the ladder per ISL/OSL cell (llm_locust.grid)
+            from llm_locust.grid import run_grid
+
+            return run_grid(argv, settings, {_REPETITION_ENV: "1"})
         if settings.synthetic:
             settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
     except (PlanError, OSError, ValueError) as e:

@@ -163,6 +163,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "decode_gpus": (6, {"prefill_gpus": 2}),
         "gpu_hour_price": (3.5, {}),
         "gpu_prices": ({"H200": 3.5, "NVIDIA A100-SXM4-80GB": 1.8}, {}),
+        "grid": ("isl=128,1024:osl=64", ladder),
         "repeat": (3, {}),
         "reset_hook": ("systemctl restart my-server", {}),
         "baseline": (str(TRACE), {"repeat": 3}),

@@ -28,6 +28,7 @@ from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings import limits as sizes
+from llm_locust.settings.grid import grid_text
 from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
@@ -1113,6 +1114,17 @@ class Settings(BaseModel):
     flat_tolerance: Annotated[
         Fraction, Opt("ladder", "ladder: growth below this fraction counts as flat", plan="early_stop.flat_tolerance")
     ] = 0.05
+    grid: Annotated[
+        Text,
+        BeforeValidator(grid_text),
+        Opt(
+            "ladder",
+            "run the ladder or SLA search once per cell of input x output lengths, e.g. isl=128,1024:osl=128,1024 "
+            "(RESULTS.cell-isl128-osl1024.json each), then the grid's table and heatmaps (docs/grid.md)",
+            plan="grid",
+            run_only=True,
+        ),
+    ] = ""
     overlong_share: Annotated[
         Fraction,
         Opt(
@@ -1543,6 +1555,7 @@ class Settings(BaseModel):
                 parse_tolerance(self.tolerance)
             except ValueError as e:
                 problems.append(("tolerance", str(e)))
+        problems += self._grid_problems()
         problems += self._arrival_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
@@ -1638,6 +1651,29 @@ class Settings(BaseModel):
             if getattr(self, name):
                 problems.append((name, f"a rate series' steps last exactly as written: drop {flag}"))
         return problems
+
+    def _grid_problems(self) -> list[tuple[str, str]]:
+        """--grid: each cell runs this plan's ladder or SLA search on a synthetic workload of the
+        cell's lengths (llm_locust.grid), so what would set the lengths, or find no knee, is refused."""
+        if not self.grid:
+            return []
+        if not self.ladder:
+            why = "a grid runs a ladder or an SLA search in each cell: give --ladder, e.g. concurrency:1..32"
+            return [("grid", why)]
+        ld = parse_ladder(self.ladder)
+        if ld.burst is not None or ld.durations:
+            return [("grid", "a grid finds each cell's knee or SLA load: give a ladder of levels or an sla: search")]
+        refused = {
+            "trace": "each cell's workload is synthetic, of the cell's lengths: drop --trace (--synthetic sets the "
+            "other keys: requests, rate, seed ...)",
+            "max_tokens": "the grid sets each cell's output length: drop --max-tokens",
+            "max_tokens_cap": "the grid sets each cell's output length: drop --max-tokens-cap",
+            "repeat": "a grid with --repeat is not supported: run the grid again",
+            "mlflow": "a grid with --mlflow is not supported: log the cells' results files",
+            "web": "a grid runs headless, one run per cell: drop --web",
+        }
+        fields = type(self).model_fields
+        return [(name, what) for name, what in refused.items() if getattr(self, name) != fields[name].default]
 
     # ---- views the runtime reads ----
 

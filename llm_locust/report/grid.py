@@ -1,0 +1,239 @@
+"""An ISL/OSL grid's figures (`llm-locust run --grid`, llm_locust.grid): one row per cell, read
+from each cell's results file, the grid results file, the printed table and the HTML page with
+its heatmaps.
+
+Pure: plain dicts in, text out (the page's SVG heatmaps are drawn here, one `<rect>` per cell
+carrying its value, so a reader and the tests find each cell's figure). A cell's figures are its
+own results' (the ladder's knee, the highest load meeting every SLO, the cost verdicts at both):
+nothing here measures or recomputes them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llm_locust.analysis.steps import OFFERED_UNITS
+from llm_locust.report.html import CSP, CSS, H, esc, figure, kv_table, num, table
+
+GRID_SCHEMA = "llm-locust/grid"
+GRID_VERSION = 1
+
+# (key, heading, heatmap title; {unit} is the ladder's load unit)
+FIGURES = (
+    ("knee_load", "knee ({unit})", "knee: offered load ({unit})"),
+    ("knee_output_tokens_per_s", "tok/s at knee", "output tokens/s at the knee"),
+    ("sla_load", "SLA load ({unit})", "highest load meeting every SLO ({unit})"),
+    ("sla_output_tokens_per_s", "tok/s at SLA", "output tokens/s at the SLA load"),
+    ("max_output_tokens_per_s", "max tok/s", "highest steady-state output tokens/s of any step"),
+    ("knee_tokens_per_s_per_gpu", "tok/s/GPU knee", "output tokens/s per GPU at the knee"),
+    ("sla_tokens_per_s_per_gpu", "tok/s/GPU SLA", "output tokens/s per GPU at the SLA load"),
+    ("knee_usd_per_mtok", "$/Mtok knee", "$ per million output tokens at the knee"),
+    ("sla_usd_per_mtok", "$/Mtok SLA", "$ per million output tokens at the SLA load"),
+)
+
+
+def _m(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _n(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _sla(ladder: Mapping[str, Any], verdict: Mapping[str, Any]) -> tuple[float | None, int | None, str]:
+    """(load, step, how) of the highest load meeting every SLO: the search's answer (its probe at
+    that level that met them) or the ladder verdict's highest such step."""
+    search = _m(ladder.get("sla"))
+    if search:
+        answer = _n(search.get("answer"))
+        probe: Any = next(
+            (p for p in search.get("probes_detail") or [] if _m(p).get("met") and _n(_m(p).get("level")) == answer),
+            {},
+        )
+        return answer, _m(probe).get("step"), f"search ({search.get('reached', '?')})"
+    return _n(verdict.get("max_slo_load")), verdict.get("max_slo_step"), "ladder"
+
+
+def cell_row(doc: Mapping[str, Any], isl: int, osl: int, path: str = "", code: int = 0) -> dict[str, Any]:
+    """One cell's row from its results: the knee, the SLA load, the highest throughput, and the
+    cost verdicts (per GPU, $/Mtok; present when the run had --gpus / a price) at both."""
+    ladder = _m(doc.get("ladder"))
+    verdict = _m(ladder.get("saturation"))
+    knee = _m(verdict.get("saturation"))
+    steps = [_m(s) for s in ladder.get("steps") or []]
+    by_step = {s.get("step"): s for s in steps}
+    kind = knee.get("offered_kind") or verdict.get("offered_kind") or next((s.get("offered_kind") for s in steps), "")
+    sla_load, sla_step, sla_how = _sla(ladder, verdict)
+    cost = _m(doc.get("verdicts"))
+    cost_steps = {_m(r).get("step"): _m(r) for r in cost.get("steps") or []}
+    knee_cost, sla_cost = _m(cost.get("knee")), cost_steps.get(sla_step, {})
+    rates = [x for x in (_n(s.get("output_tokens_per_s")) for s in steps) if x is not None]
+    return {
+        "isl": isl,
+        "osl": osl,
+        "results": path,
+        "exit_code": code,
+        "kind": kind,
+        "unit": OFFERED_UNITS.get(str(kind), ""),
+        "steps": len(steps),
+        "knee_load": _n(knee.get("offered")),
+        "knee_step": knee.get("step"),
+        "knee_by": verdict.get("knee_by"),
+        "knee_output_tokens_per_s": _n(knee.get("output_tokens_per_s")),
+        "knee_requests_per_s": _n(knee.get("requests_per_s")),
+        "knee_ttft_p50": _n(_m(knee.get("latency")).get("ttft_p50")),
+        "sla_load": sla_load,
+        "sla_step": sla_step,
+        "sla_how": sla_how,
+        "sla_output_tokens_per_s": _n(by_step.get(sla_step, {}).get("output_tokens_per_s")),
+        "max_output_tokens_per_s": max(rates) if rates else None,
+        "knee_tokens_per_s_per_gpu": _n(knee_cost.get("output_tokens_per_s_per_gpu")),
+        "knee_usd_per_mtok": _n(knee_cost.get("usd_per_million_output_tokens")),
+        "sla_tokens_per_s_per_gpu": _n(sla_cost.get("output_tokens_per_s_per_gpu")),
+        "sla_usd_per_mtok": _n(sla_cost.get("usd_per_million_output_tokens")),
+        "flags": sorted(_m(doc.get("validity")).get("flags") or []),
+        "stop_reason": ladder.get("stop_reason"),
+    }
+
+
+def grid_doc(spec: str, cells: list[dict[str, Any]], context: Mapping[str, Any]) -> dict[str, Any]:
+    """The grid results file: the spec, its axes, one row per cell, and `context` (ladder, SLOs,
+    GPUs, price, the command, the effective plan)."""
+    isl = sorted({c["isl"] for c in cells})
+    osl = sorted({c["osl"] for c in cells})
+    return {
+        "schema": GRID_SCHEMA,
+        "version": GRID_VERSION,
+        "created": time.time(),
+        "grid": {"spec": spec, "isl": isl, "osl": osl, **{k: v for k, v in context.items() if k != "plan"}},
+        "cells": cells,
+        "plan": context.get("plan"),
+    }
+
+
+def _present(cells: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """The figures at least one cell has, headings and titles with the load unit filled in."""
+    unit = next((c.get("unit") for c in cells if c.get("unit")), "") or "load"
+    return [
+        (k, h.format(unit=unit), t.format(unit=unit)) for k, h, t in FIGURES if any(c.get(k) is not None for c in cells)
+    ]
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else num(v)
+
+
+def format_grid(doc: Mapping[str, Any]) -> str:
+    """The printed table: one line per cell, the figures any cell has."""
+    cells = doc.get("cells") or []
+    cols = _present(cells)
+    head = ["ISL", "OSL"] + [h for _, h, _ in cols] + ["flags"]
+    rows = [
+        [str(c["isl"]), str(c["osl"])] + [_fmt(c.get(k)) for k, _, _ in cols] + [",".join(c.get("flags") or []) or "-"]
+        for c in cells
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    line = "  ".join
+    out = [f"ISL/OSL grid {_m(doc.get('grid')).get('spec', '')}"]
+    out.append(line(h.rjust(w) for h, w in zip(head, widths, strict=True)))
+    out.append("-" * len(out[-1]))
+    out += [line(x.rjust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+# ---- the heatmap ----
+
+CELL_W, CELL_H, LEFT, TOP = 96, 40, 64, 44
+LOW, HIGH = (231, 245, 255), (24, 100, 171)  # light to dark blue: low to high
+
+
+def _color(t: float) -> str:
+    return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(LOW, HIGH, strict=True))
+
+
+def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
+    """An SVG heatmap of one figure: input lengths down, output lengths across, each cell a
+    `<rect id="heat-KEY-isl128-osl64" data-value="V">` shaded from the lowest value (light) to the
+    highest (dark), its value written on it; a cell without the figure is grey with "-"."""
+    isl = sorted({c["isl"] for c in cells})
+    osl = sorted({c["osl"] for c in cells})
+    vals = [v for v in (_n(c.get(key)) for c in cells) if v is not None]
+    lo, hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
+    w, h = LEFT + CELL_W * len(osl) + 8, TOP + CELL_H * len(isl) + 8
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+        f'id="heat-{esc(key)}" role="img" font-family="sans-serif" font-size="12">',
+        f"<title>{esc(title)}</title>",
+        f'<text x="{LEFT}" y="14" font-weight="600">{esc(title)}</text>',
+        f'<text x="{LEFT + CELL_W * len(osl) / 2}" y="30" text-anchor="middle" fill="#495057">'
+        "output tokens (OSL)</text>",
+        f'<text x="4" y="{TOP - 4}" fill="#495057">ISL</text>',
+    ]
+    out += [
+        f'<text x="{LEFT + CELL_W * j + CELL_W / 2}" y="{TOP - 4}" text-anchor="middle">{o}</text>'
+        for j, o in enumerate(osl)
+    ]
+    by = {(c["isl"], c["osl"]): c for c in cells}
+    for i, n_in in enumerate(isl):
+        y = TOP + CELL_H * i
+        out.append(f'<text x="{LEFT - 6}" y="{y + CELL_H / 2 + 4}" text-anchor="end">{n_in}</text>')
+        for j, n_out in enumerate(osl):
+            v = _n(by.get((n_in, n_out), {}).get(key))
+            t = (v - lo) / (hi - lo) if v is not None and hi > lo else 1.0
+            fill, ink = ("#e9ecef", "#495057") if v is None else (_color(t), "#fff" if t > 0.55 else "#212529")
+            x = LEFT + CELL_W * j
+            out.append(
+                f'<rect id="heat-{esc(key)}-isl{n_in}-osl{n_out}" data-value="{"" if v is None else repr(v)}" '
+                f'x="{x}" y="{y}" width="{CELL_W}" height="{CELL_H}" fill="{fill}" stroke="#fff"/>'
+                f'<text x="{x + CELL_W / 2}" y="{y + CELL_H / 2 + 4}" text-anchor="middle" fill="{ink}">'
+                f"{esc(_fmt(v))}</text>"
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+# ---- the page ----
+
+
+def _link(path: str, base: str) -> H | str:
+    """A link to a cell's file, relative to the page's folder (the files lie beside it)."""
+    if not path:
+        return "-"
+    rel = os.path.relpath(path, base) if base else path
+    return H(f'<a href="{esc(rel)}">{esc(os.path.basename(path))}</a>')
+
+
+def _facts(g: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    slos = ", ".join(f"{k} <= {v:g}" for k, v in _m(g.get("slos")).items()) or "none"
+    facts = [("grid", g.get("spec")), ("ladder in each cell", g.get("ladder")), ("SLOs", slos)]
+    facts += [(k, g.get(k)) for k in ("synthetic", "gpus", "gpu_hour_price") if g.get(k) not in (None, "")]
+    return facts
+
+
+def render(doc: Mapping[str, Any], base: str = "") -> str:
+    """The grid's HTML page: its facts, the table (each cell's results and report linked) and one
+    heatmap per figure that any cell has. `base`: the page's folder, for the links."""
+    g = _m(doc.get("grid"))
+    cells = list(doc.get("cells") or [])
+    cols = _present(cells)
+    head = ["ISL", "OSL"] + [h for _, h, _ in cols] + ["flags", "results", "report"]
+    rows = [
+        [c["isl"], c["osl"]]
+        + [_fmt(c.get(k)) for k, _, _ in cols]
+        + [", ".join(c.get("flags") or []) or "-", _link(c.get("results", ""), base), _link(c.get("report", ""), base)]
+        for c in cells
+    ]
+    maps = "".join(figure(heatmap(cells, k, t), f"fig-heat-{k}") for k, _, t in cols)
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f"<title>llm-locust grid {esc(g.get('spec'))}</title><style>{CSS}</style></head><body><main>"
+        f"<h1>ISL/OSL grid</h1><p class=sub>{esc(g.get('spec'))}: {len(cells)} cells, one ladder run each</p>"
+        f"{kv_table(_facts(g), id='grid-facts')}"
+        f"<h2>Cells</h2>{table(head, rows, left=2, id='grid-table')}"
+        f'<h2>Heatmaps</h2><div class="grid">{maps}</div></main></body></html>\n'
+    )
