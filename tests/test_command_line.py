@@ -186,7 +186,7 @@ OTHER_COMMANDS = {
     ("gpu-sidecar",): {"--port", "--fake"},
     ("compare",): {"--weights", "--fail-on", "--strict", "--junit", "--tolerance"},
 }
-OTHER_PROGRAMS = {"--grpc", "--embeddings", "--reranking", "--runner", "--processes"}  # vllm, llama-server, Locust's
+OTHER_PROGRAMS = {"--grpc", "--embeddings", "--reranking", "--runner", "--processes", "--save-result"}  # vllm, llama-server, Locust's
 MISTYPED_ON_PURPOSE = {"--userz", "--sl"}  # the README's examples of what is refused
 
 

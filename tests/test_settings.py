@@ -169,6 +169,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "baseline": (str(TRACE), {"repeat": 3}),
         "tolerance": ("3%", {"repeat": 3, "baseline": str(TRACE)}),
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
+        "run_warmup": (10.0, {}),
+        "warmup_requests": (2, {}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
         "progress_interval": (5.0, {}),
         "locust_stats": (True, {}),

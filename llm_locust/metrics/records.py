@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+# The step of a closed loop's or a replay's warm-up requests (--run-warmup, --warmup-requests): sent,
+# counted in their own figures (results `warmup`), left out of the run's. A ladder's warm-ups are
+# -k, step k's; a run without steps measures in step 0.
+WARMUP_STEP = -1_000_000
+
 
 class Outcome(StrEnum):
     OK = "ok"

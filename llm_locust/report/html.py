@@ -848,12 +848,20 @@ def section_summary(r: dict[str, Any]) -> H:
             else []
         ),
         ("client", _client_text(client)),
+        *([("warm-up (not in these figures)", _warmup_text(r["warmup"]))] if r.get("warmup") else []),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
     out.append(section_cache(s))
     out.append(section_groups(s))
     out.append(section_failures(s))
     return H("".join(out))
+
+
+def _warmup_text(w: dict[str, Any]) -> str:
+    """The warm-up's rule and how it went, as the summary's warm-up line says it."""
+    from llm_locust.report.summary import warmup_line
+
+    return warmup_line(w).removeprefix("warm-up: ")
 
 
 def _client_text(client: dict[str, Any]) -> str:

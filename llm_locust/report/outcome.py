@@ -22,9 +22,10 @@ from typing import Any
 
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results
-from llm_locust.report.summary import format_summary
+from llm_locust.report.summary import format_summary, warmup_line
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
@@ -316,6 +317,31 @@ def _soak(e: Ended) -> dict[str, Any]:
     )
 
 
+# ---- a closed loop's or a replay's warm-up ----
+
+
+def warmup_rule(s: Any) -> str | None:
+    """What the run took as its warm-up, in the words of --help (None: no warm-up)."""
+    parts = []
+    if s.run_warmup:
+        parts.append(f"what was sent in its first {s.run_warmup:g} s" + (" of trace time" if s.replay else ""))
+    if s.warmup_requests:
+        parts.append(f"each user's first {s.warmup_requests} request{'s' if s.warmup_requests != 1 else ''}")
+    return " and ".join(parts) or None
+
+
+def warmup_figures(agg: Aggregate | None, s: Any) -> dict[str, Any] | None:
+    """The results' `warmup`: the rule, and the warm-up's own counts and latencies (sent = ok +
+    failed + cancelled + lost, apart from the run's); None without a warm-up."""
+    rule = warmup_rule(s)
+    if rule is None or s.ladder:
+        return None
+    f = figures(agg if agg is not None else Aggregate())
+    keep = ("sent", "ok", "failed", "cancelled", "lost", "tokens_out")
+    lat = {m: {k: f["latency"][m].get(k) for k in ("count", "p50", "p99")} for m in ("ttft", "e2e")}
+    return {"rule": rule, **{k: f.get(k, 0) for k in keep}, "latency": lat}
+
+
 # ---- the text ----
 
 
@@ -329,6 +355,9 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
         e.settings, e.run.get("load") or {}, e.run.get("host"), e.server_info.get("workload")
     )
     head = [format_summary(p.summary, title, open_loop=open_loop)]
+    warm = warmup_figures(e.steps.get(WARMUP_STEP), e.settings)
+    if warm is not None:
+        head.append(warmup_line(warm))
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
@@ -367,7 +396,9 @@ def _results(e: Ended, p: _Parts) -> dict[str, Any]:
     run["workers_why"] = e.workers_why
     run["interrupted"] = e.interruption.to_dict() if e.interruption else None
     run["stopped_early"] = e.stopped_early
-    results = build_results(e.total, e.steps, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
+    measured = {k: v for k, v in e.steps.items() if k != WARMUP_STEP}  # the warm-up is in `warmup`
+    results = build_results(e.total, measured, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
+    results["warmup"] = warmup_figures(e.steps.get(WARMUP_STEP), s)
     env = results["environment"]
     server = next(iter(e.servers.values()), None)
     env["server"] = {

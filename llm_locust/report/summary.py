@@ -155,6 +155,16 @@ def format_summary(
     return "\n".join(fit(lines, cols) if cols else lines)
 
 
+def warmup_line(w: dict[str, Any]) -> str:
+    """The summary's warm-up line: what was left out of the figures above, and how it went."""
+    ttft = w["latency"]["ttft"].get("p50")
+    cold = f", TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else ""
+    return (
+        f"warm-up: {w['rule']}: sent {w['sent']}, ok {w['ok']}, failed {w['failed']}, cancelled {w['cancelled']}"
+        f"{cold}; not in the figures above"
+    )
+
+
 def _kv(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"
 

@@ -249,9 +249,9 @@ class Dispatcher:
             self._prepare()
             s = self.settings
             window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
-            g = self.pass_greenlet = gevent.spawn(
-                self.replay_pass, time.perf_counter() + (t0_wall - time.time()), window
-            )
+            t0 = time.perf_counter() + (t0_wall - time.time())
+            self.metrics.start_warmup(t0)  # --run-warmup: trace time from the replay's first record
+            g = self.pass_greenlet = gevent.spawn(self.replay_pass, t0, window)
             g.join()
             self.greenlets.join()
         finally:

@@ -21,7 +21,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
-from llm_locust.metrics.records import RequestRecord
+from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,10 @@ class MetricsHub:
         self.spawned = False
         self.stopping = False
         self.ladder = False  # a ladder sets steps: sample inside measurement windows (step > 0) only
+        # a closed loop's or a replay's warm-up (--run-warmup): wall seconds from the test's start
+        # in which what is sent is warm-up (WARMUP_STEP), and when they end (perf_counter)
+        self.warmup_s = 0.0
+        self.warmup_until: float | None = None
 
     def new_run(self) -> None:
         """Master / local, as a test starts after an earlier one in this process (started again
@@ -143,7 +147,17 @@ class MetricsHub:
             return False
         if self.ladder:
             return self.step > 0
-        return self.spawned
+        return self.spawned and not self.in_warmup()
+
+    def start_warmup(self, t0: float) -> None:
+        """The warm-up counted from `t0` (perf_counter) rather than the test's start: a replay's
+        agreed start time, so that its warm-up is the trace time --run-warmup says."""
+        self.warmup_until = t0 + self.warmup_s if self.warmup_s > 0 else None
+
+    def in_warmup(self) -> bool:
+        """Whether a request sent now is part of the run's warm-up (--run-warmup): its first
+        seconds from the test's start (a replay: of trace time)."""
+        return self.warmup_until is not None and time.perf_counter() < self.warmup_until
 
     # ---- recording, on the process that sends requests ----
 
@@ -160,14 +174,16 @@ class MetricsHub:
         agg = self.steps.get(step)
         if agg is None:
             agg = self.steps[step] = Aggregate()
-        return [agg, self.total]
+        return [agg] if step == WARMUP_STEP else [agg, self.total]  # a warm-up is not the run's
 
-    def on_sent(self) -> int:
-        """Call once per request just before sending it; returns the step it belongs to."""
+    def on_sent(self, warmup: bool = False) -> int:
+        """Call once per request just before sending it; returns the step it belongs to:
+        WARMUP_STEP when the sender says so (a user's first requests) or the run is warming up."""
         self.in_flight += 1
-        for agg in self._sink(self.step):
+        step = WARMUP_STEP if (warmup or self.in_warmup()) and not self.ladder else self.step
+        for agg in self._sink(step):
             agg.sent += 1
-        return self.step
+        return step
 
     def on_done(self, rec: RequestRecord) -> None:
         self.in_flight -= 1
@@ -276,7 +292,8 @@ class MetricsHub:
             if agg is None:
                 agg = self.steps[step] = Aggregate()
             agg.merge_wire(wire)
-            self.total.merge_wire(wire)
+            if step != WARMUP_STEP:  # a warm-up's figures are its own, not the run's
+                self.total.merge_wire(wire)
             sent, done = wire["counters"][0], sum(wire["outcomes"].values())
             w.sent += sent
             w.finished += done
@@ -373,7 +390,8 @@ class MetricsHub:
                         agg = self.steps[step] = Aggregate()
                     agg.lost += n
                     agg.workers_lost = 1
-                    self.total.lost += n
+                    if step != WARMUP_STEP:
+                        self.total.lost += n
             if w.lost:
                 log.warning(
                     "worker %s (index %s): %d request(s) in flight at its last report have no outcome: counted lost",
@@ -559,6 +577,20 @@ def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunne
     events.test_start.add_listener(on_master_start)
 
 
+def _warmup_seconds(environment: Environment) -> float:
+    """--run-warmup in wall seconds from the test's start (a replay's is trace time: over --speed);
+    0 in a ladder (each step warms up: --warmup) or without the run's options."""
+    from llm_locust.settings.derive import from_options
+
+    try:
+        s = from_options(environment.parsed_options)
+    except Exception:  # noqa: BLE001 - an environment without llm-locust's options (a test's, a bare Locust)
+        return 0.0
+    if not s.run_warmup or s.ladder:
+        return 0.0
+    return s.run_warmup / (s.speed if s.replay else 1.0)
+
+
 def _install_sender(h: MetricsHub, environment: Environment) -> None:
     """A process that sends (worker, local): client monitors and the record log follow the test."""
     runner = environment.runner
@@ -569,6 +601,8 @@ def _install_sender(h: MetricsHub, environment: Environment) -> None:
         _freeze_startup_objects()
         h.started_at = time.time()
         h.spawned = h.stopping = False
+        h.warmup_s = _warmup_seconds(environment)
+        h.start_warmup(time.perf_counter())  # a replay counts it again from its agreed start
         h.start_monitors()
         path = getattr(environment.parsed_options, "record_log", "")
         if path and h.record_log is None:

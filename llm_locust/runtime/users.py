@@ -157,6 +157,7 @@ class LLMUser(FastHttpUser):
         s = self.ctx.settings
         self.metrics = hub(env)
         self.metrics.slos = s.request_slos
+        self.warmup_left = s.warmup_requests  # this user's first requests: warm-up (--warmup-requests)
         self.adapter = get_adapter(s.api) if s.api not in GRPC_APIS else None
         http_client = self.client.client.clientpool.get_client(self._host_url)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
@@ -229,7 +230,9 @@ class LLMUser(FastHttpUser):
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
         tokens an unbounded prefix cache could serve (runtime.sessions)."""
         ctx = self.ctx
-        step = self.metrics.on_sent()
+        warmup = self.warmup_left > 0
+        self.warmup_left -= warmup
+        step = self.metrics.on_sent(warmup)
         rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
         router, url = ctx.router, None
         if router is not None and stream is None:

@@ -495,7 +495,7 @@ def _ladder_plan(spec: str) -> dict[str, Any]:
 def _plan_value(s: Settings, name: str, opt: Opt) -> Any:
     """One setting's value as the effective plan holds it, or _LEFT_OUT."""
     v = getattr(s, name)
-    if name.startswith(("warmup", "step_", "stable_", "arrivals")) and not s.ladder:
+    if (name == "warmup" or name.startswith(("step_", "stable_", "arrivals"))) and not s.ladder:  # a ladder's
         return _LEFT_OUT
     if name.startswith("stable_") and not s.stable_window:
         return _LEFT_OUT

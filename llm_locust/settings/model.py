@@ -1015,6 +1015,30 @@ class Settings(BaseModel):
         AfterValidator(_at_most(sizes.MAX_LOOPS, "passes a replay schedules (a longer trace instead)")),
         Opt("load", "replay: passes over the trace window", plan="replay.loops"),
     ] = 1
+    run_warmup: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "load",
+            "closed loop and replay: what is sent in this first part of the load (a replay: of trace time) is "
+            "warm-up: sent, answered and counted apart (the summary's warm-up line, results `warmup`), left out "
+            "of every figure of the run (a ladder warms up each step: --warmup)",
+            plan="load.run_warmup",
+            unit="s",
+            bare_below=3600.0,
+        ),
+    ] = 0.0
+    warmup_requests: Annotated[
+        int,
+        Field(ge=0),
+        AfterValidator(_at_most(sizes.MAX_USERS, "warm-up requests (a time instead: --run-warmup)")),
+        Opt(
+            "load",
+            "closed loop: each user's first N requests (its first opens its connection) are warm-up, as "
+            "--run-warmup says (a replay's warm-up is trace time: --run-warmup)",
+            plan="load.warmup_requests",
+        ),
+    ] = 0
     ladder: Annotated[
         Text,
         BeforeValidator(_ladder_spec),
@@ -1529,9 +1553,18 @@ class Settings(BaseModel):
         ),
     ] = 1.0
 
+    def _warmup_problems(self) -> list[tuple[str, str]]:
+        """A run's warm-up (--run-warmup, --warmup-requests) is not a ladder's (per step: --warmup)."""
+        if self.ladder and (self.run_warmup or self.warmup_requests):
+            which = "run_warmup" if self.run_warmup else "warmup_requests"
+            return [(which, "a ladder warms up at the start of each step: give --warmup (per step) instead")]
+        if self.replay and self.warmup_requests:
+            return [("warmup_requests", "a replay's warm-up is trace time: give --run-warmup (e.g. 30s)")]
+        return []
+
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
-        problems = []
+        problems = self._warmup_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
