@@ -186,7 +186,8 @@ OTHER_COMMANDS = {
     ("gpu-sidecar",): {"--port", "--fake"},
     ("compare",): {"--weights", "--fail-on", "--strict", "--junit", "--tolerance"},
 }
-OTHER_PROGRAMS = {"--grpc", "--embeddings", "--reranking", "--runner", "--processes", "--save-result"}  # vllm, llama-server, Locust's
+# vllm, llama-server, Locust's
+OTHER_PROGRAMS = {"--grpc", "--embeddings", "--reranking", "--runner", "--processes", "--save-result"}
 MISTYPED_ON_PURPOSE = {"--userz", "--sl"}  # the README's examples of what is refused
 
 

@@ -89,7 +89,7 @@ def test_bad_ladder_timing():
         parse_ladder("concurrency:1..4", duration=0, warmup=0)
     with pytest.raises(PlanError, match="requests: must be >= 0"):
         parse_ladder("concurrency:1..4", requests=-5)
-    with pytest.raises(PlanError, match="arrivals: must be one of poisson, constant, got 'bursty'"):
+    with pytest.raises(PlanError, match="arrivals: must be one of poisson, constant, gamma, got 'bursty'"):
         parse_ladder("rate:1..4", arrivals="bursty")
     with pytest.raises(
         PlanError, match=r"stable.window: 60 s is longer than the measurement window \(duration - warmup = 30 s\)"

@@ -138,7 +138,7 @@ def _add(group, name: str, default: Any, opt: Opt, *, locust: bool) -> None:
         kw["action"] = "store_const"
         kw["const"] = not opt.negate
     else:
-        kw["metavar"] = "DURATION" if opt.unit == "s" else name.upper()
+        kw["metavar"] = "DURATION" if opt.unit == "s" else opt.flag_for(name).lstrip("-").replace("-", "_").upper()
     if locust:
         # Locust's parser: defaults as values (its web UI shows them), its config file and env vars
         kw["default"] = default if not isinstance(default, dict) else ""
@@ -489,6 +489,8 @@ def _ladder_plan(spec: str) -> dict[str, Any]:
         return {"kind": ld.kind, "search": spec.split(":sla:", 1)[1]}
     if ld.burst is not None:  # a burst keeps its spec: base rate, factor, lengths
         return {"kind": ld.kind, "burst": ld.burst.spec()}
+    if ld.durations:  # a rate series keeps each step's length: R@T
+        return {"kind": ld.kind, "steps": spec.split(":", 1)[1].split(",")}
     return {"kind": ld.kind, "steps": [_plain(x) for x in ld.levels]}
 
 
