@@ -169,6 +169,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "baseline": (str(TRACE), {"repeat": 3}),
         "tolerance": ("3%", {"repeat": 3, "baseline": str(TRACE)}),
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
+        "max_prefill": (2, {"replay": True}),
+        "arrivals_burstiness": (0.5, {"ladder": "rate:1,2"}),
         "run_warmup": (10.0, {}),
         "warmup_requests": (2, {}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
