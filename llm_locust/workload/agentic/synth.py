@@ -34,6 +34,8 @@ from typing import Literal, overload
 
 import orjson
 
+from llm_locust.workload.arrivals import arrival_problem, interval_draw
+
 PROG = "llm-locust trace synth --agentic"
 
 
@@ -141,8 +143,9 @@ def _check(spec: AgenticSpec) -> None:
         raise ValueError("max_depth must be >= 0")
     if not (spec.rate >= 0 and math.isfinite(spec.rate)):
         raise ValueError("rate must be >= 0")
-    if spec.arrivals not in ("poisson", "constant"):
-        raise ValueError(f"arrivals must be poisson or constant, got {spec.arrivals!r}")
+    problem = arrival_problem(spec.arrivals)  # the one definition (workload/arrivals.py)
+    if problem:
+        raise ValueError(problem)
 
 
 def generate(spec: AgenticSpec) -> list[dict]:
@@ -183,9 +186,10 @@ def generate(spec: AgenticSpec) -> list[dict]:
 
     t = 0.0
     width = len(str(spec.sessions))
+    gap = interval_draw(spec.arrivals, spec.rate, 1.0, rng) if spec.rate > 0 else None
     for i in range(spec.sessions):
-        if i and spec.rate > 0:
-            t += rng.expovariate(spec.rate) if spec.arrivals == "poisson" else 1.0 / spec.rate
+        if i and gap is not None:
+            t += gap()
         session(f"s{i + 1:0{width}d}", d_turns(rng), d_first(rng), 0, t, None, None)
     return rows
 
