@@ -50,6 +50,7 @@ def _write_synthetic(settings) -> str:
         path = f"{os.path.splitext(settings.results)[0]}.workload.jsonl"
     else:
         path = os.path.join(tempfile.mkdtemp(prefix="llm-locust-"), "workload.jsonl")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the results' folder, made as they are
     write(generate(spec), path, spec)
     print(f"synthetic workload written to {path}", flush=True)
     return path

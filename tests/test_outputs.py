@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, read_jsonl, run_cli
+from support import ROOT, read_jsonl, run_cli, run_ok
 
 from llm_locust.metrics.recordlog import FAILED, RecordLog, failures
 from llm_locust.metrics.records import RequestRecord
@@ -447,3 +447,13 @@ def test_a_trace_edited_during_the_run_keeps_the_start_hash(tmp_path, sims):
     # WIRING: plugin.py's end of run puts provenance.trace_changed(...) into the facts and says it
     assert env_trace.get("changed", "").startswith(f"the trace {trace} changed during the run")
     assert "changed during the run" in "".join(lines)
+
+
+def test_a_synthetic_workload_goes_into_a_results_folder_not_yet_made(tmp_path, sims):
+    """--results runs/new/r.json with --synthetic: the folder is made for the workload as for the
+    results (before: exit 2, 'No such file or directory: ...workload.jsonl')."""
+    sim = sims(slots=16, fast=True)
+    results = tmp_path / "runs" / "new" / "r.json"
+    run_ok("--host", sim.url, "--synthetic", "requests=4,input=8,output=4,rate=20", "--replay",
+           "--results", str(results), timeout=120)  # fmt: skip
+    assert results.exists() and (tmp_path / "runs" / "new" / "r.workload.jsonl").exists()
