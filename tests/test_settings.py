@@ -166,6 +166,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "grid": ("isl=128,1024:osl=64", ladder),
         "repeat": (3, {}),
         "reset_hook": ("systemctl restart my-server", {}),
+        "reset_cache": ("repeat", {}),
         "baseline": (str(TRACE), {"repeat": 3}),
         "tolerance": ("3%", {"repeat": 3, "baseline": str(TRACE)}),
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),

@@ -55,10 +55,12 @@ class StepWindow:
     ended: float | None = None
     extended: float = 0.0
     judged: float | None = None  # an SLA probe: when its requests had finished and it was judged
+    cache_reset: dict[str, Any] | None = None  # --reset-cache: the reset before this step (runtime/cache_reset.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **({"judged": self.judged} if self.judged is not None else {}),
+            **({"cache_reset": self.cache_reset} if self.cache_reset is not None else {}),
             "step": self.index,
             "level": self.level,
             "started": self.started,
@@ -122,6 +124,9 @@ class LadderController:
                 return self._users(None)
             self._start_step(0, now, self._first_level())
             return self._users(self.windows[-1].level)
+        resets = getattr(self.env, "llm_cache_reset", None)
+        if resets is not None and resets.pending is not None:  # between two steps: the cache emptied first
+            return resets.tick(self, now)
         cur = self.windows[-1]
         if self.drain_until is not None:
             return self._drain(cur, now)
@@ -142,7 +147,14 @@ class LadderController:
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
             return self._finish(cur, now)
-        self._start_step(i, now)
+        return self._next_step(i, now)
+
+    def _next_step(self, i: int, now: float, level: float | None = None) -> tuple | None:
+        resets = getattr(self.env, "llm_cache_reset", None)
+        if resets is not None and resets.between_steps:  # --reset-cache step (runtime/cache_reset.py)
+            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            return resets.begin(self, i, level, now, now + self.request_timeout + lag, DRAIN_STEP)
+        self._start_step(i, now, level)
         return self._users(self.windows[-1].level)
 
     def _finish(self, cur: StepWindow, now: float) -> tuple | None:
@@ -216,8 +228,7 @@ class LadderController:
             self.drain_until = now + self.request_timeout + lag
             log.info("SLA search over after %d probes: %s", len(self.probes), self.sla["reason"])
             return self._drain(cur, now)
-        self._start_step(len(self.windows), now, nxt)
-        return self._users(self.windows[-1].level)
+        return self._next_step(len(self.windows), now, nxt)
 
     def _broken(self, step: StepResult) -> list[str]:
         """Why a probe fails: the SLOs it broke, and the run's error-rate limit (with early stop on)."""
@@ -257,6 +268,8 @@ class LadderController:
     def _start_step(self, i: int, now: float, level: float | None = None) -> None:
         level = self.ladder.levels[i] if level is None else level
         w = StepWindow(index=i + 1, level=level, started=now)
+        resets = getattr(self.env, "llm_cache_reset", None)
+        w.cache_reset = resets.take() if resets is not None else None
         self.windows.append(w)
         if self.search is not None:
             log.info("SLA probe %d: %s %g", w.index, self.ladder.kind, level)
@@ -381,6 +394,10 @@ class LadderController:
                 f"{time.time() - w.started:.1f} s of its {planned:g} s: kept in the results, left out of this "
                 "table and of the verdict"
             )
+        from llm_locust.runtime.cache_reset import summary as reset_summary
+
+        if reset_summary(self.windows):
+            out["table"] = (out["table"] + "\n" if out["table"] else "") + reset_summary(self.windows)
         if self.ladder.burst is not None:
             out["burst"] = self._burst_report()
             if out["burst"] is not None:
@@ -479,6 +496,9 @@ def install(env: Environment, settings) -> None:
     if isinstance(runner, WorkerRunner):
         runner.register_message(STEP, lambda environment, msg, **_kw: apply_step(env, msg.data))
         return
+    from llm_locust.runtime import cache_reset
+
+    cache_reset.install(env, settings)  # --reset-cache: before the run, and between steps
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return

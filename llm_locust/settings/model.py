@@ -1331,6 +1331,15 @@ class Settings(BaseModel):
             trust="runs a shell command",
         ),
     ] = ""
+    reset_cache: Annotated[
+        Literal["off", "repeat", "step"],
+        Opt(
+            "repeat",
+            "empty the server's prefix cache: repeat = before the load of the run (and of each repetition), step = "
+            "also between ladder steps (docs/cache-control.md)",
+            plan="repeat.reset_cache",
+        ),
+    ] = "off"
     baseline: Annotated[
         Text,
         Opt(
@@ -1590,6 +1599,7 @@ class Settings(BaseModel):
                 problems.append(("tolerance", str(e)))
         problems += self._grid_problems()
         problems += self._arrival_problems()
+        problems += self._cache_reset_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
@@ -1633,6 +1643,26 @@ class Settings(BaseModel):
                     )
                 )
         return problems
+
+    def _cache_reset_problems(self) -> list[tuple[str, str]]:
+        """--reset-cache step: between the steps of a rate or concurrency ladder (a speed ladder's
+        replay goes on across its steps); the reset endpoints are HTTP."""
+        if self.reset_cache == "off":
+            return []
+        if self.api in GRPC_APIS:
+            return [("reset_cache", f"the cache reset endpoints are HTTP: not with --api {self.api}")]
+        if self.reset_cache != "step":
+            return []
+        kind = parse_ladder(self.ladder).kind if self.ladder else None
+        if kind not in ("rate", "concurrency"):
+            return [
+                (
+                    "reset_cache",
+                    "step resets between the steps of a rate or concurrency ladder (--ladder rate:... or "
+                    "concurrency:...); for one run use --reset-cache repeat",
+                )
+            ]
+        return []
 
     def _arrival_problems(self) -> list[tuple[str, str]]:
         """--burstiness and --max-prefill against the load they shape (workload.arrivals)."""

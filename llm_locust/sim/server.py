@@ -1044,6 +1044,8 @@ class App:
             if method != "POST":
                 return conn.respond(405, b'{"detail":"Method Not Allowed"}')
             return self._json_request(conn, kind, headers, body)
+        if path == "/reset_prefix_cache":
+            return self._reset_prefix_cache(conn, method)
         proto = ROUTES.get(path)
         gen = proto is not None
         allowed = "POST" if gen else "GET"
@@ -1094,6 +1096,17 @@ class App:
             self.loop.call_later(f.seconds, st.start)
         else:
             st.start()
+
+    def _reset_prefix_cache(self, conn: Conn, method: str):
+        """vLLM's dev-mode POST /reset_prefix_cache: {"success": false} while requests are in the
+        engine (their blocks are held, as vLLM refuses), else the cache emptied; its counters stay."""
+        if method != "POST":
+            return conn.respond(405, b'{"detail":"Method Not Allowed"}')
+        e = self.engine
+        busy = self.active > 0 if self.opts.fast else bool(e.running or e.waiting)
+        if not busy and e.cache is not None:
+            e.cache.lru.clear()
+        return conn.respond(200, b'{"success":%s}' % (b"false" if busy else b"true"))
 
     def _json_request(self, conn: Conn, kind: str, headers: dict, body: bytes):
         """Embeddings, rerank, score: one JSON reply after a latency proportional to the input."""

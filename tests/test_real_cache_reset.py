@@ -1,0 +1,107 @@
+"""Issue 26 item 5 on real servers: --reset-cache's reset (runtime/cache_reset.py) empties a real
+llama-server's and a real vLLM's prefix cache, and a server that cannot or will not is reported.
+
+What a broken implementation would fail here:
+- llama-server started with --slot-save-path (and --cache-ram 0: its host-memory prompt cache has
+  no endpoint): after the reset a prompt it had cached is prefilled again: its usage says 0 cached
+  tokens and llamacpp:prompt_tokens_cached_total does not rise; without --slot-save-path the slot
+  action answers 501 and the reset says "not supported" with the option that turns it on;
+- vLLM with VLLM_SERVER_DEV_MODE=1 and prefix caching: after the reset the prompt's second
+  sending finds nothing (usage cached_tokens 0, vllm:prefix_cache_hits_total does not rise); with
+  a request running vLLM answers {"success": false} and the reset says "refused", busy.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+from realservers import LlamaServer, VllmServer, http_get
+
+from llm_locust.analysis import server_metrics
+from llm_locust.runtime import cache_reset
+
+pytestmark = pytest.mark.real_server
+
+TEXT = (
+    "The river that runs past the old mill carries leaves, small stones and the songs of the "
+    "village children down to the sea, where fishermen mend their nets at dawn. "
+)
+
+
+def _open(
+    url: str, model: str, prompt: str, max_tokens: int
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    conn.request("POST", "/v1/completions", json.dumps(body), {"content-type": "application/json"})
+    return conn, conn.getresponse()
+
+
+def _cached(url: str, model: str, prompt: str) -> int:
+    """The prompt's cached tokens as the server's usage says (prompt_tokens_details.cached_tokens)."""
+    conn, resp = _open(url, model, prompt, 4)
+    try:
+        raw = resp.read().decode()
+    finally:
+        conn.close()
+    assert resp.status == 200, raw[:300]
+    events = [json.loads(ln[6:]) for ln in raw.splitlines() if ln.startswith("data: {")]
+    usage = [e["usage"] for e in events if e.get("usage")][-1]
+    return usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def _hits(url: str) -> float:
+    status, body = http_get(url + "/metrics", timeout=10.0)
+    assert status == 200
+    return server_metrics.read(body.decode())[1]["prefix_cache_hits_total"]
+
+
+def test_llama_server_slots_erased_and_a_server_without_the_action_reported(smollm2_model, tmp_path):
+    prompt = f"{uuid.uuid4().hex} " + TEXT * 3
+    extra = ["--slot-save-path", str(tmp_path), "--cache-ram", "0"]
+    with LlamaServer(smollm2_model, slots=2, extra_args=extra) as srv:
+        _cached(srv.url, "smollm2", prompt)
+        assert _cached(srv.url, "smollm2", prompt) > 0  # cached before the reset
+        r = cache_reset.reset(srv.url, {}, None, "before step 2")
+        assert (r.outcome, r.engine, r.status) == ("ok", "llama.cpp", 200), r
+        assert "2 slots" in r.detail
+        before = _hits(srv.url)
+        assert _cached(srv.url, "smollm2", prompt) == 0
+        assert _hits(srv.url) == before
+    with LlamaServer(smollm2_model, slots=2) as plain:
+        r = cache_reset.reset(plain.url, {}, None)
+        assert (r.outcome, r.engine, r.status) == ("not_supported", "llama.cpp", 501), r
+        assert "--slot-save-path" in r.line()
+
+
+class DevVllm(VllmServer):
+    """vLLM with its development routes (/reset_prefix_cache among them)."""
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "VLLM_SERVER_DEV_MODE": "1"}
+
+
+def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python, vllm_model_dir):
+    extra = ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
+    with DevVllm(vllm_model_dir, python=vllm_python, max_num_seqs=2, extra_args=extra) as srv:
+        prompt = f"{uuid.uuid4().hex} " + TEXT * 4
+        _cached(srv.url, "smollm2", prompt)
+        assert _cached(srv.url, "smollm2", prompt) > 0
+        r = cache_reset.reset(srv.url, {}, None, "before the run")
+        assert (r.outcome, r.engine, r.status) == ("ok", "vllm", 200), r
+        before = _hits(srv.url)
+        assert _cached(srv.url, "smollm2", prompt) == 0
+        assert _hits(srv.url) <= before
+        conn, resp = _open(srv.url, "smollm2", prompt + " and then", 1500)  # runs for many seconds
+        try:
+            resp.readline()  # its first bytes: the request is in the engine
+            busy = cache_reset.reset(srv.url, {}, "vllm")
+        finally:
+            conn.close()
+        assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
