@@ -179,7 +179,9 @@ def run(argv: list[str]) -> int:
         return 2
     mode = settings.mode
     if settings.workers == "auto":
-        print(f"workers: {workers_why}", flush=True)
+        from llm_locust.report.summary import fit, width
+
+        print("\n".join(fit([f"workers: {workers_why}"], width())), flush=True)
     settings = settings.model_copy(update={"workers": n_workers})
     locustfile = settings.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
     run_only = {

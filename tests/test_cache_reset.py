@@ -154,3 +154,14 @@ def test_step_resets_need_a_rate_or_concurrency_ladder():
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [ln for ln in p.stderr.splitlines() if "reset" in ln]
     assert lines and "rate or concurrency ladder" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_a_closed_loop_keeps_its_reset_in_the_results(tmp_path, sims):
+    """--reset-cache repeat outside a ladder: the reset before the load is in results run.cache_reset
+    (before: said in the log only)."""
+    sim = sims(slots=8, fast=True)
+    results = tmp_path / "r.json"
+    p = run_cli("--host", sim.url, "-u", "1", "-t", "2s", "--reset-cache", "repeat", "--results", results, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    reset = json.loads(results.read_text())["run"]["cache_reset"]
+    assert reset is not None and reset["outcome"] == "ok", reset

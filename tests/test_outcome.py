@@ -134,3 +134,36 @@ def test_the_results_carry_the_gates_and_the_run_facts(results):
     assert r["run"]["interrupted"] is None and r["run"]["workers_why"] == "one process"
     assert r["environment"]["server"]["url"] == "http://h"
     assert [g["passed"] for g in r["gates"]] == [True, True]
+
+
+def test_a_wide_table_is_dealt_into_blocks_within_the_width():
+    """Issue 24 item 14: the step table ran to 117-146 columns whatever the terminal. Within 80
+    columns it is dealt into blocks of its columns, each repeating the first; every cell is kept;
+    a table that fits and prose are left as they are."""
+    from llm_locust.report.summary import fit
+
+    table = WIDE  # the step table's columns as analysis.saturation.format_steps writes them
+    lines = table.splitlines()
+    assert max(len(x) for x in lines) > 80
+    out = fit(lines, 80)
+    assert max(len(x) for x in out) <= 80, out
+    assert sum(1 for x in out if x.startswith("step")) >= 2  # blocks, each naming its rows' step
+    for line in lines[2:]:  # every cell of every row is still there
+        for cell in line.split():
+            assert any(cell in x.split() for x in out), cell
+    assert fit(["a  b", "-  -", "1  2", "", "prose " * 20], 80)[:3] == ["a  b", "-  -", "1  2"]
+
+
+_HEAD = ["step", "offered (users)", "req/s", "tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms", "cache hit %"]
+_HEAD += ["TPOT p50 ms", "E2E p99 ms", "err%", "goodput req/s", "flags"]
+_ROWS = [
+    ["1", "1", "15.1", "122", "13.3/89.2", "5.37/8.07", "21.7", "5.45", "127", "0.0", "15.1", "-"],
+    ["2", "2", "22", "176", "31.8/112", "6.28/32.3", "43.7", "6.02", "154", "0.0", "22", "knee,slo"],
+]
+_W = [max(len(r[i]) for r in [_HEAD, *_ROWS]) for i in range(len(_HEAD))]
+WIDE = "\n".join(  # aligned as analysis.saturation.format_steps aligns the step table
+    "  ".join(
+        c.ljust(w) if i == len(_W) - 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, _W, strict=True))
+    ).rstrip()
+    for r in [_HEAD, ["-" * w for w in _W], *_ROWS]
+)

@@ -3,6 +3,7 @@ is wider; every term it prints is defined in docs/metrics.md, and the latency ro
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from typing import Any
@@ -41,14 +42,60 @@ def width() -> int:
 
 def fit(lines: list[str], cols: int) -> list[str]:
     """Each line of prose within `cols`, wrapped at spaces, continuations indented two spaces; a
-    table's rows (aligned by runs of spaces) are left whole: wrapping one breaks its columns."""
-    out = []
-    for line in lines:
+    table (a header, a rule of dashes under each column, its rows up to a blank line) wider than
+    `cols` is dealt into blocks of its columns, each repeating the first (split_table); other
+    aligned lines are left whole: wrapping one breaks its columns."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if i + 1 < len(lines) and _is_rule(lines[i + 1]):
+            end = next((k for k in range(i + 2, len(lines)) if not lines[k].strip()), len(lines))
+            out += split_table(lines[i:end], cols)
+            i = end
+            continue
+        line = lines[i]
+        i += 1
         if len(line) <= cols or "  " in line.strip():
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip()) + 2)
         out += textwrap.wrap(line, cols, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return out
+
+
+_RULE = re.compile(r"^\s*-+(\s+-+)+\s*$")
+
+
+def _is_rule(line: str) -> bool:
+    """A table's rule: runs of dashes, one under each column, spaces between (two columns at least)."""
+    return bool(_RULE.match(line))
+
+
+def split_table(table: list[str], cols: int) -> list[str]:
+    """A table (header, rule, rows) within `cols`: as it is when it fits, else its columns (found
+    from the rule's runs of dashes) dealt into blocks side by side that fit, each block repeating
+    the first column, blocks apart by a blank line. A column wider than `cols` stays whole."""
+    if max(len(x) for x in table) <= cols:
+        return table
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", table[1])]
+    spans[-1] = (spans[-1][0], max(spans[-1][1], *(len(x) for x in table)))  # the last column's cells run on
+    first, rest = spans[0], spans[1:]
+    blocks: list[list[tuple[int, int]]] = [[]]
+    used = first[1] - first[0]
+    for a, b in rest:
+        if blocks[-1] and used + 2 + (b - a) > cols:
+            blocks.append([])
+            used = first[1] - first[0]
+        blocks[-1].append((a, b))
+        used += 2 + (b - a)
+    out: list[str] = []
+    for n, block in enumerate(blocks):
+        if n:
+            out.append("")
+        for line in table:
+            cells = [line[first[0] : first[1]].ljust(first[1] - first[0])]
+            cells += [line[a:b].ljust(b - a) for a, b in block]
+            out.append("  ".join(cells).rstrip())
     return out
 
 

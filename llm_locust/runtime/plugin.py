@@ -488,6 +488,8 @@ def _run_facts(environment, settings) -> dict[str, Any]:
         "seed": settings.seed,
         "load": _load(environment, settings),
         "name": settings.name,
+        # --reset-cache: the reset before the run's load (a ladder's per step: ladder.windows)
+        "cache_reset": getattr(getattr(environment, "llm_cache_reset", None), "run", None),
     }
 
 
