@@ -174,6 +174,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "arrivals_burstiness": (0.5, {"ladder": "rate:1,2"}),
         "run_warmup": (10.0, {}),
         "warmup_requests": (2, {}),
+        "cancel": ("0.2:after=uniform:1s:4s", {}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
         "progress_interval": (5.0, {}),
         "locust_stats": (True, {}),

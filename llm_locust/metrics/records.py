@@ -23,11 +23,15 @@ class Outcome(StrEnum):
     TRUNCATED = "truncated"
     TIMEOUT = "timeout"
     CONNECT_ERROR = "connect_error"
-    CANCELLED = "cancelled"
+    CANCELLED = "cancelled"  # in flight when the test (or its step) stopped
+    # aborted by the client on purpose (--cancel, workload.cancel): not a failure, not in latencies
+    CLIENT_CANCELLED = "client_cancelled"
 
 
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
-FAILURE_KINDS: tuple[str, ...] = tuple(o.value for o in Outcome if o is not Outcome.OK)
+# What the server may be blamed for: every outcome but ok and the client's own cancellation (a
+# stop's `cancelled` stays here for the places that list it apart by name).
+FAILURE_KINDS: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.OK, Outcome.CLIENT_CANCELLED))
 
 # Where a token count came from, most trusted first (metrics spec, "Output tokens").
 SOURCE_USAGE = "usage"

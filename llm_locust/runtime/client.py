@@ -51,6 +51,7 @@ from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.protocols.token_reads import SCAN_LIMIT, token_read_matcher, whole_chunks
 from llm_locust.runtime.pump import PUMP
 from llm_locust.runtime.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
+from llm_locust.workload.cancel import CancelPlan
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,16 @@ def _next_read_size(last: int, spent: float) -> int:
     return max(READ_SIZE, min(BULK_READ_SIZE, int(last * READ_BUDGET / spent)))
 
 
+class _CancelAt(StreamState):
+    """The state of a stream the client aborts after `stop_at` token-bearing events (--cancel)."""
+
+    __slots__ = ("stop_at",)
+
+    def __init__(self, collect_text: bool, stop_at: int) -> None:
+        super().__init__(collect_text)
+        self.stop_at = stop_at
+
+
 class _Ended(Exception):
     """Internal: the stream ended abnormally with this outcome and text."""
 
@@ -107,6 +118,9 @@ class _Ended(Exception):
 
 class StreamClient:
     """Sends streaming requests of one API flavour to one server and times them."""
+
+    # --cancel: the process's plan (workload.cancel), set by whoever made the client; each send draws
+    cancel: CancelPlan | None = None
 
     def __init__(
         self,
@@ -179,9 +193,11 @@ class StreamClient:
         if on_record is not None:
             on_record(rec)
         collect = self.collect_text if collect_text is None else collect_text
-        state = StreamState(collect)
+        after_s, after_tok = self.cancel.draw() if self.cancel is not None else (0.0, 0)
+        state = _CancelAt(collect, after_tok) if after_tok else StreamState(collect)
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
+        abort = _abort_timer(after_s)
         try:
             self._exchange(data, rec, state)
         except _Ended as e:
@@ -198,6 +214,8 @@ class StreamClient:
             raise
         finally:
             timer.close()
+            if abort is not None:
+                abort.close()
         if rec.t_end is None:
             rec.t_end = time.perf_counter()
         try:
@@ -330,6 +348,9 @@ class StreamClient:
             else 0
         )
         via_pump = getattr(read, "via_pump", None) if PUMP_READS else None
+        stop_at = getattr(state, "stop_at", 0)  # --cancel after N tokens: read the general way, counted
+        if stop_at:
+            tries = 0
         data: bytes | None
         chunk: bytes | None
         try:
@@ -421,6 +442,9 @@ class StreamClient:
                             rec.t_first_content = now  # text or a tool call: what the user waits for
                         if kind == TOOL_CALL and rec.t_first_tool is None:
                             rec.t_first_tool = now
+                if stop_at and len(times) >= stop_at and not state.done:
+                    rec.t_end = now
+                    raise _Ended(Outcome.CLIENT_CANCELLED, f"cancelled by the client after {len(times)} tokens")
                 if (
                     tries
                     and events
@@ -455,6 +479,16 @@ class StreamClient:
 
     def _finish(self, rec: RequestRecord, state: StreamState) -> None:
         finish_record(rec, state)
+
+
+def _abort_timer(after_s: float) -> gevent.Timeout | None:
+    """--cancel after a delay: a started timer that ends the request as the client's cancellation
+    (the connection is closed, as for a stop or a timeout), or None for a request not aborted."""
+    if not after_s:
+        return None
+    t = gevent.Timeout(after_s, _Ended(Outcome.CLIENT_CANCELLED, f"cancelled by the client after {after_s:.3g}s"))
+    t.start()
+    return t
 
 
 def finish_record(rec: RequestRecord, state: StreamState) -> None:

@@ -29,6 +29,7 @@ from llm_locust.runtime.hub import hub
 from llm_locust.runtime.scenario import LLMClient
 from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.settings.derive import from_options
+from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, take_overlong, wants_text
@@ -101,6 +102,7 @@ class _ProcessContext:
         self._mix = list(s.mix.items())
         self.ids = itertools.count()
         self.id_prefix = f"{os.getpid():x}-{index}"
+        self.cancel = process_plan(s.cancel, s.seed, index)  # --cancel: one seeded plan per process
 
     def _session_model(self, session) -> str | None:
         return self.model_split.pick(session.id) if self.model_split is not None else self.model
@@ -170,9 +172,11 @@ class LLMUser(FastHttpUser):
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
         s = self.ctx.settings
-        return StreamClient(
+        c = StreamClient(
             self._http, self._host_url, adapter, s.timeouts, headers=self.stream_headers(adapter), limits=s.limits
         )
+        c.cancel = self.ctx.cancel
+        return c
 
     def _discover_model(self) -> None:
         ctx = self.ctx
@@ -274,6 +278,7 @@ class LLMUser(FastHttpUser):
                 c = streams[url] = StreamClient(
                     http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
                 )
+                c.cancel = self.ctx.cancel
         return c
 
     def run_session(self, session, start_turn: int = 0) -> bool:
@@ -286,6 +291,10 @@ class LLMUser(FastHttpUser):
         return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True if keep_text else None)
 
 
+# Ended by us, not by the server: cancelled at a stop, or by the client on purpose (--cancel)
+_NOT_FAILED = (Outcome.CANCELLED, Outcome.CLIENT_CANCELLED)
+
+
 def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
     """Fold a finished request into the process's metrics and into Locust's own table.
 
@@ -296,12 +305,12 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
 
     if rec.error:
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
-    if not rec.ok and rec.cause is None and rec.outcome is not Outcome.CANCELLED:
+    if not rec.ok and rec.cause is None and rec.outcome not in _NOT_FAILED:
         rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
     grade_record(rec)  # --graded: a graded item's reply, graded (runtime.graded)
     _note_workload(env, rec)
     hub(env).on_done(rec)
-    if rec.outcome is Outcome.CANCELLED:
+    if rec.outcome in _NOT_FAILED:
         return  # not a failure of the server: counted in our figures, kept out of Locust's table
     failure = None
     if not rec.ok:

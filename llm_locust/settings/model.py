@@ -32,6 +32,7 @@ from llm_locust.settings.grid import grid_text
 from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
+from llm_locust.workload.cancel import parse_cancel
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
@@ -204,6 +205,14 @@ def _synthetic(v: Any) -> Any:
         items = {k: x for k, x in asdict(spec).items() if k != "burstiness" or x != 1.0}  # 1: Poisson, as before
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in items.items())
     return v
+
+
+def _cancel(v: Any) -> Any:
+    """--cancel as its one written form (workload.cancel), or "" for none; bad text is refused."""
+    if v is None or v == "":
+        return ""
+    spec = parse_cancel(_text(v))
+    return spec.text if spec is not None else ""
 
 
 def _check_synthetic_items(text: str) -> None:
@@ -782,6 +791,17 @@ class Settings(BaseModel):
             plan="workload.max_prefill",
         ),
     ] = 0
+    cancel: Annotated[
+        Text,
+        BeforeValidator(_cancel),
+        Opt(
+            "workload",
+            "abort a share of requests from the client, after a delay or N tokens, fixed or drawn (seeded): "
+            "SHARE:after=WHEN, e.g. 0.2:after=2s, 0.2:after=10tok, 0.3:after=uniform:1s:4s "
+            "(outcome client_cancelled; not a failure, not in latencies)",
+            plan="workload.cancel",
+        ),
+    ] = ""
     max_idle: Annotated[
         Seconds,
         Field(ge=0),
@@ -1600,6 +1620,7 @@ class Settings(BaseModel):
         problems += self._grid_problems()
         problems += self._arrival_problems()
         problems += self._cache_reset_problems()
+        problems += self._cancel_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
@@ -1662,6 +1683,17 @@ class Settings(BaseModel):
                     "concurrency:...); for one run use --reset-cache repeat",
                 )
             ]
+        return []
+
+    def _cancel_problems(self) -> list[tuple[str, str]]:
+        """--cancel is sent by the closed loop's users (runtime/users.py) over HTTP."""
+        if not self.cancel:
+            return []
+        kind = parse_ladder(self.ladder).kind if self.ladder else None
+        if self.api in GRPC_APIS:
+            return [("cancel", f"not for a gRPC API ({self.api}): the HTTP APIs only")]
+        if self.mode == "replay" or kind in ("rate", "speed"):
+            return [("cancel", "a closed loop's (users, --ladder concurrency:...) for now, not an open loop's sends")]
         return []
 
     def _arrival_problems(self) -> list[tuple[str, str]]:
