@@ -10,7 +10,8 @@ Across workers the cluster replays the trace exactly once:
   2. each worker loads its share (records whose key % K == i; a conversation stays whole on one
      worker) in a native thread, so heartbeats go on, then answers "llm_locust_ready";
   3. master, once all are ready: "llm_locust_go" {t0: wall-clock start}, the same for everyone;
-  4. each worker dispatches its share on its own clock and answers "llm_locust_done".
+  4. each worker dispatches its share from t0 on the master's clock (its measured offset to it,
+     runtime/clock.py, applied; measured afresh before it says ready) and answers "llm_locust_done".
 In a LocalRunner the same happens in-process with the share (0, 1).
 
 The dispatcher is one greenlet per process, whatever the number of ReplayUsers there: Locust's
@@ -249,7 +250,8 @@ class Dispatcher:
             self._prepare()
             s = self.settings
             window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
-            t0 = time.perf_counter() + (t0_wall - time.time())
+            # t0_wall is on the master's clock: this worker's offset to it (runtime/clock.py) applied
+            t0 = time.perf_counter() + (t0_wall - self.metrics.clock.master_time())
             self.metrics.start_warmup(t0)  # --run-warmup: trace time from the replay's first record
             g = self.pass_greenlet = gevent.spawn(self.replay_pass, t0, window)
             g.join()
@@ -596,6 +598,7 @@ def _install_worker(env: Environment, runner: WorkerRunner) -> None:
         protect(settings.api_key)
         d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
         d.load()
+        hub(env).sync_clock()  # the offset to the master's clock, fresh for t0 (runtime/clock.py)
         runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
 
     def on_go(environment, msg, **_kw) -> None:

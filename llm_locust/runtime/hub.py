@@ -22,6 +22,7 @@ from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
+from llm_locust.runtime import clock
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class WorkerState:
         "lost",
         "status",
         "record_log",
+        "clock",
     )
 
     def __init__(self, client_id: str, index: int | None) -> None:
@@ -83,6 +85,7 @@ class WorkerState:
         self.left_at: float | None = None  # quit on its own, after its final report
         self.lost = 0  # requests it had in flight that never got an outcome (set at the end)
         self.record_log: list[str] = []  # its record log's lost records, as its last report said
+        self.clock: dict[str, Any] | None = None  # its offset to the master's clock (runtime/clock.py)
 
     @property
     def in_flight_reported(self) -> int:
@@ -123,6 +126,9 @@ class MetricsHub:
         # in which what is sent is warm-up (WARMUP_STEP), and when they end (perf_counter)
         self.warmup_s = 0.0
         self.warmup_until: float | None = None
+        # a worker's offset to the master's clock (runtime/clock.py): its replay starts and its
+        # requests are placed (wall_sent, the per-second series) on the master's clock
+        self.clock = clock.ClockSync(clock.align_enabled())
 
     def new_run(self) -> None:
         """Master / local, as a test starts after an earlier one in this process (started again
@@ -187,6 +193,7 @@ class MetricsHub:
 
     def on_done(self, rec: RequestRecord) -> None:
         self.in_flight -= 1
+        rec.wall_sent += self.clock.offset  # a worker's record on the master's clock (0 elsewhere)
         if self.record_log is not None:
             self.record_log.write(rec)
         gaps = None  # the request's gap samples, folded by the first Aggregate, reused by the next
@@ -209,6 +216,7 @@ class MetricsHub:
             "step": self.step,
             "final": self.final_token,
             "record_log": recordlog.failures(),  # empty unless this worker's log lost records
+            "clock": self.clock.figures(),
         }
 
     def own_status(self) -> dict[str, Any]:
@@ -244,6 +252,30 @@ class MetricsHub:
         if sessions["started"]:
             out["sessions"] = sessions
         return out
+
+    def sync_clock(self, n: int = clock.BURST) -> None:
+        """Worker: measure the offset to the master's clock now (`n` round trips, bounded)."""
+        runner = self.env.runner
+        if isinstance(runner, WorkerRunner):
+            self.clock.burst(lambda data: runner.send_message(clock.PING, data), n)
+
+    def _note_clock(self, w: WorkerState, figures: dict[str, Any] | None) -> None:
+        """Master: a worker's clock as its report says, kept for the results (run.server's
+        worker_clocks, by worker index); said once when its uncertainty passes the bound."""
+        if not figures:
+            return
+        if figures.get("flagged") and not (w.clock or {}).get("flagged"):
+            log.warning(
+                "worker %s (index %s): its clock is known to the master's within %.1f ms only (bound %.1f ms): "
+                "its share of a replay may be sent off schedule by as much",
+                w.client_id,
+                w.index,
+                figures["uncertainty_s"] * 1000,
+                figures["bound_s"] * 1000,
+            )
+        w.clock = figures
+        key = str(w.index if w.index is not None else w.client_id)
+        self.info.setdefault("worker_clocks", {})[key] = figures
 
     def record_log_failures(self) -> list[str]:
         """Master / local: a line per record log that lost records, this process's and each
@@ -286,6 +318,7 @@ class MetricsHub:
         self.info.update(payload.get("info") or {})
         w.status = payload.get("status") or w.status
         w.record_log = payload.get("record_log") or w.record_log
+        self._note_clock(w, payload.get("clock"))
         for step_key, wire in payload["steps"].items():
             step = int(step_key)
             agg = self.steps.get(step)
@@ -517,6 +550,7 @@ def _freeze_startup_objects() -> None:
 
 def install(environment: Environment) -> MetricsHub:
     """Wire the hub into Locust's events. Call from an `init` listener (every process)."""
+    clock.apply_test_shift()  # test-only (LLM_LOCUST_TEST_CLOCK_SHIFT): a host whose clock is off
     h = hub(environment)
     runner = environment.runner
     if not isinstance(runner, MasterRunner):
@@ -550,6 +584,16 @@ def _install_worker(h: MetricsHub, environment: Environment, runner: WorkerRunne
                 log.warning("could not send the final report while quitting: %s", e)
 
     events.quitting.add_listener(on_worker_quitting)
+    runner.register_message(clock.PONG, lambda environment, msg, **_kw: h.clock.pong(msg.data))  # inline: t4
+    gevent.spawn(_clock_loop, h)
+
+
+def _clock_loop(h: MetricsHub) -> None:
+    """Worker: measure the offset to the master's clock at once, then every SYNC_PERIOD s."""
+    h.sync_clock(clock.BURST)
+    while True:
+        gevent.sleep(clock.SYNC_PERIOD)
+        h.sync_clock(clock.REPEAT_BURST)
 
 
 def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunner) -> None:
@@ -560,6 +604,9 @@ def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunne
     # read by Locust each time a worker connects or sends a heartbeat
     locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
     events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
+    runner.register_message(  # a worker's clock round trip, answered at once (runtime/clock.py)
+        clock.PING, lambda environment, msg, **_kw: runner.send_message(clock.PONG, clock.answer(msg.data), msg.node_id)
+    )
 
     def on_master_stop(**_kw: Any) -> None:
         if not h.finals_collected:
