@@ -32,6 +32,12 @@ CLIENT_LATENCIES = ("loop_lag",)  # client validity: how late the worker's event
 # a hit when n_cached >= CACHE_HIT_SHARE * n_in, else a miss (docs/metrics.md, "Prompt cache")
 CACHE_LATENCIES = ("ttft_cache_hit", "ttft_cache_miss")
 CACHE_HIT_SHARE = 0.5
+# Request phases of ok requests with a first token (RequestRecord.phases; docs/metrics.md,
+# "Request phases"): send + wait + first_token = TTFT; + receive = E2E; connect comes before t_sent
+# (0 on a kept-alive connection). Histogram "phase_<name>"; "phase_connect_new": the connect of
+# the requests that opened their connection.
+PHASES = ("connect", "send", "wait", "first_token", "receive")
+PHASE_LATENCIES = (*(f"phase_{p}" for p in PHASES), "phase_connect_new")
 # figures per endpoint and per model (docs/metrics.md, "Per endpoint and per model"): at most
 # MAX_GROUPS distinct values each, the values past the cap pooled under OTHER_GROUP
 GROUP_DIMENSIONS = ("endpoint", "model")
@@ -298,7 +304,9 @@ def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
 
 class Aggregate:
     def __init__(self) -> None:
-        self.hist: dict[str, Histogram] = {name: Histogram() for name in LATENCIES + CLIENT_LATENCIES + CACHE_LATENCIES}
+        self.hist: dict[str, Histogram] = {
+            name: Histogram() for name in LATENCIES + CLIENT_LATENCIES + CACHE_LATENCIES + PHASE_LATENCIES
+        }
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.errors: dict[str, dict[str, int]] = {}
         self.causes: dict[str, int] = {}  # failures by cause (protocols.causes), beside failures by kind
@@ -329,6 +337,8 @@ class Aggregate:
         # kernel's receive time (RequestRecord.clock)
         self.together = [0, 0, 0, 0]
         self.kernel_clock = 0
+        # ok requests timed in phases whose connection was opened for them, and kept-alive ones
+        self.connections = [0, 0]
         # requests a lost worker had in flight at its last report (or a worker that never sent its
         # final report): sent, but their outcome never reached the master. Master side only.
         self.lost = 0
@@ -485,11 +495,32 @@ class Aggregate:
                 tg[3] += times[1] == times[0]
             if rec.clock == "kernel":
                 self.kernel_clock += 1
+            self._add_phases(rec)
 
         if slos and _meets(rec, slos, itl_max):
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
         return gaps
+
+    def _add_phases(self, rec: RequestRecord) -> None:
+        """An ok request's phases (RequestRecord.phases), once per request (not per chunk)."""
+        p = rec.phases()
+        if p is None:
+            return
+        connect, send, wait, first_token, receive = p
+        h = self.hist
+        if connect is not None:
+            h["phase_connect"].record(connect)
+            if rec.new_connection:
+                h["phase_connect_new"].record(connect)
+                self.connections[0] += 1
+            else:
+                self.connections[1] += 1
+        if send is not None:
+            h["phase_send"].record(send)
+        h["phase_wait"].record(wait)
+        h["phase_first_token"].record(first_token)
+        h["phase_receive"].record(receive)
 
     def _add_kind(self, rec: RequestRecord, t_end: float) -> None:
         k = self.kinds.get(rec.api)
@@ -560,6 +591,7 @@ class Aggregate:
             ],
             "cache": self.cache.to_wire(),
             "client": [*self.together, self.kernel_clock],
+            "connections": self.connections,
             "graded": [self.graded, self.correct],
             "groups": {
                 d: {key: g.to_wire() for key, g in groups.items()} for d, groups in self.groups.items() if groups
@@ -593,6 +625,8 @@ class Aggregate:
         *together, kernel = d.get("client") or (0, 0, 0, 0, 0)  # absent from older wire dicts
         self.together = [a + b for a, b in zip(self.together, together, strict=True)]
         self.kernel_clock += kernel
+        new, kept = d.get("connections") or (0, 0)  # absent from older wire dicts
+        self.connections = [self.connections[0] + new, self.connections[1] + kept]
         graded, correct = d.get("graded") or (0, 0)  # absent from older wire dicts
         self.graded += graded
         self.correct += correct
@@ -772,6 +806,9 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         "workers_lost": agg.workers_lost,
         "client": client_figures(agg),
     }
+    phases = phase_figures(agg)
+    if phases is not None:
+        out["phases"] = phases
     if agg.kinds:
         out["kinds"] = {
             api: {
@@ -822,6 +859,20 @@ def figures(agg: Aggregate) -> dict[str, Any]:
             "parse_rate": agg.structured_parsed / n,
             "valid_rate": agg.structured_valid / n,
         }
+    return out
+
+
+def phase_figures(agg: Aggregate) -> dict[str, Any] | None:
+    """The request phases (docs/metrics.md, "Request phases"): each phase's summary (seconds),
+    the connect of new connections alone, and the count of new and kept-alive connections; None
+    when no request was timed in phases (a results file of an older version, JSON request kinds)."""
+    h = agg.hist
+    if not h["phase_wait"].count:
+        return None
+    out: dict[str, Any] = {p: h[f"phase_{p}"].summary() for p in PHASES}
+    out["connect_new"] = h["phase_connect_new"].summary()
+    new, kept = agg.connections
+    out["connections"] = {"new": new, "reused": kept}
     return out
 
 

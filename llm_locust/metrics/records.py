@@ -50,6 +50,13 @@ class RequestRecord:
     t_sent: float
     wall_sent: float  # time.time() at t_sent: places the request on the run's timeline
     t_headers: float | None = None
+    # request phases (docs/metrics.md, "Request phases"): when the request's bytes were all
+    # written (None: not timed apart from t_sent, e.g. gRPC, whose t_sent is after its write);
+    # the seconds spent opening its connection before t_sent (DNS, TCP, TLS; 0.0 on a kept-alive
+    # one; None: not measured) and whether it was opened for this request (None: not said)
+    t_written: float | None = None
+    connect: float | None = None
+    new_connection: bool | None = None
     t_first: float | None = None
     t_first_content: float | None = None
     t_first_tool: float | None = None  # first generated tool-call token (function name or arguments)
@@ -113,6 +120,27 @@ class RequestRecord:
         if self.n_out < 2 or self.t_first is None or not self.chunk_times:
             return None
         return (self.chunk_times[-1] - self.t_first) / (self.n_out - 1)
+
+    def phases(self) -> tuple[float | None, float | None, float, float, float] | None:
+        """(connect, send, wait, first_token, receive) in seconds; None before a first token or
+        without a head. connect = `connect` (before t_sent; None: not measured), send = t_written
+        - t_sent (None: not timed apart), wait = t_headers - t_written (or - t_sent), first_token
+        = t_first - t_headers, receive = t_end - t_first. The stamps are clamped into order (a
+        kernel receive stamp may fall before the write returned), so send + wait + first_token
+        is TTFT exactly, and with receive, E2E."""
+        t_first, t_head = self.t_first, self.t_headers
+        if t_first is None or t_head is None:
+            return None
+        t_head = min(t_head, t_first)
+        t_written = self.t_written
+        send: float | None = None
+        if t_written is None:
+            t_written = self.t_sent
+        else:
+            t_written = min(max(t_written, self.t_sent), t_head)
+            send = t_written - self.t_sent
+        t_end = t_first if self.t_end is None else max(self.t_end, t_first)
+        return self.connect, send, t_head - t_written, t_first - t_head, t_end - t_first
 
     @property
     def length_mismatch(self) -> bool:

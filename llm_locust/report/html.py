@@ -851,9 +851,51 @@ def section_summary(r: dict[str, Any]) -> H:
         *([("warm-up (not in these figures)", _warmup_text(r["warmup"]))] if r.get("warmup") else []),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
+    out.append(section_phases(s, r.get("steps") or []))
     out.append(section_cache(s))
     out.append(section_groups(s))
     out.append(section_failures(s))
+    return H("".join(out))
+
+
+def section_phases(s: dict[str, Any], steps: list[dict[str, Any]]) -> H:
+    """The request phases (docs/metrics.md, "Request phases"): the whole run's table, TTFT as the
+    sum of its parts' means, the connections; and each step's p50 / p99 when there are steps."""
+    from llm_locust.report.summary import PHASE_ROWS, ttft_parts
+
+    ph = s.get("phases")
+    if not ph:
+        return H("")
+    rows = [
+        (label, num((ph.get(k) or {}).get("count")), *(ms((ph.get(k) or {}).get(c)) for c in PCTS[1:]))
+        for label, k in PHASE_ROWS
+    ]
+    parts = ttft_parts(ph)
+    conn, new = ph.get("connections") or {}, ph.get("connect_new") or {}
+    text = (
+        f"TTFT mean {ms(sum(v for _, v in parts))} ms = "
+        + " + ".join(f"{w} {ms(v)}" for w, v in parts)
+        + " (phase means; percentiles do not add up). Connect comes before the send (schedule lag, not TTFT): "
+        + f"{num(conn.get('new', 0))} new connections (p50 {ms(new.get('p50'))} ms), "
+        + f"{num(conn.get('reused', 0))} kept alive (0 ms)."
+    )
+    out = [
+        "<h3 id='phases'>Request phases (ms)</h3>",
+        str(table(("phase",) + PCTS, rows, id="phases-table")),
+        f"<p>{esc(text)}</p>",
+    ]
+    timed = [st for st in steps if st.get("phases")]
+    if len(timed) > 1:
+        head = ("step", *(f"{label} p{q}" for label, _ in PHASE_ROWS for q in (50, 99)), "new conn.")
+        step_rows = [
+            (
+                num(st.get("step")),
+                *(ms((st["phases"].get(k) or {}).get(f"p{q}")) for _, k in PHASE_ROWS for q in (50, 99)),
+                num((st["phases"].get("connections") or {}).get("new")),
+            )
+            for st in timed
+        ]
+        out.append(str(table(head, step_rows, id="phases-steps-table")))
     return H("".join(out))
 
 
@@ -1427,6 +1469,7 @@ def render(results: dict[str, Any]) -> str:
         ("timeline", "timeline"),
         ("distributions", "distributions"),
         ("summary", "whole run"),
+        ("phases", "request phases"),
         ("cache", "prompt cache"),
         ("by_endpoint", "per endpoint"),
         ("by_model", "per model"),

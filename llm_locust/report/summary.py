@@ -31,6 +31,14 @@ LEGEND = {
     "e2e": "E2E: sent -> last byte",
     "schedule_lag": "Schedule lag: how late a request was sent against its due time",
 }
+# The request phases (docs/metrics.md, "Request phases"), in the order a request goes through them.
+PHASE_ROWS = (
+    ("Connect", "connect"),
+    ("Send", "send"),
+    ("Wait (headers)", "wait"),
+    ("First token", "first_token"),
+    ("Receive", "receive"),
+)
 OPEN_LOOP_ONLY = ("ttft_queue", "schedule_lag")  # equal to TTFT and 0 in a closed loop: not printed there
 MIN_WIDTH = 80
 
@@ -123,11 +131,53 @@ def latency_table(fig: dict[str, Any], open_loop: bool = True) -> list[str]:
     return lines
 
 
+def ttft_parts(ph: dict[str, Any]) -> list[tuple[str, float]]:
+    """TTFT's parts (send, wait, first token) as (word, mean seconds), those timed: their means
+    add up to TTFT's mean (the phases of each request add up to its TTFT)."""
+    out = []
+    for word, key in (("send", "send"), ("wait", "wait"), ("first token", "first_token")):
+        mean = (ph.get(key) or {}).get("mean")
+        if isinstance(mean, (int, float)):
+            out.append((word, float(mean)))
+    return out
+
+
+def phase_lines(ph: dict[str, Any] | None) -> list[str]:
+    """The request phases' table (ms), what each is, and TTFT as the sum of its parts' means
+    (means add up; percentiles do not); nothing when the run timed no phases."""
+    if not ph:
+        return []
+    head = f"{'phases (ms)':<16}{'count':>7}" + "".join(f"{c:>9}" for c in COLS)
+    lines = [head, "-" * len(head)]
+    for label, key in PHASE_ROWS:
+        s = ph.get(key) or {}
+        lines.append(f"{label:<16}{s.get('count', 0):>7}" + "".join(f"{_ms(s.get(c)):>9}" for c in COLS))
+    lines += [
+        "  Connect: opening the connection, before the send (0 when kept alive)",
+        "  Send: writing the request; Wait: written -> response headers",
+        "  First token: headers -> first token; Receive: first token -> last byte",
+    ]
+    parts = ttft_parts(ph)
+    ttft = sum(v for _, v in parts)
+    lines.append(f"  TTFT mean {_ms(ttft)} ms = " + " + ".join(f"{w} {_ms(v)}" for w, v in parts) + " (phase means)")
+    conn = ph.get("connections") or {}
+    new = ph.get("connect_new") or {}
+    if not (ph.get("connect") or {}).get("count"):
+        return lines + ["  connect: not timed by this API's client"]
+    lines.append(
+        f"  connections: {conn.get('new', 0)} new (connect p50 {_ms(new.get('p50'))} ms,"
+        f" max {_ms(new.get('max'))} ms), {conn.get('reused', 0)} kept alive"
+    )
+    return lines
+
+
 def format_summary(
     fig: dict[str, Any], title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
 ) -> str:
     """The summary's text; `cols`: wrapped to that width (printing passes width())."""
     lines = [title, ""] + latency_table(fig, open_loop) + [""]
+    if fig.get("phases"):
+        lines += phase_lines(fig["phases"]) + [""]
     lines.append(
         f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']} ({fig['error_rate'] * 100:.1f}%),"
         f" cancelled at stop {fig['cancelled']},"

@@ -135,6 +135,7 @@ class StreamClient:
         self.pool = http_client._connection_pool
         if not isinstance(self.pool, SSLConnectionPool):
             self.pool._is_socket_alive = _socket_alive
+        _time_connects(self.pool)
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()  # sizes accepted from the server (header block, one event)
@@ -234,6 +235,8 @@ class StreamClient:
             sock = pool.get_socket()
         except OSError as e:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: {e}") from None
+        opened = _OPENED.pop(sock, None)  # seconds to open it, when it was opened for this request
+        rec.connect, rec.new_connection = (0.0, False) if opened is None else (opened, True)
         reused = sock in self._kept_alive
         resp = None
         # No per-read socket timeout (gevent arms a timer for every read that waits): the
@@ -245,6 +248,7 @@ class StreamClient:
             rec.wall_sent = time.time()
             read = _reader(sock, rec.t_sent, watch)
             sock.sendall(data)
+            rec.t_written = time.perf_counter()
             resp = _Response(sock, block_size=READ_SIZE, method="POST")
             rec.t_headers = _read_head(resp, read, rec, self.limits.head_bytes)
             rec.status = status = resp.status_code
@@ -821,6 +825,30 @@ def _stop_reusing(netloc: str) -> None:
             "not sent again); from now on each request to it opens its own connection",
             netloc,
         )
+
+
+# Sockets a pool has just opened -> the seconds it took (name resolution, TCP connect, TLS
+# handshake): set by the pool's timed _create_socket (_time_connects), taken by the request that
+# gets the socket (StreamClient._exchange). A socket nobody takes is dropped with it.
+_OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _time_connects(pool) -> None:
+    """Make `pool` time the connections it opens (once per pool): the request phases' connect
+    (docs/metrics.md, "Request phases"). The pool's own wait for a free slot is not in it."""
+    if getattr(pool, "_llm_locust_timed", False):
+        return
+    create = pool._create_socket
+    perf_counter = time.perf_counter
+
+    def timed_create_socket():
+        t0 = perf_counter()
+        sock = create()
+        _OPENED[sock] = perf_counter() - t0
+        return sock
+
+    pool._create_socket = timed_create_socket
+    pool._llm_locust_timed = True
 
 
 def _socket_alive(sock) -> bool:

@@ -15,6 +15,9 @@ request. Served on the web UI's Flask app at /metrics, and on its own port with
   llm_locust_cache_hit_ratio, llm_locust_cache_ideal_hit_ratio,
   llm_locust_cache_achieved_vs_ideal_ratio       gauges, present once defined
   llm_locust_graded_requests_total, llm_locust_graded_correct_total   accuracy under load (--graded)
+  llm_locust_request_phase_seconds{phase}   request phases: connect, send, wait, first_token,
+                                      receive, connect_new (docs/metrics.md, "Request phases")
+  llm_locust_connections_total{connection}  ok requests timed in phases, by new / kept_alive
   llm_locust_{endpoint,model}_requests_total{endpoint|model, outcome},
   llm_locust_{endpoint,model}_{input,output,cached_prompt,ideal_cached_prompt}_tokens_total{...},
   llm_locust_{endpoint,model}_{ttft,tpot,e2e}_seconds{...}   per endpoint / per model, when the
@@ -34,7 +37,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from llm_locust.metrics.aggregate import Aggregate, SparseHistogram
+from llm_locust.metrics.aggregate import PHASE_LATENCIES, Aggregate, SparseHistogram
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.runtime.hub import hub
 
@@ -66,6 +69,8 @@ HISTOGRAMS = {  # exported name -> (aggregate histogram, bucket bounds in second
         "TTFT of ok requests the server said had less than half their prompt cached.",
     ),
 }
+# request phases run from microseconds (send) to minutes (a queue's wait): buckets over that range
+_PHASE = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 GROUP_HISTOGRAMS = {  # per endpoint / per model: name suffix -> (group histogram, bounds, help)
     "ttft_seconds": ("ttft", _SLOW, "Time to first token"),
     "tpot_seconds": ("tpot", _FAST, "Time per output token"),
@@ -143,6 +148,30 @@ def cache_families(total: Aggregate) -> Any:
             yield GaugeMetricFamily(name, doc, value=num / den)
 
 
+def phase_families(total: Aggregate) -> Any:
+    """The request phases (docs/metrics.md, "Request phases"): one histogram family labelled by
+    phase, and the connections those requests opened or found kept alive."""
+    fam = HistogramMetricFamily(
+        "llm_locust_request_phase",
+        "Request phases of ok requests: connect (0 when kept alive; connect_new: opened ones only), "
+        "send, wait (to the headers), first_token (headers to first token), receive.",
+        labels=["phase"],
+        unit="seconds",
+    )
+    for key in PHASE_LATENCIES:
+        h = total.hist[key]
+        fam.add_metric(
+            [key.removeprefix("phase_")], buckets=cumulative_buckets(h, _PHASE), sum_value=(h.sum_us or 0) / 1e6
+        )
+    yield fam
+    conn = CounterMetricFamily(
+        "llm_locust_connections", "Ok requests timed in phases, by their connection.", labels=["connection"]
+    )
+    conn.add_metric(["new"], total.connections[0])
+    conn.add_metric(["kept_alive"], total.connections[1])
+    yield conn
+
+
 def graded_families(total: Aggregate) -> Any:
     """Accuracy under load (--graded; docs/verdicts.md): graded items that ended ok, and those
     answered right. Accuracy is their ratio (rate() of the two over a window)."""
@@ -214,6 +243,7 @@ class LLMCollector:
         yield CounterMetricFamily("llm_locust_output_tokens", "Output tokens of ok requests.", value=total.tokens_out)
         yield from cache_families(total)
         yield from graded_families(total)
+        yield from phase_families(total)
         yield from group_families(total)
         yield from self._gauges(h)
         yield from self._locust_compatible()

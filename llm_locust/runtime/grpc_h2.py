@@ -21,9 +21,11 @@ have their own), closed after any error or cancellation.
 
 Timing: as GrpcStreamClient (t_sent when the request's frames are written; each message stamped
 when its read returned: messages that came in one read share the stamp, as SSE events do over
-HTTP; t_headers when the response HEADERS arrived). Outcomes: the same table (grpc_client's
-`status_outcome`), the status from the trailers, an HTTP status mapped as gRPC does
-(http-grpc-status-mapping), a RST_STREAM's code, a closed connection as UNAVAILABLE.
+HTTP; t_headers when the response HEADERS arrived). Request phases: connect (and whether the
+connection was new) and the rest after t_sent; no send phase, t_sent being after the write.
+Outcomes: the same table (grpc_client's `status_outcome`), the status from the trailers, an HTTP
+status mapped as gRPC does (http-grpc-status-mapping), a RST_STREAM's code, a closed connection
+as UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -146,6 +148,7 @@ class _Conn:
         self.last_sid = None  # the GOAWAY's last stream id, once one came
         self.goaway = ""
         self.broken = False
+        self.opened: float | None = None  # seconds _open took (TCP, TLS, preface); None once used
         sock.sendall(
             PREFACE
             + _frame(SETTINGS, 0, 0, struct.pack(">HLHL", 0x2, 0, 0x4, MAX_WINDOW))  # no push; big windows
@@ -205,13 +208,16 @@ class H2GrpcClient:
     # ------------------------------------------------------------------ connections
     def _open(self) -> _Conn:
         try:
+            t0 = time.perf_counter()
             sock = socket.create_connection(self.address, timeout=self.timeouts.connect)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.tls:
                 ctx = ssl.create_default_context()
                 ctx.set_alpn_protocols(["h2"])
                 sock = ctx.wrap_socket(sock, server_hostname=self.address[0])
-            return _Conn(sock, self.target, "https" if self.tls else "http")
+            conn = _Conn(sock, self.target, "https" if self.tls else "http")
+            conn.opened = time.perf_counter() - t0
+            return conn
         except (OSError, ssl.SSLError) as e:
             raise _Ended(Outcome.CONNECT_ERROR, f"connect: no gRPC connection to {self.target}: {e}"[:1000]) from None
 
@@ -392,6 +398,9 @@ class H2GrpcClient:
         deadline = time.perf_counter() + total if total else None
         no_progress = timeouts.no_progress
         conn = self._take()
+        if rec is not None:  # the request phases' connect: seconds to open it, 0 when kept alive
+            rec.connect, rec.new_connection = (0.0, False) if conn.opened is None else (conn.opened, True)
+        conn.opened = None
         ok = False
         try:
             # the request's writes wait no longer than its reads (a kept connection holds the
