@@ -22,6 +22,7 @@ from support import Cluster, read_jsonl
 
 from llm_locust.runtime import clock
 from llm_locust.runtime.clock import ClockSync, RoundTrip, estimate
+from llm_locust.settings import derive
 from llm_locust.sim.process import SimProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,13 @@ def test_the_test_hook_shifts_the_wall_clock_only(monkeypatch, caplog):
     assert clock.apply_test_shift() == 1.5
     wall, perf = time.time() - time.perf_counter(), clock._real_time() - time.perf_counter()
     assert wall - perf == pytest.approx(1.5, abs=0.01)
+
+
+def test_the_sample_plan_replays_over_two_workers():
+    """plans/replay-workers.yaml: a replay by two worker processes (each aligned to the master)."""
+    s = derive.resolve(derive.load_plan(ROOT / "plans" / "replay-workers.yaml"))
+    assert (s.replay, s.workers, s.speed, s.duration) == (True, 2, 2.0, 30.0)
+    assert Path(s.trace_path).is_file()
 
 
 # ---- a real master and two real workers, one of them 200 ms ahead -----------------------------
