@@ -46,6 +46,10 @@ def _write_synthetic(settings) -> str:
     from llm_locust.workload.synth import generate, parse_spec_text, write
 
     spec = parse_spec_text(settings.synthetic)
+    if settings.prefix_hit:  # every prompt begins with the same block of R x N tokens (hash 0), then its own
+        from dataclasses import replace
+
+        spec = replace(spec, prefix_tokens=max(1, round(settings.prefix_hit * int(spec.input))))
     if settings.results:
         path = f"{os.path.splitext(settings.results)[0]}.workload.jsonl"
     else:
@@ -172,6 +176,10 @@ def run(argv: list[str]) -> int:
             from llm_locust.grid import run_grid
 
             return run_grid(argv, settings, {_REPETITION_ENV: "1"})
+        if settings.prefix_hit:  # flush before the load, prime with each user's first request (warm-up)
+            settings = settings.model_copy(
+                update={"reset_cache": "repeat", "warmup_requests": max(1, settings.warmup_requests)}
+            )
         if settings.synthetic:
             settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
     except (PlanError, OSError, ValueError) as e:
@@ -246,7 +254,8 @@ def _start_sim(settings: Settings) -> SimProcess:
             "graded_accuracy": settings.sim_graded_accuracy,
             "seed": settings.seed,
         }
-    sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, own_session=True, **graded)
+    cache = {"prefix_cache": True} if settings.prefix_hit else {}  # --prefix-hit: a cache to hit
+    sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, own_session=True, **graded, **cache)
     sim.start()
     return sim
 

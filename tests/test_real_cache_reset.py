@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from realservers import LlamaServer, VllmServer, http_get
+from support import run_cli
 
 from llm_locust.analysis import server_metrics
 from llm_locust.runtime import cache_reset
@@ -105,3 +106,30 @@ def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python,
         finally:
             conn.close()
         assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
+
+
+def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float) -> dict:
+    """`llm-locust run --prefix-hit RATIO` against a real server: its results."""
+    results = tmp_path / f"hit-{ratio}.json"
+    p = run_cli(
+        "--host", url, "--api", "openai-completions", "--model", "smollm2", "--tokenizer", tokenizer,
+        "--synthetic", "requests=100,input=256,output=4", "-u", "2", "-t", "15s", "--prefix-hit", str(ratio),
+        "--results", results, timeout=180,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert f"prefix hit: target {ratio:.0%}, the server's counters" in " ".join(p.stdout.split())
+    return json.loads(results.read_text())
+
+
+def test_a_prefix_hit_run_gets_the_ratio_it_asks_for_on_llama_server(smollm2_model, smollm2_tokenizer, tmp_path):
+    """Issue 26 item 5's controlled prefix-hit plan on llama-server: flushed (slot erase), primed,
+    measured: the server's own counters (prompt_tokens_cached against prompt_tokens) give the
+    ratio asked for."""
+    extra = ["--slot-save-path", str(tmp_path), "--cache-ram", "0"]
+    with LlamaServer(smollm2_model, slots=2, extra_args=extra) as srv:
+        for ratio in (0.5, 0.25):
+            r = _prefix_hit_run(srv.url, smollm2_tokenizer, tmp_path, ratio)
+            hit = r["prefix_hit"]
+            assert hit["source"] == "counters" and abs(hit["achieved"] - ratio) < 0.05, hit
+            assert r["run"]["cache_reset"]["outcome"] == "ok", r["run"]["cache_reset"]
+            assert {g["name"]: g["passed"] for g in r["gates"]}["prefix_hit"] is True

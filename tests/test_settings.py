@@ -172,6 +172,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "junit": ("out/gates.xml", {"repeat": 3, "baseline": str(TRACE)}),
         "max_prefill": (2, {"replay": True}),
         "arrivals_burstiness": (0.5, {"ladder": "rate:1,2"}),
+        "prefix_hit": (0.5, {"synthetic": "requests=10,input=64,output=4"}),
         "run_warmup": (10.0, {}),
         "warmup_requests": (2, {}),
         "cancel": ("0.2:after=uniform:1s:4s", {}),

@@ -204,6 +204,7 @@ class _Parts:
     efficiency: dict | None = None
     verdicts: dict[str, Any] = field(default_factory=dict)
     stability: dict[str, Any] = field(default_factory=dict)
+    prefix_hit: dict[str, Any] | None = None
 
 
 def _parts(e: Ended) -> _Parts:
@@ -216,6 +217,7 @@ def _parts(e: Ended) -> _Parts:
     if e.gpu is not None:
         p.gpu_windows = series_windows(e.gpu, e.started_at, e.ended_at, e.windows)
     p.efficiency = _efficiency(e, p)
+    p.prefix_hit = _prefix_hit(e, p)
     p.verdicts = _verdicts(e, p)
     p.stability = _stability(e, p)
     return p
@@ -342,6 +344,58 @@ def warmup_figures(agg: Aggregate | None, s: Any) -> dict[str, Any] | None:
     return {"rule": rule, **{k: f.get(k, 0) for k in keep}, "latency": lat}
 
 
+# ---- a controlled prefix-cache hit ratio (--prefix-hit) ----
+
+PREFIX_HIT_TOLERANCE = 0.1  # achieved within 10 points of the target: a cache's blocks round the prefix
+
+
+def _prefix_hit(e: Ended, p: _Parts) -> dict[str, Any] | None:
+    """--prefix-hit: checked over the run after its warm-up (the priming requests' misses are not
+    the ratio asked for), from the first server's series."""
+    if not e.settings.prefix_hit:
+        return None
+    warm = e.steps.get(WARMUP_STEP)
+    start = warm.last_end if warm is not None and warm.last_end else e.started_at
+    series = next(iter(e.servers.values()), None)
+    window = series.window(start or 0, e.ended_at) if series is not None and series.samples else None
+    return prefix_hit_check(e.settings.prefix_hit, window, p.summary.get("cache"))
+
+
+def prefix_hit_check(target: float, run: dict | None, cache: dict | None) -> dict[str, Any] | None:
+    """--prefix-hit R: the hit ratio the server's counters report over `run` (a window of its
+    series: hit tokens / queried prompt tokens, docs/metrics.md) against R, and the client's (the
+    usage's cached tokens of the measured requests) beside it; None without --prefix-hit."""
+    if not target:
+        return None
+    run = run or {}
+    achieved = run.get("prefix_cache_hit_ratio")
+    client = (cache or {}).get("hit_ratio") if (cache or {}).get("requests_reported") else None
+    within = None if achieved is None else abs(achieved - target) <= PREFIX_HIT_TOLERANCE
+    return {
+        "target": target,
+        "achieved": achieved,
+        "source": run.get("prefix_cache_hit_ratio_source"),
+        "client": client,
+        "tolerance": PREFIX_HIT_TOLERANCE,
+        "within": within,
+    }
+
+
+def prefix_hit_line(h: dict[str, Any]) -> str:
+    """The summary's line: the target, what the server's counters say, and the verdict."""
+    client = "" if h["client"] is None else f"; the responses' usage {h['client']:.1%}"
+    if h["achieved"] is None:
+        return (
+            f"prefix hit: target {h['target']:.0%}; the server's counters said nothing (no prefix-cache "
+            f"counters read: --server-metrics){client}"
+        )
+    verdict = "within" if h["within"] else "OFF by more than"
+    return (
+        f"prefix hit: target {h['target']:.0%}, the server's counters {h['achieved']:.1%} after the warm-up "
+        f"({verdict} {h['tolerance']:.0%} points){client}"
+    )
+
+
 # ---- the text ----
 
 
@@ -358,6 +412,8 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     warm = warmup_figures(e.steps.get(WARMUP_STEP), e.settings)
     if warm is not None:
         head.append(warmup_line(warm))
+    if p.prefix_hit is not None:
+        head.append(prefix_hit_line(p.prefix_hit))
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
@@ -399,6 +455,7 @@ def _results(e: Ended, p: _Parts) -> dict[str, Any]:
     measured = {k: v for k, v in e.steps.items() if k != WARMUP_STEP}  # the warm-up is in `warmup`
     results = build_results(e.total, measured, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
     results["warmup"] = warmup_figures(e.steps.get(WARMUP_STEP), s)
+    results["prefix_hit"] = p.prefix_hit
     env = results["environment"]
     server = next(iter(e.servers.values()), None)
     env["server"] = {
@@ -476,6 +533,9 @@ def _gates(e: Ended, p: _Parts) -> list[dict[str, Any]]:
                 f"--slo-attainment {e.slo_attainment:.0%}",
             )
         )
+    hit = p.prefix_hit
+    if hit is not None:  # --prefix-hit: a run that got another hit ratio measured another workload
+        gates.append(_gate("prefix_hit", bool(hit["within"]), prefix_hit_line(hit)))
     sla = (e.ladder or {}).get("sla") or {}
     if sla.get("reached") == "lowest_breaks":
         gates.append(_gate("sla_search", False, f"the SLA search's lowest load broke its SLOs: {sla.get('reason')}"))

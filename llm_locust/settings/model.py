@@ -1360,6 +1360,17 @@ class Settings(BaseModel):
             plan="repeat.reset_cache",
         ),
     ] = "off"
+    prefix_hit: Annotated[
+        Fraction,
+        Opt(
+            "repeat",
+            "a closed loop at a controlled prefix-cache hit ratio: with --synthetic (input=N fixed), every prompt "
+            "begins with the same R x N tokens; the server's cache is emptied before the load and primed by each "
+            "user's first request (warm-up); the hit ratio the server's counters report is checked against R "
+            "(docs/cache-control.md)",
+            plan="repeat.prefix_hit",
+        ),
+    ] = 0.0
     baseline: Annotated[
         Text,
         Opt(
@@ -1582,6 +1593,26 @@ class Settings(BaseModel):
         ),
     ] = 1.0
 
+    def _prefix_hit_problems(self) -> list[tuple[str, str]]:
+        """--prefix-hit shapes a synthetic workload of one input length (its prefix set here), or
+        checks a trace's prompts as they are (one an earlier --prefix-hit run wrote); a closed loop."""
+        if not self.prefix_hit:
+            return []
+        if self.reset_cache == "step" or self.ladder or self.replay:
+            return [("prefix_hit", "a closed loop: one flush, each user's first request to prime, one measure")]
+        if not self.synthetic:
+            if self.trace:
+                return []
+            return [("prefix_hit", "shapes the prompts of a synthetic workload: give --synthetic input=N,...")]
+        from llm_locust.workload.synth import parse_spec_text
+
+        spec = parse_spec_text(self.synthetic)
+        if not str(spec.input).strip().isdigit():
+            return [("prefix_hit", f"needs one input length (input=N), not {spec.input!r}: R x N tokens are shared")]
+        if spec.prefix_tokens:
+            return [("prefix_hit", "sets the shared prefix itself: drop prefix_tokens from --synthetic")]
+        return []
+
     def _warmup_problems(self) -> list[tuple[str, str]]:
         """A run's warm-up (--run-warmup, --warmup-requests) is not a ladder's (per step: --warmup)."""
         if self.ladder and (self.run_warmup or self.warmup_requests):
@@ -1593,7 +1624,7 @@ class Settings(BaseModel):
 
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
-        problems = self._warmup_problems()
+        problems = self._warmup_problems() + self._prefix_hit_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):

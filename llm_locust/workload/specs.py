@@ -19,6 +19,7 @@ Chat requests may also carry (settings of the workload group):
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import zlib
@@ -39,6 +40,7 @@ class SpecBuilder:
         self.settings = settings
         self.prompts = prompts
         self.chat = chat
+        self.sends = 0  # --prefix-hit: the sends of this process, to give each its own blocks
         s = settings
         self.n_images = int(getattr(s, "images", 0) or 0)
         self.image_size = parse_size(getattr(s, "image_size", "") or "512x512")
@@ -75,6 +77,16 @@ class SpecBuilder:
         h = zlib.crc32(f"{getattr(self.settings, 'seed', 0) or 0}:{rec.source}".encode())
         return h / 2**32 < share
 
+    def _hash_ids(self, rec: TraceRecord) -> list | None:
+        """The record's prefix blocks; with --prefix-hit, every block after the shared first one
+        made this send's own: a record sent again (a closed loop goes round its trace) then finds
+        only the shared prefix in the server's cache, and the hit ratio stays the one asked for."""
+        ids = getattr(rec, "hash_ids", None)
+        if not ids or not getattr(self.settings, "prefix_hit", 0):
+            return ids
+        self.sends += 1
+        return [ids[0], *(f"{h}/{os.getpid()}/{self.sends}" for h in ids[1:])]
+
     def spec(self, rec: TraceRecord, model: str | None, history: list[dict[str, Any]] | None = None) -> RequestSpec:
         """The request for `rec`; `history`: earlier turns of its conversation (chat messages)."""
         prompt, messages = rec.prompt, rec.messages
@@ -85,7 +97,7 @@ class SpecBuilder:
         if prompt is None and messages is None:
             built = self.prompts.build(
                 rec.input_tokens or 1,
-                hash_ids=getattr(rec, "hash_ids", None),
+                hash_ids=self._hash_ids(rec),
                 block_size=getattr(rec, "block_size", None),
                 key=rec.source or None,  # same record -> same text, on whichever worker sends it
             )
