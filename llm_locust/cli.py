@@ -254,7 +254,7 @@ def _start_sim(settings: Settings) -> SimProcess:
             "graded_accuracy": settings.sim_graded_accuracy,
             "seed": settings.seed,
         }
-    cache = {"prefix_cache": True} if settings.prefix_hit else {}  # --prefix-hit: a cache to hit
+    cache: dict[str, Any] = {"prefix_cache": True} if settings.prefix_hit else {}  # --prefix-hit: a cache
     sim = SimProcess(slots=settings.sim_slots, fast=settings.sim_fast, own_session=True, **graded, **cache)
     sim.start()
     return sim

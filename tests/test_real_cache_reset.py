@@ -19,7 +19,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
-from realservers import LlamaServer, VllmServer, http_get
+from realservers import LlamaServer, VllmServer, http_get, smollm2_tokenizer_dir
 from support import run_cli
 
 from llm_locust.analysis import server_metrics
@@ -88,7 +88,7 @@ class DevVllm(VllmServer):
         return {**super().environment(), "VLLM_SERVER_DEV_MODE": "1"}
 
 
-def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python, vllm_model_dir):
+def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python, vllm_model_dir, tmp_path):
     extra = ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
     with DevVllm(vllm_model_dir, python=vllm_python, max_num_seqs=2, extra_args=extra) as srv:
         prompt = f"{uuid.uuid4().hex} " + TEXT * 4
@@ -106,6 +106,10 @@ def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python,
         finally:
             conn.close()
         assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
+        # --prefix-hit on the same server (issue 26 item 5's plan): flushed, primed, measured,
+        # checked against vLLM's own prefix_cache_hits / queries (its 16-token blocks: 128 of 256)
+        hit = _prefix_hit_run(srv.url, str(smollm2_tokenizer_dir()), tmp_path, 0.5)["prefix_hit"]
+        assert hit["source"] == "counters" and abs(hit["achieved"] - 0.5) < 0.05, hit
 
 
 def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float) -> dict:
