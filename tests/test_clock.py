@@ -114,6 +114,22 @@ def test_the_test_hook_shifts_the_wall_clock_only(monkeypatch, caplog):
     assert wall - perf == pytest.approx(1.5, abs=0.01)
 
 
+def test_the_master_keeps_each_workers_clock_and_says_once_when_it_is_too_uncertain(caplog):
+    """MetricsHub._note_clock (the master, at each report): run.server's worker_clocks by index;
+    one warning when a worker's uncertainty passes the bound, not one per report."""
+    from locust.env import Environment
+
+    from llm_locust.runtime.hub import MetricsHub, WorkerState
+
+    h, w = MetricsHub(Environment()), WorkerState("w-a", 1)
+    wide = estimate([trip(0.03, 0.006, 0.006)])
+    assert wide is not None
+    for _ in range(3):
+        h._note_clock(w, wide.as_dict(aligned=True))
+    assert h.info["worker_clocks"]["1"]["flagged"] and h.info["worker_clocks"]["1"]["offset_s"] == 0.03
+    assert caplog.text.count("its clock is known to the master's within 6.0 ms only (bound 5.0 ms)") == 1
+
+
 def test_the_sample_plan_replays_over_two_workers():
     """plans/replay-workers.yaml: a replay by two worker processes (each aligned to the master)."""
     s = derive.resolve(derive.load_plan(ROOT / "plans" / "replay-workers.yaml"))
@@ -226,6 +242,7 @@ def _check(tmp: Path, align: bool) -> tuple[list[str], dict]:
     return problems, clocks
 
 
+@pytest.mark.timing  # the round trips' uncertainty under the 5 ms bound: a quiet CPU
 def test_a_worker_200ms_ahead_keeps_the_schedule_and_the_series(tmp_path):
     """Alignment on: every record scheduled within 3 ms of the trace from the master's t0, and each
     second's tokens and requests where one clock puts them; the shifted worker's measured offset is
