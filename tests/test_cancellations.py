@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import gevent
 import pytest
@@ -26,6 +27,7 @@ from support import read_records, run_cli, run_ok, stream_client
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols.base import RequestSpec, Timeouts
+from llm_locust.settings import derive
 from llm_locust.workload.cancel import CancelPlan, CancelSpec, parse_cancel, process_plan
 
 # ---- the plan (in-process) ----
@@ -219,3 +221,8 @@ def test_vllm_stops_generating_for_a_cancelled_request(vllm_server):
     )
     print("vLLM:", f)
     _assert_stopped(f, 1900)
+
+
+def test_the_sample_plan_asks_for_cancellations():
+    s = derive.resolve(derive.load_plan(Path(__file__).parent.parent / "plans" / "cancellations.yaml"))
+    assert s.cancel == "0.3:after=uniform:1s:4s" and s.mode == "closed"
