@@ -115,8 +115,9 @@ def test_the_test_hook_shifts_the_wall_clock_only(monkeypatch, caplog):
 
 
 def test_the_master_keeps_each_workers_clock_and_says_once_when_it_is_too_uncertain(caplog):
-    """MetricsHub._note_clock (the master, at each report): run.server's worker_clocks by index;
-    one warning when a worker's uncertainty passes the bound, not one per report."""
+    """MetricsHub._note_clock (the master, at each report): the worker's clock (results
+    workers[i].clock, and the summary's line for a flagged one); one warning when its uncertainty
+    passes the bound, not one per report."""
     from locust.env import Environment
 
     from llm_locust.runtime.hub import MetricsHub, WorkerState
@@ -126,8 +127,13 @@ def test_the_master_keeps_each_workers_clock_and_says_once_when_it_is_too_uncert
     assert wide is not None
     for _ in range(3):
         h._note_clock(w, wide.as_dict(aligned=True))
-    assert h.info["worker_clocks"]["1"]["flagged"] and h.info["worker_clocks"]["1"]["offset_s"] == 0.03
+    assert w.clock["flagged"] and w.clock["offset_s"] == 0.03
     assert caplog.text.count("its clock is known to the master's within 6.0 ms only (bound 5.0 ms)") == 1
+    from llm_locust.report.outcome import worker_lines
+
+    lines = worker_lines([{"index": 1, "clock": w.clock}], None)
+    assert lines == ["worker 1's clock is known to the master's within 6.0 ms only (bound 5 ms): its share of a "
+                     "replay may be sent off schedule by as much"]  # fmt: skip
 
 
 def test_the_sample_plan_replays_over_two_workers():
@@ -228,7 +234,7 @@ def _check(tmp: Path, align: bool) -> tuple[list[str], dict]:
     plain = next(pid for pid in by_pid if pid != shifted)
     # the machine's wall clock less perf_counter, from the unshifted worker (offset ~0 to the master)
     ref = sorted(r["wall_sent"] - r["t_sent"] for r in by_pid[plain])[len(by_pid[plain]) // 2]
-    clocks = doc["run"]["server"]["worker_clocks"]
+    clocks = {str(w["index"]): w["clock"] for w in doc["workers"]}
     assert all(not c["flagged"] and c["samples"] >= clock.BURST for c in clocks.values()), clocks
     assert any(abs(c["offset_s"] + SHIFT) <= c["uncertainty_s"] + 1e-4 for c in clocks.values()), clocks
     problems = []

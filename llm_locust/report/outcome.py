@@ -187,6 +187,12 @@ def worker_lines(workers: list[dict[str, Any]], started: float | None) -> list[s
         if w.get("lost_at"):
             back = f", back at {w['rejoined_at'] - t0:.0f} s" if w.get("rejoined_at") else ""
             lines.append(f"{name} went missing {w['lost_at'] - t0:.0f} s into the run{back}")
+        clock = w.get("clock") or {}
+        if clock.get("flagged"):
+            lines.append(
+                f"{name}'s clock is known to the master's within {clock['uncertainty_s'] * 1000:.1f} ms only (bound "
+                f"{clock['bound_s'] * 1000:.0f} ms): its share of a replay may be sent off schedule by as much"
+            )
     return lines
 
 

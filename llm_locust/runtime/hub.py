@@ -260,8 +260,8 @@ class MetricsHub:
             self.clock.burst(lambda data: runner.send_message(clock.PING, data), n)
 
     def _note_clock(self, w: WorkerState, figures: dict[str, Any] | None) -> None:
-        """Master: a worker's clock as its report says, kept for the results (run.server's
-        worker_clocks, by worker index); said once when its uncertainty passes the bound."""
+        """Master: a worker's clock as its report says, kept for the results (workers[i].clock);
+        said once when its uncertainty passes the bound."""
         if not figures:
             return
         if figures.get("flagged") and not (w.clock or {}).get("flagged"):
@@ -274,8 +274,6 @@ class MetricsHub:
                 figures["bound_s"] * 1000,
             )
         w.clock = figures
-        key = str(w.index if w.index is not None else w.client_id)
-        self.info.setdefault("worker_clocks", {})[key] = figures
 
     def record_log_failures(self) -> list[str]:
         """Master / local: a line per record log that lost records, this process's and each

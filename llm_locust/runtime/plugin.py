@@ -473,6 +473,7 @@ def _workers(h: MetricsHub) -> list[dict[str, Any]]:
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
             "joined_at": w.joined_at,
+            "clock": w.clock,  # against the master's (runtime/clock.py): offset, uncertainty, flagged
         }
         for w in h.workers.values()
     ]
