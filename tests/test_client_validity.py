@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_cli
+from support import read_jsonl, run_cli
 
 from llm_locust.metrics.aggregate import Aggregate, client_line, figures, validity_rule
 from llm_locust.metrics.records import RequestRecord
+from llm_locust.sim.process import SimProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -294,3 +295,27 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
         assert client["reasons"][0].startswith("tokens read together in "), client
     else:
         assert together["together"] <= together["gaps"] * 0.005, client
+
+
+def test_sends_held_at_the_in_flight_cap_are_not_the_clients_lateness(tmp_path):
+    """A replay due faster than --max-in-flight 1 lets it send: its sends wait at the cap by
+    design (the schedule lag grows, as TTFT incl. queue does), and that is the server's queue, not
+    a late client: the send-delay check counts from when the cap let each go (before: the run was
+    judged suspect, 'send delay p99' in hundreds of ms). Helper J's report."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 0.02, "input_tokens": 8, "output_tokens": 8}) + "\n"
+                             for i in range(60)))  # fmt: skip
+    results, log = tmp_path / "r.json", tmp_path / "rec.jsonl"
+    with SimProcess(slots=4, iter_base=0.01, iter_per_seq=0.0, iter_per_prefill_token=0.0) as sim:
+        p = run_cli(
+            "--host", sim.url, "--api", "openai-completions", "--trace", str(trace), "--replay",
+            "--max-in-flight", "1", "--results", str(results), "--record-log", str(log), timeout=120,
+        )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = json.loads(results.read_text())["summary"]
+    assert s["latency"]["schedule_lag"]["p99"] > 0.5  # held: ~60 x 80 ms of queue against a 1.2 s schedule
+    held = [r for r in read_jsonl(log) if r["released"] is not None]
+    assert len(held) > 40 and all(r["released"] >= r["sched"] for r in held)
+    check = _check(s["client"], "send_delay")
+    assert not check["tripped"] and check["value"] < 0.05, check
+    assert s["client"]["valid"], s["client"]

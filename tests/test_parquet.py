@@ -39,6 +39,7 @@ def test_every_field_reads_back_equal_to_the_jsonl(ladder_log):
     got = {r[0]: dict(zip(names, r, strict=True)) for r in rel.fetchall()}
     want = {r["id"]: r for r in read_records(log)}
     assert got.keys() == want.keys() and len(got) > 10
+    assert {k for w in want.values() for k in w} <= set(names)  # every field of the log has its column
     for rid, w in want.items():
         g = got[rid]
         for name, _ in COLUMNS[:-2]:  # server (JSON text) and worker checked below

@@ -28,6 +28,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("wall_sent", "float64"),
     ("t_sent", "float64"),
     ("sched", "float64"),
+    ("released", "float64"),  # a held send let go (--max-in-flight, --max-prefill)
+    ("written", "float64"),  # request phases: the bytes written
+    ("connect", "float64"),
+    ("new_connection", "bool_"),
     ("headers", "float64"),
     ("first", "float64"),
     ("first_content", "float64"),

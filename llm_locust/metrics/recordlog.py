@@ -30,6 +30,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "wall_sent": rec.wall_sent,
         "t_sent": t0,  # perf_counter seconds on the sending worker; the others are relative to it
         "sched": rel(rec.t_sched),
+        "released": rel(rec.t_released),  # a send held at --max-in-flight / --max-prefill let go (None: not held)
         "written": rel(rec.t_written),  # the request's bytes written (request phases; None: not timed)
         "connect": rec.connect,  # seconds opening its connection before t_sent (0.0: kept alive)
         "new_connection": rec.new_connection,

@@ -50,6 +50,9 @@ class RequestRecord:
     t_sent: float
     wall_sent: float  # time.time() at t_sent: places the request on the run's timeline
     t_headers: float | None = None
+    # when the sender's cap (--max-in-flight, --max-prefill) let a request it held back go (None:
+    # not held): the client's own lateness is counted from here (the send_delay validity check)
+    t_released: float | None = None
     # request phases (docs/metrics.md, "Request phases"): when the request's bytes were all
     # written (None: not timed apart from t_sent, e.g. gRPC, whose t_sent is after its write);
     # the seconds spent opening its connection before t_sent (DNS, TCP, TLS; 0.0 on a kept-alive

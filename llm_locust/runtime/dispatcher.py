@@ -276,12 +276,12 @@ class Dispatcher:
         for offset, i in due:
             t_due = t0 + offset
             sleep_until(t_due)
-            self._acquire_slot(t_due)
+            released = self._acquire_slot(t_due)
             rec = trace[i]
             spec, source, graded = maybe_graded(
                 self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
             )  # --graded: maybe an item instead
-            self.greenlets.spawn(self._send, spec, t_due, source, graded)
+            self.greenlets.spawn(self._send, spec, t_due, source, graded, released=released)
 
     def rate_pass(self, rate: float, arrivals: str = "poisson", burstiness: float = 1.0) -> None:
         """Open loop at `rate` requests/s from this process (poisson, constant or gamma intervals:
@@ -308,13 +308,13 @@ class Dispatcher:
             assert isinstance(trace, Trace), "records, when not sessions"
             rec = trace[k % len(trace)]
             k += 1
-            self._acquire_slot(t)
+            released = self._acquire_slot(t)
             spec, source, graded = maybe_graded(
                 self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
             )  # --graded: maybe an item instead
-            self.greenlets.spawn(self._send, spec, t, source, graded)
+            self.greenlets.spawn(self._send, spec, t, source, graded, released=released)
 
-    def _acquire_slot(self, t_due: float) -> None:
+    def _acquire_slot(self, t_due: float) -> float | None:
         """Take an in-flight slot, waiting at the cap, then a place before the first token
         (--max-prefill). A request is held back when it waited itself (at either cap), or fell
         due while the dispatcher was waiting for an earlier one."""
@@ -330,6 +330,7 @@ class Dispatcher:
         if self.prefill is not None and self._prefill_wait():
             held = True
         self.held_back += held
+        return time.perf_counter() if held else None  # when it was let go: t_released
 
     def _prefill_wait(self) -> bool:
         """A place before the first token (PrefillGate); True when this send had to wait for it."""
@@ -362,8 +363,10 @@ class Dispatcher:
         collect_text: bool = False,
         session: str | None = None,
         ideal: int | None = None,
+        released: float | None = None,
     ) -> RequestRecord:
-        """Send with a slot already taken (`_acquire_slot`); gives it back at the end."""
+        """Send with a slot already taken (`_acquire_slot`, which says when it `released` a held
+        one); gives it back at the end."""
         self.sent += 1
         metrics = self.metrics
         step = metrics.on_sent()
@@ -380,7 +383,7 @@ class Dispatcher:
             spec.headers = {**(spec.headers or {}), **session_headers(headers, session)}
 
         def done(rec: RequestRecord) -> None:
-            rec.session, rec.ideal_cached, rec.model = session, ideal, spec.model
+            rec.session, rec.ideal_cached, rec.model, rec.t_released = session, ideal, spec.model, released
             if url is not None and router is not None:  # a URL is picked by the router only
                 rec.endpoint = url
                 router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
@@ -408,8 +411,8 @@ class Dispatcher:
                 gate.ended(made[0] if made else None)
 
     def _session_send(self, spec, t_sched: float, source: str, session: str, ideal, keep_text: bool) -> RequestRecord:
-        self._acquire_slot(t_sched)
-        return self._send(spec, t_sched, source, keep_text, session, ideal)
+        released = self._acquire_slot(t_sched)
+        return self._send(spec, t_sched, source, keep_text, session, ideal, released)
 
     def _account(self, rec: RequestRecord, source: str) -> None:
         rec.source = source
