@@ -226,3 +226,34 @@ def test_vllm_stops_generating_for_a_cancelled_request(vllm_server):
 def test_the_sample_plan_asks_for_cancellations():
     s = derive.resolve(derive.load_plan(Path(__file__).parent.parent / "plans" / "cancellations.yaml"))
     assert s.cancel == "0.3:after=uniform:1s:4s" and s.mode == "closed"
+
+
+def test_an_open_loop_cancels_too_and_the_summary_counts_them_apart(sims, tmp_path):
+    """A rate ladder's sends (the open-loop dispatcher) carry the plan as the users' do (before:
+    refused), and the summary, results and report count the client's cancellations apart from
+    failures: not under 'failures by kind', not in the error rate, not in the failures series."""
+    sim = sims(iter_base=0.004)
+    out, report = tmp_path / "r.json", tmp_path / "r.html"
+    p = run_ok(
+        "--host", sim.url, "--ladder", "rate:8", "--step-duration", "4s", "--warmup", "0s", "--seed", "3",
+        "--cancel", "0.5:after=3tok", "--results", str(out), "--report", str(report), "--no-fail-fast",
+    )  # fmt: skip
+    res = json.loads(out.read_text())
+    s = res["summary"]
+    n = s["client_cancelled"]
+    assert n >= 5 and n == s["outcomes"]["client_cancelled"], s["outcomes"]
+    _check_counts(s)
+    assert all(row[3] == 0 for row in res["series"]), res["series"]  # [second, tokens, ok, failed, ...]
+    text = " ".join(p.stdout.split())
+    assert f"cancelled by the client {n}," in text and "failures by kind" not in text, p.stdout[-2000:]
+    assert "cancelled by the client (--cancel)" in report.read_text()
+
+
+def test_every_request_cancelled_is_not_a_failing_server(sims, tmp_path):
+    """--cancel 1: nothing is answered (the 'answered' gate says why, exit 1), but the fail-fast
+    does not stop the run as if the server failed every request (before: exit 3, 'all failed
+    (client_cancelled)')."""
+    sim = sims(iter_base=0.004)
+    p = run_cli("--host", sim.url, "-u", "2", "-t", "3s", "--cancel", "1:after=2tok", timeout=120)
+    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert "cancelled by the client (--cancel)" in p.stderr and "fail-fast" not in p.stderr.lower(), p.stderr[-2000:]

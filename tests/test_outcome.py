@@ -52,7 +52,10 @@ def test_no_request_answered_fails_even_with_no_error_counted():
     rate 0%: the old code exited 0; the run answered nothing and says so."""
     out = outcome.build(ended(aggregate(ok=0, cancelled=4)))
     assert out.exit_code == 1
-    assert out.reasons == ["no request was answered: 4 sent, 0 failed, 4 cancelled at the stop (in flight), 0 lost"]
+    assert out.reasons == [
+        "no request was answered: 4 sent, 0 failed, 4 cancelled at the stop (in flight), 0 cancelled by the client "
+        "(--cancel), 0 lost"
+    ]
     assert "FAIL: no request was answered" in out.text()
 
 

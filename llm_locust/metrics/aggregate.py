@@ -14,6 +14,10 @@ from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.timeseries import LatencySeries, Seconds
 
+# Outcomes that are not a failure of the server: in flight at the stop, or ended by the client
+# (--cancel); they are counted apart and left out of the error rate's answered requests
+NOT_FAILED = (Outcome.CANCELLED.value, Outcome.CLIENT_CANCELLED.value)
+
 # Histograms of per-request (or per-token) latencies, in seconds. See docs/metrics.md.
 LATENCIES = (
     "ttft",  # t_first - t_sent
@@ -270,18 +274,19 @@ class GroupFigures:
         finished = sum(self.outcomes.values())
         ok = self.outcomes.get(Outcome.OK.value, 0)
         cancelled = self.outcomes.get(Outcome.CANCELLED.value, 0)
-        failed = finished - ok - cancelled
+        client = self.outcomes.get(Outcome.CLIENT_CANCELLED.value, 0)
+        failed = finished - ok - cancelled - client
+        answered = finished - cancelled - client
         out: dict[str, Any] = {
             "finished": finished,
             "ok": ok,
             "failed": failed,
             "cancelled": cancelled,
+            "client_cancelled": client,
             "failures": {
-                k: v
-                for k, v in sorted(self.outcomes.items())
-                if v and k not in (Outcome.OK.value, Outcome.CANCELLED.value)
+                k: v for k, v in sorted(self.outcomes.items()) if v and k != Outcome.OK.value and k not in NOT_FAILED
             },
-            "error_rate": failed / (finished - cancelled) if finished > cancelled else 0.0,
+            "error_rate": failed / answered if answered > 0 else 0.0,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "requests_per_s": ok / span if span > 0 else 0.0,
@@ -390,7 +395,7 @@ class Aggregate:
         end_bucket = series.bucket(int(wall_end))
         if rec.ok:
             end_bucket[1] += 1
-        elif rec.outcome is not Outcome.CANCELLED:  # cancelled at stop: not a failure of the server
+        elif rec.outcome not in NOT_FAILED:  # cancelled at stop or by the client: not the server's failure
             end_bucket[2] += 1
 
         times, ntoks = rec.chunk_times, rec.chunk_tokens
@@ -426,7 +431,7 @@ class Aggregate:
             if audio:
                 self.audio_sent += audio
                 self.audio_bytes += extra.get("audio_bytes") or 0
-            if extra.get("overlong") and rec.outcome is not Outcome.CANCELLED:  # stopped in flight: no answer to judge
+            if extra.get("overlong") and rec.outcome not in NOT_FAILED:  # stopped in flight: no answer to judge
                 ov = self.overlong
                 ov[0] += 1
                 ov[1] += rec.ok
@@ -447,7 +452,7 @@ class Aggregate:
                 return None
         if not rec.ok:
             self.tokens_out_failed += sum(ntoks)
-            if rec.cause and rec.outcome is not Outcome.CANCELLED:
+            if rec.cause and rec.outcome not in NOT_FAILED:
                 self.causes[rec.cause] = self.causes.get(rec.cause, 0) + 1
             texts = self.errors.setdefault(outcome, {})
             text = rec.error or outcome
@@ -535,7 +540,7 @@ class Aggregate:
             k.items += int((rec.extra or {}).get("items") or 0)
             k.tokens_in += rec.n_in or 0
             k.latency.record(t_end - rec.t_sent)
-        elif rec.outcome is not Outcome.CANCELLED:
+        elif rec.outcome not in NOT_FAILED:
             k.failed += 1
 
     def add_cpu_sample(self, percent: float, threshold: float | None = None) -> None:
@@ -781,6 +786,7 @@ def figures(agg: Aggregate) -> dict[str, Any]:
     """The whole-window figures of the metrics spec, in seconds and per-second units."""
     span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
     finished = agg.finished
+    client = agg.outcomes[Outcome.CLIENT_CANCELLED.value]
     ok = agg.outcomes.get(Outcome.OK.value, 0)
     out: dict[str, Any] = {
         "sent": agg.sent,
@@ -788,10 +794,11 @@ def figures(agg: Aggregate) -> dict[str, Any]:
         "ok": ok,
         "failed": agg.failed,
         "cancelled": agg.cancelled,
+        "client_cancelled": agg.outcomes[Outcome.CLIENT_CANCELLED.value],  # by --cancel: not in latencies
         "outcomes": dict(agg.outcomes),
         "errors": agg.errors,
         "causes": dict(sorted(agg.causes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "error_rate": (agg.failed / (finished - agg.cancelled)) if finished > agg.cancelled else 0.0,
+        "error_rate": agg.failed / answered if (answered := finished - agg.cancelled - client) > 0 else 0.0,
         "duration_s": span,
         "tokens_in": agg.tokens_in,
         "tokens_out": agg.tokens_out,

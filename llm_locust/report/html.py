@@ -24,7 +24,7 @@ import orjson
 import yaml
 
 from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
-from llm_locust.metrics.aggregate import client_line, validity_rule
+from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
 from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError, load_results
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
@@ -826,6 +826,7 @@ def section_summary(r: dict[str, Any]) -> H:
             "requests sent / ok / failed / cancelled at stop",
             f"{num(s.get('sent'))} / {num(s.get('ok'))} / {num(s.get('failed'))} / {num(s.get('cancelled'))}",
         ),
+        *([("cancelled by the client (--cancel)", num(s["client_cancelled"]))] if s.get("client_cancelled") else []),
         ("error rate", f"{pct(s.get('error_rate'), 2)} %"),
         ("duration", f"{num(s.get('duration_s'))} s"),
         ("output tokens/s, requests/s", f"{num(s.get('output_tokens_per_s'))}, {num(s.get('requests_per_s'))}"),
@@ -1041,7 +1042,7 @@ def section_groups(s: dict[str, Any]) -> H:
 
 
 def section_failures(s: dict[str, Any]) -> H:
-    failures = {k: v for k, v in (s.get("outcomes") or {}).items() if k not in ("ok", "cancelled") and v}
+    failures = {k: v for k, v in (s.get("outcomes") or {}).items() if k not in ("ok", *NOT_FAILED) and v}
     if not failures:
         return H("<h3 id='failures'>Failures</h3><p>None.</p>")
     rows = []

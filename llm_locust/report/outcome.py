@@ -514,7 +514,8 @@ def _gates(e: Ended, p: _Parts) -> list[dict[str, Any]]:
                 "answered",
                 not none_ok,
                 f"no request was answered: {fig['sent']} sent, {fig['failed']} failed, {fig['cancelled']} cancelled "
-                f"at the stop (in flight), {fig.get('lost', 0)} lost"
+                f"at the stop (in flight), {fig.get('client_cancelled', 0)} cancelled by the client (--cancel), "
+                f"{fig.get('lost', 0)} lost"
                 if none_ok
                 else f"{fig['ok']} of {fig['sent']} requests answered",
             )

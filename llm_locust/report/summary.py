@@ -8,6 +8,8 @@ import shutil
 import textwrap
 from typing import Any
 
+from llm_locust.metrics.aggregate import NOT_FAILED
+
 ROWS = (
     ("TTFT", "ttft"),
     ("TTFT incl. queue", "ttft_queue"),
@@ -181,6 +183,7 @@ def format_summary(
     lines.append(
         f"requests: sent {fig['sent']}, ok {fig['ok']}, failed {fig['failed']} ({fig['error_rate'] * 100:.1f}%),"
         f" cancelled at stop {fig['cancelled']},"
+        + (f" cancelled by the client {fig['client_cancelled']}," if fig.get("client_cancelled") else "")
         + (f" lost {fig.get('lost', 0)}," if fig.get("lost") or fig.get("workers_lost") else "")
         + f" over {fig['duration_s']:.1f} s"
     )
@@ -236,7 +239,7 @@ def format_summary(
     for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
         if fig.get(dim):
             lines += group_lines(fig[dim], label)
-    failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", "cancelled") and v}
+    failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", *NOT_FAILED) and v}
     if failures:
         lines.append("failures by kind:")
         for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):

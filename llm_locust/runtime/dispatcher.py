@@ -46,6 +46,7 @@ from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.workload.arrivals import share_offsets
+from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
@@ -224,7 +225,10 @@ class Dispatcher:
                 speed=s.speed,
                 model_for=lambda sess: self._request_model(sess.id),
             )
+        plan = process_plan(s.cancel, s.seed, self.share[0])  # --cancel: one seeded plan per process
         for client in (self.client, *getattr(self, "clients", {}).values()):
+            if hasattr(client, "cancel"):  # an HTTP client (--cancel is refused with gRPC)
+                client.cancel = plan
             warm_up = getattr(client, "warm_up", None)
             if warm_up is not None:
                 warm_up(self.model)

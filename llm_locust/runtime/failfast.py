@@ -19,6 +19,7 @@ from typing import Any
 
 import gevent
 
+from llm_locust.metrics.aggregate import NOT_FAILED
 from llm_locust.runtime.hub import hub
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ CONNECT = "connect_error"
 
 
 def _failed_by_kind(agg) -> dict[str, int]:
-    return {k: n for k, n in agg.outcomes.items() if n and k not in ("ok", "cancelled")}
+    return {k: n for k, n in agg.outcomes.items() if n and k not in ("ok", *NOT_FAILED)}
 
 
 def _first_text(agg, kind: str) -> str:

@@ -1717,14 +1717,9 @@ class Settings(BaseModel):
         return []
 
     def _cancel_problems(self) -> list[tuple[str, str]]:
-        """--cancel is sent by the closed loop's users (runtime/users.py) over HTTP."""
-        if not self.cancel:
-            return []
-        kind = parse_ladder(self.ladder).kind if self.ladder else None
-        if self.api in GRPC_APIS:
+        """--cancel is carried out by the HTTP client (runtime/client.py), whoever sends."""
+        if self.cancel and self.api in GRPC_APIS:
             return [("cancel", f"not for a gRPC API ({self.api}): the HTTP APIs only")]
-        if self.mode == "replay" or kind in ("rate", "speed"):
-            return [("cancel", "a closed loop's (users, --ladder concurrency:...) for now, not an open loop's sends")]
         return []
 
     def _arrival_problems(self) -> list[tuple[str, str]]:

@@ -255,7 +255,10 @@ class LiveView:
                 "ok": ok,
                 "failed": total.failed,
                 "cancelled": cancelled,
-                "error_rate": _r(total.failed / (finished - cancelled), 5) if finished > cancelled else 0.0,
+                "client_cancelled": (by_client := total.outcomes[Outcome.CLIENT_CANCELLED.value]),
+                "error_rate": _r(total.failed / (finished - cancelled - by_client), 5)
+                if finished > cancelled + by_client
+                else 0.0,
                 "tokens_in": total.tokens_in,
                 "tokens_out": total.tokens_out,
                 "duration_s": _r(span, 2),
