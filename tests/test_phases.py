@@ -315,3 +315,20 @@ def test_a_run_carries_the_phases_into_results_summary_report_and_exporter(tmp_p
     assert p.returncode == 0, p.stderr
     page = html.read_text()
     assert "id='phases'" in page and 'id="phases-table"' in page and "TTFT mean" in page
+
+
+def test_a_ladders_summary_has_the_phases_per_step():
+    """Issue 26 item 6: percentiles per step in the summary too (p50/p99 of each phase, a row a
+    step), from the steps' own figures; nothing when no step timed them."""
+    from llm_locust.report.summary import step_phase_lines
+
+    def ph(first: float) -> dict:
+        means = {"connect": 0.0, "send": 0.0003, "wait": 0.001, "first_token": first, "receive": 0.2}
+        return {k: {"count": 4, "p50": v, "p99": 2 * v} for k, v in means.items()}
+
+    lines = step_phase_lines([(1, ph(0.0144)), (2, None), (3, ph(0.0469))])
+    assert lines[0] == "request phases per step (ms)" and lines[1].split()[:3] == ["step", "Connect", "p50/p99"]
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines[3:]}
+    assert rows == {"1": ["0.0/0.0", "0.3/0.6", "1.0/2.0", "14.4/28.8", "200.0/400.0"],
+                    "3": ["0.0/0.0", "0.3/0.6", "1.0/2.0", "46.9/93.8", "200.0/400.0"]}  # fmt: skip
+    assert step_phase_lines([(1, None)]) == []

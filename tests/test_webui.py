@@ -536,6 +536,9 @@ def test_live_view_in_chromium_start_steps_and_stop_from_the_ui(browser, tmp_pat
             p, step_rows = snap["last"], snap["steps"]
             assert p["state"] == "running" and p["failures"]["http_error"]["n"] > 0
             assert page.locator("#llm-failures").inner_text().count("http_error") == 1
+            # the request phases under the latencies, as the run's figures have them
+            lat = page.locator("#llm-latency tbody").inner_text()
+            assert "phase: first token" in lat and p["latency"]["phase_first_token"]["count"] > 0, lat
             flagged = 0
             assert [r["step"] for r in step_rows] == list(range(1, len(step_rows) + 1))
             assert len(snap["rows"]) == len(step_rows)

@@ -25,7 +25,7 @@ from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results
-from llm_locust.report.summary import format_summary, warmup_line
+from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
@@ -429,6 +429,8 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     blocks = ["\n".join(head)]
     if e.ladder and e.ladder.get("table"):
         blocks.append(e.ladder["table"])
+        steps = sorted((k, figures(agg).get("phases")) for k, agg in e.steps.items() if k > 0)
+        blocks.append("\n".join(step_phase_lines(steps)))
     blocks.append(efficiency_table(p.efficiency) if p.efficiency is not None else "")
     blocks.append(verdicts_table(p.verdicts))
     blocks.append(_stability_text(e, p))

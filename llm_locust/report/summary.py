@@ -173,6 +173,24 @@ def phase_lines(ph: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def step_phase_lines(steps: list[tuple[int, dict[str, Any] | None]]) -> list[str]:
+    """A ladder's request phases per step, p50/p99 in ms (docs/metrics.md "Request phases"); none
+    when no step timed them."""
+    rows = [(k, ph) for k, ph in steps if ph]
+    if not rows:
+        return []
+    names = [label for label, _ in PHASE_ROWS]
+    cells = [[str(k), *(f"{_ms((ph.get(key) or {}).get('p50'))}/{_ms((ph.get(key) or {}).get('p99'))}"
+                         for _, key in PHASE_ROWS)] for k, ph in rows]  # fmt: skip
+    head = ["step", *(f"{n} p50/p99" for n in names)]
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
+
+    def line(c: list[str]) -> str:
+        return "  ".join(x.rjust(w) for x, w in zip(c, widths, strict=True)).rstrip()
+
+    return ["request phases per step (ms)", line(head), line(["-" * w for w in widths]), *map(line, cells)]
+
+
 def format_summary(
     fig: dict[str, Any], title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
 ) -> str:

@@ -38,6 +38,8 @@ from llm_locust.metrics.records import FAILURE_KINDS, Outcome
 
 VERSION = 1
 LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
+# the request phases (docs/metrics.md "Request phases"), over the run: rows under the latencies
+PHASE_VIEW = ("phase_connect", "phase_send", "phase_wait", "phase_first_token", "phase_receive")
 PCTS = (50.0, 90.0, 99.0)
 WINDOW_S = 10.0  # "recent": rates and percentiles over the last 10 s
 SAMPLE_S = 1.0  # the snapshot is recomputed at most this often
@@ -186,6 +188,7 @@ class LiveView:
         self.ring.add(now, hists)
         since_t, recent_lat = self.ring.recent(now, hists)
         run_lat = {m: hists[m].summary() for m in LATENCY_VIEW}
+        run_lat.update({m: ph for m in PHASE_VIEW if m in hists and (ph := hists[m].summary())["count"]})
         finished = total.finished
         cancelled = total.cancelled
         ok = total.outcomes.get(Outcome.OK.value, 0)

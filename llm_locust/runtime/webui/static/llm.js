@@ -4,6 +4,8 @@
   var POLL_MS = 1500, HIDDEN_MS = 5000, SMOOTH_S = 10;
   var LAT = ["ttft", "itl", "tpot", "e2e"];
   var LAT_NAME = { ttft: "TTFT", itl: "ITL", tpot: "TPOT", e2e: "E2E" };
+  // the request phases, over the run (docs/metrics.md "Request phases"): TTFT = send + wait + first token
+  var PHASES = [["phase_connect", "connect"], ["phase_send", "send"], ["phase_wait", "wait (headers)"], ["phase_first_token", "first token"], ["phase_receive", "receive"]];
   var BAD_FLAGS = { client_saturated: "client saturated: its figures may be distorted", errors: "error rate above 1%", length_mismatch: "output lengths did not match the requested ones", no_data: "no successful request" };
 
   // steps: the ladder's rows merged by step (a poll carries only the rows that changed); verdict likewise
@@ -189,7 +191,10 @@
     fill($("llm-latency").tBodies[0], LAT.map(function (m) {
       var rec = r.latency[m] || {}, run = p.latency[m] || {};
       return row([LAT_NAME[m], ms(rec.p50), ms(rec.p99), ms(run.p50), ms(run.p90), ms(run.p99), ms(run.mean), ms(run.max), run.count ? run.count.toLocaleString("en-US") : "0"]);
-    }));
+    }).concat(PHASES.filter(function (ph) { return p.latency[ph[0]]; }).map(function (ph) {
+      var run = p.latency[ph[0]];
+      return row(["phase: " + ph[1], "-", "-", ms(run.p50), ms(run.p90), ms(run.p99), ms(run.mean), ms(run.max), run.count.toLocaleString("en-US")]);
+    })));
 
     renderLadder(p);
     renderCache(p);
