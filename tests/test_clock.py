@@ -4,9 +4,10 @@ LLM_LOCUST_TEST_CLOCK_SHIFT), replaying a trace: on schedule to a few millisecon
 per-second series as one clock would have placed them; with the alignment off
 (LLM_LOCUST_TEST_CLOCK_ALIGN=0) the same checks fail.
 
-The workers share 127.0.0.1 with the master (no network namespace of their own: see
-docs/architecture.md "One clock across hosts"). The true clock is perf_counter: the kernel's
-monotonic clock, one for every process of the machine and untouched by the hook."""
+The shifted worker runs in a network namespace of its own (as on another host: `ip netns`, a veth
+pair this test makes, private addresses on it; the master and the simulator listen on the host's
+end). The true clock is perf_counter: the kernel's monotonic clock, one for every process of the
+machine and untouched by the hook."""
 
 import json
 import math
@@ -18,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support import Cluster, read_jsonl
+from support import Cluster, free_port, missing, need_binary, read_jsonl
 
 from llm_locust.runtime import clock
 from llm_locust.runtime.clock import ClockSync, RoundTrip, estimate
@@ -153,33 +154,77 @@ def _trace(path: Path) -> list[float]:
     return times
 
 
-class _ShiftedCluster(Cluster):
-    """support.Cluster whose workers get their own environment (one of them the clock hook)."""
+class _Netns:
+    """A network namespace with a veth pair to this one: HOST_IP here, 10.231.N.2 there (N from
+    the pid, so that runs beside each other do not collide). Removed on exit, whatever happened."""
 
-    def add_worker(self, env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+    def __init__(self) -> None:
+        n = os.getpid() % 250 + 1
+        self.name, self.host_ip, self.ns_ip = f"llt-clock-{os.getpid()}", f"10.231.{n}.1", f"10.231.{n}.2"
+        self.veth = f"llth{os.getpid() % 100000}"
+
+    def __enter__(self) -> "_Netns":
+        ip = need_binary("ip", "apt-get install -y iproute2")
+        steps = [
+            [ip, "netns", "add", self.name],
+            [ip, "link", "add", self.veth, "type", "veth", "peer", "name", self.veth + "w"],
+            [ip, "link", "set", self.veth + "w", "netns", self.name],
+            [ip, "addr", "add", f"{self.host_ip}/30", "dev", self.veth],
+            [ip, "link", "set", self.veth, "up"],
+            [ip, "netns", "exec", self.name, ip, "addr", "add", f"{self.ns_ip}/30", "dev", self.veth + "w"],
+            [ip, "netns", "exec", self.name, ip, "link", "set", self.veth + "w", "up"],
+            [ip, "netns", "exec", self.name, ip, "link", "set", "lo", "up"],
+        ]
+        for cmd in steps:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode:
+                self.__exit__()
+                missing(f"a network namespace for the shifted worker: {' '.join(cmd)}: {p.stderr.strip()} (root?)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)  # its peer goes with it
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+    def prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+
+class _ShiftedCluster(Cluster):
+    """support.Cluster whose workers get their own environment (one of them the clock hook) and
+    may run in a network namespace (`prefix`), reaching the master at `master_host`."""
+
+    master_host = "127.0.0.1"
+
+    def add_worker(
+        self, env: dict | None = None, log: Path | None = None, prefix: list[str] | None = None
+    ) -> subprocess.Popen:
         out = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - the worker writes it
         worker = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", self.locustfile, "--worker", "--master-port", self.master_port],
+            [*(prefix or []), sys.executable, "-m", "locust", "-f", self.locustfile, "--worker",
+             "--master-host", self.master_host, "--master-port", self.master_port],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-        )
+        )  # fmt: skip
         self.workers.append(worker)
         return worker
 
 
-def _run(tmp: Path, host: str, align: bool) -> tuple[dict, dict[int, list[dict]], list[float], int]:
-    """The replay over two workers, the second SHIFT ahead: (results, records by worker pid, trace
-    times, the shifted worker's pid)."""
+def _run(tmp: Path, host: str, align: bool, ns: _Netns) -> tuple[dict, dict[int, list[dict]], list[float], int]:
+    """The replay over two workers, the second SHIFT ahead and in its own network namespace:
+    (results, records by worker pid, trace times, the shifted worker's pid)."""
     tmp.mkdir()
     results, records, trace = tmp / "results.json", tmp / "records.jsonl", tmp / "trace.jsonl"
     times = _trace(trace)
     flags = {clock.ALIGN_ENV: "1" if align else "0"}
     master = ("--expect-workers", "2", "-u", "2", "-r", "10", "-t", "2m", "--host", host, "--trace", str(trace))
     master += ("--max-tokens-cap", "6", "--results", str(results), "--record-log", str(records))
+    master += ("--master-bind-host", ns.host_ip)  # the host's end of the veth: both workers reach it
+    _ShiftedCluster.master_host = ns.host_ip
     with _ShiftedCluster(*master, workers=0, locustfile=REPLAY) as c:
         c.add_worker(flags, tmp / "worker0.log")
-        shifted = c.add_worker({**flags, clock.SHIFT_ENV: str(SHIFT)}, tmp / "worker1.log")
+        shifted = c.add_worker({**flags, clock.SHIFT_ENV: str(SHIFT)}, tmp / "worker1.log", ns.prefix())
         rc, out = c.finish(timeout=120)
     assert rc == 0, out[-3000:]
     by_pid: dict[int, list[dict]] = defaultdict(list)
@@ -228,8 +273,11 @@ def _series_misplaced(doc: dict, rows: list[dict], wall_minus_perf: float, margi
 
 def _check(tmp: Path, align: bool) -> tuple[list[str], dict]:
     """Run, and say what is off: the schedule, the per-second series, the clocks reported."""
-    with SimProcess(slots=256, iter_base=0.002, iter_per_seq=0.00002, iter_per_prefill_token=0) as sim:
-        doc, by_pid, times, shifted = _run(tmp, sim.url, align)
+    with _Netns() as ns, SimProcess(
+        host=ns.host_ip, port=free_port(ns.host_ip), slots=256, iter_base=0.002, iter_per_seq=0.00002,
+        iter_per_prefill_token=0,
+    ) as sim:  # fmt: skip
+        doc, by_pid, times, shifted = _run(tmp, sim.url, align, ns)
     rows = [r for pid_rows in by_pid.values() for r in pid_rows]
     plain = next(pid for pid in by_pid if pid != shifted)
     # the machine's wall clock less perf_counter, from the unshifted worker (offset ~0 to the master)
