@@ -170,3 +170,24 @@ WIDE = "\n".join(  # aligned as analysis.saturation.format_steps aligns the step
     ).rstrip()
     for r in [_HEAD, ["-" * w for w in _W], *_ROWS]
 )
+
+
+def test_a_test_that_ran_and_sent_nothing_fails_and_says_why():
+    """Issue 24 item 3's class: a master that no worker joined before its -t ran out measured
+    nothing and exited 0, silently (the README's cluster lines run under load did this)."""
+    master = ended(Aggregate(), run={"runner": "MasterRunner"}, workers=[])
+    out = outcome.build(master)
+    assert not out.measured and out.exit_code == 1
+    assert out.reasons == [
+        "the test ran 100 s and sent no request: no worker joined the master (start them with --worker; "
+        "--expect-workers N waits for them)"
+    ]
+    warm = Aggregate()
+    warm.add_sent(3)
+    all_warm = ended(Aggregate())
+    all_warm.steps = {outcome.WARMUP_STEP: warm}
+    out = outcome.build(all_warm)
+    assert out.exit_code == 1 and "every request (3) was warm-up" in out.reasons[0]
+    never = ended(Aggregate())
+    never.started_at = None  # the web UI, never started: nothing to judge
+    assert outcome.build(never).exit_code == 0

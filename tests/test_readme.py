@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT
+from support import ROOT, free_port
 
 README = ROOT / "README.md"
 SHORT = "4s"  # every -t of the README, shortened
@@ -45,10 +45,15 @@ def commands(line: str) -> list[str]:
     return [p for p in parts if not p.startswith(("pip install", "bash scripts/real-servers.sh", *THE_SUITE))]
 
 
-def argv(command: str, host: str) -> tuple[list[str], bool]:
-    """(this Python's argv for a README command, whether it runs in the background)."""
+def argv(command: str, host: str, master_port: int = 5557) -> tuple[list[str], bool]:
+    """(this Python's argv for a README command, whether it runs in the background); a master and
+    its worker on `master_port` (Locust's 5557 is anyone's: other tests' clusters run beside)."""
     background = command.endswith("&")
     words = shlex.split(command.rstrip("& "))
+    if "--master" in words:
+        words += ["--master-bind-port", str(master_port)]
+    if "--worker" in words:
+        words += ["--master-port", str(master_port)]
     words = [host if w == TARGET else w for w in words]
     if "-t" in words:
         words[words.index("-t") + 1] = SHORT
@@ -78,10 +83,11 @@ def test_each_readme_block_runs_as_written(index, tmp_path, sims):
     for part in ("locustfiles", "plans", "traces"):  # the README's relative paths, from a scratch folder
         (tmp_path / part).symlink_to(ROOT / part)
     background: list[subprocess.Popen] = []
+    port = free_port()
     try:
         for line in blocks()[index]:
             for command in commands(line):
-                args, in_background = argv(command, host)
+                args, in_background = argv(command, host, port)
                 if in_background:  # the README's master: its worker is the next line
                     background.append(
                         subprocess.Popen(

@@ -581,6 +581,20 @@ def junit(out: Outcome, label: str) -> str:
     return junit_xml(cases)
 
 
+def _nothing_sent(e: Ended) -> str:
+    """Why a test that ran has no figures: all it sent was warm-up, or it sent nothing (a master
+    that no worker joined before its -t ran out)."""
+    warm = e.steps.get(WARMUP_STEP)
+    if warm is not None and warm.sent:
+        return f"every request ({warm.sent}) was warm-up: nothing was measured (a shorter warm-up, or a longer -t)"
+    why = (
+        "no worker joined the master (start them with --worker; --expect-workers N waits for them)"
+        if (e.run.get("runner") == "MasterRunner" and not e.workers)
+        else "no user sent (-u 0?, or the run time ran out before the first send)"
+    )
+    return f"the test ran {e.ended_at - (e.started_at or e.ended_at):.0f} s and sent no request: {why}"
+
+
 def build(e: Ended) -> Outcome:
     """The outcome of a run (no I/O). One that never started a test (nothing sent, not started)
     has nothing to print or write; one interrupted after its start is written, even empty."""
@@ -589,6 +603,8 @@ def build(e: Ended) -> Outcome:
         code = EXIT_OK
         if e.interruption is not None:
             code, reasons = e.interruption.exit_code, [f"interrupted by {e.interruption.signal} before any request"]
+        elif e.started_at is not None:  # a test ran and measured nothing: never a pass
+            code, reasons = EXIT_GATE, [_nothing_sent(e)]
         return Outcome([], {}, code, reasons, measured=False)
     p = _parts(e)
     results = _results(e, p)

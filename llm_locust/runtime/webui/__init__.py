@@ -83,7 +83,13 @@ class RunClock:
             self._timer = None
 
     def control(self) -> dict[str, Any]:
-        return {"run_time": self.run_time, "stops_at": self.ends_at}
+        """-t and when the running test stops. None once it is stopping: Locust says "stopped"
+        before its test_stop listeners (on_stop) have run, and a poll in between saw the old time."""
+        from locust.runners import STATE_RUNNING, STATE_SPAWNING
+
+        runner = self.env.runner
+        live = runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING)
+        return {"run_time": self.run_time, "stops_at": self.ends_at if live else None}
 
 
 def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
