@@ -240,6 +240,7 @@ gevent.spawn(_stall)
 """
 
 
+@pytest.mark.timing  # whether this client kept up: never beside the slow tier's parallel shards
 @pytest.mark.parametrize(
     "server, stall, valid",
     [

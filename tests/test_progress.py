@@ -43,8 +43,10 @@ def test_on_a_terminal_the_live_panel_shows_and_goes_and_logs_print_above_it(tmp
     are printed whole, and the summary follows on stdout; the run ends as it would."""
     import os
     import pty
+    import select
     import subprocess
     import sys
+    import time
 
     from support import ROOT
 
@@ -60,14 +62,19 @@ def test_on_a_terminal_the_live_panel_shows_and_goes_and_logs_print_above_it(tmp
     )
     os.close(slave)
     screen = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed its end
+    deadline = time.monotonic() + 90  # bounded: a fresh-clone run hung here on a read that never ended
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            screen += chunk
+        elif proc.poll() is not None:  # gone, and nothing more to read (a descendant may hold the pty)
             break
-        if not chunk:
-            break
-        screen += chunk
     out, _ = proc.communicate(timeout=60)
     os.close(master)
     text = screen.decode(errors="replace")
