@@ -112,13 +112,13 @@ def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python,
         assert hit["source"] == "counters" and abs(hit["achieved"] - 0.5) < 0.05, hit
 
 
-def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float) -> dict:
+def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float, users: int = 2, input_tokens: int = 256) -> dict:
     """`llm-locust run --prefix-hit RATIO` against a real server: its results."""
     results = tmp_path / f"hit-{ratio}.json"
     p = run_cli(
         "--host", url, "--api", "openai-completions", "--model", "smollm2", "--tokenizer", tokenizer,
-        "--synthetic", "requests=100,input=256,output=4", "-u", "2", "-t", "15s", "--prefix-hit", str(ratio),
-        "--results", results, timeout=180,
+        "--synthetic", f"requests=100,input={input_tokens},output=2", "-u", str(users), "-t", "20s",
+        "--prefix-hit", str(ratio), "--results", results, timeout=180,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert f"prefix hit: target {ratio:.0%}, the server's counters" in " ".join(p.stdout.split())
@@ -130,10 +130,13 @@ def test_a_prefix_hit_run_gets_the_ratio_it_asks_for_on_llama_server(smollm2_mod
     measured: the server's own counters (prompt_tokens_cached against prompt_tokens) give the
     ratio asked for."""
     extra = ["--slot-save-path", str(tmp_path), "--cache-ram", "0"]
-    with LlamaServer(smollm2_model, slots=2, extra_args=extra) as srv:
+    # one user, 128-token prompts, one thread: a CPU shared with vLLM's shard still answers in time
+    # (with 2 users of 256 tokens under that load the measured requests never ended within -t)
+    with LlamaServer(smollm2_model, slots=2, threads=1, extra_args=extra) as srv:
         for ratio in (0.5, 0.25):
-            r = _prefix_hit_run(srv.url, smollm2_tokenizer, tmp_path, ratio)
+            r = _prefix_hit_run(srv.url, smollm2_tokenizer, tmp_path, ratio, users=1, input_tokens=128)
             hit = r["prefix_hit"]
+            assert r["summary"]["ok"] >= 5, r["summary"]
             assert hit["source"] == "counters" and abs(hit["achieved"] - ratio) < 0.05, hit
             assert r["run"]["cache_reset"]["outcome"] == "ok", r["run"]["cache_reset"]
             assert {g["name"]: g["passed"] for g in r["gates"]}["prefix_hit"] is True
