@@ -334,7 +334,8 @@ def warmup_rule(s: Any) -> str | None:
     if s.run_warmup:
         parts.append(f"what was sent in its first {s.run_warmup:g} s" + (" of trace time" if s.replay else ""))
     if s.warmup_requests:
-        parts.append(f"each user's first {s.warmup_requests} request{'s' if s.warmup_requests != 1 else ''}")
+        n = s.warmup_requests
+        parts.append("each user's first request" if n == 1 else f"each user's first {n} requests")
     return " and ".join(parts) or None
 
 
