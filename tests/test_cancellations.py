@@ -189,7 +189,7 @@ def _assert_stopped(f: dict, max_tokens: int) -> None:
 def test_the_simulator_stops_generating_for_a_cancelled_request():
     from llm_locust.sim.process import SimProcess
 
-    with SimProcess(iter_base=0.005).start() as sim:  # its own: its counters are read as absolute
+    with SimProcess(iter_base=0.005) as sim:  # its own: its counters are read as absolute
         f = _abort_and_watch(sim.url, "sim", "vllm:generation_tokens_total", "vllm:num_requests_running", 0.5, 4000)
     _assert_stopped(f, 4000)
 

@@ -69,6 +69,8 @@ class SimProcess:
         self.port = 0
 
     def start(self) -> SimProcess:
+        if self.proc is not None:  # `with SimProcess(...).start()` started a second one and leaked the first
+            raise RuntimeError("simulator already started")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(
