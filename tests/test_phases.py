@@ -264,6 +264,26 @@ def test_grpc_phases_are_connect_and_what_follows_its_send():
 # ------------------------------------------------------------------ a real run
 
 
+def test_a_grpc_connection_opened_by_the_warm_up_is_no_requests_connect_phase():
+    """An open-loop replay opens its gRPC connection before "go" (warm_up): the first request
+    then goes out on a kept connection and spent nothing connecting. Charging the warm-up's open
+    to it (as this did) gave the first request a connect phase it never waited for."""
+    from test_grpc_h2 import Server, ok_reply
+
+    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+
+    srv = Server(ok_reply)
+    c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
+    try:
+        c.warm_up()
+        recs = [c.send(RequestSpec(prompt="hi", max_tokens=4), f"r{i}") for i in range(2)]
+    finally:
+        c.close()
+        srv.close()
+    assert all(r.ok for r in recs), [(r.outcome, r.error) for r in recs]
+    assert [(r.new_connection, r.connect) for r in recs] == [(False, 0.0), (False, 0.0)]
+
+
 def test_a_run_carries_the_phases_into_results_summary_report_and_exporter(tmp_path):
     """Two workers against the simulator: the merged phases in the results (the run's and each
     step's), the summary, the HTML report and the Prometheus exposition."""

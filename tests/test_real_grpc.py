@@ -502,13 +502,20 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_s
         assert (
             r["n_in"] == 16 + 4 * (line - 1) and r["n_out"] == r["requested_out"] == 6 and r["n_out_source"] == "usage"
         ), r
+    # Ready before "go": each worker's first send went out on a connection opened ahead of the
+    # replay. The first sends once left 0.2-0.7 s late: the channel was made and connected after
+    # "go", and each worker's first record then said new_connection with its connect time.
+    for f in sorted(tmp_path.glob("records.jsonl.worker*")):
+        first = min((json.loads(line) for line in f.read_text().splitlines()), key=lambda r: r["t_sent"])
+        assert (first["new_connection"], first["connect"]) == (False, 0.0), (f.name, first)
     # On schedule: each record's due time is the replay's start + its trace time, one start for
-    # both workers (perf_counter is system-wide), and each left within 0.1 s of it. The first
-    # sends once left 0.2-0.7 s late: the channel was made and connected after "go".
+    # both workers (perf_counter is system-wide), and each left soon after it: within 0.1 s on
+    # an idle machine; the CI run of 2026-12-02 (vLLM generating, llama-server's modules on the
+    # other shard, 2 cores) saw one over 0.1 s, so the bound is 0.25 s.
     starts = [r["t_sent"] + r["sched"] - (realservers.trace_line(r) - 1) * gap for r in records]
     assert max(starts) - min(starts) < 0.001, starts
-    lags = {r["source"]: -r["sched"] for r in records}
-    assert all(0 <= lag < 0.1 for lag in lags.values()), lags
+    lags = {realservers.trace_line(r): round(-r["sched"], 4) for r in records}
+    assert all(0 <= lag < 0.25 for lag in lags.values()), sorted(lags.items())
     print(f"gRPC replay: schedule lag max {max(lags.values()) * 1000:.1f} ms over {len(lags)} requests")
     s = json.loads(results.read_text())["summary"]
     assert s["sent"] == s["ok"] == n and s["failed"] == s["cancelled"] == 0, s

@@ -273,7 +273,10 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
         # 1 user a 32-token request lands every ~3 s, so a 9 s window counts one more or one fewer
         # request by chance; the CI run of 2026-12-01 saw 7.4 vs 10.2 tok/s that way.) At each end
         # the read and the client's arrival of a token are apart by the read's own time (and vLLM
-        # merges deltas when behind): a few engine steps of slack, each one token per running request.
+        # merges deltas when behind): a few engine steps of slack, each one token per running request,
+        # and a share of the window for a read that answered late: on the CI run of 2026-12-02 (2
+        # loaded cores, llama-server's modules beside) the 4-user window read +386 against 417
+        # received, 8%. A wrong window (another step's, the run's) is off by far more.
         gen = w["generation_tokens_total"]
         received = sum(
             n
@@ -281,7 +284,7 @@ def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vll
             for dt, n in zip(r["chunks"], r["chunk_tokens"], strict=True)
             if w["t_from"] <= r["wall_sent"] + dt <= w["t_to"]
         )
-        slack = 4 * min(level, MAX_NUM_SEQS) + 0.05 * gen["increase"]
+        slack = 4 * min(level, MAX_NUM_SEQS) + 0.15 * gen["increase"]
         assert gen["increase"] > 0 and abs(gen["increase"] - received) <= slack, (where, received)
         spans.append(f"+{gen['increase']:.0f}/{received}")
         assert gen["per_s"] == pytest.approx(gen["increase"] / (w["t_to"] - w["t_from"]))

@@ -268,7 +268,9 @@ class H2GrpcClient:
             if model:
                 self.model_info()
             else:
-                self._give(self._take())
+                conn = self._take()
+                conn.opened = None  # opened ahead of any request: no request's connect phase
+                self._give(conn)
         except (_Ended, _Status, ProtocolError, OSError):
             pass
 
