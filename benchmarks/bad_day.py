@@ -103,7 +103,7 @@ def timeouts() -> None:
 
     from llm_locust.protocols import get_adapter
     from llm_locust.protocols.base import RequestSpec, Timeouts
-    from llm_locust.runtime.client import StreamClient
+    from llm_locust.transport.http import StreamClient
 
     print("(a) timeouts under an endless fast stream")
     for what, handler, timeouts, limit in (

@@ -16,7 +16,7 @@ import time
 from rich.console import Console
 
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.runtime import progress
+from llm_locust.transport import progress
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 
 # grpc-core reads this when grpc is first imported: in a test process that used grpcio, its fork
 # handlers made 2-4 of 60 subprocess spawns abort (exit -6, "epoll_wait error: Bad file
-# descriptor"), and the tests spawn many (runtime/grpc_client.py `_grpc` says the same).
+# descriptor"), and the tests spawn many (transport/grpc_io.py `_grpc` says the same).
 # (tests/ is on sys.path: rootdir conftest, no __init__.py)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 

@@ -626,7 +626,7 @@ class SmgRouter(ServerProcess):
     What it reads (smg 1.13.0): the routing key from the headers named by
     ``--routing-key-headers`` (default ``x-smg-routing-key`` only; at most 128 bytes), honoured by
     the ``consistent_hashing``, ``manual`` and ``prefix_hash`` policies, and by any policy with
-    ``--routing-key-override``. See llm_locust/runtime/routing.py for the sources.
+    ``--routing-key-override``. See llm_locust/workload/routing.py for the sources.
     """
 
     name = "smg"

@@ -242,7 +242,7 @@ def stream_client(
     from geventhttpclient import HTTPClient
 
     from llm_locust.protocols import get_adapter
-    from llm_locust.runtime.client import StreamClient, Timeouts
+    from llm_locust.transport.http import StreamClient, Timeouts
 
     adapter = get_adapter(api)
     head = None
@@ -264,7 +264,7 @@ def json_client(url: str, kind: str = "openai-embeddings", *, timeouts=None, lim
     from geventhttpclient import HTTPClient
 
     from llm_locust.protocols import get_json_adapter
-    from llm_locust.runtime.client import JSONClient, Timeouts
+    from llm_locust.transport.http import JSONClient, Timeouts
 
     timeouts = timeouts or Timeouts(2.0, 5.0, 10.0)
     http = HTTPClient.from_url(

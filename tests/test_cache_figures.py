@@ -146,7 +146,7 @@ def test_stream_client_copies_cached_count_onto_the_record():
     from support import canned_server, sse_reply
 
     from llm_locust.protocols.base import RequestSpec
-    from llm_locust.runtime.client import StreamClient, Timeouts
+    from llm_locust.transport.http import StreamClient, Timeouts
 
     body = (CAPTURES / "llama_server_completions.sse").read_bytes().replace(b'"cached_tokens":0', b'"cached_tokens":3')
     server = canned_server(sse_reply(body))

@@ -24,8 +24,8 @@ import pytest
 from support import canned_server, read_records, run_cli
 
 from llm_locust.analysis import server_metrics
-from llm_locust.runtime import cache_reset
 from llm_locust.sim.process import SimProcess
+from llm_locust.transport import server_cache
 
 PREFIX = " ".join(f"w{i}" for i in range(64))  # 64 words: 8 blocks of the simulator's cache
 
@@ -70,7 +70,7 @@ def test_a_reset_empties_the_simulators_cache_and_a_busy_one_refuses():
         before = _hits(url)
         _complete(url, PREFIX)
         assert _hits(url) - before >= 56  # the second time: 7 of its 8 full blocks (not the last token's)
-        r = cache_reset.reset(url, {}, None, "before the test")
+        r = server_cache.reset(url, {}, None, "before the test")
         assert (r.outcome, r.engine, r.status) == ("ok", "vllm", 200), r
         assert r.line().startswith("cache reset before the test (vllm POST /reset_prefix_cache): ok")
         before = _hits(url)
@@ -79,7 +79,7 @@ def test_a_reset_empties_the_simulators_cache_and_a_busy_one_refuses():
         slow = _post(url, PREFIX + " long", max_tokens=2000)  # 2000 iterations of 20 ms: busy for 40 s
         try:
             assert slow.status == 200 and _running(url) >= 1
-            busy = cache_reset.reset(url, {}, "vllm")
+            busy = server_cache.reset(url, {}, "vllm")
         finally:
             slow.close()
         assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
@@ -104,7 +104,7 @@ def test_a_reset_empties_the_simulators_cache_and_a_busy_one_refuses():
 def test_each_answer_of_a_server_is_classified(engine, reply, outcome, words):
     server = canned_server(reply)
     try:
-        r = cache_reset.reset(f"http://127.0.0.1:{server.server_port}", {}, engine, "before step 2")
+        r = server_cache.reset(f"http://127.0.0.1:{server.server_port}", {}, engine, "before step 2")
     finally:
         server.stop()
     assert r.outcome == outcome, r

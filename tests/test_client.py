@@ -12,7 +12,7 @@ from support import canned_server, sse_reply, stream_client
 
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.runtime.client import Timeouts
+from llm_locust.transport.http import Timeouts
 
 ids = itertools.count()
 
@@ -203,7 +203,7 @@ def test_a_request_the_server_read_before_closing_is_never_sent_again():
     received 20,201. A request written to a connection may have been read: it fails, once, and
     later requests to that host open their own connections (as a real llama-server needs: it now
     and then closes a kept-alive connection after reading the next request)."""
-    from llm_locust.runtime import client as client_module
+    from llm_locust.transport import http as client_module
 
     received = []
     connections = []
@@ -285,7 +285,7 @@ def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
     not 6); reads that find a little (a paced server) keep the small buffer. Every byte arrives once."""
     from gevent import socket as gsocket
 
-    from llm_locust.runtime import client as client_mod
+    from llm_locust.transport import http as client_mod
 
     listener = gsocket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -320,7 +320,7 @@ def test_a_bulk_read_is_sized_to_what_the_caller_gets_through_in_its_budget():
     """A full 64 KiB read gone through in 0.2 ms (SGLang's events) earns the 512 KiB buffer; one
     that took 8 ms (a flood of comment-only events, decoded one line at a time) keeps 64 KiB, so
     one read never holds the other greenlets far past YIELD_AFTER; in between, in proportion."""
-    from llm_locust.runtime.client import BULK_READ_SIZE, READ_BUDGET, READ_SIZE, YIELD_AFTER, _next_read_size
+    from llm_locust.transport.http import BULK_READ_SIZE, READ_BUDGET, READ_SIZE, YIELD_AFTER, _next_read_size
 
     assert READ_BUDGET < YIELD_AFTER
     assert _next_read_size(READ_SIZE, 0.0002) == BULK_READ_SIZE

@@ -403,7 +403,7 @@ def test_preflight_asks_the_endpoints_the_mix_uses():
     """A pooling-only server (vLLM --runner pooling: /v1/embeddings, /v1/rerank, /v1/score, no
     /v1/chat/completions): --mix giving it every request passes the preflight; leaving a share to
     the --api's chat, or mixing in a kind it lacks, stops with the endpoint named."""
-    from llm_locust.runtime import preflight
+    from llm_locust.transport import preflight
 
     assert preflight.endpoint_apis("openai-chat", {}) == ["openai-chat"]
     assert preflight.endpoint_apis("openai-chat", {"embeddings": 0.2, "rerank": 0.1}) == [

@@ -1,6 +1,6 @@
-"""Our HTTP/2 gRPC reader (runtime.grpc_h2) against a real socket server that answers each call
+"""Our HTTP/2 gRPC reader (transport.grpc_h2) against a real socket server that answers each call
 with chosen frames: every shape a server can send ends as the same classified outcome grpcio's
-client gives (runtime.grpc_client.status_outcome), never a crash or a hang. The happy path and
+client gives (transport.grpc_io.status_outcome), never a crash or a hang. The happy path and
 the real server's own failures are in test_real_grpc.py (both clients, vLLM's gRPC server)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import RequestSpec, StreamState, Timeouts
-from llm_locust.runtime.grpc_h2 import _readable
+from llm_locust.transport.grpc_h2 import _readable
 
 _FRAME = struct.Struct(">HBBBL")
 
@@ -124,7 +124,7 @@ def ok_reply(enc, sid, n=3, trailers=(("grpc-status", "0"),)):
 
 
 def send(answer, close_after=False, **timeouts):
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(answer, close_after)
     c = H2GrpcClient(
@@ -138,7 +138,7 @@ def send(answer, close_after=False, **timeouts):
 
 
 def test_a_whole_reply_is_read_and_the_connection_kept():
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
@@ -155,7 +155,7 @@ def test_a_whole_reply_is_read_and_the_connection_kept():
 def test_a_request_over_the_send_window_waits_for_the_servers_window_updates():
     """A long prompt (100,000 token ids: 300 KB) is sent in frames of the peer's size, as the server's
     WINDOW_UPDATEs allow (the default window is 64 KiB): all of it, then the reply is read."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=10.0))
@@ -174,7 +174,7 @@ def test_a_larger_initial_window_in_the_servers_settings_opens_the_request_strea
     """A server that raises SETTINGS_INITIAL_WINDOW_SIZE (and the connection window) and sends
     no WINDOW_UPDATE for the stream: the stream's window grows by the difference (RFC 9113
     6.9.2), so a request over 64 KiB goes out without waiting for an update that never comes."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply, window=1 << 20)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=10.0))
@@ -190,7 +190,7 @@ def test_a_larger_initial_window_in_the_servers_settings_opens_the_request_strea
 def test_a_connection_the_server_closed_while_idle_is_not_reused():
     """The server hangs up after each reply (as one does at an idle timeout): the next request
     goes out on a fresh connection and succeeds, not a connect_error from a stale one."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply, close_after=True)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
@@ -211,7 +211,7 @@ def test_a_ping_while_idle_is_answered_and_the_connection_kept():
     def answer(enc, sid):  # a reply, then a PING and new SETTINGS while the connection idles
         return ok_reply(enc, sid) + frame(6, 0, 0, b"12345678") + frame(4, 0, 0, struct.pack(">HL", 0x5, 32768))
 
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(answer)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
@@ -352,7 +352,7 @@ def test_a_connection_closed_mid_reply_is_truncated_and_one_never_answering_time
 
 
 def test_nothing_listening_is_a_connect_error():
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -404,7 +404,7 @@ def test_the_fast_chunk_path_agrees_with_the_general_walk(chunks, repeat):
 def test_a_process_that_used_grpcio_spawns_children_that_live():
     """grpc-core's fork handlers (on unless GRPC_ENABLE_FORK_SUPPORT says otherwise) killed 2-4 of
     60 children spawned by a process that had used grpcio: exit -6 before the child's own code
-    ran (a real gRPC ladder test failed so). runtime/grpc_client.py turns them off before grpc is
+    ran (a real gRPC ladder test failed so). transport/grpc_io.py turns them off before grpc is
     first imported; a fresh process checks it (here grpc may be imported already)."""
     import subprocess
     import sys
@@ -415,7 +415,7 @@ def test_a_process_that_used_grpcio_spawns_children_that_live():
 import subprocess, sys
 sys.path.insert(0, {str(root / "benchmarks")!r})
 from gevent import monkey; monkey.patch_all()
-from llm_locust.runtime.grpc_client import GrpcStreamClient
+from llm_locust.transport.grpc_io import GrpcStreamClient
 from llm_locust.protocols.base import RequestSpec, Timeouts
 server = subprocess.Popen([sys.executable, {str(root / "benchmarks" / "h2_burst_server.py")!r}, "0", "4"],
                           stdout=subprocess.PIPE, text=True, cwd={str(root / "benchmarks")!r})

@@ -21,9 +21,9 @@ import pytest
 from support import ROOT
 
 from llm_locust.protocols.base import MAX_BODY_BYTES
-from llm_locust.runtime import preflight
-from llm_locust.runtime.probe import probe_server
-from llm_locust.runtime.scraper import Scraper
+from llm_locust.transport import preflight
+from llm_locust.transport.probe import probe_server
+from llm_locust.transport.scraper import Scraper
 
 HOSTILE = Path(__file__).with_name("hostile_server.py")
 MODES = ("endless-body", "endless-headers", "endless-interim", "drip", "stall")
@@ -140,7 +140,7 @@ def test_the_model_list_is_a_bounded_read(mode):
     2.8 GB and a MemoryError with --no-preflight. Now at most the client's head and body limits,
     within min(the total timeout, 60 s), and a warning with no model."""
     from llm_locust.protocols.base import Limits, Timeouts
-    from llm_locust.runtime.client import fetch_models
+    from llm_locust.transport.http import fetch_models
 
     with hostile_server(mode) as url:
         m = Measured(lambda: fetch_models(url, {}, Timeouts(2.0, 5.0, 4.0), Limits(body_bytes=MIB)))

@@ -93,7 +93,7 @@ def _tls_client(url: str, cert: str):
     from geventhttpclient import HTTPClient
 
     from llm_locust.protocols import get_adapter
-    from llm_locust.runtime.client import StreamClient
+    from llm_locust.transport.http import StreamClient
 
     http = HTTPClient.from_url(
         url,
@@ -244,7 +244,7 @@ def test_each_phase_measures_what_the_server_held_it_back(tls_files):
 def test_grpc_phases_are_connect_and_what_follows_its_send():
     from test_grpc_h2 import Server, ok_reply
 
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))
@@ -270,7 +270,7 @@ def test_a_grpc_connection_opened_by_the_warm_up_is_no_requests_connect_phase():
     to it (as this did) gave the first request a connect phase it never waited for."""
     from test_grpc_h2 import Server, ok_reply
 
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     srv = Server(ok_reply)
     c = H2GrpcClient(f"127.0.0.1:{srv.port}", Timeouts(connect=2.0, no_progress=2.0, total=5.0))

@@ -1,4 +1,4 @@
-"""The token pump (runtime/pump.py): paced streams' token reads taken by one greenlet, many streams
+"""The token pump (transport/pump.py): paced streams' token reads taken by one greenlet, many streams
 a wake-up. Against the paced simulator and hand-made servers over real sockets: a stream read
 there must end exactly as one read by its own greenlet (counts, times, outcomes, errors), and
 every way a request can end while its socket is in the pump (the no-progress watchdog, the total
@@ -21,12 +21,12 @@ from gevent.server import StreamServer
 from support import stream_client
 from test_token_reads import count_token_reads
 
-import llm_locust.runtime.client as client_mod
+import llm_locust.transport.http as client_mod
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.runtime.client import Timeouts
-from llm_locust.runtime.pump import PUMP
 from llm_locust.sim.process import SimProcess
+from llm_locust.transport.http import Timeouts
+from llm_locust.transport.pump import PUMP
 
 ids = itertools.count()
 

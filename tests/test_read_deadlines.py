@@ -12,8 +12,8 @@ data and the watchdog's timer are seen in one loop iteration; and that moment it
 for the pump and TLS (test_a_first_token_that_comes_as_the_watchdog_fires...):
 
 - HTTP/1.1: the general path (token reads off), token reads in the stream's own greenlet, token
-  reads in the pump (runtime/pump.py), TLS (reads without kernel stamps), a one-body JSON reply;
-- gRPC: our HTTP/2 reader (runtime/grpc_h2.py) and grpcio's client (runtime/grpc_client.py, in a
+  reads in the pump (transport/pump.py), TLS (reads without kernel stamps), a one-body JSON reply;
+- gRPC: our HTTP/2 reader (transport/grpc_h2.py) and grpcio's client (transport/grpc_io.py, in a
   gevent-patched child process, as under Locust), against an in-process HTTP/2 stand-in; and a
   request whose body waits for send window the server never opens.
 
@@ -44,11 +44,11 @@ from geventhttpclient import HTTPClient
 from support import ROOT, json_client, need_binary, read_records, run_ok, stream_client
 from test_grpc_h2 import COMPLETE, chunk, frame, grpc_msg
 
-import llm_locust.runtime.client as client_mod
+import llm_locust.transport.http as client_mod
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
-from llm_locust.runtime.client import StreamClient
-from llm_locust.runtime.pump import PUMP
+from llm_locust.transport.http import StreamClient
+from llm_locust.transport.pump import PUMP
 
 pytestmark = pytest.mark.timing  # asserts ends within ~100 ms of where they are due
 
@@ -558,7 +558,7 @@ class H2Server:
 def test_every_grpc_request_ends_within_its_timeouts_over_our_http2_reader():
     """The matrix over our HTTP/2 reader: each request on its own connection (its reads wait on
     the socket with the no-progress limit, or less when the total deadline is nearer)."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     cases = {f"dl.h2.{i}": c for i, c in enumerate(matrix())}
     log = Log()
@@ -587,7 +587,7 @@ import json, sys, time
 from gevent import monkey; monkey.patch_all()
 import gevent
 from llm_locust.protocols.base import RequestSpec, Timeouts
-from llm_locust.runtime.grpc_client import GrpcStreamClient
+from llm_locust.transport.grpc_io import GrpcStreamClient
 
 port, rids, limit, total, tokens = json.loads(sys.argv[1])
 client = GrpcStreamClient(f"127.0.0.1:{port}", Timeouts(5.0, limit, total))
@@ -646,7 +646,7 @@ def test_a_grpc_request_whose_body_waits_for_a_window_never_opened_ends_within_i
     never sends one ends it at the no-progress limit when it sends nothing, and at the total
     timeout when it keeps the connection busy with PINGs (before: the wait had neither bound: the
     connect timeout's, or none)."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     server = H2Server({}, Log(), window=65535, ping=ping)
     client = H2GrpcClient(f"127.0.0.1:{server.port}", Timeouts(5.0, no_progress, total))

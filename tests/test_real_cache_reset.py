@@ -23,7 +23,7 @@ from realservers import LlamaServer, VllmServer, http_get, smollm2_tokenizer_dir
 from support import run_cli
 
 from llm_locust.analysis import server_metrics
-from llm_locust.runtime import cache_reset
+from llm_locust.transport import server_cache
 
 pytestmark = pytest.mark.real_server
 
@@ -69,14 +69,14 @@ def test_llama_server_slots_erased_and_a_server_without_the_action_reported(smol
     with LlamaServer(smollm2_model, slots=2, extra_args=extra) as srv:
         _cached(srv.url, "smollm2", prompt)
         assert _cached(srv.url, "smollm2", prompt) > 0  # cached before the reset
-        r = cache_reset.reset(srv.url, {}, None, "before step 2")
+        r = server_cache.reset(srv.url, {}, None, "before step 2")
         assert (r.outcome, r.engine, r.status) == ("ok", "llama.cpp", 200), r
         assert "2 slots" in r.detail
         before = _hits(srv.url)
         assert _cached(srv.url, "smollm2", prompt) == 0
         assert _hits(srv.url) == before
     with LlamaServer(smollm2_model, slots=2) as plain:
-        r = cache_reset.reset(plain.url, {}, None)
+        r = server_cache.reset(plain.url, {}, None)
         assert (r.outcome, r.engine, r.status) == ("not_supported", "llama.cpp", 501), r
         assert "--slot-save-path" in r.line()
 
@@ -94,7 +94,7 @@ def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python,
         prompt = f"{uuid.uuid4().hex} " + TEXT * 4
         _cached(srv.url, "smollm2", prompt)
         assert _cached(srv.url, "smollm2", prompt) > 0
-        r = cache_reset.reset(srv.url, {}, None, "before the run")
+        r = server_cache.reset(srv.url, {}, None, "before the run")
         assert (r.outcome, r.engine, r.status) == ("ok", "vllm", 200), r
         before = _hits(srv.url)
         assert _cached(srv.url, "smollm2", prompt) == 0
@@ -102,7 +102,7 @@ def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python,
         conn, resp = _open(srv.url, "smollm2", prompt + " and then", 1500)  # runs for many seconds
         try:
             resp.readline()  # its first bytes: the request is in the engine
-            busy = cache_reset.reset(srv.url, {}, "vllm")
+            busy = server_cache.reset(srv.url, {}, "vllm")
         finally:
             conn.close()
         assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy

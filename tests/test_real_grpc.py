@@ -214,10 +214,10 @@ def grpc_server():
 def _client_class(kind: str):
     """The run's client (our HTTP/2 reader) or grpcio's, the reference it must agree with."""
     if kind == "h2":
-        from llm_locust.runtime.grpc_h2 import H2GrpcClient
+        from llm_locust.transport.grpc_h2 import H2GrpcClient
 
         return H2GrpcClient
-    from llm_locust.runtime.grpc_client import GrpcStreamClient
+    from llm_locust.transport.grpc_io import GrpcStreamClient
 
     return GrpcStreamClient
 
@@ -237,7 +237,7 @@ def _unstreamed_completion_tokens(target, spec) -> int:
     through grpcio, whichever client is under test)."""
     from llm_locust.protocols import grpc_vllm
     from llm_locust.protocols.base import Timeouts
-    from llm_locust.runtime.grpc_client import GrpcStreamClient
+    from llm_locust.transport.grpc_io import GrpcStreamClient
 
     data = grpc_vllm.encode_generate(spec, f"plain-{time.monotonic_ns()}")
     assert data.endswith(b"\x28\x01")  # stream = true, the last field
@@ -334,7 +334,7 @@ def test_our_client_keeps_one_connection_to_the_real_server(grpc_server):
     """Sequential requests go over one HTTP/2 connection: what vLLM's server sends between them
     (grpc-core's PINGs, WINDOW_UPDATEs, SETTINGS) is answered, not taken for a hang-up."""
     from llm_locust.protocols.base import RequestSpec, Timeouts
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     c = H2GrpcClient(grpc_server.target, Timeouts(connect=10.0, no_progress=30.0, total=60.0))
     opened = []
@@ -528,7 +528,7 @@ def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_s
 def test_a_grpc_run_without_a_server_is_refused_clearly(tmp_path):
     import sys
 
-    from llm_locust.runtime.preflight import EXIT_UNREACHABLE
+    from llm_locust.transport.preflight import EXIT_UNREACHABLE
 
     p = subprocess.run(
         [sys.executable, "-m", "llm_locust.cli", "run", "--api", "vllm-grpc", "--run-time", "2"],

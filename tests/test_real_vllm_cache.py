@@ -150,7 +150,7 @@ def test_the_clients_record_carries_the_servers_cached_tokens(vllm_server):
 
     from llm_locust.protocols import get_adapter
     from llm_locust.protocols.base import RequestSpec
-    from llm_locust.runtime.client import StreamClient, Timeouts
+    from llm_locust.transport.http import StreamClient, Timeouts
 
     url, bs = vllm_server.url, block_size(vllm_server.url)
     prompt = f"{uuid.uuid4().hex} " + TEXT * 4

@@ -25,7 +25,7 @@ from llm_locust.report.results import (
     validity,
     write_results,
 )
-from llm_locust.runtime.probe import probe_server
+from llm_locust.transport.probe import probe_server
 
 
 def _agg(ttfts=(0.05, 0.07, 0.2, 1.5)) -> Aggregate:

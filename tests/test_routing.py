@@ -1,5 +1,5 @@
-"""llm_locust.runtime.routing: the client-side router over several endpoints, the weighted model
-split, the session headers; and the per-endpoint /metrics scrapers (runtime.scraper)."""
+"""llm_locust.workload.routing: the client-side router over several endpoints, the weighted model
+split, the session headers; and the per-endpoint /metrics scrapers (transport.scraper)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from llm_locust.runtime.routing import (
+from llm_locust.workload.routing import (
     DOWN_AFTER,
     STRATEGIES,
     ModelSplit,
@@ -44,7 +44,7 @@ def test_strategies_are_the_settings_routes():
 
 def test_importable_without_locust_or_gevent():
     code = (
-        "import sys, llm_locust.runtime.routing\n"
+        "import sys, llm_locust.workload.routing\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('locust', 'gevent', 'geventhttpclient')]\n"
         "assert not bad, bad\n"
     )
@@ -58,7 +58,7 @@ def test_stable_hash_is_fixed_across_processes():
         [
             sys.executable,
             "-c",
-            "from llm_locust.runtime.routing import stable_hash;print(stable_hash('http://a:8000', 's1'))",
+            "from llm_locust.workload.routing import stable_hash;print(stable_hash('http://a:8000', 's1'))",
         ],
         capture_output=True,
         text=True,
@@ -315,7 +315,7 @@ def test_session_headers_with_settings_defaults():
 
 
 def test_server_scrapers_one_per_endpoint():
-    from llm_locust.runtime.scraper import server_scrapers
+    from llm_locust.transport.scraper import server_scrapers
 
     s = server_scrapers(["http://a:1/", "http://b:2"], "", 2.0)
     assert list(s) == ["http://a:1", "http://b:2"]
@@ -334,7 +334,7 @@ def test_per_endpoint_scrapers_read_each_their_own_server():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from llm_locust.runtime.scraper import server_scrapers
+    from llm_locust.transport.scraper import server_scrapers
 
     def serve(running: int):
         class H(BaseHTTPRequestHandler):

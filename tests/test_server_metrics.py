@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, read
-from llm_locust.runtime.scraper import Scraper
 from llm_locust.sim.process import SimProcess
+from llm_locust.transport.scraper import Scraper
 
 TRITON = """# TYPE nv_trt_llm_request_metrics gauge
 nv_trt_llm_request_metrics{model="ensemble",request_type="active",version="1"} 3

@@ -17,7 +17,7 @@ from support import canned_server, sse_reply
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import ProtocolError, get_adapter, make_decoder
 from llm_locust.protocols.base import RequestSpec, StreamState
-from llm_locust.runtime.client import StreamClient, Timeouts
+from llm_locust.transport.http import StreamClient, Timeouts
 
 # Words whose JSON form holds the very patterns the reader looks for, inside a string, where a
 # quote is always escaped: they must never be taken for keys.

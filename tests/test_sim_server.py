@@ -912,7 +912,7 @@ def test_stream_client_records_cached_tokens_and_spec_chunk_tokens():
 
     from llm_locust.protocols import get_adapter
     from llm_locust.protocols.base import RequestSpec
-    from llm_locust.runtime.client import StreamClient, Timeouts
+    from llm_locust.transport.http import StreamClient, Timeouts
 
     with SimProcess(
         iter_base=0.001,

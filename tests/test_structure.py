@@ -1,9 +1,13 @@
 """The package's layers hold: no import cycles, a core that never imports Locust or gevent, and a
 plugin that nothing inside the package imports back.
 
-The core is what a reader can run and test without Locust: protocols, records and metrics, the
-workload, the settings, the analysis and the report. The runtime (llm_locust.runtime) is where
-Locust and gevent live; `llm_locust.users` is the one public entry that wires it into Locust.
+Three layers. The core is what a reader can run and test without an event loop: protocols,
+records and metrics, the workload, the settings, the analysis and the report. The transport
+(llm_locust.transport) runs on gevent and never on Locust: the wire, the reads of a server, the
+loops beside a run. The runtime (llm_locust.runtime) is Locust's side, and only that: every module
+in it uses Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
+simulator (`sim/`) and the GPU sidecar (`gpu/`) are programs of their own, importing nothing else
+of the package.
 """
 
 from __future__ import annotations
@@ -97,7 +101,16 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _core(name: str) -> bool:
-    return any(name == f"llm_locust.{c}" or name.startswith(f"llm_locust.{c}.") for c in CORE)
+    return any(_in(name, c) for c in CORE)
+
+
+def _in(name: str, package: str) -> bool:
+    return name == f"llm_locust.{package}" or name.startswith(f"llm_locust.{package}.")
+
+
+# Parts of the web UI package (its __init__ is Locust's web UI wired up) that need no Locust
+# themselves: the page's data and the request guard; they stay with the web UI they serve.
+WEB_UI_PARTS = ("llm_locust.runtime.webui.data", "llm_locust.runtime.webui.guard")
 
 
 def test_no_import_cycles():
@@ -109,12 +122,12 @@ def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_core_never_imports_locust_gevent_or_the_runtime():
+def test_core_never_imports_locust_gevent_the_transport_or_the_runtime():
     _, edges, third = _graph()
     bad = {n: sorted(third[n] & set(EVENT_LOOP)) for n in edges if _core(n) and third[n] & set(EVENT_LOOP)}
     assert bad == {}
     into_runtime = {
-        n: sorted(e for e in edges[n] if e.startswith("llm_locust.runtime") or e == "llm_locust.users")
+        n: sorted(e for e in edges[n] if _in(e, "runtime") or _in(e, "transport") or e == "llm_locust.users")
         for n in edges
         if _core(n)
     }
@@ -141,6 +154,69 @@ def test_importing_the_whole_core_loads_no_event_loop():
         "import importlib, sys\n"
         f"for m in {core!r}: importlib.import_module(m)\n"
         f"print(sorted(k for k in sys.modules if k.split('.')[0] in {EVENT_LOOP!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_transport_never_imports_locust_or_the_runtime():
+    _, edges, third = _graph()
+    transport = [n for n in edges if _in(n, "transport")]
+    assert len(transport) > 10
+    assert {n: "locust" for n in transport if "locust" in third[n]} == {}
+    upward = {n: sorted(e for e in edges[n] if _in(e, "runtime") or e == "llm_locust.users") for n in transport}
+    assert {n: v for n, v in upward.items() if v} == {}
+
+
+def test_the_runtime_holds_only_modules_that_use_locust():
+    """A module in llm_locust.runtime imports Locust, or a runtime module that does: one that
+    needs neither belongs to the transport (gevent) or the core (no event loop)."""
+    _, edges, third = _graph()
+    runtime = {n for n in edges if _in(n, "runtime") and n != "llm_locust.runtime"}
+    uses = {n for n in runtime if "locust" in third[n]}
+    grew = True
+    while grew:
+        more = {n for n in runtime - uses if edges[n] & uses}
+        grew, uses = bool(more), uses | more
+    assert sorted(runtime - uses - set(WEB_UI_PARTS)) == []
+
+
+def test_the_checker_finds_a_runtime_module_without_locust(monkeypatch):
+    """What the rule above would say of a module moved back into the runtime without Locust."""
+    edges = {
+        "llm_locust.runtime.a": {"llm_locust.runtime.b"},
+        "llm_locust.runtime.b": set(),
+        "llm_locust.runtime.c": set(),
+    }
+    third = {"llm_locust.runtime.a": set(), "llm_locust.runtime.b": {"locust"}, "llm_locust.runtime.c": {"gevent"}}
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: ({}, edges, third))
+    try:
+        test_the_runtime_holds_only_modules_that_use_locust()
+    except AssertionError as e:
+        assert "llm_locust.runtime.c" in str(e) and "runtime.a" not in str(e)
+    else:
+        raise AssertionError("a runtime module without Locust passed")
+
+
+def test_the_simulator_and_the_gpu_sidecar_import_nothing_else_of_the_package():
+    _, edges, _ = _graph()
+    for package in ("sim", "gpu"):
+        outside = {
+            n: sorted(e for e in edges[n] if not _in(e, package) and e != "llm_locust")
+            for n in edges
+            if _in(n, package)
+        }
+        assert {n: v for n, v in outside.items() if v} == {}, package
+
+
+def test_importing_the_transport_loads_no_locust():
+    """Confirmed by the interpreter: every transport module imported, and Locust is not loaded."""
+    mods, _, _ = _graph()
+    transport = sorted(n for n in mods if _in(n, "transport"))
+    code = (
+        "import importlib, sys\n"
+        f"for m in {transport!r}: importlib.import_module(m)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] == 'locust'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

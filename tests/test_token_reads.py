@@ -14,12 +14,12 @@ from geventhttpclient import HTTPClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import llm_locust.runtime.client as client_mod
+import llm_locust.transport.http as client_mod
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import Limits, RequestSpec, StreamState
 from llm_locust.protocols.token_reads import text_template, token_read_matcher, whole_chunks
-from llm_locust.runtime.client import StreamClient, Timeouts, _Ended, _read_head, _Response, finish_record
+from llm_locust.transport.http import StreamClient, Timeouts, _Ended, _read_head, _Response, finish_record
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 

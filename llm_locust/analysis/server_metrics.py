@@ -2,7 +2,7 @@
 
 Names drift between servers and releases, so each quantity is looked up in a table of
 alternatives (the first present wins); which server it is, is detected from the names.
-Pure parsing and windowing here; `runtime.scraper.Scraper` is the small gevent loop the master runs.
+Pure parsing and windowing here; `transport.scraper.Scraper` is the small gevent loop the master runs.
 """
 
 from __future__ import annotations

@@ -442,7 +442,7 @@ class Aggregate:
                 self.structured_parsed += bool(parsed)
                 self.structured_valid += bool(extra.get("json_valid"))
             graded = extra.get("graded")
-            if graded is not None:  # set only on ok requests (runtime.graded)
+            if graded is not None:  # set only on ok requests (workload.graded)
                 self.graded += 1
                 self.correct += bool(graded)
 

@@ -50,7 +50,7 @@ _ADAPTERS: dict[str, Adapter] = {
 }
 API_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
 # take messages rather than a prompt (the server applies a chat template)
-# APIs over gRPC (HTTP/2), not HTTP/1.1 streams: their own client (runtime.grpc_client), no adapter
+# APIs over gRPC (HTTP/2), not HTTP/1.1 streams: their own client (transport.grpc_io), no adapter
 GRPC_APIS: tuple[str, ...] = ("vllm-grpc",)
 CHAT_APIS = ("openai-chat", "ollama-chat", "openai-responses", "anthropic-messages")
 # list their models at /v1/models, and their paths start with /v1
@@ -66,7 +66,7 @@ def get_adapter(name: str) -> Adapter:
 
 
 # request kinds whose reply is one JSON document (embeddings, rerank, score): the scenario API's
-# embed() / rerank() / score(), sent by runtime.client.JSONClient; not `--api` choices
+# embed() / rerank() / score(), sent by transport.http.JSONClient; not `--api` choices
 JSON_API_NAMES: tuple[str, ...] = tuple(JSON_ADAPTERS)
 
 

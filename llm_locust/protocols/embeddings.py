@@ -2,8 +2,8 @@
 
 Pure: `request(spec)` gives the path and body, `parse(body, spec)` reads a whole reply into a
 `Reply` or raises ProtocolError with a readable message (not JSON, a wrong shape, a wrong number
-of embeddings or scores, a field of the wrong type). The client (runtime.client.JSONClient) does
-the HTTP; the scenario API (runtime.scenario: embed, rerank, score) builds the specs.
+of embeddings or scores, a field of the wrong type). The client (transport.http.JSONClient) does
+the HTTP; the scenario API (workload.scenario: embed, rerank, score) builds the specs.
 
 The kind-specific request fields travel in `RequestSpec.extra_body` (`input`; `query` and
 `documents`; `text_1` and `text_2`), so a spec goes through LLMUser.send like any other.

@@ -15,7 +15,7 @@ they are not counted again). The engine does not detokenize: there is no text, o
 so output tokens are exact (the server's own per-chunk counts) and the record's text is None.
 
 Unlike the HTTP APIs the request carries no model name (a server serves one model); the client
-checks a requested name against GetModelInfo's `served_model_name` (see runtime.grpc_client).
+checks a requested name against GetModelInfo's `served_model_name` (see transport.grpc_io).
 """
 
 from __future__ import annotations

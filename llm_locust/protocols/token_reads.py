@@ -15,7 +15,7 @@ the same thing (one token, nothing else changed). The text must be valid JSON st
 without escapes (no quote, backslash or control byte; valid UTF-8): anything else, and any read
 that is not exactly that (two chunks, part of one, the last chunk, an extension), goes the
 general way. `whole_chunks` tells the client whether llhttp, fed a read, stopped at a chunk's
-end, where such a read may be taken past it (runtime/client.py, StreamClient._read_stream).
+end, where such a read may be taken past it (transport/http.py, StreamClient._read_stream).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ tables, the metrics, the record log and the web view (runtime.users.account), ev
 A secret shorter than 4 characters is not masked (it would mask ordinary text).
 
 URLs the run reads beside its target (--server-metrics, --gpu-metrics) may carry credentials:
-`protect_url` registers them where the URL is read (runtime/scraper.py), so the same mask covers
+`protect_url` registers them where the URL is read (transport/scraper.py), so the same mask covers
 them in every output.
 """
 

@@ -11,7 +11,7 @@ Across workers the cluster replays the trace exactly once:
      worker) in a native thread, so heartbeats go on, then answers "llm_locust_ready";
   3. master, once all are ready: "llm_locust_go" {t0: wall-clock start}, the same for everyone;
   4. each worker dispatches its share from t0 on the master's clock (its measured offset to it,
-     runtime/clock.py, applied; measured afresh before it says ready) and answers "llm_locust_done".
+     transport/clock.py, applied; measured afresh before it says ready) and answers "llm_locust_done".
 In a LocalRunner the same happens in-process with the share (0, 1).
 
 The dispatcher is one greenlet per process, whatever the number of ReplayUsers there: Locust's
@@ -37,16 +37,16 @@ from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report.masking import protect
-from llm_locust.runtime.client import fetch_models
-from llm_locust.runtime.clients import main_client
-from llm_locust.runtime.graded import maybe_graded
 from llm_locust.runtime.hub import hub
-from llm_locust.runtime.sessions import SessionRunner, load_workload, run_nonce, sleep_until
 from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
+from llm_locust.transport.clients import main_client
+from llm_locust.transport.http import fetch_models
+from llm_locust.transport.session_runner import SessionRunner, load_workload, run_nonce, sleep_until
 from llm_locust.workload.arrivals import share_offsets
 from llm_locust.workload.cancel import process_plan
+from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
@@ -203,13 +203,13 @@ class Dispatcher:
         split = s.model_split
         self.model_split = None
         if len(split) > 1:
-            from llm_locust.runtime.routing import ModelSplit
+            from llm_locust.workload.routing import ModelSplit
 
             self.model_split = ModelSplit(split, seed=seed)
         urls = s.endpoint_list or [self.host]
         self.router = None
         if len(urls) > 1:
-            from llm_locust.runtime.routing import Router
+            from llm_locust.workload.routing import Router
 
             self.router = Router(urls, s.route, seed=seed)
             self.clients = {u: self._client(u) for u in urls}
@@ -254,7 +254,7 @@ class Dispatcher:
             self._prepare()
             s = self.settings
             window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
-            # t0_wall is on the master's clock: this worker's offset to it (runtime/clock.py) applied
+            # t0_wall is on the master's clock: this worker's offset to it (transport/clock.py) applied
             t0 = time.perf_counter() + (t0_wall - self.metrics.clock.master_time())
             self.metrics.start_warmup(t0)  # --run-warmup: trace time from the replay's first record
             g = self.pass_greenlet = gevent.spawn(self.replay_pass, t0, window)
@@ -265,7 +265,7 @@ class Dispatcher:
 
     def replay_pass(self, t0: float, window: ReplayWindow) -> None:
         """Send the records of one window on schedule from perf_counter time t0; a session trace's
-        sessions start at their times, their later turns follow their replies (runtime.sessions)."""
+        sessions start at their times, their later turns follow their replies (transport.session_runner)."""
         trace, runner = self.trace, self.runner
         assert trace is not None, "a pass after load()"
         due = due_times(trace.arrivals, window)
@@ -382,7 +382,7 @@ class Dispatcher:
             router.started(url)
         headers = self.settings.session_header_names
         if session is not None and headers:
-            from llm_locust.runtime.routing import session_headers
+            from llm_locust.workload.routing import session_headers
 
             spec.headers = {**(spec.headers or {}), **session_headers(headers, session)}
 
@@ -605,7 +605,7 @@ def _install_worker(env: Environment, runner: WorkerRunner) -> None:
         protect(settings.api_key)
         d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
         d.load()
-        hub(env).sync_clock()  # the offset to the master's clock, fresh for t0 (runtime/clock.py)
+        hub(env).sync_clock()  # the offset to the master's clock, fresh for t0 (transport/clock.py)
         runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
 
     def on_go(environment, msg, **_kw) -> None:

@@ -22,7 +22,7 @@ from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
-from llm_locust.runtime import clock
+from llm_locust.transport import clock
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class WorkerState:
         self.left_at: float | None = None  # quit on its own, after its final report
         self.lost = 0  # requests it had in flight that never got an outcome (set at the end)
         self.record_log: list[str] = []  # its record log's lost records, as its last report said
-        self.clock: dict[str, Any] | None = None  # its offset to the master's clock (runtime/clock.py)
+        self.clock: dict[str, Any] | None = None  # its offset to the master's clock (transport/clock.py)
 
     @property
     def in_flight_reported(self) -> int:
@@ -126,7 +126,7 @@ class MetricsHub:
         # in which what is sent is warm-up (WARMUP_STEP), and when they end (perf_counter)
         self.warmup_s = 0.0
         self.warmup_until: float | None = None
-        # a worker's offset to the master's clock (runtime/clock.py): its replay starts and its
+        # a worker's offset to the master's clock (transport/clock.py): its replay starts and its
         # requests are placed (wall_sent, the per-second series) on the master's clock
         self.clock = clock.ClockSync(clock.align_enabled())
 
@@ -602,7 +602,7 @@ def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunne
     # read by Locust each time a worker connects or sends a heartbeat
     locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
     events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
-    runner.register_message(  # a worker's clock round trip, answered at once (runtime/clock.py)
+    runner.register_message(  # a worker's clock round trip, answered at once (transport/clock.py)
         clock.PING, lambda environment, msg, **_kw: runner.send_message(clock.PONG, clock.answer(msg.data), msg.node_id)
     )
 

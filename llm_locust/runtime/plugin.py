@@ -26,8 +26,8 @@ from llm_locust.report.results import write_results
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.hub import MetricsHub, install
-from llm_locust.runtime.signals import Stopper
 from llm_locust.settings import derive
+from llm_locust.transport.signals import Stopper
 
 log = logging.getLogger(__name__)
 _connected = False  # a worker process got its init event: it reached the master
@@ -55,7 +55,7 @@ if "--worker" in sys.argv:
 
 def _server_scraper(environment, settings, url: str):
     """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
-    from llm_locust.runtime.scraper import Scraper
+    from llm_locust.transport.scraper import Scraper
 
     if url == "off" or not (url or environment.host):
         return None
@@ -74,7 +74,7 @@ def _server_scrapers(environment, settings) -> dict:
     """{endpoint URL: Scraper}: every endpoint's /metrics (--host first, then --endpoints; the
     first one's URL is --server-metrics when given), or {} with --server-metrics off. The first
     is what `server_metrics` in the results, the web UI and the efficiency table read."""
-    from llm_locust.runtime.scraper import server_scrapers
+    from llm_locust.transport.scraper import server_scrapers
 
     if settings.api in GRPC_APIS and not settings.server_metrics:
         return {}  # a gRPC port answers no HTTP/1.1 GET: only a --server-metrics URL is read
@@ -272,7 +272,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     command = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
     check_outputs(*run_files(settings, plan=plan_path(command)))
     # reads and checks the whole file, keeps almost none of it (the senders load their shares)
-    from llm_locust.runtime.sessions import load_workload
+    from llm_locust.transport.session_runner import load_workload
 
     work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
     h.info["workload"] = _workload_facts(work, settings)
@@ -293,7 +293,7 @@ def _preflight(environment, settings) -> None:
     """Does the target answer the API? One line and exit 3 (or 2) when it does not."""
     if not (settings.preflight and environment.host):
         return
-    from llm_locust.runtime import preflight
+    from llm_locust.transport import preflight
 
     headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
     problem = preflight.check(
@@ -316,7 +316,7 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
     def at_start(**_kw: Any) -> None:
         line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
         print(f"llm-locust: {line}", file=sys.stderr, flush=True)
-        from llm_locust.runtime.probe import probe_server
+        from llm_locust.transport.probe import probe_server
 
         if environment.host and not server_facts:
             headers = (
@@ -326,7 +326,7 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
 
     environment.events.test_start.add_listener(at_start)
     if getattr(environment.parsed_options, "headless", False):
-        from llm_locust.runtime.progress import Progress
+        from llm_locust.transport.progress import Progress
 
         run_time = getattr(environment.parsed_options, "run_time", None) or None
         due = (h.info.get("workload") or {}).get("planned")
@@ -473,7 +473,7 @@ def _workers(h: MetricsHub) -> list[dict[str, Any]]:
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
             "joined_at": w.joined_at,
-            "clock": w.clock,  # against the master's (runtime/clock.py): offset, uncertainty, flagged
+            "clock": w.clock,  # against the master's (transport/clock.py): offset, uncertainty, flagged
         }
         for w in h.workers.values()
     ]

@@ -1,7 +1,7 @@
 """Locust users that stream from an LLM server and time every token.
 
 `LLMUser` is a FastHttpUser: Locust's host, connection pool and settings apply. Each request
-goes through `StreamClient` (llm_locust.runtime.client), becomes one RequestRecord, folds into the
+goes through `StreamClient` (llm_locust.transport.http), becomes one RequestRecord, folds into the
 process's MetricsHub, and fires Locust's own request event with E2E as response_time and
 output tokens as response_length, so Locust's table means something.
 """
@@ -22,15 +22,15 @@ from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
-from llm_locust.runtime.client import StreamClient, fetch_models
-from llm_locust.runtime.clients import main_client
-from llm_locust.runtime.graded import grade_record, maybe_graded
 from llm_locust.runtime.hub import hub
-from llm_locust.runtime.scenario import LLMClient
-from llm_locust.runtime.sessions import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.settings.derive import from_options
+from llm_locust.transport.clients import main_client
+from llm_locust.transport.http import JSONClient, StreamClient, fetch_models
+from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.workload.cancel import process_plan
+from llm_locust.workload.graded import grade_record, maybe_graded
 from llm_locust.workload.prompts import PromptBuilder
+from llm_locust.workload.scenario import LLMClient
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, take_overlong, wants_text
 
@@ -68,7 +68,7 @@ class _ProcessContext:
         split = s.model_split
         self.model_split = None
         if len(split) > 1:
-            from llm_locust.runtime.routing import ModelSplit
+            from llm_locust.workload.routing import ModelSplit
 
             self.model_split = ModelSplit(split, seed=s.seed * 1_000_003 + index)
         self.sessions: SessionTrace | None = work if isinstance(work, SessionTrace) else None
@@ -87,7 +87,7 @@ class _ProcessContext:
         urls = s.endpoint_list
         self.router = None
         if len(urls) > 1:
-            from llm_locust.runtime.routing import Router
+            from llm_locust.workload.routing import Router
 
             self.router = Router(urls, s.route, seed=s.seed * 1_000_003 + index)
         self.session_headers = s.session_header_names
@@ -140,7 +140,7 @@ def _context(env: Environment) -> _ProcessContext:
 
 class LLMUser(FastHttpUser):
     """The base of every llm-locust user: the run's settings, host, key and metrics, and `self.llm`
-    (runtime.scenario.LLMClient) for scenarios written in Python. It has no task of its own:
+    (workload.scenario.LLMClient) for scenarios written in Python. It has no task of its own:
     StreamingUser replays the workload; a scenario defines its own @task methods."""
 
     abstract = True
@@ -178,6 +178,13 @@ class LLMUser(FastHttpUser):
         c.cancel = self.ctx.cancel
         return c
 
+    def json_client(self, adapter) -> JSONClient:
+        """A client for one non-streaming kind (embeddings, rerank, score) on this user's connections."""
+        s = self.ctx.settings
+        return JSONClient(
+            self._http, self._host_url, adapter, s.timeouts, headers=self.stream_headers(adapter), limits=s.limits
+        )
+
     def _discover_model(self) -> None:
         ctx = self.ctx
         if ctx.model_checked:
@@ -186,7 +193,7 @@ class LLMUser(FastHttpUser):
             if ctx.model_checked:
                 return
             if self.adapter is None:  # a gRPC server: its GetModelInfo names what it serves
-                from llm_locust.runtime.grpc_h2 import H2GrpcClient
+                from llm_locust.transport.grpc_h2 import H2GrpcClient
 
                 grpc = self.stream
                 assert isinstance(grpc, H2GrpcClient), "main_client's for a gRPC API"
@@ -232,7 +239,7 @@ class LLMUser(FastHttpUser):
     ) -> RequestRecord:
         """Send one request and account for it (under `name` in Locust's table); returns its record.
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
-        tokens an unbounded prefix cache could serve (runtime.sessions)."""
+        tokens an unbounded prefix cache could serve (transport.session_runner)."""
         ctx = self.ctx
         warmup = self.warmup_left > 0
         self.warmup_left -= warmup
@@ -244,7 +251,7 @@ class LLMUser(FastHttpUser):
             stream = self._stream_for(url)
             router.started(url)
         if session is not None and ctx.session_headers:
-            from llm_locust.runtime.routing import session_headers
+            from llm_locust.workload.routing import session_headers
 
             spec.headers = {**(spec.headers or {}), **session_headers(ctx.session_headers, session)}
 
@@ -307,7 +314,7 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
         rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
     if not rec.ok and rec.cause is None and rec.outcome not in _NOT_FAILED:
         rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
-    grade_record(rec)  # --graded: a graded item's reply, graded (runtime.graded)
+    grade_record(rec)  # --graded: a graded item's reply, graded (workload.graded)
     _note_workload(env, rec)
     hub(env).on_done(rec)
     if rec.outcome in _NOT_FAILED:

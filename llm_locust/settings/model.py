@@ -1717,7 +1717,7 @@ class Settings(BaseModel):
         return []
 
     def _cancel_problems(self) -> list[tuple[str, str]]:
-        """--cancel is carried out by the HTTP client (runtime/client.py), whoever sends."""
+        """--cancel is carried out by the HTTP client (transport/http.py), whoever sends."""
         if self.cancel and self.api in GRPC_APIS:
             return [("cancel", f"not for a gRPC API ({self.api}): the HTTP APIs only")]
         return []

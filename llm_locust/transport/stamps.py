@@ -1,7 +1,7 @@
 """Kernel receive timestamps of socket reads: the time a read's data reached the socket, not the
 time this process got round to reading it. Under load (a thousand streams whose tokens land
 together) the difference is tens of milliseconds; see docs/metrics.md. Used by a stream's own
-reads (runtime/client.py, read_stamped) and the pump's (runtime/pump.py)."""
+reads (transport/http.py, read_stamped) and the pump's (transport/pump.py)."""
 
 from __future__ import annotations
 

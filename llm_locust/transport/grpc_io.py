@@ -1,5 +1,5 @@
 """One streaming request over gRPC (vLLM's `VllmEngine/Generate`, served by `vllm serve --grpc`),
-timed per the metrics spec, with the contract of runtime.client.StreamClient.send.
+timed per the metrics spec, with the contract of transport.http.StreamClient.send.
 
 The messages are encoded and decoded by protocols.grpc_vllm (by hand: no protobuf runtime);
 grpcio carries them as raw bytes. One channel (one HTTP/2 connection, requests multiplexed on
@@ -46,7 +46,7 @@ from gevent import GreenletExit
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
-from llm_locust.runtime.client import finish_record
+from llm_locust.transport.http import finish_record
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ class _Watch:
     """No-progress watchdog: a timer in gevent's hub that cancels the call when no message came
     for `limit` seconds. Checks every tenth of the limit, at most every 100 ms (at least every
     5 ms): it fires within 10% (or 100 ms) of its value, as the HTTP client's watchdog does
-    (runtime/client.py)."""
+    (transport/http.py)."""
 
     __slots__ = ("limit", "last", "fired", "_timer", "_call")
 

@@ -49,8 +49,8 @@ from llm_locust.protocols.base import (
 from llm_locust.protocols.embeddings import Reply
 from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.protocols.token_reads import SCAN_LIMIT, token_read_matcher, whole_chunks
-from llm_locust.runtime.pump import PUMP
-from llm_locust.runtime.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
+from llm_locust.transport.pump import PUMP
+from llm_locust.transport.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
 from llm_locust.workload.cancel import CancelPlan
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ _WAITED = 0.0005
 # Paced streams' one-token reads recognised without parsing (protocols.token_reads); False reads
 # every byte the general way (tests compare the two).
 TOKEN_READS = True
-# ... and read by the process's one pump greenlet, many streams a wake-up (runtime/pump.py); False:
+# ... and read by the process's one pump greenlet, many streams a wake-up (transport/pump.py); False:
 # each stream's greenlet reads its own.
 PUMP_READS = True
 # Templates a stream may take for its token reads without one of them taking a read.
@@ -623,7 +623,7 @@ def _reader(sock, t_sent: float, watch: _Watch):  # noqa: C901 (per-chunk hot pa
         return data, arrival(anc, now, t_sent, off_ns)
 
     def via_pump(count_token_events, times: list[float]) -> tuple[bytes, float, int]:
-        """Reads taken by the process's pump while they are token reads (runtime/pump.py)."""
+        """Reads taken by the process's pump while they are token reads (transport/pump.py)."""
         return PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
 
     vars(read_stamped)["via_pump"] = via_pump  # an attribute of the function: _read_stream looks for it
@@ -749,7 +749,7 @@ class _Watch:
         self.limit = limit
         self.last = time.perf_counter()
         self.fired = False
-        self.on_fire = None  # set while the stream waits in the pump (runtime/pump.py): wakes it
+        self.on_fire = None  # set while the stream waits in the pump (transport/pump.py): wakes it
 
 
 class _Watchdog:
@@ -869,11 +869,11 @@ def _socket_alive(sock) -> bool:
 def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, limits: Limits | None = None) -> list[str]:
     """Model ids the server lists at /v1/models; [] (with a warning) when it lists none.
 
-    Bounded like every read outside the request path (runtime/probe.fetch): the header block to
+    Bounded like every read outside the request path (transport/probe.fetch): the header block to
     limits.head_bytes, the body to limits.body_bytes, the whole exchange to min(total timeout,
     60 s); any failure is a warning and []."""
     from llm_locust.protocols.openai import parse_models
-    from llm_locust.runtime.probe import fetch
+    from llm_locust.transport.probe import fetch
 
     lim = limits or Limits()
     url = base_url.rstrip("/") + "/v1/models"
@@ -957,7 +957,7 @@ class JSONClient(StreamClient):
 
     The record: n_in = the server's usage when it gives one, n_out = 0, extra["items"] = the
     embeddings returned or documents scored. What the reply held (scores; embeddings when asked
-    with collect_text) waits in `replies[request_id]` for the caller (runtime.scenario) to take."""
+    with collect_text) waits in `replies[request_id]` for the caller (workload.scenario) to take."""
 
     MAX_KEPT = 64  # replies nobody took: the oldest are dropped past this many
 

@@ -1,5 +1,5 @@
 """vLLM's gRPC `Generate` stream over our own HTTP/2 reader: the contract and the outcomes of
-runtime.grpc_client.GrpcStreamClient, at a fraction of its client cost.
+transport.grpc_io.GrpcStreamClient, at a fraction of its client cost.
 
 Why: grpcio hands each message to Python through its own layers and, under gevent, a thread
 switch; a worker read ~3,600 tokens per CPU-second that way (benchmarks/bench_grpc_ingest.py),
@@ -43,8 +43,8 @@ from gevent import GreenletExit
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
-from llm_locust.runtime.client import finish_record
-from llm_locust.runtime.grpc_client import _Ended, check_end, check_served, grpc_target, status_outcome
+from llm_locust.transport.grpc_io import _Ended, check_end, check_served, grpc_target, status_outcome
+from llm_locust.transport.http import finish_record
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9

@@ -25,7 +25,7 @@ import gevent
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
-from llm_locust.runtime.stamps import CMSG_SPACE, arrival
+from llm_locust.transport.stamps import CMSG_SPACE, arrival
 
 if TYPE_CHECKING:
     from select import epoll

@@ -1,6 +1,6 @@
 """The master's reads of a /metrics URL (the inference server's or the GPU sidecar's) during a test.
 
-Each read is bounded (runtime/probe.py `fetch`): the whole read within the scraper's `timeout`
+Each read is bounded (transport/probe.py `fetch`): the whole read within the scraper's `timeout`
 (2 s) and at most METRICS_BODY_BYTES; past either it is a failed read, counted, and the test goes
 on. A URL's credentials (http://user:password@host/metrics, a token in its query) are sent (Basic
 auth; the query as written) and registered as secrets, so every output masks them
@@ -19,7 +19,7 @@ import gevent
 
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, _figures, info_series, samples
 from llm_locust.report import masking
-from llm_locust.runtime.probe import fetch
+from llm_locust.transport.probe import fetch
 
 log = logging.getLogger(__name__)
 

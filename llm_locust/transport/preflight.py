@@ -12,7 +12,7 @@ stop, exit 3, naming the API and the endpoint. Under --mix the kinds' endpoints 
 /v1/rerank, /v1/score) are asked the same way, and the --api's own only when some requests are
 left to it (a pooling-only server, vLLM --runner pooling, has no /v1/chat/completions).
 
-Bounded like every read of a server outside the request path (runtime/probe.py `fetch`): each
+Bounded like every read of a server outside the request path (transport/probe.py `fetch`): each
 exchange may take --connect-timeout to connect, then REPLY_S (5 s, not an option: a server that
 answers at all answers these in milliseconds) for the whole reply; only the first MAX_BODY bytes of
 a body are read, a header block over MAX_HEAD bytes is a broken reply. A server that stalls, drips
@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
 from llm_locust.protocols.base import MAX_HEAD_BYTES, Timeouts
-from llm_locust.runtime.probe import Reply, fetch
+from llm_locust.transport.probe import Reply, fetch
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _judge(url: str, api: str, r: Reply) -> Problem | None:
 
 def _grpc(host: str, connect_timeout: float, total: float) -> Problem | None:
     """A gRPC server answers GetModelInfo within the connect timeout and `total` more."""
-    from llm_locust.runtime.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
 
     client = H2GrpcClient(
         host, timeouts=Timeouts(connect=connect_timeout, no_progress=total, total=connect_timeout + total)

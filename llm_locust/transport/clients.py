@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
-from llm_locust.runtime.client import StreamClient
+from llm_locust.transport.http import StreamClient
 
 
 def main_client(settings, host: str, http_client=None):
@@ -14,7 +14,7 @@ def main_client(settings, host: str, http_client=None):
     API, an H2GrpcClient (our own HTTP/2 reader: grpcio's client cost ~40x more per token) with
     the key as gRPC metadata (no HTTP client needed)."""
     if settings.api in GRPC_APIS:
-        from llm_locust.runtime.grpc_h2 import H2GrpcClient
+        from llm_locust.transport.grpc_h2 import H2GrpcClient
 
         key = settings.api_key
         return H2GrpcClient(

@@ -98,14 +98,7 @@ class LLMClient:
     def _json(self, kind: str):
         client = self._clients.get(kind)
         if client is None:
-            from llm_locust.runtime.client import JSONClient
-
-            user = self.user
-            adapter = get_json_adapter(kind)
-            s = user.ctx.settings
-            client = self._clients[kind] = JSONClient(
-                user._http, user.host, adapter, s.timeouts, headers=user.stream_headers(adapter), limits=s.limits
-            )
+            client = self._clients[kind] = self.user.json_client(get_json_adapter(kind))
         return client
 
     def send(self, api: str, spec: RequestSpec, *, name: str | None = None, keep_text: bool = False) -> LLMResult:

@@ -1,8 +1,8 @@
 """Reads of a server's bytes outside the request path, each bounded in size and time.
 
 `fetch` is the one way the runtime reads a server outside its requests: the start-of-test probe
-below, the preflight (runtime/preflight.py) and the /metrics scrapers (runtime/scraper.py) use it.
-Like the request path (runtime/client.py, protocols/base.py `Limits`), a reply's header block and
+below, the preflight (transport/preflight.py) and the /metrics scrapers (transport/scraper.py) use it.
+Like the request path (transport/http.py, protocols/base.py `Limits`), a reply's header block and
 body have size limits, the whole exchange a deadline, and every read yields to the event loop, so
 that a server sending an endless body, endless headers, a byte a second or nothing at all costs
 at most the deadline and a bounded buffer, never the run's timing or memory. The deadline is a
