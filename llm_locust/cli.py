@@ -125,35 +125,6 @@ def _read_plan(path: str, cli):
     return plan
 
 
-def context_length(host: str, api_key: str | None = None, timeout: float = 5.0) -> int | None:
-    """The server's context in tokens: /v1/models `max_model_len` (vLLM, the simulator), else
-    llama.cpp's /props `n_ctx` (top level or in default_generation_settings); None when neither
-    answers. Plain urllib: called before Locust (and gevent) are imported."""
-    import json
-    import urllib.request
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-    def get(path: str):
-        try:
-            req = urllib.request.Request(host.rstrip("/") + path, headers=headers)
-            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the user's own target
-                return json.loads(r.read())
-        except Exception:  # noqa: BLE001 - a server without that endpoint
-            return None
-
-    doc = get("/v1/models")
-    for m in (doc or {}).get("data") or [] if isinstance(doc, dict) else []:
-        if isinstance(m, dict) and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0:
-            return m["max_model_len"]
-    props = get("/props")
-    if isinstance(props, dict):
-        for d in (props, props.get("default_generation_settings") or {}):
-            if isinstance(d, dict) and isinstance(d.get("n_ctx"), int) and d["n_ctx"] > 0:
-                return d["n_ctx"]
-    return None
-
-
 def run(argv: list[str]) -> int:
     import json
     import os
@@ -262,6 +233,8 @@ def _start_sim(settings: Settings) -> SimProcess:
 
 def _with_overlong_tokens(settings: Settings, host: str) -> Settings | None:
     """--overlong-share without --overlong-tokens: the server's context plus 10% (None: it says none)."""
+    from llm_locust.transport.served import context_length
+
     ctx = context_length(host, settings.api_key)
     if ctx is None:
         print(

@@ -22,7 +22,8 @@ from geventhttpclient import HTTPClient
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, RequestSpec, Timeouts
-from llm_locust.transport.http import StreamClient, fetch_models
+from llm_locust.transport.http import StreamClient
+from llm_locust.transport.served import fetch_models
 
 SERVER = r"""
 import socket, socketserver, sys, threading, time

@@ -140,12 +140,28 @@ def test_the_model_list_is_a_bounded_read(mode):
     2.8 GB and a MemoryError with --no-preflight. Now at most the client's head and body limits,
     within min(the total timeout, 60 s), and a warning with no model."""
     from llm_locust.protocols.base import Limits, Timeouts
-    from llm_locust.transport.http import fetch_models
+    from llm_locust.transport.served import fetch_models
 
     with hostile_server(mode) as url:
         m = Measured(lambda: fetch_models(url, {}, Timeouts(2.0, 5.0, 4.0), Limits(body_bytes=MIB)))
     assert m.result == []
     assert m.seconds < 4.0 + 1.5 and m.peak < 8 * MIB and m.loop_gap < 0.25, m
+
+
+# ---- the context length (read by `llm-locust run --overlong-share` before Locust starts) ----
+
+
+@pytest.mark.parametrize("mode", ["endless-body", "endless-headers", "drip", "stall"])
+def test_the_context_length_read_is_bounded(mode):
+    """cli.context_length read /v1/models with urllib's r.read(): an endless body grew it to 3.3 GB
+    in 10 s and it never returned. Now each of its two reads ends within its timeout, over at
+    most 1 MiB, and a server that says nothing says no context length."""
+    from llm_locust.transport.served import CONTEXT_BODY_BYTES, context_length
+
+    with hostile_server(mode) as url:
+        m = Measured(lambda: context_length(url, timeout=1.0))
+    assert m.result is None
+    assert m.seconds < 2 * 1.0 + 1.0 and m.peak < 2 * CONTEXT_BODY_BYTES + 4 * MIB, m
 
 
 # ---- the /metrics scrapers ----

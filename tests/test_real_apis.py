@@ -102,7 +102,8 @@ def test_llama_server(llama, api):
 
 def test_model_listing_works_for_both(llama):
     """Both APIs are in OPENAI_APIS: the run lists the model at /v1/models with their headers."""
-    from llm_locust.transport.http import Timeouts, fetch_models
+    from llm_locust.transport.http import Timeouts
+    from llm_locust.transport.served import fetch_models
 
     for api in ("openai-responses", "anthropic-messages"):
         assert fetch_models(llama.url, request_headers(get_adapter(api), None), Timeouts()) == ["smollm2"]

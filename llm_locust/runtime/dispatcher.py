@@ -42,7 +42,7 @@ from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.transport.clients import main_client
-from llm_locust.transport.http import fetch_models
+from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import SessionRunner, load_workload, run_nonce, sleep_until
 from llm_locust.workload.arrivals import share_offsets
 from llm_locust.workload.cancel import process_plan

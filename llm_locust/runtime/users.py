@@ -25,7 +25,8 @@ from llm_locust.report.masking import mask, protect
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.derive import from_options
 from llm_locust.transport.clients import main_client
-from llm_locust.transport.http import JSONClient, StreamClient, fetch_models
+from llm_locust.transport.http import JSONClient, StreamClient
+from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.graded import grade_record, maybe_graded

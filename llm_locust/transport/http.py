@@ -866,35 +866,6 @@ def _socket_alive(sock) -> bool:
         return False
 
 
-def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, limits: Limits | None = None) -> list[str]:
-    """Model ids the server lists at /v1/models; [] (with a warning) when it lists none.
-
-    Bounded like every read outside the request path (transport/probe.fetch): the header block to
-    limits.head_bytes, the body to limits.body_bytes, the whole exchange to min(total timeout,
-    60 s); any failure is a warning and []."""
-    from llm_locust.protocols.openai import parse_models
-    from llm_locust.transport.probe import fetch
-
-    lim = limits or Limits()
-    url = base_url.rstrip("/") + "/v1/models"
-    try:
-        r = fetch(
-            url,
-            headers=headers,
-            connect_timeout=timeouts.connect,
-            total=min(timeouts.total, 60.0),
-            head_bytes=lim.head_bytes,
-            body_bytes=lim.body_bytes,
-        )
-        models = parse_models(r.body) if r.status == 200 else []
-        if not models:
-            log.warning("%s lists no model (HTTP %s); sending requests without one", url, r.status)
-        return models
-    except Exception as e:  # noqa: BLE001 - any failure here only costs the model name
-        log.warning("could not list models at %s: %s", url, e)
-        return []
-
-
 def _header_text(resp: HTTPSocketResponse, name: str) -> str:
     """A header's value ("" when absent): a header sent more than once comes as a list, its values
     joined as one (RFC 9110 5.3), so that it reads like a string."""
