@@ -89,7 +89,7 @@ class Result:
 def run(api: str, pieces: list[bytes] | bytes) -> Result:
     adapter = get_adapter(api)
     decoder = make_decoder(adapter)
-    state = StreamState(collect_text=True)
+    state = StreamState(keep_text=True)
     kinds = []
     for piece in [pieces] if isinstance(pieces, bytes) else pieces:
         for payload in decoder.feed(piece):
@@ -367,7 +367,7 @@ def test_wire_tgi_generate_stream_with_details_and_special_eos():
 
 def test_tgi_special_token_with_empty_text_is_a_token():
     event = b'{"index":3,"token":{"id":2,"text":"","logprob":-0.1,"special":true},"generated_text":null}'
-    state = StreamState(collect_text=True)
+    state = StreamState(keep_text=True)
     assert get_adapter("tgi").feed(event, state) == CONTENT and state.text == []
     plain = event.replace(b'"special":true', b'"special":false')
     assert get_adapter("tgi").feed(plain, StreamState()) == NO_TOKEN

@@ -98,7 +98,7 @@ class Result:
 def run(api: str, pieces: list[bytes] | bytes) -> Result:
     adapter = get_adapter(api)
     decoder = make_decoder(adapter)
-    state = StreamState(collect_text=True)
+    state = StreamState(keep_text=True)
     kinds = []
     for piece in [pieces] if isinstance(pieces, bytes) else pieces:
         for payload in decoder.feed(piece):
@@ -527,7 +527,7 @@ WRONG = [
 @pytest.mark.parametrize("api, event", WRONG, ids=[f"{a}-{i}" for i, (a, _) in enumerate(WRONG)])
 def test_wrong_types_and_bad_counts_are_protocol_errors(api, event):
     with pytest.raises(ProtocolError):
-        get_adapter(api).feed(orjson.dumps(event), StreamState(collect_text=True))
+        get_adapter(api).feed(orjson.dumps(event), StreamState(keep_text=True))
 
 
 @pytest.mark.parametrize("api", NEW_APIS)
@@ -595,7 +595,7 @@ def test_fuzzed_json_raises_only_protocol_errors():
         if isinstance(obj, dict) and rng.random() < 0.7:
             obj["type"] = rng.choice(types)
         for api in NEW_APIS:
-            state = StreamState(collect_text=True)
+            state = StreamState(keep_text=True)
             try:
                 kind = get_adapter(api).feed(json.dumps(obj).encode(), state)
             except ProtocolError:
@@ -793,11 +793,11 @@ def test_simulator_non_streaming_and_bad_requests(sim):
     assert post(sim.url, "/generate", {"text": "a", "sampling_params": []})[0] == 400
 
 
-def _sglang_state(body: bytes, collect_text: bool):
+def _sglang_state(body: bytes, keep_text: bool):
     adapter, decoder, state = (
         get_adapter("sglang-generate"),
         make_decoder(get_adapter("sglang-generate")),
-        StreamState(collect_text),
+        StreamState(keep_text),
     )
     kinds = [adapter.feed(p, state) for p in decoder.feed(body) + decoder.close()]
     return (
@@ -869,11 +869,11 @@ def test_sglang_counts_only_reading_agrees_with_reading_whole_events(body, monke
         ),
         "no-counts": sse([{"text": "A"}, {"text": "A b", "meta_info": {}}, b"[DONE]"], named=False),
     }
-    whole = _sglang_state(bodies[body], collect_text=True)
+    whole = _sglang_state(bodies[body], keep_text=True)
     monkeypatch.setattr(sglang, "COUNTS_ONLY_FROM", 0)
-    assert _sglang_state(bodies[body], collect_text=False) == whole
+    assert _sglang_state(bodies[body], keep_text=False) == whole
     monkeypatch.setattr(sglang, "COUNTS_ONLY_FROM", 1 << 30)
-    assert _sglang_state(bodies[body], collect_text=False) == whole
+    assert _sglang_state(bodies[body], keep_text=False) == whole
 
 
 def test_sglang_counts_only_reading_is_taken_and_still_checks_the_last_event(monkeypatch):
@@ -883,10 +883,10 @@ def test_sglang_counts_only_reading_is_taken_and_still_checks_the_last_event(mon
     whole_reads = []
     real = sglang.event_object
     monkeypatch.setattr(sglang, "event_object", lambda p, s: whole_reads.append(p) or real(p, s))
-    kinds, *_ = _sglang_state(_long_sglang(50), collect_text=False)
+    kinds, *_ = _sglang_state(_long_sglang(50), keep_text=False)
     assert kinds == [CONTENT] * 50 + [NO_TOKEN]
     assert len(whole_reads) == 2 and whole_reads[-1] == b"[DONE]"  # the last event (finish) and [DONE]
     # a broken last event is still an error, as a whole read finds it
     body = _long_sglang(3).replace(b'"length":3}', b'"length":3')
     with pytest.raises(ProtocolError):
-        _sglang_state(body, collect_text=False)
+        _sglang_state(body, keep_text=False)

@@ -83,7 +83,7 @@ def test_a_good_embeddings_reply_in_input_order():
             "usage": {"prompt_tokens": 9, "total_tokens": 9},
         }
     )
-    r = EMBEDDINGS.parse(body, emb_spec(["a", "b"]), keep=True)
+    r = EMBEDDINGS.parse(body, emb_spec(["a", "b"]), keep_text=True)
     assert r.items == 2 and r.usage_in == 9 and r.embeddings == [[0.25, -1.0], [0.5, 1]]
     assert EMBEDDINGS.parse(body, emb_spec(["a", "b"])).embeddings == []  # kept only when asked
     # no usage: no count; total_tokens when prompt_tokens is absent
@@ -95,7 +95,7 @@ def test_a_good_embeddings_reply_in_input_order():
         == 3
     )
     b64 = orjson.dumps({"data": [{"index": 0, "embedding": "AAAAAA=="}]})
-    assert EMBEDDINGS.parse(b64, emb_spec(["a"], encoding_format="base64"), keep=True).embeddings == ["AAAAAA=="]
+    assert EMBEDDINGS.parse(b64, emb_spec(["a"], encoding_format="base64"), keep_text=True).embeddings == ["AAAAAA=="]
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def sim(sims):
 def test_embeddings_from_the_simulator(sim):
     c = client_for(sim.url)
     texts = ["one two three", "four five", "six"]
-    rec = c.send(emb_spec(texts), f"e{next(ids)}", collect_text=True)
+    rec = c.send(emb_spec(texts), f"e{next(ids)}", keep_text=True)
     assert rec.ok, rec.error
     assert rec.status == 200 and rec.n_in == 6 and rec.n_in_source == "usage" and rec.n_out == 0
     assert rec.extra == {"items": 3} and rec.chunk_times == [] and rec.t_first is None
@@ -235,7 +235,7 @@ def test_embeddings_from_the_simulator(sim):
     reply = c.replies.pop(rec.request_id)
     assert len(reply.embeddings) == 3 and all(len(v) == 16 for v in reply.embeddings)
     # deterministic: the same text, the same vector; and the connection is kept alive
-    rec2 = c.send(emb_spec(["six"]), f"e{next(ids)}", collect_text=True)
+    rec2 = c.send(emb_spec(["six"]), f"e{next(ids)}", keep_text=True)
     assert c.replies.pop(rec2.request_id).embeddings[0] == reply.embeddings[2]
     assert len(c._kept_alive) == 1
 
@@ -387,7 +387,7 @@ def test_a_real_llama_server_embeds_and_our_token_count_is_its_usage(
         smollm2_model, binary=llama_server_bin, slots=2, ctx=2048, extra_args=["--embeddings", "--pooling", "mean"]
     ) as srv:
         c = client_for(srv.url, timeouts=Timeouts(5.0, 30.0, 60.0))
-        rec = c.send(RequestSpec(model="smollm2", extra_body={"input": texts}), "real-emb", collect_text=True)
+        rec = c.send(RequestSpec(model="smollm2", extra_body={"input": texts}), "real-emb", keep_text=True)
     assert rec.ok, rec.error
     reply = c.replies.pop(rec.request_id)
     assert rec.extra == {"items": 3} and len(reply.embeddings) == 3

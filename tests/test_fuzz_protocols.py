@@ -199,7 +199,7 @@ def read_stream(api: str, pieces: list[bytes]):
     Anything other than ProtocolError propagates (and fails the property)."""
     adapter = get_adapter(api)
     decoder = make_decoder(adapter)
-    state = StreamState(collect_text=True)
+    state = StreamState(keep_text=True)
     kinds: list[int] = []
     try:
         for piece in pieces:
@@ -240,7 +240,7 @@ def check_capture(case, pieces_a, pieces_b) -> None:
 
 def check_payload(api: str, payload: bytes) -> None:
     adapter = get_adapter(api)
-    state = StreamState(collect_text=True)
+    state = StreamState(keep_text=True)
     try:
         kind = adapter.feed(payload, state)
     except ProtocolError as e:

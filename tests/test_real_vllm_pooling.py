@@ -67,7 +67,7 @@ def count(vllm_server, smollm2_tokenizer):
 
 
 def send(client, body, collect=False):
-    rec = client.send(RequestSpec(model=MODEL, extra_body=body), f"vp{next(ids)}", collect_text=collect)
+    rec = client.send(RequestSpec(model=MODEL, extra_body=body), f"vp{next(ids)}", keep_text=collect)
     assert rec.outcome is Outcome.OK, rec.error
     assert rec.status == 200 and rec.n_out == 0 and rec.t_first is None
     assert rec.t_sent < rec.t_headers <= rec.t_end

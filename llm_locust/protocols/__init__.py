@@ -92,7 +92,7 @@ def make_decoder(
     if adapter.framing == "sse":
         decoder = SSEDecoder(max_event_bytes)
         read_events = getattr(adapter, "read_events", None)
-        if read_events is not None and state is not None and not state.collect_text:
+        if read_events is not None and state is not None and not state.keep_text:
             decoder.read_events = functools.partial(read_events, state=state)
         return decoder
     raise ValueError(f"unknown framing {adapter.framing!r} of adapter {adapter.name!r}")

@@ -107,7 +107,7 @@ class AnthropicAdapter:
                     return NO_TOKEN
                 if type(text) is not str:
                     raise wrong_type("delta.text", text, "a string")
-                if state.collect_text:
+                if state.keep_text:
                     state.text.append(text)
                 return CONTENT
             if dtype == "thinking_delta":
@@ -116,7 +116,7 @@ class AnthropicAdapter:
                     return NO_TOKEN
                 if type(text) is not str:
                     raise wrong_type("delta.thinking", text, "a string")
-                if state.collect_text:
+                if state.keep_text:
                     state.reasoning.append(text)
                 return REASONING
             if dtype == "input_json_delta":

@@ -73,7 +73,7 @@ class StreamState:
     """Everything an adapter learned from one response stream."""
 
     __slots__ = (
-        "collect_text",
+        "keep_text",
         "text",
         "reasoning",
         "usage_in",
@@ -89,10 +89,10 @@ class StreamState:
         "aux",
     )
 
-    def __init__(self, collect_text: bool = False) -> None:
-        self.collect_text = collect_text
-        self.text: list[str] = []  # visible output pieces (only when collect_text)
-        self.reasoning: list[str] = []  # reasoning pieces (only when collect_text)
+    def __init__(self, keep_text: bool = False) -> None:
+        self.keep_text = keep_text
+        self.text: list[str] = []  # visible output pieces (only when keep_text)
+        self.reasoning: list[str] = []  # reasoning pieces (only when keep_text)
         self.usage_in: int | None = None  # server's prompt token count
         self.usage_out: int | None = None  # server's final completion token count
         # prompt tokens the server says it served from its prefix cache (usage's cached_tokens,

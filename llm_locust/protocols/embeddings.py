@@ -115,7 +115,7 @@ class EmbeddingsAdapter(_JSONAdapter):
         x = spec.extra_body.get("input")
         return 1 if isinstance(x, str) or (isinstance(x, list) and x and type(x[0]) is int) else len(x or ())
 
-    def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply:
+    def parse(self, body: bytes, spec: RequestSpec, keep_text: bool = False) -> Reply:
         obj = _loads(body)
         data = _list(obj, "data")
         n = self.expected(spec)
@@ -144,7 +144,7 @@ class EmbeddingsAdapter(_JSONAdapter):
                 elif len(vec) != dims:
                     raise ProtocolError(f"data[{i}].embedding has {len(vec)} dimensions, data[0] {dims}")
             out[idx] = vec
-        return Reply(items=n, usage_in=_usage(obj), embeddings=out if keep else [])
+        return Reply(items=n, usage_in=_usage(obj), embeddings=out if keep_text else [])
 
 
 class RerankAdapter(_JSONAdapter):
@@ -154,7 +154,7 @@ class RerankAdapter(_JSONAdapter):
     name = "rerank"
     path = "/v1/rerank"
 
-    def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply:
+    def parse(self, body: bytes, spec: RequestSpec, keep_text: bool = False) -> Reply:
         obj = _loads(body)
         results = _list(obj, "results")
         n = len(spec.extra_body.get("documents") or ())
@@ -186,7 +186,7 @@ class ScoreAdapter(_JSONAdapter):
     name = "vllm-score"
     path = "/v1/score"
 
-    def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply:
+    def parse(self, body: bytes, spec: RequestSpec, keep_text: bool = False) -> Reply:
         obj = _loads(body)
         data = _list(obj, "data")
         t1, t2 = spec.extra_body.get("text_1"), spec.extra_body.get("text_2")

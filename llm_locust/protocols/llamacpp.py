@@ -41,7 +41,7 @@ class LlamaCppAdapter:
             if type(text) is not str:
                 raise wrong_type("content", text, "a string")
             kind = CONTENT
-            if state.collect_text:
+            if state.keep_text:
                 state.text.append(text)
         if obj.get("stop"):
             state.done = True

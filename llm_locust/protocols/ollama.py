@@ -62,13 +62,13 @@ class OllamaAdapter:
             if type(text) is not str:
                 raise wrong_type("content" if self.chat else "response", text, "a string")
             kind = CONTENT
-            if state.collect_text:
+            if state.keep_text:
                 state.text.append(text)
         if thinking:
             if type(thinking) is not str:
                 raise wrong_type("thinking", thinking, "a string")
             kind = kind or REASONING
-            if state.collect_text:
+            if state.keep_text:
                 state.reasoning.append(thinking)
         if obj.get("done"):
             state.done = True

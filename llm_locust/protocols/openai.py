@@ -220,20 +220,20 @@ class OpenAIAdapter:
                     calls = delta.get("tool_calls")
                     if not text and calls:
                         kind = TOOL_CALL  # generated tool-call tokens; no visible text
-                        if state.collect_text:
+                        if state.keep_text:
                             _collect_tool_calls(calls, state)
                 if text:
                     if type(text) is not str:
                         raise wrong_type("content" if delta is not None else "text", text, "a string")
                     kind = CONTENT
-                    if state.collect_text:
+                    if state.keep_text:
                         state.text.append(text)
                 if reasoning:
                     if type(reasoning) is not str:
                         raise wrong_type("reasoning", reasoning, "a string")
                     if not kind:
                         kind = REASONING
-                    if state.collect_text:
+                    if state.keep_text:
                         state.reasoning.append(reasoning)
                 reason = choice.get("finish_reason")
                 if reason:
@@ -288,7 +288,7 @@ class OpenAIAdapter:
         token: the text is not kept, no running count is kept (the first token event without
         one ended them), and it set no finish, final count, error or end."""
         if (
-            state.collect_text
+            state.keep_text
             or not state.cont_broken
             or state.finish_reason is not None
             or state.usage_out is not None

@@ -89,7 +89,7 @@ class ResponsesAdapter:
                 return NO_TOKEN
             if type(delta) is not str:
                 raise wrong_type("delta", delta, "a string")
-            if state.collect_text:
+            if state.keep_text:
                 state.text.append(delta)
             return CONTENT
         if typ in _REASONING:
@@ -98,7 +98,7 @@ class ResponsesAdapter:
                 return NO_TOKEN
             if type(delta) is not str:
                 raise wrong_type("delta", delta, "a string")
-            if state.collect_text:
+            if state.keep_text:
                 state.reasoning.append(delta)
             return REASONING
         if typ in _TOOL:

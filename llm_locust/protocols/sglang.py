@@ -53,7 +53,7 @@ class SGLangAdapter:
         return read_events(buf, pos, end, state)
 
     def feed(self, payload: bytes, state: StreamState) -> int:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
-        if not state.collect_text and len(payload) >= COUNTS_ONLY_FROM:
+        if not state.keep_text and len(payload) >= COUNTS_ONLY_FROM:
             kind = _counts_only(payload, state)
             if kind is not None:
                 return kind
@@ -83,7 +83,7 @@ class SGLangAdapter:
             else:  # incremental streaming output: the new piece only
                 piece = text
                 state.aux = prev + text
-            if piece and state.collect_text:
+            if piece and state.keep_text:
                 state.text.append(piece)
         kind = NO_TOKEN
         count = meta.get("completion_tokens")

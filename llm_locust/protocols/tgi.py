@@ -46,7 +46,7 @@ class TGIAdapter:
                 if text and type(text) is not str:
                     raise wrong_type("token.text", text, "a string")
                 kind = CONTENT
-                if text and not special and state.collect_text:
+                if text and not special and state.keep_text:
                     state.text.append(text)
         generated = obj.get("generated_text")
         if generated is not None:

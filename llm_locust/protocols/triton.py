@@ -42,6 +42,6 @@ class TritonAdapter:
             return NO_TOKEN
         if type(text) is not str:
             raise wrong_type("text_output", text, "a string")
-        if state.collect_text:
+        if state.keep_text:
             state.text.append(text)
         return CONTENT

@@ -364,7 +364,7 @@ class Dispatcher:
         spec,
         t_sched: float,
         source: str,
-        collect_text: bool = False,
+        keep_text: bool = False,
         session: str | None = None,
         ideal: int | None = None,
         released: float | None = None,
@@ -404,7 +404,7 @@ class Dispatcher:
         extra = {"on_record": on_record} if gate is not None else {}
         try:
             rec = client.send(
-                spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text or wants_text(spec), **extra
+                spec, rid, t_sched, on_cancel=done, step=step, keep_text=keep_text or wants_text(spec), **extra
             )  # structured output is checked
             done(rec)
             return rec

@@ -233,7 +233,7 @@ class LLMUser(FastHttpUser):
         source: str | None = None,
         *,
         name: str | None = None,
-        collect_text: bool | None = None,
+        keep_text: bool | None = None,
         stream: StreamClient | None = None,
         session: str | None = None,
         ideal: int | None = None,
@@ -266,9 +266,9 @@ class LLMUser(FastHttpUser):
                 router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
             account(self.environment, rec, name)
 
-        if collect_text is None and wants_text(spec):
-            collect_text = True  # a structured-output reply is checked against its schema
-        rec = (stream or self.stream).send(spec, rid, t_sched, on_cancel=done, step=step, collect_text=collect_text)
+        if keep_text is None and wants_text(spec):
+            keep_text = True  # a structured-output reply is checked against its schema
+        rec = (stream or self.stream).send(spec, rid, t_sched, on_cancel=done, step=step, keep_text=keep_text)
         done(rec)
         return rec
 
@@ -296,7 +296,7 @@ class LLMUser(FastHttpUser):
     def _session_send(
         self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal, keep_text: bool
     ) -> RequestRecord:
-        return self.send(spec, t_sched, source, session=session, ideal=ideal, collect_text=True if keep_text else None)
+        return self.send(spec, t_sched, source, session=session, ideal=ideal, keep_text=True if keep_text else None)
 
 
 # Ended by us, not by the server: cancelled at a stop, or by the client on purpose (--cancel)
@@ -396,7 +396,7 @@ class StreamingUser(LLMUser):
         )
         kind = None if graded else self.ctx.pick_kind()
         if kind is None:
-            self.send(spec, source=source, collect_text=True if graded else None)
+            self.send(spec, source=source, keep_text=True if graded else None)
         else:
             self._send_kind(kind, spec)
         if self.ctx.settings.think_time:

@@ -184,13 +184,13 @@ class H2GrpcClient:
         target: str,
         timeouts: Timeouts | None = None,
         metadata: dict[str, str] | None = None,
-        collect_text: bool = False,
+        keep_text: bool = False,
         limits: Limits | None = None,
         max_idle: int = 256,
     ) -> None:
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
-        self.collect_text = collect_text  # the API returns token ids only: records get no text
+        self.keep_text = keep_text  # the API returns token ids only: records get no text
         self.target, self.tls = grpc_target(target)
         host, _, port = self.target.rpartition(":")
         self.address = (host.strip("[]"), int(port))
@@ -660,7 +660,7 @@ class H2GrpcClient:
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
-        collect_text: bool | None = None,
+        keep_text: bool | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened (the contract

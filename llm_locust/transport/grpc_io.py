@@ -113,13 +113,13 @@ class GrpcStreamClient:
         target: str,
         timeouts: Timeouts | None = None,
         metadata: dict[str, str] | None = None,
-        collect_text: bool = False,
+        keep_text: bool = False,
         limits: Limits | None = None,
     ) -> None:
         grpc = self._grpc = _grpc()
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
-        self.collect_text = collect_text  # the API returns token ids only: records get no text
+        self.keep_text = keep_text  # the API returns token ids only: records get no text
         self.target, tls = grpc_target(target)
         # header names are lower case in HTTP/2; an Authorization header becomes gRPC metadata
         self.metadata = tuple((k.lower(), v) for k, v in (metadata or {}).items()) or None
@@ -192,7 +192,7 @@ class GrpcStreamClient:
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
-        collect_text: bool | None = None,
+        keep_text: bool | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened.
 

@@ -102,8 +102,8 @@ class _CancelAt(StreamState):
 
     __slots__ = ("stop_at",)
 
-    def __init__(self, collect_text: bool, stop_at: int) -> None:
-        super().__init__(collect_text)
+    def __init__(self, keep_text: bool, stop_at: int) -> None:
+        super().__init__(keep_text)
         self.stop_at = stop_at
 
 
@@ -129,7 +129,7 @@ class StreamClient:
         adapter: Adapter,
         timeouts: Timeouts | None = None,
         headers: dict[str, str] | None = None,
-        collect_text: bool = False,
+        keep_text: bool = False,
         limits: Limits | None = None,
     ) -> None:
         self.pool = http_client._connection_pool
@@ -139,7 +139,7 @@ class StreamClient:
         self.adapter = adapter
         self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()  # sizes accepted from the server (header block, one event)
-        self.collect_text = collect_text
+        self.keep_text = keep_text
         parts = urlsplit(base_url)
         self.prefix = parts.path.rstrip("/")
         self.netloc = parts.netloc
@@ -168,7 +168,7 @@ class StreamClient:
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
-        collect_text: bool | None = None,
+        keep_text: bool | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened.
@@ -193,9 +193,9 @@ class StreamClient:
         )
         if on_record is not None:
             on_record(rec)
-        collect = self.collect_text if collect_text is None else collect_text
+        keep = self.keep_text if keep_text is None else keep_text
         after_s, after_tok = self.cancel.draw() if self.cancel is not None else (0.0, 0)
-        state = _CancelAt(collect, after_tok) if after_tok else StreamState(collect)
+        state = _CancelAt(keep, after_tok) if after_tok else StreamState(keep)
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
         abort = _abort_timer(after_s)
@@ -345,7 +345,7 @@ class StreamClient:
             if (
                 template is not None
                 and TOKEN_READS
-                and not state.collect_text
+                and not state.keep_text
                 and sse is not None
                 and sse.read_events is None
             )
@@ -507,7 +507,7 @@ def finish_record(rec: RequestRecord, state: StreamState) -> None:
         rec.n_cached = state.usage_cached
     if state.extra:
         rec.extra = state.extra
-    if state.collect_text:
+    if state.keep_text:
         rec.text = "".join(state.text)
 
 
@@ -915,7 +915,7 @@ class JSONAdapter(Protocol):
 
     def request(self, spec: RequestSpec) -> tuple[str, bytes]: ...
 
-    def parse(self, body: bytes, spec: RequestSpec, keep: bool = False) -> Reply: ...
+    def parse(self, body: bytes, spec: RequestSpec, keep_text: bool = False) -> Reply: ...
 
 
 class JSONClient(StreamClient):
@@ -928,7 +928,7 @@ class JSONClient(StreamClient):
 
     The record: n_in = the server's usage when it gives one, n_out = 0, extra["items"] = the
     embeddings returned or documents scored. What the reply held (scores; embeddings when asked
-    with collect_text) waits in `replies[request_id]` for the caller (workload.scenario) to take."""
+    with keep_text) waits in `replies[request_id]` for the caller (workload.scenario) to take."""
 
     MAX_KEPT = 64  # replies nobody took: the oldest are dropped past this many
 
@@ -939,7 +939,7 @@ class JSONClient(StreamClient):
         adapter: JSONAdapter,
         timeouts: Timeouts | None = None,
         headers: dict[str, str] | None = None,
-        collect_text: bool = False,
+        keep_text: bool = False,
         limits: Limits | None = None,
     ) -> None:
         super().__init__(
@@ -950,7 +950,7 @@ class JSONClient(StreamClient):
             cast(Adapter, adapter),
             timeouts,
             {**(headers or {}), "Accept": "application/json"},
-            collect_text,
+            keep_text,
             limits,
         )
         self.json_adapter = adapter
@@ -964,13 +964,13 @@ class JSONClient(StreamClient):
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
-        collect_text: bool | None = None,
+        keep_text: bool | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         self._specs[request_id] = spec
         try:
             return super().send(
-                spec, request_id, t_sched, on_cancel, step=step, collect_text=collect_text, on_record=on_record
+                spec, request_id, t_sched, on_cancel, step=step, keep_text=keep_text, on_record=on_record
             )
         finally:
             self._specs.pop(request_id, None)
@@ -1018,7 +1018,7 @@ class JSONClient(StreamClient):
         del buf[:]
         spec = self._specs[rec.request_id]  # send() keeps it while the request is in flight
         try:
-            reply = self.json_adapter.parse(body, spec, keep=state.collect_text)
+            reply = self.json_adapter.parse(body, spec, keep_text=state.keep_text)
         except ProtocolError as e:
             ctype = _header_text(resp, "content-type") or "none"
             text = str(e) if "json" in ctype.lower() else f"{e} (content-type {ctype})"

@@ -109,9 +109,9 @@ class LLMClient:
             spec.model = user.ctx.model
         if api in JSON_API_NAMES:
             client = self._json(api)
-            rec = user.send(spec, name=name, collect_text=keep_text, stream=client)
+            rec = user.send(spec, name=name, keep_text=keep_text, stream=client)
             return LLMResult.of(rec, client.replies.pop(rec.request_id, None))
-        rec = user.send(spec, name=name, collect_text=keep_text, stream=self._stream(api))
+        rec = user.send(spec, name=name, keep_text=keep_text, stream=self._stream(api))
         return LLMResult.of(rec)
 
     def embed(
