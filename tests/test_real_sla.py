@@ -52,7 +52,10 @@ def test_sla_search_on_llama_server_finds_where_requests_queue(tmp_path, llama_s
         p, base = _run(tmp_path, srv.url, "-u", "1", "-t", "3s")
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         idle = base["summary"]["latency"]["ttft"]["p90"]
-        slo_ms = max(4 * idle * 1000, 40.0)
+        # four times one user's own p90, within 100..160 ms: a fresh-clone run of 2026-12-03 on a
+        # busy machine (vLLM on the other shard) measured one user's p90 at 55 ms against a 40 ms
+        # floor; sixteen users on four slots wait ~3 requests of 60-120 ms each, well above 160
+        slo_ms = min(max(4 * idle * 1000, 100.0), 160.0)
         p, r = _run(
             tmp_path,
             srv.url,
