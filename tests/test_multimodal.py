@@ -12,6 +12,7 @@ import pytest
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols.openai import CHAT
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.users import _note_workload
 from llm_locust.settings.model import Settings
 from llm_locust.workload import load_trace
@@ -74,7 +75,8 @@ def test_azure2025_image_counts_reach_the_request_and_the_results(tmp_path):
     trace = load_trace(str(p))
     b = builder(image_size="8x8", seed=3)
     agg = Aggregate()
-    env = SimpleNamespace(llm_structured=None)
+    env = SimpleNamespace()
+    run_context(env).structured = None
     counts = []
     for i in range(len(trace)):
         rec = trace[i]
@@ -173,7 +175,8 @@ def test_structured_output_rate_over_canned_replies(use_jsonschema):
     if not use_jsonschema:
         check._validator = None  # the built-in subset
     assert [check(t) for t in REPLIES] == [(True, True), (True, False), (False, False), (True, False), (True, True)]
-    env = SimpleNamespace(llm_structured=check)
+    env = SimpleNamespace()
+    run_context(env).structured = check
     agg = Aggregate()
     for i, text in enumerate(REPLIES + [None]):
         r = RequestRecord(
@@ -223,7 +226,9 @@ def test_audio_clips_reach_the_body_and_the_results():
     r = RequestRecord(
         request_id="1", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source="a:1"
     )
-    _note_workload(SimpleNamespace(llm_structured=None), r)
+    env = SimpleNamespace()
+    run_context(env).structured = None
+    _note_workload(env, r)
     agg = Aggregate()
     agg.add(r)
     merged = Aggregate()

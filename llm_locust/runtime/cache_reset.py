@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from llm_locust.runtime.context import run_context
 from llm_locust.transport.server_cache import Target
 
 log = logging.getLogger(__name__)
@@ -28,12 +29,12 @@ def install(env, settings) -> None:
         return  # refused by the settings' check: the reset endpoints are HTTP
     target = Target(env.host, request_headers(get_adapter(settings.api), settings.api_key))
     resets = LadderReset(target, between_steps=mode == "step")
-    env.llm_cache_reset = resets
+    run_context(env).cache_reset = resets
 
     def at_start(**_kw: Any) -> None:
         r = target.reset("before the run")
         resets.run = r.to_dict()
-        ladder = getattr(env, "llm_ladder", None)
+        ladder = run_context(env).ladder
         if ladder is not None and ladder.windows and ladder.windows[0].cache_reset is None:
             ladder.windows[0].cache_reset = r.to_dict()  # the first step started before test_start fired
         else:

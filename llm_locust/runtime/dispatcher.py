@@ -37,6 +37,7 @@ from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report.masking import protect
+from llm_locust.runtime.context import ReplayState, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.users import account
 from llm_locust.settings.derive import from_options
@@ -426,11 +427,8 @@ class Dispatcher:
 # ---- process wiring -------------------------------------------------------------------
 
 
-def _state(env: Environment) -> SimpleNamespace:
-    st = getattr(env, "llm_replay", None)
-    if st is None:
-        st = env.llm_replay = SimpleNamespace(dispatcher=None, ready={}, done={}, planned=[], go_sent=False)  # type: ignore[attr-defined]
-    return st
+def _state(env: Environment) -> ReplayState:
+    return run_context(env).replay_state()
 
 
 def _ladder_driven(settings: Settings) -> bool:
@@ -511,7 +509,7 @@ def _start_local(env: Environment) -> None:
     st = _state(env)
     if st.dispatcher is not None:
         return
-    settings = from_options(env.parsed_options)
+    settings = run_context(env).settings
     protect(settings.api_key)
     d = st.dispatcher = Dispatcher(env, settings, env.host or "", (0, 1))  # none: load() says so
 
@@ -552,7 +550,7 @@ def _install_master(env: Environment, runner: MasterRunner) -> None:
     def on_start(**_kw: Any) -> None:
         if not any(issubclass(u, ReplayUser) for u in env.user_classes):
             return
-        settings = from_options(env.parsed_options)
+        settings = run_context(env).settings
         if settings.ladder and not _ladder_driven(settings):
             return  # a concurrency ladder's locustfile has the open-loop class too, never spawned
         st = _state(env)
@@ -572,7 +570,7 @@ def _install_master(env: Environment, runner: MasterRunner) -> None:
         st.ready[msg.node_id] = msg.data
         if msg.data.get("error"):
             log.error("worker %s cannot replay: %s", msg.node_id, msg.data["error"])
-        if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(from_options(env.parsed_options)):
+        if set(st.ready) >= set(st.planned) and not st.go_sent and not _ladder_driven(run_context(env).settings):
             st.go_sent = True
             if any(d.get("error") for d in st.ready.values()):
                 _stop_test(env)

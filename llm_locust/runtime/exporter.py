@@ -39,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from llm_locust.metrics.aggregate import PHASE_LATENCIES, Aggregate, SparseHistogram
 from llm_locust.metrics.histogram import Histogram
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 
 log = logging.getLogger(__name__)
@@ -358,13 +359,13 @@ class LLMCollector:
 
 
 def registry_for(environment) -> CollectorRegistry:
-    reg = getattr(environment, "llm_prometheus", None)
-    if reg is None:
+    run = run_context(environment)
+    if run.prometheus is None:
         reg = CollectorRegistry(auto_describe=False)
         reg.register(LLMCollector(environment))
         ProcessCollector(registry=reg)  # process_resident_memory_bytes etc.: the soak dashboard
-        environment.llm_prometheus = reg
-    return reg
+        run.prometheus = reg
+    return run.prometheus
 
 
 def install(environment, port: int, host: str = "127.0.0.1") -> None:

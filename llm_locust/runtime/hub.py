@@ -22,6 +22,7 @@ from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
+from llm_locust.runtime.context import run_context
 from llm_locust.transport import clock
 
 log = logging.getLogger(__name__)
@@ -528,11 +529,10 @@ def _close_record_log(h: MetricsHub, wait: float = DRAIN_GRACE) -> None:
 
 def hub(environment: Environment) -> MetricsHub:
     """The environment's MetricsHub, created on first use."""
-    h = getattr(environment, "llm_metrics", None)
-    if h is None:
-        h = MetricsHub(environment)
-        environment.llm_metrics = h  # type: ignore[attr-defined]
-    return h
+    run = run_context(environment)
+    if run.hub is None:
+        run.hub = MetricsHub(environment)
+    return run.hub
 
 
 def _freeze_startup_objects() -> None:
@@ -625,10 +625,8 @@ def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunne
 def _warmup_seconds(environment: Environment) -> float:
     """--run-warmup in wall seconds from the test's start (a replay's is trace time: over --speed);
     0 in a ladder (each step warms up: --warmup) or without the run's options."""
-    from llm_locust.settings.derive import from_options
-
     try:
-        s = from_options(environment.parsed_options)
+        s = run_context(environment).settings
     except Exception:  # noqa: BLE001 - an environment without llm-locust's options (a test's, a bare Locust)
         return 0.0
     if not s.run_warmup or s.ladder:

@@ -25,6 +25,7 @@ from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import MetricsHub, install
 from llm_locust.settings import derive
 from llm_locust.transport.signals import Stopper
@@ -179,6 +180,10 @@ def _add_options(parser, **_kw: Any) -> None:
 
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
+    run = run_context(environment)
+    # first of the test_start listeners: the start form (master) and a spawn message (worker) have
+    # just written Locust's options, and every later listener reads the settings from them
+    environment.events.test_start.add_listener(lambda **_kw: run.options_changed())
     h = install(environment)
     from llm_locust.runtime import dispatcher
 
@@ -197,12 +202,12 @@ def _on_init(environment, **_kw: Any) -> None:
 def _init_runner(environment, h: MetricsHub) -> None:
     """The master's or the local runner's part: refuse what cannot run before any load, then the
     scrapers, the fail-fast, the web view, the progress line and the end of the run."""
-    stopper = Stopper(environment)
+    stopper = Stopper(environment, ladder=lambda: shapes.controller(environment))
     stopper.install()  # before the preflight and a ladder's shape: Ctrl-C / SIGTERM end the run cleanly
     environment.events.test_start.add_listener(lambda **_kw: setattr(stopper, "started", True))
     _refuse_without_target(environment)
     try:  # options and the workload, where they are given, before any load is sent
-        settings = derive.from_options(environment.parsed_options)
+        settings = run_context(environment).settings
         trace = _check(environment, settings, h)
         exporter.install(environment, settings.prometheus_port, settings.prometheus_host)
         scrapers = _server_scrapers(environment, settings)
@@ -331,7 +336,9 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
         run_time = getattr(environment.parsed_options, "run_time", None) or None
         due = (h.info.get("workload") or {}).get("planned")
         planned = (due["records"], due["seconds"]) if due else None
-        progress = Progress(environment, h, run_time, settings.progress_interval, planned)
+        progress = Progress(
+            environment, h, run_time, settings.progress_interval, planned, ladder=lambda: shapes.controller(environment)
+        )
         environment.events.test_start.add_listener(progress.start)
         environment.events.test_stop.add_listener(progress.stop)
     return server_facts
@@ -490,7 +497,7 @@ def _run_facts(environment, settings) -> dict[str, Any]:
         "load": _load(environment, settings),
         "name": settings.name,
         # --reset-cache: the reset before the run's load (a ladder's per step: ladder.windows)
-        "cache_reset": getattr(getattr(environment, "llm_cache_reset", None), "run", None),
+        "cache_reset": getattr(run_context(environment).cache_reset, "run", None),
     }
 
 

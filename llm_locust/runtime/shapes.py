@@ -36,6 +36,7 @@ from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
 
@@ -124,7 +125,7 @@ class LadderController:
                 return self._users(None)
             self._start_step(0, now, self._first_level())
             return self._users(self.windows[-1].level)
-        resets = getattr(self.env, "llm_cache_reset", None)
+        resets = run_context(self.env).cache_reset
         if resets is not None and resets.pending is not None:  # between two steps: the cache emptied first
             return resets.tick(self, now)
         cur = self.windows[-1]
@@ -150,7 +151,7 @@ class LadderController:
         return self._next_step(i, now)
 
     def _next_step(self, i: int, now: float, level: float | None = None) -> tuple | None:
-        resets = getattr(self.env, "llm_cache_reset", None)
+        resets = run_context(self.env).cache_reset
         if resets is not None and resets.between_steps:  # --reset-cache step (runtime/cache_reset.py)
             lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
             return resets.begin(self, i, level, now, now + self.request_timeout + lag, DRAIN_STEP)
@@ -268,7 +269,7 @@ class LadderController:
     def _start_step(self, i: int, now: float, level: float | None = None) -> None:
         level = self.ladder.levels[i] if level is None else level
         w = StepWindow(index=i + 1, level=level, started=now)
-        resets = getattr(self.env, "llm_cache_reset", None)
+        resets = run_context(self.env).cache_reset
         w.cache_reset = resets.take() if resets is not None else None
         self.windows.append(w)
         if self.search is not None:
@@ -487,7 +488,7 @@ def _replay_user_class():
 
 
 def controller(env: Environment) -> LadderController | None:
-    return getattr(env, "llm_ladder", None)
+    return run_context(env).ladder
 
 
 def install(env: Environment, settings) -> None:
@@ -512,14 +513,14 @@ def install(env: Environment, settings) -> None:
                     "give at least one --slo, e.g. --slo ttft=500ms or --slo e2e_p99=2s"
                 ]
             )
-    env.llm_ladder = LadderController(  # type: ignore[attr-defined]  # our per-run state rides on Locust's Environment
+    ctl = run_context(env).ladder = LadderController(
         env,
         ladder,
         settings.slos,
         settings.early_stop_rule(),
         request_timeout=settings.request_timeout,
     )
-    env.llm_ladder.burst_limit = settings.burst_recovery  # type: ignore[attr-defined]
+    ctl.burst_limit = settings.burst_recovery
 
 
 def renew(env: Environment) -> None:
@@ -528,8 +529,8 @@ def renew(env: Environment) -> None:
     ctl = controller(env)
     if ctl is None or not ctl.windows:
         return
-    env.llm_ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)  # type: ignore[attr-defined]
-    env.llm_ladder.burst_limit = getattr(ctl, "burst_limit", 0.0)  # type: ignore[attr-defined]
+    fresh = run_context(env).ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)
+    fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
     log.info("new ladder run from step 1")
 
 

@@ -22,8 +22,8 @@ from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.report.masking import mask, protect
+from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
-from llm_locust.settings.derive import from_options
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
@@ -56,11 +56,12 @@ class Workload:
         return self.builder.spec(rec, rec.model if self.trace_models and rec.model else model), rec.source
 
 
-class _ProcessContext:
-    """Per-process state set up once at test start: settings, workload, model name."""
+class UsersState:
+    """The closed-loop users' shared state in one process, set up when the first one starts:
+    settings, workload, model name, router, draws (RunContext.users)."""
 
     def __init__(self, env: Environment) -> None:
-        s = self.settings = from_options(env.parsed_options)
+        s = self.settings = run_context(env).settings
         protect(s.api_key)
         work = load_workload(s.trace_path, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
@@ -132,11 +133,11 @@ class _ProcessContext:
         return None
 
 
-def _context(env: Environment) -> _ProcessContext:
-    ctx = getattr(env, "llm_context", None)
-    if ctx is None:
-        ctx = env.llm_context = _ProcessContext(env)  # type: ignore[attr-defined]
-    return ctx
+def _users_state(env: Environment) -> UsersState:
+    run = run_context(env)
+    if run.users is None:
+        run.users = UsersState(env)
+    return run.users
 
 
 class LLMUser(FastHttpUser):
@@ -156,7 +157,7 @@ class LLMUser(FastHttpUser):
 
     def on_start(self) -> None:
         env = self.environment
-        self.ctx = _context(env)
+        self.ctx = _users_state(env)
         s = self.ctx.settings
         self.metrics = hub(env)
         self.metrics.slos = s.request_slos
@@ -339,22 +340,19 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     )
 
 
-_NO_CHECK = object()
-
-
 def _structured_check(env: Environment):
     """The run's structured-output check (--response-format), made once per process; None without one."""
-    check = getattr(env, "llm_structured", _NO_CHECK)
-    if check is _NO_CHECK:
+    run = run_context(env)
+    if run.structured is UNSET:
         check = None
         try:
-            path = from_options(env.parsed_options).response_format
+            path = run.settings.response_format
         except Exception:  # noqa: BLE001 - no settings (a bare Environment in tests): no check
             path = ""
         if path:
             check = StructuredCheck.from_file(path)
-        env.llm_structured = check  # type: ignore[attr-defined]
-    return check
+        run.structured = check
+    return run.structured
 
 
 def _note_workload(env: Environment, rec: RequestRecord) -> None:

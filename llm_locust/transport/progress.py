@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +116,10 @@ class Progress:
         interval: float = DEFAULT_INTERVAL,
         planned: tuple[int, float] | None = None,
         live: bool | None = None,
+        ladder: Callable[[], Any] = lambda: None,
     ) -> None:
         self.env, self.hub, self.run_time, self.interval = environment, hub, run_time, interval
+        self.ladder = ladder  # the ladder's controller now (the runtime's), or None
         self.planned = planned  # a replay's (records due, seconds until the last is due)
         self.live = sys.stderr.isatty() if live is None else live
         self._greenlet: gevent.Greenlet | None = None
@@ -157,7 +160,7 @@ class Progress:
 
     def _ladder(self) -> tuple[str | None, str | None, float | None]:
         """The ladder's step ("step k/N (kind level)"), its phase and planned seconds, or Nones."""
-        ctl = getattr(self.env, "llm_ladder", None)
+        ctl = self.ladder()
         if ctl is None or not ctl.windows:
             return None, None, None
         w = ctl.windows[-1]

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -30,8 +31,9 @@ from llm_locust.report.outcome import SIGNAL_EXIT, Interruption
 class Stopper:
     """The process's signal handling for one Locust environment (master or local runner)."""
 
-    def __init__(self, environment: Any) -> None:
+    def __init__(self, environment: Any, ladder: Callable[[], Any] = lambda: None) -> None:
         self.env = environment
+        self.ladder = ladder  # the ladder's controller now (the runtime's), or None
         self.interruption: Interruption | None = None
         self.signals = 0
         self.started = False  # the test has started: a signal stops it gracefully
@@ -67,7 +69,7 @@ class Stopper:
         """Where the run is: before the test, ramp-up, step k of N, running, shutdown."""
         if not self.started:
             return self.phase
-        ctl = getattr(self.env, "llm_ladder", None)
+        ctl = self.ladder()
         if ctl is not None and ctl.windows:
             w = ctl.windows[-1]
             part = "warm-up" if w.measured_from is None else "measurement"

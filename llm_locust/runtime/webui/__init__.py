@@ -30,6 +30,7 @@ import gevent
 import orjson
 
 from llm_locust.report import masking
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 
 log = logging.getLogger(__name__)
@@ -176,12 +177,12 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     lag = REPORT_LAG if isinstance(environment.runner, MasterRunner) else 1.0
     if shapes.controller(environment) is not None:
         saturation.preload()  # the view computes verdicts while the ladder runs: import kneed now
-    view = LiveView()
-    environment.llm_webui = view
+    run = run_context(environment)
+    view = run.live_view = LiveView()
     shown_run = [h.run_number]
     clock = RunClock(environment)
     clock.install()
-    environment.llm_run_clock = clock
+    run.run_clock = clock
 
     def get_inputs() -> Inputs:
         return _inputs(environment, h, scraper, gpu_scraper, lag, clock)
@@ -190,7 +191,7 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
         nonlocal view
         if shown_run[0] != h.run_number:  # a new test: start the charts and caches afresh
             shown_run[0] = h.run_number
-            view = environment.llm_webui = LiveView()
+            view = run.live_view = LiveView()
         return view
 
     prefix = (getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")

@@ -1,0 +1,53 @@
+"""One run's state in one process (runtime/context.py): one object per Environment, the settings
+read from Locust's options once and again only after Locust writes them (the plugin's first
+test_start listener), each part found where it was put."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+from llm_locust.runtime import context
+from llm_locust.runtime.context import UNSET, ReplayState, run_context
+from llm_locust.settings import derive
+
+
+def _options(*argv: str) -> argparse.Namespace:
+    """Locust's own parser with our options on it, as a Locust process parses its command line."""
+    from locust.argument_parser import get_empty_argument_parser, setup_parser_arguments
+
+    parser = get_empty_argument_parser()
+    setup_parser_arguments(parser)
+    derive.add_locust_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_one_context_per_environment_and_each_part_found_where_it_was_put():
+    a, b = SimpleNamespace(parsed_options=_options()), SimpleNamespace(parsed_options=_options())
+    assert run_context(a) is run_context(a) and run_context(a) is not run_context(b)
+    run_context(a).ladder = "the controller"  # type: ignore[assignment]
+    assert run_context(a).ladder == "the controller" and run_context(b).ladder is None
+    st = run_context(a).replay_state()
+    assert isinstance(st, ReplayState) and run_context(a).replay_state() is st and run_context(b).replay is None
+    assert run_context(a).structured is UNSET  # not made yet; None once made without a check
+
+
+def test_the_settings_are_read_once_and_again_after_locust_writes_its_options(monkeypatch):
+    """Read per use, as seven places did (once per worker message in the dispatcher), the settings
+    cost a validation each time; read once, they must still follow the options Locust writes
+    before test_start (the web UI's start form, a worker's spawn message)."""
+    calls = []
+    real = derive.from_options
+    monkeypatch.setattr(context, "from_options", lambda ns: calls.append(1) or real(ns))
+    env = SimpleNamespace(parsed_options=_options("--seed", "3"))
+    run = run_context(env)
+    assert [run.settings.seed for _ in range(5)] == [3] * 5 and len(calls) == 1
+    vars(env.parsed_options).update({"seed": 11})  # what a spawn message's update does
+    assert run.settings.seed == 3  # not read again until Locust says it wrote them
+    run.options_changed()
+    assert run.settings.seed == 11 and len(calls) == 2
+
+
+def test_an_environment_without_llm_locusts_options_raises_as_from_options_does():
+    run = run_context(SimpleNamespace(parsed_options=None))
+    assert run.settings == derive.from_options(None)  # the defaults: a bare namespace reads none
