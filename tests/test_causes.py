@@ -223,7 +223,7 @@ def test_locust_failure_rows_collapse_while_records_keep_the_exact_words():
     from locust.env import Environment
 
     from llm_locust.runtime.hub import hub
-    from llm_locust.runtime.users import account
+    from llm_locust.runtime.send import account
 
     env = Environment()
     env.create_local_runner()  # its request listener fills env.stats, Locust's own table
@@ -272,7 +272,7 @@ def test_locust_failure_rows_collapse_while_records_keep_the_exact_words():
 def test_account_leaves_ok_and_cancelled_without_a_cause():
     from locust.env import Environment
 
-    from llm_locust.runtime.users import account
+    from llm_locust.runtime.send import account
 
     env = Environment()
     fired = []

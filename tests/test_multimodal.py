@@ -13,7 +13,7 @@ from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols.openai import CHAT
 from llm_locust.runtime.context import run_context
-from llm_locust.runtime.users import _note_workload
+from llm_locust.runtime.send import _note_workload
 from llm_locust.settings.model import Settings
 from llm_locust.workload import load_trace
 from llm_locust.workload.formats.base import TraceError

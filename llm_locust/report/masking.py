@@ -2,7 +2,7 @@
 
 The process registers its secrets once (`SECRETS.add`: the API key at init); every way out of the
 process passes through `mask`: each finished request's error text before it reaches Locust's
-tables, the metrics, the record log and the web view (runtime.users.account), every log line
+tables, the metrics, the record log and the web view (runtime.send.account), every log line
 (`LogFilter` on the root handlers: Locust's stderr too), and the results and report files.
 A secret shorter than 4 characters is not masked (it would mask ordinary text).
 

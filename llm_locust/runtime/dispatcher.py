@@ -33,13 +33,13 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report.masking import protect
 from llm_locust.runtime.context import ReplayState, run_context
 from llm_locust.runtime.hub import hub
-from llm_locust.runtime.users import account
+from llm_locust.runtime.send import SendPath
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.transport.clients import main_client
@@ -51,7 +51,7 @@ from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
-from llm_locust.workload.specs import SpecBuilder, wants_text
+from llm_locust.workload.specs import SpecBuilder
 from llm_locust.workload.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,13 @@ class Dispatcher:
             self.clients = {u: self._client(u) for u in urls}
             if self.model_split is not None:  # which endpoint serves which model
                 self.router.serve({u: fetch_models(u, self._headers(), s.timeouts, s.limits) for u in urls})
+        self.send_path = SendPath(
+            self.env,
+            new_id=lambda: f"{self.metrics.id_prefix}-{self.sent}",
+            client_for=lambda url: self.clients[url],
+            router=self.router,
+            session_header_names=tuple(s.session_header_names),
+        )
         self.runner = None
         if isinstance(self.trace, SessionTrace):
             self.runner = SessionRunner(
@@ -373,27 +380,7 @@ class Dispatcher:
         """Send with a slot already taken (`_acquire_slot`, which says when it `released` a held
         one); gives it back at the end."""
         self.sent += 1
-        metrics = self.metrics
-        step = metrics.on_sent()
-        rid = f"{metrics.id_prefix}-{self.sent}"
-        client, url, router = self.client, None, self.router
-        if router is not None:
-            url = router.pick(session, spec.model)
-            client = self.clients[url]
-            router.started(url)
-        headers = self.settings.session_header_names
-        if session is not None and headers:
-            from llm_locust.workload.routing import session_headers
-
-            spec.headers = {**(spec.headers or {}), **session_headers(headers, session)}
-
-        def done(rec: RequestRecord) -> None:
-            rec.session, rec.ideal_cached, rec.model, rec.t_released = session, ideal, spec.model, released
-            if url is not None and router is not None:  # a URL is picked by the router only
-                rec.endpoint = url
-                router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
-            self._account(rec, source)
-
+        step = self.metrics.on_sent()
         gate = self.prefill
         made: list[RequestRecord] = []  # the record, once the client made it (--max-prefill)
 
@@ -402,13 +389,19 @@ class Dispatcher:
             assert gate is not None, "handed over only with --max-prefill"
             gate.started(rec)
 
-        extra = {"on_record": on_record} if gate is not None else {}
         try:
-            rec = client.send(
-                spec, rid, t_sched, on_cancel=done, step=step, keep_text=keep_text or wants_text(spec), **extra
-            )  # structured output is checked
-            done(rec)
-            return rec
+            return self.send_path.send(
+                self.client,
+                spec,
+                t_sched,
+                source,
+                step,
+                session=session,
+                ideal=ideal,
+                keep_text=keep_text,
+                released=released,
+                on_record=on_record if gate is not None else None,
+            )
         finally:
             self._in_flight -= 1
             self._slot_free.set()
@@ -418,10 +411,6 @@ class Dispatcher:
     def _session_send(self, spec, t_sched: float, source: str, session: str, ideal, keep_text: bool) -> RequestRecord:
         released = self._acquire_slot(t_sched)
         return self._send(spec, t_sched, source, keep_text, session, ideal, released)
-
-    def _account(self, rec: RequestRecord, source: str) -> None:
-        rec.source = source
-        account(self.env, rec)
 
 
 # ---- process wiring -------------------------------------------------------------------

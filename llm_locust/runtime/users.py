@@ -18,28 +18,25 @@ import gevent.lock
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
-from llm_locust.report.masking import mask, protect
-from llm_locust.runtime.context import UNSET, run_context
+from llm_locust.report.masking import protect
+from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.runtime.send import SendPath
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn, run_nonce
 from llm_locust.workload.cancel import process_plan
-from llm_locust.workload.graded import grade_record, maybe_graded
+from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.scenario import LLMClient
 from llm_locust.workload.sessions import SessionTrace
-from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, take_overlong, wants_text
+from llm_locust.workload.specs import SpecBuilder
 
 log = logging.getLogger(__name__)
-
-
-class LLMFailure(Exception):
-    """Shown in Locust's failure table: '<outcome>: <first error text>'."""
 
 
 class Workload:
@@ -167,6 +164,14 @@ class LLMUser(FastHttpUser):
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
         self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self._host_url)
+        ctx = self.ctx
+        self.send_path = SendPath(
+            env,
+            new_id=lambda: f"{ctx.id_prefix}-{next(ctx.ids)}",
+            client_for=self._stream_for,
+            router=ctx.router,
+            session_header_names=tuple(ctx.session_headers),
+        )
         self.llm = LLMClient(self)
         self._discover_model()
         self._discover_endpoint_models()
@@ -242,36 +247,21 @@ class LLMUser(FastHttpUser):
         """Send one request and account for it (under `name` in Locust's table); returns its record.
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
         tokens an unbounded prefix cache could serve (transport.session_runner)."""
-        ctx = self.ctx
         warmup = self.warmup_left > 0
         self.warmup_left -= warmup
         step = self.metrics.on_sent(warmup)
-        rid = f"{ctx.id_prefix}-{next(ctx.ids)}"
-        router, url = ctx.router, None
-        if router is not None and stream is None:
-            url = router.pick(session, spec.model)
-            stream = self._stream_for(url)
-            router.started(url)
-        if session is not None and ctx.session_headers:
-            from llm_locust.workload.routing import session_headers
-
-            spec.headers = {**(spec.headers or {}), **session_headers(ctx.session_headers, session)}
-
-        def done(rec: RequestRecord) -> None:
-            rec.source = source
-            rec.session = session
-            rec.ideal_cached = ideal
-            rec.model = spec.model
-            if url is not None and router is not None:  # a URL is picked by the router only
-                rec.endpoint = url
-                router.finished(url, rec.ok, rec.outcome is Outcome.CONNECT_ERROR)
-            account(self.environment, rec, name)
-
-        if keep_text is None and wants_text(spec):
-            keep_text = True  # a structured-output reply is checked against its schema
-        rec = (stream or self.stream).send(spec, rid, t_sched, on_cancel=done, step=step, keep_text=keep_text)
-        done(rec)
-        return rec
+        return self.send_path.send(
+            stream or self.stream,
+            spec,
+            t_sched,
+            source,
+            step,
+            name=name,
+            session=session,
+            ideal=ideal,
+            keep_text=keep_text,
+            routed=stream is None,
+        )
 
     def _stream_for(self, url: str) -> StreamClient:
         """This user's client for one endpoint of a run with several (its own connections)."""
@@ -298,80 +288,6 @@ class LLMUser(FastHttpUser):
         self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal, keep_text: bool
     ) -> RequestRecord:
         return self.send(spec, t_sched, source, session=session, ideal=ideal, keep_text=True if keep_text else None)
-
-
-# Ended by us, not by the server: cancelled at a stop, or by the client on purpose (--cancel)
-_NOT_FAILED = (Outcome.CANCELLED, Outcome.CLIENT_CANCELLED)
-
-
-def account(env: Environment, rec: RequestRecord, name: str | None = None) -> None:
-    """Fold a finished request into the process's metrics and into Locust's own table.
-
-    A failure gets its cause from the server's own words (protocols.causes; the record's error keeps
-    them exactly); Locust's failure row reads '<outcome>: <cause>: <error, numbers as N>', so errors
-    that differ only in numbers (token counts, sizes) share one row."""
-    from llm_locust.protocols.causes import cause_of, normalise
-
-    if rec.error:
-        rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
-    if not rec.ok and rec.cause is None and rec.outcome not in _NOT_FAILED:
-        rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
-    grade_record(rec)  # --graded: a graded item's reply, graded (workload.graded)
-    _note_workload(env, rec)
-    hub(env).on_done(rec)
-    if rec.outcome in _NOT_FAILED:
-        return  # not a failure of the server: counted in our figures, kept out of Locust's table
-    failure = None
-    if not rec.ok:
-        text = normalise(rec.error)
-        failure = LLMFailure(
-            f"{rec.outcome.value}: {rec.cause}: {text}" if rec.cause else f"{rec.outcome.value}: {text}"
-        )
-    env.events.request.fire(
-        request_type="POST",
-        name=name or rec.api,
-        response_time=(rec.e2e or 0.0) * 1000.0,
-        response_length=rec.n_out,
-        response=None,
-        context={},
-        exception=failure,
-        start_time=rec.wall_sent,
-        url=None,
-    )
-
-
-def _structured_check(env: Environment):
-    """The run's structured-output check (--response-format), made once per process; None without one."""
-    run = run_context(env)
-    if run.structured is UNSET:
-        check = None
-        try:
-            path = run.settings.response_format
-        except Exception:  # noqa: BLE001 - no settings (a bare Environment in tests): no check
-            path = ""
-        if path:
-            check = StructuredCheck.from_file(path)
-        run.structured = check
-    return run.structured
-
-
-def _note_workload(env: Environment, rec: RequestRecord) -> None:
-    """What the workload options add to a record's extra: the images and image bytes it carried
-    (--images, trace image counts) and, for a reply kept for it, whether its structured output
-    parsed as JSON and validated against --response-format's schema."""
-    if take_overlong(rec.source):  # the overlong mix: counted apart (metrics/aggregate.py overlong)
-        rec.extra = {**(rec.extra or {}), "overlong": True}
-    media = take_media(rec.source)
-    if media is not None:
-        extra = rec.extra if rec.extra is not None else {}
-        extra["images"], extra["image_bytes"], extra["audio"], extra["audio_bytes"] = media
-        rec.extra = extra
-    if rec.text is not None and rec.ok and rec.api in CHAT_APIS:
-        check = _structured_check(env)
-        if check is not None:
-            extra = rec.extra if rec.extra is not None else {}
-            extra["json_parsed"], extra["json_valid"] = check(rec.text)
-            rec.extra = extra
 
 
 class StreamingUser(LLMUser):

@@ -202,7 +202,7 @@ def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dic
 
 # ---- what each record's request carried: images and their bytes, by record source ----
 # A spec notes its media here when built; the runtime takes it when the request is accounted
-# (runtime.users.account), so images and image bytes reach the results without a field on the
+# (runtime.send.account), so images and image bytes reach the results without a field on the
 # request. Entries live while requests of that source are in flight.
 _MEDIA: dict[str, list[int]] = {}
 
