@@ -5,12 +5,13 @@
     python scripts/suite.py fast       # the developer's loop: lint, types, the fast tier and the slow
                                        # tier's quick modules (under 3 min on 2 cores)
     python scripts/suite.py lint       # ruff and mypy only (seconds)
-    python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real  (-- PYTEST ARGS passed on)
+    python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real, real-timing (-- PYTEST ARGS passed on)
 
 Each tier is one pytest run, with its own parallelism: the fast tier (in-process tests) on every core;
 the slow tier (tests that start processes and mostly wait on them: the CLI, Locust runs, clusters,
 the simulator, Chromium) several at a time; the timing tier (wall-clock assertions) alone; the
-real-server tier (llama-server, vLLM: CPU-bound) alone. Each writes a JUnit file under
+real-server tier (llama-server, vLLM: CPU-bound) in two shards, nothing else beside them; and the
+real-server tests with wall-clock or load figures last, alone. Each writes a JUnit file under
 test-reports/, and at the end this prints the slowest tests and the time per tier, from those files.
 Exit status: non-zero when lint, types or any test failed.
 
@@ -66,9 +67,15 @@ TIERS = {
     ),
     # vLLM (its modules dealt together, tests/tiers.py TOGETHER) beside the llama-server ones: one
     # vLLM at a time, and nothing else of the suite beside them.
-    "real": Tier("real", "real_server", 2, "real inference servers: vLLM's modules beside llama-server's"),
+    "real": Tier(
+        "real", "real_server and not timing", 2, "real inference servers: vLLM's modules beside llama-server's"
+    ),
+    # Real-server tests whose figures move with the CPU they get (a knee, an SLA answer, a send's
+    # lateness, per-window counters): beside the other shard each broke in turn on 2 cores, so
+    # they run last, alone.
+    "real-timing": Tier("real-timing", "real_server and timing", 0, "real servers, wall-clock and load figures, alone"),
 }
-ORDER = ["fast", "timing", "slow", "real"]
+ORDER = ["fast", "timing", "slow", "real", "real-timing"]
 # The developer's loop adds the slow tier's quick modules: a simulator or a server started once,
 # then many short tests (test_sim_server: 51 tests in 8 s). Quick: under this many seconds in all,
 # as tests/durations.json recorded them.

@@ -316,7 +316,7 @@ class LadderController:
     def _dispatchers_ready(self) -> bool:
         if self.ladder.kind == "concurrency":
             return True
-        from llm_locust.runtime.dispatcher import dispatchers_ready
+        from llm_locust.runtime.replay import dispatchers_ready
 
         return dispatchers_ready(self.env)
 
@@ -467,7 +467,7 @@ def apply_step(env: Environment, payload: dict[str, Any]) -> None:
     h.ladder = True  # the client monitors sample inside measurement windows only
     h.step = payload["step"]
     if payload["kind"] in ("rate", "speed") and not payload.get("drain"):
-        from llm_locust.runtime.dispatcher import steer
+        from llm_locust.runtime.replay import steer
 
         steer(env, payload)
 
@@ -480,7 +480,7 @@ def _worker_count(env: Environment) -> int:
 
 
 def _replay_user_class():
-    from llm_locust.runtime.dispatcher import ReplayUser
+    from llm_locust.runtime.replay import ReplayUser
 
     for u in ReplayUser.__subclasses__():
         return u
@@ -554,7 +554,7 @@ class LadderShape(LoadTestShape):
 
 def stop_dispatchers_on(env: Environment) -> None:
     """Kill open-loop passes when the test stops (in-flight requests end as cancelled)."""
-    from llm_locust.runtime.dispatcher import stop_passes
+    from llm_locust.runtime.replay import stop_passes
 
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))
 
