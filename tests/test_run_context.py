@@ -48,6 +48,6 @@ def test_the_settings_are_read_once_and_again_after_locust_writes_its_options(mo
     assert run.settings.seed == 11 and len(calls) == 2
 
 
-def test_an_environment_without_llm_locusts_options_raises_as_from_options_does():
+def test_an_environment_without_options_reads_the_defaults_as_from_options_does():
     run = run_context(SimpleNamespace(parsed_options=None))
     assert run.settings == derive.from_options(None)  # the defaults: a bare namespace reads none

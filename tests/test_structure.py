@@ -33,19 +33,10 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], set[str]]:
-    """(package modules, third-party top-level names) that module `name` imports anywhere in it.
-    An import under `if TYPE_CHECKING:` names a type, not a module loaded: it makes no edge (no
-    cycle), though its top-level name still says what the module works with."""
+    """(package modules, third-party top-level names) that module `name` imports anywhere in it."""
     own, third = set(), set()
     package = name.split(".") + (["__init__"] if path.name == "__init__.py" else [])
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(n)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-        for n in ast.walk(block)
-    }
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -59,8 +50,6 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], s
             continue
         for t in targets:
             third.add(t.split(".")[0])
-            if id(node) in typing_only:
-                continue
             while t and t not in known:
                 t = t.rpartition(".")[0]
             if t and t != name:

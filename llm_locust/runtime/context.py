@@ -21,13 +21,11 @@ from llm_locust.settings.derive import from_options
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from llm_locust.runtime.cache_reset import LadderReset
-    from llm_locust.runtime.dispatcher import Dispatcher
-    from llm_locust.runtime.hub import MetricsHub
-    from llm_locust.runtime.shapes import LadderController
-    from llm_locust.runtime.users import UsersState
-    from llm_locust.runtime.webui.data import LiveView
     from llm_locust.settings.model import Settings
+
+# The parts are typed where they are made and read (hub.hub, shapes.controller, users._users_state
+# return their own types); here they are Any, so that this module imports none of the modules that
+# import it (the import graph stays without a cycle, type-only imports included).
 
 
 @dataclass
@@ -35,7 +33,7 @@ class ReplayState:
     """An open-loop replay's coordination in this process: its dispatcher (worker, local), and on
     the master the workers planned, those ready and done, and whether "go" was sent."""
 
-    dispatcher: Dispatcher | None = None
+    dispatcher: Any = None  # runtime/dispatcher.py Dispatcher
     ready: dict[str, Any] = field(default_factory=dict)
     done: dict[str, Any] = field(default_factory=dict)
     planned: list[str] = field(default_factory=list)
@@ -50,13 +48,13 @@ class RunContext:
     """What this process knows of the run, each part None until it is made."""
 
     env: Environment  # Locust's
-    hub: MetricsHub | None = None  # the figures (runtime/hub.py `hub`)
-    ladder: LadderController | None = None  # a ladder's controller (master, local: runtime/shapes.py)
-    cache_reset: LadderReset | None = None  # --reset-cache (runtime/cache_reset.py)
+    hub: Any = None  # the figures: runtime/hub.py MetricsHub (`hub`)
+    ladder: Any = None  # a ladder's: runtime/shapes.py LadderController (master, local)
+    cache_reset: Any = None  # --reset-cache: runtime/cache_reset.py LadderReset
     replay: ReplayState | None = None  # an open-loop replay (runtime/dispatcher.py)
-    users: UsersState | None = None  # the closed-loop users' workload and draws (runtime/users.py)
+    users: Any = None  # the closed-loop users' workload and draws: runtime/users.py UsersState
     structured: Any = UNSET  # --response-format's check, once made (None: no check)
-    live_view: LiveView | None = None  # the web UI's /llm view (runtime/webui)
+    live_view: Any = None  # the web UI's /llm view: runtime/webui/data.py LiveView
     run_clock: Any = None  # the web UI's run clock (runtime/webui)
     prometheus: Any = None  # the exporter's registry (runtime/exporter.py)
     _settings: Settings | None = None
