@@ -140,19 +140,44 @@ def vllm_alm_dir():
     return _require_real(realservers.vllm_alm_dir(), "tiny random audio LM for vLLM", realservers.VLLM_PROVISION_HINT)
 
 
-@pytest.fixture(scope="module")
-def vllm_server(request, vllm_python, vllm_model_dir):
-    """One real vLLM server (CPU build, SmolLM2, served as "smollm2") per test module that asks
-    for it: it takes ~40 s to start, so the module's tests share it. A module may set
-    ``VLLM_SERVER_KWARGS = {...}`` (VllmServer keyword arguments, e.g. max_num_seqs). Stopped
-    (its whole process group) after the module."""
-    kwargs = {"served_model_name": "smollm2", **getattr(request.module, "VLLM_SERVER_KWARGS", {})}
-    srv = realservers.VllmServer(vllm_model_dir, python=vllm_python, **kwargs)
-    srv.start()
-    try:
-        yield srv
-    finally:
+# vLLM servers kept at once by `vllm_servers`: one waiting for its next module while another's
+# module runs (each holds its KV cache, ~2 GiB, and its engine's memory).
+VLLM_KEPT = 2
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(vllm_python, vllm_model_dir):
+    """Real vLLM servers (CPU build, SmolLM2, served as "smollm2") started once per pytest process
+    for each set of VllmServer keyword arguments, and shared by the modules that ask for the same
+    set (each takes ~40 s to start). At most VLLM_KEPT run at once: asking for another stops the one
+    used longest ago. All are stopped (their whole process groups) at the end of the session."""
+    running: dict[str, realservers.VllmServer] = {}
+
+    def get(**kwargs):
+        key = repr(sorted(kwargs.items()))
+        if key in running:
+            running[key] = running.pop(key)  # the most recently used last
+            return running[key]
+        while len(running) >= VLLM_KEPT:
+            running.pop(next(iter(running))).stop()
+        srv = realservers.VllmServer(vllm_model_dir, python=vllm_python, **kwargs)
+        srv.start()
+        running[key] = srv
+        return srv
+
+    yield get
+    for srv in running.values():
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(request, vllm_servers):
+    """The real vLLM server a module asks for: ``VLLM_SERVER_KWARGS = {...}`` in the module
+    (VllmServer keyword arguments; realservers.VLLM_SHARED when it does not say), shared with every
+    other module of this pytest process that asks for the same (`vllm_servers`). A test must leave
+    it as it found it: counters are read as differences, never as absolutes."""
+    kwargs = {"served_model_name": "smollm2", **getattr(request.module, "VLLM_SERVER_KWARGS", realservers.VLLM_SHARED)}
+    return vllm_servers(**kwargs)
 
 
 @pytest.fixture(scope="session")

@@ -405,6 +405,25 @@ def vllm_alm_dir() -> Path | None:
     return _model_dir(VLLM_ALM_DIRNAME, _TINY_MEDIA_MODEL_FILES)
 
 
+# The flag set the text-generation modules share (test_real_vllm, test_cancellations,
+# test_real_cache_reset: conftest's `vllm_server` starts it once per pytest process, ~40 s saved a
+# module): a batch cap of 2 (4 users make a real queue), the tool flags (tool_choice "required" by
+# guided decoding: SmolLM2 has no tool template), the prefix cache with its per-request counts, and
+# the development routes (/reset_prefix_cache). A module whose server must differ (speculative
+# decoding, the pooling runner, another model) names its own keyword arguments.
+VLLM_SHARED: dict = {
+    "max_num_seqs": 2,
+    "dev_mode": True,
+    "extra_args": (
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+    ),
+}
+
+
 class VllmServerError(ServerError):
     """vLLM did not start (the message carries the tail of its log)."""
 
@@ -437,10 +456,12 @@ class VllmServer(ServerProcess):
         kv_cache_gib: int = 2,
         max_num_seqs: int | None = None,
         extra_args: Sequence[str] = (),
+        dev_mode: bool = False,
         host: str = "127.0.0.1",
         startup_timeout: float = 240.0,
         stop_timeout: float = 20.0,
     ) -> None:
+        self.dev_mode = dev_mode  # VLLM_SERVER_DEV_MODE=1: its development routes (/reset_prefix_cache)
         self.model_dir = Path(model_dir)
         self.python = Path(python) if python is not None else None
         self.served_model_name = served_model_name
@@ -490,6 +511,8 @@ class VllmServer(ServerProcess):
                 "TOKENIZERS_PARALLELISM": "false",
             }
         )
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         # a pytest run may have PYTHONPATH etc. pointing at the test env: not for vLLM's venv
         env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)

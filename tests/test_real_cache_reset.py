@@ -19,7 +19,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
-from realservers import LlamaServer, VllmServer, http_get, smollm2_tokenizer_dir
+from realservers import LlamaServer, http_get, smollm2_tokenizer_dir
 from support import run_cli
 
 from llm_locust.analysis import server_metrics
@@ -81,35 +81,27 @@ def test_llama_server_slots_erased_and_a_server_without_the_action_reported(smol
         assert "--slot-save-path" in r.line()
 
 
-class DevVllm(VllmServer):
-    """vLLM with its development routes (/reset_prefix_cache among them)."""
-
-    def environment(self) -> dict[str, str]:
-        return {**super().environment(), "VLLM_SERVER_DEV_MODE": "1"}
-
-
-def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_python, vllm_model_dir, tmp_path):
-    extra = ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
-    with DevVllm(vllm_model_dir, python=vllm_python, max_num_seqs=2, extra_args=extra) as srv:
-        prompt = f"{uuid.uuid4().hex} " + TEXT * 4
-        _cached(srv.url, "smollm2", prompt)
-        assert _cached(srv.url, "smollm2", prompt) > 0
-        r = server_cache.reset(srv.url, {}, None, "before the run")
-        assert (r.outcome, r.engine, r.status) == ("ok", "vllm", 200), r
-        before = _hits(srv.url)
-        assert _cached(srv.url, "smollm2", prompt) == 0
-        assert _hits(srv.url) <= before
-        conn, resp = _open(srv.url, "smollm2", prompt + " and then", 1500)  # runs for many seconds
-        try:
-            resp.readline()  # its first bytes: the request is in the engine
-            busy = server_cache.reset(srv.url, {}, "vllm")
-        finally:
-            conn.close()
-        assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
-        # --prefix-hit on the same server (issue 26 item 5's plan): flushed, primed, measured,
-        # checked against vLLM's own prefix_cache_hits / queries (its 16-token blocks: 128 of 256)
-        hit = _prefix_hit_run(srv.url, str(smollm2_tokenizer_dir()), tmp_path, 0.5)["prefix_hit"]
-        assert hit["source"] == "counters" and abs(hit["achieved"] - 0.5) < 0.05, hit
+def test_vllm_reset_empties_the_prefix_cache_and_a_busy_one_refuses(vllm_server, tmp_path):
+    srv = vllm_server  # realservers.VLLM_SHARED: the prefix cache, its per-request counts, the dev routes
+    prompt = f"{uuid.uuid4().hex} " + TEXT * 4
+    _cached(srv.url, "smollm2", prompt)
+    assert _cached(srv.url, "smollm2", prompt) > 0
+    r = server_cache.reset(srv.url, {}, None, "before the run")
+    assert (r.outcome, r.engine, r.status) == ("ok", "vllm", 200), r
+    before = _hits(srv.url)
+    assert _cached(srv.url, "smollm2", prompt) == 0
+    assert _hits(srv.url) <= before
+    conn, resp = _open(srv.url, "smollm2", prompt + " and then", 1500)  # runs for many seconds
+    try:
+        resp.readline()  # its first bytes: the request is in the engine
+        busy = server_cache.reset(srv.url, {}, "vllm")
+    finally:
+        conn.close()
+    assert (busy.outcome, busy.busy, busy.status) == ("refused", True, 200), busy
+    # --prefix-hit on the same server (issue 26 item 5's plan): flushed, primed, measured,
+    # checked against vLLM's own prefix_cache_hits / queries (its 16-token blocks: 128 of 256)
+    hit = _prefix_hit_run(srv.url, str(smollm2_tokenizer_dir()), tmp_path, 0.5)["prefix_hit"]
+    assert hit["source"] == "counters" and abs(hit["achieved"] - 0.5) < 0.05, hit
 
 
 def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float, users: int = 2, input_tokens: int = 256) -> dict:

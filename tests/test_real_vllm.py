@@ -26,7 +26,7 @@ import re
 import time
 
 import pytest
-from realservers import http_get
+from realservers import VLLM_SHARED, http_get
 from support import read_jsonl, run_ok
 from test_real_apis import MAX_TOKENS, counter, run_api
 
@@ -34,13 +34,10 @@ from llm_locust.analysis import server_metrics
 
 pytestmark = pytest.mark.real_server
 
-MAX_NUM_SEQS = 2  # vLLM's batch cap: 4 users on it make a real queue
-# read by the vllm_server fixture; the tool flags let vLLM take tool_choice "required", which it
-# meets by guided decoding whatever the model (SmolLM2 has no tool template of its own)
-VLLM_SERVER_KWARGS = {
-    "max_num_seqs": MAX_NUM_SEQS,
-    "extra_args": ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
-}
+# the server: conftest's `vllm_server` with realservers.VLLM_SHARED (shared with other modules): a
+# batch cap of 2, so 4 users on it make a real queue, and the tool flags that let vLLM take
+# tool_choice "required" (guided decoding whatever the model: SmolLM2 has no tool template)
+MAX_NUM_SEQS = VLLM_SHARED["max_num_seqs"]
 LEVELS = (1, 2, 4)
 WARMUP_S, STEP_S = 3, 12
 METRICS_INTERVAL_S = 1  # ~9 samples in each step's 9 s window (a gauge read at 4 points can miss)

@@ -38,6 +38,7 @@ REAL_LAUNCHERS = {
     "SmgRouter",
     "LlamaReplicas",
     "vllm_server",
+    "vllm_servers",
     "llama_server_bin",
     "vllm_python",
     "chat_replay",
@@ -236,7 +237,7 @@ DURATIONS = Path(__file__).with_name("durations.json")
 
 # Modules that start vLLM go to one shard together: two vLLM servers at once would each want every
 # core and several GiB (see scripts/suite.py: the real tier's two shards, vLLM beside llama-server).
-TOGETHER = {"vllm": {"vllm_server", "vllm_python", "VllmServer"}}
+TOGETHER = {"vllm": {"vllm_server", "vllm_servers", "vllm_python", "VllmServer"}}
 
 
 def unit(item: pytest.Item) -> str:
