@@ -153,7 +153,9 @@ def vllm_servers(vllm_python, vllm_model_dir):
     used longest ago. All are stopped (their whole process groups) at the end of the session."""
     running: dict[str, realservers.VllmServer] = {}
 
-    def get(**kwargs):
+    # named apart from `sims`' `get`: tests/tiers.py reads functions by name, and a shared name
+    # would put every test of a simulator in the real-server tier
+    def vllm_for(**kwargs):
         key = repr(sorted(kwargs.items()))
         if key in running:
             running[key] = running.pop(key)  # the most recently used last
@@ -165,7 +167,7 @@ def vllm_servers(vllm_python, vllm_model_dir):
         running[key] = srv
         return srv
 
-    yield get
+    yield vllm_for
     for srv in running.values():
         srv.stop()
 

@@ -46,6 +46,18 @@ import subprocess
 from support import run_cli
 
 @pytest.fixture
+def numbers():
+    def get(n):
+        return list(range(n))
+    return get
+
+@pytest.fixture
+def engines():
+    def get(**kwargs):
+        return VllmServer(**kwargs)
+    return get
+
+@pytest.fixture
 def server():
     with SimProcess(slots=2) as s:
         yield s
@@ -80,6 +92,9 @@ def test_browser():
 
 def test_through_a_class():
     Proxy().start()
+
+def test_with_numbers(numbers):
+    assert numbers(2)
 """
 
 
@@ -100,6 +115,9 @@ def sample(tmp_path_factory) -> Path:
         ("test_real", ("vllm_server",), "real_server"),  # conftest's fixture
         ("test_browser", (), "browser"),
         ("test_through_a_class", (), "slow"),  # a helper object of the module
+        # two fixtures' inner functions of one name are two functions: `engines`' `get` starts
+        # vLLM, `numbers`' does not (read by bare name, every test of the simulator was real_server)
+        ("test_with_numbers", ("numbers",), "fast"),
     ],
 )
 def test_a_test_lands_in_the_tier_of_what_it_starts(sample, name, fixtures, expected):

@@ -73,7 +73,10 @@ class _Module:
         tree = ast.parse(path.read_text(), str(path))
         self.uses: dict[str, set[str]] = {}
         self.words: dict[str, set[str]] = {}
-        for node in ast.walk(tree):  # a class counts as what its methods use (a test's helper object)
+        # the module's own definitions, each with everything inside it: a class counts as what its
+        # methods use (a test's helper object), a fixture as what its inner functions use. Inner
+        # functions are no names of their own: two fixtures' `get` are two functions.
+        for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.uses.setdefault(node.name, set()).update(_names(node))
                 self.words.setdefault(node.name, set()).update(_strings(node))
