@@ -5,14 +5,15 @@
     python scripts/suite.py fast       # the developer's loop: lint, types, the fast tier and the slow
                                        # tier's quick modules (under 3 min on 2 cores)
     python scripts/suite.py lint       # ruff and mypy only (seconds)
-    python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real, real-timing (-- PYTEST ARGS passed on)
+    python scripts/suite.py TIER ...   # some tiers: fast, timing, slow, real (-- PYTEST ARGS passed on)
 
 Each tier is one pytest run, with its own parallelism: the fast tier (in-process tests) on every core;
 the slow tier (tests that start processes and mostly wait on them: the CLI, Locust runs, clusters,
 the simulator, Chromium) several at a time; the timing tier (wall-clock assertions) alone; the
-real-server tier (llama-server, vLLM: CPU-bound) in two shards, nothing else beside them; and the
-real-server tests with wall-clock or load figures last, alone. Each writes a JUnit file under
-test-reports/, and at the end this prints the slowest tests and the time per tier, from those files.
+real-server tier (llama-server, vLLM: CPU-bound) in two shards, nothing else beside them, whose
+tests with wall-clock or load figures run alone while the other shard waits (tests/alone.py). Each
+writes a JUnit file under test-reports/, and at the end this prints the slowest tests and the time
+per tier, from those files.
 Exit status: non-zero when lint, types or any test failed.
 
 Parallel by shards, not pytest-xdist: Locust monkey-patches the process with gevent when a test
@@ -42,6 +43,7 @@ REPORTS = ROOT / "test-reports"
 BASETEMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"llm-locust-suite-{os.getpid()}"
 CORES = os.cpu_count() or 2
 ANY = "slow or cluster or browser or timing or real_server"
+ALONE_DIR = "LLM_LOCUST_ALONE_DIR"  # tests/alone.py: where a tier's shards take turns
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Tier:
     workers: int  # pytest processes at once, each a shard of the tier's modules; 0 or 1: one process
     why: str
     modules: tuple[str, ...] = ()  # only these test files (none: every file)
+    turns: bool = False  # its shards take turns around `timing` tests (tests/alone.py)
 
 
 TIERS = {
@@ -66,16 +69,19 @@ TIERS = {
         "processes of their own, several at a time",
     ),
     # vLLM (its modules dealt together, tests/tiers.py TOGETHER) beside the llama-server ones: one
-    # vLLM at a time, and nothing else of the suite beside them.
+    # vLLM at a time, and nothing else of the suite beside them. Their tests whose figures move with
+    # the CPU they get (a knee, an SLA answer, a send's lateness, per-window counters) broke in turn
+    # beside the other shard on 2 cores: they run alone, the other shard waiting (tests/alone.py),
+    # among their module's tests and on its servers (a step of their own started vLLM twice more).
     "real": Tier(
-        "real", "real_server and not timing", 2, "real inference servers: vLLM's modules beside llama-server's"
+        "real",
+        "real_server",
+        2,
+        "real inference servers: vLLM's modules beside llama-server's, `timing` tests alone",
+        turns=True,
     ),
-    # Real-server tests whose figures move with the CPU they get (a knee, an SLA answer, a send's
-    # lateness, per-window counters): beside the other shard each broke in turn on 2 cores, so
-    # they run last, alone.
-    "real-timing": Tier("real-timing", "real_server and timing", 0, "real servers, wall-clock and load figures, alone"),
 }
-ORDER = ["fast", "timing", "slow", "real", "real-timing"]
+ORDER = ["fast", "timing", "slow", "real"]
 # The developer's loop adds the slow tier's quick modules: a simulator or a server started once,
 # then many short tests (test_sim_server: 51 tests in 8 s). Quick: under this many seconds in all,
 # as tests/durations.json recorded them.
@@ -135,6 +141,9 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
         rc = _ok_if_empty(subprocess.call(cmd, cwd=ROOT))
         return Outcome(tier.name, time.monotonic() - t0, rc, read_junit(junit), failures(junit))
     procs = []
+    env = dict(os.environ)
+    if tier.turns:  # one lock directory for the tier's shards: `timing` tests take their turn alone
+        env[ALONE_DIR] = str(BASETEMP / f"{tier.name}-turns")
     for k in range(1, tier.workers + 1):
         junit, log = REPORTS / f"{tier.name}-{k}.xml", REPORTS / f"{tier.name}-{k}.log"
         junit.unlink(missing_ok=True)
@@ -145,7 +154,7 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
             f"--basetemp={BASETEMP / f'{tier.name}-{k}'}",
         ]
         with open(log, "wb") as out:
-            procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), junit, log))
+            procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), junit, log))
     print(f"[suite] $ {' '.join(base[1:])} --shard=K/{tier.workers}:{tier.name} (output in {REPORTS.name}/)")
     rc, tests, why = 0, [], []
     for proc, junit, log in procs:

@@ -2,6 +2,7 @@ import os
 import platform
 import time
 
+import alone
 import pytest
 import realservers
 import support
@@ -48,6 +49,13 @@ def pytest_collection_modifyitems(config, items):
     kept = {id(i) for i in keep}
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
     items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A `timing` test runs alone when the shards of its tier run side by side (tests/alone.py)."""
+    with alone.turn(item.get_closest_marker("timing") is not None):
+        yield
 
 
 _FAST_CALL = pytest.StashKey[tuple]()

@@ -91,7 +91,7 @@ def test_bad_ladders_are_refused_before_any_load(tmp_path):
         assert "llm-locust:" in p.stderr and words in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.timing  # its figures move with the CPU it gets: run alone (scripts/suite.py real-timing)
+@pytest.mark.timing  # its figures move with the CPU it gets: it runs alone (tests/alone.py)
 @pytest.mark.real_server
 def test_real_llama_server_knee_follows_its_slot_count(tmp_path, llama_server_bin, tiny_model):
     """llama-server queues requests beyond its -np slots: TTFT blows up right after the slot count.

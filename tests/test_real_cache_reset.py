@@ -117,7 +117,7 @@ def _prefix_hit_run(url: str, tokenizer, tmp_path, ratio: float, users: int = 2,
     return json.loads(results.read_text())
 
 
-@pytest.mark.timing  # its figures move with the CPU it gets: run alone (scripts/suite.py real-timing)
+@pytest.mark.timing  # its figures move with the CPU it gets: it runs alone (tests/alone.py)
 def test_a_prefix_hit_run_gets_the_ratio_it_asks_for_on_llama_server(smollm2_model, smollm2_tokenizer, tmp_path):
     """Issue 26 item 5's controlled prefix-hit plan on llama-server: flushed (slot erase), primed,
     measured: the server's own counters (prompt_tokens_cached against prompt_tokens) give the

@@ -451,7 +451,7 @@ def test_a_run_over_grpc_times_and_counts_every_request(grpc_server, tmp_path):
     )
 
 
-@pytest.mark.timing  # its figures move with the CPU it gets: run alone (scripts/suite.py real-timing)
+@pytest.mark.timing  # its figures move with the CPU it gets: it runs alone (tests/alone.py)
 @pytest.mark.real_server
 def test_an_open_loop_replay_over_grpc_sends_each_record_once_at_its_time(grpc_server, tmp_path):
     """`--replay` (the dispatcher: open loop, each worker its share of the trace) over gRPC in two

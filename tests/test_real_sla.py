@@ -47,7 +47,7 @@ def _run(tmp, host, *args, timeout=300):
     return p, (json.loads(results.read_text()) if results.exists() else None)
 
 
-@pytest.mark.timing  # its figures move with the CPU it gets: run alone (scripts/suite.py real-timing)
+@pytest.mark.timing  # its figures move with the CPU it gets: it runs alone (tests/alone.py)
 def test_sla_search_on_llama_server_finds_where_requests_queue(tmp_path, llama_server_bin, tiny_model):
     with LlamaServer(tiny_model, binary=llama_server_bin, alias="tiny", slots=SLOTS, threads=1, ctx=4096) as srv:
         p, base = _run(tmp_path, srv.url, "-u", "1", "-t", "3s")

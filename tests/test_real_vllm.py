@@ -133,7 +133,7 @@ def test_every_vllm_name_we_map_is_in_a_real_scrape(vllm_server):
     assert all(v >= 0 for v in figures.values()) and figures["kv_cache_usage"] <= 1, figures
 
 
-@pytest.mark.timing  # its figures move with the CPU it gets: run alone (scripts/suite.py real-timing)
+@pytest.mark.timing  # its figures move with the CPU it gets: it runs alone (tests/alone.py)
 def test_a_real_ladder_reads_real_vllm_figures_beside_each_step(vllm_server, vllm_model_dir, tmp_path):
     url = vllm_server.url
     trace, results, record_log = tmp_path / "w.jsonl", tmp_path / "r.json", tmp_path / "records.jsonl"
