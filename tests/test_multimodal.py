@@ -52,7 +52,7 @@ def test_images_are_the_same_bytes_for_a_seed():
 
 def test_synthetic_images_reach_the_body():
     b = builder(images=3, image_size="16x16", image_format="jpeg", seed=1)
-    from llm_locust.workload.records import TraceRecord
+    from llm_locust.workload.trace_record import TraceRecord
 
     body = body_of(b.spec(TraceRecord(0.0, input_tokens=100, output_tokens=4, source="x:1"), "m"))
     parts = body["messages"][-1]["content"]
@@ -121,7 +121,7 @@ def test_an_unreadable_image_names_the_trace_line(tmp_path):
 
 
 def test_tool_definitions_are_present_and_seeded():
-    from llm_locust.workload.records import TraceRecord
+    from llm_locust.workload.trace_record import TraceRecord
 
     body = body_of(builder(tools=4, tool_choice="required", seed=5).spec(TraceRecord(0.0, input_tokens=10), "m"))
     assert body["tool_choice"] == "required" and len(body["tools"]) == 4
@@ -145,7 +145,7 @@ SCHEMA = {
 
 
 def test_response_format_in_the_body(tmp_path):
-    from llm_locust.workload.records import TraceRecord
+    from llm_locust.workload.trace_record import TraceRecord
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps(SCHEMA))
@@ -208,7 +208,7 @@ def test_audio_clips_reach_the_body_and_the_results():
     import base64
     import wave
 
-    from llm_locust.workload.records import TraceRecord
+    from llm_locust.workload.trace_record import TraceRecord
 
     b = builder(audio=2, audio_seconds=0.25, images=1, image_size="8x8", seed=5)
     spec = b.spec(TraceRecord(0.0, input_tokens=50, output_tokens=4, source="a:1"), "m")

@@ -24,8 +24,8 @@ from llm_locust.workload.prompts import (
     PromptBuilder,
     PromptSynth,
 )
-from llm_locust.workload.records import TraceRecord
 from llm_locust.workload.tokenizer import CHATML_TEMPLATE, Tokenizer, TokenizerError, load_tokenizer
+from llm_locust.workload.trace_record import TraceRecord
 
 try:
     import tokenizers  # noqa: F401  (a project dependency; the toy tokenizers are trained with it)

@@ -233,9 +233,9 @@ class Dispatcher:
         if self.runner is not None:
             status["sessions"] = self.runner.counts
 
-    def _record_model(self, rec) -> str | None:
-        if self.settings.trace_models and rec.model:
-            return rec.model
+    def _record_model(self, entry) -> str | None:
+        if self.settings.trace_models and entry.model:
+            return entry.model
         return self._request_model()
 
     def _request_model(self, session: str | None = None) -> str | None:
@@ -274,9 +274,9 @@ class Dispatcher:
             t_due = t0 + offset
             sleep_until(t_due)
             released = self._acquire_slot(t_due)
-            rec = trace[i]
+            entry = trace[i]
             spec, source, graded = maybe_graded(
-                self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
+                self, self.settings, self.builder.spec(entry, self._record_model(entry)), entry.source, self.share[0]
             )  # --graded: maybe an item instead
             self.greenlets.spawn(self._send, spec, t_due, source, graded, released=released)
 
@@ -303,11 +303,11 @@ class Dispatcher:
                 k += 1
                 continue
             assert isinstance(trace, Trace), "records, when not sessions"
-            rec = trace[k % len(trace)]
+            entry = trace[k % len(trace)]
             k += 1
             released = self._acquire_slot(t)
             spec, source, graded = maybe_graded(
-                self, self.settings, self.builder.spec(rec, self._record_model(rec)), rec.source, self.share[0]
+                self, self.settings, self.builder.spec(entry, self._record_model(entry)), entry.source, self.share[0]
             )  # --graded: maybe an item instead
             self.greenlets.spawn(self._send, spec, t, source, graded, released=released)
 

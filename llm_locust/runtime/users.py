@@ -49,8 +49,8 @@ class Workload:
         self.trace_models = trace_models
 
     def next_spec(self, model: str | None) -> tuple[RequestSpec, str]:
-        rec = self.trace[next(self._next) % len(self.trace)]
-        return self.builder.spec(rec, rec.model if self.trace_models and rec.model else model), rec.source
+        entry = self.trace[next(self._next) % len(self.trace)]
+        return self.builder.spec(entry, entry.model if self.trace_models and entry.model else model), entry.source
 
 
 class UsersState:

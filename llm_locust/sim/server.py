@@ -165,7 +165,7 @@ class Options:
     token_log: str | None = None
     faults: list = field(default_factory=list)  # [(Fault, rate)]
     seed: int = 0
-    graded_set: str | None = None  # a graded set's JSONL: its questions are answered (sim.graded)
+    graded_set: str | None = None  # a graded set's JSONL: its questions are answered (sim.answers)
     graded_accuracy: float = 1.0
 
 
@@ -1015,7 +1015,7 @@ class App:
         self.logf = open(opts.token_log, "ab", buffering=0) if opts.token_log else None
         self.graded = None
         if opts.graded_set:
-            from llm_locust.sim.graded import GradedAnswers
+            from llm_locust.sim.answers import GradedAnswers
 
             self.graded = GradedAnswers(opts.graded_set, opts.graded_accuracy, opts.seed)
 

@@ -30,8 +30,8 @@ import gevent.pool
 
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.workload.records import TraceRecord
 from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
+from llm_locust.workload.trace_record import TraceRecord
 
 # send(spec, t_sched, source, session id, ideal cached tokens, keep_text) -> the finished, accounted
 # record; keep_text: the reply's text is needed (the next turn sends it back as history)
@@ -189,7 +189,7 @@ class SessionRunner:
         marker = self._marker(session, instance) if first else ""
         if turn.hash_ids is not None:
             marker = self._marker(session, instance)  # every whole prompt starts the same way, so blocks stay shared
-            rec = TraceRecord(
+            entry = TraceRecord(
                 turn.at or 0.0,
                 turn.input_tokens or turn.new_tokens,
                 turn.output_tokens,
@@ -197,10 +197,10 @@ class SessionRunner:
                 block_size=self.trace.block_size,
                 source=turn.source,
             )
-            spec = b.spec(rec, model)
+            spec = b.spec(entry, model)
             if marker:
                 _prepend(spec, marker)
-            return spec, rec.input_tokens or 0, []
+            return spec, entry.input_tokens or 0, []
         if turn.messages is not None:
             new = [dict(m) for m in turn.messages]
         else:
@@ -212,8 +212,8 @@ class SessionRunner:
         if turn.new_tokens is not None and turn.text is None and turn.messages is None:
             est += turn.new_tokens - _tokens_of(new[-1])
         if b.chat:
-            rec = TraceRecord(turn.at or 0.0, None, turn.output_tokens, messages=new, source=turn.source)
-            spec = b.spec(rec, model, history or None)
+            entry = TraceRecord(turn.at or 0.0, None, turn.output_tokens, messages=new, source=turn.source)
+            spec = b.spec(entry, model, history or None)
         else:
             text = "".join(_text_of(m) for m in history + new)
             spec = b.spec(TraceRecord(turn.at or 0.0, None, turn.output_tokens, prompt=text, source=turn.source), model)

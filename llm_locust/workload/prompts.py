@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llm_locust.workload.records import TraceRecord
     from llm_locust.workload.tokenizer import Tokenizer
+    from llm_locust.workload.trace_record import TraceRecord
 
 __all__ = ["Prompt", "PromptBuilder", "PromptSynth", "WORDS", "DEFAULT_CALIBRATION", "DEFAULT_CHAT_OVERHEAD"]
 
@@ -388,11 +388,11 @@ class PromptBuilder:
                 return self._prompt(content, n, False, n)
         return self._fit(n, k, hash_ids, block_words, key_ident, content)
 
-    def build_record(self, rec: TraceRecord, *, key: Hashable | None = None) -> Prompt:
+    def build_record(self, entry: TraceRecord, *, key: Hashable | None = None) -> Prompt:
         """``build`` for a token-count trace record (key: the record's ``source`` when set)."""
-        if key is None and rec.source:
-            key = rec.source
-        return self.build(rec.input_tokens or 1, rec.hash_ids, rec.block_size, key=key)
+        if key is None and entry.source:
+            key = entry.source
+        return self.build(entry.input_tokens or 1, entry.hash_ids, entry.block_size, key=key)
 
     def _prompt(self, content: str, tokens: int, exact: bool, target: int) -> Prompt:
         if self.chat:

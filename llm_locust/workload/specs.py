@@ -29,7 +29,7 @@ from typing import Any
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload.audio import AudioMaker, audio_part
 from llm_locust.workload.images import ImageMaker, content_parts, file_data_url, parse_size
-from llm_locust.workload.records import TraceRecord
+from llm_locust.workload.trace_record import TraceRecord
 
 DEFAULT_MAX_TOKENS = 128
 
@@ -61,45 +61,45 @@ class SpecBuilder:
             extra["response_format"] = response_format(s.response_format)
         self.extra_body = extra
 
-    def max_tokens(self, rec: TraceRecord) -> int:
+    def max_tokens(self, entry: TraceRecord) -> int:
         s = self.settings
-        n = s.max_tokens or rec.output_tokens or DEFAULT_MAX_TOKENS
+        n = s.max_tokens or entry.output_tokens or DEFAULT_MAX_TOKENS
         if s.max_tokens_cap:
             n = min(n, s.max_tokens_cap)
         return max(1, n)
 
-    def is_overlong(self, rec: TraceRecord) -> bool:
-        """The overlong mix (--overlong-share): whether `rec` gets a prompt past the context; by its
+    def is_overlong(self, entry: TraceRecord) -> bool:
+        """The overlong mix (--overlong-share): whether `entry` gets a prompt past the context; by its
         source (the same record on any worker, in any loop), seeded."""
         share = getattr(self.settings, "overlong_share", 0.0) or 0.0
-        if share <= 0 or not rec.source:
+        if share <= 0 or not entry.source:
             return False
-        h = zlib.crc32(f"{getattr(self.settings, 'seed', 0) or 0}:{rec.source}".encode())
+        h = zlib.crc32(f"{getattr(self.settings, 'seed', 0) or 0}:{entry.source}".encode())
         return h / 2**32 < share
 
-    def _hash_ids(self, rec: TraceRecord) -> list | None:
+    def _hash_ids(self, entry: TraceRecord) -> list | None:
         """The record's prefix blocks; with --prefix-hit, every block after the shared first one
         made this send's own: a record sent again (a closed loop goes round its trace) then finds
         only the shared prefix in the server's cache, and the hit ratio stays the one asked for."""
-        ids = getattr(rec, "hash_ids", None)
+        ids = getattr(entry, "hash_ids", None)
         if not ids or not getattr(self.settings, "prefix_hit", 0):
             return ids
         self.sends += 1
         return [ids[0], *(f"{h}/{os.getpid()}/{self.sends}" for h in ids[1:])]
 
-    def spec(self, rec: TraceRecord, model: str | None, history: list[dict[str, Any]] | None = None) -> RequestSpec:
-        """The request for `rec`; `history`: earlier turns of its conversation (chat messages)."""
-        prompt, messages = rec.prompt, rec.messages
-        if self.is_overlong(rec):  # a synthetic prompt of --overlong-tokens in its place, noted for the record
-            built = self.prompts.build(int(self.settings.overlong_tokens) or 1, key=f"overlong:{rec.source}")
+    def spec(self, entry: TraceRecord, model: str | None, history: list[dict[str, Any]] | None = None) -> RequestSpec:
+        """The request for `entry`; `history`: earlier turns of its conversation (chat messages)."""
+        prompt, messages = entry.prompt, entry.messages
+        if self.is_overlong(entry):  # a synthetic prompt of --overlong-tokens in its place, noted for the record
+            built = self.prompts.build(int(self.settings.overlong_tokens) or 1, key=f"overlong:{entry.source}")
             prompt, messages, history = built.text, built.messages, None
-            _note_overlong(rec.source)
+            _note_overlong(entry.source)
         if prompt is None and messages is None:
             built = self.prompts.build(
-                rec.input_tokens or 1,
-                hash_ids=self._hash_ids(rec),
-                block_size=getattr(rec, "block_size", None),
-                key=rec.source or None,  # same record -> same text, on whichever worker sends it
+                entry.input_tokens or 1,
+                hash_ids=self._hash_ids(entry),
+                block_size=getattr(entry, "block_size", None),
+                key=entry.source or None,  # same record -> same text, on whichever worker sends it
             )
             prompt, messages = built.text, built.messages
         if history:
@@ -109,19 +109,19 @@ class SpecBuilder:
             prompt = None
         media = (0, 0, 0, 0)
         if self.openai_chat:
-            messages, media = self._with_images(rec, prompt, messages)
+            messages, media = self._with_images(entry, prompt, messages)
             if self.n_audio:
                 messages, media = self._with_audio(prompt, messages, media)
             if messages is not None:
                 prompt = None
-        if (media[0] or media[2]) and rec.source:
-            _note_media(rec.source, media)
+        if (media[0] or media[2]) and entry.source:
+            _note_media(entry.source, media)
         s = self.settings
         return RequestSpec(
             model=model or None,
             prompt=prompt,
             messages=messages,
-            max_tokens=self.max_tokens(rec),
+            max_tokens=self.max_tokens(entry),
             force_length=s.force_length,
             continuous_usage=s.continuous_usage,
             extra_body=dict(self.extra_body) if self.extra_body else {},
@@ -145,13 +145,13 @@ class SpecBuilder:
             messages[-1] = last
         return messages, (media[0], media[1], self.n_audio, nbytes)
 
-    def _with_images(self, rec: TraceRecord, prompt: str | None, messages: list[dict[str, Any]] | None):
+    def _with_images(self, entry: TraceRecord, prompt: str | None, messages: list[dict[str, Any]] | None):
         """(messages, (images, image bytes)): the trace's file:// parts as data: URLs, and the
         synthetic images (--images N, else the record's count) added to the last user message."""
         n_img = n_bytes = 0
         if messages is not None and any(isinstance(m.get("content"), list) for m in messages):
-            messages, n_img, n_bytes = _inline_files(messages, rec.source)
-        want = self.n_images or (rec.images or 0)
+            messages, n_img, n_bytes = _inline_files(messages, entry.source)
+        want = self.n_images or (entry.images or 0)
         want -= n_img  # a trace's own image parts count towards its image count
         if want <= 0:
             return messages, (n_img, n_bytes, 0, 0)

@@ -21,7 +21,7 @@ from itertools import accumulate, chain, compress, count, islice, repeat
 from typing import Any
 
 from llm_locust.workload.formats.base import Context, Format
-from llm_locust.workload.records import TraceRecord
+from llm_locust.workload.trace_record import TraceRecord
 
 
 class Trace:
@@ -74,7 +74,7 @@ class Trace:
             raise IndexError("trace index out of range")
         inp = self._in[i]
         out = self._out[i]
-        rec = TraceRecord(
+        entry = TraceRecord(
             self._t[i],
             None if inp < 0 else inp,
             None if out < 0 else out,
@@ -83,30 +83,30 @@ class Trace:
         s = self._store
         if s:
             if "prompt" in s:
-                rec.prompt = s["prompt"][i]
+                entry.prompt = s["prompt"][i]
             if "messages" in s:
-                rec.messages = s["messages"][i]
+                entry.messages = s["messages"][i]
             if "conversation_id" in s:
                 idx, ids = s["conversation_id"]
                 j = idx[i]
-                rec.conversation_id = ids[j] if j >= 0 else None
+                entry.conversation_id = ids[j] if j >= 0 else None
             if "turn" in s:
                 v = s["turn"][i]
-                rec.turn = v if v >= 0 else None
+                entry.turn = v if v >= 0 else None
             if "hash_ids" in s:
                 flat, off = s["hash_ids"]
                 a, b = off[i], off[i + 1]
                 if b > a:
-                    rec.hash_ids = tuple(flat[a:b])
-                    rec.block_size = self.block_size
+                    entry.hash_ids = tuple(flat[a:b])
+                    entry.block_size = self.block_size
             if "images" in s:
                 v = s["images"][i]
-                rec.images = v if v >= 0 else None
+                entry.images = v if v >= 0 else None
             if "model" in s:
                 idx, names = s["model"]
                 j = idx[i]
-                rec.model = names[j] if j >= 0 else None
-        return rec
+                entry.model = names[j] if j >= 0 else None
+        return entry
 
     def __iter__(self) -> Iterator[TraceRecord]:
         for i in range(len(self._t)):
