@@ -429,11 +429,11 @@ def trace(argv: list[str]) -> int:
         print(TRACE_USAGE)
         return 0
     if sub == "record":
-        from llm_locust.workload.record_proxy import main as record_main
+        from llm_locust.tools.record_proxy import main as record_main
 
         return record_main(rest)
     if sub == "anonymize":
-        from llm_locust.workload.anonymize import main as anonymize_main
+        from llm_locust.tools.anonymize import main as anonymize_main
 
         return anonymize_main(rest)
     if sub == "synth":

@@ -8,7 +8,7 @@ import json
 import pytest
 from support import read_jsonl
 
-from llm_locust.workload import anonymize
+from llm_locust.tools import anonymize
 from llm_locust.workload.prefix_hash import PrefixHasher, render_messages
 
 SYSTEM = "You are a careful assistant who answers in French. " * 60  # 3060 characters

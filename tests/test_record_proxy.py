@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from llm_locust.sim.process import SimProcess
-from llm_locust.workload import anonymize, record_proxy
+from llm_locust.tools import anonymize, record_proxy
 from llm_locust.workload.prefix_hash import PrefixHasher, render_messages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class ProxyProcess:
-    """`python -m llm_locust.workload.record_proxy --listen 127.0.0.1:0 ...` for a `with` block."""
+    """`python -m llm_locust.tools.record_proxy --listen 127.0.0.1:0 ...` for a `with` block."""
 
     def __init__(self, upstream: str, out: Path, *extra: str):
         self.cmd = [
             sys.executable,
             "-m",
-            "llm_locust.workload.record_proxy",
+            "llm_locust.tools.record_proxy",
             "--listen",
             "127.0.0.1:0",
             "--upstream",

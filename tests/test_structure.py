@@ -7,7 +7,7 @@ records and metrics, the workload, the settings, the analysis and the report. Th
 loops beside a run. The runtime (llm_locust.runtime) is Locust's side, and only that: every module
 in it uses Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
 simulator (`sim/`) and the GPU sidecar (`gpu/`) are programs of their own, importing nothing else
-of the package.
+of the package; the trace recorder and the anonymizer (`tools/`) are asyncio programs on the core.
 """
 
 from __future__ import annotations
@@ -127,7 +127,11 @@ def test_core_never_imports_locust_gevent_the_transport_or_the_runtime():
     bad = {n: sorted(third[n] & set(EVENT_LOOP)) for n in edges if _core(n) and third[n] & set(EVENT_LOOP)}
     assert bad == {}
     into_runtime = {
-        n: sorted(e for e in edges[n] if _in(e, "runtime") or _in(e, "transport") or e == "llm_locust.users")
+        n: sorted(
+            e
+            for e in edges[n]
+            if _in(e, "runtime") or _in(e, "transport") or _in(e, "tools") or e == "llm_locust.users"
+        )
         for n in edges
         if _core(n)
     }
@@ -207,6 +211,17 @@ def test_the_simulator_and_the_gpu_sidecar_import_nothing_else_of_the_package():
             if _in(n, package)
         }
         assert {n: v for n, v in outside.items() if v} == {}, package
+
+
+def test_the_tools_run_on_the_core_and_no_event_loop():
+    """The recorder and the anonymizer are asyncio programs: gevent's monkey-patching would break
+    them, so they import the core and each other only."""
+    _, edges, third = _graph()
+    tools = [n for n in edges if _in(n, "tools")]
+    assert {"llm_locust.tools.record_proxy", "llm_locust.tools.anonymize"} <= set(tools)
+    assert {n: sorted(third[n] & set(EVENT_LOOP)) for n in tools if third[n] & set(EVENT_LOOP)} == {}
+    outside = {n: sorted(e for e in edges[n] if not (_core(e) or _in(e, "tools") or e == "llm_locust")) for n in tools}
+    assert {n: v for n, v in outside.items() if v} == {}
 
 
 def test_importing_the_transport_loads_no_locust():
