@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import hashlib
 import json
 import math
-import os
 import random
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -26,7 +23,12 @@ from typing import Any
 
 import orjson
 
+from llm_locust.sim.formats import FORMATS
+from llm_locust.sim.http import DONE, END, Conn, error_json, frame
+from llm_locust.sim.json_routes import JSON_ROUTES, json_reply
+from llm_locust.sim.metrics import TTFT_BUCKETS, exposition
 from llm_locust.sim.model import Engine, Seq, SimConfig
+from llm_locust.sim.parse import BadRequest, count_input, count_prompt, int_field, prompt_words
 
 FINGERPRINT = "llm-locust-sim"
 VOCAB = (
@@ -37,51 +39,7 @@ VOCAB = (
 ).split(" ")[1:]
 VOCAB = [" " + w for w in VOCAB][:64]
 VMASK = len(VOCAB) - 1  # 64 words: index with & VMASK
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-REASONS = {
-    200: "OK",
-    100: "Continue",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    413: "Payload Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-}
-MAX_HEAD, MAX_BODY, FAST_BATCH = 65536, 64 << 20, 64
-END = b"0\r\n\r\n"  # the last chunk of a chunked body
-
-
-def frame(data: bytes) -> bytes:
-    return b"%x\r\n%b\r\n" % (len(data), data)
-
-
-DONE = frame(b"data: [DONE]\n\n")
-# what follows the token text inside a token chunk, keyed by chat?; vLLM's final chat chunk gains stop_reason
+FAST_BATCH = 64  # fast mode: tokens written at once before yielding to the loop
 TAIL = {
     False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
     True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]',
@@ -102,16 +60,7 @@ ROUTES = {
     "/v1/messages": "anthropic",
     "/generate": "sglang",
 }
-PROTOCOLS = ("responses", "anthropic", "sglang")  # rendered per event by Stream._event
-# requests answered with one JSON document, outside the batching engine: a latency of
-# iter_base + iter_per_prefill_token * input tokens, deterministic vectors and scores
-JSON_ROUTES = {"/v1/embeddings": "embeddings", "/v1/rerank": "rerank", "/rerank": "rerank", "/v1/score": "score"}
-EMBED_DIMS = 16
-
-
-def sse_event(name: str, obj: dict) -> bytes:
-    """One typed SSE event (`event:` line, then its JSON), chunk-framed."""
-    return frame(b"event: %s\ndata: %s\n\n" % (name.encode(), orjson.dumps(obj)))
+PROTOCOLS = ("responses", "anthropic", "sglang")  # rendered per event by their class (sim/formats.py)
 
 
 @dataclass
@@ -120,20 +69,6 @@ class Fault:
     k: int = 0
     seconds: float = 0.0
     spec: str = ""
-
-
-def _label_value(v: str) -> str:
-    """A Prometheus label value, escaped as the text format wants it."""
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _rss_bytes() -> int:
-    """This process's resident memory (Linux /proc; 0 elsewhere), as prometheus_client exports it."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0
 
 
 def parse_fault(spec: str) -> Fault:
@@ -169,315 +104,6 @@ class Options:
     graded_accuracy: float = 1.0
 
 
-class BadRequest(Exception):
-    pass
-
-
-def error_json(msg: str, typ: str, code: int) -> bytes:
-    return orjson.dumps({"error": {"message": msg, "type": typ, "param": None, "code": code}})
-
-
-def count_words(x) -> int:
-    if isinstance(x, str):
-        return len(x.split())
-    if isinstance(x, list):
-        if x and all(isinstance(t, int) for t in x):
-            return len(x)  # token ids
-        return sum(count_words(t) for t in x)
-    if isinstance(x, dict):  # a content part
-        return count_words(x.get("text", ""))
-    return 0
-
-
-def words(x) -> list:
-    """The tokens count_words counts, in order (words, or token ids): the prefix cache's items."""
-    if isinstance(x, str):
-        return x.split()
-    if isinstance(x, list):
-        if x and all(isinstance(t, int) for t in x):
-            return list(x)
-        return [w for t in x for w in words(t)]
-    if isinstance(x, dict):
-        return words(x.get("text", ""))
-    return []
-
-
-def prompt_words(req: dict, proto: str | None, chat: bool) -> list:
-    """A prompt's tokens for the prefix cache: system text / instructions first, then the
-    messages' contents (or the prompt) in order. Only computed when the cache is on."""
-    if proto is None:
-        out = [w for m in req["messages"] for w in words(m.get("content") or "")] if chat else words(req["prompt"])
-    elif proto == "responses":
-        x = req["input"]
-        out = words(req.get("instructions") or "") + (
-            words(x) if isinstance(x, str) else [w for m in x for w in words(m.get("content") or "")]
-        )
-    elif proto == "anthropic":
-        out = words(req.get("system") or "") + [w for m in req["messages"] for w in words(m.get("content") or "")]
-    else:
-        out = words(req.get("text") if "text" in req else req["input_ids"])
-    return out or [None]
-
-
-def count_messages(msgs) -> int:
-    """Words of every message's content (a string, or content parts' text)."""
-    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-        raise BadRequest("'messages' must be a non-empty list of objects")
-    return sum(count_words(m.get("content") or "") for m in msgs)
-
-
-def count_input(req: dict, proto: str) -> int:
-    """Prompt words of a request to one of PROTOCOLS (system text and instructions included)."""
-    if proto == "responses":
-        if "input" not in req:
-            raise BadRequest("'input' is required")
-        x = req["input"]
-        n = count_words(x) if isinstance(x, str) else count_messages(x)
-        n += count_words(req.get("instructions") or "")
-    elif proto == "anthropic":
-        n = count_messages(req.get("messages")) + count_words(req.get("system") or "")
-    else:
-        if "text" not in req and "input_ids" not in req:
-            raise BadRequest("'text' or 'input_ids' is required")
-        n = count_words(req.get("text") if "text" in req else req["input_ids"])
-    return max(1, n)
-
-
-def count_prompt(req: dict, chat: bool) -> int:
-    if chat:
-        msgs = req.get("messages")
-        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-            raise BadRequest("'messages' must be a non-empty list of objects")
-        n = sum(count_words(m.get("content") or "") for m in msgs)
-    else:
-        if "prompt" not in req:
-            raise BadRequest("'prompt' is required")
-        n = count_words(req["prompt"])
-    return max(1, n)
-
-
-def fake_vector(text: str, dims: int = EMBED_DIMS) -> list[float]:
-    """A deterministic unit vector for a text (the same text, the same vector)."""
-    h = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=dims).digest()
-    v = [b / 127.5 - 1.0 for b in h]
-    norm = math.sqrt(sum(x * x for x in v)) or 1.0
-    return [round(x / norm, 6) for x in v]
-
-
-def fake_score(query: str, doc: str) -> float:
-    """A deterministic relevance in [0, 1]: the share of the query's words the document holds."""
-    q = set(query.lower().split())
-    d = set(doc.lower().split())
-    return round(len(q & d) / len(q), 6) if q else 0.0
-
-
-def _texts(x, name: str) -> list[str]:
-    if isinstance(x, str):
-        return [x]
-    if isinstance(x, list) and x and all(isinstance(t, str) for t in x):
-        return x
-    raise BadRequest(f"'{name}' must be a string or a non-empty list of strings")
-
-
-def _doc_text(d) -> str:
-    if isinstance(d, str):
-        return d
-    if isinstance(d, dict) and isinstance(d.get("text"), str):
-        return d["text"]
-    raise BadRequest("'documents' must be strings (or objects with a 'text')")
-
-
-def json_reply(kind: str, req: dict, model: str) -> tuple[int, bytes]:
-    """The reply to one JSON request kind, and its input token count (words, as everywhere here)."""
-    if kind == "embeddings":
-        texts = _texts(req.get("input"), "input")
-        n_in = sum(max(1, count_words(t)) for t in texts)
-        data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
-        return n_in, orjson.dumps(
-            {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n_in, "total_tokens": n_in}}
-        )
-    if kind == "rerank":
-        query = req.get("query")
-        if not isinstance(query, str):
-            raise BadRequest("'query' must be a string")
-        docs = req.get("documents")
-        if not isinstance(docs, list) or not docs:
-            raise BadRequest("'documents' must be a non-empty list")
-        texts = [_doc_text(d) for d in docs]
-        top_n = int_field(req, "top_n", len(texts), 1)
-        q = max(1, count_words(query))
-        n_in = sum(q + max(1, count_words(t)) for t in texts)
-        ranked = sorted(range(len(texts)), key=lambda i: (-fake_score(query, texts[i]), i))[:top_n]
-        results: list[dict[str, Any]] = [{"index": i, "relevance_score": fake_score(query, texts[i])} for i in ranked]
-        if req.get("return_documents"):
-            for r in results:
-                r["document"] = {"text": texts[r["index"]]}
-        return n_in, orjson.dumps(
-            {
-                "id": "rerank-sim",
-                "model": model,
-                "results": results,
-                "usage": {"prompt_tokens": n_in, "total_tokens": n_in},
-            }
-        )
-    t1 = req.get("text_1")
-    if not isinstance(t1, str):
-        raise BadRequest("'text_1' must be a string")
-    t2 = _texts(req.get("text_2"), "text_2")
-    q = max(1, count_words(t1))
-    n_in = sum(q + max(1, count_words(t)) for t in t2)
-    data = [{"index": i, "object": "score", "score": fake_score(t1, t)} for i, t in enumerate(t2)]
-    return n_in, orjson.dumps(
-        {
-            "id": "score-sim",
-            "object": "list",
-            "model": model,
-            "data": data,
-            "usage": {"prompt_tokens": n_in, "total_tokens": n_in},
-        }
-    )
-
-
-def int_field(req: dict, name: str, default: int, lo: int) -> int:
-    v = req.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        raise BadRequest(f"'{name}' must be an integer >= {lo}")
-    return v
-
-
-class Conn(asyncio.Protocol):
-    """One client connection: parses requests, one at a time, and owns the transport."""
-
-    def __init__(self, app: App):
-        self.app = app
-        self.buf = bytearray()
-        self.transport: asyncio.Transport  # set by connection_made, which asyncio calls before anything else
-        self.busy = False  # a response is in progress
-        self.closed = False
-        self.keep_alive = True
-        self.stream: Stream | None = None
-        self.paused = False  # transport buffer above its high-water mark
-        self._looping = False
-        self.continued = False  # sent "100 Continue" for the request being read
-
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def data_received(self, data):
-        self.buf += data
-        if not self.busy:
-            self.next_request()
-
-    def connection_lost(self, exc):
-        self.closed = True
-        if self.stream is not None:
-            self.stream.abort("cancelled")
-
-    def pause_writing(self):
-        self.paused = True
-
-    def resume_writing(self):
-        self.paused = False
-        if self.stream is not None and self.stream.wait_write:
-            self.stream.wait_write = False
-            self.stream.pump()
-
-    def write(self, data: bytes):
-        if not self.closed:
-            self.transport.write(data)
-
-    def close(self):
-        if not self.closed:
-            self.closed = True
-            self.transport.close()
-
-    def next_request(self):
-        if self._looping:  # a response finished synchronously inside the loop below
-            return
-        self._looping = True
-        try:
-            while not self.busy and not self.closed and self.buf:
-                req = self._parse()
-                if req is None:
-                    return
-                self.busy = True
-                try:
-                    self.app.handle(self, *req)
-                except Exception as e:  # never let one request take the server down
-                    print(f"llm-locust sim: internal error: {e!r}", file=sys.stderr)
-                    if self.busy and self.stream is None:
-                        self.respond(500, error_json("internal error", "InternalServerError", 500))
-                    elif self.busy:
-                        self.close()
-        finally:
-            self._looping = False
-
-    def _parse(self):
-        buf = self.buf
-        i = buf.find(b"\r\n\r\n")
-        if i < 0:
-            if len(buf) > MAX_HEAD:
-                self._fatal(431, "request head too large")
-            return None
-        try:
-            lines = bytes(buf[:i]).decode("latin-1").split("\r\n")
-            method, target, version = lines[0].split(" ")
-            headers = {}
-            for line in lines[1:]:
-                k, _, v = line.partition(":")
-                headers[k.strip().lower()] = v.strip()
-            n = int(headers.get("content-length", "0"))
-            if n < 0 or "transfer-encoding" in headers:
-                raise ValueError("only Content-Length request bodies are supported")
-        except ValueError as e:
-            self._fatal(400, f"malformed request: {e}")
-            return None
-        if n > MAX_BODY:
-            self._fatal(413, "body too large")
-            return None
-        if len(buf) < i + 4 + n:
-            if headers.get("expect", "").lower() == "100-continue" and not self.continued:
-                self.continued = True
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            return None
-        self.continued = False
-        body = bytes(buf[i + 4 : i + 4 + n])
-        del buf[: i + 4 + n]
-        conn_hdr = headers.get("connection", "").lower()
-        self.keep_alive = conn_hdr != "close" and (version == "HTTP/1.1" or conn_hdr == "keep-alive")
-        return method, target.split("?", 1)[0], headers, body, perf_counter()
-
-    def _fatal(self, status, msg):
-        self.keep_alive = False
-        self.busy = True
-        self.respond(status, error_json(msg, "BadRequestError", status))
-
-    def head(self, status: int, ctype: bytes, length: int | None, extra: bytes = b"") -> bytes:
-        return b"HTTP/1.1 %d %s\r\nserver: llm-locust-sim\r\ncontent-type: %s\r\n%s%s%s\r\n" % (
-            status,
-            REASONS.get(status, "Error").encode(),
-            ctype,
-            b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length,
-            b"" if self.keep_alive else b"connection: close\r\n",
-            extra,
-        )
-
-    def respond(self, status: int, body: bytes, ctype=b"application/json", extra=b""):
-        self.write(self.head(status, ctype, len(body), extra) + body)
-        self.done()
-
-    def done(self):
-        """The current response is complete: close, or serve the next pipelined request."""
-        self.stream = None
-        self.busy = False
-        if not self.keep_alive:
-            self.close()
-        elif self.buf:
-            self.next_request()
-
-
 class Stream:
     """One generation request: renders its chunks and tracks its timeline."""
 
@@ -510,10 +136,7 @@ class Stream:
             + self.head_json
             + (b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
         )
-        if proto is not None:
-            self.oid = f"{app.n_requests:016x}"
-            self.seq_no = 0  # Responses API sequence_number
-            self.text = ""  # the output so far (SGLang's events carry it whole)
+        self.wire = FORMATS[proto](self) if proto is not None else None  # sim/formats.py
 
     # -- lifecycle --
     def start(self):
@@ -522,7 +145,7 @@ class Stream:
             return self.abort("cancelled")
         if self.stream:
             head = self.conn.head(200, b"text/event-stream; charset=utf-8", None, self.app.rid_header(self))
-            self.conn.write(head + self._preamble() if self.proto is not None else head)
+            self.conn.write(head + self.wire.preamble() if self.wire is not None else head)
         f = self.fault
         if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
             parts: list[bytes] = []
@@ -619,8 +242,8 @@ class Stream:
                 text = "".join(self.answer[n - k : n])
             else:
                 text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
-            if self.proto is not None:
-                parts.append(self._event(text, last))
+            if self.wire is not None:
+                parts.append(self.wire.event(text, last))
             elif self.tool_name is not None:
                 parts.append(self._tool_chunk(n, k, text, last))
             elif last or self.cont or k > 1 or self.answer is not None:
@@ -693,8 +316,8 @@ class Stream:
             usage["prompt_tokens_details"] = {"cached_tokens": self.n_cached}
             if self.seq is None:  # fast mode: the finished sequence's blocks enter the cache here
                 app.engine.cache.insert(list(self.items) + self.output_words(n))
-        if self.proto is not None:
-            parts.append(self._closing() if self.stream else self._whole())
+        if self.wire is not None:
+            parts.append(self.wire.closing() if self.stream else self._whole())
         elif self.stream:
             if self.usage:
                 parts.append(
@@ -730,8 +353,8 @@ class Stream:
             self._log("truncated", 200)
             return "close"
         msg = f"simulated stream error after {self.n_out} tokens"
-        if self.stream and self.proto is not None:
-            parts.append(self._error_event(msg))
+        if self.stream and self.wire is not None:
+            parts.append(self.wire.error_event(msg))
             self._log("stream_error", 200)
         elif self.stream:
             err = json.dumps({"error": {"message": msg, "type": "InternalServerError", "param": None, "code": 500}})
@@ -743,220 +366,12 @@ class Stream:
             self._log("http_error", 500)
         return "end"
 
-    # -- the other wire formats (PROTOCOLS): one JSON event per token, rendered with orjson --
-    def _resp(self, typ: str, **fields) -> bytes:
-        self.seq_no += 1
-        return sse_event(typ, {"type": typ, "sequence_number": self.seq_no - 1, **fields})
-
-    def _response_obj(self, status: str, output: list, usage: dict | None = None) -> dict:
-        obj = {
-            "id": "resp_" + self.oid,
-            "object": "response",
-            "created_at": int(time.time()),
-            "model": self.app.opts.model,
-            "status": status,
-            "incomplete_details": None,
-            "output": output,
-        }
-        if status == "incomplete":
-            obj["incomplete_details"] = {"reason": "max_output_tokens"}
-        if usage is not None:
-            obj["usage"] = usage
-        return obj
-
-    def _preamble(self) -> bytes:
-        """What a stream sends with its headers, before any token."""
-        if self.proto == "responses":
-            item = {
-                "id": "msg_" + self.oid,
-                "type": "message",
-                "status": "in_progress",
-                "role": "assistant",
-                "content": [],
-            }
-            return b"".join(
-                (
-                    self._resp("response.created", response=self._response_obj("in_progress", [])),
-                    self._resp("response.in_progress", response=self._response_obj("in_progress", [])),
-                    self._resp("response.output_item.added", output_index=0, item=item),
-                    self._resp(
-                        "response.content_part.added",
-                        item_id="msg_" + self.oid,
-                        output_index=0,
-                        content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []},
-                    ),
-                )
-            )
-        if self.proto == "anthropic":
-            message = {
-                "id": "msg_" + self.oid,
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": self.app.opts.model,
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": self.n_in, "cache_read_input_tokens": 0, "output_tokens": 0},
-            }
-            return sse_event("message_start", {"type": "message_start", "message": message}) + sse_event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            )
-        return b""
-
-    def _anthropic_usage(self, n: int) -> dict:
-        """Anthropic's input_tokens excludes cache reads (cache_read_input_tokens, prefix cache only)."""
-        if self.items is None:
-            return {"input_tokens": self.n_in, "output_tokens": n}
-        c = self.n_cached
-        return {"input_tokens": self.n_in - c, "cache_read_input_tokens": c, "output_tokens": n}
-
-    def _sglang_reason(self, n: int):
-        return {"type": "length", "length": n} if self.reason == "length" else {"type": "stop", "matched": 2}
-
-    def _event(self, word: str, last: bool) -> bytes:
-        """The event of one token (word) in this stream's wire format."""
-        self.text += word
-        if self.proto == "responses":
-            return self._resp(
-                "response.output_text.delta",
-                item_id="msg_" + self.oid,
-                output_index=0,
-                content_index=0,
-                delta=word,
-                logprobs=[],
-            )
-        if self.proto == "anthropic":
-            return sse_event(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}},
-            )
-        n = self.n_out
-        meta = {
-            "id": self.rid,
-            "finish_reason": self._sglang_reason(n) if last else None,
-            "prompt_tokens": self.n_in,
-            "weight_version": "default",
-            "completion_tokens": n,
-            "cached_tokens": self.n_cached,
-        }
-        return frame(b"data: %s\n\n" % orjson.dumps({"text": self.text, "meta_info": meta}))
-
-    def _closing(self) -> bytes:
-        """After the last token's event: the closing events and the end of the body."""
-        n = self.n_out
-        if self.proto == "responses":
-            part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
-            item = {
-                "id": "msg_" + self.oid,
-                "type": "message",
-                "status": "completed",
-                "role": "assistant",
-                "content": [part],
-            }
-            usage = {
-                "input_tokens": self.n_in,
-                "input_tokens_details": {"cached_tokens": self.n_cached},
-                "output_tokens": n,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": self.n_in + n,
-            }
-            status = "incomplete" if self.reason == "length" else "completed"
-            return b"".join(
-                (
-                    self._resp(
-                        "response.output_text.done",
-                        item_id="msg_" + self.oid,
-                        output_index=0,
-                        content_index=0,
-                        text=self.text,
-                        logprobs=[],
-                    ),
-                    self._resp(
-                        "response.content_part.done",
-                        item_id="msg_" + self.oid,
-                        output_index=0,
-                        content_index=0,
-                        part=part,
-                    ),
-                    self._resp("response.output_item.done", output_index=0, item=item),
-                    self._resp("response.completed", response=self._response_obj(status, [item], usage)),
-                    END,
-                )
-            )
-        if self.proto == "anthropic":
-            stop = "max_tokens" if self.reason == "length" else "end_turn"
-            return b"".join(
-                (
-                    sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                    sse_event(
-                        "message_delta",
-                        {
-                            "type": "message_delta",
-                            "delta": {"stop_reason": stop, "stop_sequence": None},
-                            "usage": self._anthropic_usage(n),
-                        },
-                    ),
-                    sse_event("message_stop", {"type": "message_stop"}),
-                    END,
-                )
-            )
-        return DONE + END
-
     def _whole(self) -> bytes:
-        """A non-streaming reply's whole response (head and body)."""
-        n = self.n_out
-        text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
-        if self.proto == "responses":
-            part = {"type": "output_text", "text": text, "annotations": []}
-            item = {
-                "id": "msg_" + self.oid,
-                "type": "message",
-                "status": "completed",
-                "role": "assistant",
-                "content": [part],
-            }
-            usage = {
-                "input_tokens": self.n_in,
-                "input_tokens_details": {"cached_tokens": self.n_cached},
-                "output_tokens": n,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": self.n_in + n,
-            }
-            obj = self._response_obj("incomplete" if self.reason == "length" else "completed", [item], usage)
-        elif self.proto == "anthropic":
-            obj = {
-                "id": "msg_" + self.oid,
-                "type": "message",
-                "role": "assistant",
-                "model": self.app.opts.model,
-                "content": [{"type": "text", "text": text}],
-                "stop_reason": "max_tokens" if self.reason == "length" else "end_turn",
-                "stop_sequence": None,
-                "usage": self._anthropic_usage(n),
-            }
-        else:
-            obj = {
-                "text": text,
-                "meta_info": {
-                    "id": self.rid,
-                    "finish_reason": self._sglang_reason(n),
-                    "prompt_tokens": self.n_in,
-                    "completion_tokens": n,
-                    "cached_tokens": self.n_cached,
-                },
-            }
-        body = orjson.dumps(obj)
+        """A non-streaming reply in the stream's format (sim/formats.py): head and body."""
+        assert self.wire is not None
+        text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, self.n_out + 1))
+        body = orjson.dumps(self.wire.whole(text))
         return self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body
-
-    def _error_event(self, msg: str) -> bytes:
-        """An error inside the 200 stream, as each server sends it, and the end of the body."""
-        if self.proto == "responses":
-            return self._resp("error", code="internal_error", message=msg, param=None) + END
-        if self.proto == "anthropic":
-            return sse_event("error", {"type": "error", "error": {"type": "api_error", "message": msg}}) + END
-        return frame(b"data: %s\n\n" % orjson.dumps({"error": {"message": msg}})) + DONE + END
 
     def _flush(self, parts, after=None):
         if parts:
@@ -1278,114 +693,8 @@ class App:
                 + b"\n"
             )
 
-    def info_labels(self) -> str:
-        """llm_locust_sim_info's labels: the model, the engine's settings (sim.model.SimConfig),
-        the pacing and the faults (Prometheus label values: strings)."""
-        o, c = self.opts, self.opts.sim
-        labels = {
-            "model_name": o.model,
-            "slots": c.slots,
-            "kv_tokens": c.kv_tokens,
-            "iter_base": c.iter_base,
-            "iter_per_seq": c.iter_per_seq,
-            "iter_per_prefill_token": c.iter_per_prefill_token,
-            "cache_tokens": c.prefix_cache_tokens,  # the prefix cache (0: none)
-            "cache_block": c.cache_block,
-            "spec_tokens": c.spec_tokens,
-            "spec_accept": c.spec_accept,
-            "preempt": str(c.preempt).lower(),
-            "fast": str(o.fast).lower(),
-            "eos_mean": "" if o.eos_mean is None else o.eos_mean,
-            "faults": ",".join(f"{getattr(f, 'spec', f)}={rate:g}" for f, rate in o.faults),
-        }
-        text = {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in labels.items()}
-        return ",".join(f'{k}="{_label_value(v)}"' for k, v in text.items())
-
     def metrics(self) -> str:
-        e = self.engine
-        running = self.active if self.opts.fast else len(e.running)
-        lab = f'model_name="{self.opts.model}"'
-        out = []
-
-        def one(name, typ, help_, samples):
-            out.append(f"# HELP {name} {help_}\n# TYPE {name} {typ}\n")
-            out.extend(f"{name}{{{labels}}} {float(v)}\n" for labels, v in samples)
-
-        # what this server is: the simulator (its metrics are vLLM's names), and the settings its
-        # figures depend on, so that a results file says which simulator it measured and two runs
-        # against different ones compare as different servers
-        one("llm_locust_sim_info", "gauge", "The llm-locust simulator and its settings.", [(self.info_labels(), 1)])
-        one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [(lab, running)])
-        one(
-            "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [(lab, len(e.waiting))]
-        )
-        one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(lab, e.kv_usage)])
-        one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
-        one(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            [(lab, self.gen_tokens)],
-        )
-        one("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", [(lab, _rss_bytes())])
-        one(
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemption from the engine.",
-            [(lab, e.preemptions)],
-        )
-        one(
-            "vllm:request_success_total",
-            "counter",
-            "Count of successfully processed requests.",
-            [(f'finished_reason="{r}",{lab}', self.success.get(r, 0)) for r in ("length", "stop")],
-        )
-        if e.cache is not None:
-            one(
-                "vllm:prefix_cache_queries_total",
-                "counter",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                [(lab, e.cache.queries)],
-            )
-            one(
-                "vllm:prefix_cache_hits_total",
-                "counter",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                [(lab, e.cache.hits)],
-            )
-        if self.opts.sim.spec_tokens > 0:
-            one(
-                "vllm:spec_decode_num_drafts_total",
-                "counter",
-                "Number of spec decoding drafts.",
-                [(lab, e.spec_drafts)],
-            )
-            one(
-                "vllm:spec_decode_num_draft_tokens_total",
-                "counter",
-                "Number of draft tokens.",
-                [(lab, e.spec_draft_tokens)],
-            )
-            one(
-                "vllm:spec_decode_num_accepted_tokens_total",
-                "counter",
-                "Number of accepted tokens.",
-                [(lab, e.spec_accepted)],
-            )
-            one(
-                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                "counter",
-                "Accepted tokens per draft position.",
-                [(f'{lab},position="{i}"', v) for i, v in enumerate(e.spec_accepted_per_pos)],
-            )
-        name = "vllm:time_to_first_token_seconds"
-        out.append(f"# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram\n")
-        acc = 0
-        for le, c in zip([*map(str, TTFT_BUCKETS), "+Inf"], self.ttft, strict=True):
-            acc += c
-            out.append(f'{name}_bucket{{le="{le}",{lab}}} {float(acc)}\n')
-        out.append(f"{name}_count{{{lab}}} {float(acc)}\n{name}_sum{{{lab}}} {self.ttft_sum}\n")
-        return "".join(out)
+        return exposition(self)
 
     def close(self):
         if self.logf is not None:
