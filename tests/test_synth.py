@@ -134,12 +134,13 @@ def test_existing_out_is_refused_without_force(tmp_path, capsys):
     assert "cannot write" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("tool", ["synth", "anonymize", "record_proxy"])
+@pytest.mark.parametrize("tool", ["workload.synth", "tools.anonymize", "tools.record_proxy"])
 def test_sub_tool_help_and_usage_errors_are_returned(tool, capsys):
     """Each sub-tool's main(argv) returns 0 after --help and 2 on a usage error (no SystemExit)."""
     import importlib
 
-    main = importlib.import_module(f"llm_locust.workload.{tool}").main
+    main = importlib.import_module(f"llm_locust.{tool}").main
+    tool = tool.split(".")[1]
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: llm-locust trace ") and "--help" in out
