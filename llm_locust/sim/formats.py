@@ -1,12 +1,14 @@
-"""The wire formats rendered one JSON event per token: the OpenAI Responses API, Anthropic
-Messages and SGLang's native /generate, one class each. A stream (server.Stream) asks its format
-for what goes before the first token, each token's event, the closing events, a non-streaming
-reply's object and an error inside the stream; the engine, pacing, faults and ground truth are the
-stream's, the same for every format. OpenAI's completions and chat formats are the stream's own
-pre-rendered bytes (the simulator's fast path)."""
+"""The simulator's wire formats, one class each: OpenAI completions and chat (vLLM's bytes, the
+common chunk pre-rendered per word: the simulator's fast path), the OpenAI Responses API,
+Anthropic Messages and SGLang's native /generate. A stream (server.Stream) asks its format for what
+goes before the first token, each chunk's event, the closing events, a non-streaming reply's body
+and an error inside the stream; the engine, pacing, faults and ground truth are the stream's, the
+same for every format. The vocabulary (VOCAB) is the stream's: a format renders the text it is
+given."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -32,16 +34,16 @@ class EventFormat:
         """What a stream sends with its headers, before any token."""
         return b""
 
-    def event(self, word: str, last: bool) -> bytes:
-        """The event of one token (word)."""
+    def event(self, word: str, last: bool, k: int = 1) -> bytes:
+        """The event of the stream's last `k` tokens (their text: `word`); `last`: the final one."""
         raise NotImplementedError
 
     def closing(self) -> bytes:
         """After the last token's event: the closing events and the end of the body."""
         return DONE + END
 
-    def whole(self, text: str) -> dict:
-        """A non-streaming reply's object, whose output is `text`."""
+    def whole(self, text: str) -> bytes:
+        """A non-streaming reply's body, whose output is `text`."""
         raise NotImplementedError
 
     def error_event(self, msg: str) -> bytes:
@@ -106,7 +108,7 @@ class Responses(EventFormat):
             )
         )
 
-    def event(self, word: str, last: bool) -> bytes:
+    def event(self, word: str, last: bool, k: int = 1) -> bytes:
         self.text += word
         return self._event_of(
             "response.output_text.delta",
@@ -147,7 +149,7 @@ class Responses(EventFormat):
             )
         )
 
-    def whole(self, text: str) -> dict:
+    def whole(self, text: str) -> bytes:
         part = {"type": "output_text", "text": text, "annotations": []}
         item = {
             "id": "msg_" + self.oid,
@@ -156,7 +158,7 @@ class Responses(EventFormat):
             "role": "assistant",
             "content": [part],
         }
-        return self._response(self._status(), [item], self._usage(self.st.n_out))
+        return orjson.dumps(self._response(self._status(), [item], self._usage(self.st.n_out)))
 
     def error_event(self, msg: str) -> bytes:
         return self._event_of("error", code="internal_error", message=msg, param=None) + END
@@ -192,7 +194,7 @@ class Anthropic(EventFormat):
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         )
 
-    def event(self, word: str, last: bool) -> bytes:
+    def event(self, word: str, last: bool, k: int = 1) -> bytes:
         self.text += word
         return sse_event(
             "content_block_delta",
@@ -216,17 +218,19 @@ class Anthropic(EventFormat):
             )
         )
 
-    def whole(self, text: str) -> dict:
-        return {
-            "id": "msg_" + self.oid,
-            "type": "message",
-            "role": "assistant",
-            "model": self.st.app.opts.model,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": self._stop(),
-            "stop_sequence": None,
-            "usage": self._usage(self.st.n_out),
-        }
+    def whole(self, text: str) -> bytes:
+        return orjson.dumps(
+            {
+                "id": "msg_" + self.oid,
+                "type": "message",
+                "role": "assistant",
+                "model": self.st.app.opts.model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": self._stop(),
+                "stop_sequence": None,
+                "usage": self._usage(self.st.n_out),
+            }
+        )
 
     def error_event(self, msg: str) -> bytes:
         return sse_event("error", {"type": "error", "error": {"type": "api_error", "message": msg}}) + END
@@ -238,7 +242,7 @@ class SGLang(EventFormat):
     def _reason(self, n: int) -> dict:
         return {"type": "length", "length": n} if self.st.reason == "length" else {"type": "stop", "matched": 2}
 
-    def event(self, word: str, last: bool) -> bytes:
+    def event(self, word: str, last: bool, k: int = 1) -> bytes:
         self.text += word
         st = self.st
         n = st.n_out
@@ -252,20 +256,174 @@ class SGLang(EventFormat):
         }
         return frame(b"data: %s\n\n" % orjson.dumps({"text": self.text, "meta_info": meta}))
 
-    def whole(self, text: str) -> dict:
+    def whole(self, text: str) -> bytes:
         st = self.st
         n = st.n_out
-        return {
-            "text": text,
-            "meta_info": {
-                "id": st.rid,
-                "finish_reason": self._reason(n),
-                "prompt_tokens": st.n_in,
-                "completion_tokens": n,
-                "cached_tokens": st.n_cached,
-            },
-        }
+        return orjson.dumps(
+            {
+                "text": text,
+                "meta_info": {
+                    "id": st.rid,
+                    "finish_reason": self._reason(n),
+                    "prompt_tokens": st.n_in,
+                    "completion_tokens": n,
+                    "cached_tokens": st.n_cached,
+                },
+            }
+        )
 
 
-# generation route's format (server.ROUTES) -> its class; the two OpenAI formats are not here
-FORMATS: dict[str, type[EventFormat]] = {"responses": Responses, "anthropic": Anthropic, "sglang": SGLang}
+FINGERPRINT = "llm-locust-sim"
+TAIL = {
+    False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+    True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]',
+}
+TAIL_END = {
+    False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
+    True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]',
+}
+
+
+class OpenAI(EventFormat):
+    """OpenAI completions and chat completions, as vLLM sends them: the common chunk (one word, no
+    usage, not the last) pre-rendered per vocabulary word (`mids`), the rest rendered per chunk;
+    a chat stream opens with the assistant's role, a tool call streams its arguments."""
+
+    def __init__(self, st: Any, chat: bool, mids: dict[str, bytes]) -> None:
+        super().__init__(st)
+        self.chat = chat
+        self.mids = mids  # vocabulary word -> the word and the tail of a non-final chunk without usage
+        self.plain = False  # every chunk after the first is a common one (set with the first chunk)
+        app = st.app
+        self.head_json = b'{"id":"%s-%016x","object":"%s","created":%d,"model":"%s"' % (
+            b"chatcmpl" if chat else b"cmpl",
+            app.n_requests,
+            b"chat.completion.chunk" if st.stream and chat else b"chat.completion" if chat else b"text_completion",
+            int(time.time()),
+            app.model_b,
+        )
+        self.prefix = (
+            b"data: "
+            + self.head_json
+            + (b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
+        )
+
+    def event(self, word: str, last: bool, k: int = 1) -> bytes:
+        if self.plain and k == 1 and not last:  # per token: one lookup, one format
+            mid = self.mids[word]
+            return b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid)
+        st = self.st
+        n = st.n_out
+        if n == k:  # without usage per chunk, a tool call or a graded answer: pre-rendered from now on
+            self.plain = not st.cont and st.tool_name is None and st.answer is None
+        first = b""
+        if n == k and self.chat:
+            first = frame(
+                b"data: " + self.head_json + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+                b'"logprobs":null,"finish_reason":null}]'
+                + self._usage_field(0)
+                + b',"prompt_token_ids":null,"prompt_text":null}\n\n'
+            )
+        if st.tool_name is not None:
+            return first + self._tool_chunk(n, k, word, last)
+        if last or st.cont or k > 1 or st.answer is not None:
+            tail = TAIL_END[self.chat] % st.reason.encode() if last else TAIL[self.chat]
+            raw = orjson.dumps(word)[1:-1] if st.answer is not None else word.encode()
+            body = self.prefix + raw + tail + self._usage_field(n) + (self._timings(n) if last else b"") + b"}\n\n"
+            return first + frame(body)
+        mid = self.mids[word]
+        return first + b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid)
+
+    def _tool_chunk(self, n: int, k: int, text: str, last: bool) -> bytes:
+        """A chat chunk whose tokens are a tool call's: the call's id and name with the first
+        tokens, then argument pieces (as vLLM streams them); finish_reason "tool_calls"."""
+        st = self.st
+        call: dict = {"index": 0, "function": {"arguments": text}}
+        if n == k:
+            call.update(id=f"call_{st.rid}", type="function")
+            call["function"] = {"name": st.tool_name, "arguments": text}
+        obj = orjson.loads(self.head_json + b"}")
+        obj["choices"] = [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [call]},
+                "logprobs": None,
+                "finish_reason": st.reason if last else None,
+            }
+        ]
+        if st.cont:
+            obj["usage"] = {"prompt_tokens": st.n_in, "total_tokens": st.n_in + n, "completion_tokens": n}
+        return frame(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+    def _usage_field(self, n: int) -> bytes:
+        st = self.st
+        if not st.cont:
+            return b""
+        details = b',"prompt_tokens_details":{"cached_tokens":%d}' % st.n_cached if st.items is not None else b""
+        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
+            st.n_in,
+            st.n_in + n,
+            n,
+            details,
+        )
+
+    def _timings(self, n: int) -> bytes:
+        """llama-server's `timings` on the final chunk (only with the prefix cache: cache_n)."""
+        st = self.st
+        if st.items is None:
+            return b""
+        c = st.n_cached
+        return b',"timings":{"cache_n":%d,"prompt_n":%d,"predicted_n":%d}' % (c, st.n_in - c, n)
+
+    def _usage(self) -> dict:
+        st = self.st
+        n = st.n_out
+        usage: dict = {"prompt_tokens": st.n_in, "total_tokens": st.n_in + n, "completion_tokens": n}
+        if st.items is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": st.n_cached}
+        return usage
+
+    def closing(self) -> bytes:
+        if not self.st.usage:  # stream_options.include_usage: a last chunk with the usage alone
+            return DONE + END
+        return (
+            frame(
+                b"data: "
+                + self.head_json
+                + b',"choices":[],"usage":'
+                + orjson.dumps(self._usage())
+                + b',"system_fingerprint":"'
+                + FINGERPRINT.encode()
+                + b'"}\n\n'
+            )
+            + DONE
+            + END
+        )
+
+    def whole(self, text: str) -> bytes:
+        st = self.st
+        if st.answer is not None:  # a graded question's reply (the other formats answer with the vocabulary)
+            text = "".join(st.answer[: st.n_out])
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}} if self.chat else {"index": 0, "text": text}
+        )
+        choice.update(logprobs=None, finish_reason=st.reason, stop_reason=None)
+        return (
+            self.head_json + b',"choices":[' + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(self._usage()) + b"}"
+        )
+
+    def error_event(self, msg: str) -> bytes:
+        err = json.dumps({"error": {"message": msg, "type": "InternalServerError", "param": None, "code": 500}})
+        return frame(b"data: %s\n\n" % err.encode()) + DONE + END
+
+
+def mids(vocab: list[str], chat: bool) -> dict[str, bytes]:
+    """OpenAI's common chunk per vocabulary word, rendered once: the word and the chunk's tail."""
+    return {w: w.encode() + TAIL[chat] + b"}\n\n" for w in vocab}
+
+
+def make_format(name: str, st: Any, vocab_mids: dict[bool, dict[str, bytes]]) -> EventFormat:
+    """The format of a generation route (server.ROUTES) for one stream."""
+    if name in ("completions", "chat"):
+        return OpenAI(st, name == "chat", vocab_mids[name == "chat"])
+    return {"responses": Responses, "anthropic": Anthropic, "sglang": SGLang}[name](st)

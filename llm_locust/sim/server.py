@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import math
 import random
 import signal
@@ -23,14 +22,13 @@ from typing import Any
 
 import orjson
 
-from llm_locust.sim.formats import FORMATS
-from llm_locust.sim.http import DONE, END, Conn, error_json, frame
+from llm_locust.sim.formats import FINGERPRINT, make_format, mids
+from llm_locust.sim.http import Conn, error_json
 from llm_locust.sim.json_routes import JSON_ROUTES, json_reply
 from llm_locust.sim.metrics import TTFT_BUCKETS, exposition
 from llm_locust.sim.model import Engine, Seq, SimConfig
 from llm_locust.sim.parse import BadRequest, count_input, count_prompt, int_field, prompt_words
 
-FINGERPRINT = "llm-locust-sim"
 VOCAB = (
     " the of and to in is was for on that with as by at from it an be this are or which but not"
     " have had one all were they their new more has been would first other its time also after"
@@ -40,19 +38,8 @@ VOCAB = (
 VOCAB = [" " + w for w in VOCAB][:64]
 VMASK = len(VOCAB) - 1  # 64 words: index with & VMASK
 FAST_BATCH = 64  # fast mode: tokens written at once before yielding to the loop
-TAIL = {
-    False: b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
-    True: b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]',
-}
-TAIL_END = {
-    False: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]',
-    True: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]',
-}
-# the common case, pre-rendered per vocabulary word: word + tail of a non-final chunk without usage
-MIDS = {chat: [w.encode() + TAIL[chat] + b"}\n\n" for w in VOCAB] for chat in (False, True)}
-
-
-# generation routes -> wire format; the two OpenAI routes take the pre-rendered fast path
+MIDS = {chat: mids(VOCAB, chat) for chat in (False, True)}  # OpenAI's common chunk per word
+# generation routes -> wire format (sim/formats.py make_format)
 ROUTES = {
     "/v1/completions": "completions",
     "/v1/chat/completions": "chat",
@@ -124,19 +111,8 @@ class Stream:
         self.w0 = app.n_requests & VMASK
         self.reason = "length" if target == max_tokens else "stop"
         self.answer: list[str] | None = None  # a graded question's reply, token by token
-        self.head_json = b'{"id":"%s-%016x","object":"%s","created":%d,"model":"%s"' % (
-            b"chatcmpl" if chat else b"cmpl",
-            app.n_requests,
-            b"chat.completion.chunk" if stream and chat else b"chat.completion" if chat else b"text_completion",
-            int(time.time()),
-            app.model_b,
-        )
-        self.prefix = (
-            b"data: "
-            + self.head_json
-            + (b',"choices":[{"index":0,"delta":{"content":"' if chat else b',"choices":[{"index":0,"text":"')
-        )
-        self.wire = FORMATS[proto](self) if proto is not None else None  # sim/formats.py
+        # the wire format (sim/formats.py): OpenAI completions or chat when proto is None
+        self.wire = make_format(proto or ("chat" if chat else "completions"), self, MIDS)
 
     # -- lifecycle --
     def start(self):
@@ -145,7 +121,7 @@ class Stream:
             return self.abort("cancelled")
         if self.stream:
             head = self.conn.head(200, b"text/event-stream; charset=utf-8", None, self.app.rid_header(self))
-            self.conn.write(head + self.wire.preamble() if self.wire is not None else head)
+            self.conn.write(head + self.wire.preamble())
         f = self.fault
         if f and f.k == 0 and f.kind in ("stream_error", "truncate"):
             parts: list[bytes] = []
@@ -226,37 +202,13 @@ class Stream:
         cut = f is not None and f.k == n and f.kind in ("stream_error", "truncate")
         last = n >= self.target and not cut
         if self.stream:
-            if n == k and self.chat:
-                parts.append(
-                    frame(
-                        b"data: "
-                        + self.head_json
-                        + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-                        b'"logprobs":null,"finish_reason":null}]'
-                        + self._usage_field(0)
-                        + b',"prompt_token_ids":null,"prompt_text":null}\n\n'
-                    )
-                )
-            word = (self.w0 + n) & VMASK
             if self.answer is not None:
                 text = "".join(self.answer[n - k : n])
+            elif k == 1:
+                text = VOCAB[(self.w0 + n) & VMASK]
             else:
-                text = VOCAB[word] if k == 1 else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
-            if self.wire is not None:
-                parts.append(self.wire.event(text, last))
-            elif self.tool_name is not None:
-                parts.append(self._tool_chunk(n, k, text, last))
-            elif last or self.cont or k > 1 or self.answer is not None:
-                tail = TAIL_END[self.chat] % self.reason.encode() if last else TAIL[self.chat]
-                raw = orjson.dumps(text)[1:-1] if self.answer is not None else text.encode()
-                parts.append(
-                    frame(
-                        self.prefix + raw + tail + self._usage_field(n) + (self._timings(n) if last else b"") + b"}\n\n"
-                    )
-                )
-            else:
-                mid = MIDS[self.chat][word]
-                parts.append(b"%x\r\n%b%b\r\n" % (len(self.prefix) + len(mid), self.prefix, mid))
+                text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(n - k + 1, n + 1))
+            parts.append(self.wire.event(text, last, k))
         if cut:
             return self._cut(parts)
         if last:
@@ -269,83 +221,13 @@ class Stream:
             return "stall"
         return None
 
-    def _tool_chunk(self, n: int, k: int, text: str, last: bool) -> bytes:
-        """A chat chunk whose tokens are a tool call's: the call's id and name with the first
-        tokens, then argument pieces (as vLLM streams them); finish_reason "tool_calls"."""
-        call: dict = {"index": 0, "function": {"arguments": text}}
-        if n == k:
-            call.update(id=f"call_{self.rid}", type="function")
-            call["function"] = {"name": self.tool_name, "arguments": text}
-        obj = orjson.loads(self.head_json + b"}")
-        obj["choices"] = [
-            {
-                "index": 0,
-                "delta": {"tool_calls": [call]},
-                "logprobs": None,
-                "finish_reason": self.reason if last else None,
-            }
-        ]
-        if self.cont:
-            obj["usage"] = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
-        return frame(b"data: " + orjson.dumps(obj) + b"\n\n")
-
-    def _usage_field(self, n: int) -> bytes:
-        if not self.cont:
-            return b""
-        details = b',"prompt_tokens_details":{"cached_tokens":%d}' % self.n_cached if self.items is not None else b""
-        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
-            self.n_in,
-            self.n_in + n,
-            n,
-            details,
-        )
-
-    def _timings(self, n: int) -> bytes:
-        """llama-server's `timings` on the final chunk (only with the prefix cache: cache_n)."""
-        if self.items is None:
-            return b""
-        c = self.n_cached
-        return b',"timings":{"cache_n":%d,"prompt_n":%d,"predicted_n":%d}' % (c, self.n_in - c, n)
-
     def _finish(self, parts):
         n = self.n_out
         app = self.app
         app.success[self.reason] = app.success.get(self.reason, 0) + 1
-        usage = {"prompt_tokens": self.n_in, "total_tokens": self.n_in + n, "completion_tokens": n}
-        if self.items is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": self.n_cached}
-            if self.seq is None:  # fast mode: the finished sequence's blocks enter the cache here
-                app.engine.cache.insert(list(self.items) + self.output_words(n))
-        if self.wire is not None:
-            parts.append(self.wire.closing() if self.stream else self._whole())
-        elif self.stream:
-            if self.usage:
-                parts.append(
-                    frame(
-                        b"data: "
-                        + self.head_json
-                        + b',"choices":[],"usage":'
-                        + orjson.dumps(usage)
-                        + b',"system_fingerprint":"'
-                        + FINGERPRINT.encode()
-                        + b'"}\n\n'
-                    )
-                )
-            parts.append(DONE + END)
-        else:
-            text = (
-                "".join(self.answer[:n])
-                if self.answer is not None
-                else "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, n + 1))
-            )
-            choice = (
-                {"index": 0, "message": {"role": "assistant", "content": text}}
-                if self.chat
-                else {"index": 0, "text": text}
-            )
-            choice.update(logprobs=None, finish_reason=self.reason, stop_reason=None)
-            body = self.head_json + b',"choices":[' + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage) + b"}"
-            parts.append(self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body)
+        if self.items is not None and self.seq is None:  # fast mode: the finished sequence's blocks enter the cache
+            app.engine.cache.insert(list(self.items) + self.output_words(n))
+        parts.append(self.wire.closing() if self.stream else self._whole())
         self._log("ok", 200)
 
     def _cut(self, parts) -> str:
@@ -353,12 +235,8 @@ class Stream:
             self._log("truncated", 200)
             return "close"
         msg = f"simulated stream error after {self.n_out} tokens"
-        if self.stream and self.wire is not None:
+        if self.stream:
             parts.append(self.wire.error_event(msg))
-            self._log("stream_error", 200)
-        elif self.stream:
-            err = json.dumps({"error": {"message": msg, "type": "InternalServerError", "param": None, "code": 500}})
-            parts.append(frame(b"data: %s\n\n" % err.encode()) + DONE + END)
             self._log("stream_error", 200)
         else:
             body = error_json(msg, "InternalServerError", 500)
@@ -368,9 +246,8 @@ class Stream:
 
     def _whole(self) -> bytes:
         """A non-streaming reply in the stream's format (sim/formats.py): head and body."""
-        assert self.wire is not None
         text = "".join(VOCAB[(self.w0 + i) & VMASK] for i in range(1, self.n_out + 1))
-        body = orjson.dumps(self.wire.whole(text))
+        body = self.wire.whole(text)
         return self.conn.head(200, b"application/json", len(body), self.app.rid_header(self)) + body
 
     def _flush(self, parts, after=None):
