@@ -328,3 +328,33 @@ def test_a_bulk_read_is_sized_to_what_the_caller_gets_through_in_its_budget():
     assert _next_read_size(READ_SIZE, 0.008) == READ_SIZE
     assert _next_read_size(READ_SIZE, READ_BUDGET / 3) == 3 * READ_SIZE
     assert _next_read_size(BULK_READ_SIZE, READ_BUDGET * 2) == BULK_READ_SIZE // 2
+
+
+def test_a_cancel_after_a_delay_counts_from_the_send_not_from_the_connect(monkeypatch):
+    """--cancel SHARE:after=WHEN aborts WHEN after the send (docs/load-shapes.md). The timer was
+    started before the connection was taken, so a slow connect (here 0.3 s) ate into the delay and
+    the request ended 0.1 s after it was sent, not 0.4 s."""
+    held = []
+
+    def hold(sock, _addr):  # reads the request, answers nothing, keeps the connection open
+        sock.recv(65536)
+        held.append(sock)
+        gevent.sleep(5)
+
+    server = StreamServer(("127.0.0.1", 0), hold)
+    server.start()
+    try:
+        client = stream_client(f"http://127.0.0.1:{server.server_port}", "openai-completions")
+        get_socket = client.pool.get_socket
+
+        def slow_connect():
+            gevent.sleep(0.3)
+            return get_socket()
+
+        monkeypatch.setattr(client.pool, "get_socket", slow_connect)
+        client.cancel = type("Plan", (), {"draw": staticmethod(lambda: (0.4, 0))})()
+        rec = client.send(spec(), "r1")
+    finally:
+        server.stop(timeout=0)
+    assert rec.outcome is Outcome.CLIENT_CANCELLED, (rec.outcome, rec.error)
+    assert 0.4 <= rec.t_end - rec.t_sent < 1.0, rec.t_end - rec.t_sent

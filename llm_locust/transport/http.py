@@ -198,9 +198,9 @@ class StreamClient:
         state = _CancelAt(keep, after_tok) if after_tok else StreamState(keep)
         timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
         timer.start()
-        abort = _abort_timer(after_s)
+        abort = _abort_timer(after_s)  # started by _exchange at the send, not before the connect
         try:
-            self._exchange(data, rec, state)
+            self._exchange(data, rec, state, abort)
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except Exception as e:  # noqa: BLE001 - the last line of defence: a reply we could not read
@@ -226,7 +226,7 @@ class StreamClient:
             rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         return rec
 
-    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState) -> None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState, abort=None) -> None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
         request is written, the server may have read it, so a close before the reply is a failure."""
@@ -246,6 +246,8 @@ class StreamClient:
         try:
             rec.t_sent = watch.last = time.perf_counter()
             rec.wall_sent = time.time()
+            if abort is not None:  # --cancel after a delay: counted from the send (docs/load-shapes.md)
+                abort.start()
             read = _reader(sock, rec.t_sent, watch)
             sock.sendall(data)
             rec.t_written = time.perf_counter()
@@ -486,13 +488,13 @@ class StreamClient:
 
 
 def _abort_timer(after_s: float) -> gevent.Timeout | None:
-    """--cancel after a delay: a started timer that ends the request as the client's cancellation
-    (the connection is closed, as for a stop or a timeout), or None for a request not aborted."""
+    """--cancel after a delay: a timer, started at the send, that ends the request as the client's
+    cancellation (the connection is closed, as for a stop or a timeout), or None for a request not
+    aborted. Started before the connection was taken, it counted the connect (and a wait for a
+    pooled connection) into the delay, and ended requests before their drawn time."""
     if not after_s:
         return None
-    t = gevent.Timeout(after_s, _Ended(Outcome.CLIENT_CANCELLED, f"cancelled by the client after {after_s:.3g}s"))
-    t.start()
-    return t
+    return gevent.Timeout(after_s, _Ended(Outcome.CLIENT_CANCELLED, f"cancelled by the client after {after_s:.3g}s"))
 
 
 def finish_record(rec: RequestRecord, state: StreamState) -> None:
