@@ -126,7 +126,9 @@ def test_closed_loop_cancels_its_share_on_the_simulator(sims, tmp_path, text, ch
             c = r["chunks"]
             assert len(c) >= 5 and c[4] == c[-1] == r["end"], (c, r["end"])
         else:
-            assert 0.2 <= r["end"] <= 0.4 + 0.05, r["end"]  # the drawn delay, from the send
+            # the drawn delay, from the send (never earlier: test_client checks it to the ms); a
+            # timer's wake-up is late under the slow tier's load (75 ms seen, four shards on 2 cores)
+            assert 0.2 <= r["end"] <= 0.4 + 0.3, r["end"]
 
 
 def test_a_bad_cancel_is_one_line_and_exit_2():
