@@ -202,6 +202,7 @@ def llama(llama_server_bin, smollm2_model):
         yield srv
 
 
+@pytest.mark.timing  # beside vLLM's shard llama-server made no token in 2.5 s: it runs alone (tests/alone.py)
 @pytest.mark.real_server
 def test_llama_server_stops_generating_for_a_cancelled_request(llama):
     # llama.cpp adds a request's tokens to tokens_predicted_total only when its slot is released;
