@@ -40,10 +40,6 @@ class Signal:
     def is_set(self) -> bool:
         return self.wait(0)
 
-    def close(self) -> None:
-        os.close(self._r)
-        os.close(self._w)
-
 
 class Shard:
     """One side of the tier: a thread that takes its turn, notes when it is in, and leaves when told."""

@@ -88,11 +88,15 @@ class Responses(EventFormat):
             "total_tokens": st.n_in + n,
         }
 
+    def _message(self, status: str, content: list) -> dict:
+        """The reply's message item, as the events and the whole response carry it."""
+        return {"id": "msg_" + self.oid, "type": "message", "status": status, "role": "assistant", "content": content}
+
     def _status(self) -> str:
         return "incomplete" if self.st.reason == "length" else "completed"
 
     def preamble(self) -> bytes:
-        item = {"id": "msg_" + self.oid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+        item = self._message("in_progress", [])
         return b"".join(
             (
                 self._event_of("response.created", response=self._response("in_progress", [])),
@@ -121,13 +125,7 @@ class Responses(EventFormat):
 
     def closing(self) -> bytes:
         part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
-        item = {
-            "id": "msg_" + self.oid,
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [part],
-        }
+        item = self._message("completed", [part])
         return b"".join(
             (
                 self._event_of(
@@ -151,13 +149,7 @@ class Responses(EventFormat):
 
     def whole(self, text: str) -> bytes:
         part = {"type": "output_text", "text": text, "annotations": []}
-        item = {
-            "id": "msg_" + self.oid,
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [part],
-        }
+        item = self._message("completed", [part])
         return orjson.dumps(self._response(self._status(), [item], self._usage(self.st.n_out)))
 
     def error_event(self, msg: str) -> bytes:

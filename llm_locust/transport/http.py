@@ -226,7 +226,9 @@ class StreamClient:
             rec.outcome, rec.error = Outcome.STREAM_ERROR, f"unreadable reply: {_exception_text(e)}"
         return rec
 
-    def _exchange(self, data: bytes, rec: RequestRecord, state: StreamState, abort=None) -> None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+    def _exchange(  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+        self, data: bytes, rec: RequestRecord, state: StreamState, abort: gevent.Timeout | None = None
+    ) -> None:
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
         request is written, the server may have read it, so a close before the reply is a failure."""
