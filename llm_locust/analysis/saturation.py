@@ -43,6 +43,7 @@ import importlib.util
 import math
 import statistics
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -507,7 +508,7 @@ def format_steps(
     if any(r.accuracy for r in results):  # --graded: accuracy per step beside latency
         extra_head.append("acc %")
         for cells, r in zip(extra, results, strict=True):
-            acc = r.accuracy or {}
+            acc: Mapping[str, Any] = r.accuracy or {}
             a = acc.get("accuracy")
             cells.append("-" if a is None else f"{a * 100:.0f} ({acc['correct']}/{acc['graded']})")
     head = [

@@ -11,6 +11,7 @@ second each request was sent), `counts` its per-second series (wall second -> [t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 BURST_WINDOW = 2  # seconds: the sliding window TTFT p50 is read over after a burst
@@ -267,7 +268,7 @@ def kv_pressure(
 
 def overlong_mix(
     counts: list[int],
-    summary: dict[str, Any],
+    summary: Mapping[str, Any],
     *,
     share: float,
     tokens: int,

@@ -39,11 +39,13 @@ loosest such limit is used): see `request_slos`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llm_locust.metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
 from llm_locust.metrics.records import Outcome
+from llm_locust.report.schema import Accuracy, CacheFigures, Latency
 
 OFFERED_KINDS = ("concurrency", "rate", "speed")
 OFFERED_UNITS = {"concurrency": "users", "rate": "req/s", "speed": "x"}
@@ -134,7 +136,7 @@ class StepResult:
     output_tokens_per_s: float  # steady state: used for saturation analysis
     aggregate_output_tokens_per_s: float  # spec: N_out / (last t_end - first t_sent)
     aggregate_requests_per_s: float
-    latency: dict[str, dict[str, Any]]  # metric -> summary (count, mean, min, max, p50 .. p99.9), seconds
+    latency: Latency  # metric -> summary (count, mean, min, max, p50 .. p99.9), seconds
     goodput_requests_per_s: float | None  # None: no per-request SLO given
     goodput_tokens_per_s: float | None
     slo_attainment: float | None  # share of ok requests that met every per-request SLO
@@ -148,10 +150,10 @@ class StepResult:
     flags: list[str] = field(default_factory=list)  # client_saturated, errors, length_mismatch, no_data
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
     # prompt-cache reuse of the step (metrics.aggregate figures()["cache"]); None: nothing reported
-    cache: dict[str, Any] | None = None
+    cache: CacheFigures | None = None
     # accuracy under load (--graded; metrics.aggregate figures()["accuracy"]): {graded, correct,
     # accuracy}; None: no graded item ended ok in the step
-    accuracy: dict[str, Any] | None = None
+    accuracy: Accuracy | None = None
 
     @property
     def window(self) -> float:
@@ -166,7 +168,8 @@ class StepResult:
 
     def stat(self, metric: str, stat: str = "p50") -> float | None:
         """A latency figure in seconds (None when the step has no sample of it)."""
-        return self.latency.get(metric, {}).get(stat)
+        stats: Mapping[str, Any] = self.latency.get(metric) or {}
+        return stats.get(stat)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

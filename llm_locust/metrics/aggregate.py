@@ -7,12 +7,22 @@ merges exactly: histograms add bucket counts, counters add, series add per secon
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from llm_locust.metrics.gaps import gap_samples
-from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram
+from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
 from llm_locust.metrics.timeseries import LatencySeries, Seconds
+from llm_locust.report.schema import (
+    Accuracy,
+    ClientCheck,
+    ClientFigures,
+    Figures,
+    LatencyStats,
+    Phases,
+)
+from llm_locust.report.schema import CacheCounts as CacheDoc
 
 # Outcomes that are not a failure of the server: in flight at the stop, or ended by the client
 # (--cancel); they are counted apart and left out of the error rate's answered requests
@@ -134,7 +144,7 @@ class CacheCounts:
         for k, v in zip(self.__slots__, values or (), strict=False):  # None (older wire dicts): nothing
             setattr(self, k, getattr(self, k) + v)
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> CacheDoc:
         return {
             "requests_reported": self.reported,
             "cached_tokens": self.cached,
@@ -195,25 +205,20 @@ class SparseHistogram:
         for i in range(0, len(flat), 2):
             b[flat[i]] = b.get(flat[i], 0) + flat[i + 1]
 
-    def summary(self) -> dict[str, float | int | None]:
+    def summary(self) -> LatencyStats:
         n = self.count
         if not n:
             return {"count": 0}
         keys = sorted(self.buckets)
-        out: dict[str, float | int | None] = {
-            "count": n,
-            "mean": self.sum_us / n / 1e6,
-            "min": keys[0] / 1e6,
-            "max": _highest(keys[-1]) / 1e6,
-        }
+        pct: dict[str, float] = {}
         targets = [(f"p{p:g}", max(int(p * n / 100 + 0.5), 1)) for p in PERCENTILES]
         acc, t = 0, 0
         for k in keys:
             acc += self.buckets[k]
             while t < len(targets) and acc >= targets[t][1]:
-                out[targets[t][0]] = _highest(k) / 1e6
+                pct[targets[t][0]] = _highest(k) / 1e6
                 t += 1
-        return out
+        return latency_stats(n, self.sum_us / n / 1e6, keys[0] / 1e6, _highest(keys[-1]) / 1e6, pct)
 
 
 def _highest(us: int) -> int:
@@ -782,13 +787,13 @@ def _meets(rec: RequestRecord, slos: dict[str, float], itl_max: float) -> bool:
     return True
 
 
-def figures(agg: Aggregate) -> dict[str, Any]:
+def figures(agg: Aggregate) -> Figures:
     """The whole-window figures of the metrics spec, in seconds and per-second units."""
     span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
     finished = agg.finished
     client = agg.outcomes[Outcome.CLIENT_CANCELLED.value]
     ok = agg.outcomes.get(Outcome.OK.value, 0)
-    out: dict[str, Any] = {
+    out: Figures = {
         "sent": agg.sent,
         "finished": finished,  # sent == ok + failed (by kind) + cancelled + lost, once a run has ended
         "ok": ok,
@@ -855,10 +860,15 @@ def figures(agg: Aggregate) -> dict[str, Any]:
             "ttft_hit": agg.hist["ttft_cache_hit"].summary(),
             "ttft_miss": agg.hist["ttft_cache_miss"].summary(),
         }
-    for dim in GROUP_DIMENSIONS:
-        groups = agg.groups[dim]
-        if len(groups) > 1:  # one value is the whole window again
-            out[f"by_{dim}"] = {key: g.figures(span) for key, g in sorted(groups.items())}
+    by = {  # one value is the whole window again
+        dim: {key: g.figures(span) for key, g in sorted(groups.items())}
+        for dim in GROUP_DIMENSIONS
+        if len(groups := agg.groups[dim]) > 1
+    }
+    if "endpoint" in by:  # GROUP_DIMENSIONS, in their order
+        out["by_endpoint"] = by["endpoint"]
+    if "model" in by:
+        out["by_model"] = by["model"]
     if agg.graded:
         out["accuracy"] = accuracy(agg.graded, agg.correct)
     if agg.structured_checked:
@@ -873,27 +883,32 @@ def figures(agg: Aggregate) -> dict[str, Any]:
     return out
 
 
-def phase_figures(agg: Aggregate) -> dict[str, Any] | None:
+def phase_figures(agg: Aggregate) -> Phases | None:
     """The request phases (docs/metrics.md, "Request phases"): each phase's summary (seconds),
     the connect of new connections alone, and the count of new and kept-alive connections; None
     when no request was timed in phases (a results file of an older version, JSON request kinds)."""
     h = agg.hist
     if not h["phase_wait"].count:
         return None
-    out: dict[str, Any] = {p: h[f"phase_{p}"].summary() for p in PHASES}
-    out["connect_new"] = h["phase_connect_new"].summary()
     new, kept = agg.connections
-    out["connections"] = {"new": new, "reused": kept}
-    return out
+    return {  # PHASES, in their order
+        "connect": h["phase_connect"].summary(),
+        "send": h["phase_send"].summary(),
+        "wait": h["phase_wait"].summary(),
+        "first_token": h["phase_first_token"].summary(),
+        "receive": h["phase_receive"].summary(),
+        "connect_new": h["phase_connect_new"].summary(),
+        "connections": {"new": new, "reused": kept},
+    }
 
 
-def accuracy(graded: int, correct: int) -> dict[str, Any]:
+def accuracy(graded: int, correct: int) -> Accuracy:
     """Accuracy under load (docs/verdicts.md): graded items that ended ok, those answered right,
     and their ratio."""
     return {"graded": graded, "correct": correct, "accuracy": correct / graded if graded else None}
 
 
-def validity(fig: dict[str, Any], max_error_rate: float) -> list[str]:
+def validity(fig: Mapping[str, Any], max_error_rate: float) -> list[str]:
     """The marks that make `figures()` suspect: client_saturated (the client may have distorted
     them: `fig["client"]["reasons"]` says which check tripped), errors (error rate above the
     limit), length_mismatch (outputs not of the length asked for), no_data (nothing succeeded),
@@ -968,7 +983,7 @@ def validity_rule() -> str:
     )
 
 
-def client_checks(agg: Aggregate) -> list[dict[str, Any]]:
+def client_checks(agg: Aggregate) -> list[ClientCheck]:
     """Every client check with its threshold and measured value; `tripped` marks the failing ones."""
     return [_read_together_check(agg), _send_delay_check(agg), _lag_check(agg)]
 
@@ -979,7 +994,7 @@ def _late(agg: Aggregate) -> tuple[int, int]:
     return sum(c for low_us, c in lag.buckets_us() if low_us > LAG_LIMIT * 1e6), lag.count
 
 
-def _read_together_check(agg: Aggregate) -> dict[str, Any]:
+def _read_together_check(agg: Aggregate) -> ClientCheck:
     gaps, together, firsts, firsts_together = agg.together
     share = together / gaps if gaps else 0.0
     first = firsts_together / firsts if firsts else 0.0
@@ -1009,7 +1024,7 @@ def _read_together_check(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def _send_delay_check(agg: Aggregate) -> dict[str, Any]:
+def _send_delay_check(agg: Aggregate) -> ClientCheck:
     sd = agg.hist["send_delay"]
     p99 = sd.percentile(99) if sd.count >= SEND_DELAY_MIN_REQUESTS else None
     return {
@@ -1023,7 +1038,7 @@ def _send_delay_check(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def _lag_check(agg: Aggregate) -> dict[str, Any]:
+def _lag_check(agg: Aggregate) -> ClientCheck:
     lag = agg.hist["loop_lag"]
     n = lag.count
     limit_us = LAG_LIMIT * 1e6
@@ -1043,7 +1058,7 @@ def _lag_check(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def client_figures(agg: Aggregate) -> dict[str, Any]:
+def client_figures(agg: Aggregate) -> ClientFigures:
     checks = client_checks(agg)
     tripped = [c for c in checks if c["tripped"]]
     cs = agg.cpu_samples
@@ -1066,7 +1081,7 @@ def client_figures(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def client_line(client: dict[str, Any]) -> str:
+def client_line(client: Mapping[str, Any]) -> str:
     """The summary's client line: the verdict, what each check measured against its limit, then
     the loop lag and CPU (reported). E.g. "client: valid: tokens read together 0.3% (limit 1%),
     send delay p99 2.1 ms (limit 50 ms); loop lag p99 27.2 ms, CPU max 19%"."""

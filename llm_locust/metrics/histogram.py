@@ -6,12 +6,33 @@ compact compressed encoding to ship deltas from workers to the master.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hdrh.histogram import HdrHistogram
+
+from llm_locust.report.schema import LatencyStats
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # one hour
 SIGNIFICANT_DIGITS = 3
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def latency_stats(count: int, mean: float, low: float, high: float, pct: Mapping[str, float]) -> LatencyStats:
+    """A latency's summary (report.schema LatencyStats) in seconds: count, mean, min, max, then
+    the percentiles of PERCENTILES found in `pct` ({"p50": seconds, ...})."""
+    out: LatencyStats = {"count": count, "mean": mean, "min": low, "max": high}
+    if "p50" in pct:  # one line per percentile: a TypedDict's keys are literals
+        out["p50"] = pct["p50"]
+    if "p90" in pct:
+        out["p90"] = pct["p90"]
+    if "p95" in pct:
+        out["p95"] = pct["p95"]
+    if "p99" in pct:
+        out["p99"] = pct["p99"]
+    if "p99.9" in pct:
+        out["p99.9"] = pct["p99.9"]
+    return out
 
 
 # HdrHistogram with lowest value 1 and 3 significant digits keeps 2048 sub-buckets: values
@@ -181,17 +202,11 @@ class Histogram:
             return None
         return (self.percentiles_of(self.counts(), (p,)) or {}).get(f"p{p:g}")
 
-    def summary(self) -> dict[str, float | int | None]:
+    def summary(self) -> LatencyStats:
         """count, mean, min, max and the standard percentiles, all in seconds."""
         n = self.count
         if not n:
             return {"count": 0}
         mean_us = self._sum_us / n if self._sum_exact else self._h.get_mean_value()
-        out: dict[str, float | int | None] = {
-            "count": n,
-            "mean": mean_us / 1e6,
-            "min": self._h.get_min_value() / 1e6,
-            "max": self._h.get_max_value() / 1e6,
-        }
-        out.update(self.percentiles_of(self.counts()) or {})
-        return out
+        pct = self.percentiles_of(self.counts()) or {}
+        return latency_stats(n, mean_us / 1e6, self._h.get_min_value() / 1e6, self._h.get_max_value() / 1e6, pct)

@@ -27,6 +27,7 @@ from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
 from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError, load_results
+from llm_locust.report.schema import Warmup
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
@@ -900,7 +901,7 @@ def section_phases(s: dict[str, Any], steps: list[dict[str, Any]]) -> H:
     return H("".join(out))
 
 
-def _warmup_text(w: dict[str, Any]) -> str:
+def _warmup_text(w: Warmup) -> str:
     """The warm-up's rule and how it went, as the summary's warm-up line says it."""
     from llm_locust.report.summary import warmup_line
 

@@ -24,7 +24,17 @@ from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.report.provenance import gpu_facts
-from llm_locust.report.results import build_results
+from llm_locust.report.results import build_results, plain
+from llm_locust.report.schema import (
+    CacheFigures,
+    Figures,
+    Gate,
+    MetricsWindows,
+    PrefixHit,
+    ResultsDoc,
+    Warmup,
+    WarmupLatency,
+)
 from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -82,7 +92,7 @@ class Outcome:
     """What a run amounts to: the summary's blocks, the results document, the exit code and why."""
 
     blocks: list[str]
-    results: dict[str, Any]
+    results: dict[str, Any]  # a ResultsDoc (build): the runtime writes it as a plain dict
     exit_code: int
     reasons: list[str]  # one line each: why the exit code is not 0
     measured: bool  # anything was sent (else: nothing to print or write)
@@ -98,10 +108,10 @@ class Outcome:
 # ---- the server's and the GPU's series, cut at the run's and the steps' windows ----
 
 
-def series_windows(series: ServerSeries, started: float | None, ended: float, windows: list[dict]) -> dict:
+def series_windows(series: ServerSeries, started: float | None, ended: float, windows: list[dict]) -> MetricsWindows:
     """{"source", "run", "steps"?}: a series read over the whole run and over each step's
     measurement window."""
-    out: dict[str, Any] = {"source": series.to_dict(), "run": series.window(started or 0, ended)}
+    out: MetricsWindows = {"source": series.to_dict(), "run": series.window(started or 0, ended)}
     if windows:
         out["steps"] = [
             {
@@ -203,14 +213,14 @@ def worker_lines(workers: list[dict[str, Any]], started: float | None) -> list[s
 class _Parts:
     """What build() computes once and both the text and the results use."""
 
-    summary: dict[str, Any]
-    server_windows: dict | None = None
-    by_endpoint: dict | None = None
-    gpu_windows: dict | None = None
+    summary: Figures
+    server_windows: MetricsWindows | None = None
+    by_endpoint: dict[str, MetricsWindows] | None = None
+    gpu_windows: MetricsWindows | None = None
     efficiency: dict | None = None
     verdicts: dict[str, Any] = field(default_factory=dict)
     stability: dict[str, Any] = field(default_factory=dict)
-    prefix_hit: dict[str, Any] | None = None
+    prefix_hit: PrefixHit | None = None
 
 
 def _parts(e: Ended) -> _Parts:
@@ -251,8 +261,8 @@ def _efficiency(e: Ended, p: _Parts) -> dict | None:
     steps = _judged(e.ladder["steps"])
     return efficiency(
         steps,
-        _same_steps((p.server_windows or {}).get("steps"), steps),
-        _same_steps((p.gpu_windows or {}).get("steps"), steps),
+        _same_steps((p.server_windows.get("steps") if p.server_windows else None), steps),
+        _same_steps((p.gpu_windows.get("steps") if p.gpu_windows else None), steps),
         first.get("gpu_memory_used_bytes"),
     )
 
@@ -263,12 +273,12 @@ def _verdicts(e: Ended, p: _Parts) -> dict[str, Any]:
     ladder = e.ladder or {}
     return verdicts(
         _judged(ladder.get("steps")),
-        (p.gpu_windows or {}).get("steps"),
+        (p.gpu_windows.get("steps") if p.gpu_windows else None),
         gpu_facts(e.gpu.info) if e.gpu is not None else [],
         e.settings,
         step_tokens={k: (a.tokens_in, a.tokens_out) for k, a in e.steps.items()},
         summary=p.summary,
-        gpu_run=(p.gpu_windows or {}).get("run"),
+        gpu_run=(p.gpu_windows["run"] if p.gpu_windows else None),
         saturation=ladder.get("saturation"),
     )
 
@@ -281,7 +291,9 @@ def _stability(e: Ended, p: _Parts) -> dict[str, Any]:
         from llm_locust.analysis.stability import kv_pressure
 
         out["kv_pressure"] = kv_pressure(
-            _judged(ladder["steps"]), (p.server_windows or {}).get("steps"), min_load=s.kv_min_load
+            _judged(ladder["steps"]),
+            (p.server_windows.get("steps") if p.server_windows else None),
+            min_load=s.kv_min_load,
         )
     if ladder and ladder.get("burst"):
         out["burst"] = ladder["burst"]
@@ -339,16 +351,27 @@ def warmup_rule(s: Any) -> str | None:
     return " and ".join(parts) or None
 
 
-def warmup_figures(agg: Aggregate | None, s: Any) -> dict[str, Any] | None:
+def warmup_figures(agg: Aggregate | None, s: Any) -> Warmup | None:
     """The results' `warmup`: the rule, and the warm-up's own counts and latencies (sent = ok +
     failed + cancelled + lost, apart from the run's); None without a warm-up."""
     rule = warmup_rule(s)
     if rule is None or s.ladder:
         return None
     f = figures(agg if agg is not None else Aggregate())
-    keep = ("sent", "ok", "failed", "cancelled", "lost", "tokens_out")
-    lat = {m: {k: f["latency"][m].get(k) for k in ("count", "p50", "p99")} for m in ("ttft", "e2e")}
-    return {"rule": rule, **{k: f.get(k, 0) for k in keep}, "latency": lat}
+    lat: dict[str, WarmupLatency] = {
+        m: {"count": f["latency"][m].get("count"), "p50": f["latency"][m].get("p50"), "p99": f["latency"][m].get("p99")}
+        for m in ("ttft", "e2e")
+    }
+    return {
+        "rule": rule,
+        "sent": f["sent"],
+        "ok": f["ok"],
+        "failed": f["failed"],
+        "cancelled": f["cancelled"],
+        "lost": f["lost"],
+        "tokens_out": f["tokens_out"],
+        "latency": lat,
+    }
 
 
 # ---- a controlled prefix-cache hit ratio (--prefix-hit) ----
@@ -356,7 +379,7 @@ def warmup_figures(agg: Aggregate | None, s: Any) -> dict[str, Any] | None:
 PREFIX_HIT_TOLERANCE = 0.1  # achieved within 10 points of the target: a cache's blocks round the prefix
 
 
-def _prefix_hit(e: Ended, p: _Parts) -> dict[str, Any] | None:
+def _prefix_hit(e: Ended, p: _Parts) -> PrefixHit | None:
     """--prefix-hit: checked over the run after its warm-up (the priming requests' misses are not
     the ratio asked for), from the first server's series."""
     if not e.settings.prefix_hit:
@@ -368,7 +391,7 @@ def _prefix_hit(e: Ended, p: _Parts) -> dict[str, Any] | None:
     return prefix_hit_check(e.settings.prefix_hit, window, p.summary.get("cache"))
 
 
-def prefix_hit_check(target: float, run: dict | None, cache: dict | None) -> dict[str, Any] | None:
+def prefix_hit_check(target: float, run: dict | None, cache: CacheFigures | None) -> PrefixHit | None:
     """--prefix-hit R: the hit ratio the server's counters report over `run` (a window of its
     series: hit tokens / queried prompt tokens, docs/metrics.md) against R, and the client's (the
     usage's cached tokens of the measured requests) beside it; None without --prefix-hit."""
@@ -376,7 +399,7 @@ def prefix_hit_check(target: float, run: dict | None, cache: dict | None) -> dic
         return None
     run = run or {}
     achieved = run.get("prefix_cache_hit_ratio")
-    client = (cache or {}).get("hit_ratio") if (cache or {}).get("requests_reported") else None
+    client = cache.get("hit_ratio") if cache and cache.get("requests_reported") else None
     within = None if achieved is None else abs(achieved - target) <= PREFIX_HIT_TOLERANCE
     return {
         "target": target,
@@ -388,7 +411,7 @@ def prefix_hit_check(target: float, run: dict | None, cache: dict | None) -> dic
     }
 
 
-def prefix_hit_line(h: dict[str, Any]) -> str:
+def prefix_hit_line(h: PrefixHit) -> str:
     """The summary's line: the target, what the server's counters say, and the verdict."""
     client = "" if h["client"] is None else f"; the responses' usage {h['client']:.1%}"
     if h["achieved"] is None:
@@ -453,7 +476,7 @@ def _stability_text(e: Ended, p: _Parts) -> str:
 # ---- the results document ----
 
 
-def _results(e: Ended, p: _Parts) -> dict[str, Any]:
+def _results(e: Ended, p: _Parts) -> ResultsDoc:
     s = e.settings
     run = {**e.run, "started_at": e.started_at, "ended_at": e.ended_at, "server": e.server_info}
     run["started_at_utc"] = _utc(e.started_at)
@@ -475,13 +498,14 @@ def _results(e: Ended, p: _Parts) -> dict[str, Any]:
     }
     env["gpus"] = gpu_facts(e.gpu.info) if e.gpu is not None else []
     env["trace"] = e.trace
-    optional = {
-        "server_metrics": p.server_windows,  # the first endpoint's (the host's)
-        "server_metrics_by_endpoint": p.by_endpoint,  # {endpoint URL: windows}
-        "gpu_metrics": p.gpu_windows,
-        "efficiency": p.efficiency,
-    }
-    results.update({k: v for k, v in optional.items() if v is not None})
+    if p.server_windows is not None:  # the first endpoint's (the host's)
+        results["server_metrics"] = p.server_windows
+    if p.by_endpoint is not None:  # {endpoint URL: windows}
+        results["server_metrics_by_endpoint"] = p.by_endpoint
+    if p.gpu_windows is not None:
+        results["gpu_metrics"] = p.gpu_windows
+    if p.efficiency is not None:
+        results["efficiency"] = p.efficiency
     results["verdicts"] = p.verdicts
     if p.stability:
         results["stability"] = p.stability
@@ -501,12 +525,12 @@ def _utc(t: float | None) -> str | None:
 # ---- the gates and the exit code ----
 
 
-def _gates(e: Ended, p: _Parts) -> list[dict[str, Any]]:
+def _gates(e: Ended, p: _Parts) -> list[Gate]:
     """Each pass/fail rule the run was held to: {"name", "passed", "line"} (results["gates"], the
     summary's last lines, the JUnit file). None for an interrupted run: its figures are kept, not
     judged."""
     s, fig = e.settings, p.summary
-    gates: list[dict[str, Any]] = []
+    gates: list[Gate] = []
     if e.interruption is not None:
         return gates
     answered = fig["ok"] + fig["failed"]
@@ -552,7 +576,7 @@ def _gates(e: Ended, p: _Parts) -> list[dict[str, Any]]:
     return gates
 
 
-def _gate(name: str, passed: bool, line: str) -> dict[str, Any]:
+def _gate(name: str, passed: bool, line: str) -> Gate:
     return {"name": name, "passed": passed, "line": line}
 
 
@@ -560,7 +584,7 @@ def _slo_text(slos: dict[str, float]) -> str:
     return ", ".join(f"{k} {v * 1000:g} ms" if k != "error_rate" else f"{k} {v:.1%}" for k, v in slos.items())
 
 
-def exit_code(e: Ended, gates: list[dict[str, Any]]) -> tuple[int, list[str]]:
+def exit_code(e: Ended, gates: list[Gate]) -> tuple[int, list[str]]:
     """The process's exit code and the lines that say why (see the module docstring)."""
     if e.interruption is not None:
         i = e.interruption
@@ -611,10 +635,10 @@ def build(e: Ended) -> Outcome:
     results = _results(e, p)
     code, reasons = exit_code(e, results["gates"])
     blocks = _blocks(e, p) + [_end_lines(e, results["gates"])]
-    return Outcome(blocks, results, code, reasons, measured=True)
+    return Outcome(blocks, plain(results), code, reasons, measured=True)
 
 
-def _end_lines(e: Ended, gates: list[dict[str, Any]]) -> str:
+def _end_lines(e: Ended, gates: list[Gate]) -> str:
     """The summary's last lines: how the run stopped, and each gate passed or failed."""
     lines = []
     if e.interruption is not None:

@@ -8,15 +8,17 @@ import platform
 import stat
 import sys
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.aggregate import validity as aggregate_validity
 from llm_locust.report.files import write_atomic
+from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Step
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
@@ -38,7 +40,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment_info() -> dict[str, Any]:
+def environment_info() -> Environment:
     return {
         "llm_locust": _version("llm-locust"),
         "locust": _version("locust"),
@@ -49,15 +51,15 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-def validity(fig: dict[str, Any], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
+def validity(fig: Mapping[str, Any], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
     """`metrics.aggregate.validity` with the results' default limit."""
     return aggregate_validity(fig, max_error_rate)
 
 
-def distributions(total: Aggregate) -> dict[str, Any]:
+def distributions(total: Aggregate) -> dict[str, Bins]:
     """Latency histograms re-binned on a log scale (BINS_PER_DECADE per decade), in seconds:
     {metric: [[low, high, count], ...]}, non-empty bins only."""
-    out: dict[str, Any] = {}
+    out: dict[str, Bins] = {}
     for name in DISTRIBUTIONS:
         bins: dict[int, int] = {}
         for low_us, n in total.hist[name].buckets_us():
@@ -77,10 +79,10 @@ def build_results(
     workers: list[dict[str, Any]] | None = None,
     max_error_rate: float = MAX_ERROR_RATE,
     goodput: bool = True,
-) -> dict[str, Any]:
+) -> ResultsDoc:
     """goodput=False: the run had no per-request SLO, so its goodput is not a figure (None)."""
     summary = _goodput(figures(total), goodput)
-    step_rows = []
+    step_rows: list[Step] = []
     for s, agg in sorted(steps.items()):
         f = _goodput(figures(agg), goodput)
         step_rows.append({"step": s, **f, "flags": validity(f, max_error_rate)})
@@ -99,13 +101,25 @@ def build_results(
     }
 
 
-def _goodput(fig: dict[str, Any], measured: bool) -> dict[str, Any]:
+def _goodput(fig: Figures, measured: bool) -> Figures:
     if not measured:
         fig["goodput_requests_per_s"] = fig["goodput_tokens_per_s"] = None
     return fig
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
+    """read_results' document as a plain dict, for the callers that have not taken its types yet
+    (runtime.plugin's baseline read, cli's repetitions); read_results is the typed reader."""
+    return plain(read_results(path))
+
+
+def plain(doc: ResultsDoc) -> dict[str, Any]:
+    """The same document as a plain dict (the same object: only its static type differs), for the
+    code that writes or passes it on without reading it (runtime.plugin)."""
+    return cast(dict[str, Any], doc)
+
+
+def read_results(path: str | Path) -> ResultsDoc:
     """Read and check a results file; ResultsError (naming the file) when it cannot be used."""
     path = Path(path)
     try:
@@ -147,10 +161,12 @@ def load_results(path: str | Path) -> dict[str, Any]:
     except (KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{path}: incomplete results file: its figures lack {e}") from None
     doc["_path"] = str(path)
-    return doc
+    # the JSON load boundary: the checks above hold what every reader needs (the schema, a known
+    # version, the required parts); past here the document is read through its types
+    return cast(ResultsDoc, doc)
 
 
-def results_json(results: dict[str, Any], secrets: tuple[str, ...] = (), indent: bool = True) -> bytes:
+def results_json(results: Mapping[str, Any], secrets: tuple[str, ...] = (), indent: bool = True) -> bytes:
     """The results as JSON. Any of `secrets` (e.g. the API key) that found its way into the
     figures (an error text quoting a header) is masked."""
     data = orjson.dumps(results, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_NON_STR_KEYS)
@@ -160,7 +176,7 @@ def results_json(results: dict[str, Any], secrets: tuple[str, ...] = (), indent:
     return data
 
 
-def write_results(path: str | Path, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
+def write_results(path: str | Path, results: Mapping[str, Any], secrets: tuple[str, ...] = ()) -> None:
     """Write atomically (a reader never sees half a file), secrets masked. OSError, with the path
     and why, when it cannot be written (a full disk, a path that is a device or a symbolic link):
     an earlier file at `path` is then left as it was."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_locust.metrics.aggregate import NOT_FAILED
+from llm_locust.report.schema import CacheFigures, Figures, Warmup
 
 ROWS = (
     ("TTFT", "ttft"),
@@ -113,27 +115,27 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v * 1000:.1f}"
 
 
-def latency_rows(fig: dict[str, Any], open_loop: bool = True) -> list[tuple[str, str]]:
+def latency_rows(fig: Figures, open_loop: bool = True) -> list[tuple[str, str]]:
     """The table's rows: TTFT tool call when tool calls were timed; the queue rows in an open loop."""
     rows = [r for r in ROWS if open_loop or r[1] not in OPEN_LOOP_ONLY]
-    if fig["latency"].get("ttft_tool", {}).get("count"):
+    if fig["latency"].get("ttft_tool", {"count": 0})["count"]:
         rows.insert(1, ("TTFT tool call", "ttft_tool"))
     return rows
 
 
-def latency_table(fig: dict[str, Any], open_loop: bool = True) -> list[str]:
+def latency_table(fig: Figures, open_loop: bool = True) -> list[str]:
     """The latency table in milliseconds (77 columns), and the rows' meanings under it."""
     head = f"{'latency (ms)':<16}{'count':>7}" + "".join(f"{c:>9}" for c in COLS)
     lines = [head, "-" * len(head)]
     rows = latency_rows(fig, open_loop)
     for label, key in rows:
-        s = fig["latency"].get(key, {})
+        s: Mapping[str, Any] = fig["latency"].get(key) or {}
         lines.append(f"{label:<16}{s.get('count', 0):>7}" + "".join(f"{_ms(s.get(c)):>9}" for c in COLS))
     lines += ["  " + LEGEND[key] for _, key in rows]
     return lines
 
 
-def ttft_parts(ph: dict[str, Any]) -> list[tuple[str, float]]:
+def ttft_parts(ph: Mapping[str, Any]) -> list[tuple[str, float]]:
     """TTFT's parts (send, wait, first token) as (word, mean seconds), those timed: their means
     add up to TTFT's mean (the phases of each request add up to its TTFT)."""
     out = []
@@ -144,7 +146,7 @@ def ttft_parts(ph: dict[str, Any]) -> list[tuple[str, float]]:
     return out
 
 
-def phase_lines(ph: dict[str, Any] | None) -> list[str]:
+def phase_lines(ph: Mapping[str, Any] | None) -> list[str]:
     """The request phases' table (ms), what each is, and TTFT as the sum of its parts' means
     (means add up; percentiles do not); nothing when the run timed no phases."""
     if not ph:
@@ -173,7 +175,7 @@ def phase_lines(ph: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def step_phase_lines(steps: list[tuple[int, dict[str, Any] | None]]) -> list[str]:
+def step_phase_lines(steps: Sequence[tuple[int, Mapping[str, Any] | None]]) -> list[str]:
     """A ladder's request phases per step, p50/p99 in ms (docs/metrics.md "Request phases"); none
     when no step timed them."""
     rows = [(k, ph) for k, ph in steps if ph]
@@ -192,7 +194,7 @@ def step_phase_lines(steps: list[tuple[int, dict[str, Any] | None]]) -> list[str
 
 
 def format_summary(
-    fig: dict[str, Any], title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
+    fig: Figures, title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
 ) -> str:
     """The summary's text; `cols`: wrapped to that width (printing passes width())."""
     lines = [title, ""] + latency_table(fig, open_loop) + [""]
@@ -229,34 +231,30 @@ def format_summary(
             f"latency p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms;"
             f" {k['items_per_s']:.1f} items/s, {k['input_tokens_per_s']:.1f} input tokens/s"
         )
-    img = fig.get("images") or {}
-    if img.get("sent"):
+    img = fig.get("images")
+    if img and img["sent"]:
+        lines.append(f"images: {img['sent']} sent ({img['per_request']:.2f} a request), {img['bytes'] / 1e6:.1f} MB")
+    aud = fig.get("audio")
+    if aud and aud["sent"]:
         lines.append(
-            f"images: {img['sent']} sent ({img.get('per_request', 0):.2f} a request), "
-            f"{img.get('bytes', 0) / 1e6:.1f} MB"
+            f"audio: {aud['sent']} clips sent ({aud['per_request']:.2f} a request), {aud['bytes'] / 1e6:.1f} MB"
         )
-    aud = fig.get("audio") or {}
-    if aud.get("sent"):
+    so = fig.get("structured_output")
+    if so and so["checked"]:
         lines.append(
-            f"audio: {aud['sent']} clips sent ({aud.get('per_request', 0):.2f} a request), "
-            f"{aud.get('bytes', 0) / 1e6:.1f} MB"
+            f"structured output: {so['valid_rate']:.1%} valid against the schema, "
+            f"{so['parse_rate']:.1%} parse as JSON ({so['checked']} checked)"
         )
-    so = fig.get("structured_output") or {}
-    if so.get("checked"):
-        lines.append(
-            f"structured output: {so.get('valid_rate', 0):.1%} valid against the schema, "
-            f"{so.get('parse_rate', 0):.1%} parse as JSON ({so['checked']} checked)"
-        )
-    acc = fig.get("accuracy") or {}
-    if acc.get("graded"):
+    acc = fig.get("accuracy")
+    if acc and acc["graded"]:
         lines.append(
             f"accuracy: {acc['accuracy']:.1%} of graded items answered right "
             f"({acc['correct']}/{acc['graded']} graded, ok replies only)"
         )
     lines += cache_lines(fig.get("cache"))
-    for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
-        if fig.get(dim):
-            lines += group_lines(fig[dim], label)
+    for groups, label in ((fig.get("by_endpoint"), "endpoint"), (fig.get("by_model"), "model")):
+        if groups:
+            lines += group_lines(groups, label)
     failures = {k: v for k, v in fig["outcomes"].items() if k not in ("ok", *NOT_FAILED) and v}
     if failures:
         lines.append("failures by kind:")
@@ -273,7 +271,7 @@ def format_summary(
     return "\n".join(fit(lines, cols) if cols else lines)
 
 
-def warmup_line(w: dict[str, Any]) -> str:
+def warmup_line(w: Warmup) -> str:
     """The summary's warm-up line: what was left out of the figures above, and how it went."""
     ttft = w["latency"]["ttft"].get("p50")
     cold = f", TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else ""
@@ -291,7 +289,7 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-def cache_lines(c: dict[str, Any] | None) -> list[str]:
+def cache_lines(c: CacheFigures | None) -> list[str]:
     """The prompt-cache lines (docs/metrics.md, "Prompt cache"); none when nothing was reported."""
     if not c:
         return []
