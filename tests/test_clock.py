@@ -116,14 +116,14 @@ def test_the_test_hook_shifts_the_wall_clock_only(monkeypatch, caplog):
 
 
 def test_the_master_keeps_each_workers_clock_and_says_once_when_it_is_too_uncertain(caplog):
-    """MetricsHub._note_clock (the master, at each report): the worker's clock (results
+    """MasterHub._note_clock (the master, at each report): the worker's clock (results
     workers[i].clock, and the summary's line for a flagged one); one warning when its uncertainty
     passes the bound, not one per report."""
     from locust.env import Environment
 
-    from llm_locust.runtime.hub import MetricsHub, WorkerState
+    from llm_locust.runtime.hub import MasterHub, WorkerState
 
-    h, w = MetricsHub(Environment()), WorkerState("w-a", 1)
+    h, w = MasterHub(Environment()), WorkerState("w-a", 1)
     wide = estimate([trip(0.03, 0.006, 0.006)])
     assert wide is not None
     for _ in range(3):

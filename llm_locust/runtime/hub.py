@@ -1,9 +1,15 @@
 """The one Locust-aware part of metrics: records -> worker deltas -> master aggregate.
 
-On a worker, finished requests fold into a delta `Aggregate` per load step; every report
-interval the deltas ride on Locust's own `report_to_master` message (key "llm_locust") and are
-reset. The master merges them exactly (histogram buckets add). In a LocalRunner there is no
-report: records fold straight into the totals.
+One hub per process, one class per role, as Locust has one runner class per role:
+- `MetricsHub` (a LocalRunner's process, and what every role shares): records fold straight into
+  the totals per load step; the client monitors, the warm-up, the measurement window;
+- `WorkerHub`: finished requests fold into a delta `Aggregate` per step; every report interval the
+  deltas ride on Locust's own `report_to_master` message (key "llm_locust") and are reset; a final
+  report when the master asks or as the worker quits; its offset to the master's clock;
+- `MasterHub`: merges the workers' deltas exactly (histogram buckets add), knows each worker
+  (`WorkerState`), collects their final reports at stop and counts what lost workers had in
+  flight as lost.
+`hub(environment)` gives the process's hub, of its runner's role.
 """
 
 from __future__ import annotations
@@ -94,19 +100,18 @@ class WorkerState:
 
 
 class MetricsHub:
-    """Per process: records requests (worker/local) and holds the merged totals (master/local)."""
+    """A process's figures: a LocalRunner's hub (records fold into the totals), and what the
+    worker's and the master's share (WorkerHub, MasterHub)."""
 
     def __init__(self, environment: Environment) -> None:
         self.env = environment
         self.slos: dict[str, float] = {}
         self.step = 0
         self.in_flight = 0
-        # worker/local side: what has not been reported yet, per step
-        self._delta: dict[int, Aggregate] = {}
-        # master/local side: merged totals, per step and overall
+        # the totals, per step and overall (a worker's stay empty: it reports deltas, WorkerHub)
         self.steps: dict[int, Aggregate] = {}
         self.total = Aggregate()
-        self.workers: dict[str, WorkerState] = {}
+        self.workers: dict[str, WorkerState] = {}  # what the master knows of its workers (MasterHub)
         self._monitors: list[gevent.Greenlet] = []
         self.started_at: float | None = None
         self.info: dict[str, Any] = {}  # facts learned while running (e.g. the model name)
@@ -168,20 +173,12 @@ class MetricsHub:
 
     # ---- recording, on the process that sends requests ----
 
-    @property
-    def _is_worker(self) -> bool:
-        return isinstance(self.env.runner, WorkerRunner)
-
     def _sink(self, step: int) -> list[Aggregate]:
-        if self._is_worker:
-            agg = self._delta.get(step)
-            if agg is None:
-                agg = self._delta[step] = Aggregate()
-            return [agg]
+        """Where a record folds: here the step's totals and the run's (a warm-up is not the run's)."""
         agg = self.steps.get(step)
         if agg is None:
             agg = self.steps[step] = Aggregate()
-        return [agg] if step == WARMUP_STEP else [agg, self.total]  # a warm-up is not the run's
+        return [agg] if step == WARMUP_STEP else [agg, self.total]
 
     def on_sent(self, warmup: bool = False) -> int:
         """Call once per request just before sending it; returns the step it belongs to:
@@ -201,7 +198,90 @@ class MetricsHub:
         for agg in self._sink(rec.step):
             gaps = agg.add(rec, self.slos, gaps)
 
-    # ---- worker -> master ----
+    def own_status(self) -> dict[str, Any]:
+        out = {}
+        for key, read in list(self.status_sources.items()):
+            try:
+                out[key] = read()
+            except Exception:  # noqa: BLE001 - a status is informative; a report must still go
+                log.exception("status %s", key)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """The senders' state (endpoints, sessions: see MasterHub.status): this process's own."""
+        return _status_over([self.own_status()])
+
+    def record_log_failures(self) -> list[str]:
+        """A line per record log that lost records (this process's), for the run's end and exit."""
+        return recordlog.failures()
+
+    def step_drained(self, step: int) -> bool:
+        """Whether every request tagged `step` has finished, as far as this process knows."""
+        agg = self.steps.get(step)
+        return agg is None or agg.finished >= agg.sent
+
+    def collect_final_reports(self, timeout: float | None = None) -> bool:
+        """The master's (MasterHub): a process without workers has nothing to collect."""
+        self.finals_collected = True
+        return True
+
+    def account_lost(self) -> int:
+        """The master's (MasterHub): a process without workers loses nothing in flight."""
+        self.lost_accounted = True
+        return self.total.lost
+
+    def sync_clock(self, n: int = clock.BURST) -> None:
+        """A worker's (WorkerHub): elsewhere there is no master's clock to measure."""
+
+    # ---- client validity monitors (worker/local) ----
+
+    def start_monitors(self) -> None:
+        if self._monitors:
+            return
+        self._monitors = [gevent.spawn(self._loop_lag_probe), gevent.spawn(self._cpu_probe)]
+
+    def stop_monitors(self) -> None:
+        gevent.killall(self._monitors, block=False)
+        self._monitors = []
+
+    def _loop_lag_probe(self) -> None:
+        perf = time.perf_counter
+        loop = gevent.get_hub().loop
+        while True:
+            loop.update_now()  # timers count from the loop's cached clock: refresh it first
+            t0 = perf()
+            measuring = self.measuring
+            gevent.sleep(LOOP_LAG_PERIOD)
+            lag = perf() - t0 - LOOP_LAG_PERIOD
+            if measuring and self.measuring:  # the whole sample inside the measurement
+                for agg in self._sink(self.step):
+                    agg.hist["loop_lag"].record(lag if lag > 0 else 0.0)
+
+    def _cpu_probe(self) -> None:
+        last_cpu, last_wall = time.process_time(), time.perf_counter()
+        while True:
+            gevent.sleep(CPU_PERIOD)
+            cpu, wall = time.process_time(), time.perf_counter()
+            percent = 100.0 * (cpu - last_cpu) / (wall - last_wall)
+            last_cpu, last_wall = cpu, wall
+            busy = self.in_flight or (self.env.runner is not None and self.env.runner.user_count)
+            if busy and self.measuring:
+                for agg in self._sink(self.step):
+                    agg.add_cpu_sample(percent)
+
+
+class WorkerHub(MetricsHub):
+    """A worker's hub: its records fold into deltas that ride on Locust's reports to the master."""
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self._delta: dict[int, Aggregate] = {}  # per step: what has not been reported yet
+
+    def _sink(self, step: int) -> list[Aggregate]:
+        agg = self._delta.get(step)
+        if agg is None:
+            agg = self._delta[step] = Aggregate()
+        return [agg]
 
     def report(self, data: dict[str, Any]) -> None:
         """Worker: put the deltas since the last report into Locust's report message."""
@@ -220,70 +300,6 @@ class MetricsHub:
             "clock": self.clock.figures(),
         }
 
-    def own_status(self) -> dict[str, Any]:
-        out = {}
-        for key, read in list(self.status_sources.items()):
-            try:
-                out[key] = read()
-            except Exception:  # noqa: BLE001 - a status is informative; a report must still go
-                log.exception("status %s", key)
-        return out
-
-    def status(self) -> dict[str, Any]:
-        """Master / local: the senders' state over the cluster. endpoints: per URL, requests sent
-        and in flight summed, and on how many processes it is down (`down` when on every process
-        that sent to it); sessions: started, done (every turn answered), broken (a turn failed)."""
-        parts = [w.status for w in self.workers.values() if w.status] or [self.own_status()]
-        endpoints: dict[str, dict[str, Any]] = {}
-        sessions = {"started": 0, "done": 0, "broken": 0}
-        for st in parts:
-            for url, e in (st.get("endpoints") or {}).items():
-                c = endpoints.setdefault(url, {"sent": 0, "in_flight": 0, "down_on": 0, "processes": 0})
-                c["sent"] += e.get("sent", 0)
-                c["in_flight"] += e.get("in_flight", 0)
-                c["processes"] += 1
-                c["down_on"] += bool(e.get("down"))
-            for k in sessions:
-                sessions[k] += (st.get("sessions") or {}).get(k, 0)
-        for c in endpoints.values():
-            c["down"] = c["down_on"] > 0 and c["down_on"] == c["processes"]
-        out: dict[str, Any] = {}
-        if endpoints:
-            out["endpoints"] = endpoints
-        if sessions["started"]:
-            out["sessions"] = sessions
-        return out
-
-    def sync_clock(self, n: int = clock.BURST) -> None:
-        """Worker: measure the offset to the master's clock now (`n` round trips, bounded)."""
-        runner = self.env.runner
-        if isinstance(runner, WorkerRunner):
-            self.clock.burst(lambda data: runner.send_message(clock.PING, data), n)
-
-    def _note_clock(self, w: WorkerState, figures: dict[str, Any] | None) -> None:
-        """Master: a worker's clock as its report says, kept for the results (workers[i].clock);
-        said once when its uncertainty passes the bound."""
-        if not figures:
-            return
-        if figures.get("flagged") and not (w.clock or {}).get("flagged"):
-            log.warning(
-                "worker %s (index %s): its clock is known to the master's within %.1f ms only (bound %.1f ms): "
-                "its share of a replay may be sent off schedule by as much",
-                w.client_id,
-                w.index,
-                figures["uncertainty_s"] * 1000,
-                figures["bound_s"] * 1000,
-            )
-        w.clock = figures
-
-    def record_log_failures(self) -> list[str]:
-        """Master / local: a line per record log that lost records, this process's and each
-        worker's (its own file, RECORD_LOG.workerN, on its machine), for the run's end and exit."""
-        lines = recordlog.failures()
-        for w in sorted(self.workers.values(), key=lambda w: (w.index is None, w.index or 0)):
-            lines += [f"worker {w.index if w.index is not None else w.client_id}: {line}" for line in w.record_log]
-        return lines
-
     def send_final_report(self, token: int) -> None:
         """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
         everything not yet reported, marked with the master's token (QUIT_TOKEN: quitting)."""
@@ -300,6 +316,44 @@ class MetricsHub:
         _close_record_log(self, wait=0.0)  # its last writes' failures go with the final report
         self.final_token = token
         runner._send_stats()  # noqa: SLF001 - Locust's own report message, with our deltas in it
+
+    def sync_clock(self, n: int = clock.BURST) -> None:
+        """Worker: measure the offset to the master's clock now (`n` round trips, bounded)."""
+        runner = self.env.runner
+        assert isinstance(runner, WorkerRunner), "a worker's clock"
+        self.clock.burst(lambda data: runner.send_message(clock.PING, data), n)
+
+
+class MasterHub(MetricsHub):
+    """The master's hub: merges its workers' reports into the totals and knows each worker."""
+
+    def status(self) -> dict[str, Any]:
+        """The senders' state over the cluster, from each worker's last report (see _status_over)."""
+        return _status_over([w.status for w in self.workers.values() if w.status] or [self.own_status()])
+
+    def record_log_failures(self) -> list[str]:
+        """A line per record log that lost records, this process's and each
+        worker's (its own file, RECORD_LOG.workerN, on its machine), for the run's end and exit."""
+        lines = recordlog.failures()
+        for w in sorted(self.workers.values(), key=lambda w: (w.index is None, w.index or 0)):
+            lines += [f"worker {w.index if w.index is not None else w.client_id}: {line}" for line in w.record_log]
+        return lines
+
+    def _note_clock(self, w: WorkerState, figures: dict[str, Any] | None) -> None:
+        """Master: a worker's clock as its report says, kept for the results (workers[i].clock);
+        said once when its uncertainty passes the bound."""
+        if not figures:
+            return
+        if figures.get("flagged") and not (w.clock or {}).get("flagged"):
+            log.warning(
+                "worker %s (index %s): its clock is known to the master's within %.1f ms only (bound %.1f ms): "
+                "its share of a replay may be sent off schedule by as much",
+                w.client_id,
+                w.index,
+                figures["uncertainty_s"] * 1000,
+                figures["bound_s"] * 1000,
+            )
+        w.clock = figures
 
     def merge_report(self, client_id: str, data: dict[str, Any]) -> None:
         """Master: merge one worker's deltas."""
@@ -437,9 +491,6 @@ class MetricsHub:
         """Whether every request tagged `step` has finished, as far as this process knows: on the
         master, every live worker's last report was made after it left the step, with none of the
         step's requests open."""
-        if not isinstance(self.env.runner, MasterRunner):
-            agg = self.steps.get(step)
-            return agg is None or agg.finished >= agg.sent
         for cid in self._live_clients():
             w = self.workers.get(cid)
             if w is None or w.open.get(step, 0) > 0:
@@ -451,44 +502,33 @@ class MetricsHub:
                 return False  # None: a report that did not say its step says nothing of it either
         return True
 
-    # ---- client validity monitors (worker/local) ----
 
-    def start_monitors(self) -> None:
-        if self._monitors:
-            return
-        self._monitors = [gevent.spawn(self._loop_lag_probe), gevent.spawn(self._cpu_probe)]
-
-    def stop_monitors(self) -> None:
-        gevent.killall(self._monitors, block=False)
-        self._monitors = []
-
-    def _loop_lag_probe(self) -> None:
-        perf = time.perf_counter
-        loop = gevent.get_hub().loop
-        while True:
-            loop.update_now()  # timers count from the loop's cached clock: refresh it first
-            t0 = perf()
-            measuring = self.measuring
-            gevent.sleep(LOOP_LAG_PERIOD)
-            lag = perf() - t0 - LOOP_LAG_PERIOD
-            if measuring and self.measuring:  # the whole sample inside the measurement
-                for agg in self._sink(self.step):
-                    agg.hist["loop_lag"].record(lag if lag > 0 else 0.0)
-
-    def _cpu_probe(self) -> None:
-        last_cpu, last_wall = time.process_time(), time.perf_counter()
-        while True:
-            gevent.sleep(CPU_PERIOD)
-            cpu, wall = time.process_time(), time.perf_counter()
-            percent = 100.0 * (cpu - last_cpu) / (wall - last_wall)
-            last_cpu, last_wall = cpu, wall
-            busy = self.in_flight or (self.env.runner is not None and self.env.runner.user_count)
-            if busy and self.measuring:
-                for agg in self._sink(self.step):
-                    agg.add_cpu_sample(percent)
+def _status_over(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """endpoints: per URL, requests sent and in flight summed, and on how many processes it is
+    down (`down` when on every process that sent to it); sessions: started, done (every turn
+    answered), broken (a turn failed)."""
+    endpoints: dict[str, dict[str, Any]] = {}
+    sessions = {"started": 0, "done": 0, "broken": 0}
+    for st in parts:
+        for url, e in (st.get("endpoints") or {}).items():
+            c = endpoints.setdefault(url, {"sent": 0, "in_flight": 0, "down_on": 0, "processes": 0})
+            c["sent"] += e.get("sent", 0)
+            c["in_flight"] += e.get("in_flight", 0)
+            c["processes"] += 1
+            c["down_on"] += bool(e.get("down"))
+        for k in sessions:
+            sessions[k] += (st.get("sessions") or {}).get(k, 0)
+    for c in endpoints.values():
+        c["down"] = c["down_on"] > 0 and c["down_on"] == c["processes"]
+    out: dict[str, Any] = {}
+    if endpoints:
+        out["endpoints"] = endpoints
+    if sessions["started"]:
+        out["sessions"] = sessions
+    return out
 
 
-def _watch_workers(h: MetricsHub, runner: MasterRunner) -> None:
+def _watch_workers(h: MasterHub, runner: MasterRunner) -> None:
     """Master: note when a worker goes missing or leaves mid-run (and if it comes back).
     Its figures reported so far stay in the totals; the results list it with the time."""
     while True:
@@ -527,11 +567,20 @@ def _close_record_log(h: MetricsHub, wait: float = DRAIN_GRACE) -> None:
         h.record_log = None
 
 
+def _role(environment: Environment) -> type[MetricsHub]:
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        return WorkerHub
+    if isinstance(runner, MasterRunner):
+        return MasterHub
+    return MetricsHub
+
+
 def hub(environment: Environment) -> MetricsHub:
-    """The environment's MetricsHub, created on first use."""
+    """The environment's hub, of its runner's role, created on first use."""
     run = run_context(environment)
     if run.hub is None:
-        run.hub = MetricsHub(environment)
+        run.hub = _role(environment)(environment)
     return run.hub
 
 
@@ -550,20 +599,23 @@ def install(environment: Environment) -> MetricsHub:
     """Wire the hub into Locust's events. Call from an `init` listener (every process)."""
     clock.apply_test_shift()  # test-only (LLM_LOCUST_TEST_CLOCK_SHIFT): a host whose clock is off
     h = hub(environment)
+    assert type(h) is _role(environment), f"{type(h).__name__} made before the runner: {environment.runner}"
     runner = environment.runner
-    if not isinstance(runner, MasterRunner):
+    if not isinstance(h, MasterHub):
         # quitting listeners run in reverse: registered first, this closes the record log last
         environment.events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
-    if isinstance(runner, WorkerRunner):
+    if isinstance(h, WorkerHub):
+        assert isinstance(runner, WorkerRunner)
         _install_worker(h, environment, runner)
-    if isinstance(runner, MasterRunner):
+    if isinstance(h, MasterHub):
+        assert isinstance(runner, MasterRunner)
         _install_master(h, environment, runner)
     else:
         _install_sender(h, environment)
     return h
 
 
-def _install_worker(h: MetricsHub, environment: Environment, runner: WorkerRunner) -> None:
+def _install_worker(h: WorkerHub, environment: Environment, runner: WorkerRunner) -> None:
     """A worker's deltas ride on Locust's reports; its final report goes when asked, or as it quits."""
     events = environment.events
     events.report_to_master.add_listener(lambda client_id, data: h.report(data))
@@ -586,7 +638,7 @@ def _install_worker(h: MetricsHub, environment: Environment, runner: WorkerRunne
     gevent.spawn(_clock_loop, h)
 
 
-def _clock_loop(h: MetricsHub) -> None:
+def _clock_loop(h: WorkerHub) -> None:
     """Worker: measure the offset to the master's clock at once, then every SYNC_PERIOD s."""
     h.sync_clock(clock.BURST)
     while True:
@@ -594,7 +646,7 @@ def _clock_loop(h: MetricsHub) -> None:
         h.sync_clock(clock.REPEAT_BURST)
 
 
-def _install_master(h: MetricsHub, environment: Environment, runner: MasterRunner) -> None:
+def _install_master(h: MasterHub, environment: Environment, runner: MasterRunner) -> None:
     """The master merges the workers' reports, collects their final reports at stop, and watches them."""
     import locust.runners
 

@@ -1,0 +1,96 @@
+"""runtime/hub.py: one hub class per role, as Locust has one runner class per role. A local
+runner's hub folds records into its totals; a worker's into deltas that leave with each report
+(and nothing stays in its totals); a master's merges the workers' reports exactly and knows each
+worker. A hub made for the wrong role is refused at install."""
+
+from __future__ import annotations
+
+import pytest
+from support import free_port
+
+from llm_locust.metrics.records import RequestRecord
+
+
+def _rec(i: int, step: int = 1) -> RequestRecord:
+    t0 = 100.0 + i
+    times = [t0 + 0.05 + 0.01 * k for k in range(8)]
+    return RequestRecord(
+        request_id=str(i),
+        api="openai-completions",
+        t_sched=t0,
+        t_sent=t0,
+        wall_sent=1_800_000_000.0 + t0,
+        t_first=times[0],
+        t_end=times[-1],
+        chunk_times=times,
+        chunk_tokens=[1] * 8,
+        n_out=8,
+        n_out_source="usage",
+        step=step,
+    )
+
+
+def _send(h, n: int, step: int = 1) -> None:
+    for i in range(n):
+        h.step = step
+        rec = _rec(i, h.on_sent())
+        h.on_done(rec)
+
+
+def test_each_runner_gets_the_hub_of_its_role():
+    from locust.env import Environment
+
+    from llm_locust.runtime.hub import MasterHub, MetricsHub, WorkerHub, hub
+
+    local = Environment()
+    local.create_local_runner()
+    assert type(hub(local)) is MetricsHub and hub(local) is hub(local)
+    master = Environment()
+    runner = master.create_master_runner("127.0.0.1", free_port())
+    try:
+        assert type(hub(master)) is MasterHub
+    finally:
+        runner.quit()
+    assert not hasattr(MetricsHub, "report") and not hasattr(MetricsHub, "merge_report")
+    assert hasattr(WorkerHub, "report") and hasattr(MasterHub, "merge_report")
+
+
+def test_a_hub_made_before_its_runner_is_refused_at_install():
+    from locust.env import Environment
+
+    from llm_locust.runtime.hub import hub, install
+
+    env = Environment()
+    hub(env)  # no runner yet: a local runner's hub
+    runner = env.create_master_runner("127.0.0.1", free_port())
+    try:
+        with pytest.raises(AssertionError, match="MetricsHub made before the runner"):
+            install(env)
+    finally:
+        runner.quit()
+
+
+def test_a_workers_records_leave_with_its_reports_and_the_master_merges_them_exactly():
+    from locust.env import Environment
+
+    from llm_locust.runtime.hub import REPORT_KEY, MasterHub, MetricsHub, WorkerHub
+
+    workers = [WorkerHub(Environment()), WorkerHub(Environment())]
+    master, local = MasterHub(Environment()), MetricsHub(Environment())
+    for k, w in enumerate(workers):
+        _send(w, 3 + k)
+        _send(local, 3 + k)
+        assert w.total.sent == 0 and not w.steps  # a worker keeps no totals: they go to the master
+    for k, w in enumerate(workers):
+        data: dict = {}
+        w.report(data)
+        assert data[REPORT_KEY]["steps"]["1"]["counters"][0] == 3 + k
+        master.merge_report(f"w{k}", data)
+        again: dict = {}
+        w.report(again)  # reported once: the next report carries nothing of it
+        assert again[REPORT_KEY]["steps"] == {}
+    assert master.total.sent == local.total.sent == 7 and master.total.outcomes == local.total.outcomes
+    assert master.total.tokens_out == local.total.tokens_out == 56
+    assert master.steps[1].hist["ttft"].count == local.steps[1].hist["ttft"].count == 7
+    assert sorted(master.workers) == ["w0", "w1"] and [w.finished for w in master.workers.values()] == [3, 4]
+    assert local.step_drained(1) and local.collect_final_reports() and local.account_lost() == 0
