@@ -3,6 +3,7 @@
 import itertools
 import json
 import socket
+import time
 
 import gevent
 import gevent.event
@@ -358,3 +359,46 @@ def test_a_cancel_after_a_delay_counts_from_the_send_not_from_the_connect(monkey
         server.stop(timeout=0)
     assert rec.outcome is Outcome.CLIENT_CANCELLED, (rec.outcome, rec.error)
     assert 0.4 <= rec.t_end - rec.t_sent < 1.0, rec.t_end - rec.t_sent
+
+
+def test_the_request_timeout_counts_from_the_send_and_still_bounds_a_stuck_connect(monkeypatch):
+    """--request-timeout: the whole request from its send, as E2E is (docs/metrics.md). The timer
+    was started before the connection was taken and never again, so a slow connect ate into it:
+    the CI run of 2026-12-03 saw a 2 s timeout end a request 1.996 s after its send. It still
+    starts before the connect: a connect (or a wait for a pooled connection) that never ends is
+    cut by it too."""
+    held = []
+
+    def hold(sock, _addr):  # reads the request, answers nothing, keeps the connection open
+        sock.recv(65536)
+        held.append(sock)
+        gevent.sleep(5)
+
+    server = StreamServer(("127.0.0.1", 0), hold)
+    server.start()
+    try:
+        client = stream_client(
+            f"http://127.0.0.1:{server.server_port}", "openai-completions", timeouts=Timeouts(10.0, 10.0, 0.5)
+        )
+        get_socket = client.pool.get_socket
+
+        def slow_connect():
+            gevent.sleep(0.3)
+            return get_socket()
+
+        monkeypatch.setattr(client.pool, "get_socket", slow_connect)
+        rec = client.send(spec(), "r1")
+
+        def stuck_connect():
+            gevent.sleep(5)
+            return get_socket()
+
+        monkeypatch.setattr(client.pool, "get_socket", stuck_connect)
+        t0 = time.perf_counter()
+        stuck = client.send(spec(), "r2")
+        stuck_s = time.perf_counter() - t0
+    finally:
+        server.stop(timeout=0)
+    assert rec.outcome is Outcome.TIMEOUT and rec.error == "total timeout 0.5s", (rec.outcome, rec.error)
+    assert 0.5 <= rec.t_end - rec.t_sent < 1.0, rec.t_end - rec.t_sent
+    assert stuck.outcome is Outcome.TIMEOUT and 0.5 <= stuck_s < 1.5, (stuck.outcome, stuck_s)

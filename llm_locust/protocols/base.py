@@ -34,7 +34,7 @@ class Timeouts:
 
     connect: float = 10.0  # TCP (and TLS) connect
     no_progress: float = 60.0  # no byte received for this long
-    total: float = 600.0  # whole request, headers to end of body
+    total: float = 600.0  # whole request: from its send (as E2E) to the end of the body
 
 
 # What the client accepts from a server before it calls the reply broken (memory stays bounded

@@ -196,11 +196,10 @@ class StreamClient:
         keep = self.keep_text if keep_text is None else keep_text
         after_s, after_tok = self.cancel.draw() if self.cancel is not None else (0.0, 0)
         state = _CancelAt(keep, after_tok) if after_tok else StreamState(keep)
-        timer = gevent.Timeout(self.timeouts.total, _Ended(Outcome.TIMEOUT, f"total timeout {self.timeouts.total:g}s"))
-        timer.start()
+        timer = _RequestTimer(self.timeouts.total)
         abort = _abort_timer(after_s)  # started by _exchange at the send, not before the connect
         try:
-            self._exchange(data, rec, state, abort)
+            self._exchange(data, rec, state, abort, timer)
         except _Ended as e:
             rec.outcome, rec.error = e.outcome, e.text
         except Exception as e:  # noqa: BLE001 - the last line of defence: a reply we could not read
@@ -227,7 +226,12 @@ class StreamClient:
         return rec
 
     def _exchange(  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
-        self, data: bytes, rec: RequestRecord, state: StreamState, abort: gevent.Timeout | None = None
+        self,
+        data: bytes,
+        rec: RequestRecord,
+        state: StreamState,
+        abort: gevent.Timeout | None = None,
+        total: _RequestTimer | None = None,
     ) -> None:
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
@@ -248,6 +252,8 @@ class StreamClient:
         try:
             rec.t_sent = watch.last = time.perf_counter()
             rec.wall_sent = time.time()
+            if total is not None:  # --request-timeout: the whole request from its send, as E2E is
+                total.from_send()
             if abort is not None:  # --cancel after a delay: counted from the send (docs/load-shapes.md)
                 abort.start()
             read = _reader(sock, rec.t_sent, watch)
@@ -487,6 +493,32 @@ class StreamClient:
 
     def _finish(self, rec: RequestRecord, state: StreamState) -> None:
         finish_record(rec, state)
+
+
+class _RequestTimer:
+    """--request-timeout (Timeouts.total): the whole request from its send, as E2E is. Started
+    before the connection is taken, so that a connect or a wait for a pooled connection that never
+    ends is cut too, then started again at the send: counted from before it, a slow connect ate
+    into it (a 2 s timeout ended a request 1.996 s after its send). A gevent Timeout started again
+    keeps its first deadline, so the send makes a new one."""
+
+    __slots__ = ("seconds", "timeout")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.timeout = self._start()
+
+    def _start(self) -> gevent.Timeout:
+        t = gevent.Timeout(self.seconds, _Ended(Outcome.TIMEOUT, f"total timeout {self.seconds:g}s"))
+        t.start()
+        return t
+
+    def from_send(self) -> None:
+        self.timeout.close()
+        self.timeout = self._start()
+
+    def close(self) -> None:
+        self.timeout.close()
 
 
 def _abort_timer(after_s: float) -> gevent.Timeout | None:
