@@ -48,7 +48,9 @@ def test_a_forked_run_is_its_own_process_with_its_own_arguments_environment_and_
     assert fa["env"] == {"PROBE_A": "1", "PROBE_B": None} and fb["env"] == {"PROBE_A": None, "PROBE_B": "2"}
     assert fa["cwd"] == fa["path0"] == str(tmp_path) and fb["cwd"] == str(ROOT)  # as `python -m` in that folder
     assert fa["preloaded"]  # what the server imported is not imported again
-    assert abs(fa["loop_lag"]) < 0.1 and abs(fb["loop_lag"]) < 0.1, (fa, fb)
+    # the loop's clock read at the fork, not at the server's start (>= 0.5 s ago): 0.4 s leaves room
+    # for the probe's own import on a loaded machine
+    assert abs(fa["loop_lag"]) < 0.4 and abs(fb["loop_lag"]) < 0.4, (fa, fb)
     assert fa["slept"] >= 0.3
 
 
