@@ -331,28 +331,37 @@ def test_a_bulk_read_is_sized_to_what_the_caller_gets_through_in_its_budget():
     assert _next_read_size(BULK_READ_SIZE, READ_BUDGET * 2) == BULK_READ_SIZE // 2
 
 
-def test_a_cancel_after_a_delay_counts_from_the_send_not_from_the_connect(monkeypatch):
-    """--cancel SHARE:after=WHEN aborts WHEN after the send (docs/load-shapes.md). The timer was
-    started before the connection was taken, so a slow connect (here 0.3 s) ate into the delay and
-    the request ended 0.1 s after it was sent, not 0.4 s."""
-    held = []
+def _silent_server() -> StreamServer:
+    """A started server that reads a request, answers nothing and keeps the connection open."""
 
-    def hold(sock, _addr):  # reads the request, answers nothing, keeps the connection open
+    def hold(sock, _addr):
         sock.recv(65536)
-        held.append(sock)
         gevent.sleep(5)
 
     server = StreamServer(("127.0.0.1", 0), hold)
     server.start()
+    return server
+
+
+def _connect_after(monkeypatch, client, seconds: float) -> None:
+    """The client's connections take `seconds` more to open (a slow connect, or a stuck one)."""
+    get_socket = client.pool.get_socket
+
+    def slow_connect():
+        gevent.sleep(seconds)
+        return get_socket()
+
+    monkeypatch.setattr(client.pool, "get_socket", slow_connect)
+
+
+def test_a_cancel_after_a_delay_counts_from_the_send_not_from_the_connect(monkeypatch):
+    """--cancel SHARE:after=WHEN aborts WHEN after the send (docs/load-shapes.md). The timer was
+    started before the connection was taken, so a slow connect (here 0.3 s) ate into the delay and
+    the request ended 0.1 s after it was sent, not 0.4 s."""
+    server = _silent_server()
     try:
         client = stream_client(f"http://127.0.0.1:{server.server_port}", "openai-completions")
-        get_socket = client.pool.get_socket
-
-        def slow_connect():
-            gevent.sleep(0.3)
-            return get_socket()
-
-        monkeypatch.setattr(client.pool, "get_socket", slow_connect)
+        _connect_after(monkeypatch, client, 0.3)
         client.cancel = type("Plan", (), {"draw": staticmethod(lambda: (0.4, 0))})()
         rec = client.send(spec(), "r1")
     finally:
@@ -367,33 +376,14 @@ def test_the_request_timeout_counts_from_the_send_and_still_bounds_a_stuck_conne
     the CI run of 2026-12-03 saw a 2 s timeout end a request 1.996 s after its send. It still
     starts before the connect: a connect (or a wait for a pooled connection) that never ends is
     cut by it too."""
-    held = []
-
-    def hold(sock, _addr):  # reads the request, answers nothing, keeps the connection open
-        sock.recv(65536)
-        held.append(sock)
-        gevent.sleep(5)
-
-    server = StreamServer(("127.0.0.1", 0), hold)
-    server.start()
+    server = _silent_server()
     try:
         client = stream_client(
             f"http://127.0.0.1:{server.server_port}", "openai-completions", timeouts=Timeouts(10.0, 10.0, 0.5)
         )
-        get_socket = client.pool.get_socket
-
-        def slow_connect():
-            gevent.sleep(0.3)
-            return get_socket()
-
-        monkeypatch.setattr(client.pool, "get_socket", slow_connect)
+        _connect_after(monkeypatch, client, 0.3)
         rec = client.send(spec(), "r1")
-
-        def stuck_connect():
-            gevent.sleep(5)
-            return get_socket()
-
-        monkeypatch.setattr(client.pool, "get_socket", stuck_connect)
+        _connect_after(monkeypatch, client, 5.0)
         t0 = time.perf_counter()
         stuck = client.send(spec(), "r2")
         stuck_s = time.perf_counter() - t0
