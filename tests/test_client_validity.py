@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support import read_jsonl, run_cli
 
-from llm_locust.metrics.aggregate import Aggregate, client_line, figures, validity_rule
+from llm_locust.metrics.aggregate import READ_TOGETHER_SHARE, Aggregate, client_line, figures, validity_rule
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.sim.process import SimProcess
 
@@ -308,7 +308,10 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
         assert together["share"] > 0.05 and check["tripped"] and check["late_share"] > 0.01, client
         assert client["reasons"][0].startswith("tokens read together in "), client
     else:
-        assert together["together"] <= together["gaps"] * 0.005, client
+        # under the rule's own share, so the verdict does not lean on the loop's lag samples; not
+        # nearer 0: an OS that takes the CPU from the client for over 4 ms (between its lag samples,
+        # ~100 ms apart) joins two tokens, 27 of 3,588 gaps (0.75%) in one CI run
+        assert together["share"] <= READ_TOGETHER_SHARE, client
 
 
 def test_sends_held_at_the_in_flight_cap_are_not_the_clients_lateness(tmp_path):
