@@ -171,7 +171,7 @@ def test_server_down_gives_counted_connect_errors(tmp_path):
         "--no-preflight",
         "--no-fail-fast",
     )
-    assert p.returncode == 1  # the error rate is above --max-error-rate
+    assert p.returncode == 1  # the error rate is above --max-error-rate (both sides: test_outcome.py)
     s = json.loads(results.read_text())["summary"]
     assert s["ok"] == 0 and s["outcomes"]["connect_error"] == s["failed"] > 0
     assert "connect_error" in p.stdout
@@ -224,14 +224,6 @@ def test_fail_fast_stops_a_run_whose_every_request_fails(tmp_path, not_an_llm_se
     s = json.loads(results.read_text())["summary"]
     assert s["ok"] == 0 and s["failed"] >= 10
     assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s.get("lost", 0)
-
-
-def test_a_few_errors_under_the_limit_exit_0_and_above_it_exit_1(tmp_path):
-    with SimProcess(slots=4, fault={"http500": 0.5}) as sim:
-        p = run_cli("--host", sim.url, "-t", "3s", "-u", "2", "--no-fail-fast", "--max-error-rate", "0.9")
-        assert p.returncode == 0, p.stderr[-2000:]
-        p = run_cli("--host", sim.url, "-t", "3s", "-u", "2", "--no-fail-fast", "--max-error-rate", "0.1")
-        assert p.returncode == 1 and "is above --max-error-rate" in p.stderr
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_any_load(tmp_path):

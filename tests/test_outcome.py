@@ -191,3 +191,101 @@ def test_a_test_that_ran_and_sent_nothing_fails_and_says_why():
     never = ended(Aggregate())
     never.started_at = None  # the web UI, never started: nothing to judge
     assert outcome.build(never).exit_code == 0
+
+
+# ---- rules the slow tier checked by starting a whole run ----
+# Each was a `llm-locust run` (most against the simulator) whose assertions read only what build()
+# decides from the figures; the module each came from keeps one run for the wiring (the run
+# reaches build(), its exit code and results reach the shell and the file).
+
+
+def _gate(out, name):
+    return next(g for g in out.results["gates"] if g["name"] == name)
+
+
+def test_an_error_rate_within_the_limit_passes_and_above_it_fails():
+    """Half the requests failed (was test_cli's two runs on a simulator answering 50% HTTP 500):
+    within --max-error-rate 0.9 the run passes, at the limit too; above --max-error-rate 0.1 it
+    fails that gate, exits 1 and says why."""
+    for limit in ("0.9", "0.5"):
+        out = outcome.build(ended(aggregate(ok=5, failed=5), settings("--max-error-rate", limit)))
+        assert out.exit_code == 0 and out.reasons == [], (limit, out.reasons)
+        assert _gate(out, "error_rate")["passed"], limit
+    out = outcome.build(ended(aggregate(ok=5, failed=5), settings("--max-error-rate", "0.1")))
+    assert out.exit_code == 1 and not _gate(out, "error_rate")["passed"]
+    assert out.reasons == ["error rate 50.0% (5 of 10 answered) is above --max-error-rate 10.0%"]
+    assert "FAIL: error rate 50.0% (5 of 10 answered) is above --max-error-rate 10.0%" in out.text()
+
+
+def test_the_slo_attainment_threshold_is_an_option():
+    """--slo-attainment 0 (was test_gates' run on the simulator against ttft=1ms): a run whose every
+    request missed its SLO passes that gate and exits 0; the same figures under the default 95%
+    fail it. The option's way from the command line to build() (runtime/plugin.py gather) is
+    test_gates' run, which gives --slo-attainment."""
+    lenient = settings("--slo", "ttft=1ms", "--slo-attainment", "0")
+    strict = settings("--slo", "ttft=1ms")
+    assert (lenient.slo_attainment, strict.slo_attainment) == (0, outcome.SLO_ATTAINMENT)
+
+    def run(s):  # every request's TTFT is 200 ms: none meets 1 ms
+        agg = aggregate(ok=6, slos=s.request_slos, ttft=0.2)
+        return outcome.build(ended(agg, s, slo_attainment=s.slo_attainment))
+
+    out = run(lenient)
+    assert out.exit_code == 0 and out.reasons == [] and _gate(out, "slo_attainment")["passed"]
+    line = "pass: SLO attainment 0.0% (0 of 6 answered met every --slo: ttft 1 ms) meets --slo-attainment 0%"
+    assert line in out.text()
+    out = run(strict)
+    assert out.exit_code == 1 and not _gate(out, "slo_attainment")["passed"]
+    assert out.reasons == [
+        "SLO attainment 0.0% (0 of 6 answered met every --slo: ttft 1 ms) is under --slo-attainment 95%"
+    ]
+
+
+def _server(hit_share: float | None) -> dict:
+    """The host's /metrics over the run (started_at 1000, ended_at 1100, a read every 10 s):
+    vLLM's prefix-cache counters with `hit_share` of the queried tokens hit; None: no counters."""
+    from llm_locust.analysis.server_metrics import Sample, ServerSeries
+
+    samples = []
+    for k in range(11):
+        q = 1000.0 * k
+        counters = (
+            {} if hit_share is None else {"prefix_cache_queries_total": q, "prefix_cache_hits_total": hit_share * q}
+        )
+        samples.append(Sample(1000.0 + 10 * k, {"running": 4.0, **counters}))
+    return {"http://h": ServerSeries("http://h", "vllm", samples)}
+
+
+def test_a_server_that_misses_the_prefix_hit_ratio_fails_the_gate():
+    """--prefix-hit 0.5 against a server without a prefix cache (was test_prefix_hit's run on the
+    simulator without one): its counters say 0 hits, the prefix_hit gate fails and the run exits 1
+    saying so; one whose counters say 45% is within the tolerance and passes; a server with no
+    prefix-cache counters fails the gate too (nothing says the ratio was met)."""
+    s = settings("--synthetic", "requests=50,input=256,output=8", "--prefix-hit", "0.5")
+    out = outcome.build(ended(aggregate(ok=10), s, servers=_server(0.0)))
+    hit = out.results["prefix_hit"]
+    assert (hit["source"], hit["achieved"], hit["within"]) == ("counters", 0.0, False), hit
+    assert out.exit_code == 1 and not _gate(out, "prefix_hit")["passed"]
+    assert out.reasons == [
+        "prefix hit: target 50%, the server's counters 0.0% after the warm-up (OFF by more than 10% points)"
+    ]
+    near = outcome.build(ended(aggregate(ok=10), s, servers=_server(0.45)))
+    assert near.exit_code == 0 and near.results["prefix_hit"]["within"] is True
+    silent = outcome.build(ended(aggregate(ok=10), s, servers=_server(None)))
+    assert silent.exit_code == 1 and silent.results["prefix_hit"]["within"] is None
+    assert silent.reasons[0].startswith("prefix hit: target 50%; the server's counters said nothing")
+
+
+def test_no_warm_up_by_default_in_a_closed_loop():
+    """Without --run-warmup or --warmup-requests (was test_warmup's 2 s run on the simulator) a
+    closed loop has no warm-up: results `warmup` is None and the summary has no warm-up line.
+    With --warmup-requests 2 the warm-up step's figures are both."""
+    s = settings()
+    assert s.mode == "closed" and not s.run_warmup and not s.warmup_requests
+    out = outcome.build(ended(aggregate(ok=5), s))
+    assert out.results["warmup"] is None and "warm-up:" not in out.text()
+    given = ended(aggregate(ok=5), settings("--warmup-requests", "2"))
+    given.steps = {outcome.WARMUP_STEP: aggregate(ok=6)}
+    out = outcome.build(given)
+    assert out.results["warmup"]["sent"] == 6 and out.results["summary"]["sent"] == 5
+    assert "warm-up: each user's first 2 requests: sent 6, ok 6, failed 0, cancelled 0" in " ".join(out.text().split())

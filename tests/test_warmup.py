@@ -81,13 +81,6 @@ def test_a_replays_warm_up_is_trace_time_from_its_start(tmp_path):
     assert r["warmup"]["rule"] == "what was sent in its first 2 s of trace time"
 
 
-def test_no_warm_up_by_default_in_a_closed_loop(tmp_path, sims):
-    sim = sims(slots=16, fast=True)
-    results = tmp_path / "r.json"
-    p = run_ok("--host", sim.url, "-u", "1", "-t", "2s", "--results", str(results), timeout=120)
-    assert json.loads(results.read_text())["warmup"] is None and "warm-up:" not in p.stdout
-
-
 @pytest.mark.parametrize(
     "argv, message",
     [
