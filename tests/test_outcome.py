@@ -289,3 +289,75 @@ def test_no_warm_up_by_default_in_a_closed_loop():
     out = outcome.build(given)
     assert out.results["warmup"]["sent"] == 6 and out.results["summary"]["sent"] == 5
     assert "warm-up: each user's first 2 requests: sent 6, ok 6, failed 0, cancelled 0" in " ".join(out.text().split())
+
+
+WALL = 1_700_000_000.0  # test_metrics.make_record's wall clock: wall_sent = WALL + t0
+
+
+def _soak_run(failed_per_second: int) -> outcome.Outcome:
+    """6 s of a closed loop, 5 requests sent each second (`failed_per_second` of them HTTP 500),
+    the server's memory read each second; --soak-window 1s, drift not judged (as the simulator's
+    run had it)."""
+    from llm_locust.analysis.server_metrics import Sample, ServerSeries
+
+    s = settings("--soak-window", "1s", "--soak-max-drift", "1e9")
+    agg = Aggregate()
+    for sec in range(6):
+        for j in range(5):
+            agg.add_sent()
+            failed = j >= 5 - failed_per_second
+            agg.add(make_record(t0=100.0 + sec + j * 0.1, outcome=Outcome.HTTP_ERROR if failed else Outcome.OK))
+    memory = [Sample(WALL + 100 + k, {"server_memory_bytes": 2**30 + k * 2**20}) for k in range(7)]
+    e = Ended(settings=s, total=agg, steps={}, started_at=WALL + 100, ended_at=WALL + 106.5)
+    e.servers = {"http://h": ServerSeries("http://h", "vllm", memory)}
+    return outcome.build(e)
+
+
+def test_a_soak_whose_windows_have_error_bursts_fails_its_verdict():
+    """40% of each second's requests failed (was test_stability's soak run on a simulator
+    answering 30% HTTP 500): every one-second window is an error burst and the soak verdict
+    fails; without failures it passes. Each window has its TTFT and ITL p50, the server's
+    memory is reported beside them."""
+    out = _soak_run(2)
+    so = out.results["stability"]["soak"]
+    assert so["window"] == 1 and so["windows"] >= 4
+    assert all(r["ttft_p50"] is not None and r["itl_p50"] is not None for r in so["rows"][:-1])
+    assert so["passed"] is False and so["error_bursts"] == [r["start"] for r in so["rows"]], so["error_bursts"]
+    mem = so["memory"]["server_memory_bytes"]
+    assert mem["samples"] >= 2 and mem["bytes_per_hour"] == pytest.approx(3600 * 2**20)
+    assert "soak: FAIL" in out.text()
+    clean = _soak_run(0)
+    so = clean.results["stability"]["soak"]
+    assert so["passed"] is True and so["error_bursts"] == [], so["reason"]
+    assert "soak: PASS" in clean.text()
+
+
+def _overlong_run(baseline_speedup: float) -> outcome.Outcome:
+    """8 requests answered and 2 overlong ones refused by the server (classified overlong), judged
+    against a clean run whose TTFT and E2E p50 were `baseline_speedup` x faster."""
+    from llm_locust.metrics.aggregate import figures
+
+    s = settings("--overlong-share", "0.2", "--overlong-tokens", "4505", "--overlong-tolerance", "0.5")
+    agg = aggregate(ok=8)
+    for i in range(2):
+        rec = make_record(t0=200.0 + i, outcome=Outcome.HTTP_ERROR)
+        rec.cause, rec.extra = "overlong", {"overlong": True}
+        agg.add_sent()
+        agg.add(rec)
+    lat = figures(agg)["latency"]
+    clean = {"latency": {k: {"p50": lat[k]["p50"] / baseline_speedup} for k in ("ttft", "e2e")}}
+    return outcome.build(ended(agg, s, baseline_summary=clean))
+
+
+def test_an_overlong_mix_slower_than_its_clean_run_fails():
+    """--overlong-baseline: the other requests' TTFT and E2E p50 held to (1 + --overlong-tolerance)
+    x the clean run's (was test_stability's third run on the simulator, against a clean run doctored
+    three times faster): as fast as the clean run passes, a clean run three times faster fails."""
+    same = _overlong_run(1.0)
+    ov = same.results["stability"]["overlong"]
+    assert ov["passed"] and (ov["overlong"], ov["classified"], ov["others"]["failed"]) == (2, 2, 0), ov
+    assert "overlong mix: PASS" in same.text()
+    faster = _overlong_run(3.0)
+    ov = faster.results["stability"]["overlong"]
+    assert not ov["passed"] and "x the clean run's" in ov["reason"], ov["reason"]
+    assert ov["ttft_p50_ratio"] == pytest.approx(3.0) and "overlong mix: FAIL" in faster.text()

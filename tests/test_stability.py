@@ -232,15 +232,14 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     assert 'name="stability: burst"' in junit.read_text() and "<failure" in junit.read_text()
 
 
-@pytest.mark.parametrize("fault,passed", [(None, True), ({"http500": 0.3}, False)])
-def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
+def test_soak_on_the_simulator_windows_of_one_second(tmp_path):
     """A short closed loop with one-second windows (minute -> second scaling): without faults no
     error burst (drift limit off: a few seconds say nothing of an hour; TTFT rises over the first
     windows, 340-640x its mean an hour extrapolated in runs here, 1,029x in one CI run, which
-    failed the limit of 1,000x this test had); with 30% HTTP 500s every window is an error burst
-    and the verdict fails."""
+    failed the limit of 1,000x this test had). Windows with error bursts fail the verdict:
+    test_outcome.py, in process."""
     results = tmp_path / "r.json"
-    with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, **({"fault": fault} if fault else {})) as sim:
+    with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005) as sim:
         p = run_ok(
             "--host",
             sim.url,
@@ -265,15 +264,13 @@ def test_soak_on_the_simulator_windows_of_one_second(tmp_path, fault, passed):
             timeout=120,
         )
     so = json.loads(results.read_text())["stability"]["soak"]
-    print(
-        f"\nsoak (fault {fault}): {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}"
-    )
+    print(f"\nsoak: {so['windows']} windows, TTFT drift {so['ttft_drift']}, bursts {so['error_bursts']}")
     assert so["window"] == 1 and so["windows"] >= 4
     assert all(r["ttft_p50"] is not None and r["itl_p50"] is not None for r in so["rows"][:-1])
-    assert so["passed"] is passed and (not so["error_bursts"]) is passed
+    assert so["passed"] is True and not so["error_bursts"], so["reason"]
     mem = so["memory"]["server_memory_bytes"]  # the simulator's RSS, read from its /metrics
     assert mem["samples"] >= 2 and mem["bytes_per_hour"] is not None
-    assert ("soak: PASS" if passed else "soak: FAIL") in p.stdout
+    assert "soak: PASS" in p.stdout
 
 
 def test_overlong_mix_verdict_on_constructed_counts():
@@ -338,7 +335,8 @@ def run_mix(tmp_path, sim_url, name, *extra):
 
 def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_against_a_clean_run(tmp_path):
     """The simulator's KV budget (4096 tokens) is its context (/v1/models max_model_len): 20% of the
-    requests get 4096 + 409 tokens and fail with its vLLM-worded 400, classified overlong."""
+    requests get 4096 + 409 tokens and fail with its vLLM-worded 400, classified overlong. A mix
+    slower than its clean run fails: test_outcome.py, in process."""
     with SimProcess(slots=4, iter_base=0.005, iter_per_seq=0.0005, kv_tokens=4096) as sim:
         clean, _, clean_path = run_mix(tmp_path, sim.url, "clean")
         mix, p, _ = run_mix(
@@ -349,22 +347,6 @@ def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_agains
             "0.2",
             "--overlong-baseline",
             str(clean_path),
-            "--overlong-tolerance",
-            "0.5",
-        )
-        doctored = json.loads(clean_path.read_text())
-        for k in ("ttft", "e2e"):
-            doctored["summary"]["latency"][k]["p50"] /= 3  # a clean run three times faster: the mix must fail
-        fast = tmp_path / "fast.json"
-        fast.write_text(json.dumps(doctored))
-        mix2, _, _ = run_mix(
-            tmp_path,
-            sim.url,
-            "mix2",
-            "--overlong-share",
-            "0.2",
-            "--overlong-baseline",
-            str(fast),
             "--overlong-tolerance",
             "0.5",
         )
@@ -381,8 +363,8 @@ def test_overlong_mix_on_the_simulator_is_rejected_as_overlong_and_judged_agains
     assert 0.1 < ov["overlong"] / (ov["overlong"] + ov["others"]["ok"]) < 0.35
     assert ov["passed"], ov["reason"]
     assert "overlong mix: PASS" in p.stdout
-    ov2 = mix2["stability"]["overlong"]
-    assert not ov2["passed"] and "x the clean run's" in ov2["reason"]
+    # --overlong-baseline's file reached the verdict: the clean run's figures
+    assert ov["baseline"] == {k: clean["summary"]["latency"][k.split("_")[0]]["p50"] for k in ("ttft_p50", "e2e_p50")}
 
 
 # ---- KV pressure ----
