@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import yaml
@@ -26,8 +26,8 @@ import yaml
 from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
 from llm_locust.report.files import check_outputs, write_atomic
-from llm_locust.report.results import ResultsError, load_results
-from llm_locust.report.schema import Warmup
+from llm_locust.report.results import ResultsError, read_results
+from llm_locust.report.schema import CacheFigures, ClientFigures, Figures, ResultsDoc, Step, Warmup
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
@@ -39,7 +39,10 @@ FLAG_TEXT = {
 }
 GIB = 2**-30  # bytes -> GiB
 MAX_POINTS = 7200  # per time-series line: longer runs are averaged over buckets of whole seconds
-PCTS = ("count", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max")
+# a LatencyStats' keys (Literal: mypy checks each read of them)
+Pct = Literal["count", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
+PCTS: tuple[Pct, ...] = ("count", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max")
+P50_P99: tuple[Pct, ...] = ("p50", "p99")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 # a backslash at the end of a line joins it to the next: long lines wrapped, the CSS unchanged
 CSS = """
@@ -142,14 +145,14 @@ def _flag_text(flag: str, limit: float | None) -> str:
     return FLAG_TEXT.get(flag, flag).format(limit="-" if limit is None else f"{limit:.0%}")
 
 
-def _plan(r: dict[str, Any]) -> dict[str, Any]:
+def _plan(r: ResultsDoc) -> dict[str, Any]:
     """The results' effective plan; {} when absent or not a mapping (older or hand-made files)."""
     plan = r.get("plan")
     return plan if isinstance(plan, dict) else {}
 
 
-def _slos(r: dict[str, Any]) -> dict[str, float]:
-    settings = r.get("run", {}).get("settings") or {}
+def _slos(r: ResultsDoc) -> dict[str, float]:
+    settings = r["run"].get("settings") or {}
     plan = _plan(r)
     steps = (r.get("ladder") or {}).get("steps") or [{}]
     return settings.get("slos") or plan.get("slos") or steps[0].get("slos") or {}
@@ -163,13 +166,13 @@ def _knee(ladder: dict[str, Any]) -> dict[str, Any] | None:
     return (ladder.get("saturation") or {}).get("saturation")
 
 
-def section_header(r: dict[str, Any]) -> H:
-    run, env = r.get("run", {}), r.get("environment", {})
+def section_header(r: ResultsDoc) -> H:
+    run, env = r["run"], r.get("environment")  # environment: see section_environment
     plan = _plan(r)
     title = plan.get("name") or "llm-locust report"
-    server = env.get("server") or {}
+    server = (env.get("server") if env else None) or {}
     model = server.get("model") or (run.get("server") or {}).get("model")
-    ladder = ((r.get("run") or {}).get("settings") or {}).get("ladder") or {}
+    ladder = (run.get("settings") or {}).get("ladder") or {}
     facts = [f"started {_started(run)}", f"{num(_duration(r))} s"]
     targets = _targets(r)
     if len(targets) > 1:
@@ -183,23 +186,24 @@ def section_header(r: dict[str, Any]) -> H:
     out = [f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(" · ".join(facts))}</p>']
     if plan.get("description"):
         out.append(f"<p>{esc(plan['description'])}</p>")
-    flags = (r.get("validity") or {}).get("flags") or []
+    flags = r["validity"]["flags"]
     if flags:
-        limit = (r.get("validity") or {}).get("max_error_rate")
+        limit = r["validity"]["max_error_rate"]
         items = "".join(f"<li>{badge('flag', f)} {esc(_flag_text(f, limit))}</li>" for f in flags)
         out.append(f'<div class="warn" id="run-validity"><b>The run\'s figures are suspect:</b><ul>{items}</ul></div>')
     return H("".join(out))
 
 
-def _dialect(r: dict[str, Any]) -> str | None:
+def _dialect(r: ResultsDoc) -> str | None:
     """The metric names the server speaks (the simulator: vLLM's), as its scraper read them."""
-    return ((r.get("server_metrics") or {}).get("source") or {}).get("dialect")
+    sm = r.get("server_metrics")
+    return (sm["source"] or {}).get("dialect") if sm else None
 
 
-def _targets(r: dict[str, Any]) -> list[str]:
+def _targets(r: ResultsDoc) -> list[str]:
     """Every server the run sent to, --host first: the host, the plan's endpoints (a run over
     --host A --host B, or --endpoints), and the endpoints the senders reported; each once."""
-    run, plan = r.get("run") or {}, _plan(r)
+    run, plan = r["run"], _plan(r)
     found: list[Any] = [run.get("host"), plan.get("host")]
     for more in (plan.get("endpoints"), (run.get("settings") or {}).get("endpoints")):
         found += more.split(",") if isinstance(more, str) else list(more) if isinstance(more, list) else []
@@ -222,11 +226,11 @@ def _started(run: dict[str, Any]) -> str:
     return "-"
 
 
-def _duration(r: dict[str, Any]) -> float | None:
-    run = r.get("run", {})
+def _duration(r: ResultsDoc) -> float | None:
+    run = r["run"]
     if isinstance(run.get("started_at"), (int, float)) and isinstance(run.get("ended_at"), (int, float)):
         return run["ended_at"] - run["started_at"]
-    return (r.get("summary") or {}).get("duration_s")
+    return r["summary"]["duration_s"]
 
 
 def _load_axis(steps: list[dict[str, Any]]) -> tuple[list[float], str, bool]:
@@ -347,7 +351,7 @@ def _accuracy_panels(steps: list[dict[str, Any]]) -> list:
     ]
 
 
-def section_ladder(r: dict[str, Any]) -> H:
+def section_ladder(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
     ladder = r.get("ladder") or {}
@@ -417,7 +421,7 @@ def section_ladder(r: dict[str, Any]) -> H:
     )
 
 
-def _verdicts(r: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+def _verdicts(r: ResultsDoc) -> tuple[dict[str, Any] | None, bool]:
     """(the run's verdicts, computed here): results["verdicts"] as the run wrote them, else
     computed from the results (older files, or a run that did not write them)."""
     from llm_locust.analysis.efficiency import verdicts_for_results
@@ -441,7 +445,7 @@ _VERDICT_COLUMNS = (
 )
 
 
-def section_verdicts(r: dict[str, Any]) -> H:
+def section_verdicts(r: ResultsDoc) -> H:
     """Per-GPU throughput against interactivity (the Pareto plot), J/token and $/Mtok per step."""
     from llm_locust.analysis.efficiency import has_figures
 
@@ -627,9 +631,9 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
     return H("".join(out))
 
 
-def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
-    limit = ((r.get("run", {}).get("settings") or {}).get("ladder") or {}).get("max_error_rate")
-    limit = limit if limit is not None else (r.get("validity") or {}).get("max_error_rate")
+def section_steps(r: ResultsDoc, steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
+    limit = ((r["run"].get("settings") or {}).get("ladder") or {}).get("max_error_rate")
+    limit = limit if limit is not None else r["validity"]["max_error_rate"]
     head: tuple[str, ...] = (
         "step",
         f"offered ({unit})",
@@ -704,7 +708,7 @@ def section_steps(r: dict[str, Any], steps: list[dict[str, Any]], unit: str, kne
     )
 
 
-def _per_second(rows: list[list[Any]]) -> dict[int, Sequence[float]]:
+def _per_second(rows: Sequence[Sequence[Any]]) -> dict[int, Sequence[float]]:
     """The results' series rows (sorted) by second. A row folded into a wider bucket (a run older
     than the series keeps second by second: [first second, tokens, ok, failed, width]) is spread
     evenly over its seconds, up to the next row's."""
@@ -719,17 +723,17 @@ def _per_second(rows: list[list[Any]]) -> dict[int, Sequence[float]]:
     return out
 
 
-def section_timeseries(r: dict[str, Any]) -> H:
+def section_timeseries(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
-    series = sorted((row for row in r.get("series") or [] if len(row) >= 4), key=lambda row: row[0])
+    series = sorted((row for row in r["series"] if len(row) >= 4), key=lambda row: row[0])
     if not series:
         return H("")
     first, last = int(series[0][0]), int(series[-1][0])
     by_sec = _per_second(series)
     seconds = range(first, last + 1)  # seconds with nothing in them are zeros, not gaps
     secs: list[float] = list(seconds)  # averaged over buckets below for a long run
-    t0 = r.get("run", {}).get("started_at")
+    t0 = r["run"].get("started_at")
     t0 = float(t0) if isinstance(t0, (int, float)) and t0 <= first + 1 else float(first)
     fill: list[Sequence[float]] = [by_sec.get(s, (s, 0, 0, 0)) for s in seconds]
     width = math.ceil(len(secs) / MAX_POINTS)  # a day-long soak: averaged over buckets of `width` seconds
@@ -744,7 +748,7 @@ def section_timeseries(r: dict[str, Any]) -> H:
     for w in (r.get("ladder") or {}).get("windows") or []:
         if w.get("started") is None:
             continue
-        end = w.get("ended") or r.get("run", {}).get("ended_at") or last + 1
+        end = w.get("ended") or r["run"].get("ended_at") or last + 1
         windows.append(
             plots.Window(
                 f"{w.get('step')}",
@@ -778,17 +782,18 @@ def section_timeseries(r: dict[str, Any]) -> H:
     return H("<h2 id='timeline'>Over the run</h2>" + figure(svg, "plot-timeseries", cap))
 
 
-def section_distributions(r: dict[str, Any]) -> H:
+def section_distributions(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
     dist = r.get("distributions") or {}
-    lat = (r.get("summary") or {}).get("latency") or {}
+    lat = r["summary"]["latency"]
     figs = []
     for key, title in (("ttft", "TTFT"), ("itl", "ITL (per token)")):
         bins = dist.get(key) or []
         if not bins:
             continue
-        marks = [(p, (lat.get(key) or {}).get(p)) for p in ("p50", "p99")]
+        st = lat.get(key)
+        marks = [("p50", st.get("p50") if st else None), ("p99", st.get("p99") if st else None)]
         svg = plots.histogram(f"hist-{key}", bins, title=f"{title}: {sum(b[2] for b in bins):,} samples", marks=marks)
         note = (
             " The first bin also holds gaps of 0 (tokens that arrived in the same read)."
@@ -805,9 +810,9 @@ def section_distributions(r: dict[str, Any]) -> H:
     return H("<h2 id='distributions'>Latency distributions</h2><div class='grid'>" + "".join(figs) + "</div>")
 
 
-def section_summary(r: dict[str, Any]) -> H:
-    s = r.get("summary") or {}
-    lat = s.get("latency") or {}
+def section_summary(r: ResultsDoc) -> H:
+    s = r["summary"]
+    lat = s["latency"]
     rows = []
     for label, key in (
         *LATENCY_ROWS[:1],
@@ -816,51 +821,52 @@ def section_summary(r: dict[str, Any]) -> H:
         *LATENCY_ROWS[1:],
         ("E2E incl. queue", "e2e_queue"),
     ):
-        if key in lat and (key != "ttft_tool" or (lat[key] or {}).get("count")):
+        if key in lat and (key != "ttft_tool" or lat[key]["count"]):
             st = lat[key]
-            rows.append((label, num(st.get("count")), *(ms(st.get(c)) for c in PCTS[1:])))
+            rows.append((label, num(st["count"]), *(ms(st.get(c)) for c in PCTS[1:])))
     out = ["<h2 id='summary'>Whole run</h2><h3>Latency (ms)</h3>", table(("latency",) + PCTS, rows, id="latency-table")]
-    client = s.get("client") or {}
-    good = s.get("goodput_requests_per_s")
+    good = s["goodput_requests_per_s"]
+    acc, warmup = s.get("accuracy"), r.get("warmup")
     facts = [
         (
             "requests sent / ok / failed / cancelled at stop",
-            f"{num(s.get('sent'))} / {num(s.get('ok'))} / {num(s.get('failed'))} / {num(s.get('cancelled'))}",
+            f"{num(s['sent'])} / {num(s['ok'])} / {num(s['failed'])} / {num(s['cancelled'])}",
         ),
+        # client_cancelled: not in a file from before --cancel
         *([("cancelled by the client (--cancel)", num(s["client_cancelled"]))] if s.get("client_cancelled") else []),
-        ("error rate", f"{pct(s.get('error_rate'), 2)} %"),
-        ("duration", f"{num(s.get('duration_s'))} s"),
-        ("output tokens/s, requests/s", f"{num(s.get('output_tokens_per_s'))}, {num(s.get('requests_per_s'))}"),
-        ("goodput requests/s, tokens/s", "-" if good is None else f"{num(good)}, {num(s.get('goodput_tokens_per_s'))}"),
-        ("concurrency (Little's law)", num(s.get("concurrency"))),
-        ("tokens in / out", f"{num(s.get('tokens_in'))} / {num(s.get('tokens_out'))}"),
+        ("error rate", f"{pct(s['error_rate'], 2)} %"),
+        ("duration", f"{num(s['duration_s'])} s"),
+        ("output tokens/s, requests/s", f"{num(s['output_tokens_per_s'])}, {num(s['requests_per_s'])}"),
+        ("goodput requests/s, tokens/s", "-" if good is None else f"{num(good)}, {num(s['goodput_tokens_per_s'])}"),
+        ("concurrency (Little's law)", num(s["concurrency"])),
+        ("tokens in / out", f"{num(s['tokens_in'])} / {num(s['tokens_out'])}"),
         (
             "output token counts from",
-            ", ".join(f"{k} {v}" for k, v in sorted((s.get("n_out_sources") or {}).items())) or "-",
+            ", ".join(f"{k} {v}" for k, v in sorted(s["n_out_sources"].items())) or "-",
         ),
-        ("length mismatches / checked", f"{num(s.get('length_mismatch'))} / {num(s.get('length_checked'))}"),
+        ("length mismatches / checked", f"{num(s['length_mismatch'])} / {num(s['length_checked'])}"),
         *(
             [
                 (
                     "accuracy of graded items (right / graded)",
-                    f"{pct(s['accuracy']['accuracy'])} % ({s['accuracy']['correct']} / {s['accuracy']['graded']})",
+                    f"{pct(acc['accuracy'])} % ({acc['correct']} / {acc['graded']})",
                 )
             ]
-            if (s.get("accuracy") or {}).get("graded")
+            if acc and acc["graded"]
             else []
         ),
-        ("client", _client_text(client)),
-        *([("warm-up (not in these figures)", _warmup_text(r["warmup"]))] if r.get("warmup") else []),
+        ("client", _client_text(s["client"])),
+        *([("warm-up (not in these figures)", _warmup_text(warmup))] if warmup else []),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
-    out.append(section_phases(s, r.get("steps") or []))
+    out.append(section_phases(s, r["steps"]))
     out.append(section_cache(s))
     out.append(section_groups(s))
     out.append(section_failures(s))
     return H("".join(out))
 
 
-def section_phases(s: dict[str, Any], steps: list[dict[str, Any]]) -> H:
+def section_phases(s: Figures, steps: list[Step]) -> H:
     """The request phases (docs/metrics.md, "Request phases"): the whole run's table, TTFT as the
     sum of its parts' means, the connections; and each step's p50 / p99 when there are steps."""
     from llm_locust.report.summary import PHASE_ROWS, ttft_parts
@@ -868,34 +874,32 @@ def section_phases(s: dict[str, Any], steps: list[dict[str, Any]]) -> H:
     ph = s.get("phases")
     if not ph:
         return H("")
-    rows = [
-        (label, num((ph.get(k) or {}).get("count")), *(ms((ph.get(k) or {}).get(c)) for c in PCTS[1:]))
-        for label, k in PHASE_ROWS
-    ]
+    # every phase, connect_new and connections came together (a file has all of them or no phases)
+    rows = [(label, num(ph[k]["count"]), *(ms(ph[k].get(c)) for c in PCTS[1:])) for label, k in PHASE_ROWS]
     parts = ttft_parts(ph)
-    conn, new = ph.get("connections") or {}, ph.get("connect_new") or {}
+    conn, new = ph["connections"], ph["connect_new"]
     text = (
         f"TTFT mean {ms(sum(v for _, v in parts))} ms = "
         + " + ".join(f"{w} {ms(v)}" for w, v in parts)
         + " (phase means; percentiles do not add up). Connect comes before the send (schedule lag, not TTFT): "
-        + f"{num(conn.get('new', 0))} new connections (p50 {ms(new.get('p50'))} ms), "
-        + f"{num(conn.get('reused', 0))} kept alive (0 ms)."
+        + f"{num(conn['new'])} new connections (p50 {ms(new.get('p50'))} ms), "
+        + f"{num(conn['reused'])} kept alive (0 ms)."
     )
     out = [
         "<h3 id='phases'>Request phases (ms)</h3>",
         str(table(("phase",) + PCTS, rows, id="phases-table")),
         f"<p>{esc(text)}</p>",
     ]
-    timed = [st for st in steps if st.get("phases")]
+    timed = [(st["step"], p) for st in steps if (p := st.get("phases"))]
     if len(timed) > 1:
         head = ("step", *(f"{label} p{q}" for label, _ in PHASE_ROWS for q in (50, 99)), "new conn.")
         step_rows = [
             (
-                num(st.get("step")),
-                *(ms((st["phases"].get(k) or {}).get(f"p{q}")) for _, k in PHASE_ROWS for q in (50, 99)),
-                num((st["phases"].get("connections") or {}).get("new")),
+                num(step),
+                *(ms(p[k].get(q)) for _, k in PHASE_ROWS for q in P50_P99),
+                num(p["connections"]["new"]),
             )
-            for st in timed
+            for step, p in timed
         ]
         out.append(str(table(head, step_rows, id="phases-steps-table")))
     return H("".join(out))
@@ -908,19 +912,17 @@ def _warmup_text(w: Warmup) -> str:
     return warmup_line(w).removeprefix("warm-up: ")
 
 
-def _client_text(client: dict[str, Any]) -> str:
+def _client_text(client: ClientFigures) -> str:
     """The client's verdict and what each check measured, as the summary prints it (results with
-    checks); an older results file's verdict and loop lag."""
+    checks); an older results file's verdict and loop lag (checks: not in a file from before them)."""
     if client.get("checks"):
         return client_line(client).removeprefix("client: ")
     return (
-        ("valid" if client.get("valid") else "SUSPECT (client saturated)")
-        + f"; loop lag p99 {ms((client.get('loop_lag') or {}).get('p99'))} ms, "
-        f"CPU max {num(client.get('cpu_max_percent'))} %"
-    )
+        "valid" if client["valid"] else "SUSPECT (client saturated)"
+    ) + f"; loop lag p99 {ms(client['loop_lag'].get('p99'))} ms, CPU max {num(client['cpu_max_percent'])} %"
 
 
-def section_repeats(r: dict[str, Any]) -> H:
+def section_repeats(r: ResultsDoc) -> H:
     """`llm-locust run --repeat N`: each headline figure's mean, sd and 95% t-interval."""
     from llm_locust.analysis.repeats import unit_of
 
@@ -960,28 +962,29 @@ def section_repeats(r: dict[str, Any]) -> H:
     )
 
 
-def section_cache(s: dict[str, Any]) -> H:
-    """The whole run's prompt-cache figures (docs/metrics.md, "Prompt cache"); nothing without them."""
-    c = s.get("cache")
+def section_cache(s: Figures) -> H:
+    """The whole run's prompt-cache figures (docs/metrics.md, "Prompt cache"); nothing without them.
+    Every key of them came together: a file has all of them or no cache figures."""
+    c: CacheFigures | None = s.get("cache")
     if not c:
         return H("")
-    hit, miss = c.get("ttft_hit") or {}, c.get("ttft_miss") or {}
+    hit, miss = c["ttft_hit"], c["ttft_miss"]
     facts = [
-        ("requests with a cached count reported", num(c.get("requests_reported"))),
+        ("requests with a cached count reported", num(c["requests_reported"])),
         (
             "cached / prompt tokens (hit ratio)",
-            f"{num(c.get('cached_tokens'))} / {num(c.get('prompt_tokens'))} ({pct(c.get('hit_ratio'))} %)",
+            f"{num(c['cached_tokens'])} / {num(c['prompt_tokens'])} ({pct(c['hit_ratio'])} %)",
         ),
         (
             "ideal cached / prompt tokens (unbounded prefix cache)",
-            f"{num(c.get('ideal_cached_tokens'))} / {num(c.get('ideal_prompt_tokens'))} "
-            f"({pct(c.get('ideal_hit_ratio'))} %)"
-            f" over {num(c.get('ideal_requests'))} requests",
+            f"{num(c['ideal_cached_tokens'])} / {num(c['ideal_prompt_tokens'])} "
+            f"({pct(c['ideal_hit_ratio'])} %)"
+            f" over {num(c['ideal_requests'])} requests",
         ),
-        ("achieved / ideal", f"{pct(c.get('achieved_vs_ideal'))} % over {num(c.get('both_requests'))} requests"),
+        ("achieved / ideal", f"{pct(c['achieved_vs_ideal'])} % over {num(c['both_requests'])} requests"),
         (
-            f"hits / misses (hit: at least {c.get('hit_threshold', 0.5):.0%} of the prompt cached)",
-            f"{num(c.get('hit_requests'))} / {num(c.get('miss_requests'))}",
+            f"hits / misses (hit: at least {c['hit_threshold']:.0%} of the prompt cached)",
+            f"{num(c['hit_requests'])} / {num(c['miss_requests'])}",
         ),
         ("TTFT p50 / p99, hit", f"{ms(hit.get('p50'))} / {ms(hit.get('p99'))} ms"),
         ("TTFT p50 / p99, miss", f"{ms(miss.get('p50'))} / {ms(miss.get('p99'))} ms"),
@@ -1007,13 +1010,13 @@ GROUP_HEAD = (
 )
 
 
-def section_groups(s: dict[str, Any]) -> H:
+def section_groups(s: Figures) -> H:
     """A table per endpoint and per model (only when the run had more than one of either)."""
     out = []
-    for dim, label in (("by_endpoint", "endpoint"), ("by_model", "model")):
-        groups = s.get(dim)
+    for label, groups in (("endpoint", s.get("by_endpoint")), ("model", s.get("by_model"))):
         if not groups:
             continue
+        dim = f"by_{label}"
         rows = []
         for key, g in groups.items():
             lat = g.get("latency") or {}
@@ -1042,19 +1045,19 @@ def section_groups(s: dict[str, Any]) -> H:
     return H("".join(out))
 
 
-def section_failures(s: dict[str, Any]) -> H:
-    failures = {k: v for k, v in (s.get("outcomes") or {}).items() if k not in ("ok", *NOT_FAILED) and v}
+def section_failures(s: Figures) -> H:
+    failures = {k: v for k, v in s["outcomes"].items() if k not in ("ok", *NOT_FAILED) and v}
     if not failures:
         return H("<h3 id='failures'>Failures</h3><p>None.</p>")
     rows = []
     for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):
-        texts = sorted(((s.get("errors") or {}).get(kind) or {}).items(), key=lambda kv: -kv[1])
+        texts = sorted((s["errors"].get(kind) or {}).items(), key=lambda kv: -kv[1])
         samples = "".join(f"<li><code>{esc(t[:500])}</code> × {n_}</li>" for t, n_ in texts)
         rows.append((kind, num(n), H(f"<ul>{samples}</ul>" if samples else "-")))
     out = "<h3 id='failures'>Failures by kind</h3>" + table(
         ("kind", "requests", "sample error texts (count)"), rows, id="failures-table", left=1
     )
-    causes = s.get("causes") or {}
+    causes = s.get("causes") or {}  # not in a file from before causes were named
     if causes:  # from the servers' own words (protocols/causes.py); a failure they do not name has none
         failed = sum(failures.values())
         crow = [
@@ -1204,17 +1207,17 @@ def _window_rows(w: dict[str, Any], t0: Any = None) -> list[tuple[str, str, str]
     return rows
 
 
-def section_resources(r: dict[str, Any]) -> H:
+def section_resources(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
-    server, gpu, eff = r.get("server_metrics") or {}, r.get("gpu_metrics") or {}, r.get("efficiency") or {}
+    server, gpu, eff = r.get("server_metrics"), r.get("gpu_metrics"), r.get("efficiency") or {}
     if not (server or gpu or eff):
         return H("")
     out = ["<h2 id='resources'>Server and GPU</h2>"]
     ladder = r.get("ladder") or {}
     lsteps = ladder.get("steps") or []
-    sv = {w.get("step"): w for w in server.get("steps") or []}
-    gp = {w.get("step"): w for w in gpu.get("steps") or []}
+    sv = {w.get("step"): w for w in server.get("steps") or []} if server else {}
+    gp = {w.get("step"): w for w in gpu.get("steps") or []} if gpu else {}
     if lsteps and (sv or gp):
         order = [s.get("step") for s in lsteps]
         panels = _resource_panels(order, sv, gp, eff)
@@ -1236,13 +1239,15 @@ def section_resources(r: dict[str, Any]) -> H:
     if eff.get("steps"):
         out.append(_efficiency_table(eff))
     for label, src in (("server", server), ("GPU", gpu)):
-        source = src.get("source") or {}
-        if src.get("run"):
+        if not src:
+            continue
+        source = src["source"] or {}
+        if src["run"]:
             head = (
                 f"{label} over the whole run ({source.get('server') or 'unknown'}, "
                 f"{num(src['run'].get('samples'))} scrapes of {source.get('url') or '-'})"
             )
-            rows = _window_rows(src["run"], (r.get("run") or {}).get("started_at"))
+            rows = _window_rows(src["run"], r["run"].get("started_at"))
             out.append(f"<h3>{esc(head)}</h3>" + table(("quantity", "", ""), rows))
         if source.get("error"):
             failed = source.get("failed")  # absent in results from before it was counted
@@ -1251,8 +1256,8 @@ def section_resources(r: dict[str, Any]) -> H:
     return H("".join(out))
 
 
-def section_workers(r: dict[str, Any]) -> H:
-    workers = r.get("workers") or []
+def section_workers(r: ResultsDoc) -> H:
+    workers = r.get("workers") or []  # as environment (section_environment)
     if not workers:
         return H("")
     rows = [
@@ -1282,9 +1287,11 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def section_environment(r: dict[str, Any]) -> H:
-    env, run = r.get("environment") or {}, r.get("run") or {}
-    server = env.get("server") or {}
+def section_environment(r: ResultsDoc) -> H:
+    # environment and workers: always written, but not required on reading (read_results.REQUIRED):
+    # a synthetic file (tests/test_repeat.py's) has neither, and its page leaves them out
+    env, run = r.get("environment"), r["run"]
+    server = (env.get("server") if env else None) or {}
     out = ["<h2 id='reproduce'>Reproduce this run</h2>"]
     cmd = run.get("command")
     if cmd:
@@ -1301,12 +1308,18 @@ def section_environment(r: dict[str, Any]) -> H:
         ("started (UTC)", _started(run)),
         ("duration", f"{num(_duration(r))} s"),
         ("random seed", seed),
-        ("llm-locust", env.get("llm_locust")),
-        ("Locust", env.get("locust")),
-        ("Python", env.get("python")),
-        ("platform", env.get("platform")),
-        ("load generator host", env.get("hostname")),
-        ("CPUs", env.get("cpu_count")),
+        *(
+            [
+                ("llm-locust", env["llm_locust"]),
+                ("Locust", env["locust"]),
+                ("Python", env["python"]),
+                ("platform", env["platform"]),
+                ("load generator host", env["hostname"]),
+                ("CPUs", env["cpu_count"]),
+            ]
+            if env
+            else [(k, None) for k in ("llm-locust", "Locust", "Python", "platform", "load generator host", "CPUs")]
+        ),
         ("runner", run.get("runner")),
         ("workers", len(r.get("workers") or []) or "-"),
         ("target" if len(_targets(r)) < 2 else "targets", ", ".join(_targets(r)) or server.get("url")),
@@ -1316,7 +1329,7 @@ def section_environment(r: dict[str, Any]) -> H:
         ("server version from", server.get("version_endpoint")),
         ("model", server.get("model") or (run.get("server") or {}).get("model")),
     ]
-    trace = env.get("trace") or {}
+    trace = (env.get("trace") if env else None) or {}
     if trace:
         facts += [
             ("trace file", trace.get("path")),
@@ -1336,7 +1349,7 @@ def section_environment(r: dict[str, Any]) -> H:
         out.append(
             "<h3>Models (/v1/models)</h3>" + table(keys, [[m.get(k) for k in keys] for m in models], id="models")
         )
-    gpus = env.get("gpus") or []
+    gpus = (env.get("gpus") if env else None) or []
     if gpus:
         wanted = ("gpu", "model_name", "uuid", "pci_bus_id", "gpu_instance_id", "driver_version", "cuda_version")
         gpu_keys = [k for k in wanted if any(g.get(k) for g in gpus)]
@@ -1350,9 +1363,7 @@ def section_environment(r: dict[str, Any]) -> H:
     if plan is not None:
         text = yaml.safe_dump(plan, sort_keys=False, allow_unicode=True) if isinstance(plan, dict) else str(plan)
         out.append("<h3>Effective plan</h3><pre id='plan'>" + esc(text) + "</pre>")
-    out.append(
-        f"<p class='sub'>Results file {esc(name)}: schema {esc(r.get('schema'))} version {esc(r.get('version'))}.</p>"
-    )
+    out.append(f"<p class='sub'>Results file {esc(name)}: schema {esc(r['schema'])} version {esc(r['version'])}.</p>")
     return H("".join(out))
 
 
@@ -1367,7 +1378,7 @@ def _ms_or_dash(v: Any) -> str:
     return "-" if v is None else f"{v * 1000:,.1f} ms"
 
 
-def section_stability(r: dict[str, Any]) -> H:
+def section_stability(r: ResultsDoc) -> H:
     """The stability plans' verdicts (burst, soak), pass or fail each (docs/verdicts.md, "Stability")."""
     st = r.get("stability") or {}
     if not isinstance(st, dict) or not st:
@@ -1447,7 +1458,7 @@ def section_stability(r: dict[str, Any]) -> H:
     return H("".join(out))
 
 
-def render(results: dict[str, Any]) -> str:
+def render(results: ResultsDoc) -> str:
     """The whole page (a str), from a loaded results dict (v1 or v2; missing parts are left out)."""
     body = [
         section_header(results),
@@ -1492,9 +1503,9 @@ def render(results: dict[str, Any]) -> str:
     )
 
 
-def _mask(text: str, results: dict[str, Any]) -> str:
+def _mask(text: str, results: ResultsDoc) -> str:
     """Belt and braces: the API key of this shell (the variable the run read) never goes in the page."""
-    var = ((results.get("run") or {}).get("settings") or {}).get("api_key_env") or "OPENAI_API_KEY"
+    var = (results["run"].get("settings") or {}).get("api_key_env") or "OPENAI_API_KEY"
     for name in {var, "OPENAI_API_KEY"}:
         secret = os.environ.get(name, "")
         if len(secret) >= 8:
@@ -1517,7 +1528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llm-locust report: {e}", file=sys.stderr)
         return 2
     try:
-        results = load_results(src)
+        results = read_results(src)
     except ResultsError as e:
         print(f"llm-locust report: {e}", file=sys.stderr)
         return 2

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_locust.report.schema import ResultsDoc
+
 DEFAULT_EXPERIMENT = "llm-locust"
 # MLflow's HTTP knobs for this call, unless set in the environment: a dead server costs ~3 s
 # (refused: 2 retries, backoff 0 s + ~2 s), a silent one ~35 s (3 tries x 10 s), not minutes.
@@ -245,7 +247,7 @@ def send(uri: str, experiment: str, run_name: str, p: Payload, extra: dict[str, 
     return exp_id, run_id
 
 
-def _unwritten(settings, results: dict[str, Any], doc_bytes: bytes) -> dict[str, bytes]:
+def _unwritten(settings, results: ResultsDoc, doc_bytes: bytes) -> dict[str, bytes]:
     """The results JSON and the HTML report as bytes, for each the run was not asked to write."""
     extra: dict[str, bytes] = {}
     if not (settings.results and Path(settings.results).is_file()):

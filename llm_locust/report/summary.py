@@ -7,7 +7,7 @@ import re
 import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from llm_locust.metrics.aggregate import NOT_FAILED
 from llm_locust.report.schema import CacheFigures, Figures, Warmup
@@ -36,7 +36,8 @@ LEGEND = {
     "schedule_lag": "Schedule lag: how late a request was sent against its due time",
 }
 # The request phases (docs/metrics.md, "Request phases"), in the order a request goes through them.
-PHASE_ROWS = (
+# (label, Phases key): Literal, so that a read of a phase by its key is checked (mypy)
+PHASE_ROWS: tuple[tuple[str, Literal["connect", "send", "wait", "first_token", "receive"]], ...] = (
     ("Connect", "connect"),
     ("Send", "send"),
     ("Wait (headers)", "wait"),
