@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from llm_locust.report.compare.runs import Run, _get
+from llm_locust.report.compare.runs import Run
 from llm_locust.report.compare.tools import ForeignRun
 
 
@@ -54,7 +54,9 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         return []
     issues: list[Issue] = []
 
-    def add(what: str, key, show=None, severity="incomparable") -> None:
+    def add(
+        what: str, key: Callable[[Run], Any], show: Callable[[Run], str] | None = None, severity: str = "incomparable"
+    ) -> None:
         d = _groups(runs, key, show)
         if d:
             issues.append(Issue(f"different {what}", d, severity))
@@ -83,7 +85,7 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         add("force_length", lambda r: r.force_length)
     add("SLOs (goodput and max_slo_load are judged against them)", lambda r: r.slos, lambda r: r.slo_text)
     add("step timing / run time", lambda r: r.timing, severity="note")
-    add("seed", lambda r: r.settings.get("seed", _get(r.doc, "run", "seed")), severity="note")
+    add("seed", lambda r: r.settings.get("seed", r.doc["run"].get("seed")), severity="note")
     if mixed:
         add(
             "tools (each times and counts in its own way: docs/compare.md, Other tools)",
@@ -91,11 +93,13 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
             severity="note",
         )
     else:
-        add("llm-locust version", lambda r: _get(r.doc, "environment", "llm_locust"), severity="note")
-    for what, key in (
-        ("client machine", lambda r: _get(r.doc, "environment", "hostname")),
+        add("llm-locust version", lambda r: (r.doc.get("environment") or {}).get("llm_locust"), severity="note")
+    ours_facts: tuple[tuple[str, Callable[[Run], Any]], ...] = (
+        # environment and workers: not required on reading (tests/test_repeat.py's synthetic files lack them)
+        ("client machine", lambda r: (r.doc.get("environment") or {}).get("hostname")),
         ("worker processes", lambda r: len(r.doc.get("workers") or [])),
-    ):
+    )
+    for what, key in ours_facts:
         d = _groups(ours, key)
         if d:
             issues.append(Issue(f"different {what}", d, "note"))

@@ -73,7 +73,7 @@ def read_value(run: Run, crit: Criterion) -> Cell:
 
 def _summary_cell(run: Run, m: Metric) -> Cell:
     """A figure of the whole run; none where another tool's figure of that name means another thing."""
-    flags = list(_get(run.doc, "validity", "flags", default=[]) or [])
+    flags = list(run.doc["validity"]["flags"])
     if _not_comparable(run, m):
         return Cell(None, note="not comparable", flags=flags)
     if m.name.startswith("goodput") and not run.slos:

@@ -1,4 +1,4 @@
-"""The runs: a results file read through load_results, labelled, and the facts the comparison
+"""The runs: a results file read through read_results, labelled, and the facts the comparison
 reads from it (server, model, GPU, trace, load plan, timing, SLOs, validity marks)."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_for_results
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
+from llm_locust.report.schema import ResultsDoc
 
 SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
@@ -56,12 +57,15 @@ class Run:
 
     label: str
     path: str
-    doc: dict[str, Any]
+    # ours as read_results gives it; a ForeignRun's: the few parts tools._doc builds, so the facts
+    # a ForeignRun shares with Run are read with .get / _get (tolerant of a part it lacks)
+    doc: ResultsDoc
 
     @property
     def summary(self) -> dict[str, Any]:
         """The whole run's figures, with the verdicts' (tok/s/GPU, J/token, $/Mtok ...) beside them."""
-        base = self.doc.get("summary") or {}
+        # open by a figure's name (compare's metrics and gates name them), a ForeignRun's too
+        base = cast(dict[str, Any], self.doc["summary"])
         extra = {k: v for k, v in ((self.verdicts or {}).get("run") or {}).items() if k in FIGURES and k not in base}
         return {**base, **extra} if extra else base
 
@@ -315,9 +319,7 @@ class Run:
 
     def flag_items(self) -> list[tuple[int | None, str]]:
         """The validity marks of the run (step None) and of its (ladder) steps, as texts."""
-        out: list[tuple[int | None, str]] = [
-            (None, f"run: {f}") for f in _get(self.doc, "validity", "flags", default=[]) or []
-        ]
+        out: list[tuple[int | None, str]] = [(None, f"run: {f}") for f in self.doc["validity"]["flags"]]
         unit = OFFERED_UNITS.get(self.offered_kind, "")
         for s in self.ladder_steps:
             if s.get("flags"):
@@ -325,9 +327,9 @@ class Run:
                     (s.get("step"), f"step {s.get('step')} ({_load(s.get('offered'), unit)}): {', '.join(s['flags'])}")
                 )
         if not self.ladder:
-            for s in self.doc.get("steps") or []:
-                if isinstance(s, dict) and isinstance(s.get("step"), int) and s["step"] > 0 and s.get("flags"):
-                    out.append((s["step"], f"step {s['step']}: {', '.join(s['flags'])}"))
+            for row in self.doc["steps"]:
+                if isinstance(row["step"], int) and row["step"] > 0 and row["flags"]:
+                    out.append((row["step"], f"step {row['step']}: {', '.join(row['flags'])}"))
         return out
 
     def flags(self) -> list[str]:

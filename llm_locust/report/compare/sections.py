@@ -40,9 +40,9 @@ def _runs_table(c: Comparison) -> Table:
         ["load", *[r.load for r in runs]],
         ["timing", *[r.timing for r in runs]],
         ["SLOs", *[r.slo_text for r in runs]],
-        ["seed", *[str(r.settings.get("seed", _get(r.doc, "run", "seed", default="?"))) for r in runs]],
-        ["started (UTC)", *[str(_get(r.doc, "run", "started_at_utc", default="?")) for r in runs]],
-        ["llm-locust", *[str(_get(r.doc, "environment", "llm_locust", default="-")) for r in runs]],
+        ["seed", *[str(r.settings.get("seed", r.doc["run"].get("seed", "?"))) for r in runs]],
+        ["started (UTC)", *[str(r.doc["run"].get("started_at_utc", "?")) for r in runs]],
+        ["llm-locust", *[str((r.doc.get("environment") or {}).get("llm_locust", "-")) for r in runs]],
         ["validity", *[_validity(r) for r in runs]],
     ]
     return Table("Runs", ["", *[r.label for r in runs]], rows, numeric_from=99)

@@ -1,4 +1,4 @@
-"""Reading a results file of any tool compare knows: ours (load_results), or another tool's
+"""Reading a results file of any tool compare knows: ours (read_results), or another tool's
 (AIPerf, GuideLLM, vLLM bench serve), told apart by content, never by file name; a file of none of
 these is one clear error naming it. Another tool's run is a ForeignRun: a Run whose facts come
 from its reader (foreign.Foreign), so the comparison treats it as any other run."""
@@ -6,7 +6,7 @@ from its reader (foreign.Foreign), so the comparison treats it as any other run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -16,7 +16,8 @@ import llm_locust.report.compare.vllm_bench as vllm_bench
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.foreign import Foreign
 from llm_locust.report.compare.runs import Run, _unique_labels
-from llm_locust.report.results import SCHEMA, ResultsError, load_results
+from llm_locust.report.results import SCHEMA, ResultsError, read_results
+from llm_locust.report.schema import ResultsDoc
 
 READERS = (aiperf, guidellm, vllm_bench)
 KNOWN = (
@@ -85,9 +86,11 @@ class ForeignRun(Run):
         return []
 
 
-def _doc(f: Foreign, path: str) -> dict[str, Any]:
-    """A results-shaped document, so that what reads a run's doc (the matrix, the gates) reads this one."""
-    return {
+def _doc(f: Foreign, path: str) -> ResultsDoc:
+    """A results-shaped document, so that what reads a run's doc (the matrix, the gates) reads this one.
+    Partial (no schema, version, series, workers...): Run reads the parts a ForeignRun shares with it
+    with .get / _get, never by a key this lacks."""
+    doc = {
         "summary": f.summary,
         "steps": [],
         "validity": {"flags": []},
@@ -95,6 +98,7 @@ def _doc(f: Foreign, path: str) -> dict[str, Any]:
         "run": {"settings": {"model": f.model, "api": f.api, "seed": f.seed, "slos": {}}, "started_at_utc": f.started},
         "_path": path,
     }
+    return cast(ResultsDoc, doc)
 
 
 def _json(path: str) -> Any:
@@ -102,14 +106,14 @@ def _json(path: str) -> Any:
         with open(path, "rb") as fh:
             return orjson.loads(fh.read())
     except (OSError, orjson.JSONDecodeError):
-        return None  # load_results has said why
+        return None  # read_results has said why
 
 
 def read_run(label: str, path: str) -> Run:
-    """One file as a run: ours through load_results (its messages as they are), another tool's
+    """One file as a run: ours through read_results (its messages as they are), another tool's
     through the reader its content matches. ResultsError / CompareError name the file."""
     try:
-        return Run(label, path, load_results(path))
+        return Run(label, path, read_results(path))
     except ResultsError:
         doc = _json(path)
         if doc is None or (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
@@ -130,7 +134,7 @@ def read_run(label: str, path: str) -> Run:
 
 
 def load_runs(paths: list[str], labels: list[str] | tuple[str, ...] = ()) -> list[Run]:
-    """Each file as a run (read_run: ours through load_results, its ResultsError as it is;
+    """Each file as a run (read_run: ours through read_results, its ResultsError as it is;
     another tool's by its content), labelled."""
     if not paths:
         raise CompareError("no results files given")
