@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
+from llm_locust.report.schema import Figures, ResultsDoc
+
 # The GPU sidecar's (and dcgm-exporter's) power and energy, as rows of server_metrics.TABLE
 # (quantity -> alternatives, the first present wins; summed over GPUs). The power gauge prefers the
 # sidecar's average since the previous scrape (`_window_avg`, 10 Hz samples) over its latest value.
@@ -444,7 +446,7 @@ def verdicts(
     }
 
 
-def _cost_settings(results: Mapping[str, Any]) -> SimpleNamespace:
+def _cost_settings(results: ResultsDoc) -> SimpleNamespace:
     plan = _mapping(results.get("plan"))
     cost = dict(plan.get("cost") or {}) if isinstance(plan.get("cost"), Mapping) else {}
     settings = (results.get("run") or {}).get("settings") or {}
@@ -461,22 +463,21 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
-def verdicts_for_results(results: Mapping[str, Any], settings: Any = None) -> dict[str, Any] | None:
-    """`verdicts` from a results dict (its ladder, GPU windows, GPUs, per-step token counts, summary
-    and, without `settings`, the effective plan's cost.* keys). None for a run with neither a
-    ladder nor a summary."""
+def verdicts_for_results(results: ResultsDoc, settings: Any = None) -> dict[str, Any] | None:
+    """`verdicts` from a results document (its ladder, GPU windows, GPUs, per-step token counts,
+    summary and, without `settings`, the effective plan's cost.* keys). None for a run with neither
+    a ladder nor a summary. A part absent or malformed (a hand-edited file, a test's few parts) reads
+    as empty: hence .get on the document's required keys here."""
     ladder = _mapping(results.get("ladder"))
     steps = ladder.get("steps") or []
-    summary = results.get("summary")
-    if not isinstance(summary, Mapping):
+    summary: Figures | None = results.get("summary")
+    if not isinstance(summary, Mapping):  # a hand-edited file
         summary = None
     if not steps and not summary:
         return None
     gpu = _mapping(results.get("gpu_metrics"))
     tokens: dict[int | None, tuple[Any, Any]] = {
-        r.get("step"): (r.get("tokens_in"), r.get("tokens_out"))
-        for r in results.get("steps") or []
-        if isinstance(r, Mapping)
+        r["step"]: (r["tokens_in"], r["tokens_out"]) for r in results.get("steps") or [] if isinstance(r, Mapping)
     }
     return verdicts(
         steps,

@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from llm_locust.report.schema import Figures
+
 BURST_WINDOW = 2  # seconds: the sliding window TTFT p50 is read over after a burst
 BURST_TOLERANCE = 0.10  # recovered: p50 <= (1 + tolerance) x the base step's p50
 
@@ -268,11 +270,11 @@ def kv_pressure(
 
 def overlong_mix(
     counts: list[int],
-    summary: Mapping[str, Any],
+    summary: Figures,
     *,
     share: float,
     tokens: int,
-    baseline: dict[str, Any] | None = None,
+    baseline: Mapping[str, Any] | None = None,
     tolerance: float = 0.10,
 ) -> dict[str, Any]:
     """The overlong mix: `counts` = the Aggregate's overlong [finished, ok, classified overlong];
@@ -285,12 +287,12 @@ def overlong_mix(
     no other request failed, and with a baseline the others' TTFT p50 and E2E p50 at most
     (1 + tolerance) x the baseline's."""
     n, served, classified = (list(counts) + [0, 0, 0])[:3]
-    lat = summary.get("latency") or {}
+    lat = summary["latency"]
     others: dict[str, Any] = {
-        "ok": (summary.get("ok") or 0) - served,
-        "failed": (summary.get("failed") or 0) - (n - served),
-        "ttft_p50": (lat.get("ttft") or {}).get("p50"),
-        "e2e_p50": (lat.get("e2e") or {}).get("p50"),
+        "ok": summary["ok"] - served,
+        "failed": summary["failed"] - (n - served),
+        "ttft_p50": st.get("p50") if (st := lat.get("ttft")) else None,
+        "e2e_p50": st.get("p50") if (st := lat.get("e2e")) else None,
     }
     out: dict[str, Any] = {
         "share": share,
