@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from llm_locust.report.files import check_outputs, write_atomic
-from llm_locust.report.results import ResultsError, load_results
+from llm_locust.report.results import ResultsError, read_results
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def llmd(results_path: str, folder: str = "") -> list[Path]:
     """Write the llm-d reports of a results file; their paths."""
     from llm_locust.report.llmd import reports
 
-    doc = load_results(results_path)
+    doc = read_results(results_path)
     docs = reports(doc)
     src = Path(results_path)
     where = Path(folder) if folder else src.parent

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from llm_locust import __version__
+from llm_locust.report.schema import ResultsDoc
 
 VERSION = "0.2.1"
 NAMESPACE = uuid.UUID("6c6c6d2d-6c6f-6375-7374-2d6c6c6d2d64")  # llm-locust's own uuid5 namespace
@@ -28,7 +30,7 @@ LATENCIES = (  # report field -> (our latency key, unit)
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99.9", "p99p9"))
 
 
-def statistics(summary: dict[str, Any] | None, units: str) -> dict[str, Any] | None:
+def statistics(summary: Mapping[str, Any] | None, units: str) -> dict[str, Any] | None:
     """One of our latency summaries (seconds) as the report's Statistics object; None when empty."""
     if not summary or not summary.get("count") or summary.get("mean") is None:
         return None
@@ -55,7 +57,7 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _requests(fig: dict[str, Any]) -> dict[str, Any]:
+def _requests(fig: Mapping[str, Any]) -> dict[str, Any]:
     ok = fig.get("ok") or 0
     tokens_in, tokens_out = fig.get("tokens_in") or 0, fig.get("tokens_out") or 0
     return _drop_none(
@@ -69,7 +71,7 @@ def _requests(fig: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _performance(fig: dict[str, Any], seconds: float) -> dict[str, Any]:
+def _performance(fig: Mapping[str, Any], seconds: float) -> dict[str, Any]:
     """results.request_performance.aggregate from one figures() dict (the run's or a step's)."""
     lat = fig.get("latency") or {}
     latency = _drop_none({name: statistics(lat.get(key), units) for name, key, units in LATENCIES})
@@ -86,7 +88,7 @@ def _performance(fig: dict[str, Any], seconds: float) -> dict[str, Any]:
     return {"requests": _requests(fig), "latency": latency, "throughput": throughput}
 
 
-def _stack(results: dict[str, Any]) -> list[dict[str, Any]]:
+def _stack(results: ResultsDoc) -> list[dict[str, Any]]:
     """The server (and its GPUs, as far as the sidecar named them) as one generic component."""
     env = results.get("environment") or {}
     server = env.get("server") or {}
@@ -104,7 +106,7 @@ def _stack(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"metadata": {"label": "server", "cfg_id": "server"}, "standardized": standardized, "native": {}}]
 
 
-def _load(results: dict[str, Any], stage: int, level: dict[str, Any]) -> dict[str, Any]:
+def _load(results: ResultsDoc, stage: int, level: dict[str, Any]) -> dict[str, Any]:
     fig = results.get("summary") or {}
     ok = fig.get("ok") or 0
     trace = (results.get("environment") or {}).get("trace") or {}
@@ -142,7 +144,7 @@ def _level(kind: str | None, offered: float | None) -> dict[str, Any]:
     return {}
 
 
-def _run(results: dict[str, Any], eid: uuid.UUID, stage: int, start: float | None, end: float | None) -> dict:
+def _run(results: ResultsDoc, eid: uuid.UUID, stage: int, start: float | None, end: float | None) -> dict:
     run = results.get("run") or {}
     return _drop_none(
         {
@@ -159,8 +161,10 @@ def _run(results: dict[str, Any], eid: uuid.UUID, stage: int, start: float | Non
     )
 
 
-def reports(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Benchmark Reports of one results file: one per judged ladder step, else one."""
+def reports(results: ResultsDoc) -> list[dict[str, Any]]:
+    """The Benchmark Reports of one results file: one per judged ladder step, else one. Any part
+    may be absent (a run that measured nothing: tests/test_llmd.py's minimal document), so the
+    document's keys, required ones too, are read with .get."""
     run = results.get("run") or {}
     eid = uuid.uuid5(NAMESPACE, f"{run.get('host')}|{run.get('started_at')}|{results.get('created')}")
     stack = _stack(results)
@@ -174,13 +178,24 @@ def reports(results: dict[str, Any]) -> list[dict[str, Any]]:
     by_step = {r.get("step"): r for r in results.get("steps") or []}
     out = []
     for s in steps:
-        fig = by_step.get(s["step"]) or {}
+        step_fig: Mapping[str, Any] = by_step.get(s["step"]) or {}
         level = _level(s.get("offered_kind"), s.get("offered"))
-        out.append(_report(results, eid, stack, s["step"] - 1, level, fig, s.get("window_start"), s.get("window_end")))
+        out.append(
+            _report(results, eid, stack, s["step"] - 1, level, step_fig, s.get("window_start"), s.get("window_end"))
+        )
     return out
 
 
-def _report(results, eid, stack, stage, level, fig, start, end) -> dict[str, Any]:
+def _report(
+    results: ResultsDoc,
+    eid: uuid.UUID,
+    stack: list[dict[str, Any]],
+    stage: int,
+    level: dict[str, Any],
+    fig: Mapping[str, Any],  # a Figures, or {} for a step without figures
+    start: float | None,
+    end: float | None,
+) -> dict[str, Any]:
     seconds = fig.get("duration_s") or ((end or 0) - (start or 0))
     return {
         "version": VERSION,

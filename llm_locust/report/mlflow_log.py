@@ -23,7 +23,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +100,7 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def figure_metrics(figures: dict[str, Any], names: Sequence[str], prefix: str = "") -> dict[str, float]:
+def figure_metrics(figures: Mapping[str, Any], names: Sequence[str], prefix: str = "") -> dict[str, float]:
     """The numeric `names` of a summary or step, and its latencies in seconds (`ttft_p50_s`);
     figures that are absent or null (no SLO: no goodput) are left out, not logged as 0."""
     out = {f"{prefix}{n}": v for n in names if (v := _number(figures.get(n))) is not None}
@@ -117,7 +117,7 @@ def _ms(t: Any) -> int | None:
     return int(t * 1000) if _number(t) is not None else None
 
 
-def run_metrics(results: dict[str, Any]) -> list[tuple[str, float, int, int]]:
+def run_metrics(results: ResultsDoc) -> list[tuple[str, float, int, int]]:
     """Headline figures at step 0, and each ladder step's as `step/NAME` at MLflow step = the
     ladder's step number (as in the report's table), stamped with the step's end."""
     run = results.get("run") or {}
@@ -141,7 +141,7 @@ def _redact_uri(text: str) -> str:
     return re.sub(r"(://)[^/@\s]+@", r"\1***@", text)
 
 
-def run_tags(results: dict[str, Any]) -> dict[str, str]:
+def run_tags(results: ResultsDoc) -> dict[str, str]:
     """Tags to find and group runs by: server, model, engine (and its version), trace hash."""
     env = results.get("environment") or {}
     server = env.get("server") or {}
@@ -162,8 +162,9 @@ def run_tags(results: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in values.items() if v not in (None, "")}
 
 
-def payload(results: dict[str, Any], files: Sequence[str | Path] = ()) -> Payload:
-    """Everything one run sends, from its results (as written) and the files it wrote."""
+def payload(results: ResultsDoc, files: Sequence[str | Path] = ()) -> Payload:
+    """Everything one run sends, from its results (as written) and the files it wrote. Any part may
+    be absent (tests/test_mlflow.py sends a plan alone): the document's keys are read with .get."""
     run = results.get("run") or {}
     params = flatten(results.get("plan") or {})
     if "mlflow.uri" in params:
