@@ -560,7 +560,7 @@ def test_llama_server_prefix_cache_counters_match_its_replies(llama_server_bin, 
         return Sample(t, read(http_get(url + "/metrics")[1].decode())[1])
 
     prompt = "the quick brown fox jumps over the lazy dog " * 20
-    with LlamaServer(smollm2_model, slots=1, ctx=2048, alias="s", threads=2) as srv:
+    with LlamaServer(smollm2_model, slots=1, ctx=2048, alias="s") as srv:
         s0 = scrape(srv.url, 0.0)
         usages = []
         for _ in range(2):
