@@ -12,7 +12,7 @@ import pytest
 from support import run_cli
 
 from llm_locust.metrics.aggregate import Aggregate, figures
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import Outcome, RequestRecord, WorkFacts
 from llm_locust.workload.formats.base import TraceError
 from llm_locust.workload.graded import (
     GRADERS,
@@ -161,7 +161,7 @@ def _rec(i: int, graded: bool | None, ok: bool = True) -> RequestRecord:
         outcome=Outcome.OK if ok else Outcome.HTTP_ERROR,
     )
     if graded is not None:
-        r.extra = {"graded": graded}
+        r.work = WorkFacts(graded=graded)
     return r
 
 
@@ -282,7 +282,7 @@ def test_two_workers_merge_the_counts_exactly(tmp_path):
     graded = [r for r in recs if (r["source"] or "").startswith("graded:") and r["outcome"] == "ok"]
     acc = json.loads(results.read_text())["summary"]["accuracy"]
     assert len(list(tmp_path.glob("log.jsonl.worker*"))) == 2 and graded
-    assert (acc["graded"], acc["correct"]) == (len(graded), sum(r["server"]["graded"] for r in graded))
+    assert (acc["graded"], acc["correct"]) == (len(graded), sum(r["work"]["graded"] for r in graded))
 
 
 def test_replay_mixes_graded_items_too(tmp_path):
@@ -310,7 +310,7 @@ def test_replay_mixes_graded_items_too(tmp_path):
     graded = [r for r in recs if (r["source"] or "").startswith("graded:")]
     assert s["sent"] == 60 and 10 <= len(graded) <= 50
     assert s["accuracy"] == {"graded": len(graded), "correct": len(graded), "accuracy": 1.0}
-    assert all(r["server"]["graded"] is True and r["finish_reason"] == "stop" for r in graded)
+    assert all(r["work"]["graded"] is True and r["finish_reason"] == "stop" for r in graded)
 
 
 def test_ladder_shows_accuracy_per_step(tmp_path):
@@ -409,7 +409,7 @@ def test_smollm2_answers_stay_right_under_load(tmp_path):
             assert p.returncode == 0, p.stderr[-3000:]
             recs = [json.loads(line) for line in log.read_text().splitlines()]
             assert len(recs) == n and all(r["outcome"] == "ok" for r in recs)
-            right[cap] = {r["source"] for r in recs if r["server"]["graded"]}
+            right[cap] = {r["source"] for r in recs if r["work"]["graded"]}
             acc = json.loads(results.read_text())["summary"]["accuracy"]
             assert acc["graded"] == n and acc["correct"] == len(right[cap])
             print(f"SmolLM2 at {cap} in flight: {acc['correct']}/{n} right")

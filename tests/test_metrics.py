@@ -487,3 +487,32 @@ def test_embeddings_and_rerank_have_figures_of_their_own():
     assert (rr["ok"], rr["failed"], rr["items"]) == (1, 1, 6)
     assert abs(emb["latency"]["p50"] - 0.020) < 0.001 and abs(emb["latency"]["max"] - 0.040) < 0.001
     assert fig["ok"] == 3 and fig["failed"] == 1 and "HTTP 500: boom" in fig["errors"]["http_error"]
+
+
+def test_workload_facts_are_counted_by_name_and_logged_apart_from_the_servers():
+    """RequestRecord.work carries what the workload made of a request (media, the overlong mix, a
+    structured-output check, a graded answer): the aggregate counts each by name, and the record
+    log writes them as `work`, only those set, while `server` keeps the server's own words."""
+    from llm_locust.metrics.recordlog import record_dict
+    from llm_locust.metrics.records import WorkFacts
+
+    plain, media, graded = make_record(t0=100.0), make_record(t0=101.0), make_record(t0=102.0)
+    media.work = WorkFacts(images=2, image_bytes=300, audio=1, audio_bytes=40, json_parsed=True, json_valid=False)
+    graded.work = WorkFacts(graded=True)
+    graded.extra = {"timings": {"predicted_n": 7}}
+    refused = make_record(t0=103.0, outcome=Outcome.HTTP_ERROR)
+    refused.cause, refused.work = "overlong", WorkFacts(overlong=True)
+    agg = Aggregate()
+    agg.add_sent(4)
+    for rec in (plain, media, graded, refused):
+        agg.add(rec)
+    assert (agg.images_sent, agg.image_bytes, agg.audio_sent, agg.audio_bytes) == (2, 300, 1, 40)
+    assert (agg.structured_checked, agg.structured_parsed, agg.structured_valid) == (1, 1, 0)
+    assert (agg.graded, agg.correct) == (1, 1) and agg.overlong == [1, 0, 1]
+    assert record_dict(plain)["work"] is None and record_dict(plain)["server"] is None
+    assert record_dict(media)["work"] == {
+        "images": 2, "image_bytes": 300, "audio": 1, "audio_bytes": 40, "json_parsed": True, "json_valid": False,
+    }  # fmt: skip
+    assert record_dict(graded)["work"] == {"graded": True}
+    assert record_dict(graded)["server"] == {"timings": {"predicted_n": 7}}
+    assert record_dict(refused)["work"] == {"overlong": True}

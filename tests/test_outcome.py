@@ -9,7 +9,7 @@ import pytest
 from test_metrics import make_record
 
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.metrics.records import Outcome
+from llm_locust.metrics.records import Outcome, WorkFacts
 from llm_locust.report import outcome
 from llm_locust.report.outcome import Ended, Interruption
 from llm_locust.settings import derive
@@ -341,7 +341,7 @@ def _overlong_run(baseline_speedup: float) -> outcome.Outcome:
     agg = aggregate(ok=8)
     for i in range(2):
         rec = make_record(t0=200.0 + i, outcome=Outcome.HTTP_ERROR)
-        rec.cause, rec.extra = "overlong", {"overlong": True}
+        rec.cause, rec.work = "overlong", WorkFacts(overlong=True)
         agg.add_sent()
         agg.add(rec)
     lat = figures(agg)["latency"]

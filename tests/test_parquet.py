@@ -42,9 +42,10 @@ def test_every_field_reads_back_equal_to_the_jsonl(ladder_log):
     assert {k for w in want.values() for k in w} <= set(names)  # every field of the log has its column
     for rid, w in want.items():
         g = got[rid]
-        for name, _ in COLUMNS[:-2]:  # server (JSON text) and worker checked below
+        for name, _ in COLUMNS[:-3]:  # server and work (JSON text) and worker checked below
             assert g[name] == w[name], (rid, name)
-        assert (json.loads(g["server"]) if g["server"] is not None else None) == w["server"]
+        for name in ("server", "work"):
+            assert (json.loads(g[name]) if g[name] is not None else None) == w[name], (rid, name)
         assert g["worker"] is None
     types = dict(con.sql(f"describe select * from '{out}'").fetchall()[i][:2] for i in range(len(names)))
     assert types["chunks"] == "DOUBLE[]" and types["chunk_tokens"] == "INTEGER[]" and types["first"] == "DOUBLE"

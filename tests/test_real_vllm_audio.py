@@ -107,7 +107,7 @@ def text_only(alm_server, vllm_alm_dir, tmp_path_factory):
     """The text-only run (`--audio 0`): {trace line: the server's n_in}, and its summary."""
     records, summary, _out = replay(alm_server.url, vllm_alm_dir, tmp_path_factory.mktemp("text"), audio=0)
     for r in records:
-        assert (r.get("server") or {}).get("audio", 0) == 0, r
+        assert (r.get("work") or {}).get("audio", 0) == 0, r
     return {line_of(r): r["n_in"] for r in records}, summary
 
 
@@ -142,7 +142,7 @@ def test_audio_reaches_vllm_and_costs_its_tokens_and_bytes(
     assert all(s == 44 + 2 * int(RATE * seconds) for s in sizes), sizes  # 16-bit mono PCM + the WAV header
     per_request = sum(sizes)
     for r in records:
-        assert r["server"]["audio"] == clips and r["server"]["audio_bytes"] == per_request, r["server"]
+        assert r["work"]["audio"] == clips and r["work"]["audio_bytes"] == per_request, r["work"]
     aud = summary["audio"]
     assert aud["sent"] == clips * N_RECORDS and aud["bytes"] == per_request * N_RECORDS, aud
     assert aud["per_request"] == clips, aud

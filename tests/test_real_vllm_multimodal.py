@@ -94,7 +94,7 @@ def test_text_only_requests_count_what_the_trace_asked(vlm_server, vllm_vlm_dir,
     records, summary, _out = replay(vlm_server.url, vllm_vlm_dir, tmp_path, images=0)
     for r in records:
         assert r["n_in"] == input_tokens(int(r["source"].rsplit(":", 1)[1])), r
-        assert (r.get("server") or {}).get("images", 0) == 0, r
+        assert (r.get("work") or {}).get("images", 0) == 0, r
     assert "images" not in summary, summary["images"]
 
 
@@ -116,7 +116,7 @@ def test_images_reach_vllm_and_cost_their_tokens_and_bytes(vlm_server, vllm_vlm_
     assert all(b.startswith(magic) for b in blobs)
     per_request = sum(len(b) for b in blobs)
     for r in records:
-        assert r["server"]["images"] == IMAGES and r["server"]["image_bytes"] == per_request, r["server"]
+        assert r["work"]["images"] == IMAGES and r["work"]["image_bytes"] == per_request, r["work"]
     img = summary["images"]
     assert img["sent"] == IMAGES * N_RECORDS and img["bytes"] == per_request * N_RECORDS, img
     assert img["per_request"] == IMAGES, img

@@ -295,12 +295,12 @@ def test_an_overlong_request_cancelled_at_the_stop_is_neither_served_nor_unclass
     # the stop. Counted, it read as an overlong failure not classified overlong (a failed verdict).
     from llm_locust.analysis.stability import overlong_mix
     from llm_locust.metrics.aggregate import Aggregate
-    from llm_locust.metrics.records import Outcome, RequestRecord
+    from llm_locust.metrics.records import Outcome, RequestRecord, WorkFacts
 
     agg = Aggregate()
     for i, (outcome, cause) in enumerate([(Outcome.HTTP_ERROR, "overlong"), (Outcome.CANCELLED, None)]):
         rec = RequestRecord(request_id=str(i), api="openai-chat", t_sched=1.0, t_sent=1.0, wall_sent=1000.0)
-        rec.t_end, rec.outcome, rec.cause, rec.extra = 1.01, outcome, cause, {"overlong": True}
+        rec.t_end, rec.outcome, rec.cause, rec.work = 1.01, outcome, cause, WorkFacts(overlong=True)
         agg.add(rec)
     assert agg.overlong == [1, 0, 1]
     summ = {"ok": 4, "failed": 1, "latency": {"ttft": {"p50": 0.05}, "e2e": {"p50": 0.2}}}

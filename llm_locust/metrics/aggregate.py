@@ -12,7 +12,7 @@ from typing import Any
 
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
-from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord
+from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord, WorkFacts
 from llm_locust.metrics.timeseries import LatencySeries, Seconds
 from llm_locust.report.schema import (
     Accuracy,
@@ -426,30 +426,9 @@ class Aggregate:
         if rec.model is not None:
             _group(self.groups["model"], rec.model).add(rec, t_end)
 
-        extra = rec.extra
-        if extra:
-            images = extra.get("images")
-            if images:
-                self.images_sent += images
-                self.image_bytes += extra.get("image_bytes") or 0
-            audio = extra.get("audio")
-            if audio:
-                self.audio_sent += audio
-                self.audio_bytes += extra.get("audio_bytes") or 0
-            if extra.get("overlong") and rec.outcome not in NOT_FAILED:  # stopped in flight: no answer to judge
-                ov = self.overlong
-                ov[0] += 1
-                ov[1] += rec.ok
-                ov[2] += rec.cause == "overlong"
-            parsed = extra.get("json_parsed")
-            if parsed is not None:
-                self.structured_checked += 1
-                self.structured_parsed += bool(parsed)
-                self.structured_valid += bool(extra.get("json_valid"))
-            graded = extra.get("graded")
-            if graded is not None:  # set only on ok requests (workload.graded)
-                self.graded += 1
-                self.correct += bool(graded)
+        work = rec.work
+        if work is not None:
+            self._add_work(rec, work)
 
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
@@ -535,6 +514,28 @@ class Aggregate:
         h["phase_wait"].record(wait)
         h["phase_first_token"].record(first_token)
         h["phase_receive"].record(receive)
+
+    def _add_work(self, rec: RequestRecord, work: WorkFacts) -> None:
+        """The workload's facts of one record (RequestRecord.work): media sent, the overlong mix,
+        structured output checked, graded answers."""
+        if work.images:
+            self.images_sent += work.images
+            self.image_bytes += work.image_bytes
+        if work.audio:
+            self.audio_sent += work.audio
+            self.audio_bytes += work.audio_bytes
+        if work.overlong and rec.outcome not in NOT_FAILED:  # stopped in flight: no answer to judge
+            ov = self.overlong
+            ov[0] += 1
+            ov[1] += rec.ok
+            ov[2] += rec.cause == "overlong"
+        if work.json_parsed is not None:
+            self.structured_checked += 1
+            self.structured_parsed += work.json_parsed
+            self.structured_valid += bool(work.json_valid)
+        if work.graded is not None:  # set only on ok requests (workload.graded)
+            self.graded += 1
+            self.correct += work.graded
 
     def _add_kind(self, rec: RequestRecord, t_end: float) -> None:
         k = self.kinds.get(rec.api)

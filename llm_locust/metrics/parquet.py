@@ -51,6 +51,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("model", "string"),
     ("session", "string"),
     ("server", "json"),  # the server's facts about the request (llama.cpp timings ...), as JSON text
+    ("work", "json"),  # the workload's facts (images, overlong, graded ...), as JSON text
     ("worker", "int32"),  # the worker process that sent it (None: a single process)
 )
 MISSING = "pyarrow is needed to write Parquet: pip install 'llm-locust[parquet]'"
@@ -91,8 +92,9 @@ def rows(log: str | Path) -> list[dict[str, Any]]:
                     rec = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
                     raise ValueError(f"{path}:{n}: not a record log line ({e})") from None
-                server = rec.get("server")
-                rec["server"] = None if server is None else orjson.dumps(server).decode()
+                for name in ("server", "work"):
+                    value = rec.get(name)
+                    rec[name] = None if value is None else orjson.dumps(value).decode()
                 rec["worker"] = worker
                 out.append({name: rec.get(name) for name, _ in COLUMNS})
     return out

@@ -53,6 +53,7 @@ def record_dict(rec: RequestRecord) -> dict:
         "model": rec.model,
         "session": rec.session,
         "server": rec.extra,  # what the server reported about the request (llama.cpp timings...)
+        "work": None if rec.work is None else rec.work.to_dict(),  # the workload's facts (images, graded ...)
     }
 
 

@@ -7,8 +7,9 @@ token-bearing chunks, its token counts with their sources, and exactly one outco
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Any
 
 # The step of a closed loop's or a replay's warm-up requests (--run-warmup, --warmup-requests): sent,
 # counted in their own figures (results `warmup`), left out of the run's. A ladder's warm-ups are
@@ -38,6 +39,26 @@ SOURCE_USAGE = "usage"
 SOURCE_CONTINUOUS = "continuous_usage"
 SOURCE_CHUNKS = "chunks"  # estimate: one token per token-bearing chunk
 SOURCE_PROMPT = "prompt"  # input count the prompt was built with
+
+
+@dataclass(slots=True)
+class WorkFacts:
+    """What the workload made of one request and what the client checked of its answer, kept apart
+    from what the server said about it (RequestRecord.extra, whose keys vary by server): the
+    aggregate counts these by name, and the record log writes them as ``work``."""
+
+    overlong: bool = False  # sent over the model's context on purpose (--overlong-share)
+    images: int = 0  # images it carried (--images, a trace's image counts) and their bytes
+    image_bytes: int = 0
+    audio: int = 0  # audio clips it carried and their bytes
+    audio_bytes: int = 0
+    json_parsed: bool | None = None  # --response-format: the answer parsed as JSON (None: not checked)
+    json_valid: bool | None = None  # ... and met the schema
+    graded: bool | None = None  # a graded prompt answered right (None: not graded; --graded)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts that were set (those not at their default), for the record log."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) != f.default}
 
 
 @dataclass(slots=True)
@@ -77,7 +98,8 @@ class RequestRecord:
     error: str | None = None
     finish_reason: str | None = None
     step: int = 0
-    extra: dict | None = None  # what the server said about itself (llama.cpp timings, TGI details)
+    extra: dict | None = None  # what the server said about the request (llama.cpp timings, TGI details)
+    work: WorkFacts | None = None  # what the workload made of it (images, overlong, graded ...)
     text: str | None = None  # the output text, only when asked for (conversations, tests)
     source: str | None = None  # the trace record it replays ("file:line")
     # why it failed, from the server's own words (protocols.causes: overlong, overloaded, oom);
@@ -148,3 +170,10 @@ class RequestRecord:
     @property
     def length_mismatch(self) -> bool:
         return self.requested_out is not None and self.ok and self.n_out != self.requested_out
+
+
+def work_of(rec: RequestRecord) -> WorkFacts:
+    """The record's workload facts, made when the first is set."""
+    if rec.work is None:
+        rec.work = WorkFacts()
+    return rec.work

@@ -18,7 +18,7 @@ from typing import Any
 
 from locust.env import Environment
 
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import Outcome, RequestRecord, work_of
 from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.report.masking import mask
@@ -145,19 +145,17 @@ def _structured_check(env: Environment):
 
 
 def _note_workload(env: Environment, rec: RequestRecord) -> None:
-    """What the workload options add to a record's extra: the images and image bytes it carried
-    (--images, trace image counts) and, for a reply kept for it, whether its structured output
-    parsed as JSON and validated against --response-format's schema."""
+    """What the workload options add to a record's workload facts (rec.work): the overlong mix's
+    mark, the images and audio it carried (--images, a trace's media counts) and, for a reply kept
+    for it, whether its structured output parsed as JSON and met --response-format's schema."""
     if take_overlong(rec.source):  # the overlong mix: counted apart (metrics/aggregate.py overlong)
-        rec.extra = {**(rec.extra or {}), "overlong": True}
+        work_of(rec).overlong = True
     media = take_media(rec.source)
     if media is not None:
-        extra = rec.extra if rec.extra is not None else {}
-        extra["images"], extra["image_bytes"], extra["audio"], extra["audio_bytes"] = media
-        rec.extra = extra
+        w = work_of(rec)
+        w.images, w.image_bytes, w.audio, w.audio_bytes = media
     if rec.text is not None and rec.ok and rec.api in CHAT_APIS:
         check = _structured_check(env)
         if check is not None:
-            extra = rec.extra if rec.extra is not None else {}
-            extra["json_parsed"], extra["json_valid"] = check(rec.text)
-            rec.extra = extra
+            w = work_of(rec)
+            w.json_parsed, w.json_valid = check(rec.text)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_locust.metrics.records import RequestRecord
+from llm_locust.metrics.records import RequestRecord, work_of
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload.formats.base import TraceError
 
@@ -327,7 +327,7 @@ def grade(item: GradedItem, reply: str) -> bool:
 # `maybe_graded` is what the closed loop (runtime.users) and the open loop (runtime.dispatcher)
 # call per request; `grade_record` is called by `account` for every finished request. A graded
 # request is accounted like any other (its latencies count) and carries its grade in
-# `rec.extra["graded"]` (True: right), which metrics.aggregate counts per step.
+# `rec.work.graded` (True: right), which metrics.aggregate counts per step.
 
 SOURCE_PREFIX = "graded:"
 _ITEMS: dict[str, GradedItem] = {}  # source -> item, in this process (every set loaded here)
@@ -386,13 +386,11 @@ def maybe_graded(owner, settings, spec: RequestSpec, source: str | None, index: 
 
 
 def grade_record(rec: RequestRecord) -> None:
-    """Grade a finished graded request that ended ok: `rec.extra["graded"]` = answered right."""
+    """Grade a finished graded request that ended ok: `rec.work.graded` = answered right."""
     src = rec.source
     if not src or not src.startswith(SOURCE_PREFIX) or not rec.ok:
         return
     it = _ITEMS.get(src)
     if it is None:
         return
-    extra = rec.extra if rec.extra is not None else {}
-    extra["graded"] = it.grade(rec.text or "")
-    rec.extra = extra
+    work_of(rec).graded = it.grade(rec.text or "")
