@@ -123,6 +123,49 @@ def start_run(*args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen(cli_argv("run", *args), **popen)
 
 
+def stream_record(
+    i: int = 0,
+    *,
+    tokens: int = 20,
+    ttft: float = 0.1,
+    gap: float = 0.01,
+    together: tuple[int, ...] = (),
+    ok: bool = True,
+    api: str = "openai-completions",
+    **fields,
+):
+    """A request record built in process (metrics/records.py RequestRecord), for the tests that feed
+    an Aggregate, a hub or the end of a run without a server: request `i` sent at 100 + i s, its
+    first of `tokens` tokens after `ttft` s, then one every `gap` s (those at the indexes in
+    `together` read with the one before: a gap of 0), its end 1 ms after the last. A failed one
+    (`ok=False`) is an HTTP 500 with no token. `fields` set any other field (step, clock, extra ...)."""
+    from llm_locust.metrics.records import Outcome, RequestRecord
+
+    t0 = 100.0 + i
+    times: list[float] = []
+    for k in range(tokens if ok else 0):
+        times.append(t0 + ttft if k == 0 else times[-1] + (0.0 if k in together else gap))
+    rec = RequestRecord(
+        request_id=str(i),
+        api=api,
+        t_sched=t0,
+        t_sent=t0,
+        wall_sent=1_800_000_000.0 + t0,
+        t_first=times[0] if times else None,
+        t_end=(times[-1] if times else t0) + 0.001,
+        chunk_times=times,
+        chunk_tokens=[1] * len(times),
+        n_out=len(times),
+        n_out_source="usage",
+        outcome=Outcome.OK if ok else Outcome.HTTP_ERROR,
+        status=200 if ok else 500,
+        error=None if ok else "HTTP 500",
+    )
+    for name, value in fields.items():
+        setattr(rec, name, value)
+    return rec
+
+
 def read_jsonl(path: Path | str) -> list[dict]:
     """Every line of a JSONL file (a record log, a token log, a trace; gzipped when its name ends
     in .gz) as a dict, blank lines skipped."""

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import read_jsonl, run_cli
+from support import read_jsonl, run_cli, stream_record
 
 from llm_locust.metrics.aggregate import READ_TOGETHER_SHARE, Aggregate, client_line, figures, validity_rule
 from llm_locust.metrics.records import RequestRecord
@@ -28,24 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _paced(i: int, gap: float = 0.02, together: tuple[int, ...] = (), clock: str | None = None) -> RequestRecord:
     """A 40-token stream, one token every `gap` s, the tokens at `together` read with the one before."""
-    t0 = 100.0 + i
-    times = [t0 + 0.1]
-    for k in range(1, 40):
-        times.append(times[-1] + (0.0 if k in together else gap))
-    return RequestRecord(
-        request_id=str(i),
-        api="openai-completions",
-        t_sched=t0,
-        t_sent=t0,
-        wall_sent=1_800_000_000.0 + t0,
-        t_first=times[0],
-        t_end=times[-1] + 0.001,
-        chunk_times=times,
-        chunk_tokens=[1] * 40,
-        n_out=40,
-        n_out_source="usage",
-        clock=clock,
-    )
+    return stream_record(i, tokens=40, gap=gap, together=together, clock=clock)
 
 
 def _client(records, late: float = 0.0, samples: int = 100) -> dict:

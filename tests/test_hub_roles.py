@@ -6,28 +6,13 @@ worker. A hub made for the wrong role is refused at install."""
 from __future__ import annotations
 
 import pytest
-from support import free_port
+from support import free_port, stream_record
 
 from llm_locust.metrics.records import RequestRecord
 
 
 def _rec(i: int, step: int = 1) -> RequestRecord:
-    t0 = 100.0 + i
-    times = [t0 + 0.05 + 0.01 * k for k in range(8)]
-    return RequestRecord(
-        request_id=str(i),
-        api="openai-completions",
-        t_sched=t0,
-        t_sent=t0,
-        wall_sent=1_800_000_000.0 + t0,
-        t_first=times[0],
-        t_end=times[-1],
-        chunk_times=times,
-        chunk_tokens=[1] * 8,
-        n_out=8,
-        n_out_source="usage",
-        step=step,
-    )
+    return stream_record(i, tokens=8, ttft=0.05, step=step)
 
 
 def _send(h, n: int, step: int = 1) -> None:

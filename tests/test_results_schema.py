@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
+from support import stream_record
 
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import RequestRecord
 from llm_locust.report import schema
 from llm_locust.report.results import build_results
 from llm_locust.report.schema import Figures, ResultsDoc
@@ -25,24 +26,7 @@ DOC = ROOT / "docs" / "results.md"
 
 def _record(i: int, ok: bool = True) -> RequestRecord:
     """A 20-token stream, one token every 10 ms (a failed one: an HTTP error, no token)."""
-    t0 = 100.0 + i
-    times = [t0 + 0.1 + 0.01 * k for k in range(20)] if ok else []
-    return RequestRecord(
-        request_id=str(i),
-        api="openai-completions",
-        t_sched=t0,
-        t_sent=t0,
-        wall_sent=1_800_000_000.0 + t0,
-        t_first=times[0] if ok else None,
-        t_end=(times[-1] if ok else t0) + 0.001,
-        chunk_times=times,
-        chunk_tokens=[1] * len(times),
-        n_out=len(times),
-        n_out_source="usage",
-        outcome=Outcome.OK if ok else Outcome.HTTP_ERROR,
-        status=200 if ok else 500,
-        error=None if ok else "HTTP 500",
-    )
+    return stream_record(i, ok=ok)
 
 
 def _doc() -> ResultsDoc:
