@@ -68,8 +68,9 @@ TIERS = {
         max(4, 2 * CORES),
         "processes of their own, several at a time",
     ),
-    # vLLM (its modules dealt together, tests/tiers.py TOGETHER) beside the llama-server ones: one
-    # vLLM at a time, and nothing else of the suite beside them. Their tests whose figures move with
+    # Modules dealt to two shards by their seconds (those of the shared vLLM server together:
+    # tests/tiers.py SHARED_VLLM), every server one busy thread, and nothing else of the suite
+    # beside them (docs/testing.md). Their tests whose figures move with
     # the CPU they get (a knee, an SLA answer, a send's lateness, per-window counters) broke in turn
     # beside the other shard on 2 cores: they run alone, the other shard waiting (tests/alone.py),
     # among their module's tests and on its servers (a step of their own started vLLM twice more).
@@ -77,7 +78,7 @@ TIERS = {
         "real",
         "real_server",
         2,
-        "real inference servers: vLLM's modules beside llama-server's, `timing` tests alone",
+        "real inference servers in two shards, `timing` tests alone",
         turns=True,
     ),
 }

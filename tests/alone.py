@@ -1,6 +1,6 @@
 """Tests marked `timing` run alone even inside a tier whose shards run side by side.
 
-The real-server tier runs two shards at once (vLLM's modules beside llama-server's). Most of its
+The real-server tier runs two shards at once. Most of its
 tests only need a server; a few assert figures that move with the CPU they get (a knee, an SLA
 answer, a send's lateness, per-window counters), and beside the other shard each of those broke in
 turn on 2 cores. They used to run in a step of their own after the tier, which started their

@@ -148,8 +148,7 @@ def vllm_alm_dir():
     return _require_real(realservers.vllm_alm_dir(), "tiny random audio LM for vLLM", realservers.VLLM_PROVISION_HINT)
 
 
-# vLLM servers kept at once by `vllm_servers`: one waiting for its next module while another's
-# module runs (each holds its KV cache, ~2 GiB, and its engine's memory).
+# vLLM servers kept at once by `vllm_servers` (~4 GiB each: its KV cache and its engine's memory).
 VLLM_KEPT = 2
 
 
@@ -157,8 +156,9 @@ VLLM_KEPT = 2
 def vllm_servers(vllm_python, vllm_model_dir):
     """Real vLLM servers (CPU build, SmolLM2, served as "smollm2") started once per pytest process
     for each set of VllmServer keyword arguments, and shared by the modules that ask for the same
-    set (each takes ~40 s to start). At most VLLM_KEPT run at once: asking for another stops the one
-    used longest ago. All are stopped (their whole process groups) at the end of the session."""
+    set (each takes ~30 s to start). At most VLLM_KEPT run at once: asking for another stops the one
+    used longest ago; `vllm_servers.release(**kwargs)` stops one that nothing asks for any more. All
+    are stopped (their whole process groups) at the end of the session."""
     running: dict[str, realservers.VllmServer] = {}
 
     # named apart from `sims`' `get`: tests/tiers.py reads functions by name, and a shared name
@@ -175,19 +175,44 @@ def vllm_servers(vllm_python, vllm_model_dir):
         running[key] = srv
         return srv
 
+    def release(**kwargs):
+        srv = running.pop(repr(sorted(kwargs.items())), None)
+        if srv is not None:
+            srv.stop()
+
+    vllm_for.release = release  # type: ignore[attr-defined]
     yield vllm_for
     for srv in running.values():
         srv.stop()
+
+
+def _vllm_kwargs(module) -> dict:
+    """The VllmServer keyword arguments a module asks `vllm_server` for."""
+    return {"served_model_name": "smollm2", **getattr(module, "VLLM_SERVER_KWARGS", realservers.VLLM_SHARED)}
+
+
+def _asked_later(request, kwargs: dict) -> bool:
+    """Whether a test after this module, in this pytest process, asks `vllm_server` for `kwargs`."""
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.module is request.module]
+    return any(
+        "vllm_server" in item.fixturenames and _vllm_kwargs(item.module) == kwargs
+        for item in items[(mine[-1] + 1 if mine else 0) :]
+    )
 
 
 @pytest.fixture(scope="module")
 def vllm_server(request, vllm_servers):
     """The real vLLM server a module asks for: ``VLLM_SERVER_KWARGS = {...}`` in the module
     (VllmServer keyword arguments; realservers.VLLM_SHARED when it does not say), shared with every
-    other module of this pytest process that asks for the same (`vllm_servers`). A test must leave
+    other module of this pytest process that asks for the same (`vllm_servers`), and stopped after
+    the last of them (tests/tiers.py deals those modules to one shard, one after another; a vLLM
+    server nothing asks for would hold ~4 GiB while another shard starts its own). A test must leave
     it as it found it: counters are read as differences, never as absolutes."""
-    kwargs = {"served_model_name": "smollm2", **getattr(request.module, "VLLM_SERVER_KWARGS", realservers.VLLM_SHARED)}
-    return vllm_servers(**kwargs)
+    kwargs = _vllm_kwargs(request.module)
+    yield vllm_servers(**kwargs)
+    if not _asked_later(request, kwargs):
+        vllm_servers.release(**kwargs)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,11 @@ ROOT = support.ROOT
 class FakeItem:
     """What tiers.needs and tiers.tier read of a collected test."""
 
-    def __init__(self, path: Path, name: str, fixturenames=(), marks=()):
+    def __init__(self, path: Path, name: str, fixturenames=(), marks=(), module=None):
         self.path = path
         self.nodeid = f"{path.name}::{name}"
         self.fixturenames = list(fixturenames)
+        self.module = module or types.SimpleNamespace()
         self._marks = [getattr(pytest.mark, m).mark for m in marks]
 
         def function():
@@ -160,6 +162,21 @@ def test_shards_split_whole_modules_and_lose_none(tmp_path):
             {i.nodeid.split("::")[0] for q in parts if q is not p for i in q}
         )
     assert sorted(len(p) for p in parts) == [6, 6]  # a (5) + b (1) beside c (3) + d (3)
+
+
+def test_the_shared_vllm_servers_modules_share_a_shard_and_others_are_dealt_alone(tmp_path):
+    """The modules that ask `vllm_server` for the shared arguments (no VLLM_SERVER_KWARGS of their
+    own) go to one shard, one after another, to start it once; a module with its own vLLM arguments
+    is dealt like any other (the old rule kept every vLLM module on one shard: a, b and c beside d)."""
+    shared, own = types.SimpleNamespace(), types.SimpleNamespace(VLLM_SERVER_KWARGS={"max_num_seqs": 1})
+    items = []
+    for m, n, module in [("a", 3, shared), ("b", 3, shared), ("c", 3, own), ("d", 4, None)]:
+        (tmp_path / f"test_{m}.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(n)))
+        uses = ("vllm_server",) if module is not None else ()
+        items += [FakeItem(tmp_path / f"test_{m}.py", f"test_{i}", uses, module=module) for i in range(n)]
+    parts = [[i.nodeid.split("::")[0] for i in tiers.shard(items, k, 2, "nosuchtier")] for k in (1, 2)]
+    assert parts[0] == ["test_a.py"] * 3 + ["test_b.py"] * 3  # the shared server's (6 s) first
+    assert parts[1] == ["test_d.py"] * 4 + ["test_c.py"] * 3  # then d (4 s), then c beside d
 
 
 def test_shared_data_skips_here_and_fails_in_ci(monkeypatch, tmp_path):

@@ -238,24 +238,28 @@ def too_long(item: pytest.Item, cpu_s: float, wall_s: float) -> str | None:
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
-# Modules that start vLLM go to one shard together: two vLLM servers at once would each want every
-# core and several GiB (see scripts/suite.py: the real tier's two shards, vLLM beside llama-server).
-TOGETHER = {"vllm": {"vllm_server", "vllm_servers", "vllm_python", "VllmServer"}}
+# The modules that share one vLLM server (conftest's `vllm_server` with realservers.VLLM_SHARED: those
+# that set no VLLM_SERVER_KWARGS of their own) go to one shard together, to start it once. Any other
+# module that starts vLLM is dealt alone: a vLLM server is one busy thread (realservers.VllmServer:
+# one OpenMP thread, the model runner in the engine's process), so two shards each running one
+# share 2 cores as two llama-servers would; conftest stops a server no later module asks for, so
+# at most one runs a shard (~4 GiB each).
+SHARED_VLLM = "vllm-shared"
 
 
 def unit(item: pytest.Item) -> str:
-    """What a test is dealt to a shard with: its module, or a group of modules (TOGETHER)."""
+    """What a test is dealt to a shard with: its module, or the modules of the shared vLLM server."""
     uses, _ = _reads(item)
-    for name, names in TOGETHER.items():
-        if uses & names:
-            return name
+    if uses & {"vllm_server", "vllm_servers"} and not hasattr(item.module, "VLLM_SERVER_KWARGS"):
+        return SHARED_VLLM
     return item.nodeid.split("::")[0]
 
 
 def shard(items: list[pytest.Item], k: int, n: int, tier_name: str) -> list[pytest.Item]:
     """The items of shard `k` of `n` (1-based): whole modules (their module-scoped servers start
-    once) or groups of them (TOGETHER), dealt to the lightest shard, heaviest first, by the seconds
-    tests/durations.json recorded for each module in this tier (one it does not know: 1 s a test)."""
+    once) or the modules of the shared vLLM server (SHARED_VLLM), dealt to the lightest shard,
+    heaviest first, by the seconds tests/durations.json recorded for each module in this tier (one
+    it does not know: 1 s a test)."""
     import json
 
     known = json.loads(DURATIONS.read_text()).get(tier_name, {}) if DURATIONS.exists() else {}
@@ -273,5 +277,5 @@ def shard(items: list[pytest.Item], k: int, n: int, tier_name: str) -> list[pyte
         j = min(range(n), key=lambda i: (load[i], i))
         load[j] += weight(name)
         if j == k - 1:
-            mine.extend(units[name])
+            mine.extend(units[name])  # a unit's tests one after another: its servers start once
     return mine
