@@ -107,6 +107,7 @@ class Outcome:
     rc: int
     tests: list[tuple[str, float, str]] = field(default_factory=list)  # (test id, seconds, result)
     why: list[str] = field(default_factory=list)  # a line per failed test: its id and its failure's message
+    alone: set[str] = field(default_factory=set)  # the tests that ran alone, the other shards waiting
 
 
 def lint() -> list[Outcome]:
@@ -157,14 +158,15 @@ def run_tier(tier: Tier, extra: list[str]) -> Outcome:
         with open(log, "wb") as out:
             procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), junit, log))
     print(f"[suite] $ {' '.join(base[1:])} --shard=K/{tier.workers}:{tier.name} (output in {REPORTS.name}/)")
-    rc, tests, why = 0, [], []
+    rc, tests, why, alone = 0, [], [], set()
     for proc, junit, log in procs:
         code = _ok_if_empty(proc.wait())
         rc = rc or code
         tests += read_junit(junit)
         why += failures(junit)
+        alone |= read_alone(junit)
         print(_tail(log, code), flush=True)
-    return Outcome(tier.name, time.monotonic() - t0, rc, tests, why)
+    return Outcome(tier.name, time.monotonic() - t0, rc, tests, why, alone)
 
 
 def _ok_if_empty(rc: int) -> int:
@@ -195,6 +197,18 @@ def read_junit(path: Path) -> list[tuple[str, float, str]]:
         ident = f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
         out.append((ident, float(case.get("time") or 0.0), result))
     return out
+
+
+def read_alone(path: Path) -> set[str]:
+    """The ids of a JUnit file's tests that ran alone (conftest.py gives them the property
+    ``alone``), as read_junit names them."""
+    if not path.exists():
+        return set()
+    return {
+        f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
+        for case in ET.parse(path).getroot().iter("testcase")
+        if any(p.get("name") == "alone" for p in case.iter("property"))
+    }
 
 
 def failures(path: Path, width: int = 400) -> list[str]:
@@ -249,17 +263,24 @@ def summary(outcomes: list[Outcome], started: float, slowest: int = 30) -> str:
 
 
 def save_durations(outcomes: list[Outcome]) -> None:
-    """tests/durations.json: {tier: {module path: seconds}}, this run's tiers replacing theirs."""
+    """tests/durations.json: {tier: {module path: seconds}}, this run's tiers replacing theirs; for a
+    tier whose shards take turns, also {"TIER-alone": {module path: seconds of its tests that ran
+    alone}} (tests/tiers.py `shard` deals by the rest: the time alone stops every shard alike)."""
     path = ROOT / "tests" / "durations.json"
     table = json.loads(path.read_text()) if path.exists() else {}
     for o in outcomes:
         if o.name not in TIERS or not o.tests:
             continue
         per: dict[str, float] = {}
+        alone: dict[str, float] = {}
         for ident, secs, _ in o.tests:
             module = ident.split("::")[0]
             per[module] = round(per.get(module, 0.0) + secs, 1)
+            if ident in o.alone:
+                alone[module] = round(alone.get(module, 0.0) + secs, 1)
         table[o.name] = dict(sorted(per.items()))
+        if TIERS[o.name].turns:
+            table[f"{o.name}-alone"] = dict(sorted(alone.items()))
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     print(f"[suite] wrote {path.relative_to(ROOT)}")
 

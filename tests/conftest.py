@@ -53,8 +53,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A `timing` test runs alone when the shards of its tier run side by side (tests/alone.py)."""
-    with alone.turn(item.get_closest_marker("timing") is not None):
+    """A `timing` test runs alone when the shards of its tier run side by side (tests/alone.py); its
+    JUnit case says so (the property ``alone``: scripts/suite.py deals shards by the time not alone)."""
+    by_itself = item.get_closest_marker("timing") is not None
+    if by_itself:
+        item.user_properties.append(("alone", "1"))
+    with alone.turn(by_itself):
         yield
 
 

@@ -3,6 +3,7 @@ data from ../shared that CI cannot skip, repeatable Hypothesis examples, and the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -179,6 +180,45 @@ def test_the_shared_vllm_servers_modules_share_a_shard_and_others_are_dealt_alon
     assert parts[1] == ["test_d.py"] * 4 + ["test_c.py"] * 3  # then d (4 s), then c beside d
 
 
+def test_a_modules_time_alone_weighs_on_every_shard_alike(tmp_path, monkeypatch):
+    """Dealt by the seconds not alone: a (10 s, 6 of them alone: every shard waits then) weighs 4, so
+    b (8) goes first and a joins c (5); by the whole seconds a would have had a shard to itself."""
+    table = {"t": {"test_a.py": 10.0, "test_b.py": 8.0, "test_c.py": 5.0}, "t-alone": {"test_a.py": 6.0}}
+    (tmp_path / "durations.json").write_text(json.dumps(table))
+    monkeypatch.setattr(tiers, "DURATIONS", tmp_path / "durations.json")
+    items = []
+    for m in "abc":
+        (tmp_path / f"test_{m}.py").write_text("def test_0():\n    pass\n")
+        items.append(FakeItem(tmp_path / f"test_{m}.py", "test_0"))
+    parts = [[i.nodeid.split("::")[0] for i in tiers.shard(items, k, 2, "t")] for k in (1, 2)]
+    assert parts == [["test_b.py"], ["test_c.py", "test_a.py"]]
+    del table["t-alone"]
+    (tmp_path / "durations.json").write_text(json.dumps(table))
+    parts = [[i.nodeid.split("::")[0] for i in tiers.shard(items, k, 2, "t")] for k in (1, 2)]
+    assert parts == [["test_a.py"], ["test_b.py", "test_c.py"]]
+
+
+def test_the_tests_that_ran_alone_are_read_from_junit_and_saved_apart(tmp_path, monkeypatch):
+    """conftest marks a `timing` test's JUnit case (property alone); --save-durations keeps their
+    seconds per module under "TIER-alone" for a tier whose shards take turns."""
+    junit = tmp_path / "real-1.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_x" name="test_a" file="tests/test_x.py" time="7.5">'
+        '<properties><property name="alone" value="1"/></properties></testcase>'
+        '<testcase classname="tests.test_x" name="test_b" file="tests/test_x.py" time="2.0"/>'
+        "</testsuite></testsuites>"
+    )
+    suite = _suite_script()
+    assert suite.read_alone(junit) == {"tests/test_x.py::test_a"}
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    (tmp_path / "tests").mkdir()
+    out = suite.Outcome("real", 10.0, 0, suite.read_junit(junit), [], suite.read_alone(junit))
+    suite.save_durations([out])
+    saved = json.loads((tmp_path / "tests" / "durations.json").read_text())
+    assert saved["real"] == {"tests/test_x.py": 9.5} and saved["real-alone"] == {"tests/test_x.py": 7.5}
+
+
 def test_shared_data_skips_here_and_fails_in_ci(monkeypatch, tmp_path):
     monkeypatch.setattr(support, "SHARED", tmp_path / "nowhere")
     monkeypatch.delenv("CI", raising=False)
@@ -250,14 +290,20 @@ def test_lint_fails_fast_on_a_planted_error_and_passes_without(tmp_path):
     assert "no test was run" in bad.stdout
 
 
-def test_the_summary_ends_with_what_each_failed_test_said(tmp_path):
-    """A CI page shows a long log's start and end: the end names each failure and its message."""
+def _suite_script():
+    """scripts/suite.py as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("suite_script", ROOT / "scripts" / "suite.py")
     suite = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = suite  # its dataclasses look their module up
     spec.loader.exec_module(suite)
+    return suite
+
+
+def test_the_summary_ends_with_what_each_failed_test_said(tmp_path):
+    """A CI page shows a long log's start and end: the end names each failure and its message."""
+    suite = _suite_script()
     junit = tmp_path / "t.xml"
     junit.write_text(
         '<testsuites><testsuite name="pytest">'

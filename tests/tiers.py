@@ -259,17 +259,22 @@ def shard(items: list[pytest.Item], k: int, n: int, tier_name: str) -> list[pyte
     """The items of shard `k` of `n` (1-based): whole modules (their module-scoped servers start
     once) or the modules of the shared vLLM server (SHARED_VLLM), dealt to the lightest shard,
     heaviest first, by the seconds tests/durations.json recorded for each module in this tier (one
-    it does not know: 1 s a test)."""
+    it does not know: 1 s a test), less those of its tests that ran alone ("TIER-alone": while one
+    runs, every shard waits, so they weigh on all alike)."""
     import json
 
-    known = json.loads(DURATIONS.read_text()).get(tier_name, {}) if DURATIONS.exists() else {}
+    table = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    known, alone = table.get(tier_name, {}), table.get(f"{tier_name}-alone", {})
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(unit(item), []).append(item)
 
-    def weight(name: str) -> float:
+    def weight(name: str) -> float:  # a test's time alone stops every shard alike: it does not count
         modules = {i.nodeid.split("::")[0] for i in units[name]}
-        return sum(known.get(m, float(sum(1 for i in units[name] if i.nodeid.startswith(m)))) for m in modules)
+        return sum(
+            known.get(m, float(sum(1 for i in units[name] if i.nodeid.startswith(m)))) - alone.get(m, 0.0)
+            for m in modules
+        )
 
     load = [0.0] * n
     mine = []
