@@ -464,3 +464,40 @@ def test_the_simulator_paced_stream_is_timed_the_same(monkeypatch):
         assert all(b >= a for a, b in zip(rec.chunk_times, rec.chunk_times[1:], strict=False))
         assert rec.t_first == rec.chunk_times[0] and rec.t_sent <= rec.t_first <= rec.t_end
     assert hits[0] >= 30  # paced at 5 ms a token: most arrive one a read
+
+
+class _PreemptedClock:
+    """A monotonic clock that advances 200 ns a read and once waits `pause_ns` before its `at`-th
+    read (the process preempted), and a wall clock `offset_ns` ahead of it: what
+    stamps.clock_offset_ns reads on a loaded machine."""
+
+    def __init__(self, offset_ns: int, pause_ns: int, at: int) -> None:
+        self.mono, self.reads, self.offset_ns, self.pause_ns, self.at = 0, 0, offset_ns, pause_ns, at
+
+    def _tick(self) -> int:
+        self.reads += 1
+        self.mono += 200 + (self.pause_ns if self.reads == self.at else 0)
+        return self.mono
+
+    def perf_counter_ns(self) -> int:
+        return self._tick()
+
+    def time_ns(self) -> int:
+        return self._tick() + self.offset_ns
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4])
+def test_the_kernel_stamps_offset_is_right_when_its_clock_reads_were_interrupted(monkeypatch, at):
+    """A kernel receive stamp becomes perf_counter time through CLOCK_REALTIME - CLOCK_MONOTONIC,
+    read once a stream. The old code read the two clocks one after the other: preempted 5 ms
+    between them, its offset was 5 ms off, and so was every stamp of the stream (its chunk times
+    went backwards where a stamp past its read's return was replaced by the return's time: a CI
+    run's test_sglang_in_place). Read between two monotonic reads, and again when those were far
+    apart, it is right to a read's 200 ns."""
+    from llm_locust.transport import stamps
+
+    offset = 1_800_000_000_000_000_000
+    clock = _PreemptedClock(offset, pause_ns=5_000_000, at=at)
+    monkeypatch.setattr(stamps.time, "perf_counter_ns", clock.perf_counter_ns)
+    monkeypatch.setattr(stamps.time, "time_ns", clock.time_ns)
+    assert abs(stamps.clock_offset_ns() - offset) <= 200

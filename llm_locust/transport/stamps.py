@@ -15,9 +15,30 @@ _SOL_SOCKET = socket.SOL_SOCKET
 _unpack = struct.Struct("qq").unpack
 
 
+# A wall-clock read between two monotonic reads further apart than this was interrupted (the
+# three reads take well under a microsecond); the offset is read again, at most this many times.
+OFFSET_SPREAD_NS = 20_000
+OFFSET_TRIES = 5
+
+
 def clock_offset_ns() -> int:
-    """CLOCK_REALTIME - CLOCK_MONOTONIC now: turns a kernel timestamp into perf_counter time."""
-    return time.time_ns() - time.perf_counter_ns()
+    """CLOCK_REALTIME - CLOCK_MONOTONIC now: turns a kernel timestamp into perf_counter time.
+
+    The wall clock is read between two monotonic reads, and read again when those were far apart:
+    a process preempted between its two clock reads (a loaded machine) took an offset off by the
+    time it waited, and every kernel stamp of the stream with it. A stamp pushed past the read's
+    return was then replaced by the return's time and the next one kept, so the stream's chunk
+    times went backwards (test_sglang_in_place failed so in a CI run's fast tier)."""
+    best_spread, best = None, 0
+    for _ in range(OFFSET_TRIES):
+        a = time.perf_counter_ns()
+        wall = time.time_ns()
+        b = time.perf_counter_ns()
+        if best_spread is None or b - a < best_spread:
+            best_spread, best = b - a, wall - (a + b) // 2
+        if b - a <= OFFSET_SPREAD_NS:
+            break
+    return best
 
 
 def arrival(anc: list, now: float, t_sent: float, off_ns: int) -> float:
