@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import run_cli
 
-from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.metrics.aggregate import Aggregate, WireError, figures
 from llm_locust.metrics.records import Outcome, RequestRecord, WorkFacts
 from llm_locust.workload.formats.base import TraceError
 from llm_locust.workload.graded import (
@@ -165,7 +165,7 @@ def _rec(i: int, graded: bool | None, ok: bool = True) -> RequestRecord:
     return r
 
 
-def test_counters_merge_exactly_and_old_wire_dicts_still_merge():
+def test_counters_merge_exactly_and_a_wire_dict_of_another_version_is_refused():
     parts = [Aggregate() for _ in range(3)]
     whole = Aggregate()
     grades = [True, False, None, True, True, None, False, True]
@@ -178,9 +178,14 @@ def test_counters_merge_exactly_and_old_wire_dicts_still_merge():
     assert (merged.graded, merged.correct) == (whole.graded, whole.correct) == (6, 4)
     assert figures(merged)["accuracy"] == {"graded": 6, "correct": 4, "accuracy": 4 / 6}
     old = parts[0].to_wire()
-    del old["graded"]  # a worker of an older version
-    merged.merge_wire(old)
-    assert (merged.graded, merged.correct) == (6, 4)
+    old["v"] = 1  # a worker of another version: refused whole, not read wrong
+    with pytest.raises(WireError, match="wire version 1"):
+        merged.merge_wire(old)
+    unknown = parts[0].to_wire()
+    unknown["counters"]["graded_twice"] = 1
+    with pytest.raises(WireError, match="graded_twice"):
+        merged.merge_wire(unknown)
+    assert (merged.graded, merged.correct, merged.sent) == (6, 4, 0)
     plain = Aggregate()
     plain.add(_rec(0, None))
     assert "accuracy" not in figures(plain)

@@ -186,17 +186,6 @@ def test_aggregate_counts_and_merges_causes():
     assert set(fig["causes"]) <= set(CAUSES)
 
 
-def test_old_wire_dicts_without_causes_still_merge():
-    a = Aggregate()
-    a.add(_rec(0, error="HTTP 400: x", cause=OVERLONG))
-    wire = a.to_wire()
-    del wire["causes"]
-    m = Aggregate()
-    m.merge_wire(wire)
-    assert figures(m)["causes"] == {}
-    assert m.failed == 1
-
-
 def test_summary_prints_causes():
     a = Aggregate()
     for i in range(37):

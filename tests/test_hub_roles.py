@@ -69,7 +69,7 @@ def test_a_workers_records_leave_with_its_reports_and_the_master_merges_them_exa
     for k, w in enumerate(workers):
         data: dict = {}
         w.report(data)
-        assert data[REPORT_KEY]["steps"]["1"]["counters"][0] == 3 + k
+        assert data[REPORT_KEY]["steps"]["1"]["counters"]["sent"] == 3 + k
         master.merge_report(f"w{k}", data)
         again: dict = {}
         w.report(again)  # reported once: the next report carries nothing of it
@@ -79,3 +79,27 @@ def test_a_workers_records_leave_with_its_reports_and_the_master_merges_them_exa
     assert master.steps[1].hist["ttft"].count == local.steps[1].hist["ttft"].count == 7
     assert sorted(master.workers) == ["w0", "w1"] and [w.finished for w in master.workers.values()] == [3, 4]
     assert local.step_drained(1) and local.collect_final_reports() and local.account_lost() == 0
+
+
+def test_a_workers_figures_of_another_wire_version_are_refused_said_and_fail_the_run():
+    """A worker of another llm-locust sends its figures in another wire version: the master merges
+    none of them (where positional lists would have been read wrong), says so once, and its run's
+    end names the worker (a line that exits 1); the other worker's figures are counted."""
+    from locust.env import Environment
+
+    from llm_locust.runtime.hub import REPORT_KEY, MasterHub, WorkerHub
+
+    good, other = WorkerHub(Environment()), WorkerHub(Environment())
+    master = MasterHub(Environment())
+    _send(good, 3)
+    _send(other, 4)
+    for name, w in (("w0", good), ("w1", other)):
+        data: dict = {}
+        w.report(data)
+        if w is other:
+            data[REPORT_KEY]["steps"]["1"]["v"] = 1
+        master.merge_report(name, data)
+    assert master.total.sent == 3 and master.workers["w1"].refused_reports == 1
+    assert master.workers["w1"].sent == 0
+    (line,) = master.record_log_failures()
+    assert line.startswith("worker w1: its figures were not counted (figures in wire version 1, where ")

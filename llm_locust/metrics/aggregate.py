@@ -315,6 +315,57 @@ def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
     return g
 
 
+# The aggregate between processes (a worker's report, a master's merge): every part by name, in
+# one version. A report of another version (a worker of another llm-locust) is refused whole.
+WIRE_VERSION = 2
+# Its plain counters, summed by name (to_wire sends those that are not 0).
+COUNTERS = (
+    "sent",
+    "tokens_in",
+    "tokens_out",
+    "tokens_out_failed",
+    "length_checked",
+    "length_mismatch",
+    "goodput_requests",
+    "goodput_tokens",
+    "cpu_samples",
+    "cpu_high",
+    "lost",
+    "workers_lost",
+    "kernel_clock",
+    "images_sent",
+    "image_bytes",
+    "audio_sent",
+    "audio_bytes",
+    "structured_checked",
+    "structured_parsed",
+    "structured_valid",
+    "graded",
+    "correct",
+)
+
+
+class WireError(ValueError):
+    """Figures from another process that this version cannot read (merge_wire)."""
+
+
+def wire_problem(wire: Any) -> str | None:
+    """Why a to_wire dict from another process cannot be merged (None: it can): another wire
+    version, or counters this version does not know."""
+    if not isinstance(wire, dict) or wire.get("v") != WIRE_VERSION:
+        version = wire.get("v") if isinstance(wire, dict) else None
+        return f"figures in wire version {version!r}, where this llm-locust reads {WIRE_VERSION}"
+    unknown = set(wire.get("counters") or ()) - set(COUNTERS)
+    if unknown:
+        return f"figures with counters this llm-locust does not know: {', '.join(sorted(unknown))}"
+    return None
+
+
+def wire_sent(wire: dict[str, Any]) -> int:
+    """The requests a to_wire dict says were sent."""
+    return int(wire["counters"].get("sent", 0))
+
+
 class Aggregate:
     def __init__(self) -> None:
         self.hist: dict[str, Histogram] = {
@@ -563,24 +614,15 @@ class Aggregate:
         self.merge_wire(other.to_wire())
 
     def to_wire(self) -> dict[str, Any]:
-        """A msgpack-friendly dict (bytes, ints, floats, lists, str keys)."""
+        """A msgpack-friendly dict (bytes, ints, floats, lists, str keys), every part by name, in
+        WIRE_VERSION: the counters those that are not 0 (COUNTERS)."""
         return {
+            "v": WIRE_VERSION,
             "hist": {k: [h.encode(), h.sum_us] for k, h in self.hist.items() if h.count},
             "outcomes": {k: v for k, v in self.outcomes.items() if v},
             "errors": self.errors,
             "causes": self.causes,
-            "counters": [
-                self.sent,
-                self.tokens_in,
-                self.tokens_out,
-                self.tokens_out_failed,
-                self.length_checked,
-                self.length_mismatch,
-                self.goodput_requests,
-                self.goodput_tokens,
-                self.cpu_samples,
-                self.cpu_high,
-            ],
+            "counters": {name: n for name in COUNTERS if (n := getattr(self, name))},
             "n_out_sources": self.n_out_sources,
             "n_in_sources": self.n_in_sources,
             "sum_e2e": self.sum_e2e,
@@ -590,37 +632,33 @@ class Aggregate:
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
             "overlong": self.overlong,
-            "lost": [self.lost, self.workers_lost],
             "kinds": {
                 api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                 for api, k in self.kinds.items()
             },
-            "workload": [
-                self.images_sent,
-                self.image_bytes,
-                self.structured_checked,
-                self.structured_parsed,
-                self.structured_valid,
-                self.audio_sent,
-                self.audio_bytes,
-            ],
             "cache": self.cache.to_wire(),
-            "client": [*self.together, self.kernel_clock],
+            "together": self.together,
             "connections": self.connections,
-            "graded": [self.graded, self.correct],
             "groups": {
                 d: {key: g.to_wire() for key, g in groups.items()} for d, groups in self.groups.items() if groups
             },
         }
 
     def merge_wire(self, d: dict[str, Any]) -> None:
+        """Add another process's figures (to_wire's dict). One of another wire version, or with a
+        counter this version does not know, is refused whole (WireError): a worker of another
+        llm-locust, whose figures cannot be read right."""
+        problem = wire_problem(d)
+        if problem:
+            raise WireError(problem)
         for k, (data, sum_us) in d["hist"].items():
             if k in self.hist:
                 self.hist[k].merge_encoded(data, sum_us)
         for k, v in d["outcomes"].items():
             self.outcomes[k] = self.outcomes.get(k, 0) + v
-        self._merge_errors(d["errors"], d.get("causes"))
-        self._merge_counters(d["counters"])
+        self._merge_errors(d["errors"], d["causes"])
+        for name, n in d["counters"].items():
+            setattr(self, name, getattr(self, name) + n)
         for src, n in d["n_out_sources"].items():
             self.n_out_sources[src] = self.n_out_sources.get(src, 0) + n
         for src, n in d["n_in_sources"].items():
@@ -631,63 +669,28 @@ class Aggregate:
         if d["last_end"] is not None and (self.last_end is None or d["last_end"] > self.last_end):
             self.last_end = d["last_end"]
         self.cpu_max = max(self.cpu_max, d["cpu_max"])
-        lost, workers_lost = d.get("lost") or (0, 0)
-        self.lost += lost
-        self.workers_lost += workers_lost
-        self._merge_kinds(d.get("kinds") or {})
-        self._merge_workload(d.get("workload"))
-        self.cache.merge_wire(d.get("cache"))  # absent from older wire dicts
-        *together, kernel = d.get("client") or (0, 0, 0, 0, 0)  # absent from older wire dicts
-        self.together = [a + b for a, b in zip(self.together, together, strict=True)]
-        self.kernel_clock += kernel
-        new, kept = d.get("connections") or (0, 0)  # absent from older wire dicts
-        self.connections = [self.connections[0] + new, self.connections[1] + kept]
-        graded, correct = d.get("graded") or (0, 0)  # absent from older wire dicts
-        self.graded += graded
-        self.correct += correct
-        self._merge_groups(d.get("groups") or {})
-        self.by_sent.merge_wire(d.get("by_sent"))  # absent from older wire dicts
-        self.overlong = [a + b for a, b in zip(self.overlong, d.get("overlong") or (0, 0, 0), strict=True)]
+        self._merge_kinds(d["kinds"])
+        self.cache.merge_wire(d["cache"])
+        self.together = [a + b for a, b in zip(self.together, d["together"], strict=True)]
+        self.connections = [a + b for a, b in zip(self.connections, d["connections"], strict=True)]
+        self._merge_groups(d["groups"])
+        self.by_sent.merge_wire(d["by_sent"])
+        self.overlong = [a + b for a, b in zip(self.overlong, d["overlong"], strict=True)]
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)
             b[0] += tokens
             b[1] += ok
             b[2] += failed
 
-    def _merge_errors(self, errors: dict[str, dict[str, int]], causes: dict[str, int] | None) -> None:
+    def _merge_errors(self, errors: dict[str, dict[str, int]], causes: dict[str, int]) -> None:
         """Part of merge_wire: error texts (capped per kind as add caps them) and failure causes."""
         for kind, texts in errors.items():
             mine = self.errors.setdefault(kind, {})
             for text, n in texts.items():
                 if text in mine or len(mine) < MAX_ERROR_TEXTS:
                     mine[text] = mine.get(text, 0) + n
-        for cause, n in (causes or {}).items():  # absent from older wire dicts
+        for cause, n in causes.items():
             self.causes[cause] = self.causes.get(cause, 0) + n
-
-    def _merge_counters(self, counters: list[int]) -> None:
-        """Part of merge_wire: the plain counters, in to_wire's order."""
-        (
-            sent,
-            tokens_in,
-            tokens_out,
-            tokens_out_failed,
-            length_checked,
-            length_mismatch,
-            goodput_requests,
-            goodput_tokens,
-            cpu_samples,
-            cpu_high,
-        ) = counters
-        self.sent += sent
-        self.tokens_in += tokens_in
-        self.tokens_out += tokens_out
-        self.tokens_out_failed += tokens_out_failed
-        self.length_checked += length_checked
-        self.length_mismatch += length_mismatch
-        self.goodput_requests += goodput_requests
-        self.goodput_tokens += goodput_tokens
-        self.cpu_samples += cpu_samples
-        self.cpu_high += cpu_high
 
     def _merge_kinds(self, kinds: dict[str, list[Any]]) -> None:
         """Part of merge_wire: the figures of the request kinds that are not token streams."""
@@ -700,17 +703,6 @@ class Aggregate:
             k.items += items
             k.tokens_in += tokens_in
             k.latency.merge_encoded(data, sum_us)
-
-    def _merge_workload(self, workload: list[int] | None) -> None:
-        """Part of merge_wire: the workload options' counters (older wire dicts have the first five only)."""
-        images_sent, image_bytes, checked, parsed, valid, audio_sent, audio_bytes = (list(workload or ()) + [0] * 7)[:7]
-        self.audio_sent += audio_sent
-        self.audio_bytes += audio_bytes
-        self.images_sent += images_sent
-        self.image_bytes += image_bytes
-        self.structured_checked += checked
-        self.structured_parsed += parsed
-        self.structured_valid += valid
 
     def _merge_groups(self, groups_by_dim: dict[str, dict[str, list[Any]]]) -> None:
         """Part of merge_wire: the per-endpoint and per-model figures (unknown dimensions skipped)."""

@@ -25,7 +25,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.metrics import recordlog
-from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.metrics.aggregate import Aggregate, wire_problem, wire_sent
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 from llm_locust.runtime.context import run_context
@@ -70,6 +70,8 @@ class WorkerState:
         "lost",
         "status",
         "record_log",
+        "refused",
+        "refused_reports",
         "clock",
     )
 
@@ -92,6 +94,8 @@ class WorkerState:
         self.left_at: float | None = None  # quit on its own, after its final report
         self.lost = 0  # requests it had in flight that never got an outcome (set at the end)
         self.record_log: list[str] = []  # its record log's lost records, as its last report said
+        self.refused = ""  # why its figures could not be read (another llm-locust), "" while they can
+        self.refused_reports = 0
         self.clock: dict[str, Any] | None = None  # its offset to the master's clock (transport/clock.py)
 
     @property
@@ -333,11 +337,28 @@ class MasterHub(MetricsHub):
 
     def record_log_failures(self) -> list[str]:
         """A line per record log that lost records, this process's and each
-        worker's (its own file, RECORD_LOG.workerN, on its machine), for the run's end and exit."""
+        worker's (its own file, RECORD_LOG.workerN, on its machine), and a line per worker whose
+        figures this master could not read (a worker of another llm-locust), for the run's end
+        and exit."""
         lines = recordlog.failures()
         for w in sorted(self.workers.values(), key=lambda w: (w.index is None, w.index or 0)):
-            lines += [f"worker {w.index if w.index is not None else w.client_id}: {line}" for line in w.record_log]
+            name = f"worker {w.index if w.index is not None else w.client_id}"
+            lines += [f"{name}: {line}" for line in w.record_log]
+            if w.refused:
+                lines.append(f"{name}: its figures were not counted ({w.refused}): {w.refused_reports} reports")
         return lines
+
+    def _readable(self, w: WorkerState, wire: dict[str, Any]) -> bool:
+        """Whether a worker's step figures can be merged (Aggregate.merge_wire refuses another wire
+        version whole); said once a worker, counted, and kept for the run's end (exit 1)."""
+        problem = wire_problem(wire)
+        if problem is None:
+            return True
+        if not w.refused:
+            w.refused = problem
+            log.error("worker %s: its figures cannot be read (%s): not counted", w.client_id, problem)
+        w.refused_reports += 1
+        return False
 
     def _note_clock(self, w: WorkerState, figures: dict[str, Any] | None) -> None:
         """Master: a worker's clock as its report says, kept for the results (workers[i].clock);
@@ -373,6 +394,8 @@ class MasterHub(MetricsHub):
         w.record_log = payload.get("record_log") or w.record_log
         self._note_clock(w, payload.get("clock"))
         for step_key, wire in payload["steps"].items():
+            if not self._readable(w, wire):
+                continue
             step = int(step_key)
             agg = self.steps.get(step)
             if agg is None:
@@ -380,7 +403,7 @@ class MasterHub(MetricsHub):
             agg.merge_wire(wire)
             if step != WARMUP_STEP:  # a warm-up's figures are its own, not the run's
                 self.total.merge_wire(wire)
-            sent, done = wire["counters"][0], sum(wire["outcomes"].values())
+            sent, done = wire_sent(wire), sum(wire["outcomes"].values())
             w.sent += sent
             w.finished += done
             w.open[step] = w.open.get(step, 0) + sent - done
