@@ -182,7 +182,8 @@ def test_the_shared_vllm_servers_modules_share_a_shard_and_others_are_dealt_alon
 
 def test_a_modules_time_alone_weighs_on_every_shard_alike(tmp_path, monkeypatch):
     """Dealt by the seconds not alone: a (10 s, 6 of them alone: every shard waits then) weighs 4, so
-    b (8) goes first and a joins c (5); by the whole seconds a would have had a shard to itself."""
+    b (8) goes first and a joins c (5); by the whole seconds a would have had a shard to itself. A
+    unit with tests alone runs first in its shard, while the other shard still runs."""
     table = {"t": {"test_a.py": 10.0, "test_b.py": 8.0, "test_c.py": 5.0}, "t-alone": {"test_a.py": 6.0}}
     (tmp_path / "durations.json").write_text(json.dumps(table))
     monkeypatch.setattr(tiers, "DURATIONS", tmp_path / "durations.json")
@@ -191,7 +192,7 @@ def test_a_modules_time_alone_weighs_on_every_shard_alike(tmp_path, monkeypatch)
         (tmp_path / f"test_{m}.py").write_text("def test_0():\n    pass\n")
         items.append(FakeItem(tmp_path / f"test_{m}.py", "test_0"))
     parts = [[i.nodeid.split("::")[0] for i in tiers.shard(items, k, 2, "t")] for k in (1, 2)]
-    assert parts == [["test_b.py"], ["test_c.py", "test_a.py"]]
+    assert parts == [["test_b.py"], ["test_a.py", "test_c.py"]]
     del table["t-alone"]
     (tmp_path / "durations.json").write_text(json.dumps(table))
     parts = [[i.nodeid.split("::")[0] for i in tiers.shard(items, k, 2, "t")] for k in (1, 2)]
