@@ -175,17 +175,17 @@ def test_counters_merge_exactly_and_a_wire_dict_of_another_version_is_refused():
     merged = Aggregate()
     for p in parts:
         merged.merge_wire(p.to_wire())
-    assert (merged.graded, merged.correct) == (whole.graded, whole.correct) == (6, 4)
+    assert (merged.work.graded, merged.work.correct) == (whole.work.graded, whole.work.correct) == (6, 4)
     assert figures(merged)["accuracy"] == {"graded": 6, "correct": 4, "accuracy": 4 / 6}
     old = parts[0].to_wire()
     old["v"] = 1  # a worker of another version: refused whole, not read wrong
     with pytest.raises(WireError, match="wire version 1"):
         merged.merge_wire(old)
     unknown = parts[0].to_wire()
-    unknown["counters"]["graded_twice"] = 1
+    unknown["work"]["graded_twice"] = 1  # a part's counts are read by name too
     with pytest.raises(WireError, match="graded_twice"):
         merged.merge_wire(unknown)
-    assert (merged.graded, merged.correct, merged.sent) == (6, 4, 0)
+    assert (merged.work.graded, merged.work.correct, merged.sent) == (6, 4, 0)
     plain = Aggregate()
     plain.add(_rec(0, None))
     assert "accuracy" not in figures(plain)

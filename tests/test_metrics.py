@@ -506,9 +506,10 @@ def test_workload_facts_are_counted_by_name_and_logged_apart_from_the_servers():
     agg.add_sent(4)
     for rec in (plain, media, graded, refused):
         agg.add(rec)
-    assert (agg.images_sent, agg.image_bytes, agg.audio_sent, agg.audio_bytes) == (2, 300, 1, 40)
-    assert (agg.structured_checked, agg.structured_parsed, agg.structured_valid) == (1, 1, 0)
-    assert (agg.graded, agg.correct) == (1, 1) and agg.overlong == [1, 0, 1]
+    w = agg.work
+    assert (w.images, w.image_bytes, w.audio, w.audio_bytes) == (2, 300, 1, 40)
+    assert (w.structured_checked, w.structured_parsed, w.structured_valid) == (1, 1, 0)
+    assert (w.graded, w.correct) == (1, 1) and w.overlong == [1, 0, 1]
     assert record_dict(plain)["work"] is None and record_dict(plain)["server"] is None
     assert record_dict(media)["work"] == {
         "images": 2, "image_bytes": 300, "audio": 1, "audio_bytes": 40, "json_parsed": True, "json_valid": False,

@@ -235,4 +235,4 @@ def test_audio_clips_reach_the_body_and_the_results():
     merged.merge_wire(agg.to_wire())
     fig = figures(merged)
     assert (fig["audio"]["sent"], fig["audio"]["bytes"]) == (2, sum(len(x) for x in raw))
-    assert merged.images_sent == 1 and agg.to_wire()["counters"]["audio_sent"] == 2  # by name
+    assert merged.work.images == 1 and agg.to_wire()["work"]["audio"] == 2  # by name

@@ -302,9 +302,9 @@ def test_an_overlong_request_cancelled_at_the_stop_is_neither_served_nor_unclass
         rec = RequestRecord(request_id=str(i), api="openai-chat", t_sched=1.0, t_sent=1.0, wall_sent=1000.0)
         rec.t_end, rec.outcome, rec.cause, rec.work = 1.01, outcome, cause, WorkFacts(overlong=True)
         agg.add(rec)
-    assert agg.overlong == [1, 0, 1]
+    assert agg.work.overlong == [1, 0, 1]
     summ = {"ok": 4, "failed": 1, "latency": {"ttft": {"p50": 0.05}, "e2e": {"p50": 0.2}}}
-    r = overlong_mix(agg.overlong, summ, share=0.2, tokens=5000)
+    r = overlong_mix(agg.work.overlong, summ, share=0.2, tokens=5000)
     assert r["passed"] and r["unclassified"] == 0, r
 
 

@@ -315,6 +315,71 @@ def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
     return g
 
 
+class WorkloadCounts:
+    """The workload's facts of finished requests (RequestRecord.work), summed: media sent (before
+    base64), the structured-output check (--response-format), graded answers (--graded) and the
+    overlong mix (--overlong-share). A part of an Aggregate, with its own add and merge."""
+
+    __slots__ = (
+        "images",
+        "image_bytes",
+        "audio",
+        "audio_bytes",
+        "structured_checked",
+        "structured_parsed",
+        "structured_valid",
+        "graded",
+        "correct",
+        "overlong_finished",
+        "overlong_ok",
+        "overlong_refused",
+    )
+
+    def __init__(self) -> None:
+        self.images = 0
+        self.image_bytes = 0
+        self.audio = 0
+        self.audio_bytes = 0
+        self.structured_checked = 0  # ok chat replies checked against --response-format
+        self.structured_parsed = 0  # ... that parsed as JSON
+        self.structured_valid = 0  # ... that met its schema
+        self.graded = 0  # ok requests of graded items
+        self.correct = 0  # ... answered right
+        self.overlong_finished = 0
+        self.overlong_ok = 0
+        self.overlong_refused = 0  # failed with cause overlong
+
+    def add(self, rec: RequestRecord, work: WorkFacts) -> None:
+        self.images += work.images
+        self.image_bytes += work.image_bytes
+        self.audio += work.audio
+        self.audio_bytes += work.audio_bytes
+        if work.overlong and rec.outcome not in NOT_FAILED:  # stopped in flight: no answer to judge
+            self.overlong_finished += 1
+            self.overlong_ok += rec.ok
+            self.overlong_refused += rec.cause == "overlong"
+        if work.json_parsed is not None:
+            self.structured_checked += 1
+            self.structured_parsed += work.json_parsed
+            self.structured_valid += bool(work.json_valid)
+        if work.graded is not None:  # set only on ok requests (workload.graded)
+            self.graded += 1
+            self.correct += work.graded
+
+    @property
+    def overlong(self) -> list[int]:
+        """The overlong mix: [finished, ok (served), failed with cause overlong] (analysis.stability)."""
+        return [self.overlong_finished, self.overlong_ok, self.overlong_refused]
+
+    def to_wire(self) -> dict[str, int]:
+        """Its counts by name, those that are not 0."""
+        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
+
+    def merge_wire(self, counts: dict[str, int]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
 WIRE_VERSION = 2
@@ -333,15 +398,6 @@ COUNTERS = (
     "lost",
     "workers_lost",
     "kernel_clock",
-    "images_sent",
-    "image_bytes",
-    "audio_sent",
-    "audio_bytes",
-    "structured_checked",
-    "structured_parsed",
-    "structured_valid",
-    "graded",
-    "correct",
 )
 
 
@@ -355,7 +411,9 @@ def wire_problem(wire: Any) -> str | None:
     if not isinstance(wire, dict) or wire.get("v") != WIRE_VERSION:
         version = wire.get("v") if isinstance(wire, dict) else None
         return f"figures in wire version {version!r}, where this llm-locust reads {WIRE_VERSION}"
-    unknown = set(wire.get("counters") or ()) - set(COUNTERS)
+    unknown = (set(wire.get("counters") or ()) - set(COUNTERS)) | (
+        set(wire.get("work") or ()) - set(WorkloadCounts.__slots__)
+    )
     if unknown:
         return f"figures with counters this llm-locust does not know: {', '.join(sorted(unknown))}"
     return None
@@ -391,7 +449,6 @@ class Aggregate:
         # folded into wider rows (metrics/timeseries.py Seconds: memory bounded whatever the length)
         self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
-        self.overlong = [0, 0, 0]  # the overlong mix: requests finished, ok (served), failed with cause overlong
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above CPU_LIMIT (reported; not judged)
         self.cpu_max = 0.0
@@ -410,18 +467,7 @@ class Aggregate:
         # request kinds that are not token streams (embeddings, rerank, score): their own figures,
         # kept out of the generation latencies and token counts; by API name
         self.kinds: dict[str, KindFigures] = {}
-        # workload options (docs/prompts.md): images sent and their bytes (before base64), over
-        # every finished request; structured output checked / parsed as JSON / valid for the schema
-        self.images_sent = 0
-        self.image_bytes = 0
-        self.audio_sent = 0  # audio clips (--audio) and their bytes (before base64)
-        self.audio_bytes = 0
-        self.structured_checked = 0
-        self.structured_parsed = 0
-        self.structured_valid = 0
-        # accuracy under load (--graded): ok requests of graded items, and those answered right
-        self.graded = 0
-        self.correct = 0
+        self.work = WorkloadCounts()  # the workload's facts (RequestRecord.work), summed
         # prompt-cache reuse (ok requests) and the figures per endpoint / per model
         self.cache = CacheCounts()
         self.groups: dict[str, dict[str, GroupFigures]] = {d: {} for d in GROUP_DIMENSIONS}
@@ -477,9 +523,8 @@ class Aggregate:
         if rec.model is not None:
             _group(self.groups["model"], rec.model).add(rec, t_end)
 
-        work = rec.work
-        if work is not None:
-            self._add_work(rec, work)
+        if rec.work is not None:
+            self.work.add(rec, rec.work)
 
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
@@ -566,28 +611,6 @@ class Aggregate:
         h["phase_first_token"].record(first_token)
         h["phase_receive"].record(receive)
 
-    def _add_work(self, rec: RequestRecord, work: WorkFacts) -> None:
-        """The workload's facts of one record (RequestRecord.work): media sent, the overlong mix,
-        structured output checked, graded answers."""
-        if work.images:
-            self.images_sent += work.images
-            self.image_bytes += work.image_bytes
-        if work.audio:
-            self.audio_sent += work.audio
-            self.audio_bytes += work.audio_bytes
-        if work.overlong and rec.outcome not in NOT_FAILED:  # stopped in flight: no answer to judge
-            ov = self.overlong
-            ov[0] += 1
-            ov[1] += rec.ok
-            ov[2] += rec.cause == "overlong"
-        if work.json_parsed is not None:
-            self.structured_checked += 1
-            self.structured_parsed += work.json_parsed
-            self.structured_valid += bool(work.json_valid)
-        if work.graded is not None:  # set only on ok requests (workload.graded)
-            self.graded += 1
-            self.correct += work.graded
-
     def _add_kind(self, rec: RequestRecord, t_end: float) -> None:
         k = self.kinds.get(rec.api)
         if k is None:
@@ -631,7 +654,7 @@ class Aggregate:
             "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
-            "overlong": self.overlong,
+            "work": self.work.to_wire(),
             "kinds": {
                 api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
                 for api, k in self.kinds.items()
@@ -675,7 +698,7 @@ class Aggregate:
         self.connections = [a + b for a, b in zip(self.connections, d["connections"], strict=True)]
         self._merge_groups(d["groups"])
         self.by_sent.merge_wire(d["by_sent"])
-        self.overlong = [a + b for a, b in zip(self.overlong, d["overlong"], strict=True)]
+        self.work.merge_wire(d["work"])
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)
             b[0] += tokens
@@ -832,19 +855,20 @@ def figures(agg: Aggregate) -> Figures:
             }
             for api, k in sorted(agg.kinds.items())
         }
-    if agg.audio_sent:
+    work = agg.work
+    if work.audio:
         out["audio"] = {
-            "sent": agg.audio_sent,
-            "bytes": agg.audio_bytes,
-            "per_request": agg.audio_sent / finished if finished else 0.0,
-            "bytes_per_s": agg.audio_bytes / span if span > 0 else 0.0,
+            "sent": work.audio,
+            "bytes": work.audio_bytes,
+            "per_request": work.audio / finished if finished else 0.0,
+            "bytes_per_s": work.audio_bytes / span if span > 0 else 0.0,
         }
-    if agg.images_sent:
+    if work.images:
         out["images"] = {
-            "sent": agg.images_sent,
-            "bytes": agg.image_bytes,
-            "per_request": agg.images_sent / finished if finished else 0.0,
-            "bytes_per_s": agg.image_bytes / span if span > 0 else 0.0,
+            "sent": work.images,
+            "bytes": work.image_bytes,
+            "per_request": work.images / finished if finished else 0.0,
+            "bytes_per_s": work.image_bytes / span if span > 0 else 0.0,
         }
     if agg.cache.any:
         out["cache"] = {
@@ -862,16 +886,16 @@ def figures(agg: Aggregate) -> Figures:
         out["by_endpoint"] = by["endpoint"]
     if "model" in by:
         out["by_model"] = by["model"]
-    if agg.graded:
-        out["accuracy"] = accuracy(agg.graded, agg.correct)
-    if agg.structured_checked:
-        n = agg.structured_checked
+    if work.graded:
+        out["accuracy"] = accuracy(work.graded, work.correct)
+    if work.structured_checked:
+        n = work.structured_checked
         out["structured_output"] = {
             "checked": n,
-            "parsed": agg.structured_parsed,
-            "valid": agg.structured_valid,
-            "parse_rate": agg.structured_parsed / n,
-            "valid_rate": agg.structured_valid / n,
+            "parsed": work.structured_parsed,
+            "valid": work.structured_valid,
+            "parse_rate": work.structured_parsed / n,
+            "valid_rate": work.structured_valid / n,
         }
     return out
 

@@ -301,7 +301,7 @@ def _stability(e: Ended, p: _Parts) -> dict[str, Any]:
         from llm_locust.analysis.stability import overlong_mix
 
         out["overlong"] = overlong_mix(
-            e.total.overlong,
+            e.total.work.overlong,
             p.summary,
             share=s.overlong_share,
             tokens=s.overlong_tokens,

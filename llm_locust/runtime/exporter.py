@@ -177,9 +177,9 @@ def graded_families(total: Aggregate) -> Any:
     """Accuracy under load (--graded; docs/verdicts.md): graded items that ended ok, and those
     answered right. Accuracy is their ratio (rate() of the two over a window)."""
     yield CounterMetricFamily(
-        "llm_locust_graded_requests", "Graded items whose request ended ok (--graded).", value=total.graded
+        "llm_locust_graded_requests", "Graded items whose request ended ok (--graded).", value=total.work.graded
     )
-    yield CounterMetricFamily("llm_locust_graded_correct", "Graded items answered right.", value=total.correct)
+    yield CounterMetricFamily("llm_locust_graded_correct", "Graded items answered right.", value=total.work.correct)
 
 
 def group_families(total: Aggregate) -> Any:
