@@ -79,7 +79,10 @@ def test_the_cli_through_the_server_runs_for_its_run_time_and_writes_where_it_is
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["summary"]["ok"] > 0 and took >= 2.0
-    assert doc["run"]["ended_at"] - doc["run"]["started_at"] >= 1.8, doc["run"]
+    # a stale clock ended such a run after 75 ms; started_at is taken in test_start's listeners,
+    # which run after Locust's run-time timer has started: 1.77 s of 2 s in a fresh-clone run's
+    # slow tier (four shards on 2 cores)
+    assert doc["run"]["ended_at"] - doc["run"]["started_at"] >= 1.0, doc["run"]
 
 
 def test_the_server_leaves_when_its_pytest_process_does(tmp_path):
