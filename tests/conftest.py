@@ -71,6 +71,7 @@ def pytest_runtest_call(item):
     if tiers.tier(item) != "fast":
         yield
         return
+    tiers.warm_libraries()  # a library's first-use cache (matplotlib's fonts) is not the test's
     t0, c0 = time.perf_counter(), time.process_time()
     with tiers.Guard(item) as guard:
         yield

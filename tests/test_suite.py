@@ -250,6 +250,24 @@ def test_a_test_that_reads_shared_fails_under_ci_without_it(tmp_path):
     assert "1 failed" in p.stdout and "CI is set, so this test must run" in p.stdout
 
 
+def test_a_fast_test_that_draws_a_plot_passes_on_a_machine_with_no_font_cache(tmp_path):
+    """A fresh machine keeps no matplotlib font cache, and matplotlib builds it on its first use
+    by running `fc-list`: inside the fast tier's guard that was a process, and the first fast test
+    to draw a report's plot failed (a fresh clone's CI, 3 tests). conftest builds it first."""
+    target = "tests/test_cache_figures.py::test_html_report_without_cache_figures_has_no_cache_parts"
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}  # an empty cache: a fresh machine's
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'bt'}", target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:]
+    assert list((tmp_path / "mpl").glob("fontlist-*.json")), "matplotlib built no font cache there"
+
+
 SEEN: list[list[int]] = []
 
 

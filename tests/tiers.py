@@ -191,6 +191,17 @@ def _guarded_classes() -> list[type]:
     return classes
 
 
+@functools.cache
+def warm_libraries() -> None:
+    """Build, once per process and outside any guard, what a library builds on its first use by
+    starting a process: matplotlib's font cache runs `fc-list` where no cache is kept yet (a fresh
+    machine, CI's), which failed the first fast test that drew a report's plot."""
+    try:
+        import matplotlib.font_manager  # noqa: F401 (its import builds or loads the font cache)
+    except ImportError:  # the package's report needs it; a checkout without it has other errors
+        pass
+
+
 class Guard:
     """While a fast test runs: starting a process fails it (and is remembered, in case the test
     swallowed the exception)."""
