@@ -222,6 +222,91 @@ def test_merge_of_worker_deltas_equals_one_aggregate():
     assert master.series == single.series
 
 
+def _every_part() -> Aggregate:
+    """An aggregate with every part that travels by name not 0: the client's counts (paced gaps,
+    some read together, kernel-stamped reads, CPU samples), the connections, the prompt cache,
+    a request kind and two groups per dimension."""
+    from support import stream_record
+
+    agg = Aggregate()
+    for i in range(40):
+        agg.add_sent()
+        agg.add(
+            stream_record(
+                i,
+                together=(3,) if i % 4 == 0 else (),
+                clock="kernel" if i % 2 else "user",
+                endpoint=f"http://h{i % 2}",
+                model=f"m{i % 2}",
+                n_in=100,
+                n_cached=80 if i % 3 else 10,
+                ideal_cached=64,
+                t_headers=100.0 + i + 0.05,
+                connect=0.002,
+                new_connection=i % 5 == 0,
+            )
+        )
+    kind = RequestRecord(request_id="k", api="rerank", t_sched=10.0, t_sent=10.0, wall_sent=1000.0)
+    kind.t_end, kind.n_in, kind.extra = 10.1, 120, {"items": 6}
+    agg.add_sent()
+    agg.add(kind)
+    for p in (95, 20, 40.5):
+        agg.add_cpu_sample(p)
+    return agg
+
+
+def test_every_part_travels_by_name_and_merges_to_the_same_figures():
+    agg = _every_part()
+    wire = agg.to_wire()
+    client = wire["client"]
+    assert client == {
+        "paced_gaps": 40 * 19,
+        "gaps_together": 10,
+        "paced_requests": 40,
+        "kernel_clock": 20,
+        "cpu_samples": 3,
+        "cpu_high": 1,
+        "cpu_max": 95,
+    }  # first_together 0: left out
+    assert wire["connections"] == {"new": 8, "kept": 32}
+    assert wire["cache"]["reported"] == 40 and wire["cache"]["hits"] == 26
+    assert wire["kinds"]["rerank"]["ok"] == 1 and wire["kinds"]["rerank"]["items"] == 6
+    group = wire["groups"]["endpoint"]["http://h0"]
+    assert group["tokens_out"] == 20 * 20 and group["cache"]["reported"] == 20
+    assert set(group["hist"]) == {"ttft", "tpot", "e2e"}
+    merged = Aggregate()
+    merged.merge_wire(msgpack.unpackb(msgpack.packb(wire), raw=False))
+    fm, fa = figures(merged), figures(agg)
+    assert fm == fa
+    assert fa["client"]["read_together"]["gaps"] == 40 * 19 and fa["phases"]["connections"] == {"new": 8, "reused": 32}
+    assert set(fa["by_endpoint"]) == {"http://h0", "http://h1"} and fa["kinds"]["rerank"]["items"] == 6
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        lambda w: w["client"],
+        lambda w: w["connections"],
+        lambda w: w["cache"],
+        lambda w: w["kinds"]["rerank"],
+        lambda w: w["groups"]["model"]["m1"],
+        lambda w: w["groups"]["model"]["m1"]["cache"],
+    ],
+    ids=["client", "connections", "cache", "kind", "group", "group cache"],
+)
+def test_a_name_a_part_does_not_know_is_refused_whole(part):
+    """A worker of another llm-locust that counts something this one does not: its figures are
+    refused whole (WireError, naming it), not merged in part."""
+    from llm_locust.metrics.aggregate import WireError
+
+    wire = _every_part().to_wire()
+    part(wire)["read_twice"] = 1
+    merged = Aggregate()
+    with pytest.raises(WireError, match="does not know: read_twice"):
+        merged.merge_wire(wire)
+    assert merged.empty and merged.client.cpu_samples == 0
+
+
 # ---- client validity: sustained trouble over the measurement, named with threshold and value ----
 
 

@@ -75,10 +75,25 @@ class KindFigures:
     scored), input tokens and latency."""
 
     __slots__ = ("ok", "failed", "items", "tokens_in", "latency")
+    COUNTS = ("ok", "failed", "items", "tokens_in")
 
     def __init__(self) -> None:
         self.ok = self.failed = self.items = self.tokens_in = 0
         self.latency = Histogram()
+
+    def to_wire(self) -> dict[str, Any]:
+        """Its counts by name (those that are not 0), and its latency histogram as `latency`:
+        [encoded, exact sum in us]."""
+        wire: dict[str, Any] = {name: n for name in self.COUNTS if (n := getattr(self, name))}
+        wire["latency"] = [self.latency.encode(), self.latency.sum_us]
+        return wire
+
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        for name, value in wire.items():
+            if name == "latency":
+                self.latency.merge_encoded(*value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
 
 
 class CacheCounts:
@@ -137,12 +152,13 @@ class CacheCounts:
     def any(self) -> bool:
         return bool(self.reported or self.ideal_n)
 
-    def to_wire(self) -> list[int]:
-        return [getattr(self, k) for k in self.__slots__]
+    def to_wire(self) -> dict[str, int]:
+        """Its counts by name, those that are not 0."""
+        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
 
-    def merge_wire(self, values: list[int] | None) -> None:
-        for k, v in zip(self.__slots__, values or (), strict=False):  # None (older wire dicts): nothing
-            setattr(self, k, getattr(self, k) + v)
+    def merge_wire(self, counts: dict[str, int]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
 
     def figures(self) -> CacheDoc:
         return {
@@ -255,23 +271,23 @@ class GroupFigures:
             if rec.n_out >= 2 and rec.chunk_times:
                 h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
 
-    def to_wire(self) -> list[Any]:
-        return [
-            self.outcomes,
-            self.tokens_in,
-            self.tokens_out,
-            self.cache.to_wire(),
-            {k: h.to_wire() for k, h in self.hist.items() if h.buckets},
-        ]
+    def to_wire(self) -> dict[str, Any]:
+        """Its parts by name (__slots__); the token counts only when not 0."""
+        wire: dict[str, Any] = {"outcomes": self.outcomes, "cache": self.cache.to_wire()}
+        if self.tokens_in:
+            wire["tokens_in"] = self.tokens_in
+        if self.tokens_out:
+            wire["tokens_out"] = self.tokens_out
+        wire["hist"] = {k: h.to_wire() for k, h in self.hist.items() if h.buckets}
+        return wire
 
-    def merge_wire(self, wire: list[Any]) -> None:
-        outcomes, tokens_in, tokens_out, cache, hists = wire
-        for o, n in outcomes.items():
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        for o, n in wire["outcomes"].items():
             self.outcomes[o] = self.outcomes.get(o, 0) + n
-        self.tokens_in += tokens_in
-        self.tokens_out += tokens_out
-        self.cache.merge_wire(cache)
-        for k, w in hists.items():
+        self.tokens_in += wire.get("tokens_in", 0)
+        self.tokens_out += wire.get("tokens_out", 0)
+        self.cache.merge_wire(wire["cache"])
+        for k, w in wire["hist"].items():
             if k in self.hist:
                 self.hist[k].merge_wire(w)
 
@@ -380,9 +396,89 @@ class WorkloadCounts:
             setattr(self, name, getattr(self, name) + n)
 
 
+class ClientCounts:
+    """What the client-validity checks count (client_checks; docs/metrics.md, "Client validity"):
+    the token gaps of paced streams and, of them, the gaps of 0 (two token events stamped with one
+    read's time); their requests and, of them, those whose first token was read with the second; ok
+    requests whose reads all had the kernel's receive time (RequestRecord.clock); and the CPU
+    samples (how many, how many at or above the limit, the highest). A part of an Aggregate, with
+    its own add and merge: counts add, the highest CPU sample is the highest of both."""
+
+    __slots__ = (
+        "paced_gaps",
+        "gaps_together",
+        "paced_requests",
+        "first_together",
+        "kernel_clock",
+        "cpu_samples",
+        "cpu_high",
+        "cpu_max",
+    )
+
+    def __init__(self) -> None:
+        self.paced_gaps = 0
+        self.gaps_together = 0
+        self.paced_requests = 0
+        self.first_together = 0
+        self.kernel_clock = 0
+        self.cpu_samples = 0
+        self.cpu_high = 0  # samples at or above the limit (reported; not judged)
+        self.cpu_max = 0.0
+
+    def add_reads(self, times: list[float], gap_counts: dict[int, int], kernel: bool) -> None:
+        """One ok request's reads: its chunk times, its inter-chunk gap counts by microsecond
+        (gap_samples), whether every read had the kernel's receive time. A stream is paced when
+        its tokens came at least PACED_GAP apart on average (a server writing every token at once
+        is not: its gaps of 0 say nothing of the client)."""
+        n_gaps = len(times) - 1
+        if n_gaps > 0 and times[-1] - times[0] >= n_gaps * PACED_GAP:
+            self.paced_gaps += n_gaps
+            self.gaps_together += gap_counts.get(0, 0)
+            self.paced_requests += 1
+            self.first_together += times[1] == times[0]
+        if kernel:
+            self.kernel_clock += 1
+
+    def add_cpu_sample(self, percent: float, threshold: float) -> None:
+        self.cpu_samples += 1
+        self.cpu_max = max(self.cpu_max, percent)
+        if percent >= threshold:
+            self.cpu_high += 1
+
+    def to_wire(self) -> dict[str, float]:
+        """Its counts (and highest CPU sample) by name, those that are not 0."""
+        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
+
+    def merge_wire(self, counts: dict[str, float]) -> None:
+        for name, n in counts.items():
+            if name == "cpu_max":  # the highest sample of either, not a sum
+                self.cpu_max = max(self.cpu_max, n)
+            else:
+                setattr(self, name, getattr(self, name) + n)
+
+
+class ConnectionCounts:
+    """The ok requests timed in phases by their connection: opened for them (`new`) or kept alive
+    from an earlier request (`kept`). A part of an Aggregate, with its own merge."""
+
+    __slots__ = ("new", "kept")
+
+    def __init__(self) -> None:
+        self.new = 0
+        self.kept = 0
+
+    def to_wire(self) -> dict[str, int]:
+        """Its counts by name, those that are not 0."""
+        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
+
+    def merge_wire(self, counts: dict[str, int]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
     "sent",
@@ -393,11 +489,8 @@ COUNTERS = (
     "length_mismatch",
     "goodput_requests",
     "goodput_tokens",
-    "cpu_samples",
-    "cpu_high",
     "lost",
     "workers_lost",
-    "kernel_clock",
 )
 
 
@@ -407,16 +500,32 @@ class WireError(ValueError):
 
 def wire_problem(wire: Any) -> str | None:
     """Why a to_wire dict from another process cannot be merged (None: it can): another wire
-    version, or counters this version does not know."""
+    version, or names in a part read by name (counters, the workload's, the client's, the
+    connections', the prompt cache's, a request kind's or a group's) that this version does not
+    know: read wrong, they would be figures lost or misplaced."""
     if not isinstance(wire, dict) or wire.get("v") != WIRE_VERSION:
         version = wire.get("v") if isinstance(wire, dict) else None
         return f"figures in wire version {version!r}, where this llm-locust reads {WIRE_VERSION}"
-    unknown = (set(wire.get("counters") or ()) - set(COUNTERS)) | (
-        set(wire.get("work") or ()) - set(WorkloadCounts.__slots__)
-    )
+    unknown = _unknown_names(wire)
     if unknown:
-        return f"figures with counters this llm-locust does not know: {', '.join(sorted(unknown))}"
+        return f"figures with names this llm-locust does not know: {', '.join(sorted(unknown))}"
     return None
+
+
+def _unknown_names(wire: dict[str, Any]) -> set[str]:
+    """The names in a to_wire dict's by-name parts that this version does not know."""
+    parts: list[tuple[Any, tuple[str, ...]]] = [
+        (wire.get("counters"), COUNTERS),
+        (wire.get("work"), WorkloadCounts.__slots__),
+        (wire.get("client"), ClientCounts.__slots__),
+        (wire.get("connections"), ConnectionCounts.__slots__),
+        (wire.get("cache"), CacheCounts.__slots__),
+    ]
+    parts += [(kind, KindFigures.__slots__) for kind in (wire.get("kinds") or {}).values()]
+    for groups in (wire.get("groups") or {}).values():
+        for group in groups.values():
+            parts += [(group, GroupFigures.__slots__), (group.get("cache"), CacheCounts.__slots__)]
+    return {name for names, known in parts for name in names or () if name not in known}
 
 
 def wire_sent(wire: dict[str, Any]) -> int:
@@ -449,17 +558,8 @@ class Aggregate:
         # folded into wider rows (metrics/timeseries.py Seconds: memory bounded whatever the length)
         self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
-        self.cpu_samples = 0
-        self.cpu_high = 0  # samples at or above CPU_LIMIT (reported; not judged)
-        self.cpu_max = 0.0
-        # client validity (client_checks): token gaps of paced streams, and of them the gaps of
-        # 0 (two token events stamped with one read's time); their requests, and of them those
-        # whose first token was read with the second; ok requests whose reads all had the
-        # kernel's receive time (RequestRecord.clock)
-        self.together = [0, 0, 0, 0]
-        self.kernel_clock = 0
-        # ok requests timed in phases whose connection was opened for them, and kept-alive ones
-        self.connections = [0, 0]
+        self.client = ClientCounts()  # what the client-validity checks count (client_checks)
+        self.connections = ConnectionCounts()  # ok requests timed in phases, by their connection
         # requests a lost worker had in flight at its last report (or a worker that never sent its
         # final report): sent, but their outcome never reached the master. Master side only.
         self.lost = 0
@@ -575,15 +675,7 @@ class Aggregate:
                 gaps = gap_samples(times, ntoks)
             itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
             self.by_sent.add(rec, offset, gaps[2])
-            n_gaps = len(times) - 1
-            if n_gaps > 0 and times[-1] - times[0] >= n_gaps * PACED_GAP:  # paced: see client_checks
-                tg = self.together
-                tg[0] += n_gaps
-                tg[1] += gaps[0].get(0, 0)
-                tg[2] += 1
-                tg[3] += times[1] == times[0]
-            if rec.clock == "kernel":
-                self.kernel_clock += 1
+            self.client.add_reads(times, gaps[0], rec.clock == "kernel")
             self._add_phases(rec)
 
         if slos and _meets(rec, slos, itl_max):
@@ -602,9 +694,9 @@ class Aggregate:
             h["phase_connect"].record(connect)
             if rec.new_connection:
                 h["phase_connect_new"].record(connect)
-                self.connections[0] += 1
+                self.connections.new += 1
             else:
-                self.connections[1] += 1
+                self.connections.kept += 1
         if send is not None:
             h["phase_send"].record(send)
         h["phase_wait"].record(wait)
@@ -624,12 +716,8 @@ class Aggregate:
             k.failed += 1
 
     def add_cpu_sample(self, percent: float, threshold: float | None = None) -> None:
-        if threshold is None:
-            threshold = CPU_LIMIT
-        self.cpu_samples += 1
-        self.cpu_max = max(self.cpu_max, percent)
-        if percent >= threshold:
-            self.cpu_high += 1
+        """One CPU sample of the client's process (the hub's, once a second), for its client part."""
+        self.client.add_cpu_sample(percent, CPU_LIMIT if threshold is None else threshold)
 
     # ---- merging (master side) ----
 
@@ -638,7 +726,8 @@ class Aggregate:
 
     def to_wire(self) -> dict[str, Any]:
         """A msgpack-friendly dict (bytes, ints, floats, lists, str keys), every part by name, in
-        WIRE_VERSION: the counters those that are not 0 (COUNTERS)."""
+        WIRE_VERSION: the counters those that are not 0 (COUNTERS), each part (work, client,
+        connections, cache, kinds, groups) its own to_wire."""
         return {
             "v": WIRE_VERSION,
             "hist": {k: [h.encode(), h.sum_us] for k, h in self.hist.items() if h.count},
@@ -651,17 +740,13 @@ class Aggregate:
             "sum_e2e": self.sum_e2e,
             "first_sent": self.first_sent,
             "last_end": self.last_end,
-            "cpu_max": self.cpu_max,
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
             "work": self.work.to_wire(),
-            "kinds": {
-                api: [k.ok, k.failed, k.items, k.tokens_in, k.latency.encode(), k.latency.sum_us]
-                for api, k in self.kinds.items()
-            },
+            "kinds": {api: k.to_wire() for api, k in self.kinds.items()},
             "cache": self.cache.to_wire(),
-            "together": self.together,
-            "connections": self.connections,
+            "client": self.client.to_wire(),
+            "connections": self.connections.to_wire(),
             "groups": {
                 d: {key: g.to_wire() for key, g in groups.items()} for d, groups in self.groups.items() if groups
             },
@@ -669,8 +754,8 @@ class Aggregate:
 
     def merge_wire(self, d: dict[str, Any]) -> None:
         """Add another process's figures (to_wire's dict). One of another wire version, or with a
-        counter this version does not know, is refused whole (WireError): a worker of another
-        llm-locust, whose figures cannot be read right."""
+        name in a by-name part this version does not know (wire_problem), is refused whole
+        (WireError): a worker of another llm-locust, whose figures cannot be read right."""
         problem = wire_problem(d)
         if problem:
             raise WireError(problem)
@@ -691,11 +776,10 @@ class Aggregate:
             self.first_sent = d["first_sent"]
         if d["last_end"] is not None and (self.last_end is None or d["last_end"] > self.last_end):
             self.last_end = d["last_end"]
-        self.cpu_max = max(self.cpu_max, d["cpu_max"])
         self._merge_kinds(d["kinds"])
         self.cache.merge_wire(d["cache"])
-        self.together = [a + b for a, b in zip(self.together, d["together"], strict=True)]
-        self.connections = [a + b for a, b in zip(self.connections, d["connections"], strict=True)]
+        self.client.merge_wire(d["client"])
+        self.connections.merge_wire(d["connections"])
         self._merge_groups(d["groups"])
         self.by_sent.merge_wire(d["by_sent"])
         self.work.merge_wire(d["work"])
@@ -715,19 +799,15 @@ class Aggregate:
         for cause, n in causes.items():
             self.causes[cause] = self.causes.get(cause, 0) + n
 
-    def _merge_kinds(self, kinds: dict[str, list[Any]]) -> None:
+    def _merge_kinds(self, kinds: dict[str, dict[str, Any]]) -> None:
         """Part of merge_wire: the figures of the request kinds that are not token streams."""
-        for api, (ok, failed, items, tokens_in, data, sum_us) in kinds.items():
+        for api, wire in kinds.items():
             k = self.kinds.get(api)
             if k is None:
                 k = self.kinds[api] = KindFigures()
-            k.ok += ok
-            k.failed += failed
-            k.items += items
-            k.tokens_in += tokens_in
-            k.latency.merge_encoded(data, sum_us)
+            k.merge_wire(wire)
 
-    def _merge_groups(self, groups_by_dim: dict[str, dict[str, list[Any]]]) -> None:
+    def _merge_groups(self, groups_by_dim: dict[str, dict[str, dict[str, Any]]]) -> None:
         """Part of merge_wire: the per-endpoint and per-model figures (unknown dimensions skipped)."""
         for dim, groups in groups_by_dim.items():
             mine = self.groups.get(dim)
@@ -907,7 +987,7 @@ def phase_figures(agg: Aggregate) -> Phases | None:
     h = agg.hist
     if not h["phase_wait"].count:
         return None
-    new, kept = agg.connections
+    conn = agg.connections
     return {  # PHASES, in their order
         "connect": h["phase_connect"].summary(),
         "send": h["phase_send"].summary(),
@@ -915,7 +995,7 @@ def phase_figures(agg: Aggregate) -> Phases | None:
         "first_token": h["phase_first_token"].summary(),
         "receive": h["phase_receive"].summary(),
         "connect_new": h["phase_connect_new"].summary(),
-        "connections": {"new": new, "reused": kept},
+        "connections": {"new": conn.new, "reused": conn.kept},
     }
 
 
@@ -1012,7 +1092,8 @@ def _late(agg: Aggregate) -> tuple[int, int]:
 
 
 def _read_together_check(agg: Aggregate) -> ClientCheck:
-    gaps, together, firsts, firsts_together = agg.together
+    c = agg.client
+    gaps, together, firsts, firsts_together = c.paced_gaps, c.gaps_together, c.paced_requests, c.first_together
     share = together / gaps if gaps else 0.0
     first = firsts_together / firsts if firsts else 0.0
     n_late, samples = _late(agg)
@@ -1062,7 +1143,7 @@ def _lag_check(agg: Aggregate) -> ClientCheck:
     over = sum(c for low_us, c in lag.buckets_us() if low_us > limit_us) if n else 0
     share = over / n if n else 0.0
     timed = agg.hist["ttft"].count
-    judged = not timed or agg.kernel_clock < timed  # some read timed as it returned, or no request yet
+    judged = not timed or agg.client.kernel_clock < timed  # some read timed as it returned, or no request yet
     text = f"event-loop lag over {LAG_LIMIT * 1000:g} ms in {share:.1%} of {n} samples (limit {LAG_SHARE:.0%})"
     return {
         "check": "loop_lag",
@@ -1078,18 +1159,18 @@ def _lag_check(agg: Aggregate) -> ClientCheck:
 def client_figures(agg: Aggregate) -> ClientFigures:
     checks = client_checks(agg)
     tripped = [c for c in checks if c["tripped"]]
-    cs = agg.cpu_samples
+    c = agg.client
     return {
         "loop_lag": agg.hist["loop_lag"].summary(),
-        "cpu_max_percent": agg.cpu_max,
-        "cpu_samples": cs,
-        "cpu_high_samples": agg.cpu_high,
+        "cpu_max_percent": c.cpu_max,
+        "cpu_samples": c.cpu_samples,
+        "cpu_high_samples": c.cpu_high,
         "read_together": {
-            "gaps": agg.together[0],
-            "together": agg.together[1],
+            "gaps": c.paced_gaps,
+            "together": c.gaps_together,
             "share": checks[0]["value"],
-            "requests": agg.together[2],
-            "first_together": agg.together[3],
+            "requests": c.paced_requests,
+            "first_together": c.first_together,
             "first_share": checks[0]["first_share"],
         },
         "checks": checks,

@@ -168,8 +168,8 @@ def phase_families(total: Aggregate) -> Any:
     conn = CounterMetricFamily(
         "llm_locust_connections", "Ok requests timed in phases, by their connection.", labels=["connection"]
     )
-    conn.add_metric(["new"], total.connections[0])
-    conn.add_metric(["kept_alive"], total.connections[1])
+    conn.add_metric(["new"], total.connections.new)
+    conn.add_metric(["kept_alive"], total.connections.kept)
     yield conn
 
 

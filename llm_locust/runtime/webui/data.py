@@ -295,8 +295,10 @@ class LiveView:
                 "line": client_line(client),  # the summary's line: each check against its limit
                 "loop_lag_p99": _r(lag_all.get("p99"), 6),
                 "loop_lag_p99_recent": _r((lag_recent or {}).get("p99"), 6),
-                "cpu_max": _r(total.cpu_max, 1),
-                "cpu_high_share": _r(total.cpu_high / total.cpu_samples, 3) if total.cpu_samples else None,
+                "cpu_max": _r(total.client.cpu_max, 1),
+                "cpu_high_share": _r(total.client.cpu_high / total.client.cpu_samples, 3)
+                if total.client.cpu_samples
+                else None,
             },
             "workers": inp.workers,
             "series_tail": tail,
@@ -372,7 +374,7 @@ class LiveView:
         """(table row, StepResult) of a measured step; a finished one is cached until its aggregate changes."""
         idx = w["step"]
         agg = inp.steps.get(idx) or Aggregate()
-        key = (w["ended"], agg.sent, agg.finished, agg.cpu_samples, agg.hist["loop_lag"].count)
+        key = (w["ended"], agg.sent, agg.finished, agg.client.cpu_samples, agg.hist["loop_lag"].count)
         cached = self._step_cache.get(idx)
         if cached is not None and cached[0] == key and w["ended"] is not None:
             return cached[1], cached[2]
