@@ -9,10 +9,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from support import STREAMING_LOCUSTFILE, Cluster, read_records, run_cli, run_ok
 
+from llm_locust.report.outcome import LATE_S
 from llm_locust.sim.process import SimProcess
 
 
@@ -189,6 +191,10 @@ def test_a_worker_joining_late_takes_its_share(tmp_path):
         ) as cluster,
     ):
         cluster.wait_until(first_reported)  # bounded (40 s); the late worker joins either way
+        # "late" is a first report over LATE_S after the start, which came before the first worker's
+        # report: from here, a worker started at once joined 2 s in on a quiet machine (a fresh CI
+        # run's failure), so it starts LATE_S + 1 s after that report
+        time.sleep(LATE_S + 1.0)
         cluster.add_worker()
         rc, out = cluster.finish()
     assert rc == 0, out[-3000:]
