@@ -118,7 +118,7 @@ def test_real_llama_server_knee_follows_its_slot_count(tmp_path, llama_server_bi
                 "--max-tokens",
                 "48",
                 "--step-duration",
-                "6",
+                "4",
                 "--no-early-stop",
             )
         v = results["ladder"]["saturation"]
