@@ -27,7 +27,18 @@ from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
 from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError, read_results
-from llm_locust.report.schema import CacheFigures, ClientFigures, Figures, ResultsDoc, Step, Warmup
+from llm_locust.report.schema import (
+    CacheFigures,
+    ClientFigures,
+    Figures,
+    KneePoint,
+    LadderDoc,
+    LadderStep,
+    LatencyStats,
+    ResultsDoc,
+    Step,
+    Warmup,
+)
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
@@ -154,16 +165,25 @@ def _plan(r: ResultsDoc) -> dict[str, Any]:
 def _slos(r: ResultsDoc) -> dict[str, float]:
     settings = r["run"].get("settings") or {}
     plan = _plan(r)
-    steps = (r.get("ladder") or {}).get("steps") or [{}]
-    return settings.get("slos") or plan.get("slos") or steps[0].get("slos") or {}
+    steps = _ladder_steps(r)
+    return settings.get("slos") or plan.get("slos") or (steps[0].get("slos") if steps else None) or {}
 
 
-def _lat(step: dict[str, Any], metric: str, stat: str) -> float | None:
-    return ((step.get("latency") or {}).get(metric) or {}).get(stat)
+def _ladder_steps(r: ResultsDoc) -> list[LadderStep]:
+    """The ladder's steps: none in a run without a ladder (or a file whose ladder kept none)."""
+    ladder = r.get("ladder")
+    return (ladder.get("steps") or []) if ladder else []
 
 
-def _knee(ladder: dict[str, Any]) -> dict[str, Any] | None:
-    return (ladder.get("saturation") or {}).get("saturation")
+def _lat(step: LadderStep, metric: str, stat: str) -> float | None:
+    stats = (step.get("latency") or {}).get(metric)
+    v = stats.get(stat) if stats else None  # a stat's name is data (an SLO's): read by .get
+    return v if isinstance(v, (int, float)) else None
+
+
+def _knee(ladder: LadderDoc) -> KneePoint | None:
+    verdict = ladder.get("saturation")
+    return verdict.get("saturation") if verdict else None
 
 
 def section_header(r: ResultsDoc) -> H:
@@ -233,7 +253,7 @@ def _duration(r: ResultsDoc) -> float | None:
     return r["summary"]["duration_s"]
 
 
-def _load_axis(steps: list[dict[str, Any]]) -> tuple[list[float], str, bool]:
+def _load_axis(steps: Sequence[LadderStep]) -> tuple[list[float], str, bool]:
     """Offered loads, the axis label, and whether to draw it on a log scale (a wide, growing ladder)."""
     kind = steps[0].get("offered_kind", "") if steps else ""
     x = [float(s["offered"]) for s in steps]
@@ -241,23 +261,34 @@ def _load_axis(steps: list[dict[str, Any]]) -> tuple[list[float], str, bool]:
     return x, f"offered load ({OFFERED_UNITS.get(kind) or kind or 'level'})", log_x
 
 
-def _throughput_panels(steps: list[dict[str, Any]]) -> list:
+def _throughput_panels(steps: Sequence[LadderStep]) -> list:
     from llm_locust.report.plots import Line, Panel
 
     panels = []
-    for key, title, unit, field, good_field in (
-        ("tokens", "output tokens/s", "tokens/s", "output_tokens_per_s", "goodput_tokens_per_s"),
-        ("requests", "requests/s", "requests/s", "requests_per_s", "goodput_requests_per_s"),
+    for key, title, unit, rates, good in (
+        (
+            "tokens",
+            "output tokens/s",
+            "tokens/s",
+            [s.get("output_tokens_per_s") for s in steps],
+            [s.get("goodput_tokens_per_s") for s in steps],
+        ),
+        (
+            "requests",
+            "requests/s",
+            "requests/s",
+            [s.get("requests_per_s") for s in steps],
+            [s.get("goodput_requests_per_s") for s in steps],
+        ),
     ):
-        lines = [Line("output" if key == "tokens" else "requests", title, [s.get(field) for s in steps])]
-        good = [s.get(good_field) for s in steps]
+        lines = [Line("output" if key == "tokens" else "requests", title, rates)]
         if any(v is not None for v in good):  # goodput exists only with a per-request SLO
             lines.append(Line("goodput", f"goodput {unit}", good, dashed=True))
         panels.append(Panel(key, f"{title} (steady state)", unit, lines))
     return panels
 
 
-def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tuple[list, list[str]]:
+def _latency_panels(steps: Sequence[LadderStep], slos: dict[str, float]) -> tuple[list, list[str]]:
     """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn."""
     from llm_locust.report.plots import Line, Panel
 
@@ -298,35 +329,45 @@ def _latency_panels(steps: list[dict[str, Any]], slos: dict[str, float]) -> tupl
     return panels, undrawn
 
 
-def _cache_panels(steps: list[dict[str, Any]]) -> list:
+def _cache_panels(steps: Sequence[LadderStep]) -> list:
     """Hit ratios (%) and TTFT hit vs miss p50 (ms) per step; none when no step reported a cache figure."""
     from llm_locust.report.plots import Line, Panel
 
-    caches = [s.get("cache") or {} for s in steps]
+    caches = [s.get("cache") for s in steps]
     if not any(caches):
         return []
 
-    def col(key: str, scale: float) -> list[float | None]:
-        return [None if c.get(key) is None else c[key] * scale for c in caches]
+    def pct_of(vals: list[float | None]) -> list[float | None]:
+        return [None if v is None else v * 100 for v in vals]
 
-    def ttft(key: str) -> list[float | None]:
-        vals = [(c.get(key) or {}).get("p50") for c in caches]
-        return [None if v is None else v * 1000 for v in vals]
+    def p50_ms(stats: LatencyStats | None) -> float | None:
+        v = stats.get("p50") if stats else None
+        return None if v is None else v * 1000
 
+    # each column read by its literal key, so that the type check knows every one of them
+    cols = {
+        "achieved_vs_ideal": [c.get("achieved_vs_ideal") if c else None for c in caches],
+        "hit_ratio": [c.get("hit_ratio") if c else None for c in caches],
+        "ideal_hit_ratio": [c.get("ideal_hit_ratio") if c else None for c in caches],
+    }
+    ttfts = {
+        "ttft_hit": [p50_ms(c.get("ttft_hit")) if c else None for c in caches],
+        "ttft_miss": [p50_ms(c.get("ttft_miss")) if c else None for c in caches],
+    }
     ratios = [
-        Line(k, label, col(k, 100), dashed=dashed)
+        Line(k, label, pct_of(cols[k]), dashed=dashed)
         for k, label, dashed in (
             ("achieved_vs_ideal", "achieved / ideal", False),
             ("hit_ratio", "cached / prompt", True),
             ("ideal_hit_ratio", "ideal / prompt", True),
         )
-        if any(c.get(k) is not None for c in caches)
+        if any(v is not None for v in cols[k])
     ]
     panels = []
     if ratios:
         panels.append(Panel("cache-ratio", "prompt-cache hit ratio", "%", ratios))
     lines = [
-        Line(k, label, ttft(k), dashed=k == "ttft_miss")
+        Line(k, label, ttfts[k], dashed=k == "ttft_miss")
         for k, label in (("ttft_hit", "TTFT p50, hit"), ("ttft_miss", "TTFT p50, miss"))
     ]
     if any(v is not None for line in lines for v in line.values):
@@ -334,11 +375,11 @@ def _cache_panels(steps: list[dict[str, Any]]) -> list:
     return panels
 
 
-def _accuracy_panels(steps: list[dict[str, Any]]) -> list:
+def _accuracy_panels(steps: Sequence[LadderStep]) -> list:
     """Accuracy of the graded items (%) per step (--graded); none when no step graded any."""
     from llm_locust.report.plots import Line, Panel
 
-    accs = [(s.get("accuracy") or {}).get("accuracy") for s in steps]
+    accs = [a.get("accuracy") if (a := s.get("accuracy")) else None for s in steps]
     if all(a is None for a in accs):
         return []
     return [
@@ -354,9 +395,9 @@ def _accuracy_panels(steps: list[dict[str, Any]]) -> list:
 def section_ladder(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
-    ladder = r.get("ladder") or {}
-    steps = ladder.get("steps") or []
-    if not steps:
+    ladder = r.get("ladder")
+    steps = _ladder_steps(r)
+    if ladder is None or not steps:
         return H("")
     x, xlabel, log_x = _load_axis(steps)
     unit = OFFERED_UNITS.get(steps[0].get("offered_kind", ""), "")
@@ -453,9 +494,9 @@ def section_verdicts(r: ResultsDoc) -> H:
     if not v or not (v.get("steps") or has_figures(v)):
         return H("")
     rows_v = v.get("steps") or []
-    ladder = r.get("ladder") or {}
-    lsteps: dict[Any, dict[str, Any]] = {s.get("step"): s for s in ladder.get("steps") or []}
-    unit = OFFERED_UNITS.get(next(iter(lsteps.values()), {}).get("offered_kind", ""), "")
+    lsteps: dict[Any, LadderStep] = {s.get("step"): s for s in _ladder_steps(r)}
+    first = next(iter(lsteps.values()), None)
+    unit = OFFERED_UNITS.get(first.get("offered_kind", "") if first else "", "")
     knee = (v.get("knee") or {}).get("step")
     out = ["<h2 id='verdicts'>Efficiency, energy and cost</h2>"]
     pareto = _pareto_figure(rows_v, unit, knee)
@@ -591,7 +632,7 @@ def _verdicts_facts(v: dict[str, Any]) -> list[tuple[str, Any]]:
     return facts
 
 
-def section_verdict(ladder: dict[str, Any], unit: str) -> H:
+def section_verdict(ladder: LadderDoc, unit: str) -> H:
     v = ladder.get("saturation")
     out = ["<h3 id='verdict'>Saturation verdict</h3><div class='verdict'>"]
     if not v:
@@ -631,7 +672,7 @@ def section_verdict(ladder: dict[str, Any], unit: str) -> H:
     return H("".join(out))
 
 
-def section_steps(r: ResultsDoc, steps: list[dict[str, Any]], unit: str, knee: dict[str, Any] | None) -> H:
+def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: KneePoint | None) -> H:
     limit = ((r["run"].get("settings") or {}).get("ladder") or {}).get("max_error_rate")
     limit = limit if limit is not None else r["validity"]["max_error_rate"]
     head: tuple[str, ...] = (
@@ -684,8 +725,8 @@ def section_steps(r: ResultsDoc, steps: list[dict[str, Any]], unit: str, knee: d
             )
         )
         if graded:
-            a = s.get("accuracy") or {}
-            cell = "-" if a.get("accuracy") is None else f"{pct(a['accuracy'])} ({a['correct']}/{a['graded']})"
+            a = s.get("accuracy")
+            cell = "-" if not a or a.get("accuracy") is None else f"{pct(a['accuracy'])} ({a['correct']}/{a['graded']})"
             rows[-1] = (*rows[-1][:10], cell, *rows[-1][10:])
         attrs.append(
             {
@@ -743,9 +784,10 @@ def section_timeseries(r: ResultsDoc) -> H:
             [0.0, *(sum(f[k] for f in fill[i : i + width]) / len(fill[i : i + width]) for k in (1, 2, 3))]
             for i in range(0, len(fill), width)
         ]
-    steps = {s.get("step"): s for s in (r.get("ladder") or {}).get("steps") or []}
+    steps = {s.get("step"): s for s in _ladder_steps(r)}
+    ladder = r.get("ladder")
     windows = []
-    for w in (r.get("ladder") or {}).get("windows") or []:
+    for w in (ladder.get("windows") or []) if ladder else []:
         if w.get("started") is None:
             continue
         end = w.get("ended") or r["run"].get("ended_at") or last + 1
@@ -755,7 +797,7 @@ def section_timeseries(r: ResultsDoc) -> H:
                 w["started"] - t0,
                 (w.get("measured_from") or w["started"]) - t0,
                 end - t0,
-                (steps.get(w.get("step")) or {}).get("output_tokens_per_s"),
+                step.get("output_tokens_per_s") if (step := steps.get(w.get("step"))) else None,
             )
         )
     minutes = (last - first) > 1200
@@ -1214,8 +1256,8 @@ def section_resources(r: ResultsDoc) -> H:
     if not (server or gpu or eff):
         return H("")
     out = ["<h2 id='resources'>Server and GPU</h2>"]
-    ladder = r.get("ladder") or {}
-    lsteps = ladder.get("steps") or []
+    ladder = r.get("ladder")
+    lsteps = _ladder_steps(r)
     sv = {w.get("step"): w for w in server.get("steps") or []} if server else {}
     gp = {w.get("step"): w for w in gpu.get("steps") or []} if gpu else {}
     if lsteps and (sv or gp):
@@ -1223,7 +1265,7 @@ def section_resources(r: ResultsDoc) -> H:
         panels = _resource_panels(order, sv, gp, eff)
         if panels:
             x, xlabel, log_x = _load_axis(lsteps)
-            knee = _knee(ladder)
+            knee = _knee(ladder) if ladder else None
             ki = next((i for i, n in enumerate(order) if knee and n == knee.get("step")), None)
             svg = plots.vs_load(
                 "resources", x, panels, xlabel=xlabel, knee=ki, log_x=log_x, width=min(4.0 * len(panels), 13.0)

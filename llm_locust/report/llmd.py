@@ -168,8 +168,8 @@ def reports(results: ResultsDoc) -> list[dict[str, Any]]:
     run = results.get("run") or {}
     eid = uuid.uuid5(NAMESPACE, f"{run.get('host')}|{run.get('started_at')}|{results.get('created')}")
     stack = _stack(results)
-    ladder = results.get("ladder") or {}
-    steps = [s for s in ladder.get("steps") or [] if not s.get("cut")]
+    ladder = results.get("ladder")
+    steps = [s for s in (ladder.get("steps") or []) if not s.get("cut")] if ladder else []
     if not steps:
         fig = results.get("summary") or {}
         load = run.get("load") or {}

@@ -123,11 +123,13 @@ def run_metrics(results: ResultsDoc) -> list[tuple[str, float, int, int]]:
     run = results.get("run") or {}
     end = _ms(run.get("ended_at")) or _ms(results.get("created")) or 0
     rows = [(k, v, 0, end) for k, v in figure_metrics(results.get("summary") or {}, HEADLINE).items()]
-    ladder = results.get("ladder") or {}
-    found = _number(((ladder.get("saturation") or {}).get("saturation") or {}).get("offered"))
+    ladder = results.get("ladder")
+    verdict = ladder.get("saturation") if ladder else None
+    knee = verdict.get("saturation") if verdict else None
+    found = _number(knee.get("offered") if knee else None)
     if found is not None:
         rows.append(("saturation_offered", found, 0, end))
-    for step in ladder.get("steps") or []:
+    for step in (ladder.get("steps") or []) if ladder else []:
         k = step.get("step")
         if not isinstance(k, int) or isinstance(k, bool):
             continue

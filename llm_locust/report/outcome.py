@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.metrics.aggregate import Aggregate, figures
@@ -29,11 +29,13 @@ from llm_locust.report.schema import (
     CacheFigures,
     Figures,
     Gate,
+    LadderDoc,
     MetricsWindows,
     PrefixHit,
     ResultsDoc,
     Warmup,
     WarmupLatency,
+    Worker,
 )
 from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
 
@@ -74,7 +76,7 @@ class Ended:
     servers: dict[str, ServerSeries] = field(default_factory=dict)  # endpoint URL -> its /metrics (host first)
     gpu: ServerSeries | None = None
     status: dict[str, Any] = field(default_factory=dict)  # endpoints (sent, down), sessions
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # host, runner, load, command, ... (results' "run")
     server_info: dict[str, Any] = field(default_factory=dict)  # what the run learnt of the server (model)
     server_facts: dict[str, Any] = field(default_factory=dict)  # the start-of-test probe's answers
@@ -185,20 +187,21 @@ def next_steps(settings: Any, load: dict[str, Any]) -> str:
 LATE_S = 3.0  # a worker whose first report came this long after the start joined during the run
 
 
-def worker_lines(workers: list[dict[str, Any]], started: float | None) -> list[str]:
+def worker_lines(workers: list[Worker], started: float | None) -> list[str]:
     """The workers that did not run the whole test: joined late, left, or lost (and back)."""
     t0, lines = started or 0.0, []
     for w in workers:
         name = f"worker {w.get('index') if w.get('index') is not None else w.get('id')}"
-        if w.get("joined_at") and started and w["joined_at"] - t0 > LATE_S:
-            lines.append(f"{name} joined {w['joined_at'] - t0:.0f} s into the run and took a share of the load")
-        if w.get("left_at"):
-            lines.append(f"{name} left {w['left_at'] - t0:.0f} s into the run (its final report is in)")
-        if w.get("lost_at"):
-            back = f", back at {w['rejoined_at'] - t0:.0f} s" if w.get("rejoined_at") else ""
-            lines.append(f"{name} went missing {w['lost_at'] - t0:.0f} s into the run{back}")
-        clock = w.get("clock") or {}
-        if clock.get("flagged"):
+        joined, left, lost, back_at = w.get("joined_at"), w.get("left_at"), w.get("lost_at"), w.get("rejoined_at")
+        if joined and started and joined - t0 > LATE_S:
+            lines.append(f"{name} joined {joined - t0:.0f} s into the run and took a share of the load")
+        if left:
+            lines.append(f"{name} left {left - t0:.0f} s into the run (its final report is in)")
+        if lost:
+            back = f", back at {back_at - t0:.0f} s" if back_at else ""
+            lines.append(f"{name} went missing {lost - t0:.0f} s into the run{back}")
+        clock = w.get("clock")
+        if clock and clock.get("flagged"):
             lines.append(
                 f"{name}'s clock is known to the master's within {clock['uncertainty_s'] * 1000:.1f} ms only (bound "
                 f"{clock['bound_s'] * 1000:.0f} ms): its share of a replay may be sent off schedule by as much"
@@ -511,7 +514,8 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
         results["stability"] = p.stability
     results["plan"] = e.plan
     if e.ladder is not None:
-        results["ladder"] = {k: v for k, v in e.ladder.items() if k != "table"}
+        # the controller's report (runtime.shapes, untyped there) less its printed table: a LadderDoc
+        results["ladder"] = cast(LadderDoc, {k: v for k, v in e.ladder.items() if k != "table"})
     results["gates"] = _gates(e, p)
     return results
 

@@ -299,6 +299,216 @@ class MetricsWindows(TypedDict):
     steps: NotRequired[list[dict[str, Any]]]
 
 
+class WorkerClock(TypedDict):
+    """A worker's clock against the master's (transport.clock Estimate.as_dict)."""
+
+    offset_s: float  # master minus worker
+    uncertainty_s: float
+    samples: int  # round trips measured
+    rtt_s: float  # the fastest round trip
+    aligned: bool  # the offset applied
+    bound_s: float
+    flagged: bool  # the uncertainty above the bound
+
+
+class Worker(TypedDict):
+    """One of `workers`: a worker process as the master saw it (runtime.plugin)."""
+
+    id: str
+    index: int | None
+    reports: int
+    sent: int
+    finished: int
+    in_flight_at_last_report: int
+    lost: int
+    final_report: bool
+    lost_at: float | None
+    rejoined_at: float | None
+    left_at: float | None
+    joined_at: float
+    clock: WorkerClock | None  # None: no round trip measured (a local run's, an old worker)
+
+
+# ---- the ladder (runtime.shapes: the controller's report, less its printed table) ----
+
+
+class StableRule(TypedDict):
+    """`ladder.ladder.stable`: the stability rule a step's measurement is extended by."""
+
+    window: float
+    tolerance: float
+    max_extend: float
+    windows: int
+
+
+class SearchSpec(TypedDict):
+    """`ladder.ladder.search`: an SLA search's kind, range and precision."""
+
+    kind: str
+    lo: float
+    hi: float
+    precision: float
+
+
+# "for" is a keyword: the functional form holds it (settings.ladder Burst.to_dict)
+BurstSpec = TypedDict("BurstSpec", {"rate": float, "x": float, "for": float, "before": float | None, "after": float})
+
+
+class LadderSpec(TypedDict):
+    """`ladder.ladder`: the ladder as it ran (settings.ladder Ladder.to_dict)."""
+
+    kind: str  # concurrency, rate or speed
+    steps: list[float]  # the levels
+    duration: float
+    warmup: float
+    requests: int
+    stable: StableRule | None
+    arrivals: NotRequired[str]  # a rate ladder's
+    burstiness: NotRequired[float]
+    durations: NotRequired[list[float]]  # a rate series'
+    spec: NotRequired[str]  # a rate series', a search's, a burst's
+    search: NotRequired[SearchSpec]
+    burst: NotRequired[BurstSpec]
+
+
+class LadderWindow(TypedDict):
+    """One of `ladder.windows`: a step's wall-clock window (runtime.shapes StepWindow.to_dict)."""
+
+    judged: NotRequired[float]  # an SLA probe's: when it was judged
+    cache_reset: NotRequired[dict[str, Any]]  # --reset-cache's reset before it (runtime.cache_reset)
+    step: int
+    level: float
+    started: float
+    measured_from: float | None
+    ended: float | None
+    extended: float
+
+
+class LadderStep(TypedDict):
+    """One of `ladder.steps`: a step's results (analysis.steps StepResult.to_dict)."""
+
+    step: int
+    offered: float
+    offered_kind: str  # concurrency, rate or speed
+    window_start: float
+    window_end: float
+    warmup: float
+    steady_seconds: list[float]  # [start, end] the steady-state rates were read over
+    sent: int
+    ok: int
+    failed: int
+    cancelled: int
+    error_rate: float
+    requests_per_s: float
+    output_tokens_per_s: float  # steady state
+    aggregate_output_tokens_per_s: float
+    aggregate_requests_per_s: float
+    latency: Latency
+    goodput_requests_per_s: float | None
+    goodput_tokens_per_s: float | None
+    slo_attainment: float | None
+    concurrency: float
+    client_valid: bool
+    length_checked: int
+    length_mismatch: int
+    tokens_out: int
+    slos: dict[str, float]
+    slo_broken: list[str]
+    flags: list[str]
+    errors: dict[str, dict[str, int]]
+    cache: CacheFigures | None
+    accuracy: Accuracy | None
+    window: float
+    slos_met: bool | None
+    cut: NotRequired[bool]  # the step an interruption cut
+
+
+class KneePoint(TypedDict):
+    """`ladder.saturation.saturation`: the step at the knee (analysis.saturation point)."""
+
+    step: int
+    offered: float
+    offered_kind: str
+    output_tokens_per_s: float
+    requests_per_s: float
+    error_rate: float
+    concurrency: float
+    latency: dict[str, float | None]  # {metric_stat: seconds}: ttft_p50, ..., e2e_p99
+    flags: list[str]
+
+
+class Saturation(TypedDict):
+    """`ladder.saturation`: the knee verdict (analysis.saturation Verdict.to_dict)."""
+
+    saturation: KneePoint | None
+    max_slo_load: float | None
+    max_slo_step: int | None
+    reasons: list[str]
+    method: str
+    knee_by: str | None  # throughput, latency, flat
+    candidates: dict[str, float | None]  # offered load per rule
+    offered_kind: str
+    reason: str
+
+
+class BurstRecovery(TypedDict):
+    """`ladder.burst`: the recovery after a burst (analysis.stability burst_recovery)."""
+
+    base_ttft_p50: float | None
+    base_samples: int
+    base_window: list[int]
+    burst_window: list[float]
+    end: float
+    window: int
+    tolerance: float
+    limit: float | None
+    recovery_s: float | None
+    recovered: bool
+    peak_ttft_p50: float | None
+    peak_after_s: float | None
+    curve: list[list[float]]  # [[seconds after the burst, TTFT p50], ...]
+    threshold: NotRequired[float]  # absent without a baseline
+    passed: bool
+    reason: str
+
+
+class SlaProbe(TypedDict):
+    """One of `ladder.sla.probes_detail`: a probe's step, level and the SLOs it broke."""
+
+    step: int
+    level: float
+    met: bool
+    broken: list[str]
+
+
+class SlaSearch(TypedDict):
+    """`ladder.sla`: what the SLA search found (analysis.sla conclude, with its probes)."""
+
+    kind: str
+    answer: float | None
+    precision: float
+    probes: int
+    bracket: list[float | None]  # [highest met, lowest broken]
+    range: list[float]
+    reached: str  # precision, adjacent, top, lowest_breaks, unfinished
+    reason: str
+    probes_detail: list[SlaProbe]
+    seconds: float
+
+
+class LadderDoc(TypedDict):
+    """`ladder`: the ladder, its step windows, each step's results and the verdicts."""
+
+    ladder: LadderSpec
+    windows: list[LadderWindow]
+    steps: list[LadderStep]
+    saturation: Saturation | None  # None: no step judged, or a burst or rate series
+    stop_reason: str | None
+    cut_step: int | None
+    burst: NotRequired[BurstRecovery | None]  # a burst ladder's (None: its steps did not all run)
+    sla: NotRequired[SlaSearch]  # an SLA search's
+
+
 # A results document's `distributions[metric]`: [[low_s, high_s, count], ...]
 Bins = list[list[float]]
 
@@ -317,7 +527,7 @@ class ResultsDoc(TypedDict):
     distributions: NotRequired[dict[str, Bins]]  # version 2
     steps: list[Step]
     series: list[list[float]]
-    workers: list[dict[str, Any]]
+    workers: list[Worker]
     warmup: NotRequired[Warmup | None]
     prefix_hit: NotRequired[PrefixHit | None]
     server_metrics: NotRequired[MetricsWindows]
@@ -326,7 +536,7 @@ class ResultsDoc(TypedDict):
     efficiency: NotRequired[dict[str, Any]]  # analysis.efficiency's
     verdicts: NotRequired[dict[str, Any]]  # analysis.efficiency's
     stability: NotRequired[dict[str, Any]]  # analysis.stability's
-    ladder: NotRequired[dict[str, Any]]  # the ladder's (runtime.shapes)
+    ladder: NotRequired[LadderDoc]
     plan: NotRequired[dict[str, Any] | None]  # every plan key (settings)
     gates: NotRequired[list[Gate]]
     repeats: NotRequired[dict[str, Any]]  # analysis.repeats', in a combined file

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gevent
 from locust import events
@@ -23,6 +23,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
+from llm_locust.report.schema import Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
@@ -465,7 +466,7 @@ class _EndOfRun:
         return ok
 
 
-def _workers(h: MetricsHub) -> list[dict[str, Any]]:
+def _workers(h: MetricsHub) -> list[Worker]:
     return [
         {
             "id": w.client_id,
@@ -480,7 +481,9 @@ def _workers(h: MetricsHub) -> list[dict[str, Any]]:
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
             "joined_at": w.joined_at,
-            "clock": w.clock,  # against the master's (transport/clock.py): offset, uncertainty, flagged
+            # against the master's: offset, uncertainty, flagged (transport.clock Estimate.as_dict,
+            # as the worker's report carried it: the hub keeps it untyped)
+            "clock": cast("WorkerClock | None", w.clock),
         }
         for w in h.workers.values()
     ]

@@ -13,7 +13,7 @@ from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_fo
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.report.schema import LadderDoc, ResultsDoc
 
 SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
@@ -99,7 +99,7 @@ class Run:
         return self.settings.get("slos") or {}
 
     @property
-    def ladder(self) -> dict[str, Any] | None:
+    def ladder(self) -> LadderDoc | None:
         """The ladder section (steps, saturation), or None for a run without one."""
         ld = self.doc.get("ladder")
         return ld if isinstance(ld, dict) and ld.get("steps") else None
@@ -107,7 +107,9 @@ class Run:
     @property
     def ladder_steps(self) -> list[dict[str, Any]]:
         """The ladder's steps, each with its verdict figures (tok/s/GPU, J/token, $/Mtok ...) beside it."""
-        steps = list((self.ladder or {}).get("steps") or [])
+        ld = self.ladder
+        # open by a figure's name (compare's metrics name them): the verdicts' figures join them
+        steps = list(cast(list[dict[str, Any]], ld["steps"])) if ld else []
         by = {r.get("step"): r for r in (self.verdicts or {}).get("steps") or [] if isinstance(r, dict)}
         if not by:
             return steps
