@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_locust.report.grid import cell_row, format_grid, grid_doc, render
+from llm_locust.report.schema import ResultsDoc
 from llm_locust.settings.grid import cell_name, parse_grid
 
 # output options a cell writes to a file of its own (PATH.cell-islI-oslO.EXT); the grid's own
@@ -86,7 +87,7 @@ def _cell_line(k: int, n: int, row: dict[str, Any]) -> str:
     return f"grid cell {k}/{n} isl={row['isl']} osl={row['osl']}: knee {knee}{sla}; results {row['results']}"
 
 
-def _run_cell(cmd: list[str], env: dict[str, str], path: str) -> tuple[int, dict[str, Any] | str]:
+def _run_cell(cmd: list[str], env: dict[str, str], path: str) -> tuple[int, ResultsDoc | str]:
     """One cell's run: (exit status, its results, or why there are none)."""
     from llm_locust.report.results import ResultsError, load_results
 

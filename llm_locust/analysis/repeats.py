@@ -14,7 +14,10 @@ Core code: plain Python, no Locust (docs/verdicts.md, "Repetitions").
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
+
+from llm_locust.report.schema import ResultsDoc
 
 # Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom: the standard
 # table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
@@ -148,7 +151,7 @@ def _read(doc: Any, path: tuple[str, ...]) -> float | None:
     return float(doc)
 
 
-def headline_values(doc: dict[str, Any]) -> dict[str, float]:
+def headline_values(doc: ResultsDoc) -> dict[str, float]:
     """The headline figures a results document has (a figure it lacks is left out)."""
     out = {}
     for name, path, _ in HEADLINE:
@@ -162,7 +165,7 @@ NOT_RESET = "server state was not reset between repetitions (no --reset-hook)"
 FRESH_SIM = "a fresh built-in simulator per repetition"
 
 
-def repeats_section(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[str, Any]:
+def repeats_section(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> dict[str, Any]:
     """results["repeats"]: the count, each repetition's file and values, and per figure its
     mean, sd and 95% t-interval (a figure only when every repetition has it)."""
     per = [headline_values(d) for d in docs]
@@ -194,7 +197,7 @@ def repeats_section(docs: list[dict[str, Any]], files: list[str], reset: str) ->
 SUMMED = ("finished", "ok", "failed", "cancelled", "tokens_in", "tokens_out")
 
 
-def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[str, Any]:
+def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> ResultsDoc:
     """The combined results: the last repetition's document (plan, provenance, distributions,
     steps, series) with the summary's headline figures replaced by their means over the
     repetitions, the counts summed, and the `repeats` section."""
@@ -203,7 +206,8 @@ def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[st
     out = copy.deepcopy(docs[-1])
     out.pop("_path", None)
     rep = repeats_section(docs, files, reset)
-    summary = out.setdefault("summary", {})
+    # written by a figure's path (HEADLINE, SUMMED): a view of the summary open by name
+    summary = cast(dict[str, Any], out["summary"])
     for name, f in rep["figures"].items():
         path = dict((n, p) for n, p, _ in HEADLINE)[name]
         if path[0] != "summary":
@@ -213,7 +217,7 @@ def combine(docs: list[dict[str, Any]], files: list[str], reset: str) -> dict[st
             target = target.setdefault(k, {})
         target[path[-1]] = f["mean"]
     for k in SUMMED:
-        vals = [(d.get("summary") or {}).get(k) for d in docs]
+        vals = [cast(dict[str, Any], d["summary"]).get(k) for d in docs]
         counts = [v for v in vals if isinstance(v, int)]
         if len(counts) == len(vals):
             summary[k] = sum(counts)
@@ -254,7 +258,7 @@ def format_repeats(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rep_line(k: int, n: int, doc: dict[str, Any], path: str) -> str:
+def rep_line(k: int, n: int, doc: ResultsDoc, path: str) -> str:
     v = headline_values(doc)
     return (
         f"repetition {k}/{n}: TTFT p50 {_fmt('ttft_p50', v.get('ttft_p50'))}, "

@@ -83,7 +83,7 @@ class Ended:
     trace: dict[str, Any] | None = None  # provenance.trace_facts, taken before the load
     plan: dict[str, Any] | None = None  # the effective plan (a re-run's input)
     workers_why: str | None = None
-    baseline_summary: dict[str, Any] | None = None  # --overlong-baseline's summary
+    baseline_summary: Figures | None = None  # --overlong-baseline's summary
     interruption: Interruption | None = None
     stopped_early: str | None = None  # the fail-fast's reason
     slo_attainment: float = SLO_ATTAINMENT

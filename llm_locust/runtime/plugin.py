@@ -23,7 +23,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
-from llm_locust.report.schema import Worker, WorkerClock
+from llm_locust.report.schema import Figures, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
@@ -504,9 +504,9 @@ def _run_facts(environment, settings) -> dict[str, Any]:
     }
 
 
-def _baseline_summary(settings) -> dict[str, Any] | None:
+def _baseline_summary(settings) -> Figures | None:
     if not (settings.overlong_share and settings.overlong_baseline):
         return None
     from llm_locust.report.results import load_results
 
-    return load_results(settings.overlong_baseline).get("summary") or {}
+    return load_results(settings.overlong_baseline)["summary"]  # required: load_results checked it
