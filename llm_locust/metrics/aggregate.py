@@ -70,6 +70,22 @@ MAX_ERROR_TEXTS = 10  # distinct error texts kept per failure kind
 KIND_APIS = frozenset({"openai-embeddings", "rerank", "vllm-score"})
 
 
+class NamedCounts:
+    """A part of an Aggregate made of counters named by its __slots__: it travels between processes
+    by name (those that are not 0) and merges by adding each by name (wire_problem has refused
+    names the part does not know)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        """Its counts by name, those that are not 0."""
+        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
+
+    def merge_wire(self, counts: dict[str, Any]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+
 class KindFigures:
     """One non-generation request kind: ok, failed, items (embeddings returned, documents
     scored), input tokens and latency."""
@@ -96,7 +112,7 @@ class KindFigures:
                 setattr(self, name, getattr(self, name) + value)
 
 
-class CacheCounts:
+class CacheCounts(NamedCounts):
     """Prompt-cache reuse over ok requests (docs/metrics.md, "Prompt cache"): counters only, so
     merging adds them. `reported`: requests whose server said how many prompt tokens it served
     from its cache (`cached` their sum, `prompt` their prompt tokens); `ideal_n`: requests whose
@@ -151,14 +167,6 @@ class CacheCounts:
     @property
     def any(self) -> bool:
         return bool(self.reported or self.ideal_n)
-
-    def to_wire(self) -> dict[str, int]:
-        """Its counts by name, those that are not 0."""
-        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
-
-    def merge_wire(self, counts: dict[str, int]) -> None:
-        for name, n in counts.items():
-            setattr(self, name, getattr(self, name) + n)
 
     def figures(self) -> CacheDoc:
         return {
@@ -331,7 +339,7 @@ def _group(groups: dict[str, GroupFigures], key: str) -> GroupFigures:
     return g
 
 
-class WorkloadCounts:
+class WorkloadCounts(NamedCounts):
     """The workload's facts of finished requests (RequestRecord.work), summed: media sent (before
     base64), the structured-output check (--response-format), graded answers (--graded) and the
     overlong mix (--overlong-share). A part of an Aggregate, with its own add and merge."""
@@ -387,16 +395,8 @@ class WorkloadCounts:
         """The overlong mix: [finished, ok (served), failed with cause overlong] (analysis.stability)."""
         return [self.overlong_finished, self.overlong_ok, self.overlong_refused]
 
-    def to_wire(self) -> dict[str, int]:
-        """Its counts by name, those that are not 0."""
-        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
 
-    def merge_wire(self, counts: dict[str, int]) -> None:
-        for name, n in counts.items():
-            setattr(self, name, getattr(self, name) + n)
-
-
-class ClientCounts:
+class ClientCounts(NamedCounts):
     """What the client-validity checks count (client_checks; docs/metrics.md, "Client validity"):
     the token gaps of paced streams and, of them, the gaps of 0 (two token events stamped with one
     read's time); their requests and, of them, those whose first token was read with the second; ok
@@ -445,19 +445,15 @@ class ClientCounts:
         if percent >= threshold:
             self.cpu_high += 1
 
-    def to_wire(self) -> dict[str, float]:
-        """Its counts (and highest CPU sample) by name, those that are not 0."""
-        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
-
-    def merge_wire(self, counts: dict[str, float]) -> None:
-        for name, n in counts.items():
-            if name == "cpu_max":  # the highest sample of either, not a sum
-                self.cpu_max = max(self.cpu_max, n)
-            else:
-                setattr(self, name, getattr(self, name) + n)
+    def merge_wire(self, counts: dict[str, Any]) -> None:
+        """Counts add; the highest CPU sample is the higher of both, not a sum."""
+        cpu_max = counts.get("cpu_max")
+        super().merge_wire({k: n for k, n in counts.items() if k != "cpu_max"})
+        if cpu_max is not None:
+            self.cpu_max = max(self.cpu_max, cpu_max)
 
 
-class ConnectionCounts:
+class ConnectionCounts(NamedCounts):
     """The ok requests timed in phases by their connection: opened for them (`new`) or kept alive
     from an earlier request (`kept`). A part of an Aggregate, with its own merge."""
 
@@ -466,14 +462,6 @@ class ConnectionCounts:
     def __init__(self) -> None:
         self.new = 0
         self.kept = 0
-
-    def to_wire(self) -> dict[str, int]:
-        """Its counts by name, those that are not 0."""
-        return {name: n for name in self.__slots__ if (n := getattr(self, name))}
-
-    def merge_wire(self, counts: dict[str, int]) -> None:
-        for name, n in counts.items():
-            setattr(self, name, getattr(self, name) + n)
 
 
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
