@@ -38,7 +38,7 @@ from llm_locust.analysis.server_metrics import Sample, ServerSeries, efficiency 
 from llm_locust.analysis.steps import request_slos, step_result  # noqa: E402
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
 from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
-from llm_locust.report.results import build_results, load_results, write_results  # noqa: E402
+from llm_locust.report.results import build_results, read_results, write_results  # noqa: E402
 from llm_locust.runtime.shapes import StepWindow  # noqa: E402
 from llm_locust.settings import derive  # noqa: E402
 from llm_locust.sim.model import Engine, Seq, SimConfig  # noqa: E402
@@ -365,7 +365,7 @@ def main() -> None:
     t = time.perf_counter()
     doc = synthesize()
     write_results(src, doc)
-    r = load_results(src)
+    r = read_results(src)
     print(
         f"synthesized in {time.perf_counter() - t:.1f} s: {src} ({src.stat().st_size / 1024:,.0f} KiB), "
         f"{r['summary']['sent']:,} requests, {r['summary']['tokens_out']:,} output tokens, "

@@ -108,9 +108,9 @@ def _read_plan(path: str, cli):
     from llm_locust.settings.units import PlanError
 
     if path.endswith(".json"):  # a results file: run its effective plan again
-        from llm_locust.report.results import load_results
+        from llm_locust.report.results import read_results
 
-        data = load_results(path).get("plan")
+        data = read_results(path).get("plan")
         if not isinstance(data, dict):
             raise PlanError([f"{path}: no effective plan in these results"])
         plan = derive.plan_values(data, source=path, written=True)
@@ -306,7 +306,7 @@ def run_repeated(argv: list[str], settings) -> int:
     from pathlib import Path
 
     from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, combine, format_repeats, rep_line
-    from llm_locust.report.results import ResultsError, load_results, write_results
+    from llm_locust.report.results import ResultsError, read_results, write_results
 
     n = settings.repeat
     results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-repeat-"), "results.json")
@@ -356,7 +356,7 @@ def run_repeated(argv: list[str], settings) -> int:
             os.unlink(path)  # an earlier series' file must not stand in for this repetition's
         code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra], env=env).returncode
         try:
-            doc = load_results(path)
+            doc = read_results(path)
         except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
             print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
             return code or 1

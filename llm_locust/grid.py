@@ -89,13 +89,13 @@ def _cell_line(k: int, n: int, row: dict[str, Any]) -> str:
 
 def _run_cell(cmd: list[str], env: dict[str, str], path: str) -> tuple[int, ResultsDoc | str]:
     """One cell's run: (exit status, its results, or why there are none)."""
-    from llm_locust.report.results import ResultsError, load_results
+    from llm_locust.report.results import ResultsError, read_results
 
     if os.path.exists(path):
         os.unlink(path)  # an earlier grid's file must not stand in for this cell's
     code = subprocess.run(cmd, env=env).returncode
     try:
-        return code, load_results(path)
+        return code, read_results(path)
     except ResultsError as e:
         return code, str(e)
 

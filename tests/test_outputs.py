@@ -28,7 +28,7 @@ from llm_locust.metrics.recordlog import FAILED, RecordLog, failures
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.report.files import check_outputs, plan_path, run_files, write_atomic
 from llm_locust.report.provenance import trace_changed, trace_facts
-from llm_locust.report.results import ResultsError, load_results
+from llm_locust.report.results import ResultsError, read_results
 from llm_locust.settings.model import Settings
 
 SAMPLE = Settings().trace_path  # the bundled sample trace
@@ -161,7 +161,7 @@ def test_load_results_refuses_a_pipe_instead_of_reading_it_forever(tmp_path):
 
     def load() -> None:
         try:
-            load_results(fifo)
+            read_results(fifo)
         except BaseException as e:  # noqa: BLE001 - handed to the test
             got.append(e)
 
@@ -169,7 +169,7 @@ def test_load_results_refuses_a_pipe_instead_of_reading_it_forever(tmp_path):
     reader.start()
     try:
         reader.join(timeout=10)
-        assert not reader.is_alive(), "load_results is still reading the pipe"  # old code: waits for EOF
+        assert not reader.is_alive(), "read_results is still reading the pipe"  # old code: waits for EOF
     finally:
         os.close(writer)  # ends the stream: a reader still waiting returns
         reader.join(timeout=10)
@@ -279,7 +279,7 @@ def test_write_atomic_on_a_full_disk_raises_and_keeps_the_earlier_file(small_fs)
 
 
 def _summary_adds_up(results: Path) -> dict:
-    s = load_results(results)["summary"]
+    s = read_results(results)["summary"]
     assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s["lost"], s
     return s
 
@@ -441,7 +441,7 @@ def test_a_trace_edited_during_the_run_keeps_the_start_hash(tmp_path, sims):
             reader.join(timeout=10)
         finally:
             proc.kill()
-    env_trace = load_results(results)["environment"]["trace"]
+    env_trace = read_results(results)["environment"]["trace"]
     assert env_trace["sha256"] == start_sha != _sha(trace)  # old code: hashed at the end, the edited bytes
     assert env_trace["format"] == "jsonl"
     # WIRING: plugin.py's end of run puts provenance.trace_changed(...) into the facts and says it

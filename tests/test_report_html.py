@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from llm_locust.report.html import main, render
-from llm_locust.report.results import load_results
+from llm_locust.report.results import read_results
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "sk-test-report-0123456789abcdef-NEVER-SHOWN"
@@ -167,7 +167,7 @@ def ladder_run(tmp_path_factory):
     assert p.returncode == 0, p.stderr[-3000:]
     out = d / "ladder.html"
     assert main([str(results), "-o", str(out)]) == 0
-    return {"path": results, "results": load_results(results), "html": out.read_text(), "dir": d}
+    return {"path": results, "results": read_results(results), "html": out.read_text(), "dir": d}
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def closed_run(tmp_path_factory):
     results = d / "closed.json"
     p = _run(["-t", "3s", "-u", "2", "--results", str(results)], {}, d)
     assert p.returncode == 0, p.stderr[-3000:]
-    return {"path": results, "results": load_results(results)}
+    return {"path": results, "results": read_results(results)}
 
 
 # ---- the ladder report ----
@@ -343,14 +343,14 @@ def test_a_run_over_two_hosts_names_both_in_the_header(tmp_path):
         )
         urls = [a.url, b.url]
     assert p.returncode == 0, p.stderr[-3000:]
-    root = dom(render(load_results(results)))
+    root = dom(render(read_results(results)))
     head = root.find_all("p")[0].all_text()
     assert f"targets {urls[0]}, {urls[1]} (round-robin)" in head, head
     assert kv(root, "environment")["targets"] == ", ".join(urls)
 
 
 def test_self_contained_and_no_secret(ladder_run):
-    assert load_results(ladder_run["path"])["run"]["settings"]["api_key_set"] is True  # the key was in use
+    assert read_results(ladder_run["path"])["run"]["settings"]["api_key_set"] is True  # the key was in use
     html, root = ladder_run["html"], dom(ladder_run["html"])
     assert SECRET not in ladder_run["path"].read_text()
     assert SECRET not in html

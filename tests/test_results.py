@@ -21,7 +21,7 @@ from llm_locust.report.results import (
     ResultsError,
     build_results,
     distributions,
-    load_results,
+    read_results,
     validity,
     write_results,
 )
@@ -70,7 +70,7 @@ def test_validity_marks_each_kind_of_suspect_figure():
 
 def test_written_results_load_back(tmp_path):
     path, res = _results(tmp_path)
-    doc = load_results(path)
+    doc = read_results(path)
     assert doc["version"] == SCHEMA_VERSION == res["version"]
     assert doc["distributions"]["ttft"] == [list(b) for b in res["distributions"]["ttft"]]
     assert not list(tmp_path.glob("*.tmp"))
@@ -92,7 +92,7 @@ def test_unusable_results_files_get_a_clear_message(tmp_path, mangle, message):
     path, _ = _results(tmp_path)
     path.write_bytes(mangle(path.read_bytes()))
     with pytest.raises(ResultsError) as e:
-        load_results(path)
+        read_results(path)
     assert message in str(e.value) and str(path) in str(e.value)
 
 
@@ -100,9 +100,9 @@ def test_newer_version_says_upgrade_and_missing_file_is_named(tmp_path):
     path, _ = _results(tmp_path)
     path.write_bytes(orjson.dumps({**orjson.loads(path.read_bytes()), "version": SCHEMA_VERSION + 1}))
     with pytest.raises(ResultsError, match="upgrade"):
-        load_results(path)
+        read_results(path)
     with pytest.raises(ResultsError, match="cannot read"):
-        load_results(tmp_path / "absent.json")
+        read_results(tmp_path / "absent.json")
 
 
 def test_version_1_files_still_load_with_derived_marks(tmp_path):
@@ -110,7 +110,7 @@ def test_version_1_files_still_load_with_derived_marks(tmp_path):
     old = {k: v for k, v in res.items() if k not in ("validity", "distributions")}
     old["version"] = 1
     path.write_bytes(orjson.dumps(old))
-    doc = load_results(path)
+    doc = read_results(path)
     assert doc["validity"]["flags"] == validity(res["summary"])
 
 
@@ -273,7 +273,7 @@ def test_a_real_run_records_how_to_reproduce_it(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     text = results.read_text()
     assert secret not in text and secret not in p.stdout + p.stderr
-    doc = load_results(results)
+    doc = read_results(results)
     env, run = doc["environment"], doc["run"]
     assert env["server"]["models"][0]["id"] == env["server"]["model"] == "llm-locust-sim"
     assert env["server"]["kind"] == "llm-locust-sim"  # the simulator names itself (it speaks vLLM's metric names)
@@ -295,4 +295,4 @@ def test_figures_missing_a_part_are_a_clear_error_not_a_traceback(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     with pytest.raises(ResultsError, match=r"bad.json: incomplete results file: its figures lack 'client'"):
-        load_results(bad)
+        read_results(bad)

@@ -211,9 +211,9 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
     assert r["plan"]["stability"]["burst_recovery"] == 1
     # the HTML report and compare show it
     from llm_locust.report.html import render
-    from llm_locust.report.results import load_results
+    from llm_locust.report.results import read_results
 
-    page = render(load_results(str(tmp_path / "r.json")))
+    page = render(read_results(str(tmp_path / "r.json")))
     assert "<h2 id='stability'>Stability</h2>" in page and 'id="burst-curve"' in page and ">FAIL<" in page
     from llm_locust.report.compare.comparison import compare
     from llm_locust.report.compare.render import render_text

@@ -22,7 +22,7 @@ from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Ste
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # what load_results accepts; 1 lacks distributions, validity, provenance
+READABLE_VERSIONS = (1, 2)  # what read_results accepts; 1 lacks distributions, validity, provenance
 REQUIRED = ("run", "summary", "steps", "series")
 DISTRIBUTIONS = ("ttft", "itl", "tpot", "e2e")
 BINS_PER_DECADE = 10
@@ -105,12 +105,6 @@ def _goodput(fig: Figures, measured: bool) -> Figures:
     if not measured:
         fig["goodput_requests_per_s"] = fig["goodput_tokens_per_s"] = None
     return fig
-
-
-def load_results(path: str | Path) -> ResultsDoc:
-    """read_results under its older name (cli, grid, runtime.plugin and the tests call it): the
-    same typed document, so that their reads of it are type-checked too."""
-    return read_results(path)
 
 
 def plain(doc: ResultsDoc) -> dict[str, Any]:

@@ -515,7 +515,7 @@ Bins = list[list[float]]
 
 class ResultsDoc(TypedDict):
     """The results file (SCHEMA "llm-locust/results"): what build_results writes, what the run
-    adds at its end, and what load_results returns (`_path`: the file it was read from)."""
+    adds at its end, and what read_results returns (`_path`: the file it was read from)."""
 
     schema: str
     version: int
@@ -540,7 +540,7 @@ class ResultsDoc(TypedDict):
     plan: NotRequired[dict[str, Any] | None]  # every plan key (settings)
     gates: NotRequired[list[Gate]]
     repeats: NotRequired[dict[str, Any]]  # analysis.repeats', in a combined file
-    _path: NotRequired[str]  # added by load_results, never written
+    _path: NotRequired[str]  # added by read_results, never written
 
 
 def json_schema() -> dict[str, Any]:

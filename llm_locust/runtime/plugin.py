@@ -131,7 +131,7 @@ def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_pa
     try:
         doc = orjson.loads(results_json(results, secrets, indent=False))  # what a reader of the file gets
         if results_path:
-            doc["_path"] = results_path  # as load_results() gives it: the page names the file
+            doc["_path"] = results_path  # as read_results() gives it: the page names the file
         write_atomic(Path(path), render(doc))
     except Exception as e:  # noqa: BLE001 - the run's figures are printed and saved already
         log.error("could not write the HTML report to %s: %s: %s", path, type(e).__name__, e)
@@ -289,9 +289,9 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
             "`llm-locust run` reads the context from the server, plain locust does not"
         )
     if settings.overlong_baseline:
-        from llm_locust.report.results import load_results
+        from llm_locust.report.results import read_results
 
-        load_results(settings.overlong_baseline)  # a bad baseline is refused before any load
+        read_results(settings.overlong_baseline)  # a bad baseline is refused before any load
     return trace_facts(settings.trace_path, settings.trace_format or h.info["workload"].get("format"))
 
 
@@ -507,6 +507,6 @@ def _run_facts(environment, settings) -> dict[str, Any]:
 def _baseline_summary(settings) -> Figures | None:
     if not (settings.overlong_share and settings.overlong_baseline):
         return None
-    from llm_locust.report.results import load_results
+    from llm_locust.report.results import read_results
 
-    return load_results(settings.overlong_baseline)["summary"]  # required: load_results checked it
+    return read_results(settings.overlong_baseline)["summary"]  # required: read_results checked it

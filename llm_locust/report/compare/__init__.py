@@ -1,6 +1,6 @@
 """Runs side by side and a weighted decision matrix: `llm-locust compare A.json B.json ...`.
 
-    load_runs(paths, labels=()) -> list[Run]            # ResultsError (load_results' message)
+    load_runs(paths, labels=()) -> list[Run]            # ResultsError (read_results' message)
     check_comparable(runs) -> list[Issue]               # what makes runs not comparable, and notes
     load_weights(path) -> list[Criterion]               # WeightsError: file:line, criteria[i], what
     parse_criteria(data, source=...) -> list[Criterion]
