@@ -4,8 +4,10 @@ transport.grpc_io.GrpcStreamClient, at a fraction of its client cost.
 Why: grpcio hands each message to Python through its own layers and, under gevent, a thread
 switch; a worker read ~3,600 tokens per CPU-second that way (benchmarks/bench_grpc_ingest.py),
 against ~160,000 for an HTTP stream. Here a read takes whatever the socket holds (up to
-READ_SIZE), the HTTP/2 frames in it are walked in place (`struct.unpack_from`), and each gRPC
-message (5-byte prefix) goes straight to protocols.grpc_vllm.feed_response. Header blocks
+READ_SIZE) and hands it to the stream's frame reader (protocols/h2_frames.py: the frames on
+bytes alone, walked in place with `struct.unpack_from`, no I/O); `_read` is the socket loop
+around it (the reads, their deadlines and times, the answers the reader asks to write), and each
+gRPC message goes straight to protocols.grpc_vllm.feed_response. Header blocks
 (response headers and trailers, twice a request) are decoded with the `hpack` library (a block
 of indexed fields only, what a server sends once its table holds its headers, is remembered);
 the request's own block is encoded once per client, never indexed.
@@ -43,18 +45,38 @@ from gevent import GreenletExit
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols import grpc_vllm
 from llm_locust.protocols.base import CONTENT, Limits, ProtocolError, RequestSpec, StreamState, Timeouts
+from llm_locust.protocols.h2_frames import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FRAME,
+    GOAWAY,
+    HEADER_BLOCK_LIMIT,
+    HEADERS,
+    MAX_WINDOW,
+    PING,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    EndedWithoutTrailers,
+    GoAway,
+    H2FrameError,
+    H2FrameReader,
+    Headers,
+    Reset,
+    Send,
+    Settings,
+    Window,
+    control,
+    frame,
+    goaway_text,
+)
 from llm_locust.transport.grpc_io import _Ended, check_end, check_served, grpc_target, status_outcome
 from llm_locust.transport.http import finish_record
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-MAX_WINDOW = 2**31 - 1
-OUR_MAX_FRAME = 16384  # the protocol's default: we do not ask for larger frames
 READ_SIZE = 65536
-HEADER_BLOCK_LIMIT = 65536  # bytes of one header block (with its CONTINUATIONs) we accept
-_FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id (with its reserved bit)
-_FRAME_MESSAGE = struct.Struct(">HBBBLBL")  # a frame header, then a gRPC message prefix: compressed flag, length
 _INDEXED_BYTES = bytes(range(0x80, 0xFF))  # one-byte indexed fields (index 0-126): all a pure-index block holds
 _HTTP_CODES = {
     400: "INTERNAL",
@@ -111,11 +133,6 @@ def _wait_time(deadline: float | None, no_progress: float | None) -> float | Non
     return left if no_progress is None else min(no_progress, left)
 
 
-def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _FRAME.pack(n >> 8, n & 0xFF, ftype, flags, sid) + payload
-
-
 class _Status(Exception):
     """The call ended with a gRPC status other than OK (name, details)."""
 
@@ -151,8 +168,8 @@ class _Conn:
         self.opened: float | None = None  # seconds _open took (TCP, TLS, preface); None once used
         sock.sendall(
             PREFACE
-            + _frame(SETTINGS, 0, 0, struct.pack(">HLHL", 0x2, 0, 0x4, MAX_WINDOW))  # no push; big windows
-            + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", MAX_WINDOW - 65535))
+            + frame(SETTINGS, 0, 0, struct.pack(">HLHL", 0x2, 0, 0x4, MAX_WINDOW))  # no push; big windows
+            + frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", MAX_WINDOW - 65535))
         )
 
     def close(self) -> None:
@@ -161,17 +178,6 @@ class _Conn:
             self.sock.close()
         except OSError:
             pass
-
-    def settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - len(payload) % 6, 6):
-            key, value = struct.unpack_from(">HL", payload, i)
-            if key == 0x4:
-                if value > MAX_WINDOW:
-                    raise ProtocolError("HTTP/2 SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
-                self.stream_window_init = value
-            elif key == 0x5:
-                self.peer_max_frame = max(16384, min(value, 16777215))
-        self.sock.sendall(_frame(SETTINGS, ACK, 0))
 
 
 class H2GrpcClient:
@@ -239,7 +245,7 @@ class H2GrpcClient:
             data = conn.rest + self._recv(conn)
             pos = 0
             while len(data) - pos >= 9:
-                hi, lo, ftype, flags, fsid = _FRAME.unpack_from(data, pos)
+                hi, lo, ftype, flags, fsid = FRAME.unpack_from(data, pos)
                 length = hi << 8 | lo
                 if len(data) - pos - 9 < length or ftype not in (SETTINGS, PING, WINDOW_UPDATE, GOAWAY):
                     return False
@@ -307,9 +313,9 @@ class H2GrpcClient:
         conn.next_sid += 2
         block = self._headers(path)
         step = conn.peer_max_frame
-        out = [_frame(HEADERS, END_HEADERS if len(block) <= step else 0, sid, block[:step])]
+        out = [frame(HEADERS, END_HEADERS if len(block) <= step else 0, sid, block[:step])]
         for i in range(step, len(block), step):
-            out.append(_frame(CONTINUATION, END_HEADERS if i + step >= len(block) else 0, sid, block[i : i + step]))
+            out.append(frame(CONTINUATION, END_HEADERS if i + step >= len(block) else 0, sid, block[i : i + step]))
         message = b"\x00" + len(body).to_bytes(4, "big") + body
         window = conn.stream_window_init
         pos = 0
@@ -322,7 +328,7 @@ class H2GrpcClient:
                 window += self._wait_window(conn, sid, deadline, no_progress)
                 continue
             last = pos + n >= len(message)
-            out.append(_frame(DATA, END_STREAM if last else 0, sid, message[pos : pos + n]))
+            out.append(frame(DATA, END_STREAM if last else 0, sid, message[pos : pos + n]))
             pos += n
             window -= n
             conn.send_window -= n
@@ -346,7 +352,7 @@ class H2GrpcClient:
         conn.rest = b""
         grown, pos = 0, 0
         while len(data) - pos >= 9:
-            hi, lo, ftype, flags, fsid = _FRAME.unpack_from(data, pos)
+            hi, lo, ftype, flags, fsid = FRAME.unpack_from(data, pos)
             length, fsid = hi << 8 | lo, fsid & 0x7FFFFFFF
             if len(data) - pos - 9 < length:
                 break
@@ -369,18 +375,29 @@ class H2GrpcClient:
         return grown
 
     def _control(self, conn: _Conn, ftype: int, flags: int, payload: bytes) -> None:
-        if ftype == SETTINGS:
-            if not flags & ACK:
-                conn.settings(payload)
-        elif ftype == PING:
-            if not flags & ACK:
-                conn.sock.sendall(_frame(PING, ACK, 0, payload[:8]))
-        elif ftype == GOAWAY and len(payload) >= 8:
-            last, code = struct.unpack_from(">LL", payload)
-            conn.last_sid = last & 0x7FFFFFFF
-            conn.goaway = (
-                f"GOAWAY (code {code}){': ' + payload[8:200].decode('utf-8', 'replace') if len(payload) > 8 else ''}"
-            )
+        """A SETTINGS, PING or GOAWAY frame read outside a reply: obeyed and answered."""
+        events: list = []
+        control(ftype, flags, payload, events)
+        for ev in events:
+            self._connection_event(conn, ev)
+
+    @staticmethod
+    def _connection_event(conn: _Conn, ev) -> None:
+        """What the peer's SETTINGS, WINDOW_UPDATE or GOAWAY changes on the connection; an
+        answer (Send) written."""
+        kind = ev.__class__
+        if kind is Send:
+            conn.sock.sendall(ev.data)
+        elif kind is Settings:
+            if ev.initial_window is not None:
+                conn.stream_window_init = ev.initial_window
+            if ev.max_frame is not None:
+                conn.peer_max_frame = ev.max_frame
+        elif kind is Window:
+            conn.send_window += ev.increment
+        elif kind is GoAway and ev.last_sid is not None:
+            conn.last_sid = ev.last_sid
+            conn.goaway = goaway_text(ev)
 
     def _recv(self, conn: _Conn, size: int = READ_SIZE) -> bytes:
         data = conn.sock.recv(size)
@@ -420,172 +437,94 @@ class H2GrpcClient:
             else:
                 try:
                     if not conn.broken:
-                        conn.sock.sendall(_frame(RST_STREAM, 0, conn.next_sid - 2, struct.pack(">L", 0x8)))
+                        conn.sock.sendall(frame(RST_STREAM, 0, conn.next_sid - 2, struct.pack(">L", 0x8)))
                 except OSError:
                     pass
                 conn.close()
 
-    def _read(  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+    def _read(
         self,
         conn: _Conn,
         sid: int,
-        on_message,
+        on_message: Callable[[bytes, float], None],
         deadline: float | None,
         no_progress: float | None,
         rec: RequestRecord | None,
     ) -> None:
+        """The socket loop of one call's reply, until its end: each read's bytes to the stream's
+        frame reader (protocols/h2_frames.py), its events acted on in order, each stamped with
+        the time the read that brought it returned (the whole frames left from the last request
+        first, with the time this one began reading). Each read waits at most the no-progress
+        limit and never past the total deadline."""
         perf_counter = time.perf_counter
-        unpack = _FRAME.unpack_from
-        unpack_message = _FRAME_MESSAGE.unpack_from
-        limit = self.limits.event_bytes
+        reader = H2FrameReader(sid, self.limits.event_bytes, conn.unacked)
+        feed = reader.feed
         sock = conn.sock
-        block = None  # a header block being read (HEADERS + CONTINUATIONs)
-        block_end = False
-        got_headers = False
-        pending = b""  # the start of a gRPC message split across DATA frames
-        data, pos = conn.rest, 0
-        conn.rest = b""
+        data, conn.rest = conn.rest, b""
         now = perf_counter()
-        size = len(data)
-        fast_limit = min(OUR_MAX_FRAME, limit + 5)
         while True:
-            if got_headers and not pending and size - pos >= 14:
-                # the usual frame: DATA for this stream, no flags, one whole uncompressed gRPC message
-                hi, lo, ftype, flags, fsid, compressed, n = unpack_message(data, pos)
-                length = hi << 8 | lo
-                end = pos + 9 + length
-                if (
-                    ftype == 0
-                    and fsid == sid
-                    and not flags
-                    and not compressed
-                    and n == length - 5
-                    and end <= size
-                    and length <= fast_limit
-                ):
-                    conn.unacked += length
-                    on_message(data[pos + 14 : end], now)
-                    pos = end
-                    continue
-            if size - pos < 9 or size - pos - 9 < (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]):
-                # a frame not yet whole: read more
-                wait = no_progress
-                if deadline is not None:
-                    left = deadline - perf_counter()
-                    if left <= 0:
-                        raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded")
-                    wait = left if wait is None else min(wait, left)
-                sock.settimeout(wait)
-                try:
-                    more = self._recv(conn)
-                except TimeoutError:
-                    if deadline is not None and perf_counter() >= deadline:
-                        raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
-                    raise
-                now = perf_counter()
-                data = data[pos:] + more if pos < size else more
-                pos = 0
-                size = len(data)
-                if conn.unacked >= 1 << 30:
-                    sock.sendall(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", conn.unacked)))
-                    conn.unacked = 0
-                continue
-            hi, lo, ftype, flags, fsid = unpack(data, pos)
-            length = hi << 8 | lo
-            fsid &= 0x7FFFFFFF
-            if length > OUR_MAX_FRAME:
-                raise ProtocolError(f"HTTP/2 frame of {length} bytes, over the {OUR_MAX_FRAME} we allow")
-            start = pos + 9
-            pos = start + length
-            if ftype == DATA:
-                conn.unacked += length
-                if conn.unacked >= 1 << 30:
-                    sock.sendall(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", conn.unacked)))
-                    conn.unacked = 0
-                if fsid != sid:
-                    continue  # an earlier stream's tail (cancelled): its bytes counted, nothing else
-                if flags & PADDED:
-                    if length < 1 or data[start] >= length:
-                        raise ProtocolError("HTTP/2 DATA frame with a bad pad length")
-                    end = pos - data[start]
-                    start += 1
+            try:
+                events = feed(data)
+            except H2FrameError as e:
+                self._act(conn, sid, e.events, on_message, now, rec)  # what came before the bad frame first
+                raise
+            for ev in events:  # _act, inline: this loop runs once a read
+                if ev.__class__ is bytes:
+                    on_message(ev, now)  # the usual event: one gRPC message
                 else:
-                    end = pos
-                if not got_headers:
-                    raise ProtocolError("HTTP/2 DATA before the response headers")
-                # (the usual frame, one whole message, took the fast path above)
-                pending = self._messages(pending + data[start:end], on_message, now, limit)
-                if flags & END_STREAM:
-                    raise _Status("UNKNOWN" if got_headers else "INTERNAL", "the stream ended without its trailers")
-            elif ftype == HEADERS or ftype == CONTINUATION:
-                if fsid != sid:
-                    if ftype == HEADERS and fsid and fsid % 2 == 0:
-                        raise ProtocolError("HTTP/2 HEADERS on a stream the client did not open")
-                    continue
-                if ftype == HEADERS:
-                    if block is not None:
-                        raise ProtocolError("HTTP/2 HEADERS inside an unfinished header block")
-                    begin = start
-                    if flags & PADDED:
-                        begin += 1
-                    if flags & PRIORITY:
-                        begin += 5
-                    end = pos - (data[start] if flags & PADDED else 0)
-                    if begin > end:
-                        raise ProtocolError("HTTP/2 HEADERS frame with bad padding")
-                    block, block_end = data[begin:end], bool(flags & END_STREAM)
-                else:
-                    if block is None:
-                        raise ProtocolError("HTTP/2 CONTINUATION without HEADERS")
-                    block += data[start:pos]
-                if len(block) > HEADER_BLOCK_LIMIT:
-                    raise ProtocolError(f"an HTTP/2 header block over {HEADER_BLOCK_LIMIT} bytes")
-                if flags & END_HEADERS:
-                    headers = self._decode(conn, block)
-                    block = None
-                    if not got_headers:
-                        got_headers = True
-                        self._check_response(headers, block_end)
-                        if rec is not None:
-                            rec.t_headers = now
-                    if block_end:
-                        if pending:
-                            raise _Status("INTERNAL", f"the stream ended inside a gRPC message ({len(pending)} bytes)")
-                        self._trailers(headers)
-                        conn.rest = data[pos:]
-                        return
-            elif ftype == RST_STREAM:
-                if fsid == sid:
-                    code = int.from_bytes(data[start : start + 4], "big") if length >= 4 else 2
-                    raise _Status(_RST_CODES.get(code, "INTERNAL"), f"Received RST_STREAM with error code {code}")
-            elif ftype == WINDOW_UPDATE:
-                if fsid == 0 and length == 4:
-                    conn.send_window += int.from_bytes(data[start:pos], "big") & 0x7FFFFFFF
-            elif ftype in (SETTINGS, PING, GOAWAY):
-                if fsid != 0:
-                    raise ProtocolError(f"HTTP/2 frame type {ftype} on stream {fsid}")
-                self._control(conn, ftype, flags, data[start:pos])
-                if ftype == GOAWAY and conn.last_sid is not None and sid > conn.last_sid:
-                    raise _Status("UNAVAILABLE", f"{conn.goaway} before the request was taken")
-            elif ftype == PUSH_PROMISE:
-                raise ProtocolError("HTTP/2 PUSH_PROMISE, though the client disabled push")
-            # other frame types (PRIORITY, unknown extensions) are ignored, as HTTP/2 says
+                    self._event(conn, sid, ev, now, rec)
+            if reader.ended:
+                conn.rest, conn.unacked = reader.rest, reader.unacked
+                return
+            # the next read: within the no-progress limit and the total deadline (as _wait_time)
+            wait = no_progress
+            if deadline is not None:
+                left = deadline - perf_counter()
+                if left <= 0:
+                    raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded")
+                wait = left if wait is None else min(wait, left)
+            sock.settimeout(wait)
+            try:
+                data = sock.recv(READ_SIZE)
+            except TimeoutError:
+                if deadline is not None and perf_counter() >= deadline:
+                    raise _Status("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
+                raise
+            now = perf_counter()
+            if not data:
+                conn.broken = True
+                raise _Status("UNAVAILABLE", conn.goaway or "the server closed the connection")
 
-    @staticmethod
-    def _messages(buf: bytes, on_message, now: float, limit: int) -> bytes:
-        """Hand every whole gRPC message in `buf` over; return the unfinished rest."""
-        pos = 0
-        while len(buf) - pos >= 5:
-            n = int.from_bytes(buf[pos + 1 : pos + 5], "big")
-            if buf[pos]:
-                raise ProtocolError("a compressed gRPC message, though the client accepts no compression")
-            if n > limit:
-                raise ProtocolError(f"a gRPC message of {n} bytes, over the {limit}-byte limit")
-            if len(buf) - pos - 5 < n:
-                break
-            on_message(buf[pos + 5 : pos + 5 + n], now)
-            pos += 5 + n
-        return buf[pos:]
+    def _act(self, conn: _Conn, sid: int, events: list, on_message, now: float, rec: RequestRecord | None) -> None:
+        """Act on `events` in order (a message to `on_message`, anything else to `_event`)."""
+        for ev in events:
+            if ev.__class__ is bytes:
+                on_message(ev, now)
+            else:
+                self._event(conn, sid, ev, now, rec)
+
+    def _event(self, conn: _Conn, sid: int, ev, now: float, rec: RequestRecord | None) -> None:
+        """One event of the reply other than a message: the response's headers checked and
+        stamped, the end of the stream classified, the connection's frames obeyed and answered."""
+        kind = ev.__class__
+        if kind is Headers:
+            headers = self._decode(conn, ev.block)
+            if ev.first:
+                self._check_response(headers, ev.end_stream)
+                if rec is not None:
+                    rec.t_headers = now
+            if ev.end_stream:
+                if ev.unfinished:
+                    raise _Status("INTERNAL", f"the stream ended inside a gRPC message ({ev.unfinished} bytes)")
+                self._trailers(headers)
+        elif kind is Reset:
+            raise _Status(_RST_CODES.get(ev.code, "INTERNAL"), f"Received RST_STREAM with error code {ev.code}")
+        elif kind is EndedWithoutTrailers:
+            raise _Status("UNKNOWN", "the stream ended without its trailers")
+        else:
+            self._connection_event(conn, ev)
+            if kind is GoAway and conn.last_sid is not None and sid > conn.last_sid:
+                raise _Status("UNAVAILABLE", f"{conn.goaway} before the request was taken")
 
     @staticmethod
     def _decode(conn: _Conn, block: bytes) -> dict[str, str]:
