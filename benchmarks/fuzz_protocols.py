@@ -1,5 +1,6 @@
-"""A longer fuzz run of the stream decoders and every adapter (the checks of
-tests/test_fuzz_protocols.py, with random seeds and many more cases).
+"""A longer fuzz run of the stream decoders, every adapter and the HTTP/2 frame reader (the checks
+of tests/test_fuzz_protocols.py and tests/test_h2_frames.py, with random seeds and many more
+cases).
 
 Unlike the tests, a failing case does not stop the run: every crash is counted (by exception
 type and message start) and the run goes on, so one run shows how many distinct problems there
@@ -24,6 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import test_fuzz_protocols as fz  # noqa: E402
+import test_h2_frames as h2  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
 from llm_locust.protocols import API_NAMES  # noqa: E402
@@ -38,6 +40,7 @@ def targets():
     yield "SSE decoder, any split", fz.body_and_pieces(), fz.check_sse
     yield "NDJSON decoder, any split", fz.body_and_pieces(), fz.check_ndjson
     yield "error_text, any body", fz.PAYLOAD_BYTES.map(lambda b: (b,)), fz.check_error_text
+    yield "HTTP/2 frames, mutated, any split", h2.wire_and_cuts(), h2.check_reader
 
 
 def run(name, strategy, check, cases: int, run_seed: int | None) -> dict:
