@@ -367,7 +367,7 @@ def run_repeated(argv: list[str], settings) -> int:
         files.append(path)
         print(rep_line(k, n, doc, path), flush=True)
     combined = combine(docs, files, reset)
-    combined.setdefault("run", {})["command"] = ["llm-locust", "run", *argv]
+    combined["run"]["command"] = ["llm-locust", "run", *argv]
     plan = combined.get("plan")
     if isinstance(plan, dict):
         plan["repeat"] = {**(plan.get("repeat") or {}), "count": n, "reset_hook": settings.reset_hook}

@@ -35,7 +35,31 @@ def _doc() -> ResultsDoc:
         rec = _record(i, ok=i != 5)
         total.add(rec)
         step.add(rec)
-    return build_results(total, {1: step}, {"host": "http://127.0.0.1:1", "seed": 1})
+    return build_results(total, {1: step}, _run_facts())
+
+
+def _run_facts(s=None) -> dict:
+    """`run` as runtime.plugin _run_facts and report.outcome write it (the end's facts added)."""
+    from llm_locust.settings import derive
+
+    s = s or derive.resolve(None, derive.cli_values(derive.run_parser().parse_known_args([])[0]))
+    return {
+        "host": "http://127.0.0.1:1",
+        "settings": s.public(),
+        "runner": "LocalRunner",
+        "command": ["llm-locust", "run"],
+        "seed": 1,
+        "load": {"mode": "closed", "users": 2, "spawn_rate": 2.0, "run_time": 3, "shape": None},
+        "name": "",
+        "cache_reset": None,
+        "started_at": 1_800_000_090.0,
+        "ended_at": 1_800_000_110.0,
+        "server": {"model": "m"},
+        "started_at_utc": "2027-01-15T08:01:30+00:00",
+        "workers_why": None,
+        "interrupted": None,
+        "stopped_early": None,
+    }
 
 
 def test_the_published_json_schema_is_what_the_types_generate():
@@ -183,6 +207,168 @@ def test_a_worker_row_the_master_writes_conforms_to_the_schema():
         adapter.validate_python({k: v for k, v in row.items() if k != "joined_at"}, strict=True)
 
 
+def _settings(*argv: str):
+    from llm_locust.settings import derive
+
+    return derive.resolve(None, derive.cli_values(derive.run_parser().parse_known_args(list(argv))[0]))
+
+
+def _series(url: str, wall: float, figures) -> object:
+    """A /metrics series read every second from wall - 10 to wall + 10: figures(k) the k-th read's."""
+    from llm_locust.analysis.server_metrics import Sample, ServerSeries
+
+    return ServerSeries(url, "vllm", [Sample(wall - 10 + k, figures(k)) for k in range(21)], info={"i": [{"a": "b"}]})
+
+
+def _ended_run():
+    """The end of a ladder run as report.outcome builds it, in process: the ladder's report (its
+    producers' code), the server's /metrics (every quantity of the table, counters and gauges) and
+    the GPU sidecar's, GPUs and a price, the stability plans (KV pressure, the burst, the overlong
+    mix, a soak), endpoints, sessions and an interruption: every section and optional part written."""
+    from llm_locust.analysis.server_metrics import COUNTERS, quantities
+    from llm_locust.report import outcome
+    from llm_locust.settings import derive
+
+    s = _settings(
+        "--ladder", "concurrency:1,2,4", "--kv-pressure", "--soak-window", "1s", "--gpus", "2",
+        "--gpu-hour-price", "3", "--overlong-share", "0.1", "--overlong-tokens", "5000",
+    )  # fmt: skip
+    ladder = _ladder_doc()
+    wall = 1_800_000_100.0
+    total = Aggregate()
+    for i in range(6):
+        total.add(_record(i))
+    server = _series(
+        "http://h", wall, lambda k: {q: (10.0 * k if q in COUNTERS else 0.5) for q in quantities() if "gpu" not in q}
+    )
+    gpu = _series(
+        "http://g", wall, lambda k: {q: (5.0 * k if q in COUNTERS else 2.0**34) for q in quantities() if "gpu" in q}
+    )
+    e = outcome.Ended(
+        settings=s,
+        total=total,
+        steps={1: total},
+        started_at=wall - 10,
+        ended_at=wall + 10,
+        ladder=ladder,
+        windows=ladder["windows"],
+        servers={"http://h": server, "http://h2": server},
+        gpu=gpu,
+        status={"endpoints": {"http://h": {"sent": 6, "in_flight": 0, "down_on": 0, "processes": 1, "down": False}},
+                "sessions": {"started": 2, "done": 1, "broken": 1}},
+        run=_run_facts(s),
+        server_info={"model": "m"},
+        plan=derive.to_plan(s),
+        interruption=outcome.Interruption("SIGINT", wall + 9, "step 3 of 3"),
+    )  # fmt: skip
+    return outcome.build(e).results
+
+
+# {section: its TypedDict} and, for each, its nested parts: (a path into the section, the type)
+SECTION_PARTS = {
+    "run": [((), "Run"), (("settings",), "RunSettings"), (("settings", "ladder"), "RunSettingsLadder"),
+            (("load",), "RunLoad"), (("interrupted",), "Interrupted"), (("endpoints", "http://h"), "EndpointStatus"),
+            (("sessions",), "Sessions")],
+    "server_metrics": [((), "MetricsWindows"), (("source",), "SeriesSource"), (("run",), "MetricsWindow"),
+                       (("steps", 0), "StepMetricsWindow")],
+    "gpu_metrics": [((), "MetricsWindows"), (("run",), "MetricsWindow"), (("steps", 0), "StepMetricsWindow")],
+    "efficiency": [((), "Efficiency"), (("steps", 0), "EfficiencyStep")],
+    "verdicts": [((), "Verdicts"), (("gpus",), "GpuCounts"), (("price",), "GpuPrice"), (("steps", 0), "VerdictRow"),
+                 (("knee",), "VerdictRow"), (("run",), "VerdictRow")],
+    "stability": [((), "Stability"), (("kv_pressure",), "KvPressure"), (("kv_pressure", "rows", 0), "KvPressureRow"),
+                  (("burst",), "BurstRecovery"), (("overlong",), "OverlongMix"),
+                  (("overlong", "others"), "OverlongOthers"),
+                  (("soak",), "Soak"), (("soak", "rows", 0), "SoakRow"), (("soak", "ttft_drift"), "Drift")],
+}  # fmt: skip
+
+
+def _part(doc, path):
+    for k in path:
+        doc = doc[k]
+    return doc
+
+
+def _strictly(part: dict, typed) -> None:
+    """pydantic passes over a key its type lacks: this does not."""
+    assert set(part) <= set(typed.__annotations__), (typed.__name__, set(part) - set(typed.__annotations__))
+
+
+def test_the_sections_the_end_of_a_run_writes_conform_to_their_types():
+    """run, the server's and the GPU's metrics windows, efficiency, verdicts and stability, as
+    report.outcome writes them from a ladder run's parts: strictly valid, and no key written that
+    its TypedDict lacks (each nested part too)."""
+    doc = _ended_run()
+    TypeAdapter(ResultsDoc).validate_python(doc, strict=True)
+    for section, parts in SECTION_PARTS.items():
+        for path, name in parts:
+            _strictly(_part(doc[section], path), getattr(schema, name))
+    assert doc["verdicts"]["knee"] is not None and doc["stability"]["kv_pressure"]["first_step"] == 1
+    assert set(doc["server_metrics_by_endpoint"]) == {"http://h", "http://h2"}
+    window = doc["server_metrics"]["run"]
+    assert "preemptions_total" in window and "prefix_cache_hit_ratio" in window, sorted(window)
+    wrong = _ended_run()
+    wrong["verdicts"]["steps"][0]["pareto"] = "yes"
+    with pytest.raises(ValidationError, match=r"verdicts\.steps\.0\.pareto"):
+        TypeAdapter(ResultsDoc).validate_python(wrong, strict=True)
+
+
+def test_a_metrics_window_names_every_quantity_the_series_read():
+    """MetricsWindow holds each quantity of server_metrics' tables and what a window derives: a
+    quantity added to the tables without the type fails here."""
+    from llm_locust.analysis.server_metrics import DERIVED, quantities
+
+    keys = set(schema.MetricsWindow.__annotations__)
+    assert set(quantities()) | set(DERIVED) <= keys, (set(quantities()) | set(DERIVED)) - keys
+
+
+def test_the_repeats_section_conforms_to_its_type():
+    """`repeats` as analysis.repeats combine writes it from two repetitions."""
+    from llm_locust.analysis.repeats import combine
+
+    docs = [_doc(), _doc()]
+    docs[1]["summary"]["output_tokens_per_s"] *= 1.1
+    rep = combine(docs, ["r.rep1.json", "r.rep2.json"], "no reset")["repeats"]
+    TypeAdapter(schema.Repeats).validate_python(rep, strict=True)
+    _strictly(rep, schema.Repeats)
+    assert rep["figures"], rep
+    for f in rep["figures"].values():
+        _strictly(f, schema.RepeatFigure)
+
+
+def _plan_paths(typed, prefix=()):
+    """The plan paths a Plan TypedDict holds: its keys, nested through its groups' TypedDicts."""
+    import typing
+
+    out = set()
+    for k, t in typing.get_type_hints(typed).items():
+        if isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__annotations__"):
+            out |= _plan_paths(t, (*prefix, k))
+        else:
+            out.add(".".join((*prefix, k)))
+    return out
+
+
+def test_the_plan_types_hold_every_plan_key_and_no_other():
+    """Plan's keys are the options' plan paths (settings.model), the ladder's written form aside:
+    an option added to plans without its type fails here. An effective plan with every group
+    present is strictly valid."""
+    from llm_locust.settings import derive
+    from llm_locust.settings.model import options
+
+    paths = {o.plan for _, o in options().values() if o.plan} - {"ladder"}
+    typed = _plan_paths(schema.Plan)
+    written = {"ladder.kind", "ladder.steps", "ladder.search", "ladder.burst"}  # settings.derive _ladder_plan
+    assert typed - written == paths, (sorted(paths - typed), sorted(typed - written - paths))
+    s = _settings(
+        "--ladder", "rate:1,2", "--synthetic", "requests=5,input=16,output=8", "--slo", "ttft=500ms,tpot=4000s",
+        "--gpu-prices", "H200=3.5", "--gpus", "2", "--step-duration", "4000s",
+    )  # fmt: skip
+    plan = derive.to_plan(s)
+    TypeAdapter(schema.Plan).validate_python(plan, strict=True)
+    for group in ("ladder", "workload", "cost", "stability", "timeouts"):
+        assert group in plan, sorted(plan)
+
+
 def _documented(section: str) -> set[str]:
     """The backticked names in the first column of the tables of `## section` of docs/results.md."""
     text = DOC.read_text()
@@ -236,6 +422,35 @@ def offered(doc: ResultsDoc) -> float:
 
 def joined(doc: ResultsDoc) -> float:
     return doc["workers"][0]["{worker}"]
+
+
+def command(doc: ResultsDoc) -> list[str]:
+    return doc["run"]["{run}"]
+
+
+def description(doc: ResultsDoc) -> str | None:
+    plan = doc.get("plan")
+    return plan["{plan}"] if plan else None
+
+
+def samples(doc: ResultsDoc) -> int:
+    return doc["server_metrics"]["run"]["{window}"]
+
+
+def saturated(doc: ResultsDoc) -> float | None:
+    return doc["efficiency"]["{efficiency}"]
+
+
+def notes(doc: ResultsDoc) -> list[str]:
+    return doc["verdicts"]["{verdicts}"]
+
+
+def soak_passed(doc: ResultsDoc) -> bool:
+    return doc["stability"]["soak"]["{stability}"]
+
+
+def repetitions(doc: ResultsDoc) -> int:
+    return doc["repeats"]["{repeats}"]
 """
 # {placeholder: (the key, a misspelling of it, the TypedDict that must name it)}
 FIELDS = {
@@ -243,14 +458,22 @@ FIELDS = {
     "ladder": ("stop_reason", "stop_reasn", "LadderDoc"),
     "step": ("offered", "offerd", "LadderStep"),
     "worker": ("joined_at", "joined_att", "Worker"),
+    "run": ("command", "comand", "Run"),
+    "plan": ("description", "descripton", "Plan"),
+    "window": ("samples", "sampels", "MetricsWindow"),
+    "efficiency": ("max_load_before_kv_saturation", "max_load_before_kv_saturaton", "Efficiency"),
+    "verdicts": ("notes", "note", "Verdicts"),
+    "stability": ("passed", "pased", "Soak"),
+    "repeats": ("count", "cnt", "Repeats"),
 }
 
 
 # slow: runs mypy twice over the schema module (several seconds)
 @pytest.mark.slow
 def test_a_renamed_results_field_fails_the_type_check(tmp_path):
-    """A reader of the summary, of the ladder (its own keys and a step's) and of a worker's row:
-    each key misspelt fails mypy, which names it (one reader, so mypy runs twice, not per key)."""
+    """A reader of the summary, of the ladder (its own keys and a step's), of a worker's row, of
+    run, plan, a metrics window, efficiency, verdicts, stability and repeats: each key misspelt
+    fails mypy, which names it (one reader, so mypy runs twice, not per key)."""
 
     def mypy(which: int) -> subprocess.CompletedProcess[str]:
         path = tmp_path / f"reader_{which}.py"

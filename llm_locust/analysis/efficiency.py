@@ -21,9 +21,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, TypedDict
+from typing import Any, cast
 
-from llm_locust.report.schema import Figures, ResultsDoc
+from llm_locust.report.schema import Figures, GpuCounts, GpuPrice, ResultsDoc, VerdictRow, Verdicts
 
 # The GPU sidecar's (and dcgm-exporter's) power and energy, as rows of server_metrics.TABLE
 # (quantity -> alternatives, the first present wins; summed over GPUs). The power gauge prefers the
@@ -84,16 +84,6 @@ def _num(v: Any) -> float | None:
 def _count(v: Any) -> int | None:
     n = _num(v)
     return int(n) if n is not None and n >= 1 and n == int(n) else None
-
-
-class GpuCounts(TypedDict):
-    """gpu_counts' answer (results["verdicts"]["gpus"]): prefill_gpus and decode_gpus are both set
-    exactly when disaggregated."""
-
-    gpus: int
-    prefill_gpus: int | None
-    decode_gpus: int | None
-    disaggregated: bool
 
 
 def gpu_counts(settings: Any) -> tuple[GpuCounts | None, list[str]]:
@@ -167,7 +157,7 @@ def _gpu_names(gpu_info: Any) -> list[str]:
     return out
 
 
-def gpu_price(settings: Any, gpu_info: Any) -> tuple[dict[str, Any] | None, list[str]]:
+def gpu_price(settings: Any, gpu_info: Any) -> tuple[GpuPrice | None, list[str]]:
     """({usd_per_gpu_hour, source, gpu_type}, notes): the price of the GPU type the sidecar named
     from `gpu_prices`, else the flat `gpu_hour_price`; mixed GPU types: the mean over the GPUs
     listed. None (with a note) when neither applies."""
@@ -266,9 +256,9 @@ def step_figures(
     st: Mapping[str, Any],
     gw: Mapping[str, Any] | None,
     counts: GpuCounts | None,
-    price: Mapping[str, Any] | None,
+    price: GpuPrice | None,
     tokens: tuple[Any, Any] | None = None,
-) -> dict[str, Any]:
+) -> VerdictRow:
     """The figures of one step (or of the whole run: `st` a summary). st: output_tokens_per_s,
     latency.tpot.p50 and the window (`window`, or window_end - window_start, or duration_s);
     gw: its GPU scrape window; tokens: (input, output) tokens of its requests, for input tokens/s."""
@@ -318,7 +308,7 @@ def step_figures(
         if window:
             row["usd"] = usd_per_s * window
     row["flags"] = list(st.get("flags") or [])
-    return row
+    return cast(VerdictRow, row)  # built in the file's key order, its figures only when computed
 
 
 # ---- the Pareto frontier ----
@@ -388,7 +378,7 @@ def verdicts(
     summary: Mapping[str, Any] | None = None,
     gpu_run: Mapping[str, Any] | None = None,
     saturation: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Verdicts:
     """The verdicts of a run (results["verdicts"]).
 
     steps: the ladder's StepResult dicts (ladder["steps"]; empty for a run without a ladder);
@@ -422,12 +412,14 @@ def verdicts(
     for r, on in zip(rows, front, strict=True):
         r["pareto"] = on
     frontier = [
-        r["step"] for p, r, on in sorted(zip(pts, rows, front, strict=True), key=lambda t: t[0] or (0.0, 0.0)) if on
+        r["step"]
+        for p, r, on in sorted(zip(pts, rows, front, strict=True), key=lambda t: t[0] or (0.0, 0.0))
+        if on and r["step"] is not None  # (a ladder step's row has its step: only the run's has None)
     ]
     knee = None
     sat = (saturation or {}).get("saturation") if isinstance(saturation, Mapping) else None
     if isinstance(sat, Mapping):
-        knee = next((dict(r) for r in rows if r["step"] == sat.get("step")), None)
+        knee = next((r.copy() for r in rows if r["step"] == sat.get("step")), None)
     run = None
     if summary:
         t = (summary.get("tokens_in"), summary.get("tokens_out"))
@@ -449,7 +441,8 @@ def verdicts(
 def _cost_settings(results: ResultsDoc) -> SimpleNamespace:
     plan = _mapping(results.get("plan"))
     cost = dict(plan.get("cost") or {}) if isinstance(plan.get("cost"), Mapping) else {}
-    settings = (results.get("run") or {}).get("settings") or {}
+    # a file written before the plan kept cost.* had them in run.settings: read by name
+    settings: Mapping[str, Any] = cast("Mapping[str, Any]", (results.get("run") or {}).get("settings") or {})
     for k in ("gpus", "prefill_gpus", "decode_gpus", "gpu_hour_price", "gpu_prices"):
         if k not in cost and k in settings:
             cost[k] = settings[k]
@@ -463,7 +456,7 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
-def verdicts_for_results(results: ResultsDoc, settings: Any = None) -> dict[str, Any] | None:
+def verdicts_for_results(results: ResultsDoc, settings: Any = None) -> Verdicts | None:
     """`verdicts` from a results document (its ladder, GPU windows, GPUs, per-step token counts,
     summary and, without `settings`, the effective plan's cost.* keys). None for a run with neither
     a ladder nor a summary. A part absent or malformed (a hand-edited file, a test's few parts) reads

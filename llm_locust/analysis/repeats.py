@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, cast
 
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.report.schema import RepeatFigure, Repeats, ResultsDoc
 
 # Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom: the standard
 # table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
@@ -165,15 +165,15 @@ NOT_RESET = "server state was not reset between repetitions (no --reset-hook)"
 FRESH_SIM = "a fresh built-in simulator per repetition"
 
 
-def repeats_section(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> dict[str, Any]:
+def repeats_section(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> Repeats:
     """results["repeats"]: the count, each repetition's file and values, and per figure its
     mean, sd and 95% t-interval (a figure only when every repetition has it)."""
     per = [headline_values(d) for d in docs]
     names = [n for n, _, _ in HEADLINE if per and all(n in p for p in per)]
-    figures = {}
+    figures: dict[str, RepeatFigure] = {}
     for n in names:
         figures[n] = {
-            **interval([p[n] for p in per]),
+            **cast(RepeatFigure, interval([p[n] for p in per])),  # n, mean, sd, ci95, half_width
             "values": [p[n] for p in per],
             "unit": unit_of(n),
             "higher_is_better": HIGHER_IS_BETTER[n],
@@ -240,7 +240,7 @@ def _fmt(name: str, v: float | None) -> str:
     return f"{v:.2f} {u}" if u != "load" else f"{v:g}"
 
 
-def format_repeats(rep: dict[str, Any]) -> str:
+def format_repeats(rep: Repeats) -> str:
     """The combined summary, one line per figure: mean, sd and the 95% interval."""
     lines = [
         f"repeats: {rep['count']} repetitions; {rep['reset']}",

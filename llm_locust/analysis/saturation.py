@@ -43,7 +43,7 @@ import importlib.util
 import math
 import statistics
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -465,7 +465,7 @@ def _unfinished(step: StepResult) -> str:
     return "none sent in the step; any in flight were sent before it"
 
 
-def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[list[str]]]:
+def _server_cells(server: Sequence[Mapping[str, Any]] | None, n: int) -> tuple[list[str], list[list[str]]]:
     """The server's prefix-cache and speculative-decoding columns, for the steps that have them:
     (headers, cells per step). `server`: each step's window of the server's /metrics
     (analysis.server_metrics ServerSeries.window, in step order)."""
@@ -490,7 +490,10 @@ def _server_cells(server: list[dict] | None, n: int) -> tuple[list[str], list[li
 
 
 def format_steps(
-    results: list[StepResult], verdict: Verdict | None = None, server: list[dict] | None = None, knee: bool = True
+    results: list[StepResult],
+    verdict: Verdict | None = None,
+    server: Sequence[Mapping[str, Any]] | None = None,
+    knee: bool = True,
 ) -> str:
     """The per-step table (aligned columns) and the saturation verdict below it.
 

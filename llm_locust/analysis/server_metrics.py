@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_locust.analysis.efficiency import GPU_COUNTERS, GPU_TABLE
+from llm_locust.report.schema import (
+    CounterWindow,
+    Efficiency,
+    EfficiencyStep,
+    MetricsWindow,
+    SeriesSource,
+    StepMetricsWindow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +239,7 @@ def derived(w: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def counter_increase(points: list[tuple[float, float]], start: float, end: float) -> dict[str, Any] | None:
+def counter_increase(points: list[tuple[float, float]], start: float, end: float) -> CounterWindow | None:
     """{"increase", "per_s"} of a counter read at `points` ((wall time, value), in time order)
     over [start, end], or None when no two reads span any of it and none lies inside.
 
@@ -268,7 +276,7 @@ class ServerSeries:
     failed: int = 0  # reads that failed (a slow answer mid-run is one; samples go on)
     info: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # from the first scrape
 
-    def window(self, start: float, end: float) -> dict[str, Any]:
+    def window(self, start: float, end: float) -> MetricsWindow:
         """Gauges: mean and max of the reads inside the window; counters: increase and rate over
         exactly [start, end], read at its edges.
 
@@ -283,10 +291,11 @@ class ServerSeries:
         after the last one nothing is known: the window is cut to the reads' span (`t_from`,
         `t_to`: what a client-side count must cover to be compared with an increase)."""
         inside = [s for s in self.samples if start <= s.t <= end]
+        # built by quantity name (TABLE, FEATURE_TABLE, DERIVED: each a key of MetricsWindow)
         out: dict[str, Any] = {"samples": len(inside)}
         ordered = sorted(self.samples, key=lambda s: s.t)
         if not ordered:
-            return out
+            return cast(MetricsWindow, out)
         t_from, t_to = max(start, ordered[0].t), min(end, ordered[-1].t)
         if t_to > t_from or inside:
             out["t_from"], out["t_to"] = t_from, t_to
@@ -303,9 +312,9 @@ class ServerSeries:
         if ttft_n:
             out["server_ttft_mean_s"] = out["ttft_seconds_sum"]["increase"] / ttft_n
         out.update(derived(out))
-        return out
+        return cast(MetricsWindow, out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SeriesSource:
         return {
             "url": self.url,
             "server": self.server,
@@ -318,45 +327,49 @@ class ServerSeries:
 
 
 def efficiency(
-    steps: list[dict], server: list[dict] | None, gpu: list[dict] | None, baseline_bytes: float | None
-) -> dict[str, Any]:
+    steps: list[dict],
+    server: list[StepMetricsWindow] | None,
+    gpu: list[StepMetricsWindow] | None,
+    baseline_bytes: float | None,
+) -> Efficiency:
     """Memory efficiency per step (issue: memory beyond the weights and what throughput it buys).
 
     steps: the ladder's StepResult dicts; server / gpu: the per-step windows of each series (same
     order); baseline_bytes: GPU memory in use before the load (the first sidecar sample)."""
-    out_steps, sustained = [], None
+    out_steps: list[EfficiencyStep] = []
+    sustained = None
     for i, st in enumerate(steps):
+        # built in the order the file keeps (kv_saturated last), then an EfficiencyStep
         row: dict[str, Any] = {
             "step": st["step"],
             "offered": st["offered"],
             "output_tokens_per_s": st["output_tokens_per_s"],
         }
-        g = gpu[i] if gpu and i < len(gpu) else {}
-        sv = server[i] if server and i < len(server) else {}
-        used = g.get("gpu_memory_used_bytes", {}).get("mean")
+        g: MetricsWindow | None = gpu[i] if gpu and i < len(gpu) else None
+        sv: MetricsWindow | None = server[i] if server and i < len(server) else None
+        used = g["gpu_memory_used_bytes"]["mean"] if g and "gpu_memory_used_bytes" in g else None
         if used:
             gib = used / 2**30
             row["gpu_memory_used_gib"] = gib
             row["output_tokens_per_s_per_gib"] = st["output_tokens_per_s"] / gib
             if baseline_bytes is not None:
                 row["gpu_memory_beyond_baseline_gib"] = (used - baseline_bytes) / 2**30
-        if "gpu_utilization" in g:
+        if g and "gpu_utilization" in g:
             row["gpu_utilization_mean"] = g["gpu_utilization"]["mean"]
-        kv = sv.get("kv_cache_usage", {}).get("max")
-        pre = sv.get("preemptions_total", {}).get("increase")
+        kv = sv["kv_cache_usage"]["max"] if sv and "kv_cache_usage" in sv else None
+        pre = sv["preemptions_total"]["increase"] if sv and "preemptions_total" in sv else None
         if kv is not None:
             row["kv_cache_usage_max"] = kv
         if pre is not None:
             row["preemptions"] = pre
-        saturated = (kv is not None and kv >= 0.99) or bool(pre)
-        row["kv_saturated"] = saturated
-        out_steps.append(row)
+        row["kv_saturated"] = (kv is not None and kv >= 0.99) or bool(pre)
+        out_steps.append(cast(EfficiencyStep, row))
     # the highest load sustained before the KV cache filled up or requests were preempted
-    for row in out_steps:
-        if row["kv_saturated"]:
+    for r in out_steps:
+        if r["kv_saturated"]:
             break
-        if "kv_cache_usage_max" in row or "preemptions" in row:
-            sustained = row["offered"]
+        if "kv_cache_usage_max" in r or "preemptions" in r:
+            sustained = r["offered"]
     return {
         "baseline_gpu_memory_gib": None if baseline_bytes is None else baseline_bytes / 2**30,
         "steps": out_steps,
@@ -364,7 +377,7 @@ def efficiency(
     }
 
 
-def efficiency_table(eff: dict[str, Any]) -> str:
+def efficiency_table(eff: Efficiency) -> str:
     """The memory-efficiency figures per step as a text table ("" when no step has any)."""
     cols = (
         ("GPU mem GiB", "gpu_memory_used_gib", 1, "{:.1f}"),
@@ -382,7 +395,7 @@ def efficiency_table(eff: dict[str, Any]) -> str:
     for r in eff["steps"]:
         line = f"{r['step']:>4}  {r['offered']:>8g}  {r['output_tokens_per_s']:>7.0f}"
         for label, key, scale, fmt in present:
-            v = r.get(key)
+            v = cast("dict[str, float]", r).get(key)  # the columns name the row's optional figures
             line += f"  {('-' if v is None else fmt.format(v * scale)):>{max(len(label), 8)}}"
         lines.append(line + ("  KV saturated" if r["kv_saturated"] else ""))
     if eff.get("baseline_gpu_memory_gib") is not None:

@@ -11,10 +11,10 @@ second each request was sent), `counts` its per-second series (wall second -> [t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
-from llm_locust.report.schema import Figures
+from llm_locust.report.schema import BurstRecovery, Figures, ItlFigures, KvPressure, OverlongMix, Soak, Stability
 
 BURST_WINDOW = 2  # seconds: the sliding window TTFT p50 is read over after a burst
 BURST_TOLERANCE = 0.10  # recovered: p50 <= (1 + tolerance) x the base step's p50
@@ -29,7 +29,7 @@ def burst_recovery(
     window: int = BURST_WINDOW,
     tolerance: float = BURST_TOLERANCE,
     limit: float = 0.0,
-) -> dict[str, Any]:
+) -> BurstRecovery:
     """Seconds after the burst until TTFT p50 is back within `tolerance` of the base.
 
     base: the base step's measurement window (wall clock); its whole seconds give the baseline p50
@@ -59,7 +59,7 @@ def burst_recovery(
     }
     if base_p50 is None:
         out.update(passed=False, reason="no TTFT in the base step: no baseline")
-        return out
+        return cast(BurstRecovery, out)  # its verdict added by update (passed, reason)
     threshold = base_p50 * (1 + tolerance)
     out["threshold"] = threshold
     peak = None
@@ -90,7 +90,7 @@ def burst_recovery(
             reason=f"recovered after {out['recovery_s']:g} s"
             + (f" <= limit {limit:g} s" if limit else " (no limit: within the run)"),
         )
-    return out
+    return cast(BurstRecovery, out)
 
 
 def slope(points: list[tuple[float, float]]) -> float | None:
@@ -117,7 +117,7 @@ def soak(
     max_error_rate: float = 0.05,
     memory: dict[str, list[tuple[float, float]]] | None = None,
     max_memory_growth: float = 0.0,
-) -> dict[str, Any]:
+) -> Soak:
     """Drift of a long run, per hour of wall clock.
 
     Windows of `window` seconds (whole seconds, from ceil(start); the last partial one dropped).
@@ -195,7 +195,7 @@ def soak(
         out.update(
             passed=not failed_checks, reason="; ".join(failed_checks) or "no drift, no error burst above the limits"
         )
-    return out
+    return cast(Soak, out)  # built by metric name (ttft_drift, itl_drift)
 
 
 def _resolution(*series_and_start_end) -> int:
@@ -207,8 +207,8 @@ def _resolution(*series_and_start_end) -> int:
 
 
 def kv_pressure(
-    steps: list[dict[str, Any]], server: list[dict[str, Any]] | None, *, min_load: float = 0.0
-) -> dict[str, Any]:
+    steps: list[dict[str, Any]], server: Sequence[Mapping[str, Any]] | None, *, min_load: float = 0.0
+) -> KvPressure:
     """Where the server starts preempting under a ladder of long outputs.
 
     steps: the ladder's step dicts (offered, latency.itl); server: its /metrics windows per step
@@ -246,14 +246,15 @@ def kv_pressure(
             reason="the server reports no preemption counter (vllm:num_preemptions_total, "
             "sglang:num_retracted_reqs): nothing to judge",
         )
-        return out
+        return cast(KvPressure, out)  # built with its ratios by percentile (itl_p50_ratio, ...)
     i = next((k for k, r in enumerate(rows) if r["preemptions"]), None)
     if i is None:
         out.update(passed=True, reason=f"no preemption up to {rows[-1]['offered']:g}")
-        return out
+        return cast(KvPressure, out)
     first = rows[i]
     out["first_step"], out["first_load"] = first["step"], first["offered"]
-    out["itl_after"] = {"p50": first["itl_p50"], "p99": first["itl_p99"], "max": first["itl_max"]}
+    after: ItlFigures = {"p50": first["itl_p50"], "p99": first["itl_p99"], "max": first["itl_max"]}
+    out["itl_after"] = after
     if i > 0:
         prev = rows[i - 1]
         out["itl_before"] = {"p50": prev["itl_p50"], "p99": prev["itl_p99"], "max": prev["itl_max"]}
@@ -265,7 +266,7 @@ def kv_pressure(
         out.update(passed=True, reason=f"{text} >= {min_load:g}")
     else:
         out.update(passed=False, reason=text + (f" < {min_load:g}" if min_load else ""))
-    return out
+    return cast(KvPressure, out)
 
 
 def overlong_mix(
@@ -276,7 +277,7 @@ def overlong_mix(
     tokens: int,
     baseline: Mapping[str, Any] | None = None,
     tolerance: float = 0.10,
-) -> dict[str, Any]:
+) -> OverlongMix:
     """The overlong mix: `counts` = the Aggregate's overlong [finished, ok, classified overlong];
     `summary` = the run's figures (metrics.aggregate.figures); `baseline` = a clean run's summary.
 
@@ -339,14 +340,14 @@ def overlong_mix(
             + ("" if baseline is not None else " (no baseline: latency not judged)")
         )
     )
-    return out
+    return cast(OverlongMix, out)  # built with its ratios by figure (ttft_p50_ratio, e2e_p50_ratio)
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:,.1f} ms"
 
 
-def format_stability(st: dict[str, Any] | None) -> str:
+def format_stability(st: Stability | None) -> str:
     """The printed lines: one verdict per plan."""
     if not st:
         return ""
@@ -360,26 +361,24 @@ def format_stability(st: dict[str, Any] | None) -> str:
         )
     ov = st.get("overlong")
     if ov:
-        o = ov["others"]
+        o, clean = ov["others"], ov.get("baseline")
         lines.append(
             f"overlong mix: {'PASS' if ov['passed'] else 'FAIL'}: {ov['reason']}; {ov['overlong']} overlong "
             f"({ov['tokens']} tokens, {ov['classified']} classified overlong), others TTFT p50 {_ms(o['ttft_p50'])}, "
             f"E2E p50 {_ms(o['e2e_p50'])}"
-            + (
-                f" (clean run {_ms(ov['baseline']['ttft_p50'])}, {_ms(ov['baseline']['e2e_p50'])})"
-                if ov.get("baseline")
-                else ""
-            )
+            + (f" (clean run {_ms(clean['ttft_p50'])}, {_ms(clean['e2e_p50'])})" if clean else "")
         )
     kv = st.get("kv_pressure")
     if kv:
-        b, a = kv.get("itl_before") or {}, kv.get("itl_after") or {}
+        bf, af = kv.get("itl_before"), kv.get("itl_after")
+        no_itl: ItlFigures = {"p50": None, "p99": None, "max": None}
+        before = bf or no_itl
         lines.append(
             f"KV pressure: {'PASS' if kv['passed'] else 'FAIL'}: {kv['reason']}"
             + (
-                f"; ITL p50/p99/max {_ms(b.get('p50'))}/{_ms(b.get('p99'))}/{_ms(b.get('max'))} before, "
-                f"{_ms(a.get('p50'))}/{_ms(a.get('p99'))}/{_ms(a.get('max'))} at it"
-                if a
+                f"; ITL p50/p99/max {_ms(before['p50'])}/{_ms(before['p99'])}/{_ms(before['max'])} before, "
+                f"{_ms(af['p50'])}/{_ms(af['p99'])}/{_ms(af['max'])} at it"
+                if af
                 else ""
             )
         )
@@ -394,14 +393,14 @@ def format_stability(st: dict[str, Any] | None) -> str:
             f"soak: {'PASS' if so['passed'] else 'FAIL'}: {so['reason']}; {so['windows']} windows of {so['window']} s, "
             f"TTFT p50 drift {rel(t)}, ITL p50 drift {rel(i)}, error bursts {len(so['error_bursts'])}"
             + "".join(
-                f", {k} {v['bytes_per_hour'] / 2**20:+,.1f} MiB/h"
+                f", {k} {bph / 2**20:+,.1f} MiB/h"
                 for k, v in so.get("memory", {}).items()
-                if v.get("bytes_per_hour") is not None
+                if (bph := v.get("bytes_per_hour")) is not None
             )
         )
     return "\n".join(lines)
 
 
-def verdict_rows(st: dict[str, Any] | None) -> list[tuple[str, bool, str]]:
+def verdict_rows(st: Stability | None) -> list[tuple[str, bool, str]]:
     """(plan, passed, reason) per verdict, for the report and compare."""
     return [(k, bool(v.get("passed")), v.get("reason", "")) for k, v in (st or {}).items() if isinstance(v, dict)]

@@ -15,10 +15,10 @@ import math
 import os
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 import yaml
@@ -31,12 +31,17 @@ from llm_locust.report.schema import (
     CacheFigures,
     ClientFigures,
     Figures,
+    ItlFigures,
     KneePoint,
     LadderDoc,
     LadderStep,
     LatencyStats,
+    OverlongOthers,
+    Plan,
     ResultsDoc,
+    Run,
     Step,
+    Verdicts,
     Warmup,
 )
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
@@ -156,17 +161,19 @@ def _flag_text(flag: str, limit: float | None) -> str:
     return FLAG_TEXT.get(flag, flag).format(limit="-" if limit is None else f"{limit:.0%}")
 
 
-def _plan(r: ResultsDoc) -> dict[str, Any]:
+def _plan(r: ResultsDoc) -> Plan:
     """The results' effective plan; {} when absent or not a mapping (older or hand-made files)."""
     plan = r.get("plan")
-    return plan if isinstance(plan, dict) else {}
+    return plan if isinstance(plan, dict) else Plan()
 
 
 def _slos(r: ResultsDoc) -> dict[str, float]:
     settings = r["run"].get("settings") or {}
     plan = _plan(r)
     steps = _ladder_steps(r)
-    return settings.get("slos") or plan.get("slos") or (steps[0].get("slos") if steps else None) or {}
+    # (a plan's large latency limits are "Ns" text; run.settings.slos, in seconds, comes first)
+    plan_slos = cast("dict[str, float] | None", plan.get("slos"))
+    return settings.get("slos") or plan_slos or (steps[0].get("slos") if steps else None) or {}
 
 
 def _ladder_steps(r: ResultsDoc) -> list[LadderStep]:
@@ -238,18 +245,19 @@ def _targets(r: ResultsDoc) -> list[str]:
     return out
 
 
-def _started(run: dict[str, Any]) -> str:
-    if run.get("started_at_utc"):
-        return run["started_at_utc"]
-    if isinstance(run.get("started_at"), (int, float)):
-        return dt.datetime.fromtimestamp(run["started_at"], dt.UTC).isoformat(timespec="seconds")
+def _started(run: Run) -> str:
+    utc, started = run.get("started_at_utc"), run.get("started_at")
+    if utc:
+        return utc
+    if isinstance(started, (int, float)):
+        return dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
     return "-"
 
 
 def _duration(r: ResultsDoc) -> float | None:
-    run = r["run"]
-    if isinstance(run.get("started_at"), (int, float)) and isinstance(run.get("ended_at"), (int, float)):
-        return run["ended_at"] - run["started_at"]
+    started, ended = r["run"].get("started_at"), r["run"].get("ended_at")
+    if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+        return ended - started
     return r["summary"]["duration_s"]
 
 
@@ -462,7 +470,7 @@ def section_ladder(r: ResultsDoc) -> H:
     )
 
 
-def _verdicts(r: ResultsDoc) -> tuple[dict[str, Any] | None, bool]:
+def _verdicts(r: ResultsDoc) -> tuple[Verdicts | None, bool]:
     """(the run's verdicts, computed here): results["verdicts"] as the run wrote them, else
     computed from the results (older files, or a run that did not write them)."""
     from llm_locust.analysis.efficiency import verdicts_for_results
@@ -497,7 +505,8 @@ def section_verdicts(r: ResultsDoc) -> H:
     lsteps: dict[Any, LadderStep] = {s.get("step"): s for s in _ladder_steps(r)}
     first = next(iter(lsteps.values()), None)
     unit = OFFERED_UNITS.get(first.get("offered_kind", "") if first else "", "")
-    knee = (v.get("knee") or {}).get("step")
+    knee_row = v.get("knee")
+    knee = knee_row.get("step") if knee_row else None
     out = ["<h2 id='verdicts'>Efficiency, energy and cost</h2>"]
     pareto = _pareto_figure(rows_v, unit, knee)
     if pareto:
@@ -514,7 +523,7 @@ def section_verdicts(r: ResultsDoc) -> H:
     return H("".join(out))
 
 
-def _pareto_figure(rows_v: list[dict[str, Any]], unit: str, knee: Any) -> str:
+def _pareto_figure(rows_v: Sequence[Mapping[str, Any]], unit: str, knee: Any) -> str:
     """Part of section_verdicts: the Pareto plot of the steps with both figures; "" when none has them."""
     from llm_locust.report import plots
 
@@ -547,7 +556,7 @@ def _pareto_figure(rows_v: list[dict[str, Any]], unit: str, knee: Any) -> str:
     )
 
 
-def _verdicts_table(rows_v: list[dict[str, Any]], knee: Any, energy_rule: str) -> H:
+def _verdicts_table(rows_v: Sequence[Mapping[str, Any]], knee: Any, energy_rule: str) -> H:
     """Part of section_verdicts: one row per step, with the figures some step has and its marks."""
     present = [c for c in _VERDICT_COLUMNS if any(e.get(c[1]) is not None for e in rows_v)]
     trs, attrs = [], []
@@ -586,7 +595,7 @@ def _verdicts_table(rows_v: list[dict[str, Any]], knee: Any, energy_rule: str) -
     )
 
 
-def _verdicts_facts(v: dict[str, Any]) -> list[tuple[str, Any]]:
+def _verdicts_facts(v: Verdicts) -> list[tuple[str, Any]]:
     """Part of section_verdicts: the GPUs, price, knee, whole-run figures and rules, as key-value rows."""
     facts: list[tuple[str, Any]] = []
     g = v.get("gpus")
@@ -619,7 +628,7 @@ def _verdicts_facts(v: dict[str, Any]) -> list[tuple[str, Any]]:
                 f"${num(k.get('usd_per_million_output_tokens'))} per million output tokens",
             )
         )
-    run = v.get("run") or {}
+    run: Mapping[str, Any] = v.get("run") or {}  # read by column name
     cols = _VERDICT_COLUMNS
     if any(run.get(key) is not None for _, key in cols):
         facts.append(
@@ -1129,7 +1138,7 @@ _CAUSE_MEANING = {
 }
 
 
-def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> list:
+def _resource_panels(order: list, sv: dict, gp: dict, eff: Mapping[str, Any]) -> list:
     """Per-step panels of what the GPU sidecar and the server's /metrics gave (none without data)."""
     from llm_locust.report.plots import Line, Panel
 
@@ -1172,7 +1181,7 @@ def _resource_panels(order: list, sv: dict, gp: dict, eff: dict[str, Any]) -> li
     return panels
 
 
-def _efficiency_table(eff: dict[str, Any]) -> H:
+def _efficiency_table(eff: Mapping[str, Any]) -> H:
     cols = (
         ("GPU mem GiB", "gpu_memory_used_gib", 1),
         ("beyond idle GiB", "gpu_memory_beyond_baseline_gib", 1),
@@ -1219,7 +1228,7 @@ def clock(t: Any, t0: Any = None) -> str:
 TIME_KEYS = ("t_from", "t_to")  # Unix times in a scrape window
 
 
-def _window_rows(w: dict[str, Any], t0: Any = None) -> list[tuple[str, str, str]]:
+def _window_rows(w: Mapping[str, Any], t0: Any = None) -> list[tuple[str, str, str]]:
     """A scrape window (ServerSeries.window): gauges as mean / max, counters as increase / rate,
     the times its counters span as clock times (`t0`: the run's start)."""
     rows = []
@@ -1252,7 +1261,8 @@ def _window_rows(w: dict[str, Any], t0: Any = None) -> list[tuple[str, str, str]
 def section_resources(r: ResultsDoc) -> H:
     from llm_locust.report import plots
 
-    server, gpu, eff = r.get("server_metrics"), r.get("gpu_metrics"), r.get("efficiency") or {}
+    server, gpu = r.get("server_metrics"), r.get("gpu_metrics")
+    eff: Mapping[str, Any] = r.get("efficiency") or {}  # the table and the panels read it by column name
     if not (server or gpu or eff):
         return H("")
     out = ["<h2 id='resources'>Server and GPU</h2>"]
@@ -1319,7 +1329,7 @@ def section_workers(r: ResultsDoc) -> H:
     )
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     out = []
     for k, v in d.items():
         if isinstance(v, dict) and v:
@@ -1440,7 +1450,8 @@ def section_stability(r: ResultsDoc) -> H:
         )
     ov = st.get("overlong")
     if isinstance(ov, dict):
-        o, bl = ov.get("others") or {}, ov.get("baseline") or {}
+        none: OverlongOthers = {"ok": 0, "failed": 0, "ttft_p50": None, "e2e_p50": None}  # a file without it
+        o, bl = ov.get("others") or none, ov.get("baseline")
         rows.append(
             (
                 "overlong mix",
@@ -1455,7 +1466,8 @@ def section_stability(r: ResultsDoc) -> H:
         )
     kv = st.get("kv_pressure")
     if isinstance(kv, dict):
-        bf, at = kv.get("itl_before") or {}, kv.get("itl_after") or {}
+        no_itl: ItlFigures = {"p50": None, "p99": None, "max": None}
+        bf, at = kv.get("itl_before") or no_itl, kv.get("itl_after") or no_itl
         rows.append(
             (
                 "KV pressure",

@@ -173,7 +173,8 @@ def reports(results: ResultsDoc) -> list[dict[str, Any]]:
     if not steps:
         fig = results.get("summary") or {}
         load = run.get("load") or {}
-        level = {"concurrency": int(load["users"])} if load.get("mode") == "closed" and load.get("users") else {}
+        users = load.get("users")
+        level = {"concurrency": int(users)} if load.get("mode") == "closed" and users else {}
         return [_report(results, eid, stack, 0, level, fig, run.get("started_at"), run.get("ended_at"))]
     by_step = {r.get("step"): r for r in results.get("steps") or []}
     out = []

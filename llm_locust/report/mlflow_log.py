@@ -80,7 +80,7 @@ class Payload:
     artifacts: list[Path] = field(default_factory=list)
 
 
-def flatten(plan: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(plan: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """The plan as MLflow parameters: nested keys joined with ".", lists and empty mappings as
     JSON, strings as they are, other scalars as JSON (`true`, `0.5`); values cut to MLflow's limit."""
     out: dict[str, str] = {}

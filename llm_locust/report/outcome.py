@@ -27,12 +27,21 @@ from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, plain
 from llm_locust.report.schema import (
     CacheFigures,
+    Efficiency,
     Figures,
     Gate,
+    Interrupted,
     LadderDoc,
+    MetricsWindow,
     MetricsWindows,
+    Plan,
     PrefixHit,
     ResultsDoc,
+    Run,
+    Soak,
+    Stability,
+    StepMetricsWindow,
+    Verdicts,
     Warmup,
     WarmupLatency,
     Worker,
@@ -58,7 +67,7 @@ class Interruption:
     def exit_code(self) -> int:
         return SIGNAL_EXIT.get(self.signal, 130)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Interrupted:
         return {"signal": self.signal, "at": self.at, "phase": self.phase}
 
 
@@ -81,7 +90,7 @@ class Ended:
     server_info: dict[str, Any] = field(default_factory=dict)  # what the run learnt of the server (model)
     server_facts: dict[str, Any] = field(default_factory=dict)  # the start-of-test probe's answers
     trace: dict[str, Any] | None = None  # provenance.trace_facts, taken before the load
-    plan: dict[str, Any] | None = None  # the effective plan (a re-run's input)
+    plan: Plan | None = None  # the effective plan (a re-run's input)
     workers_why: str | None = None
     baseline_summary: Figures | None = None  # --overlong-baseline's summary
     interruption: Interruption | None = None
@@ -116,11 +125,15 @@ def series_windows(series: ServerSeries, started: float | None, ended: float, wi
     out: MetricsWindows = {"source": series.to_dict(), "run": series.window(started or 0, ended)}
     if windows:
         out["steps"] = [
-            {
-                "step": w["step"],
-                "level": w["level"],
-                **series.window(w["measured_from"] or w["started"], w["ended"] or ended),
-            }
+            # the step's number and level first, then its window's figures (a MetricsWindow)
+            cast(
+                StepMetricsWindow,
+                {
+                    "step": w["step"],
+                    "level": w["level"],
+                    **series.window(w["measured_from"] or w["started"], w["ended"] or ended),
+                },
+            )
             for w in windows
         ]
     return out
@@ -130,11 +143,15 @@ def server_line(series: ServerSeries, started: float | None, ended: float, endpo
     """One line: the server's running and waiting requests, KV cache and generated tokens/s."""
     w = series.window(started or 0, ended)
     parts = []
-    for q, label in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "KV cache")):
-        if q in w:
-            scale = 100 if q == "kv_cache_usage" else 1
-            unit = "%" if q == "kv_cache_usage" else ""
-            parts.append(f"{label} {w[q]['mean'] * scale:.1f}{unit} (max {w[q]['max'] * scale:.1f}{unit})")
+    for label, g in (
+        ("running", w.get("running")),
+        ("waiting", w.get("waiting")),
+        ("KV cache", w.get("kv_cache_usage")),
+    ):
+        if g is not None:
+            scale = 100 if label == "KV cache" else 1
+            unit = "%" if label == "KV cache" else ""
+            parts.append(f"{label} {g['mean'] * scale:.1f}{unit} (max {g['max'] * scale:.1f}{unit})")
     if "generation_tokens_total" in w and w["generation_tokens_total"]["per_s"] is not None:
         parts.append(f"{w['generation_tokens_total']['per_s']:.0f} tok/s generated")
     name = f"server {endpoint}" if endpoint else "server"
@@ -220,9 +237,9 @@ class _Parts:
     server_windows: MetricsWindows | None = None
     by_endpoint: dict[str, MetricsWindows] | None = None
     gpu_windows: MetricsWindows | None = None
-    efficiency: dict | None = None
-    verdicts: dict[str, Any] = field(default_factory=dict)
-    stability: dict[str, Any] = field(default_factory=dict)
+    efficiency: Efficiency | None = None
+    verdicts: Verdicts | None = None
+    stability: Stability = field(default_factory=lambda: Stability())
     prefix_hit: PrefixHit | None = None
 
 
@@ -247,15 +264,15 @@ def _judged(steps: list[dict] | None) -> list[dict]:
     return [s for s in steps or [] if not s.get("cut")]
 
 
-def _same_steps(windows: list[dict] | None, steps: list[dict]) -> list[dict] | None:
+def _same_steps(windows: list[StepMetricsWindow] | None, steps: list[dict]) -> list[StepMetricsWindow] | None:
     """A series' step windows for the steps given (matched by step number), in their order."""
     if windows is None:
         return None
-    by_step = {w.get("step"): w for w in windows}
+    by_step = {w["step"]: w for w in windows}
     return [by_step[s["step"]] for s in steps if s["step"] in by_step]
 
 
-def _efficiency(e: Ended, p: _Parts) -> dict | None:
+def _efficiency(e: Ended, p: _Parts) -> Efficiency | None:
     if e.ladder is None or not (p.server_windows or p.gpu_windows):
         return None
     from llm_locust.analysis.server_metrics import efficiency
@@ -270,7 +287,7 @@ def _efficiency(e: Ended, p: _Parts) -> dict | None:
     )
 
 
-def _verdicts(e: Ended, p: _Parts) -> dict[str, Any]:
+def _verdicts(e: Ended, p: _Parts) -> Verdicts:
     from llm_locust.analysis.efficiency import verdicts
 
     ladder = e.ladder or {}
@@ -286,10 +303,10 @@ def _verdicts(e: Ended, p: _Parts) -> dict[str, Any]:
     )
 
 
-def _stability(e: Ended, p: _Parts) -> dict[str, Any]:
+def _stability(e: Ended, p: _Parts) -> Stability:
     """results["stability"]: the burst's recovery (from the ladder), the overlong mix, KV pressure
     and the soak verdict (analysis/stability.py)."""
-    s, ladder, out = e.settings, e.ladder, {}
+    s, ladder, out = e.settings, e.ladder, Stability()
     if s.kv_pressure and ladder and ladder.get("steps"):
         from llm_locust.analysis.stability import kv_pressure
 
@@ -316,7 +333,7 @@ def _stability(e: Ended, p: _Parts) -> dict[str, Any]:
     return out
 
 
-def _soak(e: Ended) -> dict[str, Any]:
+def _soak(e: Ended) -> Soak:
     from llm_locust.analysis.stability import soak
 
     s = e.settings
@@ -394,13 +411,13 @@ def _prefix_hit(e: Ended, p: _Parts) -> PrefixHit | None:
     return prefix_hit_check(e.settings.prefix_hit, window, p.summary.get("cache"))
 
 
-def prefix_hit_check(target: float, run: dict | None, cache: CacheFigures | None) -> PrefixHit | None:
+def prefix_hit_check(target: float, run: MetricsWindow | None, cache: CacheFigures | None) -> PrefixHit | None:
     """--prefix-hit R: the hit ratio the server's counters report over `run` (a window of its
     series: hit tokens / queried prompt tokens, docs/metrics.md) against R, and the client's (the
     usage's cached tokens of the measured requests) beside it; None without --prefix-hit."""
     if not target:
         return None
-    run = run or {}
+    run = run or {"samples": 0}
     achieved = run.get("prefix_cache_hit_ratio")
     client = cache.get("hit_ratio") if cache and cache.get("requests_reported") else None
     within = None if achieved is None else abs(achieved - target) <= PREFIX_HIT_TOLERANCE
@@ -481,9 +498,14 @@ def _stability_text(e: Ended, p: _Parts) -> str:
 
 def _results(e: Ended, p: _Parts) -> ResultsDoc:
     s = e.settings
-    run = {**e.run, "started_at": e.started_at, "ended_at": e.ended_at, "server": e.server_info}
+    # the runtime's facts (runtime.plugin _run_facts, untyped there) and the end's: a Run
+    run = cast(Run, {**e.run, "started_at": e.started_at, "ended_at": e.ended_at, "server": e.server_info})
     run["started_at_utc"] = _utc(e.started_at)
-    run.update(e.status)  # endpoints (sent, down) and sessions (started, done, broken)
+    # endpoints (sent, down) and sessions (started, done, broken): runtime.hub _status_over's
+    if "endpoints" in e.status:
+        run["endpoints"] = e.status["endpoints"]
+    if "sessions" in e.status:
+        run["sessions"] = e.status["sessions"]
     run["workers_why"] = e.workers_why
     run["interrupted"] = e.interruption.to_dict() if e.interruption else None
     run["stopped_early"] = e.stopped_early
@@ -509,7 +531,8 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
         results["gpu_metrics"] = p.gpu_windows
     if p.efficiency is not None:
         results["efficiency"] = p.efficiency
-    results["verdicts"] = p.verdicts
+    if p.verdicts is not None:
+        results["verdicts"] = p.verdicts
     if p.stability:
         results["stability"] = p.stability
     results["plan"] = e.plan

@@ -18,7 +18,7 @@ import orjson
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.aggregate import validity as aggregate_validity
 from llm_locust.report.files import write_atomic
-from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Step, Worker
+from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
@@ -75,7 +75,7 @@ def distributions(total: Aggregate) -> dict[str, Bins]:
 def build_results(
     total: Aggregate,
     steps: dict[int, Aggregate],
-    run: dict[str, Any],
+    run: Run,
     workers: list[Worker] | None = None,
     max_error_rate: float = MAX_ERROR_RATE,
     goodput: bool = True,

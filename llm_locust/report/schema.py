@@ -1,11 +1,12 @@
-"""The results document's types: one schema for the writer (report.results build_results,
-report.outcome) and every reader (the HTML report, compare, the verdicts, llm-d, MLflow, the
-grid), so that a renamed or misspelt figure fails the type check (mypy), not a report weeks later.
+"""The results document's types: one schema for the writers (report.results build_results,
+report.outcome, and the sections' own: analysis.server_metrics, efficiency, stability, repeats)
+and every reader (the HTML report, compare, the verdicts, llm-d, MLflow, the grid), so that a
+renamed or misspelt figure fails the type check (mypy), not a report weeks later.
 
 TypedDicts, not classes: the document stays the plain JSON dict it always was. A key marked
 NotRequired may be absent (a part a run had no data for, or a file of an older version); a part
-typed `dict[str, ...]` is open on purpose (keyed by a metric, a kind or an endpoint; or a part
-whose own module owns its shape). docs/results.md documents the fields; docs/results.schema.json
+typed `dict[str, ...]` is open on purpose (keyed by a metric, a kind, an endpoint or a figure's
+name; the server's probe answers; a plan's user-given maps). docs/results.md documents the fields; docs/results.schema.json
 is the JSON Schema generated from these types (`python -m llm_locust.report.schema` writes it).
 
 Core layer: imports nothing of the package and no event loop.
@@ -290,15 +291,6 @@ class Gate(TypedDict):
     line: str
 
 
-class MetricsWindows(TypedDict):
-    """`server_metrics` / `gpu_metrics`: the series' source, its run window and its step windows.
-    A window is open: {quantity: {mean, max} or {increase, per_s}, "samples": n, ...}."""
-
-    source: dict[str, Any]
-    run: dict[str, Any]
-    steps: NotRequired[list[dict[str, Any]]]
-
-
 class WorkerClock(TypedDict):
     """A worker's clock against the master's (transport.clock Estimate.as_dict)."""
 
@@ -509,6 +501,737 @@ class LadderDoc(TypedDict):
     sla: NotRequired[SlaSearch]  # an SLA search's
 
 
+# ---- the server's and the GPU's /metrics, over the run and each step (analysis.server_metrics) ----
+
+
+class SeriesSource(TypedDict):
+    """`server_metrics.source`: the series read (ServerSeries.to_dict)."""
+
+    url: str
+    server: str | None  # the server detected from the names (llm-locust-sim, vllm, sglang, ...)
+    dialect: str | None  # the metric names it speaks
+    error: str | None  # the last failed read's
+    failed: int
+    samples: int
+    info: dict[str, list[dict[str, str]]]  # {info series: [label set, ...]}, as the server has them
+
+
+class GaugeWindow(TypedDict):
+    """A gauge over a window: the mean and the max of the reads inside it."""
+
+    mean: float
+    max: float
+
+
+class CounterWindow(TypedDict):
+    """A counter over a window: its increase, and per second (None over no span)."""
+
+    increase: float
+    per_s: float | None
+
+
+class MetricsWindow(TypedDict):
+    """A series over a window (ServerSeries.window): each quantity of server_metrics.TABLE and
+    FEATURE_TABLE the reads had (gauges: GaugeWindow, counters: CounterWindow) and what derives
+    from them; `samples` always, the rest only when read."""
+
+    samples: int  # reads inside the window
+    t_from: NotRequired[float]  # the reads' span over the window (what a client count must cover)
+    t_to: NotRequired[float]
+    running: NotRequired[GaugeWindow]
+    waiting: NotRequired[GaugeWindow]
+    kv_cache_usage: NotRequired[GaugeWindow]
+    generation_tokens_total: NotRequired[CounterWindow]
+    preemptions_total: NotRequired[CounterWindow]
+    prefix_cache_hits_total: NotRequired[CounterWindow]
+    prefix_cache_queries_total: NotRequired[CounterWindow]
+    prefix_cache_misses_total: NotRequired[CounterWindow]
+    prefix_cache_hit_rate: NotRequired[GaugeWindow]
+    ttft_seconds_sum: NotRequired[CounterWindow]
+    ttft_seconds_count: NotRequired[CounterWindow]
+    server_memory_bytes: NotRequired[GaugeWindow]
+    gpu_memory_used_bytes: NotRequired[GaugeWindow]
+    gpu_memory_total_bytes: NotRequired[GaugeWindow]
+    gpu_utilization: NotRequired[GaugeWindow]
+    gpu_power_watts: NotRequired[GaugeWindow]
+    gpu_energy_joules_total: NotRequired[CounterWindow]
+    gpu_energy_millijoules_total: NotRequired[CounterWindow]
+    spec_decode_drafts_total: NotRequired[CounterWindow]
+    spec_decode_draft_tokens_total: NotRequired[CounterWindow]
+    spec_decode_accepted_tokens_total: NotRequired[CounterWindow]
+    spec_accept_rate: NotRequired[GaugeWindow]
+    spec_accept_length: NotRequired[GaugeWindow]
+    # derived (server_metrics.derived, DERIVED)
+    server_ttft_mean_s: NotRequired[float]
+    prefix_cache_hit_ratio: NotRequired[float]
+    prefix_cache_hit_ratio_source: NotRequired[str]  # counters or gauge
+    spec_acceptance_rate: NotRequired[float]
+    spec_mean_accepted_length: NotRequired[float]
+    spec_decode_source: NotRequired[str]
+
+
+class StepMetricsWindow(MetricsWindow):
+    """One of `server_metrics.steps`: a ladder step's measurement window, its step and level."""
+
+    step: int
+    level: float
+
+
+class MetricsWindows(TypedDict):
+    """`server_metrics` / `gpu_metrics`: the series' source, its run window and its step windows."""
+
+    source: SeriesSource
+    run: MetricsWindow
+    steps: NotRequired[list[StepMetricsWindow]]  # a ladder's
+
+
+# ---- memory efficiency per ladder step (analysis.server_metrics efficiency) ----
+
+
+class EfficiencyStep(TypedDict):
+    """One of `efficiency.steps`: a step's GPU memory, KV-cache use and preemptions (each only
+    when its series had it)."""
+
+    step: int
+    offered: float
+    output_tokens_per_s: float
+    gpu_memory_used_gib: NotRequired[float]
+    output_tokens_per_s_per_gib: NotRequired[float]
+    gpu_memory_beyond_baseline_gib: NotRequired[float]
+    gpu_utilization_mean: NotRequired[float]
+    kv_cache_usage_max: NotRequired[float]
+    preemptions: NotRequired[float]
+    kv_saturated: bool
+
+
+class Efficiency(TypedDict):
+    """`efficiency`: a ladder's memory efficiency (with the server's or the GPU's metrics)."""
+
+    baseline_gpu_memory_gib: float | None  # GPU memory in use before the load
+    steps: list[EfficiencyStep]
+    max_load_before_kv_saturation: float | None
+
+
+# ---- the verdicts (analysis.efficiency verdicts) ----
+
+
+class GpuCounts(TypedDict):
+    """`verdicts.gpus` (analysis.efficiency gpu_counts): prefill_gpus and decode_gpus are both set
+    exactly when disaggregated."""
+
+    gpus: int
+    prefill_gpus: int | None
+    decode_gpus: int | None
+    disaggregated: bool
+
+
+class GpuPrice(TypedDict):
+    """`verdicts.price`: the price of a GPU-hour and where it came from."""
+
+    usd_per_gpu_hour: float
+    source: str  # gpu_hour_price, or gpu_prices[TYPE]
+    gpu_type: str | None
+
+
+class VerdictRow(TypedDict):
+    """One of `verdicts.steps` (and `knee`, `run`): a step's (the run's) per-GPU, energy and cost
+    figures (analysis.efficiency step_figures); a figure that cannot be computed is left out."""
+
+    step: int | None  # None: the run's row
+    offered: float | None
+    output_tokens_per_s: float | None
+    window_s: float | None
+    input_tokens_per_s: float | None
+    total_tokens_per_s: float | None
+    tpot_p50_s: float | None
+    interactivity: NotRequired[float]  # 1 / TPOT p50
+    output_tokens_per_s_per_gpu: NotRequired[float]
+    input_tokens_per_s_per_gpu: NotRequired[float]
+    total_tokens_per_s_per_gpu: NotRequired[float]
+    gpu_hours: NotRequired[float]
+    energy_from: NotRequired[str]  # counter or power
+    energy_flags: NotRequired[list[str]]
+    gpu_power_watts: NotRequired[float]
+    energy_joules: NotRequired[float]
+    energy_samples: NotRequired[int]
+    energy_valid: NotRequired[bool]
+    joules_per_output_token: NotRequired[float]
+    joules_per_total_token: NotRequired[float]
+    usd_per_million_output_tokens: NotRequired[float]
+    usd_per_million_total_tokens: NotRequired[float]
+    usd: NotRequired[float]
+    flags: NotRequired[list[str]]  # a step's (not in the run's row)
+    pareto: NotRequired[bool]  # a step's: on the frontier
+
+
+class Verdicts(TypedDict):
+    """`verdicts`: per ladder step, at the knee and over the run (docs/verdicts.md)."""
+
+    gpus: GpuCounts | None  # None: no GPU count given
+    price: GpuPrice | None
+    interactivity_from: str
+    energy_rule: str
+    steps: list[VerdictRow]
+    frontier: list[int]  # the steps on the Pareto frontier, by throughput per GPU
+    knee: VerdictRow | None
+    run: VerdictRow | None
+    notes: list[str]  # why a figure is left out
+
+
+# ---- the stability plans' verdicts (analysis.stability) ----
+
+
+class KvPressureRow(TypedDict):
+    """One of `stability.kv_pressure.rows`: a step's preemptions, KV-cache use and ITL."""
+
+    step: int
+    offered: float
+    preemptions: float | None
+    kv_cache_usage_max: float | None
+    itl_p50: float | None
+    itl_p99: float | None
+    itl_max: float | None
+
+
+class ItlFigures(TypedDict):
+    """ITL of a step (seconds): p50, p99, max."""
+
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class KvPressure(TypedDict):
+    """`stability.kv_pressure`: the load where the server starts preempting (--kv-pressure)."""
+
+    rows: list[KvPressureRow]
+    min_load: float | None
+    first_step: int | None
+    first_load: float | None
+    itl_before: ItlFigures | None
+    itl_after: ItlFigures | None
+    itl_p50_ratio: NotRequired[float]  # the first preempting step's ITL / the step before's
+    itl_p99_ratio: NotRequired[float]
+    itl_max_ratio: NotRequired[float]
+    passed: bool
+    reason: str
+
+
+class OverlongOthers(TypedDict):
+    """`stability.overlong.others`: the requests that were not overlong."""
+
+    ok: int
+    failed: int
+    ttft_p50: float | None
+    e2e_p50: float | None
+
+
+class OverlongBaseline(TypedDict):
+    """`stability.overlong.baseline`: the clean run's TTFT and E2E p50."""
+
+    ttft_p50: float | None
+    e2e_p50: float | None
+
+
+class OverlongMix(TypedDict):
+    """`stability.overlong`: the overlong mix (--overlong-share)."""
+
+    share: float
+    tokens: int
+    overlong: int
+    served: int
+    classified: int
+    unclassified: int
+    others: OverlongOthers
+    tolerance: float
+    baseline: OverlongBaseline | None
+    ttft_p50_ratio: NotRequired[float]  # with a baseline: the others' / the clean run's
+    e2e_p50_ratio: NotRequired[float]
+    passed: bool
+    reason: str
+
+
+class SoakRow(TypedDict):
+    """One of `stability.soak.rows`: a window's TTFT and ITL p50 and its requests."""
+
+    start: int
+    ttft_p50: float | None
+    itl_p50: float | None
+    ok: int
+    failed: int
+    error_rate: float
+
+
+class Drift(TypedDict):
+    """`stability.soak.ttft_drift` / `itl_drift`: the p50's slope per hour."""
+
+    slope_s_per_hour: float | None
+    relative_per_hour: float | None
+    mean_p50: float | None
+
+
+class MemoryGrowth(TypedDict):
+    """One of `stability.soak.memory`: a memory series' growth."""
+
+    bytes_per_hour: float | None
+    samples: int
+
+
+class Soak(TypedDict):
+    """`stability.soak`: latency drift, error bursts and memory growth (--soak-window)."""
+
+    window: int  # seconds per window, widened to whole folded buckets
+    window_asked: int
+    windows: int
+    max_drift: float
+    max_error_rate: float
+    rows: list[SoakRow]
+    checks: list[str]  # (written empty)
+    ttft_drift: Drift
+    itl_drift: Drift
+    error_bursts: list[int]  # the windows' starts
+    memory: dict[str, MemoryGrowth]  # {series: growth}: server_memory_bytes, gpu_memory_used_bytes
+    max_memory_growth: float | None
+    passed: bool
+    reason: str
+
+
+class Stability(TypedDict, total=False):
+    """`stability`: the verdict of each stability plan that ran (absent: not run)."""
+
+    kv_pressure: KvPressure
+    burst: BurstRecovery  # the burst ladder's recovery (ladder.burst)
+    overlong: OverlongMix
+    soak: Soak
+
+
+# ---- the repetitions (analysis.repeats) ----
+
+
+class RepeatFigure(TypedDict):
+    """One of `repeats.figures`: a headline figure over the repetitions (analysis.repeats interval)."""
+
+    n: int
+    mean: float | None
+    sd: float | None  # None under 2 repetitions
+    ci95: list[float] | None  # [low, high]
+    half_width: float | None
+    values: list[float]
+    unit: str
+    higher_is_better: bool
+
+
+class Repeats(TypedDict):
+    """`repeats`: in the file --repeat N combines."""
+
+    incomplete: dict[str, list[int]]  # {figure: the repetitions (1-based) that lack it}
+    count: int
+    confidence: float
+    method: str
+    reset: str
+    files: list[str]
+    figures: dict[str, RepeatFigure]  # {figure: ...}, analysis.repeats HEADLINE's names
+    summary_note: NotRequired[str]  # added by combine
+
+
+# ---- how the run was made (runtime.plugin, report.outcome) ----
+
+
+class RunLoad(TypedDict):
+    """`run.load`: how the load was offered."""
+
+    mode: str  # closed, replay or ladder
+    users: int | None
+    spawn_rate: float | None
+    run_time: float | None
+    shape: str | None
+
+
+class Interrupted(TypedDict):
+    """`run.interrupted`: the signal that stopped the run, when, and in which phase."""
+
+    signal: str
+    at: float
+    phase: str
+
+
+class EndpointStatus(TypedDict):
+    """One of `run.endpoints`: an endpoint's requests and on how many processes it was down."""
+
+    sent: int
+    in_flight: int
+    down_on: int
+    processes: int
+    down: bool
+
+
+class Sessions(TypedDict):
+    """`run.sessions`: agentic sessions started, answered in full, ended by a failed turn."""
+
+    started: int
+    done: int
+    broken: int
+
+
+class RunSettingsReplay(TypedDict):
+    speed: float
+    start_offset: float
+    duration: float
+    loops: int
+    max_in_flight: int
+    max_prefill: int
+
+
+class RunSettingsTimeouts(TypedDict):
+    connect: float
+    no_progress: float
+    total: float
+
+
+class RunSettingsStable(TypedDict):
+    window: float
+    tolerance: float
+    max_extend: float
+    windows: int
+
+
+class RunSettingsLadder(TypedDict):
+    spec: str
+    warmup: float
+    step_duration: float
+    step_requests: int
+    stable: RunSettingsStable
+    arrivals: str
+    burstiness: float
+    max_error_rate: float
+    early_stop: bool
+
+
+class RunSettings(TypedDict):
+    """`run.settings`: the settings the runtime read (settings.model Settings.public)."""
+
+    api: str
+    model: str
+    api_key_env: str  # the variable's name, never the key
+    api_key_set: bool
+    trace: str
+    trace_format: str
+    tokenizer: str
+    replay: RunSettingsReplay
+    think_time: float
+    max_tokens: int
+    max_tokens_cap: int
+    force_length: bool
+    continuous_usage: bool
+    timeouts: RunSettingsTimeouts
+    slos: dict[str, float]  # {name: limit}, latencies in seconds
+    ladder: RunSettingsLadder
+    seed: int
+
+
+class Run(TypedDict):
+    """`run`: how the run was made (runtime.plugin _run_facts, completed by report.outcome at the
+    end of the run)."""
+
+    host: str | None
+    settings: RunSettings
+    runner: str  # LocalRunner or MasterRunner
+    command: list[str]  # masked
+    seed: NotRequired[int]  # version 2
+    load: RunLoad
+    name: str
+    cache_reset: dict[str, Any] | None  # --reset-cache's before the load (runtime.cache_reset)
+    started_at: float | None
+    ended_at: float
+    server: dict[str, Any]  # open: what the run learnt of the server while running (model, workload)
+    started_at_utc: NotRequired[str | None]  # version 2
+    endpoints: NotRequired[dict[str, EndpointStatus]]  # {URL: ...}: with --endpoints
+    sessions: NotRequired[Sessions]  # agentic sessions'
+    workers_why: str | None
+    interrupted: Interrupted | None  # None: not stopped by a signal
+    stopped_early: str | None  # the fail-fast's reason
+
+
+# ---- the effective plan (settings.derive.to_plan): each group a TypedDict of its plan keys ----
+
+
+class PlanTimeouts(TypedDict, total=False):
+    """`plan.timeouts`."""
+
+    connect: float | str  # connect_timeout
+    no_progress: float | str  # no_progress_timeout
+    request: float | str  # request_timeout
+
+
+class PlanLimits(TypedDict, total=False):
+    """`plan.limits`."""
+
+    head_bytes: int  # max_head_bytes
+    event_bytes: int  # max_event_bytes
+    body_bytes: int  # max_body_bytes
+
+
+class PlanChecks(TypedDict, total=False):
+    """`plan.checks`."""
+
+    preflight: bool
+    fail_fast: bool
+    fail_fast_after: int
+
+
+class PlanWorkloadSessions(TypedDict, total=False):
+    """`plan.workload.sessions`."""
+
+    max_idle: float | str
+    mid_start: bool
+    cache_bust: bool
+
+
+class PlanWorkloadImages(TypedDict, total=False):
+    """`plan.workload.images`."""
+
+    count: int  # images
+    size: str  # image_size
+    format: str  # image_format
+
+
+class PlanWorkloadAudio(TypedDict, total=False):
+    """`plan.workload.audio`."""
+
+    count: int  # audio
+    seconds: float | str  # audio_seconds
+
+
+class PlanWorkloadTools(TypedDict, total=False):
+    """`plan.workload.tools`."""
+
+    count: int  # tools
+    choice: str  # tool_choice
+
+
+class PlanWorkloadGraded(TypedDict, total=False):
+    """`plan.workload.graded`."""
+
+    set: str  # graded
+    share: float  # graded_share
+    max_tokens: int  # graded_max_tokens
+
+
+class PlanWorkload(TypedDict, total=False):
+    """`plan.workload`."""
+
+    trace: str
+    format: str  # trace_format
+    synthetic: dict[str, Any]  # open: workload.synth's spec (asdict), that module's fields
+    tokenizer: str
+    think_time: float | str
+    max_in_flight: int
+    max_prefill: int
+    cancel: str
+    sessions: PlanWorkloadSessions
+    images: PlanWorkloadImages
+    audio: PlanWorkloadAudio
+    tools: PlanWorkloadTools
+    response_format: str
+    mix: dict[str, float]  # {API: share}, the user's
+    graded: PlanWorkloadGraded
+
+
+class PlanLoad(TypedDict, total=False):
+    """`plan.load`."""
+
+    users: int
+    spawn_rate: float
+    run_time: str
+    run_warmup: float | str
+    warmup_requests: int
+
+
+class PlanReplay(TypedDict, total=False):
+    """`plan.replay`."""
+
+    enabled: bool  # replay
+    speed: float
+    start_offset: float | str
+    duration: float | str
+    loops: int
+
+
+class PlanLadderStable(TypedDict, total=False):
+    """`plan.ladder.stable`."""
+
+    window: float | str  # stable_window
+    tolerance: float  # stable_tolerance
+    max_extend: float | str  # stable_max_extend
+    windows: int  # stable_windows
+
+
+class PlanLadder(TypedDict, total=False):
+    """`plan.ladder`."""
+
+    kind: str
+    steps: list[float | str]  # the levels; a rate series' "R@T"
+    search: str  # an SLA search's spec
+    burst: str  # a burst's spec
+    warmup: float | str
+    duration: float | str  # step_duration
+    requests: int  # step_requests
+    stable: PlanLadderStable
+    arrivals: str
+    burstiness: float  # arrivals_burstiness
+
+
+class PlanEarlyStop(TypedDict, total=False):
+    """`plan.early_stop`."""
+
+    enabled: bool  # early_stop
+    max_error_rate: float
+    flat_steps: int
+    flat_tolerance: float
+    on_slo: bool  # stop_on_slo
+
+
+class PlanStabilityOverlong(TypedDict, total=False):
+    """`plan.stability.overlong`."""
+
+    share: float  # overlong_share
+    tokens: int  # overlong_tokens
+    baseline: str  # overlong_baseline
+    tolerance: float  # overlong_tolerance
+
+
+class PlanStabilityKvPressure(TypedDict, total=False):
+    """`plan.stability.kv_pressure`."""
+
+    enabled: bool  # kv_pressure
+    min_load: float  # kv_min_load
+
+
+class PlanStabilitySoak(TypedDict, total=False):
+    """`plan.stability.soak`."""
+
+    window: float | str  # soak_window
+    max_drift: float  # soak_max_drift
+    max_error_rate: float  # soak_max_error_rate
+    max_memory_growth: float  # soak_max_memory_growth
+
+
+class PlanStability(TypedDict, total=False):
+    """`plan.stability`."""
+
+    overlong: PlanStabilityOverlong
+    kv_pressure: PlanStabilityKvPressure
+    burst_recovery: float | str
+    soak: PlanStabilitySoak
+
+
+class PlanWeb(TypedDict, total=False):
+    """`plan.web`."""
+
+    origins: str  # web_origins
+
+
+class PlanRepeat(TypedDict, total=False):
+    """`plan.repeat`."""
+
+    count: int  # repeat
+    reset_hook: str
+    reset_cache: str
+    prefix_hit: float
+    baseline: str
+    tolerance: str
+    junit: str
+
+
+class PlanOutputs(TypedDict, total=False):
+    """`plan.outputs`."""
+
+    progress_interval: float | str
+    locust_stats: bool
+
+
+class PlanMlflow(TypedDict, total=False):
+    """`plan.mlflow`."""
+
+    uri: str  # mlflow
+    experiment: str  # mlflow_experiment
+    run_name: str  # mlflow_run_name
+
+
+class PlanObserve(TypedDict, total=False):
+    """`plan.observe`."""
+
+    server_metrics: str
+    gpu_metrics: str
+    interval: float | str  # metrics_interval
+    prometheus_port: int
+    prometheus_host: str
+
+
+class PlanCost(TypedDict, total=False):
+    """`plan.cost`."""
+
+    gpus: int
+    prefill_gpus: int
+    decode_gpus: int
+    gpu_hour_price: float
+    gpu_prices: dict[str, float]  # {GPU type: $ per GPU-hour}, the user's
+
+
+class PlanSim(TypedDict, total=False):
+    """`plan.sim`."""
+
+    slots: int  # sim_slots
+    fast: bool  # sim_fast
+    graded_accuracy: float  # sim_graded_accuracy
+
+
+class Plan(TypedDict, total=False):
+    """`plan`: the effective plan (settings.derive.to_plan), every plan key that applies, as
+    `llm-locust run RESULTS.json` runs it again. total=False, here and in its groups: to_plan leaves
+    out a setting that does not apply (a closed loop's users in a ladder) or is unset (None)."""
+
+    host: str
+    api: str
+    model: str
+    trace_models: bool
+    endpoints: str
+    route: str
+    session_headers: str
+    api_key_env: str
+    timeouts: PlanTimeouts
+    limits: PlanLimits
+    checks: PlanChecks
+    workload: PlanWorkload
+    max_tokens: int
+    max_tokens_cap: int
+    force_length: bool
+    continuous_usage: bool
+    seed: int
+    load: PlanLoad
+    replay: PlanReplay
+    ladder: PlanLadder
+    early_stop: PlanEarlyStop
+    grid: str
+    stability: PlanStability
+    workers: int | str
+    locustfile: str
+    web: PlanWeb
+    repeat: PlanRepeat
+    slos: dict[str, float | str]  # slo: {name: limit}, latency in seconds ("Ns" text when large)
+    slo_attainment: float
+    name: str
+    outputs: PlanOutputs
+    mlflow: PlanMlflow
+    description: str
+    results: str
+    report: str
+    record_log: str
+    observe: PlanObserve
+    cost: PlanCost
+    sim: PlanSim
+
+
 # A results document's `distributions[metric]`: [[low_s, high_s, count], ...]
 Bins = list[list[float]]
 
@@ -521,7 +1244,7 @@ class ResultsDoc(TypedDict):
     version: int
     created: float
     environment: Environment
-    run: dict[str, Any]  # open: the runtime's facts (docs/results.md, "run")
+    run: Run
     summary: Figures
     validity: Validity
     distributions: NotRequired[dict[str, Bins]]  # version 2
@@ -533,13 +1256,13 @@ class ResultsDoc(TypedDict):
     server_metrics: NotRequired[MetricsWindows]
     server_metrics_by_endpoint: NotRequired[dict[str, MetricsWindows]]
     gpu_metrics: NotRequired[MetricsWindows]
-    efficiency: NotRequired[dict[str, Any]]  # analysis.efficiency's
-    verdicts: NotRequired[dict[str, Any]]  # analysis.efficiency's
-    stability: NotRequired[dict[str, Any]]  # analysis.stability's
+    efficiency: NotRequired[Efficiency]  # a ladder's, with the server's or the GPU's metrics
+    verdicts: NotRequired[Verdicts]
+    stability: NotRequired[Stability]
     ladder: NotRequired[LadderDoc]
-    plan: NotRequired[dict[str, Any] | None]  # every plan key (settings)
+    plan: NotRequired[Plan | None]
     gates: NotRequired[list[Gate]]
-    repeats: NotRequired[dict[str, Any]]  # analysis.repeats', in a combined file
+    repeats: NotRequired[Repeats]  # in a combined file
     _path: NotRequired[str]  # added by read_results, never written
 
 

@@ -23,7 +23,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
-from llm_locust.report.schema import Figures, Worker, WorkerClock
+from llm_locust.report.schema import Figures, Plan, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
@@ -159,7 +159,7 @@ def _workload_facts(work, settings) -> dict[str, Any]:
     return facts
 
 
-def _effective_plan(settings, n_workers: int, mode: str) -> dict:
+def _effective_plan(settings, n_workers: int, mode: str) -> Plan:
     """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`): the settings,
     and what `llm-locust run` used itself (workers, the simulator, the locustfile)."""
     run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
@@ -168,7 +168,8 @@ def _effective_plan(settings, n_workers: int, mode: str) -> dict:
         values["workers"] = "auto"
     if values.pop("sim_started", False):
         values["host"] = ""  # the built-in simulator: a re-run starts one again
-    return derive.to_plan(settings.model_copy(update=values))
+    # built by each option's plan path (settings.derive, untyped there): Plan's keys
+    return cast(Plan, derive.to_plan(settings.model_copy(update=values)))
 
 
 @events.init_command_line_parser.add_listener

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.report.schema import BurstRecovery
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
@@ -361,7 +363,7 @@ class LadderController:
             )
         return out
 
-    def report(self, server: list[dict] | None = None, cut: bool = False) -> dict[str, Any]:
+    def report(self, server: Sequence[Mapping[str, Any]] | None = None, cut: bool = False) -> dict[str, Any]:
         """What the results JSON keeps: the ladder, each step's window and figures, the verdict.
         `server`: the server's /metrics per window ({"step": index, ...}), for the table's
         prefix-cache and speculative-decoding columns. `cut`: the run was interrupted: a step whose
@@ -418,7 +420,7 @@ class LadderController:
             return None
         return self.windows[-1].index
 
-    def _burst_report(self) -> dict[str, Any] | None:
+    def _burst_report(self) -> BurstRecovery | None:
         """The burst's recovery (analysis.stability.burst_recovery), once its three steps ran."""
         from llm_locust.analysis.stability import burst_recovery
 
@@ -559,7 +561,7 @@ def stop_dispatchers_on(env: Environment) -> None:
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))
 
 
-def _by_step(server: list[dict] | None, steps) -> list[dict] | None:
+def _by_step(server: Sequence[Mapping[str, Any]] | None, steps) -> list[Mapping[str, Any]] | None:
     """The server windows in the order of the step results (matched by step index)."""
     if not server:
         return None

@@ -114,7 +114,7 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
                 "note",
             )
         )
-    counted = [r for r in runs if ((r.verdicts or {}).get("gpus") or {}).get("gpus")]
+    counted = [r for r in runs if (v := r.verdicts) and (g := v.get("gpus")) and g.get("gpus")]
     if counted and len(counted) < len(runs):
         missing = ", ".join(r.label for r in runs if r not in counted)
         issues.append(

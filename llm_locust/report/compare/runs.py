@@ -13,7 +13,7 @@ from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_fo
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
-from llm_locust.report.schema import LadderDoc, ResultsDoc
+from llm_locust.report.schema import LadderDoc, ResultsDoc, Verdicts
 
 SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say
@@ -66,11 +66,12 @@ class Run:
         """The whole run's figures, with the verdicts' (tok/s/GPU, J/token, $/Mtok ...) beside them."""
         # open by a figure's name (compare's metrics and gates name them), a ForeignRun's too
         base = cast(dict[str, Any], self.doc["summary"])
-        extra = {k: v for k, v in ((self.verdicts or {}).get("run") or {}).items() if k in FIGURES and k not in base}
+        run_row = cast("dict[str, Any]", self.verdicts.get("run") if self.verdicts else None) or {}  # by figure name
+        extra = {k: v for k, v in run_row.items() if k in FIGURES and k not in base}
         return {**base, **extra} if extra else base
 
     @cached_property
-    def verdicts(self) -> dict[str, Any] | None:
+    def verdicts(self) -> Verdicts | None:
         """results["verdicts"] as the run wrote them, else computed from the results file
         (analysis/efficiency.py: the plan's cost.* keys, the GPU windows, the ladder)."""
         v = self.doc.get("verdicts")
@@ -88,7 +89,8 @@ class Run:
 
     @property
     def price(self) -> float | None:
-        return ((self.verdicts or {}).get("price") or {}).get("usd_per_gpu_hour")
+        price = self.verdicts.get("price") if self.verdicts else None
+        return price["usd_per_gpu_hour"] if price else None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -110,7 +112,8 @@ class Run:
         ld = self.ladder
         # open by a figure's name (compare's metrics name them): the verdicts' figures join them
         steps = list(cast(list[dict[str, Any]], ld["steps"])) if ld else []
-        by = {r.get("step"): r for r in (self.verdicts or {}).get("steps") or [] if isinstance(r, dict)}
+        rows = (self.verdicts.get("steps") if self.verdicts else None) or []
+        by = {r.get("step"): cast("dict[str, Any]", r) for r in rows if isinstance(r, dict)}  # by figure name
         if not by:
             return steps
         out = []

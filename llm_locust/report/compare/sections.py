@@ -248,7 +248,7 @@ def _steps_table(c: Comparison) -> Table | None:
 def _front_text(r: Run) -> str:
     pts = r.frontier
     if not pts:
-        why = (r.verdicts or {}).get("notes") or []
+        why = (r.verdicts.get("notes") if r.verdicts else None) or []
         return (
             "- ("
             + (
@@ -341,7 +341,7 @@ def frontier_svg(c: Comparison) -> str:
     for i, r in enumerate(c.runs):
         rows = [
             s
-            for s in (r.verdicts or {}).get("steps") or []
+            for s in (r.verdicts.get("steps") if r.verdicts else None) or []
             if s.get("output_tokens_per_s_per_gpu") and s.get("interactivity")
         ]
         pts = [(s["output_tokens_per_s_per_gpu"], s["interactivity"]) for s in rows]
@@ -367,7 +367,10 @@ def _frontier_tables(c: Comparison) -> list[Table]:
         return []
     rows = [
         ["frontier (tok/s/GPU / tok/s/user)", *[_front_text(r) for r in c.runs]],
-        ["GPUs", *[str(((r.verdicts or {}).get("gpus") or {}).get("gpus") or "-") for r in c.runs]],
+        [
+            "GPUs",
+            *[str((g := r.verdicts.get("gpus") if r.verdicts else None) and g.get("gpus") or "-") for r in c.runs],
+        ],
         ["price per GPU-hour", *[f"${r.price:g}" if r.price is not None else "-" for r in c.runs]],
     ]
     note = (
@@ -415,7 +418,7 @@ def _why_none(run: Run, crit: Criterion, cell: Cell) -> str:
         return cell.note
     for part, words in _VERDICT_WHY:
         if part in crit.metric.name:
-            for n in (run.verdicts or {}).get("notes") or []:
+            for n in (run.verdicts.get("notes") if run.verdicts else None) or []:
                 if any(w in n for w in words):
                     return n.split(":")[0]
     return "no value"

@@ -17,7 +17,7 @@ from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.foreign import Foreign
 from llm_locust.report.compare.runs import Run, _unique_labels
 from llm_locust.report.results import SCHEMA, ResultsError, read_results
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.report.schema import ResultsDoc, Verdicts
 
 READERS = (aiperf, guidellm, vllm_bench)
 KNOWN = (
@@ -37,7 +37,7 @@ class ForeignRun(Run):
         return f"{self.foreign.tool} {self.foreign.version}".strip()
 
     @property
-    def verdicts(self) -> dict[str, Any] | None:
+    def verdicts(self) -> Verdicts | None:
         return None
 
     @property
