@@ -152,6 +152,7 @@ def _cell_doc(knee: float, tok: float, slo_step: int | None, price: bool = True)
     return {
         "ladder": {
             "steps": steps,
+            "stop_reason": None,
             "saturation": {
                 "saturation": {
                     "step": 3,

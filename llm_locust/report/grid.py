@@ -18,6 +18,7 @@ from typing import Any
 
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.html import CSP, CSS, H, esc, figure, kv_table, num, table
+from llm_locust.report.schema import LadderDoc, ResultsDoc, Saturation
 
 GRID_SCHEMA = "llm-locust/grid"
 GRID_VERSION = 1
@@ -44,34 +45,40 @@ def _n(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _sla(ladder: Mapping[str, Any], verdict: Mapping[str, Any]) -> tuple[float | None, int | None, str]:
+def _sla(ladder: LadderDoc | None, verdict: Saturation | None) -> tuple[float | None, int | None, str]:
     """(load, step, how) of the highest load meeting every SLO: the search's answer (its probe at
     that level that met them) or the ladder verdict's highest such step."""
-    search = _m(ladder.get("sla"))
+    search = ladder.get("sla") if ladder else None
     if search:
-        answer = _n(search.get("answer"))
-        probe: Any = next(
-            (p for p in search.get("probes_detail") or [] if _m(p).get("met") and _n(_m(p).get("level")) == answer),
-            {},
-        )
-        return answer, _m(probe).get("step"), f"search ({search.get('reached', '?')})"
-    return _n(verdict.get("max_slo_load")), verdict.get("max_slo_step"), "ladder"
+        answer = _n(search["answer"])
+        probe = next((p for p in search["probes_detail"] if p["met"] and _n(p["level"]) == answer), None)
+        return answer, probe["step"] if probe else None, f"search ({search['reached']})"
+    if verdict is None:
+        return None, None, "ladder"
+    return _n(verdict["max_slo_load"]), verdict["max_slo_step"], "ladder"
 
 
-def cell_row(doc: Mapping[str, Any], isl: int, osl: int, path: str = "", code: int = 0) -> dict[str, Any]:
+def cell_row(doc: ResultsDoc, isl: int, osl: int, path: str = "", code: int = 0) -> dict[str, Any]:
     """One cell's row from its results: the knee, the SLA load, the highest throughput, and the
-    cost verdicts (per GPU, $/Mtok; present when the run had --gpus / a price) at both."""
-    ladder = _m(doc.get("ladder"))
-    verdict = _m(ladder.get("saturation"))
-    knee = _m(verdict.get("saturation"))
-    steps = [_m(s) for s in ladder.get("steps") or []]
-    by_step = {s.get("step"): s for s in steps}
-    kind = knee.get("offered_kind") or verdict.get("offered_kind") or next((s.get("offered_kind") for s in steps), "")
+    cost verdicts (per GPU, $/Mtok; present when the run had --gpus / a price) at both. A part the
+    run did not write (no ladder, no verdicts, no knee) leaves its figures None."""
+    ladder = doc.get("ladder")
+    verdict = ladder["saturation"] if ladder else None
+    knee = verdict["saturation"] if verdict else None
+    steps = ladder["steps"] if ladder else []
+    by_step = {s["step"]: s for s in steps}
+    kind = (
+        (knee["offered_kind"] if knee else None)
+        or (verdict["offered_kind"] if verdict else None)
+        or next((s["offered_kind"] for s in steps), "")
+    )
     sla_load, sla_step, sla_how = _sla(ladder, verdict)
-    cost = _m(doc.get("verdicts"))
-    cost_steps = {_m(r).get("step"): _m(r) for r in cost.get("steps") or []}
-    knee_cost, sla_cost = _m(cost.get("knee")), cost_steps.get(sla_step, {})
-    rates = [x for x in (_n(s.get("output_tokens_per_s")) for s in steps) if x is not None]
+    cost = doc.get("verdicts")
+    cost_steps = {r["step"]: r for r in cost["steps"]} if cost else {}
+    knee_cost = cost["knee"] if cost else None
+    sla_cost = cost_steps.get(sla_step) if sla_step is not None else None
+    sla_row = by_step.get(sla_step) if sla_step is not None else None
+    rates = [x for x in (_n(s["output_tokens_per_s"]) for s in steps) if x is not None]
     return {
         "isl": isl,
         "osl": osl,
@@ -80,23 +87,23 @@ def cell_row(doc: Mapping[str, Any], isl: int, osl: int, path: str = "", code: i
         "kind": kind,
         "unit": OFFERED_UNITS.get(str(kind), ""),
         "steps": len(steps),
-        "knee_load": _n(knee.get("offered")),
-        "knee_step": knee.get("step"),
-        "knee_by": verdict.get("knee_by"),
-        "knee_output_tokens_per_s": _n(knee.get("output_tokens_per_s")),
-        "knee_requests_per_s": _n(knee.get("requests_per_s")),
-        "knee_ttft_p50": _n(_m(knee.get("latency")).get("ttft_p50")),
+        "knee_load": _n(knee["offered"]) if knee else None,
+        "knee_step": knee["step"] if knee else None,
+        "knee_by": verdict["knee_by"] if verdict else None,
+        "knee_output_tokens_per_s": _n(knee["output_tokens_per_s"]) if knee else None,
+        "knee_requests_per_s": _n(knee["requests_per_s"]) if knee else None,
+        "knee_ttft_p50": _n(knee["latency"].get("ttft_p50")) if knee else None,
         "sla_load": sla_load,
         "sla_step": sla_step,
         "sla_how": sla_how,
-        "sla_output_tokens_per_s": _n(by_step.get(sla_step, {}).get("output_tokens_per_s")),
+        "sla_output_tokens_per_s": _n(sla_row["output_tokens_per_s"]) if sla_row else None,
         "max_output_tokens_per_s": max(rates) if rates else None,
-        "knee_tokens_per_s_per_gpu": _n(knee_cost.get("output_tokens_per_s_per_gpu")),
-        "knee_usd_per_mtok": _n(knee_cost.get("usd_per_million_output_tokens")),
-        "sla_tokens_per_s_per_gpu": _n(sla_cost.get("output_tokens_per_s_per_gpu")),
-        "sla_usd_per_mtok": _n(sla_cost.get("usd_per_million_output_tokens")),
-        "flags": sorted(_m(doc.get("validity")).get("flags") or []),
-        "stop_reason": ladder.get("stop_reason"),
+        "knee_tokens_per_s_per_gpu": _n(knee_cost.get("output_tokens_per_s_per_gpu")) if knee_cost else None,
+        "knee_usd_per_mtok": _n(knee_cost.get("usd_per_million_output_tokens")) if knee_cost else None,
+        "sla_tokens_per_s_per_gpu": _n(sla_cost.get("output_tokens_per_s_per_gpu")) if sla_cost else None,
+        "sla_usd_per_mtok": _n(sla_cost.get("usd_per_million_output_tokens")) if sla_cost else None,
+        "flags": sorted(doc["validity"]["flags"]),
+        "stop_reason": ladder["stop_reason"] if ladder else None,
     }
 
 
