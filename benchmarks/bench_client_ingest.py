@@ -32,7 +32,13 @@ usage line and [DONE]) + the token lines of streams cut at the stop.
 The burst pair is run --repeat times, alternating bare and ours, and the medians are compared:
 on a small shared machine one run of either can be off by 10-20%.
 
+--baseline DIR also runs ours from another checkout (alternated with the others: before/after in one
+sitting); --vllm also runs vLLM's benchmark client (`vllm bench serve`, from the cached CPU venv, as
+bench_paced_vs_vllm.py does) against the same nginx stream, its CPU from its main run's start line
+to its result banner.
+
 Run: python benchmarks/bench_client_ingest.py [--duration 15] [--users 32] [--repeat 3] [--paced-users 64]
+     [--skip-paced] [--baseline DIR] [--vllm] [--vllm-prompts N]
 No assertions on timing: this prints figures, it does not judge them.
 """
 
@@ -156,10 +162,15 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def run_measured(cmd: list[str], env: dict | None = None) -> dict:
-    """Run cmd to its end; CPU seconds (total and from test start), wall seconds, output."""
+MARKERS = ("Ramping to", "limit reached")  # Locust's test start and stop lines
+
+
+def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT, markers: tuple[str, str] = MARKERS) -> dict:
+    """Run cmd to its end; CPU seconds (total and between the two marker lines), wall seconds, output.
+    `cwd` is first on the child's sys.path (`python -m`): another checkout's package runs there."""
     t_launch = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    start_marker, stop_marker = markers
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     mark: dict = {}
     lines: list[str] = []
 
@@ -167,9 +178,9 @@ def run_measured(cmd: list[str], env: dict | None = None) -> dict:
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             lines.append(line)
-            if "Ramping to" in line and "start" not in mark:
+            if start_marker in line and "start" not in mark:
                 mark["start"] = (tree_cpu(proc.pid), time.perf_counter())
-            elif "limit reached" in line and "stop" not in mark:
+            elif stop_marker in line and "start" in mark and "stop" not in mark:
                 mark["stop"] = (tree_cpu(proc.pid), time.perf_counter())
 
     th = threading.Thread(target=reader, daemon=True)
@@ -229,10 +240,23 @@ def ours_cmd(
 
 
 def run_ours(
-    url: str, users: int, duration: int, tmp: Path, trace: Path, label: str, extra=(), api: str = "openai-completions"
+    url: str,
+    users: int,
+    duration: int,
+    tmp: Path,
+    trace: Path,
+    label: str,
+    extra=(),
+    api: str = "openai-completions",
+    root: Path = ROOT,
 ) -> dict:
+    """Ours from the checkout at `root` (default this one; --baseline: another, e.g. an older
+    commit's `git archive`); a checkout without the preflight check runs without --no-preflight."""
     results = tmp / f"results-{label}.json"
-    m = run_measured(ours_cmd(url, users, duration, results, trace, api) + list(extra))
+    cmd = ours_cmd(url, users, duration, results, trace, api) + list(extra)
+    if root != ROOT and subprocess.run(["grep", "-rqs", "preflight", str(root / "llm_locust")]).returncode:
+        cmd.remove("--no-preflight")
+    m = run_measured(cmd, cwd=root)
     if m["rc"] != 0 or not results.exists():
         raise SystemExit(f"{label}: llm-locust exited {m['rc']}:\n{m['output'][-3000:]}")
     s = orjson.loads(results.read_bytes())["summary"]
@@ -244,9 +268,9 @@ def run_ours(
     # every ok request: its length checked against the 256 asked for, equal, counted from usage
     if (
         s["tokens_out"] != ok * N_TOKENS
-        or s["length_mismatch"]
-        or s["length_checked"] != ok
-        or s["n_out_sources"] != {"usage": ok}
+        or s.get("length_mismatch", 0)  # .get: a --baseline checkout's results may predate these
+        or s.get("length_checked", ok) != ok
+        or s.get("n_out_sources", {"usage": ok}) != {"usage": ok}
     ):
         problems.append(
             f"tokens {s['tokens_out']} for {ok} ok requests (sources {s['n_out_sources']}, "
@@ -263,7 +287,7 @@ def run_ours(
         "problems": problems,
         "ttft_p50_ms": 1000 * (lat["ttft"].get("p50") or 0),
         "e2e_p50_ms": 1000 * (lat["e2e"].get("p50") or 0),
-        "loop_lag_p99_ms": 1000 * (s["client"]["loop_lag"].get("p99") or 0),
+        "loop_lag_p99_ms": 1000 * (s.get("client", {}).get("loop_lag", {}).get("p99") or 0),
         "itl_p50_ms": 1000 * (lat["itl"].get("p50") or 0),
     }
 
@@ -307,6 +331,37 @@ def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes) -> dic
     }
 
 
+def run_vllm(url: str, users: int, prompts: int, tmp: Path, label: str) -> dict:
+    """vLLM's benchmark client (`vllm bench serve`, bench_paced_vs_vllm's set-up) against the same
+    nginx stream: `prompts` requests at `users` concurrency; CPU from its "Starting main benchmark
+    run" line to its result banner (the load and its metric calculation); tokens from its result
+    JSON (the stream's usage: 256 per request)."""
+    from bench_paced_vs_vllm import TOKENIZER, VLLM_BENCH, VLLM_VENV
+
+    out = f"vllm-{label}.json"
+    cmd = [str(VLLM_VENV / "bin" / "python"), "-c", VLLM_BENCH, "--backend", "openai", "--base-url", url]
+    cmd += ["--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(TOKENIZER)]
+    cmd += ["--dataset-name", "random", "--random-input-len", "64", "--random-output-len", str(N_TOKENS)]
+    cmd += ["--max-concurrency", str(users), "--num-prompts", str(prompts), "--ignore-eos", "--disable-tqdm"]
+    cmd += ["--save-result", "--result-dir", str(tmp), "--result-filename", out]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    m = run_measured(cmd, env, markers=("Starting main benchmark run", " Serving Benchmark Result "))
+    path = tmp / out
+    if m["rc"] != 0 or not path.exists():
+        raise SystemExit(f"{label}: vllm bench serve exited {m['rc']}:\n{m['output'][-3000:]}")
+    r = orjson.loads(path.read_bytes())
+    if r.get("failed") or r["total_output_tokens"] != r["completed"] * N_TOKENS:
+        print(f"WARNING {label}: {r.get('failed')} failed; {r['total_output_tokens']} tokens", flush=True)
+    return {
+        **m,
+        "ok": r["completed"],
+        "tokens": r["total_output_tokens"],
+        "failed": r.get("failed") or 0,
+        "ttft_p50_ms": r.get("median_ttft_ms") or 0.0,
+        "e2e_p50_ms": r.get("median_e2el_ms") or 0.0,
+    }
+
+
 def row(name: str, r: dict) -> str:
     r["tok_per_cpu_load"] = r["tokens"] / r["cpu_window"] if r["cpu_window"] > 0 else 0.0
     r["tok_per_cpu_total"] = r["tokens"] / r["cpu_total"] if r["cpu_total"] > 0 else 0.0
@@ -328,6 +383,18 @@ ingest figure); tok/cpu tot = tokens / cpu tot. cpu%: cpu ld / wall over the sam
 (100% = one core). ttft/e2e p50 in ms, as each client measured them."""
 
 
+def _burst_run(key: str, url: str, a, tmp: Path, trace: Path, body: bytes, i: int) -> dict:
+    """One burst run of the client `key` (round i)."""
+    if key == "bare":
+        return run_bare(url, a.users, a.duration, tmp, body)
+    if key == "vllm":
+        return run_vllm(url, a.users, a.vllm_prompts, tmp, f"vllm{i}")
+    if key == "base":
+        return run_ours(url, a.users, a.duration, tmp, trace, f"base{i}", root=Path(a.baseline).resolve())
+    extra = ["--record-log", str(tmp / f"records{i}.jsonl")] if key == "ours_log" else []
+    return run_ours(url, a.users, a.duration, tmp, trace, f"{key}{i}", extra)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=int, default=15, help="seconds per run (default 15)")
@@ -336,6 +403,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="burst runs of each client, alternated (default 3)")
     ap.add_argument("--skip-paced", action="store_true", help="only the burst runs")
     ap.add_argument("--record-log", action="store_true", help="add a burst run of ours with --record-log on")
+    ap.add_argument(
+        "--baseline",
+        default="",
+        help="also run ours from this other checkout (e.g. an older commit's `git archive` export), "
+        "alternated with the others: before/after figures in one sitting",
+    )
+    ap.add_argument("--vllm", action="store_true", help="also run vLLM's client (`vllm bench serve`) on the burst")
+    ap.add_argument(
+        "--vllm-prompts", type=int, default=4000, help="requests of each vLLM run (default 4000: ~15 s on 2 cores)"
+    )
     ap.add_argument("--json", default="", help="also write the figures to this JSON file")
     a = ap.parse_args()
 
@@ -349,49 +426,59 @@ def main() -> int:
         f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
         "",
     ]
-    res: dict = {"bare": [], "ours": [], "ours_log": []}
+    res: dict = {"bare": [], "ours": [], "ours_log": [], "base": [], "vllm": []}
+    keys = ["bare", "ours"] + (["ours_log"] if a.record_log else []) + (["base"] if a.baseline else [])
+    keys += ["vllm"] if a.vllm else []
     with NginxStream() as srv:
         print(f"nginx at {srv.url}: {len(srv.body)} bytes per response, {N_TOKENS} tokens", flush=True)
-        for i in range(a.repeat):  # alternate, so that a noisy neighbour hits both alike
-            print(f"[{i + 1}/{a.repeat}] bare, then ours ({a.users} users, {a.duration}s each) ...", flush=True)
-            res["bare"].append(run_bare(srv.url, a.users, a.duration, tmp, body))
-            res["ours"].append(run_ours(srv.url, a.users, a.duration, tmp, trace, f"burst{i}"))
-            if a.record_log:
-                res["ours_log"].append(
-                    run_ours(
-                        srv.url,
-                        a.users,
-                        a.duration,
-                        tmp,
-                        trace,
-                        f"burst-log{i}",
-                        ["--record-log", str(tmp / f"records{i}.jsonl")],
-                    )
-                )
+        for i in range(a.repeat):  # alternate, so that a noisy neighbour hits all alike
+            for key in keys if i % 2 == 0 else keys[::-1]:
+                print(f"[{i + 1}/{a.repeat}] {key} ({a.users} users) ...", flush=True)
+                res[key].append(_burst_run(key, srv.url, a, tmp, trace, body, i))
     lines += [f"(a) burst: nginx, fixed {N_TOKENS}-token stream, {a.users} users", HEADER, "-" * len(HEADER)]
-    names = {"bare": "bare FastHttpUser", "ours": "llm-locust (all metrics)", "ours_log": "llm-locust + --record-log"}
+    names = {
+        "bare": "bare FastHttpUser",
+        "ours": "llm-locust (all metrics)",
+        "ours_log": "llm-locust + --record-log",
+        "base": "llm-locust --baseline",
+        "vllm": "vllm bench serve",
+    }
     for i in range(a.repeat):
-        for key in ("bare", "ours", "ours_log"):
-            if res[key]:
-                lines.append(row(f"{names[key]}{f' #{i + 1}' if a.repeat > 1 else ''}", res[key][i]))
+        for key in keys:
+            lines.append(row(f"{names[key]}{f' #{i + 1}' if a.repeat > 1 else ''}", res[key][i]))
     med = {k: statistics.median(r["tok_per_cpu_load"] for r in v) for k, v in res.items() if v}
     med_tot = {k: statistics.median(r["tok_per_cpu_total"] for r in v) for k, v in res.items() if v}
     lines += [
         "",
-        f"median tokens per CPU-s (load window): bare {med['bare']:,.0f}, ours {med['ours']:,.0f}"
-        + (f", ours + record log {med['ours_log']:,.0f}" if "ours_log" in med else ""),
+        "median tokens per CPU-s (load window): " + ", ".join(f"{names[k]} {med[k]:,.0f}" for k in keys),
         f"ours / bare: {med['ours'] / med['bare']:.3f} (load window, medians); "
         f"{med_tot['ours'] / med_tot['bare']:.3f} (whole process, medians); per pair: "
         + ", ".join(
             f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}"
             for b, o in zip(res["bare"], res["ours"], strict=True)
         ),
+    ]
+    for other in ("vllm", "base"):
+        if res[other]:
+            lines.append(
+                f"ours / {names[other]}: {med['ours'] / med[other]:.3f} (medians); per pair: "
+                + ", ".join(
+                    f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}"
+                    for b, o in zip(res[other], res["ours"], strict=True)
+                )
+            )
+    if res["base"]:
+        lines.append(
+            f"baseline / bare: {med['base'] / med['bare']:.3f}"
+            + (f"; baseline / vLLM's: {med['base'] / med['vllm']:.3f}" if res["vllm"] else "")
+        )
+    lines.append(
         "ours after the stop (end-of-run summary + results): "
         + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["ours"])
         + " CPU-s; bare: "
         + ", ".join(f"{r['cpu_after_stop']:.2f}" for r in res["bare"])
-        + " CPU-s",
-    ]
+        + " CPU-s"
+    )
     res = {k: v for k, v in res.items() if v}
 
     if not a.skip_paced:
