@@ -291,9 +291,12 @@ def stream_client(
     concurrency: int = 20,
     api_key: str | None = None,
     network_timeout: float = 5.0,
+    token_reads: bool = True,
+    pump: bool = True,
 ):
     """The runtime's streaming client for `url` and `api`: 2 s to connect, 5 s without progress and
-    10 s in all unless `timeouts` says otherwise; `api_key` adds the API's own auth headers."""
+    10 s in all unless `timeouts` says otherwise; `api_key` adds the API's own auth headers;
+    `token_reads` and `pump` choose its body reader (transport/bodies.py)."""
     from geventhttpclient import HTTPClient
 
     from llm_locust.protocols import get_adapter
@@ -311,7 +314,9 @@ def stream_client(
     http = HTTPClient.from_url(
         url, concurrency=concurrency, connection_timeout=connect, network_timeout=network_timeout
     )
-    return StreamClient(http, url, adapter, timeouts or Timeouts(2.0, 5.0, 10.0), head, keep_text)
+    return StreamClient(
+        http, url, adapter, timeouts or Timeouts(2.0, 5.0, 10.0), head, keep_text, token_reads=token_reads, pump=pump
+    )
 
 
 def json_client(url: str, kind: str = "openai-embeddings", *, timeouts=None, limits=None, concurrency: int = 4):

@@ -286,7 +286,7 @@ def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
     not 6); reads that find a little (a paced server) keep the small buffer. Every byte arrives once."""
     from gevent import socket as gsocket
 
-    from llm_locust.transport import http as client_mod
+    from llm_locust.transport import reads as client_mod
 
     listener = gsocket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -295,7 +295,7 @@ def test_reads_grow_while_a_server_sends_faster_than_they_empty_the_socket():
     conn, _ = listener.accept()
     try:
         sock = _Socket(conn)
-        read = client_mod._reader(sock, client_mod.time.perf_counter(), client_mod._Watch(conn, 10.0))
+        read = client_mod.socket_reader(sock, client_mod.time.perf_counter(), client_mod.Watch(conn, 10.0))
         # paced: a token at a time, each read after its write
         for _ in range(5):
             writer.sendall(b"data: x\n\n")
@@ -321,14 +321,14 @@ def test_a_bulk_read_is_sized_to_what_the_caller_gets_through_in_its_budget():
     """A full 64 KiB read gone through in 0.2 ms (SGLang's events) earns the 512 KiB buffer; one
     that took 8 ms (a flood of comment-only events, decoded one line at a time) keeps 64 KiB, so
     one read never holds the other greenlets far past YIELD_AFTER; in between, in proportion."""
-    from llm_locust.transport.http import BULK_READ_SIZE, READ_BUDGET, READ_SIZE, YIELD_AFTER, _next_read_size
+    from llm_locust.transport.reads import BULK_READ_SIZE, READ_BUDGET, READ_SIZE, YIELD_AFTER, next_read_size
 
     assert READ_BUDGET < YIELD_AFTER
-    assert _next_read_size(READ_SIZE, 0.0002) == BULK_READ_SIZE
-    assert _next_read_size(READ_SIZE, 0.0) == BULK_READ_SIZE
-    assert _next_read_size(READ_SIZE, 0.008) == READ_SIZE
-    assert _next_read_size(READ_SIZE, READ_BUDGET / 3) == 3 * READ_SIZE
-    assert _next_read_size(BULK_READ_SIZE, READ_BUDGET * 2) == BULK_READ_SIZE // 2
+    assert next_read_size(READ_SIZE, 0.0002) == BULK_READ_SIZE
+    assert next_read_size(READ_SIZE, 0.0) == BULK_READ_SIZE
+    assert next_read_size(READ_SIZE, 0.008) == READ_SIZE
+    assert next_read_size(READ_SIZE, READ_BUDGET / 3) == 3 * READ_SIZE
+    assert next_read_size(BULK_READ_SIZE, READ_BUDGET * 2) == BULK_READ_SIZE // 2
 
 
 def _silent_server() -> StreamServer:

@@ -22,6 +22,7 @@ from geventhttpclient import HTTPClient
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, RequestSpec, Timeouts
+from llm_locust.transport.bodies import SSEReader
 from llm_locust.transport.http import StreamClient
 from llm_locust.transport.served import fetch_models
 
@@ -230,6 +231,7 @@ def test_an_adapter_that_raises_anything_still_gives_a_record(hostile):
             raise KeyError("boom")
 
     c.adapter = Broken()
+    c.body = SSEReader(c.adapter, c.limits)
     rec = c.send(SPEC, raw_id(sse_reply(events(GOOD, b"[DONE]"))))
     assert rec.outcome is Outcome.STREAM_ERROR and "KeyError" in rec.error and "boom" in rec.error
 

@@ -232,11 +232,11 @@ def test_embeddings_from_the_simulator(sim):
     assert rec.status == 200 and rec.n_in == 6 and rec.n_in_source == "usage" and rec.n_out == 0
     assert rec.extra == {"items": 3} and rec.chunk_times == [] and rec.t_first is None
     assert rec.t_sent < rec.t_headers <= rec.t_end and rec.e2e > 0
-    reply = c.replies.pop(rec.request_id)
+    reply = c.body.replies.pop(rec.request_id)
     assert len(reply.embeddings) == 3 and all(len(v) == 16 for v in reply.embeddings)
     # deterministic: the same text, the same vector; and the connection is kept alive
     rec2 = c.send(emb_spec(["six"]), f"e{next(ids)}", keep_text=True)
-    assert c.replies.pop(rec2.request_id).embeddings[0] == reply.embeddings[2]
+    assert c.body.replies.pop(rec2.request_id).embeddings[0] == reply.embeddings[2]
     assert len(c._kept_alive) == 1
 
 
@@ -253,15 +253,15 @@ def test_rerank_and_score_from_the_simulator(sim):
     rec = c.send(RequestSpec(model="m", extra_body={"query": "cat dog", "documents": docs}), f"r{next(ids)}")
     assert rec.ok, rec.error
     assert rec.extra == {"items": 3} and rec.n_in == 2 * 3 + 3 + 3 + 5
-    assert c.replies.pop(rec.request_id).scores == [0.5, 0.0, 1.0]
+    assert c.body.replies.pop(rec.request_id).scores == [0.5, 0.0, 1.0]
     rec = c.send(
         RequestSpec(model="m", extra_body={"query": "cat dog", "documents": docs, "top_n": 1}), f"r{next(ids)}"
     )
-    assert rec.ok and rec.extra == {"items": 1} and c.replies.pop(rec.request_id).scores == [None, None, 1.0]
+    assert rec.ok and rec.extra == {"items": 1} and c.body.replies.pop(rec.request_id).scores == [None, None, 1.0]
     s = client_for(sim.url, "vllm-score")
     rec = s.send(RequestSpec(extra_body={"text_1": "cat", "text_2": ["cat", "dog"]}), f"s{next(ids)}")
     assert rec.ok, rec.error
-    assert s.replies.pop(rec.request_id).scores == [1.0, 0.0] and rec.n_in == 4
+    assert s.body.replies.pop(rec.request_id).scores == [1.0, 0.0] and rec.n_in == 4
 
 
 def test_server_refusals_are_http_errors(sim):
@@ -389,7 +389,7 @@ def test_a_real_llama_server_embeds_and_our_token_count_is_its_usage(
         c = client_for(srv.url, timeouts=Timeouts(5.0, 30.0, 60.0))
         rec = c.send(RequestSpec(model="smollm2", extra_body={"input": texts}), "real-emb", keep_text=True)
     assert rec.ok, rec.error
-    reply = c.replies.pop(rec.request_id)
+    reply = c.body.replies.pop(rec.request_id)
     assert rec.extra == {"items": 3} and len(reply.embeddings) == 3
     assert len({len(v) for v in reply.embeddings}) == 1 and len(reply.embeddings[0]) > 8
     # per input, the tokenizer's count with its special tokens (SmolLM2 adds none: 14 tokens)

@@ -21,7 +21,6 @@ from gevent.server import StreamServer
 from support import stream_client
 from test_token_reads import count_token_reads
 
-import llm_locust.transport.http as client_mod
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.sim.process import SimProcess
@@ -40,9 +39,8 @@ def sim(sims):
 
 @pytest.fixture
 def pumped(monkeypatch):
-    """Token reads on, through the pump; counts the reads the pump took as token reads."""
-    monkeypatch.setattr(client_mod, "TOKEN_READS", True)
-    monkeypatch.setattr(client_mod, "PUMP_READS", True)
+    """Counts the reads the pump took as token reads (clients take token reads through the pump
+    unless made with pump=False)."""
     taken = count_token_reads(monkeypatch)
     yield taken
     assert PUMP._streams == {}  # every socket left the pump, however its request ended
@@ -103,8 +101,7 @@ def test_many_concurrent_streams_are_read_in_the_pump_and_timed_like_the_server(
 def test_faults_mid_stream_end_as_they_do_without_the_pump(sim, pumped, monkeypatch, fault, outcome, text, tokens):
     out = {}
     for pump in (True, False):
-        monkeypatch.setattr(client_mod, "PUMP_READS", pump)
-        c = client_for(sim.url, headers={"x-sim-fault": fault})
+        c = client_for(sim.url, headers={"x-sim-fault": fault}, pump=pump)
         rec = c.send(spec(40), f"f-{next(ids)}")
         out[pump] = (rec.outcome, rec.error, len(rec.chunk_times), c.pool._socket_queue.qsize())
     assert out[True] == out[False]
@@ -180,8 +177,7 @@ def test_a_close_or_reset_in_the_pump_is_classified_as_without_it(pumped, monkey
     try:
         url = f"http://127.0.0.1:{server.server_port}"
         for pump in (True, False):
-            monkeypatch.setattr(client_mod, "PUMP_READS", pump)
-            rec = client_for(url, "openai-completions").send(spec(100), f"{closing}-{pump}")
+            rec = client_for(url, "openai-completions", pump=pump).send(spec(100), f"{closing}-{pump}")
             out[pump] = (rec.outcome, rec.error.split(":")[0], len(rec.chunk_times))
     finally:
         server.stop()

@@ -44,7 +44,6 @@ from geventhttpclient import HTTPClient
 from support import ROOT, json_client, need_binary, read_records, run_ok, stream_client
 from test_grpc_h2 import COMPLETE, chunk, frame, grpc_msg
 
-import llm_locust.transport.http as client_mod
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import RequestSpec, Timeouts
 from llm_locust.transport.http import StreamClient
@@ -294,7 +293,12 @@ def http_client(path: str, url: str, tls, timeouts: Timeouts, n: int):
             ssl_context_factory=lambda: gevent.ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT),
         )
         return StreamClient(http, url, get_adapter("openai-completions"), timeouts), STREAM_SPEC
-    return stream_client(url, "openai-completions", timeouts=timeouts, keep_text=False, concurrency=n), STREAM_SPEC
+    # the general path reads every byte the general way; "token reads" without the pump
+    token_reads, pump = path != "general", path == "pump"
+    client = stream_client(
+        url, "openai-completions", timeouts=timeouts, keep_text=False, concurrency=n, token_reads=token_reads, pump=pump
+    )
+    return client, STREAM_SPEC
 
 
 def run_path(path: str, cases: dict[str, Case], tls, limit: float = LIMIT, hold=0.010, rest=0.004):
@@ -313,9 +317,7 @@ def run_path(path: str, cases: dict[str, Case], tls, limit: float = LIMIT, hold=
 
 
 def read_path(path: str, monkeypatch, request):
-    """Token reads on for the paths that take them, the pump for its own; TLS files for TLS."""
-    monkeypatch.setattr(client_mod, "TOKEN_READS", path in ("token reads", "pump", "tls"))
-    monkeypatch.setattr(client_mod, "PUMP_READS", path == "pump")
+    """TLS files for TLS (its reads have no kernel stamps, so no pump; token reads on)."""
     return request.getfixturevalue("tls_files") if path == "tls" else None
 
 

@@ -80,7 +80,7 @@ def test_rerank_through_the_client(ranker, count):
     for docs in (DOCS[:1], DOCS, DOCS * 3):
         rec = c.send(RequestSpec(model=ALIAS, extra_body={"query": QUERY, "documents": docs}), f"rr{next(ids)}")
         assert rec.outcome is Outcome.OK, rec.error
-        reply = c.replies.pop(rec.request_id)
+        reply = c.body.replies.pop(rec.request_id)
         assert len(reply.scores) == len(docs) and all(0.0 < s < 1.0 for s in reply.scores)
         assert rec.extra == {"items": len(docs)} and reply.items == len(docs)
         assert rec.n_in_source == "usage" and rec.n_in == expected_tokens(count, QUERY, docs)
@@ -95,7 +95,7 @@ def test_rerank_through_the_client(ranker, count):
     # top_n: two results, the best two of the full ranking; usage still counts every document
     rec = c.send(RequestSpec(model=ALIAS, extra_body={"query": QUERY, "documents": DOCS, "top_n": 2}), f"rr{next(ids)}")
     assert rec.outcome is Outcome.OK, rec.error
-    reply = c.replies.pop(rec.request_id)
+    reply = c.body.replies.pop(rec.request_id)
     assert rec.extra == {"items": 2} and len(reply.scores) == len(DOCS)
     best_two = sorted(range(len(DOCS)), key=lambda i: -full[i])[:2]
     assert sorted(i for i, s in enumerate(reply.scores) if s is not None) == sorted(best_two)

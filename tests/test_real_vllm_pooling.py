@@ -72,7 +72,7 @@ def send(client, body, collect=False):
     assert rec.status == 200 and rec.n_out == 0 and rec.t_first is None
     assert rec.t_sent < rec.t_headers <= rec.t_end
     assert rec.n_in_source == "usage"
-    return rec, client.replies.pop(rec.request_id)
+    return rec, client.body.replies.pop(rec.request_id)
 
 
 def cosine(a, b):

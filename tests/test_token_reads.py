@@ -1,9 +1,10 @@
-"""One-token reads taken without parsing them (protocols/token_reads.py, StreamClient._read_stream).
+"""Token events and one-token reads taken without parsing them (protocols/token_reads.py, the
+TokenReader of transport/bodies.py).
 
 A read taken that way must give exactly what reading it the general way (llhttp, the SSE decoder,
 the adapter) gives: the same token events at the same times, the same counts, finish, usage,
 errors and outcome, whatever the server sends and however its bytes are cut into reads. Each
-stream below is read twice, with TOKEN_READS on and off, and the two records compared; the
+stream below is read twice, by a TokenReader and by the general SSEReader, and the two records compared; the
 reads are handed to the client's own loop exactly as given, so the cuts are the test's."""
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from geventhttpclient import HTTPClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import llm_locust.transport.http as client_mod
+import llm_locust.transport.bodies as client_mod
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import Limits, RequestSpec, StreamState
 from llm_locust.protocols.token_reads import text_template, token_read_matcher, whole_chunks
-from llm_locust.transport.http import StreamClient, Timeouts, _Ended, _read_head, _Response, finish_record
+from llm_locust.transport.bodies import Ended, finish_record
+from llm_locust.transport.http import StreamClient, Timeouts, _read_head, _Response
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -78,9 +80,10 @@ def paced_reads(api: str, texts: list[str]) -> list[bytes]:
 
 def read_through(api: str, reads: list[bytes], token_reads: bool, monkeypatch, limits: Limits | None = None):
     """The client's record of a reply arriving as exactly these reads (each at its own time)."""
-    monkeypatch.setattr(client_mod, "TOKEN_READS", token_reads)
     http = HTTPClient.from_url("http://127.0.0.1:9")  # never connects: the reads are handed in
-    client = StreamClient(http, "http://127.0.0.1:9", get_adapter(api), Timeouts(1.0, 1.0, 1.0), limits=limits)
+    client = StreamClient(
+        http, "http://127.0.0.1:9", get_adapter(api), Timeouts(1.0, 1.0, 1.0), limits=limits, token_reads=token_reads
+    )
     rec = RequestRecord(request_id="r", api=api, t_sched=0.0, t_sent=0.0, wall_sent=0.0)
     state = StreamState(False)
     it = iter(enumerate(reads))
@@ -92,8 +95,8 @@ def read_through(api: str, reads: list[bytes], token_reads: bool, monkeypatch, l
     resp = _Response(None, block_size=65536, method="POST")
     try:
         rec.t_headers = _read_head(resp, read, rec, 65536)
-        client._read_stream(resp, read, rec, state)
-    except _Ended as e:
+        client.body.read(resp, read, rec, state, RequestSpec(model="m"))
+    except Ended as e:
         rec.outcome, rec.error = e.outcome, e.text
     except Exception as e:  # noqa: BLE001 - compared like any other outcome
         rec.outcome, rec.error = type(e).__name__, str(e)
@@ -401,7 +404,20 @@ def streams(draw):
     if draw(st.booleans()):  # some reads joined
         i = draw(st.integers(1, len(reads) - 1))
         reads[i : i + 2] = [b"".join(reads[i : i + 2])]
-    return api, reads
+    return api, bursts(draw, reads)
+
+
+def bursts(draw, reads: list[bytes]) -> list[bytes]:
+    """Now and then the body's reads joined in groups: a burst, many events a read (event
+    templates), and the head with the body's first bytes, as a burst's first read holds them."""
+    group = draw(st.sampled_from([1, 1, 1, 3, 50]))
+    if group == 1:
+        return reads
+    body_reads = reads[1:]
+    reads = [HEAD] + [b"".join(body_reads[i : i + group]) for i in range(0, len(body_reads), group)]
+    if draw(st.booleans()):
+        reads[:2] = [b"".join(reads[:2])]
+    return reads
 
 
 @pytest.mark.slow  # 400 streams read twice: seconds
@@ -410,6 +426,36 @@ def streams(draw):
 def test_any_stream_cut_any_way_reads_the_same_with_and_without_token_reads(monkeypatch, stream):
     api, reads = stream
     assert read_through(api, reads, True, monkeypatch) == read_through(api, reads, False, monkeypatch)
+
+
+def test_a_burst_is_counted_by_template_and_agrees(monkeypatch):
+    """A server faster than the client: the whole reply in one read with the head (nginx), or cut
+    into two anywhere. The first event gives the template, and the read's later token events are
+    told by it (event_matcher) without the adapter, but for those it cannot tell (an escape, the
+    finish, usage, [DONE]); the record is the general path's."""
+    texts = [" to", " and", " caf\u00e9", ' "q"'] + [f" w{i}" for i in range(200)]
+    body = b"".join(paced_reads("openai-completions", texts)[1:])
+    counted = [0]
+    real = client_mod.event_matcher
+
+    def counting(*args):
+        match = real(*args)
+
+        def counted_match(payload):
+            ok = match(payload)
+            counted[0] += ok
+            return ok
+
+        return counted_match
+
+    monkeypatch.setattr(client_mod, "event_matcher", counting)
+    for cut in (0, 1, 300, len(body) // 2, len(body) - 7):
+        reads = [HEAD + body] if cut == 0 else [HEAD + body[:cut], body[cut:]]
+        counted[0] = 0
+        fast = read_through("openai-completions", reads, True, monkeypatch)
+        assert fast == read_through("openai-completions", reads, False, monkeypatch)
+        assert fast[0].value == "ok" and fast[2] == len(texts)
+        assert counted[0] >= 195, (cut, counted[0])  # all but the first, the escaped one and the last
 
 
 def test_the_matcher_counts_whole_chunks_of_one_token_event_each():
@@ -453,9 +499,8 @@ def test_the_simulator_paced_stream_is_timed_the_same(monkeypatch):
     with SimProcess(slots=8, iter_base=0.005, iter_per_seq=0.0, iter_per_prefill_token=0.0) as sim:
         out = {}
         for on in (True, False):
-            monkeypatch.setattr(client_mod, "TOKEN_READS", on)
             http = HTTPClient.from_url(sim.url, concurrency=2)
-            c = StreamClient(http, sim.url, get_adapter("openai-chat"), Timeouts(2.0, 5.0, 30.0))
+            c = StreamClient(http, sim.url, get_adapter("openai-chat"), Timeouts(2.0, 5.0, 30.0), token_reads=on)
             out[on] = c.send(RequestSpec(model="m", prompt="hello", max_tokens=60, force_length=True), f"r{on}")
             http.close()
     for rec in out.values():

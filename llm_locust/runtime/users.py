@@ -185,7 +185,7 @@ class LLMUser(FastHttpUser):
         c.cancel = self.ctx.cancel
         return c
 
-    def json_client(self, adapter) -> JSONClient:
+    def json_client(self, adapter) -> StreamClient:
         """A client for one non-streaming kind (embeddings, rerank, score) on this user's connections."""
         s = self.ctx.settings
         return JSONClient(

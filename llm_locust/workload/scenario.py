@@ -110,7 +110,7 @@ class LLMClient:
         if api in JSON_API_NAMES:
             client = self._json(api)
             rec = user.send(spec, name=name, keep_text=keep_text, stream=client)
-            return LLMResult.of(rec, client.replies.pop(rec.request_id, None))
+            return LLMResult.of(rec, client.body.replies.pop(rec.request_id, None))  # a JSONReader's
         rec = user.send(spec, name=name, keep_text=keep_text, stream=self._stream(api))
         return LLMResult.of(rec)
 
