@@ -485,6 +485,11 @@ def test_record_gaps_gives_record_us_figures():
     # every chunk one token (gap_samples' C-level path): the same streams' times, paced streams
     # whose gaps share one power of two, and ones below 2 ms
     cases += [(times, [1] * len(times)) for times, _ in cases[:64]]
+    # bursts: hundreds of tokens a read share its time (few distinct times, in order), one read
+    # only, a step past the histogram's top, and runs out of order (the general C-level path)
+    burst = [1000.0] * 250 + [1000.0042] * 5 + [1000.5] * 3
+    cases += [(burst, [1] * 258), ([7.0] * 256, [1] * 256), ([1.0] * 40 + [5000.0] * 40, [1] * 80)]
+    cases.append(([2.0] * 40 + [1.0] * 40 + [3.0] * 40, [1] * 120))
     for base in (0.02, 0.0015, 0.005):
         t, times = 1000.0, []
         for _ in range(256):
