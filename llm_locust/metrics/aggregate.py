@@ -565,16 +565,46 @@ class Aggregate:
     def add_sent(self, n: int = 1) -> None:
         self.sent += n
 
-    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None, gaps: tuple | None = None) -> tuple | None:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+    def add(self, rec: RequestRecord, slos: dict[str, float] | None = None, gaps: tuple | None = None) -> tuple | None:
         """Fold one finished request in. Failed requests count, but stay out of latencies.
 
         Returns the request's gap samples (gap_samples), or None when it has none; pass them as
         `gaps` when adding the same request to another Aggregate, to fold its gaps only once.
         """
-        outcome = rec.outcome.value
-        self.outcomes[outcome] += 1
+        self.outcomes[rec.outcome.value] += 1
         t_end = rec.t_end if rec.t_end is not None else rec.t_sent
         offset = rec.wall_sent - rec.t_sent  # perf_counter -> wall clock for this request
+        self._add_timeline(rec, t_end, offset)
+        if rec.endpoint is not None:
+            _group(self.groups["endpoint"], rec.endpoint).add(rec, t_end)
+        if rec.model is not None:
+            _group(self.groups["model"], rec.model).add(rec, t_end)
+        if rec.work is not None:
+            self.work.add(rec, rec.work)
+        if rec.api in KIND_APIS:
+            self._add_kind(rec, t_end)
+            if rec.ok:
+                return None
+        if not rec.ok:
+            self._add_failed(rec)
+            return None
+        self._add_counts(rec)
+        itl_max = 0.0
+        if rec.t_first is not None:
+            if gaps is None:
+                gaps = gap_samples(rec.chunk_times, rec.chunk_tokens)
+            itl_max = self._add_latencies(rec, t_end, offset, gaps)
+        else:
+            self._add_ends(rec, t_end, None)
+        if slos and _meets(rec, slos, itl_max):
+            self.goodput_requests += 1
+            self.goodput_tokens += rec.n_out
+        return gaps
+
+    def _add_timeline(self, rec: RequestRecord, t_end: float, offset: float) -> None:
+        """The run's first send and last end, and the per-second series: the request's end
+        (ok or failed) and its tokens by arrival second (most requests fall within one second;
+        else run-length)."""
         wall_end = t_end + offset
         if self.first_sent is None or rec.wall_sent < self.first_sent:
             self.first_sent = rec.wall_sent
@@ -587,47 +617,37 @@ class Aggregate:
             end_bucket[1] += 1
         elif rec.outcome not in NOT_FAILED:  # cancelled at stop or by the client: not the server's failure
             end_bucket[2] += 1
-
         times, ntoks = rec.chunk_times, rec.chunk_tokens
-        # Tokens by arrival second: most requests fall within one second; else run-length.
-        if times:
-            first_sec = int(times[0] + offset)
-            if first_sec == int(times[-1] + offset):
-                series.bucket(first_sec)[0] += sum(ntoks)
-            else:
-                sec, acc = -1, 0
-                for t, n in zip(times, ntoks, strict=True):
-                    s = int(t + offset)
-                    if s != sec:
-                        if acc:
-                            series.bucket(sec)[0] += acc
-                        sec, acc = s, 0
-                    acc += n
+        if not times:
+            return
+        first_sec = int(times[0] + offset)
+        if first_sec == int(times[-1] + offset):
+            series.bucket(first_sec)[0] += sum(ntoks)
+            return
+        sec, acc = -1, 0
+        for t, n in zip(times, ntoks, strict=True):
+            s = int(t + offset)
+            if s != sec:
                 if acc:
                     series.bucket(sec)[0] += acc
+                sec, acc = s, 0
+            acc += n
+        if acc:
+            series.bucket(sec)[0] += acc
 
-        if rec.endpoint is not None:
-            _group(self.groups["endpoint"], rec.endpoint).add(rec, t_end)
-        if rec.model is not None:
-            _group(self.groups["model"], rec.model).add(rec, t_end)
+    def _add_failed(self, rec: RequestRecord) -> None:
+        """A failed (or cancelled) request: its partial tokens, its cause and its error text."""
+        outcome = rec.outcome.value
+        self.tokens_out_failed += sum(rec.chunk_tokens)
+        if rec.cause and rec.outcome not in NOT_FAILED:
+            self.causes[rec.cause] = self.causes.get(rec.cause, 0) + 1
+        texts = self.errors.setdefault(outcome, {})
+        text = rec.error or outcome
+        if text in texts or len(texts) < MAX_ERROR_TEXTS:
+            texts[text] = texts.get(text, 0) + 1
 
-        if rec.work is not None:
-            self.work.add(rec, rec.work)
-
-        if rec.api in KIND_APIS:
-            self._add_kind(rec, t_end)
-            if rec.ok:
-                return None
-        if not rec.ok:
-            self.tokens_out_failed += sum(ntoks)
-            if rec.cause and rec.outcome not in NOT_FAILED:
-                self.causes[rec.cause] = self.causes.get(rec.cause, 0) + 1
-            texts = self.errors.setdefault(outcome, {})
-            text = rec.error or outcome
-            if text in texts or len(texts) < MAX_ERROR_TEXTS:
-                texts[text] = texts.get(text, 0) + 1
-            return None
-
+    def _add_counts(self, rec: RequestRecord) -> None:
+        """An ok request's token counts, where they came from, and its length check."""
         self.tokens_out += rec.n_out
         if rec.n_in is not None:
             self.tokens_in += rec.n_in
@@ -639,37 +659,40 @@ class Aggregate:
             if rec.n_out != rec.requested_out:
                 self.length_mismatch += 1
 
+    def _add_ends(self, rec: RequestRecord, t_end: float, hit: bool | None) -> bool | None:
+        """An ok request's end-to-end figures; its cache hit (None when unknown)."""
         h = self.hist
-        hit = None
-        if rec.n_cached is not None or rec.ideal_cached is not None:
+        if hit is None and (rec.n_cached is not None or rec.ideal_cached is not None):
             hit = self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
         h["e2e"].record(t_end - rec.t_sent)
         h["e2e_queue"].record(t_end - rec.t_sched)
         h["schedule_lag"].record(rec.t_sent - rec.t_sched)
         h["send_delay"].record(rec.t_sent - max(rec.t_sched, rec.t_released or rec.t_sched))
-        itl_max = 0.0
-        if rec.t_first is not None:
-            h["ttft"].record(rec.t_first - rec.t_sent)
-            h["ttft_queue"].record(rec.t_first - rec.t_sched)
-            if hit is not None:
-                h["ttft_cache_hit" if hit else "ttft_cache_miss"].record(rec.t_first - rec.t_sent)
-            if rec.t_first_content is not None:
-                h["ttft_content"].record(rec.t_first_content - rec.t_sent)
-            if rec.t_first_tool is not None:
-                h["ttft_tool"].record(rec.t_first_tool - rec.t_sent)
-            if rec.n_out >= 2:
-                h["tpot"].record((times[-1] - rec.t_first) / (rec.n_out - 1))
-            if gaps is None:
-                gaps = gap_samples(times, ntoks)
-            itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
-            self.by_sent.add(rec, offset, gaps[2])
-            self.client.add_reads(times, gaps[0], rec.clock == "kernel")
-            self._add_phases(rec)
+        return hit
 
-        if slos and _meets(rec, slos, itl_max):
-            self.goodput_requests += 1
-            self.goodput_tokens += rec.n_out
-        return gaps
+    def _add_latencies(self, rec: RequestRecord, t_end: float, offset: float, gaps: tuple) -> float:
+        """An ok request with a first token: its end-to-end and token figures; the largest
+        per-token gap in s (for the SLOs)."""
+        h = self.hist
+        hit = self._add_ends(rec, t_end, None)
+        t_first = rec.t_first
+        assert t_first is not None, "called for a request with a first token"
+        h["ttft"].record(t_first - rec.t_sent)
+        h["ttft_queue"].record(t_first - rec.t_sched)
+        if hit is not None:
+            h["ttft_cache_hit" if hit else "ttft_cache_miss"].record(t_first - rec.t_sent)
+        if rec.t_first_content is not None:
+            h["ttft_content"].record(rec.t_first_content - rec.t_sent)
+        if rec.t_first_tool is not None:
+            h["ttft_tool"].record(rec.t_first_tool - rec.t_sent)
+        times = rec.chunk_times
+        if rec.n_out >= 2:
+            h["tpot"].record((times[-1] - t_first) / (rec.n_out - 1))
+        itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
+        self.by_sent.add(rec, offset, gaps[2])
+        self.client.add_reads(times, gaps[0], rec.clock == "kernel")
+        self._add_phases(rec)
+        return itl_max
 
     def _add_phases(self, rec: RequestRecord) -> None:
         """An ok request's phases (RequestRecord.phases), once per request (not per chunk)."""

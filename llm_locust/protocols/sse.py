@@ -125,7 +125,7 @@ class SSEDecoder:
         """Nothing pending: the next bytes start a new event."""
         return not self._buf and not self._more and not self._cr
 
-    def feed(self, data: bytes) -> Events:  # noqa: C901 (per-chunk hot path; split with the ingest benchmarks in issue 25)
+    def feed(self, data: bytes) -> Events:  # noqa: C901 (per-read hot path: the fast paths first, in one call)
         if not data:
             return []  # keeps a pending CR's state intact
         plain = True

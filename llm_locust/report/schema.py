@@ -6,8 +6,9 @@ renamed or misspelt figure fails the type check (mypy), not a report weeks later
 TypedDicts, not classes: the document stays the plain JSON dict it always was. A key marked
 NotRequired may be absent (a part a run had no data for, or a file of an older version); a part
 typed `dict[str, ...]` is open on purpose (keyed by a metric, a kind, an endpoint or a figure's
-name; the server's probe answers; a plan's user-given maps). docs/results.md documents the fields; docs/results.schema.json
-is the JSON Schema generated from these types (`python -m llm_locust.report.schema` writes it).
+name; the server's probe answers; a plan's user-given maps). docs/results.md documents the
+fields; docs/results.schema.json is the JSON Schema generated from these types
+(`python -m llm_locust.report.schema` writes it).
 
 Core layer: imports nothing of the package and no event loop.
 """
