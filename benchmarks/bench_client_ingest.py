@@ -71,7 +71,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROMPT = " ".join(["hello"] * 128)
 
 BARE_LOCUSTFILE = '''
-"""Bare streaming user: POST, read lines with geventhttpclient's readline, time TTFT and E2E."""
+"""Bare streaming user: POST, read lines (readline or iter_lines), time TTFT and E2E."""
 import os
 import time
 
@@ -80,6 +80,9 @@ from locust import FastHttpUser, constant, events, task
 
 BODY = open(os.environ["BARE_BODY"], "rb").read()
 OUT = os.environ["BARE_OUT"]
+# "readline": geventhttpclient's readline on the response (a private attribute: the fastest way);
+# "iter_lines": FastHttpSession.iter_lines, Locust's own API for streamed replies
+READ = os.environ.get("BARE_READ", "readline")
 HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 N_TOKENS = int(os.environ["BARE_TOKENS"])
 stats = {"requests": 0, "ok": 0, "bad": 0, "tokens": 0, "ttft": [], "e2e": []}
@@ -93,27 +96,39 @@ class BareUser(FastHttpUser):
         perf = time.perf_counter
         t0 = perf()
         ttft = None
-        lines = 0
+        n_lines = 0
         done = False
         stats["requests"] += 1
+        status = 200
         try:
-            r = self.client.post("/v1/completions", data=BODY, headers=HEADERS, stream=True)
-            readline = r._response.readline
-            while True:
-                line = readline(b"\\n")
-                if not line:
-                    break
-                if line.startswith(b"data: "):
-                    if ttft is None:
-                        ttft = perf() - t0
-                    if line.startswith(b"data: [DONE]"):
-                        done = True
-                    else:
-                        lines += 1
+            if READ == "iter_lines":  # Locust's API: lines as str, read 1 KiB at a time
+                for line in self.client.iter_lines("/v1/completions", method="POST", data=BODY, headers=HEADERS):
+                    if line.startswith("data: "):
+                        if ttft is None:
+                            ttft = perf() - t0
+                        if line.startswith("data: [DONE]"):
+                            done = True
+                        else:
+                            n_lines += 1
+            else:
+                r = self.client.post("/v1/completions", data=BODY, headers=HEADERS, stream=True)
+                status = r.status_code
+                readline = r._response.readline
+                while True:
+                    line = readline(b"\\n")
+                    if not line:
+                        break
+                    if line.startswith(b"data: "):
+                        if ttft is None:
+                            ttft = perf() - t0
+                        if line.startswith(b"data: [DONE]"):
+                            done = True
+                        else:
+                            n_lines += 1
         finally:  # also when the test stops mid-stream: count what arrived
-            stats["tokens"] += min(lines, N_TOKENS)  # the usage line comes after the tokens
+            stats["tokens"] += min(n_lines, N_TOKENS)  # the usage line comes after the tokens
         e2e = perf() - t0
-        if r.status_code == 200 and done and lines == N_TOKENS + 1:  # token lines + the usage line
+        if status == 200 and done and n_lines == N_TOKENS + 1:  # token lines + the usage line
             stats["ok"] += 1
             stats["ttft"].append(ttft)
             stats["e2e"].append(e2e)
@@ -292,11 +307,11 @@ def run_ours(
     }
 
 
-def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes) -> dict:
-    lf, body_path, out = tmp / "bare_locustfile.py", tmp / "bare_body.json", tmp / "bare_out.json"
+def run_bare(url: str, users: int, duration: int, tmp: Path, body: bytes, read: str = "readline") -> dict:
+    lf, body_path, out = tmp / "bare_locustfile.py", tmp / "bare_body.json", tmp / f"bare_out_{read}.json"
     lf.write_text(BARE_LOCUSTFILE)
     body_path.write_bytes(body)
-    env = dict(os.environ, BARE_BODY=str(body_path), BARE_OUT=str(out), BARE_TOKENS=str(N_TOKENS))
+    env = dict(os.environ, BARE_BODY=str(body_path), BARE_OUT=str(out), BARE_TOKENS=str(N_TOKENS), BARE_READ=read)
     cmd = [
         sys.executable,
         "-m",
@@ -387,6 +402,8 @@ def _burst_run(key: str, url: str, a, tmp: Path, trace: Path, body: bytes, i: in
     """One burst run of the client `key` (round i)."""
     if key == "bare":
         return run_bare(url, a.users, a.duration, tmp, body)
+    if key == "bare_lines":
+        return run_bare(url, a.users, a.duration, tmp, body, "iter_lines")
     if key == "vllm":
         return run_vllm(url, a.users, a.vllm_prompts, tmp, f"vllm{i}")
     if key == "base":
@@ -409,6 +426,11 @@ def main() -> int:
         help="also run ours from this other checkout (e.g. an older commit's `git archive` export), "
         "alternated with the others: before/after figures in one sitting",
     )
+    ap.add_argument(
+        "--iter-lines",
+        action="store_true",
+        help="also run a bare user that reads with FastHttpSession.iter_lines (Locust's API for streams)",
+    )
     ap.add_argument("--vllm", action="store_true", help="also run vLLM's client (`vllm bench serve`) on the burst")
     ap.add_argument(
         "--vllm-prompts", type=int, default=4000, help="requests of each vLLM run (default 4000: ~15 s on 2 cores)"
@@ -426,8 +448,9 @@ def main() -> int:
         f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
         "",
     ]
-    res: dict = {"bare": [], "ours": [], "ours_log": [], "base": [], "vllm": []}
-    keys = ["bare", "ours"] + (["ours_log"] if a.record_log else []) + (["base"] if a.baseline else [])
+    res: dict = {"bare": [], "bare_lines": [], "ours": [], "ours_log": [], "base": [], "vllm": []}
+    keys = ["bare"] + (["bare_lines"] if a.iter_lines else []) + ["ours"]
+    keys += (["ours_log"] if a.record_log else []) + (["base"] if a.baseline else [])
     keys += ["vllm"] if a.vllm else []
     with NginxStream() as srv:
         print(f"nginx at {srv.url}: {len(srv.body)} bytes per response, {N_TOKENS} tokens", flush=True)
@@ -438,6 +461,7 @@ def main() -> int:
     lines += [f"(a) burst: nginx, fixed {N_TOKENS}-token stream, {a.users} users", HEADER, "-" * len(HEADER)]
     names = {
         "bare": "bare FastHttpUser",
+        "bare_lines": "bare, iter_lines",
         "ours": "llm-locust (all metrics)",
         "ours_log": "llm-locust + --record-log",
         "base": "llm-locust --baseline",
@@ -458,7 +482,7 @@ def main() -> int:
             for b, o in zip(res["bare"], res["ours"], strict=True)
         ),
     ]
-    for other in ("vllm", "base"):
+    for other in ("bare_lines", "vllm", "base"):
         if res[other]:
             lines.append(
                 f"ours / {names[other]}: {med['ours'] / med[other]:.3f} (medians); per pair: "
