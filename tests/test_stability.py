@@ -220,7 +220,7 @@ def test_burst_on_the_simulator_recovers_after_some_seconds_and_is_judged_agains
 
     text = render_text(compare([str(tmp_path / "r.json")] * 2, labels=["a", "b"]))
     assert "Stability verdicts" in text and f"FAIL · recovery {b['recovery_s']:g} s" in text
-    from llm_locust.report.compare.cli import main as compare_main
+    from llm_locust.report.compare.command import main as compare_main
 
     junit = tmp_path / "gates.xml"
     assert (

@@ -19,11 +19,11 @@ ranked, and marked "fails: ...". docs/compare.md has the metric table and the ru
 The modules, each importing only those above it (format.py names Run for type checking only):
 
     errors.py          CompareError
-    metrics.py         Metric, METRICS, resolve_metric; PassLine, parse_pass
+    metric_table.py    Metric, METRICS, resolve_metric; PassLine, parse_pass
     format.py          how figures are written (ms, %, loads, a metric's value or pass line)
     runs.py            Run (one results file and its facts)
     foreign.py         Foreign: another tool's run in our terms, its not-comparable marks and caveats
-    aiperf.py / guidellm.py / vllm_bench.py   one reader per tool: matches(doc), read(doc) -> Foreign
+    aiperf_results.py / guidellm_results.py / vllm_bench.py   one reader per tool: matches(doc), read(doc) -> Foreign
     tools.py           ForeignRun, read_run, load_runs: a file of any known tool, told apart by content
     weights.py         Criterion, parse_criteria, load_weights, default_criteria, WeightsError
     comparability.py   Issue, check_comparable
@@ -31,15 +31,15 @@ The modules, each importing only those above it (format.py names Run for type ch
     comparison.py      Comparison, compare
     sections.py        Table, sections: what every format renders
     render_text.py / render_markdown.py / render_html.py
-    cli.py             main(argv)
+    command.py         main(argv)
 """
 
-from llm_locust.report.compare.cli import FORMATS, RENDERERS, main
+from llm_locust.report.compare.command import FORMATS, RENDERERS, main
 from llm_locust.report.compare.comparability import Issue, check_comparable
 from llm_locust.report.compare.comparison import Comparison, compare
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.matrix import Cell, Matrix, normalise, read_value, score
-from llm_locust.report.compare.metrics import (
+from llm_locust.report.compare.metric_table import (
     LATENCY_METRICS,
     METRICS,
     OPERATORS,

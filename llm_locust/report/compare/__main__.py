@@ -1,5 +1,5 @@
 import sys
 
-from llm_locust.report.compare.cli import main
+from llm_locust.report.compare.command import main
 
 sys.exit(main())

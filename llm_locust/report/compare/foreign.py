@@ -1,4 +1,4 @@
-"""Another tool's results, read as a run beside ours: what a reader (aiperf.py, guidellm.py,
+"""Another tool's results, read as a run beside ours: what a reader (aiperf_results.py, guidellm_results.py,
 vllm_bench.py) makes of a file, in our terms (docs/metrics.md, seconds), with the figures that
 do not mean what ours mean marked, and the ones that do but are measured a little differently
 footnoted. Plain data and helpers; no reader imports another (docs/compare.md, "Other tools")."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_locust.analysis.steps import OFFERED_UNITS
-from llm_locust.report.compare.metrics import Metric, PassLine
+from llm_locust.report.compare.metric_table import Metric, PassLine
 
 
 def _num(v: float | None) -> str:

@@ -133,7 +133,7 @@ def interval_case(base_run, run, metric, tolerance: float) -> Case | None:
 def headline_cases(c: Comparison, tolerance: float, done: set[tuple[str, str]]) -> list[Case]:
     """Repeated runs: every headline figure not already a criterion, as an interval case."""
     from llm_locust.analysis.repeats import HEADLINE
-    from llm_locust.report.compare.metrics import METRICS
+    from llm_locust.report.compare.metric_table import METRICS
 
     out = []
     for j in range(1, len(c.runs)):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value
-from llm_locust.report.compare.metrics import Metric
+from llm_locust.report.compare.metric_table import Metric
 from llm_locust.report.compare.runs import Run, _get
 from llm_locust.report.compare.weights import Criterion
 

@@ -11,7 +11,7 @@ from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value, _load, _ms, _num, _num_plain, _pct
 from llm_locust.report.compare.matrix import Cell, _float, read_value
-from llm_locust.report.compare.metrics import METRICS
+from llm_locust.report.compare.metric_table import METRICS
 from llm_locust.report.compare.runs import Run, _get
 from llm_locust.report.compare.weights import Criterion
 

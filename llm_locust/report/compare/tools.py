@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import orjson
 
-import llm_locust.report.compare.aiperf as aiperf
-import llm_locust.report.compare.guidellm as guidellm
+import llm_locust.report.compare.aiperf_results as aiperf
+import llm_locust.report.compare.guidellm_results as guidellm
 import llm_locust.report.compare.vllm_bench as vllm_bench
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.foreign import Foreign

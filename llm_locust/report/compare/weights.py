@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_locust.report.compare.errors import CompareError
-from llm_locust.report.compare.metrics import Metric, PassLine, known_metrics_text, parse_pass, resolve_metric
+from llm_locust.report.compare.metric_table import Metric, PassLine, known_metrics_text, parse_pass, resolve_metric
 from llm_locust.report.compare.runs import Run
 from llm_locust.settings.units import PlanError, _suggest, read_yaml
 
