@@ -2,7 +2,7 @@
 
     python benchmarks/bench_sessions.py [--turns 100000] [--seed 0]
 
-Writes a synthetic agentic session JSONL (workload/agentic/synth.py, ``llm-locust-sessions``) of at
+Writes a synthetic agentic session JSONL (workload/agentic/synth_sessions.py, ``llm-locust-sessions``) of at
 least --turns turns in a temporary folder, then loads it with `load_sessions` under tracemalloc:
 peak and retained bytes, per 100k turns, and the load time. Also the same for the history-mode
 same turns as a Mooncake-style block-mode file (hash ids, sessions rebuilt by prefix chaining).
@@ -23,7 +23,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_locust.workload.agentic import load_sessions  # noqa: E402
-from llm_locust.workload.agentic.synth import AgenticSpec, generate, write  # noqa: E402
+from llm_locust.workload.agentic.synth_sessions import AgenticSpec, generate, write  # noqa: E402
 
 
 def _measure(path: Path, fmt: str | None):

@@ -13,7 +13,7 @@ from support import run_cli
 
 from llm_locust.metrics.aggregate import Aggregate, WireError, figures
 from llm_locust.metrics.records import Outcome, RequestRecord, WorkFacts
-from llm_locust.workload.formats.base import TraceError
+from llm_locust.workload.formats.reader import TraceError
 from llm_locust.workload.graded import (
     GRADERS,
     GradedItem,

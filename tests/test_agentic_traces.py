@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from llm_locust.workload.agentic import SESSION_FORMATS, detect_sessions, load_sessions
-from llm_locust.workload.agentic.mooncake import chain
-from llm_locust.workload.agentic.synth import AgenticSpec, generate, parse_spec_text, write
-from llm_locust.workload.agentic.synth import main as synth_main
-from llm_locust.workload.formats.base import TraceError
+from llm_locust.workload.agentic.mooncake_sessions import chain
+from llm_locust.workload.agentic.synth_sessions import AgenticSpec, generate, parse_spec_text, write
+from llm_locust.workload.agentic.synth_sessions import main as synth_main
+from llm_locust.workload.formats.reader import TraceError
 
 FIX = Path(__file__).parent / "fixtures" / "agentic"
 TRACES = Path(__file__).parent / "fixtures" / "traces"

@@ -16,7 +16,7 @@ from llm_locust.runtime.context import run_context
 from llm_locust.runtime.send import _note_workload
 from llm_locust.settings.model import Settings
 from llm_locust.workload import load_trace
-from llm_locust.workload.formats.base import TraceError
+from llm_locust.workload.formats.reader import TraceError
 from llm_locust.workload.images import ImageMaker, image_parts, parse_size
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, tool_definitions, wants_text

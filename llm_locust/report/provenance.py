@@ -82,7 +82,7 @@ def _detected_format(p: Path) -> str | None:
     when it cannot be told (the run itself then says why)."""
     from llm_locust.workload.agentic import detect_sessions
     from llm_locust.workload.formats import detect
-    from llm_locust.workload.formats.base import Source, TraceError
+    from llm_locust.workload.formats.reader import Source, TraceError
 
     try:
         session = detect_sessions(p)

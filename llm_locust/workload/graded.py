@@ -30,7 +30,7 @@ from typing import Any
 
 from llm_locust.metrics.records import RequestRecord, work_of
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.workload.formats.base import TraceError
+from llm_locust.workload.formats.reader import TraceError
 
 GRADERS = ("exact", "regex", "number", "choice")
 BUILTIN = "builtin"

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llm_locust.workload.formats import FORMATS, detect, get
-from llm_locust.workload.formats.base import Context, Source, TraceError
+from llm_locust.workload.formats.reader import Context, Source, TraceError
 from llm_locust.workload.trace import Trace, TraceBuilder
 
 __all__ = ["FORMATS", "Trace", "TraceError", "load_trace"]

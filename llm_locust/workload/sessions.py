@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_locust.workload.formats.base import TraceError
+from llm_locust.workload.formats.reader import TraceError
 
 
 @dataclass(slots=True)

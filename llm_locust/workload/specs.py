@@ -176,7 +176,7 @@ class SpecBuilder:
 
 def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dict[str, Any]], int, int]:
     """file:// image parts -> data: URLs (read once per file); (messages, images, bytes)."""
-    from llm_locust.workload.formats.base import TraceError
+    from llm_locust.workload.formats.reader import TraceError
 
     out, n, nbytes = [], 0, 0
     for m in messages:

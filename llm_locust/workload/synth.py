@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 (cannot write), 2 (bad arguments, or --out exists without --force);
     --help prints the help and returns 0."""
     args = sys.argv[1:] if argv is None else argv
-    if any(a == "--agentic" or a.startswith("--agentic=") for a in args):  # sessions: workload/agentic/synth.py
-        from llm_locust.workload.agentic.synth import main as agentic_main
+    if any(a == "--agentic" or a.startswith("--agentic=") for a in args):  # sessions: agentic/synth_sessions.py
+        from llm_locust.workload.agentic.synth_sessions import main as agentic_main
 
         return agentic_main(args)
     p = argparse.ArgumentParser(

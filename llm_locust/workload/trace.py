@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, compress, count, islice, repeat
 from typing import Any
 
-from llm_locust.workload.formats.base import Context, Format
+from llm_locust.workload.formats.reader import Context, Format
 from llm_locust.workload.trace_record import TraceRecord
 
 

@@ -6,12 +6,12 @@
 
 Formats (one module each; docs/agentic.md, section Formats):
 
-    llm-locust-sessions   ours.py        our session JSONL, one turn per line
-    aiperf-dag            aiperf_dag.py  AIPerf's agentic DAG JSONL (session_id, turns with spawns/forks)
-    weka                  weka.py        WEKA / SemiAnalysis agentic coding traces (inference-perf, AIPerf)
-    sglang-agentic        sglang.py      SGLang's agentic trace (conversations of message deltas)
-    mooncake-sessions     mooncake.py    Mooncake conversation trace, sessions by prefix chaining
-    mooncake-toolagent    mooncake.py    the same, later turns as tool results (toolagent_trace)
+    llm-locust-sessions   ours.py               our session JSONL, one turn per line
+    aiperf-dag            aiperf_dag.py         AIPerf's agentic DAG JSONL (session_id, turns with spawns/forks)
+    weka                  weka.py               WEKA / SemiAnalysis agentic coding traces (inference-perf, AIPerf)
+    sglang-agentic        sglang_sessions.py    SGLang's agentic trace (conversations of message deltas)
+    mooncake-sessions     mooncake_sessions.py  Mooncake conversation trace, sessions by prefix chaining
+    mooncake-toolagent    mooncake_sessions.py  the same, later turns as tool results (toolagent_trace)
 
 Detection (`detect_sessions`) reads the head of the file and claims only what no request-level
 format can read correctly:
@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from llm_locust.workload.agentic import aiperf_dag, mooncake, ours, sglang, weka
-from llm_locust.workload.formats.base import Context, Source, TraceError
+from llm_locust.workload.agentic import aiperf_dag, mooncake_sessions, ours, sglang_sessions, weka
+from llm_locust.workload.formats.reader import Context, Source, TraceError
 from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
 
 Reader = Callable[[Source, Context, SessionBuilder], "int | None"]
@@ -46,9 +46,9 @@ _READERS: dict[str, Reader] = {
     ours.NAME: ours.read,
     aiperf_dag.NAME: aiperf_dag.read,
     weka.NAME: weka.read,
-    sglang.NAME: sglang.read,
-    mooncake.NAME: mooncake.read_as(mooncake.NAME),
-    mooncake.TOOLAGENT: mooncake.read_as(mooncake.TOOLAGENT),
+    sglang_sessions.NAME: sglang_sessions.read,
+    mooncake_sessions.NAME: mooncake_sessions.read_as(mooncake_sessions.NAME),
+    mooncake_sessions.TOOLAGENT: mooncake_sessions.read_as(mooncake_sessions.TOOLAGENT),
 }
 SESSION_FORMATS: tuple[str, ...] = tuple(_READERS)
 ALIASES = {
@@ -59,10 +59,10 @@ ALIASES = {
     "weka-trace": weka.NAME,
     "weka-trace-replay": weka.NAME,
     "semianalysis-weka": weka.NAME,
-    "sglang-agentic-trace": sglang.NAME,
-    "agentic-trace": sglang.NAME,
-    "mooncake-conversation": mooncake.NAME,
-    "mooncake-tool-agent": mooncake.TOOLAGENT,
+    "sglang-agentic-trace": sglang_sessions.NAME,
+    "agentic-trace": sglang_sessions.NAME,
+    "mooncake-conversation": mooncake_sessions.NAME,
+    "mooncake-tool-agent": mooncake_sessions.TOOLAGENT,
 }
 
 

@@ -1,10 +1,10 @@
-"""What the session readers share: typed field helpers on top of `formats.base` (errors name file:line)."""
+"""What the session readers share: typed field helpers on top of `formats.reader` (errors name file:line)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, overload
 
-from llm_locust.workload.formats.base import Context, json_id
+from llm_locust.workload.formats.reader import Context, json_id
 
 ROLES = ("user", "tool")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_locust.workload.agentic._common import check_messages, delta_role, json_sid, message_text
-from llm_locust.workload.formats.base import Context, Source, json_count, json_seconds, json_str, jsonl_objects
+from llm_locust.workload.formats.reader import Context, Source, json_count, json_seconds, json_str, jsonl_objects
 from llm_locust.workload.sessions import SessionBuilder, Turn
 
 NAME = "aiperf-dag"

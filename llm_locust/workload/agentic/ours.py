@@ -27,7 +27,7 @@ block mode or all history mode.
 from __future__ import annotations
 
 from llm_locust.workload.agentic._common import ROLES, check_messages, json_sid
-from llm_locust.workload.formats.base import (
+from llm_locust.workload.formats.reader import (
     Context,
     Source,
     json_block_size,

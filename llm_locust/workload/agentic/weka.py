@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from llm_locust.workload.formats.base import (
+from llm_locust.workload.formats.reader import (
     Context,
     Source,
     json_count,

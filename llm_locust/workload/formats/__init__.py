@@ -18,7 +18,7 @@ from llm_locust.workload.formats import (
     splitwise,
     vllm,
 )
-from llm_locust.workload.formats.base import Context, Format, Source, TraceError
+from llm_locust.workload.formats.reader import Context, Format, Source, TraceError
 from llm_locust.workload.session_detect import detect_head
 
 _ALL: tuple[Format, ...] = (

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from llm_locust.workload.formats.base import (
+from llm_locust.workload.formats.reader import (
     Context,
     Format,
     Source,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from itertools import repeat
 
-from llm_locust.workload.formats.base import Context, Format, Source, columns_index, csv_fields, text_count
+from llm_locust.workload.formats.reader import Context, Format, Source, columns_index, csv_fields, text_count
 
 _iso = datetime.fromisoformat
 _secs = timedelta.total_seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llm_locust.workload.formats.base import (
+from llm_locust.workload.formats.reader import (
     Context,
     Format,
     Source,

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from llm_locust.workload.formats.base import (
+from llm_locust.workload.formats.reader import (
     Context,
     Format,
     Source,

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_id
+from llm_locust.workload.formats.reader import Context, Format, Source, blocks_from_rows, json_id
 
 _WS = re.compile(r"[ \t\n\r]*")
 _MAX_RECORD = 64 << 20  # an element still undecodable after this many characters is an error

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llm_locust.workload.formats.base import Context, Format, Source, blocks_from_rows, json_count, jsonl_objects
+from llm_locust.workload.formats.reader import Context, Format, Source, blocks_from_rows, json_count, jsonl_objects
 
 
 def _rows(src: Source, ctx: Context) -> Iterator[tuple]:

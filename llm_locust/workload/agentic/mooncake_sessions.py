@@ -30,7 +30,7 @@ that one; these session readings are chosen by name (--trace-format).
 from __future__ import annotations
 
 from llm_locust.workload.formats import mooncake as _mc
-from llm_locust.workload.formats.base import Context, Source
+from llm_locust.workload.formats.reader import Context, Source
 from llm_locust.workload.sessions import SessionBuilder, Turn
 
 NAME = "mooncake-sessions"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from llm_locust.workload.agentic._common import check_messages, delta_role, message_text
-from llm_locust.workload.formats.base import Context, Source, json_count
+from llm_locust.workload.formats.reader import Context, Source, json_count
 from llm_locust.workload.sessions import SessionBuilder, Turn
 
 NAME = "sglang-agentic"
