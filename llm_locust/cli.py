@@ -143,8 +143,8 @@ def run(argv: list[str]) -> int:
             raise ValueError(problem)
         if settings.repeat > 1:
             return run_repeated(argv, settings)
-        if settings.grid:  # one run of the ladder per ISL/OSL cell (llm_locust.grid)
-            from llm_locust.grid import run_grid
+        if settings.grid:  # one run of the ladder per ISL/OSL cell (llm_locust.grid_runs)
+            from llm_locust.grid_runs import run_grid
 
             return run_grid(argv, settings, {_REPETITION_ENV: "1"})
         if settings.prefix_hit:  # flush before the load, prime with each user's first request (warm-up)

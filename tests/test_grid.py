@@ -12,10 +12,10 @@ import pytest
 import yaml
 from support import run_cli, run_ok
 
-from llm_locust.grid import cell_options, cell_path, cell_synthetic, with_options
-from llm_locust.report.grid import cell_row, format_grid, grid_doc, heatmap, render
+from llm_locust.grid_runs import cell_options, cell_path, cell_synthetic, with_options
+from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, heatmap, render
 from llm_locust.settings import derive
-from llm_locust.settings.grid import MAX_CELLS, parse_grid
+from llm_locust.settings.grid_spec import MAX_CELLS, parse_grid
 from llm_locust.settings.units import PlanError
 from llm_locust.sim.model import SimConfig, capacity
 

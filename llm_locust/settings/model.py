@@ -28,7 +28,7 @@ from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings import limits as sizes
-from llm_locust.settings.grid import grid_text
+from llm_locust.settings.grid_spec import grid_text
 from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
@@ -1775,7 +1775,7 @@ class Settings(BaseModel):
 
     def _grid_problems(self) -> list[tuple[str, str]]:
         """--grid: each cell runs this plan's ladder or SLA search on a synthetic workload of the
-        cell's lengths (llm_locust.grid), so what would set the lengths, or find no knee, is refused."""
+        cell's lengths (llm_locust.grid_runs), so what would set the lengths, or find no knee, is refused."""
         if not self.grid:
             return []
         if not self.ladder:

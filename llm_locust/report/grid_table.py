@@ -1,4 +1,4 @@
-"""An ISL/OSL grid's figures (`llm-locust run --grid`, llm_locust.grid): one row per cell, read
+"""An ISL/OSL grid's figures (`llm-locust run --grid`, llm_locust.grid_runs): one row per cell, read
 from each cell's results file, the grid results file, the printed table and the HTML page with
 its heatmaps.
 

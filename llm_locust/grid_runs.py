@@ -3,7 +3,7 @@ and output lengths, as `--repeat` runs a plan N times (cli.run_repeated): each c
 run in its own process, on a synthetic workload whose every request has the cell's lengths
 (`--synthetic ...,input=ISL,output=OSL`; the plan's other synthetic keys kept), writing
 RESULTS.cell-islISL-oslOSL.json (and .html with --report). Then the grid results file (one row
-per cell: report/grid.py), the table printed, and with --report the grid's page with heatmaps.
+per cell: report/grid_table.py), the table printed, and with --report the grid's page with heatmaps.
 
 Why separate processes: a cell is exactly the run a user would make by hand with those lengths
 (its own results, report and re-run), and the run path stays untouched.
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_locust.report.grid import cell_row, format_grid, grid_doc, render
+from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, render
 from llm_locust.report.schema import ResultsDoc
-from llm_locust.settings.grid import cell_name, parse_grid
+from llm_locust.settings.grid_spec import cell_name, parse_grid
 
 # output options a cell writes to a file of its own (PATH.cell-islI-oslO.EXT); the grid's own
 # --results and --report are the grid results file and page

@@ -3,7 +3,7 @@
 One option value, axes separated by `:` (or spaces, or `;`), so it is one word on a command line,
 one value in `locust.conf` and in the effective plan; a plan may also write the mapping
 `grid: {isl: [128, 1024], osl: [128, 1024]}`. Every cell of the product isl x osl is one run of
-the plan's ladder or SLA search (llm_locust.grid). Parsed here, in the core, so the settings
+the plan's ladder or SLA search (llm_locust.grid_runs). Parsed here, in the core, so the settings
 check it before anything starts.
 """
 
