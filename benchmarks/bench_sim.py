@@ -21,7 +21,7 @@ from time import perf_counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from llm_locust.sim.model import SimConfig, capacity  # noqa: E402
+from llm_locust.sim.engine import SimConfig, capacity  # noqa: E402
 from llm_locust.sim.process import SimProcess  # noqa: E402
 
 MARK = b'"text":"'  # one per token chunk

@@ -2,7 +2,7 @@
 
 Builds a realistic 1-hour results file with the project's own code paths, then times
 `llm-locust report` on it. The run: a closed-loop concurrency ladder of 12 steps of 5 minutes
-(1 minute warm-up each), 1 .. 64 users, driven through the simulator's engine (`sim.model.Engine`,
+(1 minute warm-up each), 1 .. 64 users, driven through the simulator's engine (`sim.engine.Engine`,
 16 slots, a KV cache that fills near saturation) on a virtual clock, as
 tests/test_saturation.py does: prompts of 128 .. 2,048 and replies of 64 .. 512 tokens (forced
 length), each token's arrival jittered by the client's network (exponential, mean 0.3 ms), 0.3%
@@ -41,7 +41,7 @@ from llm_locust.metrics.records import Outcome, RequestRecord  # noqa: E402
 from llm_locust.report.results import build_results, read_results, write_results  # noqa: E402
 from llm_locust.runtime.shapes import StepWindow  # noqa: E402
 from llm_locust.settings import derive  # noqa: E402
-from llm_locust.sim.model import Engine, Seq, SimConfig  # noqa: E402
+from llm_locust.sim.engine import Engine, Seq, SimConfig  # noqa: E402
 
 W = 1_790_000_000.0  # wall clock of the virtual run's start
 LEVELS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]

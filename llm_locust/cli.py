@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "run":
         return run(rest)
     if cmd == "sim":
-        from llm_locust.sim.cli import main as sim_main
+        from llm_locust.sim.options import main as sim_main
 
         return sim_main(rest)
     if cmd == "trace":

@@ -17,7 +17,7 @@ from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, heatma
 from llm_locust.settings import derive
 from llm_locust.settings.grid_spec import MAX_CELLS, parse_grid
 from llm_locust.settings.units import PlanError
-from llm_locust.sim.model import SimConfig, capacity
+from llm_locust.sim.engine import SimConfig, capacity
 
 
 def settings_of(*argv: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import run_cli, run_ok
 
-from llm_locust.sim.model import SimConfig, capacity
+from llm_locust.sim.engine import SimConfig, capacity
 from llm_locust.sim.process import SimProcess
 
 A, B = 0.005, 0.0001  # iteration: 5 ms + 0.1 ms per running sequence

@@ -10,7 +10,7 @@ from llm_locust.analysis.saturation import analyse, early_stop, format_steps
 from llm_locust.analysis.steps import StepResult, step_result
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.records import RequestRecord
-from llm_locust.sim.model import Engine, Seq, SimConfig, capacity, simulate
+from llm_locust.sim.engine import Engine, Seq, SimConfig, capacity, simulate
 
 GEOMETRIC = [1, 2, 4, 8, 16, 32, 64, 128]
 W = 1_700_000_000.0

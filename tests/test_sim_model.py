@@ -2,7 +2,7 @@
 
 import pytest
 
-from llm_locust.sim.model import Engine, Seq, SimConfig, capacity, decode_rate, simulate
+from llm_locust.sim.engine import Engine, Seq, SimConfig, capacity, decode_rate, simulate
 
 A, B, C = 0.005, 0.001, 0.0001
 CFG = SimConfig(slots=8, kv_tokens=10_000, iter_base=A, iter_per_seq=B, iter_per_prefill_token=C)
@@ -128,7 +128,7 @@ def test_capacity_matches_pure_decode_steady_state():
 
 # ---------------------------------------------------------------- prefix cache and speculative decoding
 
-from llm_locust.sim.model import PrefixCache, block_hashes  # noqa: E402
+from llm_locust.sim.engine import PrefixCache, block_hashes  # noqa: E402
 
 BS = 4
 CCFG = SimConfig(

@@ -2,7 +2,7 @@
 end to end on the simulator against its closed-form capacity.
 
 The analytic answer: with constant arrivals at rate r above the simulator's saturated request
-rate mu = slots / ((a + b slots) o) (sim.model.capacity), every probe starting from an empty
+rate mu = slots / ((a + b slots) o) (sim.engine.capacity), every probe starting from an empty
 server (the search waits for a probe's requests before the next one), the waiting queue grows
 as (r - mu) t, so a request sent t seconds into the probe waits (r / mu - 1) t. The last requests
 of a probe's window are sent T (the step duration) after it began: the TTFT p99 limit s breaks
@@ -20,7 +20,7 @@ import pytest
 
 from llm_locust.analysis.sla import bracket, conclude, fixed_ladder_steps, next_level
 from llm_locust.settings.ladder import PlanError, Search, parse_ladder
-from llm_locust.sim.model import SimConfig, capacity
+from llm_locust.sim.engine import SimConfig, capacity
 from llm_locust.sim.process import SimProcess
 
 

@@ -376,7 +376,7 @@ def test_simulator_preemption_model_is_exact_and_off_by_default():
     later one is preempted (400 generated), the first finishes alone (100 iterations of 11 ms),
     then the preempted one is readmitted and recomputed, 100 more. Reserved (default): the
     second waits for the first's whole 600 tokens."""
-    from llm_locust.sim.model import Engine, SimConfig, simulate
+    from llm_locust.sim.engine import Engine, SimConfig, simulate
 
     cfg = SimConfig(slots=8, kv_tokens=1000, iter_base=0.01, iter_per_seq=0.001, iter_per_prefill_token=0, preempt=True)
     eng = Engine(cfg)

@@ -1,5 +1,5 @@
 import sys
 
-from llm_locust.sim.cli import main
+from llm_locust.sim.options import main
 
 sys.exit(main())

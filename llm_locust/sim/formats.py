@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from llm_locust.sim.http import DONE, END, frame
+from llm_locust.sim.connection import DONE, END, frame
 
 
 def sse_event(name: str, obj: dict) -> bytes:

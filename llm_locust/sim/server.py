@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
+from llm_locust.sim.connection import Conn, error_json
+from llm_locust.sim.engine import Engine, Seq, SimConfig
 from llm_locust.sim.formats import FINGERPRINT, make_format, mids
-from llm_locust.sim.http import Conn, error_json
 from llm_locust.sim.json_routes import JSON_ROUTES, json_reply
-from llm_locust.sim.metrics import TTFT_BUCKETS, exposition
-from llm_locust.sim.model import Engine, Seq, SimConfig
+from llm_locust.sim.metrics_page import TTFT_BUCKETS, exposition
 from llm_locust.sim.parse import BadRequest, count_input, count_prompt, int_field, prompt_words
 
 VOCAB = (

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from llm_locust.sim.model import SimConfig
+from llm_locust.sim.engine import SimConfig
 from llm_locust.sim.server import Options, parse_fault, serve
 
 DEFAULT_PREFIX_CACHE_TOKENS = 1_000_000

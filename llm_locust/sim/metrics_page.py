@@ -46,7 +46,7 @@ def _rss_bytes() -> int:
 
 
 def info_labels(app) -> str:
-    """llm_locust_sim_info's labels: the model, the engine's settings (sim.model.SimConfig),
+    """llm_locust_sim_info's labels: the model, the engine's settings (sim.engine.SimConfig),
     the pacing and the faults (Prometheus label values: strings)."""
     o, c = app.opts, app.opts.sim
     labels = {
