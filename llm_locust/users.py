@@ -6,9 +6,9 @@ the results) through `llm_locust.runtime.plugin`: it is the one public entry for
 """
 
 from llm_locust.runtime import plugin  # noqa: F401  (registers options and listeners on import)
-from llm_locust.runtime.replay import ReplayUser
+from llm_locust.runtime.closed_loop import LLMUser, StreamingUser
+from llm_locust.runtime.replay_shares import ReplayUser
 from llm_locust.runtime.send import LLMFailure
 from llm_locust.runtime.shapes import LadderShape
-from llm_locust.runtime.users import LLMUser, StreamingUser
 
 __all__ = ["LLMFailure", "LLMUser", "LadderShape", "ReplayUser", "StreamingUser"]

@@ -17,7 +17,7 @@ import pytest
 from support import ROOT, read_records, run_cli, run_ok
 
 from llm_locust.settings import derive
-from llm_locust.settings.ladder import parse_ladder
+from llm_locust.settings.ladder_spec import parse_ladder
 from llm_locust.settings.units import PlanError
 from llm_locust.workload.arrivals import interval_draw, interval_stats, share_offsets
 from llm_locust.workload.synth import SynthSpec, generate

@@ -3,7 +3,7 @@ options: test_settings.py.)"""
 
 import pytest
 
-from llm_locust.settings.ladder import EarlyStop, PlanError, Stable, parse_ladder
+from llm_locust.settings.ladder_spec import EarlyStop, PlanError, Stable, parse_ladder
 from llm_locust.settings.units import parse_seconds
 
 # ---- the short ladder syntax ----

@@ -108,7 +108,7 @@ def _ladder_doc() -> dict:
     from llm_locust.analysis.stability import burst_recovery
     from llm_locust.analysis.steps import step_result
     from llm_locust.runtime.shapes import StepWindow
-    from llm_locust.settings.ladder import Burst, Ladder, Search, Stable
+    from llm_locust.settings.ladder_spec import Burst, Ladder, Search, Stable
 
     agg = Aggregate()
     for i in range(6):

@@ -197,7 +197,7 @@ def test_every_setting_has_a_sample(tmp_path):
 
 
 def _yaml_of(values: dict) -> str:
-    from llm_locust.settings.ladder import parse_ladder
+    from llm_locust.settings.ladder_spec import parse_ladder
 
     doc: dict = {}
     for name, v in values.items():

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from llm_locust.analysis.sla import bracket, conclude, fixed_ladder_steps, next_level
-from llm_locust.settings.ladder import PlanError, Search, parse_ladder
+from llm_locust.settings.ladder_spec import PlanError, Search, parse_ladder
 from llm_locust.sim.engine import SimConfig, capacity
 from llm_locust.sim.process import SimProcess
 

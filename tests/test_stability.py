@@ -9,7 +9,7 @@ from support import run_ok
 
 from llm_locust.analysis.stability import burst_recovery, slope, soak
 from llm_locust.metrics.timeseries import LatencySeries, bucket_us, percentile_of
-from llm_locust.settings.ladder import PlanError, parse_ladder
+from llm_locust.settings.ladder_spec import PlanError, parse_ladder
 from llm_locust.sim.process import SimProcess
 
 

@@ -52,7 +52,7 @@ class RunContext:
     ladder: Any = None  # a ladder's: runtime/shapes.py LadderController (master, local)
     cache_reset: Any = None  # --reset-cache: runtime/cache_reset.py LadderReset
     replay: ReplayState | None = None  # an open-loop replay (runtime/dispatcher.py)
-    users: Any = None  # the closed-loop users' workload and draws: runtime/users.py UsersState
+    users: Any = None  # the closed-loop users' workload and draws: runtime/closed_loop.py UsersState
     structured: Any = UNSET  # --response-format's check, once made (None: no check)
     live_view: Any = None  # the web UI's /llm view: runtime/webui/data.py LiveView
     run_clock: Any = None  # the web UI's run clock (runtime/webui)

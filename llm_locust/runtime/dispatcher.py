@@ -8,7 +8,7 @@ its own trace time, if later), carrying the conversation's history when the trac
 `Dispatcher` loads its share (records whose key % K == i; a conversation stays whole on one
 worker) in a native thread, so heartbeats go on, and sends it from a t0 on the master's clock
 (`run`), or at a rate (`rate_pass`) or speed (`replay_pass`) a ladder step sets. Who plans the
-shares, says go and ends the test is the replay's coordination: runtime/replay.py, by role.
+shares, says go and ends the test is the replay's coordination: runtime/replay_shares.py, by role.
 The dispatcher is one greenlet per process, whatever the number of ReplayUsers there.
 """
 

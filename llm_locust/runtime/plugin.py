@@ -107,7 +107,7 @@ def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
 def _load(environment, settings) -> dict[str, Any]:
     """How the load was offered: the mode and the Locust figures that shape it."""
     opts = environment.parsed_options
-    from llm_locust.runtime.replay import ReplayUser
+    from llm_locust.runtime.replay_shares import ReplayUser
 
     replay = any(issubclass(u, ReplayUser) for u in environment.user_classes)
     mode = "ladder" if settings.ladder else "replay" if replay else "closed"
@@ -187,10 +187,10 @@ def _on_init(environment, **_kw: Any) -> None:
     # just written Locust's options, and every later listener reads the settings from them
     environment.events.test_start.add_listener(lambda **_kw: run.options_changed())
     h = install(environment)
-    from llm_locust.runtime import replay
+    from llm_locust.runtime import replay_shares
 
-    replay.install(environment)
-    from llm_locust.runtime.users import scenario_failed
+    replay_shares.install(environment)
+    from llm_locust.runtime.closed_loop import scenario_failed
 
     environment.events.user_error.add_listener(scenario_failed)  # a scenario that raises: a counted failure
     if isinstance(environment.runner, WorkerRunner):

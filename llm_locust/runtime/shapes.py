@@ -40,7 +40,7 @@ from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.report.schema import BurstRecovery
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
-from llm_locust.settings.ladder import EarlyStop, Ladder, Stable, parse_ladder
+from llm_locust.settings.ladder_spec import EarlyStop, Ladder, Stable, parse_ladder
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class LadderController:
     # ---- what the processes do ----
 
     def _users(self, level: float | None) -> tuple:
-        from llm_locust.runtime.users import StreamingUser
+        from llm_locust.runtime.closed_loop import StreamingUser
 
         if self.ladder.kind == "concurrency":
             users = int(level or 0)
@@ -318,7 +318,7 @@ class LadderController:
     def _dispatchers_ready(self) -> bool:
         if self.ladder.kind == "concurrency":
             return True
-        from llm_locust.runtime.replay import dispatchers_ready
+        from llm_locust.runtime.replay_shares import dispatchers_ready
 
         return dispatchers_ready(self.env)
 
@@ -469,7 +469,7 @@ def apply_step(env: Environment, payload: dict[str, Any]) -> None:
     h.ladder = True  # the client monitors sample inside measurement windows only
     h.step = payload["step"]
     if payload["kind"] in ("rate", "speed") and not payload.get("drain"):
-        from llm_locust.runtime.replay import steer
+        from llm_locust.runtime.replay_shares import steer
 
         steer(env, payload)
 
@@ -482,7 +482,7 @@ def _worker_count(env: Environment) -> int:
 
 
 def _replay_user_class():
-    from llm_locust.runtime.replay import ReplayUser
+    from llm_locust.runtime.replay_shares import ReplayUser
 
     for u in ReplayUser.__subclasses__():
         return u
@@ -537,7 +537,7 @@ def renew(env: Environment) -> None:
 
 
 class LadderShape(LoadTestShape):
-    """Runs the --ladder (see llm_locust.settings.ladder.parse_ladder for its syntax)."""
+    """Runs the --ladder (see llm_locust.settings.ladder_spec.parse_ladder for its syntax)."""
 
     def reset_time(self) -> None:
         # Locust calls this as a shape test starts, before the first tick
@@ -556,7 +556,7 @@ class LadderShape(LoadTestShape):
 
 def stop_dispatchers_on(env: Environment) -> None:
     """Kill open-loop passes when the test stops (in-flight requests end as cancelled)."""
-    from llm_locust.runtime.replay import stop_passes
+    from llm_locust.runtime.replay_shares import stop_passes
 
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))
 

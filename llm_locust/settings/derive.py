@@ -482,7 +482,7 @@ _LEFT_OUT = object()  # a setting the effective plan does not hold (it follows f
 
 def _ladder_plan(spec: str) -> dict[str, Any]:
     """The ladder's kind and levels as the plan writes them."""
-    from llm_locust.settings.ladder import parse_ladder
+    from llm_locust.settings.ladder_spec import parse_ladder
 
     ld = parse_ladder(spec)
     if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs

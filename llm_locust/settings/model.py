@@ -29,7 +29,7 @@ from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.grid_spec import grid_text
-from llm_locust.settings.ladder import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
+from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
 from llm_locust.settings.units import _suggest, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
@@ -1862,7 +1862,7 @@ class Settings(BaseModel):
         return "ladder" if self.ladder else "replay" if self.replay else "closed"
 
     def early_stop_rule(self):
-        from llm_locust.settings.ladder import EarlyStop
+        from llm_locust.settings.ladder_spec import EarlyStop
 
         return EarlyStop(
             enabled=self.early_stop,

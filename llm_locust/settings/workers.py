@@ -23,7 +23,7 @@ DEFAULT_REQUEST_S = 10.0
 
 def planned_concurrency(settings) -> int:
     if settings.ladder:
-        from llm_locust.settings.ladder import parse_ladder
+        from llm_locust.settings.ladder_spec import parse_ladder
 
         ld = parse_ladder(settings.ladder)
         top = max(ld.levels)
@@ -69,7 +69,7 @@ def local_problem(settings, n_workers: int, cores: int | None = None) -> str | N
     from llm_locust.settings.limits import MAX_STREAMS_PER_PROCESS
 
     if settings.ladder:
-        from llm_locust.settings.ladder import parse_ladder
+        from llm_locust.settings.ladder_spec import parse_ladder
 
         ld = parse_ladder(settings.ladder)
         if ld.kind != "concurrency":

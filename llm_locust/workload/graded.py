@@ -324,7 +324,7 @@ def grade(item: GradedItem, reply: str) -> bool:
 # graded set (--graded, --graded-share) instead of the workload's, and each graded reply is graded
 # when its request ends (docs/verdicts.md, "Accuracy under load").
 #
-# `maybe_graded` is what the closed loop (runtime.users) and the open loop (runtime.dispatcher)
+# `maybe_graded` is what the closed loop (runtime.closed_loop) and the open loop (runtime.dispatcher)
 # call per request; `grade_record` is called by `account` for every finished request. A graded
 # request is accounted like any other (its latencies count) and carries its grade in
 # `rec.work.graded` (True: right), which metrics.aggregate counts per step.
