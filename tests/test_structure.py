@@ -113,6 +113,63 @@ def _in(name: str, package: str) -> bool:
 WEB_UI_PARTS = ("llm_locust.runtime.webui.data", "llm_locust.runtime.webui.guard")
 
 
+# Modules whose name stays when another module would take it: something outside the package's own
+# imports names them. No two modules share a basename (test below); a new module that would share
+# one of these names takes another.
+KEEPS_ITS_NAME = {
+    "users.py": "the public import a locustfile makes: `from llm_locust.users import LLMUser`",
+    "cli.py": "the `llm-locust` entry point pyproject.toml names (llm_locust.cli:main)",
+    "settings/model.py": "where every setting is declared, as the docs and README name it",
+    "transport/http.py": "the HTTP/1.1 wire beside transport/grpc_*.py, named so across the docs",
+    "protocols/base.py": "what every protocol adapter provides, beside the one module per --api",
+    "protocols/sglang.py": "protocols/ names a module by its --api value (sglang)",
+    "locustfiles/closed.py": "the bundled locustfiles are named by mode (closed/replay/ladder): user-visible",
+    "locustfiles/replay.py": "the bundled locustfiles are named by mode (closed/replay/ladder): user-visible",
+    "locustfiles/ladder.py": "the bundled locustfiles are named by mode (closed/replay/ladder): user-visible",
+}
+# Basenames that more than one module may carry, each with its reason: none today.
+SHARED_BASENAMES: dict[str, str] = {}
+
+
+def _module_files() -> list[str]:
+    """Every module's path under llm_locust/, `/`-separated."""
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+
+
+def _shared_basenames(files: list[str]) -> dict[str, list[str]]:
+    """Basename -> the modules carrying it, where more than one does (__init__ and __main__ exempt)."""
+    by_name: dict[str, list[str]] = {}
+    for f in files:
+        name = f.rpartition("/")[2]
+        if name not in ("__init__.py", "__main__.py") and name not in SHARED_BASENAMES:
+            by_name.setdefault(name, []).append(f)
+    return {n: fs for n, fs in by_name.items() if len(fs) > 1}
+
+
+def test_no_two_modules_share_a_name():
+    """`grid.py` in three packages reads as one module in a traceback, a grep or a review: each
+    module's basename is its own. The one to rename is the one not in KEEPS_ITS_NAME."""
+    files = _module_files()
+    assert sorted(set(KEEPS_ITS_NAME) - set(files)) == [], "KEEPS_ITS_NAME names a module that is gone"
+    shared = _shared_basenames(files)
+    rename = {n: [f for f in fs if f not in KEEPS_ITS_NAME] for n, fs in shared.items()}
+    assert shared == {}, f"modules sharing a basename: {shared}; rename {rename}"
+
+
+def test_the_checker_finds_two_modules_of_one_name(monkeypatch):
+    """What the rule above says of a second `metrics.py` and of a module taking a kept name."""
+    files = _module_files() + ["report/metrics.py", "sim/metrics.py", "sim/users.py"]
+    monkeypatch.setattr(sys.modules[__name__], "_module_files", lambda: files)
+    try:
+        test_no_two_modules_share_a_name()
+    except AssertionError as e:
+        assert "'metrics.py': ['report/metrics.py', 'sim/metrics.py']" in str(e), e
+        assert "'users.py': ['sim/users.py']" in str(e), e  # rename the new one, not llm_locust/users.py
+    else:
+        raise AssertionError("two modules of one name passed")
+    assert _shared_basenames(["a/__init__.py", "b/__init__.py", "a/__main__.py", "b/__main__.py"]) == {}
+
+
 def test_no_import_cycles():
     _, edges, _ = _graph()
     assert _cycles(edges) == []
