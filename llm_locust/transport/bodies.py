@@ -107,6 +107,9 @@ class _Stream:
         "limit",
         "now",
         "stop_at",
+        "match",
+        "tries",
+        "hits",
     )
 
     def __init__(self, reader: SSEReader, resp: Any, read: Read, rec: RequestRecord, state: StreamState) -> None:
@@ -124,6 +127,9 @@ class _Stream:
         assert rec.t_headers is not None, "the head is read first (StreamClient._exchange)"
         self.now: float = rec.t_headers  # when the last read arrived
         self.stop_at = getattr(state, "stop_at", 0)  # --cancel after N tokens
+        self.match: Callable[[bytes], bool] | None = None  # a token event told by its template
+        self.tries = 0  # templates the stream may still learn (the general way: none)
+        self.hits = 0  # events the template told since it was learnt
 
     def run(self) -> None:
         """Read to the body's end: each read's body bytes decoded and applied with its time."""
@@ -143,7 +149,8 @@ class _Stream:
                 if not self.head:
                     self.head = data[:300]
                 self.apply(self.decoder.feed(data), now)
-                self.after(now)
+                if self.stop_at:
+                    self.after(now)
             elif resp.broken is not None:
                 rec.t_end = now
                 raise Ended(Outcome.STREAM_ERROR, resp.broken)
@@ -185,7 +192,8 @@ class _Stream:
         return False
 
     def apply(self, events: list, now: float) -> None:  # noqa: C901 (per-event hot path: one loop, locals)
-        """The events one read completed, applied to the record and state with its time."""
+        """The events one read completed, applied to the record and state with its time: each
+        told by the template (`match`, a TokenReader's) or fed to the adapter."""
         rec = self.rec
         times = rec.chunk_times
         if events and type(events[0]) is int:  # text events the adapter read in place
@@ -198,9 +206,14 @@ class _Stream:
                 if rec.t_first_content is None:
                     rec.t_first_content = now
             events = events[1:]
-        feed, state, append = self.feed, self.state, times.append
+        feed, state, append, match = self.feed, self.state, times.append, self.match
         kind = self.kind
+        told = 0  # events the template told: it came from a token event, so t_first is set
         for payload in events:
+            if match is not None and match(payload):
+                append(now)
+                told += 1
+                continue
             kind = feed(payload, state)
             if kind:
                 append(now)
@@ -210,8 +223,17 @@ class _Stream:
                     rec.t_first_content = now  # text or a tool call: what the user waits for
                 if kind == TOOL_CALL and rec.t_first_tool is None:
                     rec.t_first_tool = now
+                if kind == CONTENT and self.tries:
+                    self.hits += told
+                    told = 0
+                    match = self.learn(payload)
+        self.hits += told
         self.payloads += len(events)
         self.kind = kind
+
+    def learn(self, payload: bytes) -> Callable[[bytes], bool] | None:
+        """The template the stream reads later token events with: none, read the general way."""
+        return None
 
     def after(self, now: float) -> None:
         """After a read's events: --cancel after N tokens ends the request here."""
@@ -272,17 +294,15 @@ class _TokenStream(_Stream):
     second): `tries` templates are left, and one that matched (`hits`) earns its successor, so
     that a stream whose events never repeat stops trying after TEMPLATE_TRIES."""
 
-    __slots__ = ("template", "match", "raw", "sse", "synced", "tries", "hits", "via_pump")
+    __slots__ = ("template", "raw", "sse", "synced", "via_pump")
 
     def __init__(self, reader: TokenReader, resp: Any, read: Read, rec: RequestRecord, state: StreamState) -> None:
         super().__init__(reader, resp, read, rec, state)
         self.template: Callable[[bytes, StreamState], tuple[bytes, bytes] | None] = reader.adapter.token_template  # type: ignore[attr-defined]
-        self.match: Callable[[bytes], bool] | None = None
         self.raw: Callable[[bytes], int] | None = None
-        self.sse: SSEDecoder = self.decoder  # type: ignore[assignment]  # TokenReader.read checked it
+        self.sse: SSEDecoder = self.decoder  # type: ignore[assignment]  # TokenReader takes SSE streams only
         self.synced = bool(resp.at_chunk_start)
         self.tries = TEMPLATE_TRIES
-        self.hits = 0
         self.via_pump = getattr(read, "via_pump", None) if reader.pump else None
 
     def take(self, now: float) -> tuple[float, bool]:
@@ -310,30 +330,6 @@ class _TokenStream(_Stream):
             self.raw = None
         return now, closed
 
-    def apply(self, events: list, now: float) -> None:  # noqa: C901 (per-event hot path: one loop, locals)
-        rec = self.rec
-        times = rec.chunk_times
-        append, feed, state, match = times.append, self.feed, self.state, self.match
-        kind = self.kind
-        for payload in events:
-            if match is not None and match(payload):
-                append(now)  # a token event: the template came from one, so t_first is set
-                self.hits += 1
-                continue
-            kind = feed(payload, state)
-            if kind:
-                append(now)
-                if rec.t_first is None:
-                    rec.t_first = now
-                if kind != REASONING and rec.t_first_content is None:
-                    rec.t_first_content = now
-                if kind == TOOL_CALL and rec.t_first_tool is None:
-                    rec.t_first_tool = now
-                if kind == CONTENT and self.tries:
-                    match = self.learn(payload)
-        self.payloads += len(events)
-        self.kind = kind
-
     def learn(self, payload: bytes) -> Callable[[bytes], bool] | None:
         """A new template from the token event just fed the general way (one of `tries`)."""
         if self.hits:  # the last template matched: its successor may be tried
@@ -356,16 +352,19 @@ class TokenReader(SSEReader):
     def __init__(self, adapter: Adapter, limits: Limits, pump: bool = True) -> None:
         super().__init__(adapter, limits)
         self.pump = pump
-        self._templates = getattr(adapter, "token_template", None) is not None
+        # an SSE stream whose adapter cuts token templates and reads no events in place
+        # (make_decoder gives SGLang's, which reads its own, a decoder with read_events)
+        self._templates = (
+            adapter.framing == "sse"
+            and getattr(adapter, "token_template", None) is not None
+            and getattr(adapter, "read_events", None) is None
+        )
 
     def read(self, resp: Any, read: Read, rec: RequestRecord, state: StreamState, spec: RequestSpec) -> None:
         stop_at: int = getattr(state, "stop_at", 0)  # --cancel after N tokens: counted the general way
         if not self._templates or state.keep_text or stop_at:
             return super().read(resp, read, rec, state, spec)
-        stream: _Stream = _TokenStream(self, resp, read, rec, state)
-        if type(stream.decoder) is not SSEDecoder or stream.decoder.read_events is not None:
-            stream = _Stream(self, resp, read, rec, state)  # the adapter reads its events in place
-        self._run(stream)
+        self._run(_TokenStream(self, resp, read, rec, state))
 
 
 # ---- one JSON document ----
