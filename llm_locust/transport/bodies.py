@@ -434,7 +434,7 @@ class JSONReader:
                     break
                 rec.t_end = now
                 raise Ended(Outcome.TRUNCATED, "connection closed before the end of the body")
-            framing = _feed_counting(resp, chunk, framing)
+            framing = feed_counting(resp, chunk, framing)
             if framing > framing_limit:
                 rec.t_end = now
                 raise Ended(
@@ -464,9 +464,10 @@ class JSONReader:
                 del replies[next(iter(replies))]
 
 
-def _feed_counting(resp: Any, chunk: bytes, framing: int) -> int:
-    """llhttp fed one read of a body kept in the response's buffer: the framing bytes since the
-    last body byte (0 when the read brought body bytes, or broke the framing: resp.broken)."""
+def feed_counting(resp: Any, chunk: bytes, framing: int) -> int:
+    """llhttp fed one read of a body kept in the response's buffer (a JSON reply's, an error
+    reply's): the framing bytes since the last body byte (0 when the read brought body bytes,
+    or broke the framing: resp.broken says so)."""
     before = len(resp._body_buffer)
     try:
         resp.feed(chunk)

@@ -41,6 +41,7 @@ from llm_locust.transport.bodies import (
     SSEReader,
     TokenReader,
     exception_text,
+    feed_counting,
     finish_record,
     log_unexpected,
     parse_error_text,
@@ -374,23 +375,18 @@ def _at_chunk_start(resp: _Response, data: bytes) -> bool:
 
 def _read_body(resp: _Response, read, limit: int, framing_limit: int) -> bytes:
     """Up to `limit` bytes of the body (an error reply's), read like the stream: deadlines apply
-    and other greenlets run. Stops quietly at the body's end, a close, or a reset."""
+    and other greenlets run. Stops quietly at the body's end, a close, a reset or broken framing."""
     buf = resp._body_buffer
     framing = 0
     try:
-        while len(buf) < limit and not resp.message_complete:
+        while len(buf) < limit and not resp.message_complete and resp.broken is None:
             chunk, _t = read()
             if not chunk:
                 break
-            before = len(buf)
-            resp.feed(chunk)
-            if len(buf) > before:
-                framing = 0
-            else:
-                framing += len(chunk)
-                if framing > framing_limit:
-                    break
-    except (OSError, HTTPParseError):
+            framing = feed_counting(resp, chunk, framing)
+            if framing > framing_limit:
+                break
+    except OSError:
         pass
     return bytes(buf[:limit])
 
