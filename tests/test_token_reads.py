@@ -9,6 +9,8 @@ reads are handed to the client's own loop exactly as given, so the cuts are the 
 
 from __future__ import annotations
 
+import socket
+
 import orjson
 import pytest
 from geventhttpclient import HTTPClient
@@ -546,3 +548,24 @@ def test_the_kernel_stamps_offset_is_right_when_its_clock_reads_were_interrupted
     monkeypatch.setattr(stamps.time, "perf_counter_ns", clock.perf_counter_ns)
     monkeypatch.setattr(stamps.time, "time_ns", clock.time_ns)
     assert abs(stamps.clock_offset_ns() - offset) <= 200
+
+
+def test_a_stream_s_arrivals_never_go_back_after_a_stamp_past_its_read():
+    """A stamp past its read's return (an offset a preempted clock read left off) is replaced by
+    the return's time; the next read's true stamp, earlier than that, is then the stream's last
+    arrival, not a time before it (chunk times went backwards in a CI run's fast tier)."""
+    import struct
+
+    from llm_locust.transport.stamps import SO_TIMESTAMPNS, arrival
+
+    def anc(t: float) -> list:
+        ns = round(t * 1e9)
+        return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", ns // 1_000_000_000, ns % 1_000_000_000))]
+
+    last, got = 0.0, []
+    # (stamp, the read's return): the first read's stamp is past its return, the second's is not
+    for stamp, now in ((1.0105, 1.0100), (1.0099, 1.0200), (1.0300, 1.0400)):
+        last = arrival(anc(stamp), now, 1.0, 0, last)
+        got.append(last)
+    assert got == [1.0100, 1.0100, 1.0300]
+    assert arrival(anc(1.0099), 1.0200, 1.0, 0) == 1.0099  # alone, the true stamp is taken

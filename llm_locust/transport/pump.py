@@ -154,7 +154,7 @@ class TokenPump:
                     self._hand_back(s, e)
                     continue
                 s.watch.last = now = perf_counter()
-                t = arrival(anc, now, s.t_sent, s.off_ns)
+                t = s.watch.arrived = arrival(anc, now, s.t_sent, s.off_ns, s.watch.arrived)
                 try:
                     n = s.count(data)
                     if n:

@@ -189,7 +189,8 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
             full_at = now
         elif full_at:
             full_at, size = 0.0, READ_SIZE
-        return data, arrival(anc, now, t_sent, off_ns)
+        t = watch.arrived = arrival(anc, now, t_sent, off_ns, watch.arrived)
+        return data, t
 
     def via_pump(count_token_events, times: list[float]) -> tuple[bytes, float, int]:
         """Reads taken by the process's pump while they are token reads (transport/pump.py)."""
@@ -200,13 +201,14 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
 
 
 class Watch:
-    __slots__ = ("sock", "limit", "last", "fired", "on_fire")
+    __slots__ = ("sock", "limit", "last", "fired", "on_fire", "arrived")
 
     def __init__(self, sock, limit: float) -> None:
         self.sock = sock
         self.limit = limit
         self.last = time.perf_counter()
         self.fired = False
+        self.arrived = 0.0  # the stream's last arrival time (stamps.arrival): its reads' and the pump's
         self.on_fire = None  # set while the stream waits in the pump (transport/pump.py): wakes it
 
 

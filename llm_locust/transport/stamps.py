@@ -41,14 +41,18 @@ def clock_offset_ns() -> int:
     return best
 
 
-def arrival(anc: list, now: float, t_sent: float, off_ns: int) -> float:
+def arrival(anc: list, now: float, t_sent: float, off_ns: int, last: float = 0.0) -> float:
     """The read's arrival time from recvmsg's control messages `anc`, as perf_counter seconds,
-    kept within [t_sent, now); `now` (the time the read returned) when there is none."""
+    kept within [t_sent, now); `now` (the time the read returned) when there is none. Never
+    before `last`, the stream's previous arrival: a stamp past its read's return (an offset a
+    preempted clock read left off) was replaced by that return's time, and the next read's true
+    stamp could come before it (a stream's chunk times went backwards in CI's fast tier, in
+    test_sglang_in_place, after the offset's own fix)."""
     if anc:
         level, kind, payload = anc[0]
         if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET:
             sec, nsec = _unpack(payload)
             t = (sec * 1_000_000_000 + nsec - off_ns) / 1e9
             if t_sent <= t < now:
-                return t
+                return t if t >= last else last
     return now
