@@ -96,6 +96,24 @@ def test_unusable_results_files_get_a_clear_message(tmp_path, mangle, message):
     assert message in str(e.value) and str(path) in str(e.value)
 
 
+def test_a_file_cut_at_any_byte_is_called_truncated(tmp_path):
+    """orjson stops one byte before the end of `1.` and at the start of `nu`: a cut there is still
+    a cut, not a spoiled file (CI once cut a file after a decimal point and was told "not valid")."""
+    path, _ = _results(tmp_path)
+    extra = {"x": [1.5e-3, -2, 0.25, True, False, None, "s"]}
+    whole = orjson.dumps({**orjson.loads(path.read_bytes()), **extra}, option=orjson.OPT_INDENT_2)
+    called = set()
+    for n in range(1, len(whole)):
+        path.write_bytes(whole[:n])
+        with pytest.raises(ResultsError) as e:
+            read_results(path)
+        called.add(str(e.value).split(": ", 1)[1].split(" (")[0])
+    assert called == {"truncated JSON"}
+    path.write_bytes(whole.replace(b"0.25", b"0.25 ,,", 1))
+    with pytest.raises(ResultsError, match="not valid JSON"):
+        read_results(path)
+
+
 def test_newer_version_says_upgrade_and_missing_file_is_named(tmp_path):
     path, _ = _results(tmp_path)
     path.write_bytes(orjson.dumps({**orjson.loads(path.read_bytes()), "version": SCHEMA_VERSION + 1}))

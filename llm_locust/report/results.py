@@ -113,6 +113,17 @@ def plain(doc: ResultsDoc) -> dict[str, Any]:
     return cast(dict[str, Any], doc)
 
 
+_LITERALS = (b"true", b"false", b"null")
+
+
+def _cut_short(data: bytes, pos: int) -> bool:
+    """Whether JSON that orjson stopped reading at `pos` was cut short rather than spoiled: it
+    stopped at the end, or on a last token that is the start of a number or a literal (orjson
+    stops on `1.` one byte before the end, and on `nu` at its first byte)."""
+    tail = data.rstrip()[pos:]
+    return not tail.strip(b"0123456789+-.eE") or any(lit.startswith(tail) for lit in _LITERALS)
+
+
 def read_results(path: str | Path) -> ResultsDoc:
     """Read and check a results file; ResultsError (naming the file) when it cannot be used."""
     path = Path(path)
@@ -127,10 +138,8 @@ def read_results(path: str | Path) -> ResultsDoc:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        # orjson reports where it stopped: at the very end means the file was cut short
         msg = str(e)
-        cut = e.pos >= len(data.rstrip())
-        raise ResultsError(f"{path}: {'truncated' if cut else 'not valid'} JSON ({msg})") from None
+        raise ResultsError(f"{path}: {'truncated' if _cut_short(data, e.pos) else 'not valid'} JSON ({msg})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ResultsError(f"{path}: not an llm-locust results file (schema {found!r}, expected {SCHEMA!r})")
