@@ -9,6 +9,7 @@ reads are handed to the client's own loop exactly as given, so the cuts are the 
 
 from __future__ import annotations
 
+import itertools
 import socket
 
 import orjson
@@ -21,7 +22,13 @@ import llm_locust.transport.bodies as client_mod
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import get_adapter
 from llm_locust.protocols.base import Limits, RequestSpec, StreamState
-from llm_locust.protocols.token_reads import text_template, token_read_matcher, whole_chunks
+from llm_locust.protocols.token_reads import (
+    event_matcher,
+    events_matcher,
+    text_template,
+    token_read_matcher,
+    whole_chunks,
+)
 from llm_locust.transport.bodies import Ended, finish_record
 from llm_locust.transport.http import StreamClient, Timeouts, _read_head, _Response
 
@@ -430,34 +437,69 @@ def test_any_stream_cut_any_way_reads_the_same_with_and_without_token_reads(monk
     assert read_through(api, reads, True, monkeypatch) == read_through(api, reads, False, monkeypatch)
 
 
-def test_a_burst_is_counted_by_template_and_agrees(monkeypatch):
-    """A server faster than the client: the whole reply in one read with the head (nginx), or cut
-    into two anywhere. The first event gives the template, and the read's later token events are
-    told by it (event_matcher) without the adapter, but for those it cannot tell (an escape, the
-    finish, usage, [DONE]); the record is the general path's."""
-    texts = [" to", " and", " caf\u00e9", ' "q"'] + [f" w{i}" for i in range(200)]
-    body = b"".join(paced_reads("openai-completions", texts)[1:])
-    counted = [0]
-    real = client_mod.event_matcher
+@pytest.mark.slow  # 300 streams read twice: seconds
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(streams(), st.integers(2, 4), st.integers(0, 2))
+def test_any_stream_reads_the_same_when_short_runs_are_told_at_once(monkeypatch, stream, from_events, tail):
+    """The same with runs told at once (_Stream.told_at_once) from 2-4 events a read, leaving
+    0-2 at the end: the drawn streams' reads are short, and their every mix of shapes then meets
+    a run."""
+    monkeypatch.setattr(client_mod, "BULK_EVENTS", from_events)
+    monkeypatch.setattr(client_mod, "BULK_TAIL", tail)
+    api, reads = stream
+    assert read_through(api, reads, True, monkeypatch) == read_through(api, reads, False, monkeypatch)
+
+
+def _count_told(monkeypatch) -> dict[str, int]:
+    """Events told by the template, one at a time ("one") and in runs at once ("run")."""
+    told = {"one": 0, "run": 0}
+    real, real_all = client_mod.event_matcher, client_mod.events_matcher
 
     def counting(*args):
         match = real(*args)
 
         def counted_match(payload):
             ok = match(payload)
-            counted[0] += ok
+            told["one"] += ok
             return ok
 
         return counted_match
 
+    def counting_all(*args):
+        match_all = real_all(*args)
+
+        def counted_match_all(payloads):
+            ok = match_all(payloads)
+            told["run"] += len(payloads) if ok else 0
+            return ok
+
+        return counted_match_all
+
     monkeypatch.setattr(client_mod, "event_matcher", counting)
+    monkeypatch.setattr(client_mod, "events_matcher", counting_all)
+    return told
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_a_burst_is_counted_by_template_and_agrees(monkeypatch, plain):
+    """A server faster than the client: the whole reply in one read with the head (nginx), or cut
+    into two anywhere. The first event gives the template, and the read's later token events are
+    told by it without the adapter, but for those it cannot tell (an escape, the finish, usage,
+    [DONE]); the record is the general path's. Plain texts are told in runs at once
+    (events_matcher), from the read that gave the template on; a run holding an escape is told
+    one by one (event_matcher)."""
+    texts = ([] if plain else [" to", " and", " caf\u00e9", ' "q"']) + [f" w{i}" for i in range(200)]
+    body = b"".join(paced_reads("openai-completions", texts)[1:])
+    told = _count_told(monkeypatch)
     for cut in (0, 1, 300, len(body) // 2, len(body) - 7):
         reads = [HEAD + body] if cut == 0 else [HEAD + body[:cut], body[cut:]]
-        counted[0] = 0
+        told.update(one=0, run=0)
         fast = read_through("openai-completions", reads, True, monkeypatch)
         assert fast == read_through("openai-completions", reads, False, monkeypatch)
         assert fast[0].value == "ok" and fast[2] == len(texts)
-        assert counted[0] >= 195, (cut, counted[0])  # all but the first, the escaped one and the last
+        assert told["one"] + told["run"] >= len(texts) - 5, (cut, told)  # not the first, the escaped one, the last
+        if plain:  # all but the first and the last few of each read, at once
+            assert told["run"] >= len(texts) - 2 * (client_mod.BULK_TAIL + 2), (cut, told)
 
 
 def test_the_matcher_counts_whole_chunks_of_one_token_event_each():
@@ -482,6 +524,37 @@ def test_the_matcher_counts_whole_chunks_of_one_token_event_each():
     assert not match(ok + chunk(sse(payload.replace(b" to", b"\xff"))))
     assert text_template(orjson.dumps({"a": {"text": "x"}, "text": "y"}), b'"text":"') is None
     assert text_template(orjson.dumps(completion_event('say "hi"')), b'"text":"') is None
+
+
+def test_a_run_of_events_is_told_at_once_exactly_when_each_would_be_alone():
+    """events_matcher (a burst's run, at once) says yes exactly when event_matcher says yes for
+    every one of them: texts of every kind of byte, alone and next to each other (a newline
+    joins them, a UTF-8 sequence cut between two texts is not one)."""
+    payload = orjson.dumps(completion_event(" to"))
+    prefix, suffix = text_template(payload, b'"text":"')
+    one, run = event_matcher(prefix, suffix), events_matcher(prefix, suffix)
+    texts = [
+        b" to",
+        b"caf\xc3\xa9",
+        b"\xc3",
+        b"\xa9",
+        b"a\nb",
+        b"",
+        b'q"',
+        b"\\n",
+        b"\x01",
+        b"\x7f",
+        b"\xff",
+        b"\xe4\xb8\xad",
+    ]
+    for a, b, c in itertools.product(texts, repeat=3):
+        events = [prefix + t + suffix for t in (a, b, c)]
+        assert run(events) == all(map(one, events)), (a, b, c)
+    good = [prefix + b" w%d" % i + suffix for i in range(50)]
+    assert run(good)
+    assert not run([*good, payload.replace(b'"finish_reason":null', b'"finish_reason":"stop"')])
+    assert not run([*good, prefix + suffix[:-1]]) and not run([*good, prefix[1:] + b"x" + suffix])
+    assert not run([prefix + suffix[:1]]) and not run([prefix[:-1] + suffix])  # prefix and suffix overlap
 
 
 def test_whole_chunks_knows_where_a_parser_stops():

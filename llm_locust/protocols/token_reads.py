@@ -92,6 +92,45 @@ def event_matcher(prefix: bytes, suffix: bytes) -> Callable[[bytes], bool]:
     return is_token_event
 
 
+# ASCII a JSON string holds as it is (no control byte, quote or backslash), to delete with translate
+_PLAIN_BYTES = bytes(b for b in range(0x20, 0x80) if b not in b'"\\')
+_NON_ASCII = bytes(range(0x80, 0x100))
+
+
+def events_matcher(prefix: bytes, suffix: bytes) -> Callable[[list[bytes]], bool]:
+    """Whether every payload of a list is a token event of the template's shape, event_matcher's
+    test for each, taken at once: a burst's read holds hundreds of events, and one pass of C
+    calls over their texts (a slice each, then one join, one translate) costs ~40% less than a
+    call per event (benchmarks/README.md). False for anything else, the caller then tells
+    them one by one."""
+    n_prefix, n_suffix = len(prefix), len(suffix)
+
+    def all_token_events(payloads: list[bytes]) -> bool:
+        if not n_suffix:
+            return False
+        texts = [p[n_prefix:-n_suffix] for p in payloads if p.startswith(prefix) and p.endswith(suffix)]
+        if len(texts) != len(payloads) or b"" in texts:  # another event, or prefix and suffix overlap
+            return False
+        joined = b"\n".join(texts)  # a byte no text may hold: the count of those left tells them apart
+        rest = joined.translate(None, _PLAIN_BYTES)
+        if rest.count(b"\n") != len(texts) - 1:
+            return False
+        if len(rest) == len(texts) - 1:  # printable ASCII only (the usual text)
+            return True
+        # non-ASCII texts: nothing else left, and each valid UTF-8 (a sequence cut by a newline is not)
+        return not rest.translate(None, _NON_ASCII + b"\n") and _utf8(joined)
+
+    return all_token_events
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _several(read: bytes, head: bytes, tail: bytes, max_event: int) -> int:
     """count_token_events for a read of several chunks, each taken from its size line."""
     n_head, n_tail = len(head), len(tail)

@@ -44,13 +44,17 @@ from llm_locust.protocols.base import (
 )
 from llm_locust.protocols.embeddings import Reply
 from llm_locust.protocols.sse import SSEDecoder
-from llm_locust.protocols.token_reads import event_matcher, token_read_matcher, whole_chunks
+from llm_locust.protocols.token_reads import event_matcher, events_matcher, token_read_matcher, whole_chunks
 from llm_locust.transport.reads import Read
 
 log = logging.getLogger(__name__)
 
 # Templates a stream may take for its token events without one of them matching an event.
 TEMPLATE_TRIES = 3
+# A read of at least this many events (a burst's) is told by its template at once, all but its
+# last BULK_TAIL events (_Stream.told_at_once).
+BULK_EVENTS = 16
+BULK_TAIL = 4
 
 
 class Ended(Exception):
@@ -108,6 +112,7 @@ class _Stream:
         "now",
         "stop_at",
         "match",
+        "match_all",
         "tries",
         "hits",
     )
@@ -128,6 +133,7 @@ class _Stream:
         self.now: float = rec.t_headers  # when the last read arrived
         self.stop_at = getattr(state, "stop_at", 0)  # --cancel after N tokens
         self.match: Callable[[bytes], bool] | None = None  # a token event told by its template
+        self.match_all: Callable[[list[bytes]], bool] | None = None  # a run of them, told at once
         self.tries = 0  # templates the stream may still learn (the general way: none)
         self.hits = 0  # events the template told since it was learnt
 
@@ -191,25 +197,39 @@ class _Stream:
                 )
         return False
 
-    def apply(self, events: list, now: float) -> None:  # noqa: C901 (per-event hot path: one loop, locals)
+    def apply(self, events: list, now: float) -> None:
         """The events one read completed, applied to the record and state with its time: each
-        told by the template (`match`, a TokenReader's) or fed to the adapter."""
+        told by the template (`match`, a TokenReader's; a run of them at once, `match_all`) or
+        fed to the adapter."""
         rec = self.rec
-        times = rec.chunk_times
         if events and type(events[0]) is int:  # text events the adapter read in place
             n = events[0]
             self.payloads += 1
             if n:
-                times += [now] * n
+                rec.chunk_times += [now] * n
                 if rec.t_first is None:
                     rec.t_first = now
                 if rec.t_first_content is None:
                     rec.t_first_content = now
             events = events[1:]
-        feed, state, append, match = self.feed, self.state, times.append, self.match
-        kind = self.kind
+        self.payloads += len(events)
+        start = 0
+        while start < len(events):
+            start = self.apply_from(events, start, now)
+
+    def apply_from(self, events: list, start: int, now: float) -> int:  # noqa: C901 (per-event hot path: one loop, locals)
+        """events[start:] applied; where to go on: the end, or the event after one that gave a
+        new template when a run follows that it may tell at once (a burst's first read)."""
+        rec = self.rec
+        n = len(events)
         told = 0  # events the template told: it came from a token event, so t_first is set
-        for payload in events:
+        if n - start >= BULK_EVENTS and self.match_all is not None:
+            told = self.told_at_once(events, start, now)
+            start += told
+        feed, state, append, match = self.feed, self.state, rec.chunk_times.append, self.match
+        kind = self.kind
+        for i in range(start, n):
+            payload = events[i]
             if match is not None and match(payload):
                 append(now)
                 told += 1
@@ -227,9 +247,23 @@ class _Stream:
                     self.hits += told
                     told = 0
                     match = self.learn(payload)
+                    if n - i > BULK_EVENTS and self.match_all is not None:
+                        self.kind = kind
+                        return i + 1
         self.hits += told
-        self.payloads += len(events)
         self.kind = kind
+        return n
+
+    def told_at_once(self, events: list, start: int, now: float) -> int:
+        """A burst's read: events from `start` but the last few (a stream's finish, usage and
+        [DONE] come last) told by the template at once when every one is a token event; else
+        0, and no more such tries until a new template (a stream whose texts it refuses)."""
+        stop = len(events) - BULK_TAIL
+        if self.match_all is not None and self.match_all(events[start:stop]):
+            self.rec.chunk_times += [now] * (stop - start)
+            return stop - start
+        self.match_all = None
+        return 0
 
     def learn(self, payload: bytes) -> Callable[[bytes], bool] | None:
         """The template the stream reads later token events with: none, read the general way."""
@@ -339,6 +373,7 @@ class _TokenStream(_Stream):
         if cut is None:  # an event with an escape, a finish, a count: the template stays
             return self.match
         self.match = event_matcher(*cut)
+        self.match_all = events_matcher(*cut)
         self.raw = token_read_matcher(*cut, self.sse.max_event) if self.synced else None
         return self.match
 
