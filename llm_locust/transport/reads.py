@@ -25,7 +25,13 @@ from llm_locust.transport.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clo
 # (bytes read, arrival time as perf_counter seconds); b"" at the connection's end
 Read = Callable[[], tuple[bytes, float]]
 
-READ_SIZE = 65536
+# What one read asks for: 124 KiB, so that a 256-token OpenAI-style reply (~67 KB) sent at once
+# comes in the read that brings its head; at 64 KiB it took a second read, most often one that
+# waited in the hub, and reading nginx's burst cost ~11% more CPU a token (benchmarks/README.md).
+# Below glibc's default mmap threshold (128 KiB with malloc's overhead): the buffer of a read that
+# finds a token or two (a paced server) comes from the heap and shrinks in place, never mapped
+# and unmapped (strace: no mmap a read).
+READ_SIZE = 126976
 # After a read that filled READ_SIZE (more is likely waiting: a server sending faster than we
 # read), the next read may ask for up to this much: a 256-token SGLang stream (376 KB, its text
 # repeated in every event) then takes 1-2 reads, not 6, which raised its burst ingest by ~20% at
@@ -33,9 +39,8 @@ READ_SIZE = 65536
 # as much as the caller got through in READ_BUDGET at the pace it took the last full read, so
 # that one read's bytes never keep the other greenlets waiting much past YIELD_AFTER (a flood of
 # bytes that decode slowly, e.g. comment-only events, keeps READ_SIZE). Reads that find a token or
-# two (a paced server) stay at READ_SIZE, so their buffer is never a large allocation (malloc
-# would map and unmap it each time). Memory: only what was received is kept, and a stream's
-# pending bytes are bounded by Limits.event_bytes, far above this.
+# two (a paced server) stay at READ_SIZE (see above). Memory: only what was received is kept, and
+# a stream's pending bytes are bounded by Limits.event_bytes, far above this.
 BULK_READ_SIZE = 524288
 READ_BUDGET = 0.002
 
