@@ -33,12 +33,13 @@ The burst pair is run --repeat times, alternating bare and ours, and the medians
 on a small shared machine one run of either can be off by 10-20%.
 
 --baseline DIR also runs ours from another checkout (alternated with the others: before/after in one
-sitting); --vllm also runs vLLM's benchmark client (`vllm bench serve`, from the cached CPU venv, as
+sitting), on the burst and on the paced simulator (--paced-repeat runs of each); --vllm also runs vLLM's benchmark client (`vllm bench serve`, from the cached CPU venv, as
 bench_paced_vs_vllm.py does) against the same nginx stream, its CPU from its main run's start line
 to its result banner.
 
 Run: python benchmarks/bench_client_ingest.py [--duration 15] [--users 32] [--repeat 3] [--paced-users 64]
-     [--skip-paced] [--baseline DIR] [--vllm] [--vllm-prompts N]
+     [--paced-repeat 1] [--skip-paced | --skip-burst] [--baseline DIR] [--vllm] [--vllm-prompts N]
+     [--iter-lines] [--record-log] [--json FILE]
 No assertions on timing: this prints figures, it does not judge them.
 """
 
@@ -412,42 +413,9 @@ def _burst_run(key: str, url: str, a, tmp: Path, trace: Path, body: bytes, i: in
     return run_ours(url, a.users, a.duration, tmp, trace, f"{key}{i}", extra)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--duration", type=int, default=15, help="seconds per run (default 15)")
-    ap.add_argument("--users", type=int, default=32, help="users for the burst runs (default 32)")
-    ap.add_argument("--paced-users", type=int, default=64, help="users (and sim slots) for the paced run (default 64)")
-    ap.add_argument("--repeat", type=int, default=3, help="burst runs of each client, alternated (default 3)")
-    ap.add_argument("--skip-paced", action="store_true", help="only the burst runs")
-    ap.add_argument("--record-log", action="store_true", help="add a burst run of ours with --record-log on")
-    ap.add_argument(
-        "--baseline",
-        default="",
-        help="also run ours from this other checkout (e.g. an older commit's `git archive` export), "
-        "alternated with the others: before/after figures in one sitting",
-    )
-    ap.add_argument(
-        "--iter-lines",
-        action="store_true",
-        help="also run a bare user that reads with FastHttpSession.iter_lines (Locust's API for streams)",
-    )
-    ap.add_argument("--vllm", action="store_true", help="also run vLLM's client (`vllm bench serve`) on the burst")
-    ap.add_argument(
-        "--vllm-prompts", type=int, default=4000, help="requests of each vLLM run (default 4000: ~15 s on 2 cores)"
-    )
-    ap.add_argument("--json", default="", help="also write the figures to this JSON file")
-    a = ap.parse_args()
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    trace = tmp / "trace.jsonl"
-    trace.write_bytes(orjson.dumps({"timestamp": 0, "prompt": PROMPT, "output_tokens": N_TOKENS}) + b"\n")
-    spec = RequestSpec(model=MODEL, prompt=PROMPT, max_tokens=N_TOKENS, force_length=True)
-    _, body = get_adapter("openai-completions").request(spec)  # the exact body our client sends
-
-    lines = [
-        f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
-        "",
-    ]
+def _burst(a, tmp: Path, trace: Path, body: bytes) -> tuple[list[str], dict]:
+    """(a): every client against nginx's burst, alternated --repeat times."""
+    lines: list[str] = []
     res: dict = {"bare": [], "bare_lines": [], "ours": [], "ours_log": [], "base": [], "vllm": []}
     keys = ["bare"] + (["bare_lines"] if a.iter_lines else []) + ["ours"]
     keys += (["ours_log"] if a.record_log else []) + (["base"] if a.baseline else [])
@@ -504,26 +472,98 @@ def main() -> int:
         + " CPU-s"
     )
     res = {k: v for k, v in res.items() if v}
+    return lines, res
 
+
+def _paced(a, tmp: Path, trace: Path) -> tuple[list[str], dict]:
+    """(b): ours against the paced simulator, --paced-repeat times (alternated with --baseline's
+    when given: before/after in one sitting); one simulator for all runs."""
+    n = a.paced_users
+    sim_opts = dict(slots=n, iter_base=0.01, iter_per_seq=0.0, iter_per_prefill_token=0.0)
+    keys = ["ours"] + (["base"] if a.baseline else [])
+    runs: dict[str, list[dict]] = {k: [] for k in keys}
+    sim_cpu: list[float] = []
+    with SimProcess(**sim_opts) as sim:
+        for i in range(a.paced_repeat):
+            for key in keys if i % 2 == 0 else keys[::-1]:
+                print(f"[{i + 1}/{a.paced_repeat}] {key} paced against the simulator ({n} users) ...", flush=True)
+                root = Path(a.baseline).resolve() if key == "base" else ROOT
+                cpu0 = tree_cpu(sim.pid)
+                runs[key].append(run_ours(sim.url, n, a.duration, tmp, trace, f"paced-{key}{i}", root=root))
+                sim_cpu.append(tree_cpu(sim.pid) - cpu0)
+    lines = ["", f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users"]
+    lines += [HEADER, "-" * len(HEADER)]
+    names = {"ours": "llm-locust (all metrics)", "base": "llm-locust --baseline"}
+    for i in range(a.paced_repeat):
+        for key in keys:
+            lines.append(row(f"{names[key]}{f' #{i + 1}' if a.paced_repeat > 1 else ''}", runs[key][i]))
+    p = runs["ours"][-1]
+    lines.append(
+        f"simulator CPU per run: {statistics.median(sim_cpu):.2f} s (median); ours ITL p50 "
+        f"{p['itl_p50_ms']:.2f} ms, loop lag p99 {p['loop_lag_p99_ms']:.1f} ms (the last run)"
+    )
+    med = {k: statistics.median(r["tok_per_cpu_load"] for r in v) for k, v in runs.items()}
+    lines.append("median tokens per CPU-s (load window): " + ", ".join(f"{names[k]} {med[k]:,.0f}" for k in keys))
+    if a.baseline:
+        pairs = ", ".join(
+            f"{o['tok_per_cpu_load'] / b['tok_per_cpu_load']:.3f}"
+            for b, o in zip(runs["base"], runs["ours"], strict=True)
+        )
+        lines.append(f"ours / llm-locust --baseline: {med['ours'] / med['base']:.3f} (medians); per pair: {pairs}")
+    return lines, runs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=int, default=15, help="seconds per run (default 15)")
+    ap.add_argument("--users", type=int, default=32, help="users for the burst runs (default 32)")
+    ap.add_argument("--paced-users", type=int, default=64, help="users (and sim slots) for the paced run (default 64)")
+    ap.add_argument("--repeat", type=int, default=3, help="burst runs of each client, alternated (default 3)")
+    ap.add_argument("--skip-paced", action="store_true", help="only the burst runs")
+    ap.add_argument(
+        "--paced-repeat",
+        type=int,
+        default=1,
+        help="paced runs of ours (and of --baseline's, alternated) (default 1)",
+    )
+    ap.add_argument("--skip-burst", action="store_true", help="only the paced runs")
+    ap.add_argument("--record-log", action="store_true", help="add a burst run of ours with --record-log on")
+    ap.add_argument(
+        "--baseline",
+        default="",
+        help="also run ours from this other checkout (e.g. an older commit's `git archive` export), "
+        "alternated with the others: before/after figures in one sitting",
+    )
+    ap.add_argument(
+        "--iter-lines",
+        action="store_true",
+        help="also run a bare user that reads with FastHttpSession.iter_lines (Locust's API for streams)",
+    )
+    ap.add_argument("--vllm", action="store_true", help="also run vLLM's client (`vllm bench serve`) on the burst")
+    ap.add_argument(
+        "--vllm-prompts", type=int, default=4000, help="requests of each vLLM run (default 4000: ~15 s on 2 cores)"
+    )
+    ap.add_argument("--json", default="", help="also write the figures to this JSON file")
+    a = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    trace = tmp / "trace.jsonl"
+    trace.write_bytes(orjson.dumps({"timestamp": 0, "prompt": PROMPT, "output_tokens": N_TOKENS}) + b"\n")
+    spec = RequestSpec(model=MODEL, prompt=PROMPT, max_tokens=N_TOKENS, force_length=True)
+    _, body = get_adapter("openai-completions").request(spec)  # the exact body our client sends
+
+    lines = [
+        f"client ingest, {a.duration}s per run, {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}",
+        "",
+    ]
+    res: dict = {}
+    if not a.skip_burst:
+        burst_lines, res = _burst(a, tmp, trace, body)
+        lines += burst_lines
     if not a.skip_paced:
-        n = a.paced_users
-        sim_opts = dict(slots=n, iter_base=0.01, iter_per_seq=0.0, iter_per_prefill_token=0.0)
-        print(f"running ours paced against the simulator ({n} users) ...", flush=True)
-        with SimProcess(**sim_opts) as sim:
-            sim_cpu0 = tree_cpu(sim.pid)
-            res["paced"] = run_ours(sim.url, n, a.duration, tmp, trace, "paced")
-            sim_cpu = tree_cpu(sim.pid) - sim_cpu0
-        p = res["paced"]
-        p["sim_cpu"] = sim_cpu
-        lines += [
-            "",
-            f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users",
-            HEADER,
-            "-" * len(HEADER),
-            row("llm-locust (all metrics)", p),
-            f"simulator CPU over the run: {sim_cpu:.2f} s; ours ITL p50 {p['itl_p50_ms']:.2f} ms, "
-            f"loop lag p99 {p['loop_lag_p99_ms']:.1f} ms",
-        ]
+        paced_lines, paced = _paced(a, tmp, trace)
+        lines += paced_lines
+        res.update({f"paced_{k}": v for k, v in paced.items()})
     lines += ["", LEGEND]
     print("\n".join(lines), flush=True)
     if a.json:
