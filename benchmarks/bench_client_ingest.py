@@ -33,8 +33,9 @@ The burst pair is run --repeat times, alternating bare and ours, and the medians
 on a small shared machine one run of either can be off by 10-20%.
 
 --baseline DIR also runs ours from another checkout (alternated with the others: before/after in one
-sitting), on the burst and on the paced simulator (--paced-repeat runs of each); --vllm also runs vLLM's benchmark client (`vllm bench serve`, from the cached CPU venv, as
-bench_paced_vs_vllm.py does) against the same nginx stream, its CPU from its main run's start line
+sitting), on the burst and on the paced simulator (--paced-repeat runs of each); --vllm also runs
+vLLM's benchmark client (`vllm bench serve`, from the cached CPU venv, as bench_paced_vs_vllm.py
+does) against the same nginx stream, its CPU from its main run's start line
 to its result banner.
 
 Run: python benchmarks/bench_client_ingest.py [--duration 15] [--users 32] [--repeat 3] [--paced-users 64]
