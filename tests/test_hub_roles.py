@@ -81,6 +81,43 @@ def test_a_workers_records_leave_with_its_reports_and_the_master_merges_them_exa
     assert local.step_drained(1) and local.collect_final_reports() and local.account_lost() == 0
 
 
+def test_a_local_runs_first_step_folds_once_and_keeps_its_own_figures_when_another_comes():
+    """A local hub's first step is the run's totals themselves (one fold a record, not two) until
+    another step comes: then it keeps its own figures, exactly those of its records, and the run's
+    totals go on with both; a warm-up stays out of the run's."""
+    from locust.env import Environment
+
+    from llm_locust.metrics.aggregate import Aggregate, figures
+    from llm_locust.runtime.hub import WARMUP_STEP, MetricsHub
+
+    h = MetricsHub(Environment())
+    alone = {WARMUP_STEP: Aggregate(), 0: Aggregate(), 1: Aggregate()}
+    both = Aggregate()
+
+    def send(n: int, step: int) -> None:
+        for i in range(n):
+            h.step = step
+            rec = _rec(i + 100 * step, h.on_sent(warmup=step == WARMUP_STEP))
+            h.on_done(rec)
+            for agg in [alone[step]] + ([both] if step != WARMUP_STEP else []):
+                agg.sent += 1
+                agg.add(_rec(i + 100 * step, step))
+
+    send(2, WARMUP_STEP)
+    send(5, 0)
+    assert h.steps[0] is h.total and h.total.sent == 5 and h.total.hist["ttft"].count == 5
+    send(3, 1)
+    assert h.steps[0] is not h.total and h.steps[1] is not h.total
+    for got, want in (
+        (h.steps[0], alone[0]),
+        (h.steps[1], alone[1]),
+        (h.total, both),
+        (h.steps[WARMUP_STEP], alone[WARMUP_STEP]),
+    ):
+        assert figures(got) == figures(want) and list(got.series.items()) == list(want.series.items())
+    assert (h.steps[0].sent, h.steps[1].sent, h.total.sent, h.steps[WARMUP_STEP].sent) == (5, 3, 8, 2)
+
+
 def test_a_workers_figures_of_another_wire_version_are_refused_said_and_fail_the_run():
     """A worker of another llm-locust sends its figures in another wire version: the master merges
     none of them (where positional lists would have been read wrong), says so once, and its run's

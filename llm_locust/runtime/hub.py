@@ -178,11 +178,28 @@ class MetricsHub:
     # ---- recording, on the process that sends requests ----
 
     def _sink(self, step: int) -> list[Aggregate]:
-        """Where a record folds: here the step's totals and the run's (a warm-up is not the run's)."""
+        """Where a record folds: here the step's totals and the run's (a warm-up is not the run's),
+        once when they are one object (_step_totals)."""
         agg = self.steps.get(step)
         if agg is None:
-            agg = self.steps[step] = Aggregate()
-        return [agg] if step == WARMUP_STEP else [agg, self.total]
+            agg = self.steps[step] = self._step_totals(step)
+        return [agg] if step == WARMUP_STEP or agg is self.total else [agg, self.total]
+
+    def _step_totals(self, step: int) -> Aggregate:
+        """A new step's totals. The run's first step (the only one of a run without a ladder) is
+        the run's totals themselves while no other step has come: each record then folds once,
+        not twice (the second fold was ~5% of a burst's client CPU, benchmarks/README.md). The
+        next step gives it figures of its own: a copy of those so far (an exact merge)."""
+        if step == WARMUP_STEP:
+            return Aggregate()
+        for other, agg in self.steps.items():
+            if agg is self.total:
+                own = self.steps[other] = Aggregate()
+                own.merge(agg)
+                return Aggregate()
+        if any(other != WARMUP_STEP for other in self.steps):
+            return Aggregate()
+        return self.total
 
     def on_sent(self, warmup: bool = False) -> int:
         """Call once per request just before sending it; returns the step it belongs to:
