@@ -9,7 +9,8 @@ made (StreamClient's `body`, `token_reads` and `pump` options), all with one int
     read gets that read's arrival time. It is the reference the others are checked against.
   - `TokenReader`: the same, and token events told without parsing once the stream's shape is
     known (protocols/token_reads.py): an event made of the same bytes as the last token event
-    around another plain text is counted without the adapter (a burst's many events a read);
+    around another plain text is counted without the adapter (a burst's many events a read, in
+    runs at once);
     a read that is exactly whole chunks of such events is counted without llhttp or the decoder,
     and such reads are taken by the process's pump (transport/pump.py), many streams a wake-up.
     Anything else goes the general way, in order, with the same result.
