@@ -490,9 +490,14 @@ def _paced(a, tmp: Path, trace: Path) -> tuple[list[str], dict]:
                 print(f"[{i + 1}/{a.paced_repeat}] {key} paced against the simulator ({n} users) ...", flush=True)
                 root = Path(a.baseline).resolve() if key == "base" else ROOT
                 cpu0 = tree_cpu(sim.pid)
-                runs[key].append(run_ours(sim.url, n, a.duration, tmp, trace, f"paced-{key}{i}", root=root))
+                runs[key].append(
+                    run_ours(sim.url, n, a.duration, tmp, trace, f"paced-{key}{i}", api=a.paced_api, root=root)
+                )
                 sim_cpu.append(tree_cpu(sim.pid) - cpu0)
-    lines = ["", f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users"]
+    lines = [
+        "",
+        f"(b) paced: simulator, {n} slots, 10 ms iterations (~100 tokens/s per stream), {n} users, {a.paced_api}",
+    ]
     lines += [HEADER, "-" * len(HEADER)]
     names = {"ours": "llm-locust (all metrics)", "base": "llm-locust --baseline"}
     for i in range(a.paced_repeat):
@@ -528,6 +533,11 @@ def main() -> int:
         help="paced runs of ours (and of --baseline's, alternated) (default 1)",
     )
     ap.add_argument("--skip-burst", action="store_true", help="only the paced runs")
+    ap.add_argument(
+        "--paced-api",
+        default="openai-completions",
+        help="the API of the paced runs, served by the simulator in its wire format (default openai-completions)",
+    )
     ap.add_argument("--record-log", action="store_true", help="add a burst run of ours with --record-log on")
     ap.add_argument(
         "--baseline",

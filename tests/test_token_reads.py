@@ -76,8 +76,36 @@ def chunk(data: bytes, size_line: bytes | None = None) -> bytes:
     return (size_line if size_line is not None else b"%x" % len(data)) + b"\r\n" + data + b"\r\n"
 
 
+def delta_event(text, finish=None) -> dict:
+    """Anthropic's text delta (vLLM's key order); with `finish`, the message_delta that ends it."""
+    if finish is not None:
+        return {"type": "message_delta", "delta": {"stop_reason": finish, "stop_sequence": None}}
+    return {"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}, "index": 0}
+
+
+def named(payload: bytes) -> bytes:
+    """An Anthropic event on the wire: `event: <its type>` then its data."""
+    typ = orjson.loads(payload).get("type", "error") if payload.startswith(b"{") else "x"
+    return b"event: " + typ.encode() + b"\n" + sse(payload)
+
+
+def anthropic_reads(texts: list[str]) -> list[bytes]:
+    """A well-formed paced Messages stream: the head, message and block start, one text delta a
+    read, then the block's stop, the stop reason with usage and message_stop."""
+    start = {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 5, "output_tokens": 0}}}
+    block = {"type": "content_block_start", "content_block": {"type": "text", "text": ""}, "index": 0}
+    reads = [HEAD, chunk(named(orjson.dumps(start))) + chunk(named(orjson.dumps(block)))]
+    reads += [chunk(named(orjson.dumps(delta_event(text)))) for text in texts]
+    end = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": len(texts)}}
+    tail = [{"type": "content_block_stop", "index": 0}, end, {"type": "message_stop"}]
+    reads.append(b"".join(chunk(named(orjson.dumps(e))) for e in tail) + b"0\r\n\r\n")
+    return reads
+
+
 def paced_reads(api: str, texts: list[str]) -> list[bytes]:
     """A well-formed paced stream: the head, one chunk per read per token, the finish, usage, end."""
+    if api == "anthropic-messages":
+        return anthropic_reads(texts)
     make = chat_event if api == "openai-chat" else completion_event
     reads = [HEAD]
     for i, text in enumerate(texts):
@@ -147,7 +175,7 @@ def count_token_reads(monkeypatch) -> list[int]:
     return hits
 
 
-@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat", "anthropic-messages"])
 def test_a_paced_stream_is_read_without_parsing_and_agrees(api, monkeypatch):
     texts = [" to", " and", ' "quoted"', " caf\u00e9", " \\n", " \u4e2d\u6587", " x"] * 15
     reads = paced_reads(api, texts)
@@ -158,9 +186,10 @@ def test_a_paced_stream_is_read_without_parsing_and_agrees(api, monkeypatch):
     assert fast == general
     assert fast[0].value == "ok" and fast[2] == len(texts) and len(fast[4]) == len(texts)
     # every token read but the first (read the general way, it gives the template), those with
-    # an escape in their JSON (a quote, a backslash) and the last (its finish reason differs)
-    escaped = sum(1 for t in texts[1:-1] if '"' in t or "\\" in t)
-    assert hits[0] == len(texts) - 2 - escaped
+    # an escape in their JSON (a quote, a backslash) and OpenAI's last (its finish reason differs)
+    last = 0 if api == "anthropic-messages" else 1
+    escaped = sum(1 for t in texts[1 : len(texts) - last] if '"' in t or "\\" in t)
+    assert hits[0] == len(texts) - 1 - last - escaped
 
 
 def test_reads_that_are_not_one_whole_token_chunk_go_the_general_way(monkeypatch):
@@ -355,10 +384,13 @@ def streams(draw):
     """A chunked event stream as reads: token events with raw texts, now and then a change of
     shape (a finish reason, usage, an error object, a comment, an end marker, a chunk that ends
     inside an event), cut into reads in any way."""
-    api = draw(st.sampled_from(["openai-completions", "openai-chat"]))
-    make = chat_event if api == "openai-chat" else completion_event
+    api = draw(st.sampled_from(["openai-completions", "openai-chat", "anthropic-messages"]))
+    make = {"openai-chat": chat_event, "anthropic-messages": delta_event}.get(api, completion_event)
     template = orjson.dumps(make("\x00"))  # the text's place: orjson writes \u0000
     before, after = template.split(b"\\u0000")
+    # an event's lines before its data: Anthropic's name them (mostly; a server may not)
+    named_ = api == "anthropic-messages" and draw(st.integers(0, 5)) > 0
+    event = (lambda p: b"event: content_block_delta\n" + sse(p)) if named_ else sse
     chunks = []
     for _ in range(draw(st.integers(1, 25))):
         kind = draw(
@@ -373,6 +405,8 @@ def streams(draw):
             payload = before + draw(PLAIN_TEXTS if draw(st.integers(0, 3)) else RAW_TEXTS) + after
         elif kind == "finish":
             payload = orjson.dumps(make(" end", draw(st.sampled_from(["stop", "length"]))))
+        elif kind == "usage" and api == "anthropic-messages":
+            payload = orjson.dumps({"type": "message_delta", "usage": {"output_tokens": draw(st.integers(0, 40))}})
         elif kind == "usage":
             payload = orjson.dumps(usage_event(draw(st.integers(0, 40))))
         elif kind == "error":
@@ -380,15 +414,15 @@ def streams(draw):
         elif kind == "role":
             payload = orjson.dumps(make(""))
         elif kind == "done":  # an end marker, and (when more is drawn) events after it
-            payload = b"[DONE]"
+            payload = b'{"type":"message_stop"}' if api == "anthropic-messages" and draw(st.booleans()) else b"[DONE]"
         else:
             payload = None
         data = (
             b": keep-alive\n\n"
             if kind == "comment"
-            else sse(payload)
+            else event(payload)
             if kind != "two"
-            else (sse(before + b" a" + after) + sse(before + b" b" + after))
+            else (event(before + b" a" + after) + event(before + b" b" + after))
         )
         size_line = draw(st.sampled_from([None] * 24 + [b"0%x" % len(data), b"%X" % len(data), b"%x;e=1" % len(data)]))
         chunks.append(chunk(data, size_line))
@@ -480,8 +514,9 @@ def _count_told(monkeypatch) -> dict[str, int]:
     return told
 
 
+@pytest.mark.parametrize("api", ["openai-completions", "anthropic-messages"])
 @pytest.mark.parametrize("plain", [False, True])
-def test_a_burst_is_counted_by_template_and_agrees(monkeypatch, plain):
+def test_a_burst_is_counted_by_template_and_agrees(monkeypatch, plain, api):
     """A server faster than the client: the whole reply in one read with the head (nginx), or cut
     into two anywhere. The first event gives the template, and the read's later token events are
     told by it without the adapter, but for those it cannot tell (an escape, the finish, usage,
@@ -489,13 +524,13 @@ def test_a_burst_is_counted_by_template_and_agrees(monkeypatch, plain):
     (events_matcher), from the read that gave the template on; a run holding an escape is told
     one by one (event_matcher)."""
     texts = ([] if plain else [" to", " and", " caf\u00e9", ' "q"']) + [f" w{i}" for i in range(200)]
-    body = b"".join(paced_reads("openai-completions", texts)[1:])
+    body = b"".join(paced_reads(api, texts)[1:])
     told = _count_told(monkeypatch)
     for cut in (0, 1, 300, len(body) // 2, len(body) - 7):
         reads = [HEAD + body] if cut == 0 else [HEAD + body[:cut], body[cut:]]
         told.update(one=0, run=0)
-        fast = read_through("openai-completions", reads, True, monkeypatch)
-        assert fast == read_through("openai-completions", reads, False, monkeypatch)
+        fast = read_through(api, reads, True, monkeypatch)
+        assert fast == read_through(api, reads, False, monkeypatch)
         assert fast[0].value == "ok" and fast[2] == len(texts)
         assert told["one"] + told["run"] >= len(texts) - 5, (cut, told)  # not the first, the escaped one, the last
         if plain:  # all but the first and the last few of each read, at once

@@ -38,6 +38,7 @@ from llm_locust.protocols.base import (
     StreamState,
 )
 from llm_locust.protocols.openai import event_object, set_error, spec_messages, token_count, wrong_type
+from llm_locust.protocols.token_reads import text_template
 
 ANTHROPIC_VERSION = "2023-06-01"
 # max_tokens is required by the Messages API; sent when the spec gives none
@@ -66,6 +67,8 @@ class AnthropicAdapter:
     framing = "sse"
     end_marker = True
     path = "/v1/messages"
+    # a text delta on the wire: its event line, then its data (protocols.token_reads)
+    token_event_head = b"event: content_block_delta\ndata: "
 
     def __repr__(self) -> str:
         return f"AnthropicAdapter({self.name!r})"
@@ -160,6 +163,16 @@ class AnthropicAdapter:
         elif typ is None and obj.get("error") is not None:  # an untyped error object
             set_error(state, obj["error"])
         return NO_TOKEN
+
+    def token_template(self, payload: bytes, state: StreamState) -> tuple[bytes, bytes] | None:
+        """The bytes before and after the text of the text delta just fed (`payload`), for
+        reading the stream's later text deltas without parsing them (protocols.token_reads);
+        None when the text is kept. A text delta changes nothing in the state but the count of
+        tokens, whatever its (non-empty) text, so the same bytes around another text are one
+        more token and nothing else."""
+        if state.keep_text:
+            return None
+        return text_template(payload, b'"text":"')
 
 
 def _usage(usage: Any, state: StreamState, final: bool) -> None:

@@ -40,15 +40,19 @@ _SIZE_LINES = tuple(b"%x" % n for n in range(4096))
 SCAN_LIMIT = 8192
 
 
-def token_read_matcher(prefix: bytes, suffix: bytes, max_event: int) -> Callable[[bytes], int]:
+def token_read_matcher(
+    prefix: bytes, suffix: bytes, max_event: int, event_head: bytes = b"data: "
+) -> Callable[[bytes], int]:
     """A count of the token events in one read: n when the read is exactly n whole HTTP chunks,
-    each one SSE event `data: ` + prefix + text + suffix with a text that is non-empty, unescaped
-    JSON string content, each event within max_event bytes (the decoder's limit); else 0.
+    each one SSE event `event_head` + prefix + text + suffix + a blank line, with a text that is
+    non-empty, unescaped JSON string content, each event within max_event bytes (the decoder's
+    limit); else 0. `event_head` is the event's lines before its data (`data: `, or a named
+    event's `event: X\ndata: `, which the decoder drops: the payload is the same).
 
     Written for its cost (it runs once a token, between other streams' reads that evict it from
     the caches): the usual read, one chunk, takes four C calls; the rarer forms (uppercase or
     long size lines, non-ASCII text, several chunks: a reader that fell behind) slower checks."""
-    head = b"data: " + prefix
+    head = event_head + prefix
     tail = suffix + b"\n\n\r\n"
     n_head, n_tail = len(head), len(tail)
     size_lines = _SIZE_LINES[: max(0, min(len(_SIZE_LINES), max_event + 1))]

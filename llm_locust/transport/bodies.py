@@ -329,11 +329,13 @@ class _TokenStream(_Stream):
     second): `tries` templates are left, and one that matched (`hits`) earns its successor, so
     that a stream whose events never repeat stops trying after TEMPLATE_TRIES."""
 
-    __slots__ = ("template", "raw", "sse", "synced", "via_pump")
+    __slots__ = ("template", "event_head", "raw", "sse", "synced", "via_pump")
 
     def __init__(self, reader: TokenReader, resp: Any, read: Read, rec: RequestRecord, state: StreamState) -> None:
         super().__init__(reader, resp, read, rec, state)
         self.template: Callable[[bytes, StreamState], tuple[bytes, bytes] | None] = reader.adapter.token_template  # type: ignore[attr-defined]
+        # the lines before a token event's data on the wire: `data: `, or a named event's
+        self.event_head: bytes = getattr(reader.adapter, "token_event_head", b"data: ")
         self.raw: Callable[[bytes], int] | None = None
         self.sse: SSEDecoder = self.decoder  # type: ignore[assignment]  # TokenReader takes SSE streams only
         self.synced = bool(resp.at_chunk_start)
@@ -375,7 +377,7 @@ class _TokenStream(_Stream):
             return self.match
         self.match = event_matcher(*cut)
         self.match_all = events_matcher(*cut)
-        self.raw = token_read_matcher(*cut, self.sse.max_event) if self.synced else None
+        self.raw = token_read_matcher(*cut, self.sse.max_event, self.event_head) if self.synced else None
         return self.match
 
 
