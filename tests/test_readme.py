@@ -120,3 +120,30 @@ def test_a_master_without_a_target_refuses_to_start(tmp_path):
     p = subprocess.run([*args, "-t", "30s"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr[-2000:]
     assert "llm-locust: no --host: give the server's URL" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_readme_locust_lines_start_their_users_at_once():
+    """Issue 35 finding 11: the README's master line had -u 64 and no -r, so Locust ramped at 1
+    user/s (its default) while the summary said "closed loop of 64 users" (mean in-flight 12.8 of
+    a 5-minute run's 64). Every plain-Locust line that sets -u sets -r too."""
+    lines = [c for b in blocks() for line in b for c in commands(line) if c.startswith("locust ")]
+    assert lines, "the README has no plain-Locust line any more: drop this test"
+    for c in lines:
+        words = shlex.split(c.rstrip("& "))
+        if "-u" in words:
+            users = words[words.index("-u") + 1]
+            assert "-r" in words, f"a README line ramps at Locust's 1 user/s: {c}"
+            assert words[words.index("-r") + 1] == users, f"a README line starts its users over time: {c}"
+
+
+def test_a_ramped_closed_loop_says_so_in_its_description():
+    """The run's one-line description tells a ramp from a closed loop at full strength."""
+    from types import SimpleNamespace
+
+    from llm_locust.report.outcome import describe
+
+    settings = SimpleNamespace(ladder="", speed=1, trace_path="t.jsonl", api="openai-chat")
+    ramped = describe(settings, {"mode": "closed", "users": 64, "spawn_rate": 1.0, "run_time": 300}, "h")
+    at_once = describe(settings, {"mode": "closed", "users": 64, "spawn_rate": 64.0, "run_time": 300}, "h")
+    assert "closed loop of 64 users, started at 1/s over 64 s (-r) for 300 s" in ramped
+    assert "started at" not in at_once

@@ -182,13 +182,21 @@ def describe(settings: Any, load: dict[str, Any], host: str | None, workload: di
     elif mode == "replay":
         how = f"replay at {settings.speed:g}x trace time" if getattr(settings, "speed", 1) else "replay"
     else:
-        how = f"closed loop of {users} user{'s' if users != 1 else ''}"
+        how = f"closed loop of {users} user{'s' if users != 1 else ''}" + _ramp(users, load.get("spawn_rate"))
     if run_time and mode != "ladder":
         how += f" for {run_time:g} s"
     trace = settings.trace_path
     name = trace.rsplit("/", 1)[-1] if trace else "?"
     fmt = (workload or {}).get("format")
     return f"{how}; {settings.api} against {host or '?'}; workload {name}" + (f" ({fmt})" if fmt else "")
+
+
+def _ramp(users: Any, rate: Any) -> str:
+    """How long the users took to start when they did not start at once (Locust's -r): a closed
+    loop of 64 users ramped at 1/s held far fewer in flight for its first minute."""
+    if not isinstance(users, int) or not isinstance(rate, int | float) or rate <= 0 or rate >= users:
+        return ""
+    return f", started at {rate:g}/s over {users / rate:.0f} s (-r)"
 
 
 def next_steps(settings: Any, load: dict[str, Any]) -> str:
