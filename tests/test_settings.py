@@ -396,6 +396,33 @@ def test_bad_values_name_the_option_typed(argv, message):
     assert any(p.startswith(message) for p in e.value.problems), e.value.problems
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-t", "99999999h"], "-t/--run-time: '99999999h' is 359999996400 seconds, more than 2592000 s (30 days)"),
+        (["-t", "721h"], "-t/--run-time: '721h' is 2595600 seconds, more than 2592000 s (30 days)"),
+        (["--think-time", "1e12s"], "--think-time: 1000000000000 seconds, more than 2592000 s (30 days)"),
+        (["--request-timeout", "999999h"], "--request-timeout: 3599996400 seconds, more than 2592000 s"),
+    ],
+)
+def test_durations_past_thirty_days_are_refused(argv, message):
+    """Issue 35: `-t 1e12s`-like run times were taken, holding the machine for ever; every duration
+    is bounded by limits.MAX_SECONDS, and the bound itself still runs."""
+    with pytest.raises(PlanError) as e:
+        derive.resolve(None, cli(*argv))
+    assert any(p.startswith(message) for p in e.value.problems), e.value.problems
+    assert derive.resolve(None, cli("-t", "720h")).run_time == "720h"
+
+
+def test_a_run_time_past_the_bound_exits_2_in_one_line():
+    from support import run_cli
+
+    p = run_cli("-t", "1000000h", timeout=60)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "-t/--run-time: '1000000h' is 3600000000 seconds, more than 2592000 s (30 days)" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_unknown_keys_are_named_with_their_line_and_the_valid_ones(tmp_path):
     p = problems(tmp_path, "host: http://h:1\nladdr: concurrency:1..4\nworkload:\n  trace_file: x.csv\n")
     assert p[0].startswith(

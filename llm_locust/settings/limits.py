@@ -33,6 +33,10 @@ MAX_TOKENS = 10_000_000
 MAX_LIMIT_BYTES = 1 << 30
 # the simulator's batch slots
 MAX_SIM_SLOTS = 10_000
+# any duration a run is given (-t, a step, a timeout, a think time, a replay window ...): 30 days.
+# A soak runs for days; past a month the figures of one run are no longer one measurement, and a
+# typo (`-t 1e12s`, `-t 99999999h`) would hold the machine for ever (issue 35)
+MAX_SECONDS = 30 * 86_400.0
 
 
 def max_local_workers(cores: int | None = None) -> int:

@@ -30,7 +30,7 @@ from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.grid_spec import grid_text
 from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
-from llm_locust.settings.units import _suggest, bare_seconds
+from llm_locust.settings.units import _suggest, bare_seconds, check_bound, run_time_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
 
@@ -354,6 +354,8 @@ def _check_run_time(v: str | None) -> str | None:
         bare_seconds(v, opt.bare_below, units=("s",))  # Locust's run time takes no ms
     if v is not None and not any(c in "123456789" for c in v):
         raise ValueError(f"{v!r}: a run time must be more than 0 (Locust reads 0 as no limit: the run never ends)")
+    if v is not None:
+        check_bound(run_time_seconds(v) or 0.0, repr(v))  # -t 99999999h: a typo, not a run
     return v
 
 

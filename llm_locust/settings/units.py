@@ -65,10 +65,16 @@ def is_bare(value: Any) -> bool:
 
 
 def bare_seconds(value: Any, below: float | None, label: str = "", units: tuple[str, ...] = ("ms", "s")) -> float:
-    """parse_seconds with the one rule every duration follows: a bare number is seconds, and one of
+    """parse_seconds with the rules every duration follows: a bare number is seconds, and one of
     `below` or more is refused, as it is almost surely milliseconds meant (`--think-time 500`), with
-    the "write the unit" message. A value with its unit is taken as written."""
+    the "write the unit" message. A value with its unit is taken as written, up to
+    limits.MAX_SECONDS (30 days): more is a typo, not a run (`-t 1e12s`). A trace-time window
+    (bare below a year: a long trace's offset, played faster by --speed) is not wall time: unbounded."""
+    from llm_locust.settings.limits import MAX_SECONDS
+
     seconds = parse_seconds(value)
+    if below is None or below <= MAX_SECONDS:
+        check_bound(seconds, label)
     if below is not None and is_bare(value) and seconds >= below:
         n = _number(seconds)
         raise ValueError(
@@ -76,6 +82,31 @@ def bare_seconds(value: Any, below: float | None, label: str = "", units: tuple[
             f"a bare number is seconds below {_number(below)}"
         )
     return seconds
+
+
+def check_bound(seconds: float, label: str = "") -> float:
+    """ValueError for a duration over limits.MAX_SECONDS, saying the bound; else the seconds."""
+    from llm_locust.settings.limits import MAX_SECONDS
+
+    if seconds > MAX_SECONDS:
+        what = f"{label} is " if label else ""
+        raise ValueError(
+            f"{what}{_number(seconds)} seconds, more than {_number(MAX_SECONDS)} s ({MAX_SECONDS / 86400:g} days), "
+            "the longest duration a run takes"
+        )
+    return seconds
+
+
+_RUN_TIME_RE = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s?)?\s*$")
+
+
+def run_time_seconds(text: str) -> float | None:
+    """Locust's run time (30s, 5m, 1h30m, a bare number of seconds) in seconds; None if it is not one."""
+    m = _RUN_TIME_RE.match(text)
+    if m is None:
+        return None
+    h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return float(h * 3600 + mi * 60 + s)
 
 
 def _number(v: float) -> str:
