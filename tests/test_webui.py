@@ -154,6 +154,32 @@ def test_payload_figures_series_and_incremental_polls():
     assert len(orjson.dumps(r)) < 4000  # compact: a poll carries only what is new
 
 
+def test_recent_rates_count_no_second_from_before_the_start():
+    """ "Output tokens/s (last 10 s)" 3 s into a test: the rate of those 3 s, not their tokens over
+    10 s (old code: the seconds before Start, which sent nothing, were in the window: 6 req/s
+    shown for 20)."""
+    total = populated(n_per_s=20, seconds=4, start=T0)  # 20 req/s from T0, 8 tokens each
+    p = LiveView().payload(lambda: inputs(total, T0 + 4.5, started_at=T0), 0)
+    r = p["recent"]
+    assert r["window_s"] == 3  # the complete seconds T0 .. T0+2 (lag 1 s)
+    assert r["requests_per_s"] == pytest.approx(20, rel=0.1)
+    assert r["output_tokens_per_s"] == pytest.approx(160, rel=0.1)
+    rows = {x["metric"]: x["value"] for x in summary_rows(p)}
+    assert float(rows["Output tokens/s (last 3 s)"].replace(",", "")) == pytest.approx(160, rel=0.1)
+    # a start inside a second counts that second from the start on: 3.5 s of 20 req/s
+    series = {int(T0) + k: [8 * (10 if k == 0 else 20), 10 if k == 0 else 20, 0] for k in range(6)}
+    end, w, (tok, ok, failed) = D.recent_counts(series, T0 + 5.5, 1.0, 10.0, T0 + 0.5)
+    assert (end, w, ok / w, tok / w, failed) == (int(T0) + 4, 3.5, 20, 160, 0)
+    # later, the last 10 complete seconds as before; before the first complete second, no rate
+    assert D.recent_counts(series, T0 + 30, 1.0, 10.0, T0 + 0.5)[:2] == (int(T0) + 29, 10.0)
+    early = LiveView().payload(lambda: inputs(total, T0 + 1.2, started_at=T0 + 0.5), 0)["recent"]
+    assert early["window_s"] == 0 and early["output_tokens_per_s"] is None
+    assert {
+        x["metric"]: x["value"]
+        for x in summary_rows(LiveView().payload(lambda: inputs(total, T0 + 1.2, started_at=T0 + 0.5), 0))
+    }["Output tokens/s (last 0 s)"] == "-"
+
+
 def test_client_validity_and_length_mismatch_are_reported():
     total = populated(seconds=5)
     fold([total], rec(T0 + 1, requested=16))  # 8 tokens arrived, 16 asked for

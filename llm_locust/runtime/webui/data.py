@@ -89,6 +89,29 @@ class CountsRing:
         return (base[0] if base else None), out
 
 
+def recent_counts(
+    series: dict[int, list], now: float, lag: float, window: float, started_at: float | None
+) -> tuple[int, float, tuple[float, float, float]]:
+    """(end second, seconds covered, (tokens, ok, failed)) of the recent window: the complete
+    seconds before `end` (now - lag), at most `window` of them, none before the test's start. The
+    seconds before Start sent nothing: counted in, they made the first seconds' rates look low
+    (3 s into a test, "last 10 s" was 3 s of tokens over 10). The start's own second counts from
+    the start on (its requests were all sent after it), so 2.5 s in, the window is 2.5 s (0 or
+    less: nothing complete yet, no rate)."""
+    end = int(now - lag)
+    start = float(end - int(window))
+    if started_at is not None:
+        start = max(start, started_at)
+    tok = okn = fail = 0.0
+    for sec in range(math.floor(start), end):
+        b = series.get(sec)
+        if b:
+            tok += b[0]
+            okn += b[1]
+            fail += b[2]
+    return end, max(0.0, end - start), (tok, okn, fail)
+
+
 # ---- inputs ----
 
 
@@ -196,17 +219,8 @@ class LiveView:
             (total.last_end - total.first_sent) if total.first_sent is not None and total.last_end is not None else 0.0
         )
 
-        # recent rates from the per-second series, over whole seconds that are complete
-        end_sec = int(now - inp.lag)
-        start_sec = end_sec - int(self.window)
-        tok = okn = fail = 0
-        for sec in range(start_sec, end_sec):
-            b = total.series.get(sec)
-            if b:
-                tok += b[0]
-                okn += b[1]
-                fail += b[2]
-        w = float(end_sec - start_sec)
+        # recent rates from the per-second series, over the complete seconds since the test's start
+        end_sec, w, (tok, okn, fail) = recent_counts(total.series, now, inp.lag, self.window, inp.started_at)
 
         # client validity, run so far and now
         lag_all = hists["loop_lag"].summary()
@@ -272,11 +286,11 @@ class LiveView:
                 "goodput_requests": total.goodput_requests if inp.slos else None,
             },
             "recent": {
-                "window_s": w,
+                "window_s": _r(w, 1),
                 "from": _r(since_t, 2),
-                "output_tokens_per_s": _r(tok / w, 2),
-                "requests_per_s": _r(okn / w, 3),
-                "failures_per_s": _r(fail / w, 3),
+                "output_tokens_per_s": _r(tok / w, 2) if w > 0 else None,
+                "requests_per_s": _r(okn / w, 3) if w > 0 else None,
+                "failures_per_s": _r(fail / w, 3) if w > 0 else None,
                 "latency": {m: _lat(recent_lat.get(m), ("p50", "p99")) for m in LATENCY_VIEW},
             },
             "latency": {
@@ -614,9 +628,10 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
     if v:
         what = f"{v['offered']:g} (step {v['step']}, by {v['knee_by']})" if v["found"] else "not found yet"
         rows.append({"metric": "Saturation" + ("" if v["final"] else " (so far)"), "value": what})
+    tps, rps = rec["output_tokens_per_s"], rec["requests_per_s"]
     rows += [
-        {"metric": f"Output tokens/s (last {rec['window_s']:g} s)", "value": f"{rec['output_tokens_per_s']:,.0f}"},
-        {"metric": f"Requests/s (last {rec['window_s']:g} s)", "value": f"{rec['requests_per_s']:.3g}"},
+        {"metric": f"Output tokens/s (last {rec['window_s']:g} s)", "value": "-" if tps is None else f"{tps:,.0f}"},
+        {"metric": f"Requests/s (last {rec['window_s']:g} s)", "value": "-" if rps is None else f"{rps:.3g}"},
         {"metric": "In flight", "value": str(snap["in_flight"])},
         {"metric": "TTFT p50 / p99 ms (recent)", "value": f"{ms(lat['ttft'], 'p50')} / {ms(lat['ttft'], 'p99')}"},
         {"metric": "ITL p50 / p99 ms (recent)", "value": f"{ms(lat['itl'], 'p50')} / {ms(lat['itl'], 'p99')}"},
