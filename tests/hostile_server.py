@@ -12,7 +12,10 @@ except where the test makes it hostile. Modes:
 - endless-headers: a status line, then header lines forever;
 - endless-interim: "100 Continue" interim replies forever;
 - drip: a 200 reply's bytes, one a second, forever;
-- stall: reads the request and never answers (the connection stays open).
+- stall: reads the request and never answers (the connection stays open);
+- escapes: every text the server supplies carries terminal escapes (ESCAPES: a window title, a
+  screen clear, an OSC 8 link, a C1 CSI, a bidi override): the model's id, the version, a streamed
+  error event after one token, and an HTTP error body (a request body of `{}`).
 
 Each connection is served by a thread; a flood stops when the client closes.
 """
@@ -25,7 +28,8 @@ import sys
 import threading
 import time
 
-MODES = ("endless-body", "endless-headers", "endless-interim", "drip", "stall")
+MODES = ("endless-body", "endless-headers", "endless-interim", "drip", "stall", "escapes")
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x9b31m\u202eevil\x7f"
 CHUNK = b"a" * 65536
 
 
@@ -65,6 +69,23 @@ def well_behaved(method: str, path: str, body: bytes) -> bytes:
     if method == "POST":
         return _whole("200 OK", "text/event-stream", _sse())
     return _whole("404 Not Found", "application/json", b'{"error": "not found"}')
+
+
+def escaping(method: str, path: str, body: bytes) -> bytes:
+    """The "escapes" mode's answer: a served API whose every text carries ESCAPES."""
+    if method == "GET" and path.startswith("/v1/models"):
+        doc = {"object": "list", "data": [{"id": "m" + ESCAPES, "object": "model", "owned_by": ESCAPES}]}
+        return _whole("200 OK", "application/json", json.dumps(doc).encode())
+    if method == "GET" and path.startswith("/version"):
+        return _whole("200 OK", "application/json", json.dumps({"version": "0.1" + ESCAPES}).encode())
+    if method == "POST" and body.strip() == b"{}":
+        return _whole("400 Bad Request", "application/json", json.dumps({"error": {"message": ESCAPES}}).encode())
+    if method == "POST":
+        token = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+        error = {"error": {"message": "boom " + ESCAPES, "type": "server_error", "code": 500}}
+        events = f"data: {json.dumps(token)}\n\ndata: {json.dumps(error)}\n\ndata: [DONE]\n\n"
+        return _whole("200 OK", "text/event-stream", events.encode())
+    return _whole("404 Not Found", "application/json", json.dumps({"error": ESCAPES}).encode())
 
 
 def hostile(conn: socket.socket, mode: str) -> None:
@@ -119,6 +140,9 @@ def serve(conn: socket.socket, mode: str, paths: list[str]) -> None:
             if req is None:
                 return
             method, path, body = req
+            if mode == "escapes" and (not paths or any(path.split("?")[0] == p for p in paths)):
+                conn.sendall(escaping(method, path, body))
+                continue
             if not paths or any(path.split("?")[0] == p for p in paths):
                 hostile(conn, mode)
                 return

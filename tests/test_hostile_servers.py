@@ -231,3 +231,42 @@ def test_a_run_ends_on_time_whatever_its_probe_and_scrapes_read(tmp_path, mode):
     # the loop was never held for long (old: 18-41 s); on a machine this busy, a few ms are noise
     assert doc["summary"]["client"]["loop_lag"]["max"] < 0.5, doc["summary"]["client"]
     print(f"{mode}: {seconds:.1f} s, peak RSS {rss:.0f} MiB, probe: {server.get('error')}")
+
+
+# ---- terminal escapes in what a server says ----
+
+
+def test_a_servers_escapes_reach_the_terminal_as_visible_text(tmp_path):
+    """A server whose every text carries escapes (a window title, a screen clear, an OSC 8 link, a
+    C1 CSI, a bidi override; tests/hostile_server.py "escapes"): its model id (logged), its streamed
+    error event (the summary's failures, the fail-fast line, the exit line) print as visible text;
+    no ESC, C1 or bidi character reaches stdout or stderr (old code: the error event's text raw)."""
+    results = tmp_path / "r.json"
+    with hostile_server("escapes") as url:
+        code, _, _, out, err = run_measured(
+            ["--host", url, "-t", "2s", "-u", "2", "--max-tokens", "3", "--results", str(results)], 90, tmp_path
+        )
+    assert code == 3, (code, err[-3000:])  # fail-fast: every request failed
+    for name, text in (("stdout", out), ("stderr", err)):
+        bad = sorted({hex(ord(c)) for c in text if c in "\x1b\x07\x7f\x9b\u202e"})
+        assert not bad, f"{name} holds {bad}:\n{text[-2000:]}"
+    assert "stream_error" in out and "boom \\x1b]0;pwned\\x07\\x1b[2J" in out, out[-2000:]  # said, as text
+    assert "model from /v1/models: m\\x1b]0;pwned" in err, err[-2000:]
+    doc = json.loads(results.read_text())
+    assert doc["summary"]["ok"] == 0 and doc["summary"]["failed"] > 0, doc["summary"]
+
+
+def test_terminal_safe_escapes_controls_bidi_and_keeps_text():
+    """What terminal_safe writes: every C0/C1 control, DEL and bidi control as a visible escape; a
+    field's newlines and tabs too, a block's kept; letters, emoji and backslashes as they are."""
+    import logging
+
+    from llm_locust.report.terminal import TerminalFilter, terminal_safe
+
+    assert terminal_safe("\x1b]0;t\x07\x1b[2J\x9b1m\u202ex\x7f\r") == "\\x1b]0;t\\x07\\x1b[2J\\x9b1m\\u202ex\\x7f\\r"
+    assert terminal_safe("a\nb\tc") == "a\\nb\\tc"
+    assert terminal_safe("a\nb\tc\x1b", lines=True) == "a\nb\tc\\x1b"
+    assert terminal_safe("Grüße 模型 🦙 C:\\dir") == "Grüße 模型 🦙 C:\\dir"
+    rec = logging.LogRecord("x", logging.INFO, __file__, 1, "model %s", ("m\x1b]8;;http://e/\x1b\\",), None)
+    TerminalFilter().filter(rec)
+    assert rec.getMessage() == "model m\\x1b]8;;http://e/\\x1b\\"

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -745,3 +746,90 @@ def test_a_long_runs_folded_seconds_are_spread_over_their_bucket():
     assert cols["sec"][:60] == list(range(first, first + 60))
     assert cols["tokens"][:60] == [10.0] * 60 and cols["ok"][:60] == [1.0] * 60 and cols["failed"][0] == 0.1
     assert cols["tokens"][60:63] == [10, 10, 10] and sum(cols["tokens"]) == 600 + 10 * 4000
+
+
+# ---- who may read: every route answers only requests sent to this machine's names ----
+
+
+def raw_get(port: int, path: str, host: str) -> tuple[int, bytes]:
+    """GET `path` from 127.0.0.1:`port` with this exact Host header, as a browser sends it to a
+    page's own name (DNS rebinding: the name resolves to 127.0.0.1): (status, raw body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_no_route_answers_a_host_that_is_not_this_machine(tmp_path, sims):
+    """Without --web-login, a page whose own name resolves to 127.0.0.1 is the web UI's origin for
+    the browser: its GETs read the target's URL, the logs and the figures (old code: 200 on every
+    route). Now 403 for any Host that does not name this machine; its own names still pass."""
+    sim = sims(slots=4)
+    with locust_web_ui(
+        tmp_path, sim.url, "--web-origins", "https://locust.example.com", locustfile="closed.py"
+    ) as base:
+        port = int(base.rsplit(":", 1)[1])
+        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+        routes = ("/llm/data", "/logs", "/stats/requests", "/metrics", "/", "/llm", "/llm/static/llm.js", "/tasks")
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.nip.io:{port}", f"localhost.evil:{port}"):
+            for route in routes:
+                status, body = raw_get(port, route, host)
+                assert status == 403, (host, route, status, body[:200])
+                assert sim.url.encode() not in body and b"refused: sent to Host" in body, (host, route)
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "locust.example.com"):
+            status, body = raw_get(port, "/llm/data", host)
+            assert status == 200 and sim.url.encode() in body, (host, status)
+        assert raw_get(port, "/metrics", f"127.0.0.1:{port}")[0] == 200
+    log = (tmp_path / "locust.log").read_text()
+    assert f"refused GET /llm/data: sent to Host evil.example:{port}" in log
+
+
+def test_the_session_cookie_stays_on_this_site(tmp_path, sims, monkeypatch):
+    """The login's cookie: SameSite=Strict (a cross-site request carries no login), HttpOnly, and
+    not Secure over plain HTTP (old code: no SameSite attribute)."""
+    monkeypatch.setenv("LLM_LOCUST_WEB_PASSWORD", "pw-123")
+    monkeypatch.setenv("LLM_LOCUST_WEB_USER", "ops")
+    sim = sims(slots=4)
+    with locust_web_ui(tmp_path, sim.url, "--web-login", locustfile="closed.py") as base:
+        import requests
+
+        wait_for("the login page", lambda: requests.get(base + "/login", timeout=5).status_code == 200)
+        r = requests.post(
+            base + "/llm/login",
+            data={"username": "ops", "password": "pw-123"},
+            headers={"Origin": base},
+            timeout=5,
+            allow_redirects=False,
+        )
+        assert r.status_code == 302, r.text
+        cookie = r.headers["Set-Cookie"]
+        attributes = {a.strip().split("=")[0].lower(): a.strip() for a in cookie.split(";")[1:]}
+        assert attributes.get("samesite") == "SameSite=Strict" and "httponly" in attributes, cookie
+        assert "secure" not in attributes, cookie  # plain HTTP: a Secure cookie would never come back
+        s = requests.Session()
+        s.cookies.update(r.cookies)
+        assert s.get(base + "/llm/data", timeout=5, allow_redirects=False).status_code == 200  # and it logs in
+
+
+def test_the_session_cookie_is_secure_when_the_web_ui_serves_tls():
+    from flask import Flask, session
+
+    from llm_locust.runtime.webui import guard
+
+    for tls, secure in ((("cert.pem", "key.pem"), True), ((None, None), False)):
+        app = Flask(__name__)
+        app.config["SECRET_KEY"] = "k"
+
+        @app.route("/set")
+        def set_it():  # noqa: ANN202
+            session["x"] = 1
+            return "ok"
+
+        ui = type("UI", (), {"app": app, "tls_cert": tls[0], "tls_key": tls[1]})()
+        guard._cookie_rules(ui)
+        cookie = app.test_client().get("/set").headers["Set-Cookie"]
+        assert "SameSite=Strict" in cookie and "HttpOnly" in cookie
+        assert ("; Secure" in cookie) is secure, cookie

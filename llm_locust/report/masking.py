@@ -83,6 +83,9 @@ def install_log_filter() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(x, LogFilter) for x in handler.filters):
             handler.addFilter(f)
+    from llm_locust.report.terminal import install_log_filter as install_terminal_filter
+
+    install_terminal_filter()  # the same handlers: a server's words in a log line print as text
 
 
 # A query parameter whose name says it carries a credential (?token=..., ?api_key=..., ?sig=...).

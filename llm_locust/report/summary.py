@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from llm_locust.metrics.aggregate import NOT_FAILED
 from llm_locust.report.schema import CacheFigures, Figures, Warmup
+from llm_locust.report.terminal import terminal_safe
 
 ROWS = (
     ("TTFT", "ttft"),
@@ -260,11 +261,12 @@ def format_summary(
     if failures:
         lines.append("failures by kind:")
         for kind, n in sorted(failures.items(), key=lambda kv: -kv[1]):
-            first = next(iter(fig["errors"].get(kind, {})), "")
-            lines.append(f"  {kind:<14}{n:>7}  {first[:100]}")
+            first = terminal_safe(next(iter(fig["errors"].get(kind, {})), ""))  # a server's words: printable
+            lines.append(f"  {terminal_safe(kind):<14}{n:>7}  {first[:100]}")
     if fig.get("causes"):
         lines.append(
-            "causes: " + ", ".join(f"{c} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1]))
+            "causes: "
+            + ", ".join(f"{terminal_safe(c)} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1]))
         )
     from llm_locust.metrics.aggregate import client_line
 
@@ -276,9 +278,11 @@ def warmup_line(w: Warmup) -> str:
     """The summary's warm-up line: what was left out of the figures above, and how it went."""
     ttft = w["latency"]["ttft"].get("p50")
     cold = f", TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else ""
+    names = (("client_cancelled", "cancelled by the client"), ("lost", "lost"))
+    more = "".join(f", {words} {n}" for name, words in names if (n := w.get(name)))
     return (
         f"warm-up: {w['rule']}: sent {w['sent']}, ok {w['ok']}, failed {w['failed']}, cancelled {w['cancelled']}"
-        f"{cold}; not in the figures above"
+        f"{more}{cold}; not in the figures above"
     )
 
 
@@ -321,7 +325,9 @@ GROUP_COLS = ("ok", "failed", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E 
 
 
 def group_lines(groups: dict[str, dict[str, Any]], label: str) -> list[str]:
-    """A table of the per-endpoint or per-model figures (latencies in ms)."""
+    """A table of the per-endpoint or per-model figures (latencies in ms); a model's name is the
+    server's (/v1/models) or a trace's: printed terminal-safe."""
+    groups = {terminal_safe(k): g for k, g in groups.items()}
     width = max([len(label) + 4, *(len(k) for k in groups)]) + 2
     head = f"{'by ' + label:<{width}}" + "".join(f"{c:>10}" for c in GROUP_COLS)
     lines = [head]

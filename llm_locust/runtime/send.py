@@ -22,6 +22,7 @@ from llm_locust.metrics.records import Outcome, RequestRecord, work_of
 from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.report.masking import mask
+from llm_locust.report.terminal import terminal_safe
 from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.workload.graded import grade_record
@@ -101,8 +102,8 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     that differ only in numbers (token counts, sizes) share one row."""
     from llm_locust.protocols.causes import cause_of, normalise
 
-    if rec.error:
-        rec.error = mask(rec.error)  # a server may echo the key: masked before any output sees it
+    if rec.error:  # a server may echo the key, or send escapes: masked and made printable before any output
+        rec.error = terminal_safe(mask(rec.error))
     if not rec.ok and rec.cause is None and rec.outcome not in _NOT_FAILED:
         rec.cause = cause_of(rec.status, rec.error)  # from the server's own words, which rec.error keeps
     grade_record(rec)  # --graded: a graded item's reply, graded (workload.graded)

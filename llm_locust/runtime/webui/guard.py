@@ -19,6 +19,11 @@ results path. Here:
   the form; anything else is refused with 403 before Locust reads it: the target, names, paths,
   URLs and headers come from the command line or the plan; the user-class editor (`POST /user`)
   may set weights, counts and tasks, not a class's host;
+- **every request** (any method, any route: Locust's, ours, /metrics) must be sent to a `Host`
+  that names this machine (as above, or a --web-origins host), else 403: a page whose own name
+  resolves to this machine (DNS rebinding) is the same origin as the web UI for the browser, and
+  could otherwise read /llm/data (the target's URL), /logs, /stats/requests and /metrics;
+- the login's session cookie is SameSite=Strict and HttpOnly (Secure when the UI serves TLS);
 - with `--web-login`, every route (Locust's, ours, /metrics) needs a login. A locustfile may set
   up its own (Locust's documented `login_manager.user_loader`); otherwise one user, named by
   LLM_LOCUST_WEB_USER (default "admin"), with the password in LLM_LOCUST_WEB_PASSWORD or, without
@@ -67,6 +72,14 @@ def install(web_ui) -> None:
     trusted = trusted_origins(getattr(web_ui.environment.parsed_options, "web_origins", ""))
 
     @web_ui.app.before_request
+    def only_this_machines_names():  # noqa: ANN202 - Flask hook: every route, every method
+        why = host_problem(request.headers.get("Host"), names, trusted)
+        if why is None:
+            return None
+        log.warning("web UI: refused %s %s: %s", request.method, request.path, why)
+        return jsonify({"success": False, "message": f"refused: {why}"}), 403
+
+    @web_ui.app.before_request
     def only_the_ui_itself_changes_state():  # noqa: ANN202 - Flask hook
         why = origin_problem(request.method, request.headers, names, trusted)
         if why is None:
@@ -90,6 +103,7 @@ def install(web_ui) -> None:
         log.warning("web UI: refused a %s request: %s", request.path, why)
         return jsonify({"success": False, "message": why}), 403
 
+    _cookie_rules(web_ui)
     _warn_if_open(web_ui)
     if web_ui.web_login:
         _default_login(web_ui)
@@ -121,6 +135,32 @@ def origin_problem(
             f"a proxy with a name of its own: add its origin to {ORIGINS_OPTION}"
         )
     return None
+
+
+def host_problem(host_header: str | None, machine_names: frozenset[str], trusted: frozenset[str]) -> str | None:
+    """Why a request, any method, may not be answered (None: it may): its `Host` names another
+    machine. A page whose own name resolves to 127.0.0.1 (DNS rebinding) is the same origin as
+    this web UI for the browser, so that page could read every GET (the target's URL in
+    /llm/data, /logs, /stats/requests, /metrics); its requests carry its own name as `Host`."""
+    host = (host_header or "").strip().lower()
+    if _known_host(host, machine_names, trusted):
+        return None
+    return (
+        f"sent to Host {host}, which does not name this machine (a page's own name resolving here: DNS "
+        f"rebinding); a proxy with a name of its own: add its origin to {ORIGINS_OPTION}"
+    )
+
+
+def _cookie_rules(web_ui) -> None:
+    """The login's session cookie: never sent with a request another site starts (SameSite=Strict:
+    a cross-site form post carries no login), never readable by a script (HttpOnly), and over
+    HTTPS only when the web UI serves HTTPS (--tls-cert / --tls-key). The same for flask_login's
+    remember-me cookie, should a locustfile's own login set one."""
+    tls = bool(getattr(web_ui, "tls_cert", None) and getattr(web_ui, "tls_key", None))
+    for cookie in ("SESSION_COOKIE", "REMEMBER_COOKIE"):
+        web_ui.app.config[f"{cookie}_SAMESITE"] = "Strict"
+        web_ui.app.config[f"{cookie}_HTTPONLY"] = True
+        web_ui.app.config[f"{cookie}_SECURE"] = tls
 
 
 def form_problem(form, shown: set[str], target: str | None) -> str | None:
