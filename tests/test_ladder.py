@@ -5,6 +5,7 @@ its throughput grows as n / (a + b n); above, requests queue and throughput is f
 concurrency ladder must find the knee at the slot count, within one ladder step.
 """
 
+import itertools
 import json
 from pathlib import Path
 
@@ -258,3 +259,40 @@ def test_the_last_step_is_judged_on_the_requests_its_window_sent(tmp_path, worke
     assert sum(r[3] for r in results["series"]) == results["summary"]["failed"] == 0  # cancelled are not failures
     s = results["summary"]
     assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s["lost"]
+
+
+def test_a_step_cut_by_ctrl_c_is_marked_in_results_report_and_compare(tmp_path):
+    """Issue 35: a ladder step cut by Ctrl-C was drawn in the report as a full step and `compare`
+    called the run "validity ok". The results say the step was cut, its planned and actual length;
+    the report marks it; compare's validity line says the run was interrupted and which step."""
+    import signal
+
+    from support import cli_process
+    from test_interruption import Run
+
+    run = Run(
+        tmp_path,
+        *("--ladder", "concurrency:1,2,4", "--step-duration", "6s", "--warmup", "0s"),
+        *("--results", "r.json", "--report", "r.html"),
+    )
+    run.wait_for("ladder step 2/3")
+    run.signal(signal.SIGINT)
+    rc, _out, err, _took = run.finish()
+    assert rc == 130, err[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    (cut,) = [s for s in r["ladder"]["steps"] if s.get("cut")]
+    assert cut["step"] == r["ladder"]["cut_step"] == 2
+    assert cut["planned_seconds"] == 6.0 and 0 < cut["ran_seconds"] < 6.0, cut
+    html = (tmp_path / "r.html").read_text()
+    assert "load-throughput-tokens-output-cut" in html
+    assert f"was cut short by the interrupt after {cut['ran_seconds']:.1f} s of its planned 6 s" in html
+    p = cli_process("compare", str(tmp_path / "r.json"), timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("validity"))
+    cell = [lines[at].removeprefix("validity")]
+    cell += [line for line in itertools.takewhile(lambda line: line.startswith(" "), lines[at + 1 :])]
+    validity = " ".join(part.strip() for part in cell)  # the cell, as wrapped to the terminal
+    assert validity.startswith("run: interrupted by SIGINT;"), validity
+    took = f"after {cut['ran_seconds']:.1f} s of 6 s, {cut['sent']} request"
+    assert f"step 2 (2 users): cut short by the interrupt {took}" in validity

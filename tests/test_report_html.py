@@ -293,6 +293,40 @@ def test_every_flagged_step_is_marked(ladder_run):
     assert knee_rows == [str(first["step"])]
 
 
+def test_a_step_cut_by_the_interrupt_is_drawn_apart_and_said(ladder_run):
+    """Issue 35: a ladder step cut by Ctrl-C was drawn as a full step, joined to the line (its TTFT
+    p99 of a few requests "fell" to 16 ms), with no mark. Now its point stands apart from the line
+    (hollow, joined by a dotted link), its row is marked "cut short" with how long it ran of its
+    planned length and on how many requests, and its SLOs are not judged."""
+    r = copy.deepcopy(ladder_run["results"])
+    steps = r["ladder"]["steps"]
+    last = steps[-1]
+    last.update(cut=True, planned_seconds=4.0, ran_seconds=1.25)
+    r["ladder"]["cut_step"] = last["step"]
+    root = dom(render(r))
+    full = uses(root, "load-throughput-tokens-output")
+    assert len(full) == len(steps) - 1  # the line joins the full steps only
+    ((cx, cy),) = uses(root, "load-throughput-tokens-output-cut")
+    assert cx > max(x for x, _ in full)  # the top step's place on the load axis
+    assert root.has_id("load-throughput-tokens-output-cut-link")
+    if (last["latency"].get("ttft") or {}).get("p99") is not None:
+        assert len(uses(root, "load-latency-ttft-ttft-p99-cut")) == 1
+    row = next(tr for tr in root.by_id("steps-table").find_all("tr") if tr.attrs.get("data-step") == str(last["step"]))
+    assert "cut" in row.classes()
+    text = row.all_text()
+    note = f"cut short by the interrupt after 1.2 s of its planned 4 s, {last['sent']:,} request"
+    assert "cut short" in {sp.all_text() for sp in row.find_all("span")} and note in text
+    assert "not judged" in text and "met" not in {sp.all_text() for sp in row.find_all("span")}
+    assert note in root.by_id("plot-throughput").all_text() and note in root.by_id("plot-latency").all_text()
+    for other in steps[:-1]:  # the other rows carry no such mark
+        row = next(tr for tr in root.find_all("tr") if tr.attrs.get("data-step") == str(other["step"]))
+        assert "cut" not in row.classes()
+    # as the run left it (no step cut): nothing is drawn apart
+    plain = dom(ladder_run["html"])
+    assert len(uses(plain, "load-throughput-tokens-output")) == len(steps)
+    assert not plain.find_all(id="load-throughput-tokens-output-cut")
+
+
 def test_reproducibility_fields(ladder_run):
     r, root = ladder_run["results"], dom(ladder_run["html"])
     env = r["environment"]

@@ -71,11 +71,13 @@ th,td{border:1px solid #dee2e6;padding:3px 8px;text-align:right;vertical-align:t
 th{background:#f1f3f5}\
 td.l,th.l,#steps-table td:nth-last-child(-n+2),#steps-table th:nth-last-child(-n+2){text-align:left}
 tr.knee td,tr.v-knee td{background:#fff4e6;font-weight:600}tr.v-flagged td{background:#fff5f5}\
-tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}
+tr.flagged td{background:#fff5f5}tr.knee.flagged td{background:#ffe8cc}\
+tr.cut td{background:repeating-linear-gradient(45deg,#fff,#fff 6px,#f1f3f5 6px,#f1f3f5 12px)}
 .flag,.mark{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:11px;font-weight:600;\
 white-space:nowrap}
 .flag{background:#c92a2a;color:#fff}.mark-knee{background:#d9480f;color:#fff}.mark-slo{background:#fab005;color:#000}
-.mark-ok{background:#2b8a3e;color:#fff}.warn{background:#fff5f5;border-left:4px solid #c92a2a;padding:6px 10px}
+.mark-ok{background:#2b8a3e;color:#fff}.mark-cut{background:#495057;color:#fff}\
+.warn{background:#fff5f5;border-left:4px solid #c92a2a;padding:6px 10px}
 .verdict{background:#fff4e6;border-left:4px solid #d9480f;padding:8px 12px}
 figure{margin:8px 0 16px}figure svg{width:100%;height:auto;display:block}figcaption{color:#495057;font-size:12px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}\
@@ -416,6 +418,7 @@ def section_ladder(r: ResultsDoc) -> H:
         "knee": ki,
         "flagged": [i for i, s in enumerate(steps) if s.get("flags")],
         "log_x": log_x,
+        "cut": next((i for i, s in enumerate(steps) if s.get("cut")), None),
     }
     slos = _slos(r)
     tput = plots.vs_load("load-throughput", x, _throughput_panels(steps), **kw)
@@ -447,7 +450,9 @@ def section_ladder(r: ResultsDoc) -> H:
         if knee
         else "No saturation point was found: no knee is marked."
     )
-    lat_txt = "Latency percentiles per step (ms)."
+    cut_txt = "".join(f" {cut_note(s, unit)}." for s in steps if s.get("cut"))
+    knee_txt += cut_txt
+    lat_txt = "Latency percentiles per step (ms)." + cut_txt
     lat_txt += " SLO limits are the grey dashed and dotted lines." if slos else " No SLO was set."
     if undrawn:
         lat_txt += f" SLOs not drawn: {', '.join(undrawn)}."
@@ -681,6 +686,21 @@ def section_verdict(ladder: LadderDoc, unit: str) -> H:
     return H("".join(out))
 
 
+def cut_note(s: LadderStep, unit: str) -> str:
+    """What the page says of a step an interruption cut short: after how long of its planned
+    length, on how many requests, and that its figures are drawn apart and not judged."""
+    ran, planned = s.get("ran_seconds"), s.get("planned_seconds")
+    if ran is None:  # an older file: the measured part of the window
+        ran = float(s.get("warmup") or 0.0) + float(s.get("window") or 0.0)
+    of = f" of its planned {planned:g} s" if planned else ""
+    return (
+        f"Step {s.get('step')} ({num(s.get('offered'))} {unit}) was cut short by the interrupt after "
+        f"{ran:.1f} s{of}, {s.get('sent', 0):,} request{'' if s.get('sent') == 1 else 's'}: its hollow point "
+        "stands apart from the line, "
+        "and it is left out of the knee and the verdicts"
+    )
+
+
 def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: KneePoint | None) -> H:
     limit = ((r["run"].get("settings") or {}).get("ladder") or {}).get("max_error_rate")
     limit = limit if limit is not None else r["validity"]["max_error_rate"]
@@ -709,6 +729,8 @@ def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: K
         marks = [badge(f"flag flag-{f}", f, _flag_text(f, limit)) for f in flags]
         if is_knee:
             marks.insert(0, badge("mark mark-knee", "knee", "the saturation point"))
+        if s.get("cut"):
+            marks.insert(0, badge("mark mark-cut", "cut short", cut_note(s, unit)) + H(" " + esc(cut_note(s, unit))))
         broken = s.get("slo_broken") or []
         slo = (
             badge("mark mark-slo", "broken", "; ".join(broken)) + H(" " + esc("; ".join(broken)))
@@ -717,6 +739,8 @@ def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: K
             if s.get("slos_met")
             else "-"
         )
+        if s.get("cut"):
+            slo = "not judged"
         rows.append(
             (
                 s.get("step"),
@@ -741,13 +765,19 @@ def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: K
             {
                 "data-step": str(s.get("step")),
                 "data-flags": " ".join(flags),
-                "class": " ".join(c for c in ("knee" if is_knee else "", "flagged" if flags else "") if c),
+                "class": " ".join(
+                    c
+                    for c in ("knee" if is_knee else "", "flagged" if flags else "", "cut" if s.get("cut") else "")
+                    if c
+                ),
             }
         )
     legend = "".join(f"<dt>{badge(f'flag flag-{f}', f)}</dt><dd>{esc(_flag_text(f, limit))}</dd>" for f in FLAG_TEXT)
     legend += (
         f"<dt>{badge('mark mark-knee', 'knee')}</dt><dd>the saturation point of the verdict (highlighted row)</dd>"
         f"<dt>{badge('mark mark-slo', 'broken')}</dt><dd>the step broke an SLO (which, and by how much, beside it)</dd>"
+        f"<dt>{badge('mark mark-cut', 'cut short')}</dt><dd>an interruption cut the step short: its figures are of "
+        "the part that ran, drawn apart and not judged (hatched row)</dd>"
     )
     return H(
         "<h3 id='steps'>Per step</h3>"

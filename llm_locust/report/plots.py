@@ -106,15 +106,20 @@ def vs_load(
     log_x: bool = False,
     width: float = 11.0,
     height: float = 3.3,
+    cut: int | None = None,
 ) -> str:
     """Panels side by side, each with lines against the offered load (x). knee: index of the
     saturation step, marked by a vertical line in each panel and a point on each panel's first
-    line (`NAME-knee-PANEL`); flagged: indices of suspect steps, ringed on the first line."""
+    line (`NAME-knee-PANEL`); flagged: indices of suspect steps, ringed on the first line; cut:
+    index of the step an interruption cut short, drawn apart from its line (`_cut_point`)."""
     with matplotlib.rc_context(RC):
         fig, axes = _new(width, height, ncols=len(panels))
         for ax, panel in zip(axes, panels, strict=True):
             for i, line in enumerate(panel.lines):
                 ys = [_nan(v) for v in line.values]
+                if cut is not None and cut < len(ys):
+                    _cut_point(ax, x, ys, cut, COLORS[i % len(COLORS)], f"{panel.key}-{line.key}", i == 0)
+                    ys[cut] = math.nan  # the line joins the full steps only
                 ax.plot(
                     x,
                     ys,
@@ -170,6 +175,31 @@ def vs_load(
             ax.set_ylabel(panel.ylabel)
             ax.legend(loc="best")
         return to_svg(fig, name)
+
+
+def _cut_point(ax, x: Sequence[float], ys: list[float], cut: int, color: str, gid: str, label: bool) -> None:
+    """A step cut short by an interruption: a hollow point (`GID-cut`), joined
+    to the step before it by a dotted line (`GID-cut-link`), never by the line of full steps: its
+    figures are of a part of the step (a p99 of a few requests), not the step's."""
+    y = ys[cut]
+    if math.isnan(y):
+        return
+    before = [j for j in range(cut - 1, -1, -1) if not math.isnan(ys[j])]
+    if before:
+        j = before[0]
+        ax.plot([x[j], x[cut]], [ys[j], y], linestyle=":", linewidth=1.1, color=color, gid=f"{gid}-cut-link")
+    ax.plot(
+        [x[cut]],
+        [y],
+        linestyle="none",
+        marker="o",
+        markersize=9,
+        markerfacecolor="white",
+        markeredgecolor=color,
+        markeredgewidth=1.4,
+        label="cut short (interrupted)" if label else "_nolegend_",
+        gid=f"{gid}-cut",
+    )
 
 
 def _ms_label(v: float, _pos: int = 0) -> str:

@@ -419,6 +419,8 @@ class LadderStep(TypedDict):
 class KneePoint(TypedDict):
     """`ladder.saturation.saturation`: the step at the knee (analysis.saturation point)."""
 
+    planned_seconds: NotRequired[float]  # the cut step's planned length (warm-up included)
+    ran_seconds: NotRequired[float]  # ... and how long it ran until the interruption
     step: int
     offered: float
     offered_kind: str

@@ -379,7 +379,7 @@ class LadderController:
         out: dict[str, Any] = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
-            "steps": [{**s.to_dict(), **({"cut": True} if s.step == cut_step else {})} for s in steps],
+            "steps": [{**s.to_dict(), **(self._cut_facts() if s.step == cut_step else {})} for s in steps],
             "saturation": verdict.to_dict() if verdict else None,
             "stop_reason": (f"interrupted ({self.stop_reason})" if self.stop_reason else "interrupted")
             if cut
@@ -413,6 +413,16 @@ class LadderController:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
         return out
+
+    def _cut_facts(self) -> dict[str, Any]:
+        """What the results say of the step an interruption cut: that it was cut, the seconds it
+        was planned for and the seconds it ran (warm-up included), so a report can mark it."""
+        w = self.windows[-1]
+        return {
+            "cut": True,
+            "planned_seconds": float(self.ladder.step_timing(w.index)[0]),
+            "ran_seconds": round(max(0.0, time.time() - w.started), 3),
+        }
 
     def _cut_step(self) -> int | None:
         """The step an interruption cut: the last one, when its window had not ended."""

@@ -141,8 +141,9 @@ class Run:
         sat = self.verdict.get("saturation")
         if isinstance(sat, dict):
             return self.step(sat.get("step")), ""
-        if self.still_rising():
-            return self.ladder_steps[-1], "top step: no knee, still rising"
+        if self.still_rising():  # the top step that ran whole: a step cut short stands for nothing
+            full = [s for s in self.ladder_steps if not s.get("cut")]
+            return (full[-1] if full else None), "top step: no knee, still rising"
         return None, "no knee found"
 
     def still_rising(self) -> bool:
@@ -325,8 +326,21 @@ class Run:
     def flag_items(self) -> list[tuple[int | None, str]]:
         """The validity marks of the run (step None) and of its (ladder) steps, as texts."""
         out: list[tuple[int | None, str]] = [(None, f"run: {f}") for f in self.doc["validity"]["flags"]]
+        interrupted = self.doc["run"].get("interrupted")
+        if isinstance(interrupted, dict):  # its figures end where the signal came: not the plan's
+            out.insert(0, (None, f"run: interrupted by {interrupted.get('signal', 'a signal')}"))
         unit = OFFERED_UNITS.get(self.offered_kind, "")
         for s in self.ladder_steps:
+            if s.get("cut"):
+                ran, planned = s.get("ran_seconds"), s.get("planned_seconds")
+                took = f" after {ran:.1f} s of {planned:g} s" if ran is not None and planned else ""
+                out.append(
+                    (
+                        s.get("step"),
+                        f"step {s.get('step')} ({_load(s.get('offered'), unit)}): cut short by the "
+                        f"interrupt{took}, {s.get('sent', 0)} request{'' if s.get('sent') == 1 else 's'}; not judged",
+                    )
+                )
             if s.get("flags"):
                 out.append(
                     (s.get("step"), f"step {s.get('step')} ({_load(s.get('offered'), unit)}): {', '.join(s['flags'])}")
