@@ -55,7 +55,8 @@ def test_a_ladder_gives_one_valid_report_per_step(ladder):
     for r, s in zip(out, steps, strict=True):
         valid(r)
         load = r["scenario"]["load"]["standardized"]
-        assert load["stage"] == s["step"] - 1 and load["concurrency"] == int(s["offered"])
+        # the step's own number (1..N), as the summary and the HTML report number it (issue 35)
+        assert load["stage"] == s["step"] and load["concurrency"] == int(s["offered"])
         assert load["tool"] == "llm-locust"
         row = next(x for x in doc["steps"] if x["step"] == s["step"])
         agg = r["results"]["request_performance"]["aggregate"]
@@ -70,7 +71,7 @@ def test_the_export_command_writes_them_beside_the_results_and_never_over_them(l
     p = cli_process("export", "llmd", str(ladder), "-o", str(tmp_path))
     assert p.returncode == 0, p.stderr
     written = sorted(tmp_path.glob("run.llmd-stage-*.json"))
-    assert [f.name for f in written] == [f"run.llmd-stage-{k}.json" for k in range(3)]
+    assert [f.name for f in written] == [f"run.llmd-stage-{k}.json" for k in (1, 2, 3)]
     for f in written:
         valid(json.loads(f.read_text()))
     bad = cli_process("export", "llmd", str(tmp_path / "nope.json"))

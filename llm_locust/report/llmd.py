@@ -2,7 +2,11 @@
 
 llm-d-benchmark's harness-independent report (llm_locust/data/llmd/, the vendored JSON Schema) is
 one document per load point: a ladder gives one per step (`scenario.load.standardized.stage`, its
-`concurrency` or `rate_qps`), sharing `run.eid`; a closed loop or a replay gives one. Each carries
+`concurrency` or `rate_qps`), sharing `run.eid`; a closed loop or a replay gives one (stage 0, the
+schema's default for a single-stage run). A step's stage is its step number, 1 to N, the number the
+summary, the results and the HTML report give it: the schema asks only an integer >= 0 ("workload
+stage number"), and one number per step in every output spares a reader the off-by-one (issue 35:
+stages 0-4 beside steps 1-5). Each carries
 the load (tool, sequence lengths, parallelism), the request counts, latency and throughput as
 statistics objects with their units (seconds here: the field's units are self-describing), and the
 server and GPUs as a generic stack component. `run.uid` and `run.eid` are derived from the results
@@ -181,9 +185,7 @@ def reports(results: ResultsDoc) -> list[dict[str, Any]]:
     for s in steps:
         step_fig: Mapping[str, Any] = by_step.get(s["step"]) or {}
         level = _level(s.get("offered_kind"), s.get("offered"))
-        out.append(
-            _report(results, eid, stack, s["step"] - 1, level, step_fig, s.get("window_start"), s.get("window_end"))
-        )
+        out.append(_report(results, eid, stack, s["step"], level, step_fig, s.get("window_start"), s.get("window_end")))
     return out
 
 
