@@ -327,6 +327,22 @@ def test_a_step_cut_by_the_interrupt_is_drawn_apart_and_said(ladder_run):
     assert not plain.find_all(id="load-throughput-tokens-output-cut")
 
 
+def test_warm_up_rows_of_the_phases_table_are_labelled(ladder_run):
+    """Issue 35: the per-step phases table showed a step's warm-up as a bare "-2" row. Each row
+    says what it is: a step's warm-up ("2 warm-up") just above its step, the drain "outside any step"."""
+    r = ladder_run["results"]
+    timed = [s["step"] for s in r["steps"] if s.get("phases")]
+    assert any(k < 0 for k in timed) and any(k > 0 for k in timed), timed  # the run warmed up its steps
+    rows = dom(ladder_run["html"]).by_id("phases-steps-table").find_all("tr")[1:]
+    names = [row.find_all("td")[0].all_text() for row in rows]
+    expected = {k: str(k) if k > 0 else f"{-k} warm-up" if k < 0 else "outside any step" for k in timed}
+    assert sorted(names) == sorted(expected.values())
+    assert not any(re.fullmatch(r"-?[\d,]+", n) and n.startswith("-") for n in names), names
+    for k in timed:
+        if k > 0 and -k in timed:  # a step's warm-up just above it
+            assert names.index(f"{k} warm-up") == names.index(str(k)) - 1, names
+
+
 def test_reproducibility_fields(ladder_run):
     r, root = ladder_run["results"], dom(ladder_run["html"])
     env = r["environment"]

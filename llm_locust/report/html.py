@@ -52,6 +52,8 @@ FLAG_TEXT = {
     "length_mismatch": "some replies did not have the number of output tokens asked for: per-token figures are "
     "not comparable",
     "no_data": "no request succeeded in the step's measurement window: no latency figures",
+    "usage_rejected": "the server's output token counts were far from the count read from the stream: not "
+    "used (the count read is); the run fails its server_counts gate",
 }
 GIB = 2**-30  # bytes -> GiB
 MAX_POINTS = 7200  # per time-series line: longer runs are averaged over buckets of whole seconds
@@ -971,12 +973,13 @@ def section_phases(s: Figures, steps: list[Step]) -> H:
         str(table(("phase",) + PCTS, rows, id="phases-table")),
         f"<p>{esc(text)}</p>",
     ]
-    timed = [(st["step"], p) for st in steps if (p := st.get("phases"))]
+    # a step's warm-up (-k) just above the step (k) it warmed up
+    timed = sorted(((st["step"], p) for st in steps if (p := st.get("phases"))), key=lambda t: (abs(t[0]), t[0] > 0))
     if len(timed) > 1:
         head = ("step", *(f"{label} p{q}" for label, _ in PHASE_ROWS for q in (50, 99)), "new conn.")
         step_rows = [
             (
-                num(step),
+                step_name(step),
                 *(ms(p[k].get(q)) for _, k in PHASE_ROWS for q in P50_P99),
                 num(p["connections"]["new"]),
             )
@@ -984,6 +987,15 @@ def section_phases(s: Figures, steps: list[Step]) -> H:
         ]
         out.append(str(table(head, step_rows, id="phases-steps-table")))
     return H("".join(out))
+
+
+def step_name(step: int) -> str:
+    """A row of the results' `steps` by what it holds: ladder step k is k, its warm-up is -k (a
+    bare "-2" read as a step of its own), step 0 (shapes.DRAIN_STEP) the requests sent outside
+    any step's window: while the last step drains."""
+    if step > 0:
+        return num(step)
+    return f"{-step} warm-up" if step < 0 else "outside any step"
 
 
 def _warmup_text(w: Warmup) -> str:
@@ -999,7 +1011,9 @@ def _client_text(client: ClientFigures) -> str:
     if client.get("checks"):
         return client_line(client).removeprefix("client: ")
     return (
-        "valid" if client["valid"] else "SUSPECT (client saturated)"
+        ("unknown" if client.get("verdict") == "unknown" else "valid")
+        if client["valid"]
+        else "SUSPECT (client saturated)"
     ) + f"; loop lag p99 {ms(client['loop_lag'].get('p99'))} ms, CPU max {num(client['cpu_max_percent'])} %"
 
 
