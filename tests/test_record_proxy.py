@@ -330,6 +330,26 @@ def test_replies_identical_to_direct_and_usage_recorded(out):
     assert ts == sorted(ts) and 0 < ts[0] < 60
 
 
+def test_a_run_through_the_proxy_records_its_requests_not_its_preflight(tmp_path, out):
+    """Issue 35: `trace record` in front of a server recorded `llm-locust run`'s preflight probe (an
+    empty `{}` POST to the API's endpoint, answered 4xx) as a workload line. The probe says it is
+    one (PROBE_HEADER) and is relayed unrecorded: the trace holds exactly the run's requests."""
+    from support import run_cli
+
+    results = tmp_path / "r.json"
+    with SimProcess(slots=4, fast=True) as sim, ProxyProcess(sim.url, out) as px:
+        p = run_cli("--host", px.url, "-u", "1", "-t", "2s", "--results", str(results), cwd=tmp_path, timeout=90)
+        assert p.returncode == 0, p.stderr[-3000:]
+        summary = json.loads(results.read_text())["summary"]
+        sent = summary["sent"]
+        px.wait_lines(sent + 1, timeout=1.0)  # a line more than sent, were the probe recorded
+    lines = px.lines()  # the proxy stopped: every line written
+    assert sent > 0 and summary["ok"] + summary["cancelled"] == sent, summary  # one in flight at the stop
+    assert len(lines) == sent, [(x["status"], x["input_tokens"], x.get("error")) for x in lines]
+    assert not [x for x in lines if x["status"] != 200]  # the probe's `{}` was answered 4xx
+    assert len([x for x in lines if not x.get("error")]) == summary["ok"]
+
+
 def test_first_bytes_arrive_before_the_stream_ends(out):
     """A 1 s stall after token 2 (sim fault): the client has tokens 1-2 long before the stream ends."""
     with SimProcess(slots=4) as sim, ProxyProcess(sim.url, out) as px:

@@ -37,6 +37,10 @@ class Timeouts:
     total: float = 600.0  # whole request: from its send (as E2E) to the end of the body
 
 
+# The header the preflight's requests carry (transport/preflight.py): they ask an endpoint whether it
+# exists with a request no server generates from; `trace record` forwards them and records no line.
+PROBE_HEADER = "X-LLM-Locust-Probe"
+
 # What the client accepts from a server before it calls the reply broken (memory stays bounded
 # whatever a server sends). Module constants so the settings layer can offer them as options.
 MAX_HEAD_BYTES = 64 * 1024  # the response's status line and headers (interim 1xx ones included)

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from llm_locust.protocols.base import PROBE_HEADER
 from llm_locust.protocols.sse import SSEDecoder
 from llm_locust.workload.prefix_hash import (
     CHARS_PER_TOKEN,
@@ -576,7 +577,8 @@ class Proxy:
         http10 = version == "HTTP/1.0"
 
         path = target.split("?", 1)[0]
-        api = GEN_PATHS.get(path) if method == "POST" else None
+        # a preflight's probe (an empty request asking whether the endpoint exists) is no workload
+        api = GEN_PATHS.get(path) if method == "POST" and PROBE_HEADER.lower() not in low else None
         ex = Exchange(self.rec, api, t_arrival, body, low) if api else None
         req_bytes = self._forwarded(method, target, headers, ctoks, body)
         try:

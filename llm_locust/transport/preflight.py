@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
-from llm_locust.protocols.base import MAX_HEAD_BYTES, Timeouts
+from llm_locust.protocols.base import MAX_HEAD_BYTES, PROBE_HEADER, Timeouts
 from llm_locust.transport.probe import Reply, fetch
 
 log = logging.getLogger(__name__)
@@ -101,12 +101,13 @@ def check(
 def _exchange(
     url: str, method: str, body: bytes | None, headers: dict[str, str], connect_timeout: float, total: float
 ) -> Reply:
-    """One bounded exchange: connecting within `connect_timeout`, the reply within `total` more."""
+    """One bounded exchange: connecting within `connect_timeout`, the reply within `total` more.
+    It says it is a probe (PROBE_HEADER): `trace record` in front of the server records no line of it."""
     return fetch(
         url,
         method=method,
         body=body,
-        headers=headers,
+        headers={**headers, PROBE_HEADER: "preflight"},
         connect_timeout=connect_timeout,
         total=total,
         head_bytes=MAX_HEAD,
