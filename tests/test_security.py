@@ -316,7 +316,8 @@ def start_web_run(tmp_path, how: str, host: str, web: int, env: dict):
         return start_locust(tmp_path, host, "--web-port", str(web), env=env)
     log = open(tmp_path / "locust.log", "a")
     return subprocess.Popen(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-port", str(web), "--host", host, "-u", "1"],
+        [sys.executable, "-m", "llm_locust.cli", "run", "--web", "--web-keep-open", "--web-port", str(web)]
+        + ["--host", host, "-u", "1"],  # open after the Stop: the test reads its state
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, **env},

@@ -193,7 +193,7 @@ def test_every_setting_has_a_sample(tmp_path):
     planned = {n for n, (_, o) in options().items() if o.plan}
     assert planned == set(samples(tmp_path))
     # how to run, not what; and a file cannot trust itself
-    assert {n for n, (_, o) in options().items() if not o.plan} == {"web", "trust_plan"}
+    assert {n for n, (_, o) in options().items() if not o.plan} == {"web", "web_keep_open", "trust_plan"}
 
 
 def _yaml_of(values: dict) -> str:

@@ -698,7 +698,8 @@ def test_run_time_stops_each_run_started_from_the_web_ui(tmp_path, sims):
     sim = sims(slots=4)
     web = free_port()
     base = f"http://127.0.0.1:{web}"
-    args = ["run", "--web", "--web-port", str(web), "--host", sim.url, "-u", "2", "-t", "3s", "--max-tokens", "16"]
+    args = ["run", "--web", "--web-keep-open", "--web-port", str(web), "--host", sim.url, "-u", "2", "-t", "3s"]
+    args += ["--max-tokens", "16"]
     with open(tmp_path / "run.log", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", *args], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -726,6 +727,50 @@ def test_run_time_stops_each_run_started_from_the_web_ui(tmp_path, sims):
             proc.kill()
             proc.wait()
     assert (tmp_path / "run.log").read_text().count("--run-time 3s reached: stopping the test") == 2
+
+
+def test_a_web_run_ends_by_itself_when_its_test_ends(tmp_path, sims):
+    """`llm-locust run --web -t 3s`: the test started from the UI stops at -t, and the run ends
+    there as a headless one would: its results unmarked, judged by its gates, exit by them (here
+    1: an SLO no server meets). Old code: only Ctrl-C ended it, marked interrupted, exit 130, no
+    gates."""
+    sim = sims(slots=4)
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    results = tmp_path / "r.json"
+    args = ["run", "--web", "--web-port", str(web), "--host", sim.url, "-u", "2", "-t", "3s", "--max-tokens", "16"]
+    args += ["--slo", "ttft=0.01ms", "--results", str(results)]
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+        started = time.monotonic()
+        body = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()
+        req = urllib.request.Request(f"{base}/swarm", data=body, headers={"Origin": base})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = (tmp_path / "run.log").read_text()
+    assert rc == 1, out[-3000:]
+    assert 2.5 < took < 30, took  # -t 3s, then the summary and the files
+    assert "the test ended: ending the run" in out and "interrupted" not in out, out[-3000:]
+    doc = json.loads(results.read_text())
+    assert doc["run"]["interrupted"] is None and doc["summary"]["ok"] > 0
+    gates = {g["name"]: g["passed"] for g in doc["gates"]}
+    assert gates["answered"] is True and False in gates.values(), doc["gates"]
+
+
+def test_web_keep_open_without_the_web_ui_is_refused():
+    from support import run_cli
+
+    p = run_cli("--web-keep-open", "-t", "2s", timeout=60)
+    assert p.returncode == 2 and "--web-keep-open: keeps the web UI open: give --web too" in p.stderr, p.stderr
+    assert "Starting Locust" not in p.stdout + p.stderr and "Traceback" not in p.stderr
 
 
 def test_run_time_in_words():

@@ -236,7 +236,12 @@ def _init_runner(environment, h: MetricsHub) -> None:
 
     if environment.web_ui is not None:
         guard.install(environment.web_ui)  # before any route: the start form's fields and the login
-    install_webui(environment, next(iter(scrapers.values()), None), gpu_scraper)
+    install_webui(
+        environment,
+        next(iter(scrapers.values()), None),
+        gpu_scraper,
+        interrupted=lambda: stopper.interruption is not None,  # --web ends with its test, unless a signal ended it
+    )
     server_facts = _during_the_test(environment, settings, h)
     end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
     environment.events.quitting.add_listener(end.on_quitting)

@@ -1319,7 +1319,17 @@ class Settings(BaseModel):
         bool,
         Opt(
             "common",
-            "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless",
+            "start Locust's web UI (on 127.0.0.1) and wait for Start instead of running headless; the run ends "
+            "when its test ends (-t reached, the ladder or replay done, Stop pressed), as a headless one would",
+            run_only=True,
+        ),
+    ] = False
+    web_keep_open: Annotated[
+        bool,
+        Opt(
+            "run",
+            "--web: keep the web UI open when a test ends, for more tests from it; Ctrl-C then ends the run "
+            "(marked interrupted, exit 130)",
             run_only=True,
         ),
     ] = False
@@ -1650,7 +1660,7 @@ class Settings(BaseModel):
                 parse_tolerance(self.tolerance)
             except ValueError as e:
                 problems.append(("tolerance", str(e)))
-        problems += self._grid_problems()
+        problems += self._grid_problems() + self._web_problems()
         problems += self._arrival_problems()
         problems += self._cache_reset_problems()
         problems += self._cancel_problems()
@@ -1774,6 +1784,12 @@ class Settings(BaseModel):
             if getattr(self, name):
                 problems.append((name, f"a rate series' steps last exactly as written: drop {flag}"))
         return problems
+
+    def _web_problems(self) -> list[tuple[str, str]]:
+        """--web-keep-open without the web UI would keep nothing open."""
+        if self.web_keep_open and not self.web:
+            return [("web_keep_open", "keeps the web UI open: give --web too")]
+        return []
 
     def _grid_problems(self) -> list[tuple[str, str]]:
         """--grid: each cell runs this plan's ladder or SLA search on a synthetic workload of the

@@ -16,11 +16,20 @@ own UI an "LLM" tab (a summary table, through Locust's `extended_tabs` / `extend
 test that long after its start, however it was started (Locust's form, the LLM view's Start, a
 script's POST /swarm); a run time typed in Locust's form is that start's. Both pages say when the
 running test stops.
+
+`llm-locust run --web` ends when its test ends (`ends_with_its_test`): -t reached, the ladder or
+the replay done, the fail-fast rule, Stop pressed. A normal end, as headless: the summary, the
+results, the gates' exit code. Before, only Ctrl-C ended it, so a test that had reached -t came out
+interrupted (exit 130, no gates). --web-keep-open keeps the UI for more tests; plain `locust -f`
+keeps Locust's way (open until Ctrl-C, or its own --autostart --autoquit N).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -32,6 +41,7 @@ import orjson
 from llm_locust.report import masking
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
+from llm_locust.settings.derive import RUN_ONLY_ENV
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +101,56 @@ class RunClock:
         runner = self.env.runner
         live = runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING)
         return {"run_time": self.run_time, "stops_at": self.ends_at if live else None}
+
+
+def ends_with_its_test(environment) -> bool:
+    """Whether this web UI's process ends when its test ends: under `llm-locust run --web`
+    (which says so in LLM_LOCUST_RUN_ONLY), unless --web-keep-open. Not headless (Locust ends
+    that itself), not with --autostart --autoquit N (Locust's own end, N s after)."""
+    opts = environment.parsed_options
+    if getattr(opts, "headless", False) or environment.web_ui is None:
+        return False
+    if getattr(opts, "autostart", False) and getattr(opts, "autoquit", -1) != -1:
+        return False
+    given = os.environ.get(RUN_ONLY_ENV)
+    if given is None:
+        return False  # plain `locust -f`
+    return not json.loads(given or "{}").get("web_keep_open")
+
+
+def end_with_the_test(environment, interrupted: Callable[[], bool]) -> None:
+    """At the end of the first test (not a Stop before any Start, not the stop a signal makes:
+    the signal's own end marks the run), stop the runner and the web UI as Locust's --autoquit
+    does: Locust's main then shuts down (quitting, quit: the plugin's end of the run)."""
+    seen = {"started": False, "ending": False}
+
+    def on_start(**_kw: Any) -> None:
+        seen["started"] = True
+
+    def on_stop(**_kw: Any) -> None:
+        if not seen["started"] or seen["ending"] or interrupted():
+            return
+        seen["ending"] = True
+        print(
+            "llm-locust: the test ended: ending the run (--web-keep-open keeps the web UI open for more tests)",
+            file=sys.stderr,
+            flush=True,
+        )
+        gevent.spawn(_quit, environment)  # not inside test_stop: its other listeners run first
+
+    def on_quitting(**_kw: Any) -> None:
+        seen["ending"] = True  # ended otherwise (a signal): no second stop
+
+    environment.events.test_start.add_listener(on_start)
+    environment.events.test_stop.add_listener(on_stop)
+    environment.events.quitting.add_listener(on_quitting)
+
+
+def _quit(environment) -> None:
+    try:
+        environment.runner.quit()
+    finally:
+        environment.web_ui.stop()
 
 
 def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
@@ -162,8 +222,11 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | 
     )
 
 
-def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
-    """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI)."""
+def install(
+    environment, scraper=None, gpu_scraper=None, interrupted: Callable[[], bool] = lambda: False
+) -> LiveView | None:
+    """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI), and
+    end the process with its test where `ends_with_its_test` (`interrupted`: a signal ended it)."""
     from locust.runners import MasterRunner, WorkerRunner
 
     from llm_locust.analysis import saturation
@@ -183,6 +246,8 @@ def install(environment, scraper=None, gpu_scraper=None) -> LiveView | None:
     clock = RunClock(environment)
     clock.install()
     run.run_clock = clock
+    if ends_with_its_test(environment):
+        end_with_the_test(environment, interrupted)
 
     def get_inputs() -> Inputs:
         return _inputs(environment, h, scraper, gpu_scraper, lag, clock)
