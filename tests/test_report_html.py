@@ -663,3 +663,32 @@ def test_failures_by_cause_with_the_share_they_explain(ladder_run):
     assert rows[-1][0] == "(not named)" and rows[-1][1] == str(failed - 4)
     r["summary"]["causes"] = {}
     assert not dom(render(r)).find_all(id="causes-table")
+
+
+# ---- the grid page (report/grid_table.py render): its heatmaps and facts ----
+
+
+def test_grid_heatmap_titles_fit_and_slos_carry_their_unit():
+    """Issue 35: a grid of one output length drew heatmaps narrower than their titles (the title
+    clipped: "highest steady-state output tokens/s of any step" in a 168-unit-wide picture), and
+    its SLOs read "ttft_p90 <= 0.1" with no unit. Each title is measured here in the widest common
+    sans-serif (DejaVu Sans Bold, 12 px) and must end inside its picture."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    from llm_locust.report.grid_table import FIGURES, render
+
+    cells = [{"isl": isl, "osl": 32, "unit": "users", **{k: 2.0 * isl for k, _, _ in FIGURES}} for isl in (64, 384)]
+    doc = {"grid": {"spec": "isl=64,384:osl=32", "slos": {"ttft_p90": 0.1, "error_rate": 0.01}}, "cells": cells}
+    root = dom(render(doc))
+    bold = FontProperties(family="DejaVu Sans", weight="bold", size=12)
+    svgs = [s for s in root.find_all("svg") if s.attrs.get("id", "").startswith("heat-")]
+    assert len(svgs) == len(FIGURES)
+    for svg in svgs:
+        width = float(svg.attrs["viewbox"].split()[2])
+        head = next(t for t in svg.find_all("text") if t.attrs.get("font-weight") == "600")
+        title = head.all_text()
+        ink, _, _ = TextToPath().get_text_width_height_descent(title, bold, ismath=False)
+        assert float(head.attrs["x"]) + ink <= width, (title, ink, width)
+    facts = kv(root, "grid-facts")
+    assert facts["SLOs"] == "ttft_p90 <= 100 ms, error_rate <= 1.0%"

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_locust.analysis.steps import OFFERED_UNITS
-from llm_locust.report.html import CSP, CSS, H, esc, figure, kv_table, num, table
+from llm_locust.report.html import CSP, CSS, H, esc, figure, kv_table, num, slo_text, table
 from llm_locust.report.schema import LadderDoc, ResultsDoc, Saturation
 
 GRID_SCHEMA = "llm-locust/grid"
@@ -155,6 +155,7 @@ def format_grid(doc: Mapping[str, Any]) -> str:
 # ---- the heatmap ----
 
 CELL_W, CELL_H, LEFT, TOP = 96, 40, 64, 44
+TITLE_PX = 8.0  # a 12 px bold title's width per character, at most (DejaVu Sans Bold ~7.1, Verdana ~8)
 LOW, HIGH = (231, 245, 255), (24, 100, 171)  # light to dark blue: low to high
 
 
@@ -170,9 +171,13 @@ def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
     osl = sorted({c["osl"] for c in cells})
     vals = [v for v in (_n(c.get(key)) for c in cells) if v is not None]
     lo, hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
-    w, h = LEFT + CELL_W * len(osl) + 8, TOP + CELL_H * len(isl) + 8
+    # as wide as its title too: a grid of one or two output lengths clipped it (issue 35)
+    w = max(LEFT + CELL_W * len(osl) + 8, LEFT + math.ceil(TITLE_PX * len(title)) + 8)
+    h = TOP + CELL_H * len(isl) + 8
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+        # its own size (shrunk only to fit): heatmaps of unlike widths share one type size
+        f'style="width:{w}px;max-width:100%;height:auto" '
         f'id="heat-{esc(key)}" role="img" font-family="sans-serif" font-size="12">',
         f"<title>{esc(title)}</title>",
         f'<text x="{LEFT}" y="14" font-weight="600">{esc(title)}</text>',
@@ -215,7 +220,7 @@ def _link(path: str, base: str) -> H | str:
 
 
 def _facts(g: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    slos = ", ".join(f"{k} <= {v:g}" for k, v in _m(g.get("slos")).items()) or "none"
+    slos = ", ".join(slo_text(k, v) for k, v in _m(g.get("slos")).items()) or "none"
     facts = [("grid", g.get("spec")), ("ladder in each cell", g.get("ladder")), ("SLOs", slos)]
     facts += [(k, g.get(k)) for k in ("synthetic", "gpus", "gpu_hour_price") if g.get(k) not in (None, "")]
     return facts

@@ -115,6 +115,14 @@ def pct(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v * 100:.{digits}f}"
 
 
+def slo_text(name: str, limit: Any) -> str:
+    """One SLO with its unit, as every page shows it: "ttft <= 500 ms", "error_rate <= 1.0%"
+    (a latency limit is kept in seconds, an error rate as a fraction)."""
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+        return f"{name} <= {limit}"
+    return f"{name} <= {pct(limit)}%" if name == "error_rate" else f"{name} <= {ms(limit)} ms"
+
+
 def table(
     head: Sequence[Any] | None,
     rows: Iterable[Sequence[Any]],
