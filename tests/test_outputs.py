@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, read_jsonl, run_cli, run_ok
+from support import ROOT, run_cli, run_ok
 
 from llm_locust.metrics.recordlog import FAILED, RecordLog, failures
 from llm_locust.metrics.records import RequestRecord
@@ -205,16 +205,20 @@ def test_record_log_refuses_a_link_and_a_pipe_and_counts_every_record(tmp_path, 
         os.close(reader)
 
 
-def test_record_log_appends_whole_lines(tmp_path):
+def test_record_log_starts_fresh_then_appends_whole_lines(tmp_path):
+    """A process's first record log at a path replaces what was there (an earlier run's: old code
+    appended to it, so one log held two runs); a later test of the same process (the web UI's
+    Start, again) appends."""
     path = tmp_path / "rec.jsonl"
     path.write_bytes(b'{"earlier": 1}\n')
-    lg = RecordLog(str(path), buffer_bytes=4096)
-    for k in range(50):
-        lg.write(_rec(k))
-    lg.close()
+    for first in (0, 50):
+        lg = RecordLog(str(path), buffer_bytes=4096)
+        for k in range(first, first + 50):
+            lg.write(_rec(k))
+        lg.close()
+        assert (lg.written, lg.failed, lg.problem()) == (50, 0, None)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines[0] == {"earlier": 1} and [x["id"] for x in lines[1:]] == [f"r{k}" for k in range(50)]
-    assert (lg.written, lg.failed, lg.problem()) == (50, 0, None)
+    assert [x["id"] for x in lines] == [f"r{k}" for k in range(100)]
 
 
 # ---- a full disk ----
@@ -307,13 +311,14 @@ def test_a_run_whose_record_log_disk_is_full_counts_every_request_and_ends_on_ti
     assert re.search(rf"the record log {re.escape(str(d / 'rec.jsonl'))} lost ([\d,]+) of \1 records", p.stderr)
 
 
-def test_a_workers_lost_records_reach_the_masters_end_and_exit(tmp_path, sims):
+def test_a_workers_lost_records_reach_the_masters_end_and_exit(tmp_path, small_fs, sims):
     """A cluster's workers write their own record logs: one that loses records says so to the
     master in its reports, and the run ends with exit 1 and the line (before: only in that
-    worker's own stderr, and the master exited 0)."""
+    worker's own stderr, and the master exited 0). Here both workers' disk is full."""
     sim = sims(slots=16, fast=True)
-    log = tmp_path / "rec.jsonl"
-    Path(f"{log}.worker1").mkdir()  # worker 1's log cannot be written: a folder where its file goes
+    d = small_fs("64k")
+    _fill(d)
+    log = d / "rec.jsonl"
     results = tmp_path / "r.json"
     p = run_cli(
         "--host", sim.url, "-t", "3s", "-u", "4", "--workers", "2", "--record-log", str(log),
@@ -322,10 +327,31 @@ def test_a_workers_lost_records_reach_the_masters_end_and_exit(tmp_path, sims):
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     s = _summary_adds_up(results)
     assert p.returncode == 1, p.stderr[-2000:]
-    lost = re.search(rf"exit 1: worker 1: the record log {re.escape(str(log))}\.worker1 lost ([\d,]+) of \1", p.stderr)
-    assert lost, p.stderr[-2000:]
-    kept = len(read_jsonl(Path(f"{log}.worker0")))
-    assert kept + int(lost.group(1).replace(",", "")) == s["sent"]  # every request: written, or counted lost
+    said = re.findall(
+        rf"worker (\d): the record log {re.escape(str(log))}\.worker\1 lost ([\d,]+) of \2 records", p.stderr
+    )
+    assert said, p.stderr[-2000:]
+    assert sum(int(n.replace(",", "")) for _, n in said) == s["sent"]  # every request: counted lost, none missing
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_the_workers_record_logs_are_checked_before_any_load(tmp_path, sims, kind):
+    """LOG.workerN is held to the same output checks as LOG, before any load (old code: the run
+    sent its load, the worker lost every record, exit 1). A link's target is never written."""
+    log, results = tmp_path / "rec.jsonl", tmp_path / "r.json"
+    part = Path(f"{log}.worker1")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    part.mkdir() if kind == "folder" else part.symlink_to(victim)
+    why = "a folder" if kind == "folder" else f"a symbolic link (to {victim})"
+    p = run_cli(
+        "--host", sims(slots=4).url, "-t", "3s", "-u", "4", "--workers", "2", "--record-log", str(log),
+        "--results", str(results), timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2, (p.returncode, p.stderr[-3000:])
+    assert f"llm-locust: --record-log (worker 1) {part}: it is {why}, not a regular file" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "llm-locust summary" not in p.stdout
+    assert not results.exists() and not Path(f"{log}.worker0").exists() and victim.read_text() == "keep me\n"
 
 
 def test_results_that_cannot_be_written_exit_1_with_one_line(tmp_path, small_fs, sims):
@@ -437,7 +463,8 @@ def test_a_trace_edited_during_the_run_keeps_the_start_hash(tmp_path, sims):
             lines, reader = _read_until(proc.stderr, "All users spawned", time.monotonic() + 60)
             with trace.open("ab") as f:  # the trace changes while the run goes on
                 f.write(trace.read_bytes().splitlines(keepends=True)[0])
-            assert proc.wait(timeout=60) == 0, "".join(lines)[-2000:]
+            # the results are not of the trace they name: the run fails (it exited 0)
+            assert proc.wait(timeout=60) == 1, "".join(lines)[-2000:]
             reader.join(timeout=10)
         finally:
             proc.kill()
@@ -447,6 +474,10 @@ def test_a_trace_edited_during_the_run_keeps_the_start_hash(tmp_path, sims):
     # WIRING: plugin.py's end of run puts provenance.trace_changed(...) into the facts and says it
     assert env_trace.get("changed", "").startswith(f"the trace {trace} changed during the run")
     assert "changed during the run" in "".join(lines)
+    assert env_trace["at_end"]["sha256"] == _sha(trace)  # the hash the requests' file had at the end
+    gate = next(g for g in read_results(results)["gates"] if g["name"] == "trace")
+    assert not gate["passed"] and gate["line"] == env_trace["changed"]
+    assert f"exit 1: {env_trace['changed']}" in "".join(lines)
 
 
 def test_a_synthetic_workload_goes_into_a_results_folder_not_yet_made(tmp_path, sims):

@@ -96,3 +96,124 @@ def test_the_documented_queries_run_as_written(ladder_log):
     assert len(queries) == 3
     for q in queries:
         assert duckdb.sql(q.replace("'LOG.parquet'", f"'{out}'")).fetchall(), q
+
+
+# ---- hostile files (issue 35, finding 7) ----
+
+
+def _log_line(k: int = 0, **change) -> bytes:
+    """One record log line as a run writes it (recordlog.record_dict), with `change` applied."""
+    from llm_locust.metrics.recordlog import record_dict
+    from llm_locust.metrics.records import RequestRecord
+
+    t0 = 100.0 + k
+    rec = RequestRecord(
+        request_id=f"r{k}", api="openai-chat", t_sched=t0, t_sent=t0, wall_sent=1e9 + k, t_first=t0 + 0.05,
+        t_end=t0 + 0.5, chunk_times=[t0 + 0.05, t0 + 0.1], chunk_tokens=[1, 1], n_out=2,
+    )  # fmt: skip
+    return orjson.dumps({**record_dict(rec), **change}) + b"\n"
+
+
+def test_export_never_writes_through_a_planted_temporary_file(tmp_path):
+    """The old writer wrote OUT.tmp, whatever it was: a link planted there had its target
+    overwritten with Parquet bytes (exit 0). Now: a new file of a random name, then a rename."""
+    import os
+
+    log, out, victim = tmp_path / "log.jsonl", tmp_path / "out.parquet", tmp_path / "victim.txt"
+    log.write_bytes(_log_line(0) + _log_line(1))
+    victim.write_text("keep me\n")
+    (tmp_path / "out.parquet.tmp").symlink_to(victim)
+    p = cli_process("export", "parquet", str(log), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert victim.read_text() == "keep me\n"  # old code: the Parquet file
+    assert os.readlink(tmp_path / "out.parquet.tmp") == str(victim)
+    assert duckdb.sql(f"select count(*) from '{out}'").fetchall() == [(2,)]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["log.jsonl", "out.parquet", "out.parquet.tmp", "victim.txt"]
+
+
+def _hostile(tmp_path, case: str):
+    """(the record log to export, what the error line says) for one hostile record log."""
+    import os
+
+    log = tmp_path / "log.jsonl"
+    good = _log_line(0)
+    lines = {
+        "cut": (good + good[:40], f"{log}:2: not a record log line"),
+        "not JSON": (good + b"hello\n", f"{log}:2: not a record log line"),
+        "a list": (b"[1, 2]\n", f'{log}:1: not a record log line (a JSON object with an "id" is expected)'),
+        "text for a number": (_log_line(0, step="two"), f'{log}:1: step: expected a whole number, got "two"'),
+        "true for a status": (_log_line(0, status=True), f"{log}:1: status: expected a whole number, got true"),
+        "text for the chunks": (_log_line(0, chunks="x"), f'{log}:1: chunks: expected a list, got "x"'),
+        "a chunk as text": (_log_line(0, chunks=[0.1, "x"]), f"{log}:1: chunks: item 1: expected a number"),
+        "a huge count": (
+            good + good[:-2] + b',"n_out":18446744073709551615}\n',
+            f"{log}:2: n_out: out of range for int64, got 18446744073709551615",
+        ),
+        "a huge step": (_log_line(0, step=2**40), f"{log}:1: step: out of range for int32"),
+        "NaN": (good[:-2] + b',"first":NaN}\n', f"{log}:1: not a record log line"),
+        "an empty file": (b"", f"{log}: no record in this record log"),
+    }
+    if case in lines:
+        log.write_bytes(lines[case][0])
+        return log, lines[case][1]
+    if case == "a folder":
+        log.mkdir()
+        return log, f"{log}: it is a folder, not a record log file"
+    if case == "a pipe":
+        os.mkfifo(log)
+        return log, f"{log}: it is a named pipe, not a record log file"
+    # a worker's part that is a pipe: the old code waited on it forever
+    log.write_bytes(good)
+    os.mkfifo(f"{log}.worker0")
+    return log, f"{log}.worker0: it is a named pipe, not a record log file"
+
+
+HOSTILE = [
+    "cut", "not JSON", "a list", "text for a number", "true for a status", "text for the chunks", "a chunk as text",
+    "a huge count", "a huge step", "NaN", "an empty file", "a folder", "a pipe", "a worker's pipe",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_record_log_is_one_line_naming_file_and_line(tmp_path, case):
+    """Each: exit 2, one line naming the file (and line, and field), nothing written (old code: a
+    traceback for a list, a huge count and a boolean; pyarrow's words without file or line for a
+    wrong type; an empty Parquet file for an empty log; a worker's pipe hung the export)."""
+    log, said = _hostile(tmp_path, case)
+    out = tmp_path / "out.parquet"
+    p = cli_process("export", "parquet", str(log), "-o", str(out), timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith(f"llm-locust export: {said}"), p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert not out.exists()
+    assert [x for x in tmp_path.iterdir() if x.name.startswith(".out.parquet")] == []  # no temporary left
+
+
+def test_a_record_log_named_for_another_format_is_refused(tmp_path):
+    """--record-log x.parquet wrote JSON lines under a Parquet name; now refused before anything
+    starts, saying how to get the Parquet file."""
+    p = run_cli("--record-log", str(tmp_path / "x.parquet"), "-t", "1s", timeout=60)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert f"--record-log: {tmp_path / 'x.parquet'}: a record log is JSON lines, not parquet: name it .jsonl" in (
+        p.stderr
+    )
+    assert "export parquet" in p.stderr and not (tmp_path / "x.parquet").exists()
+
+
+def test_a_runs_record_log_holds_that_run_only(tmp_path, sims):
+    """A record log was appended across runs: one Parquet file held 144 rows for a run of 72.
+    An earlier run's log (and a worker part of an earlier run with workers) is replaced: the
+    export has exactly this run's requests, and the run says what it removed."""
+    log, results = tmp_path / "log.jsonl", tmp_path / "r.json"
+    earlier = b"".join(_log_line(k) for k in range(50))
+    log.write_bytes(earlier)
+    (tmp_path / "log.jsonl.worker3").write_bytes(earlier)
+    p = run_cli("--host", sims(slots=4).url, "-u", "2", "-t", "2s", "--record-log", str(log), "--results", str(results))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"record log {log}: an earlier run's log there, its 2 files (LOG and LOG.workerN), removed" in p.stdout
+    sent = json.loads(results.read_text())["summary"]["sent"]
+    e = cli_process("export", "parquet", str(log), "-o", str(tmp_path / "log.parquet"))
+    assert e.returncode == 0, e.stderr
+    rows = duckdb.sql(f"select id, worker from '{tmp_path / 'log.parquet'}'").fetchall()
+    assert len(rows) == sent > 0 and not any(rid.startswith("r") and rid[1:].isdigit() for rid, _ in rows)
+    assert {w for _, w in rows} == {None} and not (tmp_path / "log.jsonl.worker3").exists()

@@ -1,7 +1,15 @@
-"""Load ladders: the short syntax, step timing, the stability rule and the early stop. (Plans and
-options: test_settings.py.)"""
+"""Load ladders: the short syntax, step timing, the stability rule and the early stop; a plan file
+is data: it opens no door (the web UI's origins), replaces no file and names no record log unless
+--trust-plan says so. (Plans and options: test_settings.py.)"""
+
+import json
+import subprocess
+import time
 
 import pytest
+import requests
+import yaml
+from support import free_port, run_cli, start_run
 
 from llm_locust.settings.ladder_spec import EarlyStop, PlanError, Stable, parse_ladder
 from llm_locust.settings.units import parse_seconds
@@ -140,3 +148,100 @@ def test_a_bursts_lengths_follow_the_duration_rule_and_levels_are_bounded():
     with pytest.raises(PlanError, match="levels: 200000 is more than 100000, the most requests/s"):
         parse_ladder("rate:1..200000:x10")
     assert max(parse_ladder("concurrency:1,100000").levels) == 100000
+
+
+# ---- a plan is data: it grants no authority (issue 35, finding 6) ----
+
+EVIL = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+
+
+def _plan(tmp_path, name: str, doc: dict) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def _until(what: str, fn, timeout: float = 60.0):
+    """fn()'s first true value, polled until `timeout` (a web UI takes seconds to come up)."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            if last := fn():
+                return last
+        except requests.RequestException as e:
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def _web_posts(tmp_path, plan: str, sim_url: str, *options: str) -> tuple[dict[str, int], str]:
+    """`llm-locust run PLAN --web`: the status of POST /swarm and POST /stop sent as a page of
+    evil.example would send them, and what the run printed."""
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    log_path = tmp_path / f"web-{web}.log"
+    with open(log_path, "w") as log:
+        proc = start_run(
+            plan, "--web", "--web-port", str(web), "--host", sim_url, "-u", "1", *options,
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        _until("the web UI", lambda: requests.get(base + "/llm/data", timeout=5).json()["state"] == "ready")
+        start = {"user_count": "1", "spawn_rate": "1"}
+        got = {path: requests.post(base + path, data=data, headers=EVIL, timeout=10).status_code
+               for path, data in (("/swarm", start), ("/stop", {}))}  # fmt: skip
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return got, log_path.read_text()
+
+
+def test_a_plans_web_origins_do_not_open_the_web_ui(tmp_path, sims):
+    """Old code: a plan's `web.origins: http://evil.example` let that site's pages start and stop
+    runs (POST /swarm and /stop: 200) without --trust-plan. Now refused (403) and the run says it
+    dropped the value; with --trust-plan the plan's origin is trusted, as a user's flag is."""
+    plan = _plan(tmp_path, "plan.yaml", {"web": {"origins": "http://evil.example"}, "max_tokens": 8})
+    sim = sims(slots=2)
+    got, out = _web_posts(tmp_path, plan, sim.url)
+    assert got == {"/swarm": 403, "/stop": 403}, (got, out[-3000:])
+    assert (
+        "  web.origins: http://evil.example (lets that site's pages start and stop runs): "
+        "give --web-origins http://evil.example to use it"
+    ) in out, out[-3000:]
+    trusted, out = _web_posts(tmp_path, plan, sim.url, "--trust-plan")
+    assert trusted["/stop"] == 200, (trusted, out[-3000:])
+
+
+def test_a_plan_replaces_no_file_and_names_no_record_log(tmp_path, sims):
+    """Old code: a plan's `results:` replaced an unrelated file and its `record_log:` appended to
+    another, without a word. Now an output path the plan names over an existing file stops the
+    run before anything starts (exit 2, one line each, the files untouched), its record log is
+    dropped (said), and --trust-plan restores the plan's choices."""
+    victims = {name: tmp_path / name for name in ("notes.json", "page.html", "journal.txt")}
+    for name, path in victims.items():
+        path.write_text(f"the user's {name}\n")
+    taken = _plan(tmp_path, "taken.yaml", {"results": str(victims["notes.json"]), "report": str(victims["page.html"])})
+    p = run_cli(taken, "--host", sims(slots=2).url, "-t", "1s", timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    for key, flag, name in (("results", "--results", "notes.json"), ("report", "--report", "page.html")):
+        assert (
+            f"{taken}:{1 if key == 'report' else 2}: {key}: {victims[name]}: a file is there already, and a plan "
+            f"is data: it may not replace a file: give {flag} {victims[name]} to replace it"
+        ) in p.stderr, p.stderr
+    assert "started the simulated server" not in p.stdout and "llm-locust summary" not in p.stdout
+
+    results = tmp_path / "r.json"
+    logs = _plan(tmp_path, "logs.yaml", {"results": str(results), "record_log": str(victims["journal.txt"])})
+    p = run_cli(logs, "--host", sims(slots=2).url, "-u", "1", "-t", "2s", "--max-tokens", "8", timeout=90)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"  record_log: {victims['journal.txt']} (names where every request's record is written)" in p.stderr
+    assert json.loads(results.read_text())["summary"]["sent"] > 0
+    assert all(path.read_text() == f"the user's {name}\n" for name, path in victims.items())
+
+    p = run_cli(taken, "--trust-plan", "--host", sims(slots=2).url, "-u", "1", "-t", "2s", timeout=90)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(victims["notes.json"].read_text())["schema"] == "llm-locust/results"

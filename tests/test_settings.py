@@ -821,6 +821,8 @@ def test_a_file_is_data_unless_trusted(tmp_path):
         "server_metrics",
         "gpu_metrics",
         "mlflow",
+        "web_origins",
+        "record_log",
     }
 
 

@@ -1,9 +1,19 @@
-"""Optional raw log: one JSON line per finished request, for audits and ground-truth checks."""
+"""Optional raw log: one JSON line per finished request, for audits and ground-truth checks.
+
+A run's record log starts fresh, as its results file does: before any load the run checks the
+log and its workers' parts (LOG.workerN) as it checks every output (report.files.check_outputs)
+and removes an earlier run's (`start_fresh`), and each process empties the file it opens first.
+The tests of one process (the web UI's Start, again) append to it. A name that says another
+format (LOG.parquet, LOG.gz) is refused: the log is JSON lines; `llm-locust export parquet` makes
+the Parquet file.
+"""
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
+import re
 import stat
 
 import orjson
@@ -13,6 +23,61 @@ from llm_locust.metrics.records import RequestRecord
 log = logging.getLogger(__name__)
 BUFFER_BYTES = 1 << 16  # lines are written in blocks of about this size
 FAILED: list[RecordLog] = []  # the logs of this process that could not write every record
+STARTED: set[str] = set()  # the logs this process began (emptied at its first open); later tests append
+OTHER_FORMATS = (".parquet", ".pq", ".arrow", ".feather", ".csv", ".gz", ".zst", ".bz2", ".xz", ".zip")
+_WORKER_RE = re.compile(r"\.worker(\d+)$")
+
+
+def name_problem(path: str) -> str | None:
+    """Why a record log may not have this name (None: it may): the file is JSON lines, one per
+    request, and a name that says another format would hold JSON lines under it."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in OTHER_FORMATS:
+        return None
+    return (
+        f"{path}: a record log is JSON lines, not {suffix[1:]}: name it .jsonl "
+        f"(llm-locust export parquet LOG.jsonl writes the Parquet file)"
+    )
+
+
+def earlier_parts(path: str) -> dict[int, str]:
+    """{N: LOG.workerN} of the files beside LOG (before this run's load: an earlier run's)."""
+    found = {}
+    for p in glob.glob(glob.escape(path) + ".worker*"):
+        m = _WORKER_RE.search(p)
+        if m:
+            found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
+
+
+def outputs(path: str, workers: int) -> dict[str, str]:
+    """The files this run's record log may write and the earlier parts it replaces, beside LOG
+    itself (report.files.run_files has it), by label, for check_outputs: LOG.worker0 ..
+    LOG.worker{workers-1} (the local worker processes) and every LOG.workerN already there."""
+    if not path:
+        return {}
+    parts = {k: f"{path}.worker{k}" for k in range(max(workers, 0))} | earlier_parts(path)
+    return {f"--record-log (worker {k})": p for k, p in sorted(parts.items())}
+
+
+def start_fresh(path: str) -> str:
+    """Before any load, once the outputs are checked: remove an earlier run's record log (LOG and
+    its LOG.workerN parts, regular files only), so that the log holds this run's records and no
+    other; the line that says so ("" when there was none)."""
+    if not path:
+        return ""
+    gone = []
+    for p in [path, *earlier_parts(path).values()]:
+        try:
+            if stat.S_ISREG(os.lstat(p).st_mode):
+                os.unlink(p)
+                gone.append(p)
+        except FileNotFoundError:
+            continue
+    if not gone:
+        return ""
+    files = "its file" if len(gone) == 1 else f"its {len(gone)} files (LOG and LOG.workerN)"
+    return f"record log {path}: an earlier run's log there, {files}, removed: this run's starts fresh"
 
 
 def record_dict(rec: RequestRecord) -> dict:
@@ -93,8 +158,12 @@ class RecordLog:
 
     def _open(self) -> int:
         """O_APPEND, never through a symbolic link, never a device or a pipe (O_NONBLOCK: opening
-        a pipe nobody reads fails instead of waiting)."""
+        a pipe nobody reads fails instead of waiting); emptied at this process's first open of it
+        (a worker on another machine starts fresh too), appended to by its later tests."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        key = os.path.abspath(self.path)
+        if key not in STARTED:
+            flags |= os.O_TRUNC
         try:
             fd = os.open(self.path, flags, 0o666)
         except OSError as e:
@@ -105,6 +174,7 @@ class RecordLog:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise OSError("not a regular file (a device, a pipe, a socket or a folder)")
+        STARTED.add(key)
         self._size = st.st_size
         return fd
 

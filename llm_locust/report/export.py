@@ -6,7 +6,10 @@
     llm-locust export parquet LOG.jsonl [-o FILE]  a record log (and its LOG.workerN parts) as one
                                                    Parquet table: LOG.parquet unless -o says
 
-An output is never written over an input or another output (report/files.check_outputs).
+An output is never written over an input or another output (report/files.check_outputs), and
+is written whole: a new file of a random name beside it, then a rename (report/files.write_atomic),
+never through a link planted there. A record log is data: a line it cannot read, a value of the
+wrong type, a part that is not a regular file is one line naming the file and line (exit 2).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.metrics import recordlog
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
@@ -225,6 +226,8 @@ def _init_runner(environment, h: MetricsHub) -> None:
         environment.parsed_options.enable_rebalancing = True
     stopper.phase = "during the preflight"
     _preflight(environment, settings)
+    if fresh := recordlog.start_fresh(settings.record_log):  # after every refusal: a refused run keeps it
+        print(fresh, flush=True)
     stopper.phase = "before the test"
     from llm_locust.runtime import failfast
 
@@ -282,7 +285,8 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
 
     # before any load: no output over an input, another output, a link or a device; all writable
     command = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
-    check_outputs(*run_files(settings, plan=plan_path(command)))
+    outputs, inputs = run_files(settings, plan=plan_path(command))
+    check_outputs({**outputs, **recordlog.outputs(settings.record_log, _local_workers(environment))}, inputs)
     # reads and checks the whole file, keeps almost none of it (the senders load their shares)
     from llm_locust.transport.session_runner import load_workload
 
@@ -299,6 +303,12 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
 
         read_results(settings.overlong_baseline)  # a bad baseline is refused before any load
     return trace_facts(settings.trace_path, settings.trace_format or h.info["workload"].get("format"))
+
+
+def _local_workers(environment) -> int:
+    """How many worker processes this master forks (Locust's --processes; -1: one per core)."""
+    n = getattr(environment.parsed_options, "processes", None) or 0
+    return (os.cpu_count() or 1) if n == -1 else n
 
 
 def _preflight(environment, settings) -> None:

@@ -116,6 +116,16 @@ def _at_most(limit: float, why: str) -> Any:
     return check
 
 
+def _record_log_name(v: str) -> str:
+    """A record log is JSON lines: a name that says another format (LOG.parquet) is refused."""
+    from llm_locust.metrics.recordlog import name_problem
+
+    why = name_problem(v) if v else None
+    if why is not None:
+        raise ValueError(why)
+    return v
+
+
 Seconds = Annotated[float, BeforeValidator(_seconds), AfterValidator(_finite)]
 Number = Annotated[float, AfterValidator(_finite)]
 Text = Annotated[str, BeforeValidator(_text)]
@@ -1310,8 +1320,9 @@ class Settings(BaseModel):
         bool,
         Opt(
             "run",
-            "take the plan's or results file's target (host, endpoints, metrics URLs), key variable, reset hook "
-            "and locustfile; without it a file is data: those are ignored, each named, unless given here",
+            "take the plan's or results file's target (host, endpoints, metrics URLs), key variable, reset hook, "
+            "locustfile, MLflow server, web UI origins and record log, and let it name outputs over existing files; "
+            "without it a file is data: those are ignored (or the run refused), each named, unless given here",
             run_only=True,
         ),
     ] = False
@@ -1340,6 +1351,7 @@ class Settings(BaseModel):
             "web UI behind a reverse proxy with a name of its own: its origins (scheme://host[:port], comma-"
             "separated) may start and stop runs (docs/security.md)",
             plan="web.origins",
+            trust="lets that site's pages start and stop runs",
         ),
     ] = ""
     repeat: Annotated[
@@ -1487,11 +1499,14 @@ class Settings(BaseModel):
     ] = ""
     record_log: Annotated[
         Text,
+        AfterValidator(_record_log_name),
         Opt(
             "outputs",
-            "append one JSON line per finished request to this file (workers add .workerN)",
+            "write one JSON line per finished request to this file, .jsonl (an earlier run's is replaced; workers "
+            "add .workerN)",
             plan="record_log",
             path="out",
+            trust="names where every request's record is written",
         ),
     ] = ""
 

@@ -2,10 +2,16 @@
 
 A plan or a results file is data: someone may send you one. Read without `--trust-plan`, it never
 picks the target (host, endpoints, the metrics URLs read during the run), names the environment
-variable whose value is sent as the key, runs a command (the reset hook) or imports code (a
-locustfile). Those values are dropped and each one is named, with how to allow it: give it on
-the command line, or `--trust-plan` to take the file's. Which settings these are is declared
-once, by `Opt.trust` in settings.model.
+variable whose value is sent as the key, runs a command (the reset hook), imports code (a
+locustfile), opens the web UI to other sites' pages (web.origins) or names where every request's
+record goes (record_log). Those values are dropped and each one is named, with how to allow it:
+give it on the command line, or `--trust-plan` to take the file's. Which settings these are is
+declared once, by `Opt.trust` in settings.model.
+
+Nor does it choose a path over an existing file: an output the file names (results, report,
+junit: `Opt.path == "out"`) where something is already is refused before anything runs (exit 2),
+one line each, naming the key, the path and the two ways to allow it. Refused, not moved: a run
+that wrote elsewhere would leave the earlier file where a script reads the new one.
 
 `llm-locust run RESULTS.json` never overwrites its source: the outputs the effective plan names
 (results, report, record log, JUnit file) that the command line does not move go beside the
@@ -28,6 +34,7 @@ from llm_locust.settings.units import PlanError
 # a re-run's outputs, beside its source: the file name's tail for each output setting
 RERUN_TAILS = {"results": ".json", "report": ".html", "record_log": ".records.jsonl", "junit": ".junit.xml"}
 _RERUN_RE = re.compile(r"\.rerun-\d+$")
+_RERUN_WHERE = "(a re-run writes beside its source)"
 
 
 @dataclass
@@ -41,14 +48,16 @@ class Sourced:
 
 def untrusted(plan: Given, cli: Given, *, trust: bool) -> tuple[Given, list[str]]:
     """The plan without the values that need trust (Opt.trust) and that the command line does not
-    give, and a line for each one dropped; the plan as it is with `trust`."""
+    give, and a line for each one dropped; the plan as it is with `trust`. PlanError (before
+    anything runs) when an output path the plan chooses is taken (`refuse_taken_outputs`)."""
     if trust:
         return plan, []
+    refuse_taken_outputs(plan, cli)
     opts = options()
     values, where, lines = dict(plan.values), dict(plan.where), []
     for name, v in plan.values.items():
         default, opt = opts[name]
-        if not opt.trust or name in cli.values or v in (default, "", None):
+        if not opt.trust or name in cli.values or v in (default, "", None) or _rerun_chose(plan, name):
             continue
         del values[name]
         where.pop(name, None)
@@ -61,6 +70,30 @@ def untrusted(plan: Given, cli: Given, *, trust: bool) -> tuple[Given, list[str]
         )
         lines.insert(0, head)
     return Given(values, where, plan.source, plan.problems), lines
+
+
+def refuse_taken_outputs(plan: Given, cli: Given) -> None:
+    """PlanError, one line per output path (Opt.path "out") the plan chooses, the command line
+    does not give, and where a file (or anything else) already is: a plan may not choose to
+    replace a file. A re-run's outputs (rerun_outputs) are llm-locust's choice, always free."""
+    problems = []
+    for name, v in plan.values.items():
+        opt = options()[name][1]
+        if opt.path != "out" or opt.trust or name in cli.values or not v or _rerun_chose(plan, name):
+            continue
+        if os.path.lexists(str(v)):
+            flag = opt.flag_for(name)
+            problems.append(
+                f"{plan.where.get(name) or opt.plan}: {_shown(v)}: a file is there already, and a plan is data: "
+                f"it may not replace a file: give {flag} {_shown(v)} to replace it, or another path, or --trust-plan"
+            )
+    if problems:
+        raise PlanError(problems, plan.source or "")
+
+
+def _rerun_chose(plan: Given, name: str) -> bool:
+    """Whether `name`'s value is a re-run's output path beside its source (rerun_outputs)."""
+    return plan.where.get(name, "").endswith(_RERUN_WHERE)
 
 
 def _shown(v: Any) -> str:
@@ -96,7 +129,7 @@ def rerun_outputs(source: str, plan: Given, cli: Given) -> tuple[Given, str]:
     values, where = dict(plan.values), dict(plan.where)
     for n in moved:
         values[n] = _beside(src, k, n)
-        where[n] = f"{plan.source}: {options()[n][1].plan} (a re-run writes beside its source)"
+        where[n] = f"{plan.source}: {options()[n][1].plan} {_RERUN_WHERE}"
     shown = ", ".join(_shown_path(source, values[n]) for n in moved)
     line = (
         f"re-run of {source}: writing {shown} (never over the source; "
