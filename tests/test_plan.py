@@ -245,3 +245,30 @@ def test_a_plan_replaces_no_file_and_names_no_record_log(tmp_path, sims):
     p = run_cli(taken, "--trust-plan", "--host", sims(slots=2).url, "-u", "1", "-t", "2s", timeout=90)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(victims["notes.json"].read_text())["schema"] == "llm-locust/results"
+
+
+def test_a_plan_does_not_open_the_exporter_to_the_network(tmp_path, sims):
+    """A plan's `observe.prometheus_host: 0.0.0.0` would serve the run's figures to every machine
+    that reaches this one: dropped without --trust-plan (said), the exporter on 127.0.0.1."""
+    import psutil
+
+    port = free_port()
+    plan = _plan(tmp_path, "plan.yaml", {"observe": {"prometheus_port": port, "prometheus_host": "0.0.0.0"}})
+    with open(tmp_path / "run.log", "w") as log:
+        proc = start_run(
+            plan, "--host", sims(slots=2).url, "-u", "1", "-t", "4s", "--max-tokens", "8",
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def bound() -> str | None:
+        for c in psutil.Process(proc.pid).net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port:
+                return c.laddr.ip
+        return None
+
+    try:
+        address = _until("the exporter", bound)
+    finally:
+        assert proc.wait(timeout=90) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert address == "127.0.0.1"
+    assert "  observe.prometheus_host: 0.0.0.0 (listens on that address" in (tmp_path / "run.log").read_text()

@@ -823,6 +823,7 @@ def test_a_file_is_data_unless_trusted(tmp_path):
         "mlflow",
         "web_origins",
         "record_log",
+        "prometheus_host",
     }
 
 

@@ -1551,7 +1551,13 @@ class Settings(BaseModel):
         ),
     ] = 0
     prometheus_host: Annotated[
-        Text, Opt("observe", "address for --prometheus-port", plan="observe.prometheus_host")
+        Text,
+        Opt(
+            "observe",
+            "address for --prometheus-port",
+            plan="observe.prometheus_host",
+            trust="listens on that address: other machines may read the run's figures",
+        ),
     ] = "127.0.0.1"
 
     # ---- efficiency and cost ----
