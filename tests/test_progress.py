@@ -7,7 +7,7 @@ import re
 from support import run_cli
 
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.transport.progress import clock, line
+from llm_locust.transport.progress import Snapshot, clock, line, plain
 
 PROGRESS = re.compile(
     r"^progress (\d+):(\d\d)/(\S+) \| (?:step \S+ \([a-z]+ [\d.]+\) \| )?sent (\d+), done (\d+), in flight (\d+) "
@@ -23,6 +23,44 @@ def test_the_line_names_time_step_counts_rate_and_failures():
     )
     assert line(5.0, None, None, agg, 0.0).startswith("progress 0:05/? | sent 12")
     assert clock(3725) == "1:02:05"
+
+
+def test_past_its_plan_the_line_says_what_it_waits_for_not_a_smaller_total():
+    """Issue 35: a replay's progress read `1:20/0:21`, as if the total were wrong. The total is the
+    schedule's span (the last record due at trace span / speed); past it the line says by how much
+    and what the run waits for."""
+
+    def at(elapsed: float, total: float | None, in_flight: int) -> str:
+        return plain(Snapshot(elapsed, total, None, None, 400, 400 - in_flight, in_flight, 400, 0.0, 0))
+
+    assert at(20.4, 21.0, 50).startswith("progress 0:20/0:21 | sent 400 of 400")
+    assert at(21.9, 21.0, 50).startswith("progress 0:21/0:21 |")  # the same second: not over
+    assert at(80.2, 21.0, 28).startswith(
+        "progress 1:20 (0:21 planned, over by 0:59, waiting for 28 in flight) | sent 400 of 400, done 372"
+    )
+    assert at(23.0, 21.0, 0).startswith("progress 0:23 (0:21 planned, over by 0:02, stopping) |")
+    assert at(0.5, 0.9, 3).startswith("progress 0:00/0:01 |")  # a plan under a second is not 0:00
+    assert at(95.0, None, 3).startswith("progress 1:35/? |")
+
+
+def test_a_replay_whose_replies_outlast_its_schedule_says_so(sims):
+    """A 10 s trace window at 20x: every record is due within a second, and two slow slots take
+    seconds to answer them; the line never shows an elapsed time above its total."""
+    host = sims(slots=2, iter_base=0.02).url
+    p = run_cli(
+        "--host", host, "--replay", "--speed", "20", "--duration", "10s", "--max-tokens", "20",
+        "--progress-interval", "1s", timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("progress ")]
+    waits = re.compile(r"progress \S+ \((\S+) planned, over by \S+, waiting for (\d+) in flight\)")
+    over = [m for ln in lines if (m := waits.match(ln))]
+    assert over and all(int(m.group(2)) > 0 for m in over), lines
+    for ln in lines:
+        m = re.match(r"progress (\d+):(\d\d)/(\d+):(\d\d) ", ln)
+        if m:
+            a, b, c, d = map(int, m.groups())
+            assert a * 60 + b <= c * 60 + d, ln
 
 
 def test_a_headless_run_prints_progress_at_its_interval_and_none_when_off(sims):

@@ -13,7 +13,9 @@ request: the request path pays nothing):
     progress 0:40/1:00 | step 2/4 (concurrency 8) | sent 412, done 398, in flight 14 | 812 tok/s | 3 failed
 
 The numbers: the time since the test started and the time it will take (-t, a ladder's planned
-steps or a replay's last due record; "?" when nothing bounds it); the ladder's step; requests
+steps or a replay's last due record; "?" when nothing bounds it; past it, what the run waits for:
+`progress 1:20 (0:21 planned, over by 0:59, waiting for 28 in flight)`, a replay's replies still
+coming after its schedule ended, bounded by --request-timeout); the ladder's step; requests
 sent (of the replay's planned ones), finished (any outcome) and in flight now; output tokens per
 second over the last interval; requests failed so far (their kinds are in the summary).
 """
@@ -21,6 +23,7 @@ second over the last interval; requests failed so far (their kinds are in the su
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -76,8 +79,22 @@ def _snapshot(elapsed, total, step, phase, agg, planned, tok_per_s) -> Snapshot:
     )
 
 
+def time_text(s: Snapshot) -> str:
+    """Elapsed against planned: "0:40/1:00". Past the plan, the plan is not called wrong ("1:20/0:21"
+    read as a bad total): what the run waits for is said instead, e.g. a replay whose schedule (its
+    last record due at trace span / speed) has ended, waiting for the replies still in flight:
+    "1:20 (0:21 planned, over by 0:59, waiting for 28 in flight)"."""
+    if not s.total:
+        return f"{clock(s.elapsed)}/?"
+    total = math.ceil(s.total)  # a plan of 0.9 s is not "0:00"
+    if s.elapsed < total + 1:  # clock() shows whole seconds
+        return f"{clock(s.elapsed)}/{clock(total)}"
+    what = f"waiting for {s.in_flight} in flight" if s.in_flight else "stopping"
+    return f"{clock(s.elapsed)} ({clock(total)} planned, over by {clock(s.elapsed - total)}, {what})"
+
+
 def plain(s: Snapshot) -> str:
-    parts = [f"progress {clock(s.elapsed)}/{clock(s.total) if s.total else '?'}"]
+    parts = [f"progress {time_text(s)}"]
     if s.step:
         parts.append(s.step)
     of = f" of {s.planned}" if s.planned else ""
@@ -97,7 +114,7 @@ def panel(s: Snapshot) -> Any:
     grid.add_column(no_wrap=True)
     done = min(s.elapsed, s.total) if s.total else 0.0
     bar = ProgressBar(total=s.total or None, completed=done, width=30)
-    grid.add_row(f"{clock(s.elapsed)} / {clock(s.total) if s.total else '?'}", bar)
+    grid.add_row(time_text(s).replace("/", " / ", 1), bar)
     if s.step:
         grid.add_row("ladder", f"{s.step}" + (f", {s.phase}" if s.phase else ""))
     of = f" of {s.planned}" if s.planned else ""
