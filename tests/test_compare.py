@@ -50,6 +50,8 @@ def runs(tmp_path_factory):
                 "requests=1000,input=32,output=128,seed=1",
                 "--results",
                 str(path),
+                "--report",  # each run its own (the plan names one; a plan may not replace a file)
+                str(path.with_suffix(".html")),
             ],
             capture_output=True,
             text=True,

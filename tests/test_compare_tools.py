@@ -6,10 +6,12 @@ real CLI in a subprocess; every expected figure is computed here from the fixtur
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
+import pytest
 from support import FIXTURES, cli_process
 
 from llm_locust.report.compare.tools import ForeignRun, read_run
@@ -225,3 +227,151 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_read(tmp_path)
         assert run.read_bytes() == before
     p = _compare(OURS, run, args=("-o", str(tmp_path)))
     assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr
+
+
+# ---- absurd files: refused, naming the file and the field ----
+
+
+def _edit(src: Path, dst: Path, edit) -> Path:
+    doc = _load(src)
+    edit(doc)
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def _set(*keys, value):
+    """An edit that sets doc[k0][k1]... = value."""
+
+    def edit(doc):
+        for k in keys[:-1]:
+            doc = doc[k]
+        doc[keys[-1]] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("src", "edit", "field"),
+    [
+        (VLLM, _set("p99_ttft_ms", value=-5), "p99_ttft_ms is -5"),  # old: ranked best
+        (VLLM, _set("output_throughput", value=-120.5), "output_throughput is -120.5"),  # old: printed
+        (VLLM, _set("latencies", 3, value=-0.2), "latencies[3] is -0.2"),
+        (AIPERF, _set("time_to_first_token", "p99", value=-1.0), "time_to_first_token.p99 is -1.0"),
+        (AIPERF, _set("request_count", "avg", value=-3.0), "request_count.avg is -3.0"),
+        (
+            GUIDELLM,
+            _set("benchmarks", 0, "metrics", "request_latency", "successful", "mean", value=-2.5),
+            "benchmarks[0].metrics.request_latency.successful.mean is -2.5",
+        ),
+        (OURS, _set("summary", "ok", value=-5), "summary.ok is -5"),  # old: accepted
+        (OURS, _set("summary", "latency", "ttft", "p99", value=-0.01), "summary.latency.ttft.p99 is -0.01"),
+        (OURS, _set("summary", "output_tokens_per_s", value=-1.5), "summary.output_tokens_per_s is -1.5"),
+        (OURS, _set("steps", 0, "failed", value=-1), "steps[0].failed is -1"),
+        (OURS, _set("summary", "sent", value="12"), "summary.sent is '12', not a number"),
+    ],
+)
+def test_a_negative_figure_is_refused_naming_the_file_and_the_field(tmp_path, src, edit, field):
+    """A count, latency or throughput below zero (or, in our files, not a number): exit 2, one
+    line naming the file and the field as the file names it, nothing on stdout (old code: a
+    vLLM p99 TTFT of -5 ms ranked best, negative throughputs printed, our `ok: -5` accepted)."""
+    bad = _edit(src, tmp_path / src.name, edit)
+    p = _compare(OURS, bad)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout[-500:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and field in lines[0], p.stderr
+
+
+def test_a_non_finite_figure_is_refused(tmp_path):
+    """Infinity or NaN, as Python's json writes them, or a number past a double's range: exit 2,
+    the file named with where in it; the check itself refuses them wherever they come from."""
+    from llm_locust.report.compare.checks import check_figures
+    from llm_locust.report.compare.errors import CompareError
+
+    for text in ("Infinity", "NaN", "1e999"):
+        bad = tmp_path / f"vllm-{text}.json"
+        bad.write_text(VLLM.read_text().replace('"p99_ttft_ms": ', f'"p99_ttft_ms": {text}, "_was": ', 1))
+        p = _compare(OURS, bad)
+        assert p.returncode == 2 and p.stdout == "", p.stdout[-500:]
+        assert str(bad) in p.stderr and "JSON" in p.stderr and "line 1" in p.stderr, p.stderr
+    for v in (float("inf"), float("nan"), float("-inf")):
+        with pytest.raises(CompareError, match=r"^f\.json: summary\.ok is .*not a finite number"):
+            check_figures("f.json", [("summary.ok", v)])
+
+
+def test_pipes_are_refused_not_read_forever(tmp_path):
+    """A named pipe as a results file or as --weights: exit 2 at once, naming it (old code: hung
+    forever, where `report` refused the same file)."""
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    p = _compare(OURS, fifo)
+    assert p.returncode == 2 and f"{fifo}: a named pipe, not a regular file" in p.stderr, p.stderr
+    p = _compare(OURS, VLLM, args=("--weights", str(fifo)))
+    assert p.returncode == 2 and f"{fifo}: a named pipe, not a regular file: give a weights file" in p.stderr
+    p = _compare(OURS, tmp_path)
+    assert p.returncode == 2 and f"{tmp_path}: a folder" in p.stderr, p.stderr
+
+
+def test_a_version_key_does_not_decide_the_format(tmp_path):
+    """A vLLM file that also carries `aiperf_version` is read as vLLM by its required keys, its
+    figures there (old code: read as AIPerf, every figure n/a); a file with the required keys of
+    two tools is refused, naming both."""
+    vl = _edit(VLLM, tmp_path / "vllm.json", _set("aiperf_version", value="0.13.0"))
+    run = read_run("v", str(vl))
+    assert isinstance(run, ForeignRun) and run.foreign.tool == "vLLM bench serve"
+    assert run.summary["latency"]["ttft"]["p50"] == pytest.approx(_load(VLLM)["p50_ttft_ms"] / 1000)
+    both = _edit(
+        AIPERF,
+        tmp_path / "both.json",
+        lambda d: d.update({k: _load(VLLM)[k] for k in ("backend", "completed", "duration", "mean_ttft_ms")}),
+    )
+    p = _compare(OURS, both)
+    assert p.returncode == 2 and "aiperf_results and vllm_bench" in p.stderr, p.stderr
+
+
+def test_a_file_over_the_input_limit_is_refused_unread(tmp_path):
+    """A file over MAX_INPUT_BYTES (32 MiB) is refused, with its size, before it is read: the
+    refusal allocates almost nothing (old code: a 60 MB file took 493 MB)."""
+    import tracemalloc
+
+    from llm_locust.report.compare.errors import CompareError
+    from llm_locust.report.compare.tools import MAX_INPUT_BYTES
+
+    doc = _load(VLLM)
+    doc["generated_texts"] = ["x" * (1 << 20)] * (MAX_INPUT_BYTES // (1 << 20) + 1)
+    big = tmp_path / "vllm-detailed.json"
+    big.write_text(json.dumps(doc))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CompareError, match=r"MiB, over the 32 MiB compare reads of a results file") as e:
+            read_run("big", str(big))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(big) in str(e.value) and peak < 1 << 20, peak
+
+
+# ---- what a file says, on the terminal ----
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x9b31m\u202eevil"
+
+
+def test_a_files_escapes_print_as_text(tmp_path):
+    """Our results file whose model and server version carry escapes (a window title, a screen
+    clear, an OSC 8 link, a C1 CSI, a bidi override) beside a vLLM file whose model_id does: no
+    such character reaches stdout or stderr, in text or Markdown, or in --strict's refusal; the
+    escapes show as text (old code: printed raw)."""
+
+    def hostile(doc):
+        doc["environment"]["server"]["model"] = "m" + ESCAPES
+        doc["environment"]["server"]["version"] = "b1" + ESCAPES
+
+    ours = _edit(OURS, tmp_path / "ours.json", hostile)
+    vl = _edit(VLLM, tmp_path / "vllm.json", _set("model_id", value="v" + ESCAPES))
+    for args in ((), ("--format", "markdown"), ("--strict",)):
+        p = _compare(ours, vl, args=args)
+        assert p.returncode == (2 if args == ("--strict",) else 0), p.stderr
+        for name, text in (("stdout", p.stdout), ("stderr", p.stderr)):
+            bad = sorted({hex(ord(c)) for c in text if c in "\x1b\x07\x9b\u202e"})
+            assert not bad, (args, name, bad)
+        said = p.stdout + p.stderr
+        assert "\\x1b]0;pwned\\x07" in said and "\\u202eevil" in said, said[-2000:]

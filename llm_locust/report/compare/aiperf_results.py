@@ -6,6 +6,7 @@ tokenizer; request latency ends at the last text chunk."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from llm_locust.report.compare.foreign import CLIENT_TOKENS, CONNECT, Foreign, closed_loop, dig, latency, num, ratio
@@ -15,12 +16,44 @@ APIS = {"completions": "openai-completions", "chat": "openai-chat"}
 STAT_NAMES = {"mean": "avg", "min": "min", "max": "max", "p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
 
 
+# the metric records compare reads ({unit, avg, p50 ...} each): none is negative
+RECORDS = (
+    "request_count",
+    "error_request_count",
+    "benchmark_duration",
+    "request_throughput",
+    "output_token_throughput",
+    "effective_concurrency",
+    "total_usage_completion_tokens",
+    "total_usage_prompt_tokens",
+    "total_isl",
+    "total_osl",
+    "time_to_first_token",
+    "inter_token_latency",
+    "inter_chunk_latency",
+    "request_latency",
+)
+REQUIRED = ("request_count", "request_throughput")  # records every AIPerf summary has
+
+
+def _record(v: Any) -> bool:
+    return isinstance(v, dict) and "unit" in v
+
+
 def matches(doc: Any) -> bool:
-    """AIPerf's summary: `aiperf_version`, or its metric records ({unit, avg, p50 ...}) by tag."""
-    if not isinstance(doc, dict):
-        return False
-    ttft = doc.get("time_to_first_token")
-    return "aiperf_version" in doc or (isinstance(ttft, dict) and "unit" in ttft and "request_throughput" in doc)
+    """AIPerf's summary: by its required metric records ({unit, avg ...}: REQUIRED), not by a
+    version key another file may carry."""
+    return isinstance(doc, dict) and all(_record(doc.get(k)) for k in REQUIRED)
+
+
+def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The fields read (named as the file names them), for checks.check_figures."""
+    for tag in RECORDS:
+        rec = doc.get(tag)
+        if isinstance(rec, dict) and "unit" in rec:
+            yield from ((f"{tag}.{k}", v) for k, v in rec.items() if k != "unit")
+    for i, e in enumerate(doc.get("error_summary") or []):
+        yield f"error_summary[{i}].count", dig(e, "count")
 
 
 def _metric(doc: dict[str, Any], tag: str) -> dict[str, Any] | None:

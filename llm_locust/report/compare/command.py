@@ -12,6 +12,7 @@ from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.render import render_html, render_markdown, render_text
 from llm_locust.report.files import write_atomic
 from llm_locust.report.results import ResultsError
+from llm_locust.report.terminal import terminal_safe
 
 FORMATS = ("text", "markdown", "html")
 
@@ -114,6 +115,11 @@ def _check_outputs(args: argparse.Namespace) -> None:
     check_outputs({"-o": args.output or "", "--junit": args.junit or ""}, inputs)
 
 
+def _say(text: str) -> None:
+    """A message on stderr, terminal-safe: it may quote a file (a key, a model id, an error text)."""
+    print(terminal_safe(text, lines=True), file=sys.stderr)
+
+
 def _format_for(args: argparse.Namespace) -> str:
     if args.format:
         return args.format
@@ -135,13 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         gates, tolerance = _gates(args)
         cmp = compare(args.results, args.label, args.weights)
     except (ResultsError, CompareError, ValueError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        _say(f"{prog}: error: {e}")
         return 2
     blocking = [i for i in cmp.issues if i.blocking]
     if blocking and args.strict:
-        print(f"{prog}: error: the runs are not comparable (--strict):", file=sys.stderr)
+        _say(f"{prog}: error: the runs are not comparable (--strict):")
         for i in blocking:
-            print(f"  - {i.text()}", file=sys.stderr)
+            _say(f"  - {i.text()}")
         return 2
     fmt = _format_for(args)
     if fmt == "text" and not args.output:  # on a terminal (or COLUMNS): within its width
@@ -154,16 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             write_atomic(args.output, text)
         except OSError as e:
-            print(f"{prog}: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            _say(f"{prog}: error: cannot write {args.output}: {e.strerror or e}")
             return 2
         for i in blocking:
-            print(f"{prog}: warning: {i.text()}", file=sys.stderr)
-        print(f"{prog}: wrote {args.output} ({fmt})", file=sys.stderr)
+            _say(f"{prog}: warning: {i.text()}")
+        _say(f"{prog}: wrote {args.output} ({fmt})")
     else:
         if blocking and fmt != "text":
             for i in blocking:
-                print(f"{prog}: warning: {i.text()}", file=sys.stderr)
-        sys.stdout.write(text)
+                _say(f"{prog}: warning: {i.text()}")
+        sys.stdout.write(terminal_safe(text, lines=True))  # the tables are; the lines around them quote files too
     return _run_gates(prog, cmp, gates, tolerance, args.junit)
 
 
@@ -175,11 +181,11 @@ def _run_gates(prog: str, cmp: Comparison, gates: list[str], tolerance: float, j
         try:
             write_atomic(junit, junit_xml(cases))
         except OSError as e:
-            print(f"{prog}: error: cannot write {junit}: {e.strerror or e}", file=sys.stderr)
+            _say(f"{prog}: error: cannot write {junit}: {e.strerror or e}")
             return 2
     failed = [k for k in cases if not k.passed]
     if gates and failed:
         for k in failed:
-            print(f"{prog}: FAIL {k.suite}: {k.message}", file=sys.stderr)
+            _say(f"{prog}: FAIL {k.suite}: {k.message}")
         return 1
     return 0

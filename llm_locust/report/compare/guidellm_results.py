@@ -7,6 +7,7 @@ includes TTFT; token counts come from server usage."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,46 @@ def matches(doc: Any) -> bool:
         and isinstance(b.get("metrics"), dict)
         and (dig(doc, "metadata", "guidellm_version") is not None or b.get("type_") == "generative_benchmark")
     )
+
+
+# the distributions compare reads ({mean, median, min, max, count, total_sum, percentiles} per status)
+DISTRIBUTIONS = (
+    "time_to_first_token_ms",
+    "request_latency",
+    "inter_token_latency_ms",
+    "prompt_token_count",
+    "output_token_count",
+    "output_tokens_per_second",
+    "requests_per_second",
+    "request_concurrency",
+)
+STAT_KEYS = ("mean", "median", "min", "max", "count", "total_sum")
+
+
+def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The fields read (named as the file names them), for checks.check_figures: none is negative."""
+    for i, b in enumerate(doc.get("benchmarks") or []):
+        at = f"benchmarks[{i}]"
+        if not isinstance(b, dict):
+            continue
+        yield f"{at}.duration", b.get("duration")
+        m = b.get("metrics")
+        m = m if isinstance(m, dict) else {}
+        totals = m.get("request_totals")
+        totals = totals if isinstance(totals, dict) else {}
+        yield from ((f"{at}.metrics.request_totals.{k}", v) for k, v in totals.items())
+        for name in DISTRIBUTIONS:
+            for status in ("successful", "errored", "incomplete", "total"):
+                d = dig(m, name, status)
+                if isinstance(d, dict):
+                    yield from _stats_fields(d, f"{at}.metrics.{name}.{status}")
+
+
+def _stats_fields(d: dict[str, Any], at: str) -> Iterator[tuple[str, Any]]:
+    yield from ((f"{at}.{k}", d.get(k)) for k in STAT_KEYS)
+    pct = d.get("percentiles")
+    if isinstance(pct, dict):
+        yield from ((f"{at}.percentiles.{k}", v) for k, v in pct.items())
 
 
 def _dist(metrics: dict[str, Any], name: str, status: str = "successful") -> dict[str, Any]:

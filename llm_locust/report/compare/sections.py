@@ -3,7 +3,7 @@ steps, the decision matrix and the ranking; and the comparability and verdict li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_locust.analysis.efficiency import frontier_verdict
@@ -14,6 +14,7 @@ from llm_locust.report.compare.matrix import Cell, _float, read_value
 from llm_locust.report.compare.metric_table import METRICS
 from llm_locust.report.compare.runs import Run, _get
 from llm_locust.report.compare.weights import Criterion
+from llm_locust.report.terminal import terminal_safe
 
 
 @dataclass
@@ -588,7 +589,19 @@ def sections(c: Comparison) -> list[Table]:
         out.append(stab)
     out += _frontier_tables(c)
     out += [_matrix_table(c), _ranking_table(c)]
-    return out
+    return [_printable(t) for t in out]
+
+
+def _printable(t: Table) -> Table:
+    """The table with every text terminal-safe (report/terminal.py): a file's model id, server
+    version or error text shows its escapes as text, in every format; a cell stays one line."""
+    return replace(
+        t,
+        title=terminal_safe(t.title),
+        header=[terminal_safe(h) for h in t.header],
+        rows=[[terminal_safe(x) for x in r] for r in t.rows],
+        note=terminal_safe(t.note, lines=True),
+    )
 
 
 def _verdict_line(c: Comparison) -> str:

@@ -7,6 +7,7 @@ the server sends a usage-only chunk; `failed` requests are counted and their tra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from llm_locust.report.compare.foreign import CLIENT_TOKENS, CONNECT, Foreign, closed_loop, error_class, num, ratio
@@ -16,9 +17,30 @@ PCTS = {"p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p99.9": "p99.9"
 APIS = {"openai": "openai-completions", "openai-chat": "openai-chat", "vllm": "openai-completions"}
 
 
+REQUIRED = ("backend", "completed", "duration", "mean_ttft_ms")  # what every vLLM result has
+# its figures compare reads (counts, seconds, throughputs, each *_ms statistic): none is negative
+FIELDS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "num_prompts")
+FIELDS_PER_REQUEST = ("latencies", "input_lens")
+
+
 def matches(doc: Any) -> bool:
-    """vLLM's result dict: completed, failed, duration and the mean TTFT in ms."""
-    return isinstance(doc, dict) and {"completed", "duration", "mean_ttft_ms"} <= doc.keys() and "backend" in doc
+    """vLLM's result dict: by its required keys (REQUIRED), the counts and the duration numbers."""
+    return (
+        isinstance(doc, dict)
+        and all(k in doc for k in REQUIRED)
+        and all(isinstance(doc[k], (int, float)) and not isinstance(doc[k], bool) for k in ("completed", "duration"))
+    )
+
+
+def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The fields read (named as the file names them), for checks.check_figures."""
+    for key, v in doc.items():
+        if key in FIELDS or key.endswith(("_ms", "_throughput")):
+            yield key, v
+    for key in FIELDS_PER_REQUEST:
+        values = doc.get(key)
+        if isinstance(values, list):
+            yield from ((f"{key}[{i}]", v) for i, v in enumerate(values))
 
 
 def _latency(doc: dict[str, Any], tag: str) -> dict[str, Any]:

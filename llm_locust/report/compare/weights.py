@@ -162,7 +162,11 @@ def _scope(
 
 
 def load_weights(path: str | Path) -> list[Criterion]:
-    """Read and check a weights YAML file (WeightsError naming the file, line and criterion)."""
+    """Read and check a weights YAML file (WeightsError naming the file, line and criterion); a
+    pipe, a device or a file too big to be weights is refused as a results file is (tools.read_input)."""
+    from llm_locust.report.compare.tools import read_input
+
+    read_input(str(path), "a weights file")
     try:
         data, lines = read_yaml(path, "weights file")
     except PlanError as e:
