@@ -840,6 +840,7 @@ class Repeats(TypedDict):
 # ---- how the run was made (runtime.plugin, report.outcome) ----
 
 
+    planned: NotRequired[int]  # the repetitions asked for (more than `count` when the series was interrupted)
 class RunLoad(TypedDict):
     """`run.load`: how the load was offered."""
 
