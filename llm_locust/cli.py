@@ -297,17 +297,37 @@ def _rep_path(results: str, k: int, ext: str = ".json") -> str:
     return f"{root}.rep{k}{ext}"
 
 
+def _rep_options(settings, path: str, k: int) -> list[str]:
+    """What makes the plan repetition k's run: one run, no hook, no gate, its own files."""
+    extra = ["--repeat", "1", "--reset-hook", "", "--baseline", "", "--tolerance", "5%", "--junit", ""]
+    extra += ["--results", path]
+    if settings.report:
+        extra += ["--report", _rep_path(settings.report, k, ".html")]
+    return extra
+
+
+def _reset(children, hook: str, k: int) -> int | None:
+    """The reset hook before repetition k, a child of the series: None when it ran (or a signal
+    stopped it: the series stops), else the exit status that stops the series (1)."""
+    code = children.run(["/bin/sh", "-c", hook], phase=f"the reset hook before repetition {k}")
+    if code in (0, None) or children.interruption is not None:
+        return None
+    print(f"llm-locust: the reset hook exited {code} before repetition {k}: stopped", file=sys.stderr)
+    return 1
+
+
 def run_repeated(argv: list[str], settings) -> int:
     """`llm-locust run --repeat N`: the same plan N times, each a normal run in its own process
     (RESULTS.repK.json), the reset hook before each; then the combined results (headline figures'
-    means and 95% t-intervals, docs/verdicts.md) and, with --baseline, compare's regression gate."""
+    means and 95% t-intervals, docs/verdicts.md) and, with --baseline, compare's regression gate.
+    Each repetition is a child of the series (llm_locust.children): a SIGINT or SIGTERM stops the
+    running one and the series, and what finished is combined, marked interrupted (exit 130 / 143)."""
     import os
-    import subprocess
     import tempfile
-    from pathlib import Path
 
-    from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, combine, format_repeats, rep_line
-    from llm_locust.report.results import ResultsError, read_results, write_results
+    from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, rep_line
+    from llm_locust.children import Children, child_env
+    from llm_locust.report.results import ResultsError, read_results
 
     n = settings.repeat
     results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-repeat-"), "results.json")
@@ -318,75 +338,91 @@ def run_repeated(argv: list[str], settings) -> int:
     else:
         reset = NOT_RESET
     print(f"repeat: {n} repetitions; {reset}", flush=True)
-    # each repetition runs this very package (not another one the child's path might find first)
-    pkg_root = str(Path(__file__).resolve().parent.parent)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")])),
-        _REPETITION_ENV: "1",
-    }
+    env = child_env({_REPETITION_ENV: "1"})
     docs, files = [], []
     worst = 0  # the highest exit status of a repetition that still wrote its results
-    for k in range(1, n + 1):
-        if settings.reset_hook:
-            hook = subprocess.run(settings.reset_hook, shell=True)
-            if hook.returncode != 0:
-                print(
-                    f"llm-locust: the reset hook exited {hook.returncode} before repetition {k}: stopped",
-                    file=sys.stderr,
-                )
-                return 1
-        path = _rep_path(results, k)
-        extra = [
-            "--repeat",
-            "1",
-            "--reset-hook",
-            "",
-            "--baseline",
-            "",
-            "--tolerance",
-            "5%",
-            "--junit",
-            "",
-            "--results",
-            path,
-        ]
-        if settings.report:
-            extra += ["--report", _rep_path(settings.report, k, ".html")]
-        if os.path.exists(path):
-            os.unlink(path)  # an earlier series' file must not stand in for this repetition's
-        code = subprocess.run([sys.executable, "-m", "llm_locust.cli", "run", *argv, *extra], env=env).returncode
-        try:
-            doc = read_results(path)
-        except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
-            print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
-            return code or 1
-        if code != 0:  # e.g. Locust's 1 when a request failed: the repetition is a sample all the same
-            print(f"llm-locust: repetition {k}/{n} exited {code}; its results are kept", file=sys.stderr)
-            worst = max(worst, code)
-        docs.append(doc)
-        files.append(path)
-        print(rep_line(k, n, doc, path), flush=True)
-    combined = combine(docs, files, reset)
+    with Children() as children:
+        for k in range(1, n + 1):
+            if settings.reset_hook and (stop := _reset(children, settings.reset_hook, k)) is not None:
+                return stop
+            path = _rep_path(results, k)
+            if os.path.exists(path):
+                os.unlink(path)  # an earlier series' file must not stand in for this repetition's
+            argv_k = [sys.executable, "-m", "llm_locust.cli", "run", *argv, *_rep_options(settings, path, k)]
+            code = children.run(argv_k, env, phase=f"repetition {k} of {n}")
+            if code is None:  # a signal came before it started
+                break
+            try:
+                doc = read_results(path)
+            except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
+                if children.interruption is not None:
+                    break
+                print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
+                return code or 1
+            if code != 0 and children.interruption is None:  # e.g. Locust's 1 when a request failed
+                print(f"llm-locust: repetition {k}/{n} exited {code}; its results are kept", file=sys.stderr)
+                worst = max(worst, code)
+            docs.append(doc)
+            files.append(path)
+            print(rep_line(k, n, doc, path), flush=True)
+            if children.interruption is not None:
+                break
+        return _write_repeated(argv, settings, results, reset, docs, files, children) or worst
+
+
+def _write_repeated(argv, settings, results: str, reset: str, docs, files, children) -> int:
+    """The combined results of the repetitions that wrote theirs (marked interrupted after a
+    signal), their report, and --baseline's gate (not for an interrupted series: its figures are
+    kept, never judged). Exit status: 130 / 143 interrupted, 1 the gate failed or the counts do not
+    add up, else 0."""
+    from llm_locust.analysis.repeats import combine, count_mismatch, format_repeats
+    from llm_locust.report.results import write_results
+
+    n, stop = settings.repeat, children.interruption
+    if not docs:
+        if stop is not None:
+            print(
+                f"llm-locust: exit {stop.exit_code}: interrupted by {stop.signal} ({stop.phase}) "
+                "before any repetition wrote results: no combined results",
+                file=sys.stderr,
+            )
+            return stop.exit_code
+        return 1
+    combined = combine(docs, files, reset, planned=n)
     combined["run"]["command"] = ["llm-locust", "run", *argv]
     plan = combined.get("plan")
     if isinstance(plan, dict):
         plan["repeat"] = {**(plan.get("repeat") or {}), "count": n, "reset_hook": settings.reset_hook}
+    if stop is not None:
+        combined["run"]["interrupted"] = stop.to_dict()
+        combined["gates"] = []  # an interrupted series is kept, not judged
     write_results(results, combined)
+    mismatch = count_mismatch(combined["summary"])  # a bug of the counting: written, said, a failed run
+    if mismatch:
+        print(f"llm-locust: the combined counts do not add up: {mismatch}", file=sys.stderr)
     print(format_repeats(combined["repeats"]), flush=True)
+    if stop is not None:
+        print(
+            f"INTERRUPTED by {stop.signal} ({stop.phase}): {len(docs)} of {n} repetitions combined; "
+            "figures kept, not judged",
+            flush=True,
+        )
     print(f"combined results written to {results}", flush=True)
     if settings.report:
         from llm_locust.report.html import main as report_main
 
         report_main([results, "-o", settings.report])
+    if stop is not None:
+        print(f"llm-locust: exit {stop.exit_code}: interrupted by {stop.signal}", file=sys.stderr)
+        return stop.exit_code
     if settings.baseline:
         from llm_locust.report.compare import main as compare_main
 
         cargs = [settings.baseline, results, "--fail-on", "regression", "--tolerance", settings.tolerance]
         if settings.junit:
             cargs += ["--junit", settings.junit]
-        return compare_main(cargs) or worst
-    return worst
+        return compare_main(cargs) or int(bool(mismatch))
+    return int(bool(mismatch))
 
 
 USAGE = """usage: llm-locust COMMAND ...
@@ -445,6 +481,37 @@ def trace(argv: list[str]) -> int:
     return 2
 
 
+class _SafeStream:
+    """A text stream whose every write is made terminal-safe (report/terminal.py, lines kept): the
+    one choke point between what a command prints and the terminal, whatever a server or a file
+    put in the text. The rest of the stream (flush, fileno, encoding ...) is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from llm_locust.report.terminal import terminal_safe
+
+        self._stream.write(terminal_safe(text, lines=True))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _terminal_safe_streams(live_panel: bool) -> None:
+    """Every command's stdout and stderr through `_SafeStream`; `run`'s too unless they are a
+    terminal, where its live panel (rich) draws with escapes of its own: there each text a server
+    or a file supplies is escaped where it is printed (report/terminal.py)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _SafeStream):
+            continue
+        if live_panel and stream.isatty():
+            continue
+        setattr(sys, name, _SafeStream(stream))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: the command's; 2 for a missing or unknown command (the usage on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -460,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm-locust {version('llm-locust')} (locust {version('locust')})")
         return 0
     cmd, rest = argv[0], argv[1:]
+    _terminal_safe_streams(live_panel=cmd == "run")
     if cmd == "run":
         return run(rest)
     if cmd == "sim":

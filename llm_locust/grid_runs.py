@@ -12,13 +12,12 @@ Why separate processes: a cell is exactly the run a user would make by hand with
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from llm_locust.children import Children, child_env
 from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, render
 from llm_locust.report.schema import ResultsDoc
 from llm_locust.settings.grid_spec import cell_name, parse_grid
@@ -83,72 +82,103 @@ def _context(settings: Any, argv: list[str], plan: Any, results: str) -> dict[st
 def _cell_line(k: int, n: int, row: dict[str, Any]) -> str:
     unit = row.get("unit") or ""
     knee = "not found" if row["knee_load"] is None else f"{row['knee_load']:g} {unit}".rstrip()
-    sla = "" if row["sla_load"] is None else f"; highest load meeting every SLO {row['sla_load']:g} {unit}".rstrip()
+    if row["sla_load"] is None:
+        sla = ""
+    elif row.get("sla_lower_bound"):  # no higher load broke an SLO: the limit lies at or above it
+        top = "the search's highest probe" if str(row.get("sla_how")).startswith("search") else "the ladder's top step"
+        sla = f"; highest load meeting every SLO at least {row['sla_load']:g} {unit} ({top} met every SLO)"
+    else:
+        sla = f"; highest load meeting every SLO {row['sla_load']:g} {unit}".rstrip()
     return f"grid cell {k}/{n} isl={row['isl']} osl={row['osl']}: knee {knee}{sla}; results {row['results']}"
 
 
-def _run_cell(cmd: list[str], env: dict[str, str], path: str) -> tuple[int, ResultsDoc | str]:
-    """One cell's run: (exit status, its results, or why there are none)."""
+def _run_cell(
+    children: Children, cmd: list[str], env: dict[str, str], path: str, phase: str
+) -> tuple[int | None, ResultsDoc | str]:
+    """One cell's run, a child of the grid: (exit status, its results or why there are none);
+    (None, "") when a signal came before it started."""
     from llm_locust.report.results import ResultsError, read_results
 
     if os.path.exists(path):
         os.unlink(path)  # an earlier grid's file must not stand in for this cell's
-    code = subprocess.run(cmd, env=env).returncode
+    code = children.run(cmd, env, phase=phase)
+    if code is None:
+        return None, ""
     try:
         return code, read_results(path)
     except ResultsError as e:
         return code, str(e)
 
 
-def run_grid(argv: list[str], settings: Any, child_env: dict[str, str]) -> int:
-    """Every cell in turn (ISL outer, OSL inner); a cell that writes no results stops the grid
-    (the same would befall the rest). Exit status: the highest of the cells' (1: a cell's gate
-    failed, e.g. its SLA search found no load meeting the SLOs), 0 when all passed."""
-    from llm_locust.report.files import write_atomic
-    from llm_locust.report.results import write_results
+def _cell_cmd(argv: list[str], settings: Any, results: str, isl: int, osl: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "llm_locust.cli",
+        "run",
+        *with_options(argv, cell_options(settings, results, isl, osl)),
+    ]
 
+
+def run_grid(argv: list[str], settings: Any, child_extra: dict[str, str]) -> int:
+    """Every cell in turn (ISL outer, OSL inner); a cell that writes no results stops the grid
+    (the same would befall the rest). Each cell is a child of the grid (llm_locust.children): a
+    SIGINT or SIGTERM stops the running cell and the grid, whose results then hold the cells that
+    wrote theirs, marked interrupted. Exit status: 130 / 143 interrupted; else the highest of the
+    cells' (1: a cell's gate failed, e.g. its SLA search found no load meeting the SLOs), 0 when all
+    passed."""
     grid = parse_grid(settings.grid)
     results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-grid-"), "grid.json")
-    pkg_root = str(Path(__file__).resolve().parent.parent)  # each cell runs this very package
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH", "")])),
-        **child_env,
-    }
+    env = child_env(child_extra)
     os.makedirs(os.path.dirname(os.path.abspath(results)), exist_ok=True)  # a cell's workload is written there first
     cells = grid.cells()
     print(f"grid: {len(cells)} cells ({grid.spec()}), each runs --ladder {settings.ladder}", flush=True)
     rows: list[dict[str, Any]] = []
     plan, worst, started = None, 0, time.time()
-    for k, (isl, osl) in enumerate(cells, 1):
-        path = cell_path(results, isl, osl)
-        cmd = [
-            sys.executable,
-            "-m",
-            "llm_locust.cli",
-            "run",
-            *with_options(argv, cell_options(settings, results, isl, osl)),
-        ]
-        code, doc = _run_cell(cmd, env, path)
-        if isinstance(doc, str):
-            print(
-                f"llm-locust: grid cell isl={isl} osl={osl} exited {code} without results ({doc}): stopped",
-                file=sys.stderr,
-            )
-            return code or 1
-        worst = max(worst, code)
-        plan = plan or doc.get("plan")
-        row = cell_row(doc, isl, osl, path, code)
-        row["report"] = cell_path(settings.report, isl, osl) if settings.report else ""
-        rows.append(row)
-        print(_cell_line(k, len(cells), row), flush=True)
-    context = _context(settings, argv, plan, results)
-    context.update(started_at=started, ended_at=time.time())
-    doc_out = grid_doc(grid.spec(), rows, context)
-    write_results(results, doc_out)
-    print(format_grid(doc_out), flush=True)
+    with Children() as children:
+        for k, (isl, osl) in enumerate(cells, 1):
+            path = cell_path(results, isl, osl)
+            phase = f"grid cell {k} of {len(cells)} (isl={isl} osl={osl})"
+            code, doc = _run_cell(children, _cell_cmd(argv, settings, results, isl, osl), env, path, phase)
+            if code is None:
+                break
+            if isinstance(doc, str):
+                if children.interruption is not None:
+                    break
+                print(
+                    f"llm-locust: grid cell isl={isl} osl={osl} exited {code} without results ({doc}): stopped",
+                    file=sys.stderr,
+                )
+                return code or 1
+            if children.interruption is None:
+                worst = max(worst, code)
+            plan = plan or doc.get("plan")
+            row = cell_row(doc, isl, osl, path, code)
+            row["report"] = cell_path(settings.report, isl, osl) if settings.report else ""
+            rows.append(row)
+            print(_cell_line(k, len(cells), row), flush=True)
+            if children.interruption is not None:
+                break
+        context = _context(settings, argv, plan, results)
+        context.update(started_at=started, ended_at=time.time(), planned_cells=len(cells))
+        if children.interruption is not None:
+            context["interrupted"] = children.interruption.to_dict()
+        _write_grid(settings, results, grid_doc(grid.spec(), rows, context))
+        if children.interruption is not None:
+            stop = children.interruption
+            print(f"llm-locust: exit {stop.exit_code}: interrupted by {stop.signal}", file=sys.stderr)
+            return stop.exit_code
+    return worst
+
+
+def _write_grid(settings: Any, results: str, doc: dict[str, Any]) -> None:
+    """The grid results file, the table printed, the page with --report."""
+    from llm_locust.report.files import write_atomic
+    from llm_locust.report.results import write_results
+
+    write_results(results, doc)
+    print(format_grid(doc), flush=True)
     print(f"grid results written to {results}", flush=True)
     if settings.report:
-        write_atomic(settings.report, render(doc_out, base=os.path.dirname(os.path.abspath(settings.report))))
+        write_atomic(settings.report, render(doc, base=os.path.dirname(os.path.abspath(settings.report))))
         print(f"grid report written to {settings.report}", flush=True)
-    return worst

@@ -354,3 +354,85 @@ def canned_server(reply: bytes):
     server = StreamServer(("127.0.0.1", 0), handle)
     server.start()
     return server
+
+
+class Background:
+    """``llm-locust run ARGS`` in a session of its own (a terminal's Ctrl-C reaches its whole group:
+    ``signal(SIGINT, group=True)``), its stdout and stderr read line by line, so a test waits for
+    what the run says rather than for time, and sees every process it started (``descendants``)."""
+
+    def __init__(self, cwd: Path | str, *args: str) -> None:
+        import threading
+
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            cli_argv("run", *args),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        self.lines: dict[str, list[str]] = {"out": [], "err": []}
+        self._seen = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream, name), daemon=True)
+            for stream, name in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))
+        ]
+        for r in self._readers:
+            r.start()
+        self.pids: set[int] = set()
+
+    def _read(self, stream, name: str) -> None:
+        for line in stream:
+            with self._seen:
+                self.lines[name].append(line)
+                self._seen.notify_all()
+
+    def text(self) -> str:
+        return "".join(self.lines["out"]) + "".join(self.lines["err"])
+
+    def wait_for(self, text: str, count: int = 1, timeout: float = 60.0) -> None:
+        """Until stdout and stderr together have `count` lines with `text` in them."""
+        deadline = time.monotonic() + timeout
+        with self._seen:
+            while sum(text in line for lines in self.lines.values() for line in lines) < count:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise AssertionError(
+                        f"{text!r} not said {count} time(s) within {timeout} s:\n{self.text()[-4000:]}"
+                    )
+                self._seen.wait(min(left, 0.5))
+
+    def descendants(self) -> set[int]:
+        """The PIDs of every process under the run now (also kept in `pids`)."""
+        import psutil
+
+        now = {p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)}
+        self.pids |= now
+        return now
+
+    def signal(self, sig: int, group: bool = False) -> None:
+        (os.killpg if group else os.kill)(self.proc.pid, sig)
+
+    def finish(self, timeout: float = 120.0) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) once the run has ended."""
+        self.proc.wait(timeout=timeout)
+        for r in self._readers:
+            r.join(10)
+        return self.proc.returncode, "".join(self.lines["out"]), "".join(self.lines["err"])
+
+
+def live(pids: set[int]) -> list[int]:
+    """The PIDs of `pids` still running (a zombie, ended but not yet reaped, is not running)."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            out.append(pid)
+    return out

@@ -6,11 +6,12 @@ real command line."""
 import json
 import math
 import re
+import signal
 from pathlib import Path
 
 import pytest
 import yaml
-from support import run_cli, run_ok
+from support import Background, live, run_cli, run_ok
 
 from llm_locust.grid_runs import cell_options, cell_path, cell_synthetic, with_options
 from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, heatmap, render
@@ -212,6 +213,40 @@ def test_cell_rows_table_and_heatmaps_carry_the_cells_figures():
     assert 'id="grid-table"' in page and "r.cell-isl64-osl32.json" in page
 
 
+def _search_doc(answer: float, broke: float | None) -> dict:
+    """A cell's results with an SLA search whose highest met probe is `answer` (`broke`: the lowest
+    that broke an SLO; None: none did, e.g. the range's top met every SLO)."""
+    doc = _cell_doc(4, 600.0, 3)
+    probes = [{"level": answer, "met": True, "step": 2}] + (
+        [{"level": broke, "met": False, "step": 3}] if broke else []
+    )
+    doc["ladder"]["sla"] = {"answer": answer, "bracket": [answer, broke], "reached": "x", "probes_detail": probes}
+    return doc
+
+
+def test_an_sla_load_no_higher_load_broke_is_a_lower_bound():
+    """Before: a cell whose ladder met every SLO up to its top step showed that step as "the highest
+    load meeting every SLO", where the limit is only known to be at least that."""
+    top = cell_row(_cell_doc(4, 600.0, 4), 64, 32)  # step 4 (load 8), the ladder's top, met every SLO
+    below = cell_row(_cell_doc(4, 600.0, 3), 64, 64)  # step 4 broke one: load 4 is the limit
+    cut = _cell_doc(4, 600.0, 3)
+    cut["ladder"]["steps"][3]["cut"] = True  # the step above was cut by a signal: it broke nothing
+    assert (top["sla_load"], top["sla_lower_bound"]) == (8.0, True)
+    assert (below["sla_load"], below["sla_lower_bound"]) == (4.0, False)
+    assert cell_row(cut, 384, 32)["sla_lower_bound"] is True
+    assert cell_row(_search_doc(8.0, None), 384, 64)["sla_lower_bound"] is True
+    assert cell_row(_search_doc(4.0, 6.0), 384, 64)["sla_lower_bound"] is False
+    doc = grid_doc("isl=64:osl=32,64", [top, below], {"ladder": "concurrency:1,2,4,8", "slos": {"ttft_p90": 0.1}})
+    text = format_grid(doc)
+    rows = [line.split() for line in text.splitlines()[3:5]]
+    assert [r[4] for r in rows] == [">=8", "4"], text  # ISL, OSL, knee, tok/s at knee, SLA load
+    assert "is at least X" in text.splitlines()[-1]
+    page = render(doc)
+    assert "&gt;=8</text>" in page and 'id="grid-lower-bound"' in page and "<td>&gt;=8</td>" in page
+    assert 'data-value="8.0"' in page  # the heatmap's value stays the number
+    assert "lower" not in format_grid(grid_doc("isl=64:osl=64", [below], {}))  # no note without a bound
+
+
 # ---- real grids on the simulator ----
 
 A, B, C = SimConfig().iter_base, SimConfig().iter_per_seq, SimConfig().iter_per_prefill_token
@@ -320,6 +355,35 @@ def test_a_grid_of_sla_searches_with_per_gpu_and_cost_figures(tmp_path, sims):
         tok = step["output_tokens_per_s"]
         assert c["sla_tokens_per_s_per_gpu"] == pytest.approx(tok / 2)
         assert c["sla_usd_per_mtok"] == pytest.approx(3 * 2 / 3600 / tok * 1e6)
+
+
+@pytest.mark.parametrize("sig, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
+def test_a_signal_stops_the_grid_and_marks_its_results(tmp_path, sig, group, code):
+    """Ctrl-C (SIGINT to the group) or SIGTERM to the parent during cell 2 of 3. Before: SIGTERM
+    killed the parent at once (no grid results) while the cell kept sending load; Ctrl-C stopped
+    the cell, then the next one ran. Cell 1 met its loose SLO at the ladder's top: a lower bound."""
+    run = Background(
+        tmp_path,
+        *("--grid", "isl=16:osl=4,8,12", "--ladder", "concurrency:1,2", "--step-duration", "2s", "--warmup", "0s"),
+        *("--slo", "ttft_p90=10s", "--results", "g.json", "--report", "g.html"),
+    )
+    run.wait_for("grid cell 1/3", timeout=90)
+    run.wait_for("ladder step 1/2", count=2)  # cell 2 sends load
+    assert run.descendants()  # the cell's run and its simulator
+    run.signal(sig, group)
+    rc, out, err = run.finish(timeout=90)
+    assert rc == code, err[-3000:]
+    assert live(run.pids) == []  # no cell or simulator left behind
+    assert "Traceback" not in err and "grid cell 3/3" not in out
+    assert not (tmp_path / "g.cell-isl16-osl12.json").exists()
+    assert f"INTERRUPTED by {sig.name} (grid cell 2 of 3 (isl=16 osl=8)): 2 of 3 cells wrote results" in out
+    doc = json.loads((tmp_path / "g.json").read_text())
+    assert doc["grid"]["interrupted"]["signal"] == sig.name and doc["grid"]["planned_cells"] == 3
+    first, second = doc["cells"]
+    assert (first["interrupted"], second["interrupted"]) == (False, True)
+    assert first["sla_load"] == 2 and first["sla_lower_bound"] is True  # every step met 10 s: at least 2
+    assert "highest load meeting every SLO at least 2 users (the ladder's top step met every SLO)" in out
+    assert 'id="grid-interrupted"' in (tmp_path / "g.html").read_text()
 
 
 def test_bad_grids_on_the_command_line_exit_2_before_any_load(tmp_path):

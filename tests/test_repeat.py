@@ -3,15 +3,19 @@ compare's noise verdict and its regression mode on synthetic repeated results, b
 
 import json
 import math
+import signal
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support import cli_process
+from pydantic import TypeAdapter
+from support import Background, cli_process, live
 
-from llm_locust.analysis.repeats import combine, format_repeats, interval, t975, welch
+from llm_locust.analysis.repeats import combine, count_mismatch, format_repeats, interval, t975, welch
 from llm_locust.report import compare as cmp
 from llm_locust.report.results import SCHEMA, SCHEMA_VERSION
+from llm_locust.report.schema import Figures
 
 
 def cli(*args, timeout=60):
@@ -89,7 +93,12 @@ def test_run_repeat_3_against_the_simulator(tmp_path):
     sd = math.sqrt(sum((x - sum(tps) / 3) ** 2 for x in tps) / 2)
     assert f["output_tokens_per_s"]["half_width"] == pytest.approx(4.303 * sd / math.sqrt(3))
     assert doc["summary"]["output_tokens_per_s"] == pytest.approx(sum(tps) / 3)  # the summary holds the means
-    assert doc["summary"]["ok"] == sum(r["summary"]["ok"] for r in reps)
+    s = doc["summary"]  # every count the sum of the repetitions', the latencies' counts too
+    assert {k: s[k] for k in COUNTS} == {k: sum(r["summary"][k] for r in reps) for k in COUNTS}
+    assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s["client_cancelled"] + s["lost"]
+    assert s["duration_s"] == pytest.approx(sum(r["summary"]["duration_s"] for r in reps))
+    assert s["latency"]["ttft"]["count"] == sum(r["summary"]["latency"]["ttft"]["count"] for r in reps)
+    TypeAdapter(Figures).validate_python(s, strict=True)
     assert doc["plan"]["repeat"]["count"] == 3  # `llm-locust run r.json` repeats again
     assert p.stdout.count("repetition ") >= 3 and "95% interval (t, 2 dof)" in p.stdout
     # the HTML report shows the intervals
@@ -117,6 +126,105 @@ def test_a_failing_reset_hook_stops_the_series(tmp_path):
     assert p.returncode == 1
     assert "the reset hook exited 7 before repetition 1" in p.stderr
     assert not list(tmp_path.iterdir())
+
+
+# ---- the combined counts ----
+
+
+def _counted(sent: int, ok: int, failed: int, cancelled: int, duration: float, ttft: list[float]) -> dict:
+    """A repetition's results with its counts: `failed` http errors, TTFT samples `ttft`."""
+    doc = _doc({"ttft_p50": sorted(ttft)[len(ttft) // 2], "ttft_p99": max(ttft)})
+    s = doc["summary"]
+    s.update(
+        sent=sent,
+        ok=ok,
+        failed=failed,
+        cancelled=cancelled,
+        client_cancelled=0,
+        lost=0,
+        finished=ok + failed + cancelled,
+        outcomes={"ok": ok, "http_error": failed, "cancelled": cancelled},
+        causes={"http 500": failed},
+        errors={"http_error": {"500 boom": failed}},
+        duration_s=duration,
+        tokens_out=16 * ok,
+    )
+    s["latency"]["ttft"].update(count=len(ttft), mean=sum(ttft) / len(ttft), min=min(ttft), max=max(ttft))
+    return doc
+
+
+def test_the_combined_counts_are_the_sums_of_every_repetition():
+    """Before: `sent` and `duration_s` and the latency counts were the last repetition's while `ok`
+    was summed (sent 34, ok 61: ok > sent); compare printed "requests ok / sent 61 / 34"."""
+    docs = [
+        _counted(30, 27, 2, 1, 3.0, [0.1, 0.2, 0.3]),
+        _counted(34, 30, 4, 0, 3.5, [0.2, 0.4]),
+        _counted(9, 4, 0, 5, 1.0, [0.5]),  # the one a signal cut: its counts count all the same
+    ]
+    s = combine(docs, ["a", "b", "c"], "test", planned=3)["summary"]
+    assert (s["sent"], s["ok"], s["failed"], s["cancelled"], s["finished"]) == (73, 61, 6, 6, 73)
+    assert s["outcomes"] == {"ok": 61, "http_error": 6, "cancelled": 6} and s["causes"] == {"http 500": 6}
+    assert s["errors"] == {"http_error": {"500 boom": 6}}
+    assert s["duration_s"] == pytest.approx(7.5) and s["tokens_out"] == 16 * 61
+    ttft = s["latency"]["ttft"]
+    assert ttft["count"] == 6 and (ttft["min"], ttft["max"]) == (0.1, 0.5)
+    assert ttft["mean"] == pytest.approx((0.6 + 0.6 + 0.5) / 6)  # weighted by each repetition's count
+    assert ttft["p50"] == pytest.approx((0.2 + 0.4 + 0.5) / 3)  # the headline figure: the repetitions' mean
+    assert count_mismatch(s) is None
+
+
+def test_combined_counts_that_do_not_add_up_are_told():
+    bad = _counted(30, 27, 2, 1, 3.0, [0.1])
+    bad["summary"]["sent"] = 40  # 10 requests with no outcome and not lost
+    assert count_mismatch(bad["summary"]) == "sent 40 != ok 27 + failed 2 + cancelled 1 + client_cancelled 0 + lost 0"
+    combined = combine([bad, _counted(30, 27, 2, 1, 3.0, [0.1])], ["a", "b"], "test")["summary"]
+    assert count_mismatch(combined) == "sent 70 != ok 54 + failed 4 + cancelled 2 + client_cancelled 0 + lost 0"
+
+
+# ---- signals: the repetitions belong to the series ----
+
+COUNTS = ("sent", "ok", "failed", "cancelled", "client_cancelled", "lost", "tokens_out")
+
+
+@pytest.mark.parametrize("sig, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
+def test_a_signal_stops_the_series_and_combines_what_finished(tmp_path, sig, group, code):
+    """Ctrl-C (SIGINT to the terminal's group) or `kill` (SIGTERM to the parent alone) during
+    repetition 2 of 3. Before: SIGTERM killed the parent at once (rc -15, nothing combined) while
+    the repetition kept sending load; Ctrl-C stopped the repetition, then the next one ran."""
+    run = Background(tmp_path, "--repeat", "3", "-u", "2", "-t", "20s", "--max-tokens", "16", "--results", "r.json")
+    run.wait_for("repetition 1/3:", timeout=90)
+    run.wait_for("All users spawned", count=2)  # repetition 2 sends load
+    assert run.descendants()  # the repetition and its simulator
+    run.signal(sig, group)
+    rc, out, err = run.finish(timeout=90)
+    assert rc == code, err[-3000:]
+    assert live(run.pids) == []  # no repetition or simulator left behind
+    assert "Traceback" not in err and "repetition 3/3" not in out and not (tmp_path / "r.rep3.json").exists()
+    assert f"INTERRUPTED by {sig.name} (repetition 2 of 3): 2 of 3 repetitions combined" in out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["run"]["interrupted"]["signal"] == sig.name and doc["run"]["interrupted"]["phase"] == "repetition 2 of 3"
+    assert doc["gates"] == [] and doc["repeats"]["count"] == 2 and doc["repeats"]["planned"] == 3
+    reps = [json.loads((tmp_path / f"r.rep{k}.json").read_text()) for k in (1, 2)]
+    assert reps[1]["run"]["interrupted"]["signal"] == sig.name  # the repetition stopped as a run does
+    s = doc["summary"]
+    assert {k: s[k] for k in COUNTS} == {k: sum(r["summary"][k] for r in reps) for k in COUNTS}
+    assert s["sent"] == s["ok"] + s["failed"] + s["cancelled"] + s["client_cancelled"] + s["lost"] > 0
+
+
+def test_a_killed_series_takes_its_repetition_with_it(tmp_path):
+    """SIGKILL to the parent (nothing can be forwarded): the repetition gets SIGTERM from the
+    kernel (PR_SET_PDEATHSIG), stops as on any SIGTERM (its results marked), and its simulator goes."""
+    run = Background(tmp_path, "--repeat", "3", "-u", "2", "-t", "60s", "--max-tokens", "16", "--results", "r.json")
+    run.wait_for("All users spawned", timeout=90)
+    assert len(run.descendants()) >= 2
+    run.signal(signal.SIGKILL)
+    run.finish(timeout=30)
+    deadline = time.monotonic() + 30
+    while live(run.pids) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling for the processes to end, within the deadline
+    assert live(run.pids) == []
+    rep = json.loads((tmp_path / "r.rep1.json").read_text())
+    assert rep["run"]["interrupted"]["signal"] == "SIGTERM" and rep["summary"]["duration_s"] < 50
 
 
 # ---- compare on synthetic repeated results ----

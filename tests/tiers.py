@@ -50,6 +50,7 @@ LAUNCHERS = REAL_LAUNCHERS | {
     "cli_process",
     "run_ok",  # support: run_cli, its status checked
     "start_run",  # support: `llm-locust run` in the background
+    "Background",  # support: `llm-locust run` in a session of its own, its lines read
     "Cluster",  # support: a Locust master and its workers
     "SimProcess",
     "ProxyProcess",

@@ -194,20 +194,126 @@ def repeats_section(docs: Sequence[ResultsDoc], files: list[str], reset: str) ->
     }
 
 
-SUMMED = ("finished", "ok", "failed", "cancelled", "tokens_in", "tokens_out")
+# Counts in a summary, summed over the repetitions; the maps of counts (by outcome, cause, source)
+# summed key by key. `duration_s` is summed too: the time measured over the whole series.
+SUMMED = (
+    "sent",
+    "finished",
+    "ok",
+    "failed",
+    "cancelled",
+    "client_cancelled",
+    "lost",
+    "workers_lost",
+    "tokens_in",
+    "tokens_out",
+    "tokens_out_failed",
+    "length_checked",
+    "length_mismatch",
+    "duration_s",
+)
+SUMMED_MAPS = ("outcomes", "causes", "n_out_sources", "n_in_sources")
+# Rates not among the headline figures: their means, as the headline figures'
+MEANS = ("concurrency",)
+SUMMARY_NOTE = (
+    "summary: counts (sent, ok, failed by kind, cancelled, client_cancelled, lost, tokens, ...) and "
+    "duration_s summed over the repetitions; rates and latency percentiles the means of the "
+    "repetitions' (each latency's count summed, its mean weighted by count, its min and max the "
+    "extremes); validity flags those of any repetition; client, phases, kinds, media, cache, "
+    "distributions, steps and series are the last repetition's"
+)
 
 
-def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> ResultsDoc:
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _sum_map(maps: Sequence[Any]) -> dict[str, Any]:
+    """{key: sum} of maps of counts; a map of maps (errors: {outcome: {text: count}}) key by key."""
+    out: dict[str, Any] = {}
+    for m in maps:
+        for k, v in (m or {}).items():
+            if isinstance(v, dict):
+                out[k] = _sum_map([out.get(k) or {}, v])
+            elif _number(v):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    xs = [float(v) for v in values if _number(v)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _latency(stats: Sequence[Any]) -> dict[str, Any]:
+    """One latency over the repetitions: the counts summed, the mean weighted by count, min and max
+    the extremes, each percentile the mean of the repetitions' that have samples."""
+    have = [s for s in stats if isinstance(s, dict) and _number(s.get("count")) and s["count"] > 0]
+    count = sum(int(s["count"]) for s in have)
+    out: dict[str, Any] = {"count": count}
+    if not count:
+        return out
+    if all(_number(s.get("mean")) for s in have):
+        out["mean"] = sum(s["mean"] * s["count"] for s in have) / count
+    for key, pick in (("min", min), ("max", max)):
+        values = [s[key] for s in have if _number(s.get(key))]
+        if values:
+            out[key] = pick(values)
+    for p in sorted({k for s in have for k in s if k.startswith("p")}):
+        mean = _mean([s.get(p) for s in have])
+        if mean is not None:
+            out[p] = mean
+    return out
+
+
+def combined_summary(summaries: Sequence[dict[str, Any]], last: dict[str, Any]) -> dict[str, Any]:
+    """The combined summary (SUMMARY_NOTE): `last` (a copy of the last repetition's) with its counts,
+    rates and latencies made those of every repetition."""
+    out = dict(last)
+    for k in SUMMED:
+        if any(k in s for s in summaries):
+            out[k] = sum(s.get(k, 0) for s in summaries if _number(s.get(k, 0)))
+    for k in SUMMED_MAPS:
+        out[k] = _sum_map([s.get(k) for s in summaries])
+    out["errors"] = _sum_map([s.get("errors") for s in summaries])
+    for k in MEANS:
+        mean = _mean([s.get(k) for s in summaries])
+        if mean is not None:
+            out[k] = mean
+    metrics = {m for s in summaries for m in (s.get("latency") or {})}
+    out["latency"] = {m: _latency([(s.get("latency") or {}).get(m) for s in summaries]) for m in sorted(metrics)}
+    return out
+
+
+def count_mismatch(summary: Any) -> str | None:
+    """Why a summary's counts do not add up, or None: sent = ok + failed (by kind) + cancelled +
+    client_cancelled + lost, and the outcomes by kind sum to finished (metrics.aggregate figures)."""
+    parts = ("ok", "failed", "cancelled", "client_cancelled", "lost")
+    n = {k: summary.get(k, 0) for k in ("sent", "finished", *parts)}
+    if sum(n[k] for k in parts) != n["sent"]:
+        return f"sent {n['sent']} != " + " + ".join(f"{k} {n[k]}" for k in parts)
+    outcomes = summary.get("outcomes")
+    if isinstance(outcomes, dict) and outcomes and sum(outcomes.values()) != n["finished"]:
+        return f"the outcomes by kind sum to {sum(outcomes.values())}, finished is {n['finished']}"
+    return None
+
+
+def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str, planned: int | None = None) -> ResultsDoc:
     """The combined results: the last repetition's document (plan, provenance, distributions,
-    steps, series) with the summary's headline figures replaced by their means over the
-    repetitions, the counts summed, and the `repeats` section."""
+    steps, series) with the summary made the series' (SUMMARY_NOTE: counts summed, headline figures
+    their means), the validity flags of any repetition, and the `repeats` section (`planned`: the
+    repetitions asked for, when fewer were combined). Its counts add up when each repetition's do
+    (count_mismatch, checked by the writer)."""
     import copy
 
     out = copy.deepcopy(docs[-1])
     out.pop("_path", None)
     rep = repeats_section(docs, files, reset)
-    # written by a figure's path (HEADLINE, SUMMED): a view of the summary open by name
-    summary = cast(dict[str, Any], out["summary"])
+    if planned is not None:
+        rep["planned"] = planned
+    summaries = [cast(dict[str, Any], d["summary"]) for d in docs]
+    summary = combined_summary(summaries, cast(dict[str, Any], out["summary"]))
+    # the headline figures' means, written by their paths (HEADLINE)
     for name, f in rep["figures"].items():
         path = dict((n, p) for n, p, _ in HEADLINE)[name]
         if path[0] != "summary":
@@ -216,15 +322,10 @@ def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str) -> Results
         for k in path[1:-1]:
             target = target.setdefault(k, {})
         target[path[-1]] = f["mean"]
-    for k in SUMMED:
-        vals = [cast(dict[str, Any], d["summary"]).get(k) for d in docs]
-        counts = [v for v in vals if isinstance(v, int)]
-        if len(counts) == len(vals):
-            summary[k] = sum(counts)
-    rep["summary_note"] = (
-        "summary: headline figures are the means over the repetitions, counts summed; "
-        "distributions, steps and series are the last repetition's"
-    )
+    out["summary"] = cast(Any, summary)
+    flags = sorted({f for d in docs for f in (d.get("validity") or {}).get("flags", [])})
+    out["validity"] = {**out["validity"], "flags": flags}
+    rep["summary_note"] = SUMMARY_NOTE
     out["repeats"] = rep
     return out
 

@@ -45,17 +45,24 @@ def _n(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _sla(ladder: LadderDoc | None, verdict: Saturation | None) -> tuple[float | None, int | None, str]:
-    """(load, step, how) of the highest load meeting every SLO: the search's answer (its probe at
-    that level that met them) or the ladder verdict's highest such step."""
+def _sla(ladder: LadderDoc | None, verdict: Saturation | None) -> tuple[float | None, int | None, str, bool]:
+    """(load, step, how, lower bound) of the highest load meeting every SLO: the search's answer
+    (its probe at that level that met them) or the ladder verdict's highest such step. A lower
+    bound when no higher load was measured to break an SLO (the search found none that broke one,
+    or no step of the ladder ran above it): the limit is at least that load, the ladder's top."""
     search = ladder.get("sla") if ladder else None
     if search:
         answer = _n(search["answer"])
         probe = next((p for p in search["probes_detail"] if p["met"] and _n(p["level"]) == answer), None)
-        return answer, probe["step"] if probe else None, f"search ({search['reached']})"
+        lower = answer is not None and search["bracket"][1] is None
+        return answer, probe["step"] if probe else None, f"search ({search['reached']})", lower
     if verdict is None:
-        return None, None, "ladder"
-    return _n(verdict["max_slo_load"]), verdict["max_slo_step"], "ladder"
+        return None, None, "ladder", False
+    load = _n(verdict["max_slo_load"])
+    above = [
+        s for s in (ladder["steps"] if ladder else []) if not s.get("cut") and load is not None and s["offered"] > load
+    ]
+    return load, verdict["max_slo_step"], "ladder", load is not None and not above
 
 
 def cell_row(doc: ResultsDoc, isl: int, osl: int, path: str = "", code: int = 0) -> dict[str, Any]:
@@ -72,7 +79,7 @@ def cell_row(doc: ResultsDoc, isl: int, osl: int, path: str = "", code: int = 0)
         or (verdict["offered_kind"] if verdict else None)
         or next((s["offered_kind"] for s in steps), "")
     )
-    sla_load, sla_step, sla_how = _sla(ladder, verdict)
+    sla_load, sla_step, sla_how, sla_lower = _sla(ladder, verdict)
     cost = doc.get("verdicts")
     cost_steps = {r["step"]: r for r in cost["steps"]} if cost else {}
     knee_cost = cost["knee"] if cost else None
@@ -96,6 +103,7 @@ def cell_row(doc: ResultsDoc, isl: int, osl: int, path: str = "", code: int = 0)
         "sla_load": sla_load,
         "sla_step": sla_step,
         "sla_how": sla_how,
+        "sla_lower_bound": sla_lower,  # no higher load broke an SLO: the limit is at least sla_load
         "sla_output_tokens_per_s": _n(sla_row["output_tokens_per_s"]) if sla_row else None,
         "max_output_tokens_per_s": max(rates) if rates else None,
         "knee_tokens_per_s_per_gpu": _n(knee_cost.get("output_tokens_per_s_per_gpu")) if knee_cost else None,
@@ -104,6 +112,7 @@ def cell_row(doc: ResultsDoc, isl: int, osl: int, path: str = "", code: int = 0)
         "sla_usd_per_mtok": _n(sla_cost.get("usd_per_million_output_tokens")) if sla_cost else None,
         "flags": sorted(doc["validity"]["flags"]),
         "stop_reason": ladder["stop_reason"] if ladder else None,
+        "interrupted": bool((doc.get("run") or {}).get("interrupted")),  # the cell's own run was cut
     }
 
 
@@ -134,21 +143,55 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else num(v)
 
 
+LOWER_BOUND_NOTE = (
+    ">= X: no load above X was measured to break an SLO (the ladder's top step, or the search's "
+    "highest probe, met every SLO): the highest load meeting every SLO is at least X; raise the "
+    "ladder's top to find it"
+)
+
+
+def _show(c: Mapping[str, Any], key: str) -> str:
+    """A cell's figure as shown: the SLA load as ">=X" when it is a lower bound (LOWER_BOUND_NOTE)."""
+    v = c.get(key)
+    if v is not None and key == "sla_load" and c.get("sla_lower_bound"):
+        return f">={num(v)}"
+    return _fmt(v)
+
+
+def _flags(c: Mapping[str, Any], sep: str) -> str:
+    flags = list(c.get("flags") or []) + (["interrupted"] if c.get("interrupted") else [])
+    return sep.join(flags) or "-"
+
+
+def interrupted_line(doc: Mapping[str, Any]) -> str:
+    """ "INTERRUPTED by SIGINT (where): k of N cells ..." for a grid a signal stopped, else ""."""
+    g = _m(doc.get("grid"))
+    stop = _m(g.get("interrupted"))
+    if not stop:
+        return ""
+    n = len(doc.get("cells") or [])
+    return (
+        f"INTERRUPTED by {stop.get('signal')} ({stop.get('phase')}): {n} of {g.get('planned_cells', n)} cells "
+        "wrote results; figures kept, not judged"
+    )
+
+
 def format_grid(doc: Mapping[str, Any]) -> str:
-    """The printed table: one line per cell, the figures any cell has."""
+    """The printed table: one line per cell, the figures any cell has; a lower-bound SLA load as
+    ">=X" with the note below; an interrupted grid's line above."""
     cells = doc.get("cells") or []
     cols = _present(cells)
     head = ["ISL", "OSL"] + [h for _, h, _ in cols] + ["flags"]
-    rows = [
-        [str(c["isl"]), str(c["osl"])] + [_fmt(c.get(k)) for k, _, _ in cols] + [",".join(c.get("flags") or []) or "-"]
-        for c in cells
-    ]
+    rows = [[str(c["isl"]), str(c["osl"])] + [_show(c, k) for k, _, _ in cols] + [_flags(c, ",")] for c in cells]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = "  ".join
     out = [f"ISL/OSL grid {_m(doc.get('grid')).get('spec', '')}"]
+    out += [x for x in (interrupted_line(doc),) if x]
     out.append(line(h.rjust(w) for h, w in zip(head, widths, strict=True)))
     out.append("-" * len(out[-1]))
     out += [line(x.rjust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    if any(c.get("sla_lower_bound") and c.get("sla_load") is not None for c in cells):
+        out.append(LOWER_BOUND_NOTE)
     return "\n".join(out)
 
 
@@ -166,7 +209,8 @@ def _color(t: float) -> str:
 def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
     """An SVG heatmap of one figure: input lengths down, output lengths across, each cell a
     `<rect id="heat-KEY-isl128-osl64" data-value="V">` shaded from the lowest value (light) to the
-    highest (dark), its value written on it; a cell without the figure is grey with "-"."""
+    highest (dark), its value written on it (">=X" for a lower bound); a cell without the figure is
+    grey with "-"."""
     isl = sorted({c["isl"] for c in cells})
     osl = sorted({c["osl"] for c in cells})
     vals = [v for v in (_n(c.get(key)) for c in cells) if v is not None]
@@ -194,7 +238,8 @@ def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
         y = TOP + CELL_H * i
         out.append(f'<text x="{LEFT - 6}" y="{y + CELL_H / 2 + 4}" text-anchor="end">{n_in}</text>')
         for j, n_out in enumerate(osl):
-            v = _n(by.get((n_in, n_out), {}).get(key))
+            cell = by.get((n_in, n_out), {})
+            v = _n(cell.get(key))
             t = (v - lo) / (hi - lo) if v is not None and hi > lo else 1.0
             fill, ink = ("#e9ecef", "#495057") if v is None else (_color(t), "#fff" if t > 0.55 else "#212529")
             x = LEFT + CELL_W * j
@@ -202,7 +247,7 @@ def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
                 f'<rect id="heat-{esc(key)}-isl{n_in}-osl{n_out}" data-value="{"" if v is None else repr(v)}" '
                 f'x="{x}" y="{y}" width="{CELL_W}" height="{CELL_H}" fill="{fill}" stroke="#fff"/>'
                 f'<text x="{x + CELL_W / 2}" y="{y + CELL_H / 2 + 4}" text-anchor="middle" fill="{ink}">'
-                f"{esc(_fmt(v))}</text>"
+                f"{esc(_show(cell, key) if v is not None else '-')}</text>"
             )
     out.append("</svg>")
     return "".join(out)
@@ -235,17 +280,21 @@ def render(doc: Mapping[str, Any], base: str = "") -> str:
     head = ["ISL", "OSL"] + [h for _, h, _ in cols] + ["flags", "results", "report"]
     rows = [
         [c["isl"], c["osl"]]
-        + [_fmt(c.get(k)) for k, _, _ in cols]
-        + [", ".join(c.get("flags") or []) or "-", _link(c.get("results", ""), base), _link(c.get("report", ""), base)]
+        + [_show(c, k) for k, _, _ in cols]
+        + [_flags(c, ", "), _link(c.get("results", ""), base), _link(c.get("report", ""), base)]
         for c in cells
     ]
     maps = "".join(figure(heatmap(cells, k, t), f"fig-heat-{k}") for k, _, t in cols)
+    stop = interrupted_line(doc)
+    warn = f'<div class="warn" id="grid-interrupted"><b>{esc(stop)}</b></div>' if stop else ""
+    lower = any(c.get("sla_lower_bound") and c.get("sla_load") is not None for c in cells)
+    note = f'<p id="grid-lower-bound">{esc(LOWER_BOUND_NOTE)}</p>' if lower else ""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>llm-locust grid {esc(g.get('spec'))}</title><style>{CSS}</style></head><body><main>"
         f"<h1>ISL/OSL grid</h1><p class=sub>{esc(g.get('spec'))}: {len(cells)} cells, one ladder run each</p>"
-        f"{kv_table(_facts(g), id='grid-facts')}"
-        f"<h2>Cells</h2>{table(head, rows, left=2, id='grid-table')}"
+        f"{warn}{kv_table(_facts(g), id='grid-facts')}"
+        f"<h2>Cells</h2>{table(head, rows, left=2, id='grid-table')}{note}"
         f'<h2>Heatmaps</h2><div class="grid">{maps}</div></main></body></html>\n'
     )
