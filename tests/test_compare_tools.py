@@ -375,3 +375,19 @@ def test_a_files_escapes_print_as_text(tmp_path):
             assert not bad, (args, name, bad)
         said = p.stdout + p.stderr
         assert "\\x1b]0;pwned\\x07" in said and "\\u202eevil" in said, said[-2000:]
+
+
+def test_an_error_quoting_the_file_prints_its_escapes_as_text(tmp_path):
+    """read_results' refusal of a newer schema version quotes the file's `environment.llm_locust`:
+    `compare` and `report` print it terminal-safe (old code: raw, from both)."""
+
+    def newer(doc):
+        doc["version"] = 99
+        doc["environment"]["llm_locust"] = "9" + ESCAPES
+
+    bad = _edit(OURS, tmp_path / "newer.json", newer)
+    for args in (("compare", OURS, bad), ("report", bad, "-o", tmp_path / "r.html")):
+        p = cli_process(*args, timeout=120)
+        assert p.returncode == 2 and "results schema version 99" in p.stderr, p.stderr
+        assert not {c for c in p.stdout + p.stderr if c in "\x1b\x07\x9b\u202e"}, (args[0], p.stderr)
+        assert "written by llm-locust 9\\x1b]0;pwned\\x07" in p.stderr, p.stderr

@@ -1626,6 +1626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("results", help="the results JSON written by `llm-locust run --results`")
     p.add_argument("-o", "--output", default="", help="the HTML file to write (default: RESULTS with .html)")
     args = p.parse_args(argv)
+    from llm_locust.report.terminal import terminal_safe
+
     src = Path(args.results)
     out = Path(args.output) if args.output else src.with_suffix(".html")
     try:  # before reading anything: the output is never the results file, a folder, a link, unwritable
@@ -1635,8 +1637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         results = read_results(src)
-    except ResultsError as e:
-        print(f"llm-locust report: {e}", file=sys.stderr)
+    except ResultsError as e:  # it may quote the file: terminal-safe (report/terminal.py)
+        print(f"llm-locust report: {terminal_safe(e)}", file=sys.stderr)
         return 2
     try:
         page = render(results)
@@ -1644,7 +1646,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llm-locust report: {e.name or e} is needed to draw the plots (pip install matplotlib)", file=sys.stderr)
         return 1
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
-        print(f"llm-locust report: {src}: malformed results file ({type(e).__name__}: {e})", file=sys.stderr)
+        print(
+            f"llm-locust report: {src}: malformed results file ({type(e).__name__}: {terminal_safe(e)})",
+            file=sys.stderr,
+        )
         return 2
     try:
         write_atomic(out, _mask(page, results))
