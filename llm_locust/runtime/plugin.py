@@ -325,8 +325,10 @@ def _preflight(environment, settings) -> None:
         settings.connect_timeout,
         endpoints=preflight.endpoint_apis(settings.api, settings.mix),
     )
-    if problem is not None:
-        print(f"llm-locust: {problem.message}", file=sys.stderr, flush=True)
+    if problem is not None:  # it may quote the server (a gRPC error's details): terminal-safe
+        from llm_locust.report.terminal import terminal_safe
+
+        print(f"llm-locust: {terminal_safe(problem.message)}", file=sys.stderr, flush=True)
         sys.exit(problem.code)
 
 
