@@ -270,3 +270,19 @@ def test_terminal_safe_escapes_controls_bidi_and_keeps_text():
     rec = logging.LogRecord("x", logging.INFO, __file__, 1, "model %s", ("m\x1b]8;;http://e/\x1b\\",), None)
     TerminalFilter().filter(rec)
     assert rec.getMessage() == "model m\\x1b]8;;http://e/\\x1b\\"
+
+
+def test_the_live_panel_prints_log_lines_terminal_safe():
+    """A log line printed above the live panel (transport/progress.py _ConsoleStream, a rich
+    console) shows a server's escapes as text (rich passes ESC through as it is)."""
+    import io
+
+    from rich.console import Console
+
+    from llm_locust.transport.progress import _ConsoleStream
+
+    buf = io.StringIO()
+    stream = _ConsoleStream(Console(file=buf, force_terminal=True, width=200))
+    stream.write("model from /v1/models: m\x1b]0;pwned\x07\x1b[2J\u202eevil\n")
+    assert "\x1b]0;" not in buf.getvalue() and "\u202e" not in buf.getvalue(), repr(buf.getvalue())
+    assert "m\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil" in buf.getvalue()
