@@ -2,16 +2,20 @@
 
 The server is `mlflow server` (SQLite backend, artifacts proxied to a folder under the test's
 tmp), from the cache venv of `scripts/real-servers.sh mlflow` (realservers.MlflowServer); the
-client is the `mlflow` extra (mlflow-skinny) in the test env. A tracking server that is down or
-silent must cost the run seconds, never its exit code or its files.
+client is the `mlflow` extra (mlflow-skinny) in the test env. A tracking server that is down,
+silent or dripping must cost the run seconds, never its exit code or its files; credentials in the
+URI are never written or shown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
 import uuid
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import realservers
-from support import free_port, run_ok
+from support import free_port, missing, run_ok, start_run
 
 from llm_locust.report import mlflow_log
 from llm_locust.sim.process import SimProcess
@@ -153,15 +157,15 @@ def test_a_run_without_results_or_report_files_still_sends_both(tmp_path, mlflow
     assert not [k for k in run.data.metrics if k.startswith(mlflow_log.STEP_PREFIX)]  # no ladder, no steps
 
 
-def _closed_run(tmp_path: Path, host: str, uri: str, env: dict | None = None):
-    """A short closed-loop run logging to `uri`; (process, results path, seconds from the
-    results being written to the process's end: the MLflow part)."""
+def _closed_run(tmp_path: Path, host: str, uri: str, *extra: str, env: dict | None = None, timeout: float = 180):
+    """A short closed-loop run logging to `uri`; (process, results path, seconds from the last
+    file written, the report, to the process's end: the MLflow part)."""
     results, report = tmp_path / "r.json", tmp_path / "r.html"
     p = run_ok(
         "--host", host, "-u", "2", "-t", "2s", "--max-tokens", "8",
-        "--results", results, "--report", report, "--mlflow", uri, env=env, timeout=180,
+        "--results", results, "--report", report, "--mlflow", uri, *extra, env=env, timeout=timeout,
     )  # fmt: skip
-    after = time.time() - results.stat().st_mtime
+    after = time.time() - max(results.stat().st_mtime, report.stat().st_mtime)
     assert report.is_file() and json.loads(results.read_text())["summary"]["ok"] > 0
     return p, results, after
 
@@ -190,6 +194,99 @@ def test_a_silent_tracking_server_is_given_up_on_after_its_timeout(tmp_path):
         p, _, after = _closed_run(tmp_path, sim.url, uri, env={"MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
     assert f"llm-locust: MLflow logging to {uri} failed (Read timed out)" in p.stderr, p.stderr[-2000:]
     assert 6 <= after < 25, after  # 3 x 2 s, plus backoff; not 3 x 10 s, nor MLflow's 8 x 120 s
+
+
+DRIP_EVERY_S = 4.0  # under MLflow's read timeout (10 s): no single read ever times out
+
+
+@contextlib.contextmanager
+def _dripping_server():
+    """A tracking server that reads each request and answers one byte every DRIP_EVERY_S seconds,
+    forever (the reply never ends): yields its URI. Its threads end when the test's exits."""
+    done = threading.Event()
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b"{" * 10_000
+                for byte in reply:
+                    conn.sendall(bytes([byte]))
+                    if done.wait(DRIP_EVERY_S):
+                        return
+            except OSError:
+                return
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed: the test is over
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        done.set()
+        srv.close()
+
+
+def _need_client() -> None:
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        missing("the mlflow client (the `mlflow` extra: pip install -e '.[test]')")
+
+
+@pytest.mark.timing
+def test_a_dripping_tracking_server_is_abandoned_at_the_deadline(tmp_path):
+    """One byte every 4 s: each read gets its byte before MLflow's read timeout, so the old code
+    waited forever after "results written" (199 s and counting when it was found). The deadline is
+    over the whole upload: the run ends within it, its files and exit code its own."""
+    _need_client()
+    with _dripping_server() as uri, SimProcess(slots=8) as sim:
+        p, results, after = _closed_run(tmp_path, sim.url, uri, "--mlflow-timeout", "5s", timeout=90)
+    assert after < 5 + 5, after
+    lines = [line for line in p.stderr.splitlines() if "MLflow" in line]
+    assert lines == [
+        f"llm-locust: MLflow logging to {uri} abandoned (unfinished after --mlflow-timeout 5s); the run's figures "
+        f"and files stand as they are (files: {results}, {tmp_path / 'r.html'})"
+    ], p.stderr[-2000:]
+    assert json.loads(results.read_text())["run"].get("interrupted") is None
+
+
+@pytest.mark.timing
+def test_a_signal_during_the_upload_ends_it_at_once(tmp_path):
+    """SIGTERM while the run uploads to a tracker that drips: the old code said "stopping the run"
+    and went on waiting. Now the upload is abandoned at once; the files written stay, the exit
+    code is the run's (it had ended: 0)."""
+    _need_client()
+    results = tmp_path / "r.json"
+    with _dripping_server() as uri, SimProcess(slots=8) as sim:
+        argv = ("--host", sim.url, "-u", "2", "-t", "2s", "--max-tokens", "8", "--results", results)
+        proc = start_run(*argv, "--mlflow", uri, "--mlflow-timeout", "120s", stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            seen = next((line for line in proc.stdout if "results written" in line), "")  # the upload is next
+            assert seen, "the run ended without writing its results"
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=60)
+            ended = time.monotonic() - signalled
+            err = proc.stderr.read()
+        finally:
+            proc.kill()
+            proc.communicate()
+    assert rc == 0, err[-2000:]
+    assert ended < 10, ended  # a poll every 0.2 s, the child killed, the process's own end
+    assert f"llm-locust: MLflow logging to {uri} abandoned (a signal to the run)" in err, err[-2000:]
+    assert json.loads(results.read_text())["summary"]["ok"] > 0
 
 
 # ------------------------------------------------------------------------------------ the mapping

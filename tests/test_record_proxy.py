@@ -789,8 +789,19 @@ def test_malformed_requests_get_400(upstream, out):
 def test_cli_errors(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     out.write_text("{}\n")
-    assert record_proxy.main(["--upstream", "http://127.0.0.1:1", "--out", str(out), "--listen", "127.0.0.1:0"]) == 1
+    assert record_proxy.main(["--upstream", "http://127.0.0.1:1", "--out", str(out), "--listen", "127.0.0.1:0"]) == 2
     assert "exists" in capsys.readouterr().err
+    # never through a link, never into a pipe, --force or not (issue 35: the bad-day matrix)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (tmp_path / "link.jsonl").symlink_to(victim)
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    for name, why in (("link.jsonl", "symbolic link"), ("pipe.jsonl", "named pipe")):
+        args = ["--upstream", "http://127.0.0.1:1", "--out", str(tmp_path / name), "--listen", "127.0.0.1:0"]
+        assert record_proxy.main([*args, "--force"]) == 2
+        assert why in capsys.readouterr().err
+    assert victim.read_text() == "keep\n"
+    assert record_proxy.main(["--upstream", "http://x:1", "--out", str(out), "--connect-timeout", "nan"]) == 2
     # usage errors: exit status 2 with argparse's message, returned (not raised)
     assert record_proxy.main(["--upstream", "ftp://x", "--out", str(out)]) == 2
     assert "bad upstream URL" in capsys.readouterr().err

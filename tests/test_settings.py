@@ -183,6 +183,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "mlflow": ("http://127.0.0.1:5000", {}),
         "mlflow_experiment": ("nightly", {"mlflow": "http://127.0.0.1:5000"}),
         "mlflow_run_name": ("r1", {"mlflow": "http://127.0.0.1:5000"}),
+        "mlflow_timeout": (5.0, {"mlflow": "http://127.0.0.1:5000"}),
         "sim_slots": (32, {}),
         "sim_fast": (True, {}),
         "sim_graded_accuracy": (0.5, {}),

@@ -427,9 +427,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    if args.interval <= 0 or args.process_interval <= 0:
-        print("llm-locust gpu-sidecar: --interval and --process-interval must be > 0", file=sys.stderr)
+    if not (0 < args.interval <= 3600 and 0 < args.process_interval <= 3600):  # nan fails this too
+        print(
+            "llm-locust gpu-sidecar: --interval and --process-interval must be > 0 and at most 3600 s", file=sys.stderr
+        )
         return 2
+    if args.fake < 0 or not 0 <= args.port <= 65535:
+        print("llm-locust gpu-sidecar: --fake must be >= 0 and --port within 0-65535", file=sys.stderr)
+        return 2
+    done = threading.Event()
+
+    def _stop(*_):
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)  # from here on: a signal right after the first line ends us cleanly
+    signal.signal(signal.SIGINT, _stop)
     backend: Backend = FakeBackend(args.fake) if args.fake > 0 else NvmlBackend()
     sampler = Sampler(backend, interval=args.interval, process_interval=args.process_interval)
     registry = CollectorRegistry(auto_describe=False)
@@ -443,18 +455,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
+        sampler.stop()
         return 2
     host, port = server.server_address[:2]
     if isinstance(host, (bytes, bytearray)):  # typeshed allows bytes; getsockname gives str
         host = host.decode()
     print(f"llm-locust gpu-sidecar listening on http://{args.host if args.host else host}:{port}", flush=True)
-    done = threading.Event()
-
-    def _stop(*_):
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
         while not done.wait(1.0):
             pass

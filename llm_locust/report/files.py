@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from llm_locust.report.masking import mask_data
+
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")  # `llm-locust run PLAN` / `llm-locust run RESULTS.json`
 
 
@@ -159,10 +161,12 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
     a file, and a failed write (a full disk) leaves an earlier file at `path` as it was and raises
     OSError. A path that is not a regular file (a device, a pipe, a symbolic link, a folder) is
     refused, never replaced. The mode is the usual one (umask), not mkstemp's private 0600: these
-    files are meant to be shared."""
+    files are meant to be shared. Every file goes out with the process's secrets masked
+    (masking.mask_data): this is the one writer of the files a run hands around."""
     path = Path(path)
     refuse_special(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = mask_data(data)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -3,12 +3,17 @@
 The process registers its secrets once (`SECRETS.add`: the API key at init); every way out of the
 process passes through `mask`: each finished request's error text before it reaches Locust's
 tables, the metrics, the record log and the web view (runtime.send.account), every log line
-(`LogFilter` on the root handlers: Locust's stderr too), and the results and report files.
+(`LogFilter` on the root handlers: Locust's stderr too), and every file a run hands around:
+report.files.write_atomic masks what it writes (`mask_data`), and it is the one writer of the
+results, the report, a grid's or a repetition's combined files, JUnit, compare and export files;
+what goes to MLflow (parameters, tags, artifacts) is read from those bytes or masked the same way.
 A secret shorter than 4 characters is not masked (it would mask ordinary text).
 
-URLs the run reads beside its target (--server-metrics, --gpu-metrics) may carry credentials:
-`protect_url` registers them where the URL is read (transport/scraper.py), so the same mask covers
-them in every output.
+URLs in the settings (--mlflow, --server-metrics, --gpu-metrics) may carry credentials: their
+`user:password@` and the values of query parameters named like a credential (`?token=`). `protect_url`
+registers them as soon as the settings are read (settings.derive), in every process that reads
+them, so the same mask covers them in every output; `redact_url` writes such a URL for a line
+without relying on what was registered.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ class Secrets:
                 text = text.replace(form, MASK)
         return text
 
+    def mask_bytes(self, data: bytes) -> bytes:
+        """`mask` on UTF-8 bytes (a file's content), without decoding them."""
+        for form in self._forms:
+            raw = form.encode("utf-8")
+            if raw in data:
+                data = data.replace(raw, MASK.encode())
+        return data
+
     def all(self) -> tuple[str, ...]:
         return tuple(self._forms)
 
@@ -53,6 +66,16 @@ SECRETS = Secrets()
 
 def mask(text: str) -> str:
     return SECRETS.mask(text) if SECRETS and text else text
+
+
+def mask_bytes(data: bytes) -> bytes:
+    return SECRETS.mask_bytes(data) if SECRETS and data else data
+
+
+def mask_data(data: bytes | str) -> bytes | str:
+    """The choke point of every file written (report.files.write_atomic): `data` with this
+    process's secrets masked, bytes as bytes, text as text."""
+    return mask_bytes(data) if isinstance(data, bytes) else mask(data)
 
 
 class LogFilter(logging.Filter):
@@ -89,7 +112,8 @@ def install_log_filter() -> None:
 
 
 # A query parameter whose name says it carries a credential (?token=..., ?api_key=..., ?sig=...).
-_SECRET_PARAM = re.compile(r"(key|token|secret|pass|auth|sig|credential|session|jwt)", re.I)
+_CREDENTIAL = "key|token|secret|pass|auth|sig|credential|session|jwt"
+_SECRET_PARAM = re.compile(f"({_CREDENTIAL})", re.I)
 
 
 def url_secrets(url: str) -> list[str]:
@@ -121,3 +145,14 @@ def protect_url(url: str | None) -> None:
     """Register the credentials a URL carries (see url_secrets) as this process's secrets."""
     for secret in url_secrets(url or ""):
         protect(secret)
+
+
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+_SECRET_QUERY = re.compile(rf"([?&][^=&#\s]*(?:{_CREDENTIAL})[^=&#\s]*=)[^&#\s]+", re.I)
+
+
+def redact_url(text: str) -> str:
+    """A URL, or a line holding URLs, fit to show: `user:password@` as `***@`, the value of each
+    query parameter named like a credential as `***` (http://***@host/x?token=***), whatever their
+    length, and any registered secret masked."""
+    return mask(_SECRET_QUERY.sub(rf"\1{MASK}", _USERINFO.sub(rf"\1{MASK}@", text)))

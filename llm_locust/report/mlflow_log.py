@@ -8,30 +8,40 @@ ladder's step number), tags for the server, model, engine and trace hash, and th
 report and record log as artifacts.
 
 The run is over and its files are written before this is called: a tracking server that is down,
-slow or refusing must not hang the run, change its exit code or lose a file. MLflow's own HTTP
-retries (7, with exponential backoff: minutes) are bounded for the call (HTTP_KNOBS, unless the
-user set them), and any failure becomes one line returned to the caller. mlflow is imported here,
-lazily: it is an optional extra (`pip install 'llm-locust[mlflow]'`).
+slow or refusing must not hang the run, change its exit code or lose a file. The upload runs in a
+child process (`python -m llm_locust.report.mlflow_log JOB`) under one deadline over the whole
+exchange (`--mlflow-timeout`, 30 s): a server that drips a byte every few seconds defeats any
+per-read timeout, never a deadline the parent keeps; past it, or on a signal to the run, the child
+is killed and the run goes on to its end. MLflow's own HTTP retries (7, with exponential backoff:
+minutes) are bounded too (HTTP_KNOBS, unless the user set them), and any failure becomes one line
+returned to the caller. mlflow is imported in the child only: it is an optional extra
+(`pip install 'llm-locust[mlflow]'`) and its import takes seconds.
 """
 
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import logging
 import math
 import os
 import re
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_locust.report.masking import SECRETS, mask, mask_bytes, protect_url, redact_url
 from llm_locust.report.schema import ResultsDoc
 
 DEFAULT_EXPERIMENT = "llm-locust"
+RESULTS_NAME, REPORT_NAME = "results.json", "report.html"  # the artifacts' names when sent from memory
+DEADLINE_S = 30.0  # --mlflow-timeout's default: the whole upload, from the child's start to its end
 # MLflow's HTTP knobs for this call, unless set in the environment: a dead server costs ~3 s
 # (refused: 2 retries, backoff 0 s + ~2 s), a silent one ~35 s (3 tries x 10 s), not minutes.
 HTTP_KNOBS = {
@@ -40,6 +50,7 @@ HTTP_KNOBS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # one line of ours says where the run is
 }
+POLL_S = 0.2  # how often the parent looks at the clock and at the run's signals while the child uploads
 MAX_PARAM_VALUE = 6000  # MLflow refuses longer parameter values
 CUT = "...(truncated)"
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
@@ -138,11 +149,6 @@ def run_metrics(results: ResultsDoc) -> list[tuple[str, float, int, int]]:
     return rows
 
 
-def _redact_uri(text: str) -> str:
-    """http://user:secret@host -> http://***@host: a tracking URI may carry basic-auth."""
-    return re.sub(r"(://)[^/@\s]+@", r"\1***@", text)
-
-
 def run_tags(results: ResultsDoc) -> dict[str, str]:
     """Tags to find and group runs by: server, model, engine (and its version), trace hash."""
     env = results.get("environment") or {}
@@ -168,13 +174,11 @@ def payload(results: ResultsDoc, files: Sequence[str | Path] = ()) -> Payload:
     """Everything one run sends, from its results (as written) and the files it wrote. Any part may
     be absent (tests/test_mlflow.py sends a plan alone): the document's keys are read with .get."""
     run = results.get("run") or {}
-    params = flatten(results.get("plan") or {})
-    if "mlflow.uri" in params:
-        params["mlflow.uri"] = _redact_uri(params["mlflow.uri"])
+    params = {k: redact_url(v) if k == "mlflow.uri" else mask(v) for k, v in flatten(results.get("plan") or {}).items()}
     return Payload(
         params=params,
         metrics=run_metrics(results),
-        tags=run_tags(results),
+        tags={k: mask(v) for k, v in run_tags(results).items()},
         start_ms=_ms(run.get("started_at")),
         end_ms=_ms(run.get("ended_at")),
         status="KILLED" if run.get("interrupted") else "FINISHED",
@@ -191,25 +195,6 @@ def run_files(settings) -> list[Path]:
     return [Path(p) for p in paths if p and Path(p).is_file()]
 
 
-@contextmanager
-def _bounded_http() -> Iterator[None]:
-    """HTTP_KNOBS in the environment for the call (the user's own values win), and MLflow's and
-    urllib3's retry chatter kept out of the run's output; restored after."""
-    added = [k for k in HTTP_KNOBS if k not in os.environ]
-    os.environ.update({k: HTTP_KNOBS[k] for k in added})
-    loggers = [logging.getLogger(n) for n in ("mlflow", "urllib3")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for k in added:
-            os.environ.pop(k, None)
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-
-
 def _experiment_id(client, name: str) -> str:
     """The experiment's id, created when new (another run may create it at the same moment)."""
     found = client.get_experiment_by_name(name)
@@ -224,9 +209,9 @@ def _experiment_id(client, name: str) -> str:
         return found.experiment_id
 
 
-def send(uri: str, experiment: str, run_name: str, p: Payload, extra: dict[str, bytes]) -> tuple[str, str]:
-    """One MLflow run: created, filled, ended; returns its experiment's id and its id. `extra` are artifacts given as
-    bytes (name -> content) for what the run did not write as a file. Raises on any failure."""
+def send(uri: str, experiment: str, run_name: str, p: Payload) -> tuple[str, str]:
+    """One MLflow run: created, filled, ended; returns its experiment's id and its id. Raises on
+    any failure. Runs in the child process (upload_child), where a deadline can end it."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
@@ -241,75 +226,195 @@ def send(uri: str, experiment: str, run_name: str, p: Payload, extra: dict[str, 
         client.log_batch(run_id, metrics=metrics[i : i + METRICS_PER_BATCH])
     for path in p.artifacts:
         client.log_artifact(run_id, str(path))
-    if extra:
-        with tempfile.TemporaryDirectory(prefix="llm-locust-mlflow-") as tmp:
-            for name, content in extra.items():
-                (Path(tmp) / name).write_bytes(content)
-                client.log_artifact(run_id, str(Path(tmp) / name))
     client.set_terminated(run_id, status=p.status, end_time=p.end_ms)
     return exp_id, run_id
 
 
-def _unwritten(settings, results: ResultsDoc, doc_bytes: bytes) -> dict[str, bytes]:
-    """The results JSON and the HTML report as bytes, for each the run was not asked to write."""
-    extra: dict[str, bytes] = {}
-    if not (settings.results and Path(settings.results).is_file()):
-        extra["results.json"] = doc_bytes
-    if not (settings.report and Path(settings.report).is_file()):
-        from llm_locust.report.html import render
-
-        extra["report.html"] = render(results).encode()
-    return extra
+def _unwritten(settings) -> tuple[bool, bool]:
+    """Whether the results JSON and the HTML report go from memory (`results.json`,
+    `report.html`): the run was not asked to write them."""
+    return (
+        not (settings.results and Path(settings.results).is_file()),
+        not (settings.report and Path(settings.report).is_file()),
+    )
 
 
-def _why(e: BaseException) -> str:
+def _why(e: BaseException | str) -> str:
     """The cause in a few words: a socket error's own text (`Connection refused`, `Read timed
     out`) when MLflow's message wraps one, else the message's first 200 characters."""
     text = re.sub(r"\s+", " ", str(e)).strip()
     cause = re.search(r"\[Errno -?\d+\] ([^'\")(]+)|(Read timed out)|(Connection aborted)", text)
     if cause:
         return next(g for g in cause.groups() if g).strip().rstrip(".")
-    return f"{type(e).__name__}: {text[:200]}"
+    return text[:200] if isinstance(e, str) else f"{type(e).__name__}: {text[:200]}"
 
 
-def _failure(uri: str, e: BaseException, kept: Sequence[Path]) -> str:
-    why = _why(e)
+def _failure(uri: str, why: BaseException | str, kept: Sequence[Path], verb: str = "failed") -> str:
     files = ", ".join(str(f) for f in kept) or "none were asked for"
     return (
-        f"MLflow logging to {_redact_uri(uri)} failed ({_redact_uri(why)}); "
+        f"MLflow logging to {redact_url(uri)} {verb} ({redact_url(_why(why))}); "
         f"the run's figures and files stand as they are (files: {files})"
     )
 
 
-def log_run(settings, results: dict[str, Any], secrets: tuple[str, ...] = ()) -> str | None:
-    """Log the finished run to `settings.mlflow`. Returns None when logged, else the one line
-    to show (nothing raised: the run's exit code and files are the run's, not MLflow's)."""
+@dataclass
+class Upload:
+    """How one upload in the child ended: its ids, or why not (`abandoned`: the parent ended it)."""
+
+    experiment_id: str = ""
+    run_id: str = ""
+    error: str = ""
+    abandoned: str = ""
+
+
+def _child_env() -> dict[str, str]:
+    """The child's environment: HTTP_KNOBS unless the user set them, and the package importable
+    from wherever the run was started."""
+    env = {**HTTP_KNOBS, **os.environ}
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _wait(proc: subprocess.Popen, deadline_s: float, stop: Callable[[], bool]) -> str:
+    """Wait for the child; "" when it ended by itself, else why it was killed: its deadline
+    passed, or `stop()` said the run was told to end (a signal). Polls: the wait yields to the
+    run's event loop (gevent's subprocess), where the signal handlers run."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(POLL_S, end - time.monotonic())))
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        late = time.monotonic() >= end
+        why = "a signal to the run" if stop() else f"unfinished after --mlflow-timeout {deadline_s:g}s" if late else ""
+        if why:
+            proc.kill()
+            proc.wait()
+            return why
+
+
+def upload(
+    job: dict[str, Any], doc_bytes: bytes, deadline_s: float, stop: Callable[[], bool] = lambda: False
+) -> Upload:
+    """`job` (see upload_child) sent by a child process that is killed past `deadline_s` or when
+    `stop()` turns true. It travels in a private temporary folder with the results as written
+    (`doc_bytes`): the URI may carry credentials, never put on a command line."""
+    with tempfile.TemporaryDirectory(prefix="llm-locust-mlflow-") as tmp:
+        folder = Path(tmp)
+        (folder / RESULTS_NAME).write_bytes(doc_bytes)
+        (folder / "job.json").write_text(json.dumps(job))
+        with open(folder / "child.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "llm_locust.report.mlflow_log", str(folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=_child_env(),
+            )
+            abandoned = _wait(proc, deadline_s, stop)
+        done = folder / "done.json"
+        if not abandoned and done.is_file():
+            return Upload(**json.loads(done.read_text()))
+        if abandoned or stop():  # a Ctrl-C reaches the child too: it may have ended first
+            return Upload(abandoned=abandoned or "a signal to the run")
+        lines = (folder / "child.log").read_text(errors="replace").strip().splitlines()
+        return Upload(error=lines[-1] if lines else f"the uploading process ended with status {proc.returncode}")
+
+
+def _child_payload(folder: Path, job: dict[str, Any]) -> Payload:
+    """The job's payload, with the files the run did not write made in `folder`: the results as
+    written, and the report drawn from them (in the child: drawing takes seconds, within the deadline)."""
+    spec = job["payload"]
+    artifacts = [Path(a) for a in spec["artifacts"]]
+    if job["send_results"]:
+        artifacts.append(folder / RESULTS_NAME)
+    if job["draw_report"]:
+        from llm_locust.report.html import render
+
+        for secret in job["secrets"]:
+            SECRETS.add(secret)
+        page = folder / REPORT_NAME
+        page.write_bytes(mask_bytes(render(json.loads((folder / RESULTS_NAME).read_bytes())).encode()))
+        artifacts.append(page)
+    return Payload(**{**spec, "metrics": [tuple(m) for m in spec["metrics"]], "artifacts": artifacts})
+
+
+def upload_child(folder: Path) -> int:
+    """The child: FOLDER/job.json (uri, experiment, run_name, payload, send_results, draw_report,
+    secrets) sent; how it went written to FOLDER/done.json."""
+    for name in ("mlflow", "urllib3"):  # MLflow's and urllib3's retry chatter: the parent says one line
+        logging.getLogger(name).setLevel(logging.ERROR)
+    job = json.loads((folder / "job.json").read_text())
+    try:
+        p = _child_payload(folder, job)
+        exp_id, run_id = send(job["uri"], job["experiment"], job["run_name"], p)
+        done = Upload(experiment_id=exp_id, run_id=run_id)
+    except Exception as e:  # noqa: BLE001 - MLflow raises its own and requests' errors
+        done = Upload(error=f"{type(e).__name__}: {e}")
+    (folder / "done.json").write_text(json.dumps(asdict(done)))
+    return 0
+
+
+def log_run(
+    settings, results: dict[str, Any], secrets: tuple[str, ...] = (), stop: Callable[[], bool] = lambda: False
+) -> str | None:
+    """Log the finished run to `settings.mlflow`, within `settings.mlflow_timeout` seconds over the
+    whole upload (ended at once when `stop()` turns true: the run got a signal). Returns None when
+    logged, else the one line to show (nothing raised: the run's exit code and files are the run's,
+    not MLflow's)."""
     from llm_locust.report.results import results_json
 
     uri = settings.mlflow
+    protect_url(uri)  # the settings registered it already; a caller that built its own did not
     files = run_files(settings)
     try:
         doc_bytes = results_json(results, secrets)
-        doc = json.loads(doc_bytes)  # as the results file says it, secrets masked
-        p = payload(doc, files)
-        extra = _unwritten(settings, doc, doc_bytes)
+        p = payload(json.loads(doc_bytes), files)  # as the results file says it, secrets masked
     except Exception as e:  # noqa: BLE001 - a figure we could not map must not fail the run
         return _failure(uri, e, files)
-    try:
-        import mlflow  # noqa: F401 - the optional extra
-    except ImportError:
+    if not _installed("mlflow"):
         return (
-            f"MLflow logging to {_redact_uri(uri)} skipped: the mlflow client is not installed "
+            f"MLflow logging to {redact_url(uri)} skipped: the mlflow client is not installed "
             "(pip install 'llm-locust[mlflow]'); the run's files stand as they are"
         )
     experiment = settings.mlflow_experiment or DEFAULT_EXPERIMENT
-    run_name = settings.mlflow_run_name or settings.name
+    send_results, draw_report = _unwritten(settings)
+    job = {
+        "uri": uri,
+        "experiment": experiment,
+        "run_name": settings.mlflow_run_name or settings.name,
+        "payload": {**asdict(p), "artifacts": [str(a) for a in p.artifacts]},
+        "send_results": send_results,
+        "draw_report": draw_report,
+        "secrets": [*SECRETS.all(), *secrets],
+    }
     try:
-        with _bounded_http():
-            exp_id, run_id = send(uri, experiment, run_name, p, extra)
-    except Exception as e:  # noqa: BLE001 - MLflow raises its own and requests' errors
+        done = upload(job, doc_bytes, getattr(settings, "mlflow_timeout", DEADLINE_S), stop)
+    except OSError as e:  # the child could not be started (no memory, no temporary folder)
         return _failure(uri, e, files)
-    where = _redact_uri(uri.rstrip("/"))
-    page = f": {where}/#/experiments/{exp_id}/runs/{run_id}" if where.startswith(("http://", "https://")) else ""
-    print(f"logged to MLflow at {where}, experiment {experiment!r}, run {run_id}{page}", flush=True)
+    if done.abandoned:
+        return _failure(uri, done.abandoned, files, verb="abandoned")
+    if done.error:
+        return _failure(uri, done.error, files)
+    where = redact_url(uri.rstrip("/"))
+    page = (
+        f": {where}/#/experiments/{done.experiment_id}/runs/{done.run_id}"
+        if where.startswith(("http://", "https://"))
+        else ""
+    )
+    print(f"logged to MLflow at {where}, experiment {experiment!r}, run {done.run_id}{page}", flush=True)
     return None
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (mlflow's import takes seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(upload_child(Path(sys.argv[1])))

@@ -18,6 +18,7 @@ import orjson
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.aggregate import validity as aggregate_validity
 from llm_locust.report.files import write_atomic
+from llm_locust.report.masking import MASK, MIN_LEN, mask_bytes
 from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
 
 SCHEMA = "llm-locust/results"
@@ -170,13 +171,14 @@ def read_results(path: str | Path) -> ResultsDoc:
 
 
 def results_json(results: Mapping[str, Any], secrets: tuple[str, ...] = (), indent: bool = True) -> bytes:
-    """The results as JSON. Any of `secrets` (e.g. the API key) that found its way into the
-    figures (an error text quoting a header) is masked."""
+    """The results as JSON, as a reader of the file gets them: the process's secrets (the API key,
+    the credentials of a URL setting: report.masking) and any of `secrets` that found their way
+    into the figures (an error text quoting a header) masked."""
     data = orjson.dumps(results, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_NON_STR_KEYS)
     for secret in secrets:
-        if secret and len(secret) >= 4:
-            data = data.replace(orjson.dumps(secret)[1:-1], b"***")
-    return data
+        if secret and len(secret) >= MIN_LEN:
+            data = data.replace(orjson.dumps(secret)[1:-1], MASK.encode())
+    return mask_bytes(data)
 
 
 def write_results(path: str | Path, results: Mapping[str, Any], secrets: tuple[str, ...] = ()) -> None:

@@ -1160,6 +1160,7 @@ class PlanMlflow(TypedDict, total=False):
     uri: str  # mlflow
     experiment: str  # mlflow_experiment
     run_name: str  # mlflow_run_name
+    timeout: float  # mlflow_timeout
 
 
 class PlanObserve(TypedDict, total=False):

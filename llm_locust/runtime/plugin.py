@@ -457,6 +457,7 @@ class _EndOfRun:
         from llm_locust.report import masking
 
         s, ok = self.settings, True
+        signals = self.stopper.signals  # one more while the files are written and sent ends the upload
         if s.results:
             try:
                 write_results(s.results, out.results, secrets=masking.SECRETS.all())
@@ -478,7 +479,7 @@ class _EndOfRun:
         if s.mlflow:  # after the files: they go along as artifacts; a failure is said, never fatal
             from llm_locust.report.mlflow_log import log_run
 
-            problem = log_run(s, out.results, masking.SECRETS.all())
+            problem = log_run(s, out.results, masking.SECRETS.all(), stop=lambda: self.stopper.signals > signals)
             if problem:
                 print(f"llm-locust: {problem}", file=sys.stderr, flush=True)
         return ok

@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
+from llm_locust.report.masking import protect_url
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.model import GROUPS, Opt, Settings, options
 from llm_locust.settings.units import PlanError, _suggest, _typename, is_bare, read_yaml
@@ -73,6 +74,8 @@ def _validate(given: Given, *, defaults_where: str = "") -> Settings:
         ]
     if problems:
         raise SettingsError([p for _, p in sorted(problems, key=lambda t: t[0])], given.source)
+    for url in (s.mlflow, s.server_metrics, s.gpu_metrics):  # masked in every output from now on
+        protect_url(url)
     return s
 
 

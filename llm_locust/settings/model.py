@@ -1481,6 +1481,18 @@ class Settings(BaseModel):
         Text,
         Opt("outputs", "the MLflow run's name", plan="mlflow.run_name", default_text="the run's --name, else MLflow's"),
     ] = ""
+    mlflow_timeout: Annotated[
+        Seconds,
+        Field(gt=0),
+        Opt(
+            "outputs",
+            "the most time logging to MLflow may take, the whole upload; then it is abandoned, the run's files "
+            "and exit code stand",
+            plan="mlflow.timeout",
+            unit="s",
+            bare_below=3600.0,
+        ),
+    ] = 30.0
     locust_stats: Annotated[
         bool,
         Opt(

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from llm_locust.workload.paths import input_problem
+
 
 class PlanError(ValueError):
     """A plan or ladder that cannot run; `problems` lists each one ("file:line: where: what")."""
@@ -147,6 +149,9 @@ def read_yaml(path: str | Path, what: str = "plan") -> tuple[Any, dict[tuple, in
     """(data, the line of each key path) of one YAML file; PlanError with file:line for a file
     that cannot be read, is not YAML or repeats a key. Plans and compare's weights files use it."""
     source = str(path)
+    why = input_problem(path)  # a pipe would be read forever, a device until memory runs out
+    if why is not None:
+        raise PlanError([f"{source}: cannot read the {what}: {why}"], source)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import os
+import stat
 import sys
 
 from llm_locust.sim.engine import SimConfig
@@ -133,6 +136,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _file_problem(token_log: str | None, graded_set: str | None) -> str | None:
+    """Why the simulator's files cannot be used: the token log is appended to, so never through a
+    link or into a pipe or a device; the graded set is read whole, so only a regular file (a pipe
+    would be read forever). The simulator imports nothing else of the package, so the rule of
+    llm_locust/workload/paths.py is written here again."""
+    if token_log:
+        try:
+            mode = os.lstat(token_log).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            return f"--token-log {token_log}: not a regular file (a link, a pipe, a device or a folder)"
+    if graded_set and graded_set != "builtin":
+        try:
+            regular = stat.S_ISREG(os.stat(graded_set).st_mode)
+        except OSError as e:
+            return f"--graded-set {graded_set}: {e.strerror or e}"
+        if not regular:
+            return f"--graded-set {graded_set}: not a regular file (a pipe, a device or a folder)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cache_tokens = 0
@@ -150,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         spec_accept=a.spec_accept,
         preempt=a.preempt,
     )
-    if cfg.slots < 1 or cfg.kv_tokens < 1 or min(cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token) < 0:
+    costs = (cfg.iter_base, cfg.iter_per_seq, cfg.iter_per_prefill_token)
+    if cfg.slots < 1 or cfg.kv_tokens < 1 or not all(0 <= c < math.inf for c in costs):  # nan fails too
         build_parser().error("--slots and --kv-tokens must be >= 1, iteration costs >= 0")
     if a.prefix_cache_tokens is not None and a.prefix_cache_tokens < 1 or a.cache_block < 1:
         build_parser().error("--prefix-cache-tokens and --cache-block must be >= 1")
@@ -160,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--graded-accuracy must be within [0, 1]")
     if sum(rate for _, rate in a.fault) > 1:
         build_parser().error("--fault rates must sum to at most 1")
+    if a.eos_mean is not None and not a.eos_mean > 0 or a.default_max_tokens < 1 or not 0 <= a.port <= 65535:
+        build_parser().error("--eos-mean must be > 0, --default-max-tokens >= 1 and --port within 0-65535")
+    problem = _file_problem(a.token_log, a.graded_set)
+    if problem:
+        build_parser().error(problem)
     opts = Options(
         sim=cfg,
         host=a.host,
@@ -183,4 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # e.g. the port is taken
         print(f"llm-locust sim: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a Ctrl-C before the loop's own handler was in place
+        return 130
     return 0

@@ -588,10 +588,10 @@ async def serve(opts: Options, ready=None) -> None:
         host = "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    print(f"llm-locust sim listening on http://{host}:{port}", flush=True)
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the first line: a signal right after it ends us cleanly
         loop.add_signal_handler(sig, stop.set)
+    print(f"llm-locust sim listening on http://{host}:{port}", flush=True)
     try:
         await stop.wait()
     finally:

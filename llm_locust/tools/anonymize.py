@@ -15,14 +15,19 @@ character estimate (flagged `input_tokens_estimated`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import os
 import sys
+import tempfile
 import zlib
 from typing import Any
 
 import orjson
 
+from llm_locust.report.files import check_outputs
+from llm_locust.report.terminal import terminal_safe
+from llm_locust.workload.paths import check_input
 from llm_locust.workload.prefix_hash import (
     CHARS_PER_TOKEN,
     CHAT,
@@ -136,14 +141,25 @@ def _open(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+def _compressed(raw: Any, dst: str) -> Any:
+    """The writer of `dst`'s lines: gzip over the open file for a .gz name (closing it flushes the
+    gzip trailer into `raw`, which its own `with` closes), else the file itself."""
+    return gzip.GzipFile(fileobj=raw, mode="wb") if dst.endswith(".gz") else contextlib.nullcontext(raw)
+
+
 def anonymize_file(src: str, dst: str, anon: Anonymizer) -> None:
     """Writes dst (via a temporary file, so bad input leaves no partial output)."""
-    if not os.path.isfile(src):
-        raise AnonymizeError(f"{src}: no such file")
-    tmp = f"{dst}.tmp-{os.getpid()}"
+    try:
+        check_input(src, "IN")
+        check_outputs({"OUT": dst}, {"IN": src})  # never over IN, never through a link or a device
+    except ValueError as e:
+        raise AnonymizeError(str(e)) from None
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(os.path.abspath(dst)), prefix=f".{os.path.basename(dst)}.", suffix=".tmp"
+    )
     lineno = 0
     try:
-        with _open(src) as f, gzip.open(tmp, "wb") if dst.endswith(".gz") else open(tmp, "wb") as out:
+        with _open(src) as f, os.fdopen(fd, "wb") as raw_out, _compressed(raw_out, dst) as out:
             try:
                 for lineno, raw in enumerate(f, 1):
                     where = f"{src}:{lineno}"
@@ -215,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         anon = Anonymizer(PrefixHasher(a.block_size, tok), recount=a.recount)
         anonymize_file(a.input, a.output, anon)
     except (AnonymizeError, TokenizerError, OSError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(terminal_safe(f"{PROG}: error: {e}"), file=sys.stderr)
         return 2
     msg = f"{PROG}: {anon.lines} lines -> {a.output} ({anon.hasher.distinct_blocks} distinct prefix blocks"
     if anon.textless:

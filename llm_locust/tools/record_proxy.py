@@ -35,6 +35,7 @@ import orjson
 
 from llm_locust.protocols.base import PROBE_HEADER
 from llm_locust.protocols.sse import SSEDecoder
+from llm_locust.workload.paths import output_problem
 from llm_locust.workload.prefix_hash import (
     CHARS_PER_TOKEN,
     CHAT,
@@ -438,6 +439,9 @@ class Recorder:
     """The trace file and the per-recording state (block ids, conversation pseudonyms and turns)."""
 
     def __init__(self, path: str, hasher: PrefixHasher, store_text: bool, force: bool = False):
+        why = output_problem(path)
+        if why is not None:  # --force or not: never through a link, never into a pipe or a device
+            raise FileExistsError(f"{path}: {why}; give a file path")
         if not force and os.path.exists(path) and os.path.getsize(path) > 0:
             raise FileExistsError(f"{path} exists and is not empty (use --force to overwrite)")
         self.f = open(path, "wb", buffering=0)  # one write() per line: a crash loses no finished line
@@ -559,6 +563,8 @@ class Proxy:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, ClientGone):
             pass
+        except asyncio.CancelledError:  # the proxy stops: the task ends as done, since Python 3.11's
+            pass  # stream callback logs a traceback for a handler task that ends cancelled
         except Exception as e:  # noqa: BLE001 (one connection's bug must not take the proxy down)
             print(f"{PROG}: internal error on a connection: {e!r}", file=sys.stderr, flush=True)
         finally:
@@ -1017,6 +1023,10 @@ async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
     host, port = _listen_addr(opts.listen)
     rec = Recorder(opts.out, hasher, opts.store_text, opts.force)
     proxy = Proxy(upstream, rec, opts.connect_timeout, opts.max_event_bytes)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the first line: a signal right after it ends us cleanly
+        loop.add_signal_handler(sig, stop.set)
     server = await asyncio.start_server(proxy.client, host, port, limit=MAX_HEAD, backlog=1024, reuse_address=True)
     h, p = server.sockets[0].getsockname()[:2]
     shown = f"[{h}]" if ":" in h else ("127.0.0.1" if h == "0.0.0.0" else h)
@@ -1028,10 +1038,6 @@ async def serve(opts: argparse.Namespace, hasher: PrefixHasher) -> None:
         file=sys.stderr,
         flush=True,
     )
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
@@ -1048,6 +1054,8 @@ def _parse_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     opts = p.parse_args(argv)
     if opts.block_size < 1:
         p.error("--block-size must be >= 1")
+    if not 0 < opts.connect_timeout <= 3600:  # nan fails this too
+        p.error(f"--connect-timeout must be a number of seconds in (0, 3600], got {opts.connect_timeout}")
     if opts.max_event_bytes < 1024:
         p.error("--max-event-bytes must be >= 1024")
     try:
@@ -1068,9 +1076,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tok = load_tokenizer(opts.tokenizer) if opts.tokenizer else None
         asyncio.run(serve(opts, PrefixHasher(opts.block_size, tok)))
-    except (TokenizerError, FileExistsError, OSError) as e:
+    except FileExistsError as e:  # --out refused: nothing was listened on or written
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except (TokenizerError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a Ctrl-C before the loop's own handler was in place
+        return 130
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from llm_locust.workload.formats import FORMATS, detect, get
 from llm_locust.workload.formats.reader import Context, Source, TraceError
+from llm_locust.workload.paths import trace_file_problem
 from llm_locust.workload.trace import Trace, TraceBuilder
 
 __all__ = ["FORMATS", "Trace", "TraceError", "load_trace"]
@@ -58,7 +59,7 @@ def load_trace(
     name = str(path)
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"{name}: no such trace file")
+        raise TraceError(f"{name}: {trace_file_problem(p)}")
     share = _check_share(share)
     spec = get(fmt) if fmt else None
     src = Source(p, name)

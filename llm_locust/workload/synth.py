@@ -48,17 +48,21 @@ def parse_dist(text: str, column: str = "input_tokens") -> Sampler:
             return lambda rng: rng.randint(lo, hi)
         if kind == "normal":
             mean, std = float(args[0]), float(args[1])
+            if not (mean >= 1 and std >= 0 and math.isfinite(mean + std)):  # a mean below 1 draws 1s only
+                raise ValueError("normal:MEAN:STD needs MEAN >= 1 and STD >= 0")
             return lambda rng: max(1, round(rng.gauss(mean, std)))
         if kind == "lognormal":
             mean, std = float(args[0]), float(args[1])
-            if mean <= 0 or std < 0:
+            if not (mean > 0 and std >= 0 and math.isfinite(mean + std)):
                 raise ValueError
             sigma2 = math.log(1 + (std / mean) ** 2)
             mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
             return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
         if kind == "empirical":
             from llm_locust.workload.load import load_trace
+            from llm_locust.workload.paths import check_input
 
+            check_input(rest, "empirical:")
             trace = load_trace(rest)
             values = [v for v in (getattr(trace[i], column) for i in range(len(trace))) if v]
             if not values:

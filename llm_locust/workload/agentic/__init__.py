@@ -38,6 +38,7 @@ from pathlib import Path
 
 from llm_locust.workload.agentic import aiperf_dag, mooncake_sessions, ours, sglang_sessions, weka
 from llm_locust.workload.formats.reader import Context, Source, TraceError
+from llm_locust.workload.paths import trace_file_problem
 from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
 
 Reader = Callable[[Source, Context, SessionBuilder], "int | None"]
@@ -83,7 +84,7 @@ def detect_sessions(path: str | Path) -> str | None:
     """The session format of a file (by content), or None: a request format, or not a trace."""
     name = str(path)
     if not Path(path).is_file():
-        raise TraceError(f"{name}: no such trace file")
+        raise TraceError(f"{name}: {trace_file_problem(path)}")
     src = Source(Path(path), name)
     try:
         return detect_head(src.head())
@@ -100,7 +101,7 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
     name = str(path)
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"{name}: no such trace file")
+        raise TraceError(f"{name}: {trace_file_problem(p)}")
     share = _check_share(share)
     key = _name(fmt) if fmt else None
     if key is not None and key not in _READERS:
