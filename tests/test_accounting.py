@@ -12,11 +12,17 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from support import Cluster, read_records, run_ok
+import pytest
+from support import Cluster, read_records, run_cli, run_ok
+from test_metrics import make_record
 
+from llm_locust.metrics.aggregate import figures
+from llm_locust.metrics.records import Outcome
+from llm_locust.report.accounting import count_problems, section_problem
 from llm_locust.sim.process import SimProcess
 
 # A worker whose stop keeps its event loop busy for 1.5 s (as a worker with a thousand users in
@@ -211,3 +217,157 @@ def test_a_worker_stalled_at_stop_still_gets_its_final_report_in(tmp_path):
     r = json.loads((tmp_path / "r.json").read_text())
     _every_request_counted_once(r, tmp_path / "records.jsonl")
     assert all(w["final_report"] for w in r["workers"]), r["workers"]
+
+
+# ---- every section of every kind of run, checked as it is written (report/accounting.py) ----
+
+RUNS = {
+    # a closed loop with client cancellations and a warm-up of each user's first 2 requests: the
+    # warm-up section had no client_cancelled (sent 76 = ok 36 + failed 12, 28 unaccounted)
+    "closed-cancel-warmup": ("-u", "4", "-t", "4s", "--workers", "0", "--seed", "3",
+                             "--cancel", "0.4:after=3tok", "--warmup-requests", "2"),
+    "replay-warmup": ("--synthetic", "requests=40,input=8,output=6,rate=20", "--replay", "--run-warmup", "0.5s",
+                      "--cancel", "0.3:after=2tok", "--seed", "3"),
+    "ladder": ("--ladder", "concurrency:1,3", "--step-duration", "2s", "--warmup", "0.5s", "--no-early-stop",
+               "--cancel", "0.3:after=2tok", "--seed", "3"),
+    "two-workers": ("-u", "4", "-t", "4s", "--workers", "2", "--warmup-requests", "1",
+                    "--cancel", "0.3:after=3tok", "--seed", "3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_every_section_of_a_run_adds_up_as_written(tmp_path, sims, kind):
+    """sent == ok + failed by kind + cancelled + client_cancelled + lost in the run, each step, the
+    warm-up and each group, checked on write (report.accounting.count_problems): a file whose
+    counts do not add up carries `count_problems` and fails its `counts` gate."""
+    sim = sims(slots=8, iter_base=0.004)
+    results = tmp_path / "r.json"
+    p = run_cli("--host", sim.url, *RUNS[kind], "--max-tokens-cap", "24", "--results", str(results), timeout=180)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    doc = json.loads(results.read_text())
+    assert "count_problems" not in doc and count_problems(doc) == [], doc.get("count_problems")
+    assert "counts" not in [g["name"] for g in doc["gates"]]
+    warm = doc.get("warmup")
+    if kind in ("closed-cancel-warmup", "replay-warmup", "two-workers"):
+        assert warm is not None and warm["sent"] > 0, warm
+        assert section_problem(warm) is None and "client_cancelled" in warm, warm
+    if kind == "closed-cancel-warmup":
+        assert warm["client_cancelled"] > 0, warm  # the old section left these out
+        assert f"cancelled by the client {warm['client_cancelled']}" in p.stdout
+    if kind == "ladder":
+        assert len(doc["steps"]) >= 2
+    assert sum(doc["summary"]["outcomes"].values()) + doc["summary"]["lost"] == doc["summary"]["sent"]
+
+
+def test_a_section_that_does_not_add_up_is_named():
+    """The check itself: each part of the identity, and the failures by kind."""
+    good = {"sent": 10, "ok": 5, "failed": 2, "cancelled": 1, "client_cancelled": 1, "lost": 1,
+            "outcomes": {"ok": 5, "http_error": 2, "cancelled": 1, "client_cancelled": 1}}  # fmt: skip
+    assert section_problem(good) is None
+    assert section_problem({**good, "client_cancelled": 0}) == (
+        "sent 10 != ok 5 + failed 2 + cancelled 1 + client_cancelled 0 + lost 1"
+    )
+    assert "failures by kind" in section_problem({**good, "outcomes": {**good["outcomes"], "http_error": 1,
+                                                                       "timeout": 2}})  # fmt: skip
+    group = {"finished": 3, "ok": 2, "failed": 1, "cancelled": 0, "client_cancelled": 0, "failures": {"timeout": 1}}
+    doc = {"summary": {**good, "by_endpoint": {"a": group, "b": {**group, "finished": 4}}},
+           "steps": [{"step": 1, **good, "lost": 0}], "warmup": {**good, "sent": 9}}  # fmt: skip
+    problems = count_problems(doc)
+    assert [x.split(":")[0] for x in problems] == ["summary.by_endpoint[b]", "warmup", "steps[0] (step 1)"], problems
+
+
+def test_requests_in_flight_after_a_workers_final_report_are_lost_as_it_says():
+    """A worker whose requests outlive its drain says "the master counts them lost"; the master
+    merged the report that came after the final one and counted them cancelled instead (and with
+    no such report, left them unaccounted). Now a report after the final one is not merged, and
+    what was in flight at the final report is lost: sent == ok + cancelled + lost, once."""
+    from locust.env import Environment
+
+    from llm_locust.metrics.aggregate import Aggregate
+    from llm_locust.runtime.hub import REPORT_KEY, MasterHub
+
+    hub = MasterHub(Environment())
+
+    def report(sent: int, ok: int, cancelled: int, in_flight: int, final: int) -> dict:
+        agg = Aggregate()
+        agg.add_sent(sent)
+        for i in range(ok):
+            agg.add(make_record(t0=100.0 + i))
+        for i in range(cancelled):
+            agg.add(make_record(t0=200.0 + i, outcome=Outcome.CANCELLED))
+        payload = {"steps": {"0": agg.to_wire()}, "in_flight": in_flight, "idle": False, "final": final}
+        return {REPORT_KEY: payload}
+
+    hub.final_token = 1  # the master asked for final reports
+    hub.merge_report("w1", report(sent=10, ok=6, cancelled=1, in_flight=3, final=1))  # the final report
+    hub.merge_report("w1", report(sent=0, ok=0, cancelled=3, in_flight=0, final=1))  # a late one
+    hub.account_lost()
+    s = figures(hub.total)
+    assert (s["sent"], s["ok"], s["cancelled"], s["lost"]) == (10, 6, 1, 3), s
+    assert section_problem(s) is None and s["workers_lost"] == 0
+
+
+# ---- a server's own token counts, checked against what was read (protocols.base count_believed) ----
+
+INFLATING_SERVER = r"""
+import json, socket, sys, threading
+count = int(sys.argv[1])
+def event(obj): return b"data: " + json.dumps(obj).encode() + b"\n\n"
+def chunk(delta, **more): return event({"id": "c", "object": "chat.completion.chunk", "choices": [delta], **more})
+def tok(w): return chunk({"index": 0, "delta": {"content": w}})
+end = chunk({"index": 0, "delta": {}, "finish_reason": "stop"},
+            usage={"prompt_tokens": 5, "completion_tokens": count, "total_tokens": count + 5})
+body = tok("hi") + tok(" there") + end + b"data: [DONE]\n\n"
+models = b'{"object":"list","data":[{"id":"m","object":"model"}]}'
+def serve(c):
+    with c:
+        while True:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                more = c.recv(65536)
+                if not more: return
+                data += more
+            head, _, rest = data.partition(b"\r\n\r\n")
+            n = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"): n = int(line.split(b":")[1])
+            while len(rest) < n: rest += c.recv(65536)
+            js, ctype = (models, b"application/json") if head.startswith(b"GET") else (body, b"text/event-stream")
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: %d\r\n\r\n" % len(js) + js)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+@pytest.mark.parametrize("count", [999_999_999, 3])
+def test_a_server_inflating_its_token_counts_fails_the_run(tmp_path, count):
+    """usage.completion_tokens 999999999 on 2-token replies gave "3110420631421.1 output tokens/s",
+    exit 0, gates passed. The count read from the stream is used instead, the run is flagged
+    (usage_rejected) and its server_counts gate fails; an honest count (3 on 2 chunks) is used."""
+    srv = subprocess.Popen([sys.executable, "-c", INFLATING_SERVER, str(count)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(srv.stdout.readline())
+        results = tmp_path / "r.json"
+        p = run_cli("--host", f"http://127.0.0.1:{port}", "--api", "openai-chat", "--model", "m", "-u", "2",
+                    "-t", "2s", "--server-metrics", "off", "--results", str(results), timeout=120)  # fmt: skip
+    finally:
+        srv.kill()
+        srv.wait(10)
+    doc = json.loads(results.read_text())
+    s = doc["summary"]
+    assert s["ok"] > 10, p.stdout[-2000:] + p.stderr[-2000:]
+    if count == 3:
+        assert p.returncode == 0 and s["n_out_sources"] == {"usage": s["ok"]} and s["tokens_out"] == 3 * s["ok"]
+        assert "usage_rejected" not in doc["validity"]["flags"]
+        return
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert s["n_out_sources"] == {"usage_rejected": s["ok"]} and s["tokens_out"] == 2 * s["ok"], s
+    assert s["output_tokens_per_s"] < 1e6, s["output_tokens_per_s"]
+    assert "usage_rejected" in doc["validity"]["flags"]
+    gate = next(g for g in doc["gates"] if g["name"] == "server_counts")
+    assert not gate["passed"] and gate["line"].startswith(f"the server's output token counts of {s['ok']} of")
+    assert "FAIL: the server's output token counts" in p.stdout
+    assert "exit 1: the server's output token counts" in p.stderr

@@ -131,6 +131,28 @@ def test_closed_loop_cancels_its_share_on_the_simulator(sims, tmp_path, text, ch
             assert 0.2 <= r["end"] <= 0.4 + 0.3, r["end"]
 
 
+def test_the_summary_says_how_many_cancellations_were_drawn_and_why_fewer_took_effect(sims, tmp_path):
+    """Issue 35: plans/cancellations.yaml promised 30% cancelled and got 16%, without saying how
+    many were drawn. A cancel 0.2-2 s after the send misses replies that end sooner: the results
+    (`client_cancel`) and the summary say how many were drawn (the plan's draws over the requests
+    sent), how many took effect, how many ended first and how many the run's end stopped."""
+    sim = sims(iter_base=0.004)  # ~250 tokens/s a stream: the sample trace's replies last 0.1 s to seconds
+    out = tmp_path / "r.json"
+    p = run_ok(
+        "--host", sim.url, "-u", "4", "-t", "4s", "--workers", "0", "--seed", "7",
+        "--cancel", "0.5:after=uniform:200ms:2s", "--results", str(out), "--no-fail-fast",
+    )  # fmt: skip
+    s = json.loads(out.read_text())["summary"]
+    c = s["client_cancel"]
+    assert c["drawn"] == _expected("0.5:after=uniform:200ms:2s", 7, s["sent"]), (c, s["sent"])
+    assert c["cancelled"] == s["client_cancelled"] and c["ended_first"] > 0, c  # some replies beat their cancel
+    assert c["drawn"] == c["cancelled"] + c["ended_first"] + c["stopped"] and c["stopped"] <= s["cancelled"], c
+    text = " ".join(p.stdout.split())
+    took = f"{c['cancelled']} of {c['drawn']} drawn took effect; {c['ended_first']} ended before their cancel time"
+    line = f"client cancellations (--cancel): {took}"
+    assert line in text, p.stdout[-2000:]
+
+
 def test_a_bad_cancel_is_one_line_and_exit_2():
     p = run_cli("--cancel", "0.3:after=2", "-t", "1s")
     assert p.returncode == 2

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 from support import read_jsonl, run_cli, stream_record
 
-from llm_locust.metrics.aggregate import READ_TOGETHER_SHARE, Aggregate, client_line, figures, validity_rule
+from llm_locust.metrics.aggregate import (
+    READ_TOGETHER_SHARE,
+    Aggregate,
+    client_line,
+    figures,
+    validity,
+    validity_rule,
+)
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.sim.process import SimProcess
 
@@ -321,3 +328,18 @@ def test_sends_held_at_the_in_flight_cap_are_not_the_clients_lateness(tmp_path):
     check = _check(s["client"], "send_delay")
     assert not check["tripped"] and check["value"] < 0.05, check
     assert s["client"]["valid"], s["client"]
+
+
+def test_no_samples_is_unknown_never_valid():
+    """A master whose workers' figures never came (the README's plain-Locust master), or a run of
+    a handful of requests: no check had the samples to judge. The old verdict was "valid"."""
+    empty = figures(Aggregate())["client"]
+    assert empty["verdict"] == "unknown" and empty["valid"]  # nothing tripped, nothing vouched for
+    assert client_line(empty).startswith("client: unknown (too few samples for any check to judge): ")
+    few = _client(_paced(i, clock="kernel") for i in range(5))  # 195 gaps, 5 sends: under every minimum
+    assert few["verdict"] == "unknown" and client_line(few).startswith("client: unknown")
+    enough = _client(_paced(i, clock="kernel") for i in range(30))
+    assert enough["verdict"] == "valid" and client_line(enough).startswith("client: valid: ")
+    bad = _client((_paced(i, together=(10, 20), clock="kernel") for i in range(50)), late=0.1)
+    assert bad["verdict"] == "suspect" and not bad["valid"]
+    assert "client_saturated" not in validity(figures(Aggregate()), 0.05)

@@ -361,3 +361,105 @@ def test_an_overlong_mix_slower_than_its_clean_run_fails():
     ov = faster.results["stability"]["overlong"]
     assert not ov["passed"] and "x the clean run's" in ov["reason"], ov["reason"]
     assert ov["ttft_p50_ratio"] == pytest.approx(3.0) and "overlong mix: FAIL" in faster.text()
+
+
+# ---- figures checked before they are used ----
+
+
+def _streamed(usage: int | None, chunks: int = 2, cont: list[int] | None = None, ids: list[int] | None = None):
+    """A record finished from a stream of `chunks` token-bearing chunks whose server said `usage`
+    output tokens (continuous usage deltas `cont`; a gRPC reply's token ids `ids`)."""
+    from llm_locust.protocols.base import StreamState
+    from llm_locust.transport.bodies import finish_record
+
+    state = StreamState()
+    state.usage_out = usage
+    if cont is not None:
+        state.cont_tokens = list(cont)
+    if ids is not None:
+        state.cont_tokens, state.read_out = list(ids), sum(ids)
+    rec = make_record(gaps=(0.01,) * (chunks - 1), ntoks=(1,) * chunks)
+    finish_record(rec, state)
+    return rec
+
+
+def test_a_server_token_count_far_from_the_stream_is_not_used():
+    """999999999 tokens on 2 chunks (the old code took it: "3110420631421.1 output tokens/s"), a
+    count under an eighth of the chunks, and inflated continuous-usage deltas: the count read is
+    used, source usage_rejected, per-chunk counts 1. Honest multi-token chunks (speculative
+    decoding's k + 1, a gRPC reply's ids) within the factor are believed."""
+    from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
+
+    for rec in (_streamed(999_999_999), _streamed(1, chunks=200), _streamed(None, cont=[10**6, 10**6])):
+        assert (rec.n_out, rec.n_out_source) == (len(rec.chunk_times), "usage_rejected"), rec
+        assert rec.chunk_tokens == [1] * len(rec.chunk_times)
+    edge = USAGE_FACTOR * 2 + USAGE_SLACK
+    assert (_streamed(edge).n_out, _streamed(edge).n_out_source) == (edge, "usage")
+    assert _streamed(edge + 1).n_out_source == "usage_rejected"
+    assert (_streamed(8, cont=[4, 4]).n_out, _streamed(8, cont=[4, 4]).chunk_tokens) == (8, [4, 4])
+    grpc = _streamed(200, chunks=2, ids=[120, 80])  # 100 tokens a message, counted by the client
+    assert (grpc.n_out, grpc.n_out_source, grpc.chunk_tokens) == (200, "usage", [120, 80])
+
+
+def test_a_run_whose_server_counts_were_rejected_is_flagged_and_fails():
+    agg = Aggregate()
+    agg.add_sent(12)
+    for _ in range(10):
+        agg.add(_streamed(10, chunks=4))
+    for _ in range(2):
+        agg.add(_streamed(999_999_999, chunks=4))
+    out = outcome.build(ended(agg))
+    s = out.results["summary"]
+    assert s["tokens_out"] == 10 * 10 + 2 * 4 and s["n_out_sources"] == {"usage": 10, "usage_rejected": 2}
+    assert "usage_rejected" in out.results["validity"]["flags"]
+    gate = _gate(out, "server_counts")
+    assert not gate["passed"] and out.exit_code == 1 and gate["line"] in out.reasons
+    assert gate["line"].startswith("the server's output token counts of 2 of 12 answered requests were far from")
+    assert "FAIL: the server's output token counts of 2 of 12" in out.text()
+    assert all(len(line) <= 80 for line in out.text(80).splitlines())
+
+
+def test_a_trace_changed_during_the_run_fails_it():
+    """The trace rewritten during a run (40 requests sent of 400 planned): flagged, but exit 0
+    with the start's hash. The results are not of the trace they name: the trace gate fails."""
+    line = "the trace t.jsonl changed during the run (sha256 aaa at the start, bbb now, 10 -> 20 bytes): ..."
+    out = outcome.build(ended(aggregate(ok=10), trace={"path": "t.jsonl", "sha256": "aaa", "changed": line}))
+    gate = _gate(out, "trace")
+    assert out.exit_code == 1 and not gate["passed"] and gate["line"] == line and out.reasons == [line]
+    assert f"FAIL: {line[:40]}" in out.text()
+    assert outcome.build(ended(aggregate(ok=10), trace={"path": "t.jsonl", "sha256": "aaa"})).exit_code == 0
+
+
+def test_counts_that_do_not_add_up_are_carried_and_fail_the_run():
+    """A bug of the counting (here 3 sent requests with no outcome and not lost): the results say
+    which section, and the counts gate fails; an interrupted run carries it, unjudged."""
+    agg = aggregate(ok=10)
+    agg.add_sent(3)
+    out = outcome.build(ended(agg))
+    assert out.results["count_problems"] == [
+        "summary: sent 13 != ok 10 + failed 0 + cancelled 0 + client_cancelled 0 + lost 0"
+    ]
+    assert out.exit_code == 1 and not _gate(out, "counts")["passed"]
+    cut = outcome.build(ended(agg, interruption=Interruption("SIGINT", 1050.0, "running")))
+    assert cut.results["count_problems"] and cut.results["gates"] == [] and cut.exit_code == 130
+    assert "count_problems" not in outcome.build(ended(aggregate(ok=10))).results
+
+
+def test_the_warm_up_section_counts_its_client_cancellations():
+    """--cancel with a warm-up: the section had no client_cancelled, so sent 76 = ok 36 +
+    failed 12 left 28 unaccounted."""
+    from llm_locust.metrics.records import WARMUP_STEP
+    from llm_locust.report.accounting import section_problem
+
+    warm = Aggregate()
+    warm.add_sent(6)
+    for i in range(3):
+        warm.add(make_record(t0=10.0 + i))
+    for i in range(3):
+        warm.add(make_record(t0=20.0 + i, outcome=Outcome.CLIENT_CANCELLED))
+    s = settings("--warmup-requests", "2")
+    out = outcome.build(Ended(s, aggregate(ok=10), {WARMUP_STEP: warm}, 1000.0, 1100.0))
+    w = out.results["warmup"]
+    assert (w["sent"], w["ok"], w["client_cancelled"]) == (6, 3, 3) and section_problem(w) is None
+    assert "sent 6, ok 3, failed 0, cancelled 0, cancelled by the client 3" in out.text()
+    assert out.exit_code == 0

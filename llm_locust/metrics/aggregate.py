@@ -12,10 +12,11 @@ from typing import Any
 
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
-from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, Outcome, RequestRecord, WorkFacts
+from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, SOURCE_REJECTED, Outcome, RequestRecord, WorkFacts
 from llm_locust.metrics.timeseries import LatencySeries, Seconds
 from llm_locust.report.schema import (
     Accuracy,
+    ClientCancel,
     ClientCheck,
     ClientFigures,
     Figures,
@@ -357,6 +358,8 @@ class WorkloadCounts(NamedCounts):
         "overlong_finished",
         "overlong_ok",
         "overlong_refused",
+        "cancel_drawn",
+        "cancel_ended_first",
     )
 
     def __init__(self) -> None:
@@ -372,6 +375,8 @@ class WorkloadCounts(NamedCounts):
         self.overlong_finished = 0
         self.overlong_ok = 0
         self.overlong_refused = 0  # failed with cause overlong
+        self.cancel_drawn = 0  # requests the client drew a cancellation for (--cancel)
+        self.cancel_ended_first = 0  # ... that ended (ok or failed) before their cancel time came
 
     def add(self, rec: RequestRecord, work: WorkFacts) -> None:
         self.images += work.images
@@ -389,6 +394,9 @@ class WorkloadCounts(NamedCounts):
         if work.graded is not None:  # set only on ok requests (workload.graded)
             self.graded += 1
             self.correct += work.graded
+        if work.cancel_drawn:
+            self.cancel_drawn += 1
+            self.cancel_ended_first += rec.outcome not in NOT_FAILED  # answered (ok or failed) first
 
     @property
     def overlong(self) -> list[int]:
@@ -979,6 +987,8 @@ def figures(agg: Aggregate) -> Figures:
         out["by_model"] = by["model"]
     if work.graded:
         out["accuracy"] = accuracy(work.graded, work.correct)
+    if work.cancel_drawn:
+        out["client_cancel"] = cancel_figures(work.cancel_drawn, client, work.cancel_ended_first)
     if work.structured_checked:
         n = work.structured_checked
         out["structured_output"] = {
@@ -989,6 +999,18 @@ def figures(agg: Aggregate) -> Figures:
             "valid_rate": work.structured_valid / n,
         }
     return out
+
+
+def cancel_figures(drawn: int, cancelled: int, ended_first: int) -> ClientCancel:
+    """--cancel's draws against what they did: `drawn` requests got a cancel time, `cancelled` were
+    aborted at it (client_cancelled), `ended_first` ended, ok or failed, before it came (a cancel
+    after 1-4 s misses a reply done in 0.5 s), and the rest were stopped in flight by the run's end."""
+    return {
+        "drawn": drawn,
+        "cancelled": cancelled,
+        "ended_first": ended_first,
+        "stopped": max(0, drawn - cancelled - ended_first),
+    }
 
 
 def phase_figures(agg: Aggregate) -> Phases | None:
@@ -1019,7 +1041,8 @@ def accuracy(graded: int, correct: int) -> Accuracy:
 def validity(fig: Mapping[str, Any], max_error_rate: float) -> list[str]:
     """The marks that make `figures()` suspect: client_saturated (the client may have distorted
     them: `fig["client"]["reasons"]` says which check tripped), errors (error rate above the
-    limit), length_mismatch (outputs not of the length asked for), no_data (nothing succeeded),
+    limit), length_mismatch (outputs not of the length asked for), usage_rejected (a server's
+    output token counts far from what was read, not used: protocols.base count_believed), no_data (nothing succeeded),
     workers_lost (a worker was lost: the requests it had in flight, `lost`, have no outcome and
     what it sent after its last report is missing). Runs, aggregate steps and ladder steps use these."""
     flags = []
@@ -1029,6 +1052,8 @@ def validity(fig: Mapping[str, Any], max_error_rate: float) -> list[str]:
         flags.append("errors")
     if fig["length_mismatch"]:
         flags.append("length_mismatch")
+    if (fig.get("n_out_sources") or {}).get(SOURCE_REJECTED):
+        flags.append("usage_rejected")
     if not fig["ok"]:
         flags.append("no_data")
     if fig.get("lost") or fig.get("workers_lost"):
@@ -1129,6 +1154,7 @@ def _read_together_check(agg: Aggregate) -> ClientCheck:
         "first_share": first,
         "late_share": late,
         "late_samples": n_late,
+        "first_samples": firsts,
         "text": text,
     }
 
@@ -1167,6 +1193,25 @@ def _lag_check(agg: Aggregate) -> ClientCheck:
     }
 
 
+def _has_samples(check: ClientCheck) -> bool:
+    """Whether a check had the samples its rule needs to judge (a check with fewer can pass, never
+    vouch for the client)."""
+    name, n = check["check"], check["samples"]
+    if name == "read_together":
+        return n >= READ_TOGETHER_MIN_GAPS or check.get("first_samples", 0) >= READ_TOGETHER_MIN_FIRSTS
+    if name == "send_delay":
+        return n >= SEND_DELAY_MIN_REQUESTS
+    return bool(check.get("judged", True)) and n >= LAG_MIN_SAMPLES
+
+
+def client_verdict(checks: list[ClientCheck]) -> str:
+    """The verdict: "suspect" when a check tripped, "valid" when none did and one had the samples
+    to judge, else "unknown" (0 samples, or too few for every check: nothing vouches for the client)."""
+    if any(c["tripped"] for c in checks):
+        return "suspect"
+    return "valid" if any(_has_samples(c) for c in checks) else "unknown"
+
+
 def client_figures(agg: Aggregate) -> ClientFigures:
     checks = client_checks(agg)
     tripped = [c for c in checks if c["tripped"]]
@@ -1186,7 +1231,8 @@ def client_figures(agg: Aggregate) -> ClientFigures:
         },
         "checks": checks,
         "reasons": [c["text"] for c in tripped],
-        "valid": not tripped,
+        "valid": not tripped,  # no check tripped; on too few samples that is no verdict: see "verdict"
+        "verdict": client_verdict(checks),
     }
 
 
@@ -1197,6 +1243,8 @@ def client_line(client: Mapping[str, Any]) -> str:
     checks = client.get("checks") or []
     measured = "; ".join(c["text"] for c in checks if c.get("judged", True))
     verdict = "valid" if client.get("valid") else "SUSPECT (figures may be distorted)"
+    if client.get("valid") and client.get("verdict") == "unknown":
+        verdict = "unknown (too few samples for any check to judge)"
     if not client.get("valid"):
         measured = "; ".join(client.get("reasons") or []) or measured
     lag = (client.get("loop_lag") or {}).get("p99")

@@ -39,6 +39,9 @@ SOURCE_USAGE = "usage"
 SOURCE_CONTINUOUS = "continuous_usage"
 SOURCE_CHUNKS = "chunks"  # estimate: one token per token-bearing chunk
 SOURCE_PROMPT = "prompt"  # input count the prompt was built with
+# the server's output count was far from the count read from the stream (protocols.base
+# count_believed) and was not used: N_out is the count read (the chunks, a gRPC reply's token ids)
+SOURCE_REJECTED = "usage_rejected"
 
 
 @dataclass(slots=True)
@@ -55,6 +58,8 @@ class WorkFacts:
     json_parsed: bool | None = None  # --response-format: the answer parsed as JSON (None: not checked)
     json_valid: bool | None = None  # ... and met the schema
     graded: bool | None = None  # a graded prompt answered right (None: not graded; --graded)
+    # the client drew a cancellation for it (--cancel); it ended client_cancelled unless it ended first
+    cancel_drawn: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The facts that were set (those not at their default), for the record log."""

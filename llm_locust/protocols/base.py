@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_USAGE
+from llm_locust.metrics.records import SOURCE_CHUNKS, SOURCE_CONTINUOUS, SOURCE_REJECTED, SOURCE_USAGE
 
 # Return values of Adapter.feed
 NO_TOKEN = 0  # role-only, empty text, usage-only, keep-alive, end marker, error
@@ -48,6 +48,14 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event or one NDJSON line
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a whole non-streaming reply (e.g. /v1/models)
 # A token count a server reports (usage) above this is not believed: a protocol error.
 MAX_TOKEN_COUNT = 1_000_000_000
+# A server's output token count (usage, continuous usage) is believed only near the count read
+# from the stream (the token-bearing chunks; the token ids of a gRPC reply): at most USAGE_FACTOR
+# times it plus USAGE_SLACK, and at least it less USAGE_SLACK, divided by USAGE_FACTOR. Honest
+# servers put several tokens in a chunk (speculative decoding: up to k + 1 a step; vLLM merges the
+# deltas a late reader has not taken), hence a factor and not equality; a count past it is a
+# broken or lying server (999999999 tokens on 2-token replies), and is not used (docs/metrics.md).
+USAGE_FACTOR = 8
+USAGE_SLACK = 16
 
 
 @dataclass(slots=True)
@@ -86,6 +94,7 @@ class StreamState:
         "cont_out",
         "cont_tokens",
         "cont_broken",
+        "read_out",
         "finish_reason",
         "error",
         "done",
@@ -108,6 +117,8 @@ class StreamState:
         self.cont_tokens: list[int] = []
         # set (by the adapter) once a token-bearing chunk came without a usable running count
         self.cont_broken = False
+        # output tokens the client counted itself (a gRPC reply's token ids); None: only chunks
+        self.read_out: int | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None  # error text from inside a 200 stream
         self.done = False  # the protocol's end marker (or final event) was seen
@@ -154,12 +165,27 @@ def request_headers(adapter: Any, api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def count_believed(server: int, read: int) -> bool:
+    """Whether a server's output token count is near enough the count read from the stream to be
+    used (USAGE_FACTOR, USAGE_SLACK): read / F - S <= server <= F * read + S."""
+    return server <= USAGE_FACTOR * read + USAGE_SLACK and read <= USAGE_FACTOR * server + USAGE_SLACK
+
+
 def resolve_tokens(state: StreamState, n_chunks: int) -> tuple[int, str, list[int]]:
     """Output token count, its source, and n_k for each of the n_chunks token-bearing chunks.
 
-    Metrics spec order of trust: server usage, then continuous usage, then one per chunk.
+    Metrics spec order of trust: server usage, then continuous usage, then one per chunk; a
+    server count far from what was read (count_believed) is not used: the count read is, with
+    the source SOURCE_REJECTED (the run is flagged and its gates fail).
     """
-    if len(state.cont_tokens) == n_chunks and n_chunks:
+    read = n_chunks if state.read_out is None else state.read_out
+    own = state.read_out is not None and len(state.cont_tokens) == n_chunks  # n_k the client counted
+    cont = len(state.cont_tokens) == n_chunks and n_chunks > 0
+    if (state.usage_out is not None and not count_believed(state.usage_out, read)) or (
+        cont and not own and not count_believed(sum(state.cont_tokens), read)
+    ):
+        return read, SOURCE_REJECTED, list(state.cont_tokens) if own else [1] * n_chunks
+    if cont:
         per_chunk = list(state.cont_tokens)
         total = state.usage_out if state.usage_out is not None else sum(per_chunk)
         return total, (SOURCE_USAGE if state.usage_out is not None else SOURCE_CONTINUOUS), per_chunk

@@ -341,6 +341,7 @@ def _apply_chunk(state: StreamState, n_ids: int, prompt: int | None, delta: int,
     if not n_ids:
         return NO_TOKEN
     state.cont_tokens.append(n_ids)
+    state.read_out = (state.read_out or 0) + n_ids
     return CONTENT
 
 

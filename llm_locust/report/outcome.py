@@ -9,7 +9,8 @@ figure and rule of the end of a run can be checked in a test without starting a 
 
 Exit codes (docs/security.md): 0 the run passed; 1 a gate failed (the error rate above
 --max-error-rate, no request answered, the SLO attainment under --slo-attainment, an SLA search
-whose lowest load broke its SLOs, results that could not be written); 2 a usage error; 3 the
+whose lowest load broke its SLOs, server token counts not believed, a trace changed during the
+run, counts that do not add up, results that could not be written); 2 a usage error; 3 the
 target unreachable or not serving the API; 130 / 143 interrupted by SIGINT / SIGTERM (the figures
 of an interrupted run are kept and marked, never judged).
 """
@@ -22,7 +23,9 @@ from typing import Any, cast
 
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.metrics.aggregate import Aggregate, figures
-from llm_locust.metrics.records import WARMUP_STEP
+from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
+from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
+from llm_locust.report.accounting import count_problems
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, plain
 from llm_locust.report.schema import (
@@ -381,7 +384,7 @@ def warmup_rule(s: Any) -> str | None:
 
 def warmup_figures(agg: Aggregate | None, s: Any) -> Warmup | None:
     """The results' `warmup`: the rule, and the warm-up's own counts and latencies (sent = ok +
-    failed + cancelled + lost, apart from the run's); None without a warm-up."""
+    failed + cancelled + client_cancelled + lost, apart from the run's); None without a warm-up."""
     rule = warmup_rule(s)
     if rule is None or s.ladder:
         return None
@@ -396,6 +399,7 @@ def warmup_figures(agg: Aggregate | None, s: Any) -> Warmup | None:
         "ok": f["ok"],
         "failed": f["failed"],
         "cancelled": f["cancelled"],
+        "client_cancelled": f["client_cancelled"],
         "lost": f["lost"],
         "tokens_out": f["tokens_out"],
         "latency": lat,
@@ -547,7 +551,12 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     if e.ladder is not None:
         # the controller's report (runtime.shapes, untyped there) less its printed table: a LadderDoc
         results["ladder"] = cast(LadderDoc, {k: v for k, v in e.ladder.items() if k != "table"})
+    problems = count_problems(results)
+    if problems:  # a bug of the counting: carried, said, and the run fails its `counts` gate
+        results["count_problems"] = problems
     results["gates"] = _gates(e, p)
+    if problems and e.interruption is None:  # an interrupted run's figures are kept, not judged
+        results["gates"].append(_gate("counts", False, f"counts do not add up (a bug): {'; '.join(problems)}"))
     return results
 
 
@@ -602,6 +611,12 @@ def _gates(e: Ended, p: _Parts) -> list[Gate]:
                 f"--slo-attainment {e.slo_attainment:.0%}",
             )
         )
+    changed = (e.trace or {}).get("changed")
+    if changed:  # the requests sent may come from another file than the one the results name
+        gates.append(_gate("trace", False, changed))
+    rejected = (fig.get("n_out_sources") or {}).get(SOURCE_REJECTED, 0)
+    if rejected:  # a server's token counts not believed: the throughput it would have given is not the run's
+        gates.append(_gate("server_counts", False, usage_rejected_line(rejected, fig["ok"])))
     hit = p.prefix_hit
     if hit is not None:  # --prefix-hit: a run that got another hit ratio measured another workload
         gates.append(_gate("prefix_hit", bool(hit["within"]), prefix_hit_line(hit)))
@@ -609,6 +624,15 @@ def _gates(e: Ended, p: _Parts) -> list[Gate]:
     if sla.get("reached") == "lowest_breaks":
         gates.append(_gate("sla_search", False, f"the SLA search's lowest load broke its SLOs: {sla.get('reason')}"))
     return gates
+
+
+def usage_rejected_line(rejected: int, ok: int) -> str:
+    """Why the server_counts gate failed: the rule of protocols.base count_believed, in its words."""
+    return (
+        f"the server's output token counts of {rejected} of {ok} answered requests were far from the count read "
+        f"from the stream (above {USAGE_FACTOR}x it + {USAGE_SLACK}, or below it less {USAGE_SLACK} over "
+        f"{USAGE_FACTOR}): not used; those requests' tokens are the count read (n_out_sources usage_rejected)"
+    )
 
 
 def _gate(name: str, passed: bool, line: str) -> Gate:

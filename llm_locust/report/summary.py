@@ -195,6 +195,15 @@ def step_phase_lines(steps: Sequence[tuple[int, Mapping[str, Any] | None]]) -> l
     return ["request phases per step (ms)", line(head), line(["-" * w for w in widths]), *map(line, cells)]
 
 
+def cancel_line(c: Mapping[str, Any]) -> str:
+    """--cancel's draws against what they did: a share of 30% may cancel 16%, as a request that
+    ends before its cancel time is not cancelled (figures `client_cancel`)."""
+    rest = [f"{c['ended_first']} ended before their cancel time"]
+    if c.get("stopped"):
+        rest.append(f"{c['stopped']} stopped in flight by the run's end")
+    return f"client cancellations (--cancel): {c['cancelled']} of {c['drawn']} drawn took effect; " + ", ".join(rest)
+
+
 def format_summary(
     fig: Figures, title: str = "llm-locust summary", *, open_loop: bool = True, cols: int | None = None
 ) -> str:
@@ -209,6 +218,8 @@ def format_summary(
         + (f" lost {fig.get('lost', 0)}," if fig.get("lost") or fig.get("workers_lost") else "")
         + f" over {fig['duration_s']:.1f} s"
     )
+    if fig.get("client_cancel"):
+        lines.append(cancel_line(fig["client_cancel"]))
     if fig.get("lost") or fig.get("workers_lost"):
         lines.append(
             f"workers lost: {fig.get('workers_lost', 0)}; the {fig.get('lost', 0)} request(s) they had in flight"

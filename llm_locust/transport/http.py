@@ -29,7 +29,7 @@ from gevent import GreenletExit
 from geventhttpclient.connectionpool import SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
-from llm_locust.metrics.records import Outcome, RequestRecord
+from llm_locust.metrics.records import Outcome, RequestRecord, work_of
 from llm_locust.protocols import error_text, printable
 from llm_locust.protocols.base import Adapter, Limits, RequestSpec, StreamState, Timeouts
 from llm_locust.protocols.token_reads import SCAN_LIMIT, whole_chunks
@@ -155,6 +155,8 @@ class StreamClient:
             on_record(rec)
         keep = self.keep_text if keep_text is None else keep_text
         after_s, after_tok = self.cancel.draw() if self.cancel is not None else (0.0, 0)
+        if after_s or after_tok:  # counted drawn: a request that ends first is not cancelled
+            work_of(rec).cancel_drawn = True
         state = _CancelAt(keep, after_tok) if after_tok else StreamState(keep)
         timer = _RequestTimer(self.timeouts.total)
         abort = _abort_timer(after_s)  # started by _exchange at the send, not before the connect

@@ -304,6 +304,7 @@ class LiveView:
             "failures": failures,
             "client": {
                 "valid": valid,
+                "verdict": client["verdict"],  # valid, suspect, unknown (no check had its samples)
                 "valid_now": valid_now,
                 "reasons": reasons,
                 "line": client_line(client),  # the summary's line: each check against its limit
@@ -644,7 +645,9 @@ def summary_rows(snap: dict[str, Any]) -> list[dict[str, str]]:
         },
         {
             "metric": "Client",
-            "value": "valid" if snap["client"]["valid"] else "SUSPECT: " + "; ".join(snap["client"]["reasons"]),
+            "value": snap["client"].get("verdict", "valid")
+            if snap["client"]["valid"]
+            else "SUSPECT: " + "; ".join(snap["client"]["reasons"]),
         },
     ]
     t = snap["totals"]
