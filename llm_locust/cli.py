@@ -303,6 +303,10 @@ def _rep_options(settings, path: str, k: int) -> list[str]:
     extra += ["--results", path]
     if settings.report:
         extra += ["--report", _rep_path(settings.report, k, ".html")]
+    if settings.record_log:  # a run's record log starts fresh: each repetition its own, as its results
+        import os
+
+        extra += ["--record-log", _rep_path(settings.record_log, k, os.path.splitext(settings.record_log)[1])]
     return extra
 
 

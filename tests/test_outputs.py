@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, run_cli, run_ok
+from support import ROOT, read_jsonl, run_cli, run_ok
 
 from llm_locust.metrics.recordlog import FAILED, RecordLog, failures
 from llm_locust.metrics.records import RequestRecord
@@ -488,3 +488,18 @@ def test_a_synthetic_workload_goes_into_a_results_folder_not_yet_made(tmp_path, 
     run_ok("--host", sim.url, "--synthetic", "requests=4,input=8,output=4,rate=20", "--replay",
            "--results", str(results), timeout=120)  # fmt: skip
     assert results.exists() and (tmp_path / "runs" / "new" / "r.workload.jsonl").exists()
+
+
+def test_each_repetition_writes_a_record_log_of_its_own(tmp_path, sims):
+    """A run's record log starts fresh, so --repeat N gives each repetition its own, as its
+    results: LOG.repK.jsonl beside RESULTS.repK.json, each holding that repetition's requests (one
+    shared LOG would keep the last repetition's only; before, it held them all, mixed)."""
+    log, results = tmp_path / "log.jsonl", tmp_path / "r.json"
+    run_ok(
+        "--host", sims(slots=4).url, "--repeat", "2", "-u", "2", "-t", "2s", "--max-tokens", "8",
+        "--record-log", str(log), "--results", str(results), timeout=240,
+    )  # fmt: skip
+    assert not log.exists()
+    for k in (1, 2):
+        sent = read_results(tmp_path / f"r.rep{k}.json")["summary"]["sent"]
+        assert len(read_jsonl(tmp_path / f"log.rep{k}.jsonl")) == sent > 0, k

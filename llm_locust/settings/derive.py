@@ -190,8 +190,9 @@ def run_parser(locust_options: list[tuple[list[str], str, str | None]] | None = 
         usage="llm-locust run [PLAN.yaml | RESULTS.json] [options] [Locust options]",
         description="Load-test an LLM inference server (default: the built-in simulator). A plan file "
         "(YAML) or an earlier run's results file gives the settings; options typed here win over it. "
-        "A file is data: it never picks the target, the key's variable, a command or code to run "
-        "unless --trust-plan says so.",
+        "A file is data: it never picks the target, the key's variable, a command or code to run, who may "
+        "reach the run (web UI origins, exporter address), where records go, nor replaces a file, unless "
+        "--trust-plan says so.",
         epilog="Every other option goes to Locust as it is (`locust --help` lists them); an option "
         "that neither llm-locust nor Locust knows is refused before anything starts. Plan keys are "
         "named [plan: KEY] above. Durations take a unit (500ms, 30s, 2m, 1h); a bare number is seconds, "

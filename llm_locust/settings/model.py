@@ -1321,7 +1321,8 @@ class Settings(BaseModel):
         Opt(
             "run",
             "take the plan's or results file's target (host, endpoints, metrics URLs), key variable, reset hook, "
-            "locustfile, MLflow server, web UI origins and record log, and let it name outputs over existing files; "
+            "locustfile, MLflow server, web UI origins, exporter address and record log, and let it name outputs "
+            "over existing files; "
             "without it a file is data: those are ignored (or the run refused), each named, unless given here",
             run_only=True,
         ),
