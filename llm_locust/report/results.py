@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import platform
@@ -17,6 +18,7 @@ import orjson
 
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.aggregate import validity as aggregate_validity
+from llm_locust.report.accounting import count_problems
 from llm_locust.report.files import write_atomic
 from llm_locust.report.masking import MASK, MIN_LEN, mask_bytes
 from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
@@ -28,6 +30,8 @@ REQUIRED = ("run", "summary", "steps", "series")
 DISTRIBUTIONS = ("ttft", "itl", "tpot", "e2e")
 BINS_PER_DECADE = 10
 MAX_ERROR_RATE = 0.05  # above it a run (or step) is marked "errors" (the ladder's default)
+
+log = logging.getLogger(__name__)
 
 
 class ResultsError(ValueError):
@@ -184,5 +188,11 @@ def results_json(results: Mapping[str, Any], secrets: tuple[str, ...] = (), inde
 def write_results(path: str | Path, results: Mapping[str, Any], secrets: tuple[str, ...] = ()) -> None:
     """Write atomically (a reader never sees half a file), secrets masked. OSError, with the path
     and why, when it cannot be written (a full disk, a path that is a device or a symbolic link):
-    an earlier file at `path` is then left as it was."""
+    an earlier file at `path` is then left as it was. Counts that do not add up (a bug of the
+    counting: report.accounting) are logged, and carried in the file as `count_problems`."""
+    problems = count_problems(results)
+    if problems:
+        log.error("results %s: counts do not add up: %s", path, "; ".join(problems))
+        if "count_problems" not in results:
+            results = {**results, "count_problems": problems}
     write_atomic(path, results_json(results, secrets))

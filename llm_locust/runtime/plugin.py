@@ -376,6 +376,7 @@ class _EndOfRun:
         self.trace, self.stopper, self.stopped_early = trace, stopper, stopped_early
         self.outcome: outcome.Outcome | None = None
         self.done = False  # printed and written (once, whatever fires quit again)
+        self.trace_checked = False  # note_trace: the trace hashed again at the end
 
     def on_quitting(self, **_kw: Any) -> None:
         # A run ended by the time limit or the shape has collected its workers' final reports at
@@ -387,19 +388,33 @@ class _EndOfRun:
                 h.collect_final_reports()
             h.account_lost()  # what lost workers had in flight: counted as lost, not dropped
         self.stopper.phase = "shutdown"
+        self.note_trace()
         self.outcome = outcome.build(self.gather())
         self.env.process_exit_code = self.outcome.exit_code
+
+    def note_trace(self) -> str | None:
+        """The trace checked against its start's hash, once, before the outcome is built: a changed
+        one is marked in the results (environment.trace `changed`, and `at_end`: its hash then) and
+        fails the run's `trace` gate. The line that says so, or None."""
+        from llm_locust.report.provenance import trace_changed, trace_facts
+
+        facts = self.trace  # the results' environment.trace
+        if facts is None or self.trace_checked:
+            return None if facts is None else facts.get("changed")
+        self.trace_checked = True
+        changed = trace_changed(facts)
+        if changed:
+            facts["changed"] = changed
+            end = trace_facts(facts["path"], facts.get("format") or "")
+            facts["at_end"] = {k: v for k, v in (end or {}).items() if k in ("sha256", "bytes", "mtime_ns", "error")}
+        return changed
 
     def on_quit(self, **_kw: Any) -> None:
         if self.done:
             return
         self.done = True
+        changed = self.note_trace()
         out = self.outcome or outcome.build(self.gather())
-        from llm_locust.report.provenance import trace_changed
-
-        changed = trace_changed(self.trace)  # self.trace is the results' environment.trace
-        if changed and self.trace is not None:
-            self.trace["changed"] = changed
         if out.measured:
             print(out.text(width()), file=sys.stdout, flush=True)
             if changed:
