@@ -740,7 +740,7 @@ def section_steps(r: ResultsDoc, steps: Sequence[LadderStep], unit: str, knee: K
         if is_knee:
             marks.insert(0, badge("mark mark-knee", "knee", "the saturation point"))
         if s.get("cut"):
-            marks.insert(0, badge("mark mark-cut", "cut short", cut_note(s, unit)) + H(" " + esc(cut_note(s, unit))))
+            marks.insert(0, H(badge("mark mark-cut", "cut short", cut_note(s, unit)) + " " + esc(cut_note(s, unit))))
         broken = s.get("slo_broken") or []
         slo = (
             badge("mark mark-slo", "broken", "; ".join(broken)) + H(" " + esc("; ".join(broken)))
