@@ -202,13 +202,16 @@ def run(argv: list[str]) -> int:
     from locust.main import main as locust_main
 
     sys.argv = locust_argv
+    parent = os.getpid()
     try:
         locust_main()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
-        if sim is not None:
+        # --workers: Locust forks its workers from this process, and each returns here too; the
+        # simulator is the parent's (a worker's stop of it waited 10 s, the worker left behind)
+        if sim is not None and os.getpid() == parent:
             sim.stop()
     return code
 

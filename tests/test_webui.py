@@ -771,6 +771,53 @@ def test_a_web_run_ends_by_itself_when_its_test_ends(tmp_path, sims):
     assert gates["answered"] is True and False in gates.values(), doc["gates"]
 
 
+def test_a_web_run_with_workers_leaves_no_process_behind(tmp_path):
+    """`llm-locust run --web --workers 2` (its own simulator) ends with its test, and its worker
+    processes with it. Old code: Locust forks the workers from the process that started the
+    simulator; each returned into `llm-locust run` and stopped the parent's simulator, waiting 10 s
+    for a process not its own: the workers outlived the run by 9 s (after a Ctrl-C, by a minute)."""
+    import psutil
+
+    web = free_port()
+    base = f"http://127.0.0.1:{web}"
+    args = ["run", "--web", "--workers", "2", "--web-port", str(web), "-u", "2", "-t", "4s", "--max-tokens", "16"]
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llm_locust.cli", *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for("the web UI", lambda: get_json(f"{base}/llm/data")["state"] == "ready")
+        children = wait_for(
+            "the workers and the simulator", lambda: (c := psutil.Process(proc.pid).children()) and len(c) >= 3 and c
+        )
+        body = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{base}/swarm", data=body, headers={"Origin": base}), timeout=5
+        ):
+            pass
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = (tmp_path / "run.log").read_text()
+    assert rc in (0, 1) and "the test ended: ending the run" in out, out[-3000:]  # 1: a machine too slow for -t
+
+    def alive() -> list[int]:
+        live = []
+        for c in children:
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE:
+                    live.append(c.pid)
+            except psutil.NoSuchProcess:
+                pass
+        return live
+
+    deadline = time.monotonic() + 3
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the process table, bounded by the deadline
+    assert alive() == [], (alive(), out[-2000:])
+    assert "Traceback" not in out
+
+
 def test_web_keep_open_without_the_web_ui_is_refused():
     from support import run_cli
 
