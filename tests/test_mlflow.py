@@ -21,6 +21,7 @@ import types
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import realservers
 from support import free_port, missing, run_ok, start_run
@@ -157,6 +158,33 @@ def test_a_run_without_results_or_report_files_still_sends_both(tmp_path, mlflow
     assert not [k for k in run.data.metrics if k.startswith(mlflow_log.STEP_PREFIX)]  # no ladder, no steps
 
 
+def test_a_password_in_the_uri_reaches_no_parameter_tag_or_artifact(tmp_path, mlflow_server):
+    """--mlflow http://alice:PW@HOST: the client authenticates with it (the server ignores it), and
+    PW is in no parameter, tag or artifact (the results file, and the report drawn from memory in
+    the uploading process), nor in stdout or stderr (old code: the artifacts carried it in clear)."""
+    client = _client(mlflow_server.url)
+    password, name = "mlflow-pw-33d1", f"secret-{uuid.uuid4().hex[:8]}"
+    uri = mlflow_server.url.replace("http://", f"http://alice:{password}@")
+    results = tmp_path / "r.json"
+    with SimProcess(slots=8) as sim:
+        p = run_ok(
+            "--host", sim.url, "-u", "2", "-t", "2s", "--max-tokens", "8", "--name", name,
+            "--results", results, "--mlflow", uri, timeout=120,
+        )  # fmt: skip
+    masked = mlflow_server.url.replace("http://", "http://***@")
+    assert f"logged to MLflow at {masked}, experiment" in p.stdout, p.stderr[-2000:]
+    run = _the_run(client, mlflow_log.DEFAULT_EXPERIMENT, name)
+    assert run.data.params["mlflow.uri"] == masked
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"r.json", "report.html"}
+    fetched = [
+        Path(client.download_artifacts(run.info.run_id, a, str(tmp_path / "dl"))) for a in ("r.json", "report.html")
+    ]
+    texts = {"stdout": p.stdout, "stderr": p.stderr, "params": json.dumps(run.data.params),
+             "tags": json.dumps(run.data.tags), **{f.name: f.read_text() for f in fetched}}  # fmt: skip
+    assert [k for k, text in texts.items() if password in text] == []
+    assert "Reproduce this run" in texts["report.html"] and masked in texts["r.json"]
+
+
 def _closed_run(tmp_path: Path, host: str, uri: str, *extra: str, env: dict | None = None, timeout: float = 180):
     """A short closed-loop run logging to `uri`; (process, results path, seconds from the last
     file written, the report, to the process's end: the MLflow part)."""
@@ -287,6 +315,37 @@ def test_a_signal_during_the_upload_ends_it_at_once(tmp_path):
     assert ended < 10, ended  # a poll every 0.2 s, the child killed, the process's own end
     assert f"llm-locust: MLflow logging to {uri} abandoned (a signal to the run)" in err, err[-2000:]
     assert json.loads(results.read_text())["summary"]["ok"] > 0
+
+
+def _uploader(pid: int, within: float = 60) -> psutil.Process:
+    """The run's uploading child process (python -m llm_locust.report.mlflow_log), once started."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "llm_locust.report.mlflow_log" in child.cmdline():
+                    return child
+        time.sleep(0.1)
+    raise AssertionError(f"no uploading process under {pid} within {within} s")
+
+
+def test_the_upload_ends_itself_when_the_run_is_killed(tmp_path):
+    """SIGKILL of the run while it uploads: the uploading process, orphaned, still ends at its
+    deadline (plus 2 s), not with the drip's end (never)."""
+    _need_client()
+    with _dripping_server() as uri, SimProcess(slots=8) as sim:
+        argv = ("--host", sim.url, "-u", "2", "-t", "2s", "--max-tokens", "8", "--results", tmp_path / "r.json")
+        proc = start_run(*argv, "--mlflow", uri, "--mlflow-timeout", "3s", stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            child = _uploader(proc.pid)
+            proc.kill()
+            proc.wait(timeout=30)
+            gone, alive = psutil.wait_procs([child], timeout=3 + 2 + 15)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert [c.pid for c in alive] == [] and [c.pid for c in gone] == [child.pid]
 
 
 # ------------------------------------------------------------------------------------ the mapping

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -295,11 +296,9 @@ def _wait(proc: subprocess.Popen, deadline_s: float, stop: Callable[[], bool]) -
             return why
 
 
-def upload(
-    job: dict[str, Any], doc_bytes: bytes, deadline_s: float, stop: Callable[[], bool] = lambda: False
-) -> Upload:
-    """`job` (see upload_child) sent by a child process that is killed past `deadline_s` or when
-    `stop()` turns true. It travels in a private temporary folder with the results as written
+def upload(job: dict[str, Any], doc_bytes: bytes, stop: Callable[[], bool] = lambda: False) -> Upload:
+    """`job` (see upload_child) sent by a child process that is killed past `job["deadline_s"]` or
+    when `stop()` turns true. It travels in a private temporary folder with the results as written
     (`doc_bytes`): the URI may carry credentials, never put on a command line."""
     with tempfile.TemporaryDirectory(prefix="llm-locust-mlflow-") as tmp:
         folder = Path(tmp)
@@ -313,7 +312,7 @@ def upload(
                 stderr=log,
                 env=_child_env(),
             )
-            abandoned = _wait(proc, deadline_s, stop)
+            abandoned = _wait(proc, job["deadline_s"], stop)
         done = folder / "done.json"
         if not abandoned and done.is_file():
             return Upload(**json.loads(done.read_text()))
@@ -343,10 +342,11 @@ def _child_payload(folder: Path, job: dict[str, Any]) -> Payload:
 
 def upload_child(folder: Path) -> int:
     """The child: FOLDER/job.json (uri, experiment, run_name, payload, send_results, draw_report,
-    secrets) sent; how it went written to FOLDER/done.json."""
+    secrets, deadline_s) sent; how it went written to FOLDER/done.json."""
     for name in ("mlflow", "urllib3"):  # MLflow's and urllib3's retry chatter: the parent says one line
         logging.getLogger(name).setLevel(logging.ERROR)
     job = json.loads((folder / "job.json").read_text())
+    signal.alarm(math.ceil(job["deadline_s"]) + 2)  # ends itself should its parent die (SIGKILL) first
     try:
         p = _child_payload(folder, job)
         exp_id, run_id = send(job["uri"], job["experiment"], job["run_name"], p)
@@ -389,9 +389,10 @@ def log_run(
         "send_results": send_results,
         "draw_report": draw_report,
         "secrets": [*SECRETS.all(), *secrets],
+        "deadline_s": getattr(settings, "mlflow_timeout", DEADLINE_S),
     }
     try:
-        done = upload(job, doc_bytes, getattr(settings, "mlflow_timeout", DEADLINE_S), stop)
+        done = upload(job, doc_bytes, stop)
     except OSError as e:  # the child could not be started (no memory, no temporary folder)
         return _failure(uri, e, files)
     if done.abandoned:
