@@ -382,7 +382,8 @@ def _write_repeated(argv, settings, results: str, reset: str, docs, files, child
     signal), their report, and --baseline's gate (not for an interrupted series: its figures are
     kept, never judged). Exit status: 130 / 143 interrupted, 1 the gate failed or the counts do not
     add up, else 0."""
-    from llm_locust.analysis.repeats import combine, count_mismatch, format_repeats
+    from llm_locust.analysis.repeats import combine, format_repeats
+    from llm_locust.report.accounting import count_problems
     from llm_locust.report.results import write_results
 
     n, stop = settings.repeat, children.interruption
@@ -403,10 +404,8 @@ def _write_repeated(argv, settings, results: str, reset: str, docs, files, child
     if stop is not None:
         combined["run"]["interrupted"] = stop.to_dict()
         combined["gates"] = []  # an interrupted series is kept, not judged
-    write_results(results, combined)
-    mismatch = count_mismatch(combined["summary"])  # a bug of the counting: written, said, a failed run
-    if mismatch:
-        print(f"llm-locust: the combined counts do not add up: {mismatch}", file=sys.stderr)
+    write_results(results, combined)  # counts that do not add up are logged and carried in the file
+    mismatch = count_problems(combined)  # ... and fail the series (report.accounting)
     print(format_repeats(combined["repeats"]), flush=True)
     if stop is not None:
         print(

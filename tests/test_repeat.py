@@ -12,8 +12,9 @@ import pytest
 from pydantic import TypeAdapter
 from support import Background, cli_process, live
 
-from llm_locust.analysis.repeats import combine, count_mismatch, format_repeats, interval, t975, welch
+from llm_locust.analysis.repeats import combine, format_repeats, interval, t975, welch
 from llm_locust.report import compare as cmp
+from llm_locust.report.accounting import count_problems, section_problem
 from llm_locust.report.results import SCHEMA, SCHEMA_VERSION
 from llm_locust.report.schema import Figures
 
@@ -170,15 +171,19 @@ def test_the_combined_counts_are_the_sums_of_every_repetition():
     assert ttft["count"] == 6 and (ttft["min"], ttft["max"]) == (0.1, 0.5)
     assert ttft["mean"] == pytest.approx((0.6 + 0.6 + 0.5) / 6)  # weighted by each repetition's count
     assert ttft["p50"] == pytest.approx((0.2 + 0.4 + 0.5) / 3)  # the headline figure: the repetitions' mean
-    assert count_mismatch(s) is None
+    assert section_problem(s) is None
 
 
 def test_combined_counts_that_do_not_add_up_are_told():
     bad = _counted(30, 27, 2, 1, 3.0, [0.1])
     bad["summary"]["sent"] = 40  # 10 requests with no outcome and not lost
-    assert count_mismatch(bad["summary"]) == "sent 40 != ok 27 + failed 2 + cancelled 1 + client_cancelled 0 + lost 0"
-    combined = combine([bad, _counted(30, 27, 2, 1, 3.0, [0.1])], ["a", "b"], "test")["summary"]
-    assert count_mismatch(combined) == "sent 70 != ok 54 + failed 4 + cancelled 2 + client_cancelled 0 + lost 0"
+    bad["count_problems"] = ["summary: sent 40 != ..."]  # as the writer carried it in the repetition's file
+    good = _counted(30, 27, 2, 1, 3.0, [0.1])
+    combined = combine([good, bad], ["a", "b"], "test")
+    assert count_problems(combined) == [
+        "summary: sent 70 != ok 54 + failed 4 + cancelled 2 + client_cancelled 0 + lost 0"
+    ]
+    assert "count_problems" not in combined  # not the last repetition's: the writer checks the combined anew
 
 
 # ---- signals: the repetitions belong to the series ----

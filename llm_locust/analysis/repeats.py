@@ -285,29 +285,17 @@ def combined_summary(summaries: Sequence[dict[str, Any]], last: dict[str, Any]) 
     return out
 
 
-def count_mismatch(summary: Any) -> str | None:
-    """Why a summary's counts do not add up, or None: sent = ok + failed (by kind) + cancelled +
-    client_cancelled + lost, and the outcomes by kind sum to finished (metrics.aggregate figures)."""
-    parts = ("ok", "failed", "cancelled", "client_cancelled", "lost")
-    n = {k: summary.get(k, 0) for k in ("sent", "finished", *parts)}
-    if sum(n[k] for k in parts) != n["sent"]:
-        return f"sent {n['sent']} != " + " + ".join(f"{k} {n[k]}" for k in parts)
-    outcomes = summary.get("outcomes")
-    if isinstance(outcomes, dict) and outcomes and sum(outcomes.values()) != n["finished"]:
-        return f"the outcomes by kind sum to {sum(outcomes.values())}, finished is {n['finished']}"
-    return None
-
-
 def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str, planned: int | None = None) -> ResultsDoc:
     """The combined results: the last repetition's document (plan, provenance, distributions,
     steps, series) with the summary made the series' (SUMMARY_NOTE: counts summed, headline figures
     their means), the validity flags of any repetition, and the `repeats` section (`planned`: the
     repetitions asked for, when fewer were combined). Its counts add up when each repetition's do
-    (count_mismatch, checked by the writer)."""
+    (report.accounting, checked by the writer)."""
     import copy
 
     out = copy.deepcopy(docs[-1])
     out.pop("_path", None)
+    out.pop("count_problems", None)  # the last repetition's: the writer checks the combined file anew
     rep = repeats_section(docs, files, reset)
     if planned is not None:
         rep["planned"] = planned
