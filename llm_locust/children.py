@@ -57,6 +57,22 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def ended(code: int) -> str:
+    """How a child ended, for a line: "exited 2", or "was killed by SIGKILL" (a negative status)."""
+    if code >= 0:
+        return f"exited {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
+def stop_status(code: int) -> int:
+    """The series' exit status when a child that wrote no results stops it: the child's own, 1 when
+    it had none (0) or was killed by a signal (a negative status is no exit status)."""
+    return code if code > 0 else 1
+
+
 def _catches(pid: int, sig: int) -> bool | None:
     """Whether process `pid` has a handler for `sig` (Linux: /proc/PID/status SigCgt), None unknown."""
     try:

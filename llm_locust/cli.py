@@ -333,7 +333,7 @@ def run_repeated(argv: list[str], settings) -> int:
     import tempfile
 
     from llm_locust.analysis.repeats import FRESH_SIM, NOT_RESET, rep_line
-    from llm_locust.children import Children, child_env
+    from llm_locust.children import Children, child_env, ended, stop_status
     from llm_locust.report.results import ResultsError, read_results
 
     n = settings.repeat
@@ -364,8 +364,8 @@ def run_repeated(argv: list[str], settings) -> int:
             except ResultsError as e:  # the run wrote no results: nothing to count, the series stops
                 if children.interruption is not None:
                     break
-                print(f"llm-locust: repetition {k}/{n} exited {code} without results ({e}): stopped", file=sys.stderr)
-                return code or 1
+                print(f"llm-locust: repetition {k}/{n} {ended(code)} without results ({e}): stopped", file=sys.stderr)
+                return stop_status(code)
             if code != 0 and children.interruption is None:  # e.g. Locust's 1 when a request failed
                 print(f"llm-locust: repetition {k}/{n} exited {code}; its results are kept", file=sys.stderr)
                 worst = max(worst, code)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any
 
-from llm_locust.children import Children, child_env
+from llm_locust.children import Children, child_env, ended, stop_status
 from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, render
 from llm_locust.report.schema import ResultsDoc
 from llm_locust.settings.grid_spec import cell_name, parse_grid
@@ -146,10 +146,10 @@ def run_grid(argv: list[str], settings: Any, child_extra: dict[str, str]) -> int
                 if children.interruption is not None:
                     break
                 print(
-                    f"llm-locust: grid cell isl={isl} osl={osl} exited {code} without results ({doc}): stopped",
+                    f"llm-locust: grid cell isl={isl} osl={osl} {ended(code)} without results ({doc}): stopped",
                     file=sys.stderr,
                 )
-                return code or 1
+                return stop_status(code)
             if children.interruption is None:
                 worst = max(worst, code)
             plan = plan or doc.get("plan")

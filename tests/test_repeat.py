@@ -232,6 +232,26 @@ def test_a_killed_series_takes_its_repetition_with_it(tmp_path):
     assert rep["run"]["interrupted"]["signal"] == "SIGTERM" and rep["summary"]["duration_s"] < 50
 
 
+def test_a_repetition_killed_on_its_own_stops_the_series_with_a_line(tmp_path):
+    """SIGKILL to the repetition (not the parent): no results, so the series stops, says how the
+    repetition ended and exits 1. Before: "exited -9" and exit status 247 (sys.exit(-9))."""
+    run = Background(tmp_path, "--repeat", "3", "-u", "2", "-t", "60s", "--max-tokens", "16", "--results", "r.json")
+    run.wait_for("All users spawned", timeout=90)
+    run.descendants()
+    import psutil
+
+    (repetition,) = psutil.Process(run.proc.pid).children()
+    repetition.kill()
+    rc, out, err = run.finish(timeout=60)
+    assert rc == 1, err[-3000:]
+    assert "llm-locust: repetition 1/3 was killed by SIGKILL without results" in err
+    assert "Traceback" not in err and not (tmp_path / "r.rep2.json").exists()
+    deadline = time.monotonic() + 30
+    while live(run.pids) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling for its simulator to end (SIGTERM from the kernel), within the deadline
+    assert live(run.pids) == []
+
+
 # ---- compare on synthetic repeated results ----
 
 
