@@ -268,6 +268,11 @@ def _set(*keys, value):
         (OURS, _set("summary", "output_tokens_per_s", value=-1.5), "summary.output_tokens_per_s is -1.5"),
         (OURS, _set("steps", 0, "failed", value=-1), "steps[0].failed is -1"),
         (OURS, _set("summary", "sent", value="12"), "summary.sent is '12', not a number"),
+        (
+            OURS,
+            _set("repeats", value={"count": 2, "figures": {"ttft_p50": {"mean": 0.0, "values": [0.1, -0.1]}}}),
+            "repeats.figures.ttft_p50.values[1] is -0.1",
+        ),
     ],
 )
 def test_a_negative_figure_is_refused_naming_the_file_and_the_field(tmp_path, src, edit, field):

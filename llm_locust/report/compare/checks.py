@@ -48,6 +48,7 @@ OUR_FIGURES = (
     "error_rate",
     "goodput_requests_per_s",
     "goodput_tokens_per_s",
+    "offered",  # a ladder step's load (users, req/s, tok/s)
 )
 OUR_COUNTS = ("outcomes", "causes")  # {kind: count}
 LATENCY_STATS = ("count", "min", "max", "mean", "p50", "p90", "p95", "p99", "p99.9")
@@ -78,7 +79,8 @@ def _figures_of(row: Any, at: str) -> Iterator[Field]:
 
 
 def our_fields(doc: Any) -> Iterator[Field]:
-    """An llm-locust results file's figures: the summary, each step's, each ladder step's, the warm-up's."""
+    """An llm-locust results file's figures: the summary, each step's, each ladder step's, the
+    warm-up's, the ladder's verdict loads and --repeat's combined figures."""
     yield from _figures_of(doc.get("summary"), "summary")
     for i, row in enumerate(doc.get("steps") or []):
         yield from _figures_of(row, f"steps[{i}]")
@@ -87,6 +89,31 @@ def our_fields(doc: Any) -> Iterator[Field]:
         for i, row in enumerate(ladder.get("steps") or []):
             yield from _figures_of(row, f"ladder.steps[{i}]")
     yield from _figures_of(doc.get("warmup"), "warmup")
+    yield from _verdict_fields(doc)
+    yield from _repeat_fields(doc.get("repeats"))
+
+
+def _verdict_fields(doc: Any) -> Iterator[Field]:
+    """The ladder's verdict figures compare scores (saturation_load, max_slo_load)."""
+    sat = doc.get("ladder", {}).get("saturation") if isinstance(doc.get("ladder"), dict) else None
+    if not isinstance(sat, dict):
+        return
+    if isinstance(sat.get("saturation"), dict):
+        yield "ladder.saturation.saturation.offered", sat["saturation"].get("offered")
+    yield "ladder.saturation.max_slo_load", sat.get("max_slo_load")
+
+
+def _repeat_fields(reps: Any) -> Iterator[Field]:
+    """--repeat N's combined figures: each headline figure's mean, sd, half width and values."""
+    if not isinstance(reps, dict):
+        return
+    yield "repeats.count", reps.get("count")
+    for name, f in (reps.get("figures") or {}).items():
+        if isinstance(f, dict):
+            yield from ((f"repeats.figures.{name}.{k}", f.get(k)) for k in ("mean", "sd", "half_width"))
+            values = f.get("values")
+            if isinstance(values, list):
+                yield from ((f"repeats.figures.{name}.values[{i}]", v) for i, v in enumerate(values))
 
 
 def _is_number(v: Any) -> bool:
