@@ -191,19 +191,27 @@ def test_combined_counts_that_do_not_add_up_are_told():
 COUNTS = ("sent", "ok", "failed", "cancelled", "client_cancelled", "lost", "tokens_out")
 
 
-@pytest.mark.parametrize("sig, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
-def test_a_signal_stops_the_series_and_combines_what_finished(tmp_path, sig, group, code):
+@pytest.mark.parametrize(
+    "sig, group, code, again",
+    [(signal.SIGINT, True, 130, False), (signal.SIGTERM, False, 143, False), (signal.SIGINT, True, 130, True)],
+)
+def test_a_signal_stops_the_series_and_combines_what_finished(tmp_path, sig, group, code, again):
     """Ctrl-C (SIGINT to the terminal's group) or `kill` (SIGTERM to the parent alone) during
-    repetition 2 of 3. Before: SIGTERM killed the parent at once (rc -15, nothing combined) while
-    the repetition kept sending load; Ctrl-C stopped the repetition, then the next one ran."""
+    repetition 2 of 3; `again`: a second Ctrl-C while the repetition stops, passed on to it (it says
+    so and goes on writing). Before: SIGTERM killed the parent at once (rc -15, nothing combined)
+    while the repetition kept sending load; Ctrl-C stopped the repetition, then the next one ran."""
     run = Background(tmp_path, "--repeat", "3", "-u", "2", "-t", "20s", "--max-tokens", "16", "--results", "r.json")
     run.wait_for("repetition 1/3:", timeout=90)
     run.wait_for("All users spawned", count=2)  # repetition 2 sends load
     assert run.descendants()  # the repetition and its simulator
     run.signal(sig, group)
+    if again:
+        run.wait_for("stopping the run")  # the repetition's own line: it stops
+        run.signal(sig, group)
     rc, out, err = run.finish(timeout=90)
     assert rc == code, err[-3000:]
     assert live(run.pids) == []  # no repetition or simulator left behind
+    assert ("SIGINT again: already stopping" in err) is again
     assert "Traceback" not in err and "repetition 3/3" not in out and not (tmp_path / "r.rep3.json").exists()
     assert f"INTERRUPTED by {sig.name} (repetition 2 of 3): 2 of 3 repetitions combined" in out
     doc = json.loads((tmp_path / "r.json").read_text())
