@@ -151,10 +151,10 @@ LOWER_BOUND_NOTE = (
 
 
 def _show(c: Mapping[str, Any], key: str) -> str:
-    """A cell's figure as shown: the SLA load as ">=X" when it is a lower bound (LOWER_BOUND_NOTE)."""
+    """A cell's figure as shown: the SLA load as ">= X" when it is a lower bound (LOWER_BOUND_NOTE)."""
     v = c.get(key)
     if v is not None and key == "sla_load" and c.get("sla_lower_bound"):
-        return f">={num(v)}"
+        return f">= {num(v)}"
     return _fmt(v)
 
 
@@ -178,7 +178,7 @@ def interrupted_line(doc: Mapping[str, Any]) -> str:
 
 def format_grid(doc: Mapping[str, Any]) -> str:
     """The printed table: one line per cell, the figures any cell has; a lower-bound SLA load as
-    ">=X" with the note below; an interrupted grid's line above."""
+    ">= X" with the note below; an interrupted grid's line above."""
     cells = doc.get("cells") or []
     cols = _present(cells)
     head = ["ISL", "OSL"] + [h for _, h, _ in cols] + ["flags"]
@@ -209,7 +209,7 @@ def _color(t: float) -> str:
 def heatmap(cells: Sequence[Mapping[str, Any]], key: str, title: str) -> str:
     """An SVG heatmap of one figure: input lengths down, output lengths across, each cell a
     `<rect id="heat-KEY-isl128-osl64" data-value="V">` shaded from the lowest value (light) to the
-    highest (dark), its value written on it (">=X" for a lower bound); a cell without the figure is
+    highest (dark), its value written on it (">= X" for a lower bound); a cell without the figure is
     grey with "-"."""
     isl = sorted({c["isl"] for c in cells})
     osl = sorted({c["osl"] for c in cells})
