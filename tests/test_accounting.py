@@ -278,33 +278,39 @@ def test_a_section_that_does_not_add_up_is_named():
 
 def test_requests_in_flight_after_a_workers_final_report_are_lost_as_it_says():
     """A worker whose requests outlive its drain says "the master counts them lost"; the master
-    merged the report that came after the final one and counted them cancelled instead (and with
-    no such report, left them unaccounted). Now a report after the final one is not merged, and
-    what was in flight at the final report is lost: sent == ok + cancelled + lost, once."""
+    counted them nowhere (a worker that answered its final report had "nothing lost"), so sent !=
+    ok + cancelled + lost. Now they are lost unless a later report brings their outcome before
+    the run's end (then they are what it says: cancelled); a report after the end is not merged."""
     from locust.env import Environment
 
     from llm_locust.metrics.aggregate import Aggregate
     from llm_locust.runtime.hub import REPORT_KEY, MasterHub
 
-    hub = MasterHub(Environment())
-
-    def report(sent: int, ok: int, cancelled: int, in_flight: int, final: int) -> dict:
+    def report(sent: int, ok: int, cancelled: int, in_flight: int) -> dict:
         agg = Aggregate()
         agg.add_sent(sent)
         for i in range(ok):
             agg.add(make_record(t0=100.0 + i))
         for i in range(cancelled):
             agg.add(make_record(t0=200.0 + i, outcome=Outcome.CANCELLED))
-        payload = {"steps": {"0": agg.to_wire()}, "in_flight": in_flight, "idle": False, "final": final}
-        return {REPORT_KEY: payload}
+        return {REPORT_KEY: {"steps": {"0": agg.to_wire()}, "in_flight": in_flight, "idle": False, "final": 1}}
 
-    hub.final_token = 1  # the master asked for final reports
-    hub.merge_report("w1", report(sent=10, ok=6, cancelled=1, in_flight=3, final=1))  # the final report
-    hub.merge_report("w1", report(sent=0, ok=0, cancelled=3, in_flight=0, final=1))  # a late one
-    hub.account_lost()
-    s = figures(hub.total)
-    assert (s["sent"], s["ok"], s["cancelled"], s["lost"]) == (10, 6, 1, 3), s
-    assert section_problem(s) is None and s["workers_lost"] == 0
+    def run(late: str) -> dict:
+        hub = MasterHub(Environment())
+        hub.final_token = 1  # the master asked for final reports
+        hub.merge_report("w1", report(sent=10, ok=6, cancelled=1, in_flight=3))  # the final report
+        if late == "before the end":
+            hub.merge_report("w1", report(sent=0, ok=0, cancelled=3, in_flight=0))
+        hub.account_lost()
+        if late == "after the end":
+            hub.merge_report("w1", report(sent=0, ok=0, cancelled=3, in_flight=0))
+        s = figures(hub.total)
+        assert section_problem(s) is None and s["workers_lost"] == 0, s
+        return {k: s[k] for k in ("sent", "ok", "cancelled", "lost")}
+
+    assert run("never") == {"sent": 10, "ok": 6, "cancelled": 1, "lost": 3}
+    assert run("after the end") == {"sent": 10, "ok": 6, "cancelled": 1, "lost": 3}
+    assert run("before the end") == {"sent": 10, "ok": 6, "cancelled": 4, "lost": 0}
 
 
 # ---- a server's own token counts, checked against what was read (protocols.base count_believed) ----

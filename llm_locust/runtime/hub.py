@@ -73,7 +73,6 @@ class WorkerState:
         "refused",
         "refused_reports",
         "clock",
-        "closed",
     )
 
     def __init__(self, client_id: str, index: int | None) -> None:
@@ -98,7 +97,6 @@ class WorkerState:
         self.refused = ""  # why its figures could not be read (another llm-locust), "" while they can
         self.refused_reports = 0
         self.clock: dict[str, Any] | None = None  # its offset to the master's clock (transport/clock.py)
-        self.closed = False  # its final report is merged: later reports are not (merge_report)
 
     @property
     def in_flight_reported(self) -> int:
@@ -153,7 +151,6 @@ class MetricsHub:
         for w in self.workers.values():
             w.sent = w.finished = w.lost = 0
             w.open = {}
-            w.closed = False
         self.finals_collected = self.lost_accounted = False
         self.run_number += 1
 
@@ -335,8 +332,8 @@ class WorkerHub(MetricsHub):
             gevent.sleep(0.02)  # bounded: cancelled requests are counted as their greenlets unwind
         if self.in_flight > 0:
             log.warning(
-                "%d request(s) still in flight at the final report: the master counts them lost (an outcome "
-                "that comes after the final report is not counted)",
+                "%d request(s) still in flight at the final report: the master counts them lost, unless their "
+                "outcome reaches it in a later report before it ends the run",
                 self.in_flight,
             )
         _close_record_log(self, wait=0.0)  # its last writes' failures go with the final report
@@ -415,10 +412,10 @@ class MasterHub(MetricsHub):
         w.status = payload.get("status") or w.status
         w.record_log = payload.get("record_log") or w.record_log
         self._note_clock(w, payload.get("clock"))
-        if (w.closed or self.lost_accounted) and payload["steps"]:
-            # after its final report: what it had in flight then is counted lost (account_lost), as
+        if self.lost_accounted and payload["steps"]:
+            # after the end's accounting: what it had in flight is counted lost (account_lost), as
             # the worker said; merged now, it would be counted twice
-            log.debug("worker %s (index %s): a report after its final one is not merged", w.client_id, w.index)
+            log.debug("worker %s (index %s): a report after the run's end is not merged", w.client_id, w.index)
             return
         for step_key, wire in payload["steps"].items():
             if not self._readable(w, wire):
@@ -435,8 +432,6 @@ class MasterHub(MetricsHub):
             w.finished += done
             w.open[step] = w.open.get(step, 0) + sent - done
         final = payload.get("final") or 0
-        if final == QUIT_TOKEN or (self.final_token and final >= self.final_token > w.final):
-            w.closed = True  # its final report, merged: nothing after it is (see above)
         if final == QUIT_TOKEN or w.final == QUIT_TOKEN:
             w.final = QUIT_TOKEN  # it is quitting on its own, everything reported: it leaves, it is not lost
         elif final > w.final:
@@ -513,8 +508,8 @@ class MasterHub(MetricsHub):
         for w in self.workers.values():
             # a worker that answered the final report (or quit after its own) has everything it
             # sent counted, even one Locust marked missing for a while (a stalled loop); but for
-            # requests still in flight past its drain (it says so): no outcome reached the master,
-            # and reports after this are not merged, so those are lost, as the worker says
+            # requests still in flight past its drain (it says so) whose outcome no later report
+            # brought: those are lost, as the worker says (and reports after this are not merged)
             answered = w.final == QUIT_TOKEN or bool(self.final_token and w.final >= self.final_token)
             gone = w.lost_at is not None and (w.rejoined_at is None or w.rejoined_at < w.lost_at)
             if answered and not w.in_flight_reported:
