@@ -343,3 +343,23 @@ def test_no_samples_is_unknown_never_valid():
     bad = _client((_paced(i, together=(10, 20), clock="kernel") for i in range(50)), late=0.1)
     assert bad["verdict"] == "suspect" and not bad["valid"]
     assert "client_saturated" not in validity(figures(Aggregate()), 0.05)
+
+
+def test_the_readmes_plain_locust_master_says_unknown_on_too_few_samples(tmp_path, sims):
+    """The README's plain-Locust master and worker (`locust -f locustfiles/streaming.py --master
+    ...`), ramping at 1 user/s (its line had no -r): the test ends before spawning does, so the
+    client sampled nothing (the samples are taken after spawning), and a handful of requests is
+    under every check's minimum. The summary said "client: valid" on 0 samples; it says
+    "unknown", and so does the results' verdict."""
+    from support import Cluster
+
+    sim = sims(slots=2, iter_base=0.05)  # ~1.5 s a reply: a handful of requests in 3 s
+    results = tmp_path / "r.json"
+    with Cluster("--expect-workers", "1", "-u", "8", "-r", "1", "-t", "3s", "--host", sim.url,
+                 "--api", "openai-completions", "--max-tokens-cap", "24", "--results", str(results),
+                 workers=1) as cluster:  # fmt: skip
+        rc, out = cluster.finish()
+    client = json.loads(results.read_text())["summary"]["client"]
+    assert client["verdict"] == "unknown" and client["valid"], client
+    assert "client: unknown (too few samples for any check to judge)" in " ".join(out.split()), out[-3000:]
+    assert rc == 0, out[-3000:]
