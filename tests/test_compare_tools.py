@@ -289,8 +289,8 @@ def test_a_negative_figure_is_refused_naming_the_file_and_the_field(tmp_path, sr
 def test_a_non_finite_figure_is_refused(tmp_path):
     """Infinity or NaN, as Python's json writes them, or a number past a double's range: exit 2,
     the file named with where in it; the check itself refuses them wherever they come from."""
-    from llm_locust.report.compare.checks import check_figures
     from llm_locust.report.compare.errors import CompareError
+    from llm_locust.report.figure_checks import check_figures
 
     for text in ("Infinity", "NaN", "1e999"):
         bad = tmp_path / f"vllm-{text}.json"
@@ -300,7 +300,7 @@ def test_a_non_finite_figure_is_refused(tmp_path):
         assert str(bad) in p.stderr and "JSON" in p.stderr and "line 1" in p.stderr, p.stderr
     for v in (float("inf"), float("nan"), float("-inf")):
         with pytest.raises(CompareError, match=r"^f\.json: summary\.ok is .*not a finite number"):
-            check_figures("f.json", [("summary.ok", v)])
+            check_figures("f.json", [("summary.ok", v)], error=CompareError)
 
 
 def test_pipes_are_refused_not_read_forever(tmp_path):
@@ -347,7 +347,7 @@ def test_a_file_over_the_input_limit_is_refused_unread(tmp_path):
     big.write_text(json.dumps(doc))
     tracemalloc.start()
     try:
-        with pytest.raises(CompareError, match=r"MiB, over the 32 MiB compare reads of a results file") as e:
+        with pytest.raises(CompareError, match=r"MiB, over the 32 MiB read of a results file") as e:
             read_run("big", str(big))
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -174,7 +174,7 @@ def test_load_results_refuses_a_pipe_instead_of_reading_it_forever(tmp_path):
         os.close(writer)  # ends the stream: a reader still waiting returns
         reader.join(timeout=10)
     assert isinstance(got[0], ResultsError)
-    assert str(got[0]) == f"{fifo}: not a regular file, not an llm-locust results file"
+    assert str(got[0]) == f"{fifo}: a named pipe, not a regular file: give an llm-locust results file"
 
 
 def test_record_log_refuses_a_link_and_a_pipe_and_counts_every_record(tmp_path, caplog):

@@ -1,7 +1,9 @@
 """Figures checked before they are used: a results file whose counts, latencies or throughputs are
 negative, or not finite, is refused with one line naming the file and the field, so that a file
 with `p99_ttft_ms: -5` cannot rank best and `ok: -5` is not printed as a count (docs/compare.md,
-"What compare refuses").
+"What compare refuses"). Our own results files are checked where they are read
+(report/results.py `read_results`: `report`, `export`, `compare`, the grid and the repetitions);
+another tool's by compare's readers (compare/tools.py).
 
 Each reader names the fields it reads as the file writes them (ours: `summary.ok`,
 `steps[2].latency.ttft.p99`; vLLM's `p99_ttft_ms`, AIPerf's `time_to_first_token.p99`, GuideLLM's
@@ -21,8 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
-
-from llm_locust.report.compare.errors import CompareError
 
 Field = tuple[str, Any]  # (the field as the file names it, its value)
 
@@ -120,20 +120,22 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_figures(path: str, fields: Iterable[Field], numbers_only: bool = False) -> None:
-    """CompareError naming `path` and the first field that is negative or not finite (with
+def check_figures(
+    path: str, fields: Iterable[Field], numbers_only: bool = False, error: type[ValueError] = ValueError
+) -> None:
+    """`error` naming `path` and the first field that is negative or not finite (with
     `numbers_only`, also one that is not a number); a missing (None) figure passes."""
     for name, v in fields:
         if v is None:
             continue
         if not _is_number(v):
             if numbers_only:
-                raise CompareError(f"{path}: {name} is {v!r}, not a number: compare reads no figure from it")
+                raise error(f"{path}: {name} is {v!r}, not a number: no figure is read from it")
             continue
         if not math.isfinite(v):
-            raise CompareError(f"{path}: {name} is {v!r}, not a finite number: compare reads no figure from it")
+            raise error(f"{path}: {name} is {v!r}, not a finite number: no figure is read from it")
         if v < 0:
-            raise CompareError(
+            raise error(
                 f"{path}: {name} is {v!r}: a count, latency or throughput cannot be negative; "
-                "compare reads no figure from this file"
+                "no figure is read from this file"
             )

@@ -6,7 +6,6 @@ import logging
 import math
 import os
 import platform
-import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -19,12 +18,15 @@ import orjson
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.aggregate import validity as aggregate_validity
 from llm_locust.report.accounting import count_problems
+from llm_locust.report.figure_checks import check_figures, our_fields
 from llm_locust.report.files import write_atomic
 from llm_locust.report.masking import MASK, MIN_LEN, mask_bytes
 from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
+from llm_locust.workload.paths import InputError, read_regular
 
 SCHEMA = "llm-locust/results"
 SCHEMA_VERSION = 2
+MAX_RESULTS_BYTES = 256 << 20  # a day's soak with every series is far less; past it, refused unread
 READABLE_VERSIONS = (1, 2)  # what read_results accepts; 1 lacks distributions, validity, provenance
 REQUIRED = ("run", "summary", "steps", "series")
 DISTRIBUTIONS = ("ttft", "itl", "tpot", "e2e")
@@ -132,12 +134,10 @@ def _cut_short(data: bytes, pos: int) -> bool:
 def read_results(path: str | Path) -> ResultsDoc:
     """Read and check a results file; ResultsError (naming the file) when it cannot be used."""
     path = Path(path)
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a pipe or a device would be read forever
-            raise ResultsError(f"{path}: not a regular file, not an llm-locust results file")
-        data = path.read_bytes()
-    except OSError as e:
-        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:  # never a pipe (read forever), a device (until memory runs out) or a file of absurd size
+        data = read_regular(path, MAX_RESULTS_BYTES, "an llm-locust results file")
+    except InputError as e:
+        raise ResultsError(str(e)) from None
     if not data.strip():
         raise ResultsError(f"{path}: empty file, not an llm-locust results file")
     try:
@@ -168,6 +168,12 @@ def read_results(path: str | Path) -> ResultsDoc:
             row.setdefault("flags", validity(row))
     except (KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{path}: incomplete results file: its figures lack {e}") from None
+    try:  # no negative, non-finite or non-numeric count, latency or rate reaches a reader
+        check_figures(str(path), our_fields(doc), numbers_only=True, error=ResultsError)
+        if not isinstance(doc["summary"].get("sent"), int):
+            raise ResultsError(f"{path}: summary.sent is {doc['summary'].get('sent')!r}: not a count of requests")
+    except AttributeError:
+        raise ResultsError(f"{path}: incomplete results file: its summary is not an object") from None
     doc["_path"] = str(path)
     # the JSON load boundary: the checks above hold what every reader needs (the schema, a known
     # version, the required parts); past here the document is read through its types

@@ -80,3 +80,29 @@ def trace_file_problem(path: str | Path) -> str:
     (a pipe was once called missing)."""
     why = input_problem(path) or "not a regular file"
     return "no such trace file" if why == "no such file" else why
+
+
+def read_regular(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of one input file, or InputError naming it: a pipe, a device or a folder (a pipe
+    would be read forever), or a file over `limit` bytes (refused unread: its parse would take
+    several times its size in memory). Opened without blocking, then judged by what was opened,
+    so a path swapped between a check and the read changes nothing. `what`: what the command
+    wants there ("a results file"), said in the refusal."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((words for test, words in _KINDS if test(st.st_mode)), "not a regular file")
+        raise InputError(f"{path}: {kind}, not a regular file: give {what}")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            data = fh.read(limit + 1) if st.st_size <= limit else b""
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if st.st_size > limit or len(data) > limit:
+        size = max(st.st_size, len(data)) / (1 << 20)
+        raise InputError(f"{path}: {size:.1f} MiB, over the {limit >> 20} MiB read of {what}")
+    return data

@@ -47,7 +47,7 @@ def matches(doc: Any) -> bool:
 
 
 def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """The fields read (named as the file names them), for checks.check_figures."""
+    """The fields read (named as the file names them), for figure_checks.check_figures."""
     for tag in RECORDS:
         rec = doc.get(tag)
         if isinstance(rec, dict) and "unit" in rec:

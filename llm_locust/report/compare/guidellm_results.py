@@ -43,7 +43,7 @@ STAT_KEYS = ("mean", "median", "min", "max", "count", "total_sum")
 
 
 def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """The fields read (named as the file names them), for checks.check_figures: none is negative."""
+    """The fields read (named as the file names them), for figure_checks.check_figures: none is negative."""
     for i, b in enumerate(doc.get("benchmarks") or []):
         at = f"benchmarks[{i}]"
         if not isinstance(b, dict):

@@ -5,8 +5,6 @@ from its reader (foreign.Foreign), so the comparison treats it as any other run.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -15,12 +13,13 @@ import orjson
 import llm_locust.report.compare.aiperf_results as aiperf
 import llm_locust.report.compare.guidellm_results as guidellm
 import llm_locust.report.compare.vllm_bench as vllm_bench
-from llm_locust.report.compare.checks import check_figures, our_fields
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.foreign import Foreign
 from llm_locust.report.compare.runs import Run, _unique_labels
+from llm_locust.report.figure_checks import check_figures
 from llm_locust.report.results import SCHEMA, read_results
 from llm_locust.report.schema import ResultsDoc, Verdicts
+from llm_locust.workload.paths import InputError, read_regular
 
 READERS = (aiperf, guidellm, vllm_bench)
 MAX_INPUT_BYTES = 32 << 20  # one input file; parsed, ~8 times its size in memory (a 38 MiB file: 290 MiB)
@@ -106,33 +105,18 @@ def _doc(f: Foreign, path: str) -> ResultsDoc:
 
 
 def read_input(path: str, what: str = "a results file") -> bytes:
-    """The bytes of one input file, or CompareError naming it: a pipe, a device or a folder (a
-    pipe would be read forever), or a file over MAX_INPUT_BYTES (its parse would take ~8 times its
-    size in memory). Opened without blocking, then judged by what was opened (no race with a
-    path swapped between a check and the read)."""
+    """The bytes of one input file, or CompareError naming it (workload/paths.py `read_regular`:
+    a pipe, a device or a folder, or a file over MAX_INPUT_BYTES, whose parse would take ~8 times
+    its size in memory)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        raise CompareError(f"{path}: cannot read: {e.strerror or e}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        mode = st.st_mode
-        kind = "a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise CompareError(f"{path}: {kind}, not a regular file: give {what}")
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            data = fh.read(MAX_INPUT_BYTES + 1) if st.st_size <= MAX_INPUT_BYTES else b""
-        except OSError as e:
-            raise CompareError(f"{path}: cannot read: {e.strerror or e}") from None
-    if st.st_size > MAX_INPUT_BYTES or len(data) > MAX_INPUT_BYTES:
-        size = max(st.st_size, len(data)) / (1 << 20)
-        raise CompareError(
-            f"{path}: {size:.1f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB compare reads of {what} "
-            "(a run's figures take far less: a file this big holds every request's detail, e.g. vLLM's "
-            "--save-detailed; save the run without it)"
-        )
-    return data
+        return read_regular(path, MAX_INPUT_BYTES, what)
+    except InputError as e:
+        hint = ""
+        if "MiB, over the" in str(e):  # a run's figures take far less
+            hint = (
+                " (a file this big holds every request's detail, e.g. vLLM's --save-detailed; save the run without it)"
+            )
+        raise CompareError(f"{e}{hint}") from None
 
 
 def _json(data: bytes) -> Any:
@@ -143,17 +127,15 @@ def _json(data: bytes) -> Any:
 
 
 def _ours(label: str, path: str) -> Run:
-    """Our results file: read_results' checks and messages, then its figures' (checks.py)."""
-    run = Run(label, path, read_results(path))
-    check_figures(path, our_fields(run.doc), numbers_only=True)
-    return run
+    """Our results file: read_results' checks and messages, then its figures' (report/figure_checks.py)."""
+    return Run(label, path, read_results(path))  # its figures checked there (report/figure_checks.py)
 
 
 def read_run(label: str, path: str) -> Run:
     """One file as a run: ours through read_results (its messages as they are), another tool's
     through the reader its content matches (each reader's required keys: one reader, else an
     error naming them). ResultsError / CompareError name the file; so does a negative or
-    non-finite figure (checks.py)."""
+    non-finite figure (report/figure_checks.py)."""
     doc = _json(read_input(path))
     if doc is None or (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
         del doc  # read again, checked, by read_results: one parsed copy at a time
@@ -166,7 +148,7 @@ def read_run(label: str, path: str) -> Run:
         names = " and ".join(_name(r) for r in readers)
         raise CompareError(f"{path}: has the required keys of {names} output at once: compare cannot tell which it is")
     reader = readers[0]
-    check_figures(path, reader.fields(doc))
+    check_figures(path, reader.fields(doc), error=CompareError)
     try:
         f = reader.read(doc)
     except CompareError as e:

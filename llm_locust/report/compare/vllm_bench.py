@@ -33,7 +33,7 @@ def matches(doc: Any) -> bool:
 
 
 def fields(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """The fields read (named as the file names them), for checks.check_figures."""
+    """The fields read (named as the file names them), for figure_checks.check_figures."""
     for key, v in doc.items():
         if key in FIELDS or key.endswith(("_ms", "_throughput")):
             yield key, v
