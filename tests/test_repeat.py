@@ -266,10 +266,13 @@ def test_a_repetition_killed_on_its_own_stops_the_series_with_a_line(tmp_path):
 def _doc(figs: dict) -> dict:
     lat = {m: {"count": 10} for m in ("ttft", "itl", "tpot", "e2e")}
     summary = {
+        "sent": 10,
         "ok": 10,
         "finished": 10,
         "failed": 0,
         "cancelled": 0,
+        "client_cancelled": 0,
+        "lost": 0,
         "error_rate": 0.0,
         "latency": lat,
         "client": {"valid": True},
