@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llm_locust.metrics.blocks import Blocks
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, SOURCE_REJECTED, Outcome, RequestRecord, WorkFacts
@@ -474,7 +475,7 @@ class ConnectionCounts(NamedCounts):
 
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
     "sent",
@@ -554,6 +555,7 @@ class Aggregate:
         # folded into wider rows (metrics/timeseries.py Seconds: memory bounded whatever the length)
         self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
+        self.blocks = Blocks()  # ok requests by time block of their end (confidence intervals)
         self.client = ClientCounts()  # what the client-validity checks count (client_checks)
         self.connections = ConnectionCounts()  # ok requests timed in phases, by their connection
         # requests a lost worker had in flight at its last report (or a worker that never sent its
@@ -604,10 +606,26 @@ class Aggregate:
             itl_max = self._add_latencies(rec, t_end, offset, gaps)
         else:
             self._add_ends(rec, t_end, None)
-        if slos and _meets(rec, slos, itl_max):
+        good = bool(slos) and _meets(rec, slos, itl_max)
+        if good:
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
+        self._add_block(rec, t_end, offset, gaps, good)
         return gaps
+
+    def _add_block(self, rec: RequestRecord, t_end: float, offset: float, gaps: tuple | None, good: bool) -> None:
+        """An ok request into the time block of its end (metrics/blocks.py), in whole us as the
+        histograms round them."""
+        wall_end = t_end + offset
+        lat = {"e2e": max(round((t_end - rec.t_sent) * 1e6), 0)}
+        t_first = rec.t_first
+        if t_first is not None:
+            lat["ttft"] = max(round((t_first - rec.t_sent) * 1e6), 0)
+            if rec.n_out >= 2:
+                lat["tpot"] = max(round((rec.chunk_times[-1] - t_first) / (rec.n_out - 1) * 1e6), 0)
+            if gaps is not None:
+                self.blocks.add_itl(wall_end, gaps[2], gaps[3])
+        self.blocks.add_ok(wall_end, lat, rec.n_out, good)
 
     def _add_timeline(self, rec: RequestRecord, t_end: float, offset: float) -> None:
         """The run's first send and last end, and the per-second series: the request's end
@@ -761,6 +779,7 @@ class Aggregate:
             "last_end": self.last_end,
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
+            "blocks": self.blocks.to_wire(),
             "work": self.work.to_wire(),
             "kinds": {api: k.to_wire() for api, k in self.kinds.items()},
             "cache": self.cache.to_wire(),
@@ -801,6 +820,7 @@ class Aggregate:
         self.connections.merge_wire(d["connections"])
         self._merge_groups(d["groups"])
         self.by_sent.merge_wire(d["by_sent"])
+        self.blocks.merge_wire(d.get("blocks"))
         self.work.merge_wire(d["work"])
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)
@@ -940,6 +960,9 @@ def figures(agg: Aggregate) -> Figures:
     phases = phase_figures(agg)
     if phases is not None:
         out["phases"] = phases
+    intervals = agg.blocks.intervals(agg.first_sent, agg.last_end)
+    if intervals is not None:
+        out["intervals"] = intervals
     if agg.kinds:
         out["kinds"] = {
             api: {

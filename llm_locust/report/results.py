@@ -111,6 +111,10 @@ def build_results(
 def _goodput(fig: Figures, measured: bool) -> Figures:
     if not measured:
         fig["goodput_requests_per_s"] = fig["goodput_tokens_per_s"] = None
+        intervals = fig.get("intervals")
+        for name in ("goodput_requests_per_s", "goodput_tokens_per_s"):  # no figure, no interval
+            if intervals is not None:
+                intervals["rates"].pop(name, None)
     return fig
 
 

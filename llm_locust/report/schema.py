@@ -191,6 +191,27 @@ class ClientCancel(TypedDict):
     stopped: int  # still in flight at the run's end: cancelled by the stop
 
 
+class FigureInterval(TypedDict):
+    """A figure's 95% confidence interval (analysis.intervals): low/high/rel None, with the reason
+    and the samples it needs, when its samples cannot give one (docs/metrics.md)."""
+
+    low: float | None
+    high: float | None
+    rel: float | None  # half the interval's width over the figure: "± 3.1%" is 0.031
+    reason: NotRequired[str]
+    needs: NotRequired[int]
+
+
+class Intervals(TypedDict):
+    """`intervals`: the 95% intervals of a window's headline figures (metrics.blocks)."""
+
+    blocks: int  # k: the time blocks of the batch means
+    block_s: float  # the window's seconds per block
+    method: dict[str, str]  # {"mean" | "percentile" | "rate": the method, in words}
+    latency: dict[str, dict[str, FigureInterval]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
+    rates: dict[str, FigureInterval]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": ...}
+
+
 class Figures(TypedDict):
     """A window's figures (`metrics.aggregate.figures`): the run's `summary`, each of `steps[]`."""
 
@@ -233,6 +254,7 @@ class Figures(TypedDict):
     accuracy: NotRequired[Accuracy]
     structured_output: NotRequired[StructuredOutput]
     client_cancel: NotRequired[ClientCancel]
+    intervals: NotRequired[Intervals]  # 95% intervals of the headline figures (docs/metrics.md)
 
 
 class Step(Figures):

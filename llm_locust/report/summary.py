@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from llm_locust.metrics.aggregate import NOT_FAILED
+from llm_locust.report.precision import precision_lines
 from llm_locust.report.schema import CacheFigures, Figures, Warmup
 from llm_locust.report.terminal import terminal_safe
 
@@ -209,6 +210,7 @@ def format_summary(
 ) -> str:
     """The summary's text; `cols`: wrapped to that width (printing passes width())."""
     lines = [title, ""] + latency_table(fig, open_loop) + [""]
+    lines += precision_lines(fig)  # each headline figure's precision, and a blank line; none without
     if fig.get("phases"):
         lines += phase_lines(fig["phases"]) + [""]
     lines.append(

@@ -1,0 +1,162 @@
+"""95% confidence intervals of one run's headline figures, valid for requests correlated in time.
+
+The requests of a run are not independent: a slow second slows every request in it. So every
+interval here is made by batch means over time blocks (docs/metrics.md, "Confidence intervals"):
+the measured window is cut into k consecutive time blocks (k at most MAX_BATCHES, at least
+MIN_BATCHES), each block's figure is computed, and the spread of the k block figures, not of the
+single requests, gives the standard error. t = Student's t(0.975, k-1) (analysis.repeats.t975).
+
+- A mean (latency mean, or a rate: events over seconds) is a ratio sum / count over the blocks.
+  Its standard error is the batch-means ratio estimator's:
+      se^2 = sum_b (S_b - m * N_b)^2 / (k (k-1) Nbar^2)
+  S_b, N_b the block's sum and count (for a rate: its events and its seconds), m = sum S / sum N,
+  Nbar = sum N / k. With equal blocks this is sd(block means) / sqrt(k). Interval m +- t * se.
+- A percentile p (a fraction, 0.99 for p99) is the pooled sample's value at rank max(round(p n), 1)
+  (HdrHistogram's rule). Its interval is distribution-free, from order statistics: the values at
+  ranks floor(n (p - h)) and ceil(n (p + h)), h = c * sqrt(p (1-p) / n), the standard error of the
+  fraction of samples at or below the percentile were they independent, times
+  c = max(1.96, t * sqrt(VIF)). VIF, the variance inflation of correlated requests, is
+  (se_B / sqrt(p (1-p) / n))^2, se_B the batch-means ratio estimator's standard error of that
+  fraction over the blocks' counts at or below the percentile. Never narrower than the
+  independent samples' interval.
+- Too few samples: a percentile whose lower or upper rank falls outside 1..n, or whose sample is
+  smaller than the binomial minimum for an order-statistic interval with 2.5% in each tail
+  (`min_samples`: p^n <= 0.025 and (1-p)^n <= 0.025, e.g. 368 for p99, 36 for p90, 6 for p50),
+  has no interval: it is None with a reason and the samples it needs, the larger of that
+  minimum and c^2 * max(p/(1-p), (1-p)/p) (the n at which both ranks fall within 1..n).
+  A window of fewer than MIN_BATCHES blocks has no interval at all.
+
+Plain Python: no Locust, no gevent, no numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from llm_locust.analysis.repeats import Z975, t975
+
+MAX_BATCHES = 20
+MIN_BATCHES = 5
+TAIL = 0.025  # each tail of a two-sided 95% interval
+METHOD_MEAN = "batch means over time blocks (ratio estimator), t(0.975, k-1)"
+METHOD_PERCENTILE = "order statistics, variance inflated by batch means over time blocks"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure's 95% interval; low/high None with `reason` (and `needs`) when it has none."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    reason: str | None = None
+    needs: int | None = None
+
+    @property
+    def rel(self) -> float | None:
+        """Half the interval's width over the figure (0.031: "± 3.1%"); None when it has none."""
+        if self.low is None or self.high is None or not self.value:
+            return None
+        return (self.high - self.low) / 2 / abs(self.value)
+
+    def doc(self) -> dict[str, float | int | str | None]:
+        out: dict[str, float | int | str | None] = {"low": self.low, "high": self.high, "rel": self.rel}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.needs is not None:
+            out["needs"] = self.needs
+        return out
+
+
+def min_samples(p: float) -> int:
+    """The fewest samples for which an order-statistic interval of the p-quantile with at most
+    2.5% in each tail exists: the smallest n with p^n <= 0.025 and (1-p)^n <= 0.025 (the sample's
+    maximum then lies above the quantile with probability >= 97.5%, its minimum below it too)."""
+    worst = max(p, 1 - p)
+    return max(1, math.ceil(math.log(TAIL) / math.log(worst) - 1e-12))
+
+
+def _ratio_se(sums: Sequence[float], counts: Sequence[float]) -> tuple[float, float] | None:
+    """(sum S / sum N, its batch-means standard error) over k blocks; None when N sums to 0."""
+    k = len(sums)
+    total_n = sum(counts)
+    if k < 2 or total_n <= 0:
+        return None
+    m = sum(sums) / total_n
+    nbar = total_n / k
+    ss = sum((s - m * c) ** 2 for s, c in zip(sums, counts, strict=True))
+    return m, math.sqrt(ss / (k * (k - 1))) / nbar
+
+
+def mean_interval(sums: Sequence[float], counts: Sequence[float]) -> Interval:
+    """The interval of sum(sums) / sum(counts) from per-block sums and counts (a latency mean:
+    seconds and requests; a rate: events and seconds)."""
+    k = len(sums)
+    if k < MIN_BATCHES:
+        return Interval(None, None, None, f"insufficient (needs {MIN_BATCHES} time blocks, has {k})")
+    got = _ratio_se(sums, counts)
+    if got is None or sum(1 for c in counts if c > 0) < 2:
+        return Interval(None, None, None, "insufficient (needs samples in 2 time blocks)", 2)
+    m, se = got
+    h = t975(k - 1) * se
+    return Interval(m, m - h, m + h)
+
+
+def _pooled(blocks: Sequence[Mapping[int, int]]) -> list[tuple[int, int]]:
+    """The blocks' histograms ({value: count}) added, sorted by value."""
+    total: dict[int, int] = {}
+    for b in blocks:
+        for v, c in b.items():
+            total[v] = total.get(v, 0) + c
+    return sorted(total.items())
+
+
+def _value_at(pooled: list[tuple[int, int]], rank: int) -> int:
+    """The value of the sample at 1-based `rank` in the pooled, sorted histogram."""
+    seen = 0
+    for v, c in pooled:
+        seen += c
+        if seen >= rank:
+            return v
+    return pooled[-1][0]
+
+
+def percentile_interval(p: float, blocks: Sequence[Mapping[int, int]], scale: float = 1.0) -> Interval:
+    """The interval of the p-quantile (0 < p < 1) of the samples held by per-block histograms
+    ({value: count}); values are multiplied by `scale` in the result (1e-6: microseconds to s)."""
+    k = len(blocks)
+    pooled = _pooled(blocks)
+    n = sum(c for _, c in pooled)
+    n_min = min_samples(p)
+    if k < MIN_BATCHES:
+        return Interval(None, None, None, f"insufficient (needs {MIN_BATCHES} time blocks, has {k})")
+    if n == 0:
+        return Interval(None, None, None, f"insufficient (needs {n_min} samples)", n_min)
+    point = _value_at(pooled, max(int(p * n + 0.5), 1))
+    below = [sum(c for v, c in b.items() if v <= point) for b in blocks]
+    sizes = [sum(b.values()) for b in blocks]
+    se_iid = math.sqrt(p * (1 - p) / n)
+    got = _ratio_se(below, sizes)
+    # the multiplier of se_iid: z for independent samples, t * sqrt(VIF) where batch means say more
+    c = max(Z975, t975(k - 1) * (got[1] if got else 0.0) / se_iid)
+    h = c * se_iid
+    lo_rank = math.floor(n * (p - h))
+    hi_rank = math.ceil(n * (p + h))
+    if n < n_min or lo_rank < 1 or hi_rank > n:
+        # the ranks fall within 1..n once n >= c^2 * max(p/(1-p), (1-p)/p)
+        odds = max(p / (1 - p), (1 - p) / p)
+        needs = max(n_min, math.ceil(c * c * odds), n + 1)
+        return Interval(point * scale, None, None, f"insufficient (needs {needs} samples, has {n})", needs)
+    return Interval(point * scale, _value_at(pooled, lo_rank) * scale, _value_at(pooled, hi_rank) * scale)
+
+
+def difference(a: Interval, b: Interval) -> tuple[float, float] | None:
+    """(b - a, the half width of its 95% interval) for two independent runs' figures: the half
+    widths added in quadrature, sqrt(h_a^2 + h_b^2) (conservative for asymmetric percentile
+    intervals: each half width is half its interval's width). None when either has no interval."""
+    if a.value is None or b.value is None or a.low is None or b.low is None or a.high is None or b.high is None:
+        return None
+    ha, hb = (a.high - a.low) / 2, (b.high - b.low) / 2
+    return b.value - a.value, math.hypot(ha, hb)

@@ -1,0 +1,220 @@
+"""Figures by time block, for the confidence intervals of one run (analysis/intervals.py).
+
+Each ok request lands in the block of its end (wall clock): its TTFT, TPOT and E2E (and its ITL
+samples) in the block's sparse histograms ({bucket's highest value in us: count}, TTFT/TPOT/E2E at
+11 significant bits as the run's HDR histograms keep them, ITL at 8 bits, within 0.4%), their
+exact sums in us, and its count, output tokens and goodput in the block's counters.
+
+Blocks are aligned on the wall clock: block i covers [i * width, (i + 1) * width), width =
+BASE_WIDTH * 2^j. So two processes' blocks merge exactly (a wider side first folds the narrower
+one's pairs together), and a master's merge of its workers is what one process would have kept.
+Bounded: past MAX_BLOCKS blocks the width doubles and neighbouring pairs merge, so a run of any
+length keeps between MAX_BLOCKS/2 and MAX_BLOCKS blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+from llm_locust.analysis.intervals import (
+    MAX_BATCHES,
+    METHOD_MEAN,
+    METHOD_PERCENTILE,
+    Interval,
+    mean_interval,
+    percentile_interval,
+)
+from llm_locust.report.schema import Intervals
+
+BASE_WIDTH = 0.125  # s: a 1.25 s window still has 10 blocks
+MAX_BLOCKS = 64
+METRICS = ("ttft", "itl", "tpot", "e2e")
+BITS = {"ttft": 11, "itl": 8, "tpot": 11, "e2e": 11}
+COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens")
+# rates (figures' names) -> the block counter they count
+RATES = {
+    "output_tokens_per_s": "tokens_out",
+    "requests_per_s": "ok",
+    "goodput_requests_per_s": "goodput_requests",
+    "goodput_tokens_per_s": "goodput_tokens",
+}
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+def bucket_high(us: int, bits: int) -> int:
+    """The highest value of the bucket holding `us` with its top `bits` bits kept (HdrHistogram's
+    highest equivalent value: what its percentiles report)."""
+    if us < (1 << bits):
+        return us if us > 0 else 0
+    shift = us.bit_length() - bits
+    return ((us >> shift) << shift) + (1 << shift) - 1
+
+
+class Block:
+    __slots__ = ("counts", "hist", "sums")
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0, 0]  # COUNTS
+        self.hist: dict[str, dict[int, int]] = {m: {} for m in METRICS}
+        self.sums = dict.fromkeys(METRICS, 0)
+
+    def record(self, metric: str, us: int, count: int = 1) -> None:
+        h = self.hist[metric]
+        key = bucket_high(us, BITS[metric])
+        h[key] = h.get(key, 0) + count
+
+    def add(self, other: Block) -> None:
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        for m in METRICS:
+            mine = self.hist[m]
+            for k, n in other.hist[m].items():
+                mine[k] = mine.get(k, 0) + n
+            self.sums[m] += other.sums[m]
+
+    def to_wire(self) -> list[Any]:
+        return [self.counts, {m: [self.sums[m], list(self.hist[m].items())] for m in METRICS if self.hist[m]}]
+
+    @classmethod
+    def from_wire(cls, wire: list[Any]) -> Block:
+        b = cls()
+        b.counts = [int(n) for n in wire[0]]
+        for m, (total, items) in wire[1].items():
+            if m in b.hist:
+                b.sums[m] = int(total)
+                b.hist[m] = {int(k): int(n) for k, n in items}
+        return b
+
+
+class Blocks:
+    """The blocks of one Aggregate: {index: Block}, index = floor(wall / width)."""
+
+    __slots__ = ("level", "blocks")
+
+    def __init__(self) -> None:
+        self.level = 0  # width = BASE_WIDTH * 2^level
+        self.blocks: dict[int, Block] = {}
+
+    @property
+    def width(self) -> float:
+        return BASE_WIDTH * (1 << self.level)
+
+    def block(self, wall: float) -> Block:
+        i = math.floor(wall / self.width)
+        b = self.blocks.get(i)
+        if b is None:
+            b = self.blocks[i] = Block()
+            if len(self.blocks) > MAX_BLOCKS:
+                self._widen(self.level + 1)
+                b = self.block(wall)
+        return b
+
+    def _widen(self, level: int) -> None:
+        """Double the width until it is BASE_WIDTH * 2^level, merging neighbouring blocks."""
+        shift = level - self.level
+        if shift <= 0:
+            return
+        merged: dict[int, Block] = {}
+        for i, b in self.blocks.items():
+            j = i >> shift
+            if j in merged:
+                merged[j].add(b)
+            else:
+                merged[j] = b
+        self.blocks, self.level = merged, level
+        while len(self.blocks) > MAX_BLOCKS:
+            self._widen(self.level + 1)
+
+    def add_ok(self, wall_end: float, latencies_us: dict[str, int], n_out: int, good: bool) -> None:
+        """An ok request: its latencies ({metric: us}), its output tokens and whether it met the SLOs."""
+        b = self.block(wall_end)
+        b.counts[0] += 1
+        b.counts[1] += n_out
+        if good:
+            b.counts[2] += 1
+            b.counts[3] += n_out
+        for m, us in latencies_us.items():
+            b.record(m, us)
+            b.sums[m] += us
+
+    def add_itl(self, wall_end: float, counts: dict[int, int], total_us: int) -> None:
+        """An ok request's ITL samples ({us: count}) and their sum (metrics.gaps.gap_samples)."""
+        b = self.block(wall_end)
+        for us, n in counts.items():
+            b.record("itl", us, n)
+        b.sums["itl"] += total_us
+
+    def to_wire(self) -> list[Any]:
+        return [self.level, [[i, *b.to_wire()] for i, b in self.blocks.items()]]
+
+    def merge_wire(self, wire: list[Any] | None) -> None:
+        if not wire:
+            return
+        level, rows = int(wire[0]), wire[1]
+        self._widen(level)
+        shift = self.level - level
+        for i, counts, hists in rows:
+            j = int(i) >> shift
+            b = Block.from_wire([counts, hists])
+            if j in self.blocks:
+                self.blocks[j].add(b)
+            else:
+                self.blocks[j] = b
+        while len(self.blocks) > MAX_BLOCKS:
+            self._widen(self.level + 1)
+
+    def batches(self, start: float, end: float) -> tuple[list[Block], list[float]]:
+        """The window [start, end) cut into at most MAX_BATCHES batches of consecutive blocks
+        (empty ones included): each batch's merged Block and its seconds within the window."""
+        w = self.width
+        first, last = math.floor(start / w), math.floor(end / w)
+        n = last - first + 1
+        per = max(1, math.ceil(n / MAX_BATCHES))
+        out: list[Block] = []
+        seconds: list[float] = []
+        for g in range(first, last + 1, per):
+            b = Block()
+            for i in range(g, min(g + per, last + 1)):
+                if i in self.blocks:
+                    b.add(self.blocks[i])
+            lo, hi = max(start, g * w), min(end, (g + per) * w)
+            out.append(b)
+            seconds.append(max(hi - lo, 0.0))
+        return out, seconds
+
+    def intervals(self, start: float | None, end: float | None) -> Intervals | None:
+        """The 95% intervals of the window's figures (results `intervals`, docs/results.md); None
+        without a window."""
+        if start is None or end is None or end <= start:
+            return None
+        batches, seconds = self.batches(start, end)
+        latency: dict[str, dict[str, Any]] = {}
+        for m in METRICS:
+            figs = {
+                "mean": mean_interval([b.sums[m] / 1e6 for b in batches], [sum(b.hist[m].values()) for b in batches])
+            }
+            for name, p in PERCENTILES.items():
+                figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6)
+            latency[m] = {name: iv.doc() for name, iv in figs.items()}
+        rates: dict[str, Any] = {}
+        for name, counter in RATES.items():
+            i = COUNTS.index(counter)
+            rates[name] = mean_interval([b.counts[i] for b in batches], seconds).doc()
+        return cast(
+            Intervals,
+            {
+                "blocks": len(batches),
+                "block_s": (end - start) / len(batches),
+                "method": {"mean": METHOD_MEAN, "percentile": METHOD_PERCENTILE, "rate": METHOD_MEAN},
+                "latency": latency,
+                "rates": rates,
+            },
+        )
+
+
+def interval_of(doc: Any, value: float | None) -> Interval | None:
+    """An Interval from a results `intervals` entry and its figure's value (compare, summary)."""
+    if not isinstance(doc, dict) or value is None:
+        return None
+    return Interval(value, doc.get("low"), doc.get("high"), doc.get("reason"), doc.get("needs"))

@@ -1,0 +1,67 @@
+"""The summary's precision lines: each headline figure with its 95% interval as "± x%" (half the
+interval's width over the figure), or "insufficient (needs N samples)" where its samples cannot
+give one (results `intervals`, metrics/blocks.py; docs/metrics.md "Confidence intervals")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llm_locust.report.schema import Figures
+
+LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
+FIGURES = ("mean", "p50", "p90", "p99")
+RATE_LABELS = (
+    ("output_tokens_per_s", "output tokens/s", 1),
+    ("requests_per_s", "requests/s", 2),
+    ("goodput_requests_per_s", "goodput requests/s", 2),
+    ("goodput_tokens_per_s", "goodput tokens/s", 1),
+)
+
+
+def pm(iv: Mapping[str, Any] | None) -> str:
+    """ " ± 3.1%", " insufficient (needs 368 samples)" or "" (no interval kept)."""
+    if not iv:
+        return ""
+    if iv.get("rel") is not None:
+        return f" ± {iv['rel'] * 100:.1f}%"
+    if iv.get("needs"):
+        return f" insufficient (needs {iv['needs']} samples)"
+    return f" {iv.get('reason') or 'insufficient'}"
+
+
+def _latency_line(label: str, stats: Mapping[str, Any], ivs: Mapping[str, Any]) -> str | None:
+    parts = []
+    for name in FIGURES:
+        v = stats.get(name)
+        iv = ivs.get(name)
+        if v is None or iv is None:
+            continue
+        if iv.get("rel") is None:
+            parts.append(f"{name}{pm(iv)}")
+        else:
+            parts.append(f"{name} {v * 1000:.1f} ms{pm(iv)}")
+    return f"  {label:<5} " + ", ".join(parts) if parts else None
+
+
+def precision_lines(fig: Figures) -> list[str]:
+    """The lines, a blank one last (none when the window has no intervals)."""
+    iv = fig.get("intervals")
+    if not iv:
+        return []
+    lines = [f"precision (95% intervals, batch means over {iv['blocks']} time blocks of {iv['block_s']:.2f} s):"]
+    for key, label in LATENCY_LABELS:
+        stats: Mapping[str, Any] = fig["latency"].get(key) or {}
+        if not stats.get("count"):
+            continue
+        line = _latency_line(label, stats, iv["latency"].get(key) or {})
+        if line:
+            lines.append(line)
+    rates = []
+    for key, label, digits in RATE_LABELS:
+        v = fig.get(key)
+        if isinstance(v, int | float) and key in iv["rates"]:
+            rates.append(f"{label} {v:.{digits}f}{pm(iv['rates'][key])}")
+    if rates:
+        lines.append("  " + ", ".join(rates))
+    return [*lines, ""]

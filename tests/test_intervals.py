@@ -1,0 +1,195 @@
+"""The 95% intervals of one run's figures (analysis/intervals.py, metrics/blocks.py): their
+coverage on samples of known distributions, independent and autocorrelated; too few samples said,
+not printed; blocks merged across processes exactly as one process keeps them."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llm_locust.analysis.intervals import MIN_BATCHES, mean_interval, min_samples, percentile_interval
+from llm_locust.metrics.blocks import BASE_WIDTH, MAX_BLOCKS, Blocks
+
+Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
+K = 20  # time blocks of a sample
+
+
+def _normal(rng: random.Random, n: int) -> list[float]:
+    return [rng.gauss(1.0, 0.2) for _ in range(n)]
+
+
+def _exponential(rng: random.Random, n: int) -> list[float]:
+    return [0.01 + rng.expovariate(10.0) for _ in range(n)]
+
+
+def _lognormal(rng: random.Random, n: int) -> list[float]:
+    return [rng.lognormvariate(-2.0, 1.0) for _ in range(n)]
+
+
+PHI = 0.7
+
+
+def _ar1(rng: random.Random, n: int) -> list[float]:
+    """x_t = 1 + y_t, y_t = PHI y_{t-1} + e_t, e ~ N(0, 0.1^2), started in its stationary law."""
+    sd = 0.1 / math.sqrt(1 - PHI * PHI)
+    y = rng.gauss(0.0, sd)
+    out = []
+    for _ in range(n):
+        y = PHI * y + rng.gauss(0.0, 0.1)
+        out.append(1.0 + y)
+    return out
+
+
+_AR_SD = 0.1 / math.sqrt(1 - PHI * PHI)
+# distribution -> (draw, true mean, true p50, true p99)
+TRUTH = {
+    "normal": (_normal, 1.0, 1.0, 1.0 + 0.2 * Z99),
+    "exponential": (_exponential, 0.11, 0.01 + 0.1 * math.log(2), 0.01 + 0.1 * math.log(100)),
+    "lognormal": (_lognormal, math.exp(-1.5), math.exp(-2.0), math.exp(-2.0 + Z99)),
+    "ar1": (_ar1, 1.0, 1.0, 1.0 + _AR_SD * Z99),
+}
+
+
+def _blocks(values: list[float], k: int = K) -> tuple[list[Counter], list[float], list[int]]:
+    """The sample, in time order, cut into k equal blocks: per block its histogram of whole
+    microseconds, its sum in seconds and its count."""
+    size = len(values) // k
+    hists, sums, counts = [], [], []
+    for b in range(k):
+        part = values[b * size : (b + 1) * size]
+        hists.append(Counter(max(round(v * 1e6), 0) for v in part))
+        sums.append(sum(part))
+        counts.append(len(part))
+    return hists, sums, counts
+
+
+def _coverage(dist: str, seed: int, draws: int, n: int) -> dict[str, float]:
+    draw, mean, p50, p99 = TRUTH[dist]
+    rng = random.Random(seed)
+    hit = Counter()
+    for _ in range(draws):
+        hists, sums, counts = _blocks(draw(rng, n))
+        for name, iv, truth in (
+            ("mean", mean_interval(sums, counts), mean),
+            ("p50", percentile_interval(0.5, hists, 1e-6), p50),
+            ("p99", percentile_interval(0.99, hists, 1e-6), p99),
+        ):
+            assert iv.low is not None and iv.high is not None, (name, iv)
+            hit[name] += iv.low <= truth <= iv.high
+    return {name: hit[name] / draws for name in ("mean", "p50", "p99")}
+
+
+@pytest.mark.parametrize("dist", sorted(TRUTH))
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_nominal_95_percent_intervals_cover_the_true_value(dist, seed):
+    """Over 200 draws of 2,000 samples (3,000 for AR(1), whose p99 needs more), the intervals of
+    the mean, p50 and p99 hold the true value in 90-99% of them: for heavy tails and for an AR(1)
+    series (phi 0.7) too, where intervals from the requests as if independent would be far too
+    narrow (see the next test)."""
+    cover = _coverage(dist, seed, draws=200, n=3000 if dist == "ar1" else 2000)
+    for name, share in cover.items():
+        assert 0.90 <= share <= 0.99, (dist, name, share)
+
+
+@settings(max_examples=1, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_the_independent_interval_would_miss_on_correlated_samples(seed):
+    """What the batch means are for: on the AR(1) series the interval of the mean as if its
+    samples were independent (sd / sqrt(n)) covers the true mean far less than 95% of the time;
+    the batch-means interval of the same draws does (the test above)."""
+    rng = random.Random(seed)
+    hit = 0
+    draws = 200
+    for _ in range(draws):
+        xs = _ar1(rng, 1200)
+        m = sum(xs) / len(xs)
+        sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+        hit += abs(m - 1.0) <= 1.96 * sd / math.sqrt(len(xs))
+    assert hit / draws < 0.80
+
+
+@settings(max_examples=1, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), rate=st.floats(5.0, 200.0))
+def test_rate_interval_covers_the_true_rate(seed, rate):
+    """A rate (events per second, Poisson arrivals over 20 one-second blocks): 90-99% coverage."""
+    rng = random.Random(seed)
+    hit, draws = 0, 300
+    for _ in range(draws):
+        counts = [0] * K
+        t = rng.expovariate(rate)
+        while t < K:
+            counts[int(t)] += 1
+            t += rng.expovariate(rate)
+        iv = mean_interval(counts, [1.0] * K)
+        assert iv.low is not None and iv.high is not None
+        hit += iv.low <= rate <= iv.high
+    assert 0.90 <= hit / draws <= 0.99
+
+
+@pytest.mark.parametrize(("p", "n"), [(0.5, 6), (0.9, 36), (0.99, 368)])
+def test_min_samples_is_the_binomial_minimum(p, n):
+    assert min_samples(p) == n
+    assert p**n <= 0.025 < p ** (n - 1)
+
+
+def test_p99_of_40_requests_is_insufficient_with_the_count_it_needs():
+    rng = random.Random(1)
+    hists, _, _ = _blocks(_normal(rng, 40), k=10)
+    iv = percentile_interval(0.99, hists, 1e-6)
+    assert iv.low is None and iv.high is None and iv.rel is None
+    assert iv.needs is not None and iv.needs >= 368
+    assert iv.reason == f"insufficient (needs {iv.needs} samples, has 40)"
+    assert percentile_interval(0.5, hists, 1e-6).low is not None  # p50 of 40 has one
+
+
+def test_a_window_of_too_few_blocks_has_no_interval():
+    iv = mean_interval([1.0] * (MIN_BATCHES - 1), [1] * (MIN_BATCHES - 1))
+    assert iv.low is None and iv.reason == f"insufficient (needs {MIN_BATCHES} time blocks, has {MIN_BATCHES - 1})"
+
+
+def _fill(blocks: Blocks, rng: random.Random, start: float, seconds: float, rate: float) -> None:
+    t = start
+    while t < start + seconds:
+        us = round(rng.lognormvariate(-2, 0.5) * 1e6)
+        blocks.add_ok(t, {"ttft": us, "e2e": us * 3, "tpot": us // 10}, n_out=20, good=us < 150_000)
+        blocks.add_itl(t, {us // 20: 19}, (us // 20) * 19)
+        t += rng.expovariate(rate)
+
+
+def test_blocks_merged_across_processes_are_what_one_process_keeps():
+    """Two workers' blocks (one at a coarser width already) merged by the master give the very
+    intervals one process that saw every request gives."""
+    one, a, b = Blocks(), Blocks(), Blocks()
+    rng = random.Random(7)
+    _fill(a, rng, 1000.0, 30.0, 40.0)
+    rng = random.Random(8)
+    _fill(b, rng, 1000.0, 5.0, 40.0)  # a short one: still at a finer width than `a`
+    for seed, seconds in ((7, 30.0), (8, 5.0)):
+        _fill(one, random.Random(seed), 1000.0, seconds, 40.0)
+    assert a.level > b.level
+    master = Blocks()
+    master.merge_wire(b.to_wire())
+    master.merge_wire(a.to_wire())
+    assert master.level == one.level
+    assert master.intervals(1000.0, 1030.0) == one.intervals(1000.0, 1030.0)
+
+
+def test_blocks_stay_bounded_and_cover_the_window():
+    """A long window keeps at most MAX_BLOCKS blocks (the width doubles), and the rate's
+    interval comes from the window's own seconds."""
+    blocks = Blocks()
+    rng = random.Random(3)
+    _fill(blocks, rng, 0.0, 600.0, 20.0)
+    assert MAX_BLOCKS // 2 <= len(blocks.blocks) <= MAX_BLOCKS
+    assert blocks.width == BASE_WIDTH * 2**blocks.level >= 600.0 / MAX_BLOCKS
+    iv = blocks.intervals(0.0, 600.0)
+    assert iv is not None and 10 <= iv["blocks"] <= 20
+    rate = iv["rates"]["requests_per_s"]
+    assert rate["low"] is not None and rate["low"] < 20.0 < rate["high"]
+    assert iv["latency"]["ttft"]["p99"]["low"] is not None  # 12,000 samples: p99 has one
