@@ -568,3 +568,93 @@ def test_verdict_metrics_are_criteria(runs, tmp_path, capsys):
     usd = 2 * 3.6 / 3600 / knee["output_tokens_per_s"] * 1e6
     assert rows["at_knee.usd_per_million_output_tokens"][4].startswith(f"{cmp.format._num(usd)} $/Mtok · ")
     assert "n/a (no GPU sidecar windows" in rows["joules_per_output_token"][4]  # no sidecar in these runs
+
+
+# ---- noise: one run each, by the 95% intervals (docs/compare.md "Noise") ----
+
+
+@pytest.fixture(scope="module")
+def noise_runs(tmp_path_factory):
+    """Three closed-loop runs of 8 users for 8 s: `a` and `b` against one simulator with the same
+    settings, `slow` against one whose iteration takes 10 ms, not 5 (each token ~1.6x slower)."""
+    from llm_locust.sim.process import SimProcess
+
+    d = tmp_path_factory.mktemp("noise")
+    out = {}
+    with SimProcess(slots=8) as same, SimProcess(slots=8, iter_base=0.010) as slow:
+        for name, sim in (("a", same), ("b", same), ("slow", slow)):
+            path = d / f"{name}.json"
+            argv = ["run", "--host", sim.url, "-u", "8", "-t", "8s", "--results", path]
+            argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
+            p = subprocess.run(
+                [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=d,
+            )
+            assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+            assert "precision (95% intervals" in p.stdout and " ± " in p.stdout  # the summary says them
+            out[name] = path
+    return out
+
+
+def test_one_run_each_results_carry_the_intervals(noise_runs):
+    s = _doc(noise_runs["a"])["summary"]
+    iv = s["intervals"]
+    assert 5 <= iv["blocks"] <= 20
+    tok = iv["rates"]["output_tokens_per_s"]
+    assert tok["low"] < s["output_tokens_per_s"] < tok["high"]
+    p99 = iv["latency"]["ttft"]["p99"]  # about 100 requests: too few for a p99
+    assert s["latency"]["ttft"]["count"] < 368
+    assert p99["low"] is None and p99["needs"] >= 368 and p99["reason"].startswith("insufficient (needs ")
+
+
+def test_identical_runs_differ_within_noise_and_pass_the_regression_gate(noise_runs, capsys):
+    a, b = noise_runs["a"], noise_runs["b"]
+    rc, out, err = _main(capsys, a, b, "--fail-on", "regression")
+    assert rc == 0, err
+    rows = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("ttft_p99", "e2e_p99"))}
+    for name in ("ttft_p99", "e2e_p99"):  # ~100 requests each: a p99 that cannot be judged
+        assert "(too few samples)" in rows[name] and "too few samples to judge" in rows[name]
+
+
+def test_a_slower_server_is_significant_and_fails_the_gate(noise_runs, capsys):
+    a, slow = noise_runs["a"], noise_runs["slow"]
+    rc, out, err = _main(capsys, a, slow, "--fail-on", "regression")
+    assert rc == 1
+    tpot = next(ln for ln in out.splitlines() if ln.startswith("tpot_p50"))
+    assert tpot.rstrip().endswith("· significant")
+    assert "tpot_p50" in err and "worse, significant: 95% interval of the difference" in err
+    assert "best weighted total: a" in out
+
+
+def _shifted(src, dst, factor):
+    """A copy of a run whose output tokens/s is `factor` times its own, its interval kept."""
+
+    def edit(d):
+        d["summary"]["output_tokens_per_s"] *= factor
+
+    return _edited(src, dst, edit)
+
+
+def test_a_difference_within_noise_is_a_tie_not_a_winner(noise_runs, tmp_path, capsys):
+    """The point estimates differ (the old matrix named the higher one the winner, 1.000 against
+    0.970); within its interval, the matrix calls it a tie. Without intervals (a results file of
+    before them) the point estimates rank as before."""
+    w = _weights(tmp_path, "criteria:\n  - metric: output_tokens_per_s\n")
+    a = noise_runs["a"]
+    rel = _doc(a)["summary"]["intervals"]["rates"]["output_tokens_per_s"]["rel"]
+    assert rel > 0.03  # a 3% difference lies within this run's noise
+    close = _shifted(a, tmp_path / "close.json", 0.97)
+    rc, out, _ = _main(capsys, a, close, "--weights", w)
+    assert rc == 0 and "tie: a, close (equal weighted totals: every difference within noise)" in out
+    assert "· within noise" in out
+    far = _shifted(a, tmp_path / "far.json", 1 - 3 * rel)  # 1.5x the interval of the difference away
+    rc, out, _ = _main(capsys, a, far, "--weights", w)
+    assert "best weighted total: a" in out and "· significant" in out
+    bare = _edited(close, tmp_path / "bare.json", lambda d: d["summary"].pop("intervals"))
+    assert "best weighted total: a" in _main(capsys, a, bare, "--weights", w)[1]
+    # the gate: 3% worse at a 1% tolerance fails only where it is not within noise
+    assert _main(capsys, a, close, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 0
+    assert _main(capsys, a, bare, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 1

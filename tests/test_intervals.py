@@ -193,3 +193,20 @@ def test_blocks_stay_bounded_and_cover_the_window():
     rate = iv["rates"]["requests_per_s"]
     assert rate["low"] is not None and rate["low"] < 20.0 < rate["high"]
     assert iv["latency"]["ttft"]["p99"]["low"] is not None  # 12,000 samples: p99 has one
+
+
+def test_the_report_draws_a_ladder_steps_intervals_as_error_bars():
+    """report/html.py: a step's latency point with its interval (results steps[].intervals) gets
+    an error bar (`NAME-PANEL-LINE-ci`); a step without one (too few samples) none."""
+    from llm_locust.report import plots
+    from llm_locust.report.html import _latency_panels
+
+    steps = [{"step": k, "offered": k, "latency": {"ttft": {"p50": 0.010 * k, "p99": 0.02 * k}}} for k in (1, 2)]
+    ivs = {1: {"latency": {"ttft": {"p50": {"low": 0.009, "high": 0.012}}}}, 2: {"latency": {}}}
+    panels, _ = _latency_panels(steps, {}, ivs)
+    ttft = panels[0].lines[0]
+    assert ttft.key == "ttft-p50" and ttft.intervals[0] == pytest.approx((9.0, 12.0)) and ttft.intervals[1] is None
+    svg = plots.vs_load("load-latency", [1, 2], panels, xlabel="users")
+    assert 'id="load-latency-ttft-ttft-p50-ci"' in svg and "ttft-ttft-p99-ci" not in svg
+    bare, _ = _latency_panels(steps, {})
+    assert "-ci" not in plots.vs_load("load-latency", [1, 2], bare, xlabel="users")

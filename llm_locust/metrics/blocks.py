@@ -29,6 +29,7 @@ from llm_locust.report.schema import Intervals
 
 BASE_WIDTH = 0.125  # s: a 1.25 s window still has 10 blocks
 MAX_BLOCKS = 64
+BATCH_E2E = 2.0  # a batch spans at least this many mean E2Es
 METRICS = ("ttft", "itl", "tpot", "e2e")
 BITS = {"ttft": 11, "itl": 8, "tpot": 11, "e2e": 11}
 COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens")
@@ -164,13 +165,14 @@ class Blocks:
         while len(self.blocks) > MAX_BLOCKS:
             self._widen(self.level + 1)
 
-    def batches(self, start: float, end: float) -> tuple[list[Block], list[float]]:
+    def batches(self, start: float, end: float, min_seconds: float = 0.0) -> tuple[list[Block], list[float]]:
         """The window [start, end) cut into at most MAX_BATCHES batches of consecutive blocks
-        (empty ones included): each batch's merged Block and its seconds within the window."""
+        (empty ones included), each at least `min_seconds` long: each batch's merged Block and its
+        seconds within the window."""
         w = self.width
         first, last = math.floor(start / w), math.floor(end / w)
         n = last - first + 1
-        per = max(1, math.ceil(n / MAX_BATCHES))
+        per = max(1, math.ceil(n / MAX_BATCHES), math.ceil(min_seconds / w))
         out: list[Block] = []
         seconds: list[float] = []
         for g in range(first, last + 1, per):
@@ -188,7 +190,12 @@ class Blocks:
         without a window."""
         if start is None or end is None or end <= start:
             return None
-        batches, seconds = self.batches(start, end)
+        # a batch spans at least twice the mean E2E: requests are correlated with those they
+        # overlapped (a closed loop's users send again as they end), and batch means need batches
+        # longer than that correlation
+        ok = sum(sum(b.hist["e2e"].values()) for b in self.blocks.values())
+        mean_e2e = sum(b.sums["e2e"] for b in self.blocks.values()) / ok / 1e6 if ok else 0.0
+        batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e)
         latency: dict[str, dict[str, Any]] = {}
         for m in METRICS:
             figs = {

@@ -308,8 +308,18 @@ def _throughput_panels(steps: Sequence[LadderStep]) -> list:
     return panels
 
 
-def _latency_panels(steps: Sequence[LadderStep], slos: dict[str, float]) -> tuple[list, list[str]]:
-    """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn."""
+def _step_interval(ivs: Mapping[Any, Any], step: LadderStep, metric: str, stat: str) -> tuple[float, float] | None:
+    """A ladder step's 95% interval of a latency figure in ms (results `steps[].intervals`), or None."""
+    iv = (((ivs.get(step.get("step")) or {}).get("latency") or {}).get(metric) or {}).get(stat) or {}
+    low, high = iv.get("low"), iv.get("high")
+    return (low * 1000, high * 1000) if isinstance(low, (int, float)) and isinstance(high, (int, float)) else None
+
+
+def _latency_panels(
+    steps: Sequence[LadderStep], slos: dict[str, float], ivs: Mapping[Any, Any] | None = None
+) -> tuple[list, list[str]]:
+    """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn.
+    ivs: {step: its `intervals`}: each point's 95% interval as an error bar."""
     from llm_locust.report.plots import Line, Panel
 
     wanted = {
@@ -342,6 +352,7 @@ def _latency_panels(steps: Sequence[LadderStep], slos: dict[str, float]) -> tupl
                     f"{metric.upper()} {stat}",
                     [None if v is None else v * 1000 for v in vals],
                     dashed=stat != "p50",
+                    intervals=[_step_interval(ivs or {}, s, metric, stat) for s in steps],
                 )
             )
         ys = [v for line in lines for v in line.values if v] + [y for *_, y in limits[key] if y]
@@ -432,7 +443,8 @@ def section_ladder(r: ResultsDoc) -> H:
     }
     slos = _slos(r)
     tput = plots.vs_load("load-throughput", x, _throughput_panels(steps), **kw)
-    panels, undrawn = _latency_panels(steps, slos)
+    ivs = {s.get("step"): s.get("intervals") for s in r.get("steps") or []}
+    panels, undrawn = _latency_panels(steps, slos, ivs)
     lat = plots.vs_load("load-latency", x, panels, width=12.0, **kw)
     cache_panels = _cache_panels(steps)
     cache_fig = ""

@@ -27,7 +27,7 @@ from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.provenance import gpu_facts
-from llm_locust.report.results import build_results, plain
+from llm_locust.report.results import build_results, mixed_loads, plain
 from llm_locust.report.schema import (
     CacheFigures,
     Efficiency,
@@ -256,6 +256,8 @@ class _Parts:
 
 def _parts(e: Ended) -> _Parts:
     p = _Parts(summary=figures(e.total))
+    if mixed_loads(e.steps):  # a ladder: intervals per step only (report.results)
+        p.summary.pop("intervals", None)
     servers = list(e.servers.values())
     if servers:
         p.server_windows = series_windows(servers[0], e.started_at, e.ended_at, e.windows)

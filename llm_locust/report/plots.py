@@ -52,6 +52,8 @@ class Line(NamedTuple):
     label: str
     values: Sequence[float | None]
     dashed: bool = False
+    # per point its 95% interval (low, high), drawn as an error bar (`NAME-PANEL-KEY-ci`); None: none
+    intervals: Sequence[tuple[float, float] | None] = ()
 
 
 class Panel(NamedTuple):
@@ -129,6 +131,7 @@ def vs_load(
                     label=line.label,
                     gid=f"{panel.key}-{line.key}",
                 )
+                _error_bars(ax, x, ys, line.intervals, COLORS[i % len(COLORS)], f"{panel.key}-{line.key}-ci")
             for j, (key, label, y) in enumerate(panel.limits):
                 ax.axhline(
                     y,
@@ -175,6 +178,23 @@ def vs_load(
             ax.set_ylabel(panel.ylabel)
             ax.legend(loc="best")
         return to_svg(fig, name)
+
+
+def _error_bars(ax, x: Sequence[float], ys: list[float], intervals, color: str, gid: str) -> None:
+    """Each point's 95% interval as an error bar (the points with one)."""
+    pts = [(x[i], ys[i], iv) for i, iv in enumerate(intervals) if iv is not None and not math.isnan(ys[i])]
+    if not pts:
+        return
+    ax.errorbar(
+        [p[0] for p in pts],
+        [p[1] for p in pts],
+        yerr=[[max(p[1] - p[2][0], 0.0) for p in pts], [max(p[2][1] - p[1], 0.0) for p in pts]],
+        fmt="none",
+        ecolor=color,
+        elinewidth=1.0,
+        capsize=3,
+        gid=gid,
+    )
 
 
 def _cut_point(ax, x: Sequence[float], ys: list[float], cut: int, color: str, gid: str, label: bool) -> None:

@@ -60,7 +60,7 @@ def precision_lines(fig: Figures) -> list[str]:
     rates = []
     for key, label, digits in RATE_LABELS:
         v = fig.get(key)
-        if isinstance(v, int | float) and key in iv["rates"]:
+        if isinstance(v, int | float) and v > 0 and key in iv["rates"]:  # goodput 0: no SLO, or none met
             rates.append(f"{label} {v:.{digits}f}{pm(iv['rates'][key])}")
     if rates:
         lines.append("  " + ", ".join(rates))

@@ -89,6 +89,8 @@ def build_results(
 ) -> ResultsDoc:
     """goodput=False: the run had no per-request SLO, so its goodput is not a figure (None)."""
     summary = _goodput(figures(total), goodput)
+    if mixed_loads(steps):
+        summary.pop("intervals", None)
     step_rows: list[Step] = []
     for s, agg in sorted(steps.items()):
         f = _goodput(figures(agg), goodput)
@@ -106,6 +108,13 @@ def build_results(
         "series": [[s, *v] for s, v in sorted(total.series.items())],
         "workers": workers or [],
     }
+
+
+def mixed_loads(steps: Mapping[int, object]) -> bool:
+    """Whether a run's windows are steps of different loads (a ladder): its whole-run figures mix
+    them, so they get no interval (batch means would take the steps' differences for noise); each
+    step has its own."""
+    return sum(1 for k in steps if k > 0) > 1
 
 
 def _goodput(fig: Figures, measured: bool) -> Figures:

@@ -8,7 +8,10 @@
   of the baseline's value, in the criterion's direction; `--tolerance 5%`), or has none. When
   both runs carry `repeats` (`llm-locust run --repeat N`), a whole-run figure fails only when it
   is worse, beyond noise (Welch's t-test at 95%, analysis/repeats.py) and by more than the
-  tolerance: a difference within noise passes, whatever its size.
+  tolerance: a difference within noise passes, whatever its size. From one run each, a whole-run
+  figure with its 95% interval in both (results `intervals`) fails the same way: only when it is
+  worse, significant (the interval of the difference, sqrt(h_a^2 + h_b^2), excludes 0) and
+  larger than the tolerance.
 
 `junit_xml` writes the cases as JUnit XML (a test suite per run, a test case per criterion), the
 format CI systems show test by test.
@@ -16,11 +19,13 @@ format CI systems show test by test.
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value
+from llm_locust.report.compare.matrix import differs, noise_word
 
 GATES = ("pass-lines", "regression", "stability")
 
@@ -70,6 +75,8 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
                 )
                 continue
             noisy = _interval_case(c, i, j, tolerance)
+            if noisy is None:
+                noisy = one_run_case(c, i, j, tolerance)
             if noisy is not None:
                 out.append(noisy)
                 continue
@@ -85,6 +92,38 @@ def regression_cases(c: Comparison, tolerance: float) -> list[Case]:
                 )
             )
     return out
+
+
+def one_run_case(c: Comparison, i: int, j: int, tolerance: float) -> Case | None:
+    """One run each, both figures with their 95% interval (results `intervals`): the figure
+    regresses when it is worse, the difference is significant (its interval, the half widths
+    added in quadrature, excludes 0; matrix.differs) and the change is larger than the tolerance.
+    None when either figure has no interval (the point estimates decide, as before)."""
+    crit = c.matrix.criteria[i]
+    a, b = c.matrix.cells[i][0], c.matrix.cells[i][j]
+    if a.value is None or b.value is None or a.half is None or b.half is None:
+        return None
+    higher = crit.metric.higher_is_better
+    diff = b.value - a.value
+    worse = diff < 0 if higher else diff > 0
+    change = diff / a.value if a.value else (0.0 if not diff else float("inf"))
+    significant = differs(a.value, a.half, b.value, b.half)
+    ok = not (worse and significant and abs(change) > tolerance)
+    base_run, run = c.runs[0], c.runs[j]
+
+    def shown(r, cell) -> str:
+        if not math.isfinite(cell.half):
+            return f"{_fmt_value(r, crit.metric, cell.value)} (too few samples for an interval)"
+        return f"{_fmt_value(r, crit.metric, cell.value)} +-{_fmt_value(r, crit.metric, cell.half)}"
+
+    return Case(
+        run.label,
+        f"regression: {crit.name}",
+        ok,
+        f"{crit.name} {shown(run, b)} against the baseline's {shown(base_run, a)} ({change:+.1%}, "
+        f"{'worse' if worse else 'not worse'}, {noise_word(a.half, b.half, not significant)}: 95% interval "
+        f"of the difference, one run each; allowed {'-' if higher else '+'}{tolerance:.1%} when significant)",
+    )
 
 
 def repeated_figure(run, name: str) -> dict | None:

@@ -1,5 +1,7 @@
 """Values and scores: each criterion's figure per run (read_value), normalised so that the best
-run scores 1.0 (normalise), weighted into totals and ranks with pass lines and validity marks (score)."""
+run scores 1.0 (normalise), weighted into totals and ranks with pass lines and validity marks (score).
+A whole-run figure with its 95% interval (results `intervals`) that is within noise of the best
+run's scores as the best's (judge_noise): runs whose figures differ only within noise tie."""
 
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ class Cell:
     note: str = ""  # why there is no value, or where it was read
     flags: list[str] = field(default_factory=list)  # validity marks of the figures used
     step: int | None = None  # the ladder step it was read from (None: the whole run)
+    # half the width of the figure's 95% interval (results `intervals`, docs/metrics.md); inf: its
+    # samples are too few for one; None: the run has no interval for it (point estimate only)
+    half: float | None = None
+    noise: bool | None = None  # against the best run: True within noise, False significant, None unjudged
+    judged: str = ""  # "within noise", "significant", "too few samples to judge" (judge_noise)
 
 
 def _at_step(value: float | None, st: dict[str, Any], **kw: Any) -> Cell:
@@ -78,7 +85,7 @@ def _summary_cell(run: Run, m: Metric) -> Cell:
         return Cell(None, note="not comparable", flags=flags)
     if m.name.startswith("goodput") and not run.slos:
         return Cell(None, note="no SLOs", flags=flags)
-    return Cell(_figure(run.summary, m), flags=flags)
+    return Cell(_figure(run.summary, m), flags=flags, half=interval_half(run.summary, m))
 
 
 def _not_comparable(run: Run, m: Metric) -> bool:
@@ -89,6 +96,58 @@ def _not_comparable(run: Run, m: Metric) -> bool:
     parts = m.field.split(".", 2)
     figure, stat = (parts[1], parts[2]) if parts[0] == "latency" and len(parts) == 3 else (m.field, "")
     return bool(f.mark("goodput" if figure.startswith("goodput") else figure, stat))
+
+
+def interval_half(src: dict[str, Any], m: Metric) -> float | None:
+    """Half the width of a figure's 95% interval in a window's `intervals` (analysis/intervals.py):
+    inf where its samples are too few for one, None where the window has none for it."""
+    ivs = src.get("intervals")
+    if not isinstance(ivs, dict):
+        return None
+    if m.unit == "s":
+        _latency, metric, stat = m.field.split(".", 2)
+        iv = _get(ivs, "latency", metric, stat)
+    else:
+        iv = _get(ivs, "rates", m.field)
+    if not isinstance(iv, dict):
+        return None
+    low, high = _float(iv.get("low")), _float(iv.get("high"))
+    return math.inf if low is None or high is None else (high - low) / 2
+
+
+def differs(a: float, ha: float, b: float, hb: float) -> bool:
+    """Whether two independent runs' figures differ beyond noise: the difference's 95% interval,
+    b - a +- sqrt(ha^2 + hb^2) (the half widths added in quadrature; conservative), excludes 0.
+    A figure whose samples are too few for an interval (inf) differs from nothing."""
+    return abs(b - a) > math.hypot(ha, hb)
+
+
+def judge_noise(row: list[Cell], higher_is_better: bool) -> None:
+    """Each cell with an interval against the row's best value: within noise or significant; a
+    cell within noise scores as the best (1.0): the matrix ranks no run on a difference within noise,
+    nor on a figure whose samples are too few for an interval (it cannot be told from noise)."""
+    have = [c for c in row if c.value is not None]
+    if not have:
+        return
+    pick = max if higher_is_better else min
+    best = pick(have, key=lambda c: c.value or 0.0)
+    if best.half is None:
+        return
+    for c in have:
+        if c is best or c.half is None:
+            continue
+        assert c.value is not None and best.value is not None
+        c.noise = not differs(best.value, best.half, c.value, c.half)
+        c.judged = noise_word(best.half, c.half, c.noise)
+        if c.noise:
+            c.score = best.score
+
+
+def noise_word(ha: float, hb: float, noise: bool) -> str:
+    """How a difference was judged, in the words compare prints."""
+    if not (math.isfinite(ha) and math.isfinite(hb)):
+        return "too few samples to judge"
+    return "within noise" if noise else "significant"
 
 
 def _figure(src: dict[str, Any], m: Metric) -> float | None:
@@ -146,6 +205,7 @@ def score(runs: list[Run], criteria: list[Criterion]) -> Matrix:
             c.score = s
             if crit.pass_line is not None:
                 c.passed = c.value is not None and crit.pass_line.ok(c.value)
+        judge_noise(row, crit.metric.higher_is_better)
         cells.append(row)
     wsum = sum(c.weight for c in criteria) or 1.0
     totals = [sum(crit.weight * cells[i][j].score for i, crit in enumerate(criteria)) / wsum for j in range(len(runs))]

@@ -3,6 +3,7 @@ steps, the decision matrix and the ranking; and the comparability and verdict li
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -433,7 +434,11 @@ def _cell_text(run: Run, crit: Criterion, cell: Cell) -> str:
     )
     if cell.value is not None and crit.scope == "knee" and cell.note:
         val += " (top step)"
+    if cell.value and cell.half is not None:  # the 95% interval (docs/compare.md "Noise")
+        val += f" ±{cell.half / abs(cell.value):.1%}" if math.isfinite(cell.half) else " (too few samples)"
     out = f"{val} · {cell.score:.2f}"
+    if cell.judged:
+        out += f" · {cell.judged}"
     if cell.passed is not None:
         out += " · " + ("pass" if cell.passed else "FAIL")
     if cell.flags and crit.scope != "summary":
@@ -462,7 +467,9 @@ def _matrix_table(c: Comparison) -> Table:
     note = (
         "each cell: value · score · pass line; score: best run 1.0, others value/best (higher is better) or "
         "best/value (lower is better), no value 0; total = sum(weight x score) / sum(weight); "
-        "* the figure comes from a ladder step with validity flags"
+        "* the figure comes from a ladder step with validity flags; ±: half the figure's 95% interval; "
+        "within noise / significant: against the best run, by the interval of the difference "
+        "(sqrt(h_a^2 + h_b^2)); a figure within noise of the best scores as the best"
     )
     return Table(
         f"Decision matrix ({c.weights_source})",
@@ -607,7 +614,10 @@ def _printable(t: Table) -> Table:
 def _verdict_line(c: Comparison) -> str:
     m = c.matrix
     best = [c.runs[j].label for j in range(len(c.runs)) if m.ranks[j] == 1]
-    line = f"best weighted total: {', '.join(best)}"
+    if len(best) > 1:  # equal totals: their figures differ only within noise (matrix.judge_noise), or not at all
+        line = f"tie: {', '.join(best)} (equal weighted totals: every difference within noise)"
+    else:
+        line = f"best weighted total: {', '.join(best)}"
     j0 = m.ranks.index(1)
     if m.fails[j0]:
         line += f" (but it fails {len(m.fails[j0])} pass line{'s' if len(m.fails[j0]) > 1 else ''})"
