@@ -606,7 +606,7 @@ class Aggregate:
             itl_max = self._add_latencies(rec, t_end, offset, gaps)
         else:
             self._add_ends(rec, t_end, None)
-        good = bool(slos) and _meets(rec, slos, itl_max)
+        good = _meets(rec, slos, itl_max) if slos else False
         if good:
             self.goodput_requests += 1
             self.goodput_tokens += rec.n_out
