@@ -210,3 +210,26 @@ def test_the_report_draws_a_ladder_steps_intervals_as_error_bars():
     assert 'id="load-latency-ttft-ttft-p50-ci"' in svg and "ttft-ttft-p99-ci" not in svg
     bare, _ = _latency_panels(steps, {})
     assert "-ci" not in plots.vs_load("load-latency", [1, 2], bare, xlabel="users")
+
+
+def test_a_window_too_short_for_its_blocks_is_said_once():
+    """The summary: one line saying why, not an 'insufficient' per figure; with enough blocks,
+    each figure with its ± or the samples it needs."""
+    from llm_locust.report.precision import precision_lines
+
+    blocks = Blocks()
+    _fill(blocks, random.Random(5), 0.0, 60.0, 20.0)
+    stats = {"count": 1200, "mean": 0.15, "p50": 0.13, "p90": 0.25, "p99": 0.4}
+    fig = {"latency": {"ttft": stats}, "output_tokens_per_s": 400.0, "intervals": blocks.intervals(0.0, 60.0)}
+    lines = precision_lines(fig)
+    assert lines[0].startswith("precision (95% intervals, batch means over ")
+    assert lines[1].startswith("  TTFT  mean 150.0 ms ± ") and ", p99 400.0 ms ± " in lines[1]
+    assert lines[2].startswith("  output tokens/s 400.0 ± ") and lines[-1] == ""
+    fig["intervals"] = blocks.intervals(0.0, 2.0)  # 2 s of requests ~0.45 s end to end: 2 batches
+    assert fig["intervals"]["blocks"] < MIN_BATCHES
+    assert precision_lines(fig) == [
+        f"precision (95% intervals): none: the window holds {fig['intervals']['blocks']} time blocks of"
+        f" {fig['intervals']['block_s']:.2f} s (each at least twice the mean E2E) and needs {MIN_BATCHES}:"
+        " a longer run has them",
+        "",
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llm_locust.analysis.intervals import MIN_BATCHES
 from llm_locust.report.schema import Figures
 
 LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
@@ -49,6 +50,12 @@ def precision_lines(fig: Figures) -> list[str]:
     iv = fig.get("intervals")
     if not iv:
         return []
+    if iv["blocks"] < MIN_BATCHES:  # one reason for every figure: say it once
+        return [
+            f"precision (95% intervals): none: the window holds {iv['blocks']} time blocks of"
+            f" {iv['block_s']:.2f} s (each at least twice the mean E2E) and needs {MIN_BATCHES}: a longer run has them",
+            "",
+        ]
     lines = [f"precision (95% intervals, batch means over {iv['blocks']} time blocks of {iv['block_s']:.2f} s):"]
     for key, label in LATENCY_LABELS:
         stats: Mapping[str, Any] = fig["latency"].get(key) or {}
