@@ -223,7 +223,7 @@ def test_a_window_too_short_for_its_blocks_is_said_once():
     fig = {"latency": {"ttft": stats}, "output_tokens_per_s": 400.0, "intervals": blocks.intervals(0.0, 60.0)}
     lines = precision_lines(fig)
     assert lines[0].startswith("precision (95% intervals, batch means over ")
-    assert lines[1].startswith("  TTFT  mean 150.0 ms ± ") and ", p99 400.0 ms ± " in lines[1]
+    assert lines[1].startswith("  TTFT: mean 150.0 ms ± ") and ", p99 400.0 ms ± " in lines[1]
     assert lines[2].startswith("  output tokens/s 400.0 ± ") and lines[-1] == ""
     fig["intervals"] = blocks.intervals(0.0, 2.0)  # 2 s of requests ~0.45 s end to end: 2 batches
     assert fig["intervals"]["blocks"] < MIN_BATCHES

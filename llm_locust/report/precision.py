@@ -42,7 +42,7 @@ def _latency_line(label: str, stats: Mapping[str, Any], ivs: Mapping[str, Any]) 
             parts.append(f"{name}{pm(iv)}")
         else:
             parts.append(f"{name} {v * 1000:.1f} ms{pm(iv)}")
-    return f"  {label:<5} " + ", ".join(parts) if parts else None
+    return f"  {label}: " + ", ".join(parts) if parts else None  # one space apart: the summary wraps it
 
 
 def precision_lines(fig: Figures) -> list[str]:
