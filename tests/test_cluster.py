@@ -264,3 +264,36 @@ def test_a_distributed_concurrency_ladder_sends_only_from_its_users(tmp_path):
         in_flight += d
         peak = max(peak, in_flight)
     assert peak <= 2, f"{peak} requests in flight at once under a ladder of at most 2 users"
+
+
+def test_merged_intervals_equal_those_of_the_raw_records(cluster_run):
+    """The 95% intervals (docs/metrics.md "Confidence intervals") from the master's merge of its
+    two workers' time blocks are those one process would compute from every raw record."""
+    from llm_locust.metrics.blocks import Blocks
+    from llm_locust.metrics.gaps import gap_samples
+
+    results, raw, _, _ = cluster_run
+    blocks = Blocks()
+    first_sent = last_end = None
+    for r in raw:
+        t0 = r["t_sent"]
+        t_end = t0 + (r["end"] if r["end"] is not None else 0.0)
+        wall_end = t_end + (r["wall_sent"] - t0)
+        first_sent = r["wall_sent"] if first_sent is None else min(first_sent, r["wall_sent"])
+        last_end = wall_end if last_end is None else max(last_end, wall_end)
+        if r["outcome"] != "ok":
+            continue
+        lat = {"e2e": round(r["end"] * 1e6), "ttft": round(r["first"] * 1e6)}
+        if r["n_out"] >= 2:
+            lat["tpot"] = round((r["chunks"][-1] - r["first"]) / (r["n_out"] - 1) * 1e6)
+        gaps = gap_samples([t0 + c for c in r["chunks"]], r["chunk_tokens"])
+        blocks.add_itl(wall_end, gaps[2], gaps[3])
+        blocks.add_ok(wall_end, lat, r["n_out"], good=r["first"] <= 0.05)
+    want = blocks.intervals(first_sent, last_end)
+    got = results["summary"]["intervals"]
+    assert want is not None and got["blocks"] == want["blocks"] >= 5
+    for name, iv in want["rates"].items():  # counts by block: exact
+        assert got["rates"][name] == pytest.approx(iv, rel=1e-9), name
+    for metric in ("ttft", "e2e"):  # whole microseconds as the workers rounded them
+        for stat, iv in want["latency"][metric].items():
+            assert got["latency"][metric][stat] == pytest.approx(iv, rel=2e-3, abs=2e-6), (metric, stat)
