@@ -451,13 +451,13 @@ class LadderStep(TypedDict):
     window: float
     slos_met: bool | None
     cut: NotRequired[bool]  # the step an interruption cut
+    planned_seconds: NotRequired[float]  # the cut step's planned length (warm-up included)
+    ran_seconds: NotRequired[float]  # ... and how long it ran until the interruption
 
 
 class KneePoint(TypedDict):
     """`ladder.saturation.saturation`: the step at the knee (analysis.saturation point)."""
 
-    planned_seconds: NotRequired[float]  # the cut step's planned length (warm-up included)
-    ran_seconds: NotRequired[float]  # ... and how long it ran until the interruption
     step: int
     offered: float
     offered_kind: str
@@ -872,12 +872,12 @@ class Repeats(TypedDict):
     files: list[str]
     figures: dict[str, RepeatFigure]  # {figure: ...}, analysis.repeats HEADLINE's names
     summary_note: NotRequired[str]  # added by combine
+    planned: NotRequired[int]  # the repetitions asked for (more than `count` when the series was interrupted)
 
 
 # ---- how the run was made (runtime.plugin, report.outcome) ----
 
 
-    planned: NotRequired[int]  # the repetitions asked for (more than `count` when the series was interrupted)
 class RunLoad(TypedDict):
     """`run.load`: how the load was offered."""
 
