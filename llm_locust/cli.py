@@ -86,6 +86,30 @@ def _read_settings(argv: list[str]):
     return settings, passthrough
 
 
+def _run_series(argv: list[str], settings: Settings) -> int:
+    """`--repeat N` (run_repeated) or `--grid` (one run of the ladder per ISL/OSL cell:
+    llm_locust.grid_runs), each run a child process; the series' own files checked first."""
+    _check_series_outputs(settings, argv)
+    if settings.repeat > 1:
+        return run_repeated(argv, settings)
+    from llm_locust.grid_runs import run_grid
+
+    return run_grid(argv, settings, {_REPETITION_ENV: "1"})
+
+
+def _check_series_outputs(settings: Settings, argv: list[str]) -> None:
+    """`--repeat` and `--grid` write their combined results and report themselves, after their
+    children: refused before the first child runs (ValueError) when either is a link, a device,
+    an input or the other, as a single run refuses its own before any load."""
+    from llm_locust.report.files import check_outputs, plan_path
+
+    outputs = {"--results": settings.results, "--report": settings.report}
+    inputs = {"the plan": plan_path(["llm-locust", "run", *argv])}
+    if settings.trace:
+        inputs["--trace"] = settings.trace
+    check_outputs(outputs, inputs)
+
+
 def _installed(module: str) -> bool:
     """Whether `module` can be imported, without importing it (mlflow's import takes seconds)."""
     import importlib.util
@@ -141,12 +165,8 @@ def run(argv: list[str]) -> int:
         problem = local_problem(settings, n_workers)
         if problem:
             raise ValueError(problem)
-        if settings.repeat > 1:
-            return run_repeated(argv, settings)
-        if settings.grid:  # one run of the ladder per ISL/OSL cell (llm_locust.grid_runs)
-            from llm_locust.grid_runs import run_grid
-
-            return run_grid(argv, settings, {_REPETITION_ENV: "1"})
+        if settings.repeat > 1 or settings.grid:
+            return _run_series(argv, settings)
         if settings.prefix_hit:  # flush before the load, prime with each user's first request (warm-up)
             settings = settings.model_copy(
                 update={"reset_cache": "repeat", "warmup_requests": max(1, settings.warmup_requests)}
