@@ -274,7 +274,7 @@ def test_two_workers_merge_the_counts_exactly(tmp_path):
         "-u",
         "8",
         "-t",
-        "3s",
+        "5s",
         "--workers",
         "2",
         "--results",

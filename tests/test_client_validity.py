@@ -359,6 +359,7 @@ def test_the_readmes_plain_locust_master_says_unknown_on_too_few_samples(tmp_pat
                  "--api", "openai-completions", "--max-tokens-cap", "24", "--results", str(results),
                  workers=1) as cluster:  # fmt: skip
         rc, out = cluster.finish()
+    assert results.exists(), out[-3000:]  # 8 users at 1/s: spawning never ends within 3 s
     client = json.loads(results.read_text())["summary"]["client"]
     assert client["verdict"] == "unknown" and client["valid"], client
     assert "client: unknown (too few samples for any check to judge)" in " ".join(out.split()), out[-3000:]

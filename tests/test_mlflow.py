@@ -198,6 +198,7 @@ def _closed_run(tmp_path: Path, host: str, uri: str, *extra: str, env: dict | No
     return p, results, after
 
 
+@pytest.mark.timing  # a bound in wall seconds: alone, not beside the slow tier's shards
 def test_a_tracking_server_that_is_down_costs_seconds_not_the_run(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with SimProcess(slots=8) as sim:
@@ -212,6 +213,7 @@ def test_a_tracking_server_that_is_down_costs_seconds_not_the_run(tmp_path):
     assert after < 15, after
 
 
+@pytest.mark.timing  # a bound in wall seconds: alone, not beside the slow tier's shards
 def test_a_silent_tracking_server_is_given_up_on_after_its_timeout(tmp_path):
     """A server that accepts connections and never answers: the user's MLFLOW_HTTP_REQUEST_TIMEOUT
     (2 s here) wins over ours; 3 tries of it, then one line."""

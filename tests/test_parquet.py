@@ -66,7 +66,7 @@ def test_ttft_p50_per_step_from_duckdb_equals_the_results(ladder_log):
 
 def test_a_two_worker_log_is_one_table_with_its_workers(tmp_path, sims):
     log = tmp_path / "w.jsonl"
-    p = run_cli("--host", sims(slots=4).url, "--workers", "2", "-u", "4", "-t", "3s", "--record-log", str(log))
+    p = run_cli("--host", sims(slots=4).url, "--workers", "2", "-u", "4", "-t", "6s", "--record-log", str(log))
     assert p.returncode == 0, p.stderr[-3000:]
     e = cli_process("export", "parquet", str(log), "-o", str(tmp_path / "w.parquet"))
     assert e.returncode == 0, e.stderr
