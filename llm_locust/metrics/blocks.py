@@ -179,16 +179,12 @@ class Blocks:
         first, last = math.floor(start / w), math.floor(end / w)
         n = last - first + 1
         per = max(1, math.ceil(n / MAX_BATCHES), math.ceil(min_seconds / w))
-        out: list[Block] = []
-        seconds: list[float] = []
-        for g in range(first, last + 1, per):
-            b = Block()
-            for i in range(g, min(g + per, last + 1)):
-                if i in self.blocks:
-                    b.add(self.blocks[i])
-            lo, hi = max(start, g * w), min(end, (g + per) * w)
-            out.append(b)
-            seconds.append(max(hi - lo, 0.0))
+        starts = range(first, last + 1, per)
+        out = [Block() for _ in starts]
+        for i, block in self.blocks.items():  # the blocks held (at most MAX_BLOCKS), not every index
+            if first <= i <= last:  # of the window: a window of years is as cheap as one of seconds
+                out[(i - first) // per].add(block)
+        seconds = [max(min(end, (g + per) * w) - max(start, g * w), 0.0) for g in starts]
         return out, seconds
 
     def intervals(self, start: float | None, end: float | None) -> Intervals | None:
