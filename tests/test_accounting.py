@@ -377,3 +377,18 @@ def test_a_server_inflating_its_token_counts_fails_the_run(tmp_path, count):
     assert not gate["passed"] and gate["line"].startswith(f"the server's output token counts of {s['ok']} of")
     assert "FAIL: the server's output token counts" in p.stdout
     assert "exit 1: the server's output token counts" in p.stderr
+
+
+def test_a_whole_tool_call_in_one_delta_is_believed_up_to_the_length_asked():
+    """Real vLLM with --tool-choice required sends the call whole once parsed: 96 tokens in 2
+    deltas. 96 > 8 x 2 + 16, so the first rule failed an honest run (CI, test_real_vllm); the
+    length the request asked for bounds what an honest server sends, and a lie past it is caught."""
+    from llm_locust.metrics.records import SOURCE_REJECTED, SOURCE_USAGE
+    from llm_locust.protocols.base import StreamState, count_believed, resolve_tokens
+
+    assert not count_believed(96, 2) and count_believed(96, 2, asked=96)
+    assert not count_believed(999_999_999, 2, asked=96) and not count_believed(200, 2, asked=96)
+    state = StreamState()
+    state.usage_out = 96
+    assert resolve_tokens(state, 2, asked=96)[:2] == (96, SOURCE_USAGE)
+    assert resolve_tokens(state, 2)[:2] == (2, SOURCE_REJECTED)  # no length asked: the factor alone

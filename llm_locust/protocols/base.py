@@ -50,7 +50,8 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # a whole non-streaming reply (e.g. /v1/models
 MAX_TOKEN_COUNT = 1_000_000_000
 # A server's output token count (usage, continuous usage) is believed only near the count read
 # from the stream (the token-bearing chunks; the token ids of a gRPC reply): at most USAGE_FACTOR
-# times it plus USAGE_SLACK, and at least it less USAGE_SLACK, divided by USAGE_FACTOR. Honest
+# times it (or the length the request asked for, when it forced one) plus USAGE_SLACK, and at least
+# it less USAGE_SLACK, divided by USAGE_FACTOR. Honest
 # servers put several tokens in a chunk (speculative decoding: up to k + 1 a step; vLLM merges the
 # deltas a late reader has not taken), hence a factor and not equality; a count past it is a
 # broken or lying server (999999999 tokens on 2-token replies), and is not used (docs/metrics.md).
@@ -165,13 +166,16 @@ def request_headers(adapter: Any, api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def count_believed(server: int, read: int) -> bool:
+def count_believed(server: int, read: int, asked: int | None = None) -> bool:
     """Whether a server's output token count is near enough the count read from the stream to be
-    used (USAGE_FACTOR, USAGE_SLACK): read / F - S <= server <= F * read + S."""
-    return server <= USAGE_FACTOR * read + USAGE_SLACK and read <= USAGE_FACTOR * server + USAGE_SLACK
+    used (USAGE_FACTOR, USAGE_SLACK): read / F - S <= server <= max(F * read, asked) + S, `asked`
+    the length the request asked the server for (None: not forced). A server may send many tokens
+    in one delta (vLLM sends a required tool call whole, once parsed), but never more than asked."""
+    upper = max(USAGE_FACTOR * read, asked or 0) + USAGE_SLACK
+    return server <= upper and read <= USAGE_FACTOR * server + USAGE_SLACK
 
 
-def resolve_tokens(state: StreamState, n_chunks: int) -> tuple[int, str, list[int]]:
+def resolve_tokens(state: StreamState, n_chunks: int, asked: int | None = None) -> tuple[int, str, list[int]]:
     """Output token count, its source, and n_k for each of the n_chunks token-bearing chunks.
 
     Metrics spec order of trust: server usage, then continuous usage, then one per chunk; a
@@ -181,8 +185,8 @@ def resolve_tokens(state: StreamState, n_chunks: int) -> tuple[int, str, list[in
     read = n_chunks if state.read_out is None else state.read_out
     own = state.read_out is not None and len(state.cont_tokens) == n_chunks  # n_k the client counted
     cont = len(state.cont_tokens) == n_chunks and n_chunks > 0
-    if (state.usage_out is not None and not count_believed(state.usage_out, read)) or (
-        cont and not own and not count_believed(sum(state.cont_tokens), read)
+    if (state.usage_out is not None and not count_believed(state.usage_out, read, asked)) or (
+        cont and not own and not count_believed(sum(state.cont_tokens), read, asked)
     ):
         return read, SOURCE_REJECTED, list(state.cont_tokens) if own else [1] * n_chunks
     if cont:

@@ -632,8 +632,9 @@ def usage_rejected_line(rejected: int, ok: int) -> str:
     """Why the server_counts gate failed: the rule of protocols.base count_believed, in its words."""
     return (
         f"the server's output token counts of {rejected} of {ok} answered requests were far from the count read "
-        f"from the stream (above {USAGE_FACTOR}x it + {USAGE_SLACK}, or below it less {USAGE_SLACK} over "
-        f"{USAGE_FACTOR}): not used; those requests' tokens are the count read (n_out_sources usage_rejected)"
+        f"from the stream (above {USAGE_FACTOR}x it or the length asked, + {USAGE_SLACK}, or below it less "
+        f"{USAGE_SLACK} over {USAGE_FACTOR}): not used; those requests' tokens are the count read "
+        "(n_out_sources usage_rejected)"
     )
 
 

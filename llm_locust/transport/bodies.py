@@ -80,7 +80,7 @@ def finish_record(rec: RequestRecord, state: StreamState) -> None:
     """A stream's record completed from what the stream said: its counts (resolve_tokens), finish
     reason, server facts, and the text when it was kept. Every stream client ends a request here
     (the HTTP one, both gRPC ones)."""
-    rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times))
+    rec.n_out, rec.n_out_source, rec.chunk_tokens = resolve_tokens(state, len(rec.chunk_times), rec.requested_out)
     rec.finish_reason = state.finish_reason
     if state.usage_in is not None:
         rec.n_in, rec.n_in_source = state.usage_in, SOURCE_USAGE
