@@ -136,7 +136,7 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_its_figures_are_kept(tmp_p
             "-r",
             "4",
             "-t",
-            "16s",
+            "24s",  # Locust calls a worker missing 3 heartbeats after its kill: time for that after a slow start
             "--host",
             sim.url,
             "--results",
