@@ -619,6 +619,7 @@ def test_identical_runs_differ_within_noise_and_pass_the_regression_gate(noise_r
         assert "(too few samples)" in rows[name] and "too few samples to judge" in rows[name]
 
 
+@pytest.mark.timing  # its figures move with the CPU the runs get: alone, not beside the slow shards
 def test_a_slower_server_is_significant_and_fails_the_gate(noise_runs, capsys):
     a, slow = noise_runs["a"], noise_runs["slow"]
     rc, out, err = _main(capsys, a, slow, "--fail-on", "regression")
