@@ -572,6 +572,10 @@ class Aggregate:
         self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
         self.blocks = Blocks()  # ok requests by time block of their end (confidence intervals)
+        # [wall clock sent, cached prompt tokens] of the first-sent ok request whose server said
+        # its cached tokens: a cache that served the run's first request held it from before
+        # (the run's cache state, analysis.load_facts)
+        self.first_cached: list[float] | None = None
         self.client = ClientCounts()  # what the client-validity checks count (client_checks)
         self.connections = ConnectionCounts()  # ok requests timed in phases, by their connection
         # requests a lost worker had in flight at its last report (or a worker that never sent its
@@ -706,6 +710,8 @@ class Aggregate:
         h = self.hist
         if hit is None and (rec.n_cached is not None or rec.ideal_cached is not None):
             hit = self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
+            if rec.n_cached is not None and (self.first_cached is None or rec.wall_sent < self.first_cached[0]):
+                self.first_cached = [rec.wall_sent, rec.n_cached]
         h["e2e"].record(t_end - rec.t_sent)
         h["e2e_queue"].record(t_end - rec.t_sched)
         h["schedule_lag"].record(rec.t_sent - rec.t_sched)
@@ -796,6 +802,7 @@ class Aggregate:
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
             "blocks": self.blocks.to_wire(),
+            "first_cached": self.first_cached,
             "work": self.work.to_wire(),
             "kinds": {api: k.to_wire() for api, k in self.kinds.items()},
             "cache": self.cache.to_wire(),
@@ -837,6 +844,9 @@ class Aggregate:
         self._merge_groups(d["groups"])
         self.by_sent.merge_wire(d["by_sent"])
         self.blocks.merge_wire(d.get("blocks"))
+        first = d.get("first_cached")
+        if first is not None and (self.first_cached is None or first[0] < self.first_cached[0]):
+            self.first_cached = list(first)
         self.work.merge_wire(d["work"])
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)

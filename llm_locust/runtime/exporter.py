@@ -203,10 +203,10 @@ def interval_families(agg: Aggregate, window: str) -> Any:
     rows = [(m, stat, doc) for m, figs in intervals["latency"].items() for stat, doc in figs.items()]
     rows += [(name, "rate", doc) for name, doc in intervals["rates"].items()]
     for figure, stat, doc in rows:
-        if doc.get("rel") is not None:
-            rel.add_metric([window, figure, stat], doc["rel"])
-        elif doc.get("needs") is not None:
-            needs.add_metric([window, figure, stat], doc["needs"])
+        if (half := doc.get("rel")) is not None:
+            rel.add_metric([window, figure, stat], half)
+        elif (n := doc.get("needs")) is not None:
+            needs.add_metric([window, figure, stat], n)
     yield rel
     yield needs
 
