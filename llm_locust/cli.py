@@ -45,6 +45,7 @@ def _write_synthetic(settings) -> str:
     import os
     import tempfile
 
+    from llm_locust.workload.rate_curve import parse_rate_curve
     from llm_locust.workload.synth import generate, parse_spec_text, write
 
     spec = parse_spec_text(settings.synthetic)
@@ -57,7 +58,8 @@ def _write_synthetic(settings) -> str:
     else:
         path = os.path.join(tempfile.mkdtemp(prefix="llm-locust-"), "workload.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the results' folder, made as they are
-    write(generate(spec), path, spec)
+    curve = parse_rate_curve(settings.rate_curve) if settings.rate_curve else None
+    write(generate(spec, curve), path, spec, curve)
     print(f"synthetic workload written to {path}", flush=True)
     return path
 
@@ -174,7 +176,11 @@ def run(argv: list[str]) -> int:
                 update={"reset_cache": "repeat", "warmup_requests": max(1, settings.warmup_requests)}
             )
         if settings.synthetic:
-            settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
+            replay = settings.replay or bool(settings.rate_curve)  # a rate curve is an open loop
+            settings = settings.model_copy(
+                # the written trace carries the curve's arrivals (and its recipe, .spec.json, the curve)
+                update={"synthetic": "", "trace": _write_synthetic(settings), "replay": replay, "rate_curve": ""}
+            )
         gate = _baseline_gate(settings)
         settings = gate.run_settings
     except (PlanError, OSError, ValueError) as e:

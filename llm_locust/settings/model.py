@@ -33,6 +33,8 @@ from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, Pl
 from llm_locust.settings.units import _suggest, bare_seconds, check_bound, run_time_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
+from llm_locust.workload.rate_curve import parse_rate_curve
+from llm_locust.workload.synth import parse_spec_text
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
@@ -200,8 +202,6 @@ def _synthetic(v: Any) -> Any:
     same workload always reads the same."""
     from dataclasses import asdict
 
-    from llm_locust.workload.synth import parse_spec_text
-
     if isinstance(v, dict):
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in v.items() if x is not None)
     if isinstance(v, str) and v:
@@ -215,6 +215,13 @@ def _synthetic(v: Any) -> Any:
         items = {k: x for k, x in asdict(spec).items() if k != "burstiness" or x != 1.0}  # 1: Poisson, as before
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in items.items())
     return v
+
+
+def _rate_curve(v: Any) -> Any:
+    """--rate as its one written form (workload.rate_curve), or "" for none; bad text is refused."""
+    if v is None or v == "":
+        return ""
+    return parse_rate_curve(_text(v)).text
 
 
 def _cancel(v: Any) -> Any:
@@ -812,6 +819,18 @@ class Settings(BaseModel):
             "SHARE:after=WHEN, e.g. 0.2:after=2s, 0.2:after=10tok, 0.3:after=uniform:1s:4s "
             "(outcome client_cancelled; not a failure, not in latencies)",
             plan="workload.cancel",
+        ),
+    ] = ""
+    rate_curve: Annotated[
+        Text,
+        BeforeValidator(_rate_curve),
+        Opt(
+            "workload",
+            "open loop: a synthetic workload's arrival rate as a curve of time, e.g. "
+            "sine:mean=8,amp=4,period=60s, ramp:from=1,to=10,over=60s or file:RATES.csv (t,rate rows) "
+            "(implies --replay; docs/load-shapes.md, Rate curves)",
+            plan="workload.rate",
+            flag="--rate",
         ),
     ] = ""
     max_idle: Annotated[
@@ -1651,8 +1670,6 @@ class Settings(BaseModel):
             if self.trace:
                 return []
             return [("prefix_hit", "shapes the prompts of a synthetic workload: give --synthetic input=N,...")]
-        from llm_locust.workload.synth import parse_spec_text
-
         spec = parse_spec_text(self.synthetic)
         if not str(spec.input).strip().isdigit():
             return [("prefix_hit", f"needs one input length (input=N), not {spec.input!r}: R x N tokens are shared")]
@@ -1669,9 +1686,21 @@ class Settings(BaseModel):
             return [("warmup_requests", "a replay's warm-up is trace time: give --run-warmup (e.g. 30s)")]
         return []
 
+    def _rate_curve_problems(self) -> list[tuple[str, str]]:
+        """--rate shapes a synthetic workload's arrivals, once, in an open loop of its own."""
+        if not self.rate_curve:
+            return []
+        if not self.synthetic:
+            return [("rate_curve", "a rate curve shapes a synthetic workload's arrivals: give --synthetic too")]
+        if parse_spec_text(self.synthetic).rate > 0:
+            return [("rate_curve", "give the rate once: --rate, or the synthetic workload's rate=, not both")]
+        if self.ladder:
+            return [("rate_curve", "a ladder sets its own load per step: not with --rate")]
+        return []
+
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
-        problems = self._warmup_problems() + self._prefix_hit_problems()
+        problems = self._warmup_problems() + self._prefix_hit_problems() + self._rate_curve_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):

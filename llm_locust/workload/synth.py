@@ -20,12 +20,14 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem, interval_draw
+from llm_locust.workload.rate_curve import RateCurve, curve_times, parse_rate_curve
 
 PROG = "llm-locust trace synth"
 Sampler = Callable[[random.Random], int]
@@ -86,7 +88,9 @@ class SynthSpec:
     burstiness: float = 1.0  # gamma's shape: 1 = Poisson, < 1 burstier, > 1 smoother
 
 
-def generate(spec: SynthSpec) -> list[dict]:
+def generate(spec: SynthSpec, curve: RateCurve | None = None) -> list[dict]:
+    """The workload's rows; with a rate curve (workload.rate_curve), its arrivals follow the
+    curve (spec.rate unused), drawn as spec.arrivals on the curve's time scale."""
     if spec.requests < 1:
         raise ValueError("requests must be >= 1")
     problem = arrival_problem(spec.arrivals, spec.burstiness)
@@ -97,11 +101,18 @@ def generate(spec: SynthSpec) -> list[dict]:
     rng = random.Random(spec.seed)
     draw_in = parse_dist(spec.input, "input_tokens")
     draw_out = parse_dist(spec.output, "output_tokens")
-    gap = interval_draw(spec.arrivals, spec.rate, spec.burstiness, rng) if spec.rate > 0 else None
+    gap = interval_draw(spec.arrivals, spec.rate, spec.burstiness, rng) if spec.rate > 0 and curve is None else None
+    times = (
+        curve_times(curve, spec.requests, spec.arrivals, spec.burstiness, random.Random(spec.seed + 1))
+        if curve
+        else None
+    )
     t, next_block = 0.0, 1
     rows = []
-    for i in range(spec.requests):
-        if gap is not None and i:
+    for i in range(spec.requests if times is None else len(times)):
+        if times is not None:
+            t = times[i]
+        elif gap is not None and i:
             t += gap()
         row: dict[str, Any] = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
         if spec.prefix_tokens:
@@ -113,12 +124,13 @@ def generate(spec: SynthSpec) -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], path: str | Path, spec: SynthSpec | None = None) -> None:
+def write(rows: list[dict], path: str | Path, spec: SynthSpec | None = None, curve: RateCurve | None = None) -> None:
     with open(path, "wb") as f:
         for row in rows:
             f.write(orjson.dumps(row) + b"\n")
     if spec is not None:  # the recipe beside the trace, so it can be made again
-        Path(f"{path}.spec.json").write_bytes(orjson.dumps(asdict(spec), option=orjson.OPT_INDENT_2))
+        recipe = {**asdict(spec), **({"rate_curve": curve.text} if curve is not None else {})}
+        Path(f"{path}.spec.json").write_bytes(orjson.dumps(recipe, option=orjson.OPT_INDENT_2))
 
 
 def parse_spec_text(text: str) -> SynthSpec:
@@ -152,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")
-    p.add_argument("--rate", type=float, default=0.0, help="arrivals per second (0: all at 0)")
+    p.add_argument(
+        "--rate",
+        default="0",
+        help="arrivals per second (0: all at 0), or a curve: sine:mean=8,amp=4,period=60s, ramp:from=1,to=10,over=60s, "
+        "file:RATES.csv (docs/load-shapes.md, Rate curves)",
+    )
     p.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
     p.add_argument(
         "--burstiness",
@@ -168,15 +185,18 @@ def main(argv: list[str] | None = None) -> int:
         a = p.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
-    spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed, a.burstiness)
     try:
-        rows = generate(spec)
+        curve = parse_rate_curve(a.rate)
+        constant_rate = curve.text if ":" not in curve.text else ""
+        rate = float(constant_rate) if constant_rate else 0.0
+        spec = SynthSpec(a.requests, a.input, a.output, rate, a.arrivals, a.prefix_tokens, a.seed, a.burstiness)
+        rows = generate(spec, None if constant_rate else curve)
     except (ValueError, OSError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     from llm_locust.workload.output import write_out
 
-    rc = write_out(write, rows, a.out, spec, a.force, PROG)
+    rc = write_out(partial(write, curve=None if constant_rate else curve), rows, a.out, spec, a.force, PROG)
     if rc:
         return rc
     print(f"wrote {len(rows)} requests to {a.out} (recipe in {a.out}.spec.json)")
