@@ -45,6 +45,7 @@ def _write_synthetic(settings) -> str:
     import os
     import tempfile
 
+    from llm_locust.workload.prefix_dist import law_line, parse_prefix_dist
     from llm_locust.workload.rate_curve import parse_rate_curve
     from llm_locust.workload.synth import generate, parse_spec_text, write
 
@@ -59,7 +60,10 @@ def _write_synthetic(settings) -> str:
         path = os.path.join(tempfile.mkdtemp(prefix="llm-locust-"), "workload.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the results' folder, made as they are
     curve = parse_rate_curve(settings.rate_curve) if settings.rate_curve else None
-    write(generate(spec, curve), path, spec, curve)
+    law = parse_prefix_dist(settings.prefix_dist) if settings.prefix_dist else None
+    write(generate(spec, curve, law), path, spec, curve, law)
+    if law is not None:
+        print(law_line(law, spec.requests), flush=True)
     print(f"synthetic workload written to {path}", flush=True)
     return path
 
@@ -177,10 +181,11 @@ def run(argv: list[str]) -> int:
             )
         if settings.synthetic:
             replay = settings.replay or bool(settings.rate_curve)  # a rate curve is an open loop
-            settings = settings.model_copy(
-                # the written trace carries the curve's arrivals (and its recipe, .spec.json, the curve)
-                update={"synthetic": "", "trace": _write_synthetic(settings), "replay": replay, "rate_curve": ""}
-            )
+            # the written trace carries the curve's arrivals and the drawn prefixes (its recipe,
+            # TRACE.spec.json, the curve and the law)
+            trace = _write_synthetic(settings)
+            written = {"synthetic": "", "trace": trace, "replay": replay, "rate_curve": "", "prefix_dist": ""}
+            settings = settings.model_copy(update=written)
         gate = _baseline_gate(settings)
         settings = gate.run_settings
     except (PlanError, OSError, ValueError) as e:

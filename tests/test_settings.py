@@ -177,6 +177,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "warmup_requests": (2, {}),
         "cancel": ("0.2:after=uniform:1s:4s", {}),
         "rate_curve": ("sine:mean=8,amp=4,period=60s", {"synthetic": "requests=10,input=64,output=4"}),
+        "prefix_dist": ("zipf:1.1:100", {"synthetic": "requests=10,input=64,output=4,prefix_tokens=32"}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
         "progress_interval": (5.0, {}),
         "locust_stats": (True, {}),

@@ -33,6 +33,7 @@ from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, Pl
 from llm_locust.settings.units import _suggest, bare_seconds, check_bound, run_time_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
+from llm_locust.workload.prefix_dist import parse_prefix_dist
 from llm_locust.workload.rate_curve import parse_rate_curve
 from llm_locust.workload.synth import parse_spec_text
 
@@ -222,6 +223,13 @@ def _rate_curve(v: Any) -> Any:
     if v is None or v == "":
         return ""
     return parse_rate_curve(_text(v)).text
+
+
+def _prefix_dist(v: Any) -> Any:
+    """--prefix-dist as its one written form (workload.prefix_dist), or "" for none."""
+    if v is None or v == "":
+        return ""
+    return parse_prefix_dist(_text(v)).text
 
 
 def _cancel(v: Any) -> Any:
@@ -831,6 +839,16 @@ class Settings(BaseModel):
             "(implies --replay; docs/load-shapes.md, Rate curves)",
             plan="workload.rate",
             flag="--rate",
+        ),
+    ] = ""
+    prefix_dist: Annotated[
+        Text,
+        BeforeValidator(_prefix_dist),
+        Opt(
+            "workload",
+            "a synthetic workload's prefixes (prefix_tokens=N long) drawn from a pool by a popularity law: "
+            "zipf:S[:POOL] or bimodal:HOT:SHARE[:POOL] (pool 100 by default; docs/prompts.md, Prefix popularity)",
+            plan="workload.prefix_dist",
         ),
     ] = ""
     max_idle: Annotated[
@@ -1686,6 +1704,16 @@ class Settings(BaseModel):
             return [("warmup_requests", "a replay's warm-up is trace time: give --run-warmup (e.g. 30s)")]
         return []
 
+    def _prefix_dist_problems(self) -> list[tuple[str, str]]:
+        """--prefix-dist draws a synthetic workload's prefixes: they need a length."""
+        if not self.prefix_dist:
+            return []
+        if not self.synthetic or not parse_spec_text(self.synthetic).prefix_tokens:
+            return [("prefix_dist", "draws a synthetic workload's prefixes: give --synthetic ...,prefix_tokens=N")]
+        if self.prefix_hit:
+            return [("prefix_dist", "one prefix law at a time: --prefix-hit shares one prefix, not with --prefix-dist")]
+        return []
+
     def _rate_curve_problems(self) -> list[tuple[str, str]]:
         """--rate shapes a synthetic workload's arrivals, once, in an open loop of its own."""
         if not self.rate_curve:
@@ -1701,6 +1729,7 @@ class Settings(BaseModel):
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
         problems = self._warmup_problems() + self._prefix_hit_problems() + self._rate_curve_problems()
+        problems += self._prefix_dist_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
