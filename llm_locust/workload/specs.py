@@ -137,7 +137,9 @@ class SpecBuilder:
         """The prompt tokens an unbounded cache would serve this send, from its prefix blocks in
         the order this process sends them; None without blocks, or with --prefix-hit (its own
         check: the target against the server's counters)."""
-        if not hash_ids or not block_size or not tokens or getattr(self.settings, "prefix_hit", 0):
+        if getattr(self.settings, "prefix_hit", 0):
+            return None
+        if not hash_ids or not block_size or not tokens:
             return None
         return self.ideal.blocks(tuple(hash_ids), block_size, tokens)
 
