@@ -74,6 +74,7 @@ class Verdict:
     knee_by: str | None = None  # throughput | latency | flat | None
     candidates: dict[str, float | None] = field(default_factory=dict)  # offered load per rule
     offered_kind: str = ""
+    knee_range: dict[str, Any] | None = None  # the knee's bracket (analysis.refine knee_range)
 
     @property
     def reason(self) -> str:
@@ -99,6 +100,8 @@ class Verdict:
                 f"ITL p50 {_ms(lat.get('itl_p50'))} ms, "
                 f"E2E p50/p99 {_ms(lat.get('e2e_p50'))}/{_ms(lat.get('e2e_p99'))} ms"
             )
+        if self.knee_range and self.knee_range.get("text"):
+            lines.append(f"  {self.knee_range['text']}")
         if self.max_slo_load is not None:
             lines.append(f"highest load meeting every SLO: {_load(self.max_slo_load, unit)} (step {self.max_slo_step})")
         lines += [f"  - {r}" for r in self.reasons]
