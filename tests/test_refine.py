@@ -16,7 +16,7 @@ from support import run_cli, run_ok
 from test_saturation import fake, ladder
 
 from llm_locust.analysis.refine import MARGIN, allowed_width, knee_range, next_level
-from llm_locust.analysis.saturation import analyse
+from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.sim.engine import SimConfig, capacity
 from llm_locust.sim.process import SimProcess
 
@@ -131,9 +131,9 @@ def test_a_decision_within_noise_is_stated():
 # ---- end to end, on the simulator ----
 
 
-def run_ladder(tmp_path, host, *extra, name="results.json"):
+def run_ladder(tmp_path, host, *extra, name="results.json", out=None):
     results = tmp_path / name
-    run_ok(
+    p = run_ok(
         "--host",
         host,
         "--ladder",
@@ -150,13 +150,19 @@ def run_ladder(tmp_path, host, *extra, name="results.json"):
         *extra,
         timeout=300,
     )
+    if out is not None:
+        out.append(" ".join(p.stdout.split()))  # the summary, its wrapped lines joined
     return json.loads(results.read_text())["ladder"]
 
 
 def test_refine_narrows_the_knee_around_the_simulators_slot_count(tmp_path):
     with SimProcess(slots=SLOTS, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
         plain = run_ladder(tmp_path, sim.url, "--refine", "0", name="plain.json")
-        refined = run_ladder(tmp_path, sim.url, "--refine", "4", name="refined.json")
+        summary: list[str] = []
+        report = tmp_path / "refined.html"
+        refined = run_ladder(
+            tmp_path, sim.url, "--refine", "4", "--report", str(report), name="refined.json", out=summary
+        )
     # --refine 0: the ladder's steps only, as before; the knee between two of its levels
     assert [s["offered"] for s in plain["steps"]] == LEVELS and "refine" not in plain
     before = plain["saturation"]["knee_range"]
@@ -171,6 +177,10 @@ def test_refine_narrows_the_knee_around_the_simulators_slot_count(tmp_path):
     assert kr["width"] < before["width"] and kr["known"], kr
     assert refined["saturation"]["saturation"]["offered"] == kr["high"]
     assert refined["refine"]["ended"] == "knee known"
+    # the summary and the report give the knee with its margin
+    line = f"knee between {kr['low']:g} and {kr['high']:g} users (within the margin"
+    assert line in summary[0] and kr["text"].startswith(line)
+    assert f"Knee between {kr['low']:g} and {kr['high']:g} users" in report.read_text()
     print(f"\nknee: {before['text']} -> {kr['text']}")
 
 
@@ -201,3 +211,16 @@ def test_bad_refine_values_are_refused_before_any_load(tmp_path):
         p = run_cli(*plan_first, "--host", "http://127.0.0.1:9", *args[len(plan_first) :], timeout=60, cwd=tmp_path)
         assert p.returncode == 2, (args, p.stderr[-1500:])
         assert words in p.stderr and "Traceback" not in p.stderr, (args, p.stderr[-1500:])
+
+
+def test_the_step_table_gives_each_steps_throughput_interval():
+    steps = ladder(LEVELS, [model_tps(x) for x in LEVELS])
+    plain = format_steps(steps)
+    assert "tok/s ±" not in plain  # no step has an interval: the table as it was
+    _with_rate_interval(steps[0], 0.031)
+    _with_rate_interval(steps[2], 0.2)
+    lines = format_steps(steps).splitlines()
+    head = lines[0]
+    col = head.index("tok/s ±")
+    cells = [row[col : col + len("tok/s ±")].strip() for row in lines[2:6]]
+    assert cells == ["±3.1%", "-", "±20.0%", "-"], lines[:6]

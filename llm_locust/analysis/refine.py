@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_locust.analysis.intervals import Interval, difference
-from llm_locust.analysis.saturation import FLAT_TOLERANCE, MIN_ELASTICITY, Verdict, _throughput, point, significant
+from llm_locust.analysis.saturation import (
+    FLAT_TOLERANCE,
+    MIN_ELASTICITY,
+    Verdict,
+    _throughput,
+    _tps_rel,
+    point,
+    significant,
+)
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult
 
 MARGIN = 0.10  # the bracket, at most this share of its top wide: the knee's load is known
@@ -34,13 +42,6 @@ def allowed_width(hi: float, kind: str) -> float:
     """The widest bracket whose knee counts as known: MARGIN of its top, one user on a
     concurrency ladder if that is more."""
     return max(MARGIN * hi, 1.0 if kind == "concurrency" else 0.0)
-
-
-def _rel(s: StepResult) -> float | None:
-    """The relative half width of the step's output tokens/s 95% interval (batch means over its
-    requests' time blocks, metrics/blocks.py); None when the step has none."""
-    iv = ((s.intervals or {}).get("rates") or {}).get("output_tokens_per_s") or {}
-    return iv.get("rel")
 
 
 def _decision(lo: StepResult, hi: StepResult, tol: float, elasticity: float) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def _decision(lo: StepResult, hi: StepResult, tol: float, elasticity: float) -> 
         "significant": significant(x, [y[0], max(y)], y, 0, 1, tol=tol, elasticity=elasticity),
         "within_noise": None,
     }
-    r_lo, r_hi = _rel(lo), _rel(hi)
+    r_lo, r_hi = _tps_rel(lo), _tps_rel(hi)
     if r_lo is not None and r_hi is not None and y[0] > 0:
         bar = (1 + threshold) * y[0]  # the throughput hi must reach to be significant
         d = difference(

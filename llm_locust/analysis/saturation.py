@@ -492,6 +492,13 @@ def _server_cells(server: Sequence[Mapping[str, Any]] | None, n: int) -> tuple[l
     return head, cols
 
 
+def _tps_rel(r: StepResult) -> float | None:
+    """The relative half width of the step's output tokens/s 95% interval (its `intervals`:
+    batch means over time blocks, metrics/blocks.py), None when it has none."""
+    rates: Mapping[str, Any] = (r.intervals or {}).get("rates") or {}
+    return (rates.get("output_tokens_per_s") or {}).get("rel")
+
+
 def format_steps(
     results: list[StepResult],
     verdict: Verdict | None = None,
@@ -502,6 +509,8 @@ def format_steps(
 
     Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs; `knee`
     False: the table alone (a burst goes up and down by design: no knee).
+    A "tok/s ±" column gives each step's output tokens/s 95% interval as ± a percentage of it ("-":
+    none) when any step has one.
     `server`: each step's window of the server's /metrics (same order as results); beside ITL,
     the prefix-cache hit rate ("cache hit %") and the speculative-decoding acceptance rate and
     mean accepted length ("spec acc %/len") of the steps where the server gave them; with a graded
@@ -517,11 +526,14 @@ def format_steps(
             acc: Mapping[str, Any] = r.accuracy or {}
             a = acc.get("accuracy")
             cells.append("-" if a is None else f"{a * 100:.0f} ({acc['correct']}/{acc['graded']})")
+    rels = [_tps_rel(r) for r in results]
+    pm = any(x is not None for x in rels)  # a "tok/s ±" column when any step has an interval
     head = [
         "step",
         f"offered ({OFFERED_UNITS.get(kind, kind)})",
         "req/s",
         "tok/s",
+        *(["tok/s ±"] if pm else []),
         "TTFT p50/p99 ms",
         "ITL p50/p99 ms",
         *extra_head,
@@ -542,6 +554,7 @@ def format_steps(
                 _num(r.offered, 4),
                 _num(r.requests_per_s),
                 _num(r.output_tokens_per_s),
+                *([f"±{rels[i] * 100:.1f}%" if rels[i] is not None else "-"] if pm else []),
                 f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
                 f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
                 *extra[i],
