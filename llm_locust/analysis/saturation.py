@@ -495,8 +495,13 @@ def _server_cells(server: Sequence[Mapping[str, Any]] | None, n: int) -> tuple[l
 def _tps_rel(r: StepResult) -> float | None:
     """The relative half width of the step's output tokens/s 95% interval (its `intervals`:
     batch means over time blocks, metrics/blocks.py), None when it has none."""
-    rates: Mapping[str, Any] = (r.intervals or {}).get("rates") or {}
-    return (rates.get("output_tokens_per_s") or {}).get("rel")
+    rates: Mapping[str, Any] = r.intervals["rates"] if r.intervals else {}
+    rel = (rates.get("output_tokens_per_s") or {}).get("rel")
+    return float(rel) if rel is not None else None
+
+
+def _pct(rel: float | None) -> str:
+    return f"±{rel * 100:.1f}%" if rel is not None else "-"
 
 
 def format_steps(
@@ -554,7 +559,7 @@ def format_steps(
                 _num(r.offered, 4),
                 _num(r.requests_per_s),
                 _num(r.output_tokens_per_s),
-                *([f"±{rels[i] * 100:.1f}%" if rels[i] is not None else "-"] if pm else []),
+                *([_pct(rels[i])] if pm else []),
                 f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
                 f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
                 *extra[i],
