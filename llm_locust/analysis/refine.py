@@ -182,7 +182,11 @@ def describe(kr: dict[str, Any], refined: int = 0) -> str:
     text += f"; {refined} refine point{'s' if refined != 1 else ''})" if refined else ")"
     noisy = kr["within_noise"]
     if noisy:
-        at = f"at {noisy['offered']:g}" if "offered" in noisy else f"between {kr['low']:g} and {kr['high']:g}"
+        at = (
+            f"at {noisy['offered']:g} {unit}".rstrip()
+            if "offered" in noisy
+            else f"between {kr['low']:g} and {kr['high']:g}"
+        )
         text += (
             f"; the decision {at} is within noise: a gain of {noisy['gain']:.1%} against the "
             f"{noisy['threshold']:.1%} threshold, ± {noisy['noise']:.1%}"
