@@ -124,6 +124,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "warmup": (3.0, ladder),
         "step_duration": (25.0, ladder),
         "step_requests": (100, ladder),
+        "refine": (3, ladder),
         "stable_window": (5.0, {"ladder": "rate:1,2"}),
         "stable_tolerance": (0.1, stable),
         "stable_max_extend": (20.0, stable),

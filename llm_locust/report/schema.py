@@ -460,6 +460,7 @@ class LadderStep(TypedDict):
     cut: NotRequired[bool]  # the step an interruption cut
     planned_seconds: NotRequired[float]  # the cut step's planned length (warm-up included)
     ran_seconds: NotRequired[float]  # ... and how long it ran until the interruption
+    intervals: NotRequired[Intervals | None]  # the 95% intervals of the step's figures (metrics/blocks.py)
 
 
 class KneePoint(TypedDict):
@@ -476,6 +477,44 @@ class KneePoint(TypedDict):
     flags: list[str]
 
 
+class KneeDecision(TypedDict):
+    """A throughput comparison of two steps (analysis.refine): did the higher load gain significantly?"""
+
+    gain: float  # the higher load's throughput over the lower's, - 1
+    threshold: float  # the gain it needed: max(flat tolerance, elasticity x relative load added)
+    significant: bool
+    within_noise: bool | None  # the 95% interval of the difference holds the threshold; None: no interval
+    noise: NotRequired[float]  # that interval's half width, a share of the lower load's throughput
+
+
+class KneePointRefined(KneeDecision):
+    """One of `knee_range.points`: a refine step, below the knee or at it (on the plateau)."""
+
+    step: int
+    offered: float
+    side: str  # below | at
+
+
+class KneeRange(TypedDict):
+    """`ladder.saturation.knee_range`: the loads the knee lies between (analysis.refine knee_range)."""
+
+    low: float | None  # the highest load known below the knee; None: at or below the first step
+    high: float  # the lowest load known at the knee (the saturation point's)
+    low_step: int | None
+    high_step: int
+    width: float
+    allowed: float  # the widest bracket whose knee counts as known: 10% of high, 1 user on a concurrency ladder
+    known: bool  # width <= allowed
+    refinable: bool  # a throughput knee with a step below it: --refine can narrow it
+    points: list[KneePointRefined]  # the refine steps, in the order they ran
+    gain: float | None  # high's throughput over low's, - 1
+    threshold: float | None
+    within_noise: KneeDecision | None  # the first decision within noise; None: none was
+    by: str  # throughput | latency
+    offered_kind: str
+    text: NotRequired[str]  # the line the summary prints
+
+
 class Saturation(TypedDict):
     """`ladder.saturation`: the knee verdict (analysis.saturation Verdict.to_dict)."""
 
@@ -488,6 +527,7 @@ class Saturation(TypedDict):
     candidates: dict[str, float | None]  # offered load per rule
     offered_kind: str
     reason: str
+    knee_range: NotRequired[KneeRange | None]  # the knee's bracket; None: no knee
 
 
 class BurstRecovery(TypedDict):
@@ -535,6 +575,15 @@ class SlaSearch(TypedDict):
     seconds: float
 
 
+class LadderRefine(TypedDict):
+    """`ladder.refine`: the refine steps --refine allowed, ran, and why they ended."""
+
+    most: int  # --refine N
+    steps: int  # the refine steps run (after the ladder's own)
+    ended: str | None  # knee known, --refine N spent, no time left under -t ..., no knee to refine, ...
+    run_time: float | None  # -t in seconds: a refine step starts only if it ends by then
+
+
 class LadderDoc(TypedDict):
     """`ladder`: the ladder, its step windows, each step's results and the verdicts."""
 
@@ -546,6 +595,7 @@ class LadderDoc(TypedDict):
     cut_step: int | None
     burst: NotRequired[BurstRecovery | None]  # a burst ladder's (None: its steps did not all run)
     sla: NotRequired[SlaSearch]  # an SLA search's
+    refine: NotRequired[LadderRefine]  # with --refine N (N > 0)
 
 
 # ---- the server's and the GPU's /metrics, over the run and each step (analysis.server_metrics) ----
@@ -1125,6 +1175,7 @@ class PlanLadder(TypedDict, total=False):
     warmup: float | str
     duration: float | str  # step_duration
     requests: int  # step_requests
+    refine: int  # the most refine steps around the knee
     stable: PlanLadderStable
     arrivals: str
     burstiness: float  # arrivals_burstiness

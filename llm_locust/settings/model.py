@@ -1139,6 +1139,16 @@ class Settings(BaseModel):
             plan="ladder.requests",
         ),
     ] = 0
+    refine: Annotated[
+        int,
+        Field(ge=0, le=sizes.MAX_REFINE),
+        Opt(
+            "ladder",
+            "ladder: after its steps, at most this many more between the two loads around the knee, until the "
+            "knee's load is known within 10% (1 user on a concurrency ladder) (0: off; docs/verdicts.md)",
+            plan="ladder.refine",
+        ),
+    ] = 0
     stable_window: Annotated[
         Seconds,
         Field(ge=0),
@@ -1749,6 +1759,7 @@ class Settings(BaseModel):
         problems += self._arrival_problems()
         problems += self._cache_reset_problems()
         problems += self._cancel_problems()
+        problems += self._refine_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
@@ -1811,6 +1822,22 @@ class Settings(BaseModel):
                     "concurrency:...); for one run use --reset-cache repeat",
                 )
             ]
+        return []
+
+    def _refine_problems(self) -> list[tuple[str, str]]:
+        """--refine adds steps around a ladder's knee: a plain ladder's (not a search, a burst or a series)."""
+        if not self.refine:
+            return []
+        ld = parse_ladder(self.ladder) if self.ladder else None
+        if ld is None:
+            return [("refine", "refines the knee of a ladder: give --ladder (e.g. --ladder concurrency:1..32)")]
+        if ld.search is not None or ld.profile:
+            what = (
+                "an SLA search chooses its own loads"
+                if ld.search is not None
+                else "a burst or a rate series has no knee"
+            )
+            return [("refine", f"not with --ladder {self.ladder}: {what}")]
         return []
 
     def _cancel_problems(self) -> list[tuple[str, str]]:
