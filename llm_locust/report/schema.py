@@ -1127,6 +1127,8 @@ class PlanWorkload(TypedDict, total=False):
     max_in_flight: int
     max_prefill: int
     cancel: str
+    rate: str  # rate_curve (workload.rate_curve)
+    prefix_dist: str  # workload.prefix_dist
     sessions: PlanWorkloadSessions
     images: PlanWorkloadImages
     audio: PlanWorkloadAudio
