@@ -118,6 +118,57 @@ def test_a_local_runs_first_step_folds_once_and_keeps_its_own_figures_when_anoth
     assert (h.steps[0].sent, h.steps[1].sent, h.total.sent, h.steps[WARMUP_STEP].sent) == (5, 3, 8, 2)
 
 
+def test_the_master_merges_a_report_once_while_a_run_has_one_step_and_exactly_after():
+    """The master's first step is the run's totals themselves (each worker report merged once,
+    not twice: half its cost, benchmarks/bench_master.py) until a second step's report comes;
+    then every window's figures are exactly those of its records: step 0 (including a late
+    report of it), step 1, the run's both, a warm-up apart. Before, each report was merged into
+    the step and again into the run."""
+    from locust.env import Environment
+
+    from llm_locust.metrics.aggregate import Aggregate, figures
+    from llm_locust.runtime.hub import WARMUP_STEP, MasterHub, WorkerHub
+
+    master = MasterHub(Environment())
+    alone = {WARMUP_STEP: Aggregate(), 0: Aggregate(), 1: Aggregate()}
+    both = Aggregate()
+    merges = []
+    real = Aggregate.merge_wire
+
+    def counted(self, d):
+        merges.append(self)
+        return real(self, d)
+
+    def report(name: str, n: int, step: int, first: int) -> None:
+        w = WorkerHub(Environment())
+        for i in range(first, first + n):
+            w.step = step
+            rec = _rec(i, w.on_sent(warmup=step == WARMUP_STEP))
+            w.on_done(rec)
+            for agg in [alone[step]] + ([both] if step != WARMUP_STEP else []):
+                agg.sent += 1
+                agg.add(_rec(i, step))
+        data: dict = {}
+        w.report(data)
+        master.merge_report(name, data)
+
+    Aggregate.merge_wire = counted
+    try:
+        report("w0", 2, WARMUP_STEP, 0)
+        report("w0", 4, 0, 10)
+        report("w1", 3, 0, 20)
+        assert master.steps[0] is master.total and len(merges) == 3  # one merge a report
+        report("w0", 5, 1, 30)
+        report("w1", 2, 0, 40)  # a late report of step 0
+    finally:
+        Aggregate.merge_wire = real
+    assert master.steps[0] is not master.total
+    for got, want in ((master.steps[0], alone[0]), (master.steps[1], alone[1]), (master.total, both)):
+        assert figures(got) == figures(want)
+    assert figures(master.steps[WARMUP_STEP]) == figures(alone[WARMUP_STEP])
+    assert (master.steps[0].sent, master.steps[1].sent, master.total.sent) == (9, 5, 14)
+
+
 def test_a_workers_figures_of_another_wire_version_are_refused_said_and_fail_the_run():
     """A worker of another llm-locust sends its figures in another wire version: the master merges
     none of them (where positional lists would have been read wrong), says so once, and its run's

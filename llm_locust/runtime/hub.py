@@ -423,9 +423,12 @@ class MasterHub(MetricsHub):
             step = int(step_key)
             agg = self.steps.get(step)
             if agg is None:
-                agg = self.steps[step] = Aggregate()
+                agg = self.steps[step] = self._step_totals(step)
             agg.merge_wire(wire)
-            if step != WARMUP_STEP:  # a warm-up's figures are its own, not the run's
+            # a warm-up's figures are its own, not the run's; a run's only step is the run's
+            # totals themselves (_step_totals): merged once, not twice (half the master's cost
+            # of a report, benchmarks/bench_master.py)
+            if step != WARMUP_STEP and agg is not self.total:
                 self.total.merge_wire(wire)
             sent, done = wire_sent(wire), sum(wire["outcomes"].values())
             w.sent += sent
@@ -527,7 +530,7 @@ class MasterHub(MetricsHub):
                         agg = self.steps[step] = Aggregate()
                     agg.lost += n
                     agg.workers_lost = agg.workers_lost or int(not answered)
-                    if step != WARMUP_STEP:
+                    if step != WARMUP_STEP and agg is not self.total:  # a run's only step is its totals
                         self.total.lost += n
             if w.lost:
                 log.warning(
