@@ -24,7 +24,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
-from llm_locust.report.schema import Figures, Plan, Worker, WorkerClock
+from llm_locust.report.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
@@ -232,6 +232,9 @@ def _init_runner(environment, h: MetricsHub) -> None:
     from llm_locust.runtime import failfast
 
     stopped_early = failfast.install(environment, settings)
+    from llm_locust.runtime import precision
+
+    precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
     from llm_locust.runtime.webui import guard
@@ -464,6 +467,7 @@ class _EndOfRun:
             interruption=self.stopper.interruption,
             stopped_early=self.stopped_early(),
             slo_attainment=s.slo_attainment,
+            precision=_precision_report(env),
         )
 
     def write(self, out: outcome.Outcome) -> bool:
@@ -536,6 +540,13 @@ def _run_facts(environment, settings) -> dict[str, Any]:
         # --reset-cache: the reset before the run's load (a ladder's per step: ladder.windows)
         "cache_reset": getattr(run_context(environment).cache_reset, "run", None),
     }
+
+
+def _precision_report(environment) -> Precision | None:
+    """--precision's targets and whether they were met (runtime/precision.py)."""
+    from llm_locust.runtime import precision
+
+    return precision.report(environment)
 
 
 def _baseline_summary(settings) -> Figures | None:

@@ -176,6 +176,13 @@ def parse_slos(value: Any) -> dict[str, float]:
     return out
 
 
+def _precision(value: Any) -> dict[str, float]:
+    """--precision's targets (analysis.precision.parse_targets)."""
+    from llm_locust.analysis.precision import parse_targets
+
+    return parse_targets(value)
+
+
 def _slo_examples() -> list[str]:
     from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES
     from llm_locust.metrics.aggregate import SLO_METRICS
@@ -1449,6 +1456,17 @@ class Settings(BaseModel):
             plan="slo_attainment",
         ),
     ] = 0.95
+    precision: Annotated[
+        dict[str, float],
+        BeforeValidator(_precision),
+        Opt(
+            "load",
+            "stop when precise: end the run (a ladder: each step) once every named figure's 95% interval is "
+            "within its target, e.g. ttft.p99=2%,itl.mean=1%; bounded by -t (a step: its duration); a target not "
+            "met is marked in the results and the summary (docs/load-shapes.md)",
+            plan="precision",
+        ),
+    ] = {}
 
     # ---- outputs ----
     name: Annotated[Text, Opt("outputs", "the run's name, shown in the results and the report", plan="name")] = ""

@@ -1,0 +1,110 @@
+"""Stop when precise (--precision), on the master or the local runner: never on a worker.
+
+A run that is not a ladder is judged once a second (CHECK_S) from the hub's totals, which on a
+master are the exact merge of every worker's reported time blocks (metrics/blocks.py), by
+analysis.precision.judge over the window the summary's `intervals` use (first request sent to
+last one ended). Once every target is met the run stops as the fail-fast does (headless: quit;
+with the web UI: stop), its requests in flight ending as cancelled. Not met by -t: the run ends on
+time and is judged once more on its final figures. A ladder judges each step itself
+(runtime/shapes.py LadderController, with `check`). Either way the results get `precision`
+(report/schema.py Precision) and the summary its lines (report/precision.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import gevent
+from locust.env import Environment
+
+from llm_locust.analysis.precision import judge, target_text
+from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.report.schema import Precision, PrecisionCheck
+from llm_locust.runtime.context import run_context
+from llm_locust.runtime.hub import hub
+
+log = logging.getLogger(__name__)
+CHECK_S = 1.0
+
+
+def check(agg: Aggregate, targets: dict[str, float], seconds: float, step: int | None = None) -> PrecisionCheck:
+    """The targets judged on `agg`'s intervals over its window (first sent to last ended), as the
+    results' `intervals` of that run or step are computed."""
+    ok = sum(b.counts[0] for b in agg.blocks.blocks.values())
+    return judge(agg.blocks.intervals(agg.first_sent, agg.last_end), targets, ok, seconds, step)
+
+
+def met_text(c: PrecisionCheck) -> str:
+    """ "ttft.p99 ± 1.8% (target 2%), itl.mean ± 0.7% (target 1%)"."""
+    return ", ".join(target_text(name, f) for name, f in c["figures"].items())
+
+
+class Watch:
+    """The run's judge: a greenlet from test_start to test_stop, and the stop's check."""
+
+    def __init__(self, env: Environment, targets: dict[str, float]) -> None:
+        self.env = env
+        self.targets = targets
+        self.stop_check: PrecisionCheck | None = None  # the check that stopped the run
+        self.greenlet: gevent.Greenlet | None = None
+
+    def seconds(self) -> float:
+        started = hub(self.env).started_at
+        return time.time() - started if started is not None else 0.0
+
+    def start(self, **_kw: Any) -> None:
+        self.stop_check = None
+        if self.greenlet is None:
+            self.greenlet = gevent.spawn(self._watch)
+
+    def stop(self, **_kw: Any) -> None:
+        g, self.greenlet = self.greenlet, None
+        if g is not None and g is not gevent.getcurrent():
+            g.kill(block=False)
+
+    def _watch(self) -> None:
+        h = hub(self.env)
+        while True:
+            gevent.sleep(CHECK_S)
+            c = check(h.total, self.targets, self.seconds())
+            if c["met"]:
+                c["stopped"] = True
+                self.stop_check = c
+                print(
+                    f"llm-locust: precise after {c['seconds']:.1f} s ({c['requests']} requests): {met_text(c)}; "
+                    "stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runner = self.env.runner
+                assert runner is not None, "a watch runs on a runner's environment"
+                headless = getattr(self.env.parsed_options, "headless", False) or self.env.web_ui is None
+                self.greenlet = None  # stopping kills the watch: not this greenlet, which ends here
+                gevent.spawn(runner.quit if headless else runner.stop)
+                return
+
+    def report(self) -> Precision:
+        """The results' `precision`: the stop's check, or one on the final figures."""
+        c = self.stop_check or check(hub(self.env).total, self.targets, self.seconds())
+        return {"targets": dict(self.targets), "met": c["met"], "checks": [c]}
+
+
+def install(env: Environment, settings) -> None:
+    """On the master or the local runner, for a run with --precision that is not a ladder (a
+    ladder's controller judges its steps)."""
+    if not settings.precision or settings.ladder:
+        return
+    watch = run_context(env).precision = Watch(env, dict(settings.precision))
+    env.events.test_start.add_listener(watch.start)
+    env.events.test_stop.add_listener(watch.stop)
+
+
+def report(env: Environment) -> Precision | None:
+    """The results' `precision` (None without --precision): the run's, or the ladder's steps'."""
+    ctx = run_context(env)
+    if ctx.ladder is not None:
+        return ctx.ladder.precision_report()
+    return ctx.precision.report() if ctx.precision is not None else None
