@@ -177,6 +177,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "warmup_requests": (2, {}),
         "cancel": ("0.2:after=uniform:1s:4s", {}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
+        "precision": ({"ttft.p99": 0.02, "output_tokens_per_s": 0.05}, {}),
         "progress_interval": (5.0, {}),
         "locust_stats": (True, {}),
         "web_origins": ("https://loadtest.example.org", {}),

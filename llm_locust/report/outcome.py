@@ -101,7 +101,7 @@ class Ended:
     interruption: Interruption | None = None
     stopped_early: str | None = None  # the fail-fast's reason
     slo_attainment: float = SLO_ATTAINMENT
-    precision: Precision | None = None  # --precision's targets and checks (runtime/precision.py)
+    precision: Precision | None = None  # --precision's targets and checks (runtime/precision_stop.py)
 
 
 @dataclass

@@ -79,7 +79,7 @@ def target_lines(doc: Mapping[str, Any] | None) -> list[str]:
     each step's relative half-widths beside their targets."""
     if not doc:
         return []
-    from llm_locust.analysis.precision import target_text
+    from llm_locust.analysis.precision_targets import target_text
 
     checks = doc.get("checks") or []
     ladder = any(c.get("step") is not None for c in checks)

@@ -213,7 +213,7 @@ class Intervals(TypedDict):
 
 
 class PrecisionFigure(TypedDict):
-    """One --precision target: the relative half-width asked and the interval's (analysis.precision)."""
+    """One --precision target: the relative half-width asked and the interval's (analysis.precision_targets)."""
 
     target: float  # 0.02: "ttft.p99=2%"
     rel: float | None  # the 95% interval's half-width over the figure when judged; None: it had none

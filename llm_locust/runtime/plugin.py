@@ -232,7 +232,7 @@ def _init_runner(environment, h: MetricsHub) -> None:
     from llm_locust.runtime import failfast
 
     stopped_early = failfast.install(environment, settings)
-    from llm_locust.runtime import precision
+    from llm_locust.runtime import precision_stop as precision
 
     precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
@@ -543,8 +543,8 @@ def _run_facts(environment, settings) -> dict[str, Any]:
 
 
 def _precision_report(environment) -> Precision | None:
-    """--precision's targets and whether they were met (runtime/precision.py)."""
-    from llm_locust.runtime import precision
+    """--precision's targets and whether they were met (runtime/precision_stop.py)."""
+    from llm_locust.runtime import precision_stop as precision
 
     return precision.report(environment)
 

@@ -116,7 +116,7 @@ class LadderController:
         self.probes: list[dict[str, Any]] = []  # the search's probes: step, level, met, broken
         self.sla: dict[str, Any] | None = None  # the search's conclusion
         self.burst_limit = 0.0  # a burst: --burst-recovery (0: recovering within the run passes)
-        self.precision: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
+        self.precision_targets: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
 
     # ---- the walk ----
 
@@ -145,7 +145,7 @@ class LadderController:
         if not self._step_over(cur, now):
             return self._users(cur.level)
         cur.ended = now
-        if self.precision and cur.precision is None and not self.ladder.profile:
+        if self.precision_targets and cur.precision is None and not self.ladder.profile:
             cur.precision = self._check(cur, now)  # judged at its end: not precise by then
         i = len(self.windows)
         if self.search is not None:
@@ -263,7 +263,7 @@ class LadderController:
         planned_end = cur.started + ld.step_timing(cur.index)[0] + cur.extended
         if ld.requests and not ld.profile and self._finished(cur.index) >= ld.requests:
             return True
-        if self.precision and not ld.profile and self._precise(cur, now):
+        if self.precision_targets and not ld.profile and self._precise(cur, now):
             return True
         if now < planned_end:
             return False
@@ -275,11 +275,11 @@ class LadderController:
         return True
 
     def _check(self, cur: StepWindow, now: float) -> PrecisionCheck:
-        """The step's figures so far judged against --precision (runtime/precision.py)."""
-        from llm_locust.runtime.precision import check
+        """The step's figures so far judged against --precision (runtime/precision_stop.py)."""
+        from llm_locust.runtime.precision_stop import check
 
         agg = hub(self.env).steps.get(cur.index) or Aggregate()
-        return check(agg, self.precision, now - (cur.measured_from or now), step=cur.index)
+        return check(agg, self.precision_targets, now - (cur.measured_from or now), step=cur.index)
 
     def _precise(self, cur: StepWindow, now: float) -> bool:
         """--precision: the step ends (before its duration) once every target is met."""
@@ -288,7 +288,7 @@ class LadderController:
             return False
         c["stopped"] = True
         cur.precision = c
-        from llm_locust.runtime.precision import met_text
+        from llm_locust.runtime.precision_stop import met_text
 
         log.info("step %d precise after %.1f s: %s", cur.index, c["seconds"], met_text(c))
         return True
@@ -296,12 +296,12 @@ class LadderController:
     def precision_report(self) -> Precision | None:
         """The results' `precision`: each step's check (one not judged yet, cut by an interruption,
         judged on its figures so far). None without --precision, or for a burst or a rate series."""
-        if not self.precision or self.ladder.profile:
+        if not self.precision_targets or self.ladder.profile:
             return None
         now = time.time()
         checks = [w.precision or self._check(w, w.ended or now) for w in self.windows if w.measured_from is not None]
         met = bool(checks) and all(c["met"] for c in checks)
-        return {"targets": dict(self.precision), "met": met, "checks": checks}
+        return {"targets": dict(self.precision_targets), "met": met, "checks": checks}
 
     def _start_step(self, i: int, now: float, level: float | None = None) -> None:
         level = self.ladder.levels[i] if level is None else level
@@ -568,7 +568,7 @@ def install(env: Environment, settings) -> None:
         request_timeout=settings.request_timeout,
     )
     ctl.burst_limit = settings.burst_recovery
-    ctl.precision = dict(settings.precision)
+    ctl.precision_targets = dict(settings.precision)
 
 
 def renew(env: Environment) -> None:
@@ -579,7 +579,7 @@ def renew(env: Environment) -> None:
         return
     fresh = run_context(env).ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)
     fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
-    fresh.precision = ctl.precision
+    fresh.precision_targets = ctl.precision_targets
     log.info("new ladder run from step 1")
 
 

@@ -177,8 +177,8 @@ def parse_slos(value: Any) -> dict[str, float]:
 
 
 def _precision(value: Any) -> dict[str, float]:
-    """--precision's targets (analysis.precision.parse_targets)."""
-    from llm_locust.analysis.precision import parse_targets
+    """--precision's targets (analysis.precision_targets.parse_targets)."""
+    from llm_locust.analysis.precision_targets import parse_targets
 
     return parse_targets(value)
 

@@ -2,7 +2,7 @@
 
 A run that is not a ladder is judged once a second (CHECK_S) from the hub's totals, which on a
 master are the exact merge of every worker's reported time blocks (metrics/blocks.py), by
-analysis.precision.judge over the window the summary's `intervals` use (first request sent to
+analysis.precision_targets.judge over the window the summary's `intervals` use (first request sent to
 last one ended). Once every target is met the run stops as the fail-fast does (headless: quit;
 with the web UI: stop), its requests in flight ending as cancelled. Not met by -t: the run ends on
 time and is judged once more on its final figures. A ladder judges each step itself
@@ -20,7 +20,7 @@ from typing import Any
 import gevent
 from locust.env import Environment
 
-from llm_locust.analysis.precision import judge, target_text
+from llm_locust.analysis.precision_targets import judge, target_text
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.report.schema import Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context

@@ -7,7 +7,7 @@ method of analysis/intervals.py) is within ± 2% of the figure. The figures are 
 rates by their results name (output_tokens_per_s, requests_per_s, goodput_requests_per_s,
 goodput_tokens_per_s). A limit is a percentage ("2%") or a fraction (0.02), above 0 and below 100%.
 
-The run (runtime/precision.py) or each ladder step (runtime/shapes.py) is judged about once a
+The run (runtime/precision_stop.py) or each ladder step (runtime/shapes.py) is judged about once a
 second, on the master from the workers' merged blocks, and ends once every target is met. A stop
 also needs intervals from at least STOP_MIN_BATCHES time blocks: the spread of 5 block figures
 (the fewest an interval is given from) is itself too uncertain to stop on.
