@@ -100,16 +100,16 @@ def test_a_target_is_met_by_a_narrow_enough_interval_from_enough_blocks():
 def test_the_summary_marks_targets_met_and_not_met():
     fig = {"target": 0.02, "rel": 0.031, "met": False}
     run = {"targets": {"ttft.p99": 0.02}, "met": False, "checks": [
-        {"step": None, "met": False, "stopped": False, "seconds": 60.0, "requests": 900, "blocks": 20,
+        {"step": None, "met": False, "stopped": False, "seconds": 60.0, "requests": 900, "blocks": 20, "until": None,
          "figures": {"ttft.p99": fig}},
     ]}  # fmt: skip
     text = "\n".join(target_lines(run))
     assert "precision targets NOT MET" in text and "NOT MET by the end (-t)" in text
     assert "ttft.p99 ± 3.1% (target 2%)" in text
     steps = {"targets": {"ttft.p99": 0.02}, "met": False, "checks": [
-        {"step": 1, "met": True, "stopped": True, "seconds": 8.0, "requests": 500, "blocks": 10,
+        {"step": 1, "met": True, "stopped": True, "seconds": 8.0, "requests": 500, "blocks": 10, "until": None,
          "figures": {"ttft.p99": {"target": 0.02, "rel": 0.019, "met": True}}},
-        {"step": 2, "met": False, "stopped": False, "seconds": 30.0, "requests": 700, "blocks": 20,
+        {"step": 2, "met": False, "stopped": False, "seconds": 30.0, "requests": 700, "blocks": 20, "until": None,
          "figures": {"ttft.p99": fig}},
     ]}  # fmt: skip
     text = "\n".join(target_lines(steps))
@@ -195,8 +195,10 @@ def test_an_open_loop_replay_stops_when_precise(tmp_path):
     assert _seconds(doc) < 30 and doc["summary"]["sent"] < 3000
 
 
-def test_each_ladder_step_ends_when_precise(tmp_path):
-    """A rate ladder (open loop) whose steps may last 60 s each: every one ends once precise."""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_ladder_step_ends_when_precise(tmp_path, workers):
+    """A rate ladder (open loop) whose steps may last 60 s each: every one ends once precise, on
+    one process and on a master judging its two workers' merged figures."""
     with SimProcess(**FAST_SIM) as sim:
         doc, out = _run(
             tmp_path,
@@ -213,6 +215,7 @@ def test_each_ladder_step_ends_when_precise(tmp_path):
             "--no-early-stop",
             "--precision",
             "tpot.mean=5%",
+            workers=workers,
         )
     windows = doc["ladder"]["windows"]
     assert [w["step"] for w in windows] == [1, 2]
@@ -268,10 +271,14 @@ def test_two_workers_stop_on_the_masters_merged_figures(tmp_path):
     assert check["stopped"] and check["met"], check
     assert _seconds(doc) < 40, _seconds(doc)
     decided = doc["run"]["started_at"] + check["seconds"]
-    by_worker: dict[str, int] = {}
+    until = check["until"]  # where both workers' figures were in: the oldest of their last reports
+    assert until is not None and until <= decided
+    by_worker: dict[str, int] = {}  # each worker's ok requests ended by then
+    by_decision: dict[str, int] = {}  # and by the decision (the master cannot have had more)
     for name in ("0", "1"):
-        rows = read_records(log, f".worker{name}")
-        by_worker[name] = sum(1 for r in rows if r["outcome"] == "ok" and r["wall_sent"] + r["end"] <= decided)
+        ends = [r["wall_sent"] + r["end"] for r in read_records(log, f".worker{name}") if r["outcome"] == "ok"]
+        by_worker[name] = sum(1 for e in ends if e <= until)
+        by_decision[name] = sum(1 for e in ends if e <= decided)
     assert min(by_worker.values()) > 0, by_worker
-    assert max(by_worker.values()) < check["requests"] <= sum(by_worker.values()), (check["requests"], by_worker)
+    assert max(by_worker.values()) < check["requests"] <= sum(by_decision.values()), (check, by_worker, by_decision)
     assert out.count("precise after") == 1  # said once, by the master

@@ -109,6 +109,7 @@ def judge(
         "seconds": round(seconds, 3),
         "requests": requests,
         "blocks": intervals["blocks"] if intervals else 0,
+        "until": None,
         "figures": figures,
     }
 

@@ -230,6 +230,7 @@ class PrecisionCheck(TypedDict):
     seconds: float  # measured seconds when judged
     requests: int  # the ok requests the intervals came from (on a master: every worker's, merged)
     blocks: int  # the time blocks of the batch means
+    until: float | None  # the judged window's end (unix s): on a master, where every worker's figures were in
     figures: dict[str, PrecisionFigure]  # {"ttft.p99" | "output_tokens_per_s" | ...: ...}
 
 

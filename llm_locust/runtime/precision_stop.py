@@ -13,12 +13,14 @@ time and is judged once more on its final figures. A ladder judges each step its
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from typing import Any
 
 import gevent
 from locust.env import Environment
+from locust.runners import MasterRunner
 
 from llm_locust.analysis.precision_targets import judge, target_text
 from llm_locust.metrics.aggregate import Aggregate
@@ -30,11 +32,31 @@ log = logging.getLogger(__name__)
 CHECK_S = 1.0
 
 
-def check(agg: Aggregate, targets: dict[str, float], seconds: float, step: int | None = None) -> PrecisionCheck:
+def check(
+    agg: Aggregate, targets: dict[str, float], seconds: float, step: int | None = None, until: float | None = None
+) -> PrecisionCheck:
     """The targets judged on `agg`'s intervals over its window (first sent to last ended), as the
-    results' `intervals` of that run or step are computed."""
-    ok = sum(b.counts[0] for b in agg.blocks.blocks.values())
-    return judge(agg.blocks.intervals(agg.first_sent, agg.last_end), targets, ok, seconds, step)
+    results' `intervals` of that run or step are computed; `until`: the window cut there (a
+    master: where every worker's figures are in, `merged_until`)."""
+    end = agg.last_end if until is None or agg.last_end is None else min(agg.last_end, until)
+    last = math.floor(end / agg.blocks.width) if end is not None else -1
+    ok = sum(b.counts[0] for i, b in agg.blocks.blocks.items() if i <= last)
+    c = judge(agg.blocks.intervals(agg.first_sent, end), targets, ok, seconds, step)
+    c["until"] = end
+    return c
+
+
+def merged_until(env: Environment) -> float | None:
+    """On a master, the moment up to which every connected worker's figures are merged: the oldest
+    of their last reports (a report carries every request the worker had finished by then). A
+    stop judged on the merged figures past it would rest on some workers' requests without the
+    others'. None on a local runner: its figures are all in."""
+    runner = env.runner
+    if not isinstance(runner, MasterRunner):
+        return None
+    workers = hub(env).workers
+    live = [c.id for c in list(runner.clients.values()) if c.state != "missing"]
+    return min((workers[cid].last_report if cid in workers else 0.0 for cid in live), default=0.0)
 
 
 def met_text(c: PrecisionCheck) -> str:
@@ -69,7 +91,7 @@ class Watch:
         h = hub(self.env)
         while True:
             gevent.sleep(CHECK_S)
-            c = check(h.total, self.targets, self.seconds())
+            c = check(h.total, self.targets, self.seconds(), until=merged_until(self.env))
             if c["met"]:
                 c["stopped"] = True
                 self.stop_check = c

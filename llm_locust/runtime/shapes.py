@@ -276,10 +276,11 @@ class LadderController:
 
     def _check(self, cur: StepWindow, now: float) -> PrecisionCheck:
         """The step's figures so far judged against --precision (runtime/precision_stop.py)."""
-        from llm_locust.runtime.precision_stop import check
+        from llm_locust.runtime.precision_stop import check, merged_until
 
         agg = hub(self.env).steps.get(cur.index) or Aggregate()
-        return check(agg, self.precision_targets, now - (cur.measured_from or now), step=cur.index)
+        seconds = now - (cur.measured_from or now)
+        return check(agg, self.precision_targets, seconds, step=cur.index, until=merged_until(self.env))
 
     def _precise(self, cur: StepWindow, now: float) -> bool:
         """--precision: the step ends (before its duration) once every target is met."""
