@@ -12,7 +12,7 @@ import random
 import pytest
 from support import read_records, run_cli, run_ok
 
-from llm_locust.analysis.precision_targets import FIGURES, STOP_MIN_BATCHES, judge, parse_targets
+from llm_locust.analysis.precision_targets import FIGURES, STOP_MIN_BATCHES, judge, metrics_of, parse_targets
 from llm_locust.metrics.blocks import Blocks
 from llm_locust.report.precision import target_lines
 from llm_locust.sim.process import SimProcess
@@ -95,6 +95,28 @@ def test_a_target_is_met_by_a_narrow_enough_interval_from_enough_blocks():
     f = judge(few, {"tpot.mean": 0.5}, 400, 10.0)
     assert not f["met"] and "10 time blocks" in f["figures"]["tpot.mean"]["reason"]
     assert not judge(None, {"tpot.mean": 0.5}, 0, 0.0)["met"]
+
+
+def test_a_check_judges_the_figures_the_results_compute():
+    """A check computes only the metrics its targets name (runtime/precision_stop.py), yet each
+    figure's interval is the one the results' `intervals` hold for the same window."""
+    from llm_locust.metrics.aggregate import Aggregate
+    from llm_locust.runtime.precision_stop import check
+
+    agg = Aggregate()
+    agg.blocks, agg.first_sent, agg.last_end = _blocks()
+    full = agg.blocks.intervals(agg.first_sent, agg.last_end)
+    assert full is not None
+    targets = {"tpot.p50": 0.5, "itl.mean": 0.5, "output_tokens_per_s": 0.5}
+    assert metrics_of(targets) == ("itl", "tpot")
+    c = check(agg, targets, 10.0)
+    assert c["figures"]["tpot.p50"]["rel"] == full["latency"]["tpot"]["p50"]["rel"]
+    assert c["figures"]["itl.mean"]["rel"] == full["latency"]["itl"]["mean"]["rel"]
+    assert c["figures"]["output_tokens_per_s"]["rel"] == full["rates"]["output_tokens_per_s"]["rel"]
+    assert c["requests"] == 300 and c["blocks"] == full["blocks"] and c["until"] == agg.last_end
+    # cut where a master's workers' figures are all in: fewer requests, a shorter window
+    cut = check(agg, targets, 10.0, until=agg.first_sent + 5.0)
+    assert 100 < cut["requests"] < 200 and cut["until"] == agg.first_sent + 5.0
 
 
 def test_the_summary_marks_targets_met_and_not_met():

@@ -74,6 +74,12 @@ def parse_targets(value: Any) -> dict[str, float]:
     return out
 
 
+def metrics_of(targets: Mapping[str, float]) -> tuple[str, ...]:
+    """The latency metrics the targets name (the intervals a check computes; the rates always)."""
+    named = {name.partition(".")[0] for name in targets if name not in RATES}
+    return tuple(m for m in METRICS if m in named)
+
+
 def _interval(intervals: Intervals | None, name: str) -> Mapping[str, Any] | None:
     if not intervals:
         return None

@@ -22,7 +22,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from llm_locust.analysis.precision_targets import judge, target_text
+from llm_locust.analysis.precision_targets import judge, metrics_of, target_text
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.report.schema import Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
@@ -30,6 +30,11 @@ from llm_locust.runtime.hub import hub
 
 log = logging.getLogger(__name__)
 CHECK_S = 1.0
+# A check waits at least PACE times the last one's cost: a long run's blocks hold many histogram
+# buckets (benchmarks/bench_precision_check.py: 200,000 requests over 10 minutes, one target
+# 60-240 ms a check, four 600 ms), and the local runner's loop also sends the load: the checks
+# hold it at most 1/PACE (2%) of the time, well within the client's loop-lag check (5%).
+PACE = 50.0
 
 
 def check(
@@ -41,9 +46,28 @@ def check(
     end = agg.last_end if until is None or agg.last_end is None else min(agg.last_end, until)
     last = math.floor(end / agg.blocks.width) if end is not None else -1
     ok = sum(b.counts[0] for i, b in agg.blocks.blocks.items() if i <= last)
-    c = judge(agg.blocks.intervals(agg.first_sent, end), targets, ok, seconds, step)
+    intervals = agg.blocks.intervals(agg.first_sent, end, metrics_of(targets))
+    c = judge(intervals, targets, ok, seconds, step)
     c["until"] = end
     return c
+
+
+class Pace:
+    """When the next check is due: CHECK_S after the last one, or PACE times its cost if longer."""
+
+    def __init__(self) -> None:
+        self.next_at = 0.0  # time.monotonic()
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def check(self, *args: Any, **kw: Any) -> PrecisionCheck:
+        """`check(*args, **kw)`, timed: the next one is due CHECK_S (or PACE times its cost) later."""
+        t0 = time.monotonic()
+        c = check(*args, **kw)
+        now = time.monotonic()
+        self.next_at = now + max(CHECK_S, PACE * (now - t0))
+        return c
 
 
 def merged_until(env: Environment) -> float | None:
@@ -89,9 +113,11 @@ class Watch:
 
     def _watch(self) -> None:
         h = hub(self.env)
+        pace = Pace()
+        pace.next_at = time.monotonic() + CHECK_S
         while True:
-            gevent.sleep(CHECK_S)
-            c = check(h.total, self.targets, self.seconds(), until=merged_until(self.env))
+            gevent.sleep(max(pace.next_at - time.monotonic(), 0.0))
+            c = pace.check(h.total, self.targets, self.seconds(), until=merged_until(self.env))
             if c["met"]:
                 c["stopped"] = True
                 self.stop_check = c

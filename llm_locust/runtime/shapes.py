@@ -117,6 +117,7 @@ class LadderController:
         self.sla: dict[str, Any] | None = None  # the search's conclusion
         self.burst_limit = 0.0  # a burst: --burst-recovery (0: recovering within the run passes)
         self.precision_targets: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
+        self.precision_pace: Any = None  # its checks' pace (runtime/precision_stop.py Pace)
 
     # ---- the walk ----
 
@@ -276,14 +277,19 @@ class LadderController:
 
     def _check(self, cur: StepWindow, now: float) -> PrecisionCheck:
         """The step's figures so far judged against --precision (runtime/precision_stop.py)."""
-        from llm_locust.runtime.precision_stop import check, merged_until
+        from llm_locust.runtime.precision_stop import Pace, merged_until
 
+        if self.precision_pace is None:
+            self.precision_pace = Pace()
         agg = hub(self.env).steps.get(cur.index) or Aggregate()
         seconds = now - (cur.measured_from or now)
-        return check(agg, self.precision_targets, seconds, step=cur.index, until=merged_until(self.env))
+        return self.precision_pace.check(agg, self.precision_targets, seconds, cur.index, merged_until(self.env))
 
     def _precise(self, cur: StepWindow, now: float) -> bool:
-        """--precision: the step ends (before its duration) once every target is met."""
+        """--precision: the step ends (before its duration) once every target is met, judged at
+        most once a second (or less often: Pace)."""
+        if self.precision_pace is not None and not self.precision_pace.due():
+            return False
         c = self._check(cur, now)
         if not c["met"]:
             return False
