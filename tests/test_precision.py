@@ -154,6 +154,17 @@ def test_a_bad_target_is_refused_before_any_load_in_one_line(tmp_path):
     assert "plan.yaml" in p.stderr and "ttft.p99=0%: a target must be above 0 and below 100%" in p.stderr
 
 
+def test_targets_no_run_could_meet_are_refused_before_any_load():
+    """A goodput rate without an SLO is 0 (never precise); a burst's steps last as written."""
+    p = run_cli("--host", "http://127.0.0.1:9", "--precision", "goodput_requests_per_s=5%", "-t", "5s", timeout=60)
+    assert p.returncode == 2 and "goodput_requests_per_s counts the requests that met every SLO" in p.stderr
+    p = run_cli(
+        *("--host", "http://127.0.0.1:9", "--precision", "ttft.p50=5%", "--ladder", "burst:rate=2,x=2,for=5s"),
+        timeout=60,
+    )
+    assert p.returncode == 2 and "a burst's or a rate series' steps last exactly as written" in p.stderr
+
+
 # ---- runs against the simulator ----
 
 

@@ -1686,9 +1686,23 @@ class Settings(BaseModel):
             return [("warmup_requests", "a replay's warm-up is trace time: give --run-warmup (e.g. 30s)")]
         return []
 
+    def _precision_problems(self) -> list[tuple[str, str]]:
+        """--precision on a goodput rate needs an SLO (without one it is 0: never precise), and a
+        burst's or a rate series' steps last exactly as written (no target can end them)."""
+        goodput = [name for name in self.precision if name.startswith("goodput_")]
+        if goodput and not self.request_slos:
+            return [
+                ("precision", f"{goodput[0]} counts the requests that met every SLO: give a --slo, e.g. ttft=500ms")
+            ]
+        if self.precision and self.ladder:
+            ld = parse_ladder(self.ladder)
+            if ld.burst is not None or ld.durations:
+                return [("precision", "a burst's or a rate series' steps last exactly as written: drop --precision")]
+        return []
+
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
-        problems = self._warmup_problems() + self._prefix_hit_problems()
+        problems = self._warmup_problems() + self._prefix_hit_problems() + self._precision_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
