@@ -19,8 +19,9 @@ import random
 import statistics
 import time
 
+from llm_locust.analysis.precision_targets import check
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.runtime.precision_stop import PACE, check
+from llm_locust.runtime.precision_stop import PACE
 
 TARGETS = {
     "ttft.p99": {"ttft.p99": 0.02},

@@ -12,7 +12,8 @@ import random
 import pytest
 from support import read_records, run_cli, run_ok
 
-from llm_locust.analysis.precision_targets import FIGURES, STOP_MIN_BATCHES, judge, metrics_of, parse_targets
+from llm_locust.analysis.precision_targets import FIGURES, STOP_MIN_BATCHES, check, judge, metrics_of, parse_targets
+from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.blocks import Blocks
 from llm_locust.report.precision import target_lines
 from llm_locust.sim.process import SimProcess
@@ -98,11 +99,8 @@ def test_a_target_is_met_by_a_narrow_enough_interval_from_enough_blocks():
 
 
 def test_a_check_judges_the_figures_the_results_compute():
-    """A check computes only the metrics its targets name (runtime/precision_stop.py), yet each
+    """A check computes only the metrics its targets name (analysis/precision_targets.py), yet each
     figure's interval is the one the results' `intervals` hold for the same window."""
-    from llm_locust.metrics.aggregate import Aggregate
-    from llm_locust.runtime.precision_stop import check
-
     agg = Aggregate()
     agg.blocks, agg.first_sent, agg.last_end = _blocks()
     full = agg.blocks.intervals(agg.first_sent, agg.last_end)

@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.blocks import METRICS, PERCENTILES, RATES
 from llm_locust.report.schema import Intervals, PrecisionCheck, PrecisionFigure
 
@@ -118,6 +119,21 @@ def judge(
         "until": None,
         "figures": figures,
     }
+
+
+def check(
+    agg: Aggregate, targets: dict[str, float], seconds: float, step: int | None = None, until: float | None = None
+) -> PrecisionCheck:
+    """The targets judged on `agg`'s intervals over its window (first sent to last ended), as the
+    results' `intervals` of that run or step are computed; `until`: the window cut there (a
+    master: where every worker's figures are in, runtime/precision_stop.py merged_until)."""
+    end = agg.last_end if until is None or agg.last_end is None else min(agg.last_end, until)
+    last = math.floor(end / agg.blocks.width) if end is not None else -1
+    ok = sum(b.counts[0] for i, b in agg.blocks.blocks.items() if i <= last)
+    intervals = agg.blocks.intervals(agg.first_sent, end, metrics_of(targets))
+    c = judge(intervals, targets, ok, seconds, step)
+    c["until"] = end
+    return c
 
 
 def target_text(name: str, f: Mapping[str, Any]) -> str:

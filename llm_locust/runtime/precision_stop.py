@@ -1,19 +1,19 @@
 """Stop when precise (--precision), on the master or the local runner: never on a worker.
 
-A run that is not a ladder is judged once a second (CHECK_S) from the hub's totals, which on a
-master are the exact merge of every worker's reported time blocks (metrics/blocks.py), by
-analysis.precision_targets.judge over the window the summary's `intervals` use (first request sent to
-last one ended). Once every target is met the run stops as the fail-fast does (headless: quit;
-with the web UI: stop), its requests in flight ending as cancelled. Not met by -t: the run ends on
-time and is judged once more on its final figures. A ladder judges each step itself
-(runtime/shapes.py LadderController, with `check`). Either way the results get `precision`
-(report/schema.py Precision) and the summary its lines (report/precision.py).
+A run that is not a ladder is judged once a second (CHECK_S, or less often: Pace) from the hub's
+totals, which on a master are the exact merge of every worker's reported time blocks
+(metrics/blocks.py), by analysis.precision_targets.check over the window the summary's
+`intervals` use (first request sent to last one ended; on a master cut at `merged_until`). Once
+every target is met the run stops as the fail-fast does (headless: quit; with the web UI: stop),
+its requests in flight ending as cancelled. Not met by -t: the run ends on time and is judged
+once more on its final figures. A ladder judges each step itself (runtime/shapes.py
+LadderController, with Pace). Either way the results get `precision` (report/schema.py
+Precision) and the summary its lines (report/precision.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 from typing import Any
@@ -22,8 +22,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from llm_locust.analysis.precision_targets import judge, metrics_of, target_text
-from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.analysis.precision_targets import check, target_text
 from llm_locust.report.schema import Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
@@ -35,21 +34,6 @@ CHECK_S = 1.0
 # 60-240 ms a check, four 600 ms), and the local runner's loop also sends the load: the checks
 # hold it at most 1/PACE (2%) of the time, well within the client's loop-lag check (5%).
 PACE = 50.0
-
-
-def check(
-    agg: Aggregate, targets: dict[str, float], seconds: float, step: int | None = None, until: float | None = None
-) -> PrecisionCheck:
-    """The targets judged on `agg`'s intervals over its window (first sent to last ended), as the
-    results' `intervals` of that run or step are computed; `until`: the window cut there (a
-    master: where every worker's figures are in, `merged_until`)."""
-    end = agg.last_end if until is None or agg.last_end is None else min(agg.last_end, until)
-    last = math.floor(end / agg.blocks.width) if end is not None else -1
-    ok = sum(b.counts[0] for i, b in agg.blocks.blocks.items() if i <= last)
-    intervals = agg.blocks.intervals(agg.first_sent, end, metrics_of(targets))
-    c = judge(intervals, targets, ok, seconds, step)
-    c["until"] = end
-    return c
 
 
 class Pace:
