@@ -180,7 +180,11 @@ def _seconds(doc) -> float:
 
 def test_an_easy_target_ends_a_closed_loop_well_before_its_time(tmp_path):
     with SimProcess(**FAST_SIM) as sim:
-        doc, out = _run(tmp_path, "--host", sim.url, "-u", "4", "-t", "60s", "--precision", "tpot.mean=5%,e2e.p50=20%")
+        doc, out = _run(
+            tmp_path,
+            *("--host", sim.url, "-u", "4", "-t", "60s", "--precision", "tpot.mean=5%,e2e.p50=20%"),
+            *("--report", str(tmp_path / "report.html")),
+        )
     p = doc["precision"]
     assert p["targets"] == {"tpot.mean": 0.05, "e2e.p50": 0.2} and p["met"], p
     (check,) = p["checks"]
@@ -192,6 +196,8 @@ def test_an_easy_target_ends_a_closed_loop_well_before_its_time(tmp_path):
     # the results' own interval agrees: the figures were this precise when it stopped
     assert doc["summary"]["intervals"]["latency"]["tpot"]["mean"]["rel"] <= 0.05 * 1.5
     assert doc["plan"]["precision"] == {"tpot.mean": 0.05, "e2e.p50": 0.2}
+    page = (tmp_path / "report.html").read_text()
+    assert "precision targets (--precision)" in page and "met after" in page and "tpot.mean ± " in page
 
 
 def test_an_impossible_target_runs_to_its_time_and_is_marked_not_met(tmp_path):

@@ -99,3 +99,9 @@ def target_lines(doc: Mapping[str, Any] | None) -> list[str]:
         figs = ", ".join(target_text(name, f) for name, f in c["figures"].items())
         lines.append(f"  {where}{how} ({c['requests']} requests): {figs}")
     return lines
+
+
+def target_text_line(doc: Mapping[str, Any]) -> str:
+    """target_lines in one line (the HTML report's facts): "met: met after 20.1 s, ...; ..."."""
+    head, *rest = target_lines(doc)
+    return head.removeprefix("precision targets ").rstrip(":") + ": " + "; ".join(line.strip() for line in rest)
