@@ -7,6 +7,8 @@ Locust's own main (headless unless --web), so every Locust option passes through
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -43,6 +45,8 @@ def _write_synthetic(settings) -> str:
     import os
     import tempfile
 
+    from llm_locust.workload.prefix_dist import law_line, parse_prefix_dist
+    from llm_locust.workload.rate_curve import parse_rate_curve
     from llm_locust.workload.synth import generate, parse_spec_text, write
 
     spec = parse_spec_text(settings.synthetic)
@@ -55,7 +59,11 @@ def _write_synthetic(settings) -> str:
     else:
         path = os.path.join(tempfile.mkdtemp(prefix="llm-locust-"), "workload.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the results' folder, made as they are
-    write(generate(spec), path, spec)
+    curve = parse_rate_curve(settings.rate_curve) if settings.rate_curve else None
+    law = parse_prefix_dist(settings.prefix_dist) if settings.prefix_dist else None
+    write(generate(spec, curve, law), path, spec, curve, law)
+    if law is not None:
+        print(law_line(law, spec.requests), flush=True)
     print(f"synthetic workload written to {path}", flush=True)
     return path
 
@@ -172,7 +180,14 @@ def run(argv: list[str]) -> int:
                 update={"reset_cache": "repeat", "warmup_requests": max(1, settings.warmup_requests)}
             )
         if settings.synthetic:
-            settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
+            replay = settings.replay or bool(settings.rate_curve)  # a rate curve is an open loop
+            # the written trace carries the curve's arrivals and the drawn prefixes (its recipe,
+            # TRACE.spec.json, the curve and the law)
+            trace = _write_synthetic(settings)
+            written = {"synthetic": "", "trace": trace, "replay": replay, "rate_curve": "", "prefix_dist": ""}
+            settings = settings.model_copy(update=written)
+        gate = _baseline_gate(settings)
+        settings = gate.run_settings
     except (PlanError, OSError, ValueError) as e:
         print(f"llm-locust: {e}", file=sys.stderr)
         return 2
@@ -233,7 +248,53 @@ def run(argv: list[str]) -> int:
         # simulator is the parent's (a worker's stop of it waited 10 s, the worker left behind)
         if sim is not None and os.getpid() == parent:
             sim.stop()
-    return code
+    if os.getpid() != parent:
+        return code
+    return gate.judge(code)
+
+
+@dataclass(frozen=True)
+class _BaselineGate:
+    """`run --baseline BASE.json` of one run: the run writes its results (to a file of its own when
+    --results is not given) and no JUnit file; then compare's regression gate, by the one run's 95%
+    intervals (docs/compare.md "Noise"), judges them against the baseline and writes the JUnit
+    file. Without --baseline, the run is unchanged and its exit status stands."""
+
+    run_settings: Settings
+    baseline: str = ""
+    results: str = ""
+    tolerance: str = "5%"
+    junit: str = ""
+    made: float = field(default_factory=time.time)
+
+    def judge(self, code: int) -> int:
+        """The run's exit status, or the gate's when the run ended by itself: an interrupted run
+        (130 / 143) is kept, not judged; a run whose results are missing is not judged either."""
+        import os
+
+        if not self.baseline or code in (130, 143):
+            return code
+        if not os.path.exists(self.results) or os.path.getmtime(self.results) < self.made - 1:
+            print("llm-locust: the run wrote no results: nothing for --baseline's gate to judge", file=sys.stderr)
+            return code or 1
+        from llm_locust.report.compare import main as compare_main
+
+        cargs = [self.baseline, self.results, "--fail-on", "regression", "--tolerance", self.tolerance]
+        if self.junit:
+            cargs += ["--junit", self.junit]
+        return max(code, compare_main(cargs))
+
+
+def _baseline_gate(settings: Settings) -> _BaselineGate:
+    """The single run's --baseline gate (run_repeated has the series' own)."""
+    import os
+    import tempfile
+
+    if not settings.baseline:
+        return _BaselineGate(settings)
+    results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-baseline-"), "results.json")
+    run_settings = settings.model_copy(update={"results": results, "junit": ""})
+    return _BaselineGate(run_settings, settings.baseline, results, settings.tolerance, settings.junit)
 
 
 def _start_sim(settings: Settings) -> SimProcess:

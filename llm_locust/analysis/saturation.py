@@ -74,6 +74,7 @@ class Verdict:
     knee_by: str | None = None  # throughput | latency | flat | None
     candidates: dict[str, float | None] = field(default_factory=dict)  # offered load per rule
     offered_kind: str = ""
+    knee_range: dict[str, Any] | None = None  # the knee's bracket (analysis.refine knee_range)
 
     @property
     def reason(self) -> str:
@@ -99,6 +100,8 @@ class Verdict:
                 f"ITL p50 {_ms(lat.get('itl_p50'))} ms, "
                 f"E2E p50/p99 {_ms(lat.get('e2e_p50'))}/{_ms(lat.get('e2e_p99'))} ms"
             )
+        if self.knee_range and self.knee_range.get("text"):
+            lines.append(f"  {self.knee_range['text']}")
         if self.max_slo_load is not None:
             lines.append(f"highest load meeting every SLO: {_load(self.max_slo_load, unit)} (step {self.max_slo_step})")
         lines += [f"  - {r}" for r in self.reasons]
@@ -489,6 +492,18 @@ def _server_cells(server: Sequence[Mapping[str, Any]] | None, n: int) -> tuple[l
     return head, cols
 
 
+def _tps_rel(r: StepResult) -> float | None:
+    """The relative half width of the step's output tokens/s 95% interval (its `intervals`:
+    batch means over time blocks, metrics/blocks.py), None when it has none."""
+    rates: Mapping[str, Any] = r.intervals["rates"] if r.intervals else {}
+    rel = (rates.get("output_tokens_per_s") or {}).get("rel")
+    return float(rel) if rel is not None else None
+
+
+def _pct(rel: float | None) -> str:
+    return f"±{rel * 100:.1f}%" if rel is not None else "-"
+
+
 def format_steps(
     results: list[StepResult],
     verdict: Verdict | None = None,
@@ -499,6 +514,8 @@ def format_steps(
 
     Without a verdict, it is computed with `saturation.analyse` and the steps' own SLOs; `knee`
     False: the table alone (a burst goes up and down by design: no knee).
+    A "tok/s ±" column gives each step's output tokens/s 95% interval as ± a percentage of it ("-":
+    none) when any step has one.
     `server`: each step's window of the server's /metrics (same order as results); beside ITL,
     the prefix-cache hit rate ("cache hit %") and the speculative-decoding acceptance rate and
     mean accepted length ("spec acc %/len") of the steps where the server gave them; with a graded
@@ -514,11 +531,14 @@ def format_steps(
             acc: Mapping[str, Any] = r.accuracy or {}
             a = acc.get("accuracy")
             cells.append("-" if a is None else f"{a * 100:.0f} ({acc['correct']}/{acc['graded']})")
+    rels = [_tps_rel(r) for r in results]
+    pm = any(x is not None for x in rels)  # a "tok/s ±" column when any step has an interval
     head = [
         "step",
         f"offered ({OFFERED_UNITS.get(kind, kind)})",
         "req/s",
         "tok/s",
+        *(["tok/s ±"] if pm else []),
         "TTFT p50/p99 ms",
         "ITL p50/p99 ms",
         *extra_head,
@@ -539,6 +559,7 @@ def format_steps(
                 _num(r.offered, 4),
                 _num(r.requests_per_s),
                 _num(r.output_tokens_per_s),
+                *([_pct(rels[i])] if pm else []),
                 f"{_ms(r.stat('ttft', 'p50'))}/{_ms(r.stat('ttft', 'p99'))}",
                 f"{_ms(r.stat('itl', 'p50'))}/{_ms(r.stat('itl', 'p99'))}",
                 *extra[i],

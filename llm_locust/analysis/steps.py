@@ -41,11 +41,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from llm_locust.metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
 from llm_locust.metrics.records import Outcome
-from llm_locust.report.schema import Accuracy, CacheFigures, Latency
+from llm_locust.report.schema import Accuracy, CacheFigures, Intervals, Latency
 
 OFFERED_KINDS = ("concurrency", "rate", "speed")
 OFFERED_UNITS = {"concurrency": "users", "rate": "req/s", "speed": "x"}
@@ -154,6 +154,8 @@ class StepResult:
     # accuracy under load (--graded; metrics.aggregate figures()["accuracy"]): {graded, correct,
     # accuracy}; None: no graded item ended ok in the step
     accuracy: Accuracy | None = None
+    # the 95% intervals of the step's figures over its requests (metrics/blocks.py); None: none kept
+    intervals: Intervals | None = None
 
     @property
     def window(self) -> float:
@@ -259,6 +261,7 @@ def step_result(
     rates from; default `agg.series`. Pass the whole run's merged series when requests of the
     previous step may still deliver tokens inside this window (their tokens count: they arrived
     inside it). max_error_rate: above it the step is flagged "errors".
+    The step's `intervals`: see _intervals.
     """
     if offered_kind not in OFFERED_KINDS:
         raise ValueError(f"offered_kind must be one of {', '.join(OFFERED_KINDS)}, got {offered_kind!r}")
@@ -317,9 +320,22 @@ def step_result(
         flags=flags,
         cache=f.get("cache"),
         accuracy=f.get("accuracy"),
+        intervals=_intervals(agg, f, start, end),
     )
     res.slo_broken = broken_slos(res, slos)
     return res
+
+
+def _intervals(agg: Aggregate, f: Mapping[str, Any], start: float, end: float) -> Intervals | None:
+    """The step's intervals: its latencies' over its requests; its rates' over the window, from
+    the time blocks its requests ended in, the first median E2E of the window left out (few of
+    its requests can have ended yet: a ramp, not noise)."""
+    own: Intervals | None = f.get("intervals")
+    e2e = (f["latency"].get("e2e") or {}).get("p50") or 0.0
+    window = agg.blocks.intervals(start + e2e, end) if end > start + e2e else None
+    if own is None or window is None:
+        return own
+    return cast(Intervals, {**own, "rates": window["rates"], "blocks": window["blocks"], "block_s": window["block_s"]})
 
 
 def slo_value(step: StepResult, name: str) -> float | None:

@@ -80,6 +80,9 @@ class RequestSpec:
     continuous_usage: bool = False  # vLLM stream_options.continuous_usage_stats
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged last into the request body
     headers: dict[str, str] | None = None  # extra request headers (a router's session key)
+    # the prompt tokens an unbounded prefix cache would have served, from the record's prefix
+    # blocks (workload.sessions.IdealCache): carried to the request's record, never sent
+    ideal_cached: int | None = None
 
 
 class StreamState:

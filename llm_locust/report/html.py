@@ -472,6 +472,10 @@ def section_ladder(r: ResultsDoc) -> H:
         if knee
         else "No saturation point was found: no knee is marked."
     )
+    verdict = ladder.get("saturation")
+    kr = verdict.get("knee_range") if verdict else None
+    if kr and kr.get("text"):  # the knee with its margin (docs/verdicts.md "The knee's margin")
+        knee_txt += f" {kr['text'][0].upper()}{kr['text'][1:]}."
     cut_txt = "".join(f" {cut_note(s, unit)}." for s in steps if s.get("cut"))
     knee_txt += cut_txt
     lat_txt = "Latency percentiles per step (ms)." + cut_txt

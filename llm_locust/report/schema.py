@@ -202,6 +202,13 @@ class FigureInterval(TypedDict):
     needs: NotRequired[int]
 
 
+class CacheState(TypedDict):
+    """`run.cache_state`: the prompt cache's state before the load (analysis.load_facts)."""
+
+    state: str  # warm | reset | fresh | unknown
+    why: str
+
+
 class Intervals(TypedDict):
     """`intervals`: the 95% intervals of a window's headline figures (metrics.blocks)."""
 
@@ -483,6 +490,7 @@ class LadderStep(TypedDict):
     cut: NotRequired[bool]  # the step an interruption cut
     planned_seconds: NotRequired[float]  # the cut step's planned length (warm-up included)
     ran_seconds: NotRequired[float]  # ... and how long it ran until the interruption
+    intervals: NotRequired[Intervals | None]  # the 95% intervals of the step's figures (metrics/blocks.py)
 
 
 class KneePoint(TypedDict):
@@ -499,6 +507,44 @@ class KneePoint(TypedDict):
     flags: list[str]
 
 
+class KneeDecision(TypedDict):
+    """A throughput comparison of two steps (analysis.refine): did the higher load gain significantly?"""
+
+    gain: float  # the higher load's throughput over the lower's, - 1
+    threshold: float  # the gain it needed: max(flat tolerance, elasticity x relative load added)
+    significant: bool
+    within_noise: bool | None  # the 95% interval of the difference holds the threshold; None: no interval
+    noise: NotRequired[float]  # that interval's half width, a share of the lower load's throughput
+
+
+class KneePointRefined(KneeDecision):
+    """One of `knee_range.points`: a refine step, below the knee or at it (on the plateau)."""
+
+    step: int
+    offered: float
+    side: str  # below | at
+
+
+class KneeRange(TypedDict):
+    """`ladder.saturation.knee_range`: the loads the knee lies between (analysis.refine knee_range)."""
+
+    low: float | None  # the highest load known below the knee; None: at or below the first step
+    high: float  # the lowest load known at the knee (the saturation point's)
+    low_step: int | None
+    high_step: int
+    width: float
+    allowed: float  # the widest bracket whose knee counts as known: 10% of high, 1 user on a concurrency ladder
+    known: bool  # width <= allowed
+    refinable: bool  # a throughput knee with a step below it: --refine can narrow it
+    points: list[KneePointRefined]  # the refine steps, in the order they ran
+    gain: float | None  # high's throughput over low's, - 1
+    threshold: float | None
+    within_noise: KneeDecision | None  # the first decision within noise; None: none was
+    by: str  # throughput | latency
+    offered_kind: str
+    text: NotRequired[str]  # the line the summary prints
+
+
 class Saturation(TypedDict):
     """`ladder.saturation`: the knee verdict (analysis.saturation Verdict.to_dict)."""
 
@@ -511,6 +557,7 @@ class Saturation(TypedDict):
     candidates: dict[str, float | None]  # offered load per rule
     offered_kind: str
     reason: str
+    knee_range: NotRequired[KneeRange | None]  # the knee's bracket; None: no knee
 
 
 class BurstRecovery(TypedDict):
@@ -558,6 +605,15 @@ class SlaSearch(TypedDict):
     seconds: float
 
 
+class LadderRefine(TypedDict):
+    """`ladder.refine`: the refine steps --refine allowed, ran, and why they ended."""
+
+    most: int  # --refine N
+    steps: int  # the refine steps run (after the ladder's own)
+    ended: str | None  # knee known, --refine N spent, no time left under -t ..., no knee to refine, ...
+    run_time: float | None  # -t in seconds: a refine step starts only if it ends by then
+
+
 class LadderDoc(TypedDict):
     """`ladder`: the ladder, its step windows, each step's results and the verdicts."""
 
@@ -569,6 +625,7 @@ class LadderDoc(TypedDict):
     cut_step: int | None
     burst: NotRequired[BurstRecovery | None]  # a burst ladder's (None: its steps did not all run)
     sla: NotRequired[SlaSearch]  # an SLA search's
+    refine: NotRequired[LadderRefine]  # with --refine N (N > 0)
 
 
 # ---- the server's and the GPU's /metrics, over the run and each step (analysis.server_metrics) ----
@@ -1012,6 +1069,7 @@ class Run(TypedDict):
     load: RunLoad
     name: str
     cache_reset: dict[str, Any] | None  # --reset-cache's before the load (runtime.cache_reset)
+    cache_state: NotRequired[CacheState]  # the prompt cache before the load (analysis.load_facts)
     started_at: float | None
     ended_at: float
     server: dict[str, Any]  # open: what the run learnt of the server while running (model, workload)
@@ -1099,6 +1157,8 @@ class PlanWorkload(TypedDict, total=False):
     max_in_flight: int
     max_prefill: int
     cancel: str
+    rate: str  # rate_curve (workload.rate_curve)
+    prefix_dist: str  # workload.prefix_dist
     sessions: PlanWorkloadSessions
     images: PlanWorkloadImages
     audio: PlanWorkloadAudio
@@ -1147,6 +1207,7 @@ class PlanLadder(TypedDict, total=False):
     warmup: float | str
     duration: float | str  # step_duration
     requests: int  # step_requests
+    refine: int  # the most refine steps around the knee
     stable: PlanLadderStable
     arrivals: str
     burstiness: float  # arrivals_burstiness

@@ -71,7 +71,8 @@ class SendPath:
             spec.headers = {**(spec.headers or {}), **session_headers(self.session_header_names, session)}
 
         def done(rec: RequestRecord) -> None:
-            rec.source, rec.session, rec.ideal_cached, rec.model = source, session, ideal, spec.model
+            rec.source, rec.session, rec.model = source, session, spec.model
+            rec.ideal_cached = ideal if ideal is not None else spec.ideal_cached
             rec.t_released = released
             if url is not None and router is not None:  # a URL is picked by the router only
                 rec.endpoint = url

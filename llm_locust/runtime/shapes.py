@@ -33,6 +33,7 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.analysis import refine
 from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
@@ -41,6 +42,7 @@ from llm_locust.report.schema import BurstRecovery, Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder_spec import EarlyStop, Ladder, Stable, parse_ladder
+from llm_locust.settings.units import run_time_seconds
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,14 @@ class LadderController:
     """Walks the ladder on the master (or local runner) and keeps each step's window."""
 
     def __init__(
-        self, env: Environment, ladder: Ladder, slos: dict[str, float], early: EarlyStop, request_timeout: float = 600.0
+        self,
+        env: Environment,
+        ladder: Ladder,
+        slos: dict[str, float],
+        early: EarlyStop,
+        request_timeout: float = 600.0,
+        refine: int = 0,
+        run_time: float | None = None,
     ) -> None:
         self.env = env
         self.ladder = ladder
@@ -116,6 +125,10 @@ class LadderController:
         self.probes: list[dict[str, Any]] = []  # the search's probes: step, level, met, broken
         self.sla: dict[str, Any] | None = None  # the search's conclusion
         self.burst_limit = 0.0  # a burst: --burst-recovery (0: recovering within the run passes)
+        self.refine = refine  # --refine: at most this many steps after the ladder's, around its knee
+        self.run_time = run_time  # -t: a refine step starts only if it ends by then (from the first step)
+        self.refining = False  # the ladder's own steps ran: the refine steps run, judged one by one
+        self.refine_end: str | None = None  # why the refinement ended
         self.precision_targets: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
         self.precision_pace: Any = None  # its checks' pace (runtime/precision_stop.py Pace)
 
@@ -149,11 +162,14 @@ class LadderController:
         if self.precision_targets and cur.precision is None and not self.ladder.profile:
             cur.precision = self._check(cur, now)  # judged at its end: not precise by then
         i = len(self.windows)
-        if self.search is not None:
+        if self.search is not None or self.refining:
             return self._end_probe(cur, now)
         reason = self.early.check(self.results(), self.slos) if not self.ladder.profile else None
         if reason or i >= len(self.ladder.levels):
             self.stop_reason = reason or "ladder complete"
+            if self._refine_level(now) is not None:  # around the knee: each step drained and judged first
+                self.refining = True
+                return self._end_probe(cur, now)
             return self._finish(cur, now)
         return self._next_step(i, now)
 
@@ -203,12 +219,15 @@ class LadderController:
             return self._users(cur.level)
         if not drained:
             log.warning(
-                "SLA probe %d: requests still in flight %.0f s after its window: judged without them",
+                "%s %d: requests still in flight %.0f s after its window: judged without them",
+                "SLA probe" if self.search is not None else "step",
                 cur.index,
                 now - (cur.ended or now),
             )
         self.judge_until = None
         cur.judged = now
+        if self.search is None:  # --refine: the next point inside the knee's bracket, or the end
+            return self._refine_next(cur, now)
         step = self.results()[-1]
         broken = self._broken(step)
         self.probes.append({"step": cur.index, "level": cur.level, "met": not broken, "broken": broken})
@@ -235,6 +254,53 @@ class LadderController:
             lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
             self.drain_until = now + self.request_timeout + lag
             log.info("SLA search over after %d probes: %s", len(self.probes), self.sla["reason"])
+            return self._drain(cur, now)
+        return self._next_step(len(self.windows), now, nxt)
+
+    # ---- --refine: points between the two loads around the knee (analysis.refine) ----
+
+    def _split(self, steps: list[StepResult]) -> tuple[list[StepResult], list[StepResult]]:
+        """(the ladder's own steps sorted by load, the refine steps in the order they ran)."""
+        n = len(self.ladder.levels)
+        own = sorted((s for s in steps if s.step <= n), key=lambda s: s.offered)
+        return own, [s for s in steps if s.step > n]
+
+    def _refine_level(self, now: float) -> float | None:
+        """The next refine point, or None (with the reason in refine_end): --refine spent, the
+        knee known, no knee to refine, or no time left under -t for a whole step."""
+        if self.refine <= 0 or self.ladder.profile or self.search is not None:
+            return None
+        steps = self.results()
+        own, refined = self._split(steps)
+        if not own or not steps[-1].ok:  # the server stopped answering: nothing to refine against
+            self.refine_end = "the last step had no successful request"
+            return None
+        kr = refine.knee_range(own, analyse(own, self.slos), refined)
+        level = refine.next_level(kr)
+        if level is None:
+            self.refine_end = "no knee to refine" if kr is None or not kr["refinable"] else "knee known"
+            return None
+        if len(refined) >= self.refine:
+            self.refine_end = f"--refine {self.refine} spent"
+            return None
+        st = self.ladder.stable
+        longest = self.ladder.duration + (st.max_extend if st else 0.0) + REPORT_LAG
+        if self.run_time is not None and now + longest > self.windows[0].started + self.run_time:
+            self.refine_end = f"no time left under -t {self.run_time:g}s for a {longest:g} s step"
+            return None
+        return level
+
+    def _refine_next(self, cur: StepWindow, now: float) -> tuple | None:
+        """A refine step (or the ladder's last) was judged: the next point, or the end of the run."""
+        nxt = self._refine_level(now)
+        if nxt is None:
+            log.info(
+                "knee refinement over after %d step(s): %s",
+                len(self.windows) - len(self.ladder.levels),
+                self.refine_end,
+            )
+            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            self.drain_until = now + self.request_timeout + lag  # its requests have finished: ends at once
             return self._drain(cur, now)
         return self._next_step(len(self.windows), now, nxt)
 
@@ -318,6 +384,14 @@ class LadderController:
         self.windows.append(w)
         if self.search is not None:
             log.info("SLA probe %d: %s %g", w.index, self.ladder.kind, level)
+        elif w.index > len(self.ladder.levels):
+            log.info(
+                "ladder refine step %d/%d: %s %g",
+                w.index - len(self.ladder.levels),
+                self.refine,
+                self.ladder.kind,
+                level,
+            )
         else:
             log.info("ladder step %d/%d: %s %g", w.index, len(self.ladder.levels), self.ladder.kind, level)
         if self.ladder.step_timing(w.index)[1] <= 0:
@@ -415,9 +489,10 @@ class LadderController:
         judged = [s for s in steps if s.step != cut_step]
         # a search's probes go up and down: the knee analysis reads them in load order
         # (a burst and a rate series go up and down by design: no knee)
-        verdict = (
-            analyse(sorted(judged, key=lambda s: s.offered), self.slos) if judged and not self.ladder.profile else None
-        )
+        own, refined = self._split(judged)
+        verdict = analyse(own, self.slos) if own and not self.ladder.profile else None
+        if verdict is not None:
+            refine.apply(verdict, own, refined)
         out: dict[str, Any] = {
             "ladder": self.ladder.to_dict(),
             "windows": [w.to_dict() for w in self.windows],
@@ -426,6 +501,7 @@ class LadderController:
             "stop_reason": (f"interrupted ({self.stop_reason})" if self.stop_reason else "interrupted")
             if cut
             else self.stop_reason,
+            **({"refine": self._refine_report()} if self.refine else {}),
             "cut_step": cut_step,
             "table": format_steps(judged, verdict, _by_step(server, judged), knee=not self.ladder.profile)
             if judged
@@ -455,6 +531,15 @@ class LadderController:
             out["sla"] = self._sla_report()
             out["table"] = (out["table"] + "\n" if out["table"] else "") + format_sla(out["sla"])
         return out
+
+    def _refine_report(self) -> dict[str, Any]:
+        """`ladder.refine`: the steps --refine allowed, those it ran, and why it ended."""
+        return {
+            "most": self.refine,
+            "steps": max(0, len(self.windows) - len(self.ladder.levels)),
+            "ended": self.refine_end,
+            "run_time": self.run_time,
+        }
 
     def _cut_facts(self) -> dict[str, Any]:
         """What the results say of the step an interruption cut: that it was cut, the seconds it
@@ -573,6 +658,8 @@ def install(env: Environment, settings) -> None:
         settings.slos,
         settings.early_stop_rule(),
         request_timeout=settings.request_timeout,
+        refine=settings.refine,
+        run_time=run_time_seconds(settings.run_time) if settings.run_time else None,
     )
     ctl.burst_limit = settings.burst_recovery
     ctl.precision_targets = dict(settings.precision)
@@ -584,7 +671,9 @@ def renew(env: Environment) -> None:
     ctl = controller(env)
     if ctl is None or not ctl.windows:
         return
-    fresh = run_context(env).ladder = LadderController(env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout)
+    fresh = run_context(env).ladder = LadderController(
+        env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout, refine=ctl.refine, run_time=ctl.run_time
+    )
     fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
     fresh.precision_targets = ctl.precision_targets
     log.info("new ladder run from step 1")

@@ -38,6 +38,9 @@ MAX_SIM_SLOTS = 10_000
 # typo (`-t 1e12s`, `-t 99999999h`) would hold the machine for ever (issue 35)
 MAX_SECONDS = 30 * 86_400.0
 
+# --refine: the knee's bracket halves with each refine step: 16 narrow any ladder's far below 1%
+MAX_REFINE = 16
+
 
 def max_local_workers(cores: int | None = None) -> int:
     """Local worker processes `llm-locust run --workers N` may start: twice the cores (at least 4).

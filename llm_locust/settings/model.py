@@ -33,6 +33,9 @@ from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, Pl
 from llm_locust.settings.units import _suggest, bare_seconds, check_bound, run_time_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
+from llm_locust.workload.prefix_dist import parse_prefix_dist
+from llm_locust.workload.rate_curve import parse_rate_curve
+from llm_locust.workload.synth import parse_spec_text
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
@@ -207,8 +210,6 @@ def _synthetic(v: Any) -> Any:
     same workload always reads the same."""
     from dataclasses import asdict
 
-    from llm_locust.workload.synth import parse_spec_text
-
     if isinstance(v, dict):
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in v.items() if x is not None)
     if isinstance(v, str) and v:
@@ -222,6 +223,20 @@ def _synthetic(v: Any) -> Any:
         items = {k: x for k, x in asdict(spec).items() if k != "burstiness" or x != 1.0}  # 1: Poisson, as before
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in items.items())
     return v
+
+
+def _rate_curve(v: Any) -> Any:
+    """--rate as its one written form (workload.rate_curve), or "" for none; bad text is refused."""
+    if v is None or v == "":
+        return ""
+    return parse_rate_curve(_text(v)).text
+
+
+def _prefix_dist(v: Any) -> Any:
+    """--prefix-dist as its one written form (workload.prefix_dist), or "" for none."""
+    if v is None or v == "":
+        return ""
+    return parse_prefix_dist(_text(v)).text
 
 
 def _cancel(v: Any) -> Any:
@@ -821,6 +836,28 @@ class Settings(BaseModel):
             plan="workload.cancel",
         ),
     ] = ""
+    rate_curve: Annotated[
+        Text,
+        BeforeValidator(_rate_curve),
+        Opt(
+            "workload",
+            "open loop: a synthetic workload's arrival rate as a curve of time, e.g. "
+            "sine:mean=8,amp=4,period=60s, ramp:from=1,to=10,over=60s or file:RATES.csv (t,rate rows) "
+            "(implies --replay; docs/load-shapes.md, Rate curves)",
+            plan="workload.rate",
+            flag="--rate",
+        ),
+    ] = ""
+    prefix_dist: Annotated[
+        Text,
+        BeforeValidator(_prefix_dist),
+        Opt(
+            "workload",
+            "a synthetic workload's prefixes (prefix_tokens=N long) drawn from a pool by a popularity law: "
+            "zipf:S[:POOL] or bimodal:HOT:SHARE[:POOL] (pool 100 by default; docs/prompts.md, Prefix popularity)",
+            plan="workload.prefix_dist",
+        ),
+    ] = ""
     max_idle: Annotated[
         Seconds,
         Field(ge=0),
@@ -1107,6 +1144,16 @@ class Settings(BaseModel):
             "ladder",
             "ladder: end a step's measurement after this many requests (0: on time only)",
             plan="ladder.requests",
+        ),
+    ] = 0
+    refine: Annotated[
+        int,
+        Field(ge=0, le=sizes.MAX_REFINE),
+        Opt(
+            "ladder",
+            "ladder: after its steps, at most this many more between the two loads around the knee, until the "
+            "knee's load is known within 10% (1 user on a concurrency ladder) (0: off; docs/verdicts.md)",
+            plan="ladder.refine",
         ),
     ] = 0
     stable_window: Annotated[
@@ -1407,8 +1454,9 @@ class Settings(BaseModel):
         Text,
         Opt(
             "repeat",
-            "with --repeat N >= 2: compare the combined results with this baseline results file (compare's "
-            "regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
+            "compare this run's results (with --repeat N >= 2: the combined results) with this baseline "
+            "results file (compare's regression gate, by the 95% intervals) and exit 1 when a figure worsens "
+            "beyond noise and --tolerance",
             plan="repeat.baseline",
             path="in",
             run_only=True,
@@ -1668,8 +1716,6 @@ class Settings(BaseModel):
             if self.trace:
                 return []
             return [("prefix_hit", "shapes the prompts of a synthetic workload: give --synthetic input=N,...")]
-        from llm_locust.workload.synth import parse_spec_text
-
         spec = parse_spec_text(self.synthetic)
         if not str(spec.input).strip().isdigit():
             return [("prefix_hit", f"needs one input length (input=N), not {spec.input!r}: R x N tokens are shared")]
@@ -1700,23 +1746,38 @@ class Settings(BaseModel):
                 return [("precision", "a burst's or a rate series' steps last exactly as written: drop --precision")]
         return []
 
+    def _prefix_dist_problems(self) -> list[tuple[str, str]]:
+        """--prefix-dist draws a synthetic workload's prefixes: they need a length."""
+        if not self.prefix_dist:
+            return []
+        if not self.synthetic or not parse_spec_text(self.synthetic).prefix_tokens:
+            return [("prefix_dist", "draws a synthetic workload's prefixes: give --synthetic ...,prefix_tokens=N")]
+        if self.prefix_hit:
+            return [("prefix_dist", "one prefix law at a time: --prefix-hit shares one prefix, not with --prefix-dist")]
+        return []
+
+    def _rate_curve_problems(self) -> list[tuple[str, str]]:
+        """--rate shapes a synthetic workload's arrivals, once, in an open loop of its own."""
+        if not self.rate_curve:
+            return []
+        if not self.synthetic:
+            return [("rate_curve", "a rate curve shapes a synthetic workload's arrivals: give --synthetic too")]
+        if parse_spec_text(self.synthetic).rate > 0:
+            return [("rate_curve", "give the rate once: --rate, or the synthetic workload's rate=, not both")]
+        if self.ladder:
+            return [("rate_curve", "a ladder sets its own load per step: not with --rate")]
+        return []
+
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
-        problems = self._warmup_problems() + self._prefix_hit_problems() + self._precision_problems()
+        problems = self._warmup_problems() + self._prefix_hit_problems() + self._rate_curve_problems()
+        problems += self._prefix_dist_problems() + self._precision_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
             problems.append(("prefill_gpus", "disaggregated serving needs both --prefill-gpus and --decode-gpus"))
         if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
             problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
-        if self.baseline and self.repeat < 2:
-            problems.append(
-                (
-                    "baseline",
-                    f"a regression check against a baseline needs intervals: give --repeat N with N >= 2 "
-                    f"(repeat.count), not {self.repeat}",
-                )
-            )
         if self.tolerance != "5%" and not self.baseline:
             problems.append(("tolerance", "only used with --baseline (repeat.baseline)"))
         if self.junit and self.repeat > 1 and not self.baseline:
@@ -1730,6 +1791,7 @@ class Settings(BaseModel):
         problems += self._arrival_problems()
         problems += self._cache_reset_problems()
         problems += self._cancel_problems()
+        problems += self._refine_problems()
         if self.ladder:
             ld = parse_ladder(self.ladder)
             window = self.step_duration - self.warmup
@@ -1792,6 +1854,22 @@ class Settings(BaseModel):
                     "concurrency:...); for one run use --reset-cache repeat",
                 )
             ]
+        return []
+
+    def _refine_problems(self) -> list[tuple[str, str]]:
+        """--refine adds steps around a ladder's knee: a plain ladder's (not a search, a burst or a series)."""
+        if not self.refine:
+            return []
+        ld = parse_ladder(self.ladder) if self.ladder else None
+        if ld is None:
+            return [("refine", "refines the knee of a ladder: give --ladder (e.g. --ladder concurrency:1..32)")]
+        if ld.search is not None or ld.profile:
+            what = (
+                "an SLA search chooses its own loads"
+                if ld.search is not None
+                else "a burst or a rate series has no knee"
+            )
+            return [("refine", f"not with --ladder {self.ladder}: {what}")]
         return []
 
     def _cancel_problems(self) -> list[tuple[str, str]]:

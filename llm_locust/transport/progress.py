@@ -184,6 +184,8 @@ class Progress:
             return None, None, None
         w = ctl.windows[-1]
         n = "" if ctl.search is not None else f"/{len(ctl.ladder.levels)}"
+        if ctl.search is None and w.index > len(ctl.ladder.levels):  # --refine: a point around the knee
+            n = f" (refine {w.index - len(ctl.ladder.levels)}/{getattr(ctl, 'refine', 0)})"
         phase = "warm-up" if w.measured_from is None else "measuring"
         return f"step {w.index}{n} ({ctl.ladder.kind} {w.level:g})", phase, ctl.ladder.planned_time()[0]
 

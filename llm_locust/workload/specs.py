@@ -29,6 +29,7 @@ from typing import Any
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload.audio import AudioMaker, audio_part
 from llm_locust.workload.images import ImageMaker, content_parts, file_data_url, parse_size
+from llm_locust.workload.sessions import IdealCache
 from llm_locust.workload.trace_record import TraceRecord
 
 DEFAULT_MAX_TOKENS = 128
@@ -41,6 +42,7 @@ class SpecBuilder:
         self.prompts = prompts
         self.chat = chat
         self.sends = 0  # --prefix-hit: the sends of this process, to give each its own blocks
+        self.ideal = IdealCache()  # a trace's prefix blocks: what an unbounded cache would serve, per process
         s = settings
         self.n_images = int(getattr(s, "images", 0) or 0)
         self.image_size = parse_size(getattr(s, "image_size", "") or "512x512")
@@ -90,18 +92,21 @@ class SpecBuilder:
     def spec(self, entry: TraceRecord, model: str | None, history: list[dict[str, Any]] | None = None) -> RequestSpec:
         """The request for `entry`; `history`: earlier turns of its conversation (chat messages)."""
         prompt, messages = entry.prompt, entry.messages
+        ideal = None
         if self.is_overlong(entry):  # a synthetic prompt of --overlong-tokens in its place, noted for the record
             built = self.prompts.build(int(self.settings.overlong_tokens) or 1, key=f"overlong:{entry.source}")
             prompt, messages, history = built.text, built.messages, None
             _note_overlong(entry.source)
         if prompt is None and messages is None:
+            hash_ids, block_size = self._hash_ids(entry), getattr(entry, "block_size", None)
             built = self.prompts.build(
                 entry.input_tokens or 1,
-                hash_ids=self._hash_ids(entry),
-                block_size=getattr(entry, "block_size", None),
+                hash_ids=hash_ids,
+                block_size=block_size,
                 key=entry.source or None,  # same record -> same text, on whichever worker sends it
             )
             prompt, messages = built.text, built.messages
+            ideal = self._ideal(hash_ids, block_size, entry.input_tokens)
         if history:
             if messages is None:
                 messages = [{"role": "user", "content": prompt or ""}]
@@ -125,7 +130,18 @@ class SpecBuilder:
             force_length=s.force_length,
             continuous_usage=s.continuous_usage,
             extra_body=dict(self.extra_body) if self.extra_body else {},
+            ideal_cached=ideal,
         )
+
+    def _ideal(self, hash_ids: list | None, block_size: int | None, tokens: int | None) -> int | None:
+        """The prompt tokens an unbounded cache would serve this send, from its prefix blocks in
+        the order this process sends them; None without blocks, or with --prefix-hit (its own
+        check: the target against the server's counters)."""
+        if getattr(self.settings, "prefix_hit", 0):
+            return None
+        if not hash_ids or not block_size or not tokens:
+            return None
+        return self.ideal.blocks(tuple(hash_ids), block_size, tokens)
 
     def _with_audio(self, prompt: str | None, messages: list[dict[str, Any]] | None, media: tuple[int, int, int, int]):
         """(messages, media): --audio N clips added to the last user message as input_audio parts."""

@@ -20,12 +20,15 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem, interval_draw
+from llm_locust.workload.prefix_dist import PrefixDist, law_line, parse_prefix_dist
+from llm_locust.workload.rate_curve import RateCurve, curve_times, parse_rate_curve
 
 PROG = "llm-locust trace synth"
 Sampler = Callable[[random.Random], int]
@@ -86,7 +89,11 @@ class SynthSpec:
     burstiness: float = 1.0  # gamma's shape: 1 = Poisson, < 1 burstier, > 1 smoother
 
 
-def generate(spec: SynthSpec) -> list[dict]:
+def generate(spec: SynthSpec, curve: RateCurve | None = None, prefix_dist: PrefixDist | None = None) -> list[dict]:
+    """The workload's rows; with a rate curve (workload.rate_curve), its arrivals follow the
+    curve (spec.rate unused), drawn as spec.arrivals on the curve's time scale; with a prefix
+    law (workload.prefix_dist), each prompt's first block (prefix_tokens) is one of the law's
+    pool, drawn by its popularity, the rest its own."""
     if spec.requests < 1:
         raise ValueError("requests must be >= 1")
     problem = arrival_problem(spec.arrivals, spec.burstiness)
@@ -97,28 +104,49 @@ def generate(spec: SynthSpec) -> list[dict]:
     rng = random.Random(spec.seed)
     draw_in = parse_dist(spec.input, "input_tokens")
     draw_out = parse_dist(spec.output, "output_tokens")
-    gap = interval_draw(spec.arrivals, spec.rate, spec.burstiness, rng) if spec.rate > 0 else None
-    t, next_block = 0.0, 1
+    gap = interval_draw(spec.arrivals, spec.rate, spec.burstiness, rng) if spec.rate > 0 and curve is None else None
+    times = (
+        curve_times(curve, spec.requests, spec.arrivals, spec.burstiness, random.Random(spec.seed + 1))
+        if curve
+        else None
+    )
+    if prefix_dist is not None and not spec.prefix_tokens:
+        raise ValueError(f"a prefix law ({prefix_dist.text}) needs prefix_tokens=N: the prefixes' length")
+    prefix = prefix_dist.sampler(random.Random(spec.seed + 2)) if prefix_dist is not None else None
+    t, next_block = 0.0, prefix_dist.pool if prefix_dist is not None else 1  # own blocks after the pool's ids
     rows = []
-    for i in range(spec.requests):
-        if gap is not None and i:
+    for i in range(spec.requests if times is None else len(times)):
+        if times is not None:
+            t = times[i]
+        elif gap is not None and i:
             t += gap()
         row: dict[str, Any] = {"timestamp": round(t, 6), "input_tokens": draw_in(rng), "output_tokens": draw_out(rng)}
         if spec.prefix_tokens:
             n_blocks = math.ceil(row["input_tokens"] / spec.prefix_tokens)
-            row["hash_ids"] = [0] + list(range(next_block, next_block + n_blocks - 1))
+            row["hash_ids"] = [prefix() if prefix else 0] + list(range(next_block, next_block + n_blocks - 1))
             row["block_size"] = spec.prefix_tokens
             next_block += n_blocks - 1
         rows.append(row)
     return rows
 
 
-def write(rows: list[dict], path: str | Path, spec: SynthSpec | None = None) -> None:
+def write(
+    rows: list[dict],
+    path: str | Path,
+    spec: SynthSpec | None = None,
+    curve: RateCurve | None = None,
+    prefix_dist: PrefixDist | None = None,
+) -> None:
     with open(path, "wb") as f:
         for row in rows:
             f.write(orjson.dumps(row) + b"\n")
     if spec is not None:  # the recipe beside the trace, so it can be made again
-        Path(f"{path}.spec.json").write_bytes(orjson.dumps(asdict(spec), option=orjson.OPT_INDENT_2))
+        recipe: dict[str, Any] = asdict(spec)
+        if curve is not None:
+            recipe["rate_curve"] = curve.text
+        if prefix_dist is not None:
+            recipe["prefix_dist"] = prefix_dist.text
+        Path(f"{path}.spec.json").write_bytes(orjson.dumps(recipe, option=orjson.OPT_INDENT_2))
 
 
 def parse_spec_text(text: str) -> SynthSpec:
@@ -152,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--input", default="512", help="input length distribution")
     p.add_argument("--output", default="128", help="output length distribution")
-    p.add_argument("--rate", type=float, default=0.0, help="arrivals per second (0: all at 0)")
+    p.add_argument(
+        "--rate",
+        default="0",
+        help="arrivals per second (0: all at 0), or a curve: sine:mean=8,amp=4,period=60s, ramp:from=1,to=10,over=60s, "
+        "file:RATES.csv (docs/load-shapes.md, Rate curves)",
+    )
     p.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
     p.add_argument(
         "--burstiness",
@@ -161,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         help="gamma arrivals' shape (vLLM's --burstiness): 1 = Poisson, below 1 burstier, above 1 smoother",
     )
     p.add_argument("--prefix-tokens", type=int, default=0, help="shared prefix (system prompt) length")
+    p.add_argument(
+        "--prefix-dist",
+        default="",
+        help="with --prefix-tokens: prefixes drawn from a pool by a popularity law, zipf:S[:POOL] or "
+        "bimodal:HOT:SHARE[:POOL] (docs/prompts.md, Prefix popularity)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="trace file to write (our JSONL)")
     p.add_argument("--force", action="store_true", help="overwrite --out when it exists and is not empty")
@@ -168,16 +207,23 @@ def main(argv: list[str] | None = None) -> int:
         a = p.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
-    spec = SynthSpec(a.requests, a.input, a.output, a.rate, a.arrivals, a.prefix_tokens, a.seed, a.burstiness)
     try:
-        rows = generate(spec)
+        curve = parse_rate_curve(a.rate)
+        constant_rate = curve.text if ":" not in curve.text else ""
+        rate = float(constant_rate) if constant_rate else 0.0
+        spec = SynthSpec(a.requests, a.input, a.output, rate, a.arrivals, a.prefix_tokens, a.seed, a.burstiness)
+        law = parse_prefix_dist(a.prefix_dist) if a.prefix_dist else None
+        rows = generate(spec, None if constant_rate else curve, law)
     except (ValueError, OSError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     from llm_locust.workload.output import write_out
 
-    rc = write_out(write, rows, a.out, spec, a.force, PROG)
+    writer = partial(write, curve=None if constant_rate else curve, prefix_dist=law)
+    rc = write_out(writer, rows, a.out, spec, a.force, PROG)
     if rc:
         return rc
     print(f"wrote {len(rows)} requests to {a.out} (recipe in {a.out}.spec.json)")
+    if law is not None:
+        print(law_line(law, len(rows)))
     return 0

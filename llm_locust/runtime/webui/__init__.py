@@ -194,6 +194,7 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | 
             done=ctl.done,
             stop_reason=ctl.stop_reason,
             slos=dict(ctl.slos),
+            refine_from=len(ld.levels) + 1 if ctl.refine and ctl.search is None else 0,
         )
     opts = environment.parsed_options
     control = {

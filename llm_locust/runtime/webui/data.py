@@ -126,6 +126,7 @@ class LadderInputs:
     done: bool
     stop_reason: str | None
     slos: dict[str, float]
+    refine_from: int = 0  # --refine: the first refine step's index (its verdict: the ladder's own steps'); 0: none
 
 
 @dataclass
@@ -424,9 +425,15 @@ class LiveView:
         key = (tuple((r.step, r.sent, r.ok, r.failed) for r in finished), ld.done)
         if key == self._verdict_key:
             return self._verdict
+        from llm_locust.analysis import refine
         from llm_locust.analysis.saturation import MIN_STEPS, analyse
 
-        v = analyse(finished, ld.slos)
+        if ld.refine_from:  # as the results' verdict: the ladder's own steps, narrowed by the refine steps
+            own = sorted((r for r in finished if r.step < ld.refine_from), key=lambda r: r.offered)
+            v = analyse(own, ld.slos) if own else analyse(finished, ld.slos)
+            refine.apply(v, own, [r for r in finished if r.step >= ld.refine_from])
+        else:
+            v = analyse(finished, ld.slos)
         sat = v.saturation
         self._verdict_key = key
         self._verdict = {
