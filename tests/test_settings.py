@@ -180,6 +180,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "rate_curve": ("sine:mean=8,amp=4,period=60s", {"synthetic": "requests=10,input=64,output=4"}),
         "prefix_dist": ("zipf:1.1:100", {"synthetic": "requests=10,input=64,output=4,prefix_tokens=32"}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
+        "precision": ({"ttft.p99": 0.02, "output_tokens_per_s": 0.05}, {}),
         "progress_interval": (5.0, {}),
         "locust_stats": (True, {}),
         "web_origins": ("https://loadtest.example.org", {}),

@@ -15,6 +15,7 @@ length keeps between MAX_BLOCKS/2 and MAX_BLOCKS blocks.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any, cast
 
 from llm_locust.analysis.intervals import (
@@ -65,10 +66,11 @@ class Block:
         key = bucket_high(us, BITS[metric])
         h[key] = h.get(key, 0) + count
 
-    def add(self, other: Block) -> None:
+    def add(self, other: Block, metrics: Collection[str] = METRICS) -> None:
+        """`other` added in: its counts, and its histograms and sums of `metrics`."""
         for i, n in enumerate(other.counts):
             self.counts[i] += n
-        for m in METRICS:
+        for m in metrics:
             mine = self.hist[m]
             for k, n in other.hist[m].items():
                 mine[k] = mine.get(k, 0) + n
@@ -183,10 +185,12 @@ class Blocks:
         while len(self.blocks) > MAX_BLOCKS:
             self._widen(self.level + 1)
 
-    def batches(self, start: float, end: float, min_seconds: float = 0.0) -> tuple[list[Block], list[float]]:
+    def batches(
+        self, start: float, end: float, min_seconds: float = 0.0, metrics: Collection[str] = METRICS
+    ) -> tuple[list[Block], list[float]]:
         """The window [start, end) cut into at most MAX_BATCHES batches of consecutive blocks
-        (empty ones included), each at least `min_seconds` long: each batch's merged Block and its
-        seconds within the window."""
+        (empty ones included), each at least `min_seconds` long: each batch's merged Block (its
+        counts, and the histograms of `metrics`) and its seconds within the window."""
         w = self.width
         first, last = math.floor(start / w), math.floor(end / w)
         n = last - first + 1
@@ -195,13 +199,14 @@ class Blocks:
         out = [Block() for _ in starts]
         for i, block in self.blocks.items():  # the blocks held (at most MAX_BLOCKS), not every index
             if first <= i <= last:  # of the window: a window of years is as cheap as one of seconds
-                out[(i - first) // per].add(block)
+                out[(i - first) // per].add(block, metrics)
         seconds = [max(min(end, (g + per) * w) - max(start, g * w), 0.0) for g in starts]
         return out, seconds
 
-    def intervals(self, start: float | None, end: float | None) -> Intervals | None:
+    def intervals(self, start: float | None, end: float | None, metrics: Collection[str] = METRICS) -> Intervals | None:
         """The 95% intervals of the window's figures (results `intervals`, docs/results.md); None
-        without a window."""
+        without a window. `metrics`: the latency metrics computed (all of them but where a reader
+        needs only some: a --precision check, runtime/precision_stop.py), the rates always."""
         if start is None or end is None or end <= start:
             return None
         # a batch spans at least twice the mean E2E: requests are correlated with those they
@@ -209,9 +214,9 @@ class Blocks:
         # longer than that correlation
         ok = sum(sum(b.hist["e2e"].values()) for b in self.blocks.values())
         mean_e2e = sum(b.sums["e2e"] for b in self.blocks.values()) / ok / 1e6 if ok else 0.0
-        batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e)
+        batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e, metrics)
         latency: dict[str, dict[str, Any]] = {}
-        for m in METRICS:
+        for m in metrics:
             figs = {
                 "mean": mean_interval([b.sums[m] / 1e6 for b in batches], [sum(b.hist[m].values()) for b in batches])
             }

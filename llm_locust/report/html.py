@@ -964,6 +964,7 @@ def section_summary(r: ResultsDoc) -> H:
         ),
         ("client", _client_text(s["client"])),
         *([("warm-up (not in these figures)", _warmup_text(warmup))] if warmup else []),
+        *([("precision targets (--precision)", _precision_text(r))] if r.get("precision") else []),
     ]
     out += ["<h3>Requests and throughput</h3>", kv_table(facts, id="run-facts")]
     out.append(section_phases(s, r["steps"]))
@@ -971,6 +972,13 @@ def section_summary(r: ResultsDoc) -> H:
     out.append(section_groups(s))
     out.append(section_failures(s))
     return H("".join(out))
+
+
+def _precision_text(r: ResultsDoc) -> str:
+    """--precision's targets met or not, the run's or each step's (docs/load-shapes.md)."""
+    from llm_locust.report.precision import target_text_line
+
+    return target_text_line(r.get("precision") or {})
 
 
 def section_phases(s: Figures, steps: list[Step]) -> H:

@@ -27,6 +27,7 @@ from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
 from llm_locust.report.accounting import count_problems
+from llm_locust.report.precision import target_lines
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, mixed_loads, plain
 from llm_locust.report.schema import (
@@ -39,6 +40,7 @@ from llm_locust.report.schema import (
     MetricsWindow,
     MetricsWindows,
     Plan,
+    Precision,
     PrefixHit,
     ResultsDoc,
     Run,
@@ -100,6 +102,7 @@ class Ended:
     interruption: Interruption | None = None
     stopped_early: str | None = None  # the fail-fast's reason
     slo_attainment: float = SLO_ATTAINMENT
+    precision: Precision | None = None  # --precision's targets and checks (runtime/precision_stop.py)
 
 
 @dataclass
@@ -495,6 +498,7 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     blocks.append(efficiency_table(p.efficiency) if p.efficiency is not None else "")
     blocks.append(verdicts_table(p.verdicts))
     blocks.append(_stability_text(e, p))
+    blocks.append("\n".join(target_lines(e.precision)))
     return blocks
 
 
@@ -553,6 +557,8 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     if p.stability:
         results["stability"] = p.stability
     results["plan"] = e.plan
+    if e.precision is not None:
+        results["precision"] = e.precision
     if e.ladder is not None:
         # the controller's report (runtime.shapes, untyped there) less its printed table: a LadderDoc
         results["ladder"] = cast(LadderDoc, {k: v for k, v in e.ladder.items() if k != "table"})

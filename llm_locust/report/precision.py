@@ -72,3 +72,36 @@ def precision_lines(fig: Figures) -> list[str]:
     if rates:
         lines.append("  " + ", ".join(rates))
     return [*lines, ""]
+
+
+def target_lines(doc: Mapping[str, Any] | None) -> list[str]:
+    """--precision's lines (results `precision`): each target met or NOT MET, with the run's or
+    each step's relative half-widths beside their targets."""
+    if not doc:
+        return []
+    from llm_locust.analysis.precision_targets import target_text
+
+    checks = doc.get("checks") or []
+    ladder = any(c.get("step") is not None for c in checks)
+    head = "precision targets " + ("met" if doc.get("met") else "NOT MET")
+    if ladder:
+        missed = [str(c["step"]) for c in checks if not c["met"]]
+        head += f" in step {', '.join(missed)}" if missed else " in every step"
+    lines = [head + ":"]
+    for c in checks:
+        where = f"step {c['step']}: " if ladder else ""
+        if c["met"] and c.get("stopped"):
+            how = f"met after {c['seconds']:.1f} s, {'the step' if ladder else 'the run'} stopped early"
+        elif c["met"]:
+            how = f"met at the end, {c['seconds']:.1f} s"
+        else:
+            how = f"NOT MET by the end ({'the step' if ladder else '-t'}), {c['seconds']:.1f} s"
+        figs = ", ".join(target_text(name, f) for name, f in c["figures"].items())
+        lines.append(f"  {where}{how} ({c['requests']} requests): {figs}")
+    return lines
+
+
+def target_text_line(doc: Mapping[str, Any]) -> str:
+    """target_lines in one line (the HTML report's facts): "met: met after 20.1 s, ...; ..."."""
+    head, *rest = target_lines(doc)
+    return head.removeprefix("precision targets ").rstrip(":") + ": " + "; ".join(line.strip() for line in rest)

@@ -219,6 +219,36 @@ class Intervals(TypedDict):
     rates: dict[str, FigureInterval]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": ...}
 
 
+class PrecisionFigure(TypedDict):
+    """One --precision target: the relative half-width asked and the interval's (analysis.precision_targets)."""
+
+    target: float  # 0.02: "ttft.p99=2%"
+    rel: float | None  # the 95% interval's half-width over the figure when judged; None: it had none
+    met: bool
+    reason: NotRequired[str]  # why it is not met without a figure: no interval yet, too few time blocks
+
+
+class PrecisionCheck(TypedDict):
+    """The run's or one ladder step's --precision judgement: at the stop, or at the end of its time."""
+
+    step: int | None  # the ladder step; None: the run
+    met: bool  # every target met
+    stopped: bool  # ended by the targets, before -t or the step's maximum duration
+    seconds: float  # measured seconds when judged
+    requests: int  # the ok requests the intervals came from (on a master: every worker's, merged)
+    blocks: int  # the time blocks of the batch means
+    until: float | None  # the judged window's end (unix s): on a master, where every worker's figures were in
+    figures: dict[str, PrecisionFigure]  # {"ttft.p99" | "output_tokens_per_s" | ...: ...}
+
+
+class Precision(TypedDict):
+    """`precision`: stop when precise (--precision, docs/load-shapes.md)."""
+
+    targets: dict[str, float]  # {figure: relative half-width}
+    met: bool  # every target met, in the run or in every step of a ladder
+    checks: list[PrecisionCheck]  # one for a run, one per step of a ladder
+
+
 class Figures(TypedDict):
     """A window's figures (`metrics.aggregate.figures`): the run's `summary`, each of `steps[]`."""
 
@@ -1323,6 +1353,7 @@ class Plan(TypedDict, total=False):
     repeat: PlanRepeat
     slos: dict[str, float | str]  # slo: {name: limit}, latency in seconds ("Ns" text when large)
     slo_attainment: float
+    precision: dict[str, float]  # {figure: relative half-width}
     name: str
     outputs: PlanOutputs
     mlflow: PlanMlflow
@@ -1368,6 +1399,7 @@ class ResultsDoc(TypedDict):
     repeats: NotRequired[Repeats]  # in a combined file
     # a section whose counts do not add up (report.accounting): a bug of the counting, one line each
     count_problems: NotRequired[list[str]]
+    precision: NotRequired[Precision]  # --precision's targets and whether they were met
     _path: NotRequired[str]  # added by read_results, never written
 
 

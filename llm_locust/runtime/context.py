@@ -57,6 +57,7 @@ class RunContext:
     live_view: Any = None  # the web UI's /llm view: runtime/webui/data.py LiveView
     run_clock: Any = None  # the web UI's run clock (runtime/webui)
     prometheus: Any = None  # the exporter's registry (runtime/exporter.py)
+    precision: Any = None  # --precision's judge of a run (not a ladder): runtime/precision_stop.py Watch
     _settings: Settings | None = None
 
     @property

@@ -26,7 +26,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
-from llm_locust.report.schema import Figures, Plan, Worker, WorkerClock
+from llm_locust.report.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
@@ -234,6 +234,9 @@ def _init_runner(environment, h: MetricsHub) -> None:
     from llm_locust.runtime import failfast
 
     stopped_early = failfast.install(environment, settings)
+    from llm_locust.runtime import precision_stop as precision
+
+    precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
     from llm_locust.runtime.webui import guard
@@ -466,6 +469,7 @@ class _EndOfRun:
             interruption=self.stopper.interruption,
             stopped_early=self.stopped_early(),
             slo_attainment=s.slo_attainment,
+            precision=_precision_report(env),
         )
 
     def write(self, out: outcome.Outcome) -> bool:
@@ -549,6 +553,13 @@ def _cache_state(environment) -> dict[str, str]:
     run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
     reset = getattr(run_context(environment).cache_reset, "run", None)
     return cache_state(reset, bool(run_only.get("sim_started")), first)
+
+
+def _precision_report(environment) -> Precision | None:
+    """--precision's targets and whether they were met (runtime/precision_stop.py)."""
+    from llm_locust.runtime import precision_stop as precision
+
+    return precision.report(environment)
 
 
 def _baseline_summary(settings) -> Figures | None:

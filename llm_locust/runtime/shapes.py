@@ -38,7 +38,7 @@ from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.report.schema import BurstRecovery
+from llm_locust.report.schema import BurstRecovery, Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.settings.ladder_spec import EarlyStop, Ladder, Stable, parse_ladder
@@ -61,6 +61,7 @@ class StepWindow:
     extended: float = 0.0
     judged: float | None = None  # an SLA probe: when its requests had finished and it was judged
     cache_reset: dict[str, Any] | None = None  # --reset-cache: the reset before this step (runtime/cache_reset.py)
+    precision: PrecisionCheck | None = None  # --precision: the check that ended it, or the one at its end
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +129,8 @@ class LadderController:
         self.run_time = run_time  # -t: a refine step starts only if it ends by then (from the first step)
         self.refining = False  # the ladder's own steps ran: the refine steps run, judged one by one
         self.refine_end: str | None = None  # why the refinement ended
+        self.precision_targets: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
+        self.precision_pace: Any = None  # its checks' pace (runtime/precision_stop.py Pace)
 
     # ---- the walk ----
 
@@ -156,6 +159,8 @@ class LadderController:
         if not self._step_over(cur, now):
             return self._users(cur.level)
         cur.ended = now
+        if self.precision_targets and cur.precision is None and not self.ladder.profile:
+            cur.precision = self._check(cur, now)  # judged at its end: not precise by then
         i = len(self.windows)
         if self.search is not None or self.refining:
             return self._end_probe(cur, now)
@@ -325,6 +330,8 @@ class LadderController:
         planned_end = cur.started + ld.step_timing(cur.index)[0] + cur.extended
         if ld.requests and not ld.profile and self._finished(cur.index) >= ld.requests:
             return True
+        if self.precision_targets and not ld.profile and self._precise(cur, now):
+            return True
         if now < planned_end:
             return False
         st = ld.stable if not ld.profile else None  # a burst's or a series' steps last exactly as planned
@@ -333,6 +340,41 @@ class LadderController:
             log.info("step %d extended by %gs: throughput not yet stable", cur.index, st.window)
             return False
         return True
+
+    def _check(self, cur: StepWindow, now: float) -> PrecisionCheck:
+        """The step's figures so far judged against --precision (runtime/precision_stop.py)."""
+        from llm_locust.runtime.precision_stop import Pace, merged_until
+
+        if self.precision_pace is None:
+            self.precision_pace = Pace()
+        agg = hub(self.env).steps.get(cur.index) or Aggregate()
+        seconds = now - (cur.measured_from or now)
+        return self.precision_pace.check(agg, self.precision_targets, seconds, cur.index, merged_until(self.env))
+
+    def _precise(self, cur: StepWindow, now: float) -> bool:
+        """--precision: the step ends (before its duration) once every target is met, judged at
+        most once a second (or less often: Pace)."""
+        if self.precision_pace is not None and not self.precision_pace.due():
+            return False
+        c = self._check(cur, now)
+        if not c["met"]:
+            return False
+        c["stopped"] = True
+        cur.precision = c
+        from llm_locust.runtime.precision_stop import met_text
+
+        log.info("step %d precise after %.1f s: %s", cur.index, c["seconds"], met_text(c))
+        return True
+
+    def precision_report(self) -> Precision | None:
+        """The results' `precision`: each step's check (one not judged yet, cut by an interruption,
+        judged on its figures so far). None without --precision, or for a burst or a rate series."""
+        if not self.precision_targets or self.ladder.profile:
+            return None
+        now = time.time()
+        checks = [w.precision or self._check(w, w.ended or now) for w in self.windows if w.measured_from is not None]
+        met = bool(checks) and all(c["met"] for c in checks)
+        return {"targets": dict(self.precision_targets), "met": met, "checks": checks}
 
     def _start_step(self, i: int, now: float, level: float | None = None) -> None:
         level = self.ladder.levels[i] if level is None else level
@@ -620,6 +662,7 @@ def install(env: Environment, settings) -> None:
         run_time=run_time_seconds(settings.run_time) if settings.run_time else None,
     )
     ctl.burst_limit = settings.burst_recovery
+    ctl.precision_targets = dict(settings.precision)
 
 
 def renew(env: Environment) -> None:
@@ -632,6 +675,7 @@ def renew(env: Environment) -> None:
         env, ctl.ladder, ctl.slos, ctl.early, ctl.request_timeout, refine=ctl.refine, run_time=ctl.run_time
     )
     fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
+    fresh.precision_targets = ctl.precision_targets
     log.info("new ladder run from step 1")
 
 

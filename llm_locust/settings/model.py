@@ -179,6 +179,13 @@ def parse_slos(value: Any) -> dict[str, float]:
     return out
 
 
+def _precision(value: Any) -> dict[str, float]:
+    """--precision's targets (analysis.precision_targets.parse_targets)."""
+    from llm_locust.analysis.precision_targets import parse_targets
+
+    return parse_targets(value)
+
+
 def _slo_examples() -> list[str]:
     from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES
     from llm_locust.metrics.aggregate import SLO_METRICS
@@ -1497,6 +1504,17 @@ class Settings(BaseModel):
             plan="slo_attainment",
         ),
     ] = 0.95
+    precision: Annotated[
+        dict[str, float],
+        BeforeValidator(_precision),
+        Opt(
+            "load",
+            "stop when precise: end the run (a ladder: each step) once every named figure's 95% interval is "
+            "within its target, e.g. ttft.p99=2%,itl.mean=1%; bounded by -t (a step: its duration); a target not "
+            "met is marked in the results and the summary (docs/load-shapes.md)",
+            plan="precision",
+        ),
+    ] = {}
 
     # ---- outputs ----
     name: Annotated[Text, Opt("outputs", "the run's name, shown in the results and the report", plan="name")] = ""
@@ -1714,6 +1732,20 @@ class Settings(BaseModel):
             return [("warmup_requests", "a replay's warm-up is trace time: give --run-warmup (e.g. 30s)")]
         return []
 
+    def _precision_problems(self) -> list[tuple[str, str]]:
+        """--precision on a goodput rate needs an SLO (without one it is 0: never precise), and a
+        burst's or a rate series' steps last exactly as written (no target can end them)."""
+        goodput = [name for name in self.precision if name.startswith("goodput_")]
+        if goodput and not self.request_slos:
+            return [
+                ("precision", f"{goodput[0]} counts the requests that met every SLO: give a --slo, e.g. ttft=500ms")
+            ]
+        if self.precision and self.ladder:
+            ld = parse_ladder(self.ladder)
+            if ld.burst is not None or ld.durations:
+                return [("precision", "a burst's or a rate series' steps last exactly as written: drop --precision")]
+        return []
+
     def _prefix_dist_problems(self) -> list[tuple[str, str]]:
         """--prefix-dist draws a synthetic workload's prefixes: they need a length."""
         if not self.prefix_dist:
@@ -1739,7 +1771,7 @@ class Settings(BaseModel):
     def cross_problems(self) -> list[tuple[str, str]]:
         """(field, what) for each rule between fields that this combination breaks."""
         problems = self._warmup_problems() + self._prefix_hit_problems() + self._rate_curve_problems()
-        problems += self._prefix_dist_problems()
+        problems += self._prefix_dist_problems() + self._precision_problems()
         if self.trace and self.synthetic:
             problems.append(("trace", "give a trace or a synthetic workload, not both"))
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
