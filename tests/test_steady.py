@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import read_records, run_ok
+from support import ROOT, read_records, run_ok
 
 from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window
 from llm_locust.metrics.flow import Flow
@@ -107,7 +107,7 @@ def _sim_ramp(token_log: Path, users: int) -> tuple[float, float]:
     raise AssertionError("the simulator never held the users' requests at once")
 
 
-def _run(tmp_path: Path, users: int, rate: str, run_time: str) -> tuple[dict, list[dict], Path, str]:
+def _run(tmp_path: Path, users: int, rate: str, run_time: str, *extra: str) -> tuple[dict, list[dict], Path, str]:
     log = tmp_path / "tokens.jsonl"
     with SimProcess(slots=32, iter_base=0.003, iter_per_seq=0.0003, token_log=str(log)) as sim:
         p = run_ok(
@@ -125,6 +125,7 @@ def _run(tmp_path: Path, users: int, rate: str, run_time: str) -> tuple[dict, li
             str(tmp_path / "r.json"),
             "--record-log",
             str(tmp_path / "records.jsonl"),
+            *extra,
             timeout=120,
         )
     r = json.loads((tmp_path / "r.json").read_text())
@@ -192,3 +193,38 @@ def test_a_run_that_never_reaches_its_users_says_it_has_no_steady_window(tmp_pat
     assert max(v for _, v in s["in_flight"]) < 19
     assert "steady: no steady window" in " ".join(out.split())
     assert MIN_SECONDS > 0 and len(recs) == r["summary"]["finished"]
+
+
+def test_the_master_finds_the_window_from_its_workers_merged_series(tmp_path):
+    """Two worker processes, each with half the users: neither one's series is at the target;
+    the master's merge is, and its window's counts are those of both workers' record logs."""
+    users = 8
+    r, recs, log, _ = _run(tmp_path, users, "100", "8s", "--workers", "2")
+    assert len(r["workers"]) == 2 and len({x["id"] for x in recs}) == len(recs)
+    _check_window(r, recs, log, users)
+
+
+def test_an_open_loop_window_starts_once_the_sends_keep_their_schedule(tmp_path):
+    """A replay whose first 16 requests are due at once behind --max-in-flight 2 (sent late,
+    held), then 16 due 0.25 s apart that the server keeps up with: the window starts after the
+    late ones, and no late send is in it."""
+    trace = tmp_path / "t.jsonl"
+    due = [0.0] * 16 + [2.5 + 0.25 * i for i in range(16)]
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_tokens": 3, "output_tokens": 5}) + "\n" for t in due))
+    results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
+    with SimProcess(slots=64, iter_base=0.02, iter_per_seq=0) as sim:
+        run_ok(
+            "-f", str(ROOT / "locustfiles" / "replay.py"), "--host", sim.url, "-u", "1", "-r", "10", "-t", "2m",
+            "--trace", str(trace), "--max-in-flight", "2", "--api", "openai-completions",
+            "--results", str(results), "--record-log", str(log), timeout=120,
+        )  # fmt: skip
+    r, recs = json.loads(results.read_text()), read_records(log)
+    s = r["steady"]
+    assert s["mode"] == "replay" and s["found"], s["reason"]
+    late = [x for x in recs if -x["sched"] > 0.050]  # sent over 50 ms after its due time
+    assert len(late) >= 8  # the burst behind the cap of 2
+    w = s["window"]
+    assert all(x["wall_sent"] < w["start"] for x in late), (w, sorted(x["wall_sent"] for x in late)[-3:])
+    inside = [x for x in recs if w["start"] <= x["wall_sent"] < w["end"]]
+    assert s["ramp"]["requests"] >= len(late) and w["requests"] == len(inside) >= 8
+    assert s["ramp"]["requests"] + w["requests"] + s["drain"]["requests"] == len(recs) == 32

@@ -116,14 +116,13 @@ def _sent_in(spans: Sequence[Span], start: float, end: float) -> int:
     return sum(sent for s, _, _, sent, _ in spans if start <= s < end)
 
 
-def window_figures(blocks: Blocks, start: float, end: float) -> dict[str, Any]:
+def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> dict[str, Any]:
     """The figures of the ok requests in the blocks of [start, end) (edges on the blocks' width):
     count, latency mean and percentiles (s; a percentile HdrHistogram's way, over the pooled
-    histograms), the rates over the window's seconds, and their 95% intervals."""
+    histograms), the rates over the window's `seconds`, and their 95% intervals."""
     w = blocks.width
     first, last = round(start / w), round(end / w)  # block indices [first, last)
     inside = [b for i, b in blocks.blocks.items() if first <= i < last]
-    seconds = end - start
     latency: dict[str, dict[str, float | None]] = {}
     for m in METRICS:
         n = sum(sum(b.hist[m].values()) for b in inside)
@@ -132,7 +131,10 @@ def window_figures(blocks: Blocks, start: float, end: float) -> dict[str, Any]:
         for name, p in PERCENTILES.items():
             figs[name] = _value_at(pooled, max(int(p * n + 0.5), 1)) / 1e6 if n else None
         latency[m] = figs
-    rates = {name: sum(b.counts[COUNTS.index(c)] for b in inside) / seconds for name, c in RATES.items()}
+    rates = {
+        name: sum(b.counts[COUNTS.index(c)] for b in inside) / seconds if seconds > 0 else 0.0
+        for name, c in RATES.items()
+    }
     return {
         "ok": sum(b.counts[0] for b in inside),
         "latency": latency,
@@ -168,16 +170,17 @@ def steady(
         doc["reason"] = _none_reason(found, window, mode, target)
         return doc
     start, end = window
+    seconds = min(end, last_end) - max(start, first_sent)
     doc["found"] = True
     doc["window"] = {
         "start": max(start, first_sent),
         "end": min(end, last_end),
-        "seconds": min(end, last_end) - max(start, first_sent),
+        "seconds": seconds,
         "requests": _sent_in(spans, start, end),
     }
     doc["ramp"] = {"seconds": max(0.0, start - first_sent), "requests": _sent_in(spans, -math.inf, start)}
     doc["drain"] = {"seconds": max(0.0, last_end - end), "requests": _sent_in(spans, end, math.inf)}
-    doc["figures"] = window_figures(sent_blocks, start, end)
+    doc["figures"] = window_figures(sent_blocks, start, end, seconds)
     return doc
 
 
