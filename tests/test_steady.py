@@ -13,6 +13,8 @@ from support import ROOT, read_records, run_ok
 
 from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window
 from llm_locust.metrics.flow import Flow
+from llm_locust.report.html import render
+from llm_locust.report.results import read_results
 from llm_locust.sim.process import SimProcess
 
 # ---- the window finder on synthetic series ----
@@ -174,6 +176,8 @@ def test_all_users_at_once_ramp_matches_the_simulators_log_and_is_left_out(tmp_p
         firsts = sorted(x["wall_sent"] for x in recs)[:users]
         assert all(t < s["window"]["start"] for t in firsts)
     out = " ".join(out.split())  # the summary is wrapped to the terminal's width
+    page = render(read_results(tmp_path / "r.json"))  # the report: the window beside the whole run
+    assert "id='steady'" in page and f"steady window ({s['figures']['ok']} ok)" in page
     assert "steady: " in out and f"ramp {s['ramp']['seconds']:.1f} s ({s['ramp']['requests']} requests)" in out
 
 
@@ -192,6 +196,7 @@ def test_a_run_that_never_reaches_its_users_says_it_has_no_steady_window(tmp_pat
     assert "never came within 5% of 20 users" in s["reason"]
     assert max(v for _, v in s["in_flight"]) < 19
     assert "steady: no steady window" in " ".join(out.split())
+    assert "never came within 5% of 20 users" in render(read_results(tmp_path / "r.json"))
     assert MIN_SECONDS > 0 and len(recs) == r["summary"]["finished"]
 
 
