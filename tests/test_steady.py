@@ -13,6 +13,7 @@ from support import ROOT, read_records, run_ok
 
 from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window
 from llm_locust.metrics.flow import Flow
+from llm_locust.report.accounting import count_problems
 from llm_locust.report.html import render
 from llm_locust.report.results import read_results
 from llm_locust.sim.process import SimProcess
@@ -87,6 +88,16 @@ def test_flow_counts_time_in_flight_per_second_and_merges_exactly():
     assert sorted(a.rows.items()) == sorted(one.rows.items())
     got = {s: (round(busy, 6), sent, late) for s, _, busy, sent, late in one.spans()}
     assert got == {100: (1.0, 2, 1), 101: (1.0, 1, 0), 102: (0.75, 0, 0), 103: (0.1, 1, 0), 104: (0.1, 0, 0)}
+
+
+def test_a_steady_section_whose_parts_miss_a_request_is_a_count_problem():
+    summary = {"sent": 10, "finished": 10, "ok": 10, "failed": 0, "cancelled": 0, "lost": 0}
+    steady = {"found": True, "ramp": {"requests": 3}, "window": {"requests": 6}, "drain": {"requests": 1}}
+    assert count_problems({"summary": summary, "steady": steady}) == []
+    steady["drain"] = {"requests": 0}
+    assert count_problems({"summary": summary, "steady": steady}) == [
+        "steady: ramp 3 + window 6 + drain 0 != finished 10"
+    ]
 
 
 # ---- against the simulator ----
