@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ROOT, read_records, run_ok
+from test_metrics import make_record
 
-from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window
+from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window, steady
+from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.flow import Flow
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.html import render
@@ -99,6 +101,44 @@ def test_a_steady_section_whose_parts_miss_a_request_is_a_count_problem():
     assert count_problems({"summary": summary, "steady": steady}) == [
         "steady: ramp 3 + window 6 + drain 0 != finished 10"
     ]
+
+
+def _ramped_closed_loop() -> Aggregate:
+    """4 users started 1 s apart, each sending back to back requests of 0.5 s until t = 10."""
+    agg = Aggregate()
+    for user in range(4):
+        t = float(user)
+        while t < 10.0 - 1e-9:
+            agg.add(make_record(t0=t, ttft=0.2, gaps=(0.1, 0.1, 0.099), ntoks=(1, 1, 1, 1)))
+            t += 0.5
+    return agg
+
+
+def test_steady_of_a_ramped_closed_loop_leaves_the_ramp_out():
+    agg = _ramped_closed_loop()
+    doc = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, "closed", 4)
+    assert doc["found"] and doc["headline"] == "whole run" and doc["target"] == 4
+    w = doc["window"]
+    assert (w["start"] - 1_700_000_000, w["end"] - 1_700_000_000) == (3.0, 10.0)
+    assert doc["ramp"] == {"seconds": 3.0, "requests": 6 + 4 + 2}  # users 0, 1, 2 before the 4th started
+    assert w["requests"] == doc["figures"]["ok"] == 4 * 14 and doc["drain"] == {"seconds": 0.0, "requests": 0}
+    f = doc["figures"]
+    assert f["latency"]["e2e"]["p50"] == pytest.approx(0.5, rel=1e-3)
+    assert f["rates"]["requests_per_s"] == pytest.approx(56 / 7)
+    assert f["intervals"]["rates"]["requests_per_s"]["low"] is not None
+    # judged against 3 users, only second 2 (3 in flight) is steady: shorter than MIN_SECONDS
+    three = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, "closed", 3)
+    assert not three["found"] and "lasted 1.0 s, under 2 s" in three["reason"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "think", "why"),
+    [("ladder", 0.0, "not assessed for a ladder"), ("closed", 1.0, "not assessed with think time")],
+)
+def test_steady_is_not_assessed_where_the_rule_does_not_apply(mode, think, why):
+    agg = _ramped_closed_loop()
+    doc = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, mode, 4, think)
+    assert not doc["found"] and doc["reason"].startswith(why) and doc["window"] is None
 
 
 # ---- against the simulator ----
