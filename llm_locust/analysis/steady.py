@@ -209,8 +209,15 @@ def _none_reason(
     return f"no steady window: the longest ({rule(mode, target)}) lasted {length:.1f} s, under {MIN_SECONDS:g} s"
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.0f} ms"
+def _ms(v: float | None, iv: Any = None) -> str:
+    """A latency in ms, with its interval's "± %" where it has one, or "insufficient (needs N
+    samples)" where its samples are too few for one (as the summary's precision lines say it)."""
+    if v is None:
+        return "-"
+    if isinstance(iv, dict) and iv.get("needs"):  # too few samples: said, not printed as a number
+        return f"insufficient (needs {iv['needs']} samples)"
+    rel = iv.get("rel") if isinstance(iv, dict) else None
+    return f"{v * 1000:.0f} ms" + (f" ± {rel * 100:.1f}%" if rel is not None else "")
 
 
 def steady_line(doc: dict[str, Any] | None) -> str | None:
@@ -221,11 +228,14 @@ def steady_line(doc: dict[str, Any] | None) -> str | None:
     if not doc["found"]:
         return f"steady: {doc['reason']}; the figures above are the whole run's"
     w, r, d, f = doc["window"], doc["ramp"], doc["drain"], doc["figures"]
-    lat = f["latency"]
+    lat, ivs = f["latency"], (f.get("intervals") or {}).get("latency") or {}
+
+    def fig(m: str, stat: str) -> str:
+        return _ms(lat[m][stat], (ivs.get(m) or {}).get(stat))
+
     return (
         f"steady: {w['seconds']:.1f} s ({doc['rule']}), ramp {r['seconds']:.1f} s ({r['requests']} requests), "
         f"drain {d['seconds']:.1f} s ({d['requests']} requests); over it {f['ok']} ok, "
-        f"TTFT p50 {_ms(lat['ttft']['p50'])} p99 {_ms(lat['ttft']['p99'])}, "
-        f"E2E p50 {_ms(lat['e2e']['p50'])}, {f['rates']['output_tokens_per_s']:.1f} output tokens/s; "
-        f"the figures above are the {doc['headline']}'s"
+        f"TTFT p50 {fig('ttft', 'p50')}, p99 {fig('ttft', 'p99')}, E2E p50 {fig('e2e', 'p50')}, "
+        f"{f['rates']['output_tokens_per_s']:.1f} output tokens/s; the figures above are the {doc['headline']}'s"
     )

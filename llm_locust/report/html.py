@@ -974,9 +974,12 @@ STEADY_RATES = (("output tokens/s", "output_tokens_per_s"), ("requests/s", "requ
 
 
 def _with_rel(value: Any, iv: Any, scale: float = 1000.0) -> str:
-    """A figure and its interval as the summary prints it: "412 ± 3.1%" ("-" when missing)."""
+    """A figure and its interval as the summary prints it: "412 ± 3.1%", or "insufficient (needs N
+    samples)" ("-" when missing)."""
     if value is None:
         return "-"
+    if isinstance(iv, Mapping) and iv.get("needs"):  # too few samples: said, not printed as a number
+        return f"insufficient (needs {iv['needs']} samples)"
     rel = iv.get("rel") if isinstance(iv, Mapping) else None
     return num(value * scale) + (f" ± {rel * 100:.1f}%" if rel is not None else "")
 
