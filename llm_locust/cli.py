@@ -7,6 +7,8 @@ Locust's own main (headless unless --web), so every Locust option passes through
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -173,6 +175,8 @@ def run(argv: list[str]) -> int:
             )
         if settings.synthetic:
             settings = settings.model_copy(update={"synthetic": "", "trace": _write_synthetic(settings)})
+        gate = _baseline_gate(settings)
+        settings = gate.run_settings
     except (PlanError, OSError, ValueError) as e:
         print(f"llm-locust: {e}", file=sys.stderr)
         return 2
@@ -233,7 +237,53 @@ def run(argv: list[str]) -> int:
         # simulator is the parent's (a worker's stop of it waited 10 s, the worker left behind)
         if sim is not None and os.getpid() == parent:
             sim.stop()
-    return code
+    if os.getpid() != parent:
+        return code
+    return gate.judge(code)
+
+
+@dataclass(frozen=True)
+class _BaselineGate:
+    """`run --baseline BASE.json` of one run: the run writes its results (to a file of its own when
+    --results is not given) and no JUnit file; then compare's regression gate, by the one run's 95%
+    intervals (docs/compare.md "Noise"), judges them against the baseline and writes the JUnit
+    file. Without --baseline, the run is unchanged and its exit status stands."""
+
+    run_settings: Settings
+    baseline: str = ""
+    results: str = ""
+    tolerance: str = "5%"
+    junit: str = ""
+    made: float = field(default_factory=time.time)
+
+    def judge(self, code: int) -> int:
+        """The run's exit status, or the gate's when the run ended by itself: an interrupted run
+        (130 / 143) is kept, not judged; a run whose results are missing is not judged either."""
+        import os
+
+        if not self.baseline or code in (130, 143):
+            return code
+        if not os.path.exists(self.results) or os.path.getmtime(self.results) < self.made - 1:
+            print("llm-locust: the run wrote no results: nothing for --baseline's gate to judge", file=sys.stderr)
+            return code or 1
+        from llm_locust.report.compare import main as compare_main
+
+        cargs = [self.baseline, self.results, "--fail-on", "regression", "--tolerance", self.tolerance]
+        if self.junit:
+            cargs += ["--junit", self.junit]
+        return max(code, compare_main(cargs))
+
+
+def _baseline_gate(settings: Settings) -> _BaselineGate:
+    """The single run's --baseline gate (run_repeated has the series' own)."""
+    import os
+    import tempfile
+
+    if not settings.baseline:
+        return _BaselineGate(settings)
+    results = settings.results or os.path.join(tempfile.mkdtemp(prefix="llm-locust-baseline-"), "results.json")
+    run_settings = settings.model_copy(update={"results": results, "junit": ""})
+    return _BaselineGate(run_settings, settings.baseline, results, settings.tolerance, settings.junit)
 
 
 def _start_sim(settings: Settings) -> SimProcess:

@@ -630,6 +630,37 @@ def test_a_slower_server_is_significant_and_fails_the_gate(noise_runs, capsys):
     assert "best weighted total: a" in out
 
 
+def test_one_run_with_a_baseline_is_gated_by_its_intervals(noise_runs, tmp_path):
+    """`run --baseline` without --repeat (refused before, "needs intervals"): the run's own 95%
+    intervals judge it. A rerun against a simulator with the same settings passes; one against a
+    simulator whose iteration takes 10 ms, not 5, fails on the figures that changed."""
+    from llm_locust.sim.process import SimProcess
+
+    base = str(noise_runs["a"])
+    codes = {}
+    with SimProcess(slots=8) as same, SimProcess(slots=8, iter_base=0.010) as slow:
+        for name, sim in (("same", same), ("slow", slow)):
+            argv = ["run", "--host", sim.url, "-u", "8", "-t", "8s", "--baseline", base]
+            argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1", "--junit", f"{name}.xml"]
+            p = subprocess.run(
+                [sys.executable, "-m", "llm_locust.cli", *argv],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp_path,
+            )
+            codes[name] = (p.returncode, p.stdout, p.stderr)
+    rc, out, err = codes["same"]
+    assert rc == 0, out[-2000:] + err[-2000:]
+    assert "within noise" in out and "significant" not in err
+    cases = (tmp_path / "same.xml").read_text()
+    assert "regression: tpot_p50" in cases and "<failure" not in cases
+    rc, out, err = codes["slow"]
+    assert rc == 1, out[-2000:] + err[-2000:]
+    assert "worse, significant: 95% interval of the difference, one run each" in err
+    assert "<failure" in (tmp_path / "slow.xml").read_text()
+
+
 def _shifted(src, dst, factor):
     """A copy of a run whose output tokens/s is `factor` times its own, its interval kept."""
 

@@ -131,6 +131,31 @@ def test_exposition_passes_promtool_and_prometheus_scrapes_every_series(live_run
         prom.wait(timeout=20)
 
 
+def _gauge(text: str, name: str, **labels) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))  # exposition order
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_run_so_far_carries_its_intervals(live_run):
+    """The master's /metrics says each headline figure's 95% interval (half width over the
+    figure), from the workers' merged time blocks; a p99 with too few samples says how many it
+    needs instead of a width."""
+    _, port, _ = live_run
+    name = "llm_locust_ci95_relative_half_width"
+    text = scrape_when(port, lambda t: _gauge(t, name, window="run", figure="output_tokens_per_s", statistic="rate"))
+    for figure, stat in (("ttft", "mean"), ("e2e", "p50"), ("output_tokens_per_s", "rate")):
+        rel = _gauge(text, name, window="run", figure=figure, statistic=stat)
+        assert rel is not None and 0 < rel < 1, (figure, stat, rel)
+    count = [ln for ln in text.splitlines() if ln.startswith("llm_locust_ttft_seconds_count ")]
+    if count and float(count[0].split()[1]) < 368:  # too few for a p99: it says what it needs
+        needs = _gauge(text, "llm_locust_ci95_samples_needed", window="run", figure="ttft", statistic="p99")
+        assert needs is not None and needs >= 368
+        assert _gauge(text, name, window="run", figure="ttft", statistic="p99") is None
+
+
 def test_web_ui_serves_metrics_too(tmp_path):
     port = free_port()
     with SimProcess(slots=8) as sim:

@@ -607,3 +607,36 @@ def test_workload_facts_are_counted_by_name_and_logged_apart_from_the_servers():
     assert record_dict(graded)["work"] == {"graded": True}
     assert record_dict(graded)["server"] == {"timings": {"predicted_n": 7}}
     assert record_dict(refused)["work"] == {"overlong": True}
+
+
+def test_each_group_carries_its_own_intervals():
+    """Per endpoint: the group's own 95% intervals, from its own time blocks (a group with twice
+    the TTFT of the other gets an interval around its own figure, not the run's), carried over
+    the wire; a p99 from 150 requests is insufficient and says what it needs. No ITL or goodput
+    interval for a group: it keeps neither figure."""
+    from support import stream_record
+
+    rng = random.Random(7)
+    workers = [Aggregate(), Aggregate()]
+    single = Aggregate()
+    for i in range(300):
+        slow = i % 2
+        rec = stream_record(i, ttft=(0.2 if slow else 0.1) * rng.uniform(0.8, 1.2), endpoint=f"http://h{slow}")
+        for agg in (workers[i % 2], single):
+            agg.add_sent()
+            agg.add(rec)
+    master = Aggregate()
+    for w in workers:
+        master.merge_wire(msgpack.unpackb(msgpack.packb(w.to_wire()), raw=False))
+    fig = figures(master)
+    assert fig["by_endpoint"] == figures(single)["by_endpoint"]
+    for name, ttft in (("http://h0", 0.1), ("http://h1", 0.2)):
+        g = fig["by_endpoint"][name]
+        iv = g["intervals"]
+        mean = iv["latency"]["ttft"]["mean"]
+        assert mean["low"] < g["latency"]["ttft"]["mean"] < mean["high"]
+        assert 0.9 * ttft < mean["low"] and mean["high"] < 1.1 * ttft
+        rate = iv["rates"]["output_tokens_per_s"]
+        assert rate["low"] < g["output_tokens_per_s"] < rate["high"]
+        assert iv["latency"]["ttft"]["p99"]["low"] is None and iv["latency"]["ttft"]["p99"]["needs"] >= 368
+        assert "itl" not in iv["latency"] and not any(k.startswith("goodput") for k in iv["rates"])

@@ -257,13 +257,14 @@ class GroupFigures:
     """The figures of one endpoint or one model: requests by outcome, tokens, prompt-cache counts
     and TTFT / TPOT / E2E, over the requests that finished in the window."""
 
-    __slots__ = ("outcomes", "tokens_in", "tokens_out", "cache", "hist")
+    __slots__ = ("outcomes", "tokens_in", "tokens_out", "cache", "hist", "blocks")
 
     def __init__(self) -> None:
         self.outcomes: dict[str, int] = {}
         self.tokens_in = self.tokens_out = 0
         self.cache = CacheCounts()
         self.hist = {name: SparseHistogram() for name in GROUP_LATENCIES}
+        self.blocks = Blocks()  # the group's ok requests by time block: its 95% intervals
 
     def add(self, rec: RequestRecord, t_end: float) -> None:
         o = rec.outcome.value
@@ -277,10 +278,14 @@ class GroupFigures:
             self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
         h = self.hist
         h["e2e"].record(t_end - rec.t_sent)
+        lat = {"e2e": max(round((t_end - rec.t_sent) * 1e6), 0)}
         if rec.t_first is not None:
             h["ttft"].record(rec.t_first - rec.t_sent)
+            lat["ttft"] = max(round((rec.t_first - rec.t_sent) * 1e6), 0)
             if rec.n_out >= 2 and rec.chunk_times:
                 h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
+                lat["tpot"] = max(round((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1) * 1e6), 0)
+        self.blocks.add_ok(t_end + rec.wall_sent - rec.t_sent, lat, rec.n_out, False)
 
     def to_wire(self) -> dict[str, Any]:
         """Its parts by name (__slots__); the token counts only when not 0."""
@@ -290,6 +295,8 @@ class GroupFigures:
         if self.tokens_out:
             wire["tokens_out"] = self.tokens_out
         wire["hist"] = {k: h.to_wire() for k, h in self.hist.items() if h.buckets}
+        if self.blocks.blocks:
+            wire["blocks"] = self.blocks.to_wire()
         return wire
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
@@ -301,8 +308,12 @@ class GroupFigures:
         for k, w in wire["hist"].items():
             if k in self.hist:
                 self.hist[k].merge_wire(w)
+        self.blocks.merge_wire(wire.get("blocks"))
 
-    def figures(self, span: float) -> dict[str, Any]:
+    def figures(self, span: float, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+        """The group's figures over the window's span; with the window's start and end (wall
+        clock), the 95% intervals of its latencies and rates (no ITL and no goodput: a group
+        keeps neither)."""
         finished = sum(self.outcomes.values())
         ok = self.outcomes.get(Outcome.OK.value, 0)
         cancelled = self.outcomes.get(Outcome.CANCELLED.value, 0)
@@ -327,6 +338,11 @@ class GroupFigures:
         }
         if self.cache.any:
             out["cache"] = self.cache.figures()
+        intervals = self.blocks.intervals(start, end)
+        if intervals is not None:
+            intervals["latency"].pop("itl", None)
+            intervals["rates"] = {k: v for k, v in intervals["rates"].items() if not k.startswith("goodput")}
+            out["intervals"] = intervals
         return out
 
 
@@ -561,6 +577,10 @@ class Aggregate:
         # and the ok requests by time block of their send (the window's figures)
         self.flow = Flow()
         self.sent_blocks = Blocks()
+        # [wall clock sent, cached prompt tokens] of the first-sent ok request whose server said
+        # its cached tokens: a cache that served the run's first request held it from before
+        # (the run's cache state, analysis.load_facts)
+        self.first_cached: list[float] | None = None
         self.client = ClientCounts()  # what the client-validity checks count (client_checks)
         self.connections = ConnectionCounts()  # ok requests timed in phases, by their connection
         # requests a lost worker had in flight at its last report (or a worker that never sent its
@@ -699,6 +719,8 @@ class Aggregate:
         h = self.hist
         if hit is None and (rec.n_cached is not None or rec.ideal_cached is not None):
             hit = self.cache.add(rec.n_cached, rec.ideal_cached, rec.n_in)
+            if rec.n_cached is not None and (self.first_cached is None or rec.wall_sent < self.first_cached[0]):
+                self.first_cached = [rec.wall_sent, rec.n_cached]
         h["e2e"].record(t_end - rec.t_sent)
         h["e2e_queue"].record(t_end - rec.t_sched)
         h["schedule_lag"].record(rec.t_sent - rec.t_sched)
@@ -791,6 +813,7 @@ class Aggregate:
             "blocks": self.blocks.to_wire(),
             "flow": self.flow.to_wire(),
             "sent_blocks": self.sent_blocks.to_wire(),
+            "first_cached": self.first_cached,
             "work": self.work.to_wire(),
             "kinds": {api: k.to_wire() for api, k in self.kinds.items()},
             "cache": self.cache.to_wire(),
@@ -834,6 +857,9 @@ class Aggregate:
         self.blocks.merge_wire(d.get("blocks"))
         self.flow.merge_wire(d["flow"])
         self.sent_blocks.merge_wire(d["sent_blocks"])
+        first = d.get("first_cached")
+        if first is not None and (self.first_cached is None or first[0] < self.first_cached[0]):
+            self.first_cached = list(first)
         self.work.merge_wire(d["work"])
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)
@@ -1013,7 +1039,7 @@ def figures(agg: Aggregate) -> Figures:
             "ttft_miss": agg.hist["ttft_cache_miss"].summary(),
         }
     by = {  # one value is the whole window again
-        dim: {key: g.figures(span) for key, g in sorted(groups.items())}
+        dim: {key: g.figures(span, agg.first_sent, agg.last_end) for key, g in sorted(groups.items())}
         for dim in GROUP_DIMENSIONS
         if len(groups := agg.groups[dim]) > 1
     }

@@ -11,48 +11,21 @@ a device while the run went on is still never replaced.
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from llm_locust.report.masking import mask_data
+from llm_locust.workload.paths import output_kind
 
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")  # `llm-locust run PLAN` / `llm-locust run RESULTS.json`
 
 
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    for test, words in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISLNK, "a symbolic link"),
-    ):
-        if test(mode):
-            return words
-    return "not a regular file"
-
-
 def special(path: str | Path) -> str | None:
-    """Why `path` must not be written as a file (None: it is absent or a regular file). A symbolic
-    link counts, whatever it points to: writing a file beside it and renaming would replace the
-    link, writing through it would write somewhere the user did not name."""
-    try:
-        st = os.lstat(path)
-    except OSError:  # absent, or its folder cannot be read: check_writable says which
-        return None
-    if stat.S_ISREG(st.st_mode):
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            return f"a symbolic link (to {os.readlink(path)})"
-        except OSError:
-            return "a symbolic link"
-    return _kind(st.st_mode)
+    """Why `path` must not be written as a file, in words (None: it is absent or a regular file):
+    workload.paths.output_kind, the one rule for every output."""
+    return output_kind(path)
 
 
 def refuse_special(path: str | Path) -> None:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from llm_locust.analysis.load_facts import cache_line, load_line
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.analysis.steady import steady_line
 from llm_locust.metrics.aggregate import Aggregate, figures
@@ -495,6 +496,8 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     steady = steady_line(p.steady)
     if steady is not None:
         head.append(steady)
+    said = load_line(load, (e.run.get("load") or {}).get("users"), e.settings.think_time, p.summary["concurrency"])
+    head += [line for line in (said, cache_line(e.run.get("cache_state"))) if line]
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)

@@ -202,6 +202,13 @@ class FigureInterval(TypedDict):
     needs: NotRequired[int]
 
 
+class CacheState(TypedDict):
+    """`run.cache_state`: the prompt cache's state before the load (analysis.load_facts)."""
+
+    state: str  # warm | reset | fresh | unknown
+    why: str
+
+
 class Intervals(TypedDict):
     """`intervals`: the 95% intervals of a window's headline figures (metrics.blocks)."""
 
@@ -1023,6 +1030,7 @@ class Run(TypedDict):
     load: RunLoad
     name: str
     cache_reset: dict[str, Any] | None  # --reset-cache's before the load (runtime.cache_reset)
+    cache_state: NotRequired[CacheState]  # the prompt cache before the load (analysis.load_facts)
     started_at: float | None
     ended_at: float
     server: dict[str, Any]  # open: what the run learnt of the server while running (model, workload)

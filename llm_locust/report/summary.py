@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from llm_locust.metrics.aggregate import NOT_FAILED
-from llm_locust.report.precision import precision_lines
+from llm_locust.report.precision import pm, precision_lines
 from llm_locust.report.schema import CacheFigures, Figures, Warmup
 from llm_locust.report.terminal import terminal_safe
 
@@ -358,4 +358,18 @@ def group_lines(groups: dict[str, dict[str, Any]], label: str) -> list[str]:
             _ratio(cache.get("hit_ratio")),
         )
         lines.append(f"{key:<{width}}" + "".join(f"{c:>10}" for c in cells))
+        lines += _group_precision(g.get("intervals"))
     return lines
+
+
+def _group_precision(iv: dict[str, Any] | None) -> list[str]:
+    """A group row's 95% intervals, under it: the table's figures that have one ("±") or say
+    how many samples they need."""
+    if not iv:
+        return []
+    lat = iv.get("latency") or {}
+    cells = [("tok/s", (iv.get("rates") or {}).get("output_tokens_per_s"))]
+    cells += [(f"{m} {p}", (lat.get(m) or {}).get(p)) for m, p in (("ttft", "p50"), ("ttft", "p99"), ("tpot", "p50"))]
+    cells += [("e2e p50", (lat.get("e2e") or {}).get("p50"))]
+    said = [f"{name}{pm(doc)}" for name, doc in cells if doc]
+    return [f"  95%: {', '.join(said)}"] if said else []

@@ -182,6 +182,35 @@ def graded_families(total: Aggregate) -> Any:
     yield CounterMetricFamily("llm_locust_graded_correct", "Graded items answered right.", value=total.work.correct)
 
 
+def interval_families(agg: Aggregate, window: str) -> Any:
+    """The 95% intervals of the window's headline figures (docs/metrics.md "Confidence
+    intervals"), computed at the scrape from the window's time blocks: half the interval's width
+    over the figure (0.031: "± 3.1%"), and for a figure with too few samples, the samples it needs.
+    A ladder's window is its current step (a whole ladder mixes loads: no interval)."""
+    intervals = agg.blocks.intervals(agg.first_sent, agg.last_end)
+    if intervals is None:
+        return
+    rel = GaugeMetricFamily(
+        "llm_locust_ci95_relative_half_width",
+        "Half the 95% confidence interval's width over the figure (0.031: +-3.1%), by time-block batch means.",
+        labels=["window", "figure", "statistic"],
+    )
+    needs = GaugeMetricFamily(
+        "llm_locust_ci95_samples_needed",
+        "Samples a figure needs before it has a 95% interval (it is shown as insufficient until then).",
+        labels=["window", "figure", "statistic"],
+    )
+    rows = [(m, stat, doc) for m, figs in intervals["latency"].items() for stat, doc in figs.items()]
+    rows += [(name, "rate", doc) for name, doc in intervals["rates"].items()]
+    for figure, stat, doc in rows:
+        if (half := doc.get("rel")) is not None:
+            rel.add_metric([window, figure, stat], half)
+        elif (n := doc.get("needs")) is not None:
+            needs.add_metric([window, figure, stat], n)
+    yield rel
+    yield needs
+
+
 def group_families(total: Aggregate) -> Any:
     """Per-endpoint and per-model series, labelled by the endpoint (base URL) or model."""
     for dim, groups in total.groups.items():
@@ -246,6 +275,12 @@ class LLMCollector:
         yield from graded_families(total)
         yield from phase_families(total)
         yield from group_families(total)
+        if h.ladder:
+            step = h.steps.get(h.step)
+            if step is not None and h.step > 0:
+                yield from interval_families(step, f"step {h.step}")
+        else:
+            yield from interval_families(total, "run")
         yield from self._gauges(h)
         yield from self._locust_compatible()
 

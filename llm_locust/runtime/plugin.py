@@ -18,7 +18,9 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.analysis.load_facts import cache_state, first_cached
 from llm_locust.metrics import recordlog
+from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
@@ -28,7 +30,7 @@ from llm_locust.report.schema import Figures, Plan, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
-from llm_locust.runtime.hub import MetricsHub, install
+from llm_locust.runtime.hub import MetricsHub, hub, install
 from llm_locust.settings import derive
 from llm_locust.transport.signals import Stopper
 
@@ -535,7 +537,18 @@ def _run_facts(environment, settings) -> dict[str, Any]:
         "name": settings.name,
         # --reset-cache: the reset before the run's load (a ladder's per step: ladder.windows)
         "cache_reset": getattr(run_context(environment).cache_reset, "run", None),
+        "cache_state": _cache_state(environment),
     }
+
+
+def _cache_state(environment) -> dict[str, str]:
+    """The prompt cache's state before the load (analysis.load_facts.cache_state)."""
+    h = hub(environment)
+    warm = h.steps.get(WARMUP_STEP)
+    first = first_cached(h.total.first_cached, warm.first_cached if warm is not None else None)
+    run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
+    reset = getattr(run_context(environment).cache_reset, "run", None)
+    return cache_state(reset, bool(run_only.get("sim_started")), first)
 
 
 def _baseline_summary(settings) -> Figures | None:

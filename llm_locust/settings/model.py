@@ -1400,8 +1400,9 @@ class Settings(BaseModel):
         Text,
         Opt(
             "repeat",
-            "with --repeat N >= 2: compare the combined results with this baseline results file (compare's "
-            "regression gate, with intervals) and exit 1 when a figure worsens beyond noise and --tolerance",
+            "compare this run's results (with --repeat N >= 2: the combined results) with this baseline "
+            "results file (compare's regression gate, by the 95% intervals) and exit 1 when a figure worsens "
+            "beyond noise and --tolerance",
             plan="repeat.baseline",
             path="in",
             run_only=True,
@@ -1677,14 +1678,6 @@ class Settings(BaseModel):
             problems.append(("prefill_gpus", "disaggregated serving needs both --prefill-gpus and --decode-gpus"))
         if self.max_tokens and self.max_tokens_cap and self.max_tokens > self.max_tokens_cap:
             problems.append(("max_tokens", f"{self.max_tokens} is above max_tokens_cap {self.max_tokens_cap}"))
-        if self.baseline and self.repeat < 2:
-            problems.append(
-                (
-                    "baseline",
-                    f"a regression check against a baseline needs intervals: give --repeat N with N >= 2 "
-                    f"(repeat.count), not {self.repeat}",
-                )
-            )
         if self.tolerance != "5%" and not self.baseline:
             problems.append(("tolerance", "only used with --baseline (repeat.baseline)"))
         if self.junit and self.repeat > 1 and not self.baseline:

@@ -55,9 +55,11 @@ def check_input(path: str | Path, label: str = "") -> None:
         raise InputError(f"{label + ' ' if label else ''}{path}: {why}")
 
 
-def output_problem(path: str | Path) -> str | None:
-    """Why `path` must not be written as a file (None: absent, or a regular file). A symbolic link
-    counts, whatever it points to."""
+def output_kind(path: str | Path) -> str | None:
+    """What `path` is when it must not be written as a file, in words ("a named pipe", "a symbolic
+    link (to x)"); None: absent, or a regular file. A symbolic link counts, whatever it points to:
+    writing beside it and renaming would replace the link, writing through it would write
+    somewhere the user did not name."""
     try:
         st = os.lstat(path)
     except OSError:  # absent, or its folder cannot be read: the write itself says which
@@ -66,13 +68,18 @@ def output_problem(path: str | Path) -> str | None:
         return None
     if stat.S_ISLNK(st.st_mode):
         try:
-            return f"it is a symbolic link (to {os.readlink(path)}), not a regular file"
+            return f"a symbolic link (to {os.readlink(path)})"
         except OSError:
-            return "it is a symbolic link, not a regular file"
-    for test, words in _KINDS:
-        if test(st.st_mode):
-            return f"it is {words}, not a regular file"
-    return "it is not a regular file"
+            return "a symbolic link"
+    return next((words for test, words in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def output_problem(path: str | Path) -> str | None:
+    """Why `path` must not be written as a file (None: absent, or a regular file)."""
+    kind = output_kind(path)
+    if kind is None:
+        return None
+    return "it is not a regular file" if kind == "not a regular file" else f"it is {kind}, not a regular file"
 
 
 def trace_file_problem(path: str | Path) -> str:

@@ -103,6 +103,7 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
         d = _groups(ours, key)
         if d:
             issues.append(Issue(f"different {what}", d, "note"))
+    issues += _cache_state_issues(ours)
     # the verdicts (docs/verdicts.md): $/Mtok compares the prices as well as the servers
     priced = [r for r in runs if r.price is not None]
     if len({r.price for r in priced}) > 1 or (priced and len(priced) < len(runs)):
@@ -125,6 +126,19 @@ def check_comparable(runs: list[Run]) -> list[Issue]:
             )
         )
     return issues
+
+
+def _cache_state_issues(runs: list[Run]) -> list[Issue]:
+    """A warm prompt cache against a cold one (docs/metrics.md "What the load was"): the same
+    server measured twice can differ many times over in TTFT by its cache alone. A note, not a
+    block: comparing them may be the point; "unknown" against a known state is said too."""
+    states: dict[str, dict[str, Any]] = {r.label: dict((r.doc.get("run") or {}).get("cache_state") or {}) for r in runs}
+    known = {label: st.get("state") for label, st in states.items() if st.get("state")}
+    if len(known) < 2 or len(set(known.values())) < 2:
+        return []
+    detail = _groups([r for r in runs if r.label in known], lambda r: known[r.label]) or ""
+    what = "prompt cache state before the load (warm, reset, fresh: TTFT can differ by the cache alone)"
+    return [Issue(f"different {what}", detail, "note")]
 
 
 def _trace_issues(runs: list[Run]) -> list[Issue]:
