@@ -126,6 +126,7 @@ def test_steady_of_a_ramped_closed_loop_leaves_the_ramp_out():
     assert f["latency"]["e2e"]["p50"] == pytest.approx(0.5, rel=1e-3)
     assert f["rates"]["requests_per_s"] == pytest.approx(56 / 7)
     assert f["intervals"]["rates"]["requests_per_s"]["low"] is not None
+    assert f["intervals"]["blocks"] * f["intervals"]["block_s"] == pytest.approx(7.0)  # over the window's 7 s
     # judged against 3 users, only second 2 (3 in flight) is steady: shorter than MIN_SECONDS
     three = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, "closed", 3)
     assert not three["found"] and "lasted 1.0 s, under 2 s" in three["reason"]

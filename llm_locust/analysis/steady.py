@@ -139,7 +139,9 @@ def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> 
         "ok": sum(b.counts[0] for b in inside),
         "latency": latency,
         "rates": rates,
-        "intervals": blocks.intervals(start, end - 1e-9 * max(1.0, abs(end))),
+        # the block that begins at `end` is not the window's: the float just below `end` (end is a
+        # multiple of the blocks' power-of-two width, so end / width scales exactly)
+        "intervals": blocks.intervals(start, math.nextafter(end, -math.inf)),
     }
 
 
