@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_locust.metrics.blocks import Blocks
+from llm_locust.metrics.flow import LATE_S, Flow
 from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, SOURCE_REJECTED, Outcome, RequestRecord, WorkFacts
@@ -491,7 +492,7 @@ class ConnectionCounts(NamedCounts):
 
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
-WIRE_VERSION = 4
+WIRE_VERSION = 5  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py)
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
     "sent",
@@ -572,6 +573,10 @@ class Aggregate:
         self.series: Seconds = Seconds()
         self.by_sent = LatencySeries()  # TTFT and ITL by send second (stability verdicts)
         self.blocks = Blocks()  # ok requests by time block of their end (confidence intervals)
+        # the steady window (analysis/steady.py): requests in flight and late sends by the second,
+        # and the ok requests by time block of their send (the window's figures)
+        self.flow = Flow()
+        self.sent_blocks = Blocks()
         # [wall clock sent, cached prompt tokens] of the first-sent ok request whose server said
         # its cached tokens: a cache that served the run's first request held it from before
         # (the run's cache state, analysis.load_facts)
@@ -646,6 +651,9 @@ class Aggregate:
             if gaps is not None:
                 self.blocks.add_itl(wall_end, gaps[2], gaps[3])
         self.blocks.add_ok(wall_end, lat, rec.n_out, good)
+        if gaps is not None and t_first is not None:
+            self.sent_blocks.add_itl(rec.wall_sent, gaps[2], gaps[3])
+        self.sent_blocks.add_ok(rec.wall_sent, lat, rec.n_out, good)
 
     def _add_timeline(self, rec: RequestRecord, t_end: float, offset: float) -> None:
         """The run's first send and last end, and the per-second series: the request's end
@@ -657,6 +665,7 @@ class Aggregate:
         if self.last_end is None or wall_end > self.last_end:
             self.last_end = wall_end
         self.sum_e2e += t_end - rec.t_sent
+        self.flow.add(rec.wall_sent, wall_end, rec.t_sent - rec.t_sched > LATE_S)
         series = self.series
         end_bucket = series.bucket(int(wall_end))
         if rec.ok:
@@ -802,6 +811,8 @@ class Aggregate:
             "series": [[s, *v] for s, v in self.series.items()],
             "by_sent": self.by_sent.to_wire(),
             "blocks": self.blocks.to_wire(),
+            "flow": self.flow.to_wire(),
+            "sent_blocks": self.sent_blocks.to_wire(),
             "first_cached": self.first_cached,
             "work": self.work.to_wire(),
             "kinds": {api: k.to_wire() for api, k in self.kinds.items()},
@@ -844,6 +855,8 @@ class Aggregate:
         self._merge_groups(d["groups"])
         self.by_sent.merge_wire(d["by_sent"])
         self.blocks.merge_wire(d.get("blocks"))
+        self.flow.merge_wire(d["flow"])
+        self.sent_blocks.merge_wire(d["sent_blocks"])
         first = d.get("first_cached")
         if first is not None and (self.first_cached is None or first[0] < self.first_cached[0]):
             self.first_cached = list(first)

@@ -7,7 +7,8 @@ model's figures in them) must hold
 
 and `failed` must be the sum of the failure kinds in `outcomes` (a group's `failures`). A group (`by_endpoint`,
 `by_model`) counts finished requests, not sent ones: its `finished` must be ok + failed +
-cancelled + client_cancelled. A violation is a bug of the counting, never the server's: the
+cancelled + client_cancelled. A run's `steady` window, its ramp and its drain together hold its
+finished requests, each once. A violation is a bug of the counting, never the server's: the
 results carry it (`count_problems`), the writer logs it, and a run's `counts` gate fails.
 """
 
@@ -22,7 +23,21 @@ NOT_FAILURES = ("ok", "cancelled", "client_cancelled")  # the outcomes `failed` 
 
 def count_problems(doc: Mapping[str, Any]) -> list[str]:
     """One line per section of a results document whose counts do not add up (empty: exact)."""
-    return [f"{where}: {problem}" for where, fig in _sections(doc) if (problem := section_problem(fig))]
+    out = [f"{where}: {problem}" for where, fig in _sections(doc) if (problem := section_problem(fig))]
+    steady = steady_problem(doc)
+    return out + [f"steady: {steady}"] if steady else out
+
+
+def steady_problem(doc: Mapping[str, Any]) -> str | None:
+    """A steady window's ramp, window and drain must hold every finished request of the run once
+    (analysis/steady.py counts them by send second): why they do not, or None."""
+    st, summary = doc.get("steady"), doc.get("summary")
+    if not isinstance(st, Mapping) or not st.get("found") or not isinstance(summary, Mapping):
+        return None
+    parts = [(k, (st.get(k) or {}).get("requests") or 0) for k in ("ramp", "window", "drain")]
+    if sum(n for _, n in parts) != summary.get("finished"):
+        return " + ".join(f"{k} {n}" for k, n in parts) + f" != finished {summary.get('finished')}"
+    return None
 
 
 def _sections(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:

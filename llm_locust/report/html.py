@@ -981,6 +981,74 @@ def _precision_text(r: ResultsDoc) -> str:
     return target_text_line(r.get("precision") or {})
 
 
+STEADY_METRICS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2E", "e2e"))
+STEADY_RATES = (("output tokens/s", "output_tokens_per_s"), ("requests/s", "requests_per_s"))
+
+
+def _with_rel(value: Any, iv: Any, scale: float = 1000.0) -> str:
+    """A figure and its interval as the summary prints it: "412 ± 3.1%", or "insufficient (needs N
+    samples)" ("-" when missing)."""
+    if value is None:
+        return "-"
+    if isinstance(iv, Mapping) and iv.get("needs"):  # too few samples: said, not printed as a number
+        return f"insufficient (needs {iv['needs']} samples)"
+    rel = iv.get("rel") if isinstance(iv, Mapping) else None
+    return num(value * scale) + (f" ± {rel * 100:.1f}%" if rel is not None else "")
+
+
+def section_steady(r: ResultsDoc) -> H:
+    """The steady window (results `steady`, docs/metrics.md "Steady window"): the window, its ramp
+    and drain, and its figures beside the whole run's; absent when it was not assessed."""
+    st = r.get("steady")
+    if not st or (not st["found"] and str(st.get("reason") or "").startswith("not assessed")):
+        return H("")
+    out = ["<h2 id='steady'>Steady window</h2>"]
+    if not st["found"]:
+        out.append(f"<p>{esc(st['reason'])}; the figures of this report are the whole run's.</p>")
+        return H("".join(out))
+    w, ramp, drain, f = st["window"], st["ramp"], st["drain"], st["figures"]
+    assert w is not None and ramp is not None and drain is not None and f is not None  # found
+    t0 = r["run"].get("started_at")
+    facts = [
+        ("rule", st["rule"]),
+        (
+            "window",
+            f"{num(w['seconds'])} s ({clock(w['start'], t0)} to {clock(w['end'], t0)}), {num(w['requests'])} requests",
+        ),
+        ("ramp", f"{num(ramp['seconds'])} s, {num(ramp['requests'])} requests"),
+        ("drain", f"{num(drain['seconds'])} s, {num(drain['requests'])} requests"),
+        ("headline figures", f"the {st['headline']}'s (the other sections); the window's: below"),
+    ]
+    summary: Mapping[str, Any] = r["summary"]
+    whole: Mapping[str, Any] = summary["latency"]
+    ivs: Mapping[str, Any] = f.get("intervals") or {}
+    s_ivs: Mapping[str, Any] = summary.get("intervals") or {}
+    rows = []
+    for label, m in STEADY_METRICS:
+        for stat in ("mean", "p50", "p99"):
+            rows.append(
+                (
+                    f"{label} {stat} (ms)",
+                    _with_rel(whole.get(m, {}).get(stat), s_ivs.get("latency", {}).get(m, {}).get(stat)),
+                    _with_rel(f["latency"][m][stat], ivs.get("latency", {}).get(m, {}).get(stat)),
+                )
+            )
+    for label, key in STEADY_RATES:
+        whole_rate = summary.get(key)
+        rows.append(
+            (
+                label,
+                _with_rel(whole_rate, s_ivs.get("rates", {}).get(key), 1.0),
+                _with_rel(f["rates"][key], ivs.get("rates", {}).get(key), 1.0),
+            )
+        )
+    out += [
+        kv_table(facts, id="steady-facts"),
+        table(("figure", "whole run", f"steady window ({num(f['ok'])} ok)"), rows, id="steady-table"),
+    ]
+    return H("".join(out))
+
+
 def section_phases(s: Figures, steps: list[Step]) -> H:
     """The request phases (docs/metrics.md, "Request phases"): the whole run's table, TTFT as the
     sum of its parts' means, the connections; and each step's p50 / p99 when there are steps."""
@@ -1599,6 +1667,7 @@ def render(results: ResultsDoc) -> str:
         section_timeseries(results),
         section_distributions(results),
         section_summary(results),
+        section_steady(results),
         section_resources(results),
         section_workers(results),
         section_environment(results),
@@ -1617,6 +1686,7 @@ def render(results: ResultsDoc) -> str:
         ("by_endpoint", "per endpoint"),
         ("by_model", "per model"),
         ("failures", "failures"),
+        ("steady", "steady window"),
         ("resources", "server & GPU"),
         ("reproduce", "reproduce"),
     ]

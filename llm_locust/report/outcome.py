@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from llm_locust.analysis.load_facts import cache_line, load_line
 from llm_locust.analysis.server_metrics import ServerSeries
+from llm_locust.analysis.steady import steady_line
 from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
@@ -46,6 +47,7 @@ from llm_locust.report.schema import (
     Run,
     Soak,
     Stability,
+    Steady,
     StepMetricsWindow,
     Verdicts,
     Warmup,
@@ -256,10 +258,22 @@ class _Parts:
     verdicts: Verdicts | None = None
     stability: Stability = field(default_factory=lambda: Stability())
     prefix_hit: PrefixHit | None = None
+    steady: dict[str, Any] | None = None
+
+
+def _steady(e: Ended) -> dict[str, Any]:
+    """The run's steady window (analysis/steady.py) from its merged in-flight series."""
+    from llm_locust.analysis.steady import steady
+
+    load = e.run.get("load") or {}
+    mode = "ladder" if e.ladder is not None else str(load.get("mode") or "closed")
+    t = e.total
+    return steady(t.flow, t.sent_blocks, t.first_sent, t.last_end, mode, load.get("users"), e.settings.think_time)
 
 
 def _parts(e: Ended) -> _Parts:
     p = _Parts(summary=figures(e.total))
+    p.steady = _steady(e)
     if mixed_loads(e.steps):  # a ladder: intervals per step only (report.results)
         p.summary.pop("intervals", None)
     servers = list(e.servers.values())
@@ -482,6 +496,9 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
         head.append(warmup_line(warm))
     if p.prefix_hit is not None:
         head.append(prefix_hit_line(p.prefix_hit))
+    steady = steady_line(p.steady)
+    if steady is not None:
+        head.append(steady)
     said = load_line(load, (e.run.get("load") or {}).get("users"), e.settings.think_time, p.summary["concurrency"])
     head += [line for line in (said, cache_line(e.run.get("cache_state"))) if line]
     if e.workers_why:
@@ -534,6 +551,7 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     results = build_results(e.total, measured, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
     results["warmup"] = warmup_figures(e.steps.get(WARMUP_STEP), s)
     results["prefix_hit"] = p.prefix_hit
+    results["steady"] = cast(Steady, p.steady)
     env = results["environment"]
     server = next(iter(e.servers.values()), None)
     env["server"] = {

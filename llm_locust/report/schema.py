@@ -347,6 +347,47 @@ class Warmup(TypedDict):
     latency: dict[str, WarmupLatency]  # ttft, e2e
 
 
+class SteadySpan(TypedDict):
+    """`steady.window`: the steady window (wall clock); `requests`: those sent in it (any outcome)."""
+
+    start: float
+    end: float
+    seconds: float
+    requests: int
+
+
+class SteadyPart(TypedDict):
+    """`steady.ramp` / `steady.drain`: its length and the requests sent in it (any outcome)."""
+
+    seconds: float
+    requests: int
+
+
+class SteadyFigures(TypedDict):
+    """`steady.figures`: the ok requests sent in the steady window (analysis.steady)."""
+
+    ok: int
+    latency: dict[str, dict[str, float | None]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
+    rates: dict[str, float]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": per s}
+    intervals: Intervals | None
+
+
+class Steady(TypedDict):
+    """`steady`: the steady window found in the run (analysis.steady; docs/metrics.md)."""
+
+    headline: str  # what the summary's headline figures are over: "whole run"
+    found: bool
+    reason: str | None  # why there is none (or why it was not assessed)
+    mode: str  # "closed" | "replay" | "ladder"
+    target: int | None  # closed loop: the users
+    rule: str | None  # the rule applied, in words
+    window: SteadySpan | None
+    ramp: SteadyPart | None
+    drain: SteadyPart | None
+    figures: SteadyFigures | None
+    in_flight: list[list[float]]  # [[wall second, mean requests in flight in it], ...]
+
+
 class PrefixHit(TypedDict):
     """`prefix_hit`: --prefix-hit's target against the hit ratio the server's counters report."""
 
@@ -1387,6 +1428,7 @@ class ResultsDoc(TypedDict):
     workers: list[Worker]
     warmup: NotRequired[Warmup | None]
     prefix_hit: NotRequired[PrefixHit | None]
+    steady: NotRequired[Steady]
     server_metrics: NotRequired[MetricsWindows]
     server_metrics_by_endpoint: NotRequired[dict[str, MetricsWindows]]
     gpu_metrics: NotRequired[MetricsWindows]
