@@ -240,3 +240,24 @@ def test_a_signal_stops_the_suite_and_writes_what_finished(tmp_path):
     assert "INTERRUPTED by SIGTERM" in (out / "report.html").read_text()
     cut = json.loads((out / "churn.json").read_text())  # the case stopped wrote its results, marked
     assert cut["run"]["interrupted"]["signal"] == "SIGTERM"
+
+
+def test_the_page_links_each_case_relative_to_itself_and_escapes_reasons(tmp_path):
+    """--case-reports' links are relative to the page (the folder can be moved); a reason is text."""
+    from llm_locust.report.suite_page import render
+
+    row = {
+        "case": "burst",
+        "status": FAIL,
+        "reason": "<script>x</script>",
+        "what": "a burst",
+        "seconds": 3.0,
+        "results": str(tmp_path / "burst.json"),
+        "report": str(tmp_path / "burst.html"),
+        "figures": {"ttft_p50": 0.012, "sent": 5},
+        "faults": ["http500=0.2"],
+    }
+    page = render({"cases": [row], "simulator": {"context": 65536}, "planned": ["burst", "soak"]}, base=str(tmp_path))
+    assert '<a href="burst.html">burst.html</a>' in page and '<a href="burst.json">' in page
+    assert "<script>x" not in page and "&lt;script&gt;x" in page
+    assert "ttft_p50 (s)" in page and "http500=0.2" in page and "1 of 2 run: 0 PASS, 1 FAIL, 0 SKIP" in page

@@ -30,12 +30,17 @@ def _figure(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _label(key: str) -> str:
+    """A figure's name with its unit: the latencies and times the verdicts read are in seconds."""
+    return f"{key} (s)" if "ttft" in key or key.endswith("_s") else key
+
+
 def _clock(t: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if isinstance(t, (int, float)) else "-"
 
 
 def _case_section(row: Mapping[str, Any], base: str) -> str:
-    figures = [(k, _figure(v)) for k, v in (row.get("figures") or {}).items()]
+    figures = [(_label(k), _figure(v)) for k, v in (row.get("figures") or {}).items()]
     facts = [
         ("plan", row.get("plan")),
         ("faults injected", ", ".join(row.get("faults") or []) or "none"),
