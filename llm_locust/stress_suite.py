@@ -208,7 +208,10 @@ def _run_case(suite: Suite, case: Case) -> dict[str, Any]:
     results, report = suite.out / f"{case.name}.json", suite.out / f"{case.name}.html"
     row: dict[str, Any] = {"case": case.name, "plan": str(plan), "what": case.what, "results": "", "report": ""}
     t0 = time.monotonic()
-    sim, faults = _start_sim(suite, case, settings) if not suite.host else (None, [])
+    try:
+        sim, faults = _start_sim(suite, case, settings) if not suite.host else (None, [])
+    except (RuntimeError, OSError) as e:  # said as the case's verdict; the suite goes on
+        return {**row, **_verdict_row(Verdict(case.name, FAIL, f"the simulator did not start: {e}")), "code": None}
     row["faults"] = faults
     try:
         host = sim.url if sim is not None else suite.host
