@@ -113,6 +113,7 @@ class Children:
         self._pending: int | None = None  # a signal that came while no child was there to take it
         self._deadline = 0.0
         self._previous: dict[int, Any] = {}
+        self.over_limit = False  # the last child ran past its limit_s (run)
 
     def __enter__(self) -> Children:
         for sig in SIGNALS:
@@ -140,9 +141,14 @@ class Children:
         elif child.poll() is None:
             _signal_group(child.pid, _forwarded(child.pid, sig))
 
-    def run(self, argv: list[str], env: dict[str, str] | None = None, phase: str = "") -> int | None:
+    def run(
+        self, argv: list[str], env: dict[str, str] | None = None, phase: str = "", limit_s: float = 0.0
+    ) -> int | None:
         """`argv` as a child of the series, to its end: its exit status, or None when a signal came
-        before it could start (the series is stopping)."""
+        before it could start (the series is stopping). `limit_s` > 0: a child still running that
+        many seconds after its start gets SIGTERM (it stops as on any SIGTERM, marked interrupted),
+        and is killed grace_s later; `over_limit` then says so (the series goes on)."""
+        self.over_limit = False
         if self.interruption is not None:
             return None
         self.phase = phase or " ".join(argv[:3])
@@ -157,13 +163,14 @@ class Children:
         if self._pending is not None:  # the signal came while the child was being started
             _signal_group(self._child.pid, _forwarded(self._child.pid, self._pending))
         try:
-            return self._wait(self._child)
+            return self._wait(self._child, time.monotonic() + limit_s if limit_s > 0 else None)
         finally:
             self._child = None
             self.phase = "between children"
 
-    def _wait(self, child: subprocess.Popen[bytes]) -> int:
-        """The child's exit status; once a signal came, at most grace_s more, then its group is killed."""
+    def _wait(self, child: subprocess.Popen[bytes], limit: float | None = None) -> int:
+        """The child's exit status; once a signal came, at most grace_s more, then its group is
+        killed; past `limit` (monotonic), SIGTERM, then grace_s more, then killed."""
         while True:
             timeout = 1.0 if self.interruption is None else max(0.0, self._deadline - time.monotonic())
             try:
@@ -173,6 +180,20 @@ class Children:
                     _say(f"{self.phase} did not stop within {self.grace_s:g} s of {self.interruption.signal}: killed")
                     _signal_group(child.pid, signal.SIGKILL)
                     return child.wait()
+                if limit is not None and time.monotonic() >= limit:
+                    limit = self._past_limit(child)
+
+    def _past_limit(self, child: subprocess.Popen[bytes]) -> float | None:
+        """A child past its time limit: SIGTERM the first time (the next limit: grace_s on),
+        SIGKILL the second (no limit left: it ends now)."""
+        if not self.over_limit:
+            self.over_limit = True
+            _say(f"{self.phase} ran past its time limit: stopping it (SIGTERM)")
+            _signal_group(child.pid, signal.SIGTERM)
+            return time.monotonic() + self.grace_s
+        _say(f"{self.phase} did not stop within {self.grace_s:g} s of its time limit: killed")
+        _signal_group(child.pid, signal.SIGKILL)
+        return None
 
 
 def _say(line: str) -> None:

@@ -523,6 +523,7 @@ USAGE = """usage: llm-locust COMMAND ...
   report RESULTS     write a self-contained HTML report of one run
   compare A B ...    runs side by side and a weighted decision matrix (--weights W.yaml)
   export FORMAT IN   a run in another format: llmd (the llm-d Benchmark Report), parquet
+  suite stress       burst, zigzag, microburst, churn, long context, soak: PASS/FAIL/SKIP each
 """
 
 
@@ -635,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
         from llm_locust.report.export import main as export_main
 
         return export_main(rest)
+    if cmd == "suite":
+        from llm_locust.stress_suite import main as suite_main
+
+        return suite_main(rest)
     if cmd == "gpu-sidecar":
         from llm_locust.gpu.sidecar import main as sidecar_main
 

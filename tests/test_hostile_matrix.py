@@ -539,6 +539,25 @@ MATRIX: dict[str, dict[str, list[str]]] = {
         "escapes": ["n/a: the combined lines print figures and paths, no server or file text"],
         "numbers": ["n/a: the repetitions' results are read as `report` reads a file"],
     },
+    "suite": {
+        "signals": [
+            "tests/test_stress_suite.py::test_a_signal_stops_the_suite_and_writes_what_finished",
+            "tests/test_stress_suite.py::test_a_child_past_its_time_limit_is_stopped_and_said",
+        ],
+        "remote": [
+            "n/a: each case is a `run` against --host, whose remote services are the run's (the `run` row); "
+            "the long-context case's /v1/models read is the run's own, bounded (transport.served.context_length)"
+        ],
+        "files": [
+            "tests/test_stress_suite.py::test_an_output_folder_that_is_a_link_or_a_file_is_refused",
+            "tests/test_stress_suite.py::test_bad_usage_is_refused_before_any_case_runs",
+        ],
+        "escapes": [
+            "n/a: the suite prints its cases' verdicts, figures and paths through the CLI's terminal-safe "
+            "streams; each case's server text is printed by its `run` (the `run` row)"
+        ],
+        "numbers": ["tests/test_stress_suite.py::test_bad_usage_is_refused_before_any_case_runs"],
+    },
     "sim": {
         "signals": ["sim, trace record, gpu-sidecar: SIGINT and SIGTERM end them at once"],
         "remote": ["tests/test_sim_server.py::test_garbage_does_not_crash_the_server"],
