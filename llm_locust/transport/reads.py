@@ -21,7 +21,7 @@ import gevent.ssl
 
 from llm_locust.transport.pump import PUMP
 from llm_locust.transport.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
-from llm_locust.transport.turns import take_turn, turn_after_read
+from llm_locust.transport.turns import turn_after_read
 
 # (bytes read, arrival time as perf_counter seconds); b"" at the connection's end
 Read = Callable[[], tuple[bytes, float]]
@@ -204,7 +204,7 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
         """Reads taken by the process's pump while they are token reads (transport/pump.py); the
         read it hands back (a stream's end, most often) waits for its turn like any other."""
         out = PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
-        take_turn()
+        turn_after_read(perf_counter(), 0.0)
         return out
 
     vars(read_stamped)["via_pump"] = via_pump
