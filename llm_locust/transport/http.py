@@ -200,7 +200,7 @@ class StreamClient:
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
         request is written, the server may have read it, so a close before the reply is a failure."""
-        take_turn()  # the streams' reads first when the loop has been busy (transport/turns.py)
+        take_turn(reads_first=False)  # the streams' reads first when the loop has been busy (transport/turns.py)
         pool = self.pool
         try:
             sock = pool.get_socket()

@@ -67,14 +67,18 @@ def seen(now: float) -> float:
     return now - t.since
 
 
-def take_turn() -> None:
+def take_turn(reads_first: bool = True) -> None:
     """Before a request's own work (its accounting, a send): wait for the next loop iteration
-    when this one has run for TURN seconds already, and, for up to READS_FIRST, while work on
-    streams' reads waits for its turn: the streams' reads, and what they brought, come first."""
+    when this one has run for TURN seconds already, and, with `reads_first`, for up to
+    READS_FIRST while work on streams' reads waits for its turn: the streams' reads, and what
+    they brought, come first. Where the wait would count as the request's send delay (a send at
+    its scheduled time: StreamClient's exchange) only the first: a closed loop's user takes its
+    whole turn before its next request is due (runtime/closed_loop.py)."""
     t = _TURN
     perf_counter = time.perf_counter
     start = now = perf_counter()
-    while seen(now) > TURN or (t.reads_waiting and now - start < READS_FIRST):
+    limit = READS_FIRST if reads_first else 0.0
+    while seen(now) > TURN or (t.reads_waiting and now - start < limit):
         gevent.sleep(_WAIT)
         now = perf_counter()
 
