@@ -21,7 +21,10 @@ what actually went wrong with its figures:
       write; the server's gaps between writes), and their relative error.
 
 Run:  python benchmarks/bench_validity.py [--users 32,500,1000] [--iter 0.05] [--duration 20]
-                                          [--max-tokens 64] [--json out.json]
+                                          [--max-tokens 64] [--json out.json] [--pin] [--baseline DIR]
+--pin puts the simulator on CPU 0 and the client on CPU 1, both SCHED_FIFO (root), so that other
+jobs on a shared machine hardly reach them; --baseline DIR alternates another checkout's client
+(e.g. a `git archive` of an older commit) with this one's, the same simulator for both.
 Prints one table; no assertion on timing (a benchmark, not a test).
 """
 
@@ -95,11 +98,28 @@ def truth(ours: list[dict], sim: list[dict]) -> dict:
     return out
 
 
+def pin(sim_pid: int) -> list[str]:
+    """--pin: the simulator on CPU 0 and the client on CPU 1, both SCHED_FIFO (root): what other
+    jobs on a shared machine do then hardly reaches either. Returns the client's command prefix."""
+    os.sched_setaffinity(sim_pid, {0})
+    os.sched_setscheduler(sim_pid, os.SCHED_FIFO, os.sched_param(10))
+    return ["taskset", "-c", "1", "chrt", "-f", "10"]
+
+
 def run_one(
-    users: int, iter_s: float, duration: int, max_tokens: int, tmp: Path, extra: list[str], fast: bool = False
+    users: int,
+    iter_s: float,
+    duration: int,
+    max_tokens: int,
+    tmp: Path,
+    extra: list[str],
+    fast: bool = False,
+    pinned: bool = False,
+    tree: Path = ROOT,
+    name_: str = "",
 ) -> dict:
-    label = f"u{users}-i{iter_s * 1000:g}" + ("-fast" if fast else "")
-    run = len(list(tmp.glob(f"r-{label}*.json")))  # a repeat: files of its own (the logs append)
+    label = f"u{users}-i{iter_s * 1000:g}" + ("-fast" if fast else "") + (f"-{name_}" if name_ else "")
+    run = sum(p.stem[len(label) + 3 :].isdigit() for p in tmp.glob(f"r-{label}-*.json"))  # a repeat: files of its own
     name = f"{label}-{run}"
     token_log, record_log, results = tmp / f"sim-{name}.jsonl", tmp / f"ours-{name}.jsonl", tmp / f"r-{name}.json"
     request_s = max_tokens * iter_s
@@ -134,8 +154,10 @@ def run_one(
     opts = dict(slots=users + 16, iter_base=iter_s, iter_per_seq=0.0, iter_per_prefill_token=0.0, fast=fast)
     with SimProcess(**opts, token_log=str(token_log)) as sim:
         cmd[cmd.index("--host") + 1] = sim.url
+        if pinned:
+            cmd = pin(sim.pid) + cmd
         sim_cpu0, t0 = tree_cpu(sim.pid), time.perf_counter()
-        m = run_measured(cmd)
+        m = run_measured(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
         sim_cpu, wall = tree_cpu(sim.pid) - sim_cpu0, time.perf_counter() - t0
     if not results.exists():
         raise SystemExit(f"{label}: llm-locust exited {m['rc']}:\n{m['output'][-3000:]}")
@@ -164,6 +186,7 @@ def run_one(
 
 
 COLUMNS = (
+    ("run", "label", "{}"),
     ("users", "users", "{:g}"),
     ("iter ms", "iter_ms", "{:g}"),
     ("tok/s", "tokens_per_s", "{:,.0f}"),
@@ -208,15 +231,22 @@ def main() -> int:
     ap.add_argument("--fast", action="store_true", help="the simulator in fast mode: every token written at once")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each configuration (default 1)")
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    ap.add_argument(
+        "--pin", action="store_true", help="simulator on CPU 0, client on CPU 1, both SCHED_FIFO (needs root)"
+    )
+    ap.add_argument("--baseline", default="", help="another checkout's client, alternated with this one's")
     a = ap.parse_args()
+    trees = [("", ROOT)] + ([("base", Path(a.baseline).resolve())] if a.baseline else [])
     tmp = Path(tempfile.mkdtemp(prefix="bench-validity-"))
     rows = []
     print(f"{os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}", flush=True)
     for _ in range(a.repeat):
         for it in (float(x) for x in a.iter.split(",")):
             for users in (int(x) for x in a.users.split(",")):
-                print(f"running {users} streams, {it * 1000:g} ms iterations, {a.duration} s ...", flush=True)
-                rows.append(run_one(users, it, a.duration, a.max_tokens, tmp, a.client_args.split(), a.fast))
+                for name, tree in trees:
+                    print(f"running {users} streams, {it * 1000:g} ms iterations, {a.duration} s {name}...", flush=True)
+                    extra = a.client_args.split()
+                    rows.append(run_one(users, it, a.duration, a.max_tokens, tmp, extra, a.fast, a.pin, tree, name))
                 if a.json:
                     Path(a.json).write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     print(table(rows), flush=True)

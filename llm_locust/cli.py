@@ -205,6 +205,7 @@ def run(argv: list[str]) -> int:
         "sim_graded_accuracy": settings.sim_graded_accuracy,
         "locustfile": settings.locustfile,
         "workers_why": workers_why,
+        "stream_rate": settings.stream_rate,
         "web_keep_open": settings.web_keep_open,  # else --web ends the run when its test ends (runtime.webui)
     }
     sim = None

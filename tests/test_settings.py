@@ -147,6 +147,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "soak_max_error_rate": (0.1, {}),
         "soak_max_memory_growth": (512.0, {}),
         "workers": (2, {}),
+        "stream_rate": (100.0, {}),
         "locustfile": (str(lf), {}),
         "slo": ({"ttft": 0.5, "e2e_p99": 30.0, "error_rate": 0.01}, {}),
         "name": ("nightly", {}),
@@ -570,14 +571,19 @@ def test_every_option_names_its_plan_key_in_help():
 @pytest.mark.parametrize(
     "argv, cores, workers",
     [
-        (["-u", "2000"], 16, 4),  # 2000 streams, ~500 a process
+        (["-u", "2000"], 16, 8),  # 2000 streams x 50 tokens/s = 100,000 tokens/s, ~14,000 a process
         (["-u", "100"], 16, 0),  # one process is plenty
         (["-u", "5000"], 4, 3),  # at most the cores less one
         (["-u", "2000"], 2, 0),  # two cores: a master and one worker gain nothing
-        (["--ladder", "concurrency:1..1024"], 8, 3),
-        (["--ladder", "rate:10..100", "--max-tokens", "500"], 8, 2),  # 100 req/s x 10 s each
-        (["--replay", "--max-in-flight", "1600"], 8, 4),
+        (["--ladder", "concurrency:1..1024"], 8, 4),  # 51,200 tokens/s
+        (["--ladder", "rate:10..100", "--max-tokens", "500"], 8, 4),  # 100 req/s x 10 s each: 1,000 streams
+        (["--ladder", "rate:10..100", "--max-tokens", "500", "--stream-rate", "100"], 8, 4),  # 5 s each: 500
+        (["--replay", "--max-in-flight", "1600"], 8, 6),
         (["-u", "2000", "--workers", "1"], 16, 1),  # given: kept
+        # issue 37: what a process holds is a token rate, not a number of streams
+        (["-u", "500", "--stream-rate", "100"], 16, 4),  # 50,000 tokens/s: more than one process
+        (["-u", "100", "--stream-rate", "20"], 16, 0),  # 2,000 tokens/s: one
+        (["-u", "1000", "--stream-rate", "5"], 16, 2),  # 5,000 tokens/s, but 1,000 streams: two
     ],
 )
 def test_workers_auto_follows_the_planned_load(argv, cores, workers):

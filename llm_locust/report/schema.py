@@ -1389,6 +1389,7 @@ class Plan(TypedDict, total=False):
     grid: str
     stability: PlanStability
     workers: int | str
+    stream_rate: float  # tokens/s a stream is expected to get: --workers auto's plan
     locustfile: str
     web: PlanWeb
     repeat: PlanRepeat

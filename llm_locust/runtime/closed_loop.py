@@ -29,6 +29,7 @@ from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn, run_nonce
+from llm_locust.transport.turns import take_turn
 from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.prompts import PromptBuilder
@@ -247,6 +248,7 @@ class LLMUser(FastHttpUser):
         """Send one request and account for it (under `name` in Locust's table); returns its record.
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
         tokens an unbounded prefix cache could serve (transport.session_runner)."""
+        take_turn()  # the streams' reads (and their work) first: a closed loop's send is due when this ends
         warmup = self.warmup_left > 0
         self.warmup_left -= warmup
         step = self.metrics.on_sent(warmup)

@@ -25,6 +25,7 @@ from llm_locust.report.masking import mask
 from llm_locust.report.terminal import terminal_safe
 from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.transport.turns import take_turn
 from llm_locust.workload.graded import grade_record
 from llm_locust.workload.routing import Router, session_headers
 from llm_locust.workload.specs import StructuredCheck, take_media, take_overlong, wants_text
@@ -83,7 +84,10 @@ class SendPath:
             keep_text = True  # a structured-output reply is checked against its schema
         extra = {"on_record": on_record} if on_record is not None else {}
         rec = client.send(spec, self.new_id(), t_sched, on_cancel=done, step=step, keep_text=keep_text, **extra)
-        done(rec)
+        try:
+            take_turn()  # its accounting after the streams' reads when the loop has been busy (transport/turns.py)
+        finally:
+            done(rec)  # killed while it waited (a stop): counted all the same
         return rec
 
 

@@ -1357,6 +1357,18 @@ class Settings(BaseModel):
             run_only=True,
         ),
     ] = "auto"
+    stream_rate: Annotated[
+        float,
+        Field(ge=0),
+        Opt(
+            "run",
+            "output tokens/s one stream is expected to get from the server, for --workers auto's plan "
+            "(the planned streams times this is the token rate the processes must take)",
+            default_text="50",
+            plan="stream_rate",
+            run_only=True,
+        ),
+    ] = 0.0
     locustfile: Annotated[
         Text,
         Opt(

@@ -1,13 +1,21 @@
-"""How many local worker processes a run needs: `--workers auto`.
+"""How many local worker processes a run needs: `--workers auto`, planned from the token rate.
 
-One client process takes about 55,000 output tokens per CPU-second with every metric on (the
-paced benchmark in benchmarks/README.md: ~18 us of CPU a token). A stream paced at a typical
-50 tokens/s then costs ~0.1% of a core: one process saturates near 1,100 concurrent streams.
-`auto` keeps each process at half of that (STREAMS_PER_PROCESS), so its event loop stays on
-time, and never runs more workers than the machine has cores less one (the master's).
+What one process can hold is a token rate, not a number of streams: each token a stream gets is
+a read, and each request an accounting and a send (docs/load-shapes.md, "Worker processes"). The
+planned rate is the planned concurrent streams times the tokens/s each is expected to get from
+the server (`--stream-rate`, default STREAM_RATE). `auto` runs one process per
+TOKENS_PER_PROCESS of it, and one per STREAMS_PER_PROCESS streams when that is more (a stream's
+and a request's own costs: 1,000 streams at 20 tokens/s each were too many for one process),
+never more workers than the machine has cores less one (the master's).
+
+TOKENS_PER_PROCESS was measured on this project's 2-core machine (benchmarks/README.md, "One
+process's ceiling"): against the simulator (10 ms iterations: 100 tokens/s a stream, 100 tokens a
+request), the simulator and the client each on a core of its own, one process judged its own
+figures valid at 150 streams (14,100 tokens/s, 35% of a core: first tokens read with the second
+0-0.7%, send delay p99 45 ms) and suspect at 200 (18,700 tokens/s: send delay p99 53 ms, 3.4%).
 
 The planned concurrency: a closed loop's users; a concurrency ladder's top step; a rate
-ladder's top rate times a request's expected length (max tokens at 50 tokens/s, or 10 s);
+ladder's top rate times a request's expected length (max tokens at the stream rate, or 10 s);
 a replay's --max-in-flight when set (else one process: a trace's own peak is not known yet).
 """
 
@@ -16,9 +24,15 @@ from __future__ import annotations
 import math
 import os
 
+TOKENS_PER_PROCESS = 14_000
 STREAMS_PER_PROCESS = 500
-TOKENS_PER_S_PER_STREAM = 50.0
+STREAM_RATE = 50.0  # tokens/s a stream is taken to get when --stream-rate is not given
 DEFAULT_REQUEST_S = 10.0
+
+
+def stream_rate(settings) -> float:
+    """Tokens/s one stream is expected to get: --stream-rate, else STREAM_RATE."""
+    return float(getattr(settings, "stream_rate", 0.0) or STREAM_RATE)
 
 
 def planned_concurrency(settings) -> int:
@@ -30,7 +44,7 @@ def planned_concurrency(settings) -> int:
         if ld.kind == "concurrency":
             return int(top)
         if ld.kind == "rate":
-            seconds = settings.max_tokens / TOKENS_PER_S_PER_STREAM if settings.max_tokens else DEFAULT_REQUEST_S
+            seconds = settings.max_tokens / stream_rate(settings) if settings.max_tokens else DEFAULT_REQUEST_S
             return int(math.ceil(top * seconds))
         return settings.max_in_flight or 0
     if settings.replay:
@@ -44,22 +58,21 @@ def choose(settings, cores: int | None = None) -> tuple[int, str]:
         return int(settings.workers), "given"
     cores = cores or os.cpu_count() or 1
     streams = planned_concurrency(settings)
-    need = math.ceil(streams / STREAMS_PER_PROCESS) if streams else 1
-    most = max(cores - 1, 1)
     if not streams:  # a replay (or a speed ladder) without --max-in-flight: its peak is the trace's
         return 0, "auto: one process (a replay's concurrency is its trace's: --max-in-flight or --workers plan more)"
-    if need <= 1 or most < 2:
-        why = (
-            f"auto: one process ({streams} planned concurrent streams; one process takes ~{STREAMS_PER_PROCESS})"
-            if need <= 1
-            else f"auto: one process ({streams} planned streams would want {need}, but {cores} cores leave one)"
-        )
-        return 0, why
-    n = min(need, most)
-    return (
-        n,
-        f"auto: {n} workers ({streams} planned concurrent streams, ~{STREAMS_PER_PROCESS} a process, {cores} cores)",
+    rate = streams * stream_rate(settings)
+    need = max(math.ceil(rate / TOKENS_PER_PROCESS), math.ceil(streams / STREAMS_PER_PROCESS), 1)
+    most = max(cores - 1, 1)
+    load = (
+        f"{streams} planned concurrent streams x {stream_rate(settings):g} tokens/s = {rate:,.0f} tokens/s; "
+        f"one process takes ~{TOKENS_PER_PROCESS:,} tokens/s and ~{STREAMS_PER_PROCESS} streams"
     )
+    if need <= 1:
+        return 0, f"auto: one process ({load})"
+    if most < 2:
+        return 0, f"auto: one process ({load}: {need} wanted, but {cores} cores leave one)"
+    n = min(need, most)
+    return n, f"auto: {n} workers ({load}; {cores} cores)"
 
 
 def local_problem(settings, n_workers: int, cores: int | None = None) -> str | None:

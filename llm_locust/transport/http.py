@@ -47,6 +47,7 @@ from llm_locust.transport.bodies import (
     parse_error_text,
 )
 from llm_locust.transport.reads import READ_SIZE, WATCHDOG, socket_reader
+from llm_locust.transport.turns import take_turn
 from llm_locust.workload.cancel import CancelPlan
 
 __all__ = ["JSONClient", "StreamClient", "Timeouts", "finish_record"]
@@ -199,6 +200,7 @@ class StreamClient:
         """One request on one connection, never sent twice: the pool drops a kept-alive connection
         the server closed while it sat idle before a byte is written (`_socket_alive`); once the
         request is written, the server may have read it, so a close before the reply is a failure."""
+        take_turn(reads_first=False)  # the streams' reads first when the loop has been busy (transport/turns.py)
         pool = self.pool
         try:
             sock = pool.get_socket()

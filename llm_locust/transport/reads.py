@@ -21,6 +21,7 @@ import gevent.ssl
 
 from llm_locust.transport.pump import PUMP
 from llm_locust.transport.stamps import CMSG_SPACE, SO_TIMESTAMPNS, arrival, clock_offset_ns
+from llm_locust.transport.turns import turn_after_read
 
 # (bytes read, arrival time as perf_counter seconds); b"" at the connection's end
 Read = Callable[[], tuple[bytes, float]]
@@ -131,6 +132,7 @@ def _plain_reader(sock, t_sent: float, watch: Watch) -> Read:
         elif now - busy_from > YIELD_AFTER:
             sleep(_YIELD_SLEEP)
             busy_from = perf_counter()
+        busy_from = turn_after_read(now, busy_from)  # read and timed: the other streams read first
         return data, now
 
     return read_plain
@@ -195,11 +197,15 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
         elif full_at:
             full_at, size = 0.0, READ_SIZE
         t = watch.arrived = arrival(anc, now, t_sent, off_ns, watch.arrived)
+        busy_from = turn_after_read(now, busy_from)  # read and timed: the other streams read first
         return data, t
 
     def via_pump(count_token_events, times: list[float]) -> tuple[bytes, float, int]:
-        """Reads taken by the process's pump while they are token reads (transport/pump.py)."""
-        return PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
+        """Reads taken by the process's pump while they are token reads (transport/pump.py); the
+        read it hands back (a stream's end, most often) waits for its turn like any other."""
+        out = PUMP.read(raw, count_token_events, times, watch, t_sent, off_ns)
+        turn_after_read(perf_counter(), 0.0)
+        return out
 
     vars(read_stamped)["via_pump"] = via_pump
     return read_stamped
