@@ -11,13 +11,18 @@ import orjson
 _SGLANG_HEAD = re.compile(r'"conversations"\s*:\s*\[\s*\[')
 _WEKA_HEAD = (re.compile(r'"requests"\s*:\s*\['), re.compile(r'"block_size"\s*:'), re.compile(r'"id"\s*:'))
 _DAG_TOP = ("orchestrator", "pre_session_spawns", "context_mode")
+_TRACELAB = frozenset({"session_id", "round_index", "input_tokens_total", "prefix_tokens"})
+_TRACELAB_CSV = frozenset({"round_idx", "prefix_len", "input_len", "output_len"})
+_HCUA = frozenset({"session_id", "messages", "output_length"})
+_MOONCAKE_KEYS = frozenset({"input_length", "text_input", "timestamp", "hash_ids"})
 
 
 def detect_head(head: str) -> str | None:
     """The session format of a file from its first bytes (`Source.head`), or None."""
     text = head.lstrip()
     if not text.startswith("{"):
-        return None
+        cols = {c.strip() for c in text.split("\n", 1)[0].split(",")}
+        return "tracelab-csv" if _TRACELAB_CSV <= cols and cols & {"id", "session_id"} else None
     first = text.split("\n", 1)[0].strip()
     try:
         obj = orjson.loads(first)
@@ -29,6 +34,11 @@ def detect_head(head: str) -> str | None:
         return None
     if type(obj) is not dict:
         return None
+    keys = obj.keys()
+    if _TRACELAB <= keys:
+        return "tracelab"
+    if _HCUA <= keys and not keys & _MOONCAKE_KEYS and type(obj["messages"]) is list:
+        return "h-cua-perf"
     if "session" in obj and "session_id" not in obj:
         return "llm-locust-sessions"
     if {"id", "requests", "block_size"} <= obj.keys() and type(obj["requests"]) is list:
