@@ -34,6 +34,9 @@ def test_names():
         "sglang-agentic",
         "mooncake-sessions",
         "mooncake-toolagent",
+        "tracelab",
+        "tracelab-csv",
+        "h-cua-perf",
     )
 
 

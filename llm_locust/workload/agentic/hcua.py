@@ -26,15 +26,14 @@ Mapping:
   llm-locust's requests carry no tool definitions.
 
 `shared_prefix_share` gives the trace's own reuse: per request, the part of its messages equal to
-the previous request's (by characters of their JSON), the prefix a cache holding the previous
-request could serve.
+the previous request's (by characters of their text; screenshots count nothing), the prefix a
+cache holding the previous request could serve.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
-
-import orjson
 
 from llm_locust.workload.agentic._common import check_messages, delta_role, json_sid
 from llm_locust.workload.formats.reader import Context, Source, json_count, json_seconds, jsonl_objects
@@ -75,32 +74,34 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> None:
     return None
 
 
-def _encoded(messages: list[dict[str, Any]]) -> list[bytes]:
-    return [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in messages]
+def _texts(messages: list[dict[str, Any]]) -> list[str]:
+    """Each message's text (string content, or its text parts joined by spaces; images count nothing)."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, list):
+            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict) and isinstance(p.get("text"), str))
+        out.append(c if isinstance(c, str) else "")
+    return out
 
 
-def common_prefix_chars(prev: list[bytes], cur: list[bytes]) -> int:
-    """Characters of `cur`'s messages (as JSON) equal to `prev`'s, from the start."""
+def common_prefix_chars(prev: list[str], cur: list[str]) -> int:
+    """Characters of two requests' message texts equal from the start (whole messages, then a part of one)."""
     n = 0
     for a, c in zip(prev, cur, strict=False):
-        if a == c:
-            n += len(c)
-            continue
-        k = 0
-        for x, y in zip(a, c, strict=False):
-            if x != y:
-                break
-            k += 1
-        return n + k
+        if a != c:
+            return n + len(os.path.commonprefix([a, c]))
+        n += len(a)
     return n
 
 
 def shared_prefix_share(turns: list[Turn]) -> float | None:
-    """The share of a session's request bytes a cache holding each previous request could serve."""
-    prev: list[bytes] = []
+    """The trace's own reuse in a session: the share of its requests' text (characters) equal, from
+    the start, to the request before it: what a cache holding each previous request could serve."""
+    prev: list[str] = []
     hit = total = 0
     for t in turns:
-        cur = _encoded(t.messages or [])
+        cur = _texts(t.messages or [])
         hit += common_prefix_chars(prev, cur)
         total += sum(len(c) for c in cur)
         prev = cur

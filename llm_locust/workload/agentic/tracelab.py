@@ -71,6 +71,7 @@ CSV_NAME = "tracelab-csv"
 BLOCK = 64
 CSV_REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len")
 CSV_OPTIONAL = ("arrival_time", "tool_wait_after_ms")
+MAX_TOKENS = 1 << 24  # a round's input beyond any model's context: refused (its blocks would fill memory)
 DETECT_KEYS = frozenset({"session_id", "round_index", "input_tokens_total", "prefix_tokens"})
 
 
@@ -177,6 +178,8 @@ def _round(obj: dict, ctx: Context, lineno: int) -> Round:
     assert total is not None and prefix is not None
     if prefix > total:
         raise ctx.error(lineno, f"'prefix_tokens' ({prefix}) exceeds 'input_tokens_total' ({total})")
+    if total > MAX_TOKENS:
+        raise ctx.error(lineno, f"'input_tokens_total' of {total} is beyond any model's context (at most {MAX_TOKENS})")
     first = json_str(obj, "first_input_event_type", ctx, lineno)
     return Round(
         line=lineno,
@@ -256,8 +259,11 @@ def read_csv_rounds(src: Source, ctx: Context) -> tuple[list[_Sess], dict[str, f
                 raise ctx.error(lineno, f"empty {sid_col}")
             prefix = text_count(f[col["prefix_len"]], "prefix_len", ctx, lineno)
             new = text_count(f[col["input_len"]], "input_len", ctx, lineno)
-            if prefix + new > 2**31 - 1:
-                raise ctx.error(lineno, f"prefix_len + input_len is too large: {prefix + new}")
+            if prefix + new > MAX_TOKENS:
+                raise ctx.error(
+                    lineno,
+                    f"prefix_len + input_len = {prefix + new} is beyond any model's context (at most {MAX_TOKENS})",
+                )
             wait = 0.0
             if "tool_wait_after_ms" in col:
                 wait = text_seconds(f[col["tool_wait_after_ms"]], "tool_wait_after_ms", ctx, lineno) / 1000
