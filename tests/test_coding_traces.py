@@ -221,6 +221,13 @@ def test_h_cua_perf_bad_records_name_file_and_line(tmp_path, line, words):
     assert str(e.value).startswith(f"{p}:2:") and words in str(e.value), e.value
 
 
+def test_a_zstd_file_is_named_as_such(tmp_path):
+    p = tmp_path / "h_cua.jsonl.zst"
+    p.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(40)))
+    with pytest.raises(TraceError, match=rf"^{p}:1: a zstd-compressed file: decompress it first"):
+        load_sessions(p)
+
+
 def test_the_request_formats_refuse_them_as_session_traces():
     for p in (TRACELAB, TRACELAB_CSV, HCUA):
         with pytest.raises(TraceError, match="a session trace"):
