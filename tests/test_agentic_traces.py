@@ -37,6 +37,8 @@ def test_names():
         "tracelab",
         "tracelab-csv",
         "h-cua-perf",
+        "claude-code",
+        "codex",
     )
 
 

@@ -28,6 +28,8 @@ TRACES = Path(__file__).resolve().parents[1] / "traces"
 TRACELAB = TRACES / "tracelab_sample.jsonl"
 TRACELAB_CSV = TRACES / "tracelab_sample.csv"
 HCUA = TRACES / "h_cua_perf_sample.jsonl"
+CLAUDE = TRACES / "claude_code_session_sample.jsonl"
+CODEX = TRACES / "codex_session_sample.jsonl"
 
 
 def _rows(path=TRACELAB):
@@ -39,13 +41,16 @@ def _recorded_share(rows):
     return sum(r["prefix_tokens"] for r in rows) / sum(r["input_tokens_total"] for r in rows)
 
 
-def _ideal_share(trace):
-    """What an unbounded prefix cache serves of the replayed blocks, sessions one after another."""
+def _ideal_share(trace, later=False):
+    """What an unbounded prefix cache serves of the replayed blocks, sessions one after another
+    (`later`: of the rounds after each session's first, whose recorded prefix was cached before)."""
     cache, hit, total = IdealCache(), 0, 0
     for s in trace.roots:
-        for t in s.turns:
-            hit += cache.blocks(t.hash_ids, trace.block_size, t.input_tokens)
-            total += t.input_tokens
+        for k, t in enumerate(s.turns):
+            h = cache.blocks(t.hash_ids, trace.block_size, t.input_tokens)
+            if k or not later:
+                hit += h
+                total += t.input_tokens
     return hit / total
 
 
@@ -221,6 +226,99 @@ def test_h_cua_perf_bad_records_name_file_and_line(tmp_path, line, words):
     assert str(e.value).startswith(f"{p}:2:") and words in str(e.value), e.value
 
 
+# -- Claude Code and Codex session logs -----------------------------------------------------------
+
+
+def _ts(v):
+    from datetime import datetime
+
+    return datetime.fromisoformat(v).timestamp()
+
+
+def test_a_claude_code_log_reads_its_rounds_usage_and_tool_times():
+    """A round per assistant message id, its fullest usage (records repeat it per content block);
+    the wait after it: its tool_use records to their tool_result records."""
+    recs = _rows(CLAUDE)
+    assert detect_sessions(CLAUDE) == "claude-code"
+    usage: dict[str, dict] = {}
+    emitted, waits = {}, {}
+    for r in recs:
+        m = r.get("message") or {}
+        if r["type"] == "assistant":
+            u = m["usage"]
+            if m["id"] not in usage or u["output_tokens"] > usage[m["id"]]["output_tokens"]:
+                usage[m["id"]] = u
+            for b in m["content"]:
+                if b["type"] == "tool_use":
+                    emitted[b["id"]] = (m["id"], _ts(r["timestamp"]))
+        elif r["type"] == "user" and isinstance(m.get("content"), list):
+            for b in m["content"]:
+                mid, t0 = emitted[b["tool_use_id"]]
+                waits[mid] = waits.get(mid, 0.0) + _ts(r["timestamp"]) - t0
+    trace = load_sessions(CLAUDE)
+    (s,) = trace.roots
+    ids = list(usage)
+    assert s.id == recs[1]["sessionId"] and s.model == "claude-opus-4-8"
+    assert [t.input_tokens for t in s.turns] == [
+        usage[i]["input_tokens"] + usage[i]["cache_creation_input_tokens"] + usage[i]["cache_read_input_tokens"]
+        for i in ids
+    ]
+    assert [t.output_tokens for t in s.turns] == [usage[i]["output_tokens"] for i in ids]
+    assert [t.gap for t in s.turns] == pytest.approx([0.0] + [waits.get(i, 0.0) for i in ids[:-1]])
+    assert [t.role for t in s.turns] == ["user"] + ["tool"] * 4
+    later = ids[1:]  # a one-session log: its first round's recorded prefix was cached before it
+    recorded = sum(usage[i]["cache_read_input_tokens"] for i in later) / sum(t.input_tokens for t in s.turns[1:])
+    assert abs(_ideal_share(trace, later=True) - recorded) < 0.02
+
+
+def test_a_codex_log_reads_its_token_counts_once_and_its_tool_times():
+    recs = _rows(CODEX)
+    assert detect_sessions(CODEX) == "codex"
+    counts, seen = [], None
+    for r in recs:
+        p = r["payload"]
+        if p.get("type") == "token_count" and p["info"]["total_token_usage"] != seen:
+            seen = p["info"]["total_token_usage"]
+            counts.append(p["info"]["last_token_usage"])
+    assert len(counts) == 5 < sum(1 for r in recs if r["payload"].get("type") == "token_count")
+    trace = load_sessions(CODEX)
+    (s,) = trace.roots
+    assert s.id == recs[0]["payload"]["id"] and s.model == "gpt-5.5-codex"
+    assert [t.input_tokens for t in s.turns] == [c["input_tokens"] for c in counts]
+    assert [t.output_tokens for t in s.turns] == [c["output_tokens"] for c in counts]
+    assert [t.gap for t in s.turns] == pytest.approx([0.0, 2.4, 11.8, 0.3, 4.1])  # the sample's tool latencies
+    recorded = sum(c["cached_input_tokens"] for c in counts[1:]) / sum(c["input_tokens"] for c in counts[1:])
+    assert abs(_ideal_share(trace, later=True) - recorded) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "words"),
+    [
+        (
+            "codex",
+            '{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": {"type": "token_count", '
+            '"info": {"total_token_usage": {}, "last_token_usage": {"input_tokens": 5, "cached_input_tokens": 9}}}}',
+            "exceeds 'input_tokens'",
+        ),
+        ("codex", '{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": []}', "'payload' must be"),
+        ("codex", '{"timestamp": "noon", "type": "turn_context", "payload": {}}', "not an ISO-8601 time"),
+        (
+            "claude-code",
+            '{"type": "assistant", "sessionId": "s", "message": {"id": "m", "role": "assistant", '
+            '"usage": {"input_tokens": -1}}}',
+            "must not be negative",
+        ),
+    ],
+)
+def test_bad_agent_logs_name_file_and_line(tmp_path, fmt, text, words):
+    p = tmp_path / "bad.jsonl"
+    first = CODEX if fmt == "codex" else CLAUDE
+    p.write_text(first.read_text().splitlines()[0] + "\n" + text + "\n")
+    with pytest.raises(TraceError) as e:
+        load_sessions(p, fmt)
+    assert str(e.value).startswith(f"{p}:2:") and words in str(e.value), e.value
+
+
 def test_a_zstd_file_is_named_as_such(tmp_path):
     p = tmp_path / "h_cua.jsonl.zst"
     p.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(40)))
@@ -229,7 +327,7 @@ def test_a_zstd_file_is_named_as_such(tmp_path):
 
 
 def test_the_request_formats_refuse_them_as_session_traces():
-    for p in (TRACELAB, TRACELAB_CSV, HCUA):
+    for p in SAMPLES.values():
         with pytest.raises(TraceError, match="a session trace"):
             detect(p.read_text()[:4096], str(p))
 
@@ -256,7 +354,13 @@ def _check(path: Path, fmt: str | None) -> str:
     return "ok"
 
 
-SAMPLES = {"tracelab": TRACELAB, "tracelab-csv": TRACELAB_CSV, "h-cua-perf": HCUA}
+SAMPLES = {
+    "tracelab": TRACELAB,
+    "tracelab-csv": TRACELAB_CSV,
+    "h-cua-perf": HCUA,
+    "claude-code": CLAUDE,
+    "codex": CODEX,
+}
 
 
 def seed_data(fmt: str) -> bytes:

@@ -14,6 +14,8 @@ _DAG_TOP = ("orchestrator", "pre_session_spawns", "context_mode")
 _TRACELAB = frozenset({"session_id", "round_index", "input_tokens_total", "prefix_tokens"})
 _TRACELAB_CSV = frozenset({"round_idx", "prefix_len", "input_len", "output_len"})
 _HCUA = frozenset({"session_id", "messages", "output_length"})
+_CODEX_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg", "compacted"})
+_CLAUDE_TYPES = frozenset({"user", "assistant", "system", "summary", "file-history-snapshot"})
 _MOONCAKE_KEYS = frozenset({"input_length", "text_input", "timestamp", "hash_ids"})
 
 
@@ -34,11 +36,9 @@ def detect_head(head: str) -> str | None:
         return None
     if type(obj) is not dict:
         return None
-    keys = obj.keys()
-    if _TRACELAB <= keys:
-        return "tracelab"
-    if _HCUA <= keys and not keys & _MOONCAKE_KEYS and type(obj["messages"]) is list:
-        return "h-cua-perf"
+    agent = _agent_trace(obj)
+    if agent is not None:
+        return agent
     if "session" in obj and "session_id" not in obj:
         return "llm-locust-sessions"
     if {"id", "requests", "block_size"} <= obj.keys() and type(obj["requests"]) is list:
@@ -58,4 +58,18 @@ def detect_head(head: str) -> str | None:
             and "texts" not in t0
         ):
             return "aiperf-dag"
+    return None
+
+
+def _agent_trace(obj: dict) -> str | None:
+    """Coding-agent and computer-use traces (TraceLab, H CUA Perf, Claude Code and Codex logs)."""
+    keys = obj.keys()
+    if _TRACELAB <= keys:
+        return "tracelab"
+    if {"timestamp", "type", "payload"} <= keys and obj["type"] in _CODEX_TYPES:
+        return "codex"
+    if obj.get("type") in _CLAUDE_TYPES and ("sessionId" in keys or "leafUuid" in keys or "snapshot" in keys):
+        return "claude-code"
+    if _HCUA <= keys and not keys & _MOONCAKE_KEYS and type(obj["messages"]) is list:
+        return "h-cua-perf"
     return None

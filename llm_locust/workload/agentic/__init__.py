@@ -15,6 +15,8 @@ Formats (one module each; docs/agentic.md, section Formats):
     tracelab              tracelab.py           TraceLab's round trace (Claude Code / Codex sessions, uw-syfi)
     tracelab-csv          tracelab.py           TraceLab's multi-round CSV (its exporter's, its session runner's)
     h-cua-perf            hcua.py               H Company's computer-use agent traces (H CUA Perf, as AIPerf replays)
+    claude-code           agent_logs.py         a Claude Code session log (~/.claude/projects/*/<uuid>.jsonl)
+    codex                 agent_logs.py         a Codex session log (~/.codex/sessions/**/rollout-*.jsonl)
 
 Detection (`detect_sessions`) reads the head of the file and claims only what no request-level
 format can read correctly:
@@ -29,7 +31,9 @@ format can read correctly:
   with ``round_idx``, ``prefix_len``, ``input_len``, ``output_len`` and ``id``/``session_id``:
   tracelab-csv;
 - ``session_id``, ``messages`` and ``output_length`` with none of Mooncake's keys (``input_length``,
-  ``text_input``, ``timestamp``, ``hash_ids``): h-cua-perf.
+  ``text_input``, ``timestamp``, ``hash_ids``): h-cua-perf;
+- ``timestamp``, ``type``, ``payload`` with a Codex record type: codex; a Claude Code record type
+  (``user``, ``assistant``, ``summary``, ...) with ``sessionId``/``leafUuid``/``snapshot``: claude-code.
 - Mooncake traces are never claimed (their lines are the request format ``mooncake``).
 
 The request-level `formats.detect` would read some of these files as its own (``session`` lines and
@@ -44,7 +48,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from llm_locust.workload.agentic import aiperf_dag, hcua, mooncake_sessions, ours, sglang_sessions, tracelab, weka
+from llm_locust.workload.agentic import (
+    agent_logs,
+    aiperf_dag,
+    hcua,
+    mooncake_sessions,
+    ours,
+    sglang_sessions,
+    tracelab,
+    weka,
+)
 from llm_locust.workload.formats.reader import Context, Source, TraceError
 from llm_locust.workload.paths import trace_file_problem
 from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
@@ -61,6 +74,8 @@ _READERS: dict[str, Reader] = {
     tracelab.NAME: tracelab.read,
     tracelab.CSV_NAME: tracelab.read_csv,
     hcua.NAME: hcua.read,
+    agent_logs.CLAUDE: agent_logs.read_claude,
+    agent_logs.CODEX: agent_logs.read_codex,
 }
 SESSION_FORMATS: tuple[str, ...] = tuple(_READERS)
 ALIASES = {
@@ -79,6 +94,8 @@ ALIASES = {
     "tracelab-trace": tracelab.NAME,
     "h-cua": hcua.NAME,
     "hcua": hcua.NAME,
+    "claude": agent_logs.CLAUDE,
+    "codex-session": agent_logs.CODEX,
 }
 
 

@@ -90,7 +90,7 @@ class Round:
 
 
 @dataclass(slots=True)
-class _Sess:
+class RoundSession:
     sid: str
     line: int
     model: str | None
@@ -138,7 +138,7 @@ def recorded_share(rounds: list[Round]) -> float | None:
     return sum(min(r.prefix, r.total) for r in rounds) / total if total else None
 
 
-def _iso(v: Any, key: str, ctx: Context, lineno: int) -> float:
+def iso_time(v: Any, key: str, ctx: Context, lineno: int) -> float:
     if not isinstance(v, str):
         raise ctx.error(lineno, f"{key!r} must be an ISO-8601 time string, found {type(v).__name__}")
     try:
@@ -159,7 +159,7 @@ def _first_time(obj: dict, ctx: Context, lineno: int) -> float | None:
         if type(e) is not dict:
             raise ctx.error(lineno, "'timing_events' must hold objects")
         if e.get("timestamp") is not None:
-            times.append(_iso(e["timestamp"], "timing_events[].timestamp", ctx, lineno))
+            times.append(iso_time(e["timestamp"], "timing_events[].timestamp", ctx, lineno))
     return min(times) if times else None
 
 
@@ -193,21 +193,21 @@ def _round(obj: dict, ctx: Context, lineno: int) -> Round:
     )
 
 
-def read_rounds(src: Source, ctx: Context) -> list[_Sess]:
+def read_rounds(src: Source, ctx: Context) -> list[RoundSession]:
     """The sessions of a round trace, in first-appearance order, rounds as read."""
-    sessions: dict[str, _Sess] = {}
+    sessions: dict[str, RoundSession] = {}
     for lineno, obj in jsonl_objects(src, ctx):
         sid = json_sid(obj, "session_id", ctx, lineno, required=True)
         s = sessions.get(sid)
         if s is None:
             model = json_str(obj, "model", ctx, lineno)
             provider = json_str(obj, "provider", ctx, lineno) or ""
-            s = sessions[sid] = _Sess(sid, lineno, model, f"{provider}\x00{model or ''}")
+            s = sessions[sid] = RoundSession(sid, lineno, model, f"{provider}\x00{model or ''}")
         s.rounds.append(_round(obj, ctx, lineno))
     return list(sessions.values())
 
 
-def _build(sessions: list[_Sess], ctx: Context, b: SessionBuilder, starts: dict[str, float]) -> int:
+def build(sessions: list[RoundSession], ctx: Context, b: SessionBuilder, starts: dict[str, float]) -> int:
     minter = BlockMinter()
     for s in sessions:
         s.rounds.sort(key=lambda r: r.index)  # stable: file order among equal indexes
@@ -236,16 +236,16 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int:
     known = [t for t in firsts.values() if t is not None]
     origin = min(known) if known else 0.0
     starts = {sid: (t - origin if t is not None else 0.0) for sid, t in firsts.items()}
-    return _build(sessions, ctx, b, starts)
+    return build(sessions, ctx, b, starts)
 
 
-def read_csv_rounds(src: Source, ctx: Context) -> tuple[list[_Sess], dict[str, float]]:
+def read_csv_rounds(src: Source, ctx: Context) -> tuple[list[RoundSession], dict[str, float]]:
     """The sessions of a TraceLab multi-round CSV and their start times (s)."""
     header, hline, blocks = src.csv_blocks(ctx)
     sid_col = "id" if "id" in header else "session_id"
     col = columns_index(header, (sid_col, *CSV_REQUIRED), CSV_OPTIONAL, ctx, hline, CSV_NAME)
     ncols = len(header)
-    sessions: dict[str, _Sess] = {}
+    sessions: dict[str, RoundSession] = {}
     starts: dict[str, float] = {}
     for first, lines in blocks:
         for lineno, line in enumerate(lines, first):
@@ -269,7 +269,7 @@ def read_csv_rounds(src: Source, ctx: Context) -> tuple[list[_Sess], dict[str, f
                 wait = text_seconds(f[col["tool_wait_after_ms"]], "tool_wait_after_ms", ctx, lineno) / 1000
             s = sessions.get(sid)
             if s is None:
-                s = sessions[sid] = _Sess(sid, lineno, None, "")
+                s = sessions[sid] = RoundSession(sid, lineno, None, "")
                 at = f[col["arrival_time"]] if "arrival_time" in col else ""
                 starts[sid] = text_seconds(at, "arrival_time", ctx, lineno) / 1000 if at.strip() else 0.0
             s.rounds.append(
@@ -292,7 +292,7 @@ def read_csv(src: Source, ctx: Context, b: SessionBuilder) -> int:
         s.rounds.sort(key=lambda r: r.index)
         for prev, r in zip(s.rounds, s.rounds[1:], strict=False):
             r.tool_first = prev.wait_after > 0
-    return _build(sessions, ctx, b, starts)
+    return build(sessions, ctx, b, starts)
 
 
 def is_csv_header(first_line: str) -> bool:
