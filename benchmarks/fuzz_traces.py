@@ -3,7 +3,7 @@ and checks, many more cases, and every finding counted instead of stopping at th
 
     python benchmarks/fuzz_traces.py [--cases 2000] [--formats mooncake,sharegpt] [--seed N]
 
-The session formats with samples in traces/ (tracelab, tracelab-csv, h-cua-perf) are fuzzed the
+The session formats with samples in traces/ (tracelab, tracelab-csv, h-cua-perf, claude-code, codex) are fuzzed the
 same way through `load_sessions` (tests/test_coding_traces.py's properties).
 
 Prints, per loader: cases run (each loads the mutated file twice: format forced, then detected),
