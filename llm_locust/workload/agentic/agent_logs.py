@@ -104,10 +104,12 @@ class _Claude:
             if (out, total) > score:
                 r.total, r.prefix, r.output = total, read, out
                 self.rounds[mid] = (r, (out, total))
-        for block in msg.get("content") if isinstance(msg.get("content"), list) else ():
+        content = msg.get("content")
+        if t is None or not isinstance(content, list):
+            return
+        for block in content:
             if type(block) is dict and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                if t is not None:
-                    self.tool_at.setdefault(block["id"], (r, t))
+                self.tool_at.setdefault(block["id"], (r, t))
 
     def user(self, obj: dict, msg: dict, lineno: int) -> None:
         content = msg.get("content")
@@ -118,7 +120,8 @@ class _Claude:
             return
         t = iso_time(obj["timestamp"], "timestamp", self.ctx, lineno)
         for b in results:
-            got = self.tool_at.pop(b.get("tool_use_id"), None) if isinstance(b.get("tool_use_id"), str) else None
+            tid = b.get("tool_use_id")
+            got = self.tool_at.pop(tid, None) if isinstance(tid, str) else None
             if got is not None:
                 r, emitted = got
                 r.wait_after += max(0.0, t - emitted)
