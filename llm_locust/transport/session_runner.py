@@ -189,8 +189,8 @@ class SessionRunner:
     ) -> tuple[RequestSpec, int, list[dict[str, Any]]]:
         """The request of turn k, our estimate of its prompt tokens, and its new messages."""
         b = self.builder
-        # a whole-request turn (`messages`) repeats the first message: the marker goes on each
-        marker = self._marker(session, instance) if first or turn.messages is not None else ""
+        # a whole-request turn repeats the first message: the marker goes on each
+        marker = self._marker(session, instance) if first or turn.whole else ""
         if turn.hash_ids is not None:
             marker = self._marker(session, instance)  # every whole prompt starts the same way, so blocks stay shared
             entry = TraceRecord(
@@ -212,7 +212,7 @@ class SessionRunner:
         if marker:
             c = new[0].get("content")
             new[0]["content"] = marker + c if isinstance(c, str) else [{"type": "text", "text": marker}] + list(c or [])
-        if turn.messages is not None:
+        if turn.whole:
             history = []  # the turn's messages are its whole request (the trace's own history)
         est = sum(_tokens_of(m) for m in history) + sum(_tokens_of(m) for m in new)
         if turn.new_tokens is not None and turn.text is None and turn.messages is None:
@@ -244,7 +244,7 @@ def _history_ideal(turn: Turn, spec: RequestSpec, history: list[dict[str, Any]],
     word for word; for a whole-request turn (the trace's own messages, not the server's reply), the
     part of the previous prompt it repeats: that prompt's tokens times the share of its text the two
     requests have in common from the start."""
-    if turn.messages is None or not history:
+    if not turn.whole or not history:
         return ctx_tokens
     prev = [_text_of(m) for m in history[:-1]]  # the previous request, without the reply appended to it
     total = sum(len(t) for t in prev)

@@ -16,7 +16,7 @@ Mapping:
 - ``messages`` is each request whole: the history as the agent recorded it (its own assistant
   tool calls, earlier screenshots already replaced by the placeholder text
   ``[Image omitted by context cleaning]``, the latest one kept). The turn sends exactly those
-  messages (`Turn.messages`), never the model's replies: the trajectory follows the recorded
+  messages (`Turn.messages`, `whole`), never the model's replies: the trajectory follows the recorded
   agent, as AIPerf replays it.
 - ``output_length`` -> the turn's output tokens (a cap on what the server writes).
 - ``delay`` (ms, absent on a trajectory's first request) -> the gap before the turn: the agent's
@@ -67,6 +67,7 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> None:
                 output_tokens=json_count(obj, "output_length", ctx, lineno),
                 gap=json_seconds(obj, "delay", ctx, lineno, scale=0.001, default=0.0),
                 messages=msgs,
+                whole=True,
                 role=delta_role(msgs[-1:]),
                 source=where,
             ),
