@@ -392,13 +392,15 @@ def test_mutated_samples_load_or_raise_a_trace_error_naming_the_file(tmp_path, f
 # -- replays --------------------------------------------------------------------------------------
 
 
-def test_the_tracelab_sample_replayed_on_the_simulator_reads_its_own_cache_share(tmp_path):
-    """Every session once (open loop, 10x), against the simulator's prefix cache: the server's hit
-    ratio within 5 points of the trace's own recorded share, as is the run's ideal."""
+@pytest.mark.timing
+def test_the_tracelab_sample_replayed_on_the_simulator_reads_its_own_cache_share_and_tool_waits(tmp_path):
+    """Every session once (open loop, 20x, no cap on gaps), against the simulator's prefix cache:
+    the server's hit ratio within 5 points of the trace's own recorded share, as is the run's ideal;
+    between a reply and the session's next request, the trace's tool time (at 20x)."""
     results, log = tmp_path / "r.json", tmp_path / "records.jsonl"
     with SimProcess(slots=16, prefix_cache=True, fast=True) as sim:
         p = run_ok(
-            "--host", sim.url, "--trace", TRACELAB, "--replay", "--speed", "10", "--max-idle", "0.2",
+            "--host", sim.url, "--trace", TRACELAB, "--replay", "--speed", "20", "--max-idle", "0",
             "-t", "60s", "--results", results, "--record-log", log, timeout=180,
         )  # fmt: skip
     assert "sessions: 6 started, 6 answered in full" in p.stdout, p.stdout[-2000:]
@@ -410,6 +412,13 @@ def test_the_tracelab_sample_replayed_on_the_simulator_reads_its_own_cache_share
     assert cache["achieved_vs_ideal"] > 0.95, cache
     ok = [r for r in read_records(log) if r["outcome"] == "ok"]
     assert len(ok) == 57 and len({r["session"] for r in ok}) == 6
+    # the tool waits: the trace's own, from its rows' tools, against the replay's idle time
+    trace, sent = load_sessions(TRACELAB), {r["source"]: r for r in ok}
+    for s in trace.roots:
+        for prev, turn in zip(s.turns, s.turns[1:], strict=False):
+            a, b = sent[prev.source], sent[turn.source]
+            idle = b["t_sent"] - (a["t_sent"] + a["end"])
+            assert turn.gap / 20 - 0.005 <= idle <= turn.gap / 20 + 0.1, (turn.source, turn.gap, idle)
 
 
 def test_the_h_cua_perf_sample_replayed_sends_each_recorded_request_whole(tmp_path):
