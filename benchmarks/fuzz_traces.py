@@ -3,6 +3,9 @@ and checks, many more cases, and every finding counted instead of stopping at th
 
     python benchmarks/fuzz_traces.py [--cases 2000] [--formats mooncake,sharegpt] [--seed N]
 
+The session formats with samples in traces/ (tracelab, tracelab-csv, h-cua-perf, claude-code, codex) are fuzzed the
+same way through `load_sessions` (tests/test_coding_traces.py's properties).
+
 Prints, per loader: cases run (each loads the mutated file twice: format forced, then detected),
 how many loaded, how many raised TraceError, and the findings (any other exception, a TraceError
 that does not name the file or that came from load_trace's safety net, a loaded trace that breaks
@@ -27,11 +30,27 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def _load_props():
-    spec = importlib.util.spec_from_file_location("fuzz_props", REPO / "tests" / "test_fuzz_traces.py")
+def _load_props(name: str = "test_fuzz_traces"):
+    sys.path.insert(0, str(REPO / "tests"))  # the test modules import tests/support.py
+    spec = importlib.util.spec_from_file_location(f"fuzz_props_{name}", REPO / "tests" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+class _SessionProps:
+    """The session formats' properties in the request loaders' shape (CASE, SEEDS, seed_bytes, run_case)."""
+
+    def __init__(self) -> None:
+        self.mod = _load_props("test_coding_traces")
+        self.CASE = self.mod.CASE
+        self.SEEDS = self.mod.SAMPLES
+
+    def seed_bytes(self, fmt: str) -> list[bytes]:
+        return [self.mod.seed_data(fmt)]
+
+    def run_case(self, fmt: str, seeds: list[bytes], case, workdir: Path) -> tuple[str, str]:
+        return self.mod.run_case(fmt, seeds[0], case, workdir)
 
 
 def _where(e: BaseException) -> str:
@@ -79,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formats", default="", help="comma-separated loaders (default: all)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    props = _load_props()
-    fmts = [f for f in a.formats.split(",") if f] or sorted(props.SEEDS)
+    props, sessions = _load_props(), _SessionProps()
+    fmts = [f for f in a.formats.split(",") if f] or sorted(props.SEEDS) + sorted(sessions.SEEDS)
     workdir = Path(tempfile.mkdtemp(prefix="fuzz-traces-bench-"))
     total = 0
     print(f"{'loader':20} {'cases':>7} {'forced ok/err':>14} {'detected ok/err':>16} {'findings':>9} {'s':>6}")
     report = []
     for fmt in fmts:
-        out, found, secs = fuzz(props, fmt, a.cases, a.seed, workdir)
+        out, found, secs = fuzz(sessions if fmt in sessions.SEEDS else props, fmt, a.cases, a.seed, workdir)
         total += out["findings"]
         print(
             f"{fmt:20} {out['cases']:7} {out['forced ok']:>6}/{out['forced error']:<7} "

@@ -34,6 +34,11 @@ def test_names():
         "sglang-agentic",
         "mooncake-sessions",
         "mooncake-toolagent",
+        "tracelab",
+        "tracelab-csv",
+        "h-cua-perf",
+        "claude-code",
+        "codex",
     )
 
 

@@ -20,6 +20,7 @@ within the run, so the blocks they share stay shared.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -110,6 +111,7 @@ class SessionRunner:
         kids = gevent.pool.Group()
         history: list[dict[str, Any]] = []
         ctx_tokens = 0  # tokens of the previous prompt and its reply (history mode)
+        prev_in = 0  # tokens of the previous prompt alone
         ready = t0
         outcome = None  # True: every turn answered; False: a turn failed; None: stopped
         try:
@@ -126,7 +128,7 @@ class SessionRunner:
                     bs = self.trace.block_size or 1
                     ideal = self.ideal.blocks(turn.hash_ids, bs, turn.input_tokens or len(turn.hash_ids) * bs)
                 else:
-                    ideal = ctx_tokens  # the previous prompt and its reply, repeated word for word
+                    ideal = _history_ideal(turn, spec, history, ctx_tokens, prev_in)
                 # only a history-mode turn with a turn after it needs its reply's text: keeping it
                 # costs every token a copy (and SGLang's cumulative events a whole parse)
                 keep_text = turn.hash_ids is None and k + 1 < len(session.turns)
@@ -137,7 +139,8 @@ class SessionRunner:
                 if turn.hash_ids is None:
                     history = list(spec.messages) if spec.messages is not None else history + new
                     history.append({"role": "assistant", "content": rec.text or ""})
-                    ctx_tokens = (rec.n_in if rec.n_in is not None else n_prompt_est) + rec.n_out
+                    prev_in = rec.n_in if rec.n_in is not None else n_prompt_est
+                    ctx_tokens = prev_in + rec.n_out
                 for cid in turn.children:
                     child = self.trace.sessions.get(cid)
                     if child is not None:
@@ -186,7 +189,8 @@ class SessionRunner:
     ) -> tuple[RequestSpec, int, list[dict[str, Any]]]:
         """The request of turn k, our estimate of its prompt tokens, and its new messages."""
         b = self.builder
-        marker = self._marker(session, instance) if first else ""
+        # a whole-request turn repeats the first message: the marker goes on each
+        marker = self._marker(session, instance) if first or turn.whole else ""
         if turn.hash_ids is not None:
             marker = self._marker(session, instance)  # every whole prompt starts the same way, so blocks stay shared
             entry = TraceRecord(
@@ -208,6 +212,8 @@ class SessionRunner:
         if marker:
             c = new[0].get("content")
             new[0]["content"] = marker + c if isinstance(c, str) else [{"type": "text", "text": marker}] + list(c or [])
+        if turn.whole:
+            history = []  # the turn's messages are its whole request (the trace's own history)
         est = sum(_tokens_of(m) for m in history) + sum(_tokens_of(m) for m in new)
         if turn.new_tokens is not None and turn.text is None and turn.messages is None:
             est += turn.new_tokens - _tokens_of(new[-1])
@@ -231,6 +237,30 @@ class SessionRunner:
             reply = self.builder.prompts.build(reply_n, key=f"{t.source or session.id}/{k}#reply").content
             history += [{"role": "user", "content": content}, {"role": "assistant", "content": reply}]
         return history
+
+
+def _history_ideal(turn: Turn, spec: RequestSpec, history: list[dict[str, Any]], ctx_tokens: int, prev_in: int) -> int:
+    """A history-mode turn's ideal cached tokens: the previous prompt and its reply, which it repeats
+    word for word; for a whole-request turn (the trace's own messages, not the server's reply), the
+    part of the previous prompt it repeats: that prompt's tokens times the share of its text the two
+    requests have in common from the start."""
+    if not turn.whole or not history:
+        return ctx_tokens
+    prev = [_text_of(m) for m in history[:-1]]  # the previous request, without the reply appended to it
+    total = sum(len(t) for t in prev)
+    if not total:
+        return 0
+    return round(prev_in * _common_chars(prev, [_text_of(m) for m in spec.messages or []]) / total)
+
+
+def _common_chars(prev: list[str], cur: list[str]) -> int:
+    """Characters of two message lists' texts equal from the start (whole messages, then a partial one)."""
+    n = 0
+    for a, c in zip(prev, cur, strict=False):
+        if a != c:
+            return n + len(os.path.commonprefix([a, c]))
+        n += len(a)
+    return n
 
 
 def _prepend(spec: RequestSpec, marker: str) -> None:

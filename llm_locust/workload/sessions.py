@@ -48,6 +48,7 @@ class Turn:
     children: tuple[str, ...] = ()  # subagent sessions this turn spawns, joined before the next turn
     at: float | None = None  # the turn's trace time, when the trace has one
     messages: list[dict[str, Any]] | None = None  # the whole request as chat messages (a trace's own)
+    whole: bool = False  # `messages` already hold the conversation: sent as they are, no history before them
     source: str = ""  # "file:line"
 
 

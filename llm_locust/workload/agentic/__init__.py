@@ -12,6 +12,11 @@ Formats (one module each; docs/agentic.md, section Formats):
     sglang-agentic        sglang_sessions.py    SGLang's agentic trace (conversations of message deltas)
     mooncake-sessions     mooncake_sessions.py  Mooncake conversation trace, sessions by prefix chaining
     mooncake-toolagent    mooncake_sessions.py  the same, later turns as tool results (toolagent_trace)
+    tracelab              tracelab.py           TraceLab's round trace (Claude Code / Codex sessions, uw-syfi)
+    tracelab-csv          tracelab.py           TraceLab's multi-round CSV (its exporter's, its session runner's)
+    h-cua-perf            hcua.py               H Company's computer-use agent traces (H CUA Perf, as AIPerf replays)
+    claude-code           agent_logs.py         a Claude Code session log (~/.claude/projects/*/<uuid>.jsonl)
+    codex                 agent_logs.py         a Codex session log (~/.codex/sessions/**/rollout-*.jsonl)
 
 Detection (`detect_sessions`) reads the head of the file and claims only what no request-level
 format can read correctly:
@@ -22,6 +27,13 @@ format can read correctly:
 - ``turns`` whose first turn has ``messages``/``spawns``/``forks``, or ``orchestrator``,
   ``pre_session_spawns``, ``context_mode`` at the top: aiperf-dag. Plain AIPerf multi_turn (turns
   with ``text``/``texts``) stays the request format ``aiperf-multi-turn``.
+- ``session_id``, ``round_index``, ``input_tokens_total``, ``prefix_tokens``: tracelab; a CSV header
+  with ``round_idx``, ``prefix_len``, ``input_len``, ``output_len`` and ``id``/``session_id``:
+  tracelab-csv;
+- ``session_id``, ``messages`` and ``output_length`` with none of Mooncake's keys (``input_length``,
+  ``text_input``, ``timestamp``, ``hash_ids``): h-cua-perf;
+- ``timestamp``, ``type``, ``payload`` with a Codex record type: codex; a Claude Code record type
+  (``user``, ``assistant``, ``summary``, ...) with ``sessionId``/``leafUuid``/``snapshot``: claude-code.
 - Mooncake traces are never claimed (their lines are the request format ``mooncake``).
 
 The request-level `formats.detect` would read some of these files as its own (``session`` lines and
@@ -36,7 +48,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from llm_locust.workload.agentic import aiperf_dag, mooncake_sessions, ours, sglang_sessions, weka
+from llm_locust.workload.agentic import (
+    agent_logs,
+    aiperf_dag,
+    hcua,
+    mooncake_sessions,
+    ours,
+    sglang_sessions,
+    tracelab,
+    weka,
+)
 from llm_locust.workload.formats.reader import Context, Source, TraceError
 from llm_locust.workload.paths import trace_file_problem
 from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
@@ -50,6 +71,11 @@ _READERS: dict[str, Reader] = {
     sglang_sessions.NAME: sglang_sessions.read,
     mooncake_sessions.NAME: mooncake_sessions.read_as(mooncake_sessions.NAME),
     mooncake_sessions.TOOLAGENT: mooncake_sessions.read_as(mooncake_sessions.TOOLAGENT),
+    tracelab.NAME: tracelab.read,
+    tracelab.CSV_NAME: tracelab.read_csv,
+    hcua.NAME: hcua.read,
+    agent_logs.CLAUDE: agent_logs.read_claude,
+    agent_logs.CODEX: agent_logs.read_codex,
 }
 SESSION_FORMATS: tuple[str, ...] = tuple(_READERS)
 ALIASES = {
@@ -64,6 +90,12 @@ ALIASES = {
     "agentic-trace": sglang_sessions.NAME,
     "mooncake-conversation": mooncake_sessions.NAME,
     "mooncake-tool-agent": mooncake_sessions.TOOLAGENT,
+    "syfi": tracelab.NAME,
+    "tracelab-trace": tracelab.NAME,
+    "h-cua": hcua.NAME,
+    "hcua": hcua.NAME,
+    "claude": agent_logs.CLAUDE,
+    "codex-session": agent_logs.CODEX,
 }
 
 

@@ -93,6 +93,7 @@ def read(src: Source, ctx: Context, b: SessionBuilder) -> int | None:
                     output_tokens=out,
                     gap=gap,
                     messages=msgs,
+                    whole=True,
                     role=delta_role(msgs[-1:]),
                     children=tuple(kids),
                     source=where,

@@ -16,7 +16,7 @@ Keys (docs/agentic.md, section Formats, is the reference):
   first turn's ``t`` is the session's start. ``start`` (seconds) gives the start when the first turn
   has no ``t``; otherwise a top-level session starts at 0 and a subagent at its parent's start.
 - ``gap`` (seconds >= 0, default 0): tool or think time before the turn.
-- ``new_tokens`` (integer), ``text`` (string), ``messages`` (the whole request as chat messages),
+- ``new_tokens`` (integer), ``text`` (string), ``messages`` (the turn's chat messages, sent after the history),
   ``role`` ("user" or "tool"), ``output_tokens``, ``input_tokens`` (the whole prompt's length),
   ``hash_ids`` (block mode: the whole prompt's blocks; needs ``input_tokens`` and, once per file,
   ``block_size``), ``model`` (string; the session's model is its first turn's).

@@ -172,6 +172,8 @@ class Source:
             if b:
                 self._queued.append(b)
                 got += b
+        if got.startswith(b"\x28\xb5\x2f\xfd"):  # zstd's magic (H CUA Perf ships h_cua.jsonl.zst)
+            raise TraceError(f"{self.name}:1: a zstd-compressed file: decompress it first (zstd -d)")
         cut = got.rfind(b"\n") + 1
         whole = got[:cut] if cut and not self._eof else got
         try:
