@@ -753,6 +753,14 @@ def test_trace_error_is_a_value_error():
     "path", sorted((REPO / "traces").glob("*.*sv")) + sorted((REPO / "traces").glob("*.json*")), ids=lambda p: p.name
 )
 def test_shipped_slices_load(path):
+    """Each slice loads as what it is: a session trace as sessions (its turns counted), any other as
+    single requests."""
+    from llm_locust.workload.agentic import detect_sessions, load_sessions
+
+    if detect_sessions(path):
+        sessions = load_sessions(path)
+        assert 0 < sum(len(s.turns) for s in sessions.sessions.values()) <= 500
+        return
     t = load_trace(path)
     assert 0 < len(t) <= 500
 
