@@ -178,6 +178,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "cancel": ("0.2:after=uniform:1s:4s", {}),
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
         "progress_interval": (5.0, {}),
+        "checkpoint_every": (30.0, {}),
         "locust_stats": (True, {}),
         "web_origins": ("https://loadtest.example.org", {}),
         "mlflow": ("http://127.0.0.1:5000", {}),
