@@ -262,3 +262,35 @@ def test_a_run_that_ends_replaces_its_checkpoints_with_the_whole_run(tmp_path):
     assert doc["partial"] is False and "checkpoint" not in doc
     assert "in_flight" not in doc["summary"] and count_problems(doc) == []
     assert doc["summary"]["ok"] > 0
+
+
+def test_a_checkpoint_marks_a_worker_the_master_lost(tmp_path):
+    """Two workers; one SIGKILLed once both have reported. The checkpoints written after the master
+    calls it missing say so (`workers_missing`, its row's `lost_at`), and what it had in flight at
+    its last report stays in `in_flight` (the end would count it lost): the counts still add up."""
+    results = tmp_path / "r.json"
+    with (
+        SimProcess(slots=16, iter_base=0.003, iter_per_seq=0.0002) as sim,
+        Cluster(
+            *("--expect-workers", "2", "-u", "4", "-r", "4", "-t", "120s", "--host", sim.url),
+            *("--results", str(results), "--checkpoint-every", "1s", "--max-tokens-cap", "16"),
+            workers=2,
+        ) as cluster,
+    ):
+        cluster.wait_reported(2)
+        cluster.workers[0].kill()
+        deadline = time.monotonic() + 60  # the master calls it missing after 10 heartbeats (hub.WORKER_LIVENESS)
+        doc: dict = {}
+        while time.monotonic() < deadline and not (doc.get("checkpoint") or {}).get("workers_missing"):
+            assert cluster.master.poll() is None
+            doc = read_results(results) if results.exists() else {}
+            time.sleep(0.2)  # polling a file, bounded by the deadline
+        cluster.master.send_signal(signal.SIGKILL)
+        cluster.master.wait(timeout=30)
+    doc = read_results(results)
+    assert doc["partial"] is True and doc["checkpoint"]["workers_missing"] == 1, doc.get("checkpoint")
+    lost = [w for w in doc["workers"] if w["lost_at"]]
+    assert len(lost) == 1 and lost[0]["finished"] > 0 and len(doc["workers"]) == 2
+    assert count_problems(doc) == []
+    assert doc["summary"]["finished"] == sum(w["finished"] for w in doc["workers"])
+    assert "1 worker(s) missing" in render(doc)
