@@ -93,6 +93,11 @@ def test_a_checkpoint_file_reads_back_and_its_report_says_partial(tmp_path, caps
     end = tmp_path / "end.json"
     write_results(end, outcome.build(ended(aggregate(ok=3))).results)
     assert "partial" not in cli_process("report", str(end), "-o", str(tmp_path / "e.html")).stdout
+    p = cli_process("compare", str(path), str(end), timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    words = " ".join(p.stdout.split())  # the cells as wrapped to the terminal
+    assert "validity run: partial (a checkpoint written while the run went on; its end never came)" in words
+    assert words.count("run: partial") == 2  # the checkpoint's validity, in the runs table and the ranking
 
 
 _WRITER = textwrap.dedent(
