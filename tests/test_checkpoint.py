@@ -299,3 +299,33 @@ def test_a_checkpoint_marks_a_worker_the_master_lost(tmp_path):
     assert count_problems(doc) == []
     assert doc["summary"]["finished"] == sum(w["finished"] for w in doc["workers"])
     assert "1 worker(s) missing" in render(doc)
+
+
+def test_a_run_killed_before_its_first_interval_leaves_its_own_partial_file(tmp_path):
+    """The first checkpoint goes as the test starts: a run killed within its first interval (an
+    hour here) leaves a partial file of its own, never an earlier run's file at the path (which
+    it used to, read as that run's whole figures)."""
+    results = tmp_path / "r.json"
+    earlier = outcome.build(ended(aggregate(ok=3))).results
+    write_results(results, earlier)
+    with SimProcess(slots=4, iter_base=0.003) as sim:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "locust", "-f", str(STREAMING_LOCUSTFILE), "--headless", "--only-summary"),
+                *("-u", "1", "-r", "1", "-t", "120s", "--host", sim.url, "--results", str(results)),
+                *("--checkpoint-every", "1h", "--max-tokens-cap", "4"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not read_results(results).get("partial"):
+                assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint at the test's start"
+                time.sleep(0.1)  # polling a file, bounded by the deadline
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    doc = read_results(results)
+    assert doc["partial"] is True and doc["checkpoint"]["every_s"] == 3600.0
+    assert doc["run"]["started_at"] > earlier["run"]["started_at"] and count_problems(doc) == []

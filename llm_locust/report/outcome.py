@@ -715,8 +715,9 @@ def _nothing_sent(e: Ended) -> str:
 
 def build(e: Ended) -> Outcome:
     """The outcome of a run (no I/O). One that never started a test (nothing sent, not started)
-    has nothing to print or write; one interrupted after its start is written, even empty."""
-    if e.total.empty and (e.interruption is None or e.started_at is None):
+    has nothing to print or write; one interrupted after its start is written, even empty, and so
+    is a checkpoint (the first, at the test's start: the path then holds this run's file)."""
+    if e.total.empty and (e.interruption is None and e.checkpoint is None or e.started_at is None):
         reasons = []
         code = EXIT_OK
         if e.interruption is not None:

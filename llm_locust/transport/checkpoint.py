@@ -1,10 +1,10 @@
 """The results written while a run goes on (--checkpoint-every), so that a run killed at any time
 leaves what it had counted.
 
-On the master (or the one local process) a greenlet builds the results document every
-`every` seconds, as the end of the run would from what it holds now (report.outcome, marked
-partial: `partial`, `checkpoint`, each section's `in_flight`), and writes it over --results
-atomically (report.files.write_atomic: a kill mid-write leaves the previous checkpoint whole). It
+On the master (or the one local process) a greenlet builds the results document as the test
+starts and every `every` seconds after, as the end of the run would from what it holds now
+(report.outcome, marked partial: `partial`, `checkpoint`, each section's `in_flight`), and writes
+it over --results atomically (report.files.write_atomic: a kill mid-write leaves the previous checkpoint whole). It
 stops as the test stops; the end's write then replaces the last checkpoint with the whole run's
 file (`partial: false`). A SIGKILL of the master between two checkpoints loses at most `every`
 seconds of figures, and the file says up to when it counts (`checkpoint.counted_until`).
@@ -66,13 +66,15 @@ class Checkpoints:
             self.greenlet = None
 
     def _loop(self) -> None:
+        """The first at once (nothing counted yet: a kill before the next leaves this run's file,
+        not an earlier run's at the path), then one every `every` seconds."""
         while not self.stopped:
-            gevent.sleep(self.every)
             self.write()
+            gevent.sleep(self.every)
 
     def write(self) -> bool:
-        """One checkpoint now: False when there is nothing to write yet (nothing sent), or it
-        could not be written (said once in a line; the run goes on)."""
+        """One checkpoint now: False when it could not be written (said once in a line; the run
+        goes on), or the test stopped while it was built."""
         t0 = time.perf_counter()
         out = outcome.build(self.gather({"every_s": self.every, **self.facts()}))
         if self.stopped or not out.measured:  # stopped while it was built: the end writes now
