@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from support import STREAMING_LOCUSTFILE, Cluster, cli_process, run_ok
+from support import STREAMING_LOCUSTFILE, Cluster, cli_process, run_ok, start_run
 from test_outcome import aggregate, settings
 
 from llm_locust.metrics.records import WARMUP_STEP
@@ -329,3 +329,24 @@ def test_a_run_killed_before_its_first_interval_leaves_its_own_partial_file(tmp_
     doc = read_results(results)
     assert doc["partial"] is True and doc["checkpoint"]["every_s"] == 3600.0
     assert doc["run"]["started_at"] > earlier["run"]["started_at"] and count_problems(doc) == []
+
+
+def test_a_run_that_measured_nothing_leaves_no_checkpoint_behind(tmp_path):
+    """Every request warm-up: the run measures nothing and writes no results file (exit 1), so
+    the checkpoints it wrote meanwhile (they held the warm-up) are removed at its end."""
+    results = tmp_path / "r.json"
+    proc = start_run(
+        *("-u", "1", "-r", "1", "-t", "4s", "--run-warmup", "60s", "--max-tokens-cap", "4"),
+        *("--results", str(results), "--checkpoint-every", "1s"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not results.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint while the run went on"
+        time.sleep(0.1)  # polling a file, bounded by the deadline
+    assert read_results(results)["partial"] is True
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "was warm-up: nothing was measured" in err, err[-2000:]
+    assert not results.exists()

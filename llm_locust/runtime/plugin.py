@@ -437,6 +437,8 @@ class _EndOfRun:
         self.done = True
         changed = self.note_trace()
         out = self.outcome or outcome.build(self.gather())
+        if not out.measured and self.checkpoints is not None:
+            self.checkpoints.discard()  # nothing measured: no results file, as without checkpoints
         if out.measured:
             print(out.text(width()), file=sys.stdout, flush=True)
             if changed:

@@ -16,6 +16,7 @@ write is measured in benchmarks/README.md ("Checkpoints").
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +65,16 @@ class Checkpoints:
         if self.greenlet is not None:
             self.greenlet.kill(block=False)
             self.greenlet = None
+
+    def discard(self) -> None:
+        """The run measured nothing (no worker joined, nothing sent): its checkpoints' file goes,
+        as no results file is written for such a run."""
+        self.stop()
+        if self.written:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
     def _loop(self) -> None:
         """The first at once (nothing counted yet: a kill before the next leaves this run's file,
