@@ -242,12 +242,13 @@ def partial_line(r: ResultsDoc) -> str:
     if not c:
         return "written while the run went on; its end's file never replaced it"
     t = dt.datetime.fromtimestamp(c["at"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    until = c["at"] - c["counted_until"]
+    until = c["at"] - c["counted_until"]  # 0 in a local process: it counts as it goes
+    upto = f"up to {num(until)} s before it" if until > 0 else "before it"
     missing = f"; {c['workers_missing']} worker(s) missing" if c.get("workers_missing") else ""
     return (
         f"a checkpoint written at {t} while the run went on (every {num(c['every_s'])} s), never replaced by its "
-        f"end's file: the run was killed or is still going. Every request that finished up to "
-        f"{num(until)} s before it is counted; {c['in_flight']} were in flight (no outcome known){missing}"
+        f"end's file: the run was killed or is still going. Every request that finished {upto} is counted; "
+        f"{c['in_flight']} were in flight (no outcome known){missing}"
     )
 
 
