@@ -352,3 +352,28 @@ def test_a_run_that_measured_nothing_leaves_no_checkpoint_behind(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "was warm-up: nothing was measured" in err, err[-2000:]
     assert not results.exists()
+
+
+def test_a_checkpoint_that_fails_is_said_once_and_the_next_one_goes(tmp_path, caplog):
+    """A checkpoint never stops the run: a build that raises or a path that cannot be written is
+    logged once, and the next checkpoint is written when it can be."""
+    from llm_locust.transport.checkpoint import Checkpoints
+
+    path = tmp_path / "r.json"
+    broken = [True]
+
+    def gather(facts):
+        if broken[0]:
+            raise KeyError("a state the build did not expect")
+        return ended(_in_flight(1), checkpoint=facts)
+
+    cp = Checkpoints(str(path), 1.0, gather)
+    cp.stopped = False
+    assert not cp.write() and not cp.write() and not path.exists()
+    assert caplog.text.count("could not build the checkpoint") == 1
+    broken[0] = False
+    assert cp.write() and read_results(path)["checkpoint"]["in_flight"] == 1
+    path.unlink()
+    path.mkdir()  # a folder where the file goes: refused, said once
+    assert not cp.write() and not cp.write()
+    assert caplog.text.count("could not write the checkpoint of the results to") == 1

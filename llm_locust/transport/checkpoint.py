@@ -87,7 +87,13 @@ class Checkpoints:
         """One checkpoint now: False when it could not be written (said once in a line; the run
         goes on), or the test stopped while it was built."""
         t0 = time.perf_counter()
-        out = outcome.build(self.gather({"every_s": self.every, **self.facts()}))
+        try:
+            out = outcome.build(self.gather({"every_s": self.every, **self.facts()}))
+        except Exception:  # noqa: BLE001 - a checkpoint never stops the run; the end builds its own
+            if not self.failed:
+                log.exception("could not build the checkpoint of the results (the run goes on)")
+            self.failed = "build"
+            return False
         if self.stopped or not out.measured:  # stopped while it was built: the end writes now
             return False
         try:
