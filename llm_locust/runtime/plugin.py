@@ -30,6 +30,7 @@ from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import MetricsHub, install
 from llm_locust.settings import derive
+from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.signals import Stopper
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,6 @@ def _checkpoints(environment, settings, h: MetricsHub, end: _EndOfRun) -> None:
     """--checkpoint-every: the results so far written while each test runs (transport.checkpoint),
     until it stops; the end's write replaces them."""
     from llm_locust.report import masking
-    from llm_locust.transport.checkpoint import Checkpoints, coverage
 
     cp = Checkpoints(
         settings.results,
@@ -398,7 +398,7 @@ class _EndOfRun:
         self.outcome: outcome.Outcome | None = None
         self.done = False  # printed and written (once, whatever fires quit again)
         self.trace_checked = False  # note_trace: the trace hashed again at the end
-        self.checkpoints: Any = None  # transport.checkpoint.Checkpoints (its costs, for a test or a benchmark)
+        self.checkpoints: Checkpoints | None = None  # --checkpoint-every's writer (_checkpoints)
 
     def on_quitting(self, **_kw: Any) -> None:
         # A run ended by the time limit or the shape has collected its workers' final reports at
