@@ -168,24 +168,20 @@ def _sim_finished(token_log: Path) -> list[float]:
     return ends
 
 
-def _wait_for_checkpoint(path: Path, proc: subprocess.Popen, ok: int = 20, timeout: float = 60.0) -> dict:
-    """Poll until the file is a checkpoint with at least `ok` answered requests, covering the
-    run's first 2 x LATE_READ_S seconds."""
+def _wait_for_checkpoint(path: Path, proc: subprocess.Popen, token_log: Path, timeout: float = 60.0) -> dict:
+    """Poll until the file is a checkpoint that must hold at least 10 requests: the simulator
+    finished them more than LATE_READ_S before its coverage (a loaded machine's first requests
+    may take a second or more)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the run ended before a checkpoint was written"
         if path.exists():
             doc = read_results(path)  # never torn, even read while it is written
             c = doc.get("checkpoint") or {}
-            # requests enough, and past LATE_READ_S after the start: the lower bound then counts some
-            if (
-                doc.get("partial")
-                and doc["summary"]["ok"] >= ok
-                and c["counted_until"] > doc["run"]["started_at"] + 2 * LATE_READ_S
-            ):
+            if doc.get("partial") and sum(t < c["counted_until"] - LATE_READ_S for t in _sim_finished(token_log)) >= 10:
                 return doc
         time.sleep(0.1)  # polling a file, bounded by the deadline
-    raise AssertionError(f"no checkpoint with {ok} answered requests within {timeout} s")
+    raise AssertionError(f"no checkpoint holding 10 requests within {timeout} s")
 
 
 def _check_killed(path: Path, token_log: Path) -> dict:
@@ -201,8 +197,7 @@ def _check_killed(path: Path, token_log: Path) -> dict:
     ends = _sim_finished(token_log)
     before_coverage = sum(1 for t in ends if t < c["counted_until"] - LATE_READ_S)
     before_written = sum(1 for t in ends if t < c["at"] + CLOCK_S)
-    assert before_coverage <= s["ok"] <= before_written, (before_coverage, s["ok"], before_written, c)
-    assert before_coverage > 0
+    assert 10 <= before_coverage <= s["ok"] <= before_written, (before_coverage, s["ok"], before_written, c)
     return doc
 
 
@@ -219,7 +214,7 @@ def test_a_master_killed_mid_run_leaves_its_last_checkpoint(tmp_path):
             workers=1,
         ) as cluster,
     ):
-        _wait_for_checkpoint(results, cluster.master)
+        _wait_for_checkpoint(results, cluster.master, token_log)
         cluster.master.send_signal(signal.SIGKILL)
         cluster.master.wait(timeout=30)
         doc = _check_killed(results, token_log)
@@ -248,7 +243,7 @@ def test_a_local_run_killed_mid_run_leaves_its_last_checkpoint(tmp_path):
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_for_checkpoint(results, proc)
+            _wait_for_checkpoint(results, proc, token_log)
         finally:
             proc.kill()
             proc.wait(timeout=30)
