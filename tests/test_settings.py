@@ -183,6 +183,7 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "slo_attainment": (0.9, {"slo": {"ttft": 0.5}}),
         "precision": ({"ttft.p99": 0.02, "output_tokens_per_s": 0.05}, {}),
         "progress_interval": (5.0, {}),
+        "checkpoint_every": (30.0, {}),
         "locust_stats": (True, {}),
         "web_origins": ("https://loadtest.example.org", {}),
         "mlflow": ("http://127.0.0.1:5000", {}),

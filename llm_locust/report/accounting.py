@@ -3,7 +3,7 @@
 Each section with counts (the run's `summary`, each of `steps`, `warmup`, and each endpoint's and
 model's figures in them) must hold
 
-    sent == ok + failed (by kind) + cancelled + client_cancelled + lost
+    sent == ok + failed (by kind) + cancelled + client_cancelled + lost (+ in_flight in a checkpoint)
 
 and `failed` must be the sum of the failure kinds in `outcomes` (a group's `failures`). A group (`by_endpoint`,
 `by_model`) counts finished requests, not sent ones: its `finished` must be ok + failed +
@@ -64,12 +64,14 @@ def section_problem(fig: Mapping[str, Any]) -> str | None:
     """Why one section's counts do not add up, or None. A section with `sent` is held to sent ==
     ok + failed + cancelled + client_cancelled + lost; one without (a group) to finished == ok +
     failed + cancelled + client_cancelled; `failed` to the failure kinds of `outcomes`."""
-    n = {k: fig.get(k) or 0 for k in PARTS}
+    n = {k: fig.get(k) or 0 for k in (*PARTS, "in_flight")}
     total_name = "sent" if "sent" in fig else "finished"
     if total_name not in fig:
         return None
     total = fig[total_name] or 0
     parts = PARTS if total_name == "sent" else PARTS[:-1]
+    if total_name == "sent" and "in_flight" in fig:  # a checkpoint's: sent, no outcome yet (report.outcome)
+        parts = (*parts, "in_flight")
     if sum(n[k] for k in parts) != total:
         return f"{total_name} {total} != " + " + ".join(f"{k} {n[k]}" for k in parts)
     failures = fig.get("failures")  # a group's failures by kind

@@ -225,12 +225,31 @@ def section_header(r: ResultsDoc) -> H:
     out = [f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(" · ".join(facts))}</p>']
     if plan.get("description"):
         out.append(f"<p>{esc(plan['description'])}</p>")
+    if r.get("partial"):
+        out.append(f'<div class="warn" id="partial"><b>Partial results:</b> {esc(partial_line(r))}</div>')
     flags = r["validity"]["flags"]
     if flags:
         limit = r["validity"]["max_error_rate"]
         items = "".join(f"<li>{badge('flag', f)} {esc(_flag_text(f, limit))}</li>" for f in flags)
         out.append(f'<div class="warn" id="run-validity"><b>The run\'s figures are suspect:</b><ul>{items}</ul></div>')
     return H("".join(out))
+
+
+def partial_line(r: ResultsDoc) -> str:
+    """What a checkpoint's file holds (`partial`: written while its run went on, --checkpoint-every),
+    in one line: the page's banner and `llm-locust report`'s output."""
+    c = r.get("checkpoint")
+    if not c:
+        return "written while the run went on; its end's file never replaced it"
+    t = dt.datetime.fromtimestamp(c["at"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    until = c["at"] - c["counted_until"]  # 0 in a local process: it counts as it goes
+    upto = f"up to {num(until)} s before it" if until > 0 else "before it"
+    missing = f"; {c['workers_missing']} worker(s) missing" if c.get("workers_missing") else ""
+    return (
+        f"a checkpoint written at {t} while the run went on (every {num(c['every_s'])} s), never replaced by its "
+        f"end's file: the run was killed or is still going. Every request that finished {upto} is counted; "
+        f"{c['in_flight']} were in flight (no outcome known){missing}"
+    )
 
 
 def _dialect(r: ResultsDoc) -> str | None:
@@ -1751,6 +1770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llm-locust report: cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 1
     print(f"report written to {out} ({len(page.encode()) / 1024:,.0f} KiB)")
+    if results.get("partial"):
+        print(f"partial results: {partial_line(results)}")
     return 0
 
 

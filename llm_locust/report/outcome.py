@@ -33,6 +33,7 @@ from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, mixed_loads, plain
 from llm_locust.report.schema import (
     CacheFigures,
+    Checkpoint,
     Efficiency,
     Figures,
     Gate,
@@ -105,6 +106,8 @@ class Ended:
     stopped_early: str | None = None  # the fail-fast's reason
     slo_attainment: float = SLO_ATTAINMENT
     precision: Precision | None = None  # --precision's targets and checks (runtime/precision_stop.py)
+    # a checkpoint's (the run goes on: --checkpoint-every): every_s, counted_until, workers_missing
+    checkpoint: dict[str, Any] | None = None
 
 
 @dataclass
@@ -550,6 +553,8 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     measured = {k: v for k, v in e.steps.items() if k != WARMUP_STEP}  # the warm-up is in `warmup`
     results = build_results(e.total, measured, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
     results["warmup"] = warmup_figures(e.steps.get(WARMUP_STEP), s)
+    if e.checkpoint is not None:
+        _mark_partial(results, e)
     results["prefix_hit"] = p.prefix_hit
     results["steady"] = cast(Steady, p.steady)
     env = results["environment"]
@@ -589,6 +594,32 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     return results
 
 
+def _mark_partial(results: ResultsDoc, e: Ended) -> None:
+    """A checkpoint's document (the run goes on): marked partial, with when it was written and what
+    it covers; each section's requests sent with no outcome yet are its `in_flight`, so that sent ==
+    ok + failed + cancelled + client_cancelled + lost + in_flight holds in it as the end's sum does
+    without in_flight (report.accounting). Its gates are left empty: figures of a run not ended are
+    kept, not judged."""
+    assert e.checkpoint is not None
+    results["partial"] = True
+    results["summary"]["in_flight"] = e.total.unaccounted
+    for row in results["steps"]:
+        agg = e.steps.get(row["step"])
+        row["in_flight"] = agg.unaccounted if agg is not None else 0
+    warm = e.steps.get(WARMUP_STEP)
+    if results.get("warmup") is not None and warm is not None:
+        results["warmup"]["in_flight"] = warm.unaccounted  # type: ignore[index]
+    c: Checkpoint = {
+        "at": e.ended_at,
+        "at_utc": _utc(e.ended_at) or "",
+        "every_s": float(e.checkpoint["every_s"]),
+        "counted_until": float(e.checkpoint.get("counted_until") or e.ended_at),
+        "in_flight": e.total.unaccounted,
+        "workers_missing": int(e.checkpoint.get("workers_missing") or 0),
+    }
+    results["checkpoint"] = c
+
+
 def _utc(t: float | None) -> str | None:
     import datetime
 
@@ -604,7 +635,7 @@ def _gates(e: Ended, p: _Parts) -> list[Gate]:
     judged."""
     s, fig = e.settings, p.summary
     gates: list[Gate] = []
-    if e.interruption is not None:
+    if e.interruption is not None or e.checkpoint is not None:
         return gates
     answered = fig["ok"] + fig["failed"]
     if fig["sent"]:
@@ -711,8 +742,9 @@ def _nothing_sent(e: Ended) -> str:
 
 def build(e: Ended) -> Outcome:
     """The outcome of a run (no I/O). One that never started a test (nothing sent, not started)
-    has nothing to print or write; one interrupted after its start is written, even empty."""
-    if e.total.empty and (e.interruption is None or e.started_at is None):
+    has nothing to print or write; one interrupted after its start is written, even empty, and so
+    is a checkpoint (the first, at the test's start: the path then holds this run's file)."""
+    if e.total.empty and (e.interruption is None and e.checkpoint is None or e.started_at is None):
         reasons = []
         code = EXIT_OK
         if e.interruption is not None:
@@ -723,6 +755,8 @@ def build(e: Ended) -> Outcome:
     p = _parts(e)
     results = _results(e, p)
     code, reasons = exit_code(e, results["gates"])
+    if e.checkpoint is not None:  # written, never printed: no summary to compose
+        return Outcome([], plain(results), code, reasons, measured=True)
     blocks = _blocks(e, p) + [_end_lines(e, results["gates"])]
     return Outcome(blocks, plain(results), code, reasons, measured=True)
 

@@ -107,6 +107,7 @@ def build_results(
         "steps": step_rows,
         "series": [[s, *v] for s, v in sorted(total.series.items())],
         "workers": workers or [],
+        "partial": False,  # a checkpoint's, written while the run goes on, is true (report.outcome)
     }
 
 

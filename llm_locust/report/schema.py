@@ -278,6 +278,7 @@ class Figures(TypedDict):
     latency: Latency
     lost: int
     workers_lost: int
+    in_flight: NotRequired[int]  # a checkpoint's: sent, no outcome yet when it was written (report.outcome)
     client: ClientFigures
     phases: NotRequired[Phases]
     kinds: NotRequired[dict[str, KindFigures]]
@@ -343,6 +344,7 @@ class Warmup(TypedDict):
     cancelled: int
     client_cancelled: NotRequired[int]  # by --cancel (absent in files of before it was kept)
     lost: int
+    in_flight: NotRequired[int]  # a checkpoint's (report.outcome)
     tokens_out: int
     latency: dict[str, WarmupLatency]  # ttft, e2e
 
@@ -1320,6 +1322,7 @@ class PlanOutputs(TypedDict, total=False):
     """`plan.outputs`."""
 
     progress_interval: float | str
+    checkpoint_every: float | str
     locust_stats: bool
 
 
@@ -1412,6 +1415,18 @@ class Plan(TypedDict, total=False):
 Bins = list[list[float]]
 
 
+class Checkpoint(TypedDict):
+    """`checkpoint`: when a partial results file was written while its run went on
+    (report.outcome _mark_partial; --checkpoint-every)."""
+
+    at: float  # Unix time it was written (the master's clock)
+    at_utc: str
+    every_s: float  # --checkpoint-every
+    counted_until: float  # every request that finished before this is counted (the workers' oldest last report)
+    in_flight: int  # sent, no outcome yet: the summary's in_flight
+    workers_missing: int  # workers the master had lost (no heartbeat) when it was written
+
+
 class ResultsDoc(TypedDict):
     """The results file (SCHEMA "llm-locust/results"): what build_results writes, what the run
     adds at its end, and what read_results returns (`_path`: the file it was read from)."""
@@ -1443,6 +1458,10 @@ class ResultsDoc(TypedDict):
     # a section whose counts do not add up (report.accounting): a bug of the counting, one line each
     count_problems: NotRequired[list[str]]
     precision: NotRequired[Precision]  # --precision's targets and whether they were met
+    # true in a file written while its run went on (a checkpoint), false at its end; absent in files
+    # of before checkpoints
+    partial: NotRequired[bool]
+    checkpoint: NotRequired[Checkpoint]  # a partial file's: when, and what it covers
     _path: NotRequired[str]  # added by read_results, never written
 
 

@@ -32,6 +32,7 @@ from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import MetricsHub, hub, install
 from llm_locust.settings import derive
+from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.signals import Stopper
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,26 @@ def _init_runner(environment, h: MetricsHub) -> None:
     end = _EndOfRun(environment, settings, h, scrapers, gpu_scraper, server_facts, trace, stopper, stopped_early)
     environment.events.quitting.add_listener(end.on_quitting)
     environment.events.quit.add_listener(end.on_quit)
+    _checkpoints(environment, settings, h, end)
+
+
+def _checkpoints(environment, settings, h: MetricsHub, end: _EndOfRun) -> None:
+    """--checkpoint-every: the results so far written while each test runs (transport.checkpoint),
+    until it stops; the end's write replaces them."""
+    from llm_locust.report import masking
+
+    cp = Checkpoints(
+        settings.results,
+        settings.checkpoint_every,
+        lambda facts: end.gather(checkpoint=facts),
+        secrets=masking.SECRETS.all,
+        facts=lambda: coverage(h.workers),
+    )
+    end.checkpoints = cp
+    environment.events.test_start.add_listener(cp.start)
+    environment.events.test_stopping.add_listener(cp.stop)
+    environment.events.test_stop.add_listener(cp.stop)
+    environment.events.quitting.add_listener(cp.stop)
 
 
 def _quiet_locust_tables() -> None:
@@ -382,6 +403,7 @@ class _EndOfRun:
         self.outcome: outcome.Outcome | None = None
         self.done = False  # printed and written (once, whatever fires quit again)
         self.trace_checked = False  # note_trace: the trace hashed again at the end
+        self.checkpoints: Checkpoints | None = None  # --checkpoint-every's writer (_checkpoints)
 
     def on_quitting(self, **_kw: Any) -> None:
         # A run ended by the time limit or the shape has collected its workers' final reports at
@@ -420,6 +442,8 @@ class _EndOfRun:
         self.done = True
         changed = self.note_trace()
         out = self.outcome or outcome.build(self.gather())
+        if not out.measured and self.checkpoints is not None:
+            self.checkpoints.discard()  # nothing measured: no results file, as without checkpoints
         if out.measured:
             print(out.text(width()), file=sys.stdout, flush=True)
             if changed:
@@ -436,8 +460,9 @@ class _EndOfRun:
         if out.exit_code != (self.env.process_exit_code or 0):
             sys.exit(out.exit_code)  # a write failed after Locust read the code: SystemExit passes its guard
 
-    def gather(self) -> outcome.Ended:
-        """What the run left, as outcome.Ended (plain data and core objects)."""
+    def gather(self, checkpoint: dict[str, Any] | None = None) -> outcome.Ended:
+        """What the run left, as outcome.Ended (plain data and core objects); `checkpoint`: what it
+        holds while it goes on (transport.checkpoint), a ladder's running step counted as cut."""
         env, s, h = self.env, self.settings, self.h
         ended = time.time()
         ctl = shapes.controller(env)
@@ -446,7 +471,7 @@ class _EndOfRun:
         server_steps = (
             outcome.series_windows(first.series, h.started_at, ended, windows).get("steps") if first and ctl else None
         )
-        cut = self.stopper.interruption is not None
+        cut = self.stopper.interruption is not None or checkpoint is not None
         return outcome.Ended(
             settings=s,
             total=h.total,
@@ -470,6 +495,7 @@ class _EndOfRun:
             stopped_early=self.stopped_early(),
             slo_attainment=s.slo_attainment,
             precision=_precision_report(env),
+            checkpoint=checkpoint,
         )
 
     def write(self, out: outcome.Outcome) -> bool:

@@ -1541,6 +1541,18 @@ class Settings(BaseModel):
             bare_below=3600.0,
         ),
     ] = 10.0
+    checkpoint_every: Annotated[
+        Seconds,
+        Field(ge=0),
+        Opt(
+            "outputs",
+            "with --results, write the results so far this often while the run goes, marked partial, so that a "
+            "run killed at any time (SIGKILL, a lost machine) leaves them; the end's write replaces them (0: never)",
+            plan="outputs.checkpoint_every",
+            unit="s",
+            bare_below=3600.0,
+        ),
+    ] = 60.0
     mlflow: Annotated[
         Text,
         Opt(

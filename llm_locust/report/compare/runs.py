@@ -329,6 +329,8 @@ class Run:
         interrupted = self.doc["run"].get("interrupted")
         if isinstance(interrupted, dict):  # its figures end where the signal came: not the plan's
             out.insert(0, (None, f"run: interrupted by {interrupted.get('signal', 'a signal')}"))
+        if self.doc.get("partial"):  # a checkpoint (docs/results.md): the run was killed or still went on
+            out.insert(0, (None, "run: partial (a checkpoint written while the run went on; its end never came)"))
         unit = OFFERED_UNITS.get(self.offered_kind, "")
         for s in self.ladder_steps:
             if s.get("cut"):
