@@ -11,7 +11,7 @@ import sys
 import pytest
 from support import run_ok
 
-from llm_locust.analysis.load_facts import cache_state, load_line
+from llm_locust.analysis.load_facts import cache_state, load_facts, load_line
 from llm_locust.sim.process import SimProcess
 
 OK_RESET = {"outcome": "ok", "when": "before the run"}
@@ -39,12 +39,21 @@ def test_the_cache_state_by_its_first_rule_that_holds(reset, sim, first, state):
 
 
 def test_the_load_line_sets_users_against_requests_in_flight():
-    line = load_line("closed", 1000, 2.0, 130.0)
-    assert line == (
-        "load: 1000 users with 2 s think time held 130.0 requests in flight (mean over the run), 13% of the users"
+    spans = [(100 + k, 1, 130.0 if k != 7 else 400.0, 50, 0) for k in range(60)]
+    facts = load_facts("closed", 1000, 2.0, 130.0, spans)
+    assert facts["in_flight_p99"] == 130.0 and facts["sent_per_s"] == 50.0  # p99 of 60 seconds: the 59th
+    assert load_line(facts) == (
+        "load: 1000 users with 2 s think time held 130.0 requests in flight (mean over the run; p99 of its "
+        "seconds 130.0), 13% of the users"
     )
-    assert "with no think time" in load_line("closed", 8, 0.0, 7.9)
-    assert load_line("replay", 8, 0.0, 3.0) is None and load_line("closed", None, 0.0, 3.0) is None
+    spans[8] = (108, 1, 400.0, 50, 0)
+    assert load_facts("closed", 1000, 2.0, 130.0, spans)["in_flight_p99"] == 400.0
+    assert "with no think time" in load_line(load_facts("closed", 8, 0.0, 7.9, spans))
+    open_loop = load_facts("replay", None, 0.0, 3.0, [(0, 1, 3.0, 8, 1), (1, 1, 3.0, 0, 0), (2, 1, 3.0, 8, 0)])
+    assert open_loop["sent_per_s"] == 8.0 and open_loop["on_schedule"] == pytest.approx(15 / 16, abs=1e-4)
+    assert load_line(open_loop).startswith("load: an open loop sent 8.00 requests/s, 93.8% on schedule")
+    assert load_line(load_facts("ladder", 8, 0.0, 3.0, spans)) is None
+    assert load_line(load_facts("closed", None, 0.0, 3.0, spans)) is None
 
 
 def _run(url, path, *more):
@@ -99,8 +108,23 @@ def test_a_closed_loop_with_think_time_says_what_it_held_in_flight(tmp_path):
     p = run_ok("-u", "8", "-t", "5s", "--think-time", "1", "--results", tmp_path / "r.json", timeout=120)
     said = _said(p)
     assert "load: 8 users with 1 s think time held " in said
-    line = said.split("load: 8 users with 1 s think time")[1]
-    held = float(line.split(" held ")[1].split()[0])
+    held = float(said.split("load: 8 users with 1 s think time held ")[1].split()[0])
     doc = json.loads((tmp_path / "r.json").read_text())
     assert held == pytest.approx(doc["summary"]["concurrency"], abs=0.051) and 0 < held < 8
+    facts = doc["run"]["load_facts"]
+    assert facts["think_time"] == 1.0 and facts["users"] == 8 and held <= facts["in_flight_p99"] <= 8
+    assert f"p99 of its seconds {facts['in_flight_p99']:.1f})" in said
     assert doc["run"]["cache_state"]["state"] == "fresh"
+
+
+def test_an_open_loop_says_its_sends_per_second_and_how_many_kept_their_schedule(tmp_path):
+    """A replay at 10 requests/s (constant arrivals): the summary's load line gives the sends per
+    second and the share sent within 50 ms of their due time; the results keep both."""
+    synthetic = "requests=60,input=32,output=4,rate=10,arrivals=constant"
+    p = run_ok("--synthetic", synthetic, "--replay", "-t", "5s", "--results", tmp_path / "r.json", timeout=120)
+    facts = json.loads((tmp_path / "r.json").read_text())["run"]["load_facts"]
+    assert facts["mode"] == "replay" and 8.0 <= facts["sent_per_s"] <= 11.0, facts
+    assert facts["on_schedule"] > 0.9
+    assert f"load: an open loop sent {facts['sent_per_s']:.2f} requests/s, {facts['on_schedule']:.1%} on schedule" in (
+        _said(p)
+    )

@@ -59,15 +59,62 @@ def cache_line(state: Mapping[str, str] | None) -> str | None:
     return f"prompt cache before the load: {state['state']} ({state['why']})"
 
 
-def load_line(mode: str | None, users: int | None, think_time: float, in_flight: float) -> str | None:
-    """A closed loop's users against the requests it really kept in flight, and the think time
-    between them: 1,000 users with think time can hold 130 requests in flight, and a table that
-    says "1,000 users" then misleads (docs/metrics.md, "What the load was"). None for an open loop
-    (its rate is the load) or without a user count."""
-    if mode != "closed" or not users:
+def load_facts(
+    mode: str | None,
+    users: int | None,
+    think_time: float,
+    in_flight_mean: float,
+    spans: Sequence[tuple[int, int, float, int, int]],
+) -> dict[str, Any]:
+    """What the load was (results `run.load_facts`): the mode, users and think time asked for; the
+    requests in flight, their mean over the run (Little's law, `summary.concurrency`) and the p99
+    over its seconds (each second's time-averaged count, metrics.flow); the sends per second
+    over the seconds that had any, and the share sent on schedule (within metrics.flow.LATE_S of
+    their due time: an open loop's offered rate against what it achieved)."""
+    per_second: list[float] = []
+    for _, width, busy, _, _ in spans:
+        per_second += [busy / width] * width  # a folded row stands for `width` seconds alike
+    sent = sum(row[3] for row in spans)
+    late = sum(row[4] for row in spans)
+    seconds = sum(row[1] for row in spans if row[3]) or None
+    return {
+        "mode": mode,
+        "users": users,
+        "think_time": think_time,
+        "in_flight_mean": round(in_flight_mean, 3),
+        "in_flight_p99": round(_p99(per_second), 3) if per_second else None,
+        "sent_per_s": round(sent / seconds, 3) if seconds else None,
+        "on_schedule": round(1 - late / sent, 4) if sent else None,
+    }
+
+
+def _p99(values: list[float]) -> float:
+    """Nearest-rank p99 (the histograms' rule: rank max(round(0.99 n), 1))."""
+    ordered = sorted(values)
+    return ordered[max(round(0.99 * len(ordered)), 1) - 1]
+
+
+def load_line(facts: Mapping[str, Any] | None) -> str | None:
+    """The summary's line of what the load was. A closed loop's users against the requests it held
+    in flight, beside its think time: 1,000 users with think time can hold 130 requests in
+    flight, and a table that says "1,000 users" then misleads (docs/metrics.md, "What the load
+    was"). An open loop's sends per second and the share on schedule. None for a ladder (its
+    table has each step's offered and achieved load) or without figures."""
+    if not facts or facts.get("mode") not in ("closed", "replay"):
         return None
-    think = f" with {think_time:g} s think time" if think_time > 0 else " with no think time"
-    return (
-        f"load: {users} users{think} held {in_flight:.1f} requests in flight (mean over the run), "
-        f"{in_flight / users:.0%} of the users"
+    p99 = facts.get("in_flight_p99")
+    held = f"{facts['in_flight_mean']:.1f} requests in flight (mean over the run" + (
+        f"; p99 of its seconds {p99:.1f})" if p99 is not None else ")"
     )
+    if facts["mode"] == "closed":
+        users = facts.get("users")
+        if not users:
+            return None
+        think = facts.get("think_time") or 0
+        what = f" with {think:g} s think time" if think > 0 else " with no think time"
+        return f"load: {users} users{what} held {held}, {facts['in_flight_mean'] / users:.0%} of the users"
+    rate, kept = facts.get("sent_per_s"), facts.get("on_schedule")
+    if rate is None or kept is None:
+        return None
+    sent = f"load: an open loop sent {rate:.2f} requests/s, {kept:.1%} on schedule (within 50 ms of their due time)"
+    return f"{sent}; {held}"

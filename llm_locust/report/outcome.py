@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from llm_locust.analysis.load_facts import cache_line, load_line
+from llm_locust.analysis.load_facts import cache_line, load_facts, load_line
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.analysis.steady import steady_line
 from llm_locust.metrics.aggregate import Aggregate, figures
@@ -39,6 +39,7 @@ from llm_locust.report.schema import (
     Gate,
     Interrupted,
     LadderDoc,
+    LoadFacts,
     MetricsWindow,
     MetricsWindows,
     Plan,
@@ -262,6 +263,7 @@ class _Parts:
     stability: Stability = field(default_factory=lambda: Stability())
     prefix_hit: PrefixHit | None = None
     steady: dict[str, Any] | None = None
+    load_facts: dict[str, Any] | None = None
 
 
 def _steady(e: Ended) -> dict[str, Any]:
@@ -277,6 +279,11 @@ def _steady(e: Ended) -> dict[str, Any]:
 def _parts(e: Ended) -> _Parts:
     p = _Parts(summary=figures(e.total))
     p.steady = _steady(e)
+    load = e.run.get("load") or {}
+    mode = "ladder" if e.ladder is not None else load.get("mode")
+    p.load_facts = load_facts(
+        mode, load.get("users"), e.settings.think_time, p.summary["concurrency"], e.total.flow.spans()
+    )
     if mixed_loads(e.steps):  # a ladder: intervals per step only (report.results)
         p.summary.pop("intervals", None)
     servers = list(e.servers.values())
@@ -502,8 +509,7 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     steady = steady_line(p.steady)
     if steady is not None:
         head.append(steady)
-    said = load_line(load, (e.run.get("load") or {}).get("users"), e.settings.think_time, p.summary["concurrency"])
-    head += [line for line in (said, cache_line(e.run.get("cache_state"))) if line]
+    head += [line for line in (load_line(p.load_facts), cache_line(e.run.get("cache_state"))) if line]
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
@@ -547,6 +553,7 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
         run["endpoints"] = e.status["endpoints"]
     if "sessions" in e.status:
         run["sessions"] = e.status["sessions"]
+    run["load_facts"] = cast(LoadFacts, p.load_facts)
     run["workers_why"] = e.workers_why
     run["interrupted"] = e.interruption.to_dict() if e.interruption else None
     run["stopped_early"] = e.stopped_early

@@ -1008,6 +1008,18 @@ class Repeats(TypedDict):
 # ---- how the run was made (runtime.plugin, report.outcome) ----
 
 
+class LoadFacts(TypedDict):
+    """`run.load_facts`: what the load was (analysis/load_facts.py, docs/metrics.md "What the load was")."""
+
+    mode: str | None  # closed, replay or ladder
+    users: int | None
+    think_time: float
+    in_flight_mean: float  # Little's law over the run: summary.concurrency
+    in_flight_p99: float | None  # over the run's seconds, each one's time-averaged count
+    sent_per_s: float | None  # over the seconds with a send
+    on_schedule: float | None  # share of sends within 50 ms of their due time
+
+
 class RunLoad(TypedDict):
     """`run.load`: how the load was offered."""
 
@@ -1113,6 +1125,7 @@ class Run(TypedDict):
     name: str
     cache_reset: dict[str, Any] | None  # --reset-cache's before the load (runtime.cache_reset)
     cache_state: NotRequired[CacheState]  # the prompt cache before the load (analysis.load_facts)
+    load_facts: NotRequired[LoadFacts]  # what the load was: in flight, sends on schedule
     started_at: float | None
     ended_at: float
     server: dict[str, Any]  # open: what the run learnt of the server while running (model, workload)
