@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import realservers as rs  # noqa: E402
 
 
-def _run(url: str, out: Path, users: int, seconds: int) -> dict:
+def _run(url: str, out: Path, users: int, seconds: int, more: list[str]) -> dict:
     cmd = [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--api", "openai-chat"]
-    cmd += ["-u", str(users), "-t", f"{seconds}s", "--results", str(out)]
+    cmd += ["-u", str(users), "-t", f"{seconds}s", "--results", str(out), *more]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 5 + 120)
     if p.returncode not in (0, 1):
         sys.exit(f"{out.name}: exit {p.returncode}: {p.stderr[-800:]}")
@@ -90,7 +90,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--users", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=0, help="cap each reply (more requests a run); 0: the trace's")
     a = ap.parse_args()
+    more = ["--max-tokens", str(a.max_tokens)] if a.max_tokens else []
     d = Path(tempfile.mkdtemp(prefix="intervals-real-"))
     model = rs.smollm2_gguf()
     if model is None:
@@ -98,7 +100,7 @@ def main() -> None:
     docs = []
     with rs.LlamaServer(model, slots=4) as srv:
         for k in range(1, a.runs + 1):
-            doc = _run(srv.url, d / f"run{k}.json", a.users, a.seconds)
+            doc = _run(srv.url, d / f"run{k}.json", a.users, a.seconds, more)
             docs.append(doc)
             mean, p99 = _fig(doc, "mean"), _fig(doc, "p99")
             n = doc["summary"]["latency"]["ttft"]["count"]
@@ -113,7 +115,7 @@ def main() -> None:
     print(f"\ncompare of two identical runs (run {a.runs - 1}, run {a.runs}):")
     print(f"exit {_compare(before, last)}")
     with rs.LlamaServer(model, slots=1) as one:
-        _run(one.url, d / "one-slot.json", a.users, a.seconds)
+        _run(one.url, d / "one-slot.json", a.users, a.seconds, more)
     print(f"\ncompare of run {a.runs} (4 slots) and a run against 1 slot:")
     print(f"exit {_compare(last, d / 'one-slot.json')}")
     print(f"files: {d}")
