@@ -252,3 +252,28 @@ def test_a_window_too_short_for_its_blocks_is_said_once():
         " a longer run has them",
         "",
     ]
+
+
+def test_a_percentile_interval_holds_its_buckets_resolution():
+    """Samples kept as their 11-bit bucket's highest value (metrics.blocks): when nearly every
+    sample of a run falls in one bucket (a steady TPOT), the interval spans that bucket, not zero
+    width at its top, so identical runs whose p50 sits on either side of a bucket edge agree
+    within their intervals (before: [v, v], the runs called apart)."""
+    from llm_locust.analysis.intervals import bucket_low, percentile_interval
+    from llm_locust.metrics.blocks import bucket_high
+
+    rng = random.Random(3)
+    blocks = []
+    for _ in range(10):
+        hist: dict[int, int] = {}
+        for _ in range(100):
+            v = bucket_high(9000 + rng.randrange(4), 11)  # 9000-9003 us: one bucket of width 4
+            hist[v] = hist.get(v, 0) + 1
+        blocks.append(hist)
+    top = bucket_high(9000, 11)
+    old = percentile_interval(0.5, blocks, 1e-6)
+    assert old.low == old.high == top * 1e-6  # the zero-width interval of before
+    iv = percentile_interval(0.5, blocks, 1e-6, bits=11)
+    assert iv.low == pytest.approx(bucket_low(top, 11) * 1e-6) and iv.high == pytest.approx(top * 1e-6)
+    assert all(iv.low <= v * 1e-6 <= iv.high for v in range(9000, 9004))
+    assert bucket_low(top, 11) == 9000 and bucket_low(1500, 11) == 1500  # below 2^11: exact

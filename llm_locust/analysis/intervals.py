@@ -24,7 +24,9 @@ single requests, gives the standard error. t = Student's t(0.975, k-1) (analysis
   (`min_samples`: p^n <= 0.025 and (1-p)^n <= 0.025, e.g. 368 for p99, 36 for p90, 6 for p50),
   has no interval: it is None with a reason and the samples it needs, the larger of that
   minimum and c^2 * max(p/(1-p), (1-p)/p) (the n at which both ranks fall within 1..n).
-  A window of fewer than MIN_BATCHES blocks has no interval at all.
+  A window of fewer than MIN_BATCHES blocks has no interval at all. Histograms that keep each
+  value as its bucket's highest (metrics.blocks, `bits`) give the low end as its bucket's lowest:
+  the interval holds the measurement's resolution.
 
 Plain Python: no Locust, no gevent, no numpy.
 """
@@ -123,9 +125,24 @@ def _value_at(pooled: list[tuple[int, int]], rank: int) -> int:
     return pooled[-1][0]
 
 
-def percentile_interval(p: float, blocks: Sequence[Mapping[int, int]], scale: float = 1.0) -> Interval:
+def bucket_low(value: int, bits: int) -> int:
+    """The lowest value of the bucket whose highest is `value`, in histograms that keep the top
+    `bits` bits (metrics.blocks.bucket_high): a value below 2^bits is its own bucket."""
+    if value < (1 << bits):
+        return value
+    shift = value.bit_length() - bits
+    return (value >> shift) << shift
+
+
+def percentile_interval(
+    p: float, blocks: Sequence[Mapping[int, int]], scale: float = 1.0, bits: int | None = None
+) -> Interval:
     """The interval of the p-quantile (0 < p < 1) of the samples held by per-block histograms
-    ({value: count}); values are multiplied by `scale` in the result (1e-6: microseconds to s)."""
+    ({value: count}); values are multiplied by `scale` in the result (1e-6: microseconds to s).
+    With `bits`, the histograms keep values as their bucket's highest (metrics.blocks): the low
+    end is then its bucket's lowest value, so the interval holds the bucket's resolution too (a
+    run whose samples fall in one bucket had a zero-width interval, and identical runs whose
+    percentiles fell in neighbouring buckets were called apart)."""
     k = len(blocks)
     pooled = _pooled(blocks)
     n = sum(c for _, c in pooled)
@@ -149,7 +166,10 @@ def percentile_interval(p: float, blocks: Sequence[Mapping[int, int]], scale: fl
         odds = max(p / (1 - p), (1 - p) / p)
         needs = max(n_min, math.ceil(c * c * odds), n + 1)
         return Interval(point * scale, None, None, f"insufficient (needs {needs} samples, has {n})", needs)
-    return Interval(point * scale, _value_at(pooled, lo_rank) * scale, _value_at(pooled, hi_rank) * scale)
+    low = _value_at(pooled, lo_rank)
+    if bits is not None:
+        low = bucket_low(low, bits)
+    return Interval(point * scale, low * scale, _value_at(pooled, hi_rank) * scale)
 
 
 def difference(a: Interval, b: Interval) -> tuple[float, float] | None:

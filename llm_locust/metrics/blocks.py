@@ -221,7 +221,7 @@ class Blocks:
                 "mean": mean_interval([b.sums[m] / 1e6 for b in batches], [sum(b.hist[m].values()) for b in batches])
             }
             for name, p in PERCENTILES.items():
-                figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6)
+                figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6, BITS[m])
             latency[m] = {name: iv.doc() for name, iv in figs.items()}
         rates: dict[str, Any] = {}
         for name, counter in RATES.items():
