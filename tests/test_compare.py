@@ -670,6 +670,26 @@ def _shifted(src, dst, factor):
     return _edited(src, dst, edit)
 
 
+def test_a_figure_with_too_few_samples_is_not_judged_not_passed(noise_runs, tmp_path, capsys):
+    """About 100 requests a run: too few for a TTFT p99 interval. A candidate whose TTFT p99 is
+    17x the baseline's (as against real llama-server with 1 slot, not 4) passed the regression
+    gate silently (judged 'within noise'). It is now NOT JUDGED, said on stderr and skipped in
+    JUnit, beside the figures that were judged; the exit status is theirs."""
+    a = noise_runs["a"]
+
+    def slower_tail(d):
+        d["summary"]["latency"]["ttft"]["p99"] *= 17
+
+    worse = _edited(a, tmp_path / "worse.json", slower_tail)
+    junit = tmp_path / "g.xml"
+    rc, _, err = _main(capsys, a, worse, "--fail-on", "regression", "--junit", junit)
+    assert rc == 0, err
+    line = next(ln for ln in err.splitlines() if "NOT JUDGED" in ln and "ttft_p99" in ln)
+    assert "(+1600.0%): not judged: too few samples for a 95% interval" in line
+    xml = junit.read_text()
+    assert '<skipped message="ttft_p99' in xml and 'skipped="' in xml and "<failure" not in xml
+
+
 def test_a_difference_within_noise_is_a_tie_not_a_winner(noise_runs, tmp_path, capsys):
     """The point estimates differ (the old matrix named the higher one the winner, 1.000 against
     0.970); within its interval, the matrix calls it a tie. Without intervals (a results file of

@@ -184,6 +184,10 @@ def _run_gates(prog: str, cmp: Comparison, gates: list[str], tolerance: float, j
             _say(f"{prog}: error: cannot write {junit}: {e.strerror or e}")
             return 2
     failed = [k for k in cases if not k.passed]
+    if gates:
+        for k in cases:
+            if not k.judged:
+                _say(f"{prog}: NOT JUDGED {k.suite}: {k.message}")
     if gates and failed:
         for k in failed:
             _say(f"{prog}: FAIL {k.suite}: {k.message}")

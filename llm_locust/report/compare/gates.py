@@ -36,6 +36,9 @@ class Case:
     name: str  # "pass line: ttft_p99" / "regression: ttft_p99"
     passed: bool
     message: str
+    # False: the gate could not judge it (a figure with too few samples for an interval): neither
+    # passed nor failed, said as NOT JUDGED and written to JUnit as skipped
+    judged: bool = True
 
 
 def pass_line_cases(c: Comparison) -> list[Case]:
@@ -110,12 +113,23 @@ def one_run_case(c: Comparison, i: int, j: int, tolerance: float) -> Case | None
     significant = differs(a.value, a.half, b.value, b.half)
     ok = not (worse and significant and abs(change) > tolerance)
     base_run, run = c.runs[0], c.runs[j]
+    judged = math.isfinite(a.half) and math.isfinite(b.half)  # too few samples: no difference can be told
 
     def shown(r, cell) -> str:
         if not math.isfinite(cell.half):
             return f"{_fmt_value(r, crit.metric, cell.value)} (too few samples for an interval)"
         return f"{_fmt_value(r, crit.metric, cell.value)} +-{_fmt_value(r, crit.metric, cell.half)}"
 
+    if not judged:
+        return Case(
+            run.label,
+            f"regression: {crit.name}",
+            True,
+            f"{crit.name} {shown(run, b)} against the baseline's {shown(base_run, a)} ({change:+.1%}): "
+            "not judged: too few samples for a 95% interval, so no difference can be told from noise "
+            "(run longer, or --precision)",
+            judged=False,
+        )
     return Case(
         run.label,
         f"regression: {crit.name}",
@@ -212,6 +226,8 @@ def junit_xml(cases: list[Case]) -> str:
     root = ET.Element(
         "testsuites", name="llm-locust compare", tests=str(len(cases)), failures=str(sum(not k.passed for k in cases))
     )
+    if any(not k.judged for k in cases):
+        root.set("skipped", str(sum(not k.judged for k in cases)))
     suites: dict[str, ET.Element] = {}
     for k in cases:
         suite = suites.get(k.suite)
@@ -219,7 +235,10 @@ def junit_xml(cases: list[Case]) -> str:
             suite = suites[k.suite] = ET.SubElement(root, "testsuite", name=k.suite, tests="0", failures="0")
         suite.set("tests", str(int(suite.get("tests", "0")) + 1))
         case = ET.SubElement(suite, "testcase", classname=k.suite, name=k.name)
-        if k.passed:
+        if not k.judged:
+            suite.set("skipped", str(int(suite.get("skipped", "0")) + 1))
+            ET.SubElement(case, "skipped", message=k.message).text = k.message
+        elif k.passed:
             ET.SubElement(case, "system-out").text = k.message
         else:
             suite.set("failures", str(int(suite.get("failures", "0")) + 1))
