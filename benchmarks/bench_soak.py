@@ -3,8 +3,11 @@
     python benchmarks/bench_soak.py --duration 300 --workers 2 --users 64
 
 Prints RSS (MiB) of the master and each worker at the start and every --every seconds, the
-requests done so far (from the master's Prometheus exporter), and the growth per million
-requests. No asserts: a benchmark.
+requests done so far and the exposition's series (sample lines) from the master's Prometheus
+exporter, and at the end each process's RSS slope (least squares over the samples after the first
+minute) per 100k requests, and the series count's first and last values (flat: bounded label
+sets). Issue 37's target: a slope <= 1 MiB per 100k requests and a flat series count over a
+30-minute soak (--duration 1800). No asserts: a benchmark.
 """
 
 from __future__ import annotations
@@ -48,14 +51,23 @@ def cpu_s(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / 100
 
 
-def scrape(port: int) -> tuple[float, float]:
+def scrape(port: int) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     took = time.perf_counter() - t0
     done = sum(
         float(v) for v in re.findall(r'^llm_locust_requests_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$', text, re.M)
     )
-    return done, took
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    return done, took, series
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys on xs (0 with fewer than 2 distinct xs)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
 def main() -> int:
@@ -98,31 +110,38 @@ def main() -> int:
         start = time.monotonic()
         while proc.poll() is None and time.monotonic() - start < a.duration - 5:
             try:
-                done, took = scrape(port)
+                done, took, series = scrape(port)
             except OSError:
                 break
             scrape_times.append(took)
             master = proc.pid
             workers = children(master)
-            rows.append((time.monotonic() - start, done, rss_mib(master), [rss_mib(w) for w in workers], cpu_s(master)))
+            rows.append(
+                (time.monotonic() - start, done, rss_mib(master), [rss_mib(w) for w in workers], cpu_s(master), series)
+            )
             print(
                 f"t={rows[-1][0]:6.0f}s requests {done:10,.0f}  master {rows[-1][2]:6.1f} MiB  workers "
                 + " ".join(f"{x:6.1f}" for x in rows[-1][3])
-                + f" MiB  master CPU {rows[-1][4]:.1f} s  scrape {took * 1000:.1f} ms",
+                + f" MiB  master CPU {rows[-1][4]:.1f} s  scrape {took * 1000:.1f} ms  series {series}",
                 flush=True,
             )
             time.sleep(a.every)
         proc.wait(timeout=120)
     if len(rows) >= 2:
-        (t0, d0, m0, w0, c0), (t1, d1, m1, w1, c1) = rows[0], rows[-1]
-        per_m = 1e6 / max(d1 - d0, 1)
+        (t0, d0, m0, w0, c0, s0), (t1, d1, m1, w1, c1, s1) = rows[0], rows[-1]
         print(f"\nrequests {d0:,.0f} -> {d1:,.0f} in {t1 - t0:.0f} s ({(d1 - d0) / (t1 - t0):,.0f}/s)")
+        print(f"master CPU {100 * (c1 - c0) / (t1 - t0):.1f}%; exposition series {s0} -> {s1}")
+        late = [r for r in rows if r[0] >= 60] or rows  # the first minute: start-up, connections, pools
+        done = [r[1] / 1e5 for r in late]
         print(
-            f"master RSS {m0:.1f} -> {m1:.1f} MiB ({(m1 - m0) * per_m:+.1f} MiB per million requests); "
-            f"CPU {100 * (c1 - c0) / (t1 - t0):.1f}%"
+            f"master RSS {m0:.1f} -> {m1:.1f} MiB; slope {slope(done, [r[2] for r in late]):+.3f} MiB per 100k requests"
         )
-        for i, (x0, x1) in enumerate(zip(w0, w1, strict=True)):
-            print(f"worker {i} RSS {x0:.1f} -> {x1:.1f} MiB ({(x1 - x0) * per_m:+.1f} MiB per million requests)")
+        for i in range(len(w0)):
+            ys = [r[3][i] for r in late if len(r[3]) > i]
+            if len(ys) == len(done):
+                print(
+                    f"worker {i} RSS {w0[i]:.1f} -> {w1[i]:.1f} MiB; slope {slope(done, ys):+.3f} MiB per 100k requests"
+                )
         scrape_times.sort()
         print(
             f"exporter scrape: median {scrape_times[len(scrape_times) // 2] * 1000:.1f} ms, "
