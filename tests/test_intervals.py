@@ -277,3 +277,14 @@ def test_a_percentile_interval_holds_its_buckets_resolution():
     assert iv.low == pytest.approx(bucket_low(top, 11) * 1e-6) and iv.high == pytest.approx(top * 1e-6)
     assert all(iv.low <= v * 1e-6 <= iv.high for v in range(9000, 9004))
     assert bucket_low(top, 11) == 9000 and bucket_low(1500, 11) == 1500  # below 2^11: exact
+
+
+def test_a_mean_interval_of_a_non_negative_figure_never_goes_below_zero():
+    """A latency mean from a few requests in 5 blocks (as 8 requests against a slow real server):
+    its t-interval reached below 0 ([-89.5, 645] ms); a latency or a rate is never negative."""
+    sums = [0.1, 0.12, 1.5, 0.09, 0.11]  # one block holds a cold 1.5 s request
+    counts = [1, 2, 1, 2, 2]
+    iv = mean_interval(sums, counts)
+    assert iv.low == 0.0 and iv.high > iv.value > 0
+    tight = mean_interval([0.1, 0.11, 0.1, 0.12, 0.1], [1, 1, 1, 1, 1])
+    assert 0 < tight.low < tight.value < tight.high  # clipping only where the interval reaches 0

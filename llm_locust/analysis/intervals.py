@@ -94,7 +94,8 @@ def _ratio_se(sums: Sequence[float], counts: Sequence[float]) -> tuple[float, fl
 
 def mean_interval(sums: Sequence[float], counts: Sequence[float]) -> Interval:
     """The interval of sum(sums) / sum(counts) from per-block sums and counts (a latency mean:
-    seconds and requests; a rate: events and seconds)."""
+    seconds and requests; a rate: events and seconds). Every such figure is non-negative, so the
+    low end is clipped at 0 (a mean of 278 ms from 8 requests in 5 blocks had [-89.5, 645] ms)."""
     k = len(sums)
     if k < MIN_BATCHES:
         return Interval(None, None, None, f"insufficient (needs {MIN_BATCHES} time blocks, has {k})")
@@ -103,7 +104,7 @@ def mean_interval(sums: Sequence[float], counts: Sequence[float]) -> Interval:
         return Interval(None, None, None, "insufficient (needs samples in 2 time blocks)", 2)
     m, se = got
     h = t975(k - 1) * se
-    return Interval(m, m - h, m + h)
+    return Interval(m, max(m - h, 0.0), m + h)
 
 
 def _pooled(blocks: Sequence[Mapping[int, int]]) -> list[tuple[int, int]]:
