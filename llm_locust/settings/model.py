@@ -854,7 +854,8 @@ class Settings(BaseModel):
         Opt(
             "workload",
             "a synthetic workload's prefixes (prefix_tokens=N long) drawn from a pool by a popularity law: "
-            "zipf:S[:POOL] or bimodal:HOT:SHARE[:POOL] (pool 100 by default; docs/prompts.md, Prefix popularity)",
+            "zipf:S[:POOL] or bimodal:HOT:SHARE[:POOL] (a pool of 100 unless POOL is given; docs/prompts.md, "
+            "Prefix popularity)",
             plan="workload.prefix_dist",
         ),
     ] = ""
