@@ -141,6 +141,7 @@ def _search(
                 print(f"calibrate: {streams} streams would end past the budget ({budget:g} s): stopped", flush=True)
                 break
             began = time.monotonic()
+            print(f"calibrate: {streams} streams for {seconds} s ...", flush=True)
             row = _step(children, tmp, sim.url, streams, seconds, max_tokens, token_log)
             if row is None:  # a signal: the search stops
                 break
