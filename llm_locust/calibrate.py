@@ -132,10 +132,18 @@ def _search(
     """The steps, in order, until one does not hold, falls short, or would end past the budget."""
     from llm_locust.sim.process import SimProcess
 
-    t0, rows, last = time.monotonic(), [], seconds + START_S
+    t0, last = time.monotonic(), seconds + START_S
+    rows: list[dict[str, Any]] = []
     token_log = tmp / "tokens.jsonl"
-    opts = dict(slots=max(steps) + 16, iter_base=ITER_S, iter_per_seq=0.0, iter_per_prefill_token=0.0)
-    with SimProcess(**opts, token_log=str(token_log), own_session=True) as sim:
+    sim_process = SimProcess(
+        slots=max(steps) + 16,
+        iter_base=ITER_S,
+        iter_per_seq=0.0,
+        iter_per_prefill_token=0.0,
+        token_log=str(token_log),
+        own_session=True,
+    )
+    with sim_process as sim:
         for streams in steps:
             if rows and time.monotonic() - t0 + last > budget:
                 print(f"calibrate: {streams} streams would end past the budget ({budget:g} s): stopped", flush=True)
@@ -178,7 +186,7 @@ def _step(
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     """A JSON-lines log, its lines that parse (a line cut by the writer's stop is left out)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     for line in path.read_text(errors="replace").splitlines():
