@@ -7,7 +7,7 @@ import json
 import pytest
 from support import run_ok
 
-from llm_locust.metrics.ceiling import CeilingWatch, row, summary_line
+from llm_locust.metrics.ceiling import CeilingWatch, live_reason, row, summary_line
 from llm_locust.settings import derive
 from llm_locust.settings.workers import TOKENS_PER_PROCESS, calibration_path, ceiling, choose
 
@@ -104,3 +104,41 @@ def test_a_process_under_its_ceiling_is_not_flagged(tmp_path):
     (local,) = validity["ceiling"]
     assert local["process"] == "local" and not local["over"] and local["ceiling_source"] == "built-in"
     assert 0 < local["peak_tokens_per_s"] < TOKENS_PER_PROCESS
+
+
+def test_the_live_line_says_a_rate_over_the_ceiling_or_a_saturated_cpu_while_suspect():
+    wire = {"rate": 800.0, "peak": 900.0, "ceiling": 1_000, "source": "built-in", "cpu_max": 95.0}
+    asked = []
+
+    def suspect(answer):
+        return lambda: asked.append(answer) or answer
+
+    assert live_reason("worker 1", {**wire, "cpu_max": 50.0}, 90.0, suspect(True)) is None
+    assert asked == []  # the figures are read only when the CPU is saturated
+    assert live_reason("worker 1", wire, 90.0, suspect(False)) is None
+    cpu = live_reason("worker 1", wire, 90.0, suspect(True))
+    assert cpu.startswith("worker 1's CPU reached 95% while the client's figures are suspect")
+    rate = live_reason("local", {**wire, "peak": 1_200.0}, 90.0, suspect(False))
+    assert rate.startswith("local reads 1,200 tokens/s, over what one process holds (1,000 tokens/s, built-in)")
+
+
+def test_the_exporter_has_each_process_rate_ceiling_and_over():
+    from types import SimpleNamespace
+
+    from llm_locust.runtime.exporter import _ceiling_families
+
+    watch = CeilingWatch(1_000, "built-in")
+    watch.sample(0.0, 10.0, True)
+    watch.add_tokens(3_000)
+    watch.sample(1.0, 10.0, True)
+    local = {f.name: f.samples for f in _ceiling_families(SimpleNamespace(ceiling=watch), master=False)}
+    rates = [(s.labels, s.value) for s in local["llm_locust_process_tokens_per_second"]]
+    assert rates == [({"process": "local"}, 3_000)]
+    assert local["llm_locust_process_ceiling_tokens_per_second"][0].value == 1_000
+    assert local["llm_locust_process_over_ceiling"][0].value == 1
+    workers = {
+        "a": SimpleNamespace(index=0, client_id="a", ceiling={"rate": 5.0, "peak": 9.0, "ceiling": 1_000}),
+        "b": SimpleNamespace(index=1, client_id="b", ceiling=None),  # no report yet: no sample
+    }
+    fams = {f.name: f.samples for f in _ceiling_families(SimpleNamespace(workers=workers), master=True)}
+    assert [(s.labels, s.value) for s in fams["llm_locust_process_over_ceiling"]] == [({"process": "0"}, 0)]

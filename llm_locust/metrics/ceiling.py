@@ -16,6 +16,7 @@ second; the peak is the highest sample taken while the run measured (not its ram
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 WINDOW_S = 5  # seconds of ended requests one rate sample spans
@@ -94,6 +95,23 @@ def live_line(process: str, rate: float, ceiling: int, source: str) -> str:
         f"{process} reads {rate:,.0f} tokens/s, over what one process holds ({ceiling:,} tokens/s, {source}): "
         "its figures may be late; more --workers (or `llm-locust calibrate`) - see docs/load-shapes.md"
     )
+
+
+def live_reason(process: str, wire: dict[str, Any], cpu_limit: float, suspect: Callable[[], bool]) -> str | None:
+    """What a process over its ceiling says while the run goes, or None: its peak over the
+    ceiling, or its CPU at or above cpu_limit while the client's figures are suspect (`suspect`
+    is asked only then: it reads the figures)."""
+    peak, ceil = float(wire.get("peak") or 0.0), int(wire.get("ceiling") or 0)
+    if ceil and peak > ceil:
+        return live_line(process, peak, ceil, str(wire.get("source") or ""))
+    cpu = float(wire.get("cpu_max") or 0.0)
+    if cpu >= cpu_limit and suspect():
+        return (
+            f"{process}'s CPU reached {cpu:.0f}% while the client's figures are suspect: it is over what one "
+            f"process holds (reading {float(wire.get('rate') or 0.0):,.0f} tokens/s); more --workers - see "
+            "docs/load-shapes.md"
+        )
+    return None
 
 
 def summary_line(rows: list[dict[str, Any]]) -> str | None:

@@ -25,8 +25,8 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.metrics import recordlog
-from llm_locust.metrics.aggregate import Aggregate, wire_problem, wire_sent
-from llm_locust.metrics.ceiling import CeilingWatch, live_line
+from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, client_valid, wire_problem, wire_sent
+from llm_locust.metrics.ceiling import CeilingWatch, live_reason
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 from llm_locust.runtime.context import run_context
@@ -308,9 +308,12 @@ class MetricsHub:
         """A local process over its ceiling says so once, as it happens (a worker's report carries
         its rate to the master, which says it: MasterHub.merge_report)."""
         w = self.ceiling
-        if w.over and not w.said and type(self) is MetricsHub:
+        if w.said or type(self) is not MetricsHub:
+            return
+        said = live_reason("this process", w.to_wire(), CPU_LIMIT, lambda: not client_valid(self.total))
+        if said:
             w.said = True
-            log.warning(live_line("this process", w.peak, w.ceiling, w.source))
+            log.warning(said)
 
 
 class WorkerHub(MetricsHub):
@@ -423,10 +426,13 @@ class MasterHub(MetricsHub):
         if not wire:
             return
         w.ceiling = wire
-        if wire.get("peak", 0) > wire.get("ceiling", 0) > 0 and w.client_id not in self.ceiling_said:
+        if w.client_id in self.ceiling_said:
+            return
+        name = f"worker {w.index if w.index is not None else w.client_id}"
+        said = live_reason(name, wire, CPU_LIMIT, lambda: not client_valid(self.total))
+        if said:
             self.ceiling_said.add(w.client_id)
-            name = f"worker {w.index if w.index is not None else w.client_id}"
-            log.warning(live_line(name, wire["peak"], wire["ceiling"], wire.get("source", "")))
+            log.warning(said)
 
     def merge_report(self, client_id: str, data: dict[str, Any]) -> None:
         """Master: merge one worker's deltas."""
