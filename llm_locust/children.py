@@ -142,12 +142,18 @@ class Children:
             _signal_group(child.pid, _forwarded(child.pid, sig))
 
     def run(
-        self, argv: list[str], env: dict[str, str] | None = None, phase: str = "", limit_s: float = 0.0
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        phase: str = "",
+        limit_s: float = 0.0,
+        output: Any = None,
     ) -> int | None:
         """`argv` as a child of the series, to its end: its exit status, or None when a signal came
         before it could start (the series is stopping). `limit_s` > 0: a child still running that
         many seconds after its start gets SIGTERM (it stops as on any SIGTERM, marked interrupted),
-        and is killed grace_s later; `over_limit` then says so (the series goes on)."""
+        and is killed grace_s later; `over_limit` then says so (the series goes on). `output`: a
+        file the child's stdout and stderr go to (None: the parent's)."""
         self.over_limit = False
         if self.interruption is not None:
             return None
@@ -157,6 +163,8 @@ class Children:
             argv,
             env=env,
             stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
             process_group=0,
             preexec_fn=lambda: _die_with_parent(parent),
         )

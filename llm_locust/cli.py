@@ -525,6 +525,7 @@ USAGE = """usage: llm-locust COMMAND ...
   compare A B ...    runs side by side and a weighted decision matrix (--weights W.yaml)
   export FORMAT IN   a run in another format: llmd (the llm-d Benchmark Report), parquet
   suite stress       burst, zigzag, microburst, churn, long context, soak: PASS/FAIL/SKIP each
+  calibrate          measure the tokens/s one process holds here (--write: --workers auto uses it)
 """
 
 
@@ -641,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
         from llm_locust.stress_suite import main as suite_main
 
         return suite_main(rest)
+    if cmd == "calibrate":
+        from llm_locust.calibrate import main as calibrate_main
+
+        return calibrate_main(rest)
     if cmd == "gpu-sidecar":
         from llm_locust.gpu.sidecar import main as sidecar_main
 

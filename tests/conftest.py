@@ -15,6 +15,20 @@ from hypothesis import HealthCheck, settings
 # (tests/ is on sys.path: rootdir conftest, no __init__.py)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+# The tests never read the user's own config (a `llm-locust calibrate --write` ceiling would change
+# what `--workers auto` plans): XDG_CONFIG_HOME is a directory of the tests' own, empty unless a
+# test writes there (set before any CLI process is forked, so they all inherit it).
+if "LLM_LOCUST_TEST_CONFIG" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _config = os.environ["LLM_LOCUST_TEST_CONFIG"] = os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(
+        prefix="llm-locust-config-"
+    )
+    _owner = os.getpid()
+    atexit.register(lambda: os.getpid() == _owner and shutil.rmtree(_config, ignore_errors=True))
+
 # Hypothesis: the same examples on every run and every machine (derandomized, no example database),
 # so a red CI can be reproduced; `pytest --hypothesis-profile explore` draws fresh ones (and keeps
 # failing examples in .hypothesis/, which git ignores).

@@ -558,6 +558,13 @@ MATRIX: dict[str, dict[str, list[str]]] = {
         ],
         "numbers": ["tests/test_stress_suite.py::test_bad_usage_is_refused_before_any_case_runs"],
     },
+    "calibrate": {
+        "signals": ["tests/test_calibrate.py::test_a_signal_stops_the_search_and_nothing_is_written"],
+        "remote": ["n/a: it calls no service: its own simulator on 127.0.0.1, started and stopped by it"],
+        "files": ["tests/test_calibrate.py::test_a_config_file_that_is_not_a_regular_file_is_refused_before_any_load"],
+        "escapes": ["n/a: it prints its own figures and the config path; the steps' output goes to a temporary file"],
+        "numbers": ["tests/test_calibrate.py::test_bad_usage_is_refused_before_anything_runs"],
+    },
     "sim": {
         "signals": ["sim, trace record, gpu-sidecar: SIGINT and SIGTERM end them at once"],
         "remote": ["tests/test_sim_server.py::test_garbage_does_not_crash_the_server"],

@@ -931,3 +931,11 @@ def test_the_session_cookie_is_secure_when_the_web_ui_serves_tls():
         cookie = app.test_client().get("/set").headers["Set-Cookie"]
         assert "SameSite=Strict" in cookie and "HttpOnly" in cookie
         assert ("; Secure" in cookie) is secure, cookie
+
+
+def test_a_process_over_its_ceiling_is_in_the_client_view():
+    total = populated(seconds=3)
+    assert LiveView().payload(lambda: inputs(total, T0 + 4), 0)["client"]["over_ceiling"] == []
+    over = ["worker 1: 18,700 tokens/s over 14,000"]
+    p = LiveView().payload(lambda: inputs(total, T0 + 4, over_ceiling=over), 0)
+    assert p["client"]["over_ceiling"] == over

@@ -52,6 +52,8 @@ FLAG_TEXT = {
     "length_mismatch": "some replies did not have the number of output tokens asked for: per-token figures are "
     "not comparable",
     "no_data": "no request succeeded in the step's measurement window: no latency figures",
+    "over_ceiling": "a sending process read more tokens/s than one process holds (validity.ceiling names it, "
+    "with its peak against its ceiling): its figures may be late; run more --workers",
     "usage_rejected": "the server's output token counts were far from the count read from the stream: not "
     "used (the count read is); the run fails its server_counts gate",
 }

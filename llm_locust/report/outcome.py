@@ -24,7 +24,8 @@ from typing import Any, cast
 from llm_locust.analysis.load_facts import cache_line, load_facts, load_line
 from llm_locust.analysis.server_metrics import ServerSeries
 from llm_locust.analysis.steady import steady_line
-from llm_locust.metrics.aggregate import Aggregate, figures
+from llm_locust.metrics import ceiling
+from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, figures
 from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
 from llm_locust.report.accounting import count_problems
@@ -33,6 +34,7 @@ from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, mixed_loads, plain
 from llm_locust.report.schema import (
     CacheFigures,
+    CeilingRow,
     Checkpoint,
     Efficiency,
     Figures,
@@ -109,6 +111,8 @@ class Ended:
     precision: Precision | None = None  # --precision's targets and checks (runtime/precision_stop.py)
     # a checkpoint's (the run goes on: --checkpoint-every): every_s, counted_until, workers_missing
     checkpoint: dict[str, Any] | None = None
+    # each sending process's token rate against its ceiling: (name, CeilingWatch.to_wire())
+    ceilings: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
@@ -512,6 +516,9 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
     head += [line for line in (load_line(p.load_facts), cache_line(e.run.get("cache_state"))) if line]
     if e.workers_why:
         head.append(f"workers: {e.workers_why}")
+    over = ceiling.summary_line(cast(list, ceiling_rows(e, p.summary)))
+    if over:
+        head.append(over)
     for url, s in e.servers.items():  # one line per endpoint (named when there are several)
         if s.samples:
             head.append(server_line(s, e.started_at, e.ended_at, url if len(e.servers) > 1 else None))
@@ -560,6 +567,7 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     measured = {k: v for k, v in e.steps.items() if k != WARMUP_STEP}  # the warm-up is in `warmup`
     results = build_results(e.total, measured, run, e.workers, s.max_error_rate, goodput=bool(s.request_slos))
     results["warmup"] = warmup_figures(e.steps.get(WARMUP_STEP), s)
+    _ceiling_validity(results, e)
     if e.checkpoint is not None:
         _mark_partial(results, e)
     results["prefix_hit"] = p.prefix_hit
@@ -599,6 +607,20 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     if problems and e.interruption is None:  # an interrupted run's figures are kept, not judged
         results["gates"].append(_gate("counts", False, f"counts do not add up (a bug): {'; '.join(problems)}"))
     return results
+
+
+def ceiling_rows(e: Ended, summary: Figures) -> list[CeilingRow]:
+    """Each sending process's peak token rate against its ceiling (metrics/ceiling.py row)."""
+    suspect = (summary.get("client") or {}).get("verdict") == "suspect"
+    return [cast(CeilingRow, ceiling.row(name, wire, CPU_LIMIT, suspect)) for name, wire in e.ceilings]
+
+
+def _ceiling_validity(results: ResultsDoc, e: Ended) -> None:
+    """`validity.ceiling`, and the flag `over_ceiling` when a process was over its ceiling."""
+    rows = ceiling_rows(e, results["summary"])
+    results["validity"]["ceiling"] = rows
+    if any(r["over"] for r in rows):
+        results["validity"]["flags"].append("over_ceiling")
 
 
 def _mark_partial(results: ResultsDoc, e: Ended) -> None:

@@ -305,11 +305,25 @@ class Step(Figures):
 # ---- the top level's parts ----
 
 
+class CeilingRow(TypedDict):
+    """One of `validity.ceiling`: a sending process's peak token rate against what one process
+    holds (metrics/ceiling.py; docs/load-shapes.md, "Worker processes")."""
+
+    process: str  # "local", or "worker N" (its index)
+    peak_tokens_per_s: float
+    ceiling_tokens_per_s: int
+    ceiling_source: str  # "built-in", or "calibrated, PATH" (`llm-locust calibrate --write`)
+    cpu_max_percent: float
+    over: bool
+    why: str | None
+
+
 class Validity(TypedDict):
     """`validity`: the whole run's flags and the error-rate limit they were judged with."""
 
     flags: list[str]
     max_error_rate: float
+    ceiling: NotRequired[list[CeilingRow]]  # each sending process against its ceiling (flag over_ceiling)
 
 
 class Environment(TypedDict):

@@ -314,6 +314,7 @@ class LLMCollector:
                 f"Offered load of the current step ({ctl.ladder.kind}).",
                 value=ctl.windows[-1].level,
             )
+        yield from _ceiling_families(h, bool(workers))
         if workers:
             by_state = GaugeMetricFamily("llm_locust_workers", "Workers by state.", labels=["state"])
             states: dict[str, int] = {}
@@ -391,6 +392,35 @@ class LLMCollector:
             for e in entries:
                 g.add_metric([e.method or "", e.name], float(get(e)))
             yield g
+
+
+def _ceiling_families(h, master: bool) -> Any:
+    """Each sending process's token rate (last 5 s) against its ceiling, and 1 once its peak went
+    over it (metrics/ceiling.py): a master's workers as last reported, else this process."""
+    if master:
+        parts = [(str(w.index if w.index is not None else w.client_id), w.ceiling) for w in h.workers.values()]
+    else:
+        parts = [("local", h.ceiling.to_wire())]
+    rate = GaugeMetricFamily(
+        "llm_locust_process_tokens_per_second", "Tokens/s a sending process reads (last 5 s).", labels=["process"]
+    )
+    limit = GaugeMetricFamily(
+        "llm_locust_process_ceiling_tokens_per_second", "Tokens/s one process holds (its ceiling).", labels=["process"]
+    )
+    over = GaugeMetricFamily(
+        "llm_locust_process_over_ceiling",
+        "1 once the process's peak token rate went over its ceiling.",
+        labels=["process"],
+    )
+    for name, wire in parts:
+        if not wire:
+            continue
+        rate.add_metric([name], wire["rate"])
+        limit.add_metric([name], wire["ceiling"])
+        over.add_metric([name], 1 if wire["peak"] > wire["ceiling"] else 0)
+    yield rate
+    yield limit
+    yield over
 
 
 def registry_for(environment) -> CollectorRegistry:

@@ -25,7 +25,8 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.metrics import recordlog
-from llm_locust.metrics.aggregate import Aggregate, wire_problem, wire_sent
+from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, client_valid, wire_problem, wire_sent
+from llm_locust.metrics.ceiling import CeilingWatch, live_reason
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 from llm_locust.runtime.context import run_context
@@ -73,6 +74,7 @@ class WorkerState:
         "refused",
         "refused_reports",
         "clock",
+        "ceiling",
     )
 
     def __init__(self, client_id: str, index: int | None) -> None:
@@ -97,6 +99,7 @@ class WorkerState:
         self.refused = ""  # why its figures could not be read (another llm-locust), "" while they can
         self.refused_reports = 0
         self.clock: dict[str, Any] | None = None  # its offset to the master's clock (transport/clock.py)
+        self.ceiling: dict[str, Any] | None = None  # its token rate against its ceiling (CeilingWatch.to_wire)
 
     @property
     def in_flight_reported(self) -> int:
@@ -139,6 +142,11 @@ class MetricsHub:
         # a worker's offset to the master's clock (transport/clock.py): its replay starts and its
         # requests are placed (wall_sent, the per-second series) on the master's clock
         self.clock = clock.ClockSync(clock.align_enabled())
+        from llm_locust.settings.workers import ceiling
+
+        # this process's token rate against what one process holds (metrics/ceiling.py)
+        self.ceiling = CeilingWatch(*ceiling())
+        self.ceiling_said: set[str] = set()  # master: the workers whose live warning was given
 
     def new_run(self) -> None:
         """Master / local, as a test starts after an earlier one in this process (started again
@@ -153,6 +161,8 @@ class MetricsHub:
             w.open = {}
         self.finals_collected = self.lost_accounted = False
         self.run_number += 1
+        self.ceiling = CeilingWatch(self.ceiling.ceiling, self.ceiling.source)
+        self.ceiling_said = set()
 
     @property
     def measuring(self) -> bool:
@@ -213,6 +223,7 @@ class MetricsHub:
     def on_done(self, rec: RequestRecord) -> None:
         self.in_flight -= 1
         rec.wall_sent += self.clock.offset  # a worker's record on the master's clock (0 elsewhere)
+        self.ceiling.add_tokens(sum(rec.chunk_tokens))
         if self.record_log is not None:
             self.record_log.write(rec)
         gaps = None  # the request's gap samples, folded by the first Aggregate, reused by the next
@@ -286,9 +297,23 @@ class MetricsHub:
             percent = 100.0 * (cpu - last_cpu) / (wall - last_wall)
             last_cpu, last_wall = cpu, wall
             busy = self.in_flight or (self.env.runner is not None and self.env.runner.user_count)
-            if busy and self.measuring:
+            measuring = bool(busy and self.measuring)
+            if measuring:
                 for agg in self._sink(self.step):
                     agg.add_cpu_sample(percent)
+            self.ceiling.sample(wall, percent, measuring)
+            self._ceiling_live()
+
+    def _ceiling_live(self) -> None:
+        """A local process over its ceiling says so once, as it happens (a worker's report carries
+        its rate to the master, which says it: MasterHub.merge_report)."""
+        w = self.ceiling
+        if w.said or type(self) is not MetricsHub:
+            return
+        said = live_reason("this process", w.to_wire(), CPU_LIMIT, lambda: not client_valid(self.total))
+        if said:
+            w.said = True
+            log.warning(said)
 
 
 class WorkerHub(MetricsHub):
@@ -319,6 +344,7 @@ class WorkerHub(MetricsHub):
             "final": self.final_token,
             "record_log": recordlog.failures(),  # empty unless this worker's log lost records
             "clock": self.clock.figures(),
+            "ceiling": self.ceiling.to_wire(),
         }
 
     def send_final_report(self, token: int) -> None:
@@ -395,6 +421,19 @@ class MasterHub(MetricsHub):
             )
         w.clock = figures
 
+    def _note_ceiling(self, w: WorkerState, wire: dict[str, Any] | None) -> None:
+        """A worker's token rate against its ceiling, kept; said once when its peak is over."""
+        if not wire:
+            return
+        w.ceiling = wire
+        if w.client_id in self.ceiling_said:
+            return
+        name = f"worker {w.index if w.index is not None else w.client_id}"
+        said = live_reason(name, wire, CPU_LIMIT, lambda: not client_valid(self.total))
+        if said:
+            self.ceiling_said.add(w.client_id)
+            log.warning(said)
+
     def merge_report(self, client_id: str, data: dict[str, Any]) -> None:
         """Master: merge one worker's deltas."""
         payload = data.get(REPORT_KEY)
@@ -412,6 +451,7 @@ class MasterHub(MetricsHub):
         w.status = payload.get("status") or w.status
         w.record_log = payload.get("record_log") or w.record_log
         self._note_clock(w, payload.get("clock"))
+        self._note_ceiling(w, payload.get("ceiling"))
         if self.lost_accounted and payload["steps"]:
             # after the end's accounting: what it had in flight is counted lost (account_lost), as
             # the worker said; merged now, it would be counted twice

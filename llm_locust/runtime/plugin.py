@@ -496,6 +496,7 @@ class _EndOfRun:
             slo_attainment=s.slo_attainment,
             precision=_precision_report(env),
             checkpoint=checkpoint,
+            ceilings=_ceilings(h),
         )
 
     def write(self, out: outcome.Outcome) -> bool:
@@ -530,6 +531,15 @@ class _EndOfRun:
             if problem:
                 print(f"llm-locust: {problem}", file=sys.stderr, flush=True)
         return ok
+
+
+def _ceilings(h: MetricsHub) -> list[tuple[str, dict[str, Any]]]:
+    """Each sending process's token rate against its ceiling (metrics/ceiling.py): the workers' as
+    their last reports said, else this process's own."""
+    if isinstance(h.env.runner, MasterRunner):
+        named = [(f"worker {w.index if w.index is not None else w.client_id}", w.ceiling) for w in h.workers.values()]
+        return sorted(((name, wire) for name, wire in named if wire), key=lambda part: part[0])
+    return [("local", h.ceiling.to_wire())]
 
 
 def _workers(h: MetricsHub) -> list[Worker]:

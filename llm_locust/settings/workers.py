@@ -21,13 +21,42 @@ a replay's --max-in-flight when set (else one process: a trace's own peak is not
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from pathlib import Path
 
 TOKENS_PER_PROCESS = 14_000
 STREAMS_PER_PROCESS = 500
 STREAM_RATE = 50.0  # tokens/s a stream is taken to get when --stream-rate is not given
 DEFAULT_REQUEST_S = 10.0
+
+
+CALIBRATION_FILE = "calibration.json"  # under the user's config dir: `llm-locust calibrate --write`
+
+
+def calibration_path() -> Path:
+    """Where `llm-locust calibrate --write` keeps this machine's ceiling: $XDG_CONFIG_HOME (else
+    ~/.config)/llm-locust/calibration.json."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "llm-locust" / CALIBRATION_FILE
+
+
+def ceiling() -> tuple[int, str]:
+    """(tokens/s one process holds, where that figure comes from): the calibrated one when the
+    user's config holds one (`llm-locust calibrate --write`), else the built-in TOKENS_PER_PROCESS.
+    A file that cannot be read is said in the source, never a traceback: the built-in is used."""
+    path = calibration_path()
+    if not path.exists():
+        return TOKENS_PER_PROCESS, "built-in"
+    try:
+        doc = json.loads(path.read_text())
+        value = int(doc["tokens_per_process"])
+        if value <= 0:
+            raise ValueError("tokens_per_process must be > 0")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return TOKENS_PER_PROCESS, f"built-in; {path} unreadable ({type(e).__name__}: {e})"
+    return value, f"calibrated, {path}"
 
 
 def stream_rate(settings) -> float:
@@ -61,11 +90,12 @@ def choose(settings, cores: int | None = None) -> tuple[int, str]:
     if not streams:  # a replay (or a speed ladder) without --max-in-flight: its peak is the trace's
         return 0, "auto: one process (a replay's concurrency is its trace's: --max-in-flight or --workers plan more)"
     rate = streams * stream_rate(settings)
-    need = max(math.ceil(rate / TOKENS_PER_PROCESS), math.ceil(streams / STREAMS_PER_PROCESS), 1)
+    per_process, source = ceiling()
+    need = max(math.ceil(rate / per_process), math.ceil(streams / STREAMS_PER_PROCESS), 1)
     most = max(cores - 1, 1)
     load = (
         f"{streams} planned concurrent streams x {stream_rate(settings):g} tokens/s = {rate:,.0f} tokens/s; "
-        f"one process takes ~{TOKENS_PER_PROCESS:,} tokens/s and ~{STREAMS_PER_PROCESS} streams"
+        f"one process takes ~{per_process:,} tokens/s ({source}) and ~{STREAMS_PER_PROCESS} streams"
     )
     if need <= 1:
         return 0, f"auto: one process ({load})"

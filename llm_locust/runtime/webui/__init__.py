@@ -220,7 +220,21 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | 
         gpu=gpu_scraper.series if gpu_scraper is not None else None,
         control=control,
         slos=dict(h.slos),
+        over_ceiling=_over_ceiling(h, isinstance(runner, MasterRunner)),
     )
+
+
+def _over_ceiling(h, master: bool) -> list[str]:
+    """The sending processes whose peak token rate went over their ceiling (metrics/ceiling.py)."""
+    if master:
+        parts = [(f"worker {w.index if w.index is not None else w.client_id}", w.ceiling) for w in h.workers.values()]
+    else:
+        parts = [("this process", h.ceiling.to_wire())]
+    return [
+        f"{name}: {wire['peak']:,.0f} tokens/s over {wire['ceiling']:,}"
+        for name, wire in parts
+        if wire and wire["peak"] > wire["ceiling"]
+    ]
 
 
 def install(

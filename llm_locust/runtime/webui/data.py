@@ -150,6 +150,8 @@ class Inputs:
     # it) and stops_at (epoch s: when the running test stops; None when none is due)
     control: dict[str, Any] = field(default_factory=dict)
     slos: dict[str, float] = field(default_factory=dict)  # per-request SLOs (goodput)
+    # the sending processes over their token-rate ceiling: "worker 1: 18,700 tokens/s over 14,000"
+    over_ceiling: list[str] = field(default_factory=list)
 
 
 # ---- the view ----
@@ -312,6 +314,7 @@ class LiveView:
                 "loop_lag_p99": _r(lag_all.get("p99"), 6),
                 "loop_lag_p99_recent": _r((lag_recent or {}).get("p99"), 6),
                 "cpu_max": _r(total.client.cpu_max, 1),
+                "over_ceiling": inp.over_ceiling,
                 "cpu_high_share": _r(total.client.cpu_high / total.client.cpu_samples, 3)
                 if total.client.cpu_samples
                 else None,

@@ -180,7 +180,7 @@
     var c = p.client;
     text("llm-client", c.valid ? (c.valid_now ? "valid" : "lagging now") : "SUSPECT");
     setTile("tile-client", c.valid ? (c.valid_now ? "good" : "warn") : "bad");
-    text("llm-client-detail", c.line + " (recent loop lag p99 " + ms(c.loop_lag_p99_recent) + " ms)");
+    text("llm-client-detail", c.line + " (recent loop lag p99 " + ms(c.loop_lag_p99_recent) + " ms)" + (c.over_ceiling && c.over_ceiling.length ? "; OVER CEILING: " + c.over_ceiling.join("; ") : ""));
     if (c.rule && $("tile-client")) { $("tile-client").title = c.rule; }  // sent with the first poll only
 
     if (!t.length_checked) { text("llm-length", "not checked"); setTile("tile-length", null); text("llm-length-detail", "no requested length (--no-force-length?)"); }
