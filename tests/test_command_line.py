@@ -185,6 +185,7 @@ OTHER_COMMANDS = {
     ("sim",): {"--port", "--slots"},
     ("gpu-sidecar",): {"--port", "--fake"},
     ("compare",): {"--weights", "--fail-on", "--strict", "--junit", "--tolerance"},
+    ("calibrate",): {"--write"},
 }
 # vllm, llama-server, Locust's
 OTHER_PROGRAMS = {"--grpc", "--embeddings", "--reranking", "--runner", "--processes", "--save-result"}
