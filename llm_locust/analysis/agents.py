@@ -144,9 +144,8 @@ def broken_line(att: Mapping[str, Any]) -> str:
     if not att["sessions"]:
         return "agent tier: no session had a request in the window"
     why = ", ".join(f"{k} {v}" for k, v in sorted(att["failed_by"].items()))
-    return (
-        f"agent tier: {att['met']}/{att['sessions']} sessions met it ({att['share']:.0%} < {att['needed']:.0%}"
-        + (f"; missed by {why})" if why else ")")
+    return f"agent tier: {att['met']}/{att['sessions']} sessions met it ({att['share']:.0%} < {att['needed']:.0%}" + (
+        f"; missed by {why})" if why else ")"
     )
 
 

@@ -677,9 +677,7 @@ def install(env: Environment, settings) -> None:
     if tier is not None and ladder.search is None:
         from llm_locust.settings.units import PlanError
 
-        raise PlanError(
-            ["--agent-tier judges the probes of a search: give --ladder sla:concurrency:LO..HI:P% with it"]
-        )
+        raise PlanError(["--agent-tier judges the probes of a search: give --ladder sla:concurrency:LO..HI:P% with it"])
     if ladder.search is not None:
         if not settings.slos and tier is None:
             from llm_locust.settings.units import PlanError
