@@ -182,3 +182,14 @@ def test_agent_tier_without_a_search_is_a_clear_error(tmp_path):
     assert "Traceback" not in p.stderr
     p = run_cli("--host", "http://127.0.0.1:9", "--agent-tier", "ttft=2s", "--no-preflight", timeout=60)
     assert p.returncode == 2 and "both ttft= and speed=" in p.stderr + p.stdout and "Traceback" not in p.stderr
+
+
+def test_the_gpu_sidecars_power_replaces_the_setting():
+    from llm_locust.analysis.agents import with_sidecar_power
+
+    a = {**capacity(4, 2, 1400.0, "--gpu-power-w"), "step": 3}
+    rows = [{"step": 2, "gpu_power_watts": 900.0}, {"step": 3, "gpu_power_watts": 1000.0}]
+    got = with_sidecar_power(a, rows)
+    assert got["power_w"] == 1000 and got["power_from"] == "gpu sidecar"
+    assert got["per_megawatt"] == pytest.approx(4 / 0.001) and got["per_gpu"] == 2
+    assert with_sidecar_power(a, [{"step": 3}]) == a  # no power measured over the answer's probe

@@ -182,3 +182,16 @@ def format_agents(a: Mapping[str, Any]) -> str:
     if a.get("per_megawatt") is not None:
         parts.append(f"{a['per_megawatt']:.4g} per MW ({a['power_w']:.0f} W, {a.get('power_from')})")
     return head + ", ".join(parts)
+
+
+def with_sidecar_power(agents: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The verdict with the GPU sidecar's mean power over the answer's probe (the verdicts' row of
+    its step, `gpu_power_watts`, all GPUs) in place of --gpu-power-w; unchanged without one."""
+    out = dict(agents)
+    row = next((r for r in rows or [] if r.get("step") == agents.get("step")), None)
+    power = row.get("gpu_power_watts") if row else None
+    if power is None or agents.get("agents") is None:
+        return out
+    gpus = round(agents["agents"] / agents["per_gpu"]) if agents.get("per_gpu") else None
+    out.update(capacity(agents["agents"], gpus, float(power), "gpu sidecar"))
+    return out
