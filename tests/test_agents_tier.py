@@ -163,6 +163,14 @@ def test_agents_search_finds_the_simulators_closed_form_capacity(tmp_path):
     assert broke and not broke[0]["met"] and broke[0]["agents"]["failed_by"].get("speed")
     assert any("agent tier:" in b for b in broke[0]["broken"])  # the tier, not an SLO, broke it
     assert f"{analytic} agents, 2 per GPU" in p.stdout
+    from llm_locust.report.html import render
+
+    page = render(r)
+    assert "Agents under an SLO tier" in page and f"{analytic} agents, 2 per GPU" in page
+    c = cli_process("compare", str(results), str(results), timeout=60)
+    assert c.returncode == 0, c.stderr
+    row = next(line for line in c.stdout.splitlines() if line.startswith("agents under tier"))
+    assert f"{analytic} agents, 2/GPU" in row
 
 
 def test_agent_tier_without_a_search_is_a_clear_error(tmp_path):
