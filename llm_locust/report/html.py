@@ -727,7 +727,8 @@ def section_verdict(ladder: LadderDoc, unit: str) -> H:
     if reason:
         early = reason != "ladder complete"
         out.append(f"<p>{'Ladder stopped early' if early else 'Ladder ended'}: {esc(reason)}</p>")
-    agents = (ladder.get("sla") or {}).get("agents")
+    sla = ladder.get("sla")
+    agents = sla.get("agents") if sla else None
     if agents:
         out.append(section_agents(agents))
     out.append("</div>")

@@ -346,7 +346,7 @@ def _agents_power(e: Ended, p: _Parts) -> None:
         from llm_locust.analysis.agents import format_agents, with_sidecar_power
 
         old = sla["agents"]
-        sla["agents"] = with_sidecar_power(old, (p.verdicts or {}).get("steps"))
+        sla["agents"] = with_sidecar_power(old, p.verdicts["steps"] if p.verdicts else None)
         if e.ladder and e.ladder.get("table"):  # the search's line under the step table, as measured
             e.ladder["table"] = e.ladder["table"].replace(format_agents(old), format_agents(sla["agents"]))
 
