@@ -52,6 +52,7 @@ def test_session_verdict_needs_every_slo_and_no_failure():
     att = attainment({"a": [1, 0, 40, 1.0, 0.1], "b": [1, 0, 10, 1.0, 0.1], "c": [1, 0, 40, 1.0, 0.1]}, tier)
     assert att["sessions"] == 3 and att["met"] == 2 and att["failed_by"] == {"speed": 1}
     assert not att["ok"] and att["share"] == pytest.approx(2 / 3)
+    assert att["session_speed_p50"] == 40 and att["session_ttft_p50_s"] == pytest.approx(0.1)
     assert attainment({"a": [1, 0, 40, 1.0, 0.1]}, Tier(1.0, 20.0, share=1.0))["ok"]
     assert not attainment({}, tier)["ok"]  # no session judged: not met
 

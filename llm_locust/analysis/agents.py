@@ -17,7 +17,7 @@ docs/verdicts.md, "Agents under an SLO tier"):
 
     parse_tier(text) -> Tier
     session_verdict(tally, tier) -> (met, why)
-    attainment(sessions, tier) -> dict     {sessions, met, share, needed, ok, failed_by}
+    attainment(sessions, tier) -> dict     {sessions, met, share, needed, ok, failed_by, medians}
     capacity(answer, gpus, power_w) -> dict {agents, per_gpu, per_megawatt, power_w}
 """
 
@@ -129,6 +129,9 @@ def attainment(sessions: Mapping[str, Sequence[float]], tier: Tier) -> dict[str,
             why[reason] = why.get(reason, 0) + 1
     n = len(sessions)
     share = met / n if n else 0.0
+    figs = [session_figures(t) for t in sessions.values()]
+    ttfts = [f["ttft_p50_s"] for f in figs if f["ttft_p50_s"] is not None]
+    speeds = [f["speed_tokens_per_s"] for f in figs if f["speed_tokens_per_s"] is not None]
     return {
         "sessions": n,
         "met": met,
@@ -136,6 +139,9 @@ def attainment(sessions: Mapping[str, Sequence[float]], tier: Tier) -> dict[str,
         "needed": tier.share,
         "ok": n > 0 and share >= tier.share,
         "failed_by": why,
+        # the median session's figures: where the probe stood against the tier
+        "session_ttft_p50_s": _median(ttfts) if ttfts else None,
+        "session_speed_p50": _median(speeds) if speeds else None,
     }
 
 

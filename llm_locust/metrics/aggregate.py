@@ -492,8 +492,8 @@ class ConnectionCounts(NamedCounts):
 
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
-MAX_SESSIONS = 20_000  # sessions tallied per Aggregate (the agents verdict's per-session figures)
-MAX_SESSION_TTFTS = 512  # TTFTs kept per session (its median's sample)
+MAX_SESSIONS = 10_000  # sessions tallied per Aggregate (the agents verdict's per-session figures)
+MAX_SESSION_TTFTS = 256  # TTFTs kept per session (its median's sample)
 WIRE_VERSION = 5  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py)
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (

@@ -643,6 +643,8 @@ class AgentAttainment(TypedDict):
     needed: float  # the tier's share
     ok: bool
     failed_by: dict[str, int]  # ttft, speed, failed, no_ok -> sessions
+    session_ttft_p50_s: float | None  # the median over sessions of their median TTFT
+    session_speed_p50: float | None  # the median over sessions of their output tokens/s
 
 
 class AgentsVerdict(TypedDict):
