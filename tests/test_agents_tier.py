@@ -93,7 +93,7 @@ def test_aggregate_tallies_sessions_and_merges_them_across_processes():
     assert (
         s1[:2] == [2, 0] and s1[2] == 30 and s1[3] == pytest.approx(1.5) and sorted(s1[4:]) == pytest.approx([0.1, 0.3])
     )
-    assert a.sessions["s2"][:2] == [0, 1] and a.sessions["s3"][:2] == [0, 0]
+    assert a.sessions["s2"][:2] == [0, 1] and "s3" not in a.sessions  # only cancelled: not judged
     assert session_verdict(s1, Tier(ttft=0.25, speed=19.0)) == (True, None)  # median 0.2 s, 20 tok/s
     assert session_verdict(s1, Tier(ttft=0.25, speed=21.0)) == (False, "speed")
 

@@ -648,13 +648,13 @@ class Aggregate:
     def _add_session(self, rec: RequestRecord) -> None:
         """The request into its session's tally (sessions); the client's own cancellations and a
         stop's are neither ok nor failed. At most MAX_SESSIONS sessions, MAX_SESSION_TTFTS TTFTs each."""
+        if rec.outcome in (Outcome.CANCELLED, Outcome.CLIENT_CANCELLED):
+            return  # a session with only these is not judged: nothing was answered or refused
         t = self.sessions.get(rec.session or "")
         if t is None:
             if len(self.sessions) >= MAX_SESSIONS:
                 return
             t = self.sessions[rec.session or ""] = [0, 0, 0, 0.0]
-        if rec.outcome in (Outcome.CANCELLED, Outcome.CLIENT_CANCELLED):
-            return
         if not rec.ok:
             t[1] += 1
             return
