@@ -10,8 +10,12 @@ N* = floor((1 / V - A) / B). The tier's V is put halfway between two whole agent
 neighbour is within 10% of the limit.
 """
 
+import contextlib
 import json
 import math
+import re
+import subprocess
+import sys
 
 import pytest
 from support import cli_process, run_cli, run_ok
@@ -120,14 +124,42 @@ def _trace(tmp_path):
     return out
 
 
+@contextlib.contextmanager
+def fake_gpu_sidecar():
+    """The GPU sidecar with 2 fake GPUs (its own process), yielding its /metrics URL."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "llm_locust.gpu.sidecar", "--fake", "2", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = p.stdout.readline()
+        mt = re.fullmatch(r"llm-locust gpu-sidecar listening on (http://127\.0\.0\.1:\d+)\n", line)
+        assert mt, (line, p.stderr.read() if p.poll() is not None else "")
+        yield mt.group(1) + "/metrics"
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def test_agents_search_finds_the_simulators_closed_form_capacity(tmp_path):
     speed = 1 / (A + B * HALF)
     analytic = math.floor((1 / speed - A) / B)  # 4 agents
     assert analytic == 4 and analytic <= SLOTS
     trace = _trace(tmp_path)
     results = tmp_path / "r.json"
-    with SimProcess(slots=SLOTS, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
+    with (
+        SimProcess(slots=SLOTS, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim,
+        fake_gpu_sidecar() as gpu,
+    ):
         p = run_ok(
+            "--gpu-metrics",
+            gpu,
             "--host",
             sim.url,
             "--trace",
@@ -156,8 +188,11 @@ def test_agents_search_finds_the_simulators_closed_form_capacity(tmp_path):
     print(f"\nanalytic {analytic} agents, found {agents['agents']} in {sla['probes']} probes, {sla['seconds']} s")
     assert sla["answer"] == analytic and agents["agents"] == analytic
     assert agents["per_gpu"] == analytic / 2
-    assert agents["power_w"] == 1400 and agents["power_from"] == "--gpu-power-w"
-    assert agents["per_megawatt"] == pytest.approx(analytic / 0.0014)
+    # the sidecar's power over the answer's probe, not --gpu-power-w x --gpus
+    row = next(v for v in r["verdicts"]["steps"] if v["step"] == agents["step"])
+    assert agents["power_from"] == "gpu sidecar" and agents["power_w"] == row["gpu_power_watts"] != 1400
+    assert agents["per_megawatt"] == pytest.approx(analytic / (row["gpu_power_watts"] / 1e6))
+    assert "W, gpu sidecar)" in p.stdout
     assert agents["tier"] == {"ttft_s": 2.0, "speed_tokens_per_s": pytest.approx(speed, rel=1e-3), "share": 0.9}
     assert agents["attainment"]["ok"] and agents["attainment"]["sessions"] >= analytic
     broke = [pr for pr in sla["probes_detail"] if pr["level"] == analytic + 1]
