@@ -222,8 +222,13 @@ def test_agent_tier_without_a_search_is_a_clear_error(tmp_path):
         "0",
         timeout=60,
     )
-    assert p.returncode == 2 and "--agent-tier judges the probes of a search" in p.stderr
+    assert p.returncode == 2 and "--agent-tier counts agents, the probes of a concurrency search" in p.stderr
     assert "Traceback" not in p.stderr
+    p = run_cli(
+        "--host", "http://127.0.0.1:9", "--ladder", "sla:rate:1..8", "--agent-tier", "ttft=2s,speed=20",
+        "--no-preflight", "--workers", "0", timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2 and "--agent-tier counts agents" in p.stderr
     p = run_cli("--host", "http://127.0.0.1:9", "--agent-tier", "ttft=2s", "--no-preflight", timeout=60)
     assert p.returncode == 2 and "both ttft= and speed=" in p.stderr + p.stdout and "Traceback" not in p.stderr
 

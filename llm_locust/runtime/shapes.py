@@ -674,10 +674,12 @@ def install(env: Environment, settings) -> None:
     if ladder is None:
         return
     tier = agent_tier.parse_tier(settings.agent_tier) if settings.agent_tier else None
-    if tier is not None and ladder.search is None:
+    if tier is not None and (ladder.search is None or ladder.search.kind != "concurrency"):
         from llm_locust.settings.units import PlanError
 
-        raise PlanError(["--agent-tier judges the probes of a search: give --ladder sla:concurrency:LO..HI:P% with it"])
+        raise PlanError(
+            ["--agent-tier counts agents, the probes of a concurrency search: give --ladder sla:concurrency:LO..HI:P%"]
+        )
     if ladder.search is not None:
         if not settings.slos and tier is None:
             from llm_locust.settings.units import PlanError
