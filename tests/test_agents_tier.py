@@ -242,3 +242,21 @@ def test_the_gpu_sidecars_power_replaces_the_setting():
     assert got["power_w"] == 1000 and got["power_from"] == "gpu sidecar"
     assert got["per_megawatt"] == pytest.approx(4 / 0.001) and got["per_gpu"] == 2
     assert with_sidecar_power(a, [{"step": 3}]) == a  # no power measured over the answer's probe
+
+
+def test_agents_search_with_workers_judges_the_tier_on_the_master(tmp_path):
+    """Distributed: the workers' session tallies merge on the master, whose controller (renewed as
+    the shape test starts) still judges the tier."""
+    speed = 1 / (A + B * HALF)
+    trace = _trace(tmp_path)
+    results = tmp_path / "r.json"
+    with SimProcess(slots=SLOTS, iter_base=A, iter_per_seq=B, iter_per_prefill_token=0) as sim:
+        run_ok(
+            "--host", sim.url, "--trace", str(trace), "--ladder", "sla:concurrency:4..8:5%",
+            "--agent-tier", f"ttft=2s,speed={speed:.4g},share=90%", "--workers", "2",
+            "--warmup", "1", "--step-duration", "3", "--results", str(results), timeout=240,
+        )  # fmt: skip
+    sla = json.loads(results.read_text())["ladder"]["sla"]
+    assert all("agents" in pr for pr in sla["probes_detail"]), sla["probes_detail"]
+    assert sla["answer"] == 4 and sla["agents"]["agents"] == 4
+    assert not next(pr for pr in sla["probes_detail"] if pr["level"] == 5)["met"]

@@ -715,6 +715,7 @@ def renew(env: Environment) -> None:
     )
     fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
     fresh.precision_targets = ctl.precision_targets
+    fresh.tier, fresh.gpus, fresh.gpu_power_w = ctl.tier, ctl.gpus, ctl.gpu_power_w
     log.info("new ladder run from step 1")
 
 
