@@ -165,6 +165,8 @@ def samples(tmp_path) -> dict[str, tuple[object, dict]]:
         "decode_gpus": (6, {"prefill_gpus": 2}),
         "gpu_hour_price": (3.5, {}),
         "gpu_prices": ({"H200": 3.5, "NVIDIA A100-SXM4-80GB": 1.8}, {}),
+        "gpu_power_w": (700.0, {}),
+        "agent_tier": ("ttft=2000ms,speed=20,share=90%", {"ladder": "concurrency:sla:1..64:5%"}),
         "grid": ("isl=128,1024:osl=64", ladder),
         "repeat": (3, {}),
         "reset_hook": ("systemctl restart my-server", {}),

@@ -492,6 +492,8 @@ class ConnectionCounts(NamedCounts):
 
 # The aggregate between processes (a worker's report, a master's merge): every part by name, in
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
+MAX_SESSIONS = 10_000  # sessions tallied per Aggregate (the agents verdict's per-session figures)
+MAX_SESSION_TTFTS = 256  # TTFTs kept per session (its median's sample)
 WIRE_VERSION = 5  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py)
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
@@ -582,6 +584,9 @@ class Aggregate:
         # (the run's cache state, analysis.load_facts)
         self.first_cached: list[float] | None = None
         self.client = ClientCounts()  # what the client-validity checks count (client_checks)
+        # per session (RequestRecord.session): [ok, failed, tokens after the first, seconds first
+        # to last token, TTFTs...] (analysis/agents.py: the agents-under-a-tier verdict)
+        self.sessions: dict[str, list[float]] = {}
         self.connections = ConnectionCounts()  # ok requests timed in phases, by their connection
         # requests a lost worker had in flight at its last report (or a worker that never sent its
         # final report): sent, but their outcome never reached the master. Master side only.
@@ -607,6 +612,8 @@ class Aggregate:
         `gaps` when adding the same request to another Aggregate, to fold its gaps only once.
         """
         self.outcomes[rec.outcome.value] += 1
+        if rec.session is not None and rec.api not in KIND_APIS:
+            self._add_session(rec)
         t_end = rec.t_end if rec.t_end is not None else rec.t_sent
         offset = rec.wall_sent - rec.t_sent  # perf_counter -> wall clock for this request
         self._add_timeline(rec, t_end, offset)
@@ -637,6 +644,26 @@ class Aggregate:
             self.goodput_tokens += rec.n_out
         self._add_block(rec, t_end, offset, gaps, good)
         return gaps
+
+    def _add_session(self, rec: RequestRecord) -> None:
+        """The request into its session's tally (sessions); the client's own cancellations and a
+        stop's are neither ok nor failed. At most MAX_SESSIONS sessions, MAX_SESSION_TTFTS TTFTs each."""
+        if rec.outcome in (Outcome.CANCELLED, Outcome.CLIENT_CANCELLED):
+            return  # a session with only these is not judged: nothing was answered or refused
+        t = self.sessions.get(rec.session or "")
+        if t is None:
+            if len(self.sessions) >= MAX_SESSIONS:
+                return
+            t = self.sessions[rec.session or ""] = [0, 0, 0, 0.0]
+        if not rec.ok:
+            t[1] += 1
+            return
+        t[0] += 1
+        if rec.t_first is not None and rec.n_out >= 2 and rec.chunk_times and rec.chunk_times[-1] > rec.t_first:
+            t[2] += rec.n_out - 1
+            t[3] += rec.chunk_times[-1] - rec.t_first
+        if rec.t_first is not None and len(t) < 4 + MAX_SESSION_TTFTS:
+            t.append(rec.t_first - rec.t_sent)
 
     def _add_block(self, rec: RequestRecord, t_end: float, offset: float, gaps: tuple | None, good: bool) -> None:
         """An ok request into the time block of its end (metrics/blocks.py), in whole us as the
@@ -819,6 +846,7 @@ class Aggregate:
             "cache": self.cache.to_wire(),
             "client": self.client.to_wire(),
             "connections": self.connections.to_wire(),
+            "sessions": self.sessions,
             "groups": {
                 d: {key: g.to_wire() for key, g in groups.items()} for d, groups in self.groups.items() if groups
             },
@@ -861,11 +889,24 @@ class Aggregate:
         if first is not None and (self.first_cached is None or first[0] < self.first_cached[0]):
             self.first_cached = list(first)
         self.work.merge_wire(d["work"])
+        self._merge_sessions(d.get("sessions") or {})
         for s, tokens, ok, failed, *_width in d["series"]:  # a folded row: its width 5th (its first second first)
             b = self.series.bucket(s)
             b[0] += tokens
             b[1] += ok
             b[2] += failed
+
+    def _merge_sessions(self, sessions: dict[str, list[float]]) -> None:
+        """Another process's session tallies into ours (a session's turns may run on several)."""
+        for sid, t in sessions.items():
+            mine = self.sessions.get(sid)
+            if mine is None:
+                if len(self.sessions) < MAX_SESSIONS:
+                    self.sessions[sid] = list(t)
+                continue
+            for i in range(4):
+                mine[i] += t[i]
+            mine.extend(t[4 : 4 + MAX_SESSION_TTFTS - (len(mine) - 4)])
 
     def _merge_errors(self, errors: dict[str, dict[str, int]], causes: dict[str, int]) -> None:
         """Part of merge_wire: error texts (capped per kind as add caps them) and failure causes."""

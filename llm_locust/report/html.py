@@ -729,8 +729,24 @@ def section_verdict(ladder: LadderDoc, unit: str) -> H:
     if reason:
         early = reason != "ladder complete"
         out.append(f"<p>{'Ladder stopped early' if early else 'Ladder ended'}: {esc(reason)}</p>")
+    sla = ladder.get("sla")
+    agents = sla.get("agents") if sla else None
+    if agents:
+        out.append(section_agents(agents))
     out.append("</div>")
     return H("".join(out))
+
+
+def section_agents(a: Mapping[str, Any]) -> str:
+    """--agent-tier: the most agents meeting the tier, per GPU and per megawatt (docs/verdicts.md)."""
+    from llm_locust.analysis.agents import format_agents
+
+    att = a.get("attainment") or {}
+    met = f" ({att['met']} of {att['sessions']} sessions met it at that load)" if att.get("sessions") else ""
+    return (
+        f"<h4 id='agents'>Agents under an SLO tier</h4><p><b>{esc(format_agents(a).strip())}</b>{esc(met)}</p>"
+        f"<p class='sub'>{esc(a.get('rule'))}</p>"
+    )
 
 
 def cut_note(s: LadderStep, unit: str) -> str:

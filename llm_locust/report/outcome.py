@@ -300,6 +300,7 @@ def _parts(e: Ended) -> _Parts:
     p.efficiency = _efficiency(e, p)
     p.prefix_hit = _prefix_hit(e, p)
     p.verdicts = _verdicts(e, p)
+    _agents_power(e, p)
     p.stability = _stability(e, p)
     return p
 
@@ -346,6 +347,19 @@ def _verdicts(e: Ended, p: _Parts) -> Verdicts:
         gpu_run=(p.gpu_windows["run"] if p.gpu_windows else None),
         saturation=ladder.get("saturation"),
     )
+
+
+def _agents_power(e: Ended, p: _Parts) -> None:
+    """--agent-tier: agents per megawatt from the GPU sidecar's power over the answer's probe,
+    where the run has a sidecar (analysis/agents.py with_sidecar_power)."""
+    sla = (e.ladder or {}).get("sla") or {}
+    if sla.get("agents") and p.gpu_windows:
+        from llm_locust.analysis.agents import format_agents, with_sidecar_power
+
+        old = sla["agents"]
+        sla["agents"] = with_sidecar_power(old, p.verdicts["steps"] if p.verdicts else None)
+        if e.ladder and e.ladder.get("table"):  # the search's line under the step table, as measured
+            e.ladder["table"] = e.ladder["table"].replace(format_agents(old), format_agents(sla["agents"]))
 
 
 def _stability(e: Ended, p: _Parts) -> Stability:

@@ -645,6 +645,34 @@ class SlaProbe(TypedDict):
     level: float
     met: bool
     broken: list[str]
+    agents: NotRequired[AgentAttainment]  # --agent-tier: the probe's sessions against the tier
+
+
+class AgentAttainment(TypedDict):
+    """A probe's sessions against the agent tier (analysis/agents.py attainment)."""
+
+    sessions: int  # sessions with a request in the probe's window
+    met: int
+    share: float
+    needed: float  # the tier's share
+    ok: bool
+    failed_by: dict[str, int]  # ttft, speed, failed, no_ok -> sessions
+    session_ttft_p50_s: float | None  # the median over sessions of their median TTFT
+    session_speed_p50: float | None  # the median over sessions of their output tokens/s
+
+
+class AgentsVerdict(TypedDict):
+    """`ladder.sla.agents` (--agent-tier): the most agents meeting the tier, per GPU and per MW."""
+
+    agents: float | None  # the search's answer
+    per_gpu: NotRequired[float]  # with --gpus
+    per_megawatt: NotRequired[float]  # with the GPU sidecar's power, or --gpu-power-w
+    power_w: NotRequired[float]  # all GPUs, over the answer's probe (sidecar) or --gpu-power-w x --gpus
+    power_from: NotRequired[str | None]  # "gpu sidecar" or "--gpu-power-w"
+    tier: dict[str, float]  # ttft_s, speed_tokens_per_s, share
+    rule: str
+    step: NotRequired[int]  # the answer's probe
+    attainment: NotRequired[AgentAttainment | None]
 
 
 class SlaSearch(TypedDict):
@@ -660,6 +688,7 @@ class SlaSearch(TypedDict):
     reason: str
     probes_detail: list[SlaProbe]
     seconds: float
+    agents: NotRequired[AgentsVerdict]  # --agent-tier
 
 
 class LadderRefine(TypedDict):
@@ -1380,6 +1409,7 @@ class PlanCost(TypedDict, total=False):
     decode_gpus: int
     gpu_hour_price: float
     gpu_prices: dict[str, float]  # {GPU type: $ per GPU-hour}, the user's
+    gpu_power_w: float  # one GPU's power, for agents per megawatt without a sidecar
 
 
 class PlanSim(TypedDict, total=False):
@@ -1425,6 +1455,7 @@ class Plan(TypedDict, total=False):
     repeat: PlanRepeat
     slos: dict[str, float | str]  # slo: {name: limit}, latency in seconds ("Ns" text when large)
     slo_attainment: float
+    agent_tier: str  # ttft=...ms,speed=...,share=...% (analysis/agents.py)
     precision: dict[str, float]  # {figure: relative half-width}
     name: str
     outputs: PlanOutputs

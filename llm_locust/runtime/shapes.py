@@ -33,6 +33,7 @@ from locust import LoadTestShape
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.analysis import agents as agent_tier
 from llm_locust.analysis import refine
 from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
@@ -131,6 +132,9 @@ class LadderController:
         self.refine_end: str | None = None  # why the refinement ended
         self.precision_targets: dict[str, float] = {}  # --precision: a step ends once its figures are this precise
         self.precision_pace: Any = None  # its checks' pace (runtime/precision_stop.py Pace)
+        self.tier: agent_tier.Tier | None = None  # --agent-tier: a probe is judged per session too
+        self.gpus: int | None = None  # --gpus, --gpu-power-w: agents per GPU and per megawatt
+        self.gpu_power_w: float | None = None
 
     # ---- the walk ----
 
@@ -230,7 +234,15 @@ class LadderController:
             return self._refine_next(cur, now)
         step = self.results()[-1]
         broken = self._broken(step)
-        self.probes.append({"step": cur.index, "level": cur.level, "met": not broken, "broken": broken})
+        probe: dict[str, Any] = {"step": cur.index, "level": cur.level, "met": not broken, "broken": broken}
+        if self.tier is not None:
+            agg = hub(self.env).steps.get(cur.index) or Aggregate()
+            att = agent_tier.attainment(agg.sessions, self.tier)
+            probe["agents"] = att
+            if not att["ok"]:
+                broken.append(agent_tier.broken_line(att))
+                probe["met"] = False
+        self.probes.append(probe)
         s = self.search
         assert s is not None
         history = [(p["level"], p["met"]) for p in self.probes]
@@ -246,6 +258,8 @@ class LadderController:
             self.sla = sla_search.conclude(history, s.kind, s.lo, s.hi, s.precision)
             self.sla["probes_detail"] = self.probes
             self.sla["seconds"] = round(now - self.windows[0].started, 1)
+            if self.tier is not None:
+                self.sla["agents"] = self._agents_verdict(self.sla)
             self.stop_reason = "SLA search: " + self.sla["reason"]
             if self.sla["reached"] == "lowest_breaks":  # a failed gate of the run (report/outcome.py)
                 first: list[str] = next((p["broken"] for p in self.probes), [])
@@ -303,6 +317,21 @@ class LadderController:
             self.drain_until = now + self.request_timeout + lag  # its requests have finished: ends at once
             return self._drain(cur, now)
         return self._next_step(len(self.windows), now, nxt)
+
+    def _agents_verdict(self, sla: Mapping[str, Any]) -> dict[str, Any]:
+        """The agents-under-a-tier verdict of a concluded search: the answer in agents, per GPU
+        and per megawatt (--gpu-power-w x --gpus here; report/outcome.py puts the GPU sidecar's
+        power over the answer's probe in its place when the run has one)."""
+        assert self.tier is not None
+        power = self.gpu_power_w * (self.gpus or 1) if self.gpu_power_w else None
+        out = agent_tier.capacity(sla.get("answer"), self.gpus, power, "--gpu-power-w" if power else None)
+        out["tier"] = self.tier.to_dict()
+        out["rule"] = agent_tier.TIER_RULE
+        good = next((p for p in self.probes if p["met"] and p["level"] == sla.get("answer")), None)
+        if good is not None:
+            out["step"] = good["step"]
+            out["attainment"] = good.get("agents")
+        return out
 
     def _broken(self, step: StepResult) -> list[str]:
         """Why a probe fails: the SLOs it broke, and the run's error-rate limit (with early stop on)."""
@@ -596,6 +625,8 @@ def format_sla(d: dict[str, Any]) -> str:
     order = ", ".join(f"{p['level']:g}{'' if p['met'] else ' (broke)'}" for p in d.get("probes_detail", []))
     if order:
         lines.append(f"  probes: {order}")
+    if d.get("agents"):
+        lines.append(agent_tier.format_agents(d["agents"]))
     return "\n".join(lines)
 
 
@@ -642,8 +673,15 @@ def install(env: Environment, settings) -> None:
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return
+    tier = agent_tier.parse_tier(settings.agent_tier) if settings.agent_tier else None
+    if tier is not None and (ladder.search is None or ladder.search.kind != "concurrency"):
+        from llm_locust.settings.units import PlanError
+
+        raise PlanError(
+            ["--agent-tier counts agents, the probes of a concurrency search: give --ladder sla:concurrency:LO..HI:P%"]
+        )
     if ladder.search is not None:
-        if not settings.slos:
+        if not settings.slos and tier is None:
             from llm_locust.settings.units import PlanError
 
             raise PlanError(
@@ -662,6 +700,7 @@ def install(env: Environment, settings) -> None:
         run_time=run_time_seconds(settings.run_time) if settings.run_time else None,
     )
     ctl.burst_limit = settings.burst_recovery
+    ctl.tier, ctl.gpus, ctl.gpu_power_w = tier, settings.gpus, settings.gpu_power_w
     ctl.precision_targets = dict(settings.precision)
 
 
@@ -676,6 +715,7 @@ def renew(env: Environment) -> None:
     )
     fresh.burst_limit = getattr(ctl, "burst_limit", 0.0)
     fresh.precision_targets = ctl.precision_targets
+    fresh.tier, fresh.gpus, fresh.gpu_power_w = ctl.tier, ctl.gpus, ctl.gpu_power_w
     log.info("new ladder run from step 1")
 
 

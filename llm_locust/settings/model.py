@@ -415,6 +415,15 @@ def _json_schema_file(v: str) -> str:
 Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
 
 
+def _agent_tier(v: str) -> str:
+    """`ttft=2s,speed=20,share=90%` (analysis/agents.py parse_tier), kept in its normal form."""
+    if not v:
+        return ""
+    from llm_locust.analysis.agents import parse_tier
+
+    return parse_tier(v).spec()
+
+
 def _prices(v: Any) -> Any:
     """GPU type -> price of one GPU-hour, from `TYPE=PRICE,...` or a mapping; each >= 0."""
     if v is None or v == "":
@@ -1709,6 +1718,27 @@ class Settings(BaseModel):
             plan="cost.gpu_prices",
         ),
     ] = {}
+
+    gpu_power_w: Annotated[
+        Number | None,
+        Field(gt=0),
+        Opt(
+            "cost",
+            "power of one GPU in W, for agents per megawatt (--agent-tier) when no GPU sidecar measured it",
+            plan="cost.gpu_power_w",
+        ),
+    ] = None
+    agent_tier: Annotated[
+        str,
+        AfterValidator(_agent_tier),
+        Opt(
+            "ladder",
+            "agents under an SLO tier (AA-AgentPerf's verdict): with --ladder sla:concurrency, a probe also "
+            "needs this share of its sessions to meet the tier, e.g. ttft=2s,speed=20,share=90% (median TTFT "
+            "per session, output tokens/s per session; docs/verdicts.md)",
+            plan="agent_tier",
+        ),
+    ] = ""
 
     # ---- simulator ----
     sim_slots: Annotated[

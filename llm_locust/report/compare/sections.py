@@ -166,6 +166,8 @@ def _figures_table(c: Comparison) -> Table:
             ["tok/s at the knee", *[_knee_tps(r) for r in runs]],
             ["max SLO load", *[_max_slo_text(r) for r in runs]],
         ]
+    if any(_agents(r) for r in runs):
+        rows.append(["agents under tier", *[_agents_text(r) for r in runs]])
     note = foot.note()
     if mixed:
         note = "\n".join(x for x in (_OTHER_TOOLS_NOTE, note) if x)
@@ -215,6 +217,31 @@ def _max_slo_text(r: Run) -> str:
     if cell.value == 0 and cell.note:
         return "none (no step met every SLO)"
     return _fmt_value(r, METRICS["max_slo_load"], cell.value, cell.bound)
+
+
+def _agents(r: Run) -> dict[str, Any] | None:
+    """The run's agents-under-a-tier verdict (ladder.sla.agents, --agent-tier), or None."""
+    a = _get(r.ladder, "sla", "agents")
+    return a if isinstance(a, dict) else None
+
+
+def _agents_text(r: Run) -> str:
+    """Agents meeting the tier, per GPU and per MW, and the tier: runs with different tiers
+    are not comparable figure to figure, so the tier is named in the cell."""
+    a = _agents(r)
+    if a is None:
+        return "- (no --agent-tier)"
+    t = a.get("tier") or {}
+    tier = f"TTFT p50 <= {_ms(_float(t.get('ttft_s')))}, >= {_num(_float(t.get('speed_tokens_per_s')))} tok/s"
+    tier += f", {_pct(_float(t.get('share')))}"
+    if a.get("agents") is None:
+        return f"none ({tier})"
+    parts = [f"{_num(_float(a['agents']))} agents"]
+    if a.get("per_gpu") is not None:
+        parts.append(f"{_num(_float(a['per_gpu']))}/GPU")
+    if a.get("per_megawatt") is not None:
+        parts.append(f"{_num(_float(a['per_megawatt']))}/MW")
+    return ", ".join(parts) + f" ({tier})"
 
 
 def _steps_table(c: Comparison) -> Table | None:
