@@ -189,7 +189,8 @@ def run_guidellm(url: str, streams: int, duration: int, tmp: Path, tag: str) -> 
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 300)
     if p.returncode != 0 or not out.exists():
-        raise SystemExit(f"{tag}: guidellm exited {p.returncode} after {time.perf_counter() - t0:.0f}s:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        tail = p.stdout[-2000:] + p.stderr[-2000:]
+        raise SystemExit(f"{tag}: guidellm exited {p.returncode} after {time.perf_counter() - t0:.0f}s:\n{tail}")
     return {**guidellm_ttft(orjson.loads(out.read_bytes())), "failed": 0, "client_cpu_pct": float("nan")}
 
 
@@ -200,8 +201,13 @@ def guidellm_ttft(doc: dict) -> dict:
     pcts = d.get("percentiles", {})
     n = d.get("count") or bench.get("request_totals", {}).get("successful", 0)
     return {
-        "reported_ttft": {"n": n, "mean": d["mean"], "p50": d["median"], "p99": pcts.get("p99", float("nan")),
-                          "p99.9": pcts.get("p999", float("nan"))},
+        "reported_ttft": {
+            "n": n,
+            "mean": d["mean"],
+            "p50": d["median"],
+            "p99": pcts.get("p99", float("nan")),
+            "p99.9": pcts.get("p999", float("nan")),
+        },
         "ok": n,
     }
 
@@ -233,8 +239,12 @@ def machine() -> list[str]:
     return [f"machine: {os.cpu_count()} CPUs (os.cpu_count); " + "; ".join(" ".join(ln.split()) for ln in lines)]
 
 
-NAMES = {"ours": "llm-locust, one process", "auto": "llm-locust, --workers auto", "vllm": "vllm bench serve",
-         "guidellm": "GuideLLM"}
+NAMES = {
+    "ours": "llm-locust, one process",
+    "auto": "llm-locust, --workers auto",
+    "vllm": "vllm bench serve",
+    "guidellm": "GuideLLM",
+}
 
 
 def fmt(d: dict) -> str:
@@ -269,7 +279,8 @@ def tables(rows: list[dict]) -> list[str]:
         rep, tru = r["reported_ttft"], r["true_ttft"]
         out.append(
             f"| {r['streams']:,} | {NAMES[r['client']]} | {rep['n']:,} | {rep['mean']:.1f} / {rep['p99']:.1f} | "
-            f"{tru['mean']:.1f} / {tru['p99']:.1f} | {rep['mean'] - tru['mean']:+.1f} / {rep['p99'] - tru['p99']:+.1f} | "
+            f"{tru['mean']:.1f} / {tru['p99']:.1f} | "
+            f"{rep['mean'] - tru['mean']:+.1f} / {rep['p99'] - tru['p99']:+.1f} | "
             f"{r['load_avg'][0]:.2f} / {r['load_avg'][1]:.2f} |"
         )
     return out
