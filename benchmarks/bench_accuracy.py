@@ -18,7 +18,7 @@ once, --duration seconds):
       ITL |error|   = |(chunks[k] - chunks[k-1]) - (t_tokens[k] - t_tokens[k-1])|
     mean, p50, p99, p99.9 in ms, and the run's client validity verdict (SUSPECT when not valid);
   - vLLM's `vllm bench serve --backend openai-chat` (the cached CPU venv) and GuideLLM
-    (`guidellm benchmark --profile concurrent`, its own venv): they send no request id, so their
+    (`guidellm run --profile kind=concurrent`, 0.8.1 in its own venv): they send no request id, so their
     reported TTFT mean and p99 are set beside the simulator's true TTFT for the same run
     (t_tokens[0] - t_recv over its ok requests). Ours is given the same comparison (its record
     log's TTFT against its run's truth). A client's TTFT also holds the request's send and the
@@ -40,7 +40,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -180,35 +179,37 @@ def run_vllm(url: str, streams: int, duration: int, tmp: Path, tag: str) -> dict
 
 
 def run_guidellm(url: str, streams: int, duration: int, tmp: Path, tag: str) -> dict:
+    """GuideLLM 0.8.1's `guidellm run`: openai_http to /v1/chat/completions, concurrent streams."""
     out = tmp / f"{tag}.json"
-    cmd = [str(GUIDELLM_VENV / "bin" / "guidellm"), "benchmark", "--target", url, "--model", MODEL]
-    cmd += ["--processor", str(TOKENIZER), "--profile", "concurrent", "--rate", str(streams)]
-    cmd += ["--max-seconds", str(duration), "--request-type", "chat_completions"]
-    cmd += ["--data", f"prompt_tokens={PROMPT_TOKENS},output_tokens={N_TOKENS}", "--output-path", str(out)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL="WARNING")
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 300)
-    if p.returncode != 0 or not out.exists():
-        tail = p.stdout[-2000:] + p.stderr[-2000:]
-        raise SystemExit(f"{tag}: guidellm exited {p.returncode} after {time.perf_counter() - t0:.0f}s:\n{tail}")
-    return {**guidellm_ttft(orjson.loads(out.read_bytes())), "failed": 0, "client_cpu_pct": float("nan")}
+    cmd = [str(GUIDELLM_VENV / "bin" / "guidellm"), "run", "--disable-progress"]
+    cmd += ["--backend", f"kind=openai_http,target={url},model={MODEL}"]
+    cmd += ["--profile", f"kind=concurrent,streams={streams}", "--constraint", f"kind=max_duration,seconds={duration}"]
+    cmd += ["--data", f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={N_TOKENS}"]
+    cmd += ["--tokenizer", f"kind=hf_auto,model={TOKENIZER}", "--output", f"kind=json,path={out}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    m = run_measured(cmd, env=env, markers=("Starting benchmark for strategy", "All benchmarks finalized"))
+    if m["rc"] != 0 or not out.exists():
+        raise SystemExit(f"{tag}: guidellm exited {m['rc']}:\n{m['output'][-3000:]}")
+    return {
+        **guidellm_ttft(orjson.loads(out.read_bytes())),
+        "failed": 0,
+        "client_cpu_pct": 100 * m["cpu_window"] / m["wall_window"] if m["wall_window"] > 0 else 0.0,
+    }
 
 
 def guidellm_ttft(doc: dict) -> dict:
-    """Its TTFT distribution of successful requests, ms (its report's metrics.time_to_first_token_ms)."""
-    bench = doc["benchmarks"][0]
-    d = bench["metrics"]["time_to_first_token_ms"]["successful"]
-    pcts = d.get("percentiles", {})
-    n = d.get("count") or bench.get("request_totals", {}).get("successful", 0)
+    """Its TTFT distribution of successful requests, ms (metrics.time_to_first_token_ms.successful)."""
+    d = doc["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]
+    pcts = d["percentiles"]
     return {
         "reported_ttft": {
-            "n": n,
+            "n": d["count"],
             "mean": d["mean"],
             "p50": d["median"],
-            "p99": pcts.get("p99", float("nan")),
-            "p99.9": pcts.get("p999", float("nan")),
+            "p99": pcts["p99"],
+            "p99.9": pcts["p999"],
         },
-        "ok": n,
+        "ok": d["count"],
     }
 
 
@@ -272,15 +273,15 @@ def tables(rows: list[dict]) -> list[str]:
         "",
         "Reported TTFT beside the simulator's true TTFT of the same run, ms: mean / p99",
         "",
-        "| streams | client | requests | reported TTFT | true TTFT | reported - true | load avg |",
-        "|---|---|---|---|---|---|---|",
+        "| streams | client | requests | reported TTFT | true TTFT | reported - true | client CPU | load avg |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rep, tru = r["reported_ttft"], r["true_ttft"]
         out.append(
             f"| {r['streams']:,} | {NAMES[r['client']]} | {rep['n']:,} | {rep['mean']:.1f} / {rep['p99']:.1f} | "
             f"{tru['mean']:.1f} / {tru['p99']:.1f} | "
-            f"{rep['mean'] - tru['mean']:+.1f} / {rep['p99'] - tru['p99']:+.1f} | "
+            f"{rep['mean'] - tru['mean']:+.1f} / {rep['p99'] - tru['p99']:+.1f} | {r['client_cpu_pct']:.0f}% | "
             f"{r['load_avg'][0]:.2f} / {r['load_avg'][1]:.2f} |"
         )
     return out
