@@ -29,7 +29,8 @@ start and end. Nothing is asserted on timing values: figures are printed (and --
 
 Run: python benchmarks/bench_accuracy.py [--streams 1,10,100,500,1000] [--duration 12]
      [--clients ours,auto,vllm,guidellm] [--small] [--json out.json] [--markdown out.md]
---small: 1 and 10 streams, 3 s each, ours only (the slow-tier test's size).
+--pin: the simulator on core 0, the client (and its children) on core 1 (taskset; other jobs
+still share both cores). --small: 1 and 10 streams, 3 s each, ours only (the slow-tier test's size).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from bench_client_ingest import run_measured  # noqa: E402
+from bench_paced_vs_vllm import pin_tree  # noqa: E402
 from bench_timing_error import load_jsonl, pct  # noqa: E402
 
 from llm_locust.sim.process import SimProcess  # noqa: E402
@@ -73,6 +75,8 @@ add_cli_args(p)
 main(p.parse_args(sys.argv[1:]))
 """
 STATS = ("mean", "p50", "p99", "p99.9")
+SIM_CORE, CLIENT_CORE = 0, 1
+PIN: dict[str, list[str]] = {"client": []}  # --pin: ["taskset", "-c", "1"], the simulator on core 0
 
 
 def stats_ms(xs: list[float]) -> dict:
@@ -131,7 +135,7 @@ def run_ours(url: str, streams: int, duration: int, tmp: Path, tag: str, workers
     cmd += ["--model", MODEL, "-u", str(streams), "-r", str(streams), "-t", f"{duration}s"]
     cmd += ["--max-tokens", str(N_TOKENS), "--stream-rate", f"{1 / ITER_S:g}", "--workers", workers]
     cmd += ["--record-log", str(record), "--results", str(results)]
-    m = run_measured(cmd)
+    m = run_measured(PIN["client"] + cmd)
     if m["rc"] != 0 or not results.exists():
         raise SystemExit(f"{tag}: llm-locust exited {m['rc']}:\n{m['output'][-3000:]}")
     summ = orjson.loads(results.read_bytes())["summary"]
@@ -141,6 +145,7 @@ def run_ours(url: str, streams: int, duration: int, tmp: Path, tag: str, workers
         "records": recs,
         "reported_ttft": stats_ms([r["first"] for r in recs if r["outcome"] == "ok" and r.get("first") is not None]),
         "valid": bool(summ["client"]["valid"]),
+        "verdict": summ["client"].get("verdict") or ("valid" if summ["client"]["valid"] else "suspect"),
         "reasons": summ["client"].get("reasons") or [],
         "workers_plan": plan,
         "ok": summ["ok"],
@@ -159,7 +164,9 @@ def run_vllm(url: str, streams: int, duration: int, tmp: Path, tag: str) -> dict
     cmd += ["--num-prompts", str(prompts), "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,99,99.9"]
     cmd += ["--disable-tqdm", "--save-result", "--result-dir", str(tmp), "--result-filename", out]
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    m = run_measured(cmd, env=env, markers=("Starting main benchmark run", " Serving Benchmark Result "))
+    m = run_measured(
+        PIN["client"] + cmd, env=env, markers=("Starting main benchmark run", " Serving Benchmark Result ")
+    )
     path = tmp / out
     if m["rc"] != 0 or not path.exists():
         raise SystemExit(f"{tag}: vllm bench serve exited {m['rc']}:\n{m['output'][-3000:]}")
@@ -187,7 +194,9 @@ def run_guidellm(url: str, streams: int, duration: int, tmp: Path, tag: str) -> 
     cmd += ["--data", f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={N_TOKENS}"]
     cmd += ["--tokenizer", f"kind=hf_auto,model={TOKENIZER}", "--output", f"kind=json,path={out}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    m = run_measured(cmd, env=env, markers=("Starting benchmark for strategy", "All benchmarks finalized"))
+    m = run_measured(
+        PIN["client"] + cmd, env=env, markers=("Starting benchmark for strategy", "All benchmarks finalized")
+    )
     if m["rc"] != 0 or not out.exists():
         raise SystemExit(f"{tag}: guidellm exited {m['rc']}:\n{m['output'][-3000:]}")
     return {
@@ -219,6 +228,8 @@ def one_config(client: str, streams: int, duration: int, tmp: Path) -> dict:
     token_log = tmp / f"sim-{tag}.jsonl"
     la0 = os.getloadavg()[0]
     with SimProcess(**sim_opts(streams, token_log)) as sim:
+        if PIN["client"]:
+            pin_tree(sim.pid, SIM_CORE)
         if client in ("ours", "auto"):
             r = run_ours(sim.url, streams, duration, tmp, tag, "0" if client == "ours" else "auto")
         elif client == "vllm":
@@ -248,6 +259,15 @@ NAMES = {
 }
 
 
+def verdict(r: dict) -> str:
+    """The run's client verdict as its summary says it: valid, SUSPECT (with the checks that
+    tripped) or unknown (too few samples for any check)."""
+    v = r.get("verdict") or ("valid" if r["valid"] else "suspect")
+    if v != "suspect":
+        return v
+    return "SUSPECT" + (f" ({'; '.join(r['reasons'])})" if r.get("reasons") else "")
+
+
 def fmt(d: dict) -> str:
     return " / ".join(f"{d[k]:.3f}" if d[k] < 10 else f"{d[k]:.1f}" for k in STATS)
 
@@ -266,7 +286,7 @@ def tables(rows: list[dict]) -> list[str]:
         plan = r["workers_plan"].removeprefix("workers: ")[:40]
         out.append(
             f"| {r['streams']:,} | {NAMES[r['client']]} | {plan} | {r['joined']:,} | {fmt(r['ttft_err'])} | "
-            f"{fmt(r['itl_err'])} | {fmt(r['arrival_err'])} | {'valid' if r['valid'] else 'SUSPECT'} | "
+            f"{fmt(r['itl_err'])} | {fmt(r['arrival_err'])} | {verdict(r)} | "
             f"{r['load_avg'][0]:.2f} / {r['load_avg'][1]:.2f} |"
         )
     out += [
@@ -295,15 +315,31 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="1 and 10 streams, 3 s, ours only (the test's size)")
     ap.add_argument("--json", default="", help="also write every figure to this JSON file")
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the simulator on core 0 and each client (with its child processes) on core 1 (taskset)",
+    )
+    ap.add_argument("--from-json", default="", help="print the tables of an earlier --json file; run nothing")
     a = ap.parse_args()
+    if a.from_json:
+        doc = orjson.loads(Path(a.from_json).read_bytes())
+        print("\n".join(doc["machine"] + [""] + tables(doc["rows"])))
+        return 0
     if a.small:
         a.streams, a.duration, a.clients = "1,10", 3, "ours"
+    if a.pin:
+        PIN["client"] = ["taskset", "-c", str(CLIENT_CORE)]
     clients = [c for c in a.clients.split(",") if c]
     bad = [c for c in clients if c not in NAMES]
     if bad:
         raise SystemExit(f"--clients: unknown {bad}; choose from {', '.join(NAMES)}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-accuracy-"))
-    head = machine() + [f"load average (1/5/15 min) at the start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}"]
+    pinned = f"simulator on core {SIM_CORE}, each client on core {CLIENT_CORE}" if a.pin else "nothing pinned"
+    head = machine() + [
+        f"{pinned}; {a.duration} s per configuration",
+        f"load average (1/5/15 min) at the start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}",
+    ]
     print("\n".join(head), flush=True)
     rows: list[dict] = []
     for streams in (int(s) for s in a.streams.split(",")):
