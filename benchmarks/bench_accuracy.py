@@ -259,13 +259,17 @@ NAMES = {
 }
 
 
+CHECKS = {"tokens read together": "read together", "send delay": "send delay", "event-loop lag": "loop lag"}
+
+
 def verdict(r: dict) -> str:
     """The run's client verdict as its summary says it: valid, SUSPECT (with the checks that
-    tripped) or unknown (too few samples for any check)."""
+    tripped, by name; their figures are in the JSON's reasons) or unknown (too few samples)."""
     v = r.get("verdict") or ("valid" if r["valid"] else "suspect")
     if v != "suspect":
         return v
-    return "SUSPECT" + (f" ({'; '.join(r['reasons'])})" if r.get("reasons") else "")
+    names = [short for text in r.get("reasons") or [] for key, short in CHECKS.items() if text.startswith(key)]
+    return "SUSPECT" + (f" ({', '.join(names)})" if names else "")
 
 
 def fmt(d: dict) -> str:
@@ -283,7 +287,8 @@ def tables(rows: list[dict]) -> list[str]:
     for r in rows:
         if "ttft_err" not in r:
             continue
-        plan = r["workers_plan"].removeprefix("workers: ")[:40]
+        plan = r["workers_plan"].removeprefix("workers: ").split(" (")[0]  # "given" (0) or auto's choice
+        plan = "0 (one process)" if plan == "given" else plan
         out.append(
             f"| {r['streams']:,} | {NAMES[r['client']]} | {plan} | {r['joined']:,} | {fmt(r['ttft_err'])} | "
             f"{fmt(r['itl_err'])} | {fmt(r['arrival_err'])} | {verdict(r)} | "
