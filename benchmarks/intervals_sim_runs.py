@@ -71,21 +71,26 @@ def main() -> None:
                 continue
             rows.append(json.loads(path.read_text())["summary"])
     print(f"{len(rows)} runs of -u {a.users} -t {a.seconds}s against one simulator (8 slots)")
-    print(f"{'figure':<16}{'pooled':>12}{'sd/pooled':>11}{'max/min':>9}{'covered':>9}{'no interval':>13}")
+    head = f"{'figure':<16}{'pooled':>12}{'sd/pooled':>11}{'median ±':>10}{'max/min':>9}"
+    print(f"{head}{'covered':>9}{'no interval':>13}")
     for name, fpath, ipath in FIGURES:
         values = [_get(s, fpath) for s in rows]
         pooled = statistics.fmean(v for v in values if v is not None)
         covered = judged = 0
+        rels = []
         for s, v in zip(rows, values, strict=True):
             iv = _get(s.get("intervals") or {}, ipath) or {}
             if iv.get("low") is None or v is None:
                 continue
             judged += 1
+            rels.append(iv.get("rel") or 0.0)
             covered += iv["low"] <= pooled <= iv["high"]
         vs = [v for v in values if v]
         sd = statistics.stdev(vs) / pooled if len(vs) > 1 and pooled else float("nan")
         share = f"{covered / judged:.2f}" if judged else "-"
-        print(f"{name:<16}{pooled:>12.5g}{sd:>11.3f}{max(vs) / min(vs):>9.3f}{share:>9}{len(rows) - judged:>13}")
+        rel = f"{statistics.median(rels):.3f}" if rels else "-"
+        row = f"{name:<16}{pooled:>12.5g}{sd:>11.3f}{rel:>10}{max(vs) / min(vs):>9.3f}"
+        print(f"{row}{share:>9}{len(rows) - judged:>13}")
 
 
 if __name__ == "__main__":
