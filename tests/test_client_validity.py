@@ -295,7 +295,10 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
     assert together["gaps"] >= 1000, (p.stdout[-2000:], p.stderr[-2000:])
     assert client["valid"] is valid, client
     if server == "pairs":
-        assert together["share"] == pytest.approx(3 / 39, abs=0.01) and "the server sent them together" in check["text"]
+        # at least the server's 3 of 39; above it by what an OS that takes the CPU away joins
+        # besides (0.0928 in one CI run, 1.5 points over: the "apart" case's 0.75% and more)
+        assert 3 / 39 - 0.005 <= together["share"] <= 3 / 39 + 0.03, client
+        assert "the server sent them together" in check["text"], check
     elif stall:
         assert together["share"] > 0.05 and check["tripped"] and check["late_share"] > 0.01, client
         assert client["reasons"][0].startswith("tokens read together in "), client
