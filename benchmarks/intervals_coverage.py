@@ -1,4 +1,4 @@
-"""Coverage of the 95% intervals of analysis/intervals.py (docs/metrics.md, "Confidence intervals").
+"""Coverage of the 95% intervals of metrics/intervals.py (docs/metrics.md, "Confidence intervals").
 
 For each distribution (normal, exponential, lognormal with a heavy tail, Pareto with a heavier
 one, and an AR(1) series, phi 0.7 and 0.9, whose samples are correlated in time), draw DRAWS
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llm_locust.analysis.intervals import mean_interval, percentile_interval  # noqa: E402
+from llm_locust.metrics.intervals import mean_interval, percentile_interval  # noqa: E402
 
 Z = {0.5: 0.0, 0.9: 1.2815515655446004, 0.99: 2.3263478740408408}
 K = 20

@@ -572,7 +572,7 @@ def trace(argv: list[str]) -> int:
 
 
 class _SafeStream:
-    """A text stream whose every write is made terminal-safe (report/terminal.py, lines kept): the
+    """A text stream whose every write is made terminal-safe (safe/terminal.py, lines kept): the
     one choke point between what a command prints and the terminal, whatever a server or a file
     put in the text. The rest of the stream (flush, fileno, encoding ...) is the stream's own."""
 
@@ -580,7 +580,7 @@ class _SafeStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        from llm_locust.report.terminal import terminal_safe
+        from llm_locust.safe.terminal import terminal_safe
 
         self._stream.write(terminal_safe(text, lines=True))
         return len(text)
@@ -592,7 +592,7 @@ class _SafeStream:
 def _terminal_safe_streams(live_panel: bool) -> None:
     """Every command's stdout and stderr through `_SafeStream`; `run`'s too unless they are a
     terminal, where its live panel (rich) draws with escapes of its own: there each text a server
-    or a file supplies is escaped where it is printed (report/terminal.py)."""
+    or a file supplies is escaped where it is printed (safe/terminal.py)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, _SafeStream):

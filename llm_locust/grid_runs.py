@@ -19,7 +19,7 @@ from typing import Any
 
 from llm_locust.children import Children, child_env, ended, stop_status
 from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, render
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.schema import ResultsDoc
 from llm_locust.settings.grid_spec import cell_name, parse_grid
 
 # output options a cell writes to a file of its own (PATH.cell-islI-oslO.EXT); the grid's own

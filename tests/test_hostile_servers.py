@@ -261,7 +261,7 @@ def test_terminal_safe_escapes_controls_bidi_and_keeps_text():
     field's newlines and tabs too, a block's kept; letters, emoji and backslashes as they are."""
     import logging
 
-    from llm_locust.report.terminal import TerminalFilter, terminal_safe
+    from llm_locust.safe.terminal import TerminalFilter, terminal_safe
 
     assert terminal_safe("\x1b]0;t\x07\x1b[2J\x9b1m\u202ex\x7f\r") == "\\x1b]0;t\\x07\\x1b[2J\\x9b1m\\u202ex\\x7f\\r"
     assert terminal_safe("a\nb\tc") == "a\\nb\\tc"

@@ -1,4 +1,4 @@
-"""The 95% intervals of one run's figures (analysis/intervals.py, metrics/blocks.py): their
+"""The 95% intervals of one run's figures (metrics/intervals.py, metrics/blocks.py): their
 coverage on samples of known distributions, independent and autocorrelated; too few samples said,
 not printed; blocks merged across processes exactly as one process keeps them."""
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm_locust.analysis.intervals import MIN_BATCHES, mean_interval, min_samples, percentile_interval
 from llm_locust.metrics.blocks import BASE_WIDTH, MAX_BLOCKS, Blocks
+from llm_locust.metrics.intervals import MIN_BATCHES, mean_interval, min_samples, percentile_interval
 
 Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
 K = 20  # time blocks of a sample
@@ -259,8 +259,8 @@ def test_a_percentile_interval_holds_its_buckets_resolution():
     sample of a run falls in one bucket (a steady TPOT), the interval spans that bucket, not zero
     width at its top, so identical runs whose p50 sits on either side of a bucket edge agree
     within their intervals (before: [v, v], the runs called apart)."""
-    from llm_locust.analysis.intervals import bucket_low, percentile_interval
     from llm_locust.metrics.blocks import bucket_high
+    from llm_locust.metrics.intervals import bucket_low, percentile_interval
 
     rng = random.Random(3)
     blocks = []

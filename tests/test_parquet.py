@@ -12,7 +12,7 @@ import orjson
 import pytest
 from support import cli_process, read_records, run_cli
 
-from llm_locust.metrics.parquet import COLUMNS
+from llm_locust.report.parquet import COLUMNS
 
 
 @pytest.fixture(scope="module")

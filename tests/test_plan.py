@@ -12,7 +12,7 @@ import yaml
 from support import free_port, run_cli, start_run
 
 from llm_locust.settings.ladder_spec import EarlyStop, PlanError, Stable, parse_ladder
-from llm_locust.settings.units import parse_seconds
+from llm_locust.workload.values import parse_seconds
 
 # ---- the short ladder syntax ----
 

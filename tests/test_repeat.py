@@ -16,7 +16,7 @@ from llm_locust.analysis.repeats import combine, format_repeats, interval, t975,
 from llm_locust.report import compare as cmp
 from llm_locust.report.accounting import count_problems, section_problem
 from llm_locust.report.results import SCHEMA, SCHEMA_VERSION
-from llm_locust.report.schema import Figures
+from llm_locust.schema import Figures
 
 
 def cli(*args, timeout=60):

@@ -1,4 +1,4 @@
-"""The results document's one typed schema (llm_locust/report/schema.py): the published JSON
+"""The results document's one typed schema (llm_locust/schema.py): the published JSON
 Schema is what the types generate, a document the writer builds conforms to it, docs/results.md
 documents every key of the top level and of the summary (and nothing else), and a renamed field
 fails the type check."""
@@ -14,11 +14,11 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 from support import stream_record
 
+from llm_locust import schema
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.records import RequestRecord
-from llm_locust.report import schema
 from llm_locust.report.results import build_results
-from llm_locust.report.schema import Figures, LadderDoc, ResultsDoc, Worker
+from llm_locust.schema import Figures, LadderDoc, ResultsDoc, Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
@@ -64,9 +64,7 @@ def _run_facts(s=None) -> dict:
 
 def test_the_published_json_schema_is_what_the_types_generate():
     published = schema.SCHEMA_FILE.read_text()
-    assert published == schema.schema_text(), (
-        "docs/results.schema.json is stale: run python -m llm_locust.report.schema"
-    )
+    assert published == schema.schema_text(), "docs/results.schema.json is stale: run python -m llm_locust.schema"
     assert schema.main(["--check"]) == 0
 
 
@@ -405,7 +403,7 @@ def test_the_section_parser_finds_a_missing_key():
 
 
 READER = """
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.schema import ResultsDoc
 
 
 def tokens(doc: ResultsDoc) -> int:

@@ -487,7 +487,7 @@ def guarded_metrics(sim):
 
 
 def test_the_credentials_a_url_carries():
-    from llm_locust.report.masking import Secrets, url_secrets
+    from llm_locust.safe.masking import Secrets, url_secrets
 
     assert url_secrets("http://127.0.0.1:8000/metrics?format=text") == []
     assert url_secrets("http://u:p%40ss-word@h/metrics") == ["u:p%40ss-word", "u:p@ss-word", "p%40ss-word", "p@ss-word"]
@@ -546,10 +546,9 @@ def test_every_file_is_written_through_the_mask(tmp_path, monkeypatch):
     combined results, JUnit, compare, export): what it writes is masked, text and bytes alike, with
     the credentials a URL setting carries registered when the settings are read (old code: the
     settings registered nothing, and write_atomic wrote what it was given)."""
-    from llm_locust.report import masking
     from llm_locust.report.files import write_atomic
     from llm_locust.report.results import write_results
-    from llm_locust.settings import derive
+    from llm_locust.settings import derive, masking
 
     monkeypatch.setattr(masking, "SECRETS", masking.Secrets())  # this test's registrations only
     uri = f"http://alice:{MLFLOW_PW}@127.0.0.1:9/?token={MLFLOW_TOKEN}&x=1"
@@ -567,7 +566,7 @@ def test_every_file_is_written_through_the_mask(tmp_path, monkeypatch):
 def test_a_url_is_shown_without_its_credentials_whatever_their_length():
     """The one-line form of a URL (MLflow's lines): userinfo and credential-named query values
     masked even when too short to register (old code: `?token=` was shown as it came)."""
-    from llm_locust.report.masking import redact_url
+    from llm_locust.safe.masking import redact_url
 
     assert (
         redact_url("http://u:p@h:5/x?token=T&a=1&X-Amz-Signature=s#f")

@@ -1,8 +1,9 @@
 """The package's layers hold: no import cycles, a core that never imports Locust or gevent, and a
 plugin that nothing inside the package imports back.
 
-Three layers. The core is what a reader can run and test without an event loop: protocols,
-records and metrics, the workload, the settings, the analysis and the report. The transport
+Three layers. The core is what a reader can run and test without an event loop: the results
+document's types, output safety, records and metrics, protocols, the workload, the analysis, the
+settings and the report, in that order: each package imports only from those before it. The transport
 (llm_locust.transport) runs on gevent and never on Locust: the wire, the reads of a server, the
 loops beside a run. The runtime (llm_locust.runtime) is Locust's side, and only that: every module
 in it uses Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
@@ -18,7 +19,11 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_locust"
-CORE = ("protocols", "metrics", "workload", "settings", "analysis", "report")
+# The core's packages, lowest first: a module imports from its own package and the ones before it,
+# never from one after it (docs/architecture.md draws this order). At the bottom the results
+# document's types (schema.py, like prometheus_client's samples.py: nothing of the package), then
+# what makes any output safe to print (safe/: masking, terminal).
+CORE = ("schema", "safe", "metrics", "protocols", "workload", "analysis", "settings", "report")
 EVENT_LOOP = ("locust", "gevent", "geventhttpclient")
 
 
@@ -177,6 +182,59 @@ def test_no_import_cycles():
 
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _package(name: str) -> str | None:
+    """The core package module `name` belongs to (None outside the core)."""
+    return next((c for c in CORE if _in(name, c)), None)
+
+
+def _package_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The core's package graph: package -> the other core packages its modules import."""
+    out: dict[str, set[str]] = {c: set() for c in CORE}
+    for name, targets in edges.items():
+        a = _package(name)
+        if a is not None:
+            out[a] |= {b for b in map(_package, targets) if b is not None and b != a}
+    return out
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """'module -> target' for each import from a core package into one after it in CORE."""
+    bad = []
+    for name, targets in sorted(edges.items()):
+        a = _package(name)
+        for t in sorted(targets):
+            b = _package(t)
+            if a is not None and b is not None and CORE.index(b) > CORE.index(a):
+                bad.append(f"{name} -> {t}")
+    return bad
+
+
+def test_the_core_packages_follow_one_order():
+    """Module cycles are not enough: six packages whose modules import each other in a ring are
+    one knot although no two modules form a cycle. Each package imports only those before it."""
+    _, edges, _ = _graph()
+    assert _upward(edges) == []
+    assert _cycles(_package_edges(edges)) == []
+
+
+def test_the_results_types_import_nothing_of_the_package():
+    _, edges, _ = _graph()
+    assert sorted(edges["llm_locust.schema"] - {"llm_locust"}) == []
+
+
+def test_the_checker_finds_a_package_cycle_and_an_upward_import():
+    """What the order test says of the real graph with one import planted: metrics importing the
+    report (upward), and that plus the report importing metrics (a package cycle)."""
+    _, edges, _ = _graph()
+    planted = {k: set(v) for k, v in edges.items()}
+    planted["llm_locust.metrics.histogram"].add("llm_locust.report.summary")
+    assert _upward(planted) == ["llm_locust.metrics.histogram -> llm_locust.report.summary"]
+    assert ["metrics", "report"] in [sorted(set(c) & {"metrics", "report"}) for c in _cycles(_package_edges(planted))]
+    lower = {k: set(v) for k, v in edges.items()}
+    lower["llm_locust.workload.cancel"].add("llm_locust.settings.units")  # issue 38's own example
+    assert _upward(lower) == ["llm_locust.workload.cancel -> llm_locust.settings.units"]
 
 
 def test_core_never_imports_locust_gevent_the_transport_or_the_runtime():

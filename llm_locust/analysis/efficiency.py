@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, cast
 
-from llm_locust.report.schema import Figures, GpuCounts, GpuPrice, ResultsDoc, VerdictRow, Verdicts
+from llm_locust.schema import Figures, GpuCounts, GpuPrice, ResultsDoc, VerdictRow, Verdicts
 
 # The GPU sidecar's (and dcgm-exporter's) power and energy, as rows of server_metrics.TABLE
 # (quantity -> alternatives, the first present wins; summed over GPUs). The power gauge prefers the

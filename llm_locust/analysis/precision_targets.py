@@ -2,7 +2,7 @@
 
 A target names a headline figure and the largest relative half-width its 95% interval may have:
 `ttft.p99=2%` is met once the interval of TTFT's p99 (metrics/blocks.py Blocks.intervals, the
-method of analysis/intervals.py) is within ± 2% of the figure. The figures are those the results'
+method of metrics/intervals.py) is within ± 2% of the figure. The figures are those the results'
 `intervals` hold: METRIC.STAT for latency (ttft, itl, tpot, e2e; mean, p50, p90, p99) and the
 rates by their results name (output_tokens_per_s, requests_per_s, goodput_requests_per_s,
 goodput_tokens_per_s). A limit is a percentage ("2%") or a fraction (0.02), above 0 and below 100%.
@@ -23,7 +23,8 @@ from typing import Any
 
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.blocks import METRICS, PERCENTILES, RATES
-from llm_locust.report.schema import Intervals, PrecisionCheck, PrecisionFigure
+from llm_locust.schema import Intervals, PrecisionCheck, PrecisionFigure
+from llm_locust.workload.values import suggest
 
 STOP_MIN_BATCHES = 10
 STATS = ("mean", *PERCENTILES)
@@ -49,8 +50,6 @@ def _limit(name: str, v: Any) -> float:
 def parse_targets(value: Any) -> dict[str, float]:
     """{figure: relative half-width} from `ttft.p99=2%,itl.mean=1%` or a mapping (a plan's);
     ValueError with one line naming the bad part."""
-    from llm_locust.settings.units import _suggest
-
     if value is None or value == "":
         return {}
     if isinstance(value, str):
@@ -68,7 +67,7 @@ def parse_targets(value: Any) -> dict[str, float]:
         name = str(name)
         if name not in FIGURES:
             raise ValueError(
-                f"unknown figure {name!r}{_suggest(name, FIGURES)}: METRIC.STAT with METRIC one of "
+                f"unknown figure {name!r}{suggest(name, FIGURES)}: METRIC.STAT with METRIC one of "
                 f"{', '.join(METRICS)} and STAT one of {', '.join(STATS)}, or a rate: {', '.join(RATES)}"
             )
         out[name] = _limit(name, v)

@@ -23,7 +23,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from llm_locust.analysis.intervals import Interval, difference
 from llm_locust.analysis.saturation import (
     FLAT_TOLERANCE,
     MIN_ELASTICITY,
@@ -34,6 +33,7 @@ from llm_locust.analysis.saturation import (
     significant,
 )
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult
+from llm_locust.metrics.intervals import Interval, difference
 
 MARGIN = 0.10  # the bracket, at most this share of its top wide: the knee's load is known
 

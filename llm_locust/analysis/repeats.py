@@ -2,7 +2,7 @@
 interval over the repetitions, and whether two repeated runs differ beyond their noise.
 
 - The interval: mean +- t(0.975, n-1) * sd / sqrt(n), sd the sample standard deviation (n-1 in
-  the denominator), t Student's t quantile with n-1 degrees of freedom (`t975`).
+  the denominator), t Student's t quantile with n-1 degrees of freedom (`metrics.intervals.t975`).
 - Two runs differ when Welch's t-test (unequal variances, Welch-Satterthwaite degrees of freedom)
   rejects equal means at 95% (two-sided): |mean_a - mean_b| / sqrt(sd_a^2/n_a + sd_b^2/n_b) >
   t(0.975, dof). Welch's test, not "the intervals do not overlap": two 95% intervals may overlap
@@ -17,61 +17,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, cast
 
-from llm_locust.report.schema import RepeatFigure, Repeats, ResultsDoc
-
-# Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom: the standard
-# table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
-# the Student's t distribution", column 0.025 upper tail), to 3 decimals.
-T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-# beyond 30: the same table's rows for 40, 60 and 100 (read stepwise, never below the normal's)
-T975_MORE = ((40, 2.021), (60, 2.000), (100, 1.984))
-Z975 = 1.960  # the normal's 0.975 quantile: the limit of t as the degrees of freedom grow
-
-
-def t975(dof: float) -> float:
-    """Student's t 0.975 quantile for `dof` degrees of freedom (Welch's may be fractional: its
-    floor is taken, which makes the test slightly conservative)."""
-    if not dof >= 1:
-        raise ValueError(f"a t quantile needs at least 1 degree of freedom, got {dof!r}")
-    d = int(math.floor(dof + 1e-9))  # a Welch dof of 3.9999999 (rounding) is 4
-    if d <= 30:
-        return T975[d - 1]
-    value = T975[29]
-    for k, v in T975_MORE:
-        if d >= k:
-            value = v
-    return value if d < 1000 else Z975
+from llm_locust.metrics.intervals import t975
+from llm_locust.schema import RepeatFigure, Repeats, ResultsDoc
 
 
 def interval(values: list[float]) -> dict[str, Any]:

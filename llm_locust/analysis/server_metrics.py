@@ -14,7 +14,7 @@ from typing import Any, cast
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_locust.analysis.efficiency import GPU_COUNTERS, GPU_TABLE
-from llm_locust.report.schema import (
+from llm_locust.schema import (
     CounterWindow,
     Efficiency,
     EfficiencyStep,

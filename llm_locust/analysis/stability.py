@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from llm_locust.report.schema import BurstRecovery, Figures, ItlFigures, KvPressure, OverlongMix, Soak, Stability
+from llm_locust.schema import BurstRecovery, Figures, ItlFigures, KvPressure, OverlongMix, Soak, Stability
 
 BURST_WINDOW = 2  # seconds: the sliding window TTFT p50 is read over after a burst
 BURST_TOLERANCE = 0.10  # recovered: p50 <= (1 + tolerance) x the base step's p50

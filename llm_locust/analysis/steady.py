@@ -25,9 +25,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from llm_locust.analysis.intervals import _pooled, _value_at
 from llm_locust.metrics.blocks import COUNTS, METRICS, PERCENTILES, RATES, Blocks
 from llm_locust.metrics.flow import LATE_S, Flow
+from llm_locust.metrics.intervals import _pooled, _value_at
 
 TOLERANCE = 0.05  # closed loop: in flight within 5% of the users; open loop: at most 5% late sends
 MIN_SECONDS = 2.0  # a shorter window is no window

@@ -45,7 +45,7 @@ from typing import Any, cast
 
 from llm_locust.metrics.aggregate import LATENCIES, SLO_METRICS, Aggregate, figures, validity
 from llm_locust.metrics.records import Outcome
-from llm_locust.report.schema import Accuracy, CacheFigures, Intervals, Latency
+from llm_locust.schema import Accuracy, CacheFigures, Intervals, Latency
 
 OFFERED_KINDS = ("concurrency", "rate", "speed")
 OFFERED_UNITS = {"concurrency": "users", "rate": "req/s", "speed": "x"}

@@ -16,7 +16,7 @@ from llm_locust.metrics.gaps import gap_samples
 from llm_locust.metrics.histogram import HIGHEST_US, PERCENTILES, Histogram, latency_stats
 from llm_locust.metrics.records import FAILURE_KINDS, OUTCOMES, SOURCE_REJECTED, Outcome, RequestRecord, WorkFacts
 from llm_locust.metrics.timeseries import LatencySeries, Seconds
-from llm_locust.report.schema import (
+from llm_locust.schema import (
     Accuracy,
     ClientCancel,
     ClientCheck,
@@ -25,7 +25,7 @@ from llm_locust.report.schema import (
     LatencyStats,
     Phases,
 )
-from llm_locust.report.schema import CacheCounts as CacheDoc
+from llm_locust.schema import CacheCounts as CacheDoc
 
 # Outcomes that are not a failure of the server: in flight at the stop, or ended by the client
 # (--cancel); they are counted apart and left out of the error rate's answered requests

@@ -1,4 +1,4 @@
-"""Figures by time block, for the confidence intervals of one run (analysis/intervals.py).
+"""Figures by time block, for the confidence intervals of one run (metrics/intervals.py).
 
 Each ok request lands in the block of its end (wall clock): its TTFT, TPOT and E2E (and its ITL
 samples) in the block's sparse histograms ({bucket's highest value in us: count}, TTFT/TPOT/E2E at
@@ -18,7 +18,7 @@ import math
 from collections.abc import Collection
 from typing import Any, cast
 
-from llm_locust.analysis.intervals import (
+from llm_locust.metrics.intervals import (
     MAX_BATCHES,
     METHOD_MEAN,
     METHOD_PERCENTILE,
@@ -26,7 +26,7 @@ from llm_locust.analysis.intervals import (
     mean_interval,
     percentile_interval,
 )
-from llm_locust.report.schema import Intervals
+from llm_locust.schema import Intervals
 
 BASE_WIDTH = 0.125  # s: a 1.25 s window still has 10 blocks
 MAX_BLOCKS = 64

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from hdrh.histogram import HdrHistogram
 
-from llm_locust.report.schema import LatencyStats
+from llm_locust.schema import LatencyStats
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # one hour
@@ -19,7 +19,7 @@ PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
 def latency_stats(count: int, mean: float, low: float, high: float, pct: Mapping[str, float]) -> LatencyStats:
-    """A latency's summary (report.schema LatencyStats) in seconds: count, mean, min, max, then
+    """A latency's summary (schema LatencyStats) in seconds: count, mean, min, max, then
     the percentiles of PERCENTILES found in `pct` ({"p50": seconds, ...})."""
     out: LatencyStats = {"count": count, "mean": mean, "min": low, "max": high}
     if "p50" in pct:  # one line per percentile: a TypedDict's keys are literals

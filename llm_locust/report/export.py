@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from llm_locust.report.files import check_outputs, write_atomic
+from llm_locust.report.parquet import parts, write
 from llm_locust.report.results import ResultsError, read_results
 
 
@@ -58,9 +59,7 @@ def llmd(results_path: str, folder: str = "") -> list[Path]:
 
 
 def parquet(log: str, out: str = "") -> list[Path]:
-    """Write a record log as Parquet (metrics/parquet.py); its path."""
-    from llm_locust.metrics.parquet import parts, write
-
+    """Write a record log as Parquet (report/parquet.py); its path."""
     target = Path(out) if out else Path(log).with_suffix(".parquet")
     check_outputs({"-o": str(target)}, {f"LOG ({p.name})": str(p) for p, _ in parts(log)})
     n = write(log, target)

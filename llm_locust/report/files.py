@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llm_locust.report.masking import mask_data
+from llm_locust.safe.masking import mask_data
 from llm_locust.workload.paths import output_kind
 
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")  # `llm-locust run PLAN` / `llm-locust run RESULTS.json`

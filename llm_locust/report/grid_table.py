@@ -18,7 +18,7 @@ from typing import Any
 
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.html import CSP, CSS, H, esc, figure, kv_table, num, slo_text, table
-from llm_locust.report.schema import LadderDoc, ResultsDoc, Saturation
+from llm_locust.schema import LadderDoc, ResultsDoc, Saturation
 
 GRID_SCHEMA = "llm-locust/grid"
 GRID_VERSION = 1

@@ -27,7 +27,8 @@ from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
 from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError, read_results
-from llm_locust.report.schema import (
+from llm_locust.report.summary import ROWS as LATENCY_ROWS
+from llm_locust.schema import (
     CacheFigures,
     ClientFigures,
     Figures,
@@ -44,7 +45,6 @@ from llm_locust.report.schema import (
     Verdicts,
     Warmup,
 )
-from llm_locust.report.summary import ROWS as LATENCY_ROWS
 
 FLAG_TEXT = {
     "client_saturated": "the load generator may have distorted the figures. " + validity_rule(),
@@ -1757,7 +1757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("results", help="the results JSON written by `llm-locust run --results`")
     p.add_argument("-o", "--output", default="", help="the HTML file to write (default: RESULTS with .html)")
     args = p.parse_args(argv)
-    from llm_locust.report.terminal import terminal_safe
+    from llm_locust.safe.terminal import terminal_safe
 
     src = Path(args.results)
     out = Path(args.output) if args.output else src.with_suffix(".html")
@@ -1768,7 +1768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         results = read_results(src)
-    except ResultsError as e:  # it may quote the file: terminal-safe (report/terminal.py)
+    except ResultsError as e:  # it may quote the file: terminal-safe (safe/terminal.py)
         print(f"llm-locust report: {terminal_safe(e)}", file=sys.stderr)
         return 2
     try:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_locust import __version__
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.schema import ResultsDoc
 
 VERSION = "0.2.1"
 NAMESPACE = uuid.UUID("6c6c6d2d-6c6f-6375-7374-2d6c6c6d2d64")  # llm-locust's own uuid5 namespace

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_locust.report.masking import SECRETS, mask, mask_bytes, protect_url, redact_url
-from llm_locust.report.schema import ResultsDoc
+from llm_locust.safe.masking import SECRETS, mask, mask_bytes, protect_url, redact_url
+from llm_locust.schema import ResultsDoc
 
 DEFAULT_EXPERIMENT = "llm-locust"
 RESULTS_NAME, REPORT_NAME = "results.json", "report.html"  # the artifacts' names when sent from memory

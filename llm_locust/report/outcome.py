@@ -32,7 +32,8 @@ from llm_locust.report.accounting import count_problems
 from llm_locust.report.precision import target_lines
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, mixed_loads, plain
-from llm_locust.report.schema import (
+from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
+from llm_locust.schema import (
     CacheFigures,
     CeilingRow,
     Checkpoint,
@@ -58,7 +59,6 @@ from llm_locust.report.schema import (
     WarmupLatency,
     Worker,
 )
-from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_locust.analysis.intervals import MIN_BATCHES
-from llm_locust.report.schema import Figures
+from llm_locust.metrics.intervals import MIN_BATCHES
+from llm_locust.schema import Figures
 
 LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
 FIGURES = ("mean", "p50", "p90", "p99")

@@ -20,8 +20,8 @@ from llm_locust.metrics.aggregate import validity as aggregate_validity
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.figure_checks import check_figures, our_fields
 from llm_locust.report.files import write_atomic
-from llm_locust.report.masking import MASK, MIN_LEN, mask_bytes
-from llm_locust.report.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
+from llm_locust.safe.masking import MASK, MIN_LEN, mask_bytes
+from llm_locust.schema import Bins, Environment, Figures, ResultsDoc, Run, Step, Worker
 from llm_locust.workload.paths import InputError, read_regular
 
 SCHEMA = "llm-locust/results"
@@ -196,7 +196,7 @@ def read_results(path: str | Path) -> ResultsDoc:
 
 def results_json(results: Mapping[str, Any], secrets: tuple[str, ...] = (), indent: bool = True) -> bytes:
     """The results as JSON, as a reader of the file gets them: the process's secrets (the API key,
-    the credentials of a URL setting: report.masking) and any of `secrets` that found their way
+    the credentials of a URL setting: safe.masking) and any of `secrets` that found their way
     into the figures (an error text quoting a header) masked."""
     data = orjson.dumps(results, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_NON_STR_KEYS)
     for secret in secrets:

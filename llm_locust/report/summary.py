@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from llm_locust.metrics.aggregate import NOT_FAILED
 from llm_locust.report.precision import pm, precision_lines
-from llm_locust.report.schema import CacheFigures, Figures, Warmup
-from llm_locust.report.terminal import terminal_safe
+from llm_locust.safe.terminal import terminal_safe
+from llm_locust.schema import CacheFigures, Figures, Warmup
 
 ROWS = (
     ("TTFT", "ttft"),

@@ -21,10 +21,10 @@ from locust.env import Environment
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
-from llm_locust.report.masking import protect
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.send import SendPath
+from llm_locust.safe.masking import protect
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models

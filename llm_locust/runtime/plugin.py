@@ -26,11 +26,11 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
 from llm_locust.report.provenance import redact_argv, trace_facts
 from llm_locust.report.results import write_results
-from llm_locust.report.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, shapes
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import MetricsHub, hub, install
+from llm_locust.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.settings import derive
 from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.signals import Stopper
@@ -261,7 +261,7 @@ def _init_runner(environment, h: MetricsHub) -> None:
 def _checkpoints(environment, settings, h: MetricsHub, end: _EndOfRun) -> None:
     """--checkpoint-every: the results so far written while each test runs (transport.checkpoint),
     until it stops; the end's write replaces them."""
-    from llm_locust.report import masking
+    from llm_locust.safe import masking
 
     cp = Checkpoints(
         settings.results,
@@ -304,7 +304,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     """What is refused before any load (ValueError / OSError): outputs that cannot be written, the
     workload, the ladder, the overlong mix's options and baseline. Returns the trace's facts (its
     hash taken before the load, not after)."""
-    from llm_locust.report import masking
+    from llm_locust.safe import masking
 
     masking.protect(settings.api_key)
     from llm_locust.report.files import check_outputs, plan_path, run_files
@@ -352,7 +352,7 @@ def _preflight(environment, settings) -> None:
         endpoints=preflight.endpoint_apis(settings.api, settings.mix),
     )
     if problem is not None:  # it may quote the server (a gRPC error's details): terminal-safe
-        from llm_locust.report.terminal import terminal_safe
+        from llm_locust.safe.terminal import terminal_safe
 
         print(f"llm-locust: {terminal_safe(problem.message)}", file=sys.stderr, flush=True)
         sys.exit(problem.code)
@@ -502,7 +502,7 @@ class _EndOfRun:
     def write(self, out: outcome.Outcome) -> bool:
         """The results file and the HTML report; False (each failure said in one line) when one
         could not be written."""
-        from llm_locust.report import masking
+        from llm_locust.safe import masking
 
         s, ok = self.settings, True
         signals = self.stopper.signals  # one more while the files are written and sent ends the upload

@@ -7,7 +7,7 @@ totals, which on a master are the exact merge of every worker's reported time bl
 every target is met the run stops as the fail-fast does (headless: quit; with the web UI: stop),
 its requests in flight ending as cancelled. Not met by -t: the run ends on time and is judged
 once more on its final figures. A ladder judges each step itself (runtime/shapes.py
-LadderController, with Pace). Either way the results get `precision` (report/schema.py
+LadderController, with Pace). Either way the results get `precision` (schema.py
 Precision) and the summary its lines (report/precision.py).
 """
 
@@ -23,9 +23,9 @@ from locust.env import Environment
 from locust.runners import MasterRunner
 
 from llm_locust.analysis.precision_targets import check, target_text
-from llm_locust.report.schema import Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.schema import Precision, PrecisionCheck
 
 log = logging.getLogger(__name__)
 CHECK_S = 1.0

@@ -25,10 +25,10 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.report.masking import protect
 from llm_locust.runtime.context import ReplayState, run_context
 from llm_locust.runtime.dispatcher import Dispatcher
 from llm_locust.runtime.hub import hub
+from llm_locust.safe.masking import protect
 from llm_locust.settings.derive import from_options
 from llm_locust.settings.model import Settings
 from llm_locust.workload.schedule import ReplayWindow

@@ -21,10 +21,10 @@ from locust.env import Environment
 from llm_locust.metrics.records import Outcome, RequestRecord, work_of
 from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.report.masking import mask
-from llm_locust.report.terminal import terminal_safe
 from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.safe.masking import mask
+from llm_locust.safe.terminal import terminal_safe
 from llm_locust.transport.turns import take_turn
 from llm_locust.workload.graded import grade_record
 from llm_locust.workload.routing import Router, session_headers

@@ -39,9 +39,9 @@ from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.report.schema import BurstRecovery, Precision, PrecisionCheck
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.schema import BurstRecovery, Precision, PrecisionCheck
 from llm_locust.settings.ladder_spec import EarlyStop, Ladder, Stable, parse_ladder
 from llm_locust.settings.units import run_time_seconds
 

@@ -23,10 +23,11 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from llm_locust.report.masking import protect_url
+from llm_locust.safe.masking import protect_url
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.model import GROUPS, Opt, Settings, options
-from llm_locust.settings.units import PlanError, _suggest, _typename, is_bare, read_yaml
+from llm_locust.settings.units import PlanError, _typename, is_bare, read_yaml
+from llm_locust.workload.values import suggest
 
 SettingsError = PlanError
 RUN_ONLY_ENV = "LLM_LOCUST_RUN_ONLY"  # what `llm-locust run` used itself, as JSON, for the effective plan
@@ -89,7 +90,7 @@ def _choices(annotation: Any) -> list[str]:
 def _unknown_choice(name: str, got: Any) -> str:
     """Every enum's error: the value, a did-you-mean, the choices (`--route afinity`)."""
     known = _choices(Settings.model_fields[name].annotation)
-    return f"unknown value {got!r}{_suggest(str(got), known)}; one of {', '.join(known)}"
+    return f"unknown value {got!r}{suggest(str(got), known)}; one of {', '.join(known)}"
 
 
 def _line(where: str) -> int:
@@ -396,7 +397,7 @@ def _walk_plan_key(w: _PlanWalk, k: Any, v: Any, path: tuple, dotted: str) -> No
     else:
         known = w.keys.get(dotted, [])
         place = _belongs(w, str(k), dotted)
-        hint = f" here: it belongs {place}" if place else _suggest(str(k), known)
+        hint = f" here: it belongs {place}" if place else suggest(str(k), known)
         _plan_err(w, sub, f"unknown key {k!r}{hint}; known: {', '.join(known)}")
 
 

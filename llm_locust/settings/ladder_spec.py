@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_locust.settings.limits import MAX_RATE, MAX_USERS
-from llm_locust.settings.units import PlanError, _suggest, bare_seconds
+from llm_locust.settings.units import PlanError, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem
+from llm_locust.workload.values import suggest
 
 LADDER_KINDS = ("concurrency", "rate", "speed")
 ARRIVALS: tuple[str, ...] = ARRIVAL_KINDS
@@ -351,7 +352,7 @@ def parse_ladder(
         return _checked(ladder, where, skip=("steps",))
     if kind not in LADDER_KINDS:
         raise PlanError(
-            [f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(kind, LADDER_KINDS)}"]
+            [f"{where}: unknown kind {kind!r}; one of {', '.join(LADDER_KINDS)}{suggest(kind, LADDER_KINDS)}"]
         )
     if "@" in spec:
         return _checked(_series(kind, spec, where, warmup, stable, arrivals, burstiness), where)
@@ -489,7 +490,7 @@ def _parse_burst(spec: str, where: str) -> Burst:
                 problems.append(f"{where}: {part!r} is not KEY=VALUE; {usage}")
                 continue
         if key not in BURST_KEYS:
-            problems.append(f"{where}: unknown key {key!r}; one of {', '.join(BURST_KEYS)}{_suggest(key, BURST_KEYS)}")
+            problems.append(f"{where}: unknown key {key!r}; one of {', '.join(BURST_KEYS)}{suggest(key, BURST_KEYS)}")
             continue
         if key in vals:
             problems.append(f"{where}: {key} given twice")
@@ -548,7 +549,7 @@ def _parse_search(spec: str, where: str) -> Search:
         raise PlanError(
             [
                 f"{where}: expected sla:KIND[:LO..HI][:P%] with KIND one of {', '.join(SEARCH_KINDS)}, "
-                f"got {kind!r}{hint}{_suggest(kind, SEARCH_KINDS)}"
+                f"got {kind!r}{hint}{suggest(kind, SEARCH_KINDS)}"
             ]
         )
     lo, hi = DEFAULT_SEARCH_RANGE
@@ -631,7 +632,7 @@ def _ladder_problems(ld: Ladder) -> list[tuple[tuple[str, ...], str]]:
     out: list[tuple[tuple[str, ...], str]] = []
     if ld.kind not in LADDER_KINDS:
         out.append(
-            (("kind",), f"unknown kind {ld.kind!r}; one of {', '.join(LADDER_KINDS)}{_suggest(ld.kind, LADDER_KINDS)}")
+            (("kind",), f"unknown kind {ld.kind!r}; one of {', '.join(LADDER_KINDS)}{suggest(ld.kind, LADDER_KINDS)}")
         )
     if not ld.levels:
         out.append((("steps",), "no levels (empty list)"))

@@ -30,12 +30,13 @@ from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.grid_spec import grid_text
 from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
-from llm_locust.settings.units import _suggest, bare_seconds, check_bound, run_time_seconds
+from llm_locust.settings.units import bare_seconds, check_bound, run_time_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
 from llm_locust.workload.prefix_dist import parse_prefix_dist
 from llm_locust.workload.rate_curve import parse_rate_curve
 from llm_locust.workload.synth import parse_spec_text
+from llm_locust.workload.values import suggest
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
 
@@ -161,7 +162,7 @@ def parse_slos(value: Any) -> dict[str, float]:
             check_slo_names({name: 0.0})
         except ValueError:
             raise ValueError(
-                f"unknown SLO metric {name!r}{_suggest(name, _slo_examples())}; known: {slo_vocabulary()}"
+                f"unknown SLO metric {name!r}{suggest(name, _slo_examples())}; known: {slo_vocabulary()}"
             ) from None
         if name == "error_rate":
             if isinstance(limit, str) and limit.strip().endswith("%"):
@@ -257,12 +258,12 @@ def _check_synthetic_items(text: str) -> None:
         key, sep, x = (s.strip() for s in part.partition("="))
         key = key.replace("-", "_")
         if not sep or key not in keys:
-            raise ValueError(f"bad synthetic workload item {part!r}{_suggest(key, keys)}; keys: {', '.join(keys)}")
+            raise ValueError(f"bad synthetic workload item {part!r}{suggest(key, keys)}; keys: {', '.join(keys)}")
         if key in ("requests", "prefix_tokens", "seed") and not x.lstrip("-").isdigit():
             raise ValueError(f"{key}: expected a whole number, got {x!r}")
         if key == "arrivals" and x not in ARRIVAL_KINDS:
             raise ValueError(
-                f"arrivals: unknown value {x!r}{_suggest(x, ARRIVAL_KINDS)}; one of {', '.join(ARRIVAL_KINDS)}"
+                f"arrivals: unknown value {x!r}{suggest(x, ARRIVAL_KINDS)}; one of {', '.join(ARRIVAL_KINDS)}"
             )
         if key == "burstiness":
             _check_synthetic_burstiness(x)
@@ -336,7 +337,7 @@ def _check_ladder(v: str) -> str:
 
 def _check_api(v: str) -> str:
     if v not in API_NAMES:
-        raise ValueError(f"unknown API {v!r}{_suggest(v, API_NAMES)}; one of {', '.join(API_NAMES)}")
+        raise ValueError(f"unknown API {v!r}{suggest(v, API_NAMES)}; one of {', '.join(API_NAMES)}")
     return v
 
 
@@ -346,7 +347,7 @@ def _check_format(v: str) -> str:
 
     if v and v not in FORMATS and not is_session_format(v):
         known = FORMATS + SESSION_FORMATS
-        raise ValueError(f"unknown trace format {v!r}{_suggest(v, known + tuple(ALIASES))}; one of {', '.join(known)}")
+        raise ValueError(f"unknown trace format {v!r}{suggest(v, known + tuple(ALIASES))}; one of {', '.join(known)}")
     return v
 
 
@@ -482,7 +483,7 @@ def _mix(v: Any) -> Any:
     for name, share in v.items():
         if name not in MIX_KINDS:
             raise ValueError(
-                f"unknown request kind {name!r}{_suggest(str(name), MIX_KINDS)}; one of {', '.join(MIX_KINDS)}"
+                f"unknown request kind {name!r}{suggest(str(name), MIX_KINDS)}; one of {', '.join(MIX_KINDS)}"
             )
         try:
             f = float(share)
@@ -509,7 +510,7 @@ def _workers(v: Any) -> Any:
             "cores; more only share them and every figure goes suspect); auto picks what the load needs"
         )
     if isinstance(v, str):
-        raise ValueError(f"expected a number of workers or auto, got {v!r}{_suggest(v, ['auto'])}")
+        raise ValueError(f"expected a number of workers or auto, got {v!r}{suggest(v, ['auto'])}")
     return v
 
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_locust.report.masking import redact_url
+from llm_locust.safe.masking import redact_url
 from llm_locust.settings.derive import Given
 from llm_locust.settings.model import options
 from llm_locust.settings.units import PlanError

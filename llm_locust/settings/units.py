@@ -4,8 +4,6 @@ Shared by the settings model, the ladder syntax and compare's weights files. Pur
 
 from __future__ import annotations
 
-import difflib
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import yaml
 
 from llm_locust.workload.paths import input_problem
+from llm_locust.workload.values import parse_seconds
 
 
 class PlanError(ValueError):
@@ -29,31 +28,6 @@ class PlanError(ValueError):
             super().__init__(self.problems[0])
         else:
             super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
-
-
-def _suggest(word: str, known) -> str:
-    word = str(word)
-    close = [k for k in known if word and k.startswith(word)] or difflib.get_close_matches(word, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
-
-
-def parse_seconds(value: Any) -> float:
-    """A number of seconds, or a string like "500ms", "30s", "2m", "1h". ValueError if not."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected seconds, got {value!r}")
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(f"expected a finite number of seconds, got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION_RE.match(value)
-        if m:
-            return float(m[1]) * _UNITS[m[2]]
-    raise ValueError(f"expected seconds (a number, or e.g. 500ms, 30s, 2m), got {value!r}")
 
 
 _BARE_RE = re.compile(r"^\s*[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*$")

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from llm_locust.report.files import check_outputs
-from llm_locust.report.terminal import terminal_safe
+from llm_locust.safe.terminal import terminal_safe
 from llm_locust.workload.paths import check_input
 from llm_locust.workload.prefix_hash import (
     CHARS_PER_TOKEN,

@@ -32,7 +32,7 @@ from typing import Any
 
 import gevent
 
-from llm_locust.report.terminal import terminal_safe
+from llm_locust.safe.terminal import terminal_safe
 
 DEFAULT_INTERVAL = 10.0
 LIVE_REFRESH_S = 1.0
@@ -232,7 +232,7 @@ class _ConsoleStream:
     def write(self, text: str) -> int:
         self._part += text
         *lines, self._part = self._part.split("\n")
-        for ln in lines:  # a log line may quote a server: printed terminal-safe (report/terminal.py)
+        for ln in lines:  # a log line may quote a server: printed terminal-safe (safe/terminal.py)
             self.console.print(terminal_safe(ln), markup=False, highlight=False, soft_wrap=True)
         return len(text)
 

@@ -4,7 +4,7 @@ Each read is bounded (transport/probe.py `fetch`): the whole read within the scr
 (2 s) and at most METRICS_BODY_BYTES; past either it is a failed read, counted, and the test goes
 on. A URL's credentials (http://user:password@host/metrics, a token in its query) are sent (Basic
 auth; the query as written) and registered as secrets, so every output masks them
-(report/masking.py `protect_url`).
+(safe/masking.py `protect_url`).
 
 The parsing and windowing of what it reads are pure and live in analysis.server_metrics."""
 
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import gevent
 
 from llm_locust.analysis.server_metrics import Sample, ServerSeries, _figures, info_series, samples
-from llm_locust.report import masking
+from llm_locust.safe import masking
 from llm_locust.transport.probe import fetch
 
 log = logging.getLogger(__name__)

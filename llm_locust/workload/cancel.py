@@ -22,7 +22,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from llm_locust.settings.units import parse_seconds
+from llm_locust.workload.values import parse_seconds
 
 GRAMMAR = "SHARE:after=WHEN (WHEN: 2s, 500ms, 10tok, uniform:1s:4s or uniform:5tok:50tok)"
 _TOKENS_RE = re.compile(r"^\s*([0-9]+)\s*tok\s*$")

@@ -12,7 +12,7 @@ from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.render import render_html, render_markdown, render_text
 from llm_locust.report.files import write_atomic
 from llm_locust.report.results import ResultsError
-from llm_locust.report.terminal import terminal_safe
+from llm_locust.safe.terminal import terminal_safe
 
 FORMATS = ("text", "markdown", "html")
 

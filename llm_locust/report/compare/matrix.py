@@ -99,7 +99,7 @@ def _not_comparable(run: Run, m: Metric) -> bool:
 
 
 def interval_half(src: dict[str, Any], m: Metric) -> float | None:
-    """Half the width of a figure's 95% interval in a window's `intervals` (analysis/intervals.py):
+    """Half the width of a figure's 95% interval in a window's `intervals` (metrics/intervals.py):
     inf where its samples are too few for one, None where the window has none for it."""
     ivs = src.get("intervals")
     if not isinstance(ivs, dict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_locust.analysis.steps import SLO_STATS, parse_slo_name
-from llm_locust.settings.units import _suggest, parse_seconds
+from llm_locust.workload.values import parse_seconds, suggest
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 SCOPE_PREFIXES = {"at_knee.": "knee", "at_max_slo.": "max_slo", "at_summary.": "summary"}
@@ -95,7 +95,7 @@ def resolve_metric(name: str) -> tuple[Metric, str | None]:
         metric, stat = "", None
     if metric in LATENCY_METRICS and stat is not None:
         return METRICS[f"{metric}_{stat}"], scope
-    raise ValueError(f"unknown metric {name!r}{_suggest(text, METRICS)}; known: {known_metrics_text()}")
+    raise ValueError(f"unknown metric {name!r}{suggest(text, METRICS)}; known: {known_metrics_text()}")
 
 
 # ---- pass lines ----

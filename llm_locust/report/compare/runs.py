@@ -13,7 +13,7 @@ from llm_locust.analysis.efficiency import FIGURES, frontier_points, verdicts_fo
 from llm_locust.analysis.steps import OFFERED_UNITS
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.format import _fmt_slo, _load, _num_plain
-from llm_locust.report.schema import LadderDoc, ResultsDoc, Verdicts
+from llm_locust.schema import LadderDoc, ResultsDoc, Verdicts
 
 SIM_INFO = "llm_locust_sim_info"  # the simulator's info series: its settings as labels (sim/server.py)
 DEFAULT_USERS = 8  # `llm-locust run`'s closed-loop default (cli.DEFAULTS), for results that do not say

@@ -15,7 +15,7 @@ from llm_locust.report.compare.matrix import Cell, _float, read_value
 from llm_locust.report.compare.metric_table import METRICS
 from llm_locust.report.compare.runs import Run, _get
 from llm_locust.report.compare.weights import Criterion
-from llm_locust.report.terminal import terminal_safe
+from llm_locust.safe.terminal import terminal_safe
 
 
 @dataclass
@@ -627,7 +627,7 @@ def sections(c: Comparison) -> list[Table]:
 
 
 def _printable(t: Table) -> Table:
-    """The table with every text terminal-safe (report/terminal.py): a file's model id, server
+    """The table with every text terminal-safe (safe/terminal.py): a file's model id, server
     version or error text shows its escapes as text, in every format; a cell stays one line."""
     return replace(
         t,

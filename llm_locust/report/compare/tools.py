@@ -18,7 +18,7 @@ from llm_locust.report.compare.foreign import Foreign
 from llm_locust.report.compare.runs import Run, _unique_labels
 from llm_locust.report.figure_checks import check_figures
 from llm_locust.report.results import SCHEMA, read_results
-from llm_locust.report.schema import ResultsDoc, Verdicts
+from llm_locust.schema import ResultsDoc, Verdicts
 from llm_locust.workload.paths import InputError, read_regular
 
 READERS = (aiperf, guidellm, vllm_bench)

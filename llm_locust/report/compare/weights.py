@@ -12,7 +12,8 @@ from typing import Any
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.metric_table import Metric, PassLine, known_metrics_text, parse_pass, resolve_metric
 from llm_locust.report.compare.runs import Run
-from llm_locust.settings.units import PlanError, _suggest, read_yaml
+from llm_locust.settings.units import PlanError, read_yaml
+from llm_locust.workload.values import suggest
 
 SCOPES = ("summary", "knee", "max_slo")
 CRITERION_KEYS = ("metric", "weight", "pass", "at")
@@ -75,7 +76,7 @@ def parse_criteria(data: Any, *, source: str = "weights", lines: dict[tuple, int
         raise WeightsError(problems, source)
     for key in data:
         if key not in TOP_KEYS:
-            err((key,), f"unknown key {key!r}{_suggest(key, TOP_KEYS)}; known: {', '.join(TOP_KEYS)}")
+            err((key,), f"unknown key {key!r}{suggest(key, TOP_KEYS)}; known: {', '.join(TOP_KEYS)}")
     items = data.get("criteria")
     if not isinstance(items, list) or not items:
         err(("criteria",), "expected a non-empty list of criteria (each: metric, weight, pass, at)")
@@ -107,7 +108,7 @@ def _criterion(item: Any, i: int, err: Callable[[tuple, str], None]) -> Criterio
         if key not in CRITERION_KEYS:
             err(
                 path + (key,),
-                f"unknown key {key!r}{_suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}",
+                f"unknown key {key!r}{suggest(key, CRITERION_KEYS)}; known: {', '.join(CRITERION_KEYS)}",
             )
             bad = True
     if "metric" not in item:
@@ -144,7 +145,7 @@ def _scope(
     at = item.get("at")
     if at is not None:
         if at not in SCOPES:
-            err(path + ("at",), f"unknown scope {at!r}{_suggest(str(at), SCOPES)}; known: {', '.join(SCOPES)}")
+            err(path + ("at",), f"unknown scope {at!r}{suggest(str(at), SCOPES)}; known: {', '.join(SCOPES)}")
             ok = False
         elif not metric.scoped:
             err(path + ("at",), f"{metric.name} is a figure of the whole ladder: `at` does not apply to it")

@@ -38,9 +38,9 @@ from typing import Any
 import gevent
 import orjson
 
-from llm_locust.report import masking
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
+from llm_locust.safe import masking
 from llm_locust.settings.derive import RUN_ONLY_ENV
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ lines (`lines=True`: a log record, a comparison written to standard output) keep
 `\\r` is escaped in both (it would overwrite the line printed before it).
 
 Everything else passes as it is: letters of every script, emoji, a backslash. The log's records
-go through `TerminalFilter` (installed with the secrets' mask, report/masking.py), a finished
+go through `TerminalFilter` (installed with the secrets' mask, safe/masking.py), a finished
 request's error text through runtime/send.py `account`, `compare`'s and the run summary's
 texts through their printers.
 """

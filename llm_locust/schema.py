@@ -8,7 +8,7 @@ NotRequired may be absent (a part a run had no data for, or a file of an older v
 typed `dict[str, ...]` is open on purpose (keyed by a metric, a kind, an endpoint or a figure's
 name; the server's probe answers; a plan's user-given maps). docs/results.md documents the
 fields; docs/results.schema.json is the JSON Schema generated from these types
-(`python -m llm_locust.report.schema` writes it).
+(`python -m llm_locust.schema` writes it).
 
 Core layer: imports nothing of the package and no event loop.
 """
@@ -23,7 +23,7 @@ from typing import Any, NotRequired
 # pydantic (the JSON Schema) reads TypedDicts from typing_extensions only before Python 3.12
 from typing_extensions import TypedDict
 
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "results.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "results.schema.json"
 
 # ---- latencies ----
 
@@ -192,7 +192,7 @@ class ClientCancel(TypedDict):
 
 
 class FigureInterval(TypedDict):
-    """A figure's 95% confidence interval (analysis.intervals): low/high/rel None, with the reason
+    """A figure's 95% confidence interval (metrics.intervals): low/high/rel None, with the reason
     and the samples it needs, when its samples cannot give one (docs/metrics.md)."""
 
     low: float | None
@@ -1551,7 +1551,7 @@ def main(argv: list[str] | None = None) -> int:
     if check:
         current = path.read_text() if path.exists() else ""
         if current != text:
-            print(f"{path} is stale: run python -m llm_locust.report.schema", file=sys.stderr)
+            print(f"{path} is stale: run python -m llm_locust.schema", file=sys.stderr)
             return 1
         return 0
     path.write_text(text)

@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from llm_locust.report.files import special, write_atomic
+
 # The record log's fields, in its order, with their Parquet types (docs/recording.md).
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "string"),
@@ -152,8 +154,6 @@ def _record(line: bytes, where: str, worker: int | None) -> dict[str, Any]:
 def _open_regular(path: Path) -> Any:
     """The file, opened for reading only when it is a regular file (a pipe would wait forever for
     a writer, a device would never end): OSError with a line naming it otherwise."""
-    from llm_locust.report.files import special
-
     why = special(path)
     if why is not None:
         raise ValueError(f"{path}: it is {why}, not a record log file")
@@ -202,8 +202,6 @@ def write(log: str | Path, out: str | Path) -> int:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(MISSING) from None
-    from llm_locust.report.files import write_atomic
-
     if not parts(log):
         raise ValueError(f"{log}: no record log there (nor {Path(log).name}.workerN beside it)")
     table = _table(log)

@@ -24,6 +24,8 @@ import logging
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from llm_locust.safe.terminal import install_log_filter as install_terminal_filter
+
 MASK = "***"
 MIN_LEN = 4
 
@@ -106,8 +108,6 @@ def install_log_filter() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(x, LogFilter) for x in handler.filters):
             handler.addFilter(f)
-    from llm_locust.report.terminal import install_log_filter as install_terminal_filter
-
     install_terminal_filter()  # the same handlers: a server's words in a log line print as text
 
 

@@ -4,7 +4,7 @@ The requests of a run are not independent: a slow second slows every request in 
 interval here is made by batch means over time blocks (docs/metrics.md, "Confidence intervals"):
 the measured window is cut into k consecutive time blocks (k at most MAX_BATCHES, at least
 MIN_BATCHES), each block's figure is computed, and the spread of the k block figures, not of the
-single requests, gives the standard error. t = Student's t(0.975, k-1) (analysis.repeats.t975).
+single requests, gives the standard error. t = Student's t(0.975, k-1) (t975, below).
 
 - A mean (latency mean, or a rate: events over seconds) is a ratio sum / count over the blocks.
   Its standard error is the batch-means ratio estimator's:
@@ -37,7 +37,60 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llm_locust.analysis.repeats import Z975, t975
+# Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom: the standard
+# table (NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical values of
+# the Student's t distribution", column 0.025 upper tail), to 3 decimals.
+T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+# beyond 30: the same table's rows for 40, 60 and 100 (read stepwise, never below the normal's)
+T975_MORE = ((40, 2.021), (60, 2.000), (100, 1.984))
+Z975 = 1.960  # the normal's 0.975 quantile: the limit of t as the degrees of freedom grow
+
+
+def t975(dof: float) -> float:
+    """Student's t 0.975 quantile for `dof` degrees of freedom (Welch's may be fractional: its
+    floor is taken, which makes the test slightly conservative)."""
+    if not dof >= 1:
+        raise ValueError(f"a t quantile needs at least 1 degree of freedom, got {dof!r}")
+    d = int(math.floor(dof + 1e-9))  # a Welch dof of 3.9999999 (rounding) is 4
+    if d <= 30:
+        return T975[d - 1]
+    value = T975[29]
+    for k, v in T975_MORE:
+        if d >= k:
+            value = v
+    return value if d < 1000 else Z975
+
 
 MAX_BATCHES = 20
 MIN_BATCHES = 5
