@@ -548,7 +548,8 @@ def test_every_file_is_written_through_the_mask(tmp_path, monkeypatch):
     settings registered nothing, and write_atomic wrote what it was given)."""
     from llm_locust.report.files import write_atomic
     from llm_locust.report.results import write_results
-    from llm_locust.settings import derive, masking
+    from llm_locust.safe import masking
+    from llm_locust.settings import derive
 
     monkeypatch.setattr(masking, "SECRETS", masking.Secrets())  # this test's registrations only
     uri = f"http://alice:{MLFLOW_PW}@127.0.0.1:9/?token={MLFLOW_TOKEN}&x=1"

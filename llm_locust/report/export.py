@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from llm_locust.report.files import check_outputs, write_atomic
+from llm_locust.report.llmd import reports
 from llm_locust.report.parquet import parts, write
 from llm_locust.report.results import ResultsError, read_results
 
@@ -39,8 +40,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def llmd(results_path: str, folder: str = "") -> list[Path]:
     """Write the llm-d reports of a results file; their paths."""
-    from llm_locust.report.llmd import reports
-
     doc = read_results(results_path)
     docs = reports(doc)
     src = Path(results_path)

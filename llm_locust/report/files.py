@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_locust.safe.masking import mask_data
+from llm_locust.settings.model import options
 from llm_locust.workload.paths import output_kind
 
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")  # `llm-locust run PLAN` / `llm-locust run RESULTS.json`
@@ -110,8 +111,6 @@ def run_files(settings: Any, plan: str = "") -> tuple[dict[str, str], dict[str, 
     """(outputs, inputs) of a run, by option, from the settings' own declarations (`Opt.path`
     "out" / "in"); the trace is the one the run loads (the bundled sample when none is given),
     `plan` the plan or results file the run was started from."""
-    from llm_locust.settings.model import options
-
     outputs: dict[str, str] = {}
     inputs: dict[str, str] = {"the plan": plan} if plan else {}
     for name, (_default, opt) in options().items():

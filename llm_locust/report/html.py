@@ -23,11 +23,19 @@ from typing import Any, Literal, cast
 import orjson
 import yaml
 
+from llm_locust.analysis.agents import format_agents
+from llm_locust.analysis.efficiency import has_figures, verdicts_for_results
+from llm_locust.analysis.repeats import unit_of
 from llm_locust.analysis.steps import OFFERED_UNITS, parse_slo_name
 from llm_locust.metrics.aggregate import NOT_FAILED, client_line, validity_rule
+from llm_locust.report import plots
 from llm_locust.report.files import check_outputs, write_atomic
+from llm_locust.report.plots import Line, Panel
+from llm_locust.report.precision import target_text_line
 from llm_locust.report.results import ResultsError, read_results
+from llm_locust.report.summary import PHASE_ROWS, ttft_parts, warmup_line
 from llm_locust.report.summary import ROWS as LATENCY_ROWS
+from llm_locust.safe.terminal import terminal_safe
 from llm_locust.schema import (
     CacheFigures,
     ClientFigures,
@@ -303,8 +311,6 @@ def _load_axis(steps: Sequence[LadderStep]) -> tuple[list[float], str, bool]:
 
 
 def _throughput_panels(steps: Sequence[LadderStep]) -> list:
-    from llm_locust.report.plots import Line, Panel
-
     panels = []
     for key, title, unit, rates, good in (
         (
@@ -341,8 +347,6 @@ def _latency_panels(
 ) -> tuple[list, list[str]]:
     """TTFT, ITL + TPOT and E2E panels (ms) with a line per SLO on their metrics; the SLOs not drawn.
     ivs: {step: its `intervals`}: each point's 95% interval as an error bar."""
-    from llm_locust.report.plots import Line, Panel
-
     wanted = {
         "ttft": [("ttft", "p50"), ("ttft", "p99")],
         "itl": [("itl", "p50"), ("itl", "p99"), ("tpot", "p50")],
@@ -383,8 +387,6 @@ def _latency_panels(
 
 def _cache_panels(steps: Sequence[LadderStep]) -> list:
     """Hit ratios (%) and TTFT hit vs miss p50 (ms) per step; none when no step reported a cache figure."""
-    from llm_locust.report.plots import Line, Panel
-
     caches = [s.get("cache") for s in steps]
     if not any(caches):
         return []
@@ -429,8 +431,6 @@ def _cache_panels(steps: Sequence[LadderStep]) -> list:
 
 def _accuracy_panels(steps: Sequence[LadderStep]) -> list:
     """Accuracy of the graded items (%) per step (--graded); none when no step graded any."""
-    from llm_locust.report.plots import Line, Panel
-
     accs = [a.get("accuracy") if (a := s.get("accuracy")) else None for s in steps]
     if all(a is None for a in accs):
         return []
@@ -445,8 +445,6 @@ def _accuracy_panels(steps: Sequence[LadderStep]) -> list:
 
 
 def section_ladder(r: ResultsDoc) -> H:
-    from llm_locust.report import plots
-
     ladder = r.get("ladder")
     steps = _ladder_steps(r)
     if ladder is None or not steps:
@@ -525,8 +523,6 @@ def section_ladder(r: ResultsDoc) -> H:
 def _verdicts(r: ResultsDoc) -> tuple[Verdicts | None, bool]:
     """(the run's verdicts, computed here): results["verdicts"] as the run wrote them, else
     computed from the results (older files, or a run that did not write them)."""
-    from llm_locust.analysis.efficiency import verdicts_for_results
-
     v = r.get("verdicts")
     if isinstance(v, dict) and isinstance(v.get("steps"), list):
         return v, False
@@ -548,8 +544,6 @@ _VERDICT_COLUMNS = (
 
 def section_verdicts(r: ResultsDoc) -> H:
     """Per-GPU throughput against interactivity (the Pareto plot), J/token and $/Mtok per step."""
-    from llm_locust.analysis.efficiency import has_figures
-
     v, computed = _verdicts(r)
     if not v or not (v.get("steps") or has_figures(v)):
         return H("")
@@ -577,8 +571,6 @@ def section_verdicts(r: ResultsDoc) -> H:
 
 def _pareto_figure(rows_v: Sequence[Mapping[str, Any]], unit: str, knee: Any) -> str:
     """Part of section_verdicts: the Pareto plot of the steps with both figures; "" when none has them."""
-    from llm_locust.report import plots
-
     pts = [(i, e) for i, e in enumerate(rows_v) if e.get("output_tokens_per_s_per_gpu") and e.get("interactivity")]
     if not pts:
         return ""
@@ -739,8 +731,6 @@ def section_verdict(ladder: LadderDoc, unit: str) -> H:
 
 def section_agents(a: Mapping[str, Any]) -> str:
     """--agent-tier: the most agents meeting the tier, per GPU and per megawatt (docs/verdicts.md)."""
-    from llm_locust.analysis.agents import format_agents
-
     att = a.get("attainment") or {}
     met = f" ({att['met']} of {att['sessions']} sessions met it at that load)" if att.get("sessions") else ""
     return (
@@ -867,8 +857,6 @@ def _per_second(rows: Sequence[Sequence[Any]]) -> dict[int, Sequence[float]]:
 
 
 def section_timeseries(r: ResultsDoc) -> H:
-    from llm_locust.report import plots
-
     series = sorted((row for row in r["series"] if len(row) >= 4), key=lambda row: row[0])
     if not series:
         return H("")
@@ -927,8 +915,6 @@ def section_timeseries(r: ResultsDoc) -> H:
 
 
 def section_distributions(r: ResultsDoc) -> H:
-    from llm_locust.report import plots
-
     dist = r.get("distributions") or {}
     lat = r["summary"]["latency"]
     figs = []
@@ -1013,8 +999,6 @@ def section_summary(r: ResultsDoc) -> H:
 
 def _precision_text(r: ResultsDoc) -> str:
     """--precision's targets met or not, the run's or each step's (docs/load-shapes.md)."""
-    from llm_locust.report.precision import target_text_line
-
     return target_text_line(r.get("precision") or {})
 
 
@@ -1089,8 +1073,6 @@ def section_steady(r: ResultsDoc) -> H:
 def section_phases(s: Figures, steps: list[Step]) -> H:
     """The request phases (docs/metrics.md, "Request phases"): the whole run's table, TTFT as the
     sum of its parts' means, the connections; and each step's p50 / p99 when there are steps."""
-    from llm_locust.report.summary import PHASE_ROWS, ttft_parts
-
     ph = s.get("phases")
     if not ph:
         return H("")
@@ -1137,8 +1119,6 @@ def step_name(step: int) -> str:
 
 def _warmup_text(w: Warmup) -> str:
     """The warm-up's rule and how it went, as the summary's warm-up line says it."""
-    from llm_locust.report.summary import warmup_line
-
     return warmup_line(w).removeprefix("warm-up: ")
 
 
@@ -1156,8 +1136,6 @@ def _client_text(client: ClientFigures) -> str:
 
 def section_repeats(r: ResultsDoc) -> H:
     """`llm-locust run --repeat N`: each headline figure's mean, sd and 95% t-interval."""
-    from llm_locust.analysis.repeats import unit_of
-
     rep = r.get("repeats")
     if not isinstance(rep, dict) or not isinstance(rep.get("figures"), dict):
         return H("")
@@ -1321,7 +1299,6 @@ _CAUSE_MEANING = {
 
 def _resource_panels(order: list, sv: dict, gp: dict, eff: Mapping[str, Any]) -> list:
     """Per-step panels of what the GPU sidecar and the server's /metrics gave (none without data)."""
-    from llm_locust.report.plots import Line, Panel
 
     def q(src: dict, name: str, stat: str, scale: float = 1.0) -> list[float | None]:
         vals = [((src.get(n) or {}).get(name) or {}).get(stat) for n in order]
@@ -1440,8 +1417,6 @@ def _window_rows(w: Mapping[str, Any], t0: Any = None) -> list[tuple[str, str, s
 
 
 def section_resources(r: ResultsDoc) -> H:
-    from llm_locust.report import plots
-
     server, gpu = r.get("server_metrics"), r.get("gpu_metrics")
     eff: Mapping[str, Any] = r.get("efficiency") or {}  # the table and the panels read it by column name
     if not (server or gpu or eff):
@@ -1757,8 +1732,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("results", help="the results JSON written by `llm-locust run --results`")
     p.add_argument("-o", "--output", default="", help="the HTML file to write (default: RESULTS with .html)")
     args = p.parse_args(argv)
-    from llm_locust.safe.terminal import terminal_safe
-
     src = Path(args.results)
     out = Path(args.output) if args.output else src.with_suffix(".html")
     try:  # before reading anything: the output is never the results file, a folder, a link, unwritable

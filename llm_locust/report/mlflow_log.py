@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_locust.report.html import render
+from llm_locust.report.results import results_json
 from llm_locust.safe.masking import SECRETS, mask, mask_bytes, protect_url, redact_url
 from llm_locust.schema import ResultsDoc
 
@@ -330,8 +332,6 @@ def _child_payload(folder: Path, job: dict[str, Any]) -> Payload:
     if job["send_results"]:
         artifacts.append(folder / RESULTS_NAME)
     if job["draw_report"]:
-        from llm_locust.report.html import render
-
         for secret in job["secrets"]:
             SECRETS.add(secret)
         page = folder / REPORT_NAME
@@ -364,8 +364,6 @@ def log_run(
     whole upload (ended at once when `stop()` turns true: the run got a signal). Returns None when
     logged, else the one line to show (nothing raised: the run's exit code and files are the run's,
     not MLflow's)."""
-    from llm_locust.report.results import results_json
-
     uri = settings.mlflow
     protect_url(uri)  # the settings registered it already; a caller that built its own did not
     files = run_files(settings)

@@ -21,18 +21,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from llm_locust.analysis.agents import format_agents, with_sidecar_power
+from llm_locust.analysis.efficiency import verdicts, verdicts_table
 from llm_locust.analysis.load_facts import cache_line, load_facts, load_line
-from llm_locust.analysis.server_metrics import ServerSeries
-from llm_locust.analysis.steady import steady_line
+from llm_locust.analysis.server_metrics import ServerSeries, efficiency, efficiency_table
+from llm_locust.analysis.stability import format_stability, kv_pressure, overlong_mix, soak
+from llm_locust.analysis.steady import steady, steady_line
 from llm_locust.metrics import ceiling
 from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, figures
 from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
 from llm_locust.report.accounting import count_problems
+from llm_locust.report.compare.gates import Case, junit_xml
 from llm_locust.report.precision import target_lines
 from llm_locust.report.provenance import gpu_facts
 from llm_locust.report.results import build_results, mixed_loads, plain
-from llm_locust.report.summary import format_summary, step_phase_lines, warmup_line
+from llm_locust.report.summary import fit, format_summary, step_phase_lines, warmup_line
 from llm_locust.schema import (
     CacheFigures,
     CeilingRow,
@@ -127,8 +131,6 @@ class Outcome:
 
     def text(self, cols: int | None = None) -> str:
         """The summary; `cols`: each line wrapped to that width (summary.width() on a terminal)."""
-        from llm_locust.report.summary import fit
-
         text = "\n\n".join(b for b in self.blocks if b)
         return "\n".join(fit(text.splitlines(), cols)) if cols else text
 
@@ -272,8 +274,6 @@ class _Parts:
 
 def _steady(e: Ended) -> dict[str, Any]:
     """The run's steady window (analysis/steady.py) from its merged in-flight series."""
-    from llm_locust.analysis.steady import steady
-
     load = e.run.get("load") or {}
     mode = "ladder" if e.ladder is not None else str(load.get("mode") or "closed")
     t = e.total
@@ -321,8 +321,6 @@ def _same_steps(windows: list[StepMetricsWindow] | None, steps: list[dict]) -> l
 def _efficiency(e: Ended, p: _Parts) -> Efficiency | None:
     if e.ladder is None or not (p.server_windows or p.gpu_windows):
         return None
-    from llm_locust.analysis.server_metrics import efficiency
-
     first = e.gpu.samples[0].figures if e.gpu is not None and e.gpu.samples else {}
     steps = _judged(e.ladder["steps"])
     return efficiency(
@@ -334,8 +332,6 @@ def _efficiency(e: Ended, p: _Parts) -> Efficiency | None:
 
 
 def _verdicts(e: Ended, p: _Parts) -> Verdicts:
-    from llm_locust.analysis.efficiency import verdicts
-
     ladder = e.ladder or {}
     return verdicts(
         _judged(ladder.get("steps")),
@@ -354,8 +350,6 @@ def _agents_power(e: Ended, p: _Parts) -> None:
     where the run has a sidecar (analysis/agents.py with_sidecar_power)."""
     sla = (e.ladder or {}).get("sla") or {}
     if sla.get("agents") and p.gpu_windows:
-        from llm_locust.analysis.agents import format_agents, with_sidecar_power
-
         old = sla["agents"]
         sla["agents"] = with_sidecar_power(old, p.verdicts["steps"] if p.verdicts else None)
         if e.ladder and e.ladder.get("table"):  # the search's line under the step table, as measured
@@ -367,8 +361,6 @@ def _stability(e: Ended, p: _Parts) -> Stability:
     and the soak verdict (analysis/stability.py)."""
     s, ladder, out = e.settings, e.ladder, Stability()
     if s.kv_pressure and ladder and ladder.get("steps"):
-        from llm_locust.analysis.stability import kv_pressure
-
         out["kv_pressure"] = kv_pressure(
             _judged(ladder["steps"]),
             (p.server_windows.get("steps") if p.server_windows else None),
@@ -377,8 +369,6 @@ def _stability(e: Ended, p: _Parts) -> Stability:
     if ladder and ladder.get("burst"):
         out["burst"] = ladder["burst"]
     if s.overlong_share:
-        from llm_locust.analysis.stability import overlong_mix
-
         out["overlong"] = overlong_mix(
             e.total.work.overlong,
             p.summary,
@@ -393,8 +383,6 @@ def _stability(e: Ended, p: _Parts) -> Stability:
 
 
 def _soak(e: Ended) -> Soak:
-    from llm_locust.analysis.stability import soak
-
     s = e.settings
     memory = {}
     server = next(iter(e.servers.values()), None)
@@ -510,9 +498,6 @@ def prefix_hit_line(h: PrefixHit) -> str:
 
 
 def _blocks(e: Ended, p: _Parts) -> list[str]:
-    from llm_locust.analysis.efficiency import verdicts_table
-    from llm_locust.analysis.server_metrics import efficiency_table
-
     load = (e.run.get("load") or {}).get("mode")
     open_loop = load == "replay" or (e.ladder or {}).get("ladder", {}).get("kind") in ("rate", "speed")
     title = "llm-locust summary: " + describe(
@@ -552,8 +537,6 @@ def _blocks(e: Ended, p: _Parts) -> list[str]:
 def _stability_text(e: Ended, p: _Parts) -> str:
     if not p.stability:
         return ""
-    from llm_locust.analysis.stability import format_stability
-
     if not (e.ladder or {}).get("burst"):
         return format_stability(p.stability)
     if p.stability.get("soak"):  # the ladder's table printed the burst's line
@@ -761,8 +744,6 @@ def exit_code(e: Ended, gates: list[Gate]) -> tuple[int, list[str]]:
 def junit(out: Outcome, label: str) -> str:
     """The run's gates as JUnit XML, one test case each (--junit); an interrupted or early-stopped
     run is one failed case saying so."""
-    from llm_locust.report.compare.gates import Case, junit_xml
-
     cases = [Case(label, f"gate: {g['name']}", bool(g["passed"]), g["line"]) for g in out.results.get("gates", [])]
     if out.exit_code and not any(not c.passed for c in cases):
         cases.append(Case(label, "run completed", False, "; ".join(out.reasons) or f"exit {out.exit_code}"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llm_locust.analysis.precision_targets import target_text
 from llm_locust.metrics.intervals import MIN_BATCHES
 from llm_locust.schema import Figures
 
@@ -79,8 +80,6 @@ def target_lines(doc: Mapping[str, Any] | None) -> list[str]:
     each step's relative half-widths beside their targets."""
     if not doc:
         return []
-    from llm_locust.analysis.precision_targets import target_text
-
     checks = doc.get("checks") or []
     ladder = any(c.get("step") is not None for c in checks)
     head = "precision targets " + ("met" if doc.get("met") else "NOT MET")

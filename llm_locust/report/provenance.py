@@ -12,6 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from llm_locust.workload.agentic import detect_sessions
+from llm_locust.workload.formats import detect
+from llm_locust.workload.formats.reader import Source, TraceError
+
 log = logging.getLogger(__name__)
 
 # Endpoints that name a server's version, by server: (path, fields to keep).
@@ -80,10 +84,6 @@ def _sha256(p: Path) -> str:
 def _detected_format(p: Path) -> str | None:
     """The format the run reads `p` as (session formats first, as `load_workload` does); None
     when it cannot be told (the run itself then says why)."""
-    from llm_locust.workload.agentic import detect_sessions
-    from llm_locust.workload.formats import detect
-    from llm_locust.workload.formats.reader import Source, TraceError
-
     try:
         session = detect_sessions(p)
         if session is not None:

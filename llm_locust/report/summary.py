@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from llm_locust.metrics.aggregate import NOT_FAILED
+from llm_locust.metrics.aggregate import NOT_FAILED, client_line
 from llm_locust.report.precision import pm, precision_lines
 from llm_locust.safe.terminal import terminal_safe
 from llm_locust.schema import CacheFigures, Figures, Warmup
@@ -281,8 +281,6 @@ def format_summary(
             "causes: "
             + ", ".join(f"{terminal_safe(c)} {n}" for c, n in sorted(fig["causes"].items(), key=lambda kv: -kv[1]))
         )
-    from llm_locust.metrics.aggregate import client_line
-
     lines.append(client_line(fig["client"]))  # the rule's checks against their limits (docs/metrics.md)
     return "\n".join(fit(lines, cols) if cols else lines)
 

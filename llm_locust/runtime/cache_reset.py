@@ -9,7 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from llm_locust.protocols import GRPC_APIS, get_adapter
+from llm_locust.protocols.base import request_headers
 from llm_locust.runtime.context import run_context
+from llm_locust.runtime.hub import hub
 from llm_locust.transport.server_cache import Target
 
 log = logging.getLogger(__name__)
@@ -22,9 +25,6 @@ def install(env, settings) -> None:
     mode = getattr(settings, "reset_cache", "off")
     if mode == "off" or not env.host:
         return
-    from llm_locust.protocols import GRPC_APIS, get_adapter
-    from llm_locust.protocols.base import request_headers
-
     if settings.api in GRPC_APIS:
         return  # refused by the settings' check: the reset endpoints are HTTP
     target = Target(env.host, request_headers(get_adapter(settings.api), settings.api_key))
@@ -76,8 +76,6 @@ class LadderReset:
         return self.tick(ctl, now)
 
     def tick(self, ctl, now: float) -> tuple | None:
-        from llm_locust.runtime.hub import hub
-
         assert self.pending is not None
         i, level = self.pending
         cur = ctl.windows[-1]

@@ -41,6 +41,7 @@ from llm_locust.metrics.aggregate import PHASE_LATENCIES, Aggregate, SparseHisto
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.runtime.shapes import controller
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +306,6 @@ class LLMCollector:
         yield GaugeMetricFamily(
             "llm_locust_step", "Current ladder step (negative: its warm-up; 0: no ladder).", value=h.step
         )
-        from llm_locust.runtime.shapes import controller
-
         ctl = controller(self.env)
         if ctl is not None and ctl.windows:
             yield GaugeMetricFamily(

@@ -30,6 +30,7 @@ from llm_locust.metrics.ceiling import CeilingWatch, live_reason
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 from llm_locust.runtime.context import run_context
+from llm_locust.settings.workers import ceiling
 from llm_locust.transport import clock
 
 log = logging.getLogger(__name__)
@@ -142,8 +143,6 @@ class MetricsHub:
         # a worker's offset to the master's clock (transport/clock.py): its replay starts and its
         # requests are placed (wall_sent, the per-second series) on the master's clock
         self.clock = clock.ClockSync(clock.align_enabled())
-        from llm_locust.settings.workers import ceiling
-
         # this process's token rate against what one process holds (metrics/ceiling.py)
         self.ceiling = CeilingWatch(*ceiling())
         self.ceiling_said: set[str] = set()  # master: the workers whose live warning was given

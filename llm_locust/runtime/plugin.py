@@ -24,16 +24,32 @@ from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.report import outcome
-from llm_locust.report.provenance import redact_argv, trace_facts
-from llm_locust.report.results import write_results
+from llm_locust.report.files import check_outputs, plan_path, run_files, write_atomic
+from llm_locust.report.html import render
+from llm_locust.report.mlflow_log import log_run
+from llm_locust.report.provenance import redact_argv, trace_changed, trace_facts
+from llm_locust.report.results import read_results, results_json, write_results
 from llm_locust.report.summary import width
-from llm_locust.runtime import exporter, shapes
+from llm_locust.runtime import exporter, failfast, replay_shares, shapes
+from llm_locust.runtime import precision_stop as precision
+from llm_locust.runtime.closed_loop import scenario_failed
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import MetricsHub, hub, install
+from llm_locust.runtime.replay_shares import ReplayUser
+from llm_locust.runtime.webui import guard
+from llm_locust.safe import masking
+from llm_locust.safe.terminal import terminal_safe
 from llm_locust.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.settings import derive
+from llm_locust.transport import preflight
 from llm_locust.transport.checkpoint import Checkpoints, coverage
+from llm_locust.transport.probe import probe_server
+from llm_locust.transport.progress import Progress
+from llm_locust.transport.scraper import Scraper, server_scrapers
 from llm_locust.transport.signals import Stopper
+from llm_locust.workload import load_trace
+from llm_locust.workload.schedule import ReplayWindow, due_times
+from llm_locust.workload.sessions import SessionTrace
 
 log = logging.getLogger(__name__)
 _connected = False  # a worker process got its init event: it reached the master
@@ -61,8 +77,6 @@ if "--worker" in sys.argv:
 
 def _server_scraper(environment, settings, url: str):
     """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
-    from llm_locust.transport.scraper import Scraper
-
     if url == "off" or not (url or environment.host):
         return None
     return _run_during_test(
@@ -80,8 +94,6 @@ def _server_scrapers(environment, settings) -> dict:
     """{endpoint URL: Scraper}: every endpoint's /metrics (--host first, then --endpoints; the
     first one's URL is --server-metrics when given), or {} with --server-metrics off. The first
     is what `server_metrics` in the results, the web UI and the efficiency table read."""
-    from llm_locust.transport.scraper import server_scrapers
-
     if settings.api in GRPC_APIS and not settings.server_metrics:
         return {}  # a gRPC port answers no HTTP/1.1 GET: only a --server-metrics URL is read
     host = (environment.host or "").rstrip("/")
@@ -111,8 +123,6 @@ def _warn_if_steps_outpace_reads(ladder_controller, *scrapers) -> None:
 def _load(environment, settings) -> dict[str, Any]:
     """How the load was offered: the mode and the Locust figures that shape it."""
     opts = environment.parsed_options
-    from llm_locust.runtime.replay_shares import ReplayUser
-
     replay = any(issubclass(u, ReplayUser) for u in environment.user_classes)
     mode = "ladder" if settings.ladder else "replay" if replay else "closed"
     return {
@@ -127,10 +137,6 @@ def _load(environment, settings) -> dict[str, Any]:
 def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> bool:
     """The HTML report, as `llm-locust report` would write it from the results file."""
     import orjson
-
-    from llm_locust.report.files import write_atomic
-    from llm_locust.report.html import render
-    from llm_locust.report.results import results_json
 
     try:
         doc = orjson.loads(results_json(results, secrets, indent=False))  # what a reader of the file gets
@@ -147,15 +153,10 @@ def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_pa
 def _workload_facts(work, settings) -> dict[str, Any]:
     """What the run replays, as kept in run.server (the master's check read the whole file); a
     replay's records due and the seconds until the last one (its progress is counted against them)."""
-    from llm_locust.workload.sessions import SessionTrace
-
     if isinstance(work, SessionTrace):
         return {"kind": "sessions", "format": work.format}
     facts: dict[str, Any] = {"kind": "requests", "format": getattr(work, "format", None)}
     if settings.replay and not settings.ladder:
-        from llm_locust.workload import load_trace
-        from llm_locust.workload.schedule import ReplayWindow, due_times
-
         arrivals = load_trace(settings.trace_path, settings.trace_format or None).arrivals  # all of it: the count
         window = ReplayWindow(settings.speed, settings.start_offset, settings.duration or None, settings.loops)
         due = due_times(arrivals, window)
@@ -191,11 +192,7 @@ def _on_init(environment, **_kw: Any) -> None:
     # just written Locust's options, and every later listener reads the settings from them
     environment.events.test_start.add_listener(lambda **_kw: run.options_changed())
     h = install(environment)
-    from llm_locust.runtime import replay_shares
-
     replay_shares.install(environment)
-    from llm_locust.runtime.closed_loop import scenario_failed
-
     environment.events.user_error.add_listener(scenario_failed)  # a scenario that raises: a counted failure
     if isinstance(environment.runner, WorkerRunner):
         global _connected
@@ -232,15 +229,10 @@ def _init_runner(environment, h: MetricsHub) -> None:
     if fresh := recordlog.start_fresh(settings.record_log):  # after every refusal: a refused run keeps it
         print(fresh, flush=True)
     stopper.phase = "before the test"
-    from llm_locust.runtime import failfast
-
     stopped_early = failfast.install(environment, settings)
-    from llm_locust.runtime import precision_stop as precision
-
     precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
-    from llm_locust.runtime.webui import guard
     from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
 
     if environment.web_ui is not None:
@@ -261,8 +253,6 @@ def _init_runner(environment, h: MetricsHub) -> None:
 def _checkpoints(environment, settings, h: MetricsHub, end: _EndOfRun) -> None:
     """--checkpoint-every: the results so far written while each test runs (transport.checkpoint),
     until it stops; the end's write replaces them."""
-    from llm_locust.safe import masking
-
     cp = Checkpoints(
         settings.results,
         settings.checkpoint_every,
@@ -304,11 +294,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     """What is refused before any load (ValueError / OSError): outputs that cannot be written, the
     workload, the ladder, the overlong mix's options and baseline. Returns the trace's facts (its
     hash taken before the load, not after)."""
-    from llm_locust.safe import masking
-
     masking.protect(settings.api_key)
-    from llm_locust.report.files import check_outputs, plan_path, run_files
-
     # before any load: no output over an input, another output, a link or a device; all writable
     command = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
     outputs, inputs = run_files(settings, plan=plan_path(command))
@@ -325,8 +311,6 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
             "`llm-locust run` reads the context from the server, plain locust does not"
         )
     if settings.overlong_baseline:
-        from llm_locust.report.results import read_results
-
         read_results(settings.overlong_baseline)  # a bad baseline is refused before any load
     return trace_facts(settings.trace_path, settings.trace_format or h.info["workload"].get("format"))
 
@@ -341,8 +325,6 @@ def _preflight(environment, settings) -> None:
     """Does the target answer the API? One line and exit 3 (or 2) when it does not."""
     if not (settings.preflight and environment.host):
         return
-    from llm_locust.transport import preflight
-
     headers = request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
     problem = preflight.check(
         environment.host,
@@ -352,8 +334,6 @@ def _preflight(environment, settings) -> None:
         endpoints=preflight.endpoint_apis(settings.api, settings.mix),
     )
     if problem is not None:  # it may quote the server (a gRPC error's details): terminal-safe
-        from llm_locust.safe.terminal import terminal_safe
-
         print(f"llm-locust: {terminal_safe(problem.message)}", file=sys.stderr, flush=True)
         sys.exit(problem.code)
 
@@ -366,8 +346,6 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
     def at_start(**_kw: Any) -> None:
         line = outcome.describe(settings, _load(environment, settings), environment.host, h.info.get("workload"))
         print(f"llm-locust: {line}", file=sys.stderr, flush=True)
-        from llm_locust.transport.probe import probe_server
-
         if environment.host and not server_facts:
             headers = (
                 request_headers(get_adapter(settings.api), settings.api_key) if settings.api not in GRPC_APIS else {}
@@ -376,8 +354,6 @@ def _during_the_test(environment, settings, h: MetricsHub) -> dict[str, Any]:
 
     environment.events.test_start.add_listener(at_start)
     if getattr(environment.parsed_options, "headless", False):
-        from llm_locust.transport.progress import Progress
-
         run_time = getattr(environment.parsed_options, "run_time", None) or None
         due = (h.info.get("workload") or {}).get("planned")
         planned = (due["records"], due["seconds"]) if due else None
@@ -423,8 +399,6 @@ class _EndOfRun:
         """The trace checked against its start's hash, once, before the outcome is built: a changed
         one is marked in the results (environment.trace `changed`, and `at_end`: its hash then) and
         fails the run's `trace` gate. The line that says so, or None."""
-        from llm_locust.report.provenance import trace_changed, trace_facts
-
         facts = self.trace  # the results' environment.trace
         if facts is None or self.trace_checked:
             return None if facts is None else facts.get("changed")
@@ -502,8 +476,6 @@ class _EndOfRun:
     def write(self, out: outcome.Outcome) -> bool:
         """The results file and the HTML report; False (each failure said in one line) when one
         could not be written."""
-        from llm_locust.safe import masking
-
         s, ok = self.settings, True
         signals = self.stopper.signals  # one more while the files are written and sent ends the upload
         if s.results:
@@ -516,8 +488,6 @@ class _EndOfRun:
         if s.report:
             ok = _write_report(s.report, out.results, masking.SECRETS.all(), s.results) and ok
         if s.junit:
-            from llm_locust.report.files import write_atomic
-
             try:
                 write_atomic(Path(s.junit), outcome.junit(out, s.name or "llm-locust run"))
                 print(f"gates written to {s.junit} (JUnit)", flush=True)
@@ -525,8 +495,6 @@ class _EndOfRun:
                 print(f"llm-locust: could not write the JUnit file {s.junit}: {e}", file=sys.stderr, flush=True)
                 ok = False
         if s.mlflow:  # after the files: they go along as artifacts; a failure is said, never fatal
-            from llm_locust.report.mlflow_log import log_run
-
             problem = log_run(s, out.results, masking.SECRETS.all(), stop=lambda: self.stopper.signals > signals)
             if problem:
                 print(f"llm-locust: {problem}", file=sys.stderr, flush=True)
@@ -593,14 +561,10 @@ def _cache_state(environment) -> dict[str, str]:
 
 def _precision_report(environment) -> Precision | None:
     """--precision's targets and whether they were met (runtime/precision_stop.py)."""
-    from llm_locust.runtime import precision_stop as precision
-
     return precision.report(environment)
 
 
 def _baseline_summary(settings) -> Figures | None:
     if not (settings.overlong_share and settings.overlong_baseline):
         return None
-    from llm_locust.report.results import read_results
-
     return read_results(settings.overlong_baseline)["summary"]  # required: read_results checked it

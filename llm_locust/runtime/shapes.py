@@ -37,13 +37,19 @@ from llm_locust.analysis import agents as agent_tier
 from llm_locust.analysis import refine
 from llm_locust.analysis import sla as sla_search
 from llm_locust.analysis.saturation import analyse, format_steps
+from llm_locust.analysis.stability import burst_recovery, format_stability
 from llm_locust.analysis.steps import StepResult, broken_slos, step_result
 from llm_locust.metrics.aggregate import Aggregate
+from llm_locust.runtime import cache_reset
+from llm_locust.runtime.cache_reset import summary as reset_summary
+from llm_locust.runtime.closed_loop import StreamingUser
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
+from llm_locust.runtime.precision_stop import Pace, merged_until, met_text
+from llm_locust.runtime.replay_shares import ReplayUser, dispatchers_ready, steer, stop_passes
 from llm_locust.schema import BurstRecovery, Precision, PrecisionCheck
 from llm_locust.settings.ladder_spec import EarlyStop, Ladder, Stable, parse_ladder
-from llm_locust.settings.units import run_time_seconds
+from llm_locust.settings.units import PlanError, run_time_seconds
 
 log = logging.getLogger(__name__)
 
@@ -372,8 +378,6 @@ class LadderController:
 
     def _check(self, cur: StepWindow, now: float) -> PrecisionCheck:
         """The step's figures so far judged against --precision (runtime/precision_stop.py)."""
-        from llm_locust.runtime.precision_stop import Pace, merged_until
-
         if self.precision_pace is None:
             self.precision_pace = Pace()
         agg = hub(self.env).steps.get(cur.index) or Aggregate()
@@ -390,8 +394,6 @@ class LadderController:
             return False
         c["stopped"] = True
         cur.precision = c
-        from llm_locust.runtime.precision_stop import met_text
-
         log.info("step %d precise after %.1f s: %s", cur.index, c["seconds"], met_text(c))
         return True
 
@@ -432,8 +434,6 @@ class LadderController:
     # ---- what the processes do ----
 
     def _users(self, level: float | None) -> tuple:
-        from llm_locust.runtime.closed_loop import StreamingUser
-
         if self.ladder.kind == "concurrency":
             users = int(level or 0)
             return users, max(users, 1), [StreamingUser]
@@ -463,8 +463,6 @@ class LadderController:
     def _dispatchers_ready(self) -> bool:
         if self.ladder.kind == "concurrency":
             return True
-        from llm_locust.runtime.replay_shares import dispatchers_ready
-
         return dispatchers_ready(self.env)
 
     # ---- figures ----
@@ -544,15 +542,11 @@ class LadderController:
                 f"{time.time() - w.started:.1f} s of its {planned:g} s: kept in the results, left out of this "
                 "table and of the verdict"
             )
-        from llm_locust.runtime.cache_reset import summary as reset_summary
-
         if reset_summary(self.windows):
             out["table"] = (out["table"] + "\n" if out["table"] else "") + reset_summary(self.windows)
         if self.ladder.burst is not None:
             out["burst"] = self._burst_report()
             if out["burst"] is not None:
-                from llm_locust.analysis.stability import format_stability
-
                 out["table"] = (out["table"] + "\n\n" if out["table"] else "") + format_stability(
                     {"burst": out["burst"]}
                 )
@@ -588,8 +582,6 @@ class LadderController:
 
     def _burst_report(self) -> BurstRecovery | None:
         """The burst's recovery (analysis.stability.burst_recovery), once its three steps ran."""
-        from llm_locust.analysis.stability import burst_recovery
-
         w = self.windows
         if len(w) < 3 or w[0].measured_from is None or w[2].ended is None:
             return None
@@ -637,8 +629,6 @@ def apply_step(env: Environment, payload: dict[str, Any]) -> None:
     h.ladder = True  # the client monitors sample inside measurement windows only
     h.step = payload["step"]
     if payload["kind"] in ("rate", "speed") and not payload.get("drain"):
-        from llm_locust.runtime.replay_shares import steer
-
         steer(env, payload)
 
 
@@ -650,8 +640,6 @@ def _worker_count(env: Environment) -> int:
 
 
 def _replay_user_class():
-    from llm_locust.runtime.replay_shares import ReplayUser
-
     for u in ReplayUser.__subclasses__():
         return u
     raise RuntimeError("no ReplayUser subclass is loaded: use locustfiles/ladder.py")
@@ -667,23 +655,17 @@ def install(env: Environment, settings) -> None:
     if isinstance(runner, WorkerRunner):
         runner.register_message(STEP, lambda environment, msg, **_kw: apply_step(env, msg.data))
         return
-    from llm_locust.runtime import cache_reset
-
     cache_reset.install(env, settings)  # --reset-cache: before the run, and between steps
     ladder = ladder_from_settings(settings)
     if ladder is None:
         return
     tier = agent_tier.parse_tier(settings.agent_tier) if settings.agent_tier else None
     if tier is not None and (ladder.search is None or ladder.search.kind != "concurrency"):
-        from llm_locust.settings.units import PlanError
-
         raise PlanError(
             ["--agent-tier counts agents, the probes of a concurrency search: give --ladder sla:concurrency:LO..HI:P%"]
         )
     if ladder.search is not None:
         if not settings.slos and tier is None:
-            from llm_locust.settings.units import PlanError
-
             raise PlanError(
                 [
                     f"--ladder {ladder.search.spec()} searches for the highest load meeting every SLO: "
@@ -739,8 +721,6 @@ class LadderShape(LoadTestShape):
 
 def stop_dispatchers_on(env: Environment) -> None:
     """Kill open-loop passes when the test stops (in-flight requests end as cancelled)."""
-    from llm_locust.runtime.replay_shares import stop_passes
-
     env.events.test_stop.add_listener(lambda **_kw: gevent.spawn(stop_passes, env))
 
 

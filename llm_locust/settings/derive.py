@@ -25,8 +25,10 @@ from pydantic import ValidationError
 
 from llm_locust.safe.masking import protect_url
 from llm_locust.settings import limits as sizes
-from llm_locust.settings.model import GROUPS, Opt, Settings, options
+from llm_locust.settings.ladder_spec import parse_ladder
+from llm_locust.settings.model import BARE_SLO_LIMIT, GROUPS, Opt, Settings, options
 from llm_locust.settings.units import PlanError, _typename, is_bare, read_yaml
+from llm_locust.workload.synth import parse_spec_text
 from llm_locust.workload.values import suggest
 
 SettingsError = PlanError
@@ -487,8 +489,6 @@ _LEFT_OUT = object()  # a setting the effective plan does not hold (it follows f
 
 def _ladder_plan(spec: str) -> dict[str, Any]:
     """The ladder's kind and levels as the plan writes them."""
-    from llm_locust.settings.ladder_spec import parse_ladder
-
     ld = parse_ladder(spec)
     if ld.search is not None:  # an SLA search stays a search: its levels are chosen as it runs
         return {"kind": ld.kind, "search": spec.split(":sla:", 1)[1]}
@@ -515,8 +515,6 @@ def _plan_value(s: Settings, name: str, opt: Opt) -> Any:
             return _LEFT_OUT
         from dataclasses import asdict
 
-        from llm_locust.workload.synth import parse_spec_text
-
         return asdict(parse_spec_text(v))
     if name == "slo":
         return _slo_plan(v)
@@ -538,8 +536,6 @@ def _text(v: Any, name: str = "") -> str:
 
 
 def _slo_plan(slos: dict[str, float]) -> dict[str, Any]:
-    from llm_locust.settings.model import BARE_SLO_LIMIT
-
     return {k: (_plain(x) if k == "error_rate" or x < BARE_SLO_LIMIT else f"{_text(x)}s") for k, x in slos.items()}
 
 

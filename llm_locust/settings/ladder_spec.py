@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llm_locust.analysis.saturation import early_stop
 from llm_locust.settings.limits import MAX_RATE, MAX_USERS
 from llm_locust.settings.units import PlanError, bare_seconds
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem
@@ -228,8 +229,6 @@ class EarlyStop:
         """The reason to stop after the last of `steps` (StepResults), or None."""
         if not self.enabled:
             return None
-        from llm_locust.analysis.saturation import early_stop
-
         return early_stop(
             steps,
             slos if self.on_slo else {},

@@ -24,18 +24,29 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
+from llm_locust.analysis.agents import parse_tier
+from llm_locust.analysis.precision_targets import parse_targets
+from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES, check_slo_names, request_slos, slo_vocabulary
+from llm_locust.metrics.aggregate import SLO_METRICS
+from llm_locust.metrics.recordlog import name_problem
 from llm_locust.protocols import API_NAMES as _STREAM_APIS
 from llm_locust.protocols import GRPC_APIS
 from llm_locust.protocols.base import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEAD_BYTES, Limits, Timeouts
 from llm_locust.settings import limits as sizes
 from llm_locust.settings.grid_spec import grid_text
-from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, PlanError, parse_ladder
+from llm_locust.settings.ladder_spec import DEFAULT_DURATION, DEFAULT_WARMUP, EarlyStop, PlanError, parse_ladder
 from llm_locust.settings.units import bare_seconds, check_bound, run_time_seconds
+from llm_locust.workload.agentic import ALIASES, SESSION_FORMATS, is_session_format
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, MAX_BURSTINESS, MIN_BURSTINESS, Arrivals
 from llm_locust.workload.cancel import parse_cancel
+from llm_locust.workload.formats import FORMATS
+from llm_locust.workload.graded import load_graded
+from llm_locust.workload.images import parse_size
 from llm_locust.workload.prefix_dist import parse_prefix_dist
 from llm_locust.workload.rate_curve import parse_rate_curve
-from llm_locust.workload.synth import parse_spec_text
+from llm_locust.workload.specs import load_schema
+from llm_locust.workload.synth import SynthSpec, parse_spec_text
+from llm_locust.workload.tokenizer import load_tokenizer
 from llm_locust.workload.values import suggest
 
 API_NAMES = _STREAM_APIS + GRPC_APIS  # what --api takes
@@ -122,8 +133,6 @@ def _at_most(limit: float, why: str) -> Any:
 
 def _record_log_name(v: str) -> str:
     """A record log is JSON lines: a name that says another format (LOG.parquet) is refused."""
-    from llm_locust.metrics.recordlog import name_problem
-
     why = name_problem(v) if v else None
     if why is not None:
         raise ValueError(why)
@@ -141,8 +150,6 @@ BARE_SLO_LIMIT = 10.0
 
 
 def parse_slos(value: Any) -> dict[str, float]:
-    from llm_locust.analysis.steps import check_slo_names, slo_vocabulary
-
     if value is None or value == "":
         return {}
     if isinstance(value, str):
@@ -182,15 +189,10 @@ def parse_slos(value: Any) -> dict[str, float]:
 
 def _precision(value: Any) -> dict[str, float]:
     """--precision's targets (analysis.precision_targets.parse_targets)."""
-    from llm_locust.analysis.precision_targets import parse_targets
-
     return parse_targets(value)
 
 
 def _slo_examples() -> list[str]:
-    from llm_locust.analysis.steps import SLO_STATS, STEP_LATENCIES
-    from llm_locust.metrics.aggregate import SLO_METRICS
-
     return list(SLO_METRICS) + ["error_rate"] + [f"{m}_{s}" for m in STEP_LATENCIES for s in SLO_STATS]
 
 
@@ -251,8 +253,6 @@ def _cancel(v: Any) -> Any:
 def _check_synthetic_items(text: str) -> None:
     """Each `key=value` of a synthetic workload: a known key (did-you-mean), whole numbers said so
     (int() would say "invalid literal ... base 10"), arrivals one of its choices."""
-    from llm_locust.workload.synth import SynthSpec
-
     keys = list(SynthSpec.__dataclass_fields__)
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, x = (s.strip() for s in part.partition("="))
@@ -342,9 +342,6 @@ def _check_api(v: str) -> str:
 
 
 def _check_format(v: str) -> str:
-    from llm_locust.workload.agentic import ALIASES, SESSION_FORMATS, is_session_format
-    from llm_locust.workload.formats import FORMATS
-
     if v and v not in FORMATS and not is_session_format(v):
         known = FORMATS + SESSION_FORMATS
         raise ValueError(f"unknown trace format {v!r}{suggest(v, known + tuple(ALIASES))}; one of {', '.join(known)}")
@@ -399,16 +396,12 @@ def _input_file(v: str) -> str:
 
 
 def _image_size(v: str) -> str:
-    from llm_locust.workload.images import parse_size
-
     w, h = parse_size(v)  # ValueError says what is wrong
     return f"{w}x{h}"
 
 
 def _json_schema_file(v: str) -> str:
     if v:
-        from llm_locust.workload.specs import load_schema
-
         load_schema(v)  # ValueError naming the file and what is wrong
     return v
 
@@ -420,8 +413,6 @@ def _agent_tier(v: str) -> str:
     """`ttft=2s,speed=20,share=90%` (analysis/agents.py parse_tier), kept in its normal form."""
     if not v:
         return ""
-    from llm_locust.analysis.agents import parse_tier
-
     return parse_tier(v).spec()
 
 
@@ -456,8 +447,6 @@ MIX_KINDS = ("embeddings", "rerank", "score")
 
 def _graded_set(v: str) -> str:
     if v:
-        from llm_locust.workload.graded import load_graded
-
         load_graded(v)  # GradedSetError (a ValueError) naming file:line of every bad item
     return v
 
@@ -2058,8 +2047,6 @@ class Settings(BaseModel):
     @property
     def request_slos(self) -> dict[str, float]:
         """The SLOs a single request can be judged by (goodput)."""
-        from llm_locust.analysis.steps import request_slos
-
         return request_slos(self.slo)
 
     @property
@@ -2080,8 +2067,6 @@ class Settings(BaseModel):
         return "ladder" if self.ladder else "replay" if self.replay else "closed"
 
     def early_stop_rule(self):
-        from llm_locust.settings.ladder_spec import EarlyStop
-
         return EarlyStop(
             enabled=self.early_stop,
             max_error_rate=self.max_error_rate,
@@ -2094,8 +2079,6 @@ class Settings(BaseModel):
         """The tokenizer named by --tokenizer, loaded once per process; None without one."""
         if not self.tokenizer:
             return None
-        from llm_locust.workload.tokenizer import load_tokenizer
-
         cached = _TOKENIZERS.get(self.tokenizer)
         if cached is None:
             cached = _TOKENIZERS[self.tokenizer] = load_tokenizer(self.tokenizer)

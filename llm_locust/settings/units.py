@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from llm_locust.settings.limits import MAX_SECONDS
 from llm_locust.workload.paths import input_problem
 from llm_locust.workload.values import parse_seconds
 
@@ -46,8 +47,6 @@ def bare_seconds(value: Any, below: float | None, label: str = "", units: tuple[
     the "write the unit" message. A value with its unit is taken as written, up to
     limits.MAX_SECONDS (30 days): more is a typo, not a run (`-t 1e12s`). A trace-time window
     (bare below a year: a long trace's offset, played faster by --speed) is not wall time: unbounded."""
-    from llm_locust.settings.limits import MAX_SECONDS
-
     seconds = parse_seconds(value)
     if below is None or below <= MAX_SECONDS:
         check_bound(seconds, label)
@@ -62,8 +61,6 @@ def bare_seconds(value: Any, below: float | None, label: str = "", units: tuple[
 
 def check_bound(seconds: float, label: str = "") -> float:
     """ValueError for a duration over limits.MAX_SECONDS, saying the bound; else the seconds."""
-    from llm_locust.settings.limits import MAX_SECONDS
-
     if seconds > MAX_SECONDS:
         what = f"{label} is " if label else ""
         raise ValueError(

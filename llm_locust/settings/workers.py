@@ -26,6 +26,9 @@ import math
 import os
 from pathlib import Path
 
+from llm_locust.settings.ladder_spec import parse_ladder
+from llm_locust.settings.limits import MAX_STREAMS_PER_PROCESS
+
 TOKENS_PER_PROCESS = 14_000
 STREAMS_PER_PROCESS = 500
 STREAM_RATE = 50.0  # tokens/s a stream is taken to get when --stream-rate is not given
@@ -66,8 +69,6 @@ def stream_rate(settings) -> float:
 
 def planned_concurrency(settings) -> int:
     if settings.ladder:
-        from llm_locust.settings.ladder_spec import parse_ladder
-
         ld = parse_ladder(settings.ladder)
         top = max(ld.levels)
         if ld.kind == "concurrency":
@@ -109,11 +110,7 @@ def local_problem(settings, n_workers: int, cores: int | None = None) -> str | N
     """Why `llm-locust run` cannot take this load on this machine, or None: more known concurrent
     streams (a closed loop's users, a concurrency ladder's top step) a local process than
     MAX_STREAMS_PER_PROCESS (settings.limits: 20,000 users in one process sent one request in 4 s)."""
-    from llm_locust.settings.limits import MAX_STREAMS_PER_PROCESS
-
     if settings.ladder:
-        from llm_locust.settings.ladder_spec import parse_ladder
-
         ld = parse_ladder(settings.ladder)
         if ld.kind != "concurrency":
             return None

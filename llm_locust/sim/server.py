@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from llm_locust.sim.answers import GradedAnswers
 from llm_locust.sim.connection import Conn, error_json
 from llm_locust.sim.engine import Engine, Seq, SimConfig
 from llm_locust.sim.formats import FINGERPRINT, make_format, mids
@@ -307,8 +308,6 @@ class App:
         self.logf = open(opts.token_log, "ab", buffering=0) if opts.token_log else None
         self.graded = None
         if opts.graded_set:
-            from llm_locust.sim.answers import GradedAnswers
-
             self.graded = GradedAnswers(opts.graded_set, opts.graded_accuracy, opts.seed)
 
     # -- the engine loop: iteration ends are planned from the previous planned end, never from now --

@@ -26,8 +26,9 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from llm_locust.protocols import GRPC_APIS, OPENAI_APIS
-from llm_locust.protocols.base import MAX_HEAD_BYTES, PROBE_HEADER, Timeouts
+from llm_locust.protocols import GRPC_APIS, JSON_API_NAMES, OPENAI_APIS, get_adapter, get_json_adapter
+from llm_locust.protocols.base import MAX_HEAD_BYTES, PROBE_HEADER, RequestSpec, Timeouts
+from llm_locust.transport.grpc_h2 import H2GrpcClient
 from llm_locust.transport.probe import Reply, fetch
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,6 @@ def _judge(url: str, api: str, r: Reply) -> Problem | None:
 
 def _grpc(host: str, connect_timeout: float, total: float) -> Problem | None:
     """A gRPC server answers GetModelInfo within the connect timeout and `total` more."""
-    from llm_locust.transport.grpc_h2 import H2GrpcClient
-
     client = H2GrpcClient(
         host, timeouts=Timeouts(connect=connect_timeout, no_progress=total, total=connect_timeout + total)
     )
@@ -152,9 +151,6 @@ def _grpc(host: str, connect_timeout: float, total: float) -> Problem | None:
 
 
 def _endpoint(host: str, api: str, headers: dict[str, str], connect_timeout: float, total: float) -> Problem | None:
-    from llm_locust.protocols import JSON_API_NAMES, get_adapter, get_json_adapter
-    from llm_locust.protocols.base import RequestSpec
-
     if api in JSON_API_NAMES:
         path, _body = get_json_adapter(api).request(RequestSpec(model="m"))
     else:

@@ -25,6 +25,8 @@ import urllib.request
 from typing import Any
 
 from llm_locust.protocols.base import Limits, Timeouts
+from llm_locust.protocols.openai import parse_models
+from llm_locust.transport.probe import fetch
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +39,6 @@ def fetch_models(base_url: str, headers: dict[str, str], timeouts: Timeouts, lim
     Bounded like every read outside the request path (transport/probe.fetch): the header block to
     limits.head_bytes, the body to limits.body_bytes, the whole exchange to min(total timeout,
     60 s); any failure is a warning and []."""
-    from llm_locust.protocols.openai import parse_models
-    from llm_locust.transport.probe import fetch
-
     lim = limits or Limits()
     url = base_url.rstrip("/") + "/v1/models"
     try:

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from llm_locust.analysis import server_metrics
 from llm_locust.transport.probe import FetchError, fetch
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,6 @@ def detect_engine(host: str, headers: dict[str, str]) -> str | None:
     """The engine behind `host`, from its /metrics names (analysis.server_metrics.detect; the
     simulator speaks vLLM's), else from what answers: llama.cpp's /props (total_slots), SGLang's
     /get_server_info, vLLM's /version. None when nothing says."""
-    from llm_locust.analysis import server_metrics
-
     reply = _get(host, "/metrics", headers)
     if reply is not None and reply[0] == 200:
         try:

@@ -31,7 +31,9 @@ import gevent.pool
 
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
+from llm_locust.workload import load_trace
+from llm_locust.workload.agentic import detect_sessions, is_session_format, load_sessions
+from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn, sessions_from_trace
 from llm_locust.workload.trace_record import TraceRecord
 
 # send(spec, t_sched, source, session id, ideal cached tokens, keep_text) -> the finished, accounted
@@ -310,10 +312,6 @@ def load_workload(path: str, fmt: str | None = None, share: tuple[int, int] | No
     """The workload of a trace file: a SessionTrace for session formats and for traces with
     conversations (a conversation's turns go out in order, each after the previous reply, in the
     closed loop too), else the Trace itself."""
-    from llm_locust.workload import load_trace
-    from llm_locust.workload.agentic import detect_sessions, is_session_format, load_sessions
-    from llm_locust.workload.sessions import sessions_from_trace
-
     if fmt and is_session_format(fmt) or (not fmt and detect_sessions(path)):
         return load_sessions(path, fmt or None, share=share)
     trace = load_trace(path, fmt or None, share=share)

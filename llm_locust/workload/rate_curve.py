@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_locust.workload.arrivals import interval_draw
+from llm_locust.workload.paths import InputError, read_regular
 
 MAX_RATE = 1e6  # requests/s: a curve beyond it is a typo
 MAX_POINTS = 100_000  # rows of a file curve
@@ -190,8 +191,6 @@ def series(points: list[tuple[float, float]], text: str) -> RateCurve:
 
 def _read_series(path: str) -> list[tuple[float, float]]:
     """`t,rate` rows of a file (CurveError naming file and line)."""
-    from llm_locust.workload.paths import InputError, read_regular
-
     try:
         data = read_regular(path, 16 << 20, "a rate series (t,rate rows)")
     except InputError as e:

@@ -28,6 +28,7 @@ from typing import Any
 
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload.audio import AudioMaker, audio_part
+from llm_locust.workload.formats.reader import TraceError
 from llm_locust.workload.images import ImageMaker, content_parts, file_data_url, parse_size
 from llm_locust.workload.sessions import IdealCache
 from llm_locust.workload.trace_record import TraceRecord
@@ -192,8 +193,6 @@ class SpecBuilder:
 
 def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dict[str, Any]], int, int]:
     """file:// image parts -> data: URLs (read once per file); (messages, images, bytes)."""
-    from llm_locust.workload.formats.reader import TraceError
-
     out, n, nbytes = [], 0, 0
     for m in messages:
         c = m.get("content")

@@ -26,7 +26,9 @@ from typing import Any
 
 import orjson
 
+from llm_locust.workload.agentic.synth_sessions import main as agentic_main
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem, interval_draw
+from llm_locust.workload.output import write_out
 from llm_locust.workload.prefix_dist import PrefixDist, law_line, parse_prefix_dist
 from llm_locust.workload.rate_curve import RateCurve, curve_times, parse_rate_curve
 
@@ -167,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     --help prints the help and returns 0."""
     args = sys.argv[1:] if argv is None else argv
     if any(a == "--agentic" or a.startswith("--agentic=") for a in args):  # sessions: agentic/synth_sessions.py
-        from llm_locust.workload.agentic.synth_sessions import main as agentic_main
-
         return agentic_main(args)
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -217,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    from llm_locust.workload.output import write_out
-
     writer = partial(write, curve=None if constant_rate else curve, prefix_dist=law)
     rc = write_out(writer, rows, a.out, spec, a.force, PROG)
     if rc:

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from llm_locust.report.compare.comparison import Comparison, compare
 from llm_locust.report.compare.errors import CompareError
+from llm_locust.report.compare.gates import GATES, cases_for, junit_xml
 from llm_locust.report.compare.render import render_html, render_markdown, render_text
-from llm_locust.report.files import write_atomic
+from llm_locust.report.files import check_outputs, write_atomic
 from llm_locust.report.results import ResultsError
+from llm_locust.report.summary import width
 from llm_locust.safe.terminal import terminal_safe
 
 FORMATS = ("text", "markdown", "html")
@@ -82,8 +84,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gates(args: argparse.Namespace) -> tuple[list[str], float]:
-    from llm_locust.report.compare.gates import GATES
-
     gates = [g.strip() for a in args.fail_on for g in a.split(",") if g.strip()]
     if args.baseline:
         args.results = [args.baseline, *args.results]
@@ -107,8 +107,6 @@ def _gates(args: argparse.Namespace) -> tuple[list[str], float]:
 def _check_outputs(args: argparse.Namespace) -> None:
     """ValueError before anything is read when -o or --junit is one of the runs compared (or the
     weights), the other output, or not a regular file: the same checks a run makes of its own."""
-    from llm_locust.report.files import check_outputs
-
     inputs = {f"a results file ({p})": p for p in [*args.results, *([args.baseline] if args.baseline else [])]}
     if args.weights:
         inputs[f"--weights ({args.weights})"] = args.weights
@@ -151,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fmt = _format_for(args)
     if fmt == "text" and not args.output:  # on a terminal (or COLUMNS): within its width
-        from llm_locust.report.summary import width
-
         text = render_text(cmp, width())
     else:
         text = RENDERERS[fmt](cmp)
@@ -174,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_gates(prog: str, cmp: Comparison, gates: list[str], tolerance: float, junit: str | None) -> int:
-    from llm_locust.report.compare.gates import cases_for, junit_xml
-
     cases = cases_for(cmp, gates or ["pass-lines"], tolerance) if (gates or junit) else []
     if junit:
         try:

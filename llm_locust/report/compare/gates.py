@@ -23,9 +23,11 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from llm_locust.analysis.repeats import HEADLINE, welch
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value
 from llm_locust.report.compare.matrix import differs, noise_word
+from llm_locust.report.compare.metric_table import METRICS
 
 GATES = ("pass-lines", "regression", "stability")
 
@@ -157,8 +159,6 @@ def interval_case(base_run, run, metric, tolerance: float) -> Case | None:
     """Both runs repeated: the figure regresses when it is worse, the difference is beyond noise
     (Welch's t-test at 95%) and the change is larger than the tolerance. None when either run
     has no interval for it."""
-    from llm_locust.analysis.repeats import welch
-
     a, b = repeated_figure(base_run, metric.name), repeated_figure(run, metric.name)
     if a is None or b is None:
         return None
@@ -185,9 +185,6 @@ def interval_case(base_run, run, metric, tolerance: float) -> Case | None:
 
 def headline_cases(c: Comparison, tolerance: float, done: set[tuple[str, str]]) -> list[Case]:
     """Repeated runs: every headline figure not already a criterion, as an interval case."""
-    from llm_locust.analysis.repeats import HEADLINE
-    from llm_locust.report.compare.metric_table import METRICS
-
     out = []
     for j in range(1, len(c.runs)):
         for name, _, _ in HEADLINE:

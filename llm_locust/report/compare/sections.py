@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llm_locust.analysis.efficiency import frontier_verdict
+from llm_locust.analysis.efficiency import covers, frontier_verdict
+from llm_locust.analysis.repeats import HEADLINE, noise_verdicts
 from llm_locust.analysis.steps import OFFERED_UNITS
+from llm_locust.report import plots
 from llm_locust.report.compare.comparison import Comparison
 from llm_locust.report.compare.format import _fmt_pass, _fmt_value, _load, _ms, _num, _num_plain, _pct
 from llm_locust.report.compare.matrix import Cell, _float, read_value
@@ -326,8 +328,6 @@ def _pair_text(a: Run, b: Run, v: str) -> str:
 
 def _crossing_detail(a: Run, b: Run) -> str:
     """Where each run is ahead: the interactivity ranges of the frontier points the other does not cover."""
-    from llm_locust.analysis.efficiency import covers
-
     parts = []
     for x, y in ((a, b), (b, a)):
         ys = [p[1] for p in x.frontier if not covers(y.frontier, p)]
@@ -364,8 +364,6 @@ def frontier_svg(c: Comparison) -> str:
     """The runs' frontiers on one plot (inline SVG), or "" when no run has one."""
     if not any(r.frontier for r in c.runs):
         return ""
-    from llm_locust.report import plots
-
     fronts = []
     for i, r in enumerate(c.runs):
         rows = [
@@ -523,8 +521,6 @@ def _ranking_table(c: Comparison) -> Table:
 def _repeats_table(c: Comparison) -> Table | None:
     """Runs of `llm-locust run --repeat N`: each headline figure's mean +- its 95% half width, and
     for each later run against the first, Welch's verdict: differs (better / worse) or within noise."""
-    from llm_locust.analysis.repeats import HEADLINE, noise_verdicts
-
     reps = [_dict_or_none(r.doc.get("repeats")) for r in c.runs]
     if sum(x is not None for x in reps) < 1:
         return None

@@ -12,6 +12,7 @@ from typing import Any
 from llm_locust.report.compare.errors import CompareError
 from llm_locust.report.compare.metric_table import Metric, PassLine, known_metrics_text, parse_pass, resolve_metric
 from llm_locust.report.compare.runs import Run
+from llm_locust.report.compare.tools import read_input
 from llm_locust.settings.units import PlanError, read_yaml
 from llm_locust.workload.values import suggest
 
@@ -165,8 +166,6 @@ def _scope(
 def load_weights(path: str | Path) -> list[Criterion]:
     """Read and check a weights YAML file (WeightsError naming the file, line and criterion); a
     pipe, a device or a file too big to be weights is refused as a results file is (tools.read_input)."""
-    from llm_locust.report.compare.tools import read_input
-
     read_input(str(path), "a weights file")
     try:
         data, lines = read_yaml(path, "weights file")

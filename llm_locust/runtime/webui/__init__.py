@@ -38,7 +38,10 @@ from typing import Any
 import gevent
 import orjson
 
+from llm_locust.analysis import saturation
+from llm_locust.runtime import shapes
 from llm_locust.runtime.context import run_context
+from llm_locust.runtime.hub import hub
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 from llm_locust.safe import masking
 from llm_locust.settings.derive import RUN_ONLY_ENV
@@ -156,8 +159,6 @@ def _quit(environment) -> None:
 def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
     from locust.runners import MasterRunner
 
-    from llm_locust.runtime import shapes
-
     runner = environment.runner
     workers = None
     if isinstance(runner, MasterRunner):
@@ -243,10 +244,6 @@ def install(
     """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI), and
     end the process with its test where `ends_with_its_test` (`interrupted`: a signal ended it)."""
     from locust.runners import MasterRunner, WorkerRunner
-
-    from llm_locust.analysis import saturation
-    from llm_locust.runtime import shapes
-    from llm_locust.runtime.hub import hub
 
     web_ui = getattr(environment, "web_ui", None)
     if web_ui is None or isinstance(environment.runner, WorkerRunner):

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from llm_locust.analysis import refine
+from llm_locust.analysis.saturation import MIN_STEPS, analyse
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
 from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures, client_line, validity_rule
 from llm_locust.metrics.histogram import Histogram
@@ -428,9 +430,6 @@ class LiveView:
         key = (tuple((r.step, r.sent, r.ok, r.failed) for r in finished), ld.done)
         if key == self._verdict_key:
             return self._verdict
-        from llm_locust.analysis import refine
-        from llm_locust.analysis.saturation import MIN_STEPS, analyse
-
         if ld.refine_from:  # as the results' verdict: the ladder's own steps, narrowed by the refine steps
             own = sorted((r for r in finished if r.step < ld.refine_from), key=lambda r: r.offered)
             v = analyse(own, ld.slos) if own else analyse(finished, ld.slos)

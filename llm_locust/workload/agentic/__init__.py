@@ -58,7 +58,9 @@ from llm_locust.workload.agentic import (
     tracelab,
     weka,
 )
+from llm_locust.workload.formats import get
 from llm_locust.workload.formats.reader import Context, Source, TraceError
+from llm_locust.workload.load import _check_share, load_trace
 from llm_locust.workload.paths import trace_file_problem
 from llm_locust.workload.sessions import SessionBuilder, SessionTrace, sessions_from_trace
 
@@ -128,8 +130,6 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
     """Read a session trace (any of `SESSION_FORMATS`, detected unless `fmt` names one; any request
     format too, its conversations as sessions) into a `SessionTrace`, optionally only worker i's
     `share` (i, k) of the top-level sessions, each with its subagents."""
-    from llm_locust.workload.load import _check_share, load_trace
-
     name = str(path)
     p = Path(path)
     if not p.is_file():
@@ -137,8 +137,6 @@ def load_sessions(path: str | Path, fmt: str | None = None, *, share: tuple[int,
     share = _check_share(share)
     key = _name(fmt) if fmt else None
     if key is not None and key not in _READERS:
-        from llm_locust.workload.formats import get
-
         try:
             get(key)
         except TraceError:

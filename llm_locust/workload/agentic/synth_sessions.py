@@ -35,6 +35,7 @@ from typing import Literal, overload
 import orjson
 
 from llm_locust.workload.arrivals import arrival_problem, interval_draw
+from llm_locust.workload.output import write_out
 
 PROG = "llm-locust trace synth --agentic"
 
@@ -222,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    from llm_locust.workload.output import write_out
-
     rc = write_out(write, rows, a.out, spec, a.force, PROG)
     if rc:
         return rc
