@@ -25,6 +25,7 @@ from llm_locust.report.masking import protect
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.send import SendPath
+from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
@@ -164,7 +165,7 @@ class LLMUser(FastHttpUser):
         http_client = self.client.client.clientpool.get_client(self._host_url)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
-        self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self._host_url)
+        self.stream: Client = self.make_client(self._host_url)
         ctx = self.ctx
         self.send_path = SendPath(
             env,
@@ -176,6 +177,19 @@ class LLMUser(FastHttpUser):
         self.llm = LLMClient(self)
         self._discover_model()
         self._discover_endpoint_models()
+
+    def make_client(self, url: str) -> Client:
+        """This user's client for the run's API at `url` (the host, or one of --endpoints): a
+        StreamClient on its own connections, or a gRPC API's own channel (main_client). The one
+        place the closed loop makes its main clients: a test's user returns a FakeClient here."""
+        s = self.ctx.settings
+        if self.adapter is None:  # a gRPC API: its own channel to the endpoint (as the dispatcher's)
+            return main_client(s, url)
+        http = self.client.client.clientpool.get_client(url)
+        http._connection_pool.connection_timeout = s.timeouts.connect
+        c = StreamClient(http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits)
+        c.cancel = self.ctx.cancel
+        return c
 
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
@@ -241,7 +255,7 @@ class LLMUser(FastHttpUser):
         *,
         name: str | None = None,
         keep_text: bool | None = None,
-        stream: StreamClient | None = None,
+        stream: Client | None = None,
         session: str | None = None,
         ideal: int | None = None,
     ) -> RequestRecord:
@@ -265,21 +279,12 @@ class LLMUser(FastHttpUser):
             routed=stream is None,
         )
 
-    def _stream_for(self, url: str) -> StreamClient:
+    def _stream_for(self, url: str) -> Client:
         """This user's client for one endpoint of a run with several (its own connections)."""
-        streams = self.__dict__.setdefault("_streams", {})
+        streams: dict[str, Client] = self.__dict__.setdefault("_streams", {})
         c = streams.get(url)
         if c is None:
-            s = self.ctx.settings
-            if self.adapter is None:  # a gRPC API: its own channel to the endpoint (as the dispatcher's)
-                c = streams[url] = main_client(s, url)
-            else:
-                http = self.client.client.clientpool.get_client(url)
-                http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
-                c = streams[url] = StreamClient(
-                    http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
-                )
-                c.cancel = self.ctx.cancel
+            c = streams[url] = self.make_client(url)
         return c
 
     def run_session(self, session, start_turn: int = 0) -> bool:

@@ -30,6 +30,7 @@ from llm_locust.protocols.base import request_headers
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.send import SendPath
 from llm_locust.settings.model import Settings
+from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import SessionRunner, load_workload, run_nonce, sleep_until
@@ -141,8 +142,9 @@ class Dispatcher:
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
 
-    def _client(self, url: str | None = None):
-        """The sender for `url` (default: the host): main_client's, on a pool sized for the replay."""
+    def _client(self, url: str | None = None) -> Client:
+        """The sender for `url` (default: the host): main_client's, on a pool sized for the replay.
+        The one place the open loop makes its clients: a test's replay returns a FakeClient here."""
         s = self.settings
         url = url or self.host
         if not url:  # Locust run directly without --host (llm-locust run always gives one)
@@ -179,7 +181,7 @@ class Dispatcher:
         if getattr(self, "client", None) is not None:
             return
         s = self.settings
-        self.client = self._client()
+        self.client: Client = self._client()
         self.model = self._model()
         chat = s.api in CHAT_APIS
         self.builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
@@ -198,7 +200,7 @@ class Dispatcher:
             from llm_locust.workload.routing import Router
 
             self.router = Router(urls, s.route, seed=seed)
-            self.clients = {u: self._client(u) for u in urls}
+            self.clients: dict[str, Client] = {u: self._client(u) for u in urls}
             if self.model_split is not None:  # which endpoint serves which model
                 self.router.serve({u: fetch_models(u, self._headers(), s.timeouts, s.limits) for u in urls})
         self.send_path = SendPath(
