@@ -9,6 +9,7 @@ none sent around the client), sent = ok + failed + cancelled, and TTFT and ITL a
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from itertools import pairwise
@@ -20,6 +21,7 @@ from locust.runners import STATE_STOPPED
 
 from llm_locust.metrics.aggregate import figures
 from llm_locust.metrics.records import Outcome
+from llm_locust.protocols.base import RequestSpec
 from llm_locust.runtime import replay_shares
 from llm_locust.runtime.closed_loop import StreamingUser
 from llm_locust.runtime.context import run_context
@@ -28,6 +30,9 @@ from llm_locust.runtime.hub import hub
 from llm_locust.settings.model import Settings
 from llm_locust.transport.client import Client
 from llm_locust.transport.fake import FakeClient, Script
+from llm_locust.transport.grpc_h2 import H2GrpcClient
+from llm_locust.transport.grpc_io import GrpcStreamClient
+from llm_locust.transport.http import StreamClient
 
 HOST = "http://127.0.0.1:9"  # never connected to: the fake sends nothing
 SCRIPT = Script(first_token_s=0.02, token_gap_s=0.003)
@@ -121,3 +126,32 @@ def test_an_open_loop_replay_on_the_fake_client_sends_the_whole_trace_on_schedul
     sched = sorted(r.t_sched for r in fake.records)
     assert [b - a for a, b in pairwise(sched)] == pytest.approx([gap] * (n - 1), abs=1e-9)
     assert sorted(int(r.source.rsplit(":", 1)[1]) for r in fake.records if r.source) == list(range(1, n + 1))
+
+
+def test_every_client_takes_the_contracts_arguments():
+    """One contract (transport/client.py): each client's send takes the protocol's arguments, the
+    options keyword-only, with its defaults (the gRPC clients' had drifted: no on_record)."""
+
+    def shape(cls) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(cls.send).parameters.values()]
+
+    contract = shape(Client)
+    assert [k for _n, k, _d in contract[3:]] == [inspect.Parameter.KEYWORD_ONLY] * 5
+    for cls in (StreamClient, H2GrpcClient, GrpcStreamClient, FakeClient):
+        assert shape(cls) == contract, cls.__name__
+
+
+def test_a_killed_send_on_the_fake_is_handed_over_cancelled():
+    """The contract on a stop: the record, CANCELLED with the tokens so far, goes to on_cancel, and
+    GreenletExit propagates (the send path counts it there)."""
+    fake, handed = FakeClient(Script(first_token_s=0.0, token_gap_s=0.05)), []
+    g = gevent.spawn(fake.send, _spec(), "r1", on_cancel=handed.append)
+    _wait(lambda: fake.records and len(fake.records[0].chunk_times) >= 2, "two tokens")
+    g.kill(block=True)
+    (rec,) = handed
+    assert rec is fake.records[0] and rec.outcome is Outcome.CANCELLED and isinstance(g.value, gevent.GreenletExit)
+    assert rec.n_out == len(rec.chunk_times) >= 2 and rec.t_end is not None
+
+
+def _spec() -> RequestSpec:
+    return RequestSpec(model="m", prompt="hi", max_tokens=100)
