@@ -1,7 +1,8 @@
 """Locust users that stream from an LLM server and time every token.
 
 `LLMUser` is a FastHttpUser: Locust's host, connection pool and settings apply. Each request
-goes through `StreamClient` (llm_locust.transport.http), becomes one RequestRecord, folds into the
+goes through runtime/send.py `SendPath.send` to the user's `Client` (transport/client.py: a
+`StreamClient`, or the gRPC client for --api vllm-grpc; `make_client`), becomes one RequestRecord, folds into the
 process's MetricsHub, and fires Locust's own request event with E2E as response_time and
 output tokens as response_length, so Locust's table means something.
 """

@@ -52,7 +52,7 @@ class PrefillGate:
     """--max-prefill N: at most N of this process's requests without their first token.
 
     A send takes a place before its request exists (`acquire`, counted as pending), the client
-    hands over the record as soon as it makes it (`started`, StreamClient.send's on_record), and
+    hands over the record as soon as it makes it (`started`, Client.send's on_record), and
     the place is free once the record has a first token or has ended. The client's read path is
     untouched: a send held at the cap looks at the open records' t_first every PREFILL_POLL
     seconds (only while it is held), so it goes out at most ~1 ms after the token that freed a
