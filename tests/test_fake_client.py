@@ -22,7 +22,7 @@ from locust.runners import STATE_STOPPED
 from llm_locust.metrics.aggregate import figures
 from llm_locust.metrics.records import Outcome
 from llm_locust.protocols.base import RequestSpec
-from llm_locust.runtime import replay_shares
+from llm_locust.runtime import closed_loop, dispatcher, replay_shares
 from llm_locust.runtime.closed_loop import StreamingUser
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.dispatcher import Dispatcher
@@ -47,10 +47,10 @@ def _trace(tmp_path, n: int, gap: float):
     return path
 
 
-def _environment(user_class, **settings) -> Environment:
+def _environment(user_class, model: str = "m", **settings) -> Environment:
     env = Environment(user_classes=[user_class], host=HOST)
     env.create_local_runner()
-    run_context(env)._settings = Settings(model="m", **settings)  # as the plugin reads them from Locust's options
+    run_context(env)._settings = Settings(model=model, **settings)  # as the plugin reads them from Locust's options
     return env
 
 
@@ -155,3 +155,85 @@ def test_a_killed_send_on_the_fake_is_handed_over_cancelled():
 
 def _spec() -> RequestSpec:
     return RequestSpec(model="m", prompt="hi", max_tokens=100)
+
+
+def _conversations(tmp_path, convs=("a", "b"), turns=3):
+    rows = [
+        {
+            "timestamp": 0.0,
+            "conversation_id": conv,
+            "turn": turn,
+            "messages": [{"role": "user", "content": f"question {turn} of {conv} please"}],
+            "output_tokens": OUT,
+        }
+        for conv in convs
+        for turn in range(turns)
+    ]
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+ENDPOINTS = ("http://127.0.0.1:9", "http://127.0.0.1:10")
+SESSIONS = {"trace_models": False, "endpoints": ",".join(ENDPOINTS), "route": "round-robin"}
+
+
+def _assert_one_set_up(env: Environment, fakes: dict[str, FakeClient]) -> list:
+    """What the set-up of a load (transport/session_runner.py set_up_load) gives either loop: the
+    router over both endpoints, the model split per session, the sessions' runner and its counts."""
+    recs = [r for f in fakes.values() for r in f.records]
+    status = hub(env).status_sources
+    assert set(status) >= {"endpoints", "sessions"}, status
+    assert all(f.sends for f in fakes.values()), "round robin: both endpoints"
+    by_session: dict[str, set] = {}
+    for r in recs:
+        by_session.setdefault(r.session, set()).add(r.model)
+    assert all(len(models) == 1 for models in by_session.values()), by_session  # a session keeps its model
+    assert set().union(*by_session.values()) <= {"m1", "m2"}
+    return recs
+
+
+def test_a_session_replay_over_two_endpoints_on_fakes_sends_every_turn(tmp_path, monkeypatch):
+    fakes = {u: FakeClient(SCRIPT) for u in ENDPOINTS}
+    monkeypatch.setattr(Dispatcher, "_client", lambda self, url=None: fakes[url or ENDPOINTS[0]])
+    monkeypatch.setattr(dispatcher, "fetch_models", lambda *_a: ["m1", "m2"])  # each endpoint's /v1/models
+
+    class FakeReplay(replay_shares.ReplayUser):
+        abstract = False
+
+    env = _environment(FakeReplay, "m1:0.5,m2:0.5", trace=str(_conversations(tmp_path)), replay=True, **SESSIONS)
+    replay_shares.install(env)
+    runner = env.runner
+    assert runner is not None
+    runner.start(1, spawn_rate=1)
+    _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
+    recs = _assert_one_set_up(env, fakes)
+    assert len(recs) == 6 and all(r.ok for r in recs)
+    assert hub(env).status_sources["sessions"]() == {"started": 2, "done": 2, "broken": 0}
+    assert figures(hub(env).total)["sent"] == 6
+
+
+def test_closed_loop_sessions_over_two_endpoints_on_fakes_are_all_counted(tmp_path, monkeypatch):
+    fakes = {u: FakeClient(SCRIPT) for u in ENDPOINTS}
+    monkeypatch.setattr(closed_loop, "fetch_models", lambda *_a: ["m1", "m2"])  # each endpoint's /v1/models
+
+    class FakeUser(StreamingUser):
+        host = HOST
+
+        def make_client(self, url: str) -> Client:
+            return fakes[url]
+
+    env = _environment(FakeUser, "m1:0.5,m2:0.5", trace=str(_conversations(tmp_path)), **SESSIONS)
+    runner = env.runner
+    assert runner is not None
+    runner.start(2, spawn_rate=100)
+
+    def sessions() -> dict[str, int]:
+        return hub(env).status_sources["sessions"]()
+
+    _wait(lambda: "sessions" in hub(env).status_sources and sessions()["done"] >= 4, "four sessions done")
+    runner.quit()
+    recs = _assert_one_set_up(env, fakes)
+    f = figures(hub(env).total)
+    assert f["sent"] == len(recs) == f["ok"] + f["cancelled"] and f["failed"] == 0, f
+    assert f["ok"] >= 4 * 3 and sessions()["broken"] <= 2  # a session cut by the stop ends broken
