@@ -120,6 +120,7 @@ def test_an_open_loop_replay_on_the_fake_client_sends_the_whole_trace_on_schedul
     assert runner is not None
     runner.start(1, spawn_rate=1)
     _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
+    runner.quit()
     f = _assert_counted_as_sent(env, fake)
     assert f["ok"] == fake.sends == n and hub(env).info["replay_sent"] == n, f
     # each request due at its trace time: the dispatcher's t_sched reached the client's record
@@ -207,6 +208,7 @@ def test_a_session_replay_over_two_endpoints_on_fakes_sends_every_turn(tmp_path,
     assert runner is not None
     runner.start(1, spawn_rate=1)
     _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
+    runner.quit()
     recs = _assert_one_set_up(env, fakes)
     assert len(recs) == 6 and all(r.ok for r in recs)
     assert hub(env).status_sources["sessions"]() == {"started": 2, "done": 2, "broken": 0}
