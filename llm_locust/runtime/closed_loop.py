@@ -1,7 +1,8 @@
 """Locust users that stream from an LLM server and time every token.
 
 `LLMUser` is a FastHttpUser: Locust's host, connection pool and settings apply. Each request
-goes through `StreamClient` (llm_locust.transport.http), becomes one RequestRecord, folds into the
+goes through runtime/send.py `SendPath.send` to the user's `Client` (transport/client.py: a
+`StreamClient`, or the gRPC client for --api vllm-grpc; `make_client`), becomes one RequestRecord, folds into the
 process's MetricsHub, and fires Locust's own request event with E2E as response_time and
 output tokens as response_length, so Locust's table means something.
 """
@@ -19,20 +20,19 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from llm_locust.metrics.records import RequestRecord
-from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
 from llm_locust.runtime.context import run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.send import SendPath
 from llm_locust.safe.masking import protect
+from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
-from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn, run_nonce
+from llm_locust.transport.session_runner import load_workload, pick_start_turn, set_up_load
 from llm_locust.transport.turns import take_turn
-from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.graded import maybe_graded
-from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.scenario import LLMClient
 from llm_locust.workload.sessions import SessionTrace
 from llm_locust.workload.specs import SpecBuilder
@@ -63,20 +63,14 @@ class UsersState:
         protect(s.api_key)
         work = load_workload(s.trace_path, s.trace_format or None)
         index = getattr(env.runner, "worker_index", 0) or 0
-        chat = s.api in CHAT_APIS
-        builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)
+        setup = set_up_load(s, work, index, s.endpoint_list, model_for=self._session_model)  # as the dispatcher's
+        builder, self.model_split, self.router = setup.builder, setup.model_split, setup.router
+        self.runner = setup.runner  # a session workload's (None: single records)
+        self.cancel = setup.cancel  # --cancel: one seeded plan per process
         split = s.model_split
-        self.model_split = None
-        if len(split) > 1:
-            from llm_locust.workload.routing import ModelSplit
-
-            self.model_split = ModelSplit(split, seed=s.seed * 1_000_003 + index)
         self.sessions: SessionTrace | None = work if isinstance(work, SessionTrace) else None
         self.workload = None
         if self.sessions is not None:
-            self.runner = SessionRunner(
-                self.sessions, builder, s, nonce=run_nonce(s.seed), model_for=self._session_model
-            )
             self._next_session = itertools.count((index * 7919) % len(self.sessions))
             self._start_rng = random.Random(s.seed * 1_000_033 + index)
         else:
@@ -84,25 +78,14 @@ class UsersState:
             self.workload = Workload(work, builder, offset=(index * 7919) % len(work), trace_models=s.trace_models)
         self.model: str | None = split[0][0] if len(split) == 1 else None
         self.model_checked = bool(split) or self.settings.api not in OPENAI_APIS
-        urls = s.endpoint_list
-        self.router = None
-        if len(urls) > 1:
-            from llm_locust.workload.routing import Router
-
-            self.router = Router(urls, s.route, seed=s.seed * 1_000_003 + index)
         self.session_headers = s.session_header_names
         self.endpoint_models: dict[str, list[str]] | None = None  # /v1/models per endpoint, read once
-        status = hub(env).status_sources
-        if self.router is not None:
-            status["endpoints"] = self.router.status
-        if self.sessions is not None:
-            status["sessions"] = self.runner.counts
+        hub(env).status_sources.update(setup.status_sources())
         self.lock = gevent.lock.Semaphore()
         self._mix_rng = random.Random(s.seed * 1_000_003 + index)  # per process, seeded
         self._mix = list(s.mix.items())
         self.ids = itertools.count()
         self.id_prefix = f"{os.getpid():x}-{index}"
-        self.cancel = process_plan(s.cancel, s.seed, index)  # --cancel: one seeded plan per process
 
     def _session_model(self, session) -> str | None:
         return self.model_split.pick(session.id) if self.model_split is not None else self.model
@@ -164,7 +147,7 @@ class LLMUser(FastHttpUser):
         http_client = self.client.client.clientpool.get_client(self._host_url)
         http_client._connection_pool.connection_timeout = s.timeouts.connect
         self._http = http_client
-        self.stream = self.stream_client(self.adapter) if self.adapter is not None else main_client(s, self._host_url)
+        self.stream: Client = self.make_client(self._host_url)
         ctx = self.ctx
         self.send_path = SendPath(
             env,
@@ -176,6 +159,19 @@ class LLMUser(FastHttpUser):
         self.llm = LLMClient(self)
         self._discover_model()
         self._discover_endpoint_models()
+
+    def make_client(self, url: str) -> Client:
+        """This user's client for the run's API at `url` (the host, or one of --endpoints): a
+        StreamClient on its own connections, or a gRPC API's own channel (main_client). The one
+        place the closed loop makes its main clients: a test's user returns a FakeClient here."""
+        s = self.ctx.settings
+        if self.adapter is None:  # a gRPC API: its own channel to the endpoint (as the dispatcher's)
+            return main_client(s, url)
+        http = self.client.client.clientpool.get_client(url)
+        http._connection_pool.connection_timeout = s.timeouts.connect
+        c = StreamClient(http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits)
+        c.cancel = self.ctx.cancel
+        return c
 
     def stream_client(self, adapter) -> StreamClient:
         """A client for one API on this user's connections to the host."""
@@ -241,7 +237,7 @@ class LLMUser(FastHttpUser):
         *,
         name: str | None = None,
         keep_text: bool | None = None,
-        stream: StreamClient | None = None,
+        stream: Client | None = None,
         session: str | None = None,
         ideal: int | None = None,
     ) -> RequestRecord:
@@ -265,26 +261,19 @@ class LLMUser(FastHttpUser):
             routed=stream is None,
         )
 
-    def _stream_for(self, url: str) -> StreamClient:
+    def _stream_for(self, url: str) -> Client:
         """This user's client for one endpoint of a run with several (its own connections)."""
-        streams = self.__dict__.setdefault("_streams", {})
+        streams: dict[str, Client] = self.__dict__.setdefault("_streams", {})
         c = streams.get(url)
         if c is None:
-            s = self.ctx.settings
-            if self.adapter is None:  # a gRPC API: its own channel to the endpoint (as the dispatcher's)
-                c = streams[url] = main_client(s, url)
-            else:
-                http = self.client.client.clientpool.get_client(url)
-                http._connection_pool.connection_timeout = self.ctx.settings.timeouts.connect
-                c = streams[url] = StreamClient(
-                    http, url, self.adapter, s.timeouts, headers=self.stream_headers(), limits=s.limits
-                )
-                c.cancel = self.ctx.cancel
+            c = streams[url] = self.make_client(url)
         return c
 
     def run_session(self, session, start_turn: int = 0) -> bool:
         """One whole session (its turns in order, its subagents in parallel), from this user."""
-        return self.ctx.runner.run(session, self._session_send, start_turn=start_turn, timed=False)
+        runner = self.ctx.runner
+        assert runner is not None, "a session workload's"
+        return runner.run(session, self._session_send, start_turn=start_turn, timed=False)
 
     def _session_send(
         self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal, keep_text: bool

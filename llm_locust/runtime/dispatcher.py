@@ -25,21 +25,19 @@ from geventhttpclient import HTTPClient
 from locust.env import Environment
 
 from llm_locust.metrics.records import RequestRecord
-from llm_locust.protocols import CHAT_APIS, GRPC_APIS, OPENAI_APIS, get_adapter
+from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.send import SendPath
 from llm_locust.settings.model import Settings
+from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.served import fetch_models
-from llm_locust.transport.session_runner import SessionRunner, load_workload, run_nonce, sleep_until
+from llm_locust.transport.session_runner import load_workload, set_up_load, sleep_until
 from llm_locust.workload.arrivals import share_offsets
-from llm_locust.workload.cancel import process_plan
 from llm_locust.workload.graded import maybe_graded
-from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
-from llm_locust.workload.specs import SpecBuilder
 from llm_locust.workload.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -51,7 +49,7 @@ class PrefillGate:
     """--max-prefill N: at most N of this process's requests without their first token.
 
     A send takes a place before its request exists (`acquire`, counted as pending), the client
-    hands over the record as soon as it makes it (`started`, StreamClient.send's on_record), and
+    hands over the record as soon as it makes it (`started`, Client.send's on_record), and
     the place is free once the record has a first token or has ended. The client's read path is
     untouched: a send held at the cap looks at the open records' t_first every PREFILL_POLL
     seconds (only while it is held), so it goes out at most ~1 ms after the token that freed a
@@ -141,8 +139,9 @@ class Dispatcher:
             self.error = f"{type(e).__name__}: {e}"
         self.ready.set()
 
-    def _client(self, url: str | None = None):
-        """The sender for `url` (default: the host): main_client's, on a pool sized for the replay."""
+    def _client(self, url: str | None = None) -> Client:
+        """The sender for `url` (default: the host): main_client's, on a pool sized for the replay.
+        The one place the open loop makes its clients: a test's replay returns a FakeClient here."""
         s = self.settings
         url = url or self.host
         if not url:  # Locust run directly without --host (llm-locust run always gives one)
@@ -179,26 +178,18 @@ class Dispatcher:
         if getattr(self, "client", None) is not None:
             return
         s = self.settings
-        self.client = self._client()
+        self.client: Client = self._client()
         self.model = self._model()
-        chat = s.api in CHAT_APIS
-        self.builder = SpecBuilder(s, PromptBuilder(seed=s.seed, chat=chat, tokenizer=s.tokenizer_obj()), chat)
+        urls = s.endpoint_list or [self.host]
+        setup = set_up_load(  # as the closed loop's users' (runtime/closed_loop.py UsersState)
+            s, self.trace, self.share[0], urls, model_for=lambda sess: self._request_model(sess.id), speed=s.speed
+        )
+        self.builder, self.model_split, self.router = setup.builder, setup.model_split, setup.router
+        self.runner = setup.runner  # a session trace's (None: single records)
         self.metrics = hub(self.env)
         self.greenlets = gevent.pool.Group()
-        seed = s.seed * 1_000_003 + self.share[0]
-        split = s.model_split
-        self.model_split = None
-        if len(split) > 1:
-            from llm_locust.workload.routing import ModelSplit
-
-            self.model_split = ModelSplit(split, seed=seed)
-        urls = s.endpoint_list or [self.host]
-        self.router = None
-        if len(urls) > 1:
-            from llm_locust.workload.routing import Router
-
-            self.router = Router(urls, s.route, seed=seed)
-            self.clients = {u: self._client(u) for u in urls}
+        if self.router is not None:
+            self.clients: dict[str, Client] = {u: self._client(u) for u in urls}
             if self.model_split is not None:  # which endpoint serves which model
                 self.router.serve({u: fetch_models(u, self._headers(), s.timeouts, s.limits) for u in urls})
         self.send_path = SendPath(
@@ -208,30 +199,15 @@ class Dispatcher:
             router=self.router,
             session_header_names=tuple(s.session_header_names),
         )
-        self.runner = None
-        if isinstance(self.trace, SessionTrace):
-            self.runner = SessionRunner(
-                self.trace,
-                self.builder,
-                s,
-                nonce=run_nonce(s.seed),
-                speed=s.speed,
-                model_for=lambda sess: self._request_model(sess.id),
-            )
-        plan = process_plan(s.cancel, s.seed, self.share[0])  # --cancel: one seeded plan per process
         for client in (self.client, *getattr(self, "clients", {}).values()):
             if hasattr(client, "cancel"):  # an HTTP client (--cancel is refused with gRPC)
-                client.cancel = plan
+                client.cancel = setup.cancel  # --cancel: one seeded plan per process
             warm_up = getattr(client, "warm_up", None)
             if warm_up is not None:
                 warm_up(self.model)
         if self.prefill is not None:
             self.metrics.info[self._prefill_key()] = self.prefill.figures()
-        status = self.metrics.status_sources
-        if self.router is not None:
-            status["endpoints"] = self.router.status
-        if self.runner is not None:
-            status["sessions"] = self.runner.counts
+        self.metrics.status_sources.update(setup.status_sources())
 
     def _record_model(self, entry) -> str | None:
         if self.settings.trace_models and entry.model:

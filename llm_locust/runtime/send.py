@@ -25,6 +25,7 @@ from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.safe.masking import mask
 from llm_locust.safe.terminal import terminal_safe
+from llm_locust.transport.client import Client
 from llm_locust.transport.turns import take_turn
 from llm_locust.workload.graded import grade_record
 from llm_locust.workload.routing import Router, session_headers
@@ -37,13 +38,13 @@ class SendPath:
 
     env: Any  # Locust's Environment: where `account` folds the record
     new_id: Callable[[], str]  # the next request id of this sender
-    client_for: Callable[[str], Any]  # the sender's client for one endpoint the router picked
+    client_for: Callable[[str], Client]  # the sender's client for one endpoint the router picked
     router: Router | None = None  # several endpoints: which one each request goes to
     session_header_names: tuple[str, ...] = ()  # headers that carry the session id (router affinity)
 
     def send(
         self,
-        client: Any,
+        client: Client,
         spec: RequestSpec,
         t_sched: float | None,
         source: str | None,
@@ -59,7 +60,8 @@ class SendPath:
     ) -> RequestRecord:
         """Send `spec` on `client` (or, with a router and `routed`, on the client of the endpoint
         it picks), due at `t_sched`, in ladder step `step`; account for it under `name` (Locust's
-        table; default the API's name) when it ends, cancelled or not. `keep_text`: keep the
+        table; default the API's name) when it ends, cancelled or not. The client is any
+        `Client` (transport/client.py: its send's arguments and promises). `keep_text`: keep the
         reply's text (None: the client's own default); a structured-output request always keeps
         it, for its check. `on_record`: handed the record as soon as the client makes it."""
         url = None
@@ -82,8 +84,9 @@ class SendPath:
 
         if wants_text(spec):
             keep_text = True  # a structured-output reply is checked against its schema
-        extra = {"on_record": on_record} if on_record is not None else {}
-        rec = client.send(spec, self.new_id(), t_sched, on_cancel=done, step=step, keep_text=keep_text, **extra)
+        rec = client.send(  # the Client protocol (transport/client.py): http, grpc_h2, grpc_io or the fake
+            spec, self.new_id(), t_sched=t_sched, on_cancel=done, step=step, keep_text=keep_text, on_record=on_record
+        )
         try:
             take_turn()  # its accounting after the streams' reads when the loop has been busy (transport/turns.py)
         finally:

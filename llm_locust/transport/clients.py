@@ -4,12 +4,22 @@ dispatcher both get theirs here."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
+from llm_locust.transport.client import Client
 from llm_locust.transport.http import StreamClient
 
+if TYPE_CHECKING:  # every client meets the Client contract: mypy checks this line
+    from llm_locust.transport.fake import FakeClient
+    from llm_locust.transport.grpc_h2 import H2GrpcClient
+    from llm_locust.transport.grpc_io import GrpcStreamClient
 
-def main_client(settings, host: str, http_client=None):
+    _CLIENTS: tuple[type[Client], ...] = (StreamClient, H2GrpcClient, GrpcStreamClient, FakeClient)
+
+
+def main_client(settings, host: str, http_client=None) -> Client:
     """StreamClient on `http_client` (a geventhttpclient HTTPClient for the host), or, for a gRPC
     API, an H2GrpcClient (our own HTTP/2 reader: grpcio's client cost ~40x more per token) with
     the key as gRPC metadata (no HTTP client needed)."""

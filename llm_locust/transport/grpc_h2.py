@@ -596,6 +596,7 @@ class H2GrpcClient:
         self,
         spec: RequestSpec,
         request_id: str,
+        *,
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
@@ -603,9 +604,9 @@ class H2GrpcClient:
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send one request, read its stream to the end, and return what happened (the contract
-        of GrpcStreamClient.send: never raises for server or network trouble; a killed greenlet
-        hands the record to `on_cancel` as cancelled and GreenletExit propagates; `on_record`
-        gets the record once, as soon as it exists: StreamClient.send's)."""
+        of Client.send, transport/client.py: never raises for server or network trouble; a
+        killed greenlet hands the record to `on_cancel` as cancelled and GreenletExit
+        propagates; `on_record` gets the record once, as soon as it exists)."""
         data = grpc_vllm.encode_generate(spec, request_id)
         now = time.perf_counter()
         rec = RequestRecord(

@@ -189,17 +189,21 @@ class GrpcStreamClient:
         self,
         spec: RequestSpec,
         request_id: str,
+        *,
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
         keep_text: bool | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
-        """Send one request, read its stream to the end, and return what happened.
+        """Send one request, read its stream to the end, and return what happened: the
+        `Client.send` contract (transport/client.py).
 
         Never raises for server or network trouble (the record's outcome says it); raises
         ValueError for a spec the API cannot carry (an unknown extra_body key). When the
         greenlet is killed, the call is cancelled, the record handed to `on_cancel` as
-        cancelled and GreenletExit propagates."""
+        cancelled and GreenletExit propagates. `on_record` gets the record once, as soon as it
+        exists, before the call is made."""
         data = grpc_vllm.encode_generate(spec, request_id)
         now = time.perf_counter()
         rec = RequestRecord(
@@ -211,6 +215,8 @@ class GrpcStreamClient:
             requested_out=spec.max_tokens if spec.force_length else None,
             step=step,
         )
+        if on_record is not None:
+            on_record(rec)
         state = StreamState(False)  # token ids only: there is no text to collect
         call = None
         watch = _Watch(self.timeouts.no_progress)

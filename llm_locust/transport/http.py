@@ -126,13 +126,15 @@ class StreamClient:
         self,
         spec: RequestSpec,
         request_id: str,
+        *,
         t_sched: float | None = None,
         on_cancel: Callable[[RequestRecord], None] | None = None,
         step: int = 0,
         keep_text: bool | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
-        """Send one request, read its stream to the end, and return what happened.
+        """Send one request, read its stream to the end, and return what happened: the
+        `Client.send` contract (transport/client.py).
 
         Never raises for server or network trouble, whatever bytes the server sends: that
         becomes the record's outcome. When the greenlet is killed (test stopped), the record is

@@ -24,16 +24,22 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
 import gevent.pool
 
 from llm_locust.metrics.records import RequestRecord
+from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload import load_trace
 from llm_locust.workload.agentic import detect_sessions, is_session_format, load_sessions
+from llm_locust.workload.cancel import CancelPlan, process_plan
+from llm_locust.workload.prompts import PromptBuilder
+from llm_locust.workload.routing import ModelSplit, Router
 from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn, sessions_from_trace
+from llm_locust.workload.specs import SpecBuilder
 from llm_locust.workload.trace_record import TraceRecord
 
 # send(spec, t_sched, source, session id, ideal cached tokens, keep_text) -> the finished, accounted
@@ -293,6 +299,58 @@ def _text_of(m: dict[str, Any]) -> str:
     if isinstance(c, list):
         return " ".join(p.get("text", "") for p in c if isinstance(p, dict))
     return ""
+
+
+@dataclass
+class LoadSetup:
+    """What one process sends its load with, made once (`set_up_load`) by whichever loop runs it:
+    the closed loop's users (runtime/closed_loop.py UsersState) or the open-loop dispatcher
+    (runtime/dispatcher.py Dispatcher._prepare). Both draw from the same seeds, so a ladder and a
+    replay of one trace build the same prompts, split the same models and route alike."""
+
+    builder: SpecBuilder  # trace records -> RequestSpecs (prompts of exact length)
+    model_split: ModelSplit | None  # --model a:0.7,b:0.3: which model each request or session asks for
+    router: Router | None  # several --endpoints: which one each request goes to
+    runner: SessionRunner | None  # a session workload's turns (None: a trace of single records)
+    cancel: CancelPlan | None  # --cancel: this process's seeded plan, set on its HTTP clients
+
+    def status_sources(self) -> dict[str, Callable[[], Any]]:
+        """What the live status shows of it: the endpoints' and the sessions' counts."""
+        out: dict[str, Callable[[], Any]] = {}
+        if self.router is not None:
+            out["endpoints"] = self.router.status
+        if self.runner is not None:
+            out["sessions"] = self.runner.counts
+        return out
+
+
+def set_up_load(
+    settings,
+    work: Any,
+    index: int,
+    urls: list[str],
+    *,
+    model_for: Callable[[Session], str | None],
+    speed: float = 1.0,
+) -> LoadSetup:
+    """One process's LoadSetup for `work` (load_workload's: a Trace or a SessionTrace), process
+    `index` of the run (a worker's index, a replay's share), the run's endpoints `urls` (a router
+    when there are several), `model_for` a session's model, `speed` its gaps' divisor (a replay's)."""
+    s = settings
+    seed = s.seed * 1_000_003 + index  # per process, seeded: the split's and the router's draws
+    chat = s.api in CHAT_APIS
+    builder = SpecBuilder(s, PromptBuilder(tokenizer=s.tokenizer_obj(), seed=s.seed, chat=chat), chat)
+    split = s.model_split
+    runner = None
+    if isinstance(work, SessionTrace):
+        runner = SessionRunner(work, builder, s, nonce=run_nonce(s.seed), speed=speed, model_for=model_for)
+    return LoadSetup(
+        builder=builder,
+        model_split=ModelSplit(split, seed=seed) if len(split) > 1 else None,
+        router=Router(urls, s.route, seed=seed) if len(urls) > 1 else None,
+        runner=runner,
+        cancel=process_plan(s.cancel, s.seed, index),
+    )
 
 
 def run_nonce(seed: int) -> str:
