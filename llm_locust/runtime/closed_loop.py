@@ -28,6 +28,7 @@ from llm_locust.runtime.send import SendPath
 from llm_locust.safe.masking import protect
 from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
+from llm_locust.transport.grpc_h2 import H2GrpcClient
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
 from llm_locust.transport.session_runner import load_workload, pick_start_turn, set_up_load
@@ -197,8 +198,6 @@ class LLMUser(FastHttpUser):
             if ctx.model_checked:
                 return
             if self.adapter is None:  # a gRPC server: its GetModelInfo names what it serves
-                from llm_locust.transport.grpc_h2 import H2GrpcClient
-
                 grpc = self.stream
                 assert isinstance(grpc, H2GrpcClient), "main_client's for a gRPC API"
                 served = grpc.model_info().get("served_model_name") or ""

@@ -21,6 +21,7 @@ from locust.env import Environment
 from llm_locust.metrics.records import Outcome, RequestRecord, work_of
 from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
+from llm_locust.protocols.causes import cause_of, normalise
 from llm_locust.runtime.context import UNSET, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.safe.masking import mask
@@ -108,8 +109,6 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     A failure gets its cause from the server's own words (protocols.causes; the record's error keeps
     them exactly); Locust's failure row reads '<outcome>: <cause>: <error, numbers as N>', so errors
     that differ only in numbers (token counts, sizes) share one row."""
-    from llm_locust.protocols.causes import cause_of, normalise
-
     if rec.error:  # a server may echo the key, or send escapes: masked and made printable before any output
         rec.error = terminal_safe(mask(rec.error))
     if not rec.ok and rec.cause is None and rec.outcome not in _NOT_FAILED:

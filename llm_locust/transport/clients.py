@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
 from llm_locust.transport.client import Client
+from llm_locust.transport.grpc_h2 import H2GrpcClient
 from llm_locust.transport.http import StreamClient
 
 if TYPE_CHECKING:  # every client meets the Client contract: mypy checks this line
@@ -24,8 +25,6 @@ def main_client(settings, host: str, http_client=None) -> Client:
     API, an H2GrpcClient (our own HTTP/2 reader: grpcio's client cost ~40x more per token) with
     the key as gRPC metadata (no HTTP client needed)."""
     if settings.api in GRPC_APIS:
-        from llm_locust.transport.grpc_h2 import H2GrpcClient
-
         key = settings.api_key
         return H2GrpcClient(
             host,
