@@ -28,6 +28,9 @@ from typing import Any
 
 from llm_locust.analysis import calibration
 from llm_locust.children import Children, child_env, ended
+from llm_locust.report.files import refuse_special, write_atomic
+from llm_locust.settings.workers import calibration_path
+from llm_locust.sim.process import SimProcess
 
 BUDGET_S = 110.0  # default: the whole search within about 2 minutes
 STEP_S, QUICK_STEP_S = 6, 2  # seconds each step's run sends load
@@ -105,17 +108,12 @@ def main(argv: list[str]) -> int:
 
 def _target() -> Path:
     """Where --write goes, checked before any load: a regular file or nothing there (files.refuse_special)."""
-    from llm_locust.report.files import refuse_special
-    from llm_locust.settings.workers import calibration_path
-
     path = calibration_path()
     refuse_special(path)
     return path
 
 
 def _write(path: Path, value: int, how: str, rows: list[dict[str, Any]]) -> int:
-    from llm_locust.report.files import write_atomic
-
     doc = {"tokens_per_process": value, "how": how, "measured_at": time.time(), "steps": rows}
     try:
         write_atomic(path, json.dumps(doc, indent=2) + "\n")
@@ -130,8 +128,6 @@ def _search(
     children: Children, tmp: Path, steps: tuple[int, ...], seconds: int, max_tokens: int, budget: float
 ) -> list:
     """The steps, in order, until one does not hold, falls short, or would end past the budget."""
-    from llm_locust.sim.process import SimProcess
-
     t0, last = time.monotonic(), seconds + START_S
     rows: list[dict[str, Any]] = []
     token_log = tmp / "tokens.jsonl"

@@ -18,7 +18,9 @@ import time
 from typing import Any
 
 from llm_locust.children import Children, child_env, ended, stop_status
+from llm_locust.report.files import write_atomic
 from llm_locust.report.grid_table import cell_row, format_grid, grid_doc, render
+from llm_locust.report.results import ResultsError, read_results, write_results
 from llm_locust.schema import ResultsDoc
 from llm_locust.settings.grid_spec import cell_name, parse_grid
 
@@ -97,8 +99,6 @@ def _run_cell(
 ) -> tuple[int | None, ResultsDoc | str]:
     """One cell's run, a child of the grid: (exit status, its results or why there are none);
     (None, "") when a signal came before it started."""
-    from llm_locust.report.results import ResultsError, read_results
-
     if os.path.exists(path):
         os.unlink(path)  # an earlier grid's file must not stand in for this cell's
     code = children.run(cmd, env, phase=phase)
@@ -173,9 +173,6 @@ def run_grid(argv: list[str], settings: Any, child_extra: dict[str, str]) -> int
 
 def _write_grid(settings: Any, results: str, doc: dict[str, Any]) -> None:
     """The grid results file, the table printed, the page with --report."""
-    from llm_locust.report.files import write_atomic
-    from llm_locust.report.results import write_results
-
     write_results(results, doc)
     print(format_grid(doc), flush=True)
     print(f"grid results written to {results}", flush=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +31,16 @@ from typing import Any
 from llm_locust.analysis import stress
 from llm_locust.analysis.stress import FAIL, SKIP, Verdict
 from llm_locust.children import Children, child_env, ended
+from llm_locust.grid_runs import with_options
+from llm_locust.report.files import write_atomic
+from llm_locust.report.results import ResultsError, read_results
+from llm_locust.report.suite_page import render
+from llm_locust.settings import derive
+from llm_locust.settings.ladder_spec import parse_ladder
+from llm_locust.settings.units import run_time_seconds
+from llm_locust.sim.options import fault_arg
+from llm_locust.sim.process import SimProcess
+from llm_locust.workload.synth import parse_spec_text
 
 SIM_CONTEXT = 65_536  # tokens: the built-in simulator's context (its /v1/models max_model_len) in the suite
 LIMIT_FACTOR, LIMIT_MARGIN_S = 2.0, 60.0  # a case is stopped past 2 x its planned length + 60 s
@@ -112,8 +123,6 @@ def _cases(text: str) -> list[Case]:
 
 def _faults(given: list[str], host: str) -> dict[str, list[str]]:
     """{case or '': [SPEC=RATE, ...]} ('' for every case), each checked as `llm-locust sim` does."""
-    from llm_locust.sim.options import fault_arg
-
     if given and host:
         raise UsageError("--sim-fault: faults are the built-in simulator's; with --host there is none")
     out: dict[str, list[str]] = {}
@@ -143,8 +152,6 @@ def _out_dir(text: str) -> Path:
 
 def _plan_settings(plan: Path, run_options: list[str]):
     """The case's effective settings (its plan and the run options given after --)."""
-    from llm_locust.settings import derive
-
     parser = derive.run_parser()
     namespace, _ = parser.parse_known_args(run_options)
     return derive.resolve(derive.load_plan(plan), derive.cli_values(namespace))
@@ -152,9 +159,6 @@ def _plan_settings(plan: Path, run_options: list[str]):
 
 def _planned_s(settings) -> float:
     """The case's planned length in seconds (its ladder's, or its run time), for its time limit."""
-    from llm_locust.settings.ladder_spec import parse_ladder
-    from llm_locust.settings.units import run_time_seconds
-
     if settings.ladder:  # the parent of the series imports no Locust (runtime.shapes would)
         return parse_ladder(settings.ladder, warmup=settings.warmup, duration=settings.step_duration).planned_time()[1]
     return run_time_seconds(settings.run_time or "") or 60.0
@@ -162,10 +166,6 @@ def _planned_s(settings) -> float:
 
 def _needed_tokens(settings) -> int:
     """Tokens one request of the case needs: its longest prompt plus max_tokens."""
-    import re
-
-    from llm_locust.workload.synth import parse_spec_text
-
     if not settings.synthetic:
         return 0
     spec = parse_spec_text(settings.synthetic)
@@ -187,8 +187,6 @@ class Suite:
 
 
 def _start_sim(suite: Suite, case: Case, settings):
-    from llm_locust.sim.process import SimProcess
-
     faults = suite.faults.get("", []) + suite.faults.get(case.name, [])
     sim = SimProcess(
         slots=settings.sim_slots, fast=settings.sim_fast, kv_tokens=SIM_CONTEXT, fault=faults, own_session=True
@@ -200,8 +198,6 @@ def _start_sim(suite: Suite, case: Case, settings):
 def _run_case(suite: Suite, case: Case) -> dict[str, Any]:
     """One case: its server (the simulator, or --host), the long-context check, its run as a
     child, its verdict; the row kept in the suite's results."""
-    from llm_locust.grid_runs import with_options
-
     plan = suite.plans / case.plan
     settings = _plan_settings(plan, suite.run_options)
     needed, limit = _needed_tokens(settings), _planned_s(settings) * LIMIT_FACTOR + LIMIT_MARGIN_S
@@ -231,7 +227,7 @@ def _run_case(suite: Suite, case: Case) -> dict[str, Any]:
 
 
 def _context_skip(host: str, settings, needed: int) -> Verdict | None:
-    from llm_locust.transport.served import context_length
+    from llm_locust.transport.served import context_length  # gevent, only when a case asks the server
 
     ctx = context_length(host, settings.api_key)
     return stress.context_skip(needed, ctx, "/v1/models max_model_len or /props n_ctx")
@@ -240,8 +236,6 @@ def _context_skip(host: str, settings, needed: int) -> Verdict | None:
 def _judge(case: Case, suite: Suite, results: Path, code: int | None, needed: int, limit: float) -> Verdict:
     """The case's verdict from its results; a case that wrote none, was stopped at its time limit
     or interrupted says so (FAIL, or SKIP when the suite itself was interrupted)."""
-    from llm_locust.report.results import ResultsError, read_results
-
     if code is None:
         return Verdict(case.name, SKIP, "not run: the suite was interrupted", {})
     try:
@@ -268,9 +262,6 @@ def _verdict_row(v: Verdict) -> dict[str, Any]:
 
 def _write(suite: Suite, rows: list[dict[str, Any]], facts: dict[str, Any]) -> tuple[Path, Path]:
     """DIR/suite.json and DIR/report.html."""
-    from llm_locust.report.files import write_atomic
-    from llm_locust.report.suite_page import render
-
     doc = {"suite": "stress", **facts, "cases": rows}
     path, page = suite.out / "suite.json", suite.out / "report.html"
     write_atomic(path, json.dumps(doc, indent=2, default=str) + "\n")

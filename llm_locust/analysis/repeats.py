@@ -13,6 +13,7 @@ Core code: plain Python, no Locust (docs/verdicts.md, "Repetitions").
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any, cast
@@ -238,8 +239,6 @@ def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str, planned: i
     their means), the validity flags of any repetition, and the `repeats` section (`planned`: the
     repetitions asked for, when fewer were combined). Its counts add up when each repetition's do
     (report.accounting, checked by the writer)."""
-    import copy
-
     out = copy.deepcopy(docs[-1])
     out.pop("_path", None)
     out.pop("count_problems", None)  # the last repetition's: the writer checks the combined file anew

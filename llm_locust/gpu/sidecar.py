@@ -12,6 +12,7 @@ for existing dashboards, and base-unit names of our own (``llm_locust_gpu_*``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import sys
@@ -88,8 +89,6 @@ def _labels(d: DeviceInfo) -> list[str]:
 
 def _original(module: str, name: str):
     """The unpatched `module.name` when gevent has monkey-patched it, else the module's own."""
-    import importlib
-
     try:
         from gevent import monkey
     except ImportError:

@@ -17,6 +17,7 @@ of an interrupted run are kept and marked, never judged).
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -647,8 +648,6 @@ def _mark_partial(results: ResultsDoc, e: Ended) -> None:
 
 
 def _utc(t: float | None) -> str | None:
-    import datetime
-
     return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
 
 

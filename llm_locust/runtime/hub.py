@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import gevent
+import locust.runners
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -741,8 +742,6 @@ def _clock_loop(h: WorkerHub) -> None:
 
 def _install_master(h: MasterHub, environment: Environment, runner: MasterRunner) -> None:
     """The master merges the workers' reports, collects their final reports at stop, and watches them."""
-    import locust.runners
-
     events = environment.events
     # read by Locust each time a worker connects or sends a heartbeat
     locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import gevent
+import locust.stats
+import orjson
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -46,6 +48,7 @@ from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.probe import probe_server
 from llm_locust.transport.progress import Progress
 from llm_locust.transport.scraper import Scraper, server_scrapers
+from llm_locust.transport.session_runner import load_workload
 from llm_locust.transport.signals import Stopper
 from llm_locust.workload import load_trace
 from llm_locust.workload.schedule import ReplayWindow, due_times
@@ -136,8 +139,6 @@ def _load(environment, settings) -> dict[str, Any]:
 
 def _write_report(path: str, results: dict, secrets: tuple[str, ...], results_path: str = "") -> bool:
     """The HTML report, as `llm-locust report` would write it from the results file."""
-    import orjson
-
     try:
         doc = orjson.loads(results_json(results, secrets, indent=False))  # what a reader of the file gets
         if results_path:
@@ -271,8 +272,6 @@ def _quiet_locust_tables() -> None:
     """Locust's end-of-run tables (requests, percentiles, errors by response time in ms without a
     unit, 175 columns wide) printed before our summary: under `llm-locust run` the summary's own
     table says it, in milliseconds, per metric of docs/metrics.md."""
-    import locust.stats
-
     for name in ("print_stats", "print_percentile_stats", "print_error_report"):
         setattr(locust.stats, name, lambda *_a, **_kw: None)
 
@@ -300,8 +299,6 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     outputs, inputs = run_files(settings, plan=plan_path(command))
     check_outputs({**outputs, **recordlog.outputs(settings.record_log, _local_workers(environment))}, inputs)
     # reads and checks the whole file, keeps almost none of it (the senders load their shares)
-    from llm_locust.transport.session_runner import load_workload
-
     work = load_workload(settings.trace_path, settings.trace_format or None, share=(0, 2**31))
     h.info["workload"] = _workload_facts(work, settings)
     shapes.install(environment, settings)  # a bad ladder is refused here

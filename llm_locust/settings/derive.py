@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -513,8 +513,6 @@ def _plan_value(s: Settings, name: str, opt: Opt) -> Any:
     if name == "synthetic":
         if not v:
             return _LEFT_OUT
-        from dataclasses import asdict
-
         return asdict(parse_spec_text(v))
     if name == "slo":
         return _slo_plan(v)

@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
@@ -211,8 +213,6 @@ def parse_tolerance(text: Any) -> float:
 def _synthetic(v: Any) -> Any:
     """A synthetic workload as `key=value,...` text, every key written (a YAML mapping too), so the
     same workload always reads the same."""
-    from dataclasses import asdict
-
     if isinstance(v, dict):
         v = ",".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}" for k, x in v.items() if x is not None)
     if isinstance(v, str) and v:
@@ -364,8 +364,6 @@ def _check_host(v: str) -> str:
 
 def _check_port(url: str) -> None:
     """A port out of range is a usage error (exit 2), not an unreachable target (exit 3)."""
-    from urllib.parse import urlsplit
-
     try:
         port = urlsplit(url).port
     except ValueError:
@@ -2058,8 +2056,6 @@ class Settings(BaseModel):
         """The trace to load: the given one, or the bundled sample."""
         if self.trace:
             return self.trace
-        from importlib import resources
-
         return str(resources.files("llm_locust") / "data" / "sample_trace.jsonl")
 
     @property

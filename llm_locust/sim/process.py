@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import selectors
+import signal
 import subprocess
 import sys
 
@@ -31,9 +33,6 @@ def _die_with_parent() -> None:
     """In the child, before exec: SIGTERM when the process that started it dies (Linux's
     PR_SET_PDEATHSIG), so a simulator in a session of its own is not left behind by a run killed
     with SIGKILL. Elsewhere nothing: the run's own stop still ends it."""
-    import ctypes
-    import signal
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):

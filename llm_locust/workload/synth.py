@@ -28,7 +28,9 @@ import orjson
 
 from llm_locust.workload.agentic.synth_sessions import main as agentic_main
 from llm_locust.workload.arrivals import ARRIVAL_KINDS, arrival_problem, interval_draw
+from llm_locust.workload.load import load_trace
 from llm_locust.workload.output import write_out
+from llm_locust.workload.paths import check_input
 from llm_locust.workload.prefix_dist import PrefixDist, law_line, parse_prefix_dist
 from llm_locust.workload.rate_curve import RateCurve, curve_times, parse_rate_curve
 
@@ -64,9 +66,6 @@ def parse_dist(text: str, column: str = "input_tokens") -> Sampler:
             mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
             return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
         if kind == "empirical":
-            from llm_locust.workload.load import load_trace
-            from llm_locust.workload.paths import check_input
-
             check_input(rest, "empirical:")
             trace = load_trace(rest)
             values = [v for v in (getattr(trace[i], column) for i in range(len(trace))) if v]

@@ -4,6 +4,7 @@ text escaped) and one self-contained HTML page."""
 from __future__ import annotations
 
 import html
+import textwrap
 from typing import Any
 
 from llm_locust.report.compare.comparison import Comparison
@@ -42,8 +43,6 @@ def _widths(t: Table) -> list[int]:
 def _wrapped(row: list[str]) -> list[str]:
     """The row's value cells of more than CELL_WRAP characters wrapped at spaces (one cell, lines
     joined by newlines); the row's name is left whole."""
-    import textwrap
-
     out = [row[0]]
     for s in row[1:]:
         wrapped = textwrap.wrap(s, CELL_WRAP, break_long_words=False, break_on_hyphens=False)
@@ -75,8 +74,6 @@ def _aligned(t: Table, keep: list[int], widths: list[int]) -> str:
 
 def _prose(line: str, width: int | None, indent: str = "") -> list[str]:
     """A line of prose within `width` (None: as it is), continuations indented."""
-    import textwrap
-
     if width is None or len(line) <= width:
         return [line]
     return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)

@@ -37,6 +37,8 @@ from typing import Any
 
 import gevent
 import orjson
+from flask import Blueprint, Response, request, send_from_directory
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from llm_locust.analysis import saturation
 from llm_locust.runtime import shapes
@@ -99,8 +101,6 @@ class RunClock:
     def control(self) -> dict[str, Any]:
         """-t and when the running test stops. None once it is stopping: Locust says "stopped"
         before its test_stop listeners (on_stop) have run, and a poll in between saw the old time."""
-        from locust.runners import STATE_RUNNING, STATE_SPAWNING
-
         runner = self.env.runner
         live = runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING)
         return {"run_time": self.run_time, "stops_at": self.ends_at if live else None}
@@ -157,8 +157,6 @@ def _quit(environment) -> None:
 
 
 def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
-    from locust.runners import MasterRunner
-
     runner = environment.runner
     workers = None
     if isinstance(runner, MasterRunner):
@@ -243,8 +241,6 @@ def install(
 ) -> LiveView | None:
     """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI), and
     end the process with its test where `ends_with_its_test` (`interrupted`: a signal ended it)."""
-    from locust.runners import MasterRunner, WorkerRunner
-
     web_ui = getattr(environment, "web_ui", None)
     if web_ui is None or isinstance(environment.runner, WorkerRunner):
         return None
@@ -281,8 +277,6 @@ def install(
 
 def _serve_pages(web_ui, prefix: str, current_view: Callable[[], LiveView], get_inputs: Callable[[], Inputs]) -> None:
     """The live view's own routes (/llm, its data poll, its static files), behind the web UI's login."""
-    from flask import Blueprint, Response, request, send_from_directory
-
     bp = Blueprint("llm_locust_webui", __name__, url_prefix=prefix or None)
     auth = web_ui.auth_required_if_enabled
     page = (STATIC / "llm.html").read_bytes()
@@ -314,8 +308,6 @@ def _add_locust_tab(
     web_ui, prefix: str, current_view: Callable[[], LiveView], get_inputs: Callable[[], Inputs]
 ) -> None:
     """An "LLM" tab (a two-column table) in Locust's own UI and a /llm link under Reports: found from there."""
-    from flask import request
-
     ta = web_ui.template_args
     ta["extended_tabs"] = [*ta.get("extended_tabs", []), {"title": "LLM", "key": TAB_KEY}]
     ta["extended_tables"] = [

@@ -49,6 +49,9 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flask import jsonify, redirect, request, session, url_for
+from flask_login import login_user
+
 log = logging.getLogger(__name__)
 
 # Locust's own start-form fields; a locustfile's own options shown in the form (include_in_web_ui,
@@ -65,8 +68,6 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 
 def install(web_ui) -> None:
     """The checks above, as before_request hooks on the web UI's app (before any route runs)."""
-    from flask import jsonify, request
-
     prefix = (getattr(web_ui.environment.parsed_options, "web_base_path", "") or "").rstrip("/")
     names = _machine_names(web_ui.host)
     trusted = trusted_origins(getattr(web_ui.environment.parsed_options, "web_origins", ""))
@@ -303,9 +304,6 @@ class _User:
 
 
 def _default_login(web_ui) -> None:
-    from flask import redirect, request, session, url_for
-    from flask_login import login_user
-
     app = web_ui.app
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = os.environ.get("FLASK_SECRET_KEY") or secrets.token_hex(32)
