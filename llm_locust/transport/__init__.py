@@ -5,7 +5,7 @@ read pump, kernel receive stamps), the bounded reads of a server outside the req
 preflight, the /metrics scraper, its prefix cache), and the loops beside a run that need an event
 loop but not Locust (sessions, the clock across hosts, progress, signals).
 
-It imports the core (protocols, records, metrics, workload, settings, analysis, report) and gevent,
+It imports the core (schema, safe, metrics, protocols, workload, analysis, settings, report) and gevent,
 never `llm_locust.runtime` nor Locust (tests/test_structure.py): a request can be sent, timed and
 read, and a server probed, without a Locust environment.
 """
