@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.settings.derive import from_options
 
@@ -58,6 +60,25 @@ class Unset(enum.Enum):
 UNSET: Final = Unset.UNSET
 
 
+class Role(enum.Enum):
+    """What this process is in the run, as Locust's `create_master_runner` /
+    `create_worker_runner` / `create_local_runner` made it."""
+
+    MASTER = "master"  # coordinates the workers and reports; sends no load
+    WORKER = "worker"  # sends load and reports to the master
+    LOCAL = "local"  # one process: sends load and reports
+
+
+def role_of(runner: object) -> Role:
+    """The role of Locust's runner: the one place that asks its class (no runner yet: local, as a
+    bare Environment in a test behaves)."""
+    if isinstance(runner, MasterRunner):
+        return Role.MASTER
+    if isinstance(runner, WorkerRunner):
+        return Role.WORKER
+    return Role.LOCAL
+
+
 @dataclass
 class RunContext:
     """What this process knows of the run, each part None until it is made."""
@@ -74,6 +95,28 @@ class RunContext:
     prometheus: CollectorRegistry | None = None  # the exporter's registry (runtime/exporter.py)
     precision: Watch | None = None  # --precision's judge of a run (not a ladder)
     _settings: Settings | None = None
+    _role: Role | None = None
+
+    @property
+    def role(self) -> Role:
+        """This process's role, decided once: at Locust's init (the plugin's first init listener
+        reads it), or on first read after the runner is made. Before any runner (a bare
+        Environment in a test) it reads as local and is not kept."""
+        if self._role is None:
+            if self.env.runner is None:
+                return Role.LOCAL
+            self._role = role_of(self.env.runner)
+        return self._role
+
+    def master_runner(self) -> MasterRunner:
+        """Locust's runner, where this process is the master (asserted: a caller that asks decided so)."""
+        assert self.role is Role.MASTER, f"the master's runner asked of a {self.role.value} process"
+        return cast(MasterRunner, self.env.runner)
+
+    def worker_runner(self) -> WorkerRunner:
+        """Locust's runner, where this process is a worker (asserted: a caller that asks decided so)."""
+        assert self.role is Role.WORKER, f"a worker's runner asked of a {self.role.value} process"
+        return cast(WorkerRunner, self.env.runner)
 
     @property
     def settings(self) -> Settings:
