@@ -464,3 +464,23 @@ def test_importing_the_transport_loads_no_locust():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_the_plugin_starts_no_greenlet():
+    """Nothing runs at import (issue 38): a worker's command line, `import llm_locust.users` as a
+    locustfile does, and no greenlet is spawned; the worker's wait-for-the-master warner starts
+    when Locust builds its parser (before the worker connects), once."""
+    code = (
+        "import sys; sys.argv = ['locust', '--worker']\n"
+        "import gevent\n"
+        "spawned = []\n"
+        "real = gevent.spawn\n"
+        "gevent.spawn = lambda f, *a, **k: spawned.append(getattr(f, '__name__', f)) or real(f, *a, **k)\n"
+        "import llm_locust.users\n"
+        "print('import', spawned)\n"
+        "from locust.argument_parser import get_parser\n"
+        "get_parser(); get_parser()\n"
+        "print('parser', spawned)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.splitlines() == ["import []", "parser ['_warn_while_master_silent']"], out

@@ -73,10 +73,6 @@ def _warn_while_master_silent(delay: float) -> None:
         gevent.sleep(max(delay, 10.0))
 
 
-if "--worker" in sys.argv:
-    gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
-
-
 def _server_scraper(environment, settings, url: str):
     """Read the inference server's /metrics (or the GPU sidecar's) while the test runs."""
     if url == "off" or not (url or environment.host):
@@ -183,6 +179,19 @@ def _add_options(parser, **_kw: Any) -> None:
     # Safe by default: the web UI and the master's worker port listen on this machine only;
     # --web-host / --master-bind-host open them (docs/security.md).
     parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
+
+
+_master_watch: list[gevent.Greenlet] = []  # the worker's one warner, once started
+
+
+@events.init_command_line_parser.add_listener
+def _watch_for_the_master(**_kw: Any) -> None:
+    """A worker's: warn while its master stays silent. Nothing starts at import: Locust builds its
+    parser after importing the locustfile and before the worker connects (creating the worker
+    runner waits for the master; init fires only once connected), the one event in between."""
+    if "--worker" in sys.argv and not _master_watch:
+        delay = float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10"))
+        _master_watch.append(gevent.spawn(_warn_while_master_silent, delay))
 
 
 @events.init.add_listener
