@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 from types import SimpleNamespace
 
+import pytest
+from support import free_port
+
 from llm_locust.runtime import context
 from llm_locust.runtime.context import UNSET, ReplayState, run_context
 from llm_locust.settings import derive
@@ -51,3 +54,60 @@ def test_the_settings_are_read_once_and_again_after_locust_writes_its_options(mo
 def test_an_environment_without_options_reads_the_defaults_as_from_options_does():
     run = run_context(SimpleNamespace(parsed_options=None))
     assert run.settings == derive.from_options(None)  # the defaults: a bare namespace reads none
+
+
+def _bare(cls: type) -> object:
+    """An instance of one of Locust's runner classes that binds and connects nothing."""
+    return type(cls.__name__, (cls,), {"__init__": lambda self: None, "greenlet": None})()
+
+
+def test_the_role_is_read_off_each_runner_class_in_one_place():
+    from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+    from llm_locust.runtime.context import Role, role_of
+
+    assert role_of(_bare(MasterRunner)) is Role.MASTER
+    assert role_of(_bare(WorkerRunner)) is Role.WORKER
+    assert role_of(_bare(LocalRunner)) is Role.LOCAL
+    assert role_of(None) is Role.LOCAL  # a bare Environment in a test, as the hub treats it
+
+
+def test_the_plugins_init_decides_a_local_runners_role_once_on_the_context(monkeypatch):
+    """Locust's create_local_runner, then its init event: the plugin's first init listener
+    decides the role and keeps it on the run context; later reads do not ask the runner again
+    (a runner swapped afterwards, as no real run does, is not seen)."""
+    from locust.env import Environment
+    from locust.runners import MasterRunner
+
+    from llm_locust.runtime import plugin
+    from llm_locust.runtime.context import Role
+    from llm_locust.runtime.hub import MetricsHub, hub
+
+    handed = []
+    monkeypatch.setattr(plugin, "_init_runner", lambda env, h: handed.append((env, h)))  # the master/local part
+    env = Environment(parsed_options=_options())
+    env.create_local_runner()
+    run = run_context(env)
+    assert run._role is None  # not decided before init
+    plugin._on_init(environment=env)
+    assert run._role is Role.LOCAL and run.role is Role.LOCAL
+    assert type(hub(env)) is MetricsHub and handed == [(env, hub(env))]
+    env.runner = _bare(MasterRunner)  # type: ignore[assignment]
+    assert run.role is Role.LOCAL  # decided once
+
+
+def test_before_any_runner_the_role_reads_local_and_is_not_kept():
+    from locust.env import Environment
+
+    from llm_locust.runtime.context import Role
+
+    env = Environment()
+    run = run_context(env)
+    assert run.role is Role.LOCAL and run._role is None
+    runner = env.create_master_runner("127.0.0.1", free_port())
+    try:
+        assert run.role is Role.MASTER and run.master_runner() is runner
+        with pytest.raises(AssertionError, match="a worker's runner asked of a master process"):
+            run.worker_runner()
+    finally:
+        runner.quit()

@@ -37,11 +37,28 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], set[str]]:
-    """(package modules, third-party top-level names) that module `name` imports anywhere in it."""
+def _type_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (read by mypy, never run)."""
+    out = set()
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return out
+
+
+def _imports(name: str, path: Path, known: dict[str, Path], type_only: bool = True) -> tuple[set[str], set[str]]:
+    """(package modules, third-party top-level names) that module `name` imports anywhere in it;
+    without those under `if TYPE_CHECKING:` where not `type_only`."""
     own, third = set(), set()
     package = name.split(".") + (["__init__"] if path.name == "__init__.py" else [])
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = set() if type_only else _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -62,11 +79,11 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], s
     return own, third
 
 
-def _graph():
+def _graph(type_only: bool = True):
     mods = _modules()
     edges, third = {}, {}
     for name, path in mods.items():
-        edges[name], third[name] = _imports(name, path, mods)
+        edges[name], third[name] = _imports(name, path, mods, type_only)
     return mods, edges, third
 
 
@@ -256,8 +273,25 @@ def f():
 
 
 def test_no_import_cycles():
-    _, edges, _ = _graph()
+    # Type-only imports (`if TYPE_CHECKING:`) never run, so they make no cycle at import time: the
+    # run context names the types of the parts whose modules import it. The layer and package-order
+    # checks below still count them.
+    _, edges, _ = _graph(type_only=False)
     assert _cycles(edges) == []
+
+
+def test_the_cycle_check_counts_no_type_only_import(tmp_path):
+    """An import under `if TYPE_CHECKING:` (either spelling) is not an edge of the cycle check, one
+    beside it is, and the layer checks still see it."""
+    path = tmp_path / "a.py"
+    path.write_text(
+        "import typing\nfrom typing import TYPE_CHECKING\n\nfrom llm_locust import b\n\n"
+        "if TYPE_CHECKING:\n    from llm_locust import c\nif typing.TYPE_CHECKING:\n    import llm_locust.d\n"
+        "else:\n    import llm_locust.e\n"
+    )
+    known = {f"llm_locust.{m}": tmp_path for m in "abcde"}
+    assert _imports("llm_locust.a", path, known, type_only=False)[0] == {"llm_locust.b", "llm_locust.e"}
+    assert _imports("llm_locust.a", path, known)[0] == {f"llm_locust.{m}" for m in "bcde"}
 
 
 def test_the_checker_finds_a_cycle():
@@ -430,3 +464,23 @@ def test_importing_the_transport_loads_no_locust():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_the_plugin_starts_no_greenlet():
+    """Nothing runs at import (issue 38): a worker's command line, `import llm_locust.users` as a
+    locustfile does, and no greenlet is spawned; the worker's wait-for-the-master warner starts
+    when Locust builds its parser (before the worker connects), once."""
+    code = (
+        "import sys; sys.argv = ['locust', '--worker']\n"
+        "import gevent\n"
+        "spawned = []\n"
+        "real = gevent.spawn\n"
+        "gevent.spawn = lambda f, *a, **k: spawned.append(getattr(f, '__name__', f)) or real(f, *a, **k)\n"
+        "import llm_locust.users\n"
+        "print('import', spawned)\n"
+        "from locust.argument_parser import get_parser\n"
+        "get_parser(); get_parser()\n"
+        "print('parser', spawned)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.splitlines() == ["import []", "parser ['_warn_while_master_silent']"], out

@@ -30,7 +30,7 @@ from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, client_valid, wir
 from llm_locust.metrics.ceiling import CeilingWatch, live_reason
 from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
-from llm_locust.runtime.context import run_context
+from llm_locust.runtime.context import Role, run_context
 from llm_locust.settings.workers import ceiling
 from llm_locust.transport import clock
 
@@ -350,8 +350,7 @@ class WorkerHub(MetricsHub):
     def send_final_report(self, token: int) -> None:
         """Worker: stop sending, let the requests in flight end as cancelled (counted), then report
         everything not yet reported, marked with the master's token (QUIT_TOKEN: quitting)."""
-        runner = self.env.runner
-        assert isinstance(runner, WorkerRunner), "a worker's report"
+        runner = run_context(self.env).worker_runner()
         runner.stop()  # users killed: their requests end as cancelled; open-loop passes stop on test_stop
         deadline = time.monotonic() + DRAIN_GRACE
         while self.in_flight > 0 and time.monotonic() < deadline:
@@ -368,8 +367,7 @@ class WorkerHub(MetricsHub):
 
     def sync_clock(self, n: int = clock.BURST) -> None:
         """Worker: measure the offset to the master's clock now (`n` round trips, bounded)."""
-        runner = self.env.runner
-        assert isinstance(runner, WorkerRunner), "a worker's clock"
+        runner = run_context(self.env).worker_runner()
         self.clock.burst(lambda data: runner.send_message(clock.PING, data), n)
 
 
@@ -484,9 +482,7 @@ class MasterHub(MetricsHub):
 
     def _master(self) -> MasterRunner:
         """The runner, on the master (where the workers' reports and final reports are kept)."""
-        runner = self.env.runner
-        assert isinstance(runner, MasterRunner), "the master's runner"
-        return runner
+        return run_context(self.env).master_runner()
 
     def _live_clients(self) -> list[str]:
         runner = self._master()
@@ -662,12 +658,8 @@ def _close_record_log(h: MetricsHub, wait: float = DRAIN_GRACE) -> None:
 
 
 def _role(environment: Environment) -> type[MetricsHub]:
-    runner = environment.runner
-    if isinstance(runner, WorkerRunner):
-        return WorkerHub
-    if isinstance(runner, MasterRunner):
-        return MasterHub
-    return MetricsHub
+    """The hub's class for this process's role."""
+    return {Role.WORKER: WorkerHub, Role.MASTER: MasterHub, Role.LOCAL: MetricsHub}[run_context(environment).role]
 
 
 def hub(environment: Environment) -> MetricsHub:
@@ -694,16 +686,14 @@ def install(environment: Environment) -> MetricsHub:
     clock.apply_test_shift()  # test-only (LLM_LOCUST_TEST_CLOCK_SHIFT): a host whose clock is off
     h = hub(environment)
     assert type(h) is _role(environment), f"{type(h).__name__} made before the runner: {environment.runner}"
-    runner = environment.runner
+    run = run_context(environment)
     if not isinstance(h, MasterHub):
         # quitting listeners run in reverse: registered first, this closes the record log last
         environment.events.quitting.add_listener(lambda **_kw: _close_record_log(h, wait=0.0))
     if isinstance(h, WorkerHub):
-        assert isinstance(runner, WorkerRunner)
-        _install_worker(h, environment, runner)
+        _install_worker(h, environment, run.worker_runner())
     if isinstance(h, MasterHub):
-        assert isinstance(runner, MasterRunner)
-        _install_master(h, environment, runner)
+        _install_master(h, environment, run.master_runner())
     else:
         _install_sender(h, environment)
     return h
@@ -780,10 +770,10 @@ def _warmup_seconds(environment: Environment) -> float:
 
 def _install_sender(h: MetricsHub, environment: Environment) -> None:
     """A process that sends (worker, local): client monitors and the record log follow the test."""
-    runner = environment.runner
+    worker = run_context(environment).role is Role.WORKER
 
     def on_start(**_kw: Any) -> None:
-        if h.started_at is not None and not isinstance(runner, WorkerRunner):
+        if h.started_at is not None and not worker:
             h.new_run()
         _freeze_startup_objects()
         h.started_at = time.time()
@@ -793,8 +783,8 @@ def _install_sender(h: MetricsHub, environment: Environment) -> None:
         h.start_monitors()
         path = getattr(environment.parsed_options, "record_log", "")
         if path and h.record_log is None:
-            if isinstance(runner, WorkerRunner):
-                path = f"{path}.worker{runner.worker_index}"
+            if worker:
+                path = f"{path}.worker{run_context(environment).worker_runner().worker_index}"
             h.record_log = RecordLog(path)
 
     def on_stop(**_kw: Any) -> None:

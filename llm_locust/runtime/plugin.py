@@ -18,7 +18,6 @@ import gevent
 import locust.stats
 import orjson
 from locust import events
-from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.analysis.load_facts import cache_state, first_cached
 from llm_locust.metrics import recordlog
@@ -35,7 +34,7 @@ from llm_locust.report.summary import width
 from llm_locust.runtime import exporter, failfast, replay_shares, shapes
 from llm_locust.runtime import precision_stop as precision
 from llm_locust.runtime.closed_loop import scenario_failed
-from llm_locust.runtime.context import run_context
+from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import MetricsHub, hub, install
 from llm_locust.runtime.replay_shares import ReplayUser
 from llm_locust.runtime.webui import guard
@@ -72,10 +71,6 @@ def _warn_while_master_silent(delay: float) -> None:
             flush=True,
         )
         gevent.sleep(max(delay, 10.0))
-
-
-if "--worker" in sys.argv:
-    gevent.spawn(_warn_while_master_silent, float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10")))
 
 
 def _server_scraper(environment, settings, url: str):
@@ -186,16 +181,30 @@ def _add_options(parser, **_kw: Any) -> None:
     parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
 
 
+_master_watch: list[gevent.Greenlet] = []  # the worker's one warner, once started
+
+
+@events.init_command_line_parser.add_listener
+def _watch_for_the_master(**_kw: Any) -> None:
+    """A worker's: warn while its master stays silent. Nothing starts at import: Locust builds its
+    parser after importing the locustfile and before the worker connects (creating the worker
+    runner waits for the master; init fires only once connected), the one event in between."""
+    if "--worker" in sys.argv and not _master_watch:
+        delay = float(os.environ.get("LLM_LOCUST_MASTER_WARN_AFTER", "10"))
+        _master_watch.append(gevent.spawn(_warn_while_master_silent, delay))
+
+
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
     run = run_context(environment)
+    role = run.role  # decided once, here: Locust made the runner before init; every later read returns it
     # first of the test_start listeners: the start form (master) and a spawn message (worker) have
     # just written Locust's options, and every later listener reads the settings from them
     environment.events.test_start.add_listener(lambda **_kw: run.options_changed())
     h = install(environment)
     replay_shares.install(environment)
     environment.events.user_error.add_listener(scenario_failed)  # a scenario that raises: a counted failure
-    if isinstance(environment.runner, WorkerRunner):
+    if role is Role.WORKER:
         global _connected
         _connected = True
         shapes.install(environment, None)
@@ -383,7 +392,7 @@ class _EndOfRun:
         # test_stop (hub.install); one ended by SIGTERM / Ctrl-C on the master gets here first,
         # while Locust still receives: collect them now, before its quit stops listening.
         h = self.h
-        if isinstance(self.env.runner, MasterRunner):
+        if run_context(self.env).role is Role.MASTER:
             if not h.finals_collected and h.started_at is not None:
                 h.collect_final_reports()
             h.account_lost()  # what lost workers had in flight: counted as lost, not dropped
@@ -501,7 +510,7 @@ class _EndOfRun:
 def _ceilings(h: MetricsHub) -> list[tuple[str, dict[str, Any]]]:
     """Each sending process's token rate against its ceiling (metrics/ceiling.py): the workers' as
     their last reports said, else this process's own."""
-    if isinstance(h.env.runner, MasterRunner):
+    if run_context(h.env).role is Role.MASTER:
         named = [(f"worker {w.index if w.index is not None else w.client_id}", w.ceiling) for w in h.workers.values()]
         return sorted(((name, wire) for name, wire in named if wire), key=lambda part: part[0])
     return [("local", h.ceiling.to_wire())]

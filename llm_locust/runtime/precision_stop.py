@@ -20,10 +20,9 @@ from typing import Any
 
 import gevent
 from locust.env import Environment
-from locust.runners import MasterRunner
 
 from llm_locust.analysis.precision_targets import check, target_text
-from llm_locust.runtime.context import run_context
+from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.schema import Precision, PrecisionCheck
 
@@ -59,9 +58,10 @@ def merged_until(env: Environment) -> float | None:
     of their last reports (a report carries every request the worker had finished by then). A
     stop judged on the merged figures past it would rest on some workers' requests without the
     others'. None on a local runner: its figures are all in."""
-    runner = env.runner
-    if not isinstance(runner, MasterRunner):
+    run = run_context(env)
+    if run.role is not Role.MASTER:
         return None
+    runner = run.master_runner()
     workers = hub(env).workers
     live = [c.id for c in list(runner.clients.values()) if c.state != "missing"]
     return min((workers[cid].last_report if cid in workers else 0.0 for cid in live), default=0.0)

@@ -25,7 +25,7 @@ from locust import User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from llm_locust.runtime.context import ReplayState, run_context
+from llm_locust.runtime.context import ReplayState, Role, run_context
 from llm_locust.runtime.dispatcher import Dispatcher
 from llm_locust.runtime.hub import hub
 from llm_locust.safe.masking import protect
@@ -51,7 +51,7 @@ def _ladder_driven(settings: Settings) -> bool:
 def dispatchers_ready(env: Environment) -> bool:
     """Every process that sends has loaded its share (master: all planned workers answered)."""
     st = _state(env)
-    if isinstance(env.runner, MasterRunner):
+    if run_context(env).role is Role.MASTER:
         return (
             bool(st.planned) and set(st.ready) >= set(st.planned) and not any(d.get("error") for d in st.ready.values())
         )
@@ -147,12 +147,12 @@ def _start_local(env: Environment) -> None:
 
 def install(env: Environment) -> None:
     """Register the replay messages. Called at init on every process."""
-    runner = env.runner
-    if isinstance(runner, MasterRunner):
-        _install_master(env, runner)
-    elif isinstance(runner, WorkerRunner):
-        _install_worker(env, runner)
-    if not isinstance(runner, MasterRunner):
+    run = run_context(env)
+    if run.role is Role.MASTER:
+        _install_master(env, run.master_runner())
+    elif run.role is Role.WORKER:
+        _install_worker(env, run.worker_runner())
+    if run.role is not Role.MASTER:
         env.events.test_stop.add_listener(lambda **_kw: stop_passes(env))
 
 
@@ -239,7 +239,7 @@ class ReplayUser(User):
     abstract = True
 
     def on_start(self) -> None:
-        if not isinstance(self.environment.runner, WorkerRunner):
+        if run_context(self.environment).role is not Role.WORKER:
             _start_local(self.environment)
 
     @task

@@ -137,7 +137,7 @@ def account(env: Environment, rec: RequestRecord, name: str | None = None) -> No
     )
 
 
-def _structured_check(env: Environment):
+def _structured_check(env: Environment) -> StructuredCheck | None:
     """The run's structured-output check (--response-format), made once per process; None without one."""
     run = run_context(env)
     if run.structured is UNSET:

@@ -31,7 +31,6 @@ from typing import Any
 import gevent
 from locust import LoadTestShape
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.analysis import agents as agent_tier
 from llm_locust.analysis import refine
@@ -43,7 +42,7 @@ from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.runtime import cache_reset
 from llm_locust.runtime.cache_reset import summary as reset_summary
 from llm_locust.runtime.closed_loop import StreamingUser
-from llm_locust.runtime.context import run_context
+from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.precision_stop import Pace, merged_until, met_text
 from llm_locust.runtime.replay_shares import ReplayUser, dispatchers_ready, steer, stop_passes
@@ -186,7 +185,7 @@ class LadderController:
     def _next_step(self, i: int, now: float, level: float | None = None) -> tuple | None:
         resets = run_context(self.env).cache_reset
         if resets is not None and resets.between_steps:  # --reset-cache step (runtime/cache_reset.py)
-            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            lag = self._report_lag(0.0)
             return resets.begin(self, i, level, now, now + self.request_timeout + lag, DRAIN_STEP)
         self._start_step(i, now, level)
         return self._users(self.windows[-1].level)
@@ -196,7 +195,7 @@ class LadderController:
         # the ones in flight (a healthy step read as no_data, or as broken). The load goes on
         # at the same level, new requests belong to no step, until they have all finished
         # (bounded by --request-timeout, plus the workers' report interval).
-        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+        lag = self._report_lag(0.0)
         self.drain_until = now + self.request_timeout + lag
         self._broadcast(DRAIN_STEP, cur.level, drain=True)
         log.info("ladder stops after step %d: %s; waiting for its requests in flight", cur.index, self.stop_reason)
@@ -215,7 +214,7 @@ class LadderController:
     def _end_probe(self, cur: StepWindow, now: float) -> tuple | None:
         """A probe's window ended: stop sending (rate) or hold the users, its requests untagged
         (concurrency), until its requests have finished; then judge it (_judge)."""
-        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+        lag = self._report_lag(0.0)
         self.judge_until = now + self.request_timeout + lag
         if self.ladder.kind == "rate":
             self._broadcast(DRAIN_STEP, 0.0)  # share_rate 0: the open-loop pass stops, no new arrivals
@@ -271,7 +270,7 @@ class LadderController:
                 first: list[str] = next((p["broken"] for p in self.probes), [])
                 self.stop_reason += f" ({', '.join(first)})"
             # its requests have finished already: the drain ends at once
-            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            lag = self._report_lag(0.0)
             self.drain_until = now + self.request_timeout + lag
             log.info("SLA search over after %d probes: %s", len(self.probes), self.sla["reason"])
             return self._drain(cur, now)
@@ -319,7 +318,7 @@ class LadderController:
                 len(self.windows) - len(self.ladder.levels),
                 self.refine_end,
             )
-            lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 0.0
+            lag = self._report_lag(0.0)
             self.drain_until = now + self.request_timeout + lag  # its requests have finished: ends at once
             return self._drain(cur, now)
         return self._next_step(len(self.windows), now, nxt)
@@ -440,8 +439,13 @@ class LadderController:
         n = _worker_count(self.env)
         return n, n, [_replay_user_class()]
 
+    def _report_lag(self, local: float) -> float:
+        """How far the figures trail the clock: the workers' report interval on the master, `local`
+        in one process."""
+        return REPORT_LAG if run_context(self.env).role is Role.MASTER else local
+
     def _broadcast(self, step: int, level: float, drain: bool = False) -> None:
-        runner = self.env.runner
+        run = run_context(self.env)
         payload = {
             "step": step,
             "kind": self.ladder.kind,
@@ -450,7 +454,8 @@ class LadderController:
             "burstiness": self.ladder.burstiness,
             "drain": drain,
         }
-        if isinstance(runner, MasterRunner):
+        if run.role is Role.MASTER:
+            runner = run.master_runner()
             n = max(_worker_count(self.env), 1)
             payload["share_rate"] = level / n
             for client in list(runner.clients.values()):
@@ -474,7 +479,7 @@ class LadderController:
     def _window_rates(self, cur: StepWindow, now: float, st: Stable) -> list[float]:
         """Output tokens/s in consecutive windows of the measurement so far (whole seconds)."""
         series = hub(self.env).total.series
-        lag = REPORT_LAG if isinstance(self.env.runner, MasterRunner) else 1.0
+        lag = self._report_lag(1.0)
         end = int(now - lag)
         start = int(cur.measured_from or cur.started) + 1
         width = max(1, int(st.window))
@@ -633,9 +638,9 @@ def apply_step(env: Environment, payload: dict[str, Any]) -> None:
 
 
 def _worker_count(env: Environment) -> int:
-    runner = env.runner
-    if isinstance(runner, MasterRunner):
-        return len([c for c in runner.clients.values() if c.state != "missing"])
+    run = run_context(env)
+    if run.role is Role.MASTER:
+        return len([c for c in run.master_runner().clients.values() if c.state != "missing"])
     return 1
 
 
@@ -651,9 +656,9 @@ def controller(env: Environment) -> LadderController | None:
 
 def install(env: Environment, settings) -> None:
     """Set up the controller on the master / local runner, the step handler on workers."""
-    runner = env.runner
-    if isinstance(runner, WorkerRunner):
-        runner.register_message(STEP, lambda environment, msg, **_kw: apply_step(env, msg.data))
+    run = run_context(env)
+    if run.role is Role.WORKER:
+        run.worker_runner().register_message(STEP, lambda environment, msg, **_kw: apply_step(env, msg.data))
         return
     cache_reset.install(env, settings)  # --reset-cache: before the run, and between steps
     ladder = ladder_from_settings(settings)

@@ -38,11 +38,11 @@ from typing import Any
 import gevent
 import orjson
 from flask import Blueprint, Response, request, send_from_directory
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
 from llm_locust.analysis import saturation
 from llm_locust.runtime import shapes
-from llm_locust.runtime.context import run_context
+from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 from llm_locust.safe import masking
@@ -158,8 +158,10 @@ def _quit(environment) -> None:
 
 def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | None = None) -> Inputs:
     runner = environment.runner
+    run = run_context(environment)
+    master = run.role is Role.MASTER
     workers = None
-    if isinstance(runner, MasterRunner):
+    if master:
         now = time.time()
         workers = []
         for c in list(runner.clients.values()):
@@ -219,7 +221,7 @@ def _inputs(environment, h, scraper, gpu_scraper, lag: float, clock: RunClock | 
         gpu=gpu_scraper.series if gpu_scraper is not None else None,
         control=control,
         slos=dict(h.slos),
-        over_ceiling=_over_ceiling(h, isinstance(runner, MasterRunner)),
+        over_ceiling=_over_ceiling(h, master),
     )
 
 
@@ -242,10 +244,11 @@ def install(
     """Serve the LLM view on the web UI's Flask app (master / local runner with a web UI), and
     end the process with its test where `ends_with_its_test` (`interrupted`: a signal ended it)."""
     web_ui = getattr(environment, "web_ui", None)
-    if web_ui is None or isinstance(environment.runner, WorkerRunner):
+    role = run_context(environment).role
+    if web_ui is None or role is Role.WORKER:
         return None
     h = hub(environment)
-    lag = REPORT_LAG if isinstance(environment.runner, MasterRunner) else 1.0
+    lag = REPORT_LAG if role is Role.MASTER else 1.0
     if shapes.controller(environment) is not None:
         saturation.preload()  # the view computes verdicts while the ladder runs: import kneed now
     run = run_context(environment)
