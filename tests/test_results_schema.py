@@ -97,6 +97,56 @@ def test_a_document_the_writer_builds_conforms_to_the_schema():
         adapter.validate_python(no_steps, strict=True)
 
 
+# the rows that hold the same figures: the summary, a ladder step, the knee, an efficiency row, a
+# KV-pressure row
+FIGURE_ROWS = ("Figures", "LadderStep", "KneePoint", "EfficiencyStep", "KvPressureRow")
+
+
+def _declared() -> dict[str, tuple[list[str], set[str]]]:
+    """{class: (its bases, the keys its own body declares)} of llm_locust/schema.py, from its source
+    (a TypedDict's __annotations__ holds its bases' keys too)."""
+    import ast
+
+    tree = ast.parse(Path(schema.__file__).read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id != "TypedDict"]
+            own = {a.target.id for a in node.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)}
+            out[node.name] = (bases, own)
+    return out
+
+
+def test_each_figure_the_rows_share_is_declared_once():
+    """A key two figure rows share, with the same type and the same presence, is declared in one
+    class that both derive from: renamed there, it is renamed in every row (old code: the summary,
+    each ladder step, the knee and each efficiency row each declared output_tokens_per_s)."""
+    import itertools
+    import typing
+
+    declared = _declared()
+
+    def lineage(name: str) -> set[str]:
+        bases = declared.get(name, ([], set()))[0]
+        return {name}.union(*(lineage(b) for b in bases))
+
+    def shape(typed, key):
+        return typing.get_type_hints(typed, include_extras=True)[key], key in typed.__required_keys__
+
+    twice = []
+    for a, b in itertools.combinations(FIGURE_ROWS, 2):
+        ta, tb = getattr(schema, a), getattr(schema, b)
+        for key in set(ta.__annotations__) & set(tb.__annotations__):
+            if shape(ta, key) != shape(tb, key):
+                continue  # the same name for another shape (the knee's flat latencies): not one figure
+            where = sorted(c for c in lineage(a) | lineage(b) if key in declared[c][1])
+            if len(where) != 1:
+                twice.append(f"{key} ({a}, {b}): declared in {', '.join(where)}")
+    assert not twice, twice
+    assert "output_tokens_per_s" in declared["Throughput"][1]
+    assert all("Throughput" in lineage(r) for r in ("Figures", "LadderStep", "KneePoint", "EfficiencyStep"))
+
+
 def _ladder_doc() -> dict:
     """A ladder section as the run writes it, from the producers' own code (runtime.shapes report:
     the ladder's to_dict, each window's, each StepResult's, the verdict, a burst's recovery, an SLA
