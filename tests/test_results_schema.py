@@ -147,6 +147,49 @@ def test_each_figure_the_rows_share_is_declared_once():
     assert all("Throughput" in lineage(r) for r in ("Figures", "LadderStep", "KneePoint", "EfficiencyStep"))
 
 
+def _resolves(typed, path: tuple[str, ...]) -> bool:
+    """Whether `path` names a key at each level of the TypedDict `typed` (a `dict[str, X]` level
+    takes any key), as a reader that walks a document by strings (`("summary", "ok")`) reads it."""
+    import types
+    import typing
+
+    t = typed
+    for k in path:
+        while typing.get_origin(t) in (typing.Union, types.UnionType, typing.NotRequired, typing.Required):
+            t = next(a for a in typing.get_args(t) if a is not type(None))
+        if typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        elif isinstance(t, type) and hasattr(t, "__required_keys__") and k in typing.get_type_hints(t):
+            t = typing.get_type_hints(t)[k]
+        else:
+            return False
+    return True
+
+
+def test_the_figure_names_readers_list_as_strings_are_keys_of_the_schema():
+    """A reader that lists figures by name (a tuple of names, a path into the document) escapes
+    mypy: renaming a figure in the schema fails here instead (each list checked against the type
+    its names are read from)."""
+    from llm_locust.analysis import repeats
+    from llm_locust.metrics import blocks
+    from llm_locust.report import figure_checks, mlflow_log, precision
+
+    rows = set(schema.Figures.__annotations__) | set(schema.LadderStep.__annotations__)
+    lists = {
+        "mlflow_log.HEADLINE": (mlflow_log.HEADLINE, rows),
+        "mlflow_log.STEP_FIGURES": (mlflow_log.STEP_FIGURES, set(schema.LadderStep.__annotations__)),
+        "figure_checks.OUR_FIGURES": (figure_checks.OUR_FIGURES, rows),
+        "blocks.RATES": (tuple(blocks.RATES), set(schema.WindowFigures.__annotations__)),
+        "precision.RATE_LABELS": (tuple(n for n, _, _ in precision.RATE_LABELS), set(schema.Figures.__annotations__)),
+    }
+    unknown = {where: sorted(set(names) - keys) for where, (names, keys) in lists.items() if set(names) - keys}
+    assert not unknown, unknown
+    paths = [path for _, path, _ in repeats.HEADLINE]
+    assert ("summary", "output_tokens_per_s") in paths
+    assert not [p for p in paths if not _resolves(ResultsDoc, p)], [p for p in paths if not _resolves(ResultsDoc, p)]
+    assert not _resolves(ResultsDoc, ("summary", "output_tokens_per_ss"))  # the walk can fail
+
+
 def _ladder_doc() -> dict:
     """A ladder section as the run writes it, from the producers' own code (runtime.shapes report:
     the ladder's to_dict, each window's, each StepResult's, the verdict, a burst's recovery, an SLA
