@@ -261,10 +261,15 @@ class Throughput(TypedDict):
     output_tokens_per_s: float
 
 
-class HeadlineFigures(Throughput):
-    """The figures a load is judged by: the summary's, each ladder step's and the knee's."""
+class Rates(Throughput):
+    """The rates of ok requests: the summary's, each ladder step's, the knee's, the steady window's."""
 
     requests_per_s: float
+
+
+class HeadlineFigures(Rates):
+    """The figures a load is judged by: the summary's, each ladder step's and the knee's."""
+
     error_rate: float  # failed over answered (metrics.aggregate error_rate)
     concurrency: float
 
@@ -415,12 +420,19 @@ class SteadyPart(TypedDict):
     requests: int
 
 
+class SteadyRates(Rates):
+    """`steady.figures.rates`: the window's rates, per s (metrics.blocks RATES: every one, always)."""
+
+    goodput_requests_per_s: float  # 0.0 without a per-request SLO
+    goodput_tokens_per_s: float
+
+
 class SteadyFigures(TypedDict):
     """`steady.figures`: the ok requests sent in the steady window (analysis.steady)."""
 
     ok: int
     latency: dict[str, dict[str, float | None]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
-    rates: dict[str, float]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": per s}
+    rates: SteadyRates
     intervals: Intervals | None
 
 

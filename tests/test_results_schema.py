@@ -184,6 +184,7 @@ def test_the_figure_names_readers_list_as_strings_are_keys_of_the_schema():
     }
     unknown = {where: sorted(set(names) - keys) for where, (names, keys) in lists.items() if set(names) - keys}
     assert not unknown, unknown
+    assert set(blocks.RATES) == set(schema.SteadyRates.__annotations__)  # analysis.steady writes every one
     paths = [path for _, path, _ in repeats.HEADLINE]
     assert ("summary", "output_tokens_per_s") in paths
     assert not [p for p in paths if not _resolves(ResultsDoc, p)], [p for p in paths if not _resolves(ResultsDoc, p)]
