@@ -185,6 +185,14 @@ def test_the_figure_names_readers_list_as_strings_are_keys_of_the_schema():
     unknown = {where: sorted(set(names) - keys) for where, (names, keys) in lists.items() if set(names) - keys}
     assert not unknown, unknown
     assert set(blocks.RATES) == set(schema.SteadyRates.__annotations__)  # analysis.steady writes every one
+    # compare's criteria: a rate or a verdict's figure by its results name, a load by its path
+    from llm_locust.report.compare.metric_table import METRICS
+
+    named = set(schema.Figures.__annotations__) | set(schema.VerdictRow.__annotations__)
+    fields = [m.field for m in METRICS.values() if not m.field.startswith("latency.")]
+    assert "output_tokens_per_s" in fields
+    wrong = [f for f in fields if f not in named and not _resolves(ResultsDoc, tuple(f.split(".")))]
+    assert not wrong, wrong
     paths = [path for _, path, _ in repeats.HEADLINE]
     assert ("summary", "output_tokens_per_s") in paths
     assert not [p for p in paths if not _resolves(ResultsDoc, p)], [p for p in paths if not _resolves(ResultsDoc, p)]
