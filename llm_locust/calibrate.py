@@ -174,7 +174,7 @@ def _step(
     if not results.exists():
         tail = out.read_text(errors="replace")[-1500:]
         print(f"calibrate: the {streams}-stream run {ended(code)} without results:\n{tail}", file=sys.stderr)
-        return calibration.judge_step(streams, {}, [], code or 1)
+        return calibration.judge_step(streams, None, [], code or 1)
     summary = json.loads(results.read_text())["summary"]
     errors = calibration.ttft_errors(_jsonl(records), _jsonl(token_log))
     return calibration.judge_step(streams, summary, errors, code)

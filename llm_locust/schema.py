@@ -249,33 +249,74 @@ class Precision(TypedDict):
     checks: list[PrecisionCheck]  # one for a run, one per step of a ladder
 
 
-class Figures(TypedDict):
-    """A window's figures (`metrics.aggregate.figures`): the run's `summary`, each of `steps[]`."""
+# ---- the figures, each named once: the summary, a ladder step, the knee and an efficiency row
+# derive from these, so that renaming a figure here renames it in every row that holds it ----
+
+
+class Throughput(TypedDict):
+    """The output token rate: the summary's, each ladder step's, the knee's, each efficiency row's."""
+
+    # the summary's over its whole window; a ladder step's (and the knee's) over the step's steady
+    # state, its whole window's being aggregate_output_tokens_per_s
+    output_tokens_per_s: float
+
+
+class Rates(Throughput):
+    """The rates of ok requests: the summary's, each ladder step's, the knee's, the steady window's."""
+
+    requests_per_s: float
+
+
+class HeadlineFigures(Rates):
+    """The figures a load is judged by: the summary's, each ladder step's and the knee's."""
+
+    error_rate: float  # failed over answered (metrics.aggregate error_rate)
+    concurrency: float
+
+
+class WindowFigures(HeadlineFigures):
+    """A window's counts and latencies with its headline figures: the summary's, each ladder step's."""
 
     sent: int
-    finished: int
     ok: int
     failed: int
     cancelled: int
-    client_cancelled: int
-    outcomes: dict[str, int]  # by outcome (docs/metrics.md, "Outcomes")
     errors: dict[str, dict[str, int]]  # {outcome: {error text: count}}
-    causes: dict[str, int]  # failures by cause
-    error_rate: float
-    duration_s: float
-    tokens_in: int
     tokens_out: int
-    tokens_out_failed: int
-    output_tokens_per_s: float
-    requests_per_s: float
     goodput_requests_per_s: float | None  # None: the run had no per-request SLO
     goodput_tokens_per_s: float | None
-    concurrency: float
-    n_out_sources: dict[str, int]
-    n_in_sources: dict[str, int]
     length_checked: int
     length_mismatch: int
     latency: Latency
+
+
+class StepRow(TypedDict):
+    """Which step of a ladder a row is of, and the load it offered: a ladder step's, the knee's,
+    an efficiency row's."""
+
+    step: int
+    offered: float
+
+
+class JudgedStep(StepRow):
+    """A step as the ladder judged it: a ladder step's and the knee's."""
+
+    offered_kind: str  # concurrency, rate or speed
+    flags: list[str]
+
+
+class Figures(WindowFigures):
+    """A window's figures (`metrics.aggregate.figures`): the run's `summary`, each of `steps[]`."""
+
+    finished: int
+    client_cancelled: int
+    outcomes: dict[str, int]  # by outcome (docs/metrics.md, "Outcomes")
+    causes: dict[str, int]  # failures by cause
+    duration_s: float
+    tokens_in: int
+    tokens_out_failed: int
+    n_out_sources: dict[str, int]
+    n_in_sources: dict[str, int]
     lost: int
     workers_lost: int
     in_flight: NotRequired[int]  # a checkpoint's: sent, no outcome yet when it was written (report.outcome)
@@ -379,12 +420,19 @@ class SteadyPart(TypedDict):
     requests: int
 
 
+class SteadyRates(Rates):
+    """`steady.figures.rates`: the window's rates, per s (metrics.blocks RATES: every one, always)."""
+
+    goodput_requests_per_s: float  # 0.0 without a per-request SLO
+    goodput_tokens_per_s: float
+
+
 class SteadyFigures(TypedDict):
     """`steady.figures`: the ok requests sent in the steady window (analysis.steady)."""
 
     ok: int
     latency: dict[str, dict[str, float | None]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
-    rates: dict[str, float]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": per s}
+    rates: SteadyRates
     intervals: Intervals | None
 
 
@@ -508,38 +556,20 @@ class LadderWindow(TypedDict):
     extended: float
 
 
-class LadderStep(TypedDict):
-    """One of `ladder.steps`: a step's results (analysis.steps StepResult.to_dict)."""
+class LadderStep(JudgedStep, WindowFigures):
+    """One of `ladder.steps`: a step's results (analysis.steps StepResult.to_dict). Its rates
+    (output_tokens_per_s, requests_per_s) are the steady state's."""
 
-    step: int
-    offered: float
-    offered_kind: str  # concurrency, rate or speed
     window_start: float
     window_end: float
     warmup: float
     steady_seconds: list[float]  # [start, end] the steady-state rates were read over
-    sent: int
-    ok: int
-    failed: int
-    cancelled: int
-    error_rate: float
-    requests_per_s: float
-    output_tokens_per_s: float  # steady state
     aggregate_output_tokens_per_s: float
     aggregate_requests_per_s: float
-    latency: Latency
-    goodput_requests_per_s: float | None
-    goodput_tokens_per_s: float | None
     slo_attainment: float | None
-    concurrency: float
     client_valid: bool
-    length_checked: int
-    length_mismatch: int
-    tokens_out: int
     slos: dict[str, float]
     slo_broken: list[str]
-    flags: list[str]
-    errors: dict[str, dict[str, int]]
     cache: CacheFigures | None
     accuracy: Accuracy | None
     window: float
@@ -550,18 +580,10 @@ class LadderStep(TypedDict):
     intervals: NotRequired[Intervals | None]  # the 95% intervals of the step's figures (metrics/blocks.py)
 
 
-class KneePoint(TypedDict):
+class KneePoint(JudgedStep, HeadlineFigures):
     """`ladder.saturation.saturation`: the step at the knee (analysis.saturation point)."""
 
-    step: int
-    offered: float
-    offered_kind: str
-    output_tokens_per_s: float
-    requests_per_s: float
-    error_rate: float
-    concurrency: float
     latency: dict[str, float | None]  # {metric_stat: seconds}: ttft_p50, ..., e2e_p99
-    flags: list[str]
 
 
 class KneeDecision(TypedDict):
@@ -801,13 +823,10 @@ class MetricsWindows(TypedDict):
 # ---- memory efficiency per ladder step (analysis.server_metrics efficiency) ----
 
 
-class EfficiencyStep(TypedDict):
+class EfficiencyStep(StepRow, Throughput):
     """One of `efficiency.steps`: a step's GPU memory, KV-cache use and preemptions (each only
     when its series had it)."""
 
-    step: int
-    offered: float
-    output_tokens_per_s: float
     gpu_memory_used_gib: NotRequired[float]
     output_tokens_per_s_per_gib: NotRequired[float]
     gpu_memory_beyond_baseline_gib: NotRequired[float]
@@ -894,11 +913,9 @@ class Verdicts(TypedDict):
 # ---- the stability plans' verdicts (analysis.stability) ----
 
 
-class KvPressureRow(TypedDict):
+class KvPressureRow(StepRow):
     """One of `stability.kv_pressure.rows`: a step's preemptions, KV-cache use and ITL."""
 
-    step: int
-    offered: float
     preemptions: float | None
     kv_cache_usage_max: float | None
     itl_p50: float | None

@@ -97,6 +97,108 @@ def test_a_document_the_writer_builds_conforms_to_the_schema():
         adapter.validate_python(no_steps, strict=True)
 
 
+# the rows that hold the same figures: the summary, a ladder step, the knee, an efficiency row, a
+# KV-pressure row
+FIGURE_ROWS = ("Figures", "LadderStep", "KneePoint", "EfficiencyStep", "KvPressureRow")
+
+
+def _declared() -> dict[str, tuple[list[str], set[str]]]:
+    """{class: (its bases, the keys its own body declares)} of llm_locust/schema.py, from its source
+    (a TypedDict's __annotations__ holds its bases' keys too)."""
+    import ast
+
+    tree = ast.parse(Path(schema.__file__).read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id != "TypedDict"]
+            own = {a.target.id for a in node.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)}
+            out[node.name] = (bases, own)
+    return out
+
+
+def test_each_figure_the_rows_share_is_declared_once():
+    """A key two figure rows share, with the same type and the same presence, is declared in one
+    class that both derive from: renamed there, it is renamed in every row (old code: the summary,
+    each ladder step, the knee and each efficiency row each declared output_tokens_per_s)."""
+    import itertools
+    import typing
+
+    declared = _declared()
+
+    def lineage(name: str) -> set[str]:
+        bases = declared.get(name, ([], set()))[0]
+        return {name}.union(*(lineage(b) for b in bases))
+
+    def shape(typed, key):
+        return typing.get_type_hints(typed, include_extras=True)[key], key in typed.__required_keys__
+
+    twice = []
+    for a, b in itertools.combinations(FIGURE_ROWS, 2):
+        ta, tb = getattr(schema, a), getattr(schema, b)
+        for key in set(ta.__annotations__) & set(tb.__annotations__):
+            if shape(ta, key) != shape(tb, key):
+                continue  # the same name for another shape (the knee's flat latencies): not one figure
+            where = sorted(c for c in lineage(a) | lineage(b) if key in declared[c][1])
+            if len(where) != 1:
+                twice.append(f"{key} ({a}, {b}): declared in {', '.join(where)}")
+    assert not twice, twice
+    assert "output_tokens_per_s" in declared["Throughput"][1]
+    assert all("Throughput" in lineage(r) for r in ("Figures", "LadderStep", "KneePoint", "EfficiencyStep"))
+
+
+def _resolves(typed, path: tuple[str, ...]) -> bool:
+    """Whether `path` names a key at each level of the TypedDict `typed` (a `dict[str, X]` level
+    takes any key), as a reader that walks a document by strings (`("summary", "ok")`) reads it."""
+    import types
+    import typing
+
+    t = typed
+    for k in path:
+        while typing.get_origin(t) in (typing.Union, types.UnionType, typing.NotRequired, typing.Required):
+            t = next(a for a in typing.get_args(t) if a is not type(None))
+        if typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        elif isinstance(t, type) and hasattr(t, "__required_keys__") and k in typing.get_type_hints(t):
+            t = typing.get_type_hints(t)[k]
+        else:
+            return False
+    return True
+
+
+def test_the_figure_names_readers_list_as_strings_are_keys_of_the_schema():
+    """A reader that lists figures by name (a tuple of names, a path into the document) escapes
+    mypy: renaming a figure in the schema fails here instead (each list checked against the type
+    its names are read from)."""
+    from llm_locust.analysis import repeats
+    from llm_locust.metrics import blocks
+    from llm_locust.report import figure_checks, mlflow_log, precision
+
+    rows = set(schema.Figures.__annotations__) | set(schema.LadderStep.__annotations__)
+    lists = {
+        "mlflow_log.HEADLINE": (mlflow_log.HEADLINE, rows),
+        "mlflow_log.STEP_FIGURES": (mlflow_log.STEP_FIGURES, set(schema.LadderStep.__annotations__)),
+        "figure_checks.OUR_FIGURES": (figure_checks.OUR_FIGURES, rows),
+        "blocks.RATES": (tuple(blocks.RATES), set(schema.WindowFigures.__annotations__)),
+        "precision.RATE_LABELS": (tuple(n for n, _, _ in precision.RATE_LABELS), set(schema.Figures.__annotations__)),
+    }
+    unknown = {where: sorted(set(names) - keys) for where, (names, keys) in lists.items() if set(names) - keys}
+    assert not unknown, unknown
+    assert set(blocks.RATES) == set(schema.SteadyRates.__annotations__)  # analysis.steady writes every one
+    # compare's criteria: a rate or a verdict's figure by its results name, a load by its path
+    from llm_locust.report.compare.metric_table import METRICS
+
+    named = set(schema.Figures.__annotations__) | set(schema.VerdictRow.__annotations__)
+    fields = [m.field for m in METRICS.values() if not m.field.startswith("latency.")]
+    assert "output_tokens_per_s" in fields
+    wrong = [f for f in fields if f not in named and not _resolves(ResultsDoc, tuple(f.split(".")))]
+    assert not wrong, wrong
+    paths = [path for _, path, _ in repeats.HEADLINE]
+    assert ("summary", "output_tokens_per_s") in paths
+    assert not [p for p in paths if not _resolves(ResultsDoc, p)], [p for p in paths if not _resolves(ResultsDoc, p)]
+    assert not _resolves(ResultsDoc, ("summary", "output_tokens_per_ss"))  # the walk can fail
+
+
 def _ladder_doc() -> dict:
     """A ladder section as the run writes it, from the producers' own code (runtime.shapes report:
     the ladder's to_dict, each window's, each StepResult's, the verdict, a burst's recovery, an SLA

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from support import ROOT, read_records, run_ok
 from test_metrics import make_record
 
@@ -19,6 +20,7 @@ from llm_locust.metrics.flow import Flow
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.html import render
 from llm_locust.report.results import read_results
+from llm_locust.schema import Steady, SteadyRates
 from llm_locust.sim.process import SimProcess
 
 # ---- the window finder on synthetic series ----
@@ -127,6 +129,9 @@ def test_steady_of_a_ramped_closed_loop_leaves_the_ramp_out():
     assert f["rates"]["requests_per_s"] == pytest.approx(56 / 7)
     assert f["intervals"]["rates"]["requests_per_s"]["low"] is not None
     assert f["intervals"]["blocks"] * f["intervals"]["block_s"] == pytest.approx(7.0)  # over the window's 7 s
+    # the section as the schema types it: its rates are every rate of metrics.blocks RATES
+    TypeAdapter(Steady).validate_python(doc, strict=True)
+    assert set(f["rates"]) == set(SteadyRates.__annotations__)
     # judged against 3 users, only second 2 (3 in flight) is steady: shorter than MIN_SECONDS
     three = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, "closed", 3)
     assert not three["found"] and "lasted 1.0 s, under 2 s" in three["reason"]

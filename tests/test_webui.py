@@ -181,6 +181,44 @@ def test_recent_rates_count_no_second_from_before_the_start():
     }["Output tokens/s (last 0 s)"] == "-"
 
 
+@pytest.mark.parametrize(
+    ("ok", "failed", "cancelled", "by_client", "want"),
+    [(3, 4, 1, 2, 4 / 7), (0, 0, 2, 3, 0.0), (0, 2, 0, 0, 1.0)],
+    ids=["mixed", "none_answered", "all_failed"],
+)
+def test_the_error_rate_is_one_formula_in_the_summary_the_groups_and_the_live_view(
+    ok, failed, cancelled, by_client, want
+):
+    """The summary's figures, each endpoint's row and the live view's totals read the error rate
+    of the same counts from one function: failed over answered, cancellations in neither part, 0.0
+    when nothing was answered (a copy that counted cancellations, or divided by zero, would differ)."""
+    from llm_locust.metrics.aggregate import error_rate, figures
+
+    total = Aggregate()
+    outcomes = [Outcome.OK] * ok + [Outcome.HTTP_ERROR] * failed
+    outcomes += [Outcome.CANCELLED] * cancelled + [Outcome.CLIENT_CANCELLED] * by_client
+    for i, o in enumerate(outcomes):
+        r = rec(T0 + i, outcome=o)
+        r.endpoint = "http://127.0.0.1:1" if i % 2 else "http://127.0.0.1:2"
+        fold([total], r)
+    n = len(outcomes)
+    assert error_rate(failed, n, cancelled, by_client) == want
+    assert figures(total)["error_rate"] == want
+    # the groups' own counts, each through the same formula
+    for g in total.groups["endpoint"].values():
+        f = g.figures(10.0)
+        assert f["error_rate"] == error_rate(f["failed"], f["finished"], f["cancelled"], f["client_cancelled"])
+    whole = Aggregate()
+    for o in outcomes:
+        r = rec(T0, outcome=o)
+        r.endpoint = "http://127.0.0.1:1"
+        fold([whole], r)
+    (one,) = whole.groups["endpoint"].values()
+    assert one.figures(10.0)["error_rate"] == want
+    live = LiveView().payload(lambda: inputs(total, T0 + n + 1), 0)["totals"]["error_rate"]
+    assert live == round(want, 5)
+
+
 def test_client_validity_and_length_mismatch_are_reported():
     total = populated(seconds=5)
     fold([total], rec(T0 + 1, requested=16))  # 8 tokens arrived, 16 asked for

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from llm_locust.schema import Figures
+
 TTFT_ERROR_LIMIT_S = 0.001  # TTFT error p99 a step may have (client's TTFT minus the server's truth)
 SHORT_FACTOR = 0.8  # a step reading less than this share of the tokens/s it asked fell short
 TOKENS_PER_STREAM = 100  # tokens/s a stream gets: the simulator's 10 ms iterations
@@ -45,21 +47,22 @@ def p99(xs: list[float]) -> float | None:
     return s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))]
 
 
-def judge_step(streams: int, summary: Mapping[str, Any], errors: list[float], code: int) -> dict[str, Any]:
+def judge_step(streams: int, summary: Figures | None, errors: list[float], code: int) -> dict[str, Any]:
     """One step's row: what it asked and read, the run's client verdict, the TTFT error p99, and
-    whether it held (with why not)."""
-    client = summary.get("client") or {}
+    whether it held (with why not). summary: the run's (None: it wrote no results)."""
+    rate = float(summary["output_tokens_per_s"] or 0.0) if summary else 0.0
+    fig: Mapping[str, Any] = summary or {}
+    client = fig.get("client") or {}
     verdict = client.get("verdict") or ("valid" if client.get("valid") else "suspect")
-    rate = float(summary.get("output_tokens_per_s") or 0.0)
     asked = streams * TOKENS_PER_STREAM
     err = p99(errors)
     why = None
     if code != 0:
         why = f"the run exited {code}"
-    elif not summary.get("ok"):
+    elif not fig.get("ok"):
         why = "no request succeeded"
-    elif summary.get("failed"):
-        why = f"{summary['failed']} request(s) failed"
+    elif fig.get("failed"):
+        why = f"{fig['failed']} request(s) failed"
     elif verdict == "suspect":
         why = "the run judged its figures suspect: " + "; ".join(client.get("reasons") or [])
     elif err is None:

@@ -56,6 +56,7 @@ from llm_locust.analysis.steps import (
     broken_slos,
     check_slo_names,
 )
+from llm_locust.schema import KneePoint
 
 FLAT_TOLERANCE = 0.05
 MIN_ELASTICITY = 0.1
@@ -66,7 +67,7 @@ MIN_STEPS = 3
 
 @dataclass
 class Verdict:
-    saturation: dict[str, Any] | None  # the step at the knee: offered load, throughput, latencies
+    saturation: KneePoint | None  # the step at the knee: offered load, throughput, latencies
     max_slo_load: float | None  # highest offered load whose step met every SLO
     max_slo_step: int | None
     reasons: list[str] = field(default_factory=list)
@@ -128,9 +129,9 @@ def _geometric(x: list[float]) -> bool:
     return lo > 1.2 and hi / lo < 1.15
 
 
-def point(s: StepResult) -> dict[str, Any]:
+def point(s: StepResult) -> KneePoint:
     """A step's headline figures (the saturation point of a verdict)."""
-    lat = {}
+    lat: dict[str, float | None] = {}
     for m in LATENCY_COLUMNS:
         for stat in ("p50", "p90", "p99"):
             lat[f"{m}_{stat}"] = s.stat(m, stat)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from llm_locust.metrics.blocks import COUNTS, METRICS, PERCENTILES, RATES, Blocks
 from llm_locust.metrics.flow import LATE_S, Flow
 from llm_locust.metrics.intervals import _pooled, _value_at
+from llm_locust.schema import Steady, SteadyFigures, SteadyRates
 
 TOLERANCE = 0.05  # closed loop: in flight within 5% of the users; open loop: at most 5% late sends
 MIN_SECONDS = 2.0  # a shorter window is no window
@@ -116,7 +117,7 @@ def _sent_in(spans: Sequence[Span], start: float, end: float) -> int:
     return sum(sent for s, _, _, sent, _ in spans if start <= s < end)
 
 
-def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> dict[str, Any]:
+def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> SteadyFigures:
     """The figures of the ok requests in the blocks of [start, end) (edges on the blocks' width):
     count, latency mean and percentiles (s; a percentile HdrHistogram's way, over the pooled
     histograms), the rates over the window's `seconds`, and their 95% intervals."""
@@ -134,11 +135,11 @@ def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> 
     rates = {
         name: sum(b.counts[COUNTS.index(c)] for b in inside) / seconds if seconds > 0 else 0.0
         for name, c in RATES.items()
-    }
+    }  # every rate of RATES: SteadyRates (tests/test_results_schema.py checks the names)
     return {
         "ok": sum(b.counts[0] for b in inside),
         "latency": latency,
-        "rates": rates,
+        "rates": cast(SteadyRates, rates),
         # the block that begins at `end` is not the window's: the float just below `end` (end is a
         # multiple of the blocks' power-of-two width, so end / width scales exactly)
         "intervals": blocks.intervals(start, math.nextafter(end, -math.inf)),
@@ -153,7 +154,7 @@ def steady(
     mode: str,
     users: int | None,
     think_time: float = 0.0,
-) -> dict[str, Any]:
+) -> Steady:
     """The results' `steady` section (docs/results.md): the window, the ramp, the drain and the
     window's figures; `found` False with a `reason` when there is no window."""
     doc: dict[str, Any] = {"headline": HEADLINE, "found": False, "reason": None, "mode": mode, "target": None}
@@ -161,7 +162,7 @@ def steady(
     why = _not_assessed(mode, users, think_time, first_sent, last_end)
     if why is not None:
         doc["reason"] = why
-        return doc
+        return cast(Steady, doc)
     assert first_sent is not None and last_end is not None  # _not_assessed said so
     spans = flow.spans()
     target = users if mode == "closed" else None
@@ -170,7 +171,7 @@ def steady(
     window = aligned(found, sent_blocks.width) if found is not None else None
     if window is None or window[1] - window[0] < MIN_SECONDS:
         doc["reason"] = _none_reason(found, window, mode, target)
-        return doc
+        return cast(Steady, doc)
     start, end = window
     seconds = min(end, last_end) - max(start, first_sent)
     doc["found"] = True
@@ -183,7 +184,7 @@ def steady(
     doc["ramp"] = {"seconds": max(0.0, start - first_sent), "requests": _sent_in(spans, -math.inf, start)}
     doc["drain"] = {"seconds": max(0.0, last_end - end), "requests": _sent_in(spans, end, math.inf)}
     doc["figures"] = window_figures(sent_blocks, start, end, seconds)
-    return doc
+    return cast(Steady, doc)
 
 
 def _not_assessed(
@@ -222,7 +223,7 @@ def _ms(v: float | None, iv: Any = None) -> str:
     return f"{v * 1000:.0f} ms" + (f" ± {rel * 100:.1f}%" if rel is not None else "")
 
 
-def steady_line(doc: dict[str, Any] | None) -> str | None:
+def steady_line(doc: Steady | None) -> str | None:
     """The summary's line: the window, the ramp and the drain, and a few of the window's figures
     (the headline figures above stay the whole run's); None when not assessed."""
     if not doc or (not doc.get("found") and str(doc.get("reason") or "").startswith("not assessed")):
@@ -230,7 +231,9 @@ def steady_line(doc: dict[str, Any] | None) -> str | None:
     if not doc["found"]:
         return f"steady: {doc['reason']}; the figures above are the whole run's"
     w, r, d, f = doc["window"], doc["ramp"], doc["drain"], doc["figures"]
-    lat, ivs = f["latency"], (f.get("intervals") or {}).get("latency") or {}
+    assert w is not None and r is not None and d is not None and f is not None  # found: steady() wrote them
+    iv_doc = f.get("intervals")
+    lat, ivs = f["latency"], (iv_doc.get("latency") if iv_doc else None) or {}
 
     def fig(m: str, stat: str) -> str:
         return _ms(lat[m][stat], (ivs.get(m) or {}).get(stat))

@@ -253,6 +253,14 @@ def _highest(us: int) -> int:
     return us if us < 2048 else us + (1 << (us.bit_length() - 11)) - 1
 
 
+def error_rate(failed: int, finished: int, cancelled: int, client_cancelled: int) -> float:
+    """The share of answered requests that failed: cancelled ones (by the stop, or by --cancel) were
+    never answered, so they are in neither part. 0.0 when none was answered. One formula for the
+    summary, each group's row and the live view, so they cannot drift apart."""
+    answered = finished - cancelled - client_cancelled
+    return failed / answered if answered > 0 else 0.0
+
+
 class GroupFigures:
     """The figures of one endpoint or one model: requests by outcome, tokens, prompt-cache counts
     and TTFT / TPOT / E2E, over the requests that finished in the window."""
@@ -319,7 +327,6 @@ class GroupFigures:
         cancelled = self.outcomes.get(Outcome.CANCELLED.value, 0)
         client = self.outcomes.get(Outcome.CLIENT_CANCELLED.value, 0)
         failed = finished - ok - cancelled - client
-        answered = finished - cancelled - client
         out: dict[str, Any] = {
             "finished": finished,
             "ok": ok,
@@ -329,7 +336,7 @@ class GroupFigures:
             "failures": {
                 k: v for k, v in sorted(self.outcomes.items()) if v and k != Outcome.OK.value and k not in NOT_FAILED
             },
-            "error_rate": failed / answered if answered > 0 else 0.0,
+            "error_rate": error_rate(failed, finished, cancelled, client),
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "requests_per_s": ok / span if span > 0 else 0.0,
@@ -1018,7 +1025,7 @@ def figures(agg: Aggregate) -> Figures:
         "outcomes": dict(agg.outcomes),
         "errors": agg.errors,
         "causes": dict(sorted(agg.causes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "error_rate": agg.failed / answered if (answered := finished - agg.cancelled - client) > 0 else 0.0,
+        "error_rate": error_rate(agg.failed, finished, agg.cancelled, client),
         "duration_s": span,
         "tokens_in": agg.tokens_in,
         "tokens_out": agg.tokens_out,

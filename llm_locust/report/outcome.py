@@ -269,11 +269,11 @@ class _Parts:
     verdicts: Verdicts | None = None
     stability: Stability = field(default_factory=lambda: Stability())
     prefix_hit: PrefixHit | None = None
-    steady: dict[str, Any] | None = None
+    steady: Steady | None = None
     load_facts: dict[str, Any] | None = None
 
 
-def _steady(e: Ended) -> dict[str, Any]:
+def _steady(e: Ended) -> Steady:
     """The run's steady window (analysis/steady.py) from its merged in-flight series."""
     load = e.run.get("load") or {}
     mode = "ladder" if e.ladder is not None else str(load.get("mode") or "closed")
@@ -569,7 +569,7 @@ def _results(e: Ended, p: _Parts) -> ResultsDoc:
     if e.checkpoint is not None:
         _mark_partial(results, e)
     results["prefix_hit"] = p.prefix_hit
-    results["steady"] = cast(Steady, p.steady)
+    results["steady"] = cast(Steady, p.steady)  # _parts set it
     env = results["environment"]
     server = next(iter(e.servers.values()), None)
     env["server"] = {

@@ -34,7 +34,7 @@ import numpy as np
 from llm_locust.analysis import refine
 from llm_locust.analysis.saturation import MIN_STEPS, analyse
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
-from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures, client_line, validity_rule
+from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures, client_line, error_rate, validity_rule
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import FAILURE_KINDS, Outcome
 
@@ -278,9 +278,7 @@ class LiveView:
                 "failed": total.failed,
                 "cancelled": cancelled,
                 "client_cancelled": (by_client := total.outcomes[Outcome.CLIENT_CANCELLED.value]),
-                "error_rate": _r(total.failed / (finished - cancelled - by_client), 5)
-                if finished > cancelled + by_client
-                else 0.0,
+                "error_rate": _r(error_rate(total.failed, finished, cancelled, by_client), 5),
                 "tokens_in": total.tokens_in,
                 "tokens_out": total.tokens_out,
                 "duration_s": _r(span, 2),
