@@ -208,6 +208,7 @@ LAZY_DEPENDENCIES = {
     "gevent": "the gRPC client's and the sidecar's check of gevent's patching, only on their paths",
     "locust": "start-up: the CLI reads Locust's own parser only for a run's --help",
     "pydantic": "start-up: the JSON Schema is built only when it is written or checked",
+    "matplotlib": "start-up: a run's processes import the report but draw nothing (0.6 CPU-s each)",
     "numpy": "start-up: `compare`, `report` and the core's other readers of histograms never load it",
     "kneed": "start-up: the knee is found only at a ladder's end",
     "rich": "start-up: the live panel only on a terminal",

@@ -14,12 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullLocator
-
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from matplotlib.typing import RcKeyType  # for the annotation only (recent matplotlib has it)
 
 RC: dict[RcKeyType, Any] = {
@@ -69,7 +65,19 @@ def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
+def _style() -> Any:
+    """The report's style for one plot. matplotlib (and numpy and Pillow with it) is imported at
+    the first plot drawn, not with this module: every run process imports the report to write its
+    results and draws nothing, and the import cost each one about 0.6 CPU-s at start-up."""
+    import matplotlib
+
+    return matplotlib.rc_context(RC)
+
+
 def _new(width: float, height: float, ncols: int = 1, nrows: int = 1, sharex: bool = False):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)  # the Agg canvas; savefig(format="svg") hands it to the SVG writer
     axes = fig.subplots(nrows, ncols, sharex=sharex, squeeze=False).ravel().tolist()
@@ -93,6 +101,8 @@ def _load_axis(ax, x: Sequence[float], xlabel: str, log_x: bool) -> None:
     if log_x:
         ax.set_xscale("log", base=2)
     ax.set_xticks(list(x), [f"{v:g}" for v in x], rotation=45 if len(x) > 10 else 0)
+    from matplotlib.ticker import NullLocator
+
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(xlabel)
 
@@ -114,7 +124,7 @@ def vs_load(
     saturation step, marked by a vertical line in each panel and a point on each panel's first
     line (`NAME-knee-PANEL`); flagged: indices of suspect steps, ringed on the first line; cut:
     index of the step an interruption cut short, drawn apart from its line (`_cut_point`)."""
-    with matplotlib.rc_context(RC):
+    with _style():
         fig, axes = _new(width, height, ncols=len(panels))
         for ax, panel in zip(axes, panels, strict=True):
             for i, line in enumerate(panel.lines):
@@ -241,7 +251,7 @@ def histogram(
 ) -> str:
     """Log-binned latency histogram: bins [[low_s, high_s, count], ...] as bars on a log axis in
     ms (`NAME-bin-I`, one per bin), with vertical lines at `marks` (label, seconds; None: not drawn)."""
-    with matplotlib.rc_context(RC):
+    with _style():
         fig, (ax,) = _new(width, height)
         lows = [b[0] * 1e3 for b in bins]
         widths = [(b[1] - b[0]) * 1e3 for b in bins]
@@ -268,6 +278,8 @@ def histogram(
                     gid=f"mark-{j}",
                 )
         ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter
+
         ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))
         ax.set_xlabel("ms (log scale)")
         ax.set_ylabel("samples")
@@ -302,7 +314,7 @@ def timeseries(
     line (`NAME-boundary-I`), its warm-up shaded (`NAME-warmup-I`), its steady rate a segment."""
     scale = 60.0 if minutes else 1.0
     xs = [v / scale for v in t]
-    with matplotlib.rc_context(RC):
+    with _style():
         fig, (top, bottom) = _new(width, height, nrows=2, sharex=True)
         top.plot(xs, tokens, color=COLORS[0], linewidth=1.0, label="output tokens/s", gid="tokens")
         bottom.plot(xs, ok, color=COLORS[1], linewidth=1.0, label="ok", gid="ok")
@@ -380,7 +392,7 @@ def pareto(
     """Steps as points, each run's Pareto frontier as a line through its frontier points (up and to
     the right is better: more tokens per GPU for more tokens per user). Several runs share the
     axes (compare); the step labels are written for one run only."""
-    with matplotlib.rc_context(RC):
+    with _style():
         fig, (ax,) = _new(width, height)
         for i, f in enumerate(fronts):
             color = COLORS[i % len(COLORS)]
