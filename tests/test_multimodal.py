@@ -13,13 +13,13 @@ from llm_locust.metrics.aggregate import Aggregate, figures
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.protocols.openai import CHAT
 from llm_locust.runtime.context import run_context
-from llm_locust.runtime.send import _note_workload
+from llm_locust.runtime.send import _note_workload, carry
 from llm_locust.settings.model import Settings
 from llm_locust.workload import load_trace
 from llm_locust.workload.formats.reader import TraceError
 from llm_locust.workload.images import ImageMaker, image_parts, parse_size
 from llm_locust.workload.prompts import PromptBuilder
-from llm_locust.workload.specs import SpecBuilder, StructuredCheck, take_media, tool_definitions, wants_text
+from llm_locust.workload.specs import SpecBuilder, StructuredCheck, tool_definitions, wants_text
 
 
 def builder(**kw) -> SpecBuilder:
@@ -54,14 +54,16 @@ def test_synthetic_images_reach_the_body():
     b = builder(images=3, image_size="16x16", image_format="jpeg", seed=1)
     from llm_locust.workload.trace_record import TraceRecord
 
-    body = body_of(b.spec(TraceRecord(0.0, input_tokens=100, output_tokens=4, source="x:1"), "m"))
+    spec = b.spec(TraceRecord(0.0, input_tokens=100, output_tokens=4, source="x:1"), "m")
+    body = body_of(spec)
     parts = body["messages"][-1]["content"]
     assert parts[0]["type"] == "text" and parts[0]["text"]
     imgs = [p for p in parts if p["type"] == "image_url"]
     assert len(imgs) == 3 and all(p["image_url"]["url"].startswith("data:image/jpeg;base64,") for p in imgs)
-    n, nbytes, n_audio, audio_bytes = take_media("x:1")
+    assert spec.media is not None  # on the request's spec, never a table beside it (issue 38)
+    n, nbytes, n_audio, audio_bytes = spec.media
     assert n == 3 and nbytes > 0 and (n_audio, audio_bytes) == (0, 0)
-    assert take_media("x:1") is None
+    assert b.spec(TraceRecord(0.0, input_tokens=100, output_tokens=4, source="x:1"), "m").media == spec.media
 
 
 def test_azure2025_image_counts_reach_the_request_and_the_results(tmp_path):
@@ -86,6 +88,7 @@ def test_azure2025_image_counts_reach_the_request_and_the_results(tmp_path):
         r = RequestRecord(
             request_id=str(i), api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source=rec.source
         )
+        carry(spec, r)
         _note_workload(env, r)
         agg.add(r)
     assert counts == [0, 2, 1]
@@ -117,7 +120,7 @@ def test_an_unreadable_image_names_the_trace_line(tmp_path):
     parts = body["messages"][-1]["content"]
     assert parts[0] == {"type": "text", "text": "look"}
     assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
-    assert take_media(rec.source)[0] == 1
+    assert body_of(builder().spec(rec, "m")) == body and builder().spec(rec, "m").media[0] == 1
 
 
 def test_tool_definitions_are_present_and_seeded():
@@ -222,12 +225,12 @@ def test_audio_clips_reach_the_body_and_the_results():
     assert raw[0] != raw[1]  # two distinct clips
     again = body_of(builder(audio=2, audio_seconds=0.25, seed=5).spec(TraceRecord(0.0, 50, 4, source="a:2"), "m"))
     assert [p for p in again["messages"][-1]["content"] if p["type"] == "input_audio"] == clips  # seeded
-    take_media("a:2")
     r = RequestRecord(
         request_id="1", api="openai-chat", t_sched=0.0, t_sent=0.0, wall_sent=1.0, t_end=0.5, source="a:1"
     )
     env = SimpleNamespace()
     run_context(env).structured = None
+    carry(spec, r)
     _note_workload(env, r)
     agg = Aggregate()
     agg.add(r)

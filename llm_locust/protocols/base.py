@@ -83,6 +83,11 @@ class RequestSpec:
     # the prompt tokens an unbounded prefix cache would have served, from the record's prefix
     # blocks (workload.sessions.IdealCache): carried to the request's record, never sent
     ideal_cached: int | None = None
+    # what the request carries that its record counts (workload.specs builds them, runtime/send.py
+    # puts them on the record), never sent: the overlong mix's mark, and (images, image bytes,
+    # audio clips, audio bytes) when it carries media
+    overlong: bool = False
+    media: tuple[int, int, int, int] | None = None
 
 
 class StreamState:

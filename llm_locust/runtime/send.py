@@ -30,7 +30,7 @@ from llm_locust.transport.client import Client
 from llm_locust.transport.turns import take_turn
 from llm_locust.workload.graded import grade_record
 from llm_locust.workload.routing import Router, session_headers
-from llm_locust.workload.specs import StructuredCheck, take_media, take_overlong, wants_text
+from llm_locust.workload.specs import StructuredCheck, wants_text
 
 
 @dataclass
@@ -75,6 +75,7 @@ class SendPath:
             spec.headers = {**(spec.headers or {}), **session_headers(self.session_header_names, session)}
 
         def done(rec: RequestRecord) -> None:
+            carry(spec, rec)
             rec.source, rec.session, rec.model = source, session, spec.model
             rec.ideal_cached = ideal if ideal is not None else spec.ideal_cached
             rec.t_released = released
@@ -152,16 +153,20 @@ def _structured_check(env: Environment) -> StructuredCheck | None:
     return run.structured
 
 
-def _note_workload(env: Environment, rec: RequestRecord) -> None:
-    """What the workload options add to a record's workload facts (rec.work): the overlong mix's
-    mark, the images and audio it carried (--images, a trace's media counts) and, for a reply kept
-    for it, whether its structured output parsed as JSON and met --response-format's schema."""
-    if take_overlong(rec.source):  # the overlong mix: counted apart (metrics/aggregate.py overlong)
+def carry(spec: RequestSpec, rec: RequestRecord) -> None:
+    """What the request carried, from its spec onto its record's workload facts (rec.work): the
+    overlong mix's mark (counted apart: metrics/aggregate.py overlong) and the images and audio it
+    sent (--images, --audio, a trace's media counts)."""
+    if spec.overlong:
         work_of(rec).overlong = True
-    media = take_media(rec.source)
-    if media is not None:
+    if spec.media is not None:
         w = work_of(rec)
-        w.images, w.image_bytes, w.audio, w.audio_bytes = media
+        w.images, w.image_bytes, w.audio, w.audio_bytes = spec.media
+
+
+def _note_workload(env: Environment, rec: RequestRecord) -> None:
+    """What --response-format adds to a record's workload facts (rec.work): for a reply kept for
+    it, whether its structured output parsed as JSON and met the schema."""
     if rec.text is not None and rec.ok and rec.api in CHAT_APIS:
         check = _structured_check(env)
         if check is not None:

@@ -9,8 +9,8 @@ Chat requests may also carry (settings of the workload group):
 - images (``--images N`` or the trace's count, e.g. Azure 2025 NumImages): the user message becomes
   content parts, the text then N ``image_url`` parts with seeded ``data:`` URLs
   (workload.images); ``file://`` image parts a trace names are read once and sent as ``data:`` URLs.
-  What each request carried is noted per record source (`take_media`) so the runtime can count
-  images and image bytes in the results.
+  What each request carried goes on its spec (`RequestSpec.media`), which the send path puts on
+  its record, so the results count images and image bytes.
 - tools (``--tools N``): N generated function definitions, the same for a seed, and ``tool_choice``.
 - a response format (``--response-format schema.json``): ``response_format`` json_schema; replies
   are checked with `StructuredCheck` (a JSON-schema subset, or jsonschema when installed).
@@ -94,10 +94,10 @@ class SpecBuilder:
         """The request for `entry`; `history`: earlier turns of its conversation (chat messages)."""
         prompt, messages = entry.prompt, entry.messages
         ideal = None
-        if self.is_overlong(entry):  # a synthetic prompt of --overlong-tokens in its place, noted for the record
+        overlong = self.is_overlong(entry)
+        if overlong:  # a synthetic prompt of --overlong-tokens in its place, marked for the record
             built = self.prompts.build(int(self.settings.overlong_tokens) or 1, key=f"overlong:{entry.source}")
             prompt, messages, history = built.text, built.messages, None
-            _note_overlong(entry.source)
         if prompt is None and messages is None:
             hash_ids, block_size = self._hash_ids(entry), getattr(entry, "block_size", None)
             built = self.prompts.build(
@@ -120,8 +120,6 @@ class SpecBuilder:
                 messages, media = self._with_audio(prompt, messages, media)
             if messages is not None:
                 prompt = None
-        if (media[0] or media[2]) and entry.source:
-            _note_media(entry.source, media)
         s = self.settings
         return RequestSpec(
             model=model or None,
@@ -132,6 +130,8 @@ class SpecBuilder:
             continuous_usage=s.continuous_usage,
             extra_body=dict(self.extra_body) if self.extra_body else {},
             ideal_cached=ideal,
+            overlong=overlong,
+            media=media if media[0] or media[2] else None,
         )
 
     def _ideal(self, hash_ids: list | None, block_size: int | None, tokens: int | None) -> int | None:
@@ -213,56 +213,6 @@ def _inline_files(messages: list[dict[str, Any]], source: str) -> tuple[list[dic
             m = {**m, "content": parts}
         out.append(m)
     return out, n, nbytes
-
-
-# ---- what each record's request carried: images and their bytes, by record source ----
-# A spec notes its media here when built; the runtime takes it when the request is accounted
-# (runtime.send.account), so images and image bytes reach the results without a field on the
-# request. Entries live while requests of that source are in flight.
-_MEDIA: dict[str, list[int]] = {}
-
-
-def _note_media(source: str, media: tuple[int, int, int, int]) -> None:
-    e = _MEDIA.get(source)
-    if e is None:
-        _MEDIA[source] = [*media, 1]
-    else:
-        e[:4] = media
-        e[4] += 1
-
-
-_OVERLONG: dict[str, int] = {}  # source -> overlong requests built and not yet accounted
-
-
-def _note_overlong(source: str) -> None:
-    _OVERLONG[source] = _OVERLONG.get(source, 0) + 1
-
-
-def take_overlong(source: str | None) -> bool:
-    """Whether the request built for `source` was an overlong one (once per request built)."""
-    key = source or ""
-    n = _OVERLONG.get(key)
-    if not n:
-        return False
-    if n <= 1:
-        del _OVERLONG[key]
-    else:
-        _OVERLONG[key] = n - 1
-    return True
-
-
-def take_media(source: str | None) -> tuple[int, int, int, int] | None:
-    """(images, image bytes, audio clips, audio bytes) of the request built for `source`, once
-    per request built."""
-    if not source:
-        return None
-    e = _MEDIA.get(source)
-    if e is None:
-        return None
-    e[4] -= 1
-    if e[4] <= 0:
-        del _MEDIA[source]
-    return e[0], e[1], e[2], e[3]
 
 
 # ---- tools ----
