@@ -53,6 +53,12 @@ def test_the_load_line_sets_users_against_requests_in_flight():
     assert open_loop["sent_per_s"] == 8.0 and open_loop["on_schedule"] == pytest.approx(15 / 16, abs=1e-4)
     assert load_line(open_loop).startswith("load: an open loop sent 8.00 requests/s, 93.8% on schedule")
     assert load_line(load_facts("ladder", 8, 0.0, 3.0, spans)) is None
+    # a run starts and ends inside a second: 3 and 4 sends there at 10/s are part-seconds, not a
+    # slower rate (7.4/s counted whole; a 5 s replay at 10/s read 7.5 and failed this file's run)
+    edges = [(0, 1, 1.0, 3, 0), (1, 1, 1.0, 10, 0), (2, 1, 1.0, 10, 0), (3, 1, 1.0, 10, 0), (4, 1, 1.0, 4, 0)]
+    assert load_facts("replay", None, 0.0, 1.0, edges)["sent_per_s"] == 10.0
+    folded = [(0, 10, 10.0, 95, 0), (10, 1, 1.0, 10, 0), (11, 1, 1.0, 2, 0)]  # a folded row: 10 seconds alike
+    assert load_facts("replay", None, 0.0, 1.0, folded)["sent_per_s"] == pytest.approx((107 - 9.5 - 2) / 10)
     assert load_line(load_facts("closed", None, 0.0, 3.0, spans)) is None
 
 

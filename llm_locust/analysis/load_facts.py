@@ -59,6 +59,20 @@ def cache_line(state: Mapping[str, str] | None) -> str | None:
     return f"prompt cache before the load: {state['state']} ({state['why']})"
 
 
+def _send_rate(spans: Sequence[tuple[int, int, float, int, int]]) -> float | None:
+    """Sends per second over the seconds with a send, less the first and the last when three or
+    more have one: a run starts and ends inside a second, and those part-seconds counted whole
+    read as a lower rate (a 5 s replay at 10/s read 7.5/s). A folded row stands for `width`
+    seconds alike, so one second of it is its sends / width."""
+    rows = [(width, sent) for _, width, _, sent, _ in spans if sent]
+    seconds = sum(w for w, _ in rows)
+    total = sum(n for _, n in rows)
+    if seconds >= 3:
+        (w0, n0), (w1, n1) = rows[0], rows[-1]
+        return (total - n0 / w0 - n1 / w1) / (seconds - 2)
+    return total / seconds if seconds else None
+
+
 def load_facts(
     mode: str | None,
     users: int | None,
@@ -69,21 +83,22 @@ def load_facts(
     """What the load was (results `run.load_facts`): the mode, users and think time asked for; the
     requests in flight, their mean over the run (Little's law, `summary.concurrency`) and the p99
     over its seconds (each second's time-averaged count, metrics.flow); the sends per second
-    over the seconds that had any, and the share sent on schedule (within metrics.flow.LATE_S of
+    over the seconds that had any, less the part-seconds at its ends (`_send_rate`), and the
+    share sent on schedule (within metrics.flow.LATE_S of
     their due time: an open loop's offered rate against what it achieved)."""
     per_second: list[float] = []
     for _, width, busy, _, _ in spans:
         per_second += [busy / width] * width  # a folded row stands for `width` seconds alike
     sent = sum(row[3] for row in spans)
     late = sum(row[4] for row in spans)
-    seconds = sum(row[1] for row in spans if row[3]) or None
+    rate = _send_rate(spans)
     return {
         "mode": mode,
         "users": users,
         "think_time": think_time,
         "in_flight_mean": round(in_flight_mean, 3),
         "in_flight_p99": round(_p99(per_second), 3) if per_second else None,
-        "sent_per_s": round(sent / seconds, 3) if seconds else None,
+        "sent_per_s": round(rate, 3) if rate is not None else None,
         "on_schedule": round(1 - late / sent, 4) if sent else None,
     }
 
