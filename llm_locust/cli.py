@@ -158,13 +158,11 @@ def _read_plan(path: str, cli):
 
 
 def run(argv: list[str]) -> int:
-    import json
     import os
 
     from llm_locust.settings import derive
+    from llm_locust.settings.handoff import Handoff, RunOnly, hand_off
     from llm_locust.settings.units import PlanError
-
-    os.environ["LLM_LOCUST_COMMAND"] = json.dumps(["llm-locust", "run", *argv])  # kept in the results
     from llm_locust.settings.workers import choose, local_problem
 
     try:
@@ -198,7 +196,7 @@ def run(argv: list[str]) -> int:
         print("\n".join(fit([f"workers: {workers_why}"], width())), flush=True)
     settings = settings.model_copy(update={"workers": n_workers})
     locustfile = settings.locustfile or str(resources.files("llm_locust.locustfiles") / LOCUSTFILES[mode])
-    run_only = {
+    run_only: RunOnly = {
         "workers": settings.workers,
         "sim_slots": settings.sim_slots,
         "sim_fast": settings.sim_fast,
@@ -231,7 +229,7 @@ def run(argv: list[str]) -> int:
                 sim.stop()
             return 2
         settings = with_ctx
-    os.environ[derive.RUN_ONLY_ENV] = json.dumps(run_only)
+    hand_off(Handoff(command=["llm-locust", "run", *argv], run_only=run_only))  # one typed object to Locust's processes
     locust_argv = ["locust", "-f", locustfile, "--host", host, "--only-summary"]
     locust_argv += _load_argv(settings, mode) + _process_argv(settings, passthrough)
     locust_argv += derive.to_locust_argv(settings) + passthrough

@@ -6,7 +6,6 @@ our users gets all of this, whether started by `llm-locust run` or by plain `loc
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -42,6 +41,7 @@ from llm_locust.safe import masking
 from llm_locust.safe.terminal import terminal_safe
 from llm_locust.schema import Figures, Plan, Precision, Worker, WorkerClock
 from llm_locust.settings import derive
+from llm_locust.settings.handoff import handoff
 from llm_locust.transport import preflight
 from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.probe import probe_server
@@ -163,8 +163,8 @@ def _workload_facts(work, settings) -> dict[str, Any]:
 def _effective_plan(settings, n_workers: int, mode: str) -> Plan:
     """The plan this run amounts to (re-run it with `llm-locust run RESULTS.json`): the settings,
     and what `llm-locust run` used itself (workers, the simulator, the locustfile)."""
-    run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
-    values = {"workers": n_workers, "replay": mode == "replay", **run_only}
+    given = handoff()
+    values = {"workers": n_workers, "replay": mode == "replay", **(given.run_only if given else {})}
     if values.pop("workers_why", None):  # chosen by `auto` for this machine: a re-run chooses for its own
         values["workers"] = "auto"
     if values.pop("sim_started", False):
@@ -228,7 +228,7 @@ def _init_runner(environment, h: MetricsHub) -> None:
     except (ValueError, OSError) as e:  # TraceError, PlanError, bad SLOs and intervals are ValueErrors
         print(f"llm-locust: {e}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Locust's event handler guard
-    if os.environ.get(derive.RUN_ONLY_ENV) is not None and not settings.locust_stats:
+    if handoff() is not None and not settings.locust_stats:
         _quiet_locust_tables()  # `llm-locust run`: one latency table, ours (--locust-stats keeps Locust's)
     if _load(environment, settings)["mode"] == "closed":
         # a worker that joins late takes a share of the users, one that leaves hands its share on
@@ -304,7 +304,7 @@ def _check(environment, settings, h: MetricsHub) -> dict[str, Any] | None:
     hash taken before the load, not after)."""
     masking.protect(settings.api_key)
     # before any load: no output over an input, another output, a link or a device; all writable
-    command = json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv
+    command = _command()
     outputs, inputs = run_files(settings, plan=plan_path(command))
     check_outputs({**outputs, **recordlog.outputs(settings.record_log, _local_workers(environment))}, inputs)
     # reads and checks the whole file, keeps almost none of it (the senders load their shares)
@@ -469,7 +469,7 @@ class _EndOfRun:
             server_facts=dict(self.server_facts),
             trace=self.trace,
             plan=_effective_plan(s, len(h.workers), _load(env, s)["mode"]),
-            workers_why=json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}").get("workers_why"),
+            workers_why=(given.run_only.get("workers_why") if (given := handoff()) else None),
             baseline_summary=_baseline_summary(s),
             interruption=self.stopper.interruption,
             stopped_early=self.stopped_early(),
@@ -545,7 +545,7 @@ def _run_facts(environment, settings) -> dict[str, Any]:
         "host": environment.host,
         "settings": settings.public(),
         "runner": type(environment.runner).__name__,
-        "command": redact_argv(json.loads(os.environ.get("LLM_LOCUST_COMMAND", "null")) or sys.argv),
+        "command": redact_argv(_command()),
         "seed": settings.seed,
         "load": _load(environment, settings),
         "name": settings.name,
@@ -560,9 +560,15 @@ def _cache_state(environment) -> dict[str, str]:
     h = hub(environment)
     warm = h.steps.get(WARMUP_STEP)
     first = first_cached(h.total.first_cached, warm.first_cached if warm is not None else None)
-    run_only = json.loads(os.environ.get(derive.RUN_ONLY_ENV, "{}") or "{}")
+    given = handoff()
     reset = getattr(run_context(environment).cache_reset, "run", None)
-    return cache_state(reset, bool(run_only.get("sim_started")), first)
+    return cache_state(reset, bool(given and given.run_only.get("sim_started")), first)
+
+
+def _command() -> list[str]:
+    """The command line as typed (`llm-locust run ...`), or Locust's own under plain `locust -f`."""
+    given = handoff()
+    return given.command if given is not None else sys.argv
 
 
 def _precision_report(environment) -> Precision | None:

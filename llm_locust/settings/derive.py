@@ -32,7 +32,6 @@ from llm_locust.workload.synth import parse_spec_text
 from llm_locust.workload.values import suggest
 
 SettingsError = PlanError
-RUN_ONLY_ENV = "LLM_LOCUST_RUN_ONLY"  # what `llm-locust run` used itself, as JSON, for the effective plan
 
 
 @dataclass

@@ -26,9 +26,7 @@ keeps Locust's way (open until Ctrl-C, or its own --autostart --autoquit N).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -46,7 +44,7 @@ from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import hub
 from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 from llm_locust.safe import masking
-from llm_locust.settings.derive import RUN_ONLY_ENV
+from llm_locust.settings.handoff import handoff
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +106,17 @@ class RunClock:
 
 def ends_with_its_test(environment) -> bool:
     """Whether this web UI's process ends when its test ends: under `llm-locust run --web`
-    (which says so in LLM_LOCUST_RUN_ONLY), unless --web-keep-open. Not headless (Locust ends
+    (which says so in its handoff, settings/handoff.py), unless --web-keep-open. Not headless (Locust ends
     that itself), not with --autostart --autoquit N (Locust's own end, N s after)."""
     opts = environment.parsed_options
     if getattr(opts, "headless", False) or environment.web_ui is None:
         return False
     if getattr(opts, "autostart", False) and getattr(opts, "autoquit", -1) != -1:
         return False
-    given = os.environ.get(RUN_ONLY_ENV)
+    given = handoff()
     if given is None:
         return False  # plain `locust -f`
-    return not json.loads(given or "{}").get("web_keep_open")
+    return not given.run_only.get("web_keep_open")
 
 
 def end_with_the_test(environment, interrupted: Callable[[], bool]) -> None:
