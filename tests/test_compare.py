@@ -575,8 +575,10 @@ def test_verdict_metrics_are_criteria(runs, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def noise_runs(tmp_path_factory):
-    """Three closed-loop runs of 8 users for 8 s: `a` and `b` against one simulator with the same
-    settings, `slow` against one whose iteration takes 10 ms, not 5 (each token ~1.6x slower)."""
+    """Three closed-loop runs of 8 users for 12 s: `a` and `b` against one simulator with the same
+    settings, `slow` against one whose iteration takes 10 ms, not 5 (each token ~1.6x slower).
+    12 s, not 8: `slow`'s batches are at least twice its mean E2E (~0.8 s), so 8 s gave exactly
+    the 5 blocks an interval needs, and one slow start (CI) left 4: "too few samples"."""
     from llm_locust.sim.process import SimProcess
 
     d = tmp_path_factory.mktemp("noise")
@@ -584,7 +586,7 @@ def noise_runs(tmp_path_factory):
     with SimProcess(slots=8) as same, SimProcess(slots=8, iter_base=0.010) as slow:
         for name, sim in (("a", same), ("b", same), ("slow", slow)):
             path = d / f"{name}.json"
-            argv = ["run", "--host", sim.url, "-u", "8", "-t", "8s", "--results", path]
+            argv = ["run", "--host", sim.url, "-u", "8", "-t", "12s", "--results", path]
             argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
             p = subprocess.run(
                 [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
@@ -640,7 +642,7 @@ def test_one_run_with_a_baseline_is_gated_by_its_intervals(noise_runs, tmp_path)
     codes = {}
     with SimProcess(slots=8) as same, SimProcess(slots=8, iter_base=0.010) as slow:
         for name, sim in (("same", same), ("slow", slow)):
-            argv = ["run", "--host", sim.url, "-u", "8", "-t", "8s", "--baseline", base]
+            argv = ["run", "--host", sim.url, "-u", "8", "-t", "12s", "--baseline", base]
             argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1", "--junit", f"{name}.xml"]
             p = subprocess.run(
                 [sys.executable, "-m", "llm_locust.cli", *argv],
