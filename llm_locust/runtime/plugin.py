@@ -36,7 +36,6 @@ from llm_locust.runtime.closed_loop import scenario_failed
 from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import MetricsHub, hub, install
 from llm_locust.runtime.replay_shares import ReplayUser
-from llm_locust.runtime.webui import guard
 from llm_locust.safe import masking
 from llm_locust.safe.terminal import terminal_safe
 from llm_locust.schema import Figures, Plan, Precision, Worker, WorkerClock
@@ -243,6 +242,9 @@ def _init_runner(environment, h: MetricsHub) -> None:
     precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
+    # the web UI's modules (numpy with them) are imported at init, in each process, as before issue 38's
+    # hoisting: never before Locust forks its --processes (a library's threads do not survive a fork)
+    from llm_locust.runtime.webui import guard  # at init: see above
     from llm_locust.runtime.webui import install as install_webui  # the "LLM" view on the web UI, when there is one
 
     if environment.web_ui is not None:
