@@ -83,6 +83,16 @@ def _assert_counted_as_sent(env: Environment, fake: FakeClient) -> dict:
     return f
 
 
+def _run_replay(env) -> None:
+    """Install the replay's messages, start its one user, wait for the trace's end, quit."""
+    replay_shares.install(env)
+    runner = env.runner
+    assert runner is not None
+    runner.start(1, spawn_rate=1)
+    _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
+    runner.quit()
+
+
 def test_a_closed_loop_run_on_the_fake_client_counts_every_request_it_sent(tmp_path):
     fake = FakeClient(SCRIPT)
 
@@ -115,12 +125,7 @@ def test_an_open_loop_replay_on_the_fake_client_sends_the_whole_trace_on_schedul
         abstract = False
 
     env = _environment(FakeReplay, trace=str(_trace(tmp_path, n, gap)), replay=True)
-    replay_shares.install(env)
-    runner = env.runner
-    assert runner is not None
-    runner.start(1, spawn_rate=1)
-    _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
-    runner.quit()
+    _run_replay(env)
     f = _assert_counted_as_sent(env, fake)
     assert f["ok"] == fake.sends == n and hub(env).info["replay_sent"] == n, f
     # each request due at its trace time: the dispatcher's t_sched reached the client's record
@@ -203,12 +208,7 @@ def test_a_session_replay_over_two_endpoints_on_fakes_sends_every_turn(tmp_path,
         abstract = False
 
     env = _environment(FakeReplay, "m1:0.5,m2:0.5", trace=str(_conversations(tmp_path)), replay=True, **SESSIONS)
-    replay_shares.install(env)
-    runner = env.runner
-    assert runner is not None
-    runner.start(1, spawn_rate=1)
-    _wait(lambda: runner.state == STATE_STOPPED, "the replay's end")
-    runner.quit()
+    _run_replay(env)
     recs = _assert_one_set_up(env, fakes)
     assert len(recs) == 6 and all(r.ok for r in recs)
     assert hub(env).status_sources["sessions"]() == {"started": 2, "done": 2, "broken": 0}
