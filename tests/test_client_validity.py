@@ -303,10 +303,13 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
         assert together["share"] > 0.05 and check["tripped"] and check["late_share"] > 0.01, client
         assert client["reasons"][0].startswith("tokens read together in "), client
     else:
-        # under the rule's own share, so the verdict does not lean on the loop's lag samples; not
-        # nearer 0: an OS that takes the CPU from the client for over 4 ms (between its lag samples,
-        # ~100 ms apart) joins two tokens, 27 of 3,588 gaps (0.75%) in one CI run
-        assert together["share"] <= READ_TOGETHER_SHARE, client
+        # near 0, not at it: an OS that takes the CPU from the client for over 4 ms (between its lag
+        # samples, ~100 ms apart) joins two tokens: 27 of 3,588 gaps (0.75%) in one CI run, 1.5% in
+        # another (the verdict still valid, the loop never late). Over the rule's share, the check
+        # must say why it did not trip: the client kept up, so the server (here the OS) joined them
+        assert together["share"] <= READ_TOGETHER_SHARE + 0.02, client
+        if together["share"] > READ_TOGETHER_SHARE:
+            assert "while the client kept up" in check["text"] and not check["tripped"], check
 
 
 def test_sends_held_at_the_in_flight_cap_are_not_the_clients_lateness(tmp_path):
