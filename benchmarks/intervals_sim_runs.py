@@ -1,12 +1,12 @@
 """Run-to-run coverage of one run's 95% intervals (docs/metrics.md, "Confidence intervals").
 
-RUNS identical closed-loop runs (`llm-locust run -u USERS -t SECONDS`, a fixed synthetic workload)
-against one simulator. Per figure: the pooled estimate (the mean of the runs' figures), the
-runs' spread (sd and max/min), and the share of runs whose own interval holds the pooled estimate
+RUNS identical closed-loop runs (`llm-locust run -u USERS -t SECONDS --synthetic SPEC`)
+against one simulator. Per figure: the pooled estimate, the runs' spread (sd and max/min), and the
+share of runs whose own interval holds the pooled estimate
 (nominal 95%; the issue asks 90-99%). Runs whose figure has no interval (too few samples) are
 counted apart.
 
-    python benchmarks/intervals_sim_runs.py [--runs 30] [--seconds 8] [--users 8] [--pin]
+    python benchmarks/intervals_sim_runs.py [--runs 30] [--seconds 8] [--users 8] [--synthetic SPEC] [--pin]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from llm_locust.sim.process import SimProcess  # noqa: E402
 
+SYNTHETIC = "requests=1000,input=uniform:16:48,output=uniform:32:96,seed=1"
 FIGURES = (
     ("ttft mean", ("latency", "ttft", "mean"), ("latency", "ttft", "mean")),
     ("ttft p50", ("latency", "ttft", "p50"), ("latency", "ttft", "p50")),
@@ -34,6 +35,43 @@ FIGURES = (
     ("output tokens/s", ("output_tokens_per_s",), ("rates", "output_tokens_per_s")),
     ("requests/s", ("requests_per_s",), ("rates", "requests_per_s")),
 )
+
+
+def _samples(log: Path) -> dict[str, list[float]]:
+    """A run's per-request (TTFT, TPOT, E2E) and per-token (ITL) values of its ok requests, from
+    its record log: the figures' samples in whole microseconds, as the run's histograms take them
+    (an exact 10,431.6 us is 10,432 there: compared unrounded, it fell between two buckets)."""
+    out: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2e": []}
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        if r["outcome"] != "ok" or r["first"] is None:
+            continue
+        out["ttft"].append(_us(r["first"]))
+        out["e2e"].append(_us(r["end"]))
+        times, ntoks = r["chunks"], r["chunk_tokens"]
+        if r["n_out"] > 1:
+            out["tpot"].append(_us((times[-1] - r["first"]) / (r["n_out"] - 1)))
+        for i in range(1, len(times)):
+            out["itl"] += [_us(round((times[i] - times[i - 1]) * 1e6) / 1e6 / ntoks[i])] * ntoks[i]
+    return out
+
+
+def _us(seconds: float) -> float:
+    return max(round(seconds * 1e6), 0) / 1e6
+
+
+def _pooled(samples: list[float], stat: str) -> float:
+    """The pooled sample's figure: its mean, or its percentile at HdrHistogram's rank (the runs')."""
+    if stat == "mean":
+        return statistics.fmean(samples)
+    xs = sorted(samples)
+    rank = max(round(float(stat[1:]) / 100 * len(xs)), 1)
+    return xs[rank - 1]
+
+
+def _with_seed(spec: str, seed: int) -> str:
+    """The synthetic spec with its seed= item set to `seed`."""
+    return ",".join([p for p in spec.split(",") if not p.startswith("seed=")] + [f"seed={seed}"])
 
 
 def _get(d, path):
@@ -48,6 +86,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument(
+        "--synthetic",
+        default=SYNTHETIC,
+        help=f"the workload (the run's --synthetic; default {SYNTHETIC}); 'requests=1000,input=32,output=64,"
+        "seed=1' is the lock-step worst case: every request alike, so users that start together stay in step",
+    )
+    ap.add_argument(
+        "--same-seed",
+        action="store_true",
+        help="every run replays the workload's own seed (the same requests in the same order); by default run k "
+        "draws with seed k+1: independent samples of one workload, what an interval's coverage is about",
+    )
+    ap.add_argument("--show", default="", help="a figure (as named in the table) whose runs are printed one by one")
+    ap.add_argument(
         "--pin",
         action="store_true",
         help="the simulator on CPU 0 and each run on CPU 1, both SCHED_FIFO (root): other jobs on a shared "
@@ -55,6 +106,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     rows = []
+    pool: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2e": []}
     sim = SimProcess(slots=8)
     client = [sys.executable]
     if a.pin:
@@ -64,19 +116,25 @@ def main() -> None:
         for k in range(a.runs):
             path = Path(d) / f"r{k}.json"
             argv = ["run", "--host", sim.url, "-u", str(a.users), "-t", f"{a.seconds}s", "--results", str(path)]
-            argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
+            argv += ["--record-log", str(path.with_suffix(".jsonl"))]
+            spec = a.synthetic if a.same_seed else _with_seed(a.synthetic, k + 1)
+            argv += ["--synthetic", spec]
             p = subprocess.run([*client, "-m", "llm_locust.cli", *argv], capture_output=True, text=True, cwd=d)
             if p.returncode != 0:
                 print(f"run {k}: exit {p.returncode}: {p.stderr[-300:]}")
                 continue
             rows.append(json.loads(path.read_text())["summary"])
-    print(f"{len(rows)} runs of -u {a.users} -t {a.seconds}s against one simulator (8 slots)")
-    head = f"{'figure':<16}{'pooled':>12}{'sd/pooled':>11}{'median ±':>10}{'max/min':>9}"
-    print(f"{head}{'covered':>9}{'no interval':>13}")
+            for metric, values in _samples(path.with_suffix(".jsonl")).items():
+                pool[metric] += values
+    seeds = "the same seed" if a.same_seed else "seed k+1 in run k"
+    print(f"{len(rows)} runs of -u {a.users} -t {a.seconds}s --synthetic {a.synthetic} ({seeds}), 8 slots")
+    head = f"{'figure':<16}{'runs mean':>12}{'pooled':>12}{'sd/mean':>9}{'median ±':>10}{'max/min':>9}"
+    print(f"{head}{'covered':>9}{'by mean':>9}{'low/high':>10}{'no interval':>13}")
     for name, fpath, ipath in FIGURES:
         values = [_get(s, fpath) for s in rows]
-        pooled = statistics.fmean(v for v in values if v is not None)
-        covered = judged = 0
+        mean = statistics.fmean(v for v in values if v is not None)
+        pooled = _pooled(pool[ipath[1]], ipath[2]) if ipath[0] == "latency" else mean
+        covered = by_mean = judged = low = high = 0
         rels = []
         for s, v in zip(rows, values, strict=True):
             iv = _get(s.get("intervals") or {}, ipath) or {}
@@ -85,12 +143,16 @@ def main() -> None:
             judged += 1
             rels.append(iv.get("rel") or 0.0)
             covered += iv["low"] <= pooled <= iv["high"]
+            by_mean += iv["low"] <= mean <= iv["high"]
+            low, high = low + (pooled < iv["low"]), high + (pooled > iv["high"])
+            if name == a.show:
+                print(f"  {name}: {v:.6g} [{iv['low']:.6g}, {iv['high']:.6g}] pooled {pooled:.6g}")
         vs = [v for v in values if v]
-        sd = statistics.stdev(vs) / pooled if len(vs) > 1 and pooled else float("nan")
-        share = f"{covered / judged:.2f}" if judged else "-"
+        sd = statistics.stdev(vs) / mean if len(vs) > 1 and mean else float("nan")
+        share, share_mean = (f"{x / judged:.2f}" if judged else "-" for x in (covered, by_mean))
         rel = f"{statistics.median(rels):.3f}" if rels else "-"
-        row = f"{name:<16}{pooled:>12.5g}{sd:>11.3f}{rel:>10}{max(vs) / min(vs):>9.3f}"
-        print(f"{row}{share:>9}{len(rows) - judged:>13}")
+        row = f"{name:<16}{mean:>12.5g}{pooled:>12.5g}{sd:>9.3f}{rel:>10}{max(vs) / min(vs):>9.3f}"
+        print(f"{row}{share:>9}{share_mean:>9}{f'{low}/{high}':>10}{len(rows) - judged:>13}")
 
 
 if __name__ == "__main__":
