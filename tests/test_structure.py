@@ -4,9 +4,11 @@ plugin that nothing inside the package imports back.
 Three layers. The core is what a reader can run and test without an event loop: the results
 document's types, output safety, records and metrics, protocols, the workload, the analysis, the
 settings and the report, in that order: each package imports only from those before it. The transport
-(llm_locust.transport) runs on gevent and never on Locust: the wire, the reads of a server, the
-loops beside a run. The runtime (llm_locust.runtime) is Locust's side, and only that: every module
-in it uses Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
+(llm_locust.transport) runs on gevent and never on Locust: the wire and the reads of a server, I/O
+only. Beside it on the same rules, the loop (llm_locust.loop): what runs on the event loop beside
+the load and is not I/O (the clock across hosts, sessions, signals, the progress panel); it may
+import the transport, never the other way. The runtime (llm_locust.runtime) is Locust's side, and
+only that: every module in it imports Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
 simulator (`sim/`) and the GPU sidecar (`gpu/`) are programs of their own, importing nothing else
 of the package; the trace recorder and the anonymizer (`tools/`) are asyncio programs on the core.
 """
@@ -360,7 +362,7 @@ def test_core_never_imports_locust_gevent_the_transport_or_the_runtime():
         n: sorted(
             e
             for e in edges[n]
-            if _in(e, "runtime") or _in(e, "transport") or _in(e, "tools") or e == "llm_locust.users"
+            if _in(e, "runtime") or _in(e, "transport") or _in(e, "loop") or _in(e, "tools") or e == "llm_locust.users"
         )
         for n in edges
         if _core(n)
@@ -393,13 +395,31 @@ def test_importing_the_whole_core_loads_no_event_loop():
     assert out.strip() == "[]"
 
 
-def test_the_transport_never_imports_locust_or_the_runtime():
+def test_the_transport_and_the_loop_never_import_locust_or_the_runtime():
     _, edges, third = _graph()
-    transport = [n for n in edges if _in(n, "transport")]
-    assert len(transport) > 10
+    transport = [n for n in edges if _in(n, "transport") or _in(n, "loop")]
+    assert len(transport) > 10 and "llm_locust.loop.clock" in transport
     assert {n: "locust" for n in transport if "locust" in third[n]} == {}
     upward = {n: sorted(e for e in edges[n] if _in(e, "runtime") or e == "llm_locust.users") for n in transport}
     assert {n: v for n, v in upward.items() if v} == {}
+
+
+def _into_the_loop(edges: dict[str, set[str]]) -> list[str]:
+    """'module -> target' for each import from the transport into the loop (the loop may import
+    the transport: one direction between the two)."""
+    return sorted(f"{n} -> {e}" for n, es in edges.items() if _in(n, "transport") for e in es if _in(e, "loop"))
+
+
+def test_the_transport_never_imports_the_loop():
+    _, edges, _ = _graph()
+    assert _into_the_loop(edges) == []
+
+
+def test_the_checker_finds_the_transport_importing_the_loop():
+    _, edges, _ = _graph()
+    planted = {k: set(v) for k, v in edges.items()}
+    planted["llm_locust.transport.http"].add("llm_locust.loop.clock")
+    assert _into_the_loop(planted) == ["llm_locust.transport.http -> llm_locust.loop.clock"]
 
 
 def test_the_runtime_holds_only_modules_that_use_locust():
@@ -455,9 +475,10 @@ def test_the_tools_run_on_the_core_and_no_event_loop():
 
 
 def test_importing_the_transport_loads_no_locust():
-    """Confirmed by the interpreter: every transport module imported, and Locust is not loaded."""
+    """Confirmed by the interpreter: every transport and loop module imported, and Locust is not
+    loaded."""
     mods, _, _ = _graph()
-    transport = sorted(n for n in mods if _in(n, "transport"))
+    transport = sorted(n for n in mods if _in(n, "transport") or _in(n, "loop"))
     code = (
         "import importlib, sys\n"
         f"for m in {transport!r}: importlib.import_module(m)\n"

@@ -19,6 +19,9 @@ import orjson
 from locust import events
 
 from llm_locust.analysis.load_facts import cache_state, first_cached
+from llm_locust.loop.progress import Progress
+from llm_locust.loop.session_runner import load_workload
+from llm_locust.loop.signals import Stopper
 from llm_locust.metrics import recordlog
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.protocols import GRPC_APIS, get_adapter
@@ -44,10 +47,7 @@ from llm_locust.settings.handoff import handoff
 from llm_locust.transport import preflight
 from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.probe import probe_server
-from llm_locust.transport.progress import Progress
 from llm_locust.transport.scraper import Scraper, server_scrapers
-from llm_locust.transport.session_runner import load_workload
-from llm_locust.transport.signals import Stopper
 from llm_locust.workload import load_trace
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
@@ -533,7 +533,7 @@ def _workers(h: MetricsHub) -> list[Worker]:
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
             "joined_at": w.joined_at,
-            # against the master's: offset, uncertainty, flagged (transport.clock Estimate.as_dict,
+            # against the master's: offset, uncertainty, flagged (loop.clock Estimate.as_dict,
             # as the worker's report carried it: the hub keeps it untyped)
             "clock": cast("WorkerClock | None", w.clock),
         }
