@@ -133,8 +133,9 @@ def _in(name: str, package: str) -> bool:
 
 
 # Parts of the web UI package (its __init__ is Locust's web UI wired up) that need no Locust
-# themselves: the page's data and the request guard; they stay with the web UI they serve.
-WEB_UI_PARTS = ("llm_locust.runtime.webui.data", "llm_locust.runtime.webui.guard")
+# themselves: the request guard; it stays with the web UI it serves. (The page's data is
+# report/live.py: figures from aggregates, no event loop.)
+WEB_UI_PARTS = ("llm_locust.runtime.webui.guard",)
 
 
 # Modules whose name stays when another module would take it: something outside the package's own
