@@ -132,10 +132,13 @@ def _in(name: str, package: str) -> bool:
     return name == f"llm_locust.{package}" or name.startswith(f"llm_locust.{package}.")
 
 
-# Parts of the web UI package (its __init__ is Locust's web UI wired up) that need no Locust
-# themselves: the request guard; it stays with the web UI it serves. (The page's data is
-# report/live.py: figures from aggregates, no event loop.)
-WEB_UI_PARTS = ("llm_locust.runtime.webui.guard",)
+# Runtime modules that import no Locust themselves, each with why it is Locust glue all the same.
+# Any other module in runtime/ imports Locust (a type it is handed counts); one that needs none
+# belongs to the loop or the transport (gevent) or the core (no event loop).
+RUNTIME_WITHOUT_LOCUST = {
+    "llm_locust.runtime.webui.guard": "Flask hooks on Locust's web UI (the WebUI the plugin hands it), "
+    "installed before any route",
+}
 
 
 # Modules whose name stays when another module would take it: something outside the package's own
@@ -423,34 +426,34 @@ def test_the_checker_finds_the_transport_importing_the_loop():
     assert _into_the_loop(planted) == ["llm_locust.transport.http -> llm_locust.loop.clock"]
 
 
-def test_the_runtime_holds_only_modules_that_use_locust():
-    """A module in llm_locust.runtime imports Locust, or a runtime module that does: one that
-    needs neither belongs to the transport (gevent) or the core (no event loop)."""
+def _runtime_without_locust(edges: dict[str, set[str]], third: dict[str, set[str]]) -> list[str]:
+    """The runtime's modules that import no Locust themselves and are not listed with a reason."""
+    runtime = (n for n in edges if _in(n, "runtime") and n != "llm_locust.runtime")
+    return sorted(n for n in runtime if "locust" not in third[n] and n not in RUNTIME_WITHOUT_LOCUST)
+
+
+def test_the_runtime_holds_only_modules_that_import_locust():
+    """Each module in llm_locust.runtime imports Locust itself, or is listed with its reason:
+    using Locust only through another runtime module (the hub, the run context) is not enough,
+    or any module could land here by reaching for the run's state instead of being handed it."""
     _, edges, third = _graph()
-    runtime = {n for n in edges if _in(n, "runtime") and n != "llm_locust.runtime"}
-    uses = {n for n in runtime if "locust" in third[n]}
-    grew = True
-    while grew:
-        more = {n for n in runtime - uses if edges[n] & uses}
-        grew, uses = bool(more), uses | more
-    assert sorted(runtime - uses - set(WEB_UI_PARTS)) == []
+    assert _runtime_without_locust(edges, third) == []
+    assert set(RUNTIME_WITHOUT_LOCUST) <= set(edges), "RUNTIME_WITHOUT_LOCUST names a module that is gone"
 
 
-def test_the_checker_finds_a_runtime_module_without_locust(monkeypatch):
-    """What the rule above would say of a module moved back into the runtime without Locust."""
-    edges = {
-        "llm_locust.runtime.a": {"llm_locust.runtime.b"},
-        "llm_locust.runtime.b": set(),
-        "llm_locust.runtime.c": set(),
-    }
-    third = {"llm_locust.runtime.a": set(), "llm_locust.runtime.b": {"locust"}, "llm_locust.runtime.c": {"gevent"}}
-    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: ({}, edges, third))
-    try:
-        test_the_runtime_holds_only_modules_that_use_locust()
-    except AssertionError as e:
-        assert "llm_locust.runtime.c" in str(e) and "runtime.a" not in str(e)
-    else:
-        raise AssertionError("a runtime module without Locust passed")
+def test_the_checker_finds_a_runtime_module_without_locust():
+    """What the rule above says of the real graph with planted modules: one that imports gevent and
+    the hub only (runtime/failfast.py before issue 38) fails, one that imports Locust passes, and the
+    listed guard passes."""
+    _, edges, third = _graph()
+    planted_edges = {k: set(v) for k, v in edges.items()}
+    planted_third = {k: set(v) for k, v in third.items()}
+    planted_edges["llm_locust.runtime.watch"] = {"llm_locust.runtime.hub"}
+    planted_third["llm_locust.runtime.watch"] = {"gevent", "llm_locust"}
+    planted_edges["llm_locust.runtime.glue"] = set()
+    planted_third["llm_locust.runtime.glue"] = {"locust"}
+    assert _runtime_without_locust(planted_edges, planted_third) == ["llm_locust.runtime.watch"]
+    assert "locust" not in third["llm_locust.runtime.webui.guard"]
 
 
 def test_the_simulator_and_the_gpu_sidecar_import_nothing_else_of_the_package():
