@@ -15,8 +15,8 @@ import time
 
 from rich.console import Console
 
+from llm_locust.loop import progress
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.transport import progress
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 (a) in-process, `--part compute`: a populated hub without Locust: a total `Aggregate` of
     `--requests` requests (`--tokens` output tokens each, one chunk per token, spread over
     `--seconds` seconds, lognormal TTFT/ITL) and a ladder of `--steps` step aggregates, all steps
-    finished but the last. Then `llm_locust.runtime.webui.data.LiveView` on it, with a fake clock:
+    finished but the last. Then `llm_locust.report.live.LiveView` on it, with a fake clock:
       - cold: the first snapshot (every step's `step_result`, the saturation verdict);
       - warm: a snapshot one second later (finished steps cached, the running step read again);
       - one step's figures: `steps.step_result` (histogram percentiles read through numpy);
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from llm_locust.analysis.steps import step_result  # noqa: E402
 from llm_locust.metrics.aggregate import Aggregate  # noqa: E402
 from llm_locust.metrics.records import RequestRecord  # noqa: E402
-from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView  # noqa: E402
+from llm_locust.report.live import Inputs, LadderInputs, LiveView  # noqa: E402
 
 T0 = 1_700_000_000.0
 

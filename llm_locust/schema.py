@@ -472,7 +472,7 @@ class Gate(TypedDict):
 
 
 class WorkerClock(TypedDict):
-    """A worker's clock against the master's (transport.clock Estimate.as_dict)."""
+    """A worker's clock against the master's (loop.clock Estimate.as_dict)."""
 
     offset_s: float  # master minus worker
     uncertainty_s: float

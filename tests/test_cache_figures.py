@@ -340,7 +340,7 @@ def test_prometheus_cache_and_group_series():
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from llm_locust.runtime.exporter import cache_families, group_families
+    from llm_locust.metrics.prometheus import cache_families, group_families
 
     agg = Aggregate()
     agg.add(rec(0, endpoint="http://a", model="m", n_in=100, n_cached=60, ideal=80, ttft=0.05))

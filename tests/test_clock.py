@@ -1,4 +1,4 @@
-"""One clock across hosts (transport/clock.py): the NTP-style estimate on synthetic round trips, and
+"""One clock across hosts (loop/clock.py): the NTP-style estimate on synthetic round trips, and
 a real master with 2 real workers, one of whose wall clock reads 200 ms ahead (the test-only hook
 LLM_LOCUST_TEST_CLOCK_SHIFT), replaying a trace: on schedule to a few milliseconds and its
 per-second series as one clock would have placed them; with the alignment off
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from support import Cluster, free_port, missing, need_binary, read_jsonl
 
+from llm_locust.loop import clock
+from llm_locust.loop.clock import ClockSync, RoundTrip, estimate
 from llm_locust.settings import derive
 from llm_locust.sim.process import SimProcess
-from llm_locust.transport import clock
-from llm_locust.transport.clock import ClockSync, RoundTrip, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = str(ROOT / "locustfiles" / "replay.py")

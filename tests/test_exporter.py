@@ -13,7 +13,7 @@ import pytest
 from support import free_port, need_binary, run_cli, scrape_until, start_run
 
 from llm_locust.metrics.histogram import Histogram
-from llm_locust.runtime.exporter import cumulative_buckets
+from llm_locust.metrics.prometheus import cumulative_buckets
 from llm_locust.sim.process import SimProcess
 
 

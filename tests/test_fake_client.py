@@ -185,7 +185,7 @@ SESSIONS = {"trace_models": False, "endpoints": ",".join(ENDPOINTS), "route": "r
 
 
 def _assert_one_set_up(env: Environment, fakes: dict[str, FakeClient]) -> list:
-    """What the set-up of a load (transport/session_runner.py set_up_load) gives either loop: the
+    """What the set-up of a load (loop/session_runner.py set_up_load) gives either loop: the
     router over both endpoints, the model split per session, the sessions' runner and its counts."""
     recs = [r for f in fakes.values() for r in f.records]
     status = hub(env).status_sources

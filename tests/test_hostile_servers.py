@@ -273,13 +273,13 @@ def test_terminal_safe_escapes_controls_bidi_and_keeps_text():
 
 
 def test_the_live_panel_prints_log_lines_terminal_safe():
-    """A log line printed above the live panel (transport/progress.py _ConsoleStream, a rich
+    """A log line printed above the live panel (loop/progress.py _ConsoleStream, a rich
     console) shows a server's escapes as text (rich passes ESC through as it is)."""
     import io
 
     from rich.console import Console
 
-    from llm_locust.transport.progress import _ConsoleStream
+    from llm_locust.loop.progress import _ConsoleStream
 
     buf = io.StringIO()
     stream = _ConsoleStream(Console(file=buf, force_terminal=True, width=200))

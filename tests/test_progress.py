@@ -1,4 +1,4 @@
-"""The progress line of a headless run (transport/progress.py): what it says, how often, and off."""
+"""The progress line of a headless run (loop/progress.py): what it says, how often, and off."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 from support import run_cli
 
+from llm_locust.loop.progress import Snapshot, clock, line, plain
 from llm_locust.metrics.aggregate import Aggregate
-from llm_locust.transport.progress import Snapshot, clock, line, plain
 
 PROGRESS = re.compile(
     r"^progress (\d+):(\d\d)/(\S+) \| (?:step \S+ \([a-z]+ [\d.]+\) \| )?sent (\d+), done (\d+), in flight (\d+) "

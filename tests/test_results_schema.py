@@ -281,8 +281,8 @@ def test_a_ladder_section_the_run_writes_conforms_to_the_schema():
 
 
 def test_a_worker_row_the_master_writes_conforms_to_the_schema():
-    """A worker's row as runtime.plugin writes it, its clock as transport.clock gives it."""
-    from llm_locust.transport.clock import Estimate
+    """A worker's row as runtime.plugin writes it, its clock as loop.clock gives it."""
+    from llm_locust.loop.clock import Estimate
 
     row = {
         "id": "host_1a2b",

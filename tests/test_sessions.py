@@ -8,9 +8,9 @@ import time
 import gevent
 import pytest
 
+from llm_locust.loop.session_runner import SessionRunner, load_workload, pick_start_turn
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.settings.model import Settings
-from llm_locust.transport.session_runner import SessionRunner, load_workload, pick_start_turn
 from llm_locust.workload.formats.reader import TraceError
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.sessions import IdealCache, SessionBuilder, SessionTrace, Turn

@@ -4,9 +4,11 @@ plugin that nothing inside the package imports back.
 Three layers. The core is what a reader can run and test without an event loop: the results
 document's types, output safety, records and metrics, protocols, the workload, the analysis, the
 settings and the report, in that order: each package imports only from those before it. The transport
-(llm_locust.transport) runs on gevent and never on Locust: the wire, the reads of a server, the
-loops beside a run. The runtime (llm_locust.runtime) is Locust's side, and only that: every module
-in it uses Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
+(llm_locust.transport) runs on gevent and never on Locust: the wire and the reads of a server, I/O
+only. Beside it on the same rules, the loop (llm_locust.loop): what runs on the event loop beside
+the load and is not I/O (the clock across hosts, sessions, signals, the progress panel); it may
+import the transport, never the other way. The runtime (llm_locust.runtime) is Locust's side, and
+only that: every module in it imports Locust. `llm_locust.users` is the one public entry that wires it into Locust. The
 simulator (`sim/`) and the GPU sidecar (`gpu/`) are programs of their own, importing nothing else
 of the package; the trace recorder and the anonymizer (`tools/`) are asyncio programs on the core.
 """
@@ -130,9 +132,13 @@ def _in(name: str, package: str) -> bool:
     return name == f"llm_locust.{package}" or name.startswith(f"llm_locust.{package}.")
 
 
-# Parts of the web UI package (its __init__ is Locust's web UI wired up) that need no Locust
-# themselves: the page's data and the request guard; they stay with the web UI they serve.
-WEB_UI_PARTS = ("llm_locust.runtime.webui.data", "llm_locust.runtime.webui.guard")
+# Runtime modules that import no Locust themselves, each with why it is Locust glue all the same.
+# Any other module in runtime/ imports Locust (a type it is handed counts); one that needs none
+# belongs to the loop or the transport (gevent) or the core (no event loop).
+RUNTIME_WITHOUT_LOCUST = {
+    "llm_locust.runtime.webui.guard": "Flask hooks on Locust's web UI (the WebUI the plugin hands it), "
+    "installed before any route",
+}
 
 
 # Modules whose name stays when another module would take it: something outside the package's own
@@ -360,7 +366,7 @@ def test_core_never_imports_locust_gevent_the_transport_or_the_runtime():
         n: sorted(
             e
             for e in edges[n]
-            if _in(e, "runtime") or _in(e, "transport") or _in(e, "tools") or e == "llm_locust.users"
+            if _in(e, "runtime") or _in(e, "transport") or _in(e, "loop") or _in(e, "tools") or e == "llm_locust.users"
         )
         for n in edges
         if _core(n)
@@ -393,43 +399,61 @@ def test_importing_the_whole_core_loads_no_event_loop():
     assert out.strip() == "[]"
 
 
-def test_the_transport_never_imports_locust_or_the_runtime():
+def test_the_transport_and_the_loop_never_import_locust_or_the_runtime():
     _, edges, third = _graph()
-    transport = [n for n in edges if _in(n, "transport")]
-    assert len(transport) > 10
+    transport = [n for n in edges if _in(n, "transport") or _in(n, "loop")]
+    assert len(transport) > 10 and "llm_locust.loop.clock" in transport
     assert {n: "locust" for n in transport if "locust" in third[n]} == {}
     upward = {n: sorted(e for e in edges[n] if _in(e, "runtime") or e == "llm_locust.users") for n in transport}
     assert {n: v for n, v in upward.items() if v} == {}
 
 
-def test_the_runtime_holds_only_modules_that_use_locust():
-    """A module in llm_locust.runtime imports Locust, or a runtime module that does: one that
-    needs neither belongs to the transport (gevent) or the core (no event loop)."""
+def _into_the_loop(edges: dict[str, set[str]]) -> list[str]:
+    """'module -> target' for each import from the transport into the loop (the loop may import
+    the transport: one direction between the two)."""
+    return sorted(f"{n} -> {e}" for n, es in edges.items() if _in(n, "transport") for e in es if _in(e, "loop"))
+
+
+def test_the_transport_never_imports_the_loop():
+    _, edges, _ = _graph()
+    assert _into_the_loop(edges) == []
+
+
+def test_the_checker_finds_the_transport_importing_the_loop():
+    _, edges, _ = _graph()
+    planted = {k: set(v) for k, v in edges.items()}
+    planted["llm_locust.transport.http"].add("llm_locust.loop.clock")
+    assert _into_the_loop(planted) == ["llm_locust.transport.http -> llm_locust.loop.clock"]
+
+
+def _runtime_without_locust(edges: dict[str, set[str]], third: dict[str, set[str]]) -> list[str]:
+    """The runtime's modules that import no Locust themselves and are not listed with a reason."""
+    runtime = (n for n in edges if _in(n, "runtime") and n != "llm_locust.runtime")
+    return sorted(n for n in runtime if "locust" not in third[n] and n not in RUNTIME_WITHOUT_LOCUST)
+
+
+def test_the_runtime_holds_only_modules_that_import_locust():
+    """Each module in llm_locust.runtime imports Locust itself, or is listed with its reason:
+    using Locust only through another runtime module (the hub, the run context) is not enough,
+    or any module could land here by reaching for the run's state instead of being handed it."""
     _, edges, third = _graph()
-    runtime = {n for n in edges if _in(n, "runtime") and n != "llm_locust.runtime"}
-    uses = {n for n in runtime if "locust" in third[n]}
-    grew = True
-    while grew:
-        more = {n for n in runtime - uses if edges[n] & uses}
-        grew, uses = bool(more), uses | more
-    assert sorted(runtime - uses - set(WEB_UI_PARTS)) == []
+    assert _runtime_without_locust(edges, third) == []
+    assert set(RUNTIME_WITHOUT_LOCUST) <= set(edges), "RUNTIME_WITHOUT_LOCUST names a module that is gone"
 
 
-def test_the_checker_finds_a_runtime_module_without_locust(monkeypatch):
-    """What the rule above would say of a module moved back into the runtime without Locust."""
-    edges = {
-        "llm_locust.runtime.a": {"llm_locust.runtime.b"},
-        "llm_locust.runtime.b": set(),
-        "llm_locust.runtime.c": set(),
-    }
-    third = {"llm_locust.runtime.a": set(), "llm_locust.runtime.b": {"locust"}, "llm_locust.runtime.c": {"gevent"}}
-    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: ({}, edges, third))
-    try:
-        test_the_runtime_holds_only_modules_that_use_locust()
-    except AssertionError as e:
-        assert "llm_locust.runtime.c" in str(e) and "runtime.a" not in str(e)
-    else:
-        raise AssertionError("a runtime module without Locust passed")
+def test_the_checker_finds_a_runtime_module_without_locust():
+    """What the rule above says of the real graph with planted modules: one that imports gevent and
+    the hub only (runtime/failfast.py before issue 38) fails, one that imports Locust passes, and the
+    listed guard passes."""
+    _, edges, third = _graph()
+    planted_edges = {k: set(v) for k, v in edges.items()}
+    planted_third = {k: set(v) for k, v in third.items()}
+    planted_edges["llm_locust.runtime.watch"] = {"llm_locust.runtime.hub"}
+    planted_third["llm_locust.runtime.watch"] = {"gevent", "llm_locust"}
+    planted_edges["llm_locust.runtime.glue"] = set()
+    planted_third["llm_locust.runtime.glue"] = {"locust"}
+    assert _runtime_without_locust(planted_edges, planted_third) == ["llm_locust.runtime.watch"]
+    assert "locust" not in third["llm_locust.runtime.webui.guard"]
 
 
 def test_the_simulator_and_the_gpu_sidecar_import_nothing_else_of_the_package():
@@ -455,9 +479,10 @@ def test_the_tools_run_on_the_core_and_no_event_loop():
 
 
 def test_importing_the_transport_loads_no_locust():
-    """Confirmed by the interpreter: every transport module imported, and Locust is not loaded."""
+    """Confirmed by the interpreter: every transport and loop module imported, and Locust is not
+    loaded."""
     mods, _, _ = _graph()
-    transport = sorted(n for n in mods if _in(n, "transport"))
+    transport = sorted(n for n in mods if _in(n, "transport") or _in(n, "loop"))
     code = (
         "import importlib, sys\n"
         f"for m in {transport!r}: importlib.import_module(m)\n"

@@ -26,8 +26,9 @@ from llm_locust.analysis.steps import step_result
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.histogram import Histogram
 from llm_locust.metrics.records import Outcome, RequestRecord
-from llm_locust.runtime.webui import data as D
-from llm_locust.runtime.webui.data import Inputs, LadderInputs, LiveView, server_columns, summary_rows
+from llm_locust.report import live as D
+from llm_locust.report.live import Inputs, LadderInputs, LiveView, server_columns, summary_rows
+from llm_locust.runtime.webui import guard  # imports Locust, which patches ssl: before any test runs
 
 T0 = 1_700_000_000.0
 
@@ -952,8 +953,6 @@ def test_the_session_cookie_stays_on_this_site(tmp_path, sims, monkeypatch):
 
 def test_the_session_cookie_is_secure_when_the_web_ui_serves_tls():
     from flask import Flask, session
-
-    from llm_locust.runtime.webui import guard
 
     for tls, secure in ((("cert.pem", "key.pem"), True), ((None, None), False)):
         app = Flask(__name__)

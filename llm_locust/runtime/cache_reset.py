@@ -1,13 +1,17 @@
 """When a run empties the server's prefix cache (--reset-cache): once before the load, and for
 `step` between two ladder steps, after the ended step's requests finish and while the server is
 idle (LadderReset, on the ladder controller in runtime/shapes.py). The exchanges with each engine
-are the transport's (transport/server_cache.py, which says why and how per engine).
+are the transport's (transport/server_cache.py, which says why and how per engine). What stays
+here is Locust glue: the reset hooks Locust's test_start and drives the ladder's LoadTestShape
+controller (its users, its runner) between steps.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from locust.env import Environment
 
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
@@ -19,7 +23,7 @@ log = logging.getLogger(__name__)
 QUIET_S = 30.0  # between steps: how long the ladder asks a busy server again before going on
 
 
-def install(env, settings) -> None:
+def install(env: Environment, settings) -> None:
     """--reset-cache repeat|step: the reset before the load (at test start, after the preflight),
     and for `step` the ladder's resets between steps (LadderReset, on the ladder controller)."""
     mode = getattr(settings, "reset_cache", "off")

@@ -19,6 +19,7 @@ import gevent.lock
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
+from llm_locust.loop.session_runner import load_workload, pick_start_turn, set_up_load
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
@@ -31,7 +32,6 @@ from llm_locust.transport.clients import main_client
 from llm_locust.transport.grpc_h2 import H2GrpcClient
 from llm_locust.transport.http import JSONClient, StreamClient
 from llm_locust.transport.served import fetch_models
-from llm_locust.transport.session_runner import load_workload, pick_start_turn, set_up_load
 from llm_locust.transport.turns import take_turn
 from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.scenario import LLMClient
@@ -242,7 +242,7 @@ class LLMUser(FastHttpUser):
     ) -> RequestRecord:
         """Send one request and account for it (under `name` in Locust's table); returns its record.
         `session`: the session it belongs to (routing affinity, session headers); `ideal`: the prompt
-        tokens an unbounded prefix cache could serve (transport.session_runner)."""
+        tokens an unbounded prefix cache could serve (loop.session_runner)."""
         take_turn()  # the streams' reads (and their work) first: a closed loop's send is due when this ends
         warmup = self.warmup_left > 0
         self.warmup_left -= warmup

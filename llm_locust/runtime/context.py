@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
     from prometheus_client import CollectorRegistry
 
+    from llm_locust.report.live import LiveView
     from llm_locust.runtime.cache_reset import LadderReset
     from llm_locust.runtime.closed_loop import UsersState
     from llm_locust.runtime.dispatcher import Dispatcher
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from llm_locust.runtime.precision_stop import Watch
     from llm_locust.runtime.shapes import LadderController
     from llm_locust.runtime.webui import RunClock
-    from llm_locust.runtime.webui.data import LiveView
     from llm_locust.settings.model import Settings
     from llm_locust.workload.specs import StructuredCheck
 

@@ -24,6 +24,7 @@ from gevent.event import Event
 from geventhttpclient import HTTPClient
 from locust.env import Environment
 
+from llm_locust.loop.session_runner import load_workload, set_up_load, sleep_until
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
@@ -33,7 +34,6 @@ from llm_locust.settings.model import Settings
 from llm_locust.transport.client import Client
 from llm_locust.transport.clients import main_client
 from llm_locust.transport.served import fetch_models
-from llm_locust.transport.session_runner import load_workload, set_up_load, sleep_until
 from llm_locust.workload.arrivals import share_offsets
 from llm_locust.workload.graded import maybe_graded
 from llm_locust.workload.schedule import ReplayWindow, due_times
@@ -223,7 +223,7 @@ class Dispatcher:
             self._prepare()
             s = self.settings
             window = ReplayWindow(s.speed, s.start_offset, s.duration or None, s.loops)
-            # t0_wall is on the master's clock: this worker's offset to it (transport/clock.py) applied
+            # t0_wall is on the master's clock: this worker's offset to it (loop/clock.py) applied
             t0 = time.perf_counter() + (t0_wall - self.metrics.clock.master_time())
             self.metrics.start_warmup(t0)  # --run-warmup: trace time from the replay's first record
             g = self.pass_greenlet = gevent.spawn(self.replay_pass, t0, window)
@@ -234,7 +234,7 @@ class Dispatcher:
 
     def replay_pass(self, t0: float, window: ReplayWindow) -> None:
         """Send the records of one window on schedule from perf_counter time t0; a session trace's
-        sessions start at their times, their later turns follow their replies (transport.session_runner)."""
+        sessions start at their times, their later turns follow their replies (loop.session_runner)."""
         trace, runner = self.trace, self.runner
         assert trace is not None, "a pass after load()"
         due = due_times(trace.arrivals, window)

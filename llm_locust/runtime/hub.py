@@ -25,6 +25,7 @@ import locust.runners
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from llm_locust.loop import clock
 from llm_locust.metrics import recordlog
 from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, client_valid, wire_problem, wire_sent
 from llm_locust.metrics.ceiling import CeilingWatch, live_reason
@@ -32,7 +33,6 @@ from llm_locust.metrics.recordlog import RecordLog
 from llm_locust.metrics.records import WARMUP_STEP, RequestRecord
 from llm_locust.runtime.context import Role, run_context
 from llm_locust.settings.workers import ceiling
-from llm_locust.transport import clock
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class WorkerState:
         self.record_log: list[str] = []  # its record log's lost records, as its last report said
         self.refused = ""  # why its figures could not be read (another llm-locust), "" while they can
         self.refused_reports = 0
-        self.clock: dict[str, Any] | None = None  # its offset to the master's clock (transport/clock.py)
+        self.clock: dict[str, Any] | None = None  # its offset to the master's clock (loop/clock.py)
         self.ceiling: dict[str, Any] | None = None  # its token rate against its ceiling (CeilingWatch.to_wire)
 
     @property
@@ -141,7 +141,7 @@ class MetricsHub:
         # in which what is sent is warm-up (WARMUP_STEP), and when they end (perf_counter)
         self.warmup_s = 0.0
         self.warmup_until: float | None = None
-        # a worker's offset to the master's clock (transport/clock.py): its replay starts and its
+        # a worker's offset to the master's clock (loop/clock.py): its replay starts and its
         # requests are placed (wall_sent, the per-second series) on the master's clock
         self.clock = clock.ClockSync(clock.align_enabled())
         # this process's token rate against what one process holds (metrics/ceiling.py)
@@ -736,7 +736,7 @@ def _install_master(h: MasterHub, environment: Environment, runner: MasterRunner
     # read by Locust each time a worker connects or sends a heartbeat
     locust.runners.HEARTBEAT_LIVENESS = max(locust.runners.HEARTBEAT_LIVENESS, WORKER_LIVENESS)
     events.worker_report.add_listener(lambda client_id, data: h.merge_report(client_id, data))
-    runner.register_message(  # a worker's clock round trip, answered at once (transport/clock.py)
+    runner.register_message(  # a worker's clock round trip, answered at once (loop/clock.py)
         clock.PING, lambda environment, msg, **_kw: runner.send_message(clock.PONG, clock.answer(msg.data), msg.node_id)
     )
 

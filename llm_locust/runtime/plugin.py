@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,6 +20,10 @@ import orjson
 from locust import events
 
 from llm_locust.analysis.load_facts import cache_state, first_cached
+from llm_locust.loop.failfast import FailFast
+from llm_locust.loop.progress import Progress
+from llm_locust.loop.session_runner import load_workload
+from llm_locust.loop.signals import Stopper
 from llm_locust.metrics import recordlog
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.protocols import GRPC_APIS, get_adapter
@@ -30,7 +35,7 @@ from llm_locust.report.mlflow_log import log_run
 from llm_locust.report.provenance import redact_argv, trace_changed, trace_facts
 from llm_locust.report.results import read_results, results_json, write_results
 from llm_locust.report.summary import width
-from llm_locust.runtime import exporter, failfast, replay_shares, shapes
+from llm_locust.runtime import exporter, replay_shares, shapes
 from llm_locust.runtime import precision_stop as precision
 from llm_locust.runtime.closed_loop import scenario_failed
 from llm_locust.runtime.context import Role, run_context
@@ -44,10 +49,7 @@ from llm_locust.settings.handoff import handoff
 from llm_locust.transport import preflight
 from llm_locust.transport.checkpoint import Checkpoints, coverage
 from llm_locust.transport.probe import probe_server
-from llm_locust.transport.progress import Progress
 from llm_locust.transport.scraper import Scraper, server_scrapers
-from llm_locust.transport.session_runner import load_workload
-from llm_locust.transport.signals import Stopper
 from llm_locust.workload import load_trace
 from llm_locust.workload.schedule import ReplayWindow, due_times
 from llm_locust.workload.sessions import SessionTrace
@@ -238,7 +240,7 @@ def _init_runner(environment, h: MetricsHub) -> None:
     if fresh := recordlog.start_fresh(settings.record_log):  # after every refusal: a refused run keeps it
         print(fresh, flush=True)
     stopper.phase = "before the test"
-    stopped_early = failfast.install(environment, settings)
+    stopped_early = _install_fail_fast(environment, settings, h)
     precision.install(environment, settings)  # --precision: the run stops once its figures are precise
     h.slos = settings.request_slos
     _warn_if_steps_outpace_reads(shapes.controller(environment), *scrapers.values(), gpu_scraper)
@@ -327,6 +329,22 @@ def _local_workers(environment) -> int:
     """How many worker processes this master forks (Locust's --processes; -1: one per core)."""
     n = getattr(environment.parsed_options, "processes", None) or 0
     return (os.cpu_count() or 1) if n == -1 else n
+
+
+def _install_fail_fast(environment, settings, h: MetricsHub) -> Callable[[], str | None]:
+    """The fail-fast watch (loop/failfast.py) on the master or the local runner (workers only
+    send), over the hub's merged figures, from each test's start to its stop. Returns what says
+    why the run was stopped early (None when it was not)."""
+
+    def stop() -> None:
+        runner = environment.runner
+        headless = getattr(environment.parsed_options, "headless", False) or environment.web_ui is None
+        (runner.quit if headless else runner.stop)()
+
+    watch = FailFast(lambda: h.total, settings.fail_fast_after, settings.fail_fast, stop)
+    environment.events.test_start.add_listener(watch.start)
+    environment.events.test_stop.add_listener(watch.stop_watching)
+    return lambda: watch.reason
 
 
 def _preflight(environment, settings) -> None:
@@ -533,7 +551,7 @@ def _workers(h: MetricsHub) -> list[Worker]:
             "rejoined_at": w.rejoined_at,
             "left_at": w.left_at,
             "joined_at": w.joined_at,
-            # against the master's: offset, uncertainty, flagged (transport.clock Estimate.as_dict,
+            # against the master's: offset, uncertainty, flagged (loop.clock Estimate.as_dict,
             # as the worker's report carried it: the hub keeps it untyped)
             "clock": cast("WorkerClock | None", w.clock),
         }

@@ -5,7 +5,7 @@
      heartbeats go on), then answers "llm_locust_ready";
   3. master, once all are ready: "llm_locust_go" {t0: wall-clock start}, the same for everyone;
   4. each worker dispatches its share from t0 on the master's clock (its measured offset to it,
-     transport/clock.py, applied; measured afresh before it says ready) and answers "llm_locust_done".
+     loop/clock.py, applied; measured afresh before it says ready) and answers "llm_locust_done".
 In a LocalRunner the same happens in-process with the share (0, 1). A rate or speed ladder steers
 each process's pass step by step instead (`steer`), from runtime/shapes.py. The test stops when
 every share is done.
@@ -215,7 +215,7 @@ def _install_worker(env: Environment, runner: WorkerRunner) -> None:
         protect(settings.api_key)
         d = st.dispatcher = Dispatcher(env, settings, msg.data["host"], tuple(msg.data["share"]))
         d.load()
-        hub(env).sync_clock()  # the offset to the master's clock, fresh for t0 (transport/clock.py)
+        hub(env).sync_clock()  # the offset to the master's clock, fresh for t0 (loop/clock.py)
         runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
 
     def on_go(environment, msg, **_kw) -> None:

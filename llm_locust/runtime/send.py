@@ -1,7 +1,7 @@
 """The one send path: what every request goes through, whoever decided when to send it.
 
 The closed loop (runtime/closed_loop.py `LLMUser.send`), the open loop (runtime/dispatcher.py
-`Dispatcher._send`) and sessions (transport/session_runner.py, through either) differ only in
+`Dispatcher._send`) and sessions (loop/session_runner.py, through either) differ only in
 *when* they send and on which connections. What a request is and how it is recorded is decided
 here, once: its id, its endpoint (the router's pick, counted started and finished), the session
 headers, whether its reply's text is kept, the facts copied into its record (source, session,

@@ -2,8 +2,9 @@
 
 The wire (HTTP/1.1 in `http`, gRPC over HTTP/2 in `grpc_h2` and over grpcio in `grpc_io`, the
 read pump, kernel receive stamps), the bounded reads of a server outside the request path (probe,
-preflight, the /metrics scraper, its prefix cache), and the loops beside a run that need an event
-loop but not Locust (sessions, the clock across hosts, progress, signals).
+preflight, the /metrics scraper, its prefix cache): I/O only. What runs on the event loop beside
+the load and is not I/O (sessions, the clock across hosts, progress, signals) is `llm_locust.loop`,
+which may import the transport; the transport never imports it.
 
 It imports the core (schema, safe, metrics, protocols, workload, analysis, settings, report) and gevent,
 never `llm_locust.runtime` nor Locust (tests/test_structure.py): a request can be sent, timed and

@@ -4,7 +4,7 @@
 master or local runner, when the web UI is on) adds to the web UI's Flask app:
 
   GET /llm              the page (static HTML + JS; charts by the vendored uPlot, no network)
-  GET /llm/data?since=T compact JSON from the hub's aggregates (llm_locust.runtime.webui.data)
+  GET /llm/data?since=T compact JSON from the hub's aggregates (llm_locust.report.live)
   GET /llm/static/NAME  the page's scripts and styles
 
 under Locust's --web-base-path and behind its --web-login when those are set, and to Locust's
@@ -39,10 +39,10 @@ from flask import Blueprint, Response, request, send_from_directory
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
 from llm_locust.analysis import saturation
+from llm_locust.report.live import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 from llm_locust.runtime import shapes
 from llm_locust.runtime.context import Role, run_context
 from llm_locust.runtime.hub import hub
-from llm_locust.runtime.webui.data import SAMPLE_S, Inputs, LadderInputs, LiveView, summary_rows
 from llm_locust.safe import masking
 from llm_locust.settings.handoff import handoff
 

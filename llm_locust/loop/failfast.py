@@ -7,7 +7,8 @@ Watched on the master (or the local runner) once a second from the merged figure
   server went away mid-run: stop, exit 3.
 The line printed says why, with the first error text. `--no-fail-fast` turns both off. The run's
 exit code (3 after such a stop) is the end of the run's (report/outcome.py), which asks
-`install`'s answer for the reason.
+`FailFast.reason` for the reason. The runtime wires it to Locust (runtime/plugin.py
+`_install_fail_fast`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import Any
 
 import gevent
 
-from llm_locust.metrics.aggregate import NOT_FAILED
-from llm_locust.runtime.hub import hub
+from llm_locust.metrics.aggregate import NOT_FAILED, Aggregate
 
 log = logging.getLogger(__name__)
 CHECK_S = 1.0
@@ -54,36 +54,36 @@ def verdict(agg, after: int, last: dict[str, int] | None) -> str | None:
     return None
 
 
-def install(environment, settings) -> Callable[[], str | None]:
-    """On the master or the local runner (workers only send). Returns what says why the run was
-    stopped early (None when it was not)."""
-    h = hub(environment)
-    state: dict[str, Any] = {"greenlet": None, "reason": None}
+class FailFast:
+    """The watch, once a second while a test runs, over the merged figures `total()` returns.
+    `stop` ends the run (the runtime picks quit or stop); `reason` says why it was stopped early
+    (None when it was not). The runtime hooks `start` and `stop_watching` to the test's start and
+    stop: this module knows no Locust."""
 
-    def watch() -> None:
+    def __init__(self, total: Callable[[], Aggregate], after: int, enabled: bool, stop: Callable[[], Any]) -> None:
+        self.total, self.after, self.enabled, self.stop = total, after, enabled, stop
+        self.greenlet: gevent.Greenlet | None = None
+        self.reason: str | None = None
+
+    def watch(self) -> None:
         last = None
         while True:
             gevent.sleep(CHECK_S)
-            reason = verdict(h.total, settings.fail_fast_after, last)
-            last = dict(h.total.outcomes)
+            total = self.total()
+            reason = verdict(total, self.after, last)
+            last = dict(total.outcomes)
             if reason:
-                state["reason"] = reason
+                self.reason = reason
                 print(f"llm-locust: stopping early: {reason} (--no-fail-fast to run on)", file=sys.stderr, flush=True)
-                runner = environment.runner
-                headless = getattr(environment.parsed_options, "headless", False) or environment.web_ui is None
-                gevent.spawn(runner.quit if headless else runner.stop)
+                gevent.spawn(self.stop)
                 return
 
-    def start(**_kw: Any) -> None:
-        state["reason"] = None
-        if settings.fail_fast and state["greenlet"] is None:
-            state["greenlet"] = gevent.spawn(watch)
+    def start(self, **_kw: Any) -> None:
+        self.reason = None
+        if self.enabled and self.greenlet is None:
+            self.greenlet = gevent.spawn(self.watch)
 
-    def stop(**_kw: Any) -> None:
-        g, state["greenlet"] = state["greenlet"], None
+    def stop_watching(self, **_kw: Any) -> None:
+        g, self.greenlet = self.greenlet, None
         if g is not None and g is not gevent.getcurrent():
             g.kill(block=False)
-
-    environment.events.test_start.add_listener(start)
-    environment.events.test_stop.add_listener(stop)
-    return lambda: state["reason"]

@@ -16,7 +16,7 @@ and short enough never to stall a local runner's event loop (the load runs in th
   payload), plus a re-sent tail of the per-second series, which keeps changing for about one
   E2E after each second (a request's tokens are folded in by arrival second when it ends).
 
-While a test runs, `webui.install` takes one snapshot a second whether or not a page polls, so
+While a test runs, `runtime.webui.install` takes one snapshot a second whether or not a page polls, so
 the latency-over-time history (the hub keeps no per-second histograms) covers the whole test.
 """
 
