@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from llm_locust.loop.session_runner import SessionRunner, load_workload, pick_start_turn
+from llm_locust.loop.session_runner import SessionRequest, SessionRunner, load_workload, pick_start_turn
 from llm_locust.metrics.records import Outcome, RequestRecord
 from llm_locust.settings.model import Settings
 from llm_locust.workload.formats.reader import TraceError
@@ -130,16 +130,17 @@ class Recorder:
         self.fail_on = fail_on
         self.reply_words = reply_words
 
-    def __call__(self, spec, t_sched, source, session, ideal, keep_text):
+    def __call__(self, req: SessionRequest) -> RequestRecord:
         t = time.perf_counter()
+        source, t_sched = req.source, req.t_sched
         entry = {
-            "spec": spec,
+            "spec": req.spec,
             "source": source,
-            "session": session,
-            "ideal": ideal,
+            "session": req.session,
+            "ideal": req.ideal,
             "t": t,
             "t_sched": t_sched,
-            "keep_text": keep_text,
+            "keep_text": req.keep_text,
         }
         self.sent.append(entry)
         n = len(self.sent)

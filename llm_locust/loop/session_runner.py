@@ -2,12 +2,12 @@
 
 `SessionRunner.run(session)` sends a session's turns one after the other through the `send`
 callable its owner gives it (the closed-loop user's or the open-loop dispatcher's: they route,
-account and count). Each turn goes out after the previous reply plus its gap (the trace's tool or
-think time, capped by --max-idle, divided by the replay speed) plus --think-time, and, when the
-trace gives the turn a time, not before it. Subagent sessions spawned by a turn start when its
-reply is in, run as greenlets of their own, and the parent's next turn waits for all of them; a
-session that ends (or fails, or is stopped) takes its subagents with it. A failed turn ends its
-session: an agent cannot go on without the reply.
+account and count), one `SessionRequest` a turn. Each turn goes out after the previous reply plus
+its gap (the trace's tool or think time, capped by --max-idle, divided by the replay speed) plus
+--think-time, and, when the trace gives the turn a time, not before it. Subagent sessions spawned
+by a turn start when its reply is in, run as greenlets of their own, and the parent's next turn
+waits for all of them; a session that ends (or fails, or is stopped) takes its subagents with
+it. A failed turn ends its session: an agent cannot go on without the reply.
 
 What a turn sends (workload.sessions): in history mode the conversation so far, each reply as
 the server wrote it, plus the new message (its text, or synthesised tokens; a tool result for
@@ -42,9 +42,23 @@ from llm_locust.workload.sessions import IdealCache, Session, SessionTrace, Turn
 from llm_locust.workload.specs import SpecBuilder
 from llm_locust.workload.trace_record import TraceRecord
 
-# send(spec, t_sched, source, session id, ideal cached tokens, keep_text) -> the finished, accounted
-# record; keep_text: the reply's text is needed (the next turn sends it back as history)
-Send = Callable[[RequestSpec, float, str, str, "int | None", bool], RequestRecord]
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """One turn's request, as a session hands it to its owner's send (the closed-loop user's or
+    the open-loop dispatcher's), which routes, sends and accounts it: what the turn sends and
+    the facts its record carries."""
+
+    spec: RequestSpec  # what the turn sends
+    t_sched: float  # perf_counter time it was due (after the previous reply, its gap, the trace's time)
+    source: str  # the turn's "file:line" in the trace
+    session: str  # the session's id: router affinity, session headers, the record's session
+    ideal: int  # prompt tokens an unbounded prefix cache could serve (IdealCache, _history_ideal)
+    keep_text: bool  # keep the reply's text: the next turn sends it back as history
+
+
+# A session's sender: one turn's request -> its finished, accounted record
+Send = Callable[[SessionRequest], RequestRecord]
 
 
 def sleep_until(deadline: float) -> None:
@@ -140,7 +154,8 @@ class SessionRunner:
                 # only a history-mode turn with a turn after it needs its reply's text: keeping it
                 # costs every token a copy (and SGLang's cumulative events a whole parse)
                 keep_text = turn.hash_ids is None and k + 1 < len(session.turns)
-                rec = send(spec, t_due, turn.source, session.id, ideal, keep_text)
+                req = SessionRequest(spec, t_due, turn.source, session.id, ideal=ideal, keep_text=keep_text)
+                rec = send(req)
                 if not rec.ok:
                     outcome = False
                     return False

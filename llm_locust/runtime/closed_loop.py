@@ -19,7 +19,7 @@ import gevent.lock
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
-from llm_locust.loop.session_runner import load_workload, pick_start_turn, set_up_load
+from llm_locust.loop.session_runner import SessionRequest, load_workload, pick_start_turn, set_up_load
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import RequestSpec, request_headers
@@ -274,10 +274,15 @@ class LLMUser(FastHttpUser):
         assert runner is not None, "a session workload's"
         return runner.run(session, self._session_send, start_turn=start_turn, timed=False)
 
-    def _session_send(
-        self, spec: RequestSpec, t_sched: float, source: str, session: str, ideal, keep_text: bool
-    ) -> RequestRecord:
-        return self.send(spec, t_sched, source, session=session, ideal=ideal, keep_text=True if keep_text else None)
+    def _session_send(self, req: SessionRequest) -> RequestRecord:
+        return self.send(
+            req.spec,
+            req.t_sched,
+            req.source,
+            session=req.session,
+            ideal=req.ideal,
+            keep_text=True if req.keep_text else None,
+        )
 
 
 class StreamingUser(LLMUser):

@@ -24,7 +24,7 @@ from gevent.event import Event
 from geventhttpclient import HTTPClient
 from locust.env import Environment
 
-from llm_locust.loop.session_runner import load_workload, set_up_load, sleep_until
+from llm_locust.loop.session_runner import SessionRequest, load_workload, set_up_load, sleep_until
 from llm_locust.metrics.records import RequestRecord
 from llm_locust.protocols import GRPC_APIS, OPENAI_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
@@ -369,6 +369,6 @@ class Dispatcher:
             if gate is not None:
                 gate.ended(made[0] if made else None)
 
-    def _session_send(self, spec, t_sched: float, source: str, session: str, ideal, keep_text: bool) -> RequestRecord:
-        released = self._acquire_slot(t_sched)
-        return self._send(spec, t_sched, source, keep_text, session, ideal, released)
+    def _session_send(self, req: SessionRequest) -> RequestRecord:
+        released = self._acquire_slot(req.t_sched)
+        return self._send(req.spec, req.t_sched, req.source, req.keep_text, req.session, req.ideal, released)
