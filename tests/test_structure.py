@@ -39,28 +39,13 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under `if TYPE_CHECKING:` (read by mypy, never run)."""
-    out = set()
-    for node in ast.walk(tree):
-        test = getattr(node, "test", None) if isinstance(node, ast.If) else None
-        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-        ):
-            out |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    return out
-
-
-def _imports(name: str, path: Path, known: dict[str, Path], type_only: bool = True) -> tuple[set[str], set[str]]:
-    """(package modules, third-party top-level names) that module `name` imports anywhere in it;
-    without those under `if TYPE_CHECKING:` where not `type_only`."""
+def _imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(package modules, third-party top-level names) that module `name` imports anywhere in it,
+    those under `if TYPE_CHECKING:` included: mypy reads them, and a type that can only be named
+    from a module importing this one is a cycle all the same."""
     own, third = set(), set()
     package = name.split(".") + (["__init__"] if path.name == "__init__.py" else [])
-    tree = ast.parse(path.read_text())
-    skip = set() if type_only else _type_only(tree)
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -81,11 +66,11 @@ def _imports(name: str, path: Path, known: dict[str, Path], type_only: bool = Tr
     return own, third
 
 
-def _graph(type_only: bool = True):
+def _graph():
     mods = _modules()
     edges, third = {}, {}
     for name, path in mods.items():
-        edges[name], third[name] = _imports(name, path, mods, type_only)
+        edges[name], third[name] = _imports(name, path, mods)
     return mods, edges, third
 
 
@@ -280,16 +265,14 @@ def f():
 
 
 def test_no_import_cycles():
-    # Type-only imports (`if TYPE_CHECKING:`) never run, so they make no cycle at import time: the
-    # run context names the types of the parts whose modules import it. The layer and package-order
-    # checks below still count them.
-    _, edges, _ = _graph(type_only=False)
+    """Type-only imports (`if TYPE_CHECKING:`) count: the run context names its parts by what it
+    uses of them (runtime/context.py's protocols), not by the classes of modules that import it."""
+    _, edges, _ = _graph()
     assert _cycles(edges) == []
 
 
-def test_the_cycle_check_counts_no_type_only_import(tmp_path):
-    """An import under `if TYPE_CHECKING:` (either spelling) is not an edge of the cycle check, one
-    beside it is, and the layer checks still see it."""
+def test_the_cycle_check_counts_a_type_only_import(tmp_path):
+    """An import under `if TYPE_CHECKING:` (either spelling) is an edge like one beside it."""
     path = tmp_path / "a.py"
     path.write_text(
         "import typing\nfrom typing import TYPE_CHECKING\n\nfrom llm_locust import b\n\n"
@@ -297,8 +280,15 @@ def test_the_cycle_check_counts_no_type_only_import(tmp_path):
         "else:\n    import llm_locust.e\n"
     )
     known = {f"llm_locust.{m}": tmp_path for m in "abcde"}
-    assert _imports("llm_locust.a", path, known, type_only=False)[0] == {"llm_locust.b", "llm_locust.e"}
     assert _imports("llm_locust.a", path, known)[0] == {f"llm_locust.{m}" for m in "bcde"}
+
+
+def test_the_checker_finds_a_type_only_cycle_in_the_runtime():
+    """The run context naming a part's class again (the cycle issue 38 removed) fails the check."""
+    _, edges, _ = _graph()
+    planted = {k: set(v) for k, v in edges.items()}
+    planted["llm_locust.runtime.context"].add("llm_locust.runtime.hub")
+    assert ["llm_locust.runtime.context", "llm_locust.runtime.hub"] in _cycles(planted)
 
 
 def test_the_checker_finds_a_cycle():

@@ -47,6 +47,13 @@ def install(env: Environment, settings) -> None:
     env.events.test_start.add_listener(at_start)
 
 
+def resets(env: Environment) -> LadderReset | None:
+    """The run's resets (--reset-cache; None: off), made by `install` only."""
+    r = run_context(env).cache_reset
+    assert r is None or isinstance(r, LadderReset), "run.cache_reset is made here only"
+    return r
+
+
 class LadderReset:
     """--reset-cache step on the ladder controller (runtime.shapes): between two steps, the ended
     step's requests finish (a rate ladder sends nothing new; a concurrency ladder's users go on in

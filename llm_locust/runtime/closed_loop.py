@@ -119,7 +119,9 @@ def _users_state(env: Environment) -> UsersState:
     run = run_context(env)
     if run.users is None:
         run.users = UsersState(env)
-    return run.users
+    users = run.users
+    assert isinstance(users, UsersState), "run.users is made here only"
+    return users
 
 
 class LLMUser(FastHttpUser):

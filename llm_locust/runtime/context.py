@@ -14,29 +14,82 @@ replaces a `from_options(env.parsed_options)` per use (once per worker message i
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from locust.runners import MasterRunner, WorkerRunner
 
 from llm_locust.settings.derive import from_options
 
 if TYPE_CHECKING:
-    # Type-only: each part's module imports this one, so these are read by mypy and never run
-    # (tests/test_structure.py counts no import under `if TYPE_CHECKING:` in its cycle check).
+    # Read by mypy only (start-up: none of them is needed to run this module). None of them
+    # imports the runtime, so none makes a cycle: tests/test_structure.py counts them.
     from locust.env import Environment
     from prometheus_client import CollectorRegistry
 
+    from llm_locust.metrics.records import RequestRecord
     from llm_locust.report.live import LiveView
-    from llm_locust.runtime.cache_reset import LadderReset
-    from llm_locust.runtime.closed_loop import UsersState
-    from llm_locust.runtime.dispatcher import Dispatcher
-    from llm_locust.runtime.hub import MetricsHub
-    from llm_locust.runtime.precision_stop import Watch
-    from llm_locust.runtime.shapes import LadderController
-    from llm_locust.runtime.webui import RunClock
+    from llm_locust.schema import Precision
     from llm_locust.settings.model import Settings
     from llm_locust.workload.specs import StructuredCheck
+
+
+# The parts made by runtime modules that import this one, as this module sees them: what is used
+# of each through the context, not their classes (importing those would make an import cycle).
+# Each part's own module narrows it back to its class where it needs more (hub.hub,
+# shapes.controller, cache_reset.resets, closed_loop._users_state, replay_shares._dispatcher).
+
+
+class HubPart(Protocol):
+    """runtime/hub.py `MetricsHub` (of the process's role): the run's figures."""
+
+    def on_done(self, rec: RequestRecord) -> None: ...
+
+
+class WindowPart(Protocol):
+    """runtime/shapes.py `StepWindow`: one ladder step, as the cache reset before it marks it."""
+
+    cache_reset: dict[str, Any] | None
+
+
+class LadderPart(Protocol):
+    """runtime/shapes.py `LadderController`: its steps so far and its steps' precision."""
+
+    @property
+    def windows(self) -> Sequence[WindowPart]: ...
+
+    def precision_report(self) -> Precision | None: ...
+
+
+class CacheResetPart(Protocol):
+    """runtime/cache_reset.py `LadderReset`: the reset before the run (the results' run.cache_reset)."""
+
+    run: dict[str, Any] | None
+
+
+class UsersPart(Protocol):
+    """runtime/closed_loop.py `UsersState`: the closed-loop users' workload, read with these settings."""
+
+    settings: Settings
+
+
+class DispatcherPart(Protocol):
+    """runtime/dispatcher.py `Dispatcher`: this process's share of an open-loop replay."""
+
+    error: str | None
+
+
+class RunClockPart(Protocol):
+    """runtime/webui `RunClock`: when a test started from the web UI stops (None: not timed)."""
+
+    ends_at: float | None
+
+
+class PrecisionPart(Protocol):
+    """runtime/precision_stop.py `Watch`: --precision's judge of a run."""
+
+    def report(self) -> Precision: ...
 
 
 @dataclass
@@ -44,7 +97,7 @@ class ReplayState:
     """An open-loop replay's coordination in this process: its dispatcher (worker, local), and on
     the master the workers planned, those ready and done, and whether "go" was sent."""
 
-    dispatcher: Dispatcher | None = None
+    dispatcher: DispatcherPart | None = None  # replay_shares._dispatcher: the Dispatcher
     ready: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> its "ready" message's data
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> its "done" message's data
     planned: list[str] = field(default_factory=list)
@@ -84,16 +137,16 @@ class RunContext:
     """What this process knows of the run, each part None until it is made."""
 
     env: Environment  # Locust's
-    hub: MetricsHub | None = None  # the figures (runtime/hub.py `hub`)
-    ladder: LadderController | None = None  # a ladder's (master, local)
-    cache_reset: LadderReset | None = None  # --reset-cache's
+    hub: HubPart | None = None  # the figures (runtime/hub.py `hub`)
+    ladder: LadderPart | None = None  # a ladder's (master, local)
+    cache_reset: CacheResetPart | None = None  # --reset-cache's
     replay: ReplayState | None = None  # an open-loop replay (runtime/dispatcher.py)
-    users: UsersState | None = None  # the closed-loop users' workload and draws
+    users: UsersPart | None = None  # the closed-loop users' workload and draws
     structured: StructuredCheck | None | Unset = UNSET  # --response-format's check (None: none)
     live_view: LiveView | None = None  # the web UI's /llm view
-    run_clock: RunClock | None = None  # the web UI's run clock
+    run_clock: RunClockPart | None = None  # the web UI's run clock
     prometheus: CollectorRegistry | None = None  # the exporter's registry (runtime/exporter.py)
-    precision: Watch | None = None  # --precision's judge of a run (not a ladder)
+    precision: PrecisionPart | None = None  # --precision's judge of a run (not a ladder)
     _settings: Settings | None = None
     _role: Role | None = None
 

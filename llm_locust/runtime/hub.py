@@ -667,7 +667,9 @@ def hub(environment: Environment) -> MetricsHub:
     run = run_context(environment)
     if run.hub is None:
         run.hub = _role(environment)(environment)
-    return run.hub
+    h = run.hub
+    assert isinstance(h, MetricsHub), "run.hub is made here only"  # the context types it by what it uses
+    return h
 
 
 def _freeze_startup_objects() -> None:

@@ -43,6 +43,13 @@ def _state(env: Environment) -> ReplayState:
     return run_context(env).replay_state()
 
 
+def _dispatcher(env: Environment) -> Dispatcher | None:
+    """This process's dispatcher (None: not planned yet), made here only (_start_local, on_plan)."""
+    d = _state(env).dispatcher
+    assert d is None or isinstance(d, Dispatcher), "replay.dispatcher is made here only"
+    return d
+
+
 def _ladder_driven(settings: Settings) -> bool:
     """Rate and speed ladders drive the dispatchers step by step instead of one replay."""
     return bool(settings.ladder) and settings.ladder.split(":", 1)[0] in ("rate", "speed")
@@ -55,7 +62,7 @@ def dispatchers_ready(env: Environment) -> bool:
         return (
             bool(st.planned) and set(st.ready) >= set(st.planned) and not any(d.get("error") for d in st.ready.values())
         )
-    d = st.dispatcher
+    d = _dispatcher(env)
     return d is not None and d.ready.is_set() and not d.error
 
 
@@ -64,7 +71,7 @@ def steer(env: Environment, payload: dict[str, Any]) -> None:
     A rate step at the rate the pass already runs (a step's warm-up ending, a series' next step
     at the same rate) keeps it: the arrivals go on as drawn (a restarted gamma sequence would
     drop the interval under way); only the step the requests are tagged with changes (hub)."""
-    d = _state(env).dispatcher
+    d = _dispatcher(env)
     if d is None or d.trace is None:
         log.error("ladder step %s: no loaded dispatcher in this process", payload.get("step"))
         return
@@ -95,7 +102,7 @@ def steer(env: Environment, payload: dict[str, Any]) -> None:
 
 def stop_passes(env: Environment) -> None:
     """Test stopped: no new sends; requests in flight end as cancelled (and are counted)."""
-    d = _state(env).dispatcher
+    d = _dispatcher(env)
     if d is None:
         return
     if d.pass_greenlet is not None:
@@ -219,7 +226,7 @@ def _install_worker(env: Environment, runner: WorkerRunner) -> None:
         runner.send_message(READY, {"error": d.error, "records": len(d.trace) if d.trace is not None else 0})
 
     def on_go(environment, msg, **_kw) -> None:
-        d = _state(env).dispatcher
+        d = _dispatcher(env)
         if d is None or d.error:
             return
         d.run(msg.data["t0"])

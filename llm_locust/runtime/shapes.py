@@ -152,7 +152,7 @@ class LadderController:
                 return self._users(None)
             self._start_step(0, now, self._first_level())
             return self._users(self.windows[-1].level)
-        resets = run_context(self.env).cache_reset
+        resets = cache_reset.resets(self.env)
         if resets is not None and resets.pending is not None:  # between two steps: the cache emptied first
             return resets.tick(self, now)
         cur = self.windows[-1]
@@ -183,7 +183,7 @@ class LadderController:
         return self._next_step(i, now)
 
     def _next_step(self, i: int, now: float, level: float | None = None) -> tuple | None:
-        resets = run_context(self.env).cache_reset
+        resets = cache_reset.resets(self.env)
         if resets is not None and resets.between_steps:  # --reset-cache step (runtime/cache_reset.py)
             lag = self._report_lag(0.0)
             return resets.begin(self, i, level, now, now + self.request_timeout + lag, DRAIN_STEP)
@@ -409,7 +409,7 @@ class LadderController:
     def _start_step(self, i: int, now: float, level: float | None = None) -> None:
         level = self.ladder.levels[i] if level is None else level
         w = StepWindow(index=i + 1, level=level, started=now)
-        resets = run_context(self.env).cache_reset
+        resets = cache_reset.resets(self.env)
         w.cache_reset = resets.take() if resets is not None else None
         self.windows.append(w)
         if self.search is not None:
@@ -651,7 +651,10 @@ def _replay_user_class():
 
 
 def controller(env: Environment) -> LadderController | None:
-    return run_context(env).ladder
+    """The ladder's controller (None: no ladder), made by install and renew only."""
+    ctl = run_context(env).ladder
+    assert ctl is None or isinstance(ctl, LadderController), "run.ladder is made here only"
+    return ctl
 
 
 def install(env: Environment, settings) -> None:
