@@ -15,7 +15,11 @@ Measured, over the steady part of the run (after every worker has reported):
 - the exporter's scrape time;
 - exactness: the master's results count every request the stand-ins reported (sent = ok).
 
-    python benchmarks/bench_master_zmq.py [--workers 200] [--seconds 40] [--streams 5] [--groups 64]
+By default the workers of one stand-in process send the same figures, made once per report
+interval (making them is ~10 ms of CPU; 200 workers' own every 3 s took the 2 shared cores from
+the master); `--own-reports` makes each worker's its own.
+
+    python benchmarks/bench_master_zmq.py [--workers 200] [--seconds 40] [--streams 5] [--groups 64] [--own-reports]
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,17 +77,34 @@ def _gauges(text: str, name: str) -> list[float]:
 # ---- the stand-ins (their own process: `bench_master_zmq.py --stand-ins N PORT STREAMS GROUPS`) ----
 
 
-def stand_ins(n: int, port: int, streams: int, groups: int, e2e: float, out: str) -> None:
-    """N Locust workers in this process, each reporting made figures (see the module doc)."""
-    import random
-
-    import gevent
+def _made(k: int, n: int, since: float, groups: int, rng: random.Random) -> dict[str, Any]:
+    """n finished requests from `since` as one worker's report carries them (Aggregate.to_wire)."""
     from bench_master import _records
-    from locust import User, constant, task
-    from locust.env import Environment
 
     from llm_locust.metrics.aggregate import Aggregate
+
+    agg = Aggregate()
+    for rec in _records(k, n, since, groups, rng):
+        agg.add_sent()
+        agg.add(rec)
+    return agg.to_wire()
+
+
+def stand_ins(n: int, port: int, streams: int, groups: int, e2e: float, out: str, own: bool) -> None:
+    """N Locust workers in this process, each reporting made figures (see the module doc)."""
+
+    import gevent
+    from locust import User, argument_parser, constant, task
+    from locust.env import Environment
+
     from llm_locust.runtime.hub import FINAL, REPORT_KEY
+
+    # Locust's worker rebuilds its default argument parser (~2 ms) for every option of every spawn
+    # message (runners.py, WorkerRunner.handle_message): harmless in a worker of its own, but 50
+    # stand-ins on one loop held it for seconds per spawn round, missed their heartbeats, and each
+    # worker the master then marked missing made it send every worker a new spawn round
+    defaults = argument_parser.default_args_dict()
+    argument_parser.default_args_dict = lambda: defaults
 
     class StreamingUser(User):  # the master spawns users of this name; these send nothing
         wait_time = constant(60)
@@ -92,6 +115,19 @@ def stand_ins(n: int, port: int, streams: int, groups: int, e2e: float, out: str
 
     per_report = max(1, round(streams * INTERVAL / e2e))
     totals = {"sent": 0}
+    made: dict[str, Any] = {"slot": None, "wire": None}
+
+    def figures(k: int, since: float, rng: random.Random) -> dict[str, Any]:
+        """A report's figures: its own (--own-reports: ~10 ms of this process's CPU each, which
+        at 200 workers on 2 cores was the stand-ins' ceiling, not the master's) or, by default, one
+        made per report interval and process and sent by each of its workers: the same size, keys
+        and merge work for the master, made once (its wall times are this interval's)."""
+        if own:
+            return _made(k, per_report, since, groups, rng)
+        slot = int(time.time() // INTERVAL)
+        if made["slot"] != slot:
+            made["slot"], made["wire"] = slot, _made(k, per_report, slot * INTERVAL - INTERVAL, groups, rng)
+        return made["wire"]
 
     def worker(k: int):
         env = Environment(user_classes=[StreamingUser])
@@ -101,16 +137,13 @@ def stand_ins(n: int, port: int, streams: int, groups: int, e2e: float, out: str
 
         def report(client_id, data):
             now = time.time()
-            agg = Aggregate()
             n = per_report if state["final"] == 0 else 0
-            for rec in _records(k, n, state["last"], groups, rng):
-                agg.add_sent()
-                agg.add(rec)
+            wire = figures(k, state["last"], rng) if n else None
             state["last"] = now
             totals["sent"] += n
             Path(out).write_text(json.dumps(totals))  # read by the driver once the master is done
             data[REPORT_KEY] = {
-                "steps": {"0": agg.to_wire()} if n else {},
+                "steps": {"0": wire} if n else {},
                 "in_flight": 0,
                 "idle": False,
                 "index": getattr(runner, "worker_index", None),
@@ -142,8 +175,8 @@ def stand_ins(n: int, port: int, streams: int, groups: int, e2e: float, out: str
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--stand-ins":
-        n, port, streams, groups, e2e, out = sys.argv[2:8]
-        stand_ins(int(n), int(port), int(streams), int(groups), float(e2e), out)
+        n, port, streams, groups, e2e, out, own = sys.argv[2:9]
+        stand_ins(int(n), int(port), int(streams), int(groups), float(e2e), out, own == "own")
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=200)
@@ -152,6 +185,12 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--e2e", type=float, default=1.2)
     ap.add_argument("--procs", type=int, default=4, help="processes the stand-ins share (each a gevent loop)")
+    ap.add_argument(
+        "--own-reports",
+        action="store_true",
+        help="each stand-in makes its own figures every report (the stand-ins' CPU grows with N); by default "
+        "one report's figures a process and interval, sent by each of its workers",
+    )
     a = ap.parse_args()
     from llm_locust.sim.process import SimProcess
 
@@ -168,7 +207,7 @@ def main() -> None:
         stands = [
             subprocess.Popen(
                 [sys.executable, __file__, "--stand-ins", str(n), str(port), str(a.streams), str(a.groups)]
-                + [str(a.e2e), str(d / f"sent{k}.json")],
+                + [str(a.e2e), str(d / f"sent{k}.json"), "own" if a.own_reports else "shared"],
                 stdout=subprocess.DEVNULL,
                 stderr=open(d / f"stand-ins{k}.log", "w"),
             )
