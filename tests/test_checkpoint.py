@@ -24,6 +24,7 @@ from test_outcome import aggregate, settings
 
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.report import outcome
+from llm_locust.report import results as results_module
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.html import render
 from llm_locust.report.outcome import Ended
@@ -74,6 +75,26 @@ def test_a_checkpoint_is_marked_partial_and_its_counts_add_up_with_what_is_in_fl
     end = outcome.build(ended(agg)).results
     assert end["partial"] is False and "checkpoint" not in end and "in_flight" not in end["summary"]
     assert end["count_problems"] and not next(g for g in end["gates"] if g["name"] == "counts")["passed"]
+
+
+def test_a_request_sent_while_a_checkpoint_is_built_does_not_break_its_sums(monkeypatch):
+    """The run goes on while its checkpoint is built: a request sent after the summary's counts
+    were read must not show in their in-flight count (a CI run's checkpoint said sent 0 and
+    in_flight 1: the in-flight count was read from the live totals afterwards)."""
+    agg = _in_flight(3)
+    real = results_module.distributions
+
+    def distributions_then_a_send(total):
+        total.add_sent()  # the run's next request, sent while the document is being built
+        return real(total)
+
+    monkeypatch.setattr(results_module, "distributions", distributions_then_a_send)
+    facts = {"every_s": 60.0, "counted_until": 1095.0, "workers_missing": 0}
+    r = outcome.build(ended(agg, steps={1: agg}, checkpoint=facts)).results
+    assert agg.sent == 12  # sent during the build
+    s = r["summary"]
+    assert (s["sent"], s["in_flight"], r["checkpoint"]["in_flight"]) == (11, 3, 3)
+    assert count_problems(r) == []
 
 
 def test_a_checkpoint_file_reads_back_and_its_report_says_partial(tmp_path, capsys):

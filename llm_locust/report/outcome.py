@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -629,22 +630,31 @@ def _mark_partial(results: ResultsDoc, e: Ended) -> None:
     kept, not judged."""
     assert e.checkpoint is not None
     results["partial"] = True
-    results["summary"]["in_flight"] = e.total.unaccounted
+    # from each section's own counts, not the live Aggregates': the run goes on while the document
+    # is built, and a request sent in between (a CI run: summary sent 0, in_flight 1) made a
+    # checkpoint whose sums did not add up
+    in_flight = results["summary"]["in_flight"] = _in_flight(results["summary"])
     for row in results["steps"]:
-        agg = e.steps.get(row["step"])
-        row["in_flight"] = agg.unaccounted if agg is not None else 0
-    warm = e.steps.get(WARMUP_STEP)
-    if results.get("warmup") is not None and warm is not None:
-        results["warmup"]["in_flight"] = warm.unaccounted  # type: ignore[index]
+        row["in_flight"] = _in_flight(row)
+    warmup = results.get("warmup")
+    if warmup is not None and e.steps.get(WARMUP_STEP) is not None:
+        warmup["in_flight"] = _in_flight(warmup)
     c: Checkpoint = {
         "at": e.ended_at,
         "at_utc": _utc(e.ended_at) or "",
         "every_s": float(e.checkpoint["every_s"]),
         "counted_until": float(e.checkpoint.get("counted_until") or e.ended_at),
-        "in_flight": e.total.unaccounted,
+        "in_flight": in_flight,
         "workers_missing": int(e.checkpoint.get("workers_missing") or 0),
     }
     results["checkpoint"] = c
+
+
+def _in_flight(fig: Mapping[str, Any]) -> int:
+    """A section's requests sent with no outcome yet, from its own counts: what makes sent == ok +
+    failed + cancelled + client_cancelled + lost + in_flight hold (report.accounting)."""
+    done = ("ok", "failed", "cancelled", "client_cancelled", "lost")
+    return int(fig.get("sent") or 0) - sum(int(fig.get(k) or 0) for k in done)
 
 
 def _utc(t: float | None) -> str | None:
