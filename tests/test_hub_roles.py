@@ -191,3 +191,28 @@ def test_a_workers_figures_of_another_wire_version_are_refused_said_and_fail_the
     assert master.workers["w1"].sent == 0
     (line,) = master.record_log_failures()
     assert line.startswith("worker w1: its figures were not counted (figures in wire version 1, where ")
+
+
+def test_a_worker_builds_locusts_default_options_once_not_per_spawn_option(monkeypatch):
+    """Locust's WorkerRunner calls argument_parser.default_args_dict() once for every option of
+    every spawn message, and each call builds an argparse parser: with this plugin's 167 options
+    a ladder's step held the worker's loop ~375 ms (a probe in a `--workers 1` ladder: 501 calls
+    in 3 spawn messages before, 1 after). The plugin's init makes it build them once a process."""
+    from locust import argument_parser
+
+    from llm_locust.runtime import plugin
+
+    built = []
+
+    def build():
+        built.append(1)
+        return {"host": None, "users": 1}
+
+    monkeypatch.setattr(argument_parser, "default_args_dict", build)
+    plugin._cache_locust_defaults()
+    options = {f"opt_{i}": i for i in range(167)} | {"host": "h"}
+    for _ in range(3):  # three spawn messages, as runners.py tells custom options from Locust's
+        custom = {k: v for k, v in options.items() if k not in argument_parser.default_args_dict()}
+    assert len(built) == 1 and len(custom) == 167
+    plugin._cache_locust_defaults()  # a second init in the process wraps nothing twice
+    assert argument_parser.default_args_dict() == {"host": None, "users": 1} and len(built) == 1

@@ -6,6 +6,7 @@ our users gets all of this, whether started by `llm-locust run` or by plain `loc
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Any, cast
 import gevent
 import locust.stats
 import orjson
-from locust import events
+from locust import argument_parser, events
 
 from llm_locust.analysis.load_facts import cache_state, first_cached
 from llm_locust.loop.failfast import FailFast
@@ -197,6 +198,7 @@ def _watch_for_the_master(**_kw: Any) -> None:
 
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
+    _cache_locust_defaults()
     run = run_context(environment)
     role = run.role  # decided once, here: Locust made the runner before init; every later read returns it
     # first of the test_start listeners: the start form (master) and a spawn message (worker) have
@@ -211,6 +213,20 @@ def _on_init(environment, **_kw: Any) -> None:
         shapes.install(environment, None)
         return
     _init_runner(environment, h)
+
+
+def _cache_locust_defaults() -> None:
+    """Locust's default options built once a process, not once per option of every spawn message.
+
+    Locust's WorkerRunner.handle_message tells the master's custom options from its own with
+    `k not in argument_parser.default_args_dict()` inside a comprehension over every option, and
+    each call builds a new argparse parser (~2 ms): with this plugin's 167 options, each spawn
+    message (a ladder's step, a user count changed in the web UI) held the worker's event loop
+    375 ms while its streams were in flight (benchmarks/README.md, "What one master merges").
+    The defaults are Locust's own, fixed for the process; its callers only test membership."""
+    real = argument_parser.default_args_dict
+    if getattr(real, "cache_info", None) is None:  # once per process
+        argument_parser.default_args_dict = functools.cache(real)
 
 
 def _init_runner(environment, h: MetricsHub) -> None:
