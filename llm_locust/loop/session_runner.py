@@ -20,7 +20,6 @@ within the run, so the blocks they share stay shared.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from llm_locust.protocols import CHAT_APIS
 from llm_locust.protocols.base import RequestSpec
 from llm_locust.workload import load_trace
 from llm_locust.workload.agentic import detect_sessions, is_session_format, load_sessions
+from llm_locust.workload.agentic.hcua import common_prefix_chars
 from llm_locust.workload.cancel import CancelPlan, process_plan
 from llm_locust.workload.prompts import PromptBuilder
 from llm_locust.workload.routing import ModelSplit, Router
@@ -273,17 +273,7 @@ def _history_ideal(turn: Turn, spec: RequestSpec, history: list[dict[str, Any]],
     total = sum(len(t) for t in prev)
     if not total:
         return 0
-    return round(prev_in * _common_chars(prev, [_text_of(m) for m in spec.messages or []]) / total)
-
-
-def _common_chars(prev: list[str], cur: list[str]) -> int:
-    """Characters of two message lists' texts equal from the start (whole messages, then a partial one)."""
-    n = 0
-    for a, c in zip(prev, cur, strict=False):
-        if a != c:
-            return n + len(os.path.commonprefix([a, c]))
-        n += len(a)
-    return n
+    return round(prev_in * common_prefix_chars(prev, [_text_of(m) for m in spec.messages or []]) / total)
 
 
 def _prepend(spec: RequestSpec, marker: str) -> None:

@@ -33,7 +33,7 @@ from llm_locust.metrics import ceiling
 from llm_locust.metrics.aggregate import CPU_LIMIT, Aggregate, figures
 from llm_locust.metrics.records import SOURCE_REJECTED, WARMUP_STEP
 from llm_locust.protocols.base import USAGE_FACTOR, USAGE_SLACK
-from llm_locust.report.accounting import count_problems
+from llm_locust.report.accounting import PARTS, count_problems
 from llm_locust.report.compare.gates import Case, junit_xml
 from llm_locust.report.precision import target_lines
 from llm_locust.report.provenance import gpu_facts
@@ -653,8 +653,7 @@ def _mark_partial(results: ResultsDoc, e: Ended) -> None:
 def _in_flight(fig: Mapping[str, Any]) -> int:
     """A section's requests sent with no outcome yet, from its own counts: what makes sent == ok +
     failed + cancelled + client_cancelled + lost + in_flight hold (report.accounting)."""
-    done = ("ok", "failed", "cancelled", "client_cancelled", "lost")
-    return int(fig.get("sent") or 0) - sum(int(fig.get(k) or 0) for k in done)
+    return int(fig.get("sent") or 0) - sum(int(fig.get(k) or 0) for k in PARTS)
 
 
 def _utc(t: float | None) -> str | None:
