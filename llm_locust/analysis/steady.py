@@ -126,9 +126,9 @@ def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> 
     inside = [b for i, b in blocks.blocks.items() if first <= i < last]
     latency: dict[str, dict[str, float | None]] = {}
     for m in METRICS:
-        n = sum(sum(b.hist[m].values()) for b in inside)
+        n = sum(sum(b.histogram(m).values()) for b in inside)
         figs: dict[str, float | None] = {"mean": sum(b.sums[m] for b in inside) / n / 1e6 if n else None}
-        pooled = _pooled([b.hist[m] for b in inside])
+        pooled = _pooled([b.histogram(m) for b in inside])
         for name, p in PERCENTILES.items():
             figs[name] = _value_at(pooled, max(int(p * n + 0.5), 1)) / 1e6 if n else None
         latency[m] = figs

@@ -15,7 +15,9 @@ length keeps between MAX_BLOCKS/2 and MAX_BLOCKS blocks.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from array import array
+from bisect import bisect_left
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from llm_locust.metrics.intervals import (
@@ -53,31 +55,91 @@ def bucket_high(us: int, bits: int) -> int:
     return ((us >> shift) << shift) + (1 << shift) - 1
 
 
+class Packed(Mapping[int, int]):
+    """A block's histogram once nothing writes to it: its keys and counts in two sorted arrays,
+    16 bytes a key against a dict's ~100 (an int object per key and per count above 256, and the
+    table). A master's blocks of a soak at 1,900 requests/s held 10,000 keys each; as dicts, one set
+    of blocks took 22-36 MiB (benchmarks/README.md, "Soak")."""
+
+    __slots__ = ("keys_", "counts")
+
+    def __init__(self, hist: Mapping[int, int]) -> None:
+        items = sorted(hist.items())
+        self.keys_ = array("q", [k for k, _ in items])
+        self.counts = array("q", [n for _, n in items])
+
+    def __getitem__(self, key: int) -> int:
+        i = bisect_left(self.keys_, key)
+        if i == len(self.keys_) or self.keys_[i] != key:
+            raise KeyError(key)
+        return self.counts[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+    def items(self) -> Iterable[tuple[int, int]]:  # type: ignore[override]  # a plain pairs' view is what readers iterate
+        return zip(self.keys_, self.counts, strict=True)
+
+    def values(self) -> Iterable[int]:  # type: ignore[override]
+        return self.counts
+
+
 class Block:
-    __slots__ = ("counts", "hist", "sums")
+    """One time block's counts, latency histograms and sums. Written as dicts; packed
+    (`Packed`) once a sweep finds it untouched since the sweep before (Blocks.block), and
+    unpacked again by any later write (a long request's send block, a late worker's report)."""
+
+    __slots__ = ("counts", "hist", "sums", "packed", "touched")
 
     def __init__(self) -> None:
         self.counts = [0, 0, 0, 0]  # COUNTS
-        self.hist: dict[str, dict[int, int]] = {m: {} for m in METRICS}
+        self.hist: dict[str, dict[int, int]] = {m: {} for m in METRICS}  # {} while packed
         self.sums = dict.fromkeys(METRICS, 0)
+        self.packed: dict[str, Packed] | None = None
+        self.touched = True  # written since the last sweep (Blocks.block)
+
+    def histogram(self, metric: str) -> Mapping[int, int]:
+        """The block's histogram of `metric` ({bucket's highest value in us: count}), packed or not:
+        what every reader takes."""
+        packed = self.packed
+        return packed[metric] if packed is not None else self.hist[metric]
+
+    def pack(self) -> None:
+        if self.packed is None:
+            self.packed = {m: Packed(h) for m, h in self.hist.items()}
+            self.hist = {}
+
+    def unpack(self) -> Block:
+        """The block, its histograms dicts again (before any write), marked touched."""
+        packed = self.packed
+        if packed is not None:
+            self.hist = {m: dict(h.items()) for m, h in packed.items()}
+            self.packed = None
+        self.touched = True
+        return self
 
     def record(self, metric: str, us: int, count: int = 1) -> None:
-        h = self.hist[metric]
+        h = self.unpack().hist[metric]
         key = bucket_high(us, BITS[metric])
         h[key] = h.get(key, 0) + count
 
     def add(self, other: Block, metrics: Collection[str] = METRICS) -> None:
         """`other` added in: its counts, and its histograms and sums of `metrics`."""
+        self.unpack()
         for i, n in enumerate(other.counts):
             self.counts[i] += n
         for m in metrics:
             mine = self.hist[m]
-            for k, n in other.hist[m].items():
+            for k, n in other.histogram(m).items():
                 mine[k] = mine.get(k, 0) + n
             self.sums[m] += other.sums[m]
 
     def to_wire(self) -> list[Any]:
-        return [self.counts, {m: [self.sums[m], list(self.hist[m].items())] for m in METRICS if self.hist[m]}]
+        hists = {m: self.histogram(m) for m in METRICS}
+        return [self.counts, {m: [self.sums[m], list(h.items())] for m, h in hists.items() if h}]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> Block:
@@ -88,6 +150,7 @@ class Block:
     def add_wire(self, counts: list[int], hists: dict[str, list[Any]]) -> None:
         """Add a block's to_wire parts in place: the master's merge of every worker's report
         (building a Block per wire block first cost a third of the merge, benchmarks/README.md)."""
+        self.unpack()
         mine = self.counts
         for i, n in enumerate(counts):
             mine[i] += int(n)
@@ -119,11 +182,25 @@ class Blocks:
         i = int(wall // (BASE_WIDTH * (1 << self.level)))
         b = self.blocks.get(i)
         if b is None:
+            self._sweep()
             b = self.blocks[i] = Block()
             if len(self.blocks) > MAX_BLOCKS:
                 self._widen(self.level + 1)
                 b = self.block(wall)
+            return b
+        if b.packed is not None:
+            return b.unpack()
+        b.touched = True
         return b
+
+    def _sweep(self) -> None:
+        """Pack the blocks untouched since the last sweep (one a block's width, at the first write
+        to a new block): what no request's end or worker's report still writes to."""
+        for b in self.blocks.values():
+            if b.touched:
+                b.touched = False
+            else:
+                b.pack()
 
     def _widen(self, level: int) -> None:
         """Double the width until it is BASE_WIDTH * 2^level, merging neighbouring blocks."""
@@ -133,10 +210,15 @@ class Blocks:
         merged: dict[int, Block] = {}
         for i, b in self.blocks.items():
             j = i >> shift
-            if j in merged:
-                merged[j].add(b)
-            else:
+            a = merged.get(j)
+            if a is None:
                 merged[j] = b
+                continue
+            still = a.packed is not None and b.packed is not None  # neither written lately: stays packed
+            a.add(b)
+            if still:
+                a.pack()
+                a.touched = False
         self.blocks, self.level = merged, level
         while len(self.blocks) > MAX_BLOCKS:
             self._widen(self.level + 1)
@@ -180,6 +262,7 @@ class Blocks:
             j = int(i) >> shift
             b = blocks.get(j)
             if b is None:
+                self._sweep()
                 b = blocks[j] = Block()
             b.add_wire(counts, hists)
         while len(self.blocks) > MAX_BLOCKS:
@@ -212,7 +295,7 @@ class Blocks:
         # a batch spans at least twice the mean E2E: requests are correlated with those they
         # overlapped (a closed loop's users send again as they end), and batch means need batches
         # longer than that correlation
-        ok = sum(sum(b.hist["e2e"].values()) for b in self.blocks.values())
+        ok = sum(sum(b.histogram("e2e").values()) for b in self.blocks.values())
         mean_e2e = sum(b.sums["e2e"] for b in self.blocks.values()) / ok / 1e6 if ok else 0.0
         batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e, metrics)
         latency: dict[str, dict[str, Any]] = {}
