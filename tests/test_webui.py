@@ -269,6 +269,8 @@ def test_the_live_view_shows_the_results_figures_of_the_same_records(monkeypatch
     assert c["cpu_high_share"] == fig["client"]["cpu_high_samples"] / fig["client"]["cpu_samples"] == 0.5
     for k in ("hit_ratio", "ideal_hit_ratio", "achieved_vs_ideal"):
         assert p["cache"][k] == round(fig["cache"][k], 4), k
+    assert p["cache"]["ttft_hit_p50"] == round(fig["cache"]["ttft_hit"]["p50"], 6)
+    assert p["cache"]["ttft_miss_p50"] == round(fig["cache"]["ttft_miss"]["p50"], 6)
     rows = p["groups"]["endpoint"]
     assert [r["key"] for r in rows] == list(fig["by_endpoint"])
     for r in rows:
