@@ -220,6 +220,76 @@ def test_the_error_rate_is_one_formula_in_the_summary_the_groups_and_the_live_vi
     assert live == round(want, 5)
 
 
+def mixed_run() -> Aggregate:
+    """30 s of ok requests, then failures, cancellations, two endpoints, a prompt cache, loop lag
+    and CPU samples: every part of the live view has figures."""
+    total = populated(seconds=30)
+    kinds = [Outcome.OK, Outcome.HTTP_ERROR, Outcome.CANCELLED, Outcome.CLIENT_CANCELLED, Outcome.OK, Outcome.TIMEOUT]
+    for i, o in enumerate(kinds * 3):
+        r = rec(T0 + 0.7 * i, ttft=0.02 if i % 3 else 0.4, outcome=o)
+        r.n_cached, r.ideal_cached = (8 if i % 3 else 1), 9
+        r.endpoint, r.model = f"http://127.0.0.1:{i % 2 + 1}", "m"
+        fold([total], r, {"ttft": 0.1})
+    for k in range(40):
+        total.hist["loop_lag"].record(0.001 * k)
+    total.add_cpu_sample(95.0, 90.0)
+    total.add_cpu_sample(20.0, 90.0)
+    return total
+
+
+def test_the_live_view_shows_the_results_figures_of_the_same_records(monkeypatch):
+    """The live view's totals, latencies, client verdict, prompt cache and per-endpoint rows are
+    the results' figures (`metrics.aggregate.figures`) of the same records, rounded for the page:
+    a copy of a formula in report/live.py that drifted (requests/s over finished rather than ok, a
+    span from the first end, TPOT of another histogram) would differ here. Only the "recent"
+    figures, over the last 10 s, are the view's own."""
+    from llm_locust.metrics.aggregate import client_line, figures
+
+    total = mixed_run()
+    fig = figures(total)
+    p = LiveView().payload(lambda: inputs(total, T0 + 31.5, started_at=T0, slos={"ttft": 0.1}), 0)
+    t = p["totals"]
+    counts = ("sent", "finished", "ok", "failed", "cancelled", "client_cancelled", "tokens_in", "tokens_out")
+    for k in (*counts, "length_checked", "length_mismatch"):
+        assert t[k] == fig[k], k
+    assert fig["failed"] and fig["cancelled"] and fig["client_cancelled"]  # each count is exercised
+    rounded = {"error_rate": 5, "duration_s": 2, "output_tokens_per_s": 2, "requests_per_s": 3}
+    for k, nd in rounded.items():
+        assert t[k] == round(fig[k], nd), k
+    for m in D.LATENCY_VIEW:
+        want = fig["latency"][m]
+        assert p["latency"][m] == {
+            "count": want["count"],
+            **{k: round(want[k], 6) for k in ("mean", "max", "p50", "p90", "p99")},
+        }, m
+    c = p["client"]
+    assert c["line"] == client_line(fig["client"]) and c["valid"] == fig["client"]["valid"]
+    assert c["loop_lag_p99"] == round(fig["client"]["loop_lag"]["p99"], 6)
+    assert c["cpu_max"] == fig["client"]["cpu_max_percent"]
+    assert c["cpu_high_share"] == fig["client"]["cpu_high_samples"] / fig["client"]["cpu_samples"] == 0.5
+    for k in ("hit_ratio", "ideal_hit_ratio", "achieved_vs_ideal"):
+        assert p["cache"][k] == round(fig["cache"][k], 4), k
+    assert p["cache"]["ttft_hit_p50"] == round(fig["cache"]["ttft_hit"]["p50"], 6)
+    assert p["cache"]["ttft_miss_p50"] == round(fig["cache"]["ttft_miss"]["p50"], 6)
+    rows = p["groups"]["endpoint"]
+    assert [r["key"] for r in rows] == list(fig["by_endpoint"])
+    for r in rows:
+        g = fig["by_endpoint"][r["key"]]
+        assert (r["ok"], r["failed"]) == (g["ok"], g["failed"])
+        assert r["output_tokens_per_s"] == round(g["output_tokens_per_s"], 2)
+        assert r["tpot_p50"] == D._r(g["latency"]["tpot"].get("p50"), 6)
+
+    # and the view reads them from that one function: what it returns is what the page shows
+    real = D.totals
+
+    def other(agg):
+        return {**real(agg), "output_tokens_per_s": 12345.0, "error_rate": 0.25}
+
+    monkeypatch.setattr(D, "totals", other)
+    q = LiveView().payload(lambda: inputs(total, T0 + 31.5, started_at=T0), 0)["totals"]
+    assert (q["output_tokens_per_s"], q["error_rate"]) == (12345.0, 0.25)
+
+
 def test_client_validity_and_length_mismatch_are_reported():
     total = populated(seconds=5)
     fold([total], rec(T0 + 1, requested=16))  # 8 tokens arrived, 16 asked for

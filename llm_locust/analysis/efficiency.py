@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from llm_locust.schema import Figures, GpuCounts, GpuPrice, ResultsDoc, VerdictRow, Verdicts
 
@@ -252,6 +252,17 @@ def _energy(gw: Mapping[str, Any] | None, window: float | None) -> dict[str, Any
     return out
 
 
+# the figures `step_figures` reads of a step or a summary, by their results names: read through
+# `_figure`, typed by the schema's `Figures`, so that a renamed figure fails mypy here
+StepFigure = Literal["output_tokens_per_s", "duration_s", "latency"]
+
+
+def _figure(st: Mapping[str, Any], key: StepFigure) -> Any:
+    """st.get(key), by a name of `Figures` (None: absent)."""
+    f = cast(Figures, st)
+    return f[key] if key in f else None
+
+
 def step_figures(
     st: Mapping[str, Any],
     gw: Mapping[str, Any] | None,
@@ -262,13 +273,13 @@ def step_figures(
     """The figures of one step (or of the whole run: `st` a summary). st: output_tokens_per_s,
     latency.tpot.p50 and the window (`window`, or window_end - window_start, or duration_s);
     gw: its GPU scrape window; tokens: (input, output) tokens of its requests, for input tokens/s."""
-    out_tps = _num(st.get("output_tokens_per_s"))
+    out_tps = _num(_figure(st, "output_tokens_per_s"))
     row: dict[str, Any] = {"step": st.get("step"), "offered": st.get("offered"), "output_tokens_per_s": out_tps}
     window = _num(st.get("window"))
     if window is None and _num(st.get("window_end")) is not None and _num(st.get("window_start")) is not None:
         window = float(st["window_end"]) - float(st["window_start"])
     if window is None:
-        window = _num(st.get("duration_s"))
+        window = _num(_figure(st, "duration_s"))
     window = window if window is not None and window > 0 else None
     row["window_s"] = window
     # input tokens/s: the output rate scaled by the step's input/output token ratio (the rates are
@@ -279,7 +290,7 @@ def step_figures(
     row["input_tokens_per_s"] = in_tps
     total_tps = out_tps + in_tps if out_tps is not None and in_tps is not None else None
     row["total_tokens_per_s"] = total_tps
-    tpot = _num(((st.get("latency") or {}).get("tpot") or {}).get("p50"))
+    tpot = _num(((_figure(st, "latency") or {}).get("tpot") or {}).get("p50"))
     row["tpot_p50_s"] = tpot
     if tpot is not None and tpot > 0:
         row["interactivity"] = 1.0 / tpot

@@ -16,10 +16,10 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from llm_locust.metrics.intervals import t975
-from llm_locust.schema import RepeatFigure, Repeats, ResultsDoc
+from llm_locust.schema import Figures, RepeatFigure, Repeats, ResultsDoc
 
 
 def interval(values: list[float]) -> dict[str, Any]:
@@ -57,6 +57,17 @@ def welch(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- the headline figures: (name as in compare's metric table, where it is read, direction) ----
+# the summary's own figures among them, by their results names: each path is made by `_summary`
+# and read by `_summary_figure`, which indexes the schema's `Figures` with the name, so that a
+# renamed figure fails mypy here
+SummaryFigure = Literal[
+    "output_tokens_per_s", "requests_per_s", "error_rate", "goodput_requests_per_s", "goodput_tokens_per_s"
+]
+
+
+def _summary(name: SummaryFigure) -> tuple[str, ...]:
+    return ("summary", name)
+
 
 HEADLINE: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("ttft_p50", ("summary", "latency", "ttft", "p50"), False),
@@ -65,11 +76,11 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("tpot_p50", ("summary", "latency", "tpot", "p50"), False),
     ("e2e_p50", ("summary", "latency", "e2e", "p50"), False),
     ("e2e_p99", ("summary", "latency", "e2e", "p99"), False),
-    ("output_tokens_per_s", ("summary", "output_tokens_per_s"), True),
-    ("requests_per_s", ("summary", "requests_per_s"), True),
-    ("error_rate", ("summary", "error_rate"), False),
-    ("goodput_requests_per_s", ("summary", "goodput_requests_per_s"), True),
-    ("goodput_tokens_per_s", ("summary", "goodput_tokens_per_s"), True),
+    ("output_tokens_per_s", _summary("output_tokens_per_s"), True),
+    ("requests_per_s", _summary("requests_per_s"), True),
+    ("error_rate", _summary("error_rate"), False),
+    ("goodput_requests_per_s", _summary("goodput_requests_per_s"), True),
+    ("goodput_tokens_per_s", _summary("goodput_tokens_per_s"), True),
     ("saturation_load", ("ladder", "saturation", "saturation", "offered"), True),
     ("max_slo_load", ("ladder", "saturation", "max_slo_load"), True),
 )
@@ -89,11 +100,20 @@ def unit_of(name: str) -> str:
     return UNITS.get(name, "s")
 
 
+def _summary_figure(doc: Any, name: SummaryFigure) -> Any:
+    """doc["summary"][name], by a name of `Figures` (None: absent)."""
+    fig = doc.get("summary") if isinstance(doc, dict) else None
+    return cast(Figures, fig)[name] if isinstance(fig, dict) and name in fig else None
+
+
 def _read(doc: Any, path: tuple[str, ...]) -> float | None:
-    for k in path:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(k)
+    if len(path) == 2 and path[0] == "summary" and path[1] in get_args(SummaryFigure):
+        doc = _summary_figure(doc, cast(SummaryFigure, path[1]))
+    else:
+        for k in path:
+            if not isinstance(doc, dict):
+                return None
+            doc = doc.get(k)
     if isinstance(doc, bool) or not isinstance(doc, (int, float)) or not math.isfinite(doc):
         return None
     return float(doc)

@@ -25,10 +25,10 @@ import math
 from collections.abc import Sequence
 from typing import Any, cast
 
-from llm_locust.metrics.blocks import COUNTS, METRICS, PERCENTILES, RATES, Blocks
+from llm_locust.metrics.blocks import COUNTS, METRICS, PERCENTILES, Blocks, rate_figures
 from llm_locust.metrics.flow import LATE_S, Flow
 from llm_locust.metrics.intervals import _pooled, _value_at
-from llm_locust.schema import Steady, SteadyFigures, SteadyRates
+from llm_locust.schema import Steady, SteadyFigures
 
 TOLERANCE = 0.05  # closed loop: in flight within 5% of the users; open loop: at most 5% late sends
 MIN_SECONDS = 2.0  # a shorter window is no window
@@ -132,14 +132,11 @@ def window_figures(blocks: Blocks, start: float, end: float, seconds: float) -> 
         for name, p in PERCENTILES.items():
             figs[name] = _value_at(pooled, max(int(p * n + 0.5), 1)) / 1e6 if n else None
         latency[m] = figs
-    rates = {
-        name: sum(b.counts[COUNTS.index(c)] for b in inside) / seconds if seconds > 0 else 0.0
-        for name, c in RATES.items()
-    }  # every rate of RATES: SteadyRates (tests/test_results_schema.py checks the names)
+    rates = rate_figures([sum(b.counts[i] for b in inside) for i in range(len(COUNTS))], seconds)
     return {
         "ok": sum(b.counts[0] for b in inside),
         "latency": latency,
-        "rates": cast(SteadyRates, rates),
+        "rates": rates,
         # the block that begins at `end` is not the window's: the float just below `end` (end is a
         # multiple of the blocks' power-of-two width, so end / width scales exactly)
         "intervals": blocks.intervals(start, math.nextafter(end, -math.inf)),

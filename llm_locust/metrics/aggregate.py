@@ -22,6 +22,8 @@ from llm_locust.schema import (
     ClientCheck,
     ClientFigures,
     Figures,
+    HeadlineFigures,
+    Latency,
     LatencyStats,
     Phases,
 )
@@ -253,6 +255,69 @@ def _highest(us: int) -> int:
     return us if us < 2048 else us + (1 << (us.bit_length() - 11)) - 1
 
 
+def window_span(agg: Aggregate) -> float:
+    """The window's seconds: from its first request sent to its last one ended (0.0 before one
+    ended). The summary's duration_s and the live view's, and what every whole-window rate is over."""
+    return (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
+
+
+def per_s(n: float, span: float) -> float:
+    """`n` a second over the window's `span`; 0.0 over no span."""
+    return n / span if span > 0 else 0.0
+
+
+class Totals(HeadlineFigures):
+    """The counts and whole-window rates that the summary (`figures`) and the live view
+    (report/live.py, "totals") both show, computed once by `totals`."""
+
+    sent: int
+    finished: int
+    ok: int
+    failed: int
+    cancelled: int
+    client_cancelled: int
+    duration_s: float
+    tokens_in: int
+    tokens_out: int
+    goodput_requests_per_s: float
+    goodput_tokens_per_s: float
+    length_checked: int
+    length_mismatch: int
+
+
+def totals(agg: Aggregate) -> Totals:
+    """The window's counts and rates over its span (`window_span`): one formula for each, read by
+    the summary and by the live view, so that the two cannot drift apart."""
+    span = window_span(agg)
+    finished = agg.finished
+    client = agg.outcomes[Outcome.CLIENT_CANCELLED.value]
+    ok = agg.outcomes.get(Outcome.OK.value, 0)
+    return {
+        "sent": agg.sent,
+        "finished": finished,
+        "ok": ok,
+        "failed": agg.failed,
+        "cancelled": agg.cancelled,
+        "client_cancelled": client,
+        "error_rate": error_rate(agg.failed, finished, agg.cancelled, client),
+        "duration_s": span,
+        "tokens_in": agg.tokens_in,
+        "tokens_out": agg.tokens_out,
+        "output_tokens_per_s": per_s(agg.tokens_out, span),
+        "requests_per_s": per_s(ok, span),
+        "goodput_requests_per_s": per_s(agg.goodput_requests, span),
+        "goodput_tokens_per_s": per_s(agg.goodput_tokens, span),
+        "concurrency": per_s(agg.sum_e2e, span),
+        "length_checked": agg.length_checked,
+        "length_mismatch": agg.length_mismatch,
+    }
+
+
+def latency_figures(agg: Aggregate, names: tuple[str, ...] = LATENCIES) -> Latency:
+    """The summaries of the latencies `names` (seconds): the summary's `latency`, the live view's."""
+    return {k: agg.hist[k].summary() for k in names}
+
+
 def error_rate(failed: int, finished: int, cancelled: int, client_cancelled: int) -> float:
     """The share of answered requests that failed: cancelled ones (by the stop, or by --cancel) were
     never answered, so they are in neither part. 0.0 when none was answered. One formula for the
@@ -339,8 +404,8 @@ class GroupFigures:
             "error_rate": error_rate(failed, finished, cancelled, client),
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
-            "requests_per_s": ok / span if span > 0 else 0.0,
-            "output_tokens_per_s": self.tokens_out / span if span > 0 else 0.0,
+            "requests_per_s": per_s(ok, span),
+            "output_tokens_per_s": per_s(self.tokens_out, span),
             "latency": {k: h.summary() for k, h in self.hist.items()},
         }
         if self.cache.any:
@@ -1011,35 +1076,35 @@ def _meets(rec: RequestRecord, slos: dict[str, float], itl_max: float) -> bool:
 
 def figures(agg: Aggregate) -> Figures:
     """The whole-window figures of the metrics spec, in seconds and per-second units."""
-    span = (agg.last_end - agg.first_sent) if agg.first_sent is not None and agg.last_end is not None else 0.0
-    finished = agg.finished
-    client = agg.outcomes[Outcome.CLIENT_CANCELLED.value]
-    ok = agg.outcomes.get(Outcome.OK.value, 0)
+    t = totals(agg)
+    span = t["duration_s"]
+    finished = t["finished"]
+    client = t["client_cancelled"]
     out: Figures = {
-        "sent": agg.sent,
+        "sent": t["sent"],
         "finished": finished,  # sent == ok + failed (by kind) + cancelled + lost, once a run has ended
-        "ok": ok,
-        "failed": agg.failed,
-        "cancelled": agg.cancelled,
-        "client_cancelled": agg.outcomes[Outcome.CLIENT_CANCELLED.value],  # by --cancel: not in latencies
+        "ok": t["ok"],
+        "failed": t["failed"],
+        "cancelled": t["cancelled"],
+        "client_cancelled": client,  # by --cancel: not in latencies
         "outcomes": dict(agg.outcomes),
         "errors": agg.errors,
         "causes": dict(sorted(agg.causes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "error_rate": error_rate(agg.failed, finished, agg.cancelled, client),
+        "error_rate": t["error_rate"],
         "duration_s": span,
-        "tokens_in": agg.tokens_in,
-        "tokens_out": agg.tokens_out,
+        "tokens_in": t["tokens_in"],
+        "tokens_out": t["tokens_out"],
         "tokens_out_failed": agg.tokens_out_failed,
-        "output_tokens_per_s": agg.tokens_out / span if span > 0 else 0.0,
-        "requests_per_s": ok / span if span > 0 else 0.0,
-        "goodput_requests_per_s": agg.goodput_requests / span if span > 0 else 0.0,
-        "goodput_tokens_per_s": agg.goodput_tokens / span if span > 0 else 0.0,
-        "concurrency": agg.sum_e2e / span if span > 0 else 0.0,
+        "output_tokens_per_s": t["output_tokens_per_s"],
+        "requests_per_s": t["requests_per_s"],
+        "goodput_requests_per_s": t["goodput_requests_per_s"],
+        "goodput_tokens_per_s": t["goodput_tokens_per_s"],
+        "concurrency": t["concurrency"],
         "n_out_sources": agg.n_out_sources,
         "n_in_sources": agg.n_in_sources,
-        "length_checked": agg.length_checked,
-        "length_mismatch": agg.length_mismatch,
-        "latency": {k: agg.hist[k].summary() for k in LATENCIES},
+        "length_checked": t["length_checked"],
+        "length_mismatch": t["length_mismatch"],
+        "latency": latency_figures(agg),
         "lost": agg.lost,
         "workers_lost": agg.workers_lost,
         "client": client_figures(agg),
@@ -1057,9 +1122,9 @@ def figures(agg: Aggregate) -> Figures:
                 "failed": k.failed,
                 "items": k.items,
                 "tokens_in": k.tokens_in,
-                "requests_per_s": k.ok / span if span > 0 else 0.0,
-                "items_per_s": k.items / span if span > 0 else 0.0,
-                "input_tokens_per_s": k.tokens_in / span if span > 0 else 0.0,
+                "requests_per_s": per_s(k.ok, span),
+                "items_per_s": per_s(k.items, span),
+                "input_tokens_per_s": per_s(k.tokens_in, span),
                 "latency": k.latency.summary(),
             }
             for api, k in sorted(agg.kinds.items())
@@ -1070,14 +1135,14 @@ def figures(agg: Aggregate) -> Figures:
             "sent": work.audio,
             "bytes": work.audio_bytes,
             "per_request": work.audio / finished if finished else 0.0,
-            "bytes_per_s": work.audio_bytes / span if span > 0 else 0.0,
+            "bytes_per_s": per_s(work.audio_bytes, span),
         }
     if work.images:
         out["images"] = {
             "sent": work.images,
             "bytes": work.image_bytes,
             "per_request": work.images / finished if finished else 0.0,
-            "bytes_per_s": work.image_bytes / span if span > 0 else 0.0,
+            "bytes_per_s": per_s(work.image_bytes, span),
         }
     if agg.cache.any:
         out["cache"] = {

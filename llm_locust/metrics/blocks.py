@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast
 
 from llm_locust.metrics.intervals import (
     MAX_BATCHES,
@@ -28,7 +28,7 @@ from llm_locust.metrics.intervals import (
     mean_interval,
     percentile_interval,
 )
-from llm_locust.schema import Intervals
+from llm_locust.schema import Intervals, SteadyRates
 
 BASE_WIDTH = 0.125  # s: a 1.25 s window still has 10 blocks
 MAX_BLOCKS = 64
@@ -36,14 +36,25 @@ BATCH_E2E = 2.0  # a batch spans at least this many mean E2Es
 METRICS = ("ttft", "itl", "tpot", "e2e")
 BITS = {"ttft": 11, "itl": 8, "tpot": 11, "e2e": 11}
 COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens")
-# rates (figures' names) -> the block counter they count
-RATES = {
+# rates (figures' names) -> the block counter they count; typed: `rate_figures` writes each into
+# the schema's `SteadyRates`, so that a renamed figure fails mypy here
+Rate = Literal["output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"]
+RATES: dict[Rate, str] = {
     "output_tokens_per_s": "tokens_out",
     "requests_per_s": "ok",
     "goodput_requests_per_s": "goodput_requests",
     "goodput_tokens_per_s": "goodput_tokens",
 }
 PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+def rate_figures(counts: Sequence[float], seconds: float) -> SteadyRates:
+    """Every rate of RATES, per s over `seconds` (0.0 over none), from a window's totals of the
+    block counters (`counts`, in the order of COUNTS)."""
+    out = cast(SteadyRates, {})
+    for name, counter in RATES.items():
+        out[name] = counts[COUNTS.index(counter)] / seconds if seconds > 0 else 0.0
+    return out
 
 
 def bucket_high(us: int, bits: int) -> int:

@@ -21,13 +21,17 @@ A tool's fields that may be negative are not named (AIPerf's `osl_mismatch_diff_
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal, cast, get_args
+
+from llm_locust.schema import Figures, LadderStep
 
 Field = tuple[str, Any]  # (the field as the file names it, its value)
 
-# our figures of a whole run or a step that are counts, durations, rates or shares: none is negative
-OUR_FIGURES = (
+# our figures of a whole run or a step that are counts, durations, rates or shares: none is
+# negative. By their results names, typed: `_figure` reads each by the schema's `Figures` (a ladder
+# step's own: `LadderStep`), so that a renamed figure fails mypy here
+Ours = Literal[
     "sent",
     "ok",
     "failed",
@@ -48,6 +52,9 @@ OUR_FIGURES = (
     "error_rate",
     "goodput_requests_per_s",
     "goodput_tokens_per_s",
+]
+OUR_FIGURES: tuple[Ours | Literal["offered"], ...] = (
+    *get_args(Ours),
     "offered",  # a ladder step's load (users, req/s, tok/s)
 )
 OUR_COUNTS = ("outcomes", "causes")  # {kind: count}
@@ -55,13 +62,18 @@ LATENCY_STATS = ("count", "min", "max", "mean", "p50", "p90", "p95", "p99", "p99
 SIGNED_LATENCIES = ("schedule_lag",)  # the client's own lag against its schedule: not the server's figure
 
 
+def _figure(row: Mapping[str, Any], key: Ours | Literal["offered"]) -> Any:
+    """row[key], by the schema's names."""
+    return cast(LadderStep, row)[key] if key == "offered" else cast(Figures, row)[key]
+
+
 def _figures_of(row: Any, at: str) -> Iterator[Field]:
     """The count, rate and latency fields of one set of figures (the summary, a step)."""
     if not isinstance(row, dict):
         return
-    for key in OUR_FIGURES:
-        if key in row:
-            yield f"{at}.{key}", row[key]
+    for name in OUR_FIGURES:
+        if name in row:
+            yield f"{at}.{name}", _figure(row, name)
     for key in OUR_COUNTS:
         counts = row.get(key)
         if isinstance(counts, dict):

@@ -16,6 +16,15 @@ and short enough never to stall a local runner's event loop (the load runs in th
   payload), plus a re-sent tail of the per-second series, which keeps changing for about one
   E2E after each second (a request's tokens are folded in by arrival second when it ends).
 
+Each figure the results also hold is read from the results' own code, never recomputed here:
+the counts and whole-window rates from `metrics.aggregate.totals` (the summary's error rate,
+duration, tokens/s, requests/s), the latencies from `latency_figures`, the client's validity from
+`client_figures` / `client_line`, the prompt cache from `CacheCounts.figures`, each endpoint's and
+model's row from `GroupFigures.figures`, a step's from `steps.step_result`, the verdict from
+`saturation.analyse`. Only the "recent" figures are the view's own (`recent_counts`,
+`CountsRing`): rates and percentiles over the last `WINDOW_S` seconds, a rolling window the
+results have no counterpart of (they describe a whole window once it has ended).
+
 While a test runs, `runtime.webui.install` takes one snapshot a second whether or not a page polls, so
 the latency-over-time history (the hub keeps no per-second histograms) covers the whole test.
 """
@@ -34,9 +43,17 @@ import numpy as np
 from llm_locust.analysis import refine
 from llm_locust.analysis.saturation import MIN_STEPS, analyse
 from llm_locust.analysis.steps import OFFERED_UNITS, StepResult, step_result
-from llm_locust.metrics.aggregate import LAG_LIMIT, Aggregate, client_figures, client_line, error_rate, validity_rule
+from llm_locust.metrics.aggregate import (
+    LAG_LIMIT,
+    Aggregate,
+    client_figures,
+    client_line,
+    latency_figures,
+    totals,
+    validity_rule,
+)
 from llm_locust.metrics.histogram import Histogram
-from llm_locust.metrics.records import FAILURE_KINDS, Outcome
+from llm_locust.metrics.records import FAILURE_KINDS
 
 VERSION = 1
 LATENCY_VIEW = ("ttft", "itl", "tpot", "e2e")
@@ -99,7 +116,8 @@ def recent_counts(
     seconds before Start sent nothing: counted in, they made the first seconds' rates look low
     (3 s into a test, "last 10 s" was 3 s of tokens over 10). The start's own second counts from
     the start on (its requests were all sent after it), so 2.5 s in, the window is 2.5 s (0 or
-    less: nothing complete yet, no rate)."""
+    less: nothing complete yet, no rate). A rolling window, not the results' whole-window rates
+    (`metrics.aggregate.totals`, shown under "totals"): these differ from them on purpose."""
     end = int(now - lag)
     start = float(end - int(window))
     if started_at is not None:
@@ -215,20 +233,16 @@ class LiveView:
         hists = total.hist
         self.ring.add(now, hists)
         since_t, recent_lat = self.ring.recent(now, hists)
-        run_lat = {m: hists[m].summary() for m in LATENCY_VIEW}
+        run_lat = dict(latency_figures(total, LATENCY_VIEW))
         run_lat.update({m: ph for m in PHASE_VIEW if m in hists and (ph := hists[m].summary())["count"]})
-        finished = total.finished
-        cancelled = total.cancelled
-        ok = total.outcomes.get(Outcome.OK.value, 0)
-        span = (
-            (total.last_end - total.first_sent) if total.first_sent is not None and total.last_end is not None else 0.0
-        )
+        # the counts and whole-window rates: the summary's own figures (metrics.aggregate.totals)
+        tot = totals(total)
+        span = tot["duration_s"]
 
         # recent rates from the per-second series, over the complete seconds since the test's start
         end_sec, w, (tok, okn, fail) = recent_counts(total.series, now, inp.lag, self.window, inp.started_at)
 
         # client validity, run so far and now
-        lag_all = hists["loop_lag"].summary()
         lag_recent = recent_lat.get("loop_lag")
         client = client_figures(total)  # the same checks, thresholds and words as the summary's
         valid = client["valid"]
@@ -272,20 +286,20 @@ class LiveView:
             "started_at": _r(inp.started_at, 3),
             "control": inp.control,
             "totals": {
-                "sent": total.sent,
-                "finished": finished,
-                "ok": ok,
-                "failed": total.failed,
-                "cancelled": cancelled,
-                "client_cancelled": (by_client := total.outcomes[Outcome.CLIENT_CANCELLED.value]),
-                "error_rate": _r(error_rate(total.failed, finished, cancelled, by_client), 5),
-                "tokens_in": total.tokens_in,
-                "tokens_out": total.tokens_out,
+                "sent": tot["sent"],
+                "finished": tot["finished"],
+                "ok": tot["ok"],
+                "failed": tot["failed"],
+                "cancelled": tot["cancelled"],
+                "client_cancelled": tot["client_cancelled"],
+                "error_rate": _r(tot["error_rate"], 5),
+                "tokens_in": tot["tokens_in"],
+                "tokens_out": tot["tokens_out"],
                 "duration_s": _r(span, 2),
-                "output_tokens_per_s": _r(total.tokens_out / span if span > 0 else 0.0, 2),
-                "requests_per_s": _r(ok / span if span > 0 else 0.0, 3),
-                "length_checked": total.length_checked,
-                "length_mismatch": total.length_mismatch,
+                "output_tokens_per_s": _r(tot["output_tokens_per_s"], 2),
+                "requests_per_s": _r(tot["requests_per_s"], 3),
+                "length_checked": tot["length_checked"],
+                "length_mismatch": tot["length_mismatch"],
                 "goodput_requests": total.goodput_requests if inp.slos else None,
             },
             "recent": {
@@ -311,12 +325,12 @@ class LiveView:
                 "valid_now": valid_now,
                 "reasons": reasons,
                 "line": client_line(client),  # the summary's line: each check against its limit
-                "loop_lag_p99": _r(lag_all.get("p99"), 6),
+                "loop_lag_p99": _r(client["loop_lag"].get("p99"), 6),
                 "loop_lag_p99_recent": _r((lag_recent or {}).get("p99"), 6),
-                "cpu_max": _r(total.client.cpu_max, 1),
+                "cpu_max": _r(client["cpu_max_percent"], 1),
                 "over_ceiling": inp.over_ceiling,
-                "cpu_high_share": _r(total.client.cpu_high / total.client.cpu_samples, 3)
-                if total.client.cpu_samples
+                "cpu_high_share": _r(client["cpu_high_samples"] / client["cpu_samples"], 3)
+                if client["cpu_samples"]
                 else None,
             },
             "workers": inp.workers,

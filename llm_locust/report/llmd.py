@@ -18,10 +18,10 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 from llm_locust import __version__
-from llm_locust.schema import ResultsDoc
+from llm_locust.schema import Figures, ResultsDoc
 
 VERSION = "0.2.1"
 NAMESPACE = uuid.UUID("6c6c6d2d-6c6f-6375-7374-2d6c6c6d2d64")  # llm-locust's own uuid5 namespace
@@ -57,18 +57,41 @@ def _duration(seconds: float) -> str:
     return f"PT{max(0.0, seconds):.3f}S"
 
 
+# the summary's (or a step's) figures this file reads, by their results names: read through
+# `_get`, typed by the schema's `Figures`, so that a renamed figure fails mypy here
+Figure = Literal[
+    "ok",
+    "sent",
+    "failed",
+    "cancelled",
+    "lost",
+    "tokens_in",
+    "tokens_out",
+    "latency",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "duration_s",
+]
+
+
+def _get(fig: Mapping[str, Any], key: Figure) -> Any:
+    """fig.get(key), by a name of `Figures` (None: absent, as in a step without figures)."""
+    f = cast(Figures, fig)
+    return f[key] if key in f else None
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
 def _requests(fig: Mapping[str, Any]) -> dict[str, Any]:
-    ok = fig.get("ok") or 0
-    tokens_in, tokens_out = fig.get("tokens_in") or 0, fig.get("tokens_out") or 0
+    ok = _get(fig, "ok") or 0
+    tokens_in, tokens_out = _get(fig, "tokens_in") or 0, _get(fig, "tokens_out") or 0
     return _drop_none(
         {
-            "total": int(fig.get("sent") or 0),
-            "failures": int(fig.get("failed") or 0),
-            "incomplete": int((fig.get("cancelled") or 0) + (fig.get("lost") or 0)),
+            "total": int(_get(fig, "sent") or 0),
+            "failures": int(_get(fig, "failed") or 0),
+            "incomplete": int((_get(fig, "cancelled") or 0) + (_get(fig, "lost") or 0)),
             "input_length": _mean(tokens_in / ok, "count") if ok else None,
             "output_length": _mean(tokens_out / ok, "count") if ok else None,
         }
@@ -77,16 +100,16 @@ def _requests(fig: Mapping[str, Any]) -> dict[str, Any]:
 
 def _performance(fig: Mapping[str, Any], seconds: float) -> dict[str, Any]:
     """results.request_performance.aggregate from one figures() dict (the run's or a step's)."""
-    lat = fig.get("latency") or {}
+    lat = _get(fig, "latency") or {}
     latency = _drop_none({name: statistics(lat.get(key), units) for name, key, units in LATENCIES})
-    rate_in = (fig.get("tokens_in") or 0) / seconds if seconds > 0 else None
-    out_rate = fig.get("output_tokens_per_s")
+    rate_in = (_get(fig, "tokens_in") or 0) / seconds if seconds > 0 else None
+    out_rate = _get(fig, "output_tokens_per_s")
     throughput = _drop_none(
         {
             "output_token_rate": _mean(out_rate, "tokens/s"),
             "input_token_rate": _mean(rate_in, "tokens/s"),
             "total_token_rate": _mean((rate_in or 0.0) + out_rate, "tokens/s") if out_rate is not None else None,
-            "request_rate": _mean(fig.get("requests_per_s"), "queries/s"),
+            "request_rate": _mean(_get(fig, "requests_per_s"), "queries/s"),
         }
     )
     return {"requests": _requests(fig), "latency": latency, "throughput": throughput}
@@ -112,10 +135,10 @@ def _stack(results: ResultsDoc) -> list[dict[str, Any]]:
 
 def _load(results: ResultsDoc, stage: int, level: dict[str, Any]) -> dict[str, Any]:
     fig = results.get("summary") or {}
-    ok = fig.get("ok") or 0
+    ok = _get(fig, "ok") or 0
     trace = (results.get("environment") or {}).get("trace") or {}
-    mean_in = (fig.get("tokens_in") or 0) / ok if ok else 0.0
-    mean_out = (fig.get("tokens_out") or 0) / ok if ok else 0.0
+    mean_in = (_get(fig, "tokens_in") or 0) / ok if ok else 0.0
+    mean_out = (_get(fig, "tokens_out") or 0) / ok if ok else 0.0
     workers = len(results.get("workers") or []) or 1
     standardized = _drop_none(
         {
@@ -199,7 +222,7 @@ def _report(
     start: float | None,
     end: float | None,
 ) -> dict[str, Any]:
-    seconds = fig.get("duration_s") or ((end or 0) - (start or 0))
+    seconds = _get(fig, "duration_s") or ((end or 0) - (start or 0))
     return {
         "version": VERSION,
         "run": _run(results, eid, stage, start, end),

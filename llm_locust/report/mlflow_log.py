@@ -35,12 +35,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from llm_locust.report.html import render
 from llm_locust.report.results import results_json
 from llm_locust.safe.masking import SECRETS, mask, mask_bytes, protect_url, redact_url
-from llm_locust.schema import ResultsDoc
+from llm_locust.schema import Figures, LadderStep, ResultsDoc
 
 DEFAULT_EXPERIMENT = "llm-locust"
 RESULTS_NAME, REPORT_NAME = "results.json", "report.html"  # the artifacts' names when sent from memory
@@ -58,8 +58,10 @@ MAX_PARAM_VALUE = 6000  # MLflow refuses longer parameter values
 CUT = "...(truncated)"
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
 METRICS_PER_BATCH = 1000
-# summary / ladder-step figures logged as metrics, under their results names
-HEADLINE = (
+# summary / ladder-step figures logged as metrics, under their results names; typed: `_figure`
+# reads each by the schema's `Figures` (a ladder step's own: `LadderStep`), so that a renamed
+# figure fails mypy here
+Logged = Literal[
     "sent",
     "ok",
     "failed",
@@ -73,9 +75,13 @@ HEADLINE = (
     "goodput_requests_per_s",
     "goodput_tokens_per_s",
     "concurrency",
-    "slo_attainment",
+]
+Name = Logged | Literal["offered", "slo_attainment"]
+HEADLINE: tuple[Name, ...] = (*get_args(Logged), "slo_attainment")
+STEP_FIGURES: tuple[Name, ...] = (
+    "offered",
+    *(f for f in HEADLINE if f not in ("cancelled", "duration_s", "tokens_in")),
 )
-STEP_FIGURES = ("offered", *(f for f in HEADLINE if f not in ("cancelled", "duration_s", "tokens_in")))
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 STATISTICS = ("p50", "p90", "p99", "mean")
 STEP_PREFIX = "step/"  # MLflow's UI groups metrics by the part before "/"
@@ -114,10 +120,20 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def figure_metrics(figures: Mapping[str, Any], names: Sequence[str], prefix: str = "") -> dict[str, float]:
+def _figure(figures: Mapping[str, Any], name: Name) -> Any:
+    """figures.get(name), by the schema's names: a ladder step's own through `LadderStep`, the
+    others through `Figures`."""
+    if name == "offered" or name == "slo_attainment":
+        step = cast(LadderStep, figures)
+        return step[name] if name in step else None
+    fig = cast(Figures, figures)
+    return fig[name] if name in fig else None
+
+
+def figure_metrics(figures: Mapping[str, Any], names: Sequence[Name], prefix: str = "") -> dict[str, float]:
     """The numeric `names` of a summary or step, and its latencies in seconds (`ttft_p50_s`);
     figures that are absent or null (no SLO: no goodput) are left out, not logged as 0."""
-    out = {f"{prefix}{n}": v for n in names if (v := _number(figures.get(n))) is not None}
+    out = {f"{prefix}{n}": v for n in names if (v := _number(_figure(figures, n))) is not None}
     latency = figures.get("latency") or {}
     for lat in LATENCIES:
         for stat in STATISTICS:

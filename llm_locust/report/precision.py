@@ -5,7 +5,7 @@ give one (results `intervals`, metrics/blocks.py; docs/metrics.md "Confidence in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from llm_locust.analysis.precision_targets import target_text
 from llm_locust.metrics.intervals import MIN_BATCHES
@@ -13,7 +13,10 @@ from llm_locust.schema import Figures
 
 LATENCY_LABELS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
 FIGURES = ("mean", "p50", "p90", "p99")
-RATE_LABELS = (
+# the rates with an interval, by their name in the summary (`Figures`): typed, so that a renamed
+# figure fails mypy at `fig[key]` below
+Rate = Literal["output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"]
+RATE_LABELS: tuple[tuple[Rate, str, int], ...] = (
     ("output_tokens_per_s", "output tokens/s", 1),
     ("requests_per_s", "requests/s", 2),
     ("goodput_requests_per_s", "goodput requests/s", 2),
@@ -67,7 +70,7 @@ def precision_lines(fig: Figures) -> list[str]:
             lines.append(line)
     rates = []
     for key, label, digits in RATE_LABELS:
-        v = fig.get(key)
+        v = fig[key] if key in fig else None
         if isinstance(v, int | float) and v > 0 and key in iv["rates"]:  # goodput 0: no SLO, or none met
             rates.append(f"{label} {v:.{digits}f}{pm(iv['rates'][key])}")
     if rates:

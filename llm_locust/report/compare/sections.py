@@ -4,8 +4,9 @@ steps, the decision matrix and the ranking; and the comparability and verdict li
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, cast
 
 from llm_locust.analysis.efficiency import covers, frontier_verdict
 from llm_locust.analysis.repeats import HEADLINE, noise_verdicts
@@ -18,6 +19,7 @@ from llm_locust.report.compare.metric_table import METRICS
 from llm_locust.report.compare.runs import Run, _get
 from llm_locust.report.compare.weights import Criterion
 from llm_locust.safe.terminal import terminal_safe
+from llm_locust.schema import Figures, LadderStep
 
 
 @dataclass
@@ -99,6 +101,35 @@ def _failures_text(r: Run) -> str:
     return f"{failed} ({kinds})" if kinds else str(failed)
 
 
+# the figures read by name of a run's summary and of its ladder steps: through `_figure` and
+# `_step_figure`, typed by the schema's `Figures` and `LadderStep`, so that a renamed figure fails
+# mypy here
+SummaryFigure = Literal[
+    "output_tokens_per_s",
+    "requests_per_s",
+    "tokens_out",
+    "tokens_in",
+    "duration_s",
+    "concurrency",
+    "error_rate",
+    "goodput_requests_per_s",
+    "goodput_tokens_per_s",
+]
+StepFigure = Literal["output_tokens_per_s"]
+
+
+def _figure(summary: Mapping[str, Any], key: SummaryFigure) -> Any:
+    """summary.get(key), by a name of `Figures`."""
+    fig = cast(Figures, summary)
+    return fig[key] if key in fig else None
+
+
+def _step_figure(step: Mapping[str, Any], key: StepFigure) -> Any:
+    """step.get(key), by a name of `LadderStep`."""
+    st = cast(LadderStep, step)
+    return st[key] if key in st else None
+
+
 def _validity(r: Run) -> str:
     if getattr(r, "foreign", None):
         return "not judged (another tool's run)"
@@ -113,9 +144,11 @@ def _figures_table(c: Comparison) -> Table:
     def lat(m: str, s: str) -> list[str]:
         return [_mapped(r, m, s, _ms(_float(_get(r.summary, "latency", m, s))), foot) for r in runs]
 
-    def rate(key: str, unit: str) -> list[str]:
+    def rate(key: SummaryFigure, unit: str) -> list[str]:
         return [
-            _mapped(r, key, "", f"{_num(v)} {unit}" if (v := _float(r.summary.get(key))) is not None else "-", foot)
+            _mapped(
+                r, key, "", f"{_num(v)} {unit}" if (v := _float(_figure(r.summary, key))) is not None else "-", foot
+            )
             for r in runs
         ]
 
@@ -124,8 +157,8 @@ def _figures_table(c: Comparison) -> Table:
             r,
             "goodput",
             "",
-            f"{_num(r.summary.get('goodput_requests_per_s'))} req/s, "
-            f"{_num(r.summary.get('goodput_tokens_per_s'))} tok/s"
+            f"{_num(_figure(r.summary, 'goodput_requests_per_s'))} req/s, "
+            f"{_num(_figure(r.summary, 'goodput_tokens_per_s'))} tok/s"
             if r.slos
             else "- (no SLOs)",
             foot,
@@ -133,7 +166,10 @@ def _figures_table(c: Comparison) -> Table:
         for r in runs
     ]
     counts = [
-        ["error rate", *[_mapped(r, "error_rate", "", _pct(_float(r.summary.get("error_rate"))), foot) for r in runs]],
+        [
+            "error rate",
+            *[_mapped(r, "error_rate", "", _pct(_float(_figure(r.summary, "error_rate"))), foot) for r in runs],
+        ],
         ["requests ok / sent", *[f"{r.summary.get('ok', '?')} / {r.summary.get('sent', '?')}" for r in runs]],
     ]
     if not mixed:
@@ -206,7 +242,7 @@ def _knee_tps(r: Run) -> str:
     st, note = r.knee()
     if st is None:
         return "-"
-    v = _float(st.get("output_tokens_per_s"))
+    v = _float(_step_figure(st, "output_tokens_per_s"))
     return f"{_num(v)} tok/s" + (" (top step)" if note else "")
 
 
@@ -263,7 +299,8 @@ def _steps_table(c: Comparison) -> Table | None:
             if st is None:
                 row.append("-")
                 continue
-            cell = f"{_num(_float(st.get('output_tokens_per_s')))} / {_ms(_float(_get(st, 'latency', 'ttft', 'p99')))}"
+            tps = _float(_step_figure(st, "output_tokens_per_s"))
+            cell = f"{_num(tps)} / {_ms(_float(_get(st, 'latency', 'ttft', 'p99')))}"
             knee, _ = r.knee()
             if knee is not None and knee.get("step") == st.get("step"):
                 cell += " [knee]"
