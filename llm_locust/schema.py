@@ -63,6 +63,7 @@ class ClientCheck(TypedDict):
     text: str
     judged: NotRequired[bool]  # loop_lag: False when every read was kernel-stamped
     first_share: NotRequired[float]  # read_together's
+    first_waited_share: NotRequired[float]  # read_together's: of the requests, first tokens read late
     late_share: NotRequired[float]
     late_samples: NotRequired[int]
     first_samples: NotRequired[int]  # read_together's: the requests its first-token share is of
@@ -77,6 +78,7 @@ class ReadTogether(TypedDict):
     requests: int
     first_together: int
     first_share: float
+    first_waited: int  # of first_together: in a read whose newest data had waited over 1 ms (read late)
 
 
 class ClientFigures(TypedDict):

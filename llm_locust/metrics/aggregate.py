@@ -507,6 +507,7 @@ class ClientCounts(NamedCounts):
         "gaps_together",
         "paced_requests",
         "first_together",
+        "first_waited",
         "kernel_clock",
         "cpu_samples",
         "cpu_high",
@@ -518,22 +519,28 @@ class ClientCounts(NamedCounts):
         self.gaps_together = 0
         self.paced_requests = 0
         self.first_together = 0
+        self.first_waited = 0  # of first_together: in a read whose newest data had waited over WAITED_LONG
         self.kernel_clock = 0
         self.cpu_samples = 0
         self.cpu_high = 0  # samples at or above the limit (reported; not judged)
         self.cpu_max = 0.0
 
-    def add_reads(self, times: list[float], gap_counts: dict[int, int], kernel: bool) -> None:
+    def add_reads(
+        self, times: list[float], gap_counts: dict[int, int], kernel: bool, first_wait: float | None = None
+    ) -> None:
         """One ok request's reads: its chunk times, its inter-chunk gap counts by microsecond
-        (gap_samples), whether every read had the kernel's receive time. A stream is paced when
-        its tokens came at least PACED_GAP apart on average (a server writing every token at once
-        is not: its gaps of 0 say nothing of the client)."""
+        (gap_samples), whether every read had the kernel's receive time, and how long the newest
+        data of the read that brought its first token had waited (RequestRecord.first_wait). A stream is paced
+        when its tokens came at least PACED_GAP apart on average (a server writing every token at
+        once is not: its gaps of 0 say nothing of the client)."""
         n_gaps = len(times) - 1
         if n_gaps > 0 and times[-1] - times[0] >= n_gaps * PACED_GAP:
             self.paced_gaps += n_gaps
             self.gaps_together += gap_counts.get(0, 0)
             self.paced_requests += 1
-            self.first_together += times[1] == times[0]
+            if times[1] == times[0]:
+                self.first_together += 1
+                self.first_waited += first_wait is not None and first_wait > WAITED_LONG
         if kernel:
             self.kernel_clock += 1
 
@@ -846,7 +853,7 @@ class Aggregate:
             h["tpot"].record((times[-1] - t_first) / (rec.n_out - 1))
         itl_max = _apply_gaps(gaps, h["itl"], h["inter_chunk"])
         self.by_sent.add(rec, offset, gaps[2])
-        self.client.add_reads(times, gaps[0], rec.clock == "kernel")
+        self.client.add_reads(times, gaps[0], rec.clock == "kernel", rec.first_wait)
         self._add_phases(rec)
         return itl_max
 
@@ -1262,6 +1269,14 @@ LATE_MIN_SAMPLES = 3  # ... and in at least this many: one late wake in a 4 s ru
 # 2.9%, yet a 12 ms stall can join only the tokens of those 12 ms (the CI run of 2026-12-02: a
 # server sending 7.7% of its gaps together, one sample 12 ms late, judged suspect)
 PACED_GAP = 0.001  # s a token on average over a stream: paced (a server writing every token at once is not)
+# s: a first token read with the second in a read whose newest data had itself waited in the
+# socket longer than this (its kernel receive time against the read's, RequestRecord.first_wait)
+# was read late by the client. Where most such pairs were, they are its lateness, proven per read,
+# where the loop-lag samples (0.1 s apart) miss stalls shorter than LAG_LIMIT or between two
+# samples (a first wave's ends at 100 streams: 1.5% of first tokens 10-30 ms late, the loop late
+# in 1 sample; docs/accuracy.md). A server's two tokens written at once, read by a client that
+# kept up, waited microseconds
+WAITED_LONG = 0.001
 LAG_LIMIT = 0.010  # s: a loop-lag sample above this delays a user-space-stamped read by as much
 LAG_SHARE = 0.05  # ... in more than this share of the samples (0.1 s apart)
 LAG_MIN_SAMPLES = 5  # ... and in at least this many of them (half a second of stalls)
@@ -1281,7 +1296,10 @@ def validity_rule() -> str:
         f"tokens came in one read with the second (from at least {READ_TOGETHER_MIN_FIRSTS} requests): two "
         "token events stamped with one read's time, the earlier one timed late; counted while the "
         f"client's event loop woke over {LAG_LIMIT * 1000:g} ms late in more than {LATE_SHARE:.0%} of its "
-        f"samples and in at least {LATE_MIN_SAMPLES} of them (else the server sent them together). (2) The "
+        f"samples and in at least {LATE_MIN_SAMPLES} of them, or, for the first tokens, when most of "
+        "those read with the second came in a read whose newest data had itself waited in the socket "
+        f"over {WAITED_LONG * 1000:g} ms (its kernel receive time against the read's: the client was "
+        "not reading); else the server sent them together. (2) The "
         "send delay against the schedule (from a "
         "send's due time, or from when --max-in-flight or --max-prefill let a held send go) has a p99 above "
         f"{SEND_DELAY_LIMIT * 1000:g} ms (from at least {SEND_DELAY_MIN_REQUESTS} requests). (3) Where "
@@ -1307,14 +1325,19 @@ def _read_together_check(agg: Aggregate) -> ClientCheck:
     gaps, together, firsts, firsts_together = c.paced_gaps, c.gaps_together, c.paced_requests, c.first_together
     share = together / gaps if gaps else 0.0
     first = firsts_together / firsts if firsts else 0.0
+    waited = c.first_waited / firsts if firsts else 0.0
     n_late, samples = _late(agg)
     late = n_late / samples if samples else 0.0
     text = f"tokens read together in {share:.1%} of {gaps:,} gaps (limit {READ_TOGETHER_SHARE:.0%})"
     over = gaps >= READ_TOGETHER_MIN_GAPS and share > READ_TOGETHER_SHARE
+    first_late = False  # first tokens read late, by their reads' arrival spread
     if firsts >= READ_TOGETHER_MIN_FIRSTS and first > READ_TOGETHER_SHARE:
         over = True
         text += f", first tokens with the second in {first:.1%} of {firsts:,} requests"
-    was_late = late > LATE_SHARE and n_late >= LATE_MIN_SAMPLES
+        if c.first_waited:
+            text += f" ({c.first_waited:,} of them read over {WAITED_LONG * 1000:g} ms after their data came)"
+        first_late = 2 * c.first_waited > firsts_together
+    was_late = (late > LATE_SHARE and n_late >= LATE_MIN_SAMPLES) or first_late
     if over and not was_late:
         text += (
             f" while the client kept up (loop late in {n_late} of its {samples:,} samples, {late:.1%}):"
@@ -1327,6 +1350,7 @@ def _read_together_check(agg: Aggregate) -> ClientCheck:
         "threshold": READ_TOGETHER_SHARE,
         "samples": gaps,
         "first_share": first,
+        "first_waited_share": waited,
         "late_share": late,
         "late_samples": n_late,
         "first_samples": firsts,
@@ -1403,6 +1427,7 @@ def client_figures(agg: Aggregate) -> ClientFigures:
             "requests": c.paced_requests,
             "first_together": c.first_together,
             "first_share": checks[0]["first_share"],
+            "first_waited": c.first_waited,
         },
         "checks": checks,
         "reasons": [c["text"] for c in tripped],

@@ -104,6 +104,9 @@ def record_dict(rec: RequestRecord) -> dict:
         "first_content": rel(rec.t_first_content),
         "first_tool": rel(rec.t_first_tool),
         "end": rel(rec.t_end),
+        # s the newest data of the read that brought the first token had waited in the socket
+        # (None: not measured; client validity, docs/metrics.md)
+        "first_wait": rec.first_wait,
         "chunks": [t - t0 for t in rec.chunk_times],
         "chunk_tokens": rec.chunk_tokens,
         "n_out": rec.n_out,

@@ -124,6 +124,11 @@ class RequestRecord:
     # systems), None (not said). The client-validity rule judges the loop lag only where reads
     # were not all kernel-stamped (metrics/aggregate.py client_checks)
     clock: str | None = None
+    # how long (s) the newest data of the read that brought its first token had waited in the
+    # socket when the read returned, by its kernel receive time (transport/reads.py WAIT_READS;
+    # None: not measured). Over WAITED_LONG, the client was not reading: a first token read with
+    # the second is then its lateness, not the server's writing them together
+    first_wait: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -49,6 +49,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("first_content", "float64"),
     ("first_tool", "float64"),
     ("end", "float64"),
+    ("first_wait", "float64"),  # the first token's read: how long its newest data had waited (client validity)
     ("chunks", "list<float64>"),
     ("chunk_tokens", "list<int32>"),
     ("n_out", "int64"),

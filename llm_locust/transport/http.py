@@ -229,6 +229,8 @@ class StreamClient:
             resp = _Response(sock, block_size=READ_SIZE, method="POST")
             self._head(resp, read, rec)
             self.body.read(resp, read, rec, state, spec)
+            if watch.waits:
+                rec.first_wait = watch.wait_at(rec.t_first)
         except Ended:
             raise
         except (OSError, ValueError, HTTPParseError, HTTPConnectionClosed) as e:

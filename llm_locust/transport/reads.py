@@ -55,6 +55,15 @@ YIELD_AFTER = 0.005
 _YIELD_SLEEP = 1e-6
 # A TLS read that took longer than this is taken to have waited in the hub (yielded).
 _WAITED = 0.0005
+# A stream's first reads (its head, a role event, its first tokens) keep how long their newest
+# data had waited in the socket when the read returned (its kernel receive time against the
+# read's): a first token read with the second in a read whose newest data had itself waited was
+# read late by the client (RequestRecord.first_wait, the client-validity check); a server's two
+# tokens written at once, read by a client that kept up, waited microseconds. Not the token reads
+# after them (the pump's). A per-read stamp of the oldest data is not to be had: Linux merges the
+# segments waiting in a socket's queue, the merged one keeping the newest's time (a two-part
+# read, one byte then the rest, gave both parts the same stamp).
+WAIT_READS = 4
 
 
 def next_read_size(last: int, spent: float) -> int:
@@ -138,7 +147,7 @@ def _plain_reader(sock, t_sent: float, watch: Watch) -> Read:
     return read_plain
 
 
-def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
+def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:  # noqa: C901 (the per-read hot path: closures over locals)
     """Reads stamped with the kernel's receive time (plain TCP on Linux)."""
     perf_counter = time.perf_counter
     sleep = gevent.sleep
@@ -159,6 +168,7 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
     busy_from = t_sent  # when this request's reads last waited in the hub (or yielded)
     size = READ_SIZE
     full_at = 0.0  # when the last read returned, if it filled its buffer
+    first_reads = WAIT_READS  # first reads left to keep their data's wait (watch.waits)
 
     def wait_and_read(size: int):
         """Wait in the hub for the socket's read event, then read, as gevent's recvmsg does."""
@@ -173,7 +183,7 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
                 pass
 
     def read_stamped() -> tuple[bytes, float]:
-        nonlocal busy_from, waited, size, full_at
+        nonlocal busy_from, waited, size, full_at, first_reads
         if full_at:
             size = next_read_size(size, perf_counter() - full_at)
         data = None
@@ -197,6 +207,9 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
         elif full_at:
             full_at, size = 0.0, READ_SIZE
         t = watch.arrived = arrival(anc, now, t_sent, off_ns, watch.arrived)
+        if first_reads:
+            first_reads -= 1
+            watch.waits.append((t, now - t))
         busy_from = turn_after_read(now, busy_from)  # read and timed: the other streams read first
         return data, t
 
@@ -212,7 +225,7 @@ def _stamped_reader(sock, raw, t_sent: float, watch: Watch) -> Read:
 
 
 class Watch:
-    __slots__ = ("sock", "limit", "last", "fired", "on_fire", "arrived")
+    __slots__ = ("sock", "limit", "last", "fired", "on_fire", "arrived", "waits")
 
     def __init__(self, sock, limit: float) -> None:
         self.sock = sock
@@ -221,6 +234,16 @@ class Watch:
         self.fired = False
         self.arrived = 0.0  # the stream's last arrival time (stamps.arrival): its reads' and the pump's
         self.on_fire = None  # set while the stream waits in the pump (transport/pump.py): wakes it
+        # (arrival time, seconds its data waited in the socket) of the stream's first reads (WAIT_READS)
+        self.waits: list[tuple[float, float]] = []
+
+    def wait_at(self, t: float | None) -> float | None:
+        """How long the newest data of the first read that arrived at `t` (a record's t_first: the
+        read that brought its first token) had waited in the socket; None: not one of them."""
+        for at, waited in self.waits:
+            if at == t:
+                return waited
+        return None
 
 
 class Watchdog:
