@@ -210,7 +210,7 @@ def percentile_interval(
     With `units`, the samples come in that many clusters (ITL: the requests they belong to): the
     variance inflation is at least n / units, as if each cluster were one sample. A request's
     tokens share the server's state, and 8 streams of one server step the same gap: batch means
-    over a short run's few blocks saw a fifth of the run-to-run variance of an ITL p99."""
+    over a short run's few blocks saw about a third of the run-to-run variance of an ITL p99."""
     k = len(blocks)
     pooled = _pooled(blocks)
     n = sum(c for _, c in pooled)
