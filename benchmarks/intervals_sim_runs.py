@@ -7,6 +7,8 @@ share of runs whose own interval holds the pooled estimate
 counted apart.
 
     python benchmarks/intervals_sim_runs.py [--runs 30] [--seconds 8] [--users 8] [--synthetic SPEC] [--pin]
+        [--keep DIR]
+    python benchmarks/intervals_sim_runs.py --replay DIR   # the kept runs' intervals, by this code
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from llm_locust.metrics.blocks import Blocks  # noqa: E402
+from llm_locust.metrics.gaps import gap_samples  # noqa: E402
 from llm_locust.sim.process import SimProcess  # noqa: E402
 
 SYNTHETIC = "requests=1000,input=uniform:16:48,output=uniform:32:96,seed=1"
@@ -29,6 +33,8 @@ FIGURES = (
     ("ttft mean", ("latency", "ttft", "mean"), ("latency", "ttft", "mean")),
     ("ttft p50", ("latency", "ttft", "p50"), ("latency", "ttft", "p50")),
     ("ttft p90", ("latency", "ttft", "p90"), ("latency", "ttft", "p90")),
+    ("itl p50", ("latency", "itl", "p50"), ("latency", "itl", "p50")),
+    ("itl p90", ("latency", "itl", "p90"), ("latency", "itl", "p90")),
     ("itl p99", ("latency", "itl", "p99"), ("latency", "itl", "p99")),
     ("tpot p50", ("latency", "tpot", "p50"), ("latency", "tpot", "p50")),
     ("e2e mean", ("latency", "e2e", "mean"), ("latency", "e2e", "mean")),
@@ -104,7 +110,66 @@ def main() -> None:
         help="the simulator on CPU 0 and each run on CPU 1, both SCHED_FIFO (root): other jobs on a shared "
         "machine then move the runs' latencies less",
     )
+    ap.add_argument("--keep", default="", help="a folder that keeps every run's results and record log")
+    ap.add_argument(
+        "--replay",
+        default="",
+        help="a --keep folder: no runs, but each kept run's intervals computed again by this code from its "
+        "record log (the same runs judged by two methods: check out the older code and replay)",
+    )
     a = ap.parse_args()
+    rows, pool = _replay(Path(a.replay)) if a.replay else _runs(a)
+    seeds = "the same seed" if a.same_seed else "seed k+1 in run k"
+    what = (
+        f"replayed from {a.replay}"
+        if a.replay
+        else f"of -u {a.users} -t {a.seconds}s --synthetic {a.synthetic} ({seeds})"
+    )
+    print(f"{len(rows)} runs {what}, 8 slots")
+    _table(rows, pool, a.show)
+
+
+def _replay(d: Path) -> tuple[list[dict], dict[str, list[float]]]:
+    """The kept runs' summaries, each with its `intervals` computed again from its record log."""
+    rows = []
+    pool: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2e": []}
+    for path in sorted(d.glob("r*.json"), key=lambda p: int(p.stem[1:]) if p.stem[1:].isdigit() else -1):
+        log = path.with_suffix(".jsonl")
+        if not path.stem[1:].isdigit() or not log.exists():
+            continue
+        summary = json.loads(path.read_text())["summary"]
+        summary["intervals"] = _intervals(log)
+        rows.append(summary)
+        for metric, values in _samples(log).items():
+            pool[metric] += values
+    return rows, pool
+
+
+def _intervals(log: Path) -> dict | None:
+    """A run's intervals from its record log, as its Aggregate keeps its blocks: each ok request in
+    the block of its end (metrics/aggregate.py, _add_block), the window from first send to last end."""
+    blocks = Blocks()
+    first = last = None
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        wall_end = r["wall_sent"] + (r["end"] or 0.0)
+        first = r["wall_sent"] if first is None else min(first, r["wall_sent"])
+        last = wall_end if last is None else max(last, wall_end)
+        if r["outcome"] != "ok":
+            continue
+        lat = {"e2e": max(round(r["end"] * 1e6), 0)}
+        if r["first"] is not None:
+            lat["ttft"] = max(round(r["first"] * 1e6), 0)
+            if r["n_out"] >= 2:
+                lat["tpot"] = max(round((r["chunks"][-1] - r["first"]) / (r["n_out"] - 1) * 1e6), 0)
+            if len(r["chunks"]) > 1:
+                gaps = gap_samples(r["chunks"], r["chunk_tokens"])
+                blocks.add_itl(wall_end, gaps[2], gaps[3])
+        blocks.add_ok(wall_end, lat, r["n_out"], False)
+    return dict(blocks.intervals(first, last) or {})
+
+
+def _runs(a: argparse.Namespace) -> tuple[list[dict], dict[str, list[float]]]:
     rows = []
     pool: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2e": []}
     sim = SimProcess(slots=8)
@@ -112,7 +177,9 @@ def main() -> None:
     if a.pin:
         sim.cmd = ["taskset", "-c", "0", "chrt", "-f", "10", *sim.cmd]
         client = ["taskset", "-c", "1", "chrt", "-f", "10", sys.executable]
-    with tempfile.TemporaryDirectory() as d, sim:
+    with tempfile.TemporaryDirectory() as tmp, sim:
+        d = a.keep or tmp
+        Path(d).mkdir(parents=True, exist_ok=True)
         for k in range(a.runs):
             path = Path(d) / f"r{k}.json"
             argv = ["run", "--host", sim.url, "-u", str(a.users), "-t", f"{a.seconds}s", "--results", str(path)]
@@ -126,8 +193,10 @@ def main() -> None:
             rows.append(json.loads(path.read_text())["summary"])
             for metric, values in _samples(path.with_suffix(".jsonl")).items():
                 pool[metric] += values
-    seeds = "the same seed" if a.same_seed else "seed k+1 in run k"
-    print(f"{len(rows)} runs of -u {a.users} -t {a.seconds}s --synthetic {a.synthetic} ({seeds}), 8 slots")
+    return rows, pool
+
+
+def _table(rows: list[dict], pool: dict[str, list[float]], show: str) -> None:
     head = f"{'figure':<16}{'runs mean':>12}{'pooled':>12}{'sd/mean':>9}{'median ±':>10}{'max/min':>9}"
     print(f"{head}{'covered':>9}{'by mean':>9}{'low/high':>10}{'no interval':>13}")
     for name, fpath, ipath in FIGURES:
@@ -145,7 +214,7 @@ def main() -> None:
             covered += iv["low"] <= pooled <= iv["high"]
             by_mean += iv["low"] <= mean <= iv["high"]
             low, high = low + (pooled < iv["low"]), high + (pooled > iv["high"])
-            if name == a.show:
+            if name == show:
                 print(f"  {name}: {v:.6g} [{iv['low']:.6g}, {iv['high']:.6g}] pooled {pooled:.6g}")
         vs = [v for v in values if v]
         sd = statistics.stdev(vs) / mean if len(vs) > 1 and mean else float("nan")

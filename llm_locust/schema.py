@@ -216,7 +216,7 @@ class Intervals(TypedDict):
 
     blocks: int  # k: the time blocks of the batch means
     block_s: float  # the window's seconds per block
-    method: dict[str, str]  # {"mean" | "percentile" | "rate": the method, in words}
+    method: dict[str, str]  # {"mean" | "percentile" | "rate" | "itl_percentile": the method, in words}
     latency: dict[str, dict[str, FigureInterval]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
     rates: dict[str, FigureInterval]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": ...}
 

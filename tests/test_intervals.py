@@ -9,7 +9,7 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from llm_locust.metrics.blocks import BASE_WIDTH, MAX_BLOCKS, Blocks
@@ -17,6 +17,7 @@ from llm_locust.metrics.intervals import MIN_BATCHES, mean_interval, min_samples
 
 Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
 K = 20  # time blocks of a sample
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)  # a slow test's failing seed is shown, not shrunk
 
 
 def _normal(rng: random.Random, n: int) -> list[float]:
@@ -334,3 +335,60 @@ def test_a_mean_interval_of_a_non_negative_figure_never_goes_below_zero():
     assert iv.low == 0.0 and iv.high > iv.value > 0
     tight = mean_interval([0.1, 0.11, 0.1, 0.12, 0.1], [1, 1, 1, 1, 1])
     assert 0 < tight.low < tight.value < tight.high  # clipping only where the interval reaches 0
+
+
+def _batching_server(rng: random.Random, seconds: float, slots: int = 8) -> list[tuple[float, list[int]]]:
+    """A closed loop of `slots` users on a batching server (the simulator's shape): each step
+    gives every stream in the batch one token, and lasts 5 ms + 10 us per token of the batch's
+    contexts + 50 us per prompt token joining it (a prefill). So every stream of a step sees the
+    same gap, and a request's gaps follow the batch it ran in. Returns (end, ITL gaps in us) per
+    request, in whole microseconds."""
+    t, streams, reqs, pending = 0.0, [], [], slots
+    while t < seconds:
+        joins = [[rng.randint(32, 96), rng.randint(16, 48), [], None] for _ in range(pending)]
+        pending = 0
+        t += 0.005 + 1e-5 * sum(s[1] for s in streams) + 5e-5 * sum(j[1] for j in joins)
+        streams += joins
+        for s in list(streams):  # [tokens left, context, gaps, last token's time]
+            if s[3] is not None:
+                s[2].append(round((t - s[3]) * 1e6))
+            s[0], s[1], s[3] = s[0] - 1, s[1] + 1, t
+            if s[0] == 0:
+                streams.remove(s)
+                reqs.append((t, s[2]))
+                pending += 1
+    return reqs
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=NO_SHRINK)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_itl_percentiles_of_a_batching_server_count_each_request_once(seed):
+    """ITL samples are clustered: a request's tokens share its batch's steps, and the streams of
+    a step the same gap. Over 150 8-s windows of a batching server (~92 requests, ~5,800 gaps,
+    6 batches), the ITL p50 and p90 intervals hold the pooled value in >= 90% of the windows that
+    have one (97-99% measured), and a p99 from ~92 requests has none: it needs ~380 requests, as
+    any p99 does, and says so. Before (batch means over the 6 batches alone), a p99 was printed
+    in ~2/3 of the windows and held the value in 87-90% of them, p90 in 91-95% (against the
+    simulator, 30 8-s runs: ITL p50/p90/p99 87/77/67%, benchmarks/README.md)."""
+    rng = random.Random(seed)
+    draws, seconds = 150, 8.0
+    windows = []
+    for _ in range(draws):
+        blocks = Blocks()
+        reqs = _batching_server(rng, seconds)
+        for end, gaps in reqs:
+            e2e = sum(gaps) + 20_000
+            blocks.add_ok(end, {"ttft": 20_000, "e2e": e2e, "tpot": sum(gaps) // len(gaps)}, len(gaps) + 1, False)
+            blocks.add_itl(end, Counter(gaps), sum(gaps))
+        windows.append((reqs, blocks.intervals(0.0, seconds)))
+    pooled = sorted(g for reqs, _ in windows for _, gaps in reqs for g in gaps)
+    for name, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        truth = pooled[round(p * len(pooled)) - 1] * 1e-6
+        ivs = [w["latency"]["itl"][name] for _, w in windows]
+        given_ = [iv for iv in ivs if iv["low"] is not None]
+        hit = sum(iv["low"] <= truth <= iv["high"] for iv in given_)
+        if name == "p99":
+            assert not given_, (len(given_), hit)
+            assert all(iv["needs"] > 3 * len(pooled) / draws for iv in ivs), [iv["needs"] for iv in ivs][:5]
+        else:
+            assert len(given_) >= draws // 2 and hit / len(given_) >= 0.90, (name, hit, len(given_))

@@ -109,6 +109,9 @@ def test_a_check_judges_the_figures_the_results_compute():
     assert metrics_of(targets) == ("itl", "tpot")
     c = check(agg, targets, 10.0)
     assert c["figures"]["tpot.p50"]["rel"] == full["latency"]["tpot"]["p50"]["rel"]
+    # an ITL percentile counts its requests (the TPOT histograms) even where no target names TPOT
+    alone = check(agg, {"itl.p90": 0.5}, 10.0)["figures"]["itl.p90"]
+    assert alone["rel"] == full["latency"]["itl"]["p90"]["rel"] is not None
     assert c["figures"]["itl.mean"]["rel"] == full["latency"]["itl"]["mean"]["rel"]
     assert c["figures"]["output_tokens_per_s"]["rel"] == full["rates"]["output_tokens_per_s"]["rel"]
     assert c["requests"] == 300 and c["blocks"] == full["blocks"] and c["until"] == agg.last_end

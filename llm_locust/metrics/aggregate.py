@@ -413,6 +413,7 @@ class GroupFigures:
         intervals = self.blocks.intervals(start, end)
         if intervals is not None:
             intervals["latency"].pop("itl", None)
+            intervals["method"].pop("itl_percentile", None)
             intervals["rates"] = {k: v for k, v in intervals["rates"].items() if not k.startswith("goodput")}
             out["intervals"] = intervals
         return out

@@ -24,6 +24,7 @@ from llm_locust.metrics.intervals import (
     MAX_BATCHES,
     METHOD_MEAN,
     METHOD_PERCENTILE,
+    METHOD_PERCENTILE_CLUSTERED,
     Interval,
     mean_interval,
     percentile_interval,
@@ -308,14 +309,17 @@ class Blocks:
         # longer than that correlation
         ok = sum(sum(b.histogram("e2e").values()) for b in self.blocks.values())
         mean_e2e = sum(b.sums["e2e"] for b in self.blocks.values()) / ok / 1e6 if ok else 0.0
-        batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e, metrics)
+        # ITL samples cluster by request: the requests with 2+ tokens (a TPOT each) are its units
+        merged = {*metrics, "tpot"} if "itl" in metrics else metrics
+        batches, seconds = self.batches(start, end, BATCH_E2E * mean_e2e, merged)
         latency: dict[str, dict[str, Any]] = {}
         for m in metrics:
             figs = {
                 "mean": mean_interval([b.sums[m] / 1e6 for b in batches], [sum(b.hist[m].values()) for b in batches])
             }
+            units = sum(sum(b.hist["tpot"].values()) for b in batches) if m == "itl" else None
             for name, p in PERCENTILES.items():
-                figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6, BITS[m])
+                figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6, BITS[m], units)
             latency[m] = {name: iv.doc() for name, iv in figs.items()}
         rates: dict[str, Any] = {}
         for name, counter in RATES.items():
@@ -326,7 +330,12 @@ class Blocks:
             {
                 "blocks": len(batches),
                 "block_s": (end - start) / len(batches),
-                "method": {"mean": METHOD_MEAN, "percentile": METHOD_PERCENTILE, "rate": METHOD_MEAN},
+                "method": {
+                    "mean": METHOD_MEAN,
+                    "percentile": METHOD_PERCENTILE,
+                    "rate": METHOD_MEAN,
+                    **({"itl_percentile": METHOD_PERCENTILE_CLUSTERED} if "itl" in metrics else {}),
+                },
                 "latency": latency,
                 "rates": rates,
             },

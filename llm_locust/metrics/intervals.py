@@ -19,6 +19,10 @@ single requests, gives the standard error. t = Student's t(0.975, k-1) (t975, be
   (se_B / sqrt(p (1-p) / n))^2, se_B the batch-means ratio estimator's standard error of that
   fraction over the blocks' counts at or below the percentile. Never narrower than the
   independent samples' interval.
+- Samples that come in clusters (`units`: an ITL sample's cluster is its request, whose tokens
+  share the server's state) count as at most one sample per cluster: c >= 1.96 sqrt(n / units),
+  the interval of `units` independent samples. Batch means over a short run's 5-7 blocks missed
+  most of that correlation (benchmarks/README.md: ITL p50/p90/p99 covered 87/77/67% of 30 runs).
 - Too few samples: a percentile whose lower or upper rank falls outside 1..n, or whose sample is
   smaller than the binomial minimum for an order-statistic interval with 2.5% in each tail
   (`min_samples`: p^n <= 0.025 and (1-p)^n <= 0.025, e.g. 368 for p99, 36 for p90, 6 for p50),
@@ -97,6 +101,8 @@ MIN_BATCHES = 5
 TAIL = 0.025  # each tail of a two-sided 95% interval
 METHOD_MEAN = "batch means over time blocks (ratio estimator), t(0.975, k-1)"
 METHOD_PERCENTILE = "order statistics, variance inflated by batch means over time blocks"
+# ITL: its samples clustered by request (at most one sample's worth of information per request)
+METHOD_PERCENTILE_CLUSTERED = METHOD_PERCENTILE + ", at least n / requests"
 
 
 @dataclass(frozen=True)
@@ -189,14 +195,22 @@ def bucket_low(value: int, bits: int) -> int:
 
 
 def percentile_interval(
-    p: float, blocks: Sequence[Mapping[int, int]], scale: float = 1.0, bits: int | None = None
+    p: float,
+    blocks: Sequence[Mapping[int, int]],
+    scale: float = 1.0,
+    bits: int | None = None,
+    units: int | None = None,
 ) -> Interval:
     """The interval of the p-quantile (0 < p < 1) of the samples held by per-block histograms
     ({value: count}); values are multiplied by `scale` in the result (1e-6: microseconds to s).
     With `bits`, the histograms keep values as their bucket's highest (metrics.blocks): the low
     end is then its bucket's lowest value, so the interval holds the bucket's resolution too (a
     run whose samples fall in one bucket had a zero-width interval, and identical runs whose
-    percentiles fell in neighbouring buckets were called apart)."""
+    percentiles fell in neighbouring buckets were called apart).
+    With `units`, the samples come in that many clusters (ITL: the requests they belong to): the
+    variance inflation is at least n / units, as if each cluster were one sample. A request's
+    tokens share the server's state, and 8 streams of one server step the same gap: batch means
+    over a short run's few blocks saw about a third of the run-to-run variance of an ITL p99."""
     k = len(blocks)
     pooled = _pooled(blocks)
     n = sum(c for _, c in pooled)
@@ -212,6 +226,8 @@ def percentile_interval(
     got = _ratio_se(below, sizes)
     # the multiplier of se_iid: z for independent samples, t * sqrt(VIF) where batch means say more
     c = max(Z975, t975(k - 1) * (got[1] if got else 0.0) / se_iid)
+    if units:  # at most one independent sample per cluster: z, as for `units` independent ones
+        c = max(c, Z975 * math.sqrt(n / units))
     h = c * se_iid
     lo_rank = math.floor(n * (p - h))
     hi_rank = math.ceil(n * (p + h))
