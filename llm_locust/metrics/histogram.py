@@ -43,6 +43,17 @@ _EXACT_BELOW = 2048
 _VECTOR_FROM = 64  # fewer pending values: hdrh's record_value is as quick as numpy's set-up
 
 
+def load_numpy() -> None:
+    """Import numpy now, before any load: the histograms import it at their first flush (kept
+    out of the module's imports for the start-up of commands that never flush one), and a
+    Locust worker, forked before anything had imported it, did so at its first report, about a
+    second into the load: 100-200 ms with its event loop held, every stream's tokens waiting in
+    their sockets. At 100 streams `--workers auto` read 1.5% of its first tokens with the second,
+    10-30 ms late, where one process read none (docs/accuracy.md). Called by the plugin's init
+    in every process (runtime/plugin.py). `numpy.ctypeslib` too: numpy loads it at first use."""
+    import numpy.ctypeslib  # noqa: F401
+
+
 def _record_many(hdr: HdrHistogram, pending: dict[int, int]) -> None:
     """hdrh's record_value for many (value, count) pairs at once: its bucket index arithmetic
     (_get_bucket_index, _get_sub_bucket_index, _counts_index) on numpy arrays."""

@@ -25,7 +25,7 @@ from llm_locust.loop.failfast import FailFast
 from llm_locust.loop.progress import Progress
 from llm_locust.loop.session_runner import load_workload
 from llm_locust.loop.signals import Stopper
-from llm_locust.metrics import recordlog
+from llm_locust.metrics import histogram, recordlog
 from llm_locust.metrics.records import WARMUP_STEP
 from llm_locust.protocols import GRPC_APIS, get_adapter
 from llm_locust.protocols.base import request_headers
@@ -199,6 +199,7 @@ def _watch_for_the_master(**_kw: Any) -> None:
 @events.init.add_listener
 def _on_init(environment, **_kw: Any) -> None:
     _cache_locust_defaults()
+    histogram.load_numpy()  # not at a worker's first report, with its streams in flight
     run = run_context(environment)
     role = run.role  # decided once, here: Locust made the runner before init; every later read returns it
     # first of the test_start listeners: the start form (master) and a spawn message (worker) have
