@@ -23,6 +23,7 @@ TIMES_AND_IDS = {
     "first_content",
     "first_tool",
     "end",
+    "first_wait",
     "chunks",
 }
 
