@@ -163,9 +163,13 @@ def test_speed_ladder_replays_the_trace_at_each_speed(tmp_path):
         )
     steps = results["ladder"]["steps"]
     assert [s["offered"] for s in steps] == [1, 2]
-    # the trace offers 2 requests/s at 1x: each step's achieved rate follows the speed
-    assert steps[0]["requests_per_s"] == pytest.approx(2, rel=0.3)
-    assert steps[1]["requests_per_s"] == pytest.approx(4, rel=0.3)
+    # the trace offers 2 requests/s at 1x: each step's achieved rate follows the speed. A step's
+    # window (5 s less 1.5 s of warm-up) holds ~7 requests at 1x, and its rate is over first send
+    # to last end: (n-1) gaps hold n requests (+15% at 1x), and one send late under a loaded
+    # machine shortens the span again (2.66 in one CI run of the slow tier's 4 parallel shards)
+    assert steps[0]["requests_per_s"] == pytest.approx(2, rel=0.4)
+    assert steps[1]["requests_per_s"] == pytest.approx(4, rel=0.4)
+    assert steps[1]["requests_per_s"] > 1.4 * steps[0]["requests_per_s"]  # not one speed twice
 
 
 def test_server_down_stops_the_ladder_at_its_first_step_and_keeps_the_results(tmp_path):
