@@ -280,6 +280,26 @@ gevent.spawn(_stall)
 """
 
 
+def _run_paced(tmp_path, server_args: list[str], locustfile_text: str | None, *args: str):
+    """A run of `llm-locust run ARGS` against PACED_SERVER (started with `server_args`), with the
+    locustfile `locustfile_text` when given: (the CLI's completed process, the results' client)."""
+    srv = subprocess.Popen([sys.executable, "-c", PACED_SERVER, *server_args], stdout=subprocess.PIPE, text=True)
+    locust = ()
+    if locustfile_text is not None:
+        locustfile = tmp_path / "locustfile.py"
+        locustfile.write_text(locustfile_text)
+        locust = ("-f", str(locustfile))
+    results = tmp_path / "r.json"
+    try:
+        port = int(srv.stdout.readline())
+        common = ("--host", f"http://127.0.0.1:{port}", "--api", "openai-completions", "--model", "m")
+        p = run_cli(*locust, *common, *args, "--server-metrics", "off", "--results", str(results), timeout=120)
+    finally:
+        srv.kill()
+        srv.wait(10)
+    return p, json.loads(results.read_text())["summary"]["client"]
+
+
 @pytest.mark.timing  # whether this client kept up: never beside the slow tier's parallel shards
 @pytest.mark.parametrize(
     "server, stall, valid",
@@ -293,36 +313,9 @@ def test_a_run_tells_tokens_it_read_late_from_tokens_sent_together(tmp_path, ser
     """A server pacing 40 tokens 4 ms apart ("pairs": tokens 10, 20 and 30 written with the one
     before them), and a client whose event loop is blocked 30 ms in every 80 (a locustfile that
     stalls it) or not: only the late client's tokens read together make its figures suspect."""
-    srv = subprocess.Popen([sys.executable, "-c", PACED_SERVER, server], stdout=subprocess.PIPE, text=True)
-    locustfile = tmp_path / "stalling.py"
-    locustfile.write_text(STALLING_LOCUSTFILE)
-    try:
-        port = int(srv.stdout.readline())
-        results = tmp_path / "r.json"
-        p = run_cli(
-            *(("-f", str(locustfile)) if stall else ()),
-            "--host",
-            f"http://127.0.0.1:{port}",
-            "--api",
-            "openai-completions",
-            "--model",
-            "m",
-            "-u",
-            "4",
-            "-t",
-            "4s",
-            "--max-tokens",
-            "40",
-            "--server-metrics",
-            "off",
-            "--results",
-            str(results),
-            timeout=120,
-        )
-    finally:
-        srv.kill()
-        srv.wait(10)
-    client = json.loads(results.read_text())["summary"]["client"]
+    p, client = _run_paced(
+        tmp_path, [server], STALLING_LOCUSTFILE if stall else None, "-u", "4", "-t", "4s", "--max-tokens", "40"
+    )
     together, check = client["read_together"], _check(client, "read_together")
     # the run's summary prints the rule's verdict and the checks against their limits
     line = " ".join(p.stdout[p.stdout.index("client: ") :].split("\n")[0:3])
@@ -379,23 +372,9 @@ def test_first_tokens_a_client_read_late_between_its_lag_samples_make_it_suspect
     # the first token 0-20 ms after the head: a closed loop's sends follow the stalls (a user sends
     # as the loop comes back), and a first token written at once came before the next stall
     # (0.8% of first tokens with the second in one CI run)
-    server = [sys.executable, "-c", PACED_SERVER, "apart", "8", "0.02"]
-    srv = subprocess.Popen(server, stdout=subprocess.PIPE, text=True)
-    locustfile = tmp_path / "short_stalls.py"
-    locustfile.write_text(SHORT_STALLS_LOCUSTFILE)
-    try:
-        port = int(srv.stdout.readline())
-        results = tmp_path / "r.json"
-        run_cli(
-            *("-f", str(locustfile), "--host", f"http://127.0.0.1:{port}", "--api", "openai-completions"),
-            *("--model", "m", "-u", "8", "-t", "4s", "--max-tokens", "8", "--server-metrics", "off"),
-            *("--results", str(results)),
-            timeout=120,
-        )
-    finally:
-        srv.kill()
-        srv.wait(10)
-    client = json.loads(results.read_text())["summary"]["client"]
+    _, client = _run_paced(
+        tmp_path, ["apart", "8", "0.02"], SHORT_STALLS_LOCUSTFILE, "-u", "8", "-t", "4s", "--max-tokens", "8"
+    )
     together, check = client["read_together"], _check(client, "read_together")
     assert together["requests"] >= 200 and together["first_share"] > 2 * READ_TOGETHER_SHARE, together
     assert check["late_samples"] < 3, check  # the loop-lag samples saw no stall over 10 ms
