@@ -140,7 +140,9 @@ def test_llm_locust_reads_every_endpoints_metrics(replicas, tmp_path):
     generated = sum(w["run"].get("generation_tokens_total", {}).get("increase", 0) for w in by.values())
     client = r["summary"]["tokens_out"]
     assert client > 0
-    # the servers' generated tokens are the client's, +- what requests cut at the stop made
-    assert client <= generated <= client + 2 * 8, (generated, client)
+    # the servers' generated tokens are the client's, +- what the (at most 2) requests cut at the
+    # stop made: the client counts the tokens it read of one, and llama.cpp may not count a task
+    # it cancelled (CI: generated 4657, client 4664)
+    assert abs(generated - client) <= 2 * 8, (generated, client)
     for url in replicas.urls:  # one server line per endpoint at the end
         assert f"server {url} (llama.cpp" in proc.stdout, proc.stdout[-2000:]

@@ -186,6 +186,41 @@ def test_combined_counts_that_do_not_add_up_are_told():
     assert "count_problems" not in combined  # not the last repetition's: the writer checks the combined anew
 
 
+def _steady(doc: dict, ramp: int, window: int, drain: int) -> dict:
+    """`doc` with a steady window found, holding its requests, and one-run intervals in its summary."""
+    doc["steady"] = {
+        "headline": "whole run",
+        "found": True,
+        "reason": None,
+        "mode": "closed",
+        "target": 2,
+        "rule": "in flight within 5%",
+        "window": {"start": 1.0, "end": 3.0, "seconds": 2.0, "requests": window},
+        "ramp": {"seconds": 0.5, "requests": ramp},
+        "drain": {"seconds": 0.5, "requests": drain},
+        "figures": None,
+        "in_flight": [[1.0, 2.0]],
+    }
+    doc["summary"]["intervals"] = {"latency": {"ttft": {"p50": {"low": 0.1, "high": 0.2, "rel": 0.3}}}}
+    return doc
+
+
+def test_the_combined_results_keep_no_one_repetitions_steady_window_or_intervals():
+    """Before: the combined results kept the last repetition's steady window, whose requests are
+    a third of the series' (CI: "steady: ramp 0 + window 31 + drain 0 != finished 91", exit 1), and
+    its one-run intervals beside the series' means."""
+    docs = [
+        _steady(_counted(30, 27, 2, 1, 3.0, [0.1]), 2, 26, 2),
+        _steady(_counted(34, 30, 4, 0, 3.5, [0.2]), 1, 32, 1),
+    ]
+    assert [count_problems(d) for d in docs] == [[], []]
+    combined = combine(docs, ["a", "b"], "test")
+    assert count_problems(combined) == []
+    st = combined["steady"]
+    assert not st["found"] and st["reason"].startswith("not assessed") and st["window"] is None
+    assert "intervals" not in combined["summary"] and "intervals" in docs[-1]["summary"]
+
+
 # ---- signals: the repetitions belong to the series ----
 
 COUNTS = ("sent", "ok", "failed", "cancelled", "client_cancelled", "lost", "tokens_out")

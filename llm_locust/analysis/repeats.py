@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast, get_args
 
 from llm_locust.metrics.intervals import t975
-from llm_locust.schema import Figures, RepeatFigure, Repeats, ResultsDoc
+from llm_locust.schema import Figures, RepeatFigure, Repeats, ResultsDoc, Steady
 
 
 def interval(values: list[float]) -> dict[str, Any]:
@@ -188,7 +188,8 @@ SUMMARY_NOTE = (
     "duration_s summed over the repetitions; rates and latency percentiles the means of the "
     "repetitions' (each latency's count summed, its mean weighted by count, its min and max the "
     "extremes); validity flags those of any repetition; client, phases, kinds, media, cache, "
-    "distributions, steps and series are the last repetition's"
+    "distributions, steps and series are the last repetition's; no one-run intervals (the "
+    "repetitions' t-intervals are in `repeats`) and no steady window (each repetition's is in its file)"
 )
 
 
@@ -276,12 +277,31 @@ def combine(docs: Sequence[ResultsDoc], files: list[str], reset: str, planned: i
         for k in path[1:-1]:
             target = target.setdefault(k, {})
         target[path[-1]] = f["mean"]
+    # one repetition's intervals do not measure the means above: the series' t-intervals do
+    summary.pop("intervals", None)
     out["summary"] = cast(Any, summary)
+    if out.get("steady"):  # one repetition's window would hold a third of the combined requests
+        out["steady"] = _steady_not_assessed(out["steady"], len(docs))
     flags = sorted({f for d in docs for f in (d.get("validity") or {}).get("flags", [])})
     out["validity"] = {**out["validity"], "flags": flags}
     rep["summary_note"] = SUMMARY_NOTE
     out["repeats"] = rep
     return out
+
+
+def _steady_not_assessed(last: Steady, n: int) -> Steady:
+    """The combined results' `steady`: not assessed (the html report leaves it out), each
+    repetition's window in its own file; counts of one repetition do not add up to the series'."""
+    return {
+        **last,
+        "found": False,
+        "reason": f"not assessed for the {n} repetitions together: each repetition's window is in its own results",
+        "window": None,
+        "ramp": None,
+        "drain": None,
+        "figures": None,
+        "in_flight": [],
+    }
 
 
 def _fmt(name: str, v: float | None) -> str:
