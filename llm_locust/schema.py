@@ -218,7 +218,8 @@ class Intervals(TypedDict):
     block_s: float  # the window's seconds per block
     method: dict[str, str]  # {"mean" | "percentile" | "rate" | "itl_percentile": the method, in words}
     latency: dict[str, dict[str, FigureInterval]]  # {"ttft" | "itl" | "tpot" | "e2e": {"mean" | "p50" | ...}}
-    rates: dict[str, FigureInterval]  # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": ...}
+    # {"output_tokens_per_s" | "requests_per_s" | "goodput_...": ..., "error_rate": a share of the answered}
+    rates: dict[str, FigureInterval]
 
 
 class PrecisionFigure(TypedDict):

@@ -3,6 +3,7 @@
 import html
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -712,3 +713,64 @@ def test_a_difference_within_noise_is_a_tie_not_a_winner(noise_runs, tmp_path, c
     # the gate: 3% worse at a 1% tolerance fails only where it is not within noise
     assert _main(capsys, a, close, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 0
     assert _main(capsys, a, bare, "--weights", w, "--fail-on", "regression", "--tolerance", "1%")[0] == 1
+
+
+# ---- the error rate with its interval ----
+
+
+@pytest.fixture(scope="module")
+def failing_run(tmp_path_factory):
+    """One closed-loop run of 8 users for 10 s against a simulator that answers 20% of requests
+    with HTTP 500: about 30 failures among 150 answered."""
+    from llm_locust.sim.process import SimProcess
+
+    d = tmp_path_factory.mktemp("failing")
+    path = d / "a.json"
+    with SimProcess(slots=8, fault={"http500": 0.2}) as sim:
+        argv = ["run", "--host", sim.url, "-u", "8", "-t", "10s", "--results", path, "--max-error-rate", "100%"]
+        argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
+        p = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=d,
+        )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    said = " ".join(p.stdout.split())  # the summary wraps its lines to the terminal's width
+    assert re.search(r"error rate \d+\.\d% ± \d+\.\d%", said), said  # its precision line says it
+    return path
+
+
+def test_the_error_rate_carries_its_interval(failing_run):
+    s = _doc(failing_run)["summary"]
+    assert s["failed"] >= 10, s["outcomes"]
+    iv = s["intervals"]["rates"]["error_rate"]
+    # the blocks count the same requests as the summary: the interval is about the summary's figure
+    assert iv["low"] < s["error_rate"] < iv["high"]
+    assert iv["rel"] == pytest.approx((iv["high"] - iv["low"]) / 2 / s["error_rate"])
+
+
+def test_an_error_rate_within_its_noise_passes_the_gate(failing_run, tmp_path, capsys):
+    """Against real llama-server, two identical runs' error rates (23.6% and 31.4%, from ~70
+    requests each: where the run's end cut the trace's overlong prompts) failed the regression gate
+    on point estimates. A change within the interval of the difference now passes; one well
+    beyond it fails."""
+    a = failing_run
+    doc = _doc(a)["summary"]
+    rel = doc["intervals"]["rates"]["error_rate"]["rel"]
+    assert rel > 0.15  # ~30 failures: a 10% change in the error rate is noise
+
+    def scaled(factor):
+        def edit(d):
+            d["summary"]["error_rate"] *= factor
+
+        return edit
+
+    close = _edited(a, tmp_path / "close.json", scaled(1.10))
+    rc, out, err = _main(capsys, a, close, "--fail-on", "regression")
+    row = next(ln for ln in out.splitlines() if ln.startswith("error_rate"))
+    assert rc == 0 and row.rstrip().endswith("· within noise"), out + err
+    far = _edited(a, tmp_path / "far.json", scaled(1 + 3 * rel))
+    rc, _, err = _main(capsys, a, far, "--fail-on", "regression")
+    assert rc == 1 and "error_rate" in err and "worse, significant" in err, err

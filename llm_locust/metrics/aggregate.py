@@ -342,6 +342,11 @@ class GroupFigures:
     def add(self, rec: RequestRecord, t_end: float) -> None:
         o = rec.outcome.value
         self.outcomes[o] = self.outcomes.get(o, 0) + 1
+        wall_end = t_end + rec.wall_sent - rec.t_sent
+        if not rec.ok and rec.outcome not in NOT_FAILED:
+            self.blocks.add_failed(wall_end)
+        elif rec.ok and rec.api in KIND_APIS:
+            self.blocks.add_answered(wall_end)
         if not rec.ok or rec.api in KIND_APIS:
             return
         self.tokens_out += rec.n_out
@@ -358,7 +363,7 @@ class GroupFigures:
             if rec.n_out >= 2 and rec.chunk_times:
                 h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
                 lat["tpot"] = max(round((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1) * 1e6), 0)
-        self.blocks.add_ok(t_end + rec.wall_sent - rec.t_sent, lat, rec.n_out, False)
+        self.blocks.add_ok(wall_end, lat, rec.n_out, False)
 
     def to_wire(self) -> dict[str, Any]:
         """Its parts by name (__slots__); the token counts only when not 0."""
@@ -574,7 +579,7 @@ class ConnectionCounts(NamedCounts):
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
 MAX_SESSIONS = 10_000  # sessions tallied per Aggregate (the agents verdict's per-session figures)
 MAX_SESSION_TTFTS = 256  # TTFTs kept per session (its median's sample)
-WIRE_VERSION = 5  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py)
+WIRE_VERSION = 6  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py); 6: blocks count failures
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
     "sent",
@@ -706,9 +711,12 @@ class Aggregate:
         if rec.api in KIND_APIS:
             self._add_kind(rec, t_end)
             if rec.ok:
+                self.blocks.add_answered(t_end + offset)
                 return None
         if not rec.ok:
             self._add_failed(rec)
+            if rec.outcome not in NOT_FAILED:  # the error rate's interval (metrics/blocks.py)
+                self.blocks.add_failed(t_end + offset)
             return None
         self._add_counts(rec)
         itl_max = 0.0

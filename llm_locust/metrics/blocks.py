@@ -36,7 +36,8 @@ MAX_BLOCKS = 64
 BATCH_E2E = 2.0  # a batch spans at least this many mean E2Es
 METRICS = ("ttft", "itl", "tpot", "e2e")
 BITS = {"ttft": 11, "itl": 8, "tpot": 11, "e2e": 11}
-COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens")
+# "failed" and "answered" (ok or failed, any API: the error rate's parts, metrics.aggregate.error_rate)
+COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens", "failed", "answered")
 # rates (figures' names) -> the block counter they count; typed: `rate_figures` writes each into
 # the schema's `SteadyRates`, so that a renamed figure fails mypy here
 Rate = Literal["output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"]
@@ -107,7 +108,7 @@ class Block:
     __slots__ = ("counts", "hist", "sums", "packed", "touched")
 
     def __init__(self) -> None:
-        self.counts = [0, 0, 0, 0]  # COUNTS
+        self.counts = [0, 0, 0, 0, 0, 0]  # COUNTS
         self.hist: dict[str, dict[int, int]] = {m: {} for m in METRICS}  # {} while packed
         self.sums = dict.fromkeys(METRICS, 0)
         self.packed: dict[str, Packed] | None = None
@@ -239,6 +240,7 @@ class Blocks:
         """An ok request: its latencies ({metric: us}), its output tokens and whether it met the SLOs."""
         b = self.block(wall_end)
         b.counts[0] += 1
+        b.counts[5] += 1
         b.counts[1] += n_out
         if good:
             b.counts[2] += 1
@@ -249,6 +251,16 @@ class Blocks:
             h = hist[m]
             h[key] = h.get(key, 0) + 1
             sums[m] += us
+
+    def add_failed(self, wall_end: float) -> None:
+        """A failed request (an outcome the error rate counts: not ok, not cancelled)."""
+        counts = self.block(wall_end).counts
+        counts[4] += 1
+        counts[5] += 1
+
+    def add_answered(self, wall_end: float) -> None:
+        """An ok request whose latencies the blocks do not keep (an embeddings or other kind's)."""
+        self.block(wall_end).counts[5] += 1
 
     def add_itl(self, wall_end: float, counts: dict[int, int], total_us: int) -> None:
         """An ok request's ITL samples ({us: count}) and their sum (metrics.gaps.gap_samples)."""
@@ -325,6 +337,8 @@ class Blocks:
         for name, counter in RATES.items():
             i = COUNTS.index(counter)
             rates[name] = mean_interval([b.counts[i] for b in batches], seconds).doc()
+        # the error rate, a share of the answered requests: failed over ok + failed, batch by batch
+        rates["error_rate"] = mean_interval([b.counts[4] for b in batches], [b.counts[5] for b in batches]).doc()
         return cast(
             Intervals,
             {

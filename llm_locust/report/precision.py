@@ -73,6 +73,9 @@ def precision_lines(fig: Figures) -> list[str]:
         v = fig[key] if key in fig else None
         if isinstance(v, int | float) and v > 0 and key in iv["rates"]:  # goodput 0: no SLO, or none met
             rates.append(f"{label} {v:.{digits}f}{pm(iv['rates'][key])}")
+    err, share = iv["rates"].get("error_rate"), fig.get("error_rate") or 0.0
+    if share > 0 and err:  # a share: its ± too is half the width over the figure
+        rates.append(f"error rate {share * 100:.1f}%{pm(err)}")
     if rates:
         lines.append("  " + ", ".join(rates))
     return [*lines, ""]

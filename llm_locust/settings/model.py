@@ -404,7 +404,17 @@ def _json_schema_file(v: str) -> str:
     return v
 
 
-Fraction = Annotated[float, Field(ge=0, le=1), AfterValidator(_finite)]
+def _percent(v: Any) -> Any:
+    """A share written as a percentage ("5%", as the summary prints it) is its fraction (0.05)."""
+    if isinstance(v, str) and v.strip().endswith("%"):
+        try:
+            return float(v.strip()[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"expected a fraction (0.05) or a percentage (5%), got {v!r}") from None
+    return v
+
+
+Fraction = Annotated[float, BeforeValidator(_percent), Field(ge=0, le=1), AfterValidator(_finite)]
 
 
 def _agent_tier(v: str) -> str:
