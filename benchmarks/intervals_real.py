@@ -1,7 +1,7 @@
 """One run's 95% intervals against real llama-server (issue 36, "On real llama-server").
 
     bash scripts/real-servers.sh llama      # once: llama-server and SmolLM2, cached
-    python benchmarks/intervals_real.py [--runs 10] [--seconds 20] [--users 4]
+    python benchmarks/intervals_real.py [--runs 10] [--seconds 20] [--users 4] [--synthetic SPEC]
 
 RUNS identical closed-loop runs of the bundled sample trace (USERS users, SECONDS each) against
 one llama-server (SmolLM2-135M, 4 slots). Prints each run's TTFT mean and p99 with their 95%
@@ -10,7 +10,8 @@ hold the median of the others. Then:
 - `compare --fail-on regression` of the last two runs (identical settings, a warm prompt cache):
   every figure should be "within noise", exit 0;
 - one run against a second llama-server with 1 slot, not 4 (requests queue: TTFT several times
-  longer), compared with the last run: the figures that changed should be "significant", exit 1.
+  longer), after a first run that warms its prompt cache, compared with the last run: the
+  figures that changed should be "significant", exit 1.
 """
 
 from __future__ import annotations
@@ -91,8 +92,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--users", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=0, help="cap each reply (more requests a run); 0: the trace's")
+    ap.add_argument(
+        "--synthetic",
+        default="",
+        metavar="SPEC",
+        help="a synthetic workload (llm-locust run --synthetic), not the bundled sample: short prompts give "
+        "a 1-slot server enough requests for intervals",
+    )
     a = ap.parse_args()
     more = ["--max-tokens", str(a.max_tokens)] if a.max_tokens else []
+    more += ["--synthetic", a.synthetic] if a.synthetic else []
     d = Path(tempfile.mkdtemp(prefix="intervals-real-"))
     model = rs.smollm2_gguf()
     if model is None:
@@ -114,7 +123,8 @@ def main() -> None:
     last, before = d / f"run{a.runs}.json", d / f"run{a.runs - 1}.json"
     print(f"\ncompare of two identical runs (run {a.runs - 1}, run {a.runs}):")
     print(f"exit {_compare(before, last)}")
-    with rs.LlamaServer(model, slots=1) as one:
+    with rs.LlamaServer(model, slots=1) as one:  # a first run warms its prompt cache, as runs 1-5 did the other's
+        _run(one.url, d / "one-slot-cold.json", a.users, a.seconds, more)
         _run(one.url, d / "one-slot.json", a.users, a.seconds, more)
     print(f"\ncompare of run {a.runs} (4 slots) and a run against 1 slot:")
     print(f"exit {_compare(last, d / 'one-slot.json')}")

@@ -13,12 +13,12 @@ single requests, gives the standard error. t = Student's t(0.975, k-1) (t975, be
   Nbar = sum N / k. With equal blocks this is sd(block means) / sqrt(k). Interval m +- t * se.
 - A percentile p (a fraction, 0.99 for p99) is the pooled sample's value at rank max(round(p n), 1)
   (HdrHistogram's rule). Its interval is distribution-free, from order statistics: the values at
-  ranks n (p - h) and n (p + h), h = c * sqrt(p (1-p) / n), the standard error of the
-  fraction of samples at or below the percentile were they independent, times c = t * sqrt(VIF),
-  each rank rounded to the nearest. VIF, the variance inflation of correlated requests, is
+  ranks floor(n (p - h)) and ceil(n (p + h)), h = c * sqrt(p (1-p) / n), the standard error of the
+  fraction of samples at or below the percentile were they independent, times
+  c = max(1.96, t * sqrt(VIF)). VIF, the variance inflation of correlated requests, is
   (se_B / sqrt(p (1-p) / n))^2, se_B the batch-means ratio estimator's standard error of that
-  fraction over the blocks' counts at or below the percentile (c = 1.96 where se_B is 0: every
-  block holds the same share). So c is the batch means' t interval of that fraction, mapped to ranks.
+  fraction over the blocks' counts at or below the percentile. Never narrower than the
+  independent samples' interval.
 - Samples that come in clusters (`units`: an ITL sample's cluster is its request, whose tokens
   share the server's state) count as at most one sample per cluster: c >= 1.96 sqrt(n / units),
   the interval of `units` independent samples. Batch means over a short run's 5-7 blocks missed
@@ -224,16 +224,13 @@ def percentile_interval(
     sizes = [sum(b.values()) for b in blocks]
     se_iid = math.sqrt(p * (1 - p) / n)
     got = _ratio_se(below, sizes)
-    # the multiplier of se_iid: t * sqrt(VIF), the batch means' own; z where they cannot tell (every
-    # batch's share the same: one bucket, or too discrete a sample). Not floored at z: with the t
-    # quantile it covered 97-98% where 95% was asked (benchmarks/README.md, "Interval coverage")
-    se_b = got[1] if got else 0.0
-    c = t975(k - 1) * se_b / se_iid if se_b > 0 else Z975
+    # the multiplier of se_iid: z for independent samples, t * sqrt(VIF) where batch means say more
+    c = max(Z975, t975(k - 1) * (got[1] if got else 0.0) / se_iid)
     if units:  # at most one independent sample per cluster: z, as for `units` independent ones
         c = max(c, Z975 * math.sqrt(n / units))
     h = c * se_iid
-    lo_rank = math.floor(n * (p - h) + 0.5)  # the nearest ranks: floor and ceil added a rank's width
-    hi_rank = math.floor(n * (p + h) + 0.5)
+    lo_rank = math.floor(n * (p - h))
+    hi_rank = math.ceil(n * (p + h))
     if n < n_min or lo_rank < 1 or hi_rank > n:
         # the ranks fall within 1..n once n >= c^2 * max(p/(1-p), (1-p)/p)
         odds = max(p / (1 - p), (1 - p) / p)
