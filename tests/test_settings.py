@@ -389,6 +389,8 @@ def test_a_bare_slo_number_is_seconds_and_a_large_one_is_refused(tmp_path):
         ),
         (["-t", "forever"], "-t/--run-time: expected a run time like 30s, 5m, 1h30m, got 'forever'"),
         (["--max-error-rate", "5"], "--max-error-rate: Input should be less than or equal to 1"),
+        (["--max-error-rate", "150%"], "--max-error-rate: Input should be less than or equal to 1"),
+        (["--max-error-rate", "five%"], "--max-error-rate: expected a fraction (0.05) or a percentage (5%), got"),
         (["--ladder", "users:1..4"], "--ladder: ladder 'users:1..4': unknown kind 'users'"),
         (["--ladder", "concurrency:1..4", "--warmup", "50"], "--warmup: 50 s is not shorter than the step duration"),
         (["--trace", "/nonexistent.csv"], "--trace: no such file or folder /nonexistent.csv"),
@@ -403,6 +405,15 @@ def test_bad_values_name_the_option_typed(argv, message):
     with pytest.raises(PlanError) as e:
         derive.resolve(None, cli(*argv))
     assert any(p.startswith(message) for p in e.value.problems), e.value.problems
+
+
+def test_a_share_takes_a_percentage_as_the_summary_prints_it(tmp_path):
+    """`--max-error-rate 5%` (the summary prints `within --max-error-rate 5.0%`) was refused: "unable
+    to parse string as a number". A plan's `5%` reads the same."""
+    assert derive.resolve(None, cli("--max-error-rate", "2.5%")).max_error_rate == pytest.approx(0.025)
+    plan = tmp_path / "p.yaml"
+    plan.write_text("early_stop:\n  max_error_rate: 10%\n")
+    assert derive.resolve(derive.load_plan(plan)).max_error_rate == pytest.approx(0.10)
 
 
 @pytest.mark.parametrize(

@@ -198,13 +198,19 @@ def _slo_examples() -> list[str]:
     return list(SLO_METRICS) + ["error_rate"] + [f"{m}_{s}" for m in STEP_LATENCIES for s in SLO_STATS]
 
 
+def parse_share(text: Any) -> float:
+    """A share as a fraction (0.05) or a percentage ("5%", as the summary prints it)."""
+    t = str(text).strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"expected a fraction (0.05) or a percentage (5%), got {t!r}") from None
+
+
 def parse_tolerance(text: Any) -> float:
     """A tolerance as a fraction (0.05) or a percentage ("5%"), between 0 and 1."""
     t = str(text).strip()
-    try:
-        tol = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise ValueError(f"expected a fraction or a percentage (5%), got {t!r}") from None
+    tol = parse_share(t)
     if not 0 <= tol < 1:
         raise ValueError(f"must be between 0 and 100%, got {t!r}")
     return tol
@@ -405,13 +411,8 @@ def _json_schema_file(v: str) -> str:
 
 
 def _percent(v: Any) -> Any:
-    """A share written as a percentage ("5%", as the summary prints it) is its fraction (0.05)."""
-    if isinstance(v, str) and v.strip().endswith("%"):
-        try:
-            return float(v.strip()[:-1]) / 100
-        except ValueError:
-            raise ValueError(f"expected a fraction (0.05) or a percentage (5%), got {v!r}") from None
-    return v
+    """A share written as a percentage ("5%") is its fraction (0.05); the rest pydantic reads."""
+    return parse_share(v) if isinstance(v, str) and v.strip().endswith("%") else v
 
 
 Fraction = Annotated[float, BeforeValidator(_percent), Field(ge=0, le=1), AfterValidator(_finite)]
