@@ -574,6 +574,22 @@ def test_verdict_metrics_are_criteria(runs, tmp_path, capsys):
 # ---- noise: one run each, by the 95% intervals (docs/compare.md "Noise") ----
 
 
+def _sim_run(url, seconds, path, *more):
+    """`llm-locust run` of 8 users for `seconds` against `url` (the noise tests' seeded workload),
+    its results to `path`, in path's folder; it must exit 0."""
+    argv = ["run", "--host", url, "-u", "8", "-t", seconds, "--results", path, *more]
+    argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
+    p = subprocess.run(
+        [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(path).parent,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return p
+
+
 @pytest.fixture(scope="module")
 def noise_runs(tmp_path_factory):
     """Three closed-loop runs of 8 users for 12 s: `a` and `b` against one simulator with the same
@@ -587,16 +603,7 @@ def noise_runs(tmp_path_factory):
     with SimProcess(slots=8) as same, SimProcess(slots=8, iter_base=0.010) as slow:
         for name, sim in (("a", same), ("b", same), ("slow", slow)):
             path = d / f"{name}.json"
-            argv = ["run", "--host", sim.url, "-u", "8", "-t", "12s", "--results", path]
-            argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
-            p = subprocess.run(
-                [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=d,
-            )
-            assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+            p = _sim_run(sim.url, "12s", path)
             assert "precision (95% intervals" in p.stdout and " ± " in p.stdout  # the summary says them
             out[name] = path
     return out
@@ -727,16 +734,7 @@ def failing_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("failing")
     path = d / "a.json"
     with SimProcess(slots=8, fault={"http500": 0.2}) as sim:
-        argv = ["run", "--host", sim.url, "-u", "8", "-t", "10s", "--results", path, "--max-error-rate", "100%"]
-        argv += ["--synthetic", "requests=1000,input=32,output=64,seed=1"]
-        p = subprocess.run(
-            [sys.executable, "-m", "llm_locust.cli", *map(str, argv)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=d,
-        )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        p = _sim_run(sim.url, "10s", path, "--max-error-rate", "100%")
     said = " ".join(p.stdout.split())  # the summary wraps its lines to the terminal's width
     assert re.search(r"error rate \d+\.\d% ± \d+\.\d%", said), said  # its precision line says it
     return path
