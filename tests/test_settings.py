@@ -390,7 +390,7 @@ def test_a_bare_slo_number_is_seconds_and_a_large_one_is_refused(tmp_path):
         (["-t", "forever"], "-t/--run-time: expected a run time like 30s, 5m, 1h30m, got 'forever'"),
         (["--max-error-rate", "5"], "--max-error-rate: Input should be less than or equal to 1"),
         (["--max-error-rate", "150%"], "--max-error-rate: Input should be less than or equal to 1"),
-        (["--max-error-rate", "five%"], "--max-error-rate: expected a fraction (0.05) or a percentage (5%), got"),
+        (["--max-error-rate", "five%"], "--max-error-rate: expected a fraction or a percentage (5%), got"),
         (["--ladder", "users:1..4"], "--ladder: ladder 'users:1..4': unknown kind 'users'"),
         (["--ladder", "concurrency:1..4", "--warmup", "50"], "--warmup: 50 s is not shorter than the step duration"),
         (["--trace", "/nonexistent.csv"], "--trace: no such file or folder /nonexistent.csv"),

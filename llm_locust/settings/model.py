@@ -204,7 +204,7 @@ def parse_share(text: Any) -> float:
     try:
         return float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ValueError(f"expected a fraction (0.05) or a percentage (5%), got {t!r}") from None
+        raise ValueError(f"expected a fraction or a percentage (5%), got {t!r}") from None
 
 
 def parse_tolerance(text: Any) -> float:
