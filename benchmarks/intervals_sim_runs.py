@@ -155,8 +155,11 @@ def _intervals(log: Path) -> dict | None:
         wall_end = r["wall_sent"] + (r["end"] or 0.0)
         first = r["wall_sent"] if first is None else min(first, r["wall_sent"])
         last = wall_end if last is None else max(last, wall_end)
+        if r["outcome"] == "cancelled":  # cut at the stop: its part in the rates' intervals
+            blocks.add_life(wall_end, r["wall_sent"], wall_end, r["n_out"], "cut")
         if r["outcome"] != "ok":
             continue
+        blocks.add_life(wall_end, r["wall_sent"], wall_end, r["n_out"], "ok")
         lat = {"e2e": max(round(r["end"] * 1e6), 0)}
         if r["first"] is not None:
             lat["ttft"] = max(round(r["first"] * 1e6), 0)

@@ -281,8 +281,11 @@ def test_merged_intervals_equal_those_of_the_raw_records(cluster_run):
         wall_end = t_end + (r["wall_sent"] - t0)
         first_sent = r["wall_sent"] if first_sent is None else min(first_sent, r["wall_sent"])
         last_end = wall_end if last_end is None else max(last_end, wall_end)
+        if r["outcome"] == "cancelled":  # cut at the stop: its part in the rates' intervals
+            blocks.add_life(wall_end, r["wall_sent"], wall_end, r["n_out"], "cut")
         if r["outcome"] != "ok":
             continue
+        blocks.add_life(wall_end, r["wall_sent"], wall_end, r["n_out"], "good" if r["first"] <= 0.05 else "ok")
         lat = {"e2e": round(r["end"] * 1e6), "ttft": round(r["first"] * 1e6)}
         if r["n_out"] >= 2:
             lat["tpot"] = round((r["chunks"][-1] - r["first"]) / (r["n_out"] - 1) * 1e6)

@@ -63,6 +63,7 @@ def _blocks(n: int = 300, seconds: float = 10.0) -> tuple[Blocks, float, float]:
         end = t0 + rng.uniform(0, seconds)
         lat = {m: int(rng.uniform(40_000, 60_000)) for m in ("ttft", "tpot", "e2e")}
         b.add_ok(end, lat, 16, good=True)
+        b.add_life(end, end - lat["e2e"] / 1e6, end, 16, "good")
         itl = int(rng.uniform(4_000, 6_000))
         b.add_itl(end, {itl: 15}, 15 * itl)
     return b, t0, t0 + seconds

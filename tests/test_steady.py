@@ -17,6 +17,7 @@ from test_metrics import make_record
 from llm_locust.analysis.steady import MIN_SECONDS, TOLERANCE, closed_window, open_window, steady
 from llm_locust.metrics.aggregate import Aggregate
 from llm_locust.metrics.flow import Flow
+from llm_locust.metrics.records import Outcome
 from llm_locust.report.accounting import count_problems
 from llm_locust.report.html import render
 from llm_locust.report.results import read_results
@@ -137,6 +138,28 @@ def test_steady_of_a_ramped_closed_loop_leaves_the_ramp_out():
     assert not three["found"] and "lasted 1.0 s, under 2 s" in three["reason"]
 
 
+def test_the_window_ends_before_the_first_send_the_stop_cut():
+    """4 users sending back to back requests of 0.5 s from t = 0.25 until a stop at t = 10 that
+    cuts the requests sent at 9.75. In flight stays at 4 until the stop, so the window ran to
+    t = 10, and those cut requests, counted nowhere, were sent in it: its figures read low by
+    however many the stop happened to cut (30 8-s simulator runs: its output tokens/s spread by
+    3.2%). It now ends where the second that sent the first cut request begins, t = 9."""
+    agg = Aggregate()
+    for _user in range(4):
+        t = 0.25
+        while t < 9.7:
+            agg.add(make_record(t0=t, ttft=0.2, gaps=(0.1, 0.1, 0.099), ntoks=(1, 1, 1, 1)))
+            t += 0.5
+        agg.add(make_record(t0=9.75, ttft=0.2, gaps=(0.049,), ntoks=(1, 1), outcome=Outcome.CANCELLED))
+    doc = steady(agg.flow, agg.sent_blocks, agg.first_sent, agg.last_end, "closed", 4)
+    base = 1_700_000_000
+    assert doc["found"] and (doc["window"]["start"] - base, doc["window"]["end"] - base) == (1.0, 9.0)
+    assert doc["window"]["requests"] == doc["figures"]["ok"] == 4 * 16  # sent at 1.25 .. 8.75
+    assert doc["drain"] == {"seconds": pytest.approx(1.0), "requests": 4 * 2}  # sent at 9.25 (ok) and 9.75 (cut)
+    assert doc["figures"]["rates"]["requests_per_s"] == pytest.approx(64 / 8)
+    assert doc["figures"]["intervals"]["rates"]["requests_per_s"]["low"] is not None
+
+
 @pytest.mark.parametrize(
     ("mode", "think", "why"),
     [("ladder", 0.0, "not assessed for a ladder"), ("closed", 1.0, "not assessed with think time")],
@@ -214,6 +237,8 @@ def _check_window(r: dict, recs: list[dict], log: Path, users: int) -> dict:
     in_window = [x for x in recs if start <= x["wall_sent"] < end]
     assert ramp["requests"] == len(in_ramp) and w["requests"] == len(in_window), (ramp, w)
     assert ramp["requests"] + w["requests"] + drain["requests"] == len(recs) == r["summary"]["finished"]
+    # none of the window's requests was cut by the stop: they would count nowhere (before_cut)
+    assert not [x for x in in_window if x["outcome"] == "cancelled"], w
     # the window's figures are those of the ok requests sent in it: the ramp's are not in them
     ok_in = [x for x in in_window if x["outcome"] == "ok"]
     ok_ramp = sum(1 for x in in_ramp if x["outcome"] == "ok")

@@ -8,7 +8,7 @@ merges exactly: histograms add bucket counts, counters add, series add per secon
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from llm_locust.metrics.blocks import Blocks
 from llm_locust.metrics.flow import LATE_S, Flow
@@ -347,6 +347,8 @@ class GroupFigures:
             self.blocks.add_failed(wall_end)
         elif rec.ok and rec.api in KIND_APIS:
             self.blocks.add_answered(wall_end)
+        elif rec.outcome is Outcome.CANCELLED and rec.api not in KIND_APIS:
+            self.blocks.add_life(wall_end, rec.wall_sent, wall_end, rec.n_out, "cut")
         if not rec.ok or rec.api in KIND_APIS:
             return
         self.tokens_out += rec.n_out
@@ -364,6 +366,7 @@ class GroupFigures:
                 h["tpot"].record((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1))
                 lat["tpot"] = max(round((rec.chunk_times[-1] - rec.t_first) / (rec.n_out - 1) * 1e6), 0)
         self.blocks.add_ok(wall_end, lat, rec.n_out, False)
+        self.blocks.add_life(wall_end, rec.wall_sent, wall_end, rec.n_out, "ok")
 
     def to_wire(self) -> dict[str, Any]:
         """Its parts by name (__slots__); the token counts only when not 0."""
@@ -579,7 +582,9 @@ class ConnectionCounts(NamedCounts):
 # one version. A report of another version (a worker of another llm-locust) is refused whole.
 MAX_SESSIONS = 10_000  # sessions tallied per Aggregate (the agents verdict's per-session figures)
 MAX_SESSION_TTFTS = 256  # TTFTs kept per session (its median's sample)
-WIRE_VERSION = 6  # 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py); 6: blocks count failures
+# 5: `flow` and `sent_blocks` (the steady window, analysis/steady.py); 6: blocks count failures;
+# 7: blocks spread each request's work over its life (the rates' intervals, metrics/blocks.py)
+WIRE_VERSION = 7
 # Its plain counters, summed by name (to_wire sends those that are not 0).
 COUNTERS = (
     "sent",
@@ -717,6 +722,9 @@ class Aggregate:
             self._add_failed(rec)
             if rec.outcome not in NOT_FAILED:  # the error rate's interval (metrics/blocks.py)
                 self.blocks.add_failed(t_end + offset)
+            elif rec.outcome is Outcome.CANCELLED:  # cut at the stop: the rates' intervals
+                self.blocks.add_life(t_end + offset, rec.wall_sent, t_end + offset, rec.n_out, "cut")
+                self.sent_blocks.add_life(rec.wall_sent, rec.wall_sent, t_end + offset, rec.n_out, "cut")
             return None
         self._add_counts(rec)
         itl_max = 0.0
@@ -766,9 +774,12 @@ class Aggregate:
             if gaps is not None:
                 self.blocks.add_itl(wall_end, gaps[2], gaps[3])
         self.blocks.add_ok(wall_end, lat, rec.n_out, good)
+        kind: Literal["ok", "good"] = "good" if good else "ok"
+        self.blocks.add_life(wall_end, rec.wall_sent, wall_end, rec.n_out, kind)
         if gaps is not None and t_first is not None:
             self.sent_blocks.add_itl(rec.wall_sent, gaps[2], gaps[3])
         self.sent_blocks.add_ok(rec.wall_sent, lat, rec.n_out, good)
+        self.sent_blocks.add_life(rec.wall_sent, rec.wall_sent, wall_end, rec.n_out, kind)
 
     def _add_timeline(self, rec: RequestRecord, t_end: float, offset: float) -> None:
         """The run's first send and last end, and the per-second series: the request's end

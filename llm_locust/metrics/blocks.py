@@ -25,9 +25,11 @@ from llm_locust.metrics.intervals import (
     METHOD_MEAN,
     METHOD_PERCENTILE,
     METHOD_PERCENTILE_CLUSTERED,
+    METHOD_RATE,
     Interval,
     mean_interval,
     percentile_interval,
+    rate_interval,
 )
 from llm_locust.schema import Intervals, SteadyRates
 
@@ -36,8 +38,29 @@ MAX_BLOCKS = 64
 BATCH_E2E = 2.0  # a batch spans at least this many mean E2Es
 METRICS = ("ttft", "itl", "tpot", "e2e")
 BITS = {"ttft": 11, "itl": 8, "tpot": 11, "e2e": 11}
-# "failed" and "answered" (ok or failed, any API: the error rate's parts, metrics.aggregate.error_rate)
-COUNTS = ("ok", "tokens_out", "goodput_requests", "goodput_tokens", "failed", "answered")
+# "failed" and "answered" (ok or failed, any API: the error rate's parts, metrics.aggregate.error_rate);
+# the rates' intervals' (Blocks.add_life): the squares of the ok and good requests' output tokens,
+# the requests cut at the stop, and the ok requests started and ended in the block (in flight at
+# a block's edge: those started before it less those ended before it)
+COUNTS = (
+    "ok",
+    "tokens_out",
+    "goodput_requests",
+    "goodput_tokens",
+    "failed",
+    "answered",
+    "tokens_sq",
+    "goodput_tokens_sq",
+    "cut",
+    "started",
+    "ended",
+)
+OK, TOKENS_OUT, GOOD_REQUESTS, GOOD_TOKENS, FAILED, ANSWERED, TOKENS_SQ, GOOD_TOKENS_SQ, CUT, STARTED, ENDED = range(11)
+# each request's work spread over its life, in proportion to its time in each block (Blocks.add_life):
+# an ok request's one request and its output tokens (and a good one's, for goodput), a cut one's
+# tokens read and its one request; what a rate's interval takes its variance from (intervals.rate_interval)
+SPREAD = ("ok", "tokens_out", "goodput_requests", "goodput_tokens", "cut_tokens", "cut")
+CUT_TOKENS, CUT_REQUESTS = 4, 5
 # rates (figures' names) -> the block counter they count; typed: `rate_figures` writes each into
 # the schema's `SteadyRates`, so that a renamed figure fails mypy here
 Rate = Literal["output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"]
@@ -105,10 +128,11 @@ class Block:
     (`Packed`) once a sweep finds it untouched since the sweep before (Blocks.block), and
     unpacked again by any later write (a long request's send block, a late worker's report)."""
 
-    __slots__ = ("counts", "hist", "sums", "packed", "touched")
+    __slots__ = ("counts", "spread", "hist", "sums", "packed", "touched")
 
     def __init__(self) -> None:
-        self.counts = [0, 0, 0, 0, 0, 0]  # COUNTS
+        self.counts = [0] * len(COUNTS)
+        self.spread = [0.0] * len(SPREAD)  # never packed: written without unpacking (Blocks.add_life)
         self.hist: dict[str, dict[int, int]] = {m: {} for m in METRICS}  # {} while packed
         self.sums = dict.fromkeys(METRICS, 0)
         self.packed: dict[str, Packed] | None = None
@@ -144,6 +168,8 @@ class Block:
         self.unpack()
         for i, n in enumerate(other.counts):
             self.counts[i] += n
+        for i, x in enumerate(other.spread):
+            self.spread[i] += x
         for m in metrics:
             mine = self.hist[m]
             for k, n in other.histogram(m).items():
@@ -152,21 +178,25 @@ class Block:
 
     def to_wire(self) -> list[Any]:
         hists = {m: self.histogram(m) for m in METRICS}
-        return [self.counts, {m: [self.sums[m], list(h.items())] for m, h in hists.items() if h}]
+        return [self.counts, {m: [self.sums[m], list(h.items())] for m, h in hists.items() if h}, self.spread]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> Block:
         b = cls()
-        b.add_wire(wire[0], wire[1])
+        b.add_wire(wire[0], wire[1], wire[2] if len(wire) > 2 else None)
         return b
 
-    def add_wire(self, counts: list[int], hists: dict[str, list[Any]]) -> None:
+    def add_wire(self, counts: list[int], hists: dict[str, list[Any]], spread: list[float] | None = None) -> None:
         """Add a block's to_wire parts in place: the master's merge of every worker's report
         (building a Block per wire block first cost a third of the merge, benchmarks/README.md)."""
         self.unpack()
         mine = self.counts
         for i, n in enumerate(counts):
             mine[i] += int(n)
+        if spread:
+            work = self.spread
+            for i, x in enumerate(spread):
+                work[i] += float(x)
         hist, sums = self.hist, self.sums
         for m, (total, items) in hists.items():
             h = hist.get(m)
@@ -262,6 +292,66 @@ class Blocks:
         """An ok request whose latencies the blocks do not keep (an embeddings or other kind's)."""
         self.block(wall_end).counts[5] += 1
 
+    def add_life(self, key: float, sent: float, end: float, n_out: int, kind: Literal["ok", "good", "cut"]) -> None:
+        """A finished request's part in the rates' intervals (Blocks.intervals): an ok one ("good":
+        it met the SLOs) counts the square of its output tokens in the block of `key` (where its
+        add_ok counted it: its end, or its send in a Blocks keyed by send), its start and its end,
+        and spreads its request and tokens over its life [sent, end]; one cut at the stop ("cut")
+        counts in the block of `key` and spreads the tokens it had read and its one request. Per
+        request, not per chunk: a request spans at most MAX_BLOCKS blocks."""
+        if kind == "cut":
+            self._counts_at(key)[CUT] += 1
+            self._spread(sent, end, CUT_REQUESTS, CUT_TOKENS, float(n_out), False)
+            return
+        sq = n_out * n_out
+        counts = self._counts_at(key)
+        counts[TOKENS_SQ] += sq
+        if kind == "good":
+            counts[GOOD_TOKENS_SQ] += sq
+        self._counts_at(sent)[STARTED] += 1
+        self._counts_at(end)[ENDED] += 1
+        self._spread(sent, end, OK, TOKENS_OUT, float(n_out), kind == "good")
+
+    def _counts_at(self, wall: float) -> list[int]:
+        """The counters of the block of `wall`, the block made if missing; a packed one stays
+        packed (its histograms are not written)."""
+        b = self.blocks.get(int(wall // (BASE_WIDTH * (1 << self.level))))
+        return b.counts if b is not None else self.block(wall).counts
+
+    def _spread(self, sent: float, end: float, i_req: int, i_tok: int, tokens: float, good: bool) -> None:
+        """One request and its `tokens` added to SPREAD[i_req] and SPREAD[i_tok] (and to the
+        goodput's when `good`) over [sent, end], in proportion to the time in each block (all of it
+        in the block of `end` when sent >= end)."""
+        w = self.width
+        if math.floor(end / w) - math.floor(sent / w) >= MAX_BLOCKS:  # longer than the blocks hold:
+            while math.floor(end / self.width) - math.floor(sent / self.width) >= MAX_BLOCKS:
+                self._widen(self.level + 1)  # they widen anyway
+            w = self.width
+        blocks = self.blocks
+        first, last = math.floor(sent / w), math.floor(end / w)
+        life = end - sent
+        for i in range(first, last + 1):
+            lo = i * w
+            share = (min(end, lo + w) - max(sent, lo)) / life if life > 0 else 1.0
+            if share <= 0:
+                continue
+            b = blocks.get(i)
+            if b is None:
+                b = blocks[i] = Block()
+            spread = b.spread
+            spread[i_req] += share
+            spread[i_tok] += tokens * share
+            if good:
+                spread[GOOD_REQUESTS] += share
+                spread[GOOD_TOKENS] += tokens * share
+        if len(blocks) > MAX_BLOCKS:
+            self._widen(self.level + 1)
+
+    def in_flight(self, index: int) -> int:
+        """Ok requests in flight at the start of block `index` (of the current width): those
+        started before it less those ended before it (Blocks.add_life)."""
+        return sum(b.counts[STARTED] - b.counts[ENDED] for i, b in self.blocks.items() if i < index)
+
     def add_itl(self, wall_end: float, counts: dict[int, int], total_us: int) -> None:
         """An ok request's ITL samples ({us: count}) and their sum (metrics.gaps.gap_samples)."""
         b = self.block(wall_end)
@@ -282,13 +372,13 @@ class Blocks:
         self._widen(level)
         shift = self.level - level
         blocks = self.blocks
-        for i, counts, hists in rows:
+        for i, counts, hists, *spread in rows:
             j = int(i) >> shift
             b = blocks.get(j)
             if b is None:
                 self._sweep()
                 b = blocks[j] = Block()
-            b.add_wire(counts, hists)
+            b.add_wire(counts, hists, spread[0] if spread else None)
         while len(self.blocks) > MAX_BLOCKS:
             self._widen(self.level + 1)
 
@@ -333,10 +423,9 @@ class Blocks:
             for name, p in PERCENTILES.items():
                 figs[name] = percentile_interval(p, [b.hist[m] for b in batches], 1e-6, BITS[m], units)
             latency[m] = {name: iv.doc() for name, iv in figs.items()}
-        rates: dict[str, Any] = {}
-        for name, counter in RATES.items():
-            i = COUNTS.index(counter)
-            rates[name] = mean_interval([b.counts[i] for b in batches], seconds).doc()
+        w = self.width
+        edges = self.in_flight(math.floor(start / w)) + self.in_flight(math.floor(end / w) + 1)
+        rates: dict[str, Any] = rate_intervals(batches, seconds, edges)
         # the error rate, a share of the answered requests: failed over ok + failed, batch by batch
         rates["error_rate"] = mean_interval([b.counts[4] for b in batches], [b.counts[5] for b in batches]).doc()
         return cast(
@@ -347,13 +436,60 @@ class Blocks:
                 "method": {
                     "mean": METHOD_MEAN,
                     "percentile": METHOD_PERCENTILE,
-                    "rate": METHOD_MEAN,
+                    "rate": METHOD_RATE,
                     **({"itl_percentile": METHOD_PERCENTILE_CLUSTERED} if "itl" in metrics else {}),
                 },
                 "latency": latency,
                 "rates": rates,
             },
         )
+
+
+def rate_intervals(batches: Sequence[Block], seconds: Sequence[float], edges: int) -> dict[str, Any]:
+    """Every rate's interval (intervals.rate_interval; docs/metrics.md, "Confidence intervals").
+
+    Each batch's work is the ok requests' spread over their lives, plus that of the requests cut at
+    the stop, which were working until it: their tokens read, and half a request each (the mean
+    of the share f below; without them the batches before a stop read low, and batch means took
+    that one-off for noise: 144 against 880 tokens/s in an 8-s run's last batch). The edges' part:
+    the requests in flight at the window's edges (`edges`) and those cut in it, each having done a
+    share f ~ U(0, 1) of a request whose figure x (its tokens, or 1 for a request, and 0 if it did
+    not meet the SLOs for goodput) is drawn from the window's ok requests, so its share's variance
+    is E[x^2] / 3 - E[x]^2 / 4."""
+    tot = [sum(b.counts[i] for b in batches) for i in range(len(COUNTS))]
+    ok = tot[OK]
+    cut_requests = [b.spread[CUT_REQUESTS] / 2 for b in batches]
+    cut_tokens = [b.spread[CUT_TOKENS] for b in batches]
+    good = tot[GOOD_REQUESTS] / ok if ok else 0.0
+    good_tokens = tot[GOOD_TOKENS] / tot[TOKENS_OUT] if tot[TOKENS_OUT] else 0.0
+    # per rate: its counter, its work's SPREAD index, the cut work counted as its (batch by batch)
+    # and the moments E[x], E[x^2] of one ok request's part in it
+    parts: dict[Rate, tuple[int, Sequence[float], float, float]] = {
+        "output_tokens_per_s": (TOKENS_OUT, cut_tokens, tot[TOKENS_OUT], tot[TOKENS_SQ]),
+        "requests_per_s": (OK, cut_requests, ok, ok),
+        "goodput_requests_per_s": (
+            GOOD_REQUESTS,
+            [x * good for x in cut_requests],
+            tot[GOOD_REQUESTS],
+            tot[GOOD_REQUESTS],
+        ),
+        "goodput_tokens_per_s": (
+            GOOD_TOKENS,
+            [x * good_tokens for x in cut_tokens],
+            tot[GOOD_TOKENS],
+            tot[GOOD_TOKENS_SQ],
+        ),
+    }
+    out: dict[str, Any] = {}
+    for name, (i, cut, sum_x, sum_x2) in parts.items():
+        work = [b.spread[i] + c for b, c in zip(batches, cut, strict=True)]
+        share_var = (sum_x2 / ok / 3 - (sum_x / ok) ** 2 / 4) if ok else 0.0
+        counts = [b.counts[i] for b in batches]
+        if tot[i] and not any(work):  # blocks written without add_life: the counts' batch means
+            out[name] = mean_interval(counts, seconds).doc()
+            continue
+        out[name] = rate_interval(counts, seconds, work, (edges + tot[CUT]) * share_var).doc()
+    return out
 
 
 def interval_of(doc: Any, value: float | None) -> Interval | None:

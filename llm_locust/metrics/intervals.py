@@ -6,11 +6,13 @@ the measured window is cut into k consecutive time blocks (k at most MAX_BATCHES
 MIN_BATCHES), each block's figure is computed, and the spread of the k block figures, not of the
 single requests, gives the standard error. t = Student's t(0.975, k-1) (t975, below).
 
-- A mean (latency mean, or a rate: events over seconds) is a ratio sum / count over the blocks.
+- A mean (latency mean; the error rate) is a ratio sum / count over the blocks.
   Its standard error is the batch-means ratio estimator's:
       se^2 = sum_b (S_b - m * N_b)^2 / (k (k-1) Nbar^2)
-  S_b, N_b the block's sum and count (for a rate: its events and its seconds), m = sum S / sum N,
+  S_b, N_b the block's sum and count, m = sum S / sum N,
   Nbar = sum N / k. With equal blocks this is sd(block means) / sqrt(k). Interval m +- t * se.
+- A rate (events over seconds) takes its variance from the requests' work spread over their
+  lives, and from the requests its window's edges cut (rate_interval).
 - A percentile p (a fraction, 0.99 for p99) is the pooled sample's value at rank max(round(p n), 1)
   (HdrHistogram's rule). Its interval is distribution-free, from order statistics: the values at
   ranks floor(n (p - h)) and ceil(n (p + h)), h = c * sqrt(p (1-p) / n), the standard error of the
@@ -100,6 +102,7 @@ MAX_BATCHES = 20
 MIN_BATCHES = 5
 TAIL = 0.025  # each tail of a two-sided 95% interval
 METHOD_MEAN = "batch means over time blocks (ratio estimator), t(0.975, k-1)"
+METHOD_RATE = "batch means of each request's work spread over its life, plus the requests cut at the edges"
 METHOD_PERCENTILE = "order statistics, variance inflated by batch means over time blocks"
 # ITL: its samples clustered by request (at most one sample's worth of information per request)
 METHOD_PERCENTILE_CLUSTERED = METHOD_PERCENTILE + ", at least n / requests"
@@ -164,6 +167,36 @@ def mean_interval(sums: Sequence[float], counts: Sequence[float]) -> Interval:
     m, se = got
     h = t975(k - 1) * se
     return Interval(m, max(m - h, 0.0), m + h)
+
+
+def rate_interval(
+    counts: Sequence[float], seconds: Sequence[float], work: Sequence[float], edge_var: float
+) -> Interval:
+    """The interval of a rate, sum(counts) / sum(seconds), over k batches: its variance is that of
+    the work done in the window plus what its edges cut (docs/metrics.md, "Confidence intervals").
+
+    - `work`: each batch's share of the requests' work, each request spread over its life in
+      proportion to its time in the batch (metrics.blocks.SPREAD). Counted at their ends, a closed
+      loop's batches of two E2Es swing with the requests straddling their edges, which the whole
+      window's total does not (a closed loop's users send again as they end), and their batch
+      means gave 8-s simulator runs +- 12.6% where identical runs spread by 1% (benchmarks/README.md,
+      "Rates"). Var = k / (k-1) * sum_b (W_b - r s_b)^2, r = sum W / sum s: the batch-means
+      variance of the window's total.
+    - `edge_var`: the variance of what the window's edges cut: each request in flight at an edge,
+      or cut at the stop, had done a share of its work that is uniform on [0, 1] (see
+      Blocks.intervals).
+    Interval: value +- t(0.975, k-1) sqrt(Var) / sum(seconds), the low end clipped at 0."""
+    k = len(counts)
+    if k < MIN_BATCHES:
+        return Interval(None, None, None, f"insufficient (needs {MIN_BATCHES} time blocks, has {k})")
+    total_s = sum(seconds)
+    if total_s <= 0:
+        return Interval(None, None, None, "insufficient (needs samples in 2 time blocks)", 2)
+    value = sum(counts) / total_s
+    r = sum(work) / total_s
+    var = k / (k - 1) * sum((w - r * s) ** 2 for w, s in zip(work, seconds, strict=True)) + max(edge_var, 0.0)
+    h = t975(k - 1) * math.sqrt(var) / total_s
+    return Interval(value, max(value - h, 0.0), value + h)
 
 
 def _pooled(blocks: Sequence[Mapping[int, int]]) -> list[tuple[int, int]]:
