@@ -322,12 +322,9 @@ class Blocks:
         """One request and its `tokens` added to SPREAD[i_req] and SPREAD[i_tok] (and to the
         goodput's when `good`) over [sent, end], in proportion to the time in each block (all of it
         in the block of `end` when sent >= end)."""
-        w = self.width
-        if math.floor(end / w) - math.floor(sent / w) >= MAX_BLOCKS:  # longer than the blocks hold:
-            while math.floor(end / self.width) - math.floor(sent / self.width) >= MAX_BLOCKS:
-                self._widen(self.level + 1)  # they widen anyway
-            w = self.width
-        blocks = self.blocks
+        while math.floor(end / self.width) - math.floor(sent / self.width) >= MAX_BLOCKS:
+            self._widen(self.level + 1)  # a life longer than the blocks hold: they widen anyway
+        w, blocks = self.width, self.blocks
         first, last = math.floor(sent / w), math.floor(end / w)
         life = end - sent
         for i in range(first, last + 1):
@@ -462,8 +459,8 @@ def rate_intervals(batches: Sequence[Block], seconds: Sequence[float], edges: in
     cut_tokens = [b.spread[CUT_TOKENS] for b in batches]
     good = tot[GOOD_REQUESTS] / ok if ok else 0.0
     good_tokens = tot[GOOD_TOKENS] / tot[TOKENS_OUT] if tot[TOKENS_OUT] else 0.0
-    # per rate: its counter, its work's SPREAD index, the cut work counted as its (batch by batch)
-    # and the moments E[x], E[x^2] of one ok request's part in it
+    # per rate: its index (the same in COUNTS and SPREAD), the cut work counted as its (batch by
+    # batch), and the sums of x and x^2 over the window's ok requests (x: one request's part in it)
     parts: dict[Rate, tuple[int, Sequence[float], float, float]] = {
         "output_tokens_per_s": (TOKENS_OUT, cut_tokens, tot[TOKENS_OUT], tot[TOKENS_SQ]),
         "requests_per_s": (OK, cut_requests, ok, ok),
